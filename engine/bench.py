@@ -1,0 +1,138 @@
+"""Benchmarks (`python -m engine bench`): ratios measured side by side in one run.
+
+1. Decode-step latency of the engine against `model.generate` on the same model
+   and the same tokens: (a) generate(use_cache=True), (b) the engine with
+   recording off, (c) the engine with full traces. Runs are interleaved, the
+   first round is a warm-up and is dropped, and medians are reported.
+2. Cache off vs cache on at several total lengths, with the FLOPs-estimate
+   ratio for the same steps next to the measured one.
+
+Wall time is `perf_counter` around a device sync. Nothing here is a test: the
+targets are printed beside the figures, not asserted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from engine import device as dev
+from engine.loading import LoadedModel
+from engine.sampling import Sampling
+from engine.stepper import Stepper
+
+PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
+TARGET_UNTRACED = 1.05
+TARGET_TRACED = 1.25
+
+
+class _StepClock:
+    """A generate() streamer that reads the clock after every token (after a device sync)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.times: list[float] = []
+
+    def put(self, value):
+        dev.sync(self.device)
+        self.times.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+
+def generate_step_ms(lm: LoadedModel, prompt_ids: torch.Tensor, new_tokens: int) -> list[float]:
+    """Per-decode-step wall times of model.generate (the first put() is the prompt, the second prefill)."""
+    clock = _StepClock(lm.device)
+    with lm.lock, torch.inference_mode():
+        lm.model.generate(input_ids=prompt_ids.to(lm.device), attention_mask=torch.ones_like(prompt_ids).to(lm.device),
+                          max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                          use_cache=True, streamer=clock, pad_token_id=lm.tokenizer.eos_token_id)
+    return [(b - a) * 1e3 for a, b in zip(clock.times[1:], clock.times[2:])]
+
+
+def engine_step_ms(lm: LoadedModel, new_tokens: int, record: bool, use_cache: bool = True,
+                   prompt: str = PROMPT) -> tuple[list[float], Stepper]:
+    """Per-decode-step wall times of the engine, each step() timed from outside (trace building included)."""
+    stepper = Stepper(lm, prompt, use_cache=use_cache, sampling=Sampling(), max_new_tokens=new_tokens,
+                      record=record, stop_on_eos=False)
+    stepper.prefill()
+    times = []
+    while not stepper.done:
+        t0 = time.perf_counter()
+        stepper.decode()
+        dev.sync(lm.device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times, stepper
+
+
+def overhead(lm: LoadedModel, new_tokens: int = 64, rounds: int = 5, log=print) -> dict:
+    """Median decode-step latency of generate vs engine (untraced and traced), interleaved."""
+    prompt_ids = torch.tensor([lm.tokenizer(PROMPT)["input_ids"]])
+    samples = {"generate": [], "engine": [], "engine_traced": []}
+    for r in range(rounds + 1):  # round 0 is a warm-up, dropped
+        g = generate_step_ms(lm, prompt_ids, new_tokens)
+        e, s_e = engine_step_ms(lm, new_tokens, record=False)
+        t, s_t = engine_step_ms(lm, new_tokens, record=True)
+        if r == 0:
+            same = s_e.generated_ids == s_t.generated_ids
+            log(f"warm-up round done (excluded); engine traced == untraced tokens: {same}")
+            continue
+        samples["generate"] += g
+        samples["engine"] += e
+        samples["engine_traced"] += t
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return {
+        "generate_ms": med["generate"],
+        "engine_ms": med["engine"],
+        "engine_traced_ms": med["engine_traced"],
+        "ratio_untraced": med["engine"] / med["generate"],
+        "ratio_traced": med["engine_traced"] / med["generate"],
+        "steps_per_mode": len(samples["generate"]),
+    }
+
+
+def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list[dict]:
+    """Total decode time with and without the cache at several total lengths (prompt + new tokens)."""
+    prompt_len = len(lm.tokenizer(PROMPT)["input_ids"])
+    rows = []
+    for total in lengths:
+        total = min(total, lm.summary.max_positions)
+        new = total - prompt_len
+        cache_ms, cache_run = engine_step_ms(lm, new, record=False, use_cache=True)
+        nocache_ms, nocache_run = engine_step_ms(lm, new, record=False, use_cache=False)
+        flops = {name: sum(t.flops_estimate for t in run.traces if t.phase == "decode")
+                 for name, run in (("cache", cache_run), ("nocache", nocache_run))}
+        row = {
+            "tokens": total,
+            "cache_ms": sum(cache_ms),
+            "nocache_ms": sum(nocache_ms),
+            "ratio": sum(nocache_ms) / sum(cache_ms),
+            "flops_ratio": flops["nocache"] / flops["cache"],
+            "identical": cache_run.generated_ids == nocache_run.generated_ids,
+        }
+        log(f"  {total:4d} tokens: cache {row['cache_ms']:9.1f} ms  no cache {row['nocache_ms']:9.1f} ms  "
+            f"measured x{row['ratio']:.1f}  FLOPs estimate x{row['flops_ratio']:.1f}  same tokens: {row['identical']}")
+        rows.append(row)
+    return rows
+
+
+def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, log=print) -> dict:
+    log(f"model {lm.summary.source} ({lm.summary.parameters:,} params, {lm.summary.dtype}) on {lm.device}; "
+        f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
+    log("decode-step latency, median over interleaved rounds:")
+    res = overhead(lm, rounds=rounds, log=log)
+    log(f"  (a) model.generate          {res['generate_ms']:7.3f} ms/step")
+    log(f"  (b) engine, recording off   {res['engine_ms']:7.3f} ms/step   (b)/(a) = {res['ratio_untraced']:.3f}  "
+        f"target <= {TARGET_UNTRACED}")
+    log(f"  (c) engine, full traces     {res['engine_traced_ms']:7.3f} ms/step   (c)/(a) = {res['ratio_traced']:.3f}  "
+        f"target <= {TARGET_TRACED}")
+    log("cache off vs cache on, total decode time (one run each, same tokens):")
+    res["cache_vs_nocache"] = cache_vs_nocache(lm, lengths, log=log)
+    res["model"] = lm.summary.source
+    res["device"] = str(lm.device)
+    res["dtype"] = lm.summary.dtype
+    res["torch_threads"] = torch.get_num_threads()
+    return res

@@ -1,0 +1,161 @@
+"""Command line: `python -m engine {run,compare,bench,train}`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.errors import DecodeLabError
+
+
+def _load(args):
+    from engine.loading import load_model
+
+    return load_model(args.model, device=args.device, dtype=args.dtype)
+
+
+def _sampling(args):
+    from engine.sampling import Sampling
+
+    greedy = args.temperature is None and args.top_k is None and args.top_p is None
+    return Sampling(greedy=greedy, temperature=1.0 if args.temperature is None else args.temperature,
+                    top_k=args.top_k or 0, top_p=1.0 if args.top_p is None else args.top_p,
+                    repetition_penalty=args.repetition_penalty, seed=args.seed)
+
+
+def step_table(traces) -> str:
+    """Per-step table: phase, q_len, kv_len, chosen token, KV bytes, ms (warm-up marked)."""
+    lines = [f"{'step':>4}  {'phase':<7} {'q_len':>5} {'kv_len':>6}  {'token':<16} {'kv_bytes':>10} {'ms':>9}"]
+    for t in traces:
+        ms = f"{t.latency_ms:9.2f}" + (" (warm-up)" if t.warmup else "")
+        lines.append(f"{t.step:>4}  {t.phase:<7} {t.q_len:>5} {t.kv_len:>6}  {t.token!r:<16} {t.kv_bytes:>10,} {ms}")
+    return "\n".join(lines)
+
+
+def _run(args) -> int:
+    from engine.stepper import Stepper
+
+    lm = _load(args)
+    stepper = Stepper(lm, args.prompt, use_cache=not args.no_cache, sampling=_sampling(args),
+                      max_new_tokens=args.steps, stop_strings=args.stop or ())
+    stepper.run()
+    print(stepper.text)
+    print()
+    print(step_table(stepper.traces))
+    print(f"stop reason: {stepper.stop_reason}")
+    if args.json:
+        doc = {"model": lm.summary.__dict__, "prompt": args.prompt, "use_cache": stepper.use_cache,
+               "sampling": stepper.sampling.__dict__, "text": stepper.text,
+               "generated_text": stepper.generated_text, "stop_reason": stepper.stop_reason,
+               "steps": [t.to_dict(attention=args.attention) for t in stepper.traces]}
+        _write_json(args.json, doc)
+    return 0
+
+
+def _compare(args) -> int:
+    from engine.compare import compare
+
+    lm = _load(args)
+    rep = compare(lm, args.prompt, args.steps, sampling=_sampling(args))
+    rep.pop("steppers")
+    print(f"cache:    {rep['text']['cache']!r}")
+    print(f"no cache: {rep['text']['nocache']!r}")
+    print(f"identical tokens: {rep['identical']}   largest logit difference: {rep['max_logit_diff']:.3g}")
+    sp = rep["speedup"]
+    if sp["median_ratio"]:
+        print(f"decode speed-up with the cache: median step x{sp['median_ratio']:.2f}, total x{sp['total_ratio']:.2f}")
+    if args.json:
+        _write_json(args.json, rep)
+    return 0
+
+
+def _bench(args) -> int:
+    from engine.bench import run_bench
+
+    lm = _load(args)
+    res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds)
+    if args.json:
+        _write_json(args.json, res)
+    return 0
+
+
+def _train(args) -> int:
+    from engine.train import TrainConfig, train
+
+    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
+    train(TrainConfig(**fields))
+    return 0
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    print(f"wrote {path}")
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default", help="bundled name, 'default', Hugging Face id or local folder")
+    p.add_argument("--device", default=None, help="cpu, cuda or mps (default: best available)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: fp32 on CPU)")
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, help="sample with this temperature (default: greedy)")
+    p.add_argument("--top-k", dest="top_k", type=int)
+    p.add_argument("--top-p", dest="top_p", type=float)
+    p.add_argument("--repetition-penalty", dest="repetition_penalty", type=float, default=1.0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine", description="Decode Lab engine")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="generate step by step and print a per-step table")
+    r.add_argument("--prompt", required=True)
+    r.add_argument("--steps", type=int, default=20, help="new tokens at most")
+    r.add_argument("--no-cache", action="store_true", help="recompute the whole sequence at every decode step")
+    r.add_argument("--stop", action="append", help="stop string (repeatable)")
+    r.add_argument("--json", help="write the whole trace here")
+    r.add_argument("--attention", action="store_true", help="include attention weights in the JSON")
+    _model_args(r)
+    _sampling_args(r)
+    r.set_defaults(func=_run)
+
+    c = sub.add_parser("compare", help="cache on vs off: same tokens? how much faster?")
+    c.add_argument("--prompt", required=True)
+    c.add_argument("--steps", type=int, default=20)
+    c.add_argument("--json")
+    _model_args(c)
+    _sampling_args(c)
+    c.set_defaults(func=_compare)
+
+    b = sub.add_parser("bench", help="engine vs generate overhead; cache vs no-cache")
+    b.add_argument("--json")
+    b.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 512])
+    b.add_argument("--rounds", type=int, default=5)
+    _model_args(b)
+    b.set_defaults(func=_bench)
+
+    t = sub.add_parser("train", help="train a small bundled model and its tokenizer")
+    t.add_argument("--corpus", required=True, help="text file, stories separated by <|endoftext|>")
+    t.add_argument("--out", required=True, help="output folder (a Hugging Face model folder)")
+    t.add_argument("--arch", choices=["llama", "gpt2"])
+    t.add_argument("--eval-file", dest="eval_file", help="held-out file for bits per byte (never trained on)")
+    for name, typ in [("vocab-size", int), ("d-model", int), ("layers", int), ("heads", int), ("kv-heads", int),
+                      ("d-ff", int), ("context", int), ("seq-len", int), ("batch", int), ("steps", int),
+                      ("lr", float), ("warmup", int), ("weight-decay", float), ("dropout", float),
+                      ("holdout-stories", int), ("eval-every", int), ("seed", int), ("threads", int)]:
+        t.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ)
+    t.set_defaults(func=_train)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except DecodeLabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,66 @@
+"""Cache on vs cache off on the same prompt and seed: same tokens, different work."""
+
+from __future__ import annotations
+
+import statistics
+
+from engine.loading import LoadedModel
+from engine.sampling import Sampling
+from engine.stepper import Stepper
+
+
+def compare(lm: LoadedModel, prompt: str, steps: int, sampling: Sampling | None = None,
+            record: bool = False, on_step=None) -> dict:
+    """Run both modes in lockstep (alternating steps, so neither has the machine to itself).
+
+    `steps` is the number of new tokens. Returns identical tokens?, the largest logit
+    difference over the steps both took on the same tokens, per-step latencies of both
+    modes and the speed-up (median and total, warm-up excluded).
+    """
+    sampling = sampling or Sampling()
+    runs = {mode: Stepper(lm, prompt, use_cache=(mode == "cache"), sampling=sampling,
+                          max_new_tokens=steps, record=record) for mode in ("cache", "nocache")}
+    max_diff = 0.0
+    first_divergence = None
+    while not all(s.done for s in runs.values()):
+        for mode, stepper in runs.items():
+            if not stepper.done:
+                trace = stepper.step()
+                if on_step:
+                    on_step(mode, trace)
+        a, b = runs["cache"], runs["nocache"]
+        same_so_far = a.ids.shape == b.ids.shape and bool((a.ids == b.ids).all())
+        if a.last_logits is not None and b.last_logits is not None and first_divergence is None:
+            max_diff = max(max_diff, float((a.last_logits - b.last_logits).abs().max()))
+        if not same_so_far and first_divergence is None:
+            first_divergence = len(a.traces) - 1
+    cache, nocache = runs["cache"], runs["nocache"]
+    identical = cache.generated_ids == nocache.generated_ids
+    return {
+        "identical": identical,
+        "first_divergence_step": first_divergence,
+        "max_logit_diff": max_diff,
+        "tokens": {"cache": cache.generated_ids, "nocache": nocache.generated_ids},
+        "text": {"cache": cache.generated_text, "nocache": nocache.generated_text},
+        "latency_ms": {m: [round(t.latency_ms, 4) for t in s.traces] for m, s in runs.items()},
+        "phase": [t.phase for t in cache.traces],
+        "speedup": speedup(cache.traces, nocache.traces),
+        "stop_reason": {m: s.stop_reason for m, s in runs.items()},
+        "steppers": runs,
+    }
+
+
+def speedup(cache_traces, nocache_traces) -> dict:
+    """No-cache time / cache time over the decode steps (prefill is identical work in both)."""
+    def decode_ms(traces):
+        return [t.latency_ms for t in traces if t.phase == "decode" and not t.warmup]
+
+    c, n = decode_ms(cache_traces), decode_ms(nocache_traces)
+    if not c or not n:
+        return {"median_ratio": None, "total_ratio": None, "cache_total_ms": sum(c), "nocache_total_ms": sum(n)}
+    return {
+        "median_ratio": statistics.median(n) / statistics.median(c),
+        "total_ratio": sum(n) / sum(c),
+        "cache_total_ms": sum(c),
+        "nocache_total_ms": sum(n),
+    }

@@ -1,0 +1,109 @@
+"""Choosing the next token, with transformers' own LogitsProcessors.
+
+The processors are the ones `model.generate` uses, so what the student sees is
+what generate would do. Sampling draws on the CPU from a seeded generator: the
+same seed gives the same tokens on any device and with the cache on or off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from transformers import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from engine.errors import StepError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen. `greedy=True` takes the most likely token."""
+
+    greedy: bool = True
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    repetition_penalty: float = 1.0  # 1.0 = off
+    seed: int = 0
+
+    def validate(self, vocab: int) -> None:
+        """Raise StepError with a plain message for any setting that cannot work."""
+        checks = [
+            (_finite(self.temperature) and self.temperature >= 0, f"temperature must be a number >= 0 (got {self.temperature})"),
+            (isinstance(self.top_k, int) and self.top_k >= 0, f"top-k must be a whole number >= 0, 0 = off (got {self.top_k})"),
+            (self.top_k <= vocab, f"top-k {self.top_k} is larger than the vocabulary ({vocab} tokens)"),
+            (_finite(self.top_p) and 0 < self.top_p <= 1, f"top-p must be in (0, 1], 1 = off (got {self.top_p})"),
+            (_finite(self.repetition_penalty) and self.repetition_penalty > 0,
+             f"repetition penalty must be > 0, 1 = off (got {self.repetition_penalty})"),
+            (isinstance(self.seed, int) and 0 <= self.seed < 2**63, f"seed must be a whole number >= 0 (got {self.seed!r})"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise StepError(message)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature == 0
+
+    def processors(self) -> LogitsProcessorList:
+        """The same processors generate() would build for these settings, in its order."""
+        procs = LogitsProcessorList()
+        if self.repetition_penalty != 1.0:
+            procs.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
+        if self.is_greedy:
+            return procs
+        if self.temperature != 1.0:
+            procs.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_k:
+            procs.append(TopKLogitsWarper(self.top_k))
+        if self.top_p < 1.0:
+            procs.append(TopPLogitsWarper(self.top_p))
+        return procs
+
+    def describe(self) -> str:
+        if self.is_greedy:
+            rule = "greedy: the most likely token" + (" (temperature 0)" if not self.greedy else "")
+        else:
+            parts = [f"temperature {self.temperature:g}"]
+            if self.top_k:
+                parts.append(f"top-k {self.top_k}")
+            if self.top_p < 1.0:
+                parts.append(f"top-p {self.top_p:g}")
+            rule = "sampled (" + ", ".join(parts) + f"), seed {self.seed}"
+        if self.repetition_penalty != 1.0:
+            rule += f"; repetition penalty {self.repetition_penalty:g}"
+        return rule
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The outcome of one sampling step."""
+
+    token_id: int
+    probs_before: torch.Tensor  # [vocab] softmax of the raw logits
+    probs_after: torch.Tensor  # [vocab] softmax after the processors (what was drawn from)
+
+
+def choose(sampling: Sampling, processors: LogitsProcessorList, input_ids: torch.Tensor,
+           logits: torch.Tensor, generator: torch.Generator) -> Choice:
+    """Pick the next token from one row of logits [vocab], given the ids so far [batch=1, pos]."""
+    raw = logits.detach().float().cpu()[None, :]  # [1, vocab]
+    scores = processors(input_ids.cpu(), raw.clone())
+    before = torch.softmax(raw[0], dim=-1)
+    after = torch.softmax(scores[0], dim=-1)
+    if sampling.is_greedy:
+        token = int(torch.argmax(scores[0]))
+    else:
+        token = int(torch.multinomial(after, 1, generator=generator))
+    return Choice(token_id=token, probs_before=before, probs_after=after)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

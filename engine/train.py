@@ -1,0 +1,343 @@
+"""Train the small bundled language models (`python -m engine train`).
+
+The app must show a *trained* model offline, so the project trains its own:
+a byte-level BPE tokenizer (Hugging Face `tokenizers`) and a small causal LM
+built from stock transformers classes (Llama with GQA, or GPT-2 with MHA).
+The result is an ordinary Hugging Face folder that `AutoModelForCausalLM` and
+`AutoTokenizer` load with nothing else, plus a model card with measured numbers.
+
+Stories are separated by `<|endoftext|>`, which is also the BOS/EOS token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+EOS = "<|endoftext|>"
+
+
+@dataclass
+class TrainConfig:
+    corpus: str
+    out: str
+    arch: str = "llama"  # "llama" (RoPE, GQA) or "gpt2" (learned positions, MHA)
+    vocab_size: int = 4096
+    d_model: int = 256
+    layers: int = 4
+    heads: int = 8
+    kv_heads: int = 2  # llama only; gpt2 always has kv_heads == heads
+    d_ff: int = 768
+    context: int = 512
+    seq_len: int = 256  # training window; positions up to `context` still exist
+    batch: int = 16
+    steps: int = 2000
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    dropout: float = 0.0
+    holdout_stories: int = 128  # from the end of the training file, never trained on
+    eval_every: int = 250
+    eval_file: str | None = None  # measured once at the end: bits per byte
+    seed: int = 0
+    threads: int | None = None
+
+
+# ---------------------------------------------------------------- data
+
+
+def read_stories(path: str | Path) -> list[str]:
+    """Stories of an `<|endoftext|>`-separated file, stripped, empties dropped."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [s.strip() for s in text.split(EOS) if s.strip()]
+
+
+def train_tokenizer(stories: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer wrapped as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(stories, trainer=trainer)
+    eos_id = tok.token_to_id(EOS)
+    # every encoded prompt starts with BOS, as every training story did
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{EOS} $A", pair=f"{EOS} $A {EOS} $B", special_tokens=[(EOS, eos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS, pad_token=EOS
+    )
+
+
+def token_stream(tokenizer, stories: list[str]) -> torch.Tensor:
+    """EOS story EOS story ... as one long 1-D tensor of ids: [pos]."""
+    eos = tokenizer.eos_token_id
+    ids: list[int] = []
+    for enc in tokenizer(stories, add_special_tokens=False)["input_ids"]:
+        ids.append(eos)
+        ids.extend(enc)
+    ids.append(eos)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def random_batch(stream: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator):
+    """`batch` random windows of `seq_len + 1` tokens: inputs and next-token targets."""
+    starts = torch.randint(0, len(stream) - seq_len - 1, (batch,), generator=gen)
+    windows = torch.stack([stream[s : s + seq_len + 1] for s in starts.tolist()])
+    return windows[:, :-1], windows[:, 1:]  # [batch, pos] each
+
+
+# ---------------------------------------------------------------- model
+
+
+def build_model(cfg: TrainConfig, tokenizer):
+    """A fresh transformers model of the chosen architecture (no hand-written layers)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    eos = tokenizer.eos_token_id
+    common = dict(vocab_size=len(tokenizer), bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+    if cfg.arch == "llama":
+        config = LlamaConfig(
+            hidden_size=cfg.d_model,
+            intermediate_size=cfg.d_ff,
+            num_hidden_layers=cfg.layers,
+            num_attention_heads=cfg.heads,
+            num_key_value_heads=cfg.kv_heads,
+            max_position_embeddings=cfg.context,
+            rope_theta=10000.0,
+            attention_dropout=cfg.dropout,
+            tie_word_embeddings=True,
+            **common,
+        )
+        return LlamaForCausalLM(config)
+    if cfg.arch == "gpt2":
+        config = GPT2Config(
+            n_embd=cfg.d_model,
+            n_inner=cfg.d_ff,
+            n_layer=cfg.layers,
+            n_head=cfg.heads,
+            n_positions=cfg.context,
+            resid_pdrop=cfg.dropout,
+            embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.dropout,
+            tie_word_embeddings=True,
+            **common,
+        )
+        return GPT2LMHeadModel(config)
+    raise ValueError(f"unknown arch {cfg.arch!r}: choose 'llama' or 'gpt2'")
+
+
+# ---------------------------------------------------------------- measuring
+
+
+@torch.no_grad()
+def mean_loss(model, stream: torch.Tensor, seq_len: int, max_windows: int = 64) -> float:
+    """Mean next-token cross-entropy (nats) over consecutive windows of a stream."""
+    model.eval()
+    losses = []
+    for start in range(0, len(stream) - seq_len - 1, seq_len)[:max_windows]:
+        w = stream[start : start + seq_len + 1].unsqueeze(0)
+        logits = model(input_ids=w[:, :-1]).logits  # [batch, pos, vocab]
+        losses.append(torch.nn.functional.cross_entropy(logits[0], w[0, 1:]).item())
+    model.train()
+    return sum(losses) / len(losses)
+
+
+@torch.no_grad()
+def bits_per_byte(model, tokenizer, stories: list[str]) -> dict:
+    """Tokenizer-independent quality: total cross-entropy in bits / UTF-8 bytes.
+
+    Each story is conditioned on the EOS/BOS token and every one of its tokens is
+    counted. Stories longer than the context are scored with a sliding window
+    (each token still predicted once, with as much left context as fits).
+    """
+    model.eval()
+    ctx = model.config.max_position_embeddings  # GPT-2 maps this name to n_positions
+    stride = ctx // 2
+    eos = tokenizer.eos_token_id
+    total_nats, total_bytes, total_tokens = 0.0, 0, 0
+    for story in stories:
+        ids = [eos] + tokenizer(story, add_special_tokens=False)["input_ids"]
+        total_bytes += len(story.encode("utf-8"))
+        total_tokens += len(ids) - 1
+        scored_to = 1  # ids[:scored_to] have been predicted already (ids[0] is the condition)
+        while scored_to < len(ids):
+            end = min(len(ids), scored_to + (ctx - 1 if scored_to == 1 else stride))
+            start = max(0, end - ctx)
+            window = torch.tensor([ids[start:end]])
+            logp = torch.log_softmax(model(input_ids=window).logits[0].float(), dim=-1)
+            targets = window[0, 1:]
+            nll = -logp[:-1].gather(1, targets[:, None])[:, 0]
+            total_nats += nll[scored_to - start - 1 :].sum().item()
+            scored_to = end
+    model.train()
+    return {
+        "bits_per_byte": total_nats / math.log(2) / total_bytes,
+        "loss_per_token": total_nats / total_tokens,
+        "tokens": total_tokens,
+        "bytes": total_bytes,
+        "stories": len(stories),
+    }
+
+
+def greedy_sample(model, tokenizer, prompt: str, new_tokens: int = 60) -> str:
+    ids = tokenizer(tokenizer.bos_token + prompt, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**ids, max_new_tokens=new_tokens, do_sample=False)
+    return tokenizer.decode(out[0, 1:], skip_special_tokens=True)
+
+
+# ---------------------------------------------------------------- training
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to `min_lr_ratio * lr`."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(cfg: TrainConfig, log=print) -> dict:
+    """Train tokenizer and model, save a Hugging Face folder with a model card."""
+    from tqdm import tqdm
+    from transformers import GenerationConfig
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    stories = read_stories(cfg.corpus)
+    holdout_n = min(cfg.holdout_stories, max(1, len(stories) // 10))
+    train_stories, held_stories = stories[:-holdout_n], stories[-holdout_n:]
+    tokenizer = train_tokenizer(train_stories, cfg.vocab_size)
+    train_ids = token_stream(tokenizer, train_stories)
+    held_ids = token_stream(tokenizer, held_stories)
+    seq_len = min(cfg.seq_len, cfg.context, len(train_ids) - 2, len(held_ids) - 2)
+    log(f"corpus: {len(train_stories)} train stories ({len(train_ids):,} tokens), "
+        f"{len(held_stories)} held out ({len(held_ids):,} tokens); vocab {len(tokenizer)}")
+
+    model = build_model(cfg, tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {cfg.arch}, {n_params:,} parameters")
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95),
+    )
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history = []
+    t0 = time.perf_counter()
+    model.train()
+    bar = tqdm(range(cfg.steps), desc=f"train {cfg.arch}", mininterval=5)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        x, y = random_batch(train_ids, cfg.batch, seq_len, gen)
+        logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tok_s = (step + 1) * cfg.batch * seq_len / (time.perf_counter() - t0)
+        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_s:,.0f}")
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            held = mean_loss(model, held_ids, seq_len)
+            history.append({"step": step + 1, "train_loss": round(loss.item(), 4), "heldout_loss": round(held, 4)})
+            log(f"step {step + 1}: train loss {loss.item():.3f}, held-out loss {held:.3f}")
+    train_seconds = time.perf_counter() - t0
+
+    metrics = {"heldout_loss": history[-1]["heldout_loss"], "train_loss": history[-1]["train_loss"]}
+    if cfg.eval_file:
+        metrics["eval"] = bits_per_byte(model, tokenizer, read_stories(cfg.eval_file))
+        log(f"eval bits per byte: {metrics['eval']['bits_per_byte']:.4f}")
+    model.eval()
+    samples = [greedy_sample(model, tokenizer, p) for p in ("Once upon a time", "One day, a little girl", "The dog")]
+
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id, do_sample=False, max_length=cfg.context,
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.model_max_length = cfg.context
+    tokenizer.save_pretrained(out)
+    report = {
+        "config": asdict(cfg),
+        "parameters": n_params,
+        "tokens_seen": cfg.steps * cfg.batch * seq_len,
+        "train_seconds": round(train_seconds, 1),
+        "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}",
+        "history": history,
+        "metrics": metrics,
+        "samples": samples,
+    }
+    (out / "training_report.json").write_text(json.dumps(report, indent=2))
+    (out / "README.md").write_text(model_card(report, len(tokenizer)))
+    return report
+
+
+def model_card(report: dict, vocab: int) -> str:
+    cfg = report["config"]
+    m = report["metrics"]
+    attention = "multi-head (MHA)" if cfg["arch"] == "gpt2" else f"grouped-query (GQA): {cfg['heads']} query heads share {cfg['kv_heads']} KV heads"
+    eval_line = "not measured"
+    if "eval" in m:
+        e = m["eval"]
+        eval_line = (f"**{e['bits_per_byte']:.4f} bits per byte** ({e['loss_per_token']:.4f} nats per token, "
+                     f"{e['tokens']:,} tokens, {e['bytes']:,} bytes, {e['stories']} stories)")
+    samples = "\n".join(f"{i + 1}. {s!r}" for i, s in enumerate(report["samples"]))
+    history = "\n".join(f"| {h['step']} | {h['train_loss']} | {h['heldout_loss']} |" for h in report["history"])
+    return f"""# Decode Lab bundled model: {Path(cfg['out']).name}
+
+A small causal language model trained by `python -m engine train` for the Decode Lab
+teaching app. It writes simple children's stories; it knows nothing else.
+
+## Data and license
+Trained on `tinystories_subset.txt` (TinyStories by Ronen Eldan and Yuanzhi Li, 2023,
+arXiv:2305.07759), license **CDLA-Sharing-1.0**; these weights are derived from that data and
+are shared under the same license. The last {cfg['holdout_stories']} stories of the training file were
+held out for the held-out loss. Bits per byte are measured on `tinystories_eval.txt`, 300
+stories that were never trained or tuned on.
+
+## Architecture
+- transformers class: `{'LlamaForCausalLM' if cfg['arch'] == 'llama' else 'GPT2LMHeadModel'}`
+- attention: {attention}; positions: {'RoPE' if cfg['arch'] == 'llama' else 'learned'}
+- layers {cfg['layers']}, d_model {cfg['d_model']}, head_dim {cfg['d_model'] // cfg['heads']}, d_ff {cfg['d_ff']}, context {cfg['context']} positions
+- parameters: {report['parameters']:,} (input and output embeddings tied)
+- tokenizer: byte-level BPE, {vocab} tokens; `{EOS}` is BOS, EOS and padding
+
+## Training
+- steps {cfg['steps']}, batch {cfg['batch']} x {cfg['seq_len']} tokens, {report['tokens_seen']:,} tokens seen
+- AdamW (betas 0.9/0.95, weight decay {cfg['weight_decay']}), peak lr {cfg['lr']}, {cfg['warmup']} warm-up steps, cosine to {cfg['min_lr_ratio']} x peak, dropout {cfg['dropout']}, seed {cfg['seed']}
+- time {report['train_seconds']:.0f} s on {report['hardware']}
+
+| step | train loss | held-out loss |
+|---|---|---|
+{history}
+
+## Quality (measured)
+- held-out eval: {eval_line}
+
+## Greedy samples
+{samples}
+"""

@@ -1,0 +1,217 @@
+"""The engine's claims, on tiny random GPT-2 (MHA) and Llama (GQA) models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine import Sampling, Stepper, StepError, compare
+from engine.cli import main as cli_main
+
+PROMPT = "Once upon a time there was a cat"
+
+
+def greedy_generate(lm, prompt, n):
+    ids = torch.tensor([lm.tokenizer(prompt)["input_ids"]])
+    out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                            min_new_tokens=n, do_sample=False, pad_token_id=lm.tokenizer.eos_token_id)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def test_greedy_tokens_match_generate_with_and_without_cache(tiny_lm):
+    runs = {}
+    for use_cache in (True, False):
+        s = Stepper(tiny_lm, PROMPT, use_cache=use_cache, max_new_tokens=12, stop_on_eos=False)
+        s.run()
+        runs[use_cache] = s.generated_ids
+    assert runs[True] == runs[False] == greedy_generate(tiny_lm, PROMPT, 12)
+
+
+def test_cache_and_no_cache_logits_agree_in_fp32(tiny_lm):
+    rep = compare(tiny_lm, PROMPT, steps=10)
+    assert rep["identical"]
+    assert rep["max_logit_diff"] < 1e-4
+    assert len(rep["latency_ms"]["cache"]) == len(rep["latency_ms"]["nocache"])
+
+
+def test_prefill_attention_is_causal_and_rows_sum_to_one(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT)
+    t = s.prefill()
+    att = t.attention.float()  # [layer, head, pos, kv_pos]
+    n = s.prompt_len
+    assert att.shape == (tiny_lm.summary.layers, tiny_lm.summary.heads, n, n)
+    future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+    assert att[..., future].abs().max() == 0
+    assert torch.allclose(att.sum(-1), torch.ones(att.shape[:-1]), atol=2e-3)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_decode_attention_is_one_new_row_per_layer(tiny_lm, use_cache):
+    s = Stepper(tiny_lm, PROMPT, use_cache=use_cache)
+    s.prefill()
+    for _ in range(3):
+        t = s.decode()
+        assert t.attention.shape == (tiny_lm.summary.layers, tiny_lm.summary.heads, 1, t.kv_len)
+        assert t.kv_len == s.ids.shape[1] - 1
+        assert t.q_len == (1 if use_cache else t.kv_len)
+
+
+def test_kv_bytes_match_formula_and_grow_by_one_position(tiny_lm):
+    m = tiny_lm.summary
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=8, stop_on_eos=False)
+    traces = s.run()
+    elem = torch.finfo(tiny_lm.dtype).bits // 8
+    for t in traces:
+        assert t.kv_bytes == m.layers * 2 * 1 * m.kv_heads * t.kv_len * m.head_dim * elem
+        assert all(shape == (1, m.kv_heads, t.kv_len, m.head_dim) for shape in t.kv_shapes)
+    lengths = [t.kv_shapes[0][2] for t in traces]
+    assert lengths == list(range(lengths[0], lengths[0] + len(traces)))
+
+
+def test_no_cache_holds_no_kv_bytes(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT, use_cache=False, max_new_tokens=4)
+    assert all(t.kv_bytes == 0 and t.kv_shapes == () for t in s.run())
+
+
+def test_gqa_model_has_fewer_kv_heads(tiny_dirs):
+    from engine import load_model
+
+    assert load_model(tiny_dirs["llama"]).summary.attention == "GQA"
+    assert load_model(tiny_dirs["gpt2"]).summary.attention == "MHA"
+
+
+def test_shapes_contrast_prefill_with_decode(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT)
+    pre, dec = s.prefill(), s.decode()
+    shape = {t.phase: {r.tensor: r.shape for r in t.shapes} for t in (pre, dec)}
+    d = tiny_lm.summary.d_model
+    assert shape["prefill"]["hidden states (each layer)"] == (1, s.prompt_len, d)
+    assert shape["decode"]["hidden states (each layer)"] == (1, 1, d)
+    assert shape["decode"]["Q (each layer)"] == (1, tiny_lm.summary.heads, 1, tiny_lm.summary.head_dim)
+
+
+def test_same_seed_same_sample_and_cache_setting_does_not_change_it(tiny_lm):
+    def sample(seed, use_cache):
+        s = Stepper(tiny_lm, PROMPT, use_cache=use_cache, max_new_tokens=10, stop_on_eos=False,
+                    sampling=Sampling(greedy=False, temperature=1.5, top_k=50, top_p=0.95, seed=seed))
+        s.run()
+        return s.generated_ids
+
+    assert sample(1, True) == sample(1, True) == sample(1, False)
+    assert sample(1, True) != sample(2, True)
+
+
+def test_warpers_change_the_distribution(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT, sampling=Sampling(greedy=False, top_k=2, seed=0))
+    t = s.prefill()
+    assert sum(c.p_after > 0 for c in t.top) == 2
+    assert abs(sum(c.p_after for c in t.top) - 1) < 1e-5
+    assert t.token_id in [c.token_id for c in t.top if c.p_after > 0]
+
+
+def test_stop_reasons(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=3, stop_on_eos=False)
+    s.run()
+    assert s.stop_reason == "max_new_tokens" and len(s.generated_ids) == 3
+
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=50, stop_on_eos=False)
+    s.prefill()
+    first_piece = s.traces[0].token
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=50, stop_strings=[first_piece], stop_on_eos=False)
+    s.run()
+    assert s.stop_reason == "stop_string" and len(s.generated_ids) == 1
+
+    limit = tiny_lm.summary.max_positions
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=200, stop_on_eos=False)
+    s.run()
+    assert s.stop_reason == "context_limit" and s.ids.shape[1] == limit
+
+
+def test_eos_stops_the_run(tiny_lm):
+    eos = tiny_lm.tokenizer.eos_token_id
+    forced_eos = Sampling(greedy=True, repetition_penalty=1.0)
+    s = Stepper(tiny_lm, PROMPT, sampling=forced_eos, max_new_tokens=20)
+    s._processors.append(lambda ids, scores: torch.where(torch.arange(scores.shape[-1])[None] == eos, 1e9, -1e9))
+    s.prefill()
+    assert s.stop_reason == "eos"
+    with pytest.raises(StepError, match="finished"):
+        s.decode()
+
+
+@pytest.mark.parametrize("prompt, message", [("", "empty"), ("   \n\t", "empty"), ("x" * 60_000, "characters")])
+def test_bad_prompts_get_clear_errors(tiny_lm, prompt, message):
+    with pytest.raises(StepError, match=message):
+        Stepper(tiny_lm, prompt)
+
+
+def test_prompt_longer_than_context_is_refused(tiny_lm):
+    with pytest.raises(StepError, match="positions"):
+        Stepper(tiny_lm, "the cat " * 200)
+
+
+def test_decode_before_prefill_and_double_prefill_are_refused(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT)
+    with pytest.raises(StepError, match="Prefill first"):
+        s.decode()
+    s.prefill()
+    with pytest.raises(StepError, match="already"):
+        s.prefill()
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(temperature=-1.0), "temperature"), (dict(temperature=float("nan")), "temperature"),
+    (dict(top_p=0.0), "top-p"), (dict(top_p=1.5), "top-p"), (dict(top_k=10**6), "larger than the vocabulary"),
+    (dict(top_k=-3), "top-k"), (dict(seed="abc"), "seed"), (dict(repetition_penalty=0.0), "repetition"),
+])
+def test_bad_sampling_settings_get_clear_errors(tiny_lm, settings, message):
+    with pytest.raises(StepError, match=message):
+        Stepper(tiny_lm, PROMPT, sampling=Sampling(greedy=False, **settings))
+
+
+@pytest.mark.parametrize("n, message", [(0, "at least 1"), (-5, "at least 1"), (10**7, "capped"), ("ten", "whole")])
+def test_bad_max_new_tokens_get_clear_errors(tiny_lm, n, message):
+    with pytest.raises(StepError, match=message):
+        Stepper(tiny_lm, PROMPT, max_new_tokens=n)
+
+
+def test_temperature_zero_means_greedy(tiny_lm):
+    a = Stepper(tiny_lm, PROMPT, sampling=Sampling(greedy=False, temperature=0.0), max_new_tokens=5)
+    b = Stepper(tiny_lm, PROMPT, sampling=Sampling(greedy=True), max_new_tokens=5)
+    a.run(), b.run()
+    assert a.generated_ids == b.generated_ids
+
+
+def test_latency_and_estimates_are_recorded(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT, use_cache=False, max_new_tokens=6, stop_on_eos=False)
+    traces = s.run()
+    assert all(t.forward_ms > 0 and t.sample_ms >= 0 for t in traces)
+    assert not any(t.warmup for t in traces)  # load_model already ran the warm-up
+    flops = [t.flops_estimate for t in traces[1:]]
+    assert flops == sorted(flops) and flops[-1] > flops[0]  # no-cache work grows every step
+
+
+def test_cli_run_writes_the_documented_json(tiny_dirs, tmp_path, capsys):
+    out = tmp_path / "run.json"
+    rc = cli_main(["run", "--model", tiny_dirs["llama"], "--prompt", PROMPT, "--steps", "4", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert {"model", "text", "stop_reason"} <= doc.keys()
+    for key in ("phase", "step", "q_len", "kv_len", "token_id", "token", "kv_bytes", "kv_shapes", "shapes",
+                "latency_ms", "flops_estimate"):
+        assert key in doc["steps"][0]
+    assert [s["phase"] for s in doc["steps"]] == ["prefill", "decode", "decode", "decode"]
+    assert "kv_len" in capsys.readouterr().out
+
+
+def test_cli_compare_reports_identical_tokens(tiny_dirs, tmp_path):
+    out = tmp_path / "cmp.json"
+    assert cli_main(["compare", "--model", tiny_dirs["gpt2"], "--prompt", PROMPT, "--steps", "6", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["identical"] is True and doc["max_logit_diff"] < 1e-4 and "speedup" in doc
+
+
+def test_cli_bad_model_is_a_clear_error_not_a_traceback(capsys):
+    assert cli_main(["run", "--model", "no-such-org/no-such-model", "--prompt", "hi"]) == 2
+    assert "Could not find" in capsys.readouterr().err

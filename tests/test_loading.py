@@ -1,0 +1,75 @@
+"""Loading is safe: clear, typed refusals before anything unsafe or too big happens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine import load_model
+from engine.errors import ModelNotFound, NoTokenizer, NotACausalLM, RemoteCodeRequired, TooLarge, UnsafeWeights
+
+
+def test_summary_describes_the_model(tiny_dirs):
+    lm = load_model(tiny_dirs["llama"])
+    s = lm.summary
+    assert (s.layers, s.heads, s.kv_heads, s.head_dim, s.d_model, s.max_positions) == (2, 4, 2, 8, 32, 64)
+    assert s.parameters == sum(p.numel() for p in lm.model.parameters())
+    assert s.dtype == "float32" and s.device == "cpu"
+    assert lm.model.config._attn_implementation == "eager"
+
+
+def test_unknown_id_offline_is_a_clear_error():
+    with pytest.raises(ModelNotFound, match="Could not find"):
+        load_model("no-such-org/no-such-model")
+
+
+def test_empty_folder_is_not_a_model(tmp_path):
+    with pytest.raises(NotACausalLM, match="no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_pickle_only_weights_are_refused_unread(tiny_dirs, tmp_path):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    (folder / "config.json").write_text((open(f"{tiny_dirs['gpt2']}/config.json")).read())
+    poison = folder / "pytorch_model.bin"
+    poison.write_bytes(b"not even a pickle: must never be opened")
+    with pytest.raises(UnsafeWeights, match="pickle"):
+        load_model(str(folder))
+
+
+def test_remote_code_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "my-custom-arch", "auto_map": {"AutoConfig": "configuration_custom.CustomConfig"},
+    }))
+    with pytest.raises((RemoteCodeRequired, NotACausalLM)) as e:
+        load_model(str(tmp_path))
+    assert "code" in str(e.value) or "recognise" in str(e.value)
+
+
+def test_encoder_model_is_not_a_causal_lm(tmp_path):
+    from transformers import BertConfig
+
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+               architectures=["BertForMaskedLM"]).save_pretrained(tmp_path)
+    with pytest.raises(NotACausalLM, match="not a decoder-only"):
+        load_model(str(tmp_path))
+
+
+def test_too_large_is_refused_before_loading(tmp_path):
+    from transformers import LlamaConfig
+
+    LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                num_key_value_heads=8, vocab_size=128256).save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"never read")
+    with pytest.raises(TooLarge, match="estimate"):
+        load_model(str(tmp_path), dtype=torch.float16)
+
+
+def test_missing_tokenizer_is_a_clear_error(tiny_dirs, tmp_path):
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        (tmp_path / name).write_bytes(open(f"{tiny_dirs['gpt2']}/{name}", "rb").read())
+    with pytest.raises(NoTokenizer, match="tokenizer"):
+        load_model(str(tmp_path))
