@@ -1,0 +1,18 @@
+"""Decode Lab: watch a real language model generate, one forward pass at a time.
+
+Router and frame only: page config, the shared sidebar, and navigation.
+Run with `streamlit run app.py`.
+"""
+
+import streamlit as st
+
+from pages.shared import sidebar
+
+st.set_page_config(page_title="Decode Lab", page_icon="🔍", layout="wide")
+
+page = st.navigation([
+    st.Page("pages/step_through.py", title="Step through", icon="👣", default=True),
+    st.Page("pages/model_info.py", title="Model", icon="🧠"),
+])
+st.session_state["settings"], st.session_state["lm"] = sidebar()
+page.run()

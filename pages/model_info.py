@@ -1,0 +1,14 @@
+"""The loaded model at a glance: every figure read from its config and weights."""
+
+import pandas as pd
+import streamlit as st
+
+st.title("The model")
+lm = st.session_state.get("lm")
+if lm is None:
+    st.error("No model is loaded: see the message in the sidebar.")
+    st.stop()
+st.caption("Every number here is read from the model's config and weights. The words in the left column are the "
+           "names the code and the traces use.")
+st.table(pd.DataFrame(lm.summary.as_rows(), columns=["", "value"]).set_index(""))
+st.write(f"Warm-up at load: {lm.warmup_ms:.1f} ms (two small forward passes, excluded from every latency shown).")
