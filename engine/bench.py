@@ -71,6 +71,7 @@ def engine_step_ms(lm: LoadedModel, new_tokens: int, record: bool, use_cache: bo
 def overhead(lm: LoadedModel, new_tokens: int = 64, rounds: int = 5, log=print) -> dict:
     """Median decode-step latency of generate vs engine (untraced and traced), interleaved."""
     prompt_ids = torch.tensor([lm.tokenizer(PROMPT)["input_ids"]])
+    new_tokens = min(new_tokens, lm.summary.max_positions - prompt_ids.shape[1])
     samples = {"generate": [], "engine": [], "engine_traced": []}
     for r in range(rounds + 1):  # round 0 is a warm-up, dropped
         g = generate_step_ms(lm, prompt_ids, new_tokens)
@@ -101,6 +102,9 @@ def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list
     for total in lengths:
         total = min(total, lm.summary.max_positions)
         new = total - prompt_len
+        if new < 2:
+            log(f"  {total:4d} tokens: skipped (the benchmark prompt alone is {prompt_len} tokens)")
+            continue
         cache_ms, cache_run = engine_step_ms(lm, new, record=False, use_cache=True)
         nocache_ms, nocache_run = engine_step_ms(lm, new, record=False, use_cache=False)
         flops = {name: sum(t.flops_estimate for t in run.traces if t.phase == "decode")
@@ -119,7 +123,26 @@ def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list
     return rows
 
 
-def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, log=print) -> dict:
+def app_click(log=print) -> dict | None:
+    """The step-through page's cost per "Next token" click, measured with AppTest in a child process
+    (the engine itself never imports streamlit)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.app_click"], cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        log(f"  app click benchmark failed: {proc.stderr.strip().splitlines()[-1:]}")
+        return None
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    log(f"  Next token click (engine + script, AppTest) at {res['context_tokens']} tokens of context: "
+        f"median {res['click_ms_median']:.1f} ms (target <= 150; first click {res['warmup_click_ms']} ms excluded)")
+    return res
+
+
+def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, app: bool = True, log=print) -> dict:
     log(f"model {lm.summary.source} ({lm.summary.parameters:,} params, {lm.summary.dtype}) on {lm.device}; "
         f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
     log("decode-step latency, median over interleaved rounds:")
@@ -131,6 +154,9 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, log=prin
         f"target <= {TARGET_TRACED}")
     log("cache off vs cache on, total decode time (one run each, same tokens):")
     res["cache_vs_nocache"] = cache_vs_nocache(lm, lengths, log=log)
+    if app:
+        log("step-through page:")
+        res["app_click"] = app_click(log=log)
     res["model"] = lm.summary.source
     res["device"] = str(lm.device)
     res["dtype"] = lm.summary.dtype

@@ -74,7 +74,7 @@ def _bench(args) -> int:
     from engine.bench import run_bench
 
     lm = _load(args)
-    res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds)
+    res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds, app=not args.no_app)
     if args.json:
         _write_json(args.json, res)
     return 0
@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json")
     b.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 512])
     b.add_argument("--rounds", type=int, default=5)
+    b.add_argument("--no-app", dest="no_app", action="store_true", help="skip the AppTest click measurement")
     _model_args(b)
     b.set_defaults(func=_bench)
 

@@ -1,0 +1,66 @@
+"""The bundled models: trained, offline, the architectures the app teaches with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine import Stepper, bundled_models, load_model
+from engine.loading import MODELS_DIR
+from engine.train import bits_per_byte, read_stories
+
+EVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "tinystories" / "tinystories_eval.txt"
+PROMPTS = json.loads((MODELS_DIR.parent / "prompts.json").read_text())
+
+
+def test_both_models_are_bundled_default_first():
+    names = bundled_models()
+    assert names[0] == "tinystories-llama"
+    assert "tinystories-gpt2" in names
+
+
+def test_default_is_gqa_and_twin_is_mha():
+    llama = load_model("default")
+    gpt2 = load_model("tinystories-gpt2")
+    assert llama.summary.architecture == "LlamaForCausalLM" and llama.summary.attention == "GQA"
+    assert gpt2.summary.architecture == "GPT2LMHeadModel" and gpt2.summary.attention == "MHA"
+    assert llama.summary.max_positions >= 512 and gpt2.summary.max_positions >= 512
+
+
+def test_weights_are_safetensors_and_small():
+    for name in bundled_models():
+        folder = MODELS_DIR / name
+        assert not [p for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl")]
+        assert (folder / "model.safetensors").stat().st_size <= 25 * 2**20
+
+
+def test_tokenizer_round_trips_the_preset_prompts(bundled_lm):
+    tok = bundled_lm.tokenizer
+    for p in PROMPTS:
+        assert tok.decode(tok(p["prompt"])["input_ids"], skip_special_tokens=True) == p["prompt"]
+
+
+def test_default_model_writes_english_and_sampling_varies_with_seed(bundled_lm):
+    s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=40)
+    s.run()
+    words = s.generated_text.split()
+    assert len(words) >= 10
+    common = {"the", "a", "was", "and", "to", "he", "she", "they", "her", "his", "there", "named"}
+    assert sum(w.lower().strip(".,!\"") in common for w in words) >= 3
+
+    def sample(seed):
+        from engine import Sampling
+
+        r = Stepper(bundled_lm, "Once upon a time", max_new_tokens=20,
+                    sampling=Sampling(greedy=False, temperature=0.8, seed=seed))
+        r.run()
+        return r.generated_text
+
+    assert sample(1) == sample(1)
+    assert len({sample(1), sample(2), sample(3)}) > 1
+
+
+def test_default_model_is_trained_not_random(bundled_lm):
+    """Bits per byte on held-out stories it never saw: a random model scores about 8."""
+    stories = read_stories(EVAL)[:40]
+    assert bits_per_byte(bundled_lm.model, bundled_lm.tokenizer, stories)["bits_per_byte"] < 1.1
