@@ -12,6 +12,7 @@ st.set_page_config(page_title="Decode Lab", page_icon="🔍", layout="wide")
 
 page = st.navigation([
     st.Page("pages/step_through.py", title="Step through", icon="👣", default=True),
+    st.Page("pages/race.py", title="Race: cache vs no cache", icon="🏁"),
     st.Page("pages/model_info.py", title="Model", icon="🧠"),
 ])
 st.session_state["settings"], st.session_state["lm"] = sidebar()

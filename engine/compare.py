@@ -10,7 +10,7 @@ from engine.stepper import Stepper
 
 
 def compare(lm: LoadedModel, prompt: str, steps: int, sampling: Sampling | None = None,
-            record: bool = False, on_step=None) -> dict:
+            record: bool = False, on_step=None, stop_on_eos: bool = True) -> dict:
     """Run both modes in lockstep (alternating steps, so neither has the machine to itself).
 
     `steps` is the number of new tokens. Returns identical tokens?, the largest logit
@@ -19,7 +19,8 @@ def compare(lm: LoadedModel, prompt: str, steps: int, sampling: Sampling | None 
     """
     sampling = sampling or Sampling()
     runs = {mode: Stepper(lm, prompt, use_cache=(mode == "cache"), sampling=sampling,
-                          max_new_tokens=steps, record=record) for mode in ("cache", "nocache")}
+                          max_new_tokens=steps, record=record, stop_on_eos=stop_on_eos)
+            for mode in ("cache", "nocache")}
     max_diff = 0.0
     first_divergence = None
     while not all(s.done for s in runs.values()):

@@ -1,0 +1,48 @@
+"""The race page and its pieces: both modes, same tokens, honest timing."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+from streamlit.testing.v1 import AppTest
+
+from engine import race
+from engine.compare import compare
+from tests.test_app import APP
+
+
+def test_growth_exponent_recovers_linear_and_quadratic():
+    n = list(range(1, 60))
+    assert abs(race.growth_exponent(n, [3 * x for x in n]) - 1) < 1e-6
+    assert abs(race.growth_exponent(n, [0.5 * x * x for x in n]) - 2) < 1e-6
+    assert race.growth_exponent([1, 2], [1, 4]) is None
+
+
+def test_race_frame_has_one_row_per_step_per_mode(tiny_lm):
+    rep = compare(tiny_lm, "Once upon a time", steps=8, stop_on_eos=False)
+    df = race.race_frame(rep)
+    assert len(df) == 16 and set(df["mode"]) == {"cache", "nocache"}
+    assert (df[df["phase"] == "prefill"]["latency_ms"] > 0).all()  # prefill is timed, not recorded as zero
+    s = race.summary(rep, df)
+    assert s["identical"] and s["nocache_flops_exponent"] > s["cache_flops_exponent"]
+
+
+def test_sweep_reports_medians_for_both_modes(tiny_lm):
+    df = race.sweep(tiny_lm, "Once upon a time", lengths=(4, 8), repeats=2)
+    assert len(df) == 4 and set(df["tokens"]) == {4, 8}
+    assert (df["total_ms"] > 0).all()
+
+
+def test_a_20_token_race_on_the_bundled_model():
+    at = AppTest.from_file(APP, default_timeout=300).run()
+    at.switch_page("pages/race.py").run()
+    at.number_input(key="race_steps").set_value(20).run()
+    at.button(key="race_start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Identical tokens" in s.value and "same 20 tokens" in s.value for s in at.success)
+    assert len(at.get("download_button")) == 1
+    # the CSV offered for download: one row per forward pass per mode (prefill chose token 1, 19 decode steps)
+    df = pd.read_csv(io.StringIO(at.session_state["race_result"]["df"].to_csv(index=False)))
+    assert len(df) == 40
+    assert len(df[df["phase"] == "prefill"]) == 2 and (df[df["phase"] == "prefill"]["latency_ms"] > 0).all()
