@@ -8,12 +8,13 @@ import streamlit as st
 
 from pages.shared import sidebar
 
-st.set_page_config(page_title="Decode Lab", page_icon="🔍", layout="wide")
+st.set_page_config(page_title="Decode Lab", page_icon=":material/search:", layout="wide")
 
 page = st.navigation([
-    st.Page("pages/step_through.py", title="Step through", icon="👣", default=True),
-    st.Page("pages/race.py", title="Race: cache vs no cache", icon="🏁"),
-    st.Page("pages/model_info.py", title="Model", icon="🧠"),
+    st.Page("pages/step_through.py", title="Step through", icon=":material/footprint:", default=True),
+    st.Page("pages/race.py", title="Race: cache vs no cache", icon=":material/sports_score:"),
+    st.Page("pages/scale.py", title="Scale: KV memory and roofline", icon=":material/trending_up:"),
+    st.Page("pages/model_info.py", title="Model", icon=":material/info:"),
 ])
 st.session_state["settings"], st.session_state["lm"] = sidebar()
 page.run()

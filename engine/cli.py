@@ -80,6 +80,28 @@ def _bench(args) -> int:
     return 0
 
 
+def _kv_size(args) -> int:
+    from engine import kvcalc
+
+    try:
+        arch = kvcalc.resolve(args.model)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    elem = kvcalc.KV_DTYPES[args.dtype]
+    total = kvcalc.kv_bytes(arch, args.tokens, args.batch, elem)
+    if args.json:
+        print(json.dumps({"bytes": int(total), "bytes_per_token": kvcalc.bytes_per_token(arch, elem),
+                          "layers": arch.layers, "kv_heads": arch.kv_heads, "head_dim": arch.head_dim,
+                          "attention": arch.attention, "mla_dim": arch.mla_dim, "tokens": args.tokens,
+                          "batch": args.batch, "dtype": args.dtype}))
+    else:
+        print(f"{arch.name} ({arch.attention}): KV cache for {args.tokens:,} tokens x batch {args.batch} "
+              f"in {args.dtype}: {kvcalc.human(total)} (estimate from its config)")
+        print(kvcalc.formula(arch, args.tokens, args.batch, elem))
+    return 0
+
+
 def _train(args) -> int:
     from engine.train import TrainConfig, train
 
@@ -138,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-app", dest="no_app", action="store_true", help="skip the AppTest click measurement")
     _model_args(b)
     b.set_defaults(func=_bench)
+
+    k = sub.add_parser("kv-size", help="KV-cache bytes of a model (table name, hub id or folder: config only)")
+    k.add_argument("--model", required=True, help="a name from assets/model_configs.csv, or a config source")
+    k.add_argument("--tokens", type=int, required=True)
+    k.add_argument("--batch", type=int, default=1)
+    k.add_argument("--dtype", default="fp16", choices=["fp32", "fp16", "bf16", "fp8", "int4"])
+    k.add_argument("--json", action="store_true", help="print JSON instead of text")
+    k.set_defaults(func=_kv_size)
 
     t = sub.add_parser("train", help="train a small bundled model and its tokenizer")
     t.add_argument("--corpus", required=True, help="text file, stories separated by <|endoftext|>")

@@ -74,7 +74,7 @@ def controls(s: Stepper | None) -> None:
     run_all = c[2].button("Run to end", disabled=not started or done, key="step_btn_run")
     c[3].button("Reset", key="step_btn_reset", on_click=reset)
     c[4].toggle("Autoplay", key="step_autoplay", disabled=not started or done)
-    c[5].slider("tokens / s", 0.5, 5.0, 2.0, 0.5, key="step_speed", label_visibility="collapsed")
+    c[5].slider("autoplay speed (tokens/s)", 0.5, 5.0, 2.0, 0.5, key="step_speed")
     if run_all:
         s = stepper()
         st.button("Stop", key="step_btn_stop")  # a click reruns the script, which ends this loop
@@ -89,7 +89,7 @@ def views(s: Stepper) -> None:
     t = s.traces[-1]
     new_tokens = len(s.generated_ids)
     by_decode = max(0, new_tokens - 1)
-    st.markdown(f"**{new_tokens} new tokens** ({by_decode} from Next token) · step {t.step} ({t.phase}) · "
+    st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({by_decode} from Next token) · step {t.step} ({t.phase}) · "
                 f"KV cache **{t.kv_bytes:,} bytes** · last step {t.latency_ms:.1f} ms"
                 + (f" · stopped: **{s.stop_reason}**" if s.done else ""))
     tok = lm.tokenizer

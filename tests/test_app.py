@@ -18,11 +18,11 @@ def fresh_app() -> AppTest:
 
 
 def status(at: AppTest) -> str:
-    return next(m.value for m in at.markdown if "new tokens" in m.value)
+    return next(m.value for m in at.markdown if "from Next token" in m.value)
 
 
 def new_tokens(at: AppTest) -> int:
-    return int(re.search(r"\*\*(\d+) new tokens", status(at)).group(1))
+    return int(re.search(r"\*\*(\d+) new tokens?\*\*", status(at)).group(1))
 
 
 def kv_bytes(at: AppTest) -> int:
@@ -73,7 +73,7 @@ def test_cache_off_holds_zero_bytes_and_toggling_resets_the_run():
     click(at, "step_btn_next")
     at.sidebar.toggle(key="side_cache").set_value(False).run()
     assert at.button(key="step_btn_prefill").disabled is False  # the run was reset
-    assert not any("new tokens" in m.value for m in at.markdown)
+    assert not any("from Next token" in m.value for m in at.markdown)
     click(at, "step_btn_prefill")
     for _ in range(3):
         click(at, "step_btn_next")

@@ -1,0 +1,94 @@
+"""KV-cache calculator and roofline: hand-computed sizes, the live model, and where steps land."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from streamlit.testing.v1 import AppTest
+
+from engine import Stepper, kvcalc, roofline
+from engine.cli import main as cli_main
+from tests.test_app import APP
+
+
+def test_gpt2_mha_matches_hand_computation():
+    # 12 layers x 12 heads x 64 dims x 2 (K,V) x 2 bytes = 36,864 bytes per token
+    a = kvcalc.from_table("gpt2")
+    assert a.attention == "MHA"
+    assert kvcalc.bytes_per_token(a, 2) == 36_864
+    assert kvcalc.kv_bytes(a, 1024, 1, 2) == 37_748_736
+
+
+def test_llama3_8b_gqa_matches_hand_computation_and_saves_4x():
+    # 32 layers x 8 KV heads x 128 dims x 2 x 2 bytes = 131,072 bytes per token: 1 GiB at 8,192 tokens
+    a = kvcalc.from_table("Llama-3-8B")
+    assert (a.attention, a.kv_heads) == ("GQA", 8)
+    assert kvcalc.kv_bytes(a, 8192, 1, 2) == 2**30
+    assert kvcalc.kv_bytes(a.as_mha(), 8192, 1, 2) == 4 * 2**30
+
+
+def test_falcon_7b_mqa_matches_hand_computation():
+    # 32 layers x 1 KV head x 64 dims x 2 x 2 bytes = 8,192 bytes per token
+    a = kvcalc.from_table("falcon-7b")
+    assert a.attention == "MQA"
+    assert kvcalc.kv_bytes(a, 2048, 4, 2) == 8192 * 2048 * 4
+
+
+def test_deepseek_v3_uses_the_mla_latent():
+    a = kvcalc.from_table("DeepSeek-V3")
+    assert a.attention == "MLA" and kvcalc.bytes_per_token(a, 2) == 61 * 576 * 2
+
+
+def test_live_model_figure_equals_measured_kv_bytes(tiny_lm):
+    s = Stepper(tiny_lm, "Once upon a time", max_new_tokens=30, stop_on_eos=False)
+    arch = kvcalc.from_summary(tiny_lm.summary)
+    elem = torch.finfo(tiny_lm.dtype).bits // 8
+    s.prefill()
+    checked = 0
+    for _ in range(3):
+        t = s.traces[-1]
+        assert kvcalc.kv_bytes(arch, t.kv_len, 1, elem) == t.kv_bytes
+        checked += 1
+        s.run(5)
+    assert checked == 3
+
+
+def test_cli_kv_size_json():
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli_main(["kv-size", "--model", "Llama-3-8B", "--tokens", "8192", "--json"]) == 0
+    doc = json.loads(buf.getvalue())
+    assert doc["bytes"] == 2**30 and doc["bytes_per_token"] == 131_072
+    assert (doc["layers"], doc["kv_heads"], doc["head_dim"]) == (32, 8, 128)
+
+
+def test_prefill_of_128_tokens_sits_right_of_a_decode_step(bundled_lm):
+    prompt = " ".join(["the cat sat on the mat."] * 40)
+    ids = bundled_lm.tokenizer(prompt)["input_ids"][:128]
+    s = Stepper(bundled_lm, bundled_lm.tokenizer.decode(ids, skip_special_tokens=True), max_new_tokens=3)
+    s.run()
+    pts = roofline.place(s.traces)
+    pre = next(p for p in pts if p["kind"] == "prefill")
+    dec = [p for p in pts if p["kind"] == "decode (cache)"]
+    assert s.prompt_len >= 120
+    assert all(pre["intensity"] > 10 * d["intensity"] for d in dec)
+
+
+def test_device_probe_reports_positive_figures():
+    roof = roofline.probe(torch.device("cpu"), budget_s=0.3)
+    assert roof.peak_flops > 1e8 and roof.bandwidth > 1e8 and roof.measured
+    assert roof.ridge == roof.peak_flops / roof.bandwidth
+
+
+def test_scale_page_renders_for_live_and_table_models():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("pages/scale.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    for name in ("live model (sidebar)", "gpt2", "falcon-7b", "DeepSeek-V3"):
+        at.selectbox(key="scale_model").set_value(name).run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        assert any("×" in c.value and "=" in c.value for c in at.code)
