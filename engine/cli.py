@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="output folder (a Hugging Face model folder)")
     t.add_argument("--arch", choices=["llama", "gpt2"])
     t.add_argument("--eval-file", dest="eval_file", help="held-out file for bits per byte (never trained on)")
+    t.add_argument("--init-from", dest="init_from", help="continue training this saved model folder")
     for name, typ in [("vocab-size", int), ("d-model", int), ("layers", int), ("heads", int), ("kv-heads", int),
                       ("d-ff", int), ("context", int), ("seq-len", int), ("batch", int), ("steps", int),
                       ("lr", float), ("warmup", int), ("weight-decay", float), ("dropout", float),

@@ -49,6 +49,7 @@ class TrainConfig:
     eval_file: str | None = None  # measured once at the end: bits per byte
     seed: int = 0
     threads: int | None = None
+    init_from: str | None = None  # continue training a saved model folder (its tokenizer is kept)
 
 
 # ---------------------------------------------------------------- data
@@ -228,14 +229,23 @@ def train(cfg: TrainConfig, log=print) -> dict:
     stories = read_stories(cfg.corpus)
     holdout_n = min(cfg.holdout_stories, max(1, len(stories) // 10))
     train_stories, held_stories = stories[:-holdout_n], stories[-holdout_n:]
-    tokenizer = train_tokenizer(train_stories, cfg.vocab_size)
+    if cfg.init_from:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(cfg.init_from)
+    else:
+        tokenizer = train_tokenizer(train_stories, cfg.vocab_size)
     train_ids = token_stream(tokenizer, train_stories)
     held_ids = token_stream(tokenizer, held_stories)
     seq_len = min(cfg.seq_len, cfg.context, len(train_ids) - 2, len(held_ids) - 2)
     log(f"corpus: {len(train_stories)} train stories ({len(train_ids):,} tokens), "
         f"{len(held_stories)} held out ({len(held_ids):,} tokens); vocab {len(tokenizer)}")
 
-    model = build_model(cfg, tokenizer)
+    if cfg.init_from:
+        model = AutoModelForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32, use_safetensors=True)
+        log(f"continuing from {cfg.init_from}")
+    else:
+        model = build_model(cfg, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {cfg.arch}, {n_params:,} parameters")
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
