@@ -4,17 +4,21 @@ Router and frame only: page config, the shared sidebar, and navigation.
 Run with `streamlit run app.py`.
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from pages.shared import sidebar
 
+PAGES = Path(__file__).resolve().parent / "pages"
+
 st.set_page_config(page_title="Decode Lab", page_icon=":material/search:", layout="wide")
 
 page = st.navigation([
-    st.Page("pages/step_through.py", title="Step through", icon=":material/footprint:", default=True),
-    st.Page("pages/race.py", title="Race: cache vs no cache", icon=":material/sports_score:"),
-    st.Page("pages/scale.py", title="Scale: KV memory and roofline", icon=":material/trending_up:"),
-    st.Page("pages/model_info.py", title="Model", icon=":material/info:"),
+    st.Page(PAGES / "step_through.py", title="Step through", icon=":material/footprint:", default=True),
+    st.Page(PAGES / "race.py", title="Race: cache vs no cache", icon=":material/sports_score:"),
+    st.Page(PAGES / "scale.py", title="Scale: KV memory and roofline", icon=":material/trending_up:"),
+    st.Page(PAGES / "model_info.py", title="Model", icon=":material/info:"),
 ])
 st.session_state["settings"], st.session_state["lm"] = sidebar()
 page.run()

@@ -11,11 +11,9 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+from tests.appdriver import app_test
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TEXT = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to "
         "explore. Every morning he put on his green hat and walked to the river to look for frogs. One sunny day, "
         "he found something strange by the water. It was a big blue box with a red bow. Sam looked at the box and "
@@ -28,7 +26,7 @@ def measure(context: int = 100, clicks: int = 11) -> dict:
     tok = load_model("default", warmup=False).tokenizer
     ids = tok(TEXT)["input_ids"][: context - clicks // 2]
     prompt = tok.decode(ids, skip_special_tokens=True)
-    at = AppTest.from_file(APP, default_timeout=120).run()
+    at = app_test().run()
     at.text_area(key="step_prompt").set_value(prompt).run()
     at.button(key="step_btn_prefill").click().run()
     times = []

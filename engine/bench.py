@@ -46,7 +46,7 @@ class _StepClock:
 def generate_step_ms(lm: LoadedModel, prompt_ids: torch.Tensor, new_tokens: int) -> list[float]:
     """Per-decode-step wall times of model.generate (the first put() is the prompt, the second prefill)."""
     clock = _StepClock(lm.device)
-    with lm.lock, torch.inference_mode():
+    with lm.turn(), torch.inference_mode():
         lm.model.generate(input_ids=prompt_ids.to(lm.device), attention_mask=torch.ones_like(prompt_ids).to(lm.device),
                           max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                           use_cache=True, streamer=clock, pad_token_id=lm.tokenizer.eos_token_id)

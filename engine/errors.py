@@ -39,3 +39,7 @@ class TooLarge(ModelLoadError):
 
 class StepError(DecodeLabError):
     """A prompt, a setting or a step that cannot be run (empty prompt, too long, finished run...)."""
+
+
+class Busy(StepError):
+    """Too many steps are queued for the shared model: try again in a moment."""

@@ -11,6 +11,7 @@ import os
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -19,6 +20,7 @@ import torch
 
 from engine import device as dev
 from engine.errors import (
+    Busy,
     ModelLoadError,
     ModelNotFound,
     NoTokenizer,
@@ -69,13 +71,17 @@ class ModelSummary:
         ]
 
 
+MAX_WAITING = 64  # forward passes queued for the model at once; more get a polite "busy"
+MAX_WAIT_S = 30.0  # how long one forward pass may wait for its turn
+
+
 @dataclass
 class LoadedModel:
     """A model, its tokenizer and a lock: shared read-only by every session.
 
-    Forward passes take `lock`, so two sessions never run the shared model at
-    once: on a CPU they would only fight for the same cores, and timings would
-    lie. Each session keeps its own cache and traces (see Stepper).
+    Forward passes take `lock` (through `turn()`), so two sessions never run the
+    shared model at once: on a CPU they would only fight for the same cores, and
+    timings would lie. Each session keeps its own cache and traces (see Stepper).
     """
 
     model: torch.nn.Module
@@ -86,10 +92,28 @@ class LoadedModel:
     warmup_ms: float = 0.0  # time of the warm-up passes made at load, reported apart from every step
     passes: int = 0  # forward passes run so far; the first one is a warm-up
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    slots: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(MAX_WAITING), repr=False)
 
     @property
     def config(self):
         return self.model.config
+
+    @contextmanager
+    def turn(self):
+        """Hold the model for one forward pass; refuse politely when too much work is queued."""
+        if not self.slots.acquire(blocking=False):
+            raise Busy(f"The server is busy ({MAX_WAITING} steps are already waiting for the model). "
+                       "Try again in a moment.")
+        try:
+            if not self.lock.acquire(timeout=MAX_WAIT_S):
+                raise Busy(f"The server is busy: your step waited {MAX_WAIT_S:.0f} s for the model. "
+                           "Try again in a moment.")
+            try:
+                yield
+            finally:
+                self.lock.release()
+        finally:
+            self.slots.release()
 
 
 def bundled_models() -> list[str]:
@@ -137,7 +161,7 @@ def read_config(source: str):
                 "(trust_remote_code is off): choose a model that transformers supports natively."
             ) from None
         raise NotACausalLM(f"'{source}' has a config transformers does not recognise: {_first_line(e)}") from None
-    except (OSError, EnvironmentError) as e:
+    except OSError:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("DECODE_LAB_OFFLINE") == "1"
         why = "the hub is switched off here" if offline else "no network, or no such repository"
         raise ModelNotFound(
@@ -288,7 +312,7 @@ def warm_up(lm: LoadedModel) -> float:
     Returns the warm-up time in ms; it is reported as warm-up and never mixed into step latencies.
     """
     ids = torch.tensor([[lm.tokenizer.eos_token_id or 0] * 4], device=lm.device)
-    with lm.lock:
+    with lm.turn():
         t0 = time.perf_counter()
         out = lm.model(input_ids=ids, use_cache=True, output_attentions=True)
         lm.model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True, output_attentions=True)

@@ -135,7 +135,7 @@ class Stepper:
                       output_attentions=self.record, output_hidden_states=self.record)
         if cache is not None:
             kwargs["past_key_values"] = cache
-        with self.lm.lock:
+        with self.lm.turn():
             dev.sync(self.lm.device)
             t0 = time.perf_counter()
             out = self.lm.model(**kwargs)

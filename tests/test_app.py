@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+from tests.appdriver import app_test, page
+
 
 
 def fresh_app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120).run()
+    at = app_test().run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -44,7 +44,7 @@ def test_every_page_renders_with_the_bundled_model():
     at = fresh_app()
     assert at.button(key="step_btn_prefill").disabled is False
     assert at.button(key="step_btn_next").disabled is True  # before prefill only Prefill is enabled
-    at.switch_page("pages/model_info.py").run()
+    at.switch_page(page("model_info")).run()
     assert not at.exception
     assert any("tinystories-llama" in str(t.value) for t in at.table)
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import io
 
 import pandas as pd
-from streamlit.testing.v1 import AppTest
 
 from engine import race
 from engine.compare import compare
-from tests.test_app import APP
+from tests.appdriver import app_test, page
 
 
 def test_growth_exponent_recovers_linear_and_quadratic():
@@ -35,8 +34,8 @@ def test_sweep_reports_medians_for_both_modes(tiny_lm):
 
 
 def test_a_20_token_race_on_the_bundled_model():
-    at = AppTest.from_file(APP, default_timeout=300).run()
-    at.switch_page("pages/race.py").run()
+    at = app_test(300).run()
+    at.switch_page(page("race")).run()
     at.number_input(key="race_steps").set_value(20).run()
     at.button(key="race_start").click().run()
     assert not at.exception, [e.value for e in at.exception]

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import torch
-from streamlit.testing.v1 import AppTest
 
 from engine import Stepper, kvcalc, roofline
 from engine.cli import main as cli_main
-from tests.test_app import APP
+from tests.appdriver import app_test, page
 
 
 def test_gpt2_mha_matches_hand_computation():
@@ -85,8 +84,8 @@ def test_device_probe_reports_positive_figures():
 
 
 def test_scale_page_renders_for_live_and_table_models():
-    at = AppTest.from_file(APP, default_timeout=120).run()
-    at.switch_page("pages/scale.py").run()
+    at = app_test().run()
+    at.switch_page(page("scale")).run()
     assert not at.exception, [e.value for e in at.exception]
     for name in ("live model (sidebar)", "gpt2", "falcon-7b", "DeepSeek-V3"):
         at.selectbox(key="scale_model").set_value(name).run()
