@@ -291,8 +291,16 @@ def train(cfg: TrainConfig, log=print) -> dict:
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.model_max_length = cfg.context
     tokenizer.save_pretrained(out)
+    earlier = []
+    if cfg.init_from and (Path(cfg.init_from) / "training_report.json").exists():
+        prev = json.loads((Path(cfg.init_from) / "training_report.json").read_text())
+        earlier = prev.get("earlier_stages", []) + [
+            {k: prev[k] for k in ("tokens_seen", "train_seconds", "hardware", "history")}
+            | {"steps": prev["config"]["steps"], "lr": prev["config"]["lr"]}
+        ]
     report = {
         "config": asdict(cfg),
+        "earlier_stages": earlier,
         "parameters": n_params,
         "tokens_seen": cfg.steps * cfg.batch * seq_len,
         "train_seconds": round(train_seconds, 1),
@@ -317,6 +325,13 @@ def model_card(report: dict, vocab: int) -> str:
                      f"{e['tokens']:,} tokens, {e['bytes']:,} bytes, {e['stories']} stories)")
     samples = "\n".join(f"{i + 1}. {s!r}" for i, s in enumerate(report["samples"]))
     history = "\n".join(f"| {h['step']} | {h['train_loss']} | {h['heldout_loss']} |" for h in report["history"])
+    earlier = "".join(
+        f"- earlier stage {i + 1}: {st['steps']} steps at peak lr {st['lr']}, {st['tokens_seen']:,} tokens, "
+        f"{st['train_seconds']:.0f} s on {st['hardware']}; final held-out loss {st['history'][-1]['heldout_loss']}\n"
+        for i, st in enumerate(report.get("earlier_stages", []))
+    )
+    if earlier:
+        earlier += "- then continued from those weights (same tokenizer) for the stage below\n"
     return f"""# Decode Lab bundled model: {Path(cfg['out']).name}
 
 A small causal language model trained by `python -m engine train` for the Decode Lab
@@ -337,7 +352,7 @@ stories that were never trained or tuned on.
 - tokenizer: byte-level BPE, {vocab} tokens; `{EOS}` is BOS, EOS and padding
 
 ## Training
-- steps {cfg['steps']}, batch {cfg['batch']} x {cfg['seq_len']} tokens, {report['tokens_seen']:,} tokens seen
+{earlier}- steps {cfg['steps']}, batch {cfg['batch']} x {cfg['seq_len']} tokens, {report['tokens_seen']:,} tokens seen
 - AdamW (betas 0.9/0.95, weight decay {cfg['weight_decay']}), peak lr {cfg['lr']}, {cfg['warmup']} warm-up steps, cosine to {cfg['min_lr_ratio']} x peak, dropout {cfg['dropout']}, seed {cfg['seed']}
 - time {report['train_seconds']:.0f} s on {report['hardware']}
 
