@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages.shared import sidebar
+from pages.shared import apply_link, sidebar, write_link
 
 PAGES = Path(__file__).resolve().parent / "pages"
 
@@ -20,5 +20,9 @@ page = st.navigation([
     st.Page(PAGES / "scale.py", title="Scale: KV memory and roofline", icon=":material/trending_up:"),
     st.Page(PAGES / "model_info.py", title="Model", icon=":material/info:"),
 ])
+link_problems = apply_link()  # first run of a session only: settings from a shared link
 st.session_state["settings"], st.session_state["lm"] = sidebar()
+for problem in link_problems:
+    st.warning(problem, icon=":material/link_off:")
+write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
 page.run()

@@ -23,8 +23,10 @@ FONT = dict(size=15)
 
 
 def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
-    fig.update_layout(title=title, height=height, font=FONT, margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    # The title sits at the very top and the legend in its own row below it, so they never overlap.
+    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top"), height=height, font=FONT,
+                      margin=dict(l=10, r=10, t=85, b=10),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0))
     return fig
 
 

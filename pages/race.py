@@ -63,13 +63,14 @@ if result:
     df, s = result["df"], result["summary"]
     tokens = {m: len(df[df["mode"] == m]) for m in race.MODES}
     if s["identical"]:
-        st.success(f"✅ Identical tokens: both runs chose the same {tokens['cache']} tokens. Largest logit "
-                   f"difference: {s['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).")
+        st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
+                   f"difference: {s['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).",
+                   icon=":material/check_circle:")
     else:
-        st.error(f"❌ The runs differ from step {s['first_divergence_step']}. Largest logit difference before that: "
+        st.error(f"**The runs differ** from step {s['first_divergence_step']}. Largest logit difference before that: "
                  f"{s['max_logit_diff']:.2g}. The two modes add up the same numbers in a different order; in low "
                  "precision (fp16/bf16 on a GPU) that can flip a near-tie between two tokens. Nothing is hidden: "
-                 "the tables below show both runs.")
+                 "the tables below show both runs.", icon=":material/error:")
     m = st.columns(4)
     if s["median_ratio"]:
         m[0].metric("speed-up (total decode time)", f"×{s['total_ratio']:.1f}")

@@ -14,6 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine import DecodeLabError, LoadedModel, Sampling, bundled_models, load_model
+from engine.share import make_link, read_link
 
 OTHER = "Other: Hugging Face id or folder…"
 PROMPTS = json.loads((Path(__file__).resolve().parent.parent / "assets" / "prompts.json").read_text())
@@ -33,6 +34,56 @@ class Settings:
     use_cache: bool
 
 
+# Sidebar widgets take their starting values from here (not from value=...), so a shared
+# link can set them first without streamlit warning about two sources of truth.
+DEFAULTS = {"side_mode": "greedy", "side_temperature": 0.8, "side_top_k": 0, "side_top_p": 1.0, "side_rep": 1.0,
+            "side_seed": 0, "side_max_new": 40, "side_stops": "", "side_cache": True}
+# link setting -> sidebar widget key
+LINK_KEYS = {"rule": "side_mode", "temperature": "side_temperature", "top_k": "side_top_k", "top_p": "side_top_p",
+             "repetition_penalty": "side_rep", "seed": "side_seed", "max_new_tokens": "side_max_new",
+             "stop": "side_stops"}
+
+
+def apply_link() -> list[str]:
+    """Once per session, before any widget is drawn: load settings from the URL.
+
+    Returns one plain reason per link value that was refused (and so ignored).
+    """
+    if st.session_state.get("link_read"):
+        return []
+    st.session_state["link_read"] = True
+    values, problems = read_link(st.query_params.to_dict())
+    for name, key in LINK_KEYS.items():
+        if name in values:
+            st.session_state[key] = values[name]
+    if "cache" in values:
+        st.session_state["side_cache"] = values["cache"] == "on"
+    model = values.get("model")
+    if model in bundled_models():
+        st.session_state["side_model"] = model
+    elif model and BUNDLED_ONLY:
+        problems.append(f"link model {model!r} ignored: this server only offers its bundled models")
+    elif model:
+        st.session_state.update(side_model=OTHER, side_custom=model, side_custom_loaded=model)
+    if "prompt" in values:
+        st.session_state["step_prompt"] = values["prompt"]
+        st.session_state["step_preset_used"] = st.session_state["step_preset"] = PROMPTS[0]["title"]
+    if "steps" in values:
+        st.session_state["step_replay"] = values["steps"]
+    return problems
+
+
+def write_link(settings: "Settings", **extra) -> None:
+    """Put the settings (and a page's extras, such as prompt and steps) in the URL, replacing what was there."""
+    sp = settings.sampling
+    st.query_params.from_dict(make_link({
+        "model": settings.source, "rule": "greedy" if sp.greedy else "sample", "temperature": sp.temperature,
+        "top_k": sp.top_k, "top_p": sp.top_p, "repetition_penalty": sp.repetition_penalty, "seed": sp.seed,
+        "max_new_tokens": settings.max_new_tokens, "stop": ",".join(settings.stop_strings),
+        "cache": "on" if settings.use_cache else "off", **extra,
+    }))
+
+
 @st.cache_resource(max_entries=4, show_spinner=False)
 def get_model(source: str, device: str, dtype: str) -> LoadedModel:
     return load_model(source, device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype)
@@ -41,6 +92,8 @@ def get_model(source: str, device: str, dtype: str) -> LoadedModel:
 def sidebar() -> tuple[Settings, LoadedModel | None]:
     """Draw the shared sidebar; return the settings and the loaded model (None if it failed)."""
     sb = st.sidebar
+    for key, value in DEFAULTS.items():
+        st.session_state.setdefault(key, value)
     sb.header("Model")
     names = bundled_models()
     choice = sb.selectbox("model", names + ([] if BUNDLED_ONLY else [OTHER]), key="side_model",
@@ -59,16 +112,16 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
     sb.header("Next-token choice")
     mode = sb.radio("rule", ["greedy", "sample"], horizontal=True, key="side_mode")
     sample = mode == "sample"
-    temperature = sb.slider("temperature", 0.0, 2.0, 0.8, 0.05, key="side_temperature", disabled=not sample)
-    top_k = sb.number_input("top-k (0 = off)", 0, 1_000_000, 0, key="side_top_k", disabled=not sample)
-    top_p = sb.slider("top-p (1 = off)", 0.01, 1.0, 1.0, 0.01, key="side_top_p", disabled=not sample)
-    rep = sb.slider("repetition penalty (1 = off)", 0.5, 2.0, 1.0, 0.05, key="side_rep")
-    seed = sb.number_input("seed", 0, 2**31 - 1, 0, key="side_seed")
+    temperature = sb.slider("temperature", 0.0, 2.0, step=0.05, key="side_temperature", disabled=not sample)
+    top_k = sb.number_input("top-k (0 = off)", 0, 1_000_000, key="side_top_k", disabled=not sample)
+    top_p = sb.slider("top-p (1 = off)", 0.01, 1.0, step=0.01, key="side_top_p", disabled=not sample)
+    rep = sb.slider("repetition penalty (1 = off)", 0.5, 2.0, step=0.05, key="side_rep")
+    seed = sb.number_input("seed", 0, 2**31 - 1, key="side_seed")
     sb.header("Run")
-    max_new = sb.number_input("max new tokens", 1, 512, 40, key="side_max_new")
+    max_new = sb.number_input("max new tokens", 1, 512, key="side_max_new")
     stops_text = sb.text_input("stop strings (comma-separated)", key="side_stops",
                                help="Generation stops when the new text contains any of these.")
-    use_cache = sb.toggle("KV cache", value=True, key="side_cache",
+    use_cache = sb.toggle("KV cache", key="side_cache",
                           help="Off: every decode step recomputes the whole sequence.")
 
     settings = Settings(

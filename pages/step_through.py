@@ -9,7 +9,8 @@ import streamlit as st
 
 from engine import DecodeLabError, Stepper
 from engine import figures as fig
-from pages.shared import PROMPTS
+from engine.share import MAX_PROMPT_CHARS
+from pages.shared import PROMPTS, write_link
 
 st.title("Step through prefill and decode")
 settings, lm = st.session_state["settings"], st.session_state["lm"]
@@ -51,6 +52,16 @@ def start() -> None:
                 max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
     st.session_state["step_stepper"] = s
     s.prefill()
+
+
+def replay(steps: int) -> None:
+    """A shared link said 'prefill, then this many Next-token clicks': do exactly that."""
+    do(start)
+    s = stepper()
+    for _ in range(steps):
+        if s is None or not s.traces or s.done:
+            break
+        do(s.decode)
 
 
 def reset() -> None:
@@ -189,6 +200,9 @@ def attention_view(s: Stepper) -> None:
 @st.fragment
 def stepping() -> None:
     controls(stepper())
+    s = stepper()
+    write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None,
+               steps=len(s.traces) - 1 if s is not None and s.traces else None)
     if st.session_state.get("step_error"):
         st.error(st.session_state.pop("step_error"))
     s = stepper()
@@ -202,4 +216,6 @@ def stepping() -> None:
         st.rerun(scope="fragment")
 
 
+if "step_replay" in st.session_state and stepper() is None:
+    replay(st.session_state.pop("step_replay"))
 stepping()

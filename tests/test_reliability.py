@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine import Stepper
 from engine.errors import Busy
-from tests.appdriver import page
+from tests.appdriver import app_test, page
 from tests.test_app import click, fresh_app, new_tokens
 
 GOOD = "Once upon a time"
@@ -212,3 +212,40 @@ def test_cli_rejects_a_seed_that_is_not_a_number(capsys):
         main(["run", "--prompt", "hi", "--seed", "abc"])
     assert e.value.code == 2
     assert "invalid int value" in capsys.readouterr().err
+
+
+def test_a_malformed_link_is_refused_value_by_value_and_the_good_values_still_apply():
+    at = app_test()
+    at.query_params = {"seed": "abc", "temperature": "NaN", "top_p": "5", "max_new_tokens": "-3",
+                       "cache": "maybe", "steps": "1e9", "zzz": "<script>", "prompt": "x" * 5000,
+                       "model": "no/such-model-xyz", "top_k": "7", "rule": "sample"}
+    at.run()
+    assert not at.exception
+    warnings = " ".join(w.value for w in at.warning)
+    for name in ["seed", "temperature", "top_p", "max_new_tokens", "cache", "steps", "zzz", "prompt"]:
+        assert name in warnings, (name, warnings)
+    assert at.sidebar.number_input(key="side_top_k").value == 7  # the good ones still apply
+    assert at.sidebar.radio(key="side_mode").value == "sample"
+    assert any("no/such-model-xyz" in e for e in errors(at))  # an unknown model is refused clearly...
+    at.sidebar.selectbox(key="side_model").set_value("tinystories-llama").run()
+    prefill_works(at)  # ...and the bundled one still works
+
+
+def test_a_shared_link_replays_the_same_run_token_for_token():
+    at = fresh_app()
+    at.sidebar.radio(key="side_mode").set_value("sample").run()
+    at.sidebar.number_input(key="side_seed").set_value(11).run()
+    at.sidebar.slider(key="side_temperature").set_value(1.1).run()
+    at.text_area(key="step_prompt").set_value("The little dog").run()
+    click(at, "step_btn_prefill")
+    for _ in range(4):
+        click(at, "step_btn_next")
+    link = dict(at.query_params)
+    assert link["steps"] == "4" and link["seed"] == "11" and link["prompt"] == "The little dog"
+    text = at.text[0].value
+
+    other = app_test()
+    other.query_params = link
+    other.run()
+    assert not other.exception and not other.warning
+    assert new_tokens(other) == 5 and other.text[0].value == text
