@@ -158,29 +158,30 @@ class Stepper:
         kv = kv_tensors(self.cache) if self.use_cache else []
         kv_per_layer = tuple(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
         attention, note = self._attention(phase, out, q_len, kv_len)
-        top = torch.topk(choice.probs_before, min(TOP_CANDIDATES, choice.probs_before.numel()))
-        top_ids = top.indices.tolist()
-        if choice.token_id not in top_ids:
-            top_ids.append(choice.token_id)
+        if self.record:
+            fed_tokens = tuple(token_pieces(tok, fed[0].tolist()))
+            top = self._candidates(choice)
+            shapes = self._shapes(out, q_len, kv_len, kv)
+        else:  # recording off (benchmarks): keep what timing and the proof need, skip the views' extras
+            fed_tokens, top, shapes = (), (), ()
         trace = StepTrace(
             phase=phase,
             step=len(self.traces),
             use_cache=self.use_cache,
             fed_ids=tuple(fed[0].tolist()),
-            fed_tokens=tuple(token_pieces(tok, fed[0].tolist())),
+            fed_tokens=fed_tokens,
             q_len=q_len,
             kv_len=kv_len,
             token_id=choice.token_id,
             token=token_pieces(tok, [choice.token_id])[0],
             rule=self.sampling.describe(),
-            top=tuple(Candidate(i, token_pieces(tok, [i])[0], float(choice.probs_before[i]), float(choice.probs_after[i]))
-                      for i in top_ids),
+            top=top,
             attention=attention,
             attention_note=note,
             kv_shapes=tuple(tuple(k.shape) for k, _ in kv),
             kv_bytes_per_layer=kv_per_layer,
             kv_bytes=sum(kv_per_layer),
-            shapes=self._shapes(out, q_len, kv_len, kv),
+            shapes=shapes,
             forward_ms=forward_ms,
             sample_ms=sample_ms,
             warmup=warmup,
@@ -190,6 +191,15 @@ class Stepper:
         self.traces.append(trace)
         self._check_stop(choice.token_id)
         return trace
+
+    def _candidates(self, choice) -> tuple[Candidate, ...]:
+        """The most likely tokens before the warpers (and the chosen one, if it is not among them)."""
+        top_ids = torch.topk(choice.probs_before, min(TOP_CANDIDATES, choice.probs_before.numel())).indices.tolist()
+        if choice.token_id not in top_ids:
+            top_ids.append(choice.token_id)
+        pieces = token_pieces(self.lm.tokenizer, top_ids)
+        return tuple(Candidate(i, piece, float(choice.probs_before[i]), float(choice.probs_after[i]))
+                     for i, piece in zip(top_ids, pieces))
 
     def _attention(self, phase: str, out, q_len: int, kv_len: int):
         """Attention weights of the new query rows: [layer, head, row, kv_len] in float16 on the CPU."""

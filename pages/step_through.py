@@ -103,68 +103,78 @@ def views(s: Stepper) -> None:
     st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({by_decode} from Next token) · step {t.step} ({t.phase}) · "
                 f"KV cache **{t.kv_bytes:,} bytes** · last step {t.latency_ms:.1f} ms"
                 + (f" · stopped: **{s.stop_reason}**" if s.done else ""))
-    tok = lm.tokenizer
+    shown = {"Tokens": tokens_view, "This step": this_step_view, "Shapes": shapes_view, "Attention": attention_view,
+             "KV cache": kv_view, "Next token": next_token_view, "Latency": latency_view}
+    # on_change="rerun" makes the tabs lazy: only the open one is built, so a click stays cheap
+    for tab, view in zip(st.tabs(list(shown), key="step_view", on_change="rerun"), shown.values()):
+        if tab.open:
+            with tab:
+                view(s)
+
+
+def tokens_view(s: Stepper) -> None:
+    t, tok = s.traces[-1], lm.tokenizer
     prompt_ids, gen_ids = s.ids[0, : s.prompt_len].tolist(), s.generated_ids
     pieces = lambda ids: [(i, tok.decode([i])) for i in ids]  # noqa: E731
     fed_from = s.ids.shape[1] - 1 - len(t.fed_ids)
-    tabs = st.tabs(["Tokens", "This step", "Shapes", "Attention", "KV cache", "Next token", "Latency"])
+    st.caption("Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. The model "
+               "only ever sees the ids. Generated tokens are orange; the ones fed to the last forward pass are "
+               "outlined. Detokenizing the ids gives back the text below.")
+    st.markdown(fig.token_chips_html(pieces(prompt_ids), pieces(gen_ids),
+                                     set(range(fed_from, fed_from + len(t.fed_ids)))), unsafe_allow_html=True)
+    st.text(s.text)
 
-    with tabs[0]:
-        st.caption("Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. The model "
-                   "only ever sees the ids. Generated tokens are orange; the ones fed to the last forward pass are "
-                   "outlined. Detokenizing the ids gives back the text below.")
-        st.markdown(fig.token_chips_html(pieces(prompt_ids), pieces(gen_ids),
-                                         set(range(fed_from, fed_from + len(t.fed_ids)))), unsafe_allow_html=True)
-        st.text(s.text)
 
-    with tabs[1]:
-        st.caption("Prefill runs every prompt position through the model at once. Each decode step adds one "
-                   "position. q_len counts the positions computed in this pass; kv_len the positions attended to.")
-        st.markdown(fig.step_story(t, s.prompt_len))
-        st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_{head}}}+M\right)V"
-                 r"\qquad Q\in\mathbb{R}^{q\_len\times d_{head}},\;K,V\in\mathbb{R}^{kv\_len\times d_{head}}")
+def this_step_view(s: Stepper) -> None:
+    st.caption("Prefill runs every prompt position through the model at once. Each decode step adds one "
+               "position. q_len counts the positions computed in this pass; kv_len the positions attended to.")
+    st.markdown(fig.step_story(s.traces[-1], s.prompt_len))
+    st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_{head}}}+M\right)V"
+             r"\qquad Q\in\mathbb{R}^{q\_len\times d_{head}},\;K,V\in\mathbb{R}^{kv\_len\times d_{head}}")
 
-    with tabs[2]:
-        st.caption("The tensors of this forward pass. At prefill the middle dimension is the prompt length s; at a "
-                   "cached decode step it is 1. 'measured' shapes were read off the real tensors; 'derived' ones come "
-                   "from the config.")
-        st.dataframe(fig.shapes_frame(t), hide_index=True, width="stretch")
-        m = lm.summary
-        if m.kv_heads != m.heads:
-            st.info(f"{m.attention}: {m.heads} query heads share {m.kv_heads} key/value heads "
-                    f"({m.heads // m.kv_heads} queries per K/V head), so the cache is {m.heads // m.kv_heads}× "
-                    "smaller than with one K/V head per query head.")
 
-    with tabs[3]:
-        attention_view(s)
+def shapes_view(s: Stepper) -> None:
+    st.caption("The tensors of this forward pass. At prefill the middle dimension is the prompt length s; at a "
+               "cached decode step it is 1. 'measured' shapes were read off the real tensors; 'derived' ones come "
+               "from the config.")
+    st.dataframe(fig.shapes_frame(s.traces[-1]), hide_index=True, width="stretch")
+    m = lm.summary
+    if m.kv_heads != m.heads:
+        st.info(f"{m.attention}: {m.heads} query heads share {m.kv_heads} key/value heads "
+                f"({m.heads // m.kv_heads} queries per K/V head), so the cache is {m.heads // m.kv_heads}× "
+                "smaller than with one K/V head per query head.")
 
-    with tabs[4]:
-        st.caption("Per layer, the cache keeps the keys and values of every position seen so far, so a decode step "
-                   "only computes K and V for the new position. Bytes are measured from the real tensors.")
-        st.latex(r"\text{KV bytes}=\sum_{\text{layers}} 2\times batch\times kv\_head\times pos\times head\_dim"
-                 r"\times\text{bytes per element}")
-        if not s.use_cache:
-            st.warning("The KV cache is off: nothing is stored between steps (0 bytes), so every decode step "
-                       "recomputes keys and values for all positions.")
-        else:
-            st.dataframe(fig.kv_frame(t), hide_index=True, width="stretch")
-            st.plotly_chart(fig.kv_grid_figure(s.traces, lm.summary.layers), key="step_kv_grid")
-        st.plotly_chart(fig.kv_growth_figure(s.traces), key="step_kv_growth")
 
-    with tabs[5]:
-        st.caption("The model's last position gives a score (logit) for every token in the vocabulary. Softmax turns "
-                   "them into probabilities; the warpers (temperature, top-k, top-p, repetition penalty) reshape "
-                   "them; then a rule picks one. Bars: the 10 most likely tokens before and after the warpers.")
-        st.latex(r"p_i=\frac{e^{z_i/T}}{\sum_j e^{z_j/T}}")
-        st.plotly_chart(fig.next_token_figure(t), key="step_next")
-        st.write(f"Chosen: **{fig.show_piece(t.token)}** (id {t.token_id}) by {t.rule}.")
+def kv_view(s: Stepper) -> None:
+    st.caption("Per layer, the cache keeps the keys and values of every position seen so far, so a decode step "
+               "only computes K and V for the new position. Bytes are measured from the real tensors.")
+    st.latex(r"\text{KV bytes}=\sum_{\text{layers}} 2\times batch\times kv\_head\times pos\times head\_dim"
+             r"\times\text{bytes per element}")
+    if not s.use_cache:
+        st.warning("The KV cache is off: nothing is stored between steps (0 bytes), so every decode step "
+                   "recomputes keys and values for all positions.")
+    else:
+        st.dataframe(fig.kv_frame(s.traces[-1]), hide_index=True, width="stretch")
+        st.plotly_chart(fig.kv_grid_figure(s.traces, lm.summary.layers), key="step_kv_grid")
+    st.plotly_chart(fig.kv_growth_figure(s.traces), key="step_kv_growth")
 
-    with tabs[6]:
-        st.caption("Forward time of every step, measured with a clock read after a device sync; sampling time is "
-                   "included. The warm-up pass at load is excluded. With the cache off, decode bars climb because "
-                   "each step recomputes more positions. The purple line is a FLOPs estimate, not a measurement.")
-        st.plotly_chart(fig.latency_figure(s.traces), key="step_latency")
-        st.dataframe(fig.traces_frame(s.traces), hide_index=True, width="stretch", height=240)
+
+def next_token_view(s: Stepper) -> None:
+    t = s.traces[-1]
+    st.caption("The model's last position gives a score (logit) for every token in the vocabulary. Softmax turns "
+               "them into probabilities; the warpers (temperature, top-k, top-p, repetition penalty) reshape "
+               "them; then a rule picks one. Bars: the 10 most likely tokens before and after the warpers.")
+    st.latex(r"p_i=\frac{e^{z_i/T}}{\sum_j e^{z_j/T}}")
+    st.plotly_chart(fig.next_token_figure(t), key="step_next")
+    st.write(f"Chosen: **{fig.show_piece(t.token)}** (id {t.token_id}) by {t.rule}.")
+
+
+def latency_view(s: Stepper) -> None:
+    st.caption("Forward time of every step, measured with a clock read after a device sync; sampling time is "
+               "included. The warm-up pass at load is excluded. With the cache off, decode bars climb because "
+               "each step recomputes more positions. The purple line is a FLOPs estimate, not a measurement.")
+    st.plotly_chart(fig.latency_figure(s.traces), key="step_latency")
+    st.dataframe(fig.traces_frame(s.traces), hide_index=True, width="stretch", height=240)
 
 
 def attention_view(s: Stepper) -> None:

@@ -33,6 +33,14 @@ def frame_with(at: AppTest, column: str):
     return next(d.value for d in at.dataframe if column in d.value.columns)
 
 
+def open_view(at: AppTest, name: str) -> AppTest:
+    """Open one of the step-through tabs (they are lazy: only the open one is built)."""
+    at.session_state["step_view"] = name
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def click(at: AppTest, key: str) -> AppTest:
     at.button(key=key).click().run()
     assert not at.exception, [e.value for e in at.exception]
@@ -50,7 +58,7 @@ def test_every_page_renders_with_the_bundled_model():
 
 
 def test_prefill_then_five_next_tokens():
-    at = click(fresh_app(), "step_btn_prefill")
+    at = open_view(click(fresh_app(), "step_btn_prefill"), "Shapes")
     d_model = int(frame_with(at, "tensor").set_index("tensor").loc["hidden states (each layer)", "shape"]
                   .strip("[]").split(", ")[2])
     shapes = frame_with(at, "tensor").set_index("tensor")["shape"]
@@ -78,6 +86,7 @@ def test_cache_off_holds_zero_bytes_and_toggling_resets_the_run():
     for _ in range(3):
         click(at, "step_btn_next")
         assert kv_bytes(at) == 0
+    open_view(at, "KV cache")
     assert any("cache is off" in w.value for w in at.warning)
 
 
@@ -114,5 +123,7 @@ def test_bad_prompt_shows_a_clear_message_and_the_app_keeps_working():
 def test_attention_views_render(view):
     at = click(fresh_app(), "step_btn_prefill")
     click(at, "step_btn_next")
+    open_view(at, "Attention")
     at.radio(key="step_att_view").set_value(view).run()
     assert not at.exception
+    assert len(at.get("plotly_chart")) == 1  # the chosen view's figure, and only it
