@@ -314,8 +314,9 @@ def warm_up(lm: LoadedModel) -> float:
     ids = torch.tensor([[lm.tokenizer.eos_token_id or 0] * 4], device=lm.device)
     with lm.turn():
         t0 = time.perf_counter()
-        out = lm.model(input_ids=ids, use_cache=True, output_attentions=True)
-        lm.model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True, output_attentions=True)
+        out = lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, output_attentions=True)
+        lm.model(input_ids=ids[:, :1], attention_mask=torch.ones(1, 5, dtype=torch.long, device=lm.device),
+                 past_key_values=out.past_key_values, use_cache=True, output_attentions=True)
         dev.sync(lm.device)
         lm.passes += 2
         return (time.perf_counter() - t0) * 1e3
