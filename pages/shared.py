@@ -6,6 +6,7 @@ every session; each session's run lives in st.session_state under page-prefixed 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from dataclasses import dataclass
@@ -86,7 +87,9 @@ def write_link(settings: "Settings", **extra) -> None:
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def get_model(source: str, device: str, dtype: str) -> LoadedModel:
-    return load_model(source, device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype)
+    lm = load_model(source, device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype)
+    gc.freeze()  # the loaded libraries and weights live for the whole server: keep them out of every GC pass
+    return lm
 
 
 def sidebar() -> tuple[Settings, LoadedModel | None]:

@@ -48,6 +48,16 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time used so far: by one process (user + system), or by the whole machine (all busy time)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    if pid is not None:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    cpu = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(cpu) - cpu[3] - cpu[4]) / tick  # everything but idle and iowait
+
+
 def start_server(port: int) -> subprocess.Popen:
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
@@ -127,7 +137,9 @@ def run(contexts: int = 30, seconds: float = 60) -> dict:
     port = free_port()
     server = start_server(port)
     try:
+        server_cpu0, machine_cpu0 = cpu_seconds(server.pid), cpu_seconds()
         out = asyncio.run(classroom(f"http://127.0.0.1:{port}", contexts, seconds))
+        server_cpu, machine_cpu = cpu_seconds(server.pid) - server_cpu0, cpu_seconds() - machine_cpu0
         rss = peak_rss_mb(server.pid)
         alive = server.poll() is None
     finally:
@@ -142,6 +154,8 @@ def run(contexts: int = 30, seconds: float = 60) -> dict:
         "errors": [e for r in out.values() for e in r["errors"]],
         "cross_session_leaks": [f for r in out.values() for f in r["foreign"]],
         "server_peak_rss_mb": rss, "server_alive": alive,
+        # on one machine the browsers compete with the server: say how the CPU was shared
+        "server_cpu_s": server_cpu, "machine_cpu_s": machine_cpu, "cpus": os.cpu_count(),
     }
 
 
@@ -157,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
           f"p95 {rep['p95_ms']:.0f} ms, p99 {rep['p99_ms']:.0f} ms; errors {len(rep['errors'])}; "
           f"sessions that saw another's text {len(rep['cross_session_leaks'])}; "
           f"server peak RSS {rep['server_peak_rss_mb']:.0f} MiB")
+    print(f"CPU: the server used {rep['server_cpu_s']:.0f} s of the {rep['machine_cpu_s']:.0f} s of CPU time the "
+          f"machine spent ({rep['cpus']} cores); the rest went to the browsers and this driver, which a real "
+          "classroom runs on the students' own machines")
     for e in rep["errors"][:10]:
         print("  error:", e)
     if args.json:
