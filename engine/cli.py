@@ -45,11 +45,7 @@ def _run(args) -> int:
     print(step_table(stepper.traces))
     print(f"stop reason: {stepper.stop_reason}")
     if args.json:
-        doc = {"model": lm.summary.__dict__, "prompt": args.prompt, "use_cache": stepper.use_cache,
-               "sampling": stepper.sampling.__dict__, "text": stepper.text,
-               "generated_text": stepper.generated_text, "stop_reason": stepper.stop_reason,
-               "steps": [t.to_dict(attention=args.attention) for t in stepper.traces]}
-        _write_json(args.json, doc)
+        _write_json(args.json, stepper.report(attention=args.attention))
     return 0
 
 

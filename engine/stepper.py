@@ -114,6 +114,13 @@ class Stepper:
     def kv_bytes(self) -> int:
         return self.traces[-1].kv_bytes if self.traces else 0
 
+    def report(self, attention: bool = False) -> dict:
+        """The whole run as plain JSON-ready data: what `run --json` writes and the page exports."""
+        return {"model": self.lm.summary.__dict__, "prompt": self.prompt, "use_cache": self.use_cache,
+                "sampling": self.sampling.__dict__, "max_new_tokens": self.max_new_tokens,
+                "stop_strings": list(self.stop_strings), "text": self.text, "generated_text": self.generated_text,
+                "stop_reason": self.stop_reason, "steps": [t.to_dict(attention=attention) for t in self.traces]}
+
     def free(self) -> None:
         """Drop the cache and traces (Reset, or a session ending)."""
         self.cache = None

@@ -3,6 +3,7 @@
 Thin page: read state -> call engine -> render. All figures come from engine.figures.
 """
 
+import json
 import time
 
 import streamlit as st
@@ -207,6 +208,18 @@ def attention_view(s: Stepper) -> None:
                         key="step_att_heads")
 
 
+def export(s: Stepper) -> None:
+    """The run so far, to keep or to share: JSON (everything) and CSV (one row per step)."""
+    c = st.columns([1, 1, 3])
+    # callables: the files are only built when a button is clicked, never on a Next-token click
+    c[0].download_button("Trace as JSON", lambda: json.dumps(s.report(), default=str, indent=1), "decode-lab-trace.json",
+                         "application/json", key="step_export_json", on_click="ignore")
+    c[1].download_button("Steps as CSV", lambda: fig.traces_frame(s.traces).to_csv(index=False), "decode-lab-steps.csv",
+                         "text/csv", key="step_export_csv", on_click="ignore")
+    c[2].caption("The JSON holds every step's phase, q_len, kv_len, token, shapes, KV bytes, latency and FLOPs "
+                 "estimate; the link in the address bar replays this run.")
+
+
 @st.fragment
 def stepping() -> None:
     controls(stepper())
@@ -220,6 +233,7 @@ def stepping() -> None:
         st.info("Press **Prefill** to run the whole prompt through the model in one forward pass.")
         return
     views(s)
+    export(s)
     if st.session_state.get("step_autoplay") and not s.done:
         time.sleep(1 / st.session_state.get("step_speed", 2.0))
         do(s.decode)

@@ -74,6 +74,7 @@ def test_prefill_then_five_next_tokens():
     assert all(b > a for a, b in zip(sizes, sizes[1:]))  # the cache grows every step
     shapes = frame_with(at, "tensor").set_index("tensor")["shape"]
     assert shapes["hidden states (each layer)"] == f"[1, 1, {d_model}]"
+    assert [b.proto.label for b in at.get("download_button")] == ["Trace as JSON", "Steps as CSV"]
 
 
 def test_cache_off_holds_zero_bytes_and_toggling_resets_the_run():

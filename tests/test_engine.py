@@ -215,3 +215,14 @@ def test_cli_compare_reports_identical_tokens(tiny_dirs, tmp_path):
 def test_cli_bad_model_is_a_clear_error_not_a_traceback(capsys):
     assert cli_main(["run", "--model", "no-such-org/no-such-model", "--prompt", "hi"]) == 2
     assert "Could not find" in capsys.readouterr().err
+
+
+def test_the_exported_trace_round_trips_through_json(tiny_lm):
+    s = Stepper(tiny_lm, "hello world", max_new_tokens=6)
+    s.run()
+    doc = json.loads(json.dumps(s.report(), default=str))
+    assert [st["token_id"] for st in doc["steps"]] == [t.token_id for t in s.traces]
+    assert [[r["shape"] for r in st["shapes"]] for st in doc["steps"]] == \
+        [[list(r.shape) for r in t.shapes] for t in s.traces]
+    assert doc["text"] == s.text and doc["stop_reason"] == "max_new_tokens"
+    assert [st["q_len"] for st in doc["steps"]] == [s.prompt_len, 1, 1, 1, 1, 1]
