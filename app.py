@@ -12,7 +12,9 @@ from pages.shared import apply_link, sidebar, write_link
 
 PAGES = Path(__file__).resolve().parent / "pages"
 
-st.set_page_config(page_title="Decode Lab", page_icon=":material/search:", layout="wide")
+presenting = st.query_params.get("presenter") == "on"  # a presenter link opens with the sidebar folded away
+st.set_page_config(page_title="Decode Lab", page_icon=":material/search:", layout="wide",
+                   initial_sidebar_state="collapsed" if presenting else "auto")
 
 page = st.navigation([
     st.Page(PAGES / "step_through.py", title="Step through", icon=":material/footprint:", default=True),

@@ -69,6 +69,7 @@ FIELDS = {
     "stop": Field("stop", _text(300)),
     "cache": Field("cache", _choice("on", "off")),
     "steps": Field("steps", _number(int, 0, 512)),
+    "presenter": Field("presenter", _choice("on", "off")),
 }
 
 

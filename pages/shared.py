@@ -18,7 +18,9 @@ from engine import DecodeLabError, LoadedModel, Sampling, bundled_models, load_m
 from engine.share import make_link, read_link
 
 OTHER = "Other: Hugging Face id or folder…"
-PROMPTS = json.loads((Path(__file__).resolve().parent.parent / "assets" / "prompts.json").read_text())
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+PROMPTS = json.loads((ASSETS / "prompts.json").read_text())
+SCENARIOS = json.loads((ASSETS / "scenarios.json").read_text())  # ready-made runs: a title, a why, a link
 BUNDLED_ONLY = os.environ.get("DECODE_LAB_BUNDLED_ONLY") == "1"  # a teacher can lock the model list
 
 
@@ -38,7 +40,14 @@ class Settings:
 # Sidebar widgets take their starting values from here (not from value=...), so a shared
 # link can set them first without streamlit warning about two sources of truth.
 DEFAULTS = {"side_mode": "greedy", "side_temperature": 0.8, "side_top_k": 0, "side_top_p": 1.0, "side_rep": 1.0,
-            "side_seed": 0, "side_max_new": 40, "side_stops": "", "side_cache": True}
+            "side_seed": 0, "side_max_new": 40, "side_stops": "", "side_cache": True,
+            "side_presenter": False}
+# Presenter mode: everything larger, for the back row of a classroom.
+PRESENTER_CSS = """<style>
+html { font-size: 22px; }
+[data-testid="stMainBlockContainer"] { max-width: 100%; padding-left: 2rem; padding-right: 2rem; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.1rem; }
+</style>"""
 # link setting -> sidebar widget key
 LINK_KEYS = {"rule": "side_mode", "temperature": "side_temperature", "top_k": "side_top_k", "top_p": "side_top_p",
              "repetition_penalty": "side_rep", "seed": "side_seed", "max_new_tokens": "side_max_new",
@@ -54,11 +63,18 @@ def apply_link() -> list[str]:
         return []
     st.session_state["link_read"] = True
     values, problems = read_link(st.query_params.to_dict())
+    return apply_values(values, problems)
+
+
+def apply_values(values: dict, problems: list[str]) -> list[str]:
+    """Put checked link values (from a URL or a scenario) into the widgets' state; call before they are drawn."""
     for name, key in LINK_KEYS.items():
         if name in values:
             st.session_state[key] = values[name]
     if "cache" in values:
         st.session_state["side_cache"] = values["cache"] == "on"
+    if "presenter" in values:
+        st.session_state["side_presenter"] = values["presenter"] == "on"
     model = values.get("model")
     if model in bundled_models():
         st.session_state["side_model"] = model
@@ -81,7 +97,8 @@ def write_link(settings: "Settings", **extra) -> None:
         "model": settings.source, "rule": "greedy" if sp.greedy else "sample", "temperature": sp.temperature,
         "top_k": sp.top_k, "top_p": sp.top_p, "repetition_penalty": sp.repetition_penalty, "seed": sp.seed,
         "max_new_tokens": settings.max_new_tokens, "stop": ",".join(settings.stop_strings),
-        "cache": "on" if settings.use_cache else "off", **extra,
+        "cache": "on" if settings.use_cache else "off",
+        "presenter": "on" if st.session_state.get("side_presenter") else None, **extra,
     }))
 
 
@@ -126,6 +143,12 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
                                help="Generation stops when the new text contains any of these.")
     use_cache = sb.toggle("KV cache", key="side_cache",
                           help="Off: every decode step recomputes the whole sequence.")
+
+    sb.header("Classroom")
+    if sb.toggle("presenter mode", key="side_presenter",
+                 help="Larger text for a projector. Keys: P prefill, N next token, E run to end, X reset. "
+                      "A link with presenter=on opens with the sidebar folded away."):
+        st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
 
     settings = Settings(
         source=source, device=device, dtype=dtype,

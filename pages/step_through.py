@@ -10,8 +10,8 @@ import streamlit as st
 
 from engine import DecodeLabError, Stepper
 from engine import figures as fig
-from engine.share import MAX_PROMPT_CHARS
-from pages.shared import PROMPTS, write_link
+from engine.share import MAX_PROMPT_CHARS, read_link
+from pages.shared import DEFAULTS, PROMPTS, SCENARIOS, apply_values, write_link
 
 st.title("Step through prefill and decode")
 settings, lm = st.session_state["settings"], st.session_state["lm"]
@@ -21,6 +21,25 @@ if lm is None:
 
 # ------------------------------------------------------------------ prompt and run identity
 
+def load_scenario() -> None:
+    """A ready-made run in one click: its settings go into the sidebar, then its steps replay."""
+    scenario = next((x for x in SCENARIOS if x["title"] == st.session_state.get("step_scenario")), None)
+    if scenario is None:
+        return
+    st.session_state.update(DEFAULTS)  # start from the defaults, so nothing lingers from before
+    values, problems = read_link(scenario["link"])
+    st.session_state["link_problems"] = apply_values(values, problems)
+    old = st.session_state.pop("step_stepper", None)
+    if old is not None:
+        old.free()
+
+
+st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario", on_change=load_scenario,
+             placeholder="Pick a ready-made scenario (prompt, model, settings and steps)…")
+if st.session_state.get("step_scenario"):
+    st.caption(next(x["why"] for x in SCENARIOS if x["title"] == st.session_state["step_scenario"]))
+for problem in st.session_state.pop("link_problems", []):
+    st.warning(problem)
 preset = st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset")
 if st.session_state.get("step_preset_used") != preset:
     st.session_state["step_prompt"] = next(p["prompt"] for p in PROMPTS if p["title"] == preset)
@@ -78,15 +97,16 @@ def reset() -> None:
 def controls(s: Stepper | None) -> None:
     started = s is not None and bool(s.traces)
     done = started and s.done
-    c = st.columns([1, 1, 1, 1, 1.3, 1.5])
+    c = st.columns([1, 1.4, 1.4, 1, 2])
     # callbacks run before the rerun, so every button below is drawn in its new state
-    c[0].button("Prefill", type="primary", disabled=started, key="step_btn_prefill", on_click=do, args=(start,))
+    c[0].button("Prefill", type="primary", disabled=started, key="step_btn_prefill", on_click=do, args=(start,),
+                shortcut="P")
     c[1].button("Next token", type="primary", disabled=not started or done, key="step_btn_next",
-                on_click=do, args=(lambda: stepper().decode(),))
-    run_all = c[2].button("Run to end", disabled=not started or done, key="step_btn_run")
-    c[3].button("Reset", key="step_btn_reset", on_click=reset)
+                on_click=do, args=(lambda: stepper().decode(),), shortcut="N")
+    run_all = c[2].button("Run to end", disabled=not started or done, key="step_btn_run", shortcut="E")
+    c[3].button("Reset", key="step_btn_reset", on_click=reset, shortcut="X")
     c[4].toggle("Autoplay", key="step_autoplay", disabled=not started or done)
-    c[5].slider("autoplay speed (tokens/s)", 0.5, 5.0, 2.0, 0.5, key="step_speed")
+    c[4].slider("autoplay speed (tokens/s)", 0.5, 5.0, 2.0, 0.5, key="step_speed")
     if run_all:
         s = stepper()
         st.button("Stop", key="step_btn_stop")  # a click reruns the script, which ends this loop

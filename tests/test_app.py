@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.appdriver import app_test, page
+from tests.appdriver import ROOT, app_test, page
 
 
 
@@ -128,3 +129,36 @@ def test_attention_views_render(view):
     at.radio(key="step_att_view").set_value(view).run()
     assert not at.exception
     assert len(at.get("plotly_chart")) == 1  # the chosen view's figure, and only it
+
+
+SCENARIOS = json.loads((ROOT / "assets" / "scenarios.json").read_text())
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["title"][:24] for s in SCENARIOS])
+def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
+    at = fresh_app()
+    at.selectbox(key="step_scenario").set_value(scenario["title"]).run()
+    assert not at.exception and not at.error and not at.warning, [e.value for e in at.exception]
+    link = scenario["link"]
+    assert at.sidebar.selectbox(key="side_model").value == link["model"]
+    assert at.sidebar.toggle(key="side_cache").value == (link["cache"] == "on")
+    assert at.text_area(key="step_prompt").value == link["prompt"]
+    if "stop" in link:  # the run ends at the stop string, before all its steps
+        assert "stopped: **stop_string**" in status(at)
+    else:
+        assert new_tokens(at) == int(link["steps"]) + 1
+    if link["cache"] == "off":
+        assert kv_bytes(at) == 0
+
+
+def test_presenter_mode_from_a_link_enlarges_text_and_stays_in_the_link():
+    at = app_test()
+    at.query_params = {"presenter": "on"}
+    at.run()
+    assert not at.exception
+    assert at.sidebar.toggle(key="side_presenter").value is True
+    assert any("font-size: 22px" in m.value for m in at.markdown)
+    assert at.query_params.get("presenter") == "on"
+    at.sidebar.toggle(key="side_presenter").set_value(False).run()
+    assert not any("font-size: 22px" in m.value for m in at.markdown)
+    assert "presenter" not in at.query_params
