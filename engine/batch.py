@@ -1,0 +1,112 @@
+"""Batches: several prompts in one forward pass, padded on the left to one length.
+
+    prompts of different lengths      ->  input_ids [batch, pos], attention_mask [batch, pos]
+    PAD PAD  A  B  C                       0   0   1  1  1
+     D   E   F  G  H                       1   1   1  1  1
+
+Why the left: every row's last position is then a real token, so the next-token
+logits of all rows sit in the same column, and each decode step appends one column
+to every row at once. The attention mask (0 = padding) keeps every real query from
+looking at a padded key, and position ids count only real tokens, so each row sees
+exactly what it would see alone.
+
+The padding is written out here rather than asked of the tokenizer: the tokenizer
+is shared by every session of the server, so its `padding_side` is not ours to flip.
+Greedy decoding only: this module teaches batching, not sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.cache import new_cache
+from engine.errors import StepError
+from engine.loading import LoadedModel
+from engine.stepper import encode_prompt, token_pieces
+
+MAX_BATCH = 4
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """A greedy batch run: the padded prefill, then `steps` decode steps for all rows at once."""
+
+    prompts: tuple[str, ...]
+    input_ids: torch.Tensor  # [batch, pos] the padded prompt ids
+    attention_mask: torch.Tensor  # [batch, pos] 1 = real token, 0 = padding
+    pieces: tuple[tuple[str, ...], ...]  # per row, the text of each padded prompt position ("" for padding)
+    prefill_attention: torch.Tensor  # [layer, batch, head, pos, pos] float32 on the CPU
+    generated: tuple[tuple[int, ...], ...]  # per row, the greedy tokens (prefill's choice first)
+    texts: tuple[str, ...]  # per row, prompt + generated text
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (tensor, shape) of the prefill and of one decode step
+
+    @property
+    def pad_counts(self) -> list[int]:
+        return [int((row == 0).sum()) for row in self.attention_mask]
+
+    def max_attention_on_padding(self) -> float:
+        """Largest weight any real query row gives any padded key, over all layers and heads (should be 0)."""
+        worst = 0.0
+        for b, pads in enumerate(self.pad_counts):
+            if pads:
+                worst = max(worst, float(self.prefill_attention[:, b, :, pads:, :pads].max()))
+        return worst
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists of different lengths -> (input_ids, attention_mask), both [batch, pos], padded on the left."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    return ids, mask
+
+
+@torch.inference_mode()
+def run_batch(lm: LoadedModel, prompts: list[str], steps: int = 8) -> BatchRun:
+    """Prefill all prompts in one padded pass, then decode `steps` tokens for every row together."""
+    if not 2 <= len(prompts) <= MAX_BATCH:
+        raise StepError(f"A batch here has 2 to {MAX_BATCH} prompts (got {len(prompts)}).")
+    rows = [encode_prompt(lm, p)[0].tolist() for p in prompts]
+    if max(len(r) for r in rows) + steps + 1 > lm.summary.max_positions:
+        raise StepError(f"The longest prompt plus {steps} new tokens does not fit in "
+                        f"{lm.summary.max_positions} positions. Shorten it.")
+    tok = lm.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    ids, mask = left_pad(rows, pad_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # real tokens count 0, 1, 2, ...; padding sits at 0
+    cache = new_cache(lm.config)
+    device = lm.device
+    with lm.turn():
+        out = lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                       past_key_values=cache, use_cache=True, output_attentions=True, output_hidden_states=True)
+    attention = torch.stack([a.float().cpu() for a in out.attentions])  # [layer, batch, head, pos, pos]
+    shapes = [("prefill input_ids", tuple(ids.shape)), ("prefill attention_mask", tuple(mask.shape)),
+              ("prefill hidden states", tuple(out.hidden_states[-1].shape)),
+              ("prefill attention (each layer)", tuple(out.attentions[0].shape))]
+    chosen = out.logits[:, -1].argmax(-1).cpu()  # [batch]: every row's last column is a real token
+    generated = [chosen]
+    step_mask, last_pos = mask, positions[:, -1:]
+    for step in range(steps):
+        step_mask = torch.cat([step_mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)  # [batch, kv_len]
+        last_pos = last_pos + 1
+        with lm.turn():
+            out = lm.model(input_ids=chosen[:, None].to(device), attention_mask=step_mask.to(device),
+                           position_ids=last_pos.to(device), past_key_values=cache, use_cache=True,
+                           output_attentions=True, output_hidden_states=True)
+        if step == 0:
+            shapes += [("decode input_ids", (len(rows), 1)), ("decode attention_mask", tuple(step_mask.shape)),
+                       ("decode hidden states", tuple(out.hidden_states[-1].shape)),
+                       ("decode attention (each layer)", tuple(out.attentions[0].shape))]
+        chosen = out.logits[:, -1].argmax(-1).cpu()
+        generated.append(chosen)
+    gen = torch.stack(generated, dim=1).tolist()  # [batch, steps + 1]
+    pad_counts = [int((r == 0).sum()) for r in mask]
+    pieces = tuple(tuple([""] * n + token_pieces(tok, r)) for n, r in zip(pad_counts, rows))
+    return BatchRun(
+        prompts=tuple(prompts), input_ids=ids, attention_mask=mask, pieces=pieces, prefill_attention=attention,
+        generated=tuple(tuple(g) for g in gen),
+        texts=tuple(p + tok.decode(g, skip_special_tokens=True) for p, g in zip(prompts, gen)),
+        shapes=tuple(shapes),
+    )
