@@ -18,6 +18,7 @@ st.set_page_config(page_title="Decode Lab", page_icon=":material/search:", layou
 
 page = st.navigation([
     st.Page(PAGES / "step_through.py", title="Step through", icon=":material/footprint:", default=True),
+    st.Page(PAGES / "lessons.py", title="Lessons", icon=":material/school:"),
     st.Page(PAGES / "race.py", title="Race: cache vs no cache", icon=":material/sports_score:"),
     st.Page(PAGES / "scale.py", title="Scale: KV memory and roofline", icon=":material/trending_up:"),
     st.Page(PAGES / "model_info.py", title="Model", icon=":material/info:"),

@@ -208,3 +208,29 @@ def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
         "token": t.token, "token_id": t.token_id, "kv_bytes": t.kv_bytes, "latency_ms": round(t.latency_ms, 3),
         "warmup": t.warmup, "flops_estimate": t.flops_estimate, "bytes_estimate": t.bytes_estimate,
     } for t in traces])
+
+
+# ---------------------------------------------------------------- lessons
+
+
+def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[StepTrace]) -> go.Figure:
+    """Positions computed (q_len) at every step, with and without the cache: flat vs a climbing staircase."""
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=[t.step for t in nocache_traces], y=[t.q_len for t in nocache_traces],
+                         name="KV cache off", marker_color="#d62728"))
+    fig.add_trace(go.Bar(x=[t.step for t in cache_traces], y=[t.q_len for t in cache_traces],
+                         name="KV cache on", marker_color=PREFILL))
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="step (0 = prefill)")
+    fig.update_yaxes(title="positions computed (q_len)")
+    return _layout(fig, "Work per step: positions pushed through the model")
+
+
+def padded_batch_frame(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> pd.DataFrame:
+    """A left-padded batch as a table: one row per prompt, one column per position; padding shown as PAD."""
+    rows = []
+    for b, row_pieces in enumerate(pieces):
+        rows.append({f"pos {p}": (f"PAD ({int(input_ids[b, p])})" if int(attention_mask[b, p]) == 0
+                                  else f"{show_piece(piece)} ({int(input_ids[b, p])})")
+                     for p, piece in enumerate(row_pieces)})
+    return pd.DataFrame(rows, index=[f"batch {b}" for b in range(len(pieces))])

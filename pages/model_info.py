@@ -3,8 +3,10 @@
 import pandas as pd
 import streamlit as st
 
+from pages.shared import frame
+
 st.title("The model")
-lm = st.session_state.get("lm")
+_, lm = frame()
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()

@@ -6,13 +6,13 @@ import streamlit as st
 from engine import DecodeLabError
 from engine import race
 from engine.compare import compare
-from pages.shared import PROMPTS
+from pages.shared import PROMPTS, frame
 
 st.title("Race: KV cache on vs off")
 st.caption("Both runs get the same prompt, the same seed and the same sampling settings (from the sidebar). They "
            "take turns, one step each, so neither has the machine to itself. With the cache, each decode step "
            "computes one position; without it, every step recomputes all of them. Both choose the same tokens.")
-settings, lm = st.session_state["settings"], st.session_state["lm"]
+settings, lm = frame()
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()

@@ -3,11 +3,13 @@
 import pandas as pd
 import streamlit as st
 
+from pages.shared import frame
+
 from engine import DecodeLabError, kvcalc, roofline
 from engine.device import pick_device, pick_dtype
 
 st.title("Scale: KV-cache memory and the roofline")
-settings, lm = st.session_state["settings"], st.session_state["lm"]
+settings, lm = frame()
 
 # ------------------------------------------------------------------ KV-cache calculator
 st.header("KV-cache calculator")

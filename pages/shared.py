@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 from engine import DecodeLabError, LoadedModel, Sampling, bundled_models, load_model
 from engine.share import make_link, read_link
@@ -167,3 +168,17 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
     sb.caption(f"{lm.summary.architecture} · {lm.summary.parameters:,} params · {lm.summary.attention} · "
                f"{lm.summary.dtype} on {lm.summary.device}")
     return settings, lm
+
+
+def frame() -> tuple["Settings", LoadedModel | None]:
+    """What app.py prepared for this run: the sidebar's settings and the model.
+
+    If the first request after a server start is a deep link (/race, a shared
+    lesson URL), streamlit runs that pages/ file alone, in its old folder-based
+    multipage mode, and app.py never runs. Switch that mode off and rerun, so
+    app.py draws the frame and st.navigation serves the page that was asked for.
+    """
+    if "settings" not in st.session_state:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+    return st.session_state["settings"], st.session_state["lm"]

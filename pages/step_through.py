@@ -11,10 +11,10 @@ import streamlit as st
 from engine import DecodeLabError, Stepper
 from engine import figures as fig
 from engine.share import MAX_PROMPT_CHARS, read_link
-from pages.shared import DEFAULTS, PROMPTS, SCENARIOS, apply_values, write_link
+from pages.shared import DEFAULTS, PROMPTS, SCENARIOS, apply_values, frame, write_link
 
 st.title("Step through prefill and decode")
-settings, lm = st.session_state["settings"], st.session_state["lm"]
+settings, lm = frame()
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()

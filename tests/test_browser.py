@@ -61,6 +61,20 @@ def page(server):
         browser.close()
 
 
+def test_a_deep_link_as_the_servers_first_request_gets_the_whole_app(server):
+    """Streamlit runs a pages/ file alone when a fresh server's first request is /lessons; the app must recover."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.set_default_timeout(60_000)
+        pg.goto(f"{server}/lessons?seed=3", wait_until="networkidle")
+        expect(pg.get_by_role("heading", name="Lessons: how a language model generates text")).to_be_visible()
+        expect(pg.get_by_role("link", name="Step through")).to_be_visible()  # app.py's navigation, not the folder's
+        assert pg.locator("[data-testid='stException']").count() == 0
+        assert "seed=3" in pg.url  # the link's settings survived
+        browser.close()
+
+
 def status_text(pg) -> str:
     return pg.get_by_text(re.compile(r"from Next token")).first.inner_text()
 
@@ -86,7 +100,7 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(page, server):
     assert "KV cache 0 bytes" in status_text(pg)
     assert pg.locator("[data-testid='stException']").count() == 0
 
-    for title in ("Race: cache vs no cache", "Scale: KV memory and roofline", "Model"):
+    for title in ("Lessons", "Race: cache vs no cache", "Scale: KV memory and roofline", "Model"):
         pg.get_by_role("link", name=title).click()
         pg.wait_for_load_state("networkidle")
         expect(pg.get_by_role("heading").first).to_be_visible()

@@ -1,0 +1,75 @@
+"""The lessons page: every lesson renders on the bundled model and quotes the live run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.appdriver import page
+from tests.test_app import fresh_app
+
+TITLES = ["1. Text in, tokens out", "2. Prefill: the whole prompt at once", "3. Decode: one token per step",
+          "4. The KV cache", "5. Without the cache", "6. Choosing the next token", "7. Batches and padding",
+          "8. Scale: the cache of big models"]
+
+
+def lesson(title: str) -> AppTest:
+    at = fresh_app()
+    at.switch_page(page("lessons")).run()
+    at.selectbox(key="lesson_pick").set_value(title).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def text(at: AppTest) -> str:
+    return " ".join(m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("title", TITLES)
+def test_every_lesson_renders(title):
+    at = lesson(title)
+    assert at.header[0].value == title
+
+
+def test_the_prefill_lesson_shows_a_causal_mask_from_the_live_run():
+    at = lesson(TITLES[1])
+    assert "add up to **0**" in text(at)
+
+
+def test_the_kv_cache_lesson_formula_equals_the_measured_bytes():
+    at = lesson(TITLES[3])
+    measured = int(re.search(r"real tensors: \*\*([\d,]+) bytes", text(at)).group(1).replace(",", ""))
+    assert "(the same)" in text(at) and measured > 0
+    at.slider(key="lesson4_steps").set_value(12).run()  # 4 more steps, 4 more positions
+    later = int(re.search(r"real tensors: \*\*([\d,]+) bytes", text(at)).group(1).replace(",", ""))
+    assert later > measured and "(the same)" in text(at)
+
+
+def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work():
+    at = lesson(TITLES[4])
+    t = text(at)
+    assert "Same tokens with and without the cache: **yes**" in t
+    found = re.search(r"computed \*\*(\d+) positions\*\*; the uncached one \*\*(\d+)\*\*", t)
+    cached, uncached = int(found.group(1)), int(found.group(2))
+    assert uncached > cached
+
+
+def test_the_batch_lesson_pads_on_the_left_and_padding_gets_zero_attention():
+    at = lesson(TITLES[6])
+    t = text(at)
+    assert "padding positions" in t and "a padded one is **0**" in t
+    grid = at.dataframe[0].value
+    assert grid.iloc[0, 0].startswith("PAD") and not grid.iloc[1, 0].startswith("PAD")  # left, on the short row
+    assert t.count("same tokens as running it alone: **yes**") == 2
+
+
+def test_next_and_previous_walk_the_lessons_in_order():
+    at = fresh_app()
+    at.switch_page(page("lessons")).run()
+    at.button(key="lesson_next").click().run()
+    assert at.selectbox(key="lesson_pick").value == TITLES[1]
+    at.button(key="lesson_prev").click().run()
+    assert at.selectbox(key="lesson_pick").value == TITLES[0]
