@@ -122,8 +122,9 @@ def lesson_kv_cache() -> None:
     formula = 2 * batch * kv_heads * pos * head_dim * elem * m.layers
     st.markdown(f"After prefill and {steps} decode steps the cache holds **{pos} positions**. Each layer stores keys "
                 f"and values of shape `[{batch}, {kv_heads}, {pos}, {head_dim}]` = `[batch, kv_head, pos, head_dim]`.")
+    total = f"{formula:,}".replace(",", "{,}")  # LaTeX needs braces around a thousands comma
     st.latex(rf"2 \times {batch} \times {kv_heads} \times {pos} \times {head_dim} \times {elem}\,\text{{bytes}} "
-             rf"\times {m.layers}\ \text{{layers}} = {formula:,}\ \text{{bytes}}".replace(",", r"{,}"))
+             rf"\times {m.layers}\ \text{{layers}} = {total}\ \text{{bytes}}")
     st.markdown(f"Measured from the real tensors: **{t.kv_bytes:,} bytes** "
                 f"({'the same' if t.kv_bytes == formula else 'different!'}). Each new token adds "
                 f"{formula // pos:,} bytes.")
@@ -144,7 +145,7 @@ def lesson_no_cache() -> None:
                 f"difference {rep['max_logit_diff']:.1g}). Over {len(cache)} forward passes the cached run computed "
                 f"**{sum_q['cache']} positions**; the uncached one **{sum_q['nocache']}**. Total work (estimate): "
                 f"{flops['nocache'] / flops['cache']:.1f}× more without the cache. Measured decode time: "
-                f"{sp['nocache_total_ms']:.0f} ms vs {sp['cache_total_ms']:.0f} ms.")
+                f"{sp['nocache_total_ms']:.0f} ms without the cache, {sp['cache_total_ms']:.0f} ms with it.")
     st.plotly_chart(fig.work_per_step_figure(cache, nocache), key="lesson5_work")
     st.markdown("Step *i* without the cache computes about *s + i* positions, so *n* steps cost about "
                 "*n·s + n²/2* position-passes: **quadratic** in n. With the cache each step computes one: "
@@ -201,7 +202,10 @@ def lesson_batches() -> None:
     st.plotly_chart(fig.attention_heatmap(run.prefill_attention[0, short, 0].numpy(), fig.axis_labels(pieces),
                                           fig.axis_labels(pieces), f"batch row {short}, layer 0, head 0"),
                     key="lesson7_att")
-    st.dataframe(pd.DataFrame(run.shapes, columns=["tensor", "shape [batch, ...]"]), hide_index=True)
+    st.caption("The PAD rows at the top are the padding positions' own queries: they attend somewhere (every row of "
+               "a softmax sums to 1), but their outputs are never used.")
+    st.dataframe(pd.DataFrame([(name, str(list(shape))) for name, shape in run.shapes],
+                              columns=["tensor", "shape [batch, ...]"]), hide_index=True)
     alone = []
     for prompt, tokens in zip(run.prompts, run.generated):
         solo = Stepper(lm, prompt, max_new_tokens=len(tokens), stop_on_eos=False)
@@ -239,10 +243,11 @@ def lesson_scale() -> None:
                 "them all in one pass, turning memory-bound decode steps into one compute-bound pass.\n"
                 "- **Quantized KV cache**: store keys and values in 8 or 4 bits to fit longer contexts "
                 "(the Scale page has the sizes).")
-    st.caption(f"Why it matters: at {tokens:,} tokens Llama-3-70B's cache is "
-               f"{kvcalc.human(kvcalc.kv_bytes(kvcalc.from_table('Llama-3-70B'), tokens))} per sequence; "
-               f"{math.floor(80e9 / kvcalc.kv_bytes(kvcalc.from_table('Llama-3-70B'), tokens))} sequences of "
-               "it would fill an 80 GB accelerator before any weights.")
+    big = kvcalc.from_table("Llama-3-70B")
+    per_sequence = kvcalc.kv_bytes(big, tokens)
+    st.caption(f"Why it matters: at {tokens:,} tokens Llama-3-70B's cache is {kvcalc.human(per_sequence)} per "
+               f"sequence (estimate); an 80 GB accelerator holds the caches of only {math.floor(80e9 / per_sequence)} "
+               f"such sequences, with no room left for its {kvcalc.human(kvcalc.weight_bytes(big, 2))} of fp16 weights.")
 
 
 LESSONS = {
