@@ -70,6 +70,7 @@ FIELDS = {
     "cache": Field("cache", _choice("on", "off")),
     "steps": Field("steps", _number(int, 0, 512)),
     "presenter": Field("presenter", _choice("on", "off")),
+    "lesson": Field("lesson", _number(int, 1, 99)),  # the lessons page checks it against its own list
 }
 
 

@@ -268,8 +268,15 @@ def move(delta: int) -> None:
     st.session_state["lesson_pick"] = TITLES[max(0, min(len(TITLES) - 1, i + delta))]
 
 
+wanted = st.session_state.pop("lesson_wanted", None)  # from a shared link: lesson=N
+if wanted is not None:
+    if 1 <= wanted <= len(TITLES):
+        st.session_state["lesson_pick"] = TITLES[wanted - 1]
+    else:
+        st.warning(f"link parameter lesson={wanted} ignored: there are lessons 1 to {len(TITLES)}")
 c = st.columns([4, 1, 1])
 lesson = c[0].selectbox("lesson", TITLES, key="lesson_pick")
+st.query_params["lesson"] = str(TITLES.index(lesson) + 1)  # the link reopens this lesson
 c[1].button("Previous", on_click=move, args=(-1,), disabled=lesson == TITLES[0], key="lesson_prev", width="stretch")
 c[2].button("Next", on_click=move, args=(1,), disabled=lesson == TITLES[-1], key="lesson_next", width="stretch")
 st.header(lesson)

@@ -88,6 +88,8 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         st.session_state["step_preset_used"] = st.session_state["step_preset"] = PROMPTS[0]["title"]
     if "steps" in values:
         st.session_state["step_replay"] = values["steps"]
+    if "lesson" in values:
+        st.session_state["lesson_wanted"] = values["lesson"]
     return problems
 
 

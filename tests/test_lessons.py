@@ -7,7 +7,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.appdriver import page
+from tests.appdriver import app_test, page
 from tests.test_app import fresh_app
 
 TITLES = ["1. Text in, tokens out", "2. Prefill: the whole prompt at once", "3. Decode: one token per step",
@@ -73,3 +73,18 @@ def test_next_and_previous_walk_the_lessons_in_order():
     assert at.selectbox(key="lesson_pick").value == TITLES[1]
     at.button(key="lesson_prev").click().run()
     assert at.selectbox(key="lesson_pick").value == TITLES[0]
+
+
+def test_a_link_opens_the_lesson_it_was_copied_from():
+    at = fresh_app()
+    at.switch_page(page("lessons")).run()
+    at.selectbox(key="lesson_pick").set_value(TITLES[4]).run()
+    link = dict(at.query_params)
+    assert link["lesson"] == "5"
+
+    other = app_test()
+    other.query_params = link
+    other.run()
+    other.switch_page(page("lessons")).run()
+    assert not other.exception and not other.warning
+    assert other.selectbox(key="lesson_pick").value == TITLES[4]
