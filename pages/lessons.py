@@ -195,6 +195,10 @@ def lesson_batches() -> None:
         return
     short = int(np.argmax(run.pad_counts))
     st.dataframe(fig.padded_batch_frame(run.pieces, run.input_ids, run.attention_mask), width="stretch")
+    pad_id, bos_id = int(run.input_ids[short, 0]), lm.tokenizer.bos_token_id
+    if pad_id == bos_id:
+        st.caption(f"Padding reuses id {pad_id}, the start marker's id (this tokenizer has no separate pad token): the "
+                   "ids alone cannot tell padding from a real token; only the attention mask can.")
     st.markdown(f"Row {short} got **{run.pad_counts[short]} padding positions**. Its attention (layer 0, head 0) "
                 f"below: the padded columns are zero. Over every layer and head, the largest weight a real token "
                 f"gave a padded one is **{run.max_attention_on_padding():.1g}**.")
