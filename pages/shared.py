@@ -16,6 +16,7 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from engine import DecodeLabError, LoadedModel, Sampling, bundled_models, load_model
+from engine.device import use_serving_threads
 from engine.share import make_link, read_link
 
 OTHER = "Other: Hugging Face id or folder…"
@@ -108,6 +109,8 @@ def write_link(settings: "Settings", **extra) -> None:
 @st.cache_resource(max_entries=4, show_spinner=False)
 def get_model(source: str, device: str, dtype: str) -> LoadedModel:
     lm = load_model(source, device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype)
+    if lm.device.type == "cpu":
+        use_serving_threads(lm.summary.parameters)  # see engine/device.py: the browser needs a core too
     gc.freeze()  # the loaded libraries and weights live for the whole server: keep them out of every GC pass
     return lm
 

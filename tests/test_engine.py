@@ -226,3 +226,11 @@ def test_the_exported_trace_round_trips_through_json(tiny_lm):
         [[list(r.shape) for r in t.shapes] for t in s.traces]
     assert doc["text"] == s.text and doc["stop_reason"] == "max_new_tokens"
     assert [st["q_len"] for st in doc["steps"]] == [s.prompt_len, 1, 1, 1, 1, 1]
+
+
+def test_serving_threads_leave_the_browser_a_core():
+    from engine.device import serving_threads
+
+    assert serving_threads(4_000_000, cores=8) == 1  # a tiny model: one thread is as fast, and never stalls
+    assert serving_threads(500_000_000, cores=8) == 7  # a big one: every core but one
+    assert serving_threads(500_000_000, cores=1) == 1
