@@ -86,7 +86,9 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         st.session_state.update(side_model=OTHER, side_custom=model, side_custom_loaded=model)
     if "prompt" in values:
         st.session_state["step_prompt"] = values["prompt"]
-        st.session_state["step_preset_used"] = st.session_state["step_preset"] = PROMPTS[0]["title"]
+        # the preset box names the preset this prompt is, or shows "(your own prompt)"
+        same = next((x["title"] for x in PROMPTS if x["prompt"] == values["prompt"]), None)
+        st.session_state["step_preset_used"] = st.session_state["step_preset"] = same
     if "steps" in values:
         st.session_state["step_replay"] = values["steps"]
     if "lesson" in values:

@@ -40,8 +40,9 @@ if st.session_state.get("step_scenario"):
     st.caption(next(x["why"] for x in SCENARIOS if x["title"] == st.session_state["step_scenario"]))
 for problem in st.session_state.pop("link_problems", []):
     st.warning(problem)
-preset = st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset")
-if st.session_state.get("step_preset_used") != preset:
+preset = st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset",
+                      placeholder="(your own prompt)")
+if preset is not None and st.session_state.get("step_preset_used") != preset:
     st.session_state["step_prompt"] = next(p["prompt"] for p in PROMPTS if p["title"] == preset)
     st.session_state["step_preset_used"] = preset
 prompt = st.text_area("prompt", key="step_prompt", height=80)

@@ -132,6 +132,7 @@ def test_attention_views_render(view):
 
 
 SCENARIOS = json.loads((ROOT / "assets" / "scenarios.json").read_text())
+PROMPTS = json.loads((ROOT / "assets" / "prompts.json").read_text())
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["title"][:24] for s in SCENARIOS])
@@ -143,6 +144,8 @@ def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
     assert at.sidebar.selectbox(key="side_model").value == link["model"]
     assert at.sidebar.toggle(key="side_cache").value == (link["cache"] == "on")
     assert at.text_area(key="step_prompt").value == link["prompt"]
+    preset = at.selectbox(key="step_preset").value  # names the preset, or none for a prompt of its own
+    assert preset is None or next(p["prompt"] for p in PROMPTS if p["title"] == preset) == link["prompt"]
     if "stop" in link:  # the run ends at the stop string, before all its steps
         assert "stopped: **stop_string**" in status(at)
     else:
