@@ -91,19 +91,19 @@ def run_batch(lm: LoadedModel, prompts: list[str], steps: int = 8) -> BatchRun:
     for step in range(steps):
         step_mask = torch.cat([step_mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)  # [batch, kv_len]
         last_pos = last_pos + 1
+        first = step == 0  # only the first decode step's shapes are shown: skip the extras after it
         with lm.turn():
             out = lm.model(input_ids=chosen[:, None].to(device), attention_mask=step_mask.to(device),
                            position_ids=last_pos.to(device), past_key_values=cache, use_cache=True,
-                           output_attentions=True, output_hidden_states=True)
-        if step == 0:
+                           output_attentions=first, output_hidden_states=first)
+        if first:
             shapes += [("decode input_ids", (len(rows), 1)), ("decode attention_mask", tuple(step_mask.shape)),
                        ("decode hidden states", tuple(out.hidden_states[-1].shape)),
                        ("decode attention (each layer)", tuple(out.attentions[0].shape))]
         chosen = out.logits[:, -1].argmax(-1).cpu()
         generated.append(chosen)
     gen = torch.stack(generated, dim=1).tolist()  # [batch, steps + 1]
-    pad_counts = [int((r == 0).sum()) for r in mask]
-    pieces = tuple(tuple([""] * n + token_pieces(tok, r)) for n, r in zip(pad_counts, rows))
+    pieces = tuple(tuple([""] * (ids.shape[1] - len(r)) + token_pieces(tok, r)) for r in rows)
     return BatchRun(
         prompts=tuple(prompts), input_ids=ids, attention_mask=mask, pieces=pieces, prefill_attention=attention,
         generated=tuple(tuple(g) for g in gen),

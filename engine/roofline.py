@@ -81,7 +81,7 @@ def place(traces) -> list[dict]:
         if t.forward_ms <= 0 or t.warmup:
             continue
         kind = t.phase if t.phase == "prefill" else ("decode (cache)" if t.use_cache else "decode (no cache)")
-        out.append({"step": t.step, "kind": kind, "intensity": t.flops_estimate / t.bytes_estimate,
+        out.append({"step": t.step, "kind": kind, "intensity": t.intensity_estimate,
                     "achieved": t.flops_estimate / (t.forward_ms / 1e3), "forward_ms": t.forward_ms,
                     "bytes_estimate": t.bytes_estimate})
     return out

@@ -65,6 +65,11 @@ class StepTrace:
     def latency_ms(self) -> float:
         return self.forward_ms + self.sample_ms
 
+    @property
+    def intensity_estimate(self) -> float:
+        """Arithmetic intensity: FLOPs per byte moved, both estimates (high = compute-bound, low = memory-bound)."""
+        return self.flops_estimate / self.bytes_estimate
+
     def to_dict(self, attention: bool = False) -> dict:
         """Plain JSON-ready dict; attention weights only when asked (they can be large)."""
         d = {

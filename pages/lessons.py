@@ -13,6 +13,7 @@ import streamlit as st
 from engine import DecodeLabError, Sampling, Stepper, compare, kvcalc
 from engine import figures as fig
 from engine.batch import run_batch
+from engine.stepper import token_pieces
 from pages.shared import PROMPTS, frame
 
 st.title("Lessons: how a language model generates text")
@@ -29,20 +30,15 @@ def prompt_picker(key: str, default: int = 0) -> str:
     return next(p["prompt"] for p in PROMPTS if p["title"] == title)
 
 
-def greedy_run(prompt: str, decode_steps: int, use_cache: bool = True) -> Stepper:
+def greedy_run(prompt: str, decode_steps: int) -> Stepper:
     """Prefill, then `decode_steps` greedy decode steps: the live run a lesson talks about."""
-    s = Stepper(lm, prompt, use_cache=use_cache, max_new_tokens=decode_steps + 1, stop_on_eos=False)
+    s = Stepper(lm, prompt, max_new_tokens=decode_steps + 1, stop_on_eos=False)
     s.run()
     return s
 
 
 def labels(s: Stepper) -> list[str]:
-    return fig.axis_labels([lm.tokenizer.decode([i]) for i in s.ids[0].tolist()])
-
-
-def intensity(t) -> float:
-    """FLOPs per byte moved, from the step's estimates."""
-    return t.flops_estimate / t.bytes_estimate
+    return fig.axis_labels(token_pieces(lm.tokenizer, s.ids[0].tolist()))
 
 
 # ------------------------------------------------------------------ the lessons
@@ -58,7 +54,8 @@ def lesson_tokens() -> None:
         return
     ids = lm.tokenizer(text)["input_ids"]
     bos = lm.tokenizer.bos_token_id
-    st.markdown(fig.token_chips_html([(i, lm.tokenizer.decode([i])) for i in ids], [], set()), unsafe_allow_html=True)
+    st.markdown(fig.token_chips_html(list(zip(ids, token_pieces(lm.tokenizer, ids))), [], set()),
+                unsafe_allow_html=True)
     back = lm.tokenizer.decode(ids, skip_special_tokens=True)
     lead = (f" The first, id {ids[0]}, is the start marker `{lm.tokenizer.decode([ids[0]])}` the tokenizer adds."
             if ids and ids[0] == bos else "")
@@ -84,8 +81,8 @@ def lesson_prefill() -> None:
     st.plotly_chart(fig.attention_heatmap(att, labels(s)[: pre.kv_len], labels(s)[: pre.kv_len],
                                           "layer 0, head 0: prefill, causal"), key="lesson2_att")
     st.dataframe(fig.shapes_frame(pre), hide_index=True, width="stretch")
-    st.markdown(f"Prefill multiplies whole matrices: about **{intensity(pre):.1f} FLOPs per byte** moved (estimate), "
-                f"against {intensity(dec):.1f} for the decode step that follows. Many operations per byte fetched "
+    st.markdown(f"Prefill multiplies whole matrices: about **{pre.intensity_estimate:.1f} FLOPs per byte** moved (estimate), "
+                f"against {dec.intensity_estimate:.1f} for the decode step that follows. Many operations per byte fetched "
                 "means the arithmetic units, not memory, set the pace: prefill is **compute-bound**.")
 
 
@@ -100,7 +97,7 @@ def lesson_decode() -> None:
                 f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len). Its hidden states are "
                 f"`[1, 1, {m.d_model}]`, against `[1, {pre.q_len}, {m.d_model}]` at prefill. It took "
                 f"{t.latency_ms:.1f} ms (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate): about "
-                f"**{intensity(t):.1f} FLOPs per byte**, so every weight is fetched from memory to do very little "
+                f"**{t.intensity_estimate:.1f} FLOPs per byte**, so every weight is fetched from memory to do very little "
                 "work with it. Decode is **memory-bound**.")
     z = fig.assembled_attention(s.traces, 0, 0)
     st.plotly_chart(fig.attention_heatmap(z, labels(s)[: z.shape[0]], labels(s)[: z.shape[1]],
