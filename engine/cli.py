@@ -99,10 +99,14 @@ def _kv_size(args) -> int:
 
 
 def _train(args) -> int:
-    from engine.train import TrainConfig, train
+    from engine.train import CorpusError, TrainConfig, train
 
     fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
-    train(TrainConfig(**fields))
+    try:
+        train(TrainConfig(**fields))
+    except CorpusError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -171,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--arch", choices=["llama", "gpt2"])
     t.add_argument("--eval-file", dest="eval_file", help="held-out file for bits per byte (never trained on)")
     t.add_argument("--init-from", dest="init_from", help="continue training this saved model folder")
+    t.add_argument("--tokenizer-from", dest="tokenizer_from",
+                   help="reuse this model folder's tokenizer (a draft model must share its target's)")
+    t.add_argument("--device", default=None, help="cpu (default) or cuda")
     for name, typ in [("vocab-size", int), ("d-model", int), ("layers", int), ("heads", int), ("kv-heads", int),
                       ("d-ff", int), ("context", int), ("seq-len", int), ("batch", int), ("steps", int),
                       ("lr", float), ("warmup", int), ("weight-decay", float), ("dropout", float),

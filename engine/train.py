@@ -50,15 +50,41 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None
     init_from: str | None = None  # continue training a saved model folder (its tokenizer is kept)
+    tokenizer_from: str | None = None  # reuse this model folder's tokenizer (a draft model must share its target's)
+    device: str = "cpu"  # "cuda" trains on a GPU; the saved weights are float32 on the CPU either way
 
 
 # ---------------------------------------------------------------- data
 
 
+class CorpusError(ValueError):
+    """The corpus cannot train anything: missing, not text, or too little of it."""
+
+
+MIN_STORIES = 10
+
+
 def read_stories(path: str | Path) -> list[str]:
     """Stories of an `<|endoftext|>`-separated file, stripped, empties dropped."""
-    text = Path(path).read_text(encoding="utf-8")
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"the corpus {path} is not a file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorpusError(f"the corpus {path} is not UTF-8 text") from None
+    if "\x00" in text:
+        raise CorpusError(f"the corpus {path} holds NUL bytes: it looks like a binary file, not text")
     return [s.strip() for s in text.split(EOS) if s.strip()]
+
+
+def check_corpus(path: str | Path) -> list[str]:
+    """The stories of a usable corpus, or CorpusError: checked before anything is written."""
+    stories = read_stories(path)
+    if len(stories) < MIN_STORIES:
+        raise CorpusError(f"the corpus {path} holds {len(stories)} stories separated by {EOS}; "
+                          f"training needs at least {MIN_STORIES}")
+    return stories
 
 
 def train_tokenizer(stories: list[str], vocab_size: int):
@@ -153,7 +179,7 @@ def mean_loss(model, stream: torch.Tensor, seq_len: int, max_windows: int = 64) 
     model.eval()
     losses = []
     for start in range(0, len(stream) - seq_len - 1, seq_len)[:max_windows]:
-        w = stream[start : start + seq_len + 1].unsqueeze(0)
+        w = stream[start : start + seq_len + 1].unsqueeze(0).to(model.device)
         logits = model(input_ids=w[:, :-1]).logits  # [batch, pos, vocab]
         losses.append(torch.nn.functional.cross_entropy(logits[0], w[0, 1:]).item())
     model.train()
@@ -181,7 +207,7 @@ def bits_per_byte(model, tokenizer, stories: list[str]) -> dict:
         while scored_to < len(ids):
             end = min(len(ids), scored_to + (ctx - 1 if scored_to == 1 else stride))
             start = max(0, end - ctx)
-            window = torch.tensor([ids[start:end]])
+            window = torch.tensor([ids[start:end]], device=model.device)
             logp = torch.log_softmax(model(input_ids=window).logits[0].float(), dim=-1)
             targets = window[0, 1:]
             nll = -logp[:-1].gather(1, targets[:, None])[:, 0]
@@ -198,7 +224,7 @@ def bits_per_byte(model, tokenizer, stories: list[str]) -> dict:
 
 
 def greedy_sample(model, tokenizer, prompt: str, new_tokens: int = 60) -> str:
-    ids = tokenizer(tokenizer.bos_token + prompt, return_tensors="pt", add_special_tokens=False)
+    ids = tokenizer(tokenizer.bos_token + prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
     out = model.generate(**ids, max_new_tokens=new_tokens, do_sample=False)
     return tokenizer.decode(out[0, 1:], skip_special_tokens=True)
 
@@ -219,20 +245,23 @@ def train(cfg: TrainConfig, log=print) -> dict:
     from tqdm import tqdm
     from transformers import GenerationConfig
 
+    stories = check_corpus(cfg.corpus)  # before the output folder exists: a bad corpus leaves nothing behind
+    if cfg.eval_file:
+        check_corpus(cfg.eval_file)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    device = torch.device(cfg.device)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    stories = read_stories(cfg.corpus)
     holdout_n = min(cfg.holdout_stories, max(1, len(stories) // 10))
     train_stories, held_stories = stories[:-holdout_n], stories[-holdout_n:]
-    if cfg.init_from:
+    if cfg.init_from or cfg.tokenizer_from:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(cfg.init_from)
+        tokenizer = AutoTokenizer.from_pretrained(cfg.init_from or cfg.tokenizer_from)
     else:
         tokenizer = train_tokenizer(train_stories, cfg.vocab_size)
     train_ids = token_stream(tokenizer, train_stories)
@@ -246,6 +275,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         log(f"continuing from {cfg.init_from}")
     else:
         model = build_model(cfg, tokenizer)
+    model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {cfg.arch}, {n_params:,} parameters")
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -262,7 +292,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        x, y = random_batch(train_ids, cfg.batch, seq_len, gen)
+        x, y = (t.to(device) for t in random_batch(train_ids, cfg.batch, seq_len, gen))
         logits = model(input_ids=x).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -288,7 +318,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id, do_sample=False, max_length=cfg.context,
     )
-    model.save_pretrained(out, safe_serialization=True)
+    model.to("cpu").save_pretrained(out, safe_serialization=True)
     tokenizer.model_max_length = cfg.context
     tokenizer.save_pretrained(out)
     earlier = []
@@ -304,7 +334,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         "parameters": n_params,
         "tokens_seen": cfg.steps * cfg.batch * seq_len,
         "train_seconds": round(train_seconds, 1),
-        "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}",
+        "hardware": _hardware(device),
         "history": history,
         "metrics": metrics,
         "samples": samples,
@@ -314,10 +344,23 @@ def train(cfg: TrainConfig, log=print) -> dict:
     return report
 
 
+def _hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}"
+
+
 def model_card(report: dict, vocab: int) -> str:
     cfg = report["config"]
     m = report["metrics"]
-    attention = "multi-head (MHA)" if cfg["arch"] == "gpt2" else f"grouped-query (GQA): {cfg['heads']} query heads share {cfg['kv_heads']} KV heads"
+    if cfg["arch"] == "gpt2" or cfg["kv_heads"] == cfg["heads"]:
+        attention = "multi-head (MHA)"
+    elif cfg["kv_heads"] == 1:
+        attention = f"multi-query (MQA): {cfg['heads']} query heads share one KV head"
+    else:
+        attention = f"grouped-query (GQA): {cfg['heads']} query heads share {cfg['kv_heads']} KV heads"
+    shared = (f"; shared with `{Path(cfg['tokenizer_from']).name}` (taken from its folder, not trained again)"
+              if cfg.get("tokenizer_from") else "")
     eval_line = "not measured"
     if "eval" in m:
         e = m["eval"]
@@ -349,7 +392,7 @@ stories that were never trained or tuned on.
 - attention: {attention}; positions: {'RoPE' if cfg['arch'] == 'llama' else 'learned'}
 - layers {cfg['layers']}, d_model {cfg['d_model']}, head_dim {cfg['d_model'] // cfg['heads']}, d_ff {cfg['d_ff']}, context {cfg['context']} positions
 - parameters: {report['parameters']:,} (input and output embeddings tied)
-- tokenizer: byte-level BPE, {vocab} tokens; `{EOS}` is BOS, EOS and padding
+- tokenizer: byte-level BPE, {vocab} tokens; `{EOS}` is BOS, EOS and padding{shared}
 
 ## Training
 {earlier}- steps {cfg['steps']}, batch {cfg['batch']} x {cfg['seq_len']} tokens, {report['tokens_seen']:,} tokens seen
