@@ -17,7 +17,7 @@ Shape vocabulary (used in code comments, trace field names and UI labels alike):
 
 Public API (see README):
 
-    lm = load_model("default")                    # -> LoadedModel (lm.summary)
+    lm = load_model("default")                    # -> LoadedModel (lm.spec: its figures)
     s = Stepper(lm, "Once upon a time", use_cache=True, sampling=Sampling())
     s.prefill(); s.decode(); s.run(20)            # -> StepTrace records in s.traces
     report = compare(lm, "Once upon a time", steps=20)

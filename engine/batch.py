@@ -23,6 +23,7 @@ import torch
 
 from engine.cache import new_cache
 from engine.errors import StepError
+from engine.forward import run_pass
 from engine.loading import LoadedModel
 from engine.stepper import encode_prompt, token_pieces
 
@@ -63,43 +64,35 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
-@torch.inference_mode()
 def run_batch(lm: LoadedModel, prompts: list[str], steps: int = 8) -> BatchRun:
     """Prefill all prompts in one padded pass, then decode `steps` tokens for every row together."""
     if not 2 <= len(prompts) <= MAX_BATCH:
         raise StepError(f"A batch here has 2 to {MAX_BATCH} prompts (got {len(prompts)}).")
     rows = [encode_prompt(lm, p)[0].tolist() for p in prompts]
-    if max(len(r) for r in rows) + steps + 1 > lm.summary.max_positions:
+    if max(len(r) for r in rows) + steps + 1 > lm.spec.max_positions:
         raise StepError(f"The longest prompt plus {steps} new tokens does not fit in "
-                        f"{lm.summary.max_positions} positions. Shorten it.")
+                        f"{lm.spec.max_positions} positions. Shorten it.")
     tok = lm.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     ids, mask = left_pad(rows, pad_id)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # real tokens count 0, 1, 2, ...; padding sits at 0
     cache = new_cache(lm.config)
-    device = lm.device
-    with lm.turn():
-        out = lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                       past_key_values=cache, use_cache=True, output_attentions=True, output_hidden_states=True)
-    attention = torch.stack([a.float().cpu() for a in out.attentions])  # [layer, batch, head, pos, pos]
+    first = run_pass(lm, ids, cache, record=True, attention_mask=mask, position_ids=positions)
+    attention = torch.stack([a.float().cpu() for a in first.patterns()])  # [layer, batch, head, pos, pos]
     shapes = [("prefill input_ids", tuple(ids.shape)), ("prefill attention_mask", tuple(mask.shape)),
-              ("prefill hidden states", tuple(out.hidden_states[-1].shape)),
-              ("prefill attention (each layer)", tuple(out.attentions[0].shape))]
-    chosen = out.logits[:, -1].argmax(-1).cpu()  # [batch]: every row's last column is a real token
+              ("prefill hidden states", first.hidden_shape), ("prefill attention (each layer)", tuple(attention.shape[1:]))]
+    chosen = first.logits[:, -1].argmax(-1).cpu()  # [batch]: every row's last column is a real token
     generated = [chosen]
     step_mask, last_pos = mask, positions[:, -1:]
     for step in range(steps):
         step_mask = torch.cat([step_mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)  # [batch, kv_len]
         last_pos = last_pos + 1
-        first = step == 0  # only the first decode step's shapes are shown: skip the extras after it
-        with lm.turn():
-            out = lm.model(input_ids=chosen[:, None].to(device), attention_mask=step_mask.to(device),
-                           position_ids=last_pos.to(device), past_key_values=cache, use_cache=True,
-                           output_attentions=first, output_hidden_states=first)
-        if first:
+        shown = step == 0  # only the first decode step's shapes are shown: skip the extras after it
+        out = run_pass(lm, chosen[:, None], cache, record=shown, attention_mask=step_mask, position_ids=last_pos)
+        if shown:
             shapes += [("decode input_ids", (len(rows), 1)), ("decode attention_mask", tuple(step_mask.shape)),
-                       ("decode hidden states", tuple(out.hidden_states[-1].shape)),
-                       ("decode attention (each layer)", tuple(out.attentions[0].shape))]
+                       ("decode hidden states", out.hidden_shape),
+                       ("decode attention (each layer)", tuple(out.patterns()[0].shape))]
         chosen = out.logits[:, -1].argmax(-1).cpu()
         generated.append(chosen)
     gen = torch.stack(generated, dim=1).tolist()  # [batch, steps + 1]

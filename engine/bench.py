@@ -20,6 +20,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from engine import device as dev
+from engine.forward import StepClock, generate
 from engine.loading import LoadedModel
 from engine.sampling import Sampling
 from engine.stepper import Stepper
@@ -29,28 +30,10 @@ TARGET_UNTRACED = 1.05
 TARGET_TRACED = 1.25
 
 
-class _StepClock:
-    """A generate() streamer that reads the clock after every token (after a device sync)."""
-
-    def __init__(self, device):
-        self.device = device
-        self.times: list[float] = []
-
-    def put(self, value):
-        dev.sync(self.device)
-        self.times.append(time.perf_counter())
-
-    def end(self):
-        pass
-
-
 def generate_step_ms(lm: LoadedModel, prompt_ids: torch.Tensor, new_tokens: int) -> list[float]:
     """Per-decode-step wall times of model.generate (the first put() is the prompt, the second prefill)."""
-    clock = _StepClock(lm.device)
-    with lm.turn(), torch.inference_mode():
-        lm.model.generate(input_ids=prompt_ids.to(lm.device), attention_mask=torch.ones_like(prompt_ids).to(lm.device),
-                          max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                          use_cache=True, streamer=clock, pad_token_id=lm.tokenizer.eos_token_id)
+    clock = StepClock(lm.device)
+    generate(lm, prompt_ids, new_tokens, streamer=clock)
     return [(b - a) * 1e3 for a, b in zip(clock.times[1:], clock.times[2:])]
 
 
@@ -58,7 +41,7 @@ def engine_step_ms(lm: LoadedModel, new_tokens: int, record: bool, use_cache: bo
                    prompt: str = PROMPT) -> tuple[list[float], Stepper]:
     """Per-decode-step wall times of the engine, each step() timed from outside (trace building included)."""
     stepper = Stepper(lm, prompt, use_cache=use_cache, sampling=Sampling(), max_new_tokens=new_tokens,
-                      record=record, stop_on_eos=False)
+                      record=record, stop_on_eos=False, repeats=1)  # each pass once, as generate runs it
     stepper.prefill()
     times = []
     while not stepper.done:
@@ -72,7 +55,7 @@ def engine_step_ms(lm: LoadedModel, new_tokens: int, record: bool, use_cache: bo
 def overhead(lm: LoadedModel, new_tokens: int = 64, rounds: int = 5, log=print) -> dict:
     """Median decode-step latency of generate vs engine (untraced and traced), interleaved."""
     prompt_ids = torch.tensor([lm.tokenizer(PROMPT)["input_ids"]])
-    new_tokens = min(new_tokens, lm.summary.max_positions - prompt_ids.shape[1])
+    new_tokens = min(new_tokens, lm.spec.max_positions - prompt_ids.shape[1])
     samples = {"generate": [], "engine": [], "engine_traced": []}
     for r in range(rounds + 1):  # round 0 is a warm-up, dropped
         g = generate_step_ms(lm, prompt_ids, new_tokens)
@@ -101,7 +84,7 @@ def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list
     prompt_len = len(lm.tokenizer(PROMPT)["input_ids"])
     rows = []
     for total in lengths:
-        total = min(total, lm.summary.max_positions)
+        total = min(total, lm.spec.max_positions)
         new = total - prompt_len
         if new < 2:
             log(f"  {total:4d} tokens: skipped (the benchmark prompt alone is {prompt_len} tokens)")
@@ -148,7 +131,7 @@ def app_click(log=print) -> dict | None:
 
 def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, app: bool = True, log=print) -> dict:
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
-    log(f"model {lm.summary.source} ({lm.summary.parameters:,} params, {lm.summary.dtype}) on {lm.device}; "
+    log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {lm.device}; "
         f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
     log("decode-step latency, median over interleaved rounds:")
     res = overhead(lm, rounds=rounds, log=log)
@@ -162,8 +145,8 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, app: boo
     if app:
         log("step-through page:")
         res["app_click"] = app_click(log=log)
-    res["model"] = lm.summary.source
-    res["device"] = str(lm.device)
-    res["dtype"] = lm.summary.dtype
+    res["model"] = lm.spec.name
+    res["device"] = dev.describe(lm.device)
+    res["dtype"] = lm.dtype_name
     res["torch_threads"] = torch.get_num_threads()
     return res

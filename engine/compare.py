@@ -52,9 +52,10 @@ def compare(lm: LoadedModel, prompt: str, steps: int, sampling: Sampling | None 
 
 
 def speedup(cache_traces, nocache_traces) -> dict:
-    """No-cache time / cache time over the decode steps (prefill is identical work in both)."""
+    """No-cache time / cache time over the decode steps (prefill is identical work in both; the load's
+    warm-up passes ran before either and are in neither)."""
     def decode_ms(traces):
-        return [t.latency_ms for t in traces if t.phase == "decode" and not t.warmup]
+        return [t.latency_ms for t in traces if t.phase == "decode"]
 
     c, n = decode_ms(cache_traces), decode_ms(nocache_traces)
     if not c or not n:
@@ -65,3 +66,35 @@ def speedup(cache_traces, nocache_traces) -> dict:
         "cache_total_ms": sum(c),
         "nocache_total_ms": sum(n),
     }
+
+
+def kv_reuse(lm, ids, cache) -> dict | None:
+    """Why K and V are cached and Q is not: recompute every cached position's K and V with no cache at all,
+    and compare them with what the cache holds.
+
+    A position's key and value depend only on the tokens up to it, so they never change once computed:
+    the cache returns exactly what a full recomputation would (to float rounding). A query is used only
+    by its own position's pass, so no later step ever reads an old Q: there is nothing to keep.
+    Returns None for a family whose attention is not captured, or with the cache off.
+    """
+    from engine.cache import kv_length, kv_tensors
+    from engine.forward import run_pass
+
+    if cache is None or not lm.captures:
+        return None
+    n = kv_length(cache)
+    again = run_pass(lm, ids[:, :n], None, record=True)  # no cache: every position's K and V computed anew
+    captured = {c.layer: c for c in again.captures}
+    layers = []
+    for layer, held in enumerate(kv_tensors(cache)):
+        if held is None or layer not in captured:
+            continue
+        keys, values = held
+        kept = keys.shape[2]  # a sliding-window layer holds only the newest positions
+        c = captured[layer]
+        layers.append({"layer": layer, "positions": kept,
+                       "max_key_diff": float((keys - c.k[:, :, -kept:]).abs().max()),
+                       "max_value_diff": float((values - c.v[:, :, -kept:]).abs().max())})
+    return {"positions": n, "layers": layers,
+            "max_key_diff": max(x["max_key_diff"] for x in layers),
+            "max_value_diff": max(x["max_value_diff"] for x in layers)}

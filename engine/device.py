@@ -49,6 +49,36 @@ def sync(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
+def describe(device: torch.device) -> str:
+    """The device in words, for reports: 'NVIDIA H100 80GB HBM3 (cuda)' or 'cpu (x86_64, 2 threads)'."""
+    import platform
+
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (cuda)"
+    if device.type == "mps":
+        return "Apple GPU (mps)"
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def release_memory() -> None:
+    """Give freed memory back to the system after a big run (a cache-off race holds hundreds of MiB).
+
+    Python's collector frees the tensors; the C allocator then keeps the pages unless asked to return them.
+    """
+    import ctypes
+    import gc
+    import sys
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+
+
 def available_bytes(device: torch.device) -> int:
     """Free memory where the weights would go: VRAM on CUDA, else system RAM.
 

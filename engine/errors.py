@@ -13,6 +13,10 @@ class ModelLoadError(DecodeLabError):
     """The model could not be loaded (see subclasses for why)."""
 
 
+class ModelNotOffered(ModelLoadError):
+    """A browser asked for a model the server does not offer (see engine/policy.py)."""
+
+
 class ModelNotFound(ModelLoadError):
     """Unknown id, or no network and not in the local cache."""
 

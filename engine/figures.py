@@ -1,7 +1,16 @@
 """Pure figure and table builders: traces in, plotly Figures / pandas DataFrames out.
 
-Pages place what these return; nothing here knows about streamlit. Colours are
-chosen to stay distinct on a projector: prefill blue, decode orange, chosen green.
+Pages place what these return; nothing here knows about streamlit. One colour per
+meaning, everywhere (the stage, the tabs, the race, the lessons):
+
+    prefill   blue      a position written by the prefill pass
+    decode    orange    a position written by a decode step
+    new       green     what this step adds (its K/V column, its chosen token)
+    recomputed red      work done again because the cache is off
+    masked    grey      a (query, key) pair the mask forbids: not zero, absent
+    estimate  purple, dashed   computed from the config, not measured
+
+`scale` (1.0, or larger in presenter mode) enlarges chart text and heatmap cells.
 """
 
 from __future__ import annotations
@@ -13,21 +22,42 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.estimates import matmuls
 from engine.trace import StepTrace
 
 PREFILL = "#1f77b4"
 DECODE = "#ff7f0e"
-CHOSEN = "#2ca02c"
+NEW = "#2ca02c"
+CHOSEN = NEW
+RECOMPUTED = "#d62728"
+MASKED = "#d9d9d9"
+ESTIMATE = "#9467bd"
 GREY = "#9e9e9e"
-FONT = dict(size=15)
+LEGEND = {"prefill": PREFILL, "decode": DECODE, "this step": NEW, "recomputed (cache off)": RECOMPUTED,
+          "masked": MASKED, "estimate": ESTIMATE}
 
 
-def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
+def _layout(fig: go.Figure, title: str, height: int = 380, scale: float = 1.0) -> go.Figure:
     # The title sits at the very top and the legend in its own row below it, so they never overlap.
-    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top"), height=height, font=FONT,
-                      margin=dict(l=10, r=10, t=85, b=10),
+    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top", font=dict(size=17 * scale)),
+                      height=int(height * scale), font=dict(size=15 * scale),
+                      margin=dict(l=10, r=10, t=int(70 * scale), b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0))
     return fig
+
+
+def _step_axis(fig: go.Figure, steps: list[int], title: str = "step (0 = prefill)", **kw) -> None:
+    """Whole-number ticks only: a step is never 2.5."""
+    n = max(steps) if steps else 1
+    fig.update_xaxes(title=title, tick0=0, dtick=max(1, round(n / 10)), tickformat="d", **kw)
+
+
+def legend_html() -> str:
+    """The colour key, said once (the same colours mean the same thing on every page)."""
+    chips = "".join(f'<span style="display:inline-block;margin-right:14px"><span style="display:inline-block;'
+                    f'width:0.9em;height:0.9em;background:{c};border-radius:2px;vertical-align:-1px"></span> {name}</span>'
+                    for name, c in LEGEND.items())
+    return f"<div style='font-size:0.85rem;line-height:1.6'>{chips}</div>"
 
 
 def show_piece(piece: str) -> str:
@@ -61,144 +91,238 @@ def token_chips_html(prompt: list[tuple[int, str]], generated: list[tuple[int, s
 # ---------------------------------------------------------------- this step
 
 
-def step_story(t: StepTrace, prompt_len: int) -> str:
-    """What this forward pass computed and what it read from the cache, in words."""
-    if t.phase == "prefill":
-        return (f"**Prefill**: all {t.q_len} prompt positions in one pass (matrix × matrix over all s positions: "
-                f"compute-bound). q_len = {t.q_len}, kv_len = {t.kv_len}."
-                + (" Their keys and values are now in the KV cache." if t.use_cache else
-                   " The KV cache is off, so nothing is kept for the next step."))
-    if t.use_cache:
-        return (f"**Decode, cache on**: one position (matrix × vector: memory-bound). q_len = 1, kv_len = {t.kv_len}: "
-                f"the keys and values of the other {t.kv_len - 1} positions were read from the cache, "
-                "and this position's K and V were appended to it.")
-    return (f"**Decode, cache off**: recomputing all {t.q_len} positions again, because no keys or values "
-            f"were kept. q_len = {t.q_len}, kv_len = {t.kv_len}; only the last position's logits are used.")
-
-
 def shapes_frame(t: StepTrace) -> pd.DataFrame:
     return pd.DataFrame([{"tensor": r.tensor, "shape": "[" + ", ".join(map(str, r.shape)) + "]", "dims": r.dims,
                           "source": r.source} for r in t.shapes])
 
 
+def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
+    """One layer's five attention matmuls, W_o and the MLP at this step: with the cache and without (estimates)."""
+    n = t.kv_len
+    on = matmuls(spec, 1, n - 1, layer) if t.phase == "decode" else matmuls(spec, t.q_len, 0, layer)
+    off = matmuls(spec, n, 0, layer)
+    rows = []
+    for a, b in zip(on, off):
+        rows.append({"matmul": a["op"], "cache on: shape": a["shape"], "cache on: FLOPs": int(a["flops"]),
+                     "cache off: shape": b["shape"], "cache off: FLOPs": int(b["flops"]),
+                     "off / on": round(b["flops"] / a["flops"], 1) if a["flops"] else None,
+                     "grows with": a["grows"]})
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------- attention
 
 
-def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: list[str], title: str) -> go.Figure:
-    """One head's attention [row, kv_pos] as a heatmap; hover shows the exact weight."""
-    fig = go.Figure(go.Heatmap(z=weights, x=col_labels, y=row_labels, colorscale="Blues", zmin=0, zmax=1,
-                               hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", title="query position")
-    fig.update_xaxes(title="key position (kv_pos)", tickangle=-60)
-    return _layout(fig, title, height=max(320, 24 * len(row_labels) + 160))
+def visible(query_pos: int, key_pos: int, window: int | None) -> bool:
+    """May the query at `query_pos` attend to the key at `key_pos`? (causal, and inside the window if any)"""
+    return key_pos <= query_pos and (window is None or key_pos > query_pos - window)
 
 
-def heads_grid(weights: np.ndarray, title: str, cols: int = 4) -> go.Figure:
-    """Every head of one layer [head, row, kv_pos] as small multiples."""
-    heads = weights.shape[0]
-    rows = -(-heads // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(heads)],
-                        horizontal_spacing=0.03, vertical_spacing=0.08)
-    for h in range(heads):
-        fig.add_trace(go.Heatmap(z=weights[h], colorscale="Blues", zmin=0, zmax=1, showscale=False,
-                                 hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"),
-                      row=h // cols + 1, col=h % cols + 1)
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
-    return _layout(fig, title, height=200 * rows + 80)
+def attention_rows(t: StepTrace, layer: int, head: int) -> tuple[list[int], np.ndarray]:
+    """The kept query rows of one head over every key position 0..kv_len-1: (query positions, [row, key_pos]).
+
+    NaN marks a masked pair (the future, or outside the layer's window): masked is not zero.
+    """
+    lt = t.layers[layer]
+    if lt.pattern is None:
+        return [], np.zeros((0, t.kv_len))
+    w = lt.pattern[head].float().numpy()  # [row, width] over keys key_start ..
+    rows = list(range(t.kv_len - w.shape[0], t.kv_len))
+    out = np.full((len(rows), t.kv_len), np.nan)
+    out[:, lt.key_start:lt.key_start + w.shape[1]] = w
+    for i, q in enumerate(rows):
+        for k in range(t.kv_len):
+            if not visible(q, k, lt.window):
+                out[i, k] = np.nan
+    return rows, out
 
 
 def assembled_attention(traces: list[StepTrace], layer: int, head: int) -> np.ndarray:
-    """The prefill square plus one new row per decode step: [query_pos, kv_pos], NaN where masked.
+    """The prefill square plus one new row per decode step: [query_pos, key_pos], NaN where masked.
 
     Earlier rows never change: decode only adds a row (with or without the cache).
     """
     rows = []
     for t in traces:
-        if t.attention is None:
-            continue
-        for r in t.attention[layer, head].float().numpy():
-            rows.append(r)
-    width = max(len(r) for r in rows)
+        rows += list(attention_rows(t, layer, head)[1])
+    width = max((len(r) for r in rows), default=0)
     out = np.full((len(rows), width), np.nan)
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
 
 
+def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: list[str], title: str,
+                      scale: float = 1.0) -> go.Figure:
+    """One head's attention [query_pos, key_pos]; masked pairs drawn grey (masked, not zero)."""
+    masked = np.where(np.isnan(weights), 1.0, np.nan)
+    fig = go.Figure([
+        go.Heatmap(z=masked, x=col_labels, y=row_labels, colorscale=[[0, MASKED], [1, MASKED]], showscale=False,
+                   hovertemplate="query %{y}<br>key %{x}<br>masked<extra></extra>", xgap=1, ygap=1),
+        go.Heatmap(z=weights, x=col_labels, y=row_labels, colorscale="Blues", zmin=0, zmax=1, xgap=1, ygap=1,
+                   colorbar=dict(title="weight", thickness=12),
+                   hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"),
+    ])
+    fig.update_yaxes(autorange="reversed", title="query_pos")
+    fig.update_xaxes(title="key_pos (grey: masked)", tickangle=-60)
+    return _layout(fig, title, height=max(300, int(24 * len(row_labels)) + 170), scale=scale)
+
+
+def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0, cols: int = 4) -> go.Figure:
+    """Every head of one layer, labelled with token pieces.
+
+    One query row (a decode step): a [head, key_pos] heatmap, one readable row per head, so the head
+    that looks back at a name is found at a glance. Several rows (prefill): one small panel per head.
+    """
+    heads = t.layers[layer].pattern.shape[0] if t.layers[layer].pattern is not None else 0
+    grids = [attention_rows(t, layer, h) for h in range(heads)]
+    if not grids or len(grids[0][0]) == 1:
+        z = np.stack([g[1][0] for g in grids]) if grids else np.zeros((0, t.kv_len))
+        query = labels[t.kv_len - 1] if t.kv_len else ""
+        fig = attention_heatmap(z, [f"head {h}" for h in range(heads)], labels[: t.kv_len],
+                                f"layer {layer}, every head: query {query}", scale=scale)
+        fig.update_yaxes(title="head")
+        return fig
+    cols = min(cols, heads)
+    rows = -(-heads // cols)
+    qpos = grids[0][0]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(heads)],
+                        shared_xaxes=True, shared_yaxes=True, horizontal_spacing=0.02, vertical_spacing=0.06)
+    short = [f"{show_piece(labels[i].split(' ', 1)[1]) if ' ' in labels[i] else labels[i]}" for i in range(len(labels))]
+    for h, (_, z) in enumerate(grids):
+        fig.add_trace(go.Heatmap(z=z, x=list(range(t.kv_len)), y=qpos, colorscale="Blues", zmin=0, zmax=1,
+                                 showscale=False, customdata=np.array([[f"{short[q]} → {short[k]}" for k in range(t.kv_len)]
+                                                                       for q in qpos], dtype=object),
+                                 hovertemplate="%{customdata}: %{z:.3f}<extra></extra>"),
+                      row=h // cols + 1, col=h % cols + 1)
+    ticks = dict(tickmode="array", tickvals=list(range(t.kv_len)), ticktext=short[: t.kv_len],
+                 tickfont=dict(size=max(8, 11 * scale - t.kv_len // 12)))
+    fig.update_xaxes(tickangle=-60, **ticks)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=qpos, ticktext=[short[q] for q in qpos],
+                     tickfont=ticks["tickfont"])
+    fig.update_layout(plot_bgcolor=MASKED)
+    fig.update_annotations(font_size=13 * scale)
+    return _layout(fig, f"layer {layer}: every head (grey: masked)", height=200 * rows + 150, scale=scale)
+
+
+def look_back(t: StepTrace, layer: int, target: int) -> list[tuple[int, float]]:
+    """Heads ranked by the weight the newest query gives key position `target`: [(head, weight)]."""
+    lt = t.layers[layer]
+    if lt.pattern is None or not lt.key_start <= target < lt.key_start + lt.pattern.shape[-1]:
+        return []
+    w = lt.pattern[:, -1, target - lt.key_start].float().tolist()
+    return sorted(enumerate(w), key=lambda hw: -hw[1])
+
+
 # ---------------------------------------------------------------- KV cache
 
 
 def kv_frame(t: StepTrace) -> pd.DataFrame:
-    return pd.DataFrame([{"layer": i, "keys [batch, kv_head, pos, head_dim]": str(list(s)),
-                          "values": str(list(s)), "bytes (K+V, measured)": b}
-                         for i, (s, b) in enumerate(zip(t.kv_shapes, t.kv_bytes_per_layer))])
+    return pd.DataFrame([{"layer": x.layer, "attends to": "every position" if x.window is None else f"last {x.window}",
+                          "keys [batch, kv_head, pos, head_dim]": str(list(x.shapes.get("kv.keys", ()))),
+                          "values": str(list(x.shapes.get("kv.values", ()))), "bytes (K+V, measured)": x.kv_bytes}
+                         for x in t.layers])
 
 
-def kv_growth_figure(traces: list[StepTrace]) -> go.Figure:
+def kv_growth_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
     steps = [t.step for t in traces]
     fig = go.Figure(go.Scatter(x=steps, y=[t.kv_bytes for t in traces], mode="lines+markers", name="total",
                                line=dict(color=DECODE, width=3)))
-    if traces and traces[-1].kv_bytes_per_layer:
-        for layer in range(len(traces[-1].kv_bytes_per_layer)):
-            fig.add_trace(go.Scatter(x=steps, y=[t.kv_bytes_per_layer[layer] if t.kv_bytes_per_layer else 0
-                                                 for t in traces], mode="lines", name=f"layer {layer}",
-                                     line=dict(width=1, dash="dot")))
-    fig.update_xaxes(title="step (0 = prefill)")
+    if traces and len(traces[-1].layers) <= 12:
+        for layer in range(len(traces[-1].layers)):
+            fig.add_trace(go.Scatter(x=steps, y=[t.layers[layer].kv_bytes for t in traces], mode="lines",
+                                     name=f"layer {layer}", line=dict(width=1, dash="dot")))
+    _step_axis(fig, steps)
     fig.update_yaxes(title="KV cache bytes (measured)", rangemode="tozero")
-    return _layout(fig, "KV cache size after each step")
+    return _layout(fig, "KV cache size after each step", scale=scale)
 
 
-def kv_grid_figure(traces: list[StepTrace], layers: int) -> go.Figure:
-    """The cache as a grid: one column per position, one row per layer, coloured by the step that wrote it."""
-    writer = []  # for each cached position, the step that wrote it
-    for t in traces:
-        if t.kv_shapes:
-            writer += [t.step] * (t.kv_len - len(writer))
-    z = np.array([writer] * layers, dtype=float) if writer else np.zeros((layers, 0))
+def kv_grid_figure(traces: list[StepTrace], layers: int, scale: float = 1.0) -> go.Figure:
+    """The cache as a grid: one column per position, one row per layer, coloured by the step that wrote it.
+
+    A sliding-window layer has dropped its oldest positions: those cells are grey.
+    """
+    t = traces[-1]
+    prompt_len = traces[0].q_len
+    n = t.kv_len
+    writer = np.array([0 if p < prompt_len else p - prompt_len + 1 for p in range(n)], dtype=float)
+    z = np.tile(writer, (layers, 1))
+    colour = np.where(z == 0, 0.0, 1.0)
+    for x in t.layers:
+        if x.cached < n:  # the oldest positions have left this layer's cache
+            colour[x.layer, : n - x.cached] = 0.5
     fig = go.Figure(go.Heatmap(
-        z=np.where(z == 0, 0.0, 1.0), colorscale=[[0, PREFILL], [1, DECODE]], zmin=0, zmax=1, showscale=False,
-        customdata=z, xgap=1, ygap=2, hovertemplate="layer %{y}, pos %{x}<br>written at step %{customdata}<extra></extra>"))
-    fig.update_xaxes(title="pos (blue: prefill, orange: one column per decode step)")
+        z=colour, colorscale=[[0, PREFILL], [0.5, MASKED], [1, DECODE]], zmin=0, zmax=1, showscale=False,
+        customdata=z, xgap=1, ygap=2,
+        hovertemplate="layer %{y}, pos %{x}<br>written at step %{customdata}<extra></extra>"))
+    fig.update_xaxes(title="pos (blue: prefill, orange: one column per decode step, grey: left a sliding window)")
     fig.update_yaxes(title="layer", autorange="reversed", dtick=1)
-    return _layout(fig, "What the KV cache holds", height=120 + 40 * layers)
+    return _layout(fig, "What the KV cache holds", height=120 + 40 * min(layers, 16), scale=scale)
 
 
 # ---------------------------------------------------------------- next token
 
 
-def next_token_figure(t: StepTrace) -> go.Figure:
+def next_token_figure(t: StepTrace, scale: float = 1.0) -> go.Figure:
+    """The most likely tokens: probability before and after the warpers; each bar says its raw logit."""
     labels = [show_piece(c.token) for c in t.top]
     colours = [CHOSEN if c.token_id == t.token_id else GREY for c in t.top]
     fig = go.Figure([
-        go.Bar(x=labels, y=[c.p_before for c in t.top], name="before warpers (softmax of logits)",
-               marker_color="#c6dbef"),
+        go.Bar(x=labels, y=[c.p_before for c in t.top], name="before warpers (softmax of the logits)",
+               marker_color="#c6dbef", text=[f"{c.logit:.1f}" for c in t.top], textposition="outside",
+               hovertemplate="%{x}: p %{y:.3f}, logit %{text}<extra></extra>"),
         go.Bar(x=labels, y=[c.p_after for c in t.top], name="after warpers (what was drawn from)",
                marker_color=colours),
     ])
     fig.update_layout(barmode="group")
-    fig.update_yaxes(title="probability", range=[0, 1])
-    return _layout(fig, f"Next token: {show_piece(t.token)!s} (green) — {t.rule}")
+    fig.update_yaxes(title="probability (numbers: raw logits)", range=[0, 1.15])
+    return _layout(fig, f"Next token: {show_piece(t.token)} (green) — {t.rule}", scale=scale)
 
 
 # ---------------------------------------------------------------- latency
 
 
-def latency_figure(traces: list[StepTrace]) -> go.Figure:
-    """Forward time per step as bars (prefill vs decode), cumulative time, FLOPs estimate on a second axis."""
+def latency_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
+    """Forward time per step: the median of its timed repeats, the bar's whisker its spread; FLOPs estimate dashed."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    colours = [GREY if t.warmup else (PREFILL if t.phase == "prefill" else DECODE) for t in traces]
-    fig.add_trace(go.Bar(x=[t.step for t in traces], y=[t.latency_ms for t in traces], marker_color=colours,
-                         name="latency ms (measured; grey = warm-up)",
-                         hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[t.step for t in traces], y=np.cumsum([t.latency_ms for t in traces]),
-                             name="cumulative ms", line=dict(color="#444", dash="dot")))
-    fig.add_trace(go.Scatter(x=[t.step for t in traces], y=[t.flops_estimate for t in traces],
-                             name="FLOPs (estimate)", line=dict(color="#9467bd")), secondary_y=True)
-    fig.update_xaxes(title="step (0 = prefill)")
-    fig.update_yaxes(title="ms", secondary_y=False, rangemode="tozero")
+    steps = [t.step for t in traces]
+    colours = [PREFILL if t.phase == "prefill" else (DECODE if t.use_cache else RECOMPUTED) for t in traces]
+    repeats = traces[0].timing.repeats if traces else 1
+    fig.add_trace(go.Bar(
+        x=steps, y=[t.latency_ms for t in traces], marker_color=colours,
+        name=f"ms per step (median of {repeats} timed runs; whisker: fastest–slowest)" if repeats > 1 else "ms per step",
+        error_y=dict(type="data", symmetric=False, array=[t.timing.high_ms - t.forward_ms for t in traces],
+                     arrayminus=[t.forward_ms - t.timing.low_ms for t in traces], color="#444", thickness=1.5),
+        hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=[t.flops_estimate for t in traces], name="FLOPs (estimate)",
+                             line=dict(color=ESTIMATE, dash="dash")), secondary_y=True)
+    _step_axis(fig, steps)
+    fig.update_yaxes(title="ms (measured)", secondary_y=False, rangemode="tozero")
     fig.update_yaxes(title="FLOPs (estimate)", secondary_y=True, rangemode="tozero")
-    return _layout(fig, "Latency of every step")
+    return _layout(fig, "Latency of every step", scale=scale)
+
+
+def latency_trend(traces: list[StepTrace]) -> dict:
+    """Do decode times climb? The slope of decode ms against position, and the total change it implies."""
+    dec = [t for t in traces if t.phase == "decode"]
+    if len(dec) < 3:
+        return {"climbs": None, "first_ms": None, "last_ms": None}
+    x = np.array([t.kv_len for t in dec], dtype=float)
+    y = np.array([t.latency_ms for t in dec])
+    slope = float(np.polyfit(x, y, 1)[0])
+    rise = slope * (x[-1] - x[0])
+    return {"climbs": rise > 0.25 * float(np.median(y)), "slope_ms_per_pos": slope, "rise_ms": rise,
+            "first_ms": float(y[:3].mean()), "last_ms": float(y[-3:].mean())}
+
+
+def timing_callout(traces: list[StepTrace]) -> dict | None:
+    """Time to first token (prefill + its choice) vs time per output token (median decode step)."""
+    pre = next((t for t in traces if t.phase == "prefill"), None)
+    dec = [t.latency_ms for t in traces if t.phase == "decode"]
+    if pre is None:
+        return None
+    return {"ttft_ms": pre.latency_ms, "prefill_ms_per_token": pre.forward_ms / pre.q_len, "prompt_tokens": pre.q_len,
+            "tpot_ms": float(np.median(dec)) if dec else None, "decode_steps": len(dec)}
 
 
 def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
@@ -206,24 +330,25 @@ def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
     return pd.DataFrame([{
         "step": t.step, "phase": t.phase, "cache": t.use_cache, "q_len": t.q_len, "kv_len": t.kv_len,
         "token": t.token, "token_id": t.token_id, "kv_bytes": t.kv_bytes, "latency_ms": round(t.latency_ms, 3),
-        "warmup": t.warmup, "flops_estimate": t.flops_estimate, "bytes_estimate": t.bytes_estimate,
+        "forward_ms_low": round(t.timing.low_ms, 3), "forward_ms_high": round(t.timing.high_ms, 3),
+        "timed_repeats": t.timing.repeats, "flops_estimate": t.flops_estimate, "bytes_estimate": t.bytes_estimate,
     } for t in traces])
 
 
 # ---------------------------------------------------------------- lessons
 
 
-def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[StepTrace]) -> go.Figure:
+def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
     """Positions computed (q_len) at every step, with and without the cache: flat vs a climbing staircase."""
     fig = go.Figure()
     fig.add_trace(go.Bar(x=[t.step for t in nocache_traces], y=[t.q_len for t in nocache_traces],
-                         name="KV cache off", marker_color="#d62728"))
+                         name="KV cache off", marker_color=RECOMPUTED))
     fig.add_trace(go.Bar(x=[t.step for t in cache_traces], y=[t.q_len for t in cache_traces],
                          name="KV cache on", marker_color=PREFILL))
     fig.update_layout(barmode="group")
-    fig.update_xaxes(title="step (0 = prefill)")
+    _step_axis(fig, [t.step for t in nocache_traces])
     fig.update_yaxes(title="positions computed (q_len)")
-    return _layout(fig, "Work per step: positions pushed through the model")
+    return _layout(fig, "Work per step: positions pushed through the model", scale=scale)
 
 
 def padded_batch_frame(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> pd.DataFrame:

@@ -1,16 +1,23 @@
 """Load a causal LM safely and describe it for display.
 
-Safe means: safetensors only (pickle weights are refused, never unpickled),
-`trust_remote_code` never, eager attention (so attention weights exist), and
-a memory check from the config *before* any weight is read.
+Safe means, in this order, before any weight is read:
+1. the config is read without remote code, and its figures are checked (positive whole
+   numbers in sane ranges, at most MAX_LAYERS layers);
+2. the parameter count is bounded analytically from those figures and checked against free
+   memory (no module tree is built for a config that cannot fit);
+3. the weights are safetensors files inside the model's folder, each with a header that
+   parses; an index that points anywhere else (a pickle `.bin`, another folder) is refused;
+4. transformers loads with `use_safetensors=True` and `trust_remote_code=False`.
+Every failure is a DecodeLabError whose message names the model as it was asked for,
+never a path of the server.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +25,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from engine import capture
 from engine import device as dev
 from engine.errors import (
     Busy,
@@ -29,48 +37,18 @@ from engine.errors import (
     TooLarge,
     UnsafeWeights,
 )
+from engine.spec import ModelSpec, from_config
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_MODEL = "tinystories-llama"
+DRAFT_MODEL = "tinystories-draft"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 MEMORY_HEADROOM = 1.3  # weights x this must fit: activations, cache and the copy made while loading
-
-
-@dataclass(frozen=True)
-class ModelSummary:
-    """What the UI shows about a model; every field read from its config or weights."""
-
-    source: str
-    architecture: str
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    d_model: int
-    vocab: int
-    max_positions: int
-    parameters: int
-    dtype: str
-    device: str
-
-    @property
-    def attention(self) -> str:
-        """MHA (every head has its own K/V), GQA (groups share), MQA (one K/V head)."""
-        if self.kv_heads == self.heads:
-            return "MHA"
-        return "MQA" if self.kv_heads == 1 else "GQA"
-
-    def as_rows(self) -> list[tuple[str, str]]:
-        return [
-            ("source", self.source), ("architecture", self.architecture), ("layer", str(self.layers)),
-            ("head (query heads)", str(self.heads)),
-            ("kv_head (key/value heads)", f"{self.kv_heads} ({self.attention})"),
-            ("head_dim", str(self.head_dim)), ("d_model", str(self.d_model)), ("vocab", f"{self.vocab:,}"),
-            ("max positions", f"{self.max_positions:,}"), ("parameters", f"{self.parameters:,}"),
-            ("dtype", self.dtype), ("device", self.device),
-        ]
-
-
+MAX_LAYERS = 256  # the deepest published decoder has 126; a config with more is refused unread
+MAX_WIDTH = 65_536  # hidden size, intermediate size, head_dim
+MAX_HEADS = 1_024
+MAX_VOCAB = 2_000_000
+MAX_POSITIONS = 10_000_000
 MAX_WAITING = 64  # forward passes queued for the model at once; more get a polite "busy"
 MAX_WAIT_S = 30.0  # how long one forward pass may wait for its turn
 
@@ -86,17 +64,37 @@ class LoadedModel:
 
     model: torch.nn.Module
     tokenizer: object
-    summary: ModelSummary
+    spec: ModelSpec
     device: torch.device
     dtype: torch.dtype
+    captures: bool  # Q/K/V are read off the real tensors (engine.capture); else derived from the config
     warmup_ms: float = 0.0  # time of the warm-up passes made at load, reported apart from every step
-    passes: int = 0  # forward passes run so far; the first one is a warm-up
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     slots: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(MAX_WAITING), repr=False)
 
     @property
     def config(self):
         return self.model.config
+
+    @property
+    def dtype_name(self) -> str:
+        return _dtype_name(self.dtype)
+
+    @property
+    def elem_bytes(self) -> int:
+        return torch.finfo(self.dtype).bits // 8
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The model at a glance, in the words the code and the traces use."""
+        s = self.spec
+        return [
+            ("name", s.name), ("architecture", s.architecture), ("layer", str(s.layers)),
+            ("head (query heads)", str(s.heads)), ("kv_head (key/value heads)", f"{s.kv_heads} ({s.attention})"),
+            ("head_dim", str(s.head_dim)), ("d_model", str(s.d_model)), ("vocab", f"{s.vocab:,}"),
+            ("attention per layer", s.layer_pattern()), ("max positions", f"{s.max_positions:,}"),
+            ("parameters", f"{int(s.parameters):,}"), ("dtype", self.dtype_name), ("device", str(self.device)),
+            ("Q/K/V shapes", "measured on the real tensors" if self.captures else "derived from the config"),
+        ]
 
     @contextmanager
     def turn(self):
@@ -137,7 +135,7 @@ def resolve_source(source: str) -> str:
 
 
 def read_config(source: str):
-    """The model's config, read without weights and without remote code."""
+    """The model's config, read without weights and without remote code, its figures checked."""
     from transformers import AutoConfig
 
     path = resolve_source(source)
@@ -146,21 +144,21 @@ def read_config(source: str):
         if not local.is_dir():
             raise NotACausalLM(f"'{source}' is a file, not a model folder.")
         if not (local / "config.json").is_file():
-            raise NotACausalLM(f"The folder '{source}' holds no config.json, so it is not a model folder.")
+            raise NotACausalLM(f"'{source}' holds no config.json, so it is not a model folder.")
     try:
         try:
-            return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+            config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
         except OSError:
             if local.exists() or not hub_reachable():
                 raise
-            return AutoConfig.from_pretrained(path, trust_remote_code=False)
+            config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except ValueError as e:
         if "trust_remote_code" in str(e) or "custom code" in str(e):
             raise RemoteCodeRequired(
                 f"'{source}' needs code from its repository to run. Decode Lab never runs downloaded code "
                 "(trust_remote_code is off): choose a model that transformers supports natively."
             ) from None
-        raise NotACausalLM(f"'{source}' has a config transformers does not recognise: {_first_line(e)}") from None
+        raise NotACausalLM(f"'{source}' has a config transformers does not recognise.") from None
     except OSError:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("DECODE_LAB_OFFLINE") == "1"
         why = "the hub is switched off here" if offline else "no network, or no such repository"
@@ -168,6 +166,10 @@ def read_config(source: str):
             f"Could not find '{source}': it is not a bundled model or a local folder, and it is not in the "
             f"Hugging Face cache ({why}). Check the spelling, or download it once while online."
         ) from None
+    except Exception:  # noqa: BLE001 - a malformed config.json (bad JSON, wrong types) is the user's input
+        raise NotACausalLM(f"'{source}' has a config.json that cannot be read (malformed or of the wrong types).") from None
+    check_config(config, source)
+    return config
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
@@ -182,6 +184,38 @@ def hub_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
+def _whole(value, name: str, source: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise NotACausalLM(f"'{source}' has an unusable config: {name} must be a whole number from {lo:,} to "
+                           f"{hi:,} (it is {str(value)[:40]!r}).")
+    return value
+
+
+def check_config(config, source: str) -> None:
+    """The figures every page and estimate relies on: whole numbers in sane ranges, heads that divide evenly."""
+    text = config.get_text_config(decoder=True)
+    layers = _whole(getattr(text, "num_hidden_layers", None), "num_hidden_layers", source, 1, MAX_LAYERS)
+    d_model = _whole(getattr(text, "hidden_size", None), "hidden_size", source, 1, MAX_WIDTH)
+    heads = _whole(getattr(text, "num_attention_heads", None), "num_attention_heads", source, 1, MAX_HEADS)
+    kv = getattr(text, "num_key_value_heads", None)
+    kv = heads if kv is None else _whole(kv, "num_key_value_heads", source, 1, heads)
+    if heads % kv:
+        raise NotACausalLM(f"'{source}' has an unusable config: {heads} query heads cannot share {kv} key/value heads evenly.")
+    head_dim = getattr(text, "head_dim", None)
+    if head_dim is None and d_model % heads:
+        raise NotACausalLM(f"'{source}' has an unusable config: hidden_size {d_model} is not a multiple of {heads} heads.")
+    if head_dim is not None:
+        _whole(head_dim, "head_dim", source, 1, MAX_WIDTH)
+    _whole(getattr(text, "vocab_size", None), "vocab_size", source, 1, MAX_VOCAB)
+    for name in ("intermediate_size", "n_inner", "ffn_dim"):
+        if getattr(text, name, None) is not None:
+            _whole(getattr(text, name), name, source, 1, 4 * MAX_WIDTH)
+    for name in ("max_position_embeddings", "n_positions", "sliding_window"):
+        if getattr(text, name, None) is not None:
+            _whole(getattr(text, name), name, source, 1, MAX_POSITIONS)
+    del layers
+
+
 def check_causal_lm(config, source: str) -> None:
     """Refuse encoder-decoder and encoder-only models: the app steps decoder-only LMs."""
     from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
@@ -193,12 +227,33 @@ def check_causal_lm(config, source: str) -> None:
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING or (
         archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     ):
-        kind = ", ".join(archs) or config.model_type
+        kind = ", ".join(str(a)[:60] for a in archs) or config.model_type
         raise NotACausalLM(f"'{source}' is not a decoder-only causal language model ({kind}).")
 
 
+def parameter_bound(config) -> int:
+    """An upper estimate of the parameter count from the config's figures alone (no module is built).
+
+    Per layer: Q, K, V, O projections, a gated MLP of three matrices, norms; plus embeddings and
+    an untied LM head. Generous on purpose: it only decides what is too big to try.
+    """
+    t = config.get_text_config(decoder=True)
+    d = t.hidden_size
+    heads = t.num_attention_heads
+    kv = getattr(t, "num_key_value_heads", None) or heads
+    hd = getattr(t, "head_dim", None) or d // heads
+    ff = getattr(t, "intermediate_size", None) or getattr(t, "n_inner", None) or getattr(t, "ffn_dim", None) or 4 * d
+    experts = getattr(t, "num_local_experts", None) or getattr(t, "num_experts", None) or 1
+    per_layer = 2 * d * heads * hd + 2 * d * kv * hd + 3 * d * ff * experts + 4 * d
+    positions = getattr(t, "max_position_embeddings", None) or getattr(t, "n_positions", None) or 0
+    return int(t.num_hidden_layers * per_layer + 2 * t.vocab_size * d + positions * d)
+
+
 def estimate_parameters(config) -> int:
-    """Exact parameter count from the config alone (built on the meta device: no memory used)."""
+    """Exact parameter count from the config alone (built on the meta device: no memory used).
+
+    Only called once parameter_bound and the layer cap have passed, so the tree it builds is bounded.
+    """
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -207,33 +262,67 @@ def estimate_parameters(config) -> int:
 
 
 def check_memory(config, source: str, device: torch.device, dtype: torch.dtype) -> int:
-    """Raise TooLarge before loading if the weights cannot fit; return the parameter count."""
-    params = estimate_parameters(config)
-    need = params * torch.finfo(dtype).bits // 8
+    """Raise TooLarge before anything is built if the weights cannot fit; return the parameter count."""
     have = dev.available_bytes(device)
-    if need * MEMORY_HEADROOM > have:
+    elem = torch.finfo(dtype).bits // 8
+
+    def refuse(params: int, how: str):
+        need = params * elem
         raise TooLarge(
             f"'{source}' has {params / 1e9:.2f} B parameters: about {need / 2**30:.1f} GiB in {_dtype_name(dtype)} "
-            f"(estimate from its config), but only {have / 2**30:.1f} GiB is free on {device.type}. "
+            f"({how} from its config), but only {have / 2**30:.1f} GiB is free on {device.type}. "
             "Choose a smaller model or a smaller dtype."
         )
+
+    bound = parameter_bound(config)
+    if bound * elem > 4 * have:  # far too big: refuse on the bound, build nothing
+        refuse(bound, "estimate")
+    try:
+        params = estimate_parameters(config)
+    except Exception:  # noqa: BLE001 - figures that pass the checks can still contradict each other
+        raise NotACausalLM(f"'{source}' has a config whose figures do not fit together; transformers cannot build it.") from None
+    if params * elem * MEMORY_HEADROOM > have:
+        refuse(params, "estimate")
     return params
 
 
-def check_weights_format(path: str, source: str) -> None:
-    """A local folder must hold .safetensors weights; pickle-only folders are refused unread."""
+def check_weights(path: str, source: str) -> None:
+    """A local folder's weights must be safetensors files inside it, each with a header that parses.
+
+    The index (model.safetensors.index.json) may only name .safetensors files of this folder: one that
+    names a pickle file or points outside would have transformers read it another way.
+    """
     folder = Path(path)
     if not folder.is_dir():
-        return  # a hub id: from_pretrained(use_safetensors=True) refuses pickle-only repos itself
-    files = [p.name for p in folder.iterdir()]
-    if any(f.endswith(".safetensors") for f in files):
-        return
-    if any(f.endswith(PICKLE_SUFFIXES) for f in files):
-        raise UnsafeWeights(
-            f"'{source}' has weights only in pickle format ({', '.join(f for f in files if f.endswith(PICKLE_SUFFIXES))}). "
-            "Unpickling can run arbitrary code, so Decode Lab loads safetensors only."
-        )
-    raise NotACausalLM(f"The folder '{source}' has a config but no model weights (*.safetensors).")
+        return  # a hub id: from_pretrained(use_safetensors=True) fetches only safetensors files
+    names = [p.name for p in folder.iterdir()]
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except Exception:  # noqa: BLE001
+            raise UnsafeWeights(f"'{source}' has a safetensors index that cannot be read.") from None
+        for shard in shards:
+            if not isinstance(shard, str) or not shard.endswith(".safetensors") or Path(shard).name != shard:
+                raise UnsafeWeights(f"'{source}' has a safetensors index that names a file that is not a "
+                                    "safetensors file of its own folder; Decode Lab loads safetensors only.")
+    else:
+        shards = [n for n in names if n.endswith(".safetensors")]
+    if not shards:
+        if any(n.endswith(PICKLE_SUFFIXES) for n in names):
+            raise UnsafeWeights(f"'{source}' has weights only in pickle format (.bin/.pt). Unpickling can run "
+                                "arbitrary code, so Decode Lab loads safetensors only.")
+        raise NotACausalLM(f"'{source}' has a config but no model weights (*.safetensors).")
+    from safetensors import safe_open
+
+    for shard in shards:
+        try:
+            with safe_open(str(folder / shard), framework="pt") as f:
+                f.keys()
+        except Exception:  # noqa: BLE001 - SafetensorError, OSError: a missing, corrupt or lying file
+            raise UnsafeWeights(f"'{source}' has a weights file that is missing or corrupt (its safetensors "
+                                "header does not describe its contents).") from None
 
 
 def load_model(source: str = "default", device: str | None = None, dtype: str | torch.dtype | None = None,
@@ -246,86 +335,49 @@ def load_model(source: str = "default", device: str | None = None, dtype: str | 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    torch_device = dev.pick_device(device)
-    torch_dtype = dev.pick_dtype(torch_device, dtype)
+    try:
+        torch_device = dev.pick_device(device)
+        torch_dtype = dev.pick_dtype(torch_device, dtype)
+    except ValueError as e:
+        raise ModelLoadError(str(e)) from None
     path = resolve_source(source)
     config = read_config(source)
     check_causal_lm(config, source)
-    check_weights_format(path, source)
     params = check_memory(config, source, torch_device, torch_dtype)
+    check_weights(path, source)
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except Exception as e:  # noqa: BLE001 - any tokenizer failure means "no usable tokenizer"
-        raise NoTokenizer(f"'{source}' has no tokenizer Decode Lab can load: {_first_line(e)}") from None
+    except Exception:  # noqa: BLE001 - any tokenizer failure means "no usable tokenizer"
+        tokenizer = None
     if tokenizer is None or not tokenizer("Hello", add_special_tokens=False)["input_ids"]:
         # transformers may build an empty tokenizer from a config alone: it encodes nothing
         raise NoTokenizer(f"'{source}' has no tokenizer files (tokenizer.json or vocab files) Decode Lab can load.")
 
+    captures = capture.supports(config)
+    if captures:
+        capture.register()
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch_dtype, attn_implementation="eager",
+            path, dtype=torch_dtype, attn_implementation=capture.IMPLEMENTATION if captures else "eager",
             use_safetensors=True, trust_remote_code=False,
         )
     except OSError as e:
         if ".bin" in str(e) or "safetensors" in str(e):
             raise UnsafeWeights(f"'{source}' offers no safetensors weights; Decode Lab does not unpickle .bin files.") from None
-        raise ModelNotFound(f"Could not load the weights of '{source}': {_first_line(e)}") from None
-    except ValueError as e:
-        raise ModelLoadError(f"Could not load '{source}': {_first_line(e)}") from None
+        raise ModelNotFound(f"Could not load the weights of '{source}'.") from None
+    except Exception:  # noqa: BLE001 - weights that do not match their config, a truncated file, ...
+        raise ModelLoadError(f"Could not load '{source}': its weights do not match its config or are damaged.") from None
     model.to(torch_device).eval()
 
-    summary = summarize(model.config, source, params, torch_dtype, torch_device)
-    lm = LoadedModel(model=model, tokenizer=tokenizer, summary=summary, device=torch_device, dtype=torch_dtype)
+    lm = LoadedModel(model=model, tokenizer=tokenizer, spec=from_config(model.config, source, params, "its config"),
+                     device=torch_device, dtype=torch_dtype, captures=captures)
     if warmup:
+        from engine.forward import warm_up
+
         lm.warmup_ms = warm_up(lm)
     return lm
 
 
-def summarize(config, source: str, params: int, dtype: torch.dtype, device: torch.device) -> ModelSummary:
-    heads = config.num_attention_heads
-    d_model = config.hidden_size
-    return ModelSummary(
-        source=source,
-        architecture=(getattr(config, "architectures", None) or [config.model_type])[0],
-        layers=config.num_hidden_layers,
-        heads=heads,
-        kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-        head_dim=getattr(config, "head_dim", None) or d_model // heads,
-        d_model=d_model,
-        vocab=config.vocab_size,
-        max_positions=max_positions(config),
-        parameters=params,
-        dtype=_dtype_name(dtype),
-        device=str(device),
-    )
-
-
-def max_positions(config) -> int:
-    return int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 2048))
-
-
-@torch.no_grad()
-def warm_up(lm: LoadedModel) -> float:
-    """One short prefill and one decode-shaped pass, so no user-visible step pays for first-call setup.
-
-    Returns the warm-up time in ms; it is reported as warm-up and never mixed into step latencies.
-    """
-    ids = torch.tensor([[lm.tokenizer.eos_token_id or 0] * 4], device=lm.device)
-    with lm.turn():
-        t0 = time.perf_counter()
-        out = lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, output_attentions=True)
-        lm.model(input_ids=ids[:, :1], attention_mask=torch.ones(1, 5, dtype=torch.long, device=lm.device),
-                 past_key_values=out.past_key_values, use_cache=True, output_attentions=True)
-        dev.sync(lm.device)
-        lm.passes += 2
-        return (time.perf_counter() - t0) * 1e3
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__

@@ -74,11 +74,25 @@ def from_datasheet(row, dtype_bytes: int = 2) -> DeviceRoof:
                       bandwidth=float(row["memory_bandwidth_gb_s"]) * 1e9, measured=False)
 
 
+def bound(intensity: float, roof: DeviceRoof) -> str:
+    """'compute-bound' right of the device's ridge, 'memory-bound' left of it: the label comes from the device."""
+    return "compute-bound" if intensity >= roof.ridge else "memory-bound"
+
+
+def h100() -> DeviceRoof:
+    """An H100's roofline from the bundled datasheet table, to place a step on for comparison."""
+    from engine.kvcalc import accelerators
+
+    rows = accelerators().set_index("name")
+    name = "NVIDIA H100 SXM"
+    return from_datasheet(rows.loc[name].to_dict() | {"name": name})
+
+
 def place(traces) -> list[dict]:
     """Each step's arithmetic intensity and achieved FLOP/s (from estimates and measured time)."""
     out = []
     for t in traces:
-        if t.forward_ms <= 0 or t.warmup:
+        if t.forward_ms <= 0:
             continue
         kind = t.phase if t.phase == "prefill" else ("decode (cache)" if t.use_cache else "decode (no cache)")
         out.append({"step": t.step, "kind": kind, "intensity": t.intensity_estimate,
@@ -91,14 +105,15 @@ def bound_frame(traces, roof: DeviceRoof):
     """Per decode step: the memory lower bound bytes/bandwidth next to the measured time."""
     import pandas as pd
 
-    rows = [{"step": t.step, "measured ms": round(t.forward_ms, 3),
+    rows = [{"step": t.step, "measured ms (median)": round(t.forward_ms, 3),
              "lower bound ms (bytes moved / bandwidth, estimate)": round(t.bytes_estimate / roof.bandwidth * 1e3, 4),
-             "measured / bound": round(t.forward_ms / (t.bytes_estimate / roof.bandwidth * 1e3), 1)}
+             "measured / bound": round(t.forward_ms / (t.bytes_estimate / roof.bandwidth * 1e3), 1),
+             "FLOP/byte (estimate)": round(t.intensity_estimate, 2), "here": bound(t.intensity_estimate, roof)}
             for t in traces if t.phase == "decode"]
     return pd.DataFrame(rows)
 
 
-def figure(roof: DeviceRoof, points: list[dict]) -> go.Figure:
+def figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) -> go.Figure:
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
     fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], name="roofline",
                                line=dict(color="#333", width=3)))
@@ -113,4 +128,4 @@ def figure(roof: DeviceRoof, points: list[dict]) -> go.Figure:
     fig.add_vline(x=roof.ridge, line_dash="dot", annotation_text=f"ridge {roof.ridge:.1f} FLOP/byte")
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte moved, estimate)")
     fig.update_yaxes(type="log", title="FLOP/s (achieved = FLOPs estimate / measured time)")
-    return _layout(fig, f"Roofline: {roof.name}", height=460)
+    return _layout(fig, f"Roofline: {roof.name}", height=460, scale=scale)

@@ -87,6 +87,7 @@ class Choice:
     """The outcome of one sampling step."""
 
     token_id: int
+    logits: torch.Tensor  # [vocab] the raw logits of the last position, float32 on the CPU
     probs_before: torch.Tensor  # [vocab] softmax of the raw logits
     probs_after: torch.Tensor  # [vocab] softmax after the processors (what was drawn from)
 
@@ -102,7 +103,7 @@ def choose(sampling: Sampling, processors: LogitsProcessorList, input_ids: torch
         token = int(torch.argmax(scores[0]))
     else:
         token = int(torch.multinomial(after, 1, generator=generator))
-    return Choice(token_id=token, probs_before=before, probs_after=after)
+    return Choice(token_id=token, logits=raw[0], probs_before=before, probs_after=after)
 
 
 def _finite(x) -> bool:

@@ -69,6 +69,7 @@ FIELDS = {
     "stop": Field("stop", _text(300)),
     "cache": Field("cache", _choice("on", "off")),
     "steps": Field("steps", _number(int, 0, 512)),
+    "at": Field("at", _number(int, 0, 512)),  # the step on screen (the scrubber); the page clamps it to the run
     "presenter": Field("presenter", _choice("on", "off")),
     "lesson": Field("lesson", _number(int, 1, 99)),  # the lessons page checks it against its own list
 }

@@ -4,7 +4,9 @@
     decode:   input_ids [batch, 1]  -> one new position; reads the cache, appends one K/V row
     no cache: input_ids [batch, n]  -> every decode step recomputes all n positions again
 
-The cache switch is the one `if self.use_cache:` branch in `decode()`.
+The cache switch is the one `if self.use_cache:` branch in `decode()`. Everything a
+pass leaves behind is turned into a StepTrace by the small `_record_*` functions at
+the bottom, one part of the record each.
 """
 
 from __future__ import annotations
@@ -13,18 +15,19 @@ import time
 
 import torch
 
-from engine import device as dev
 from engine.cache import kv_length, kv_tensors, new_cache
 from engine.errors import StepError
-from engine.estimates import CostModel, step_bytes, step_flops
+from engine.estimates import step_bytes, step_flops
+from engine.forward import Pass, Timing, run_pass
 from engine.loading import LoadedModel
-from engine.sampling import Sampling, choose
-from engine.trace import Candidate, ShapeRow, StepTrace
+from engine.sampling import Choice, Sampling, choose
+from engine.trace import Candidate, LayerTrace, StepTrace
 
 MAX_PROMPT_CHARS = 50_000  # refuse before tokenizing: a teaching prompt is never this long
 MAX_NEW_TOKENS = 2048  # per run: bounds what one session can hold
-ATTENTION_BUDGET_BYTES = 32 * 2**20  # per trace; above it only the last row is kept
+ATTENTION_BUDGET_BYTES = 32 * 2**20  # per trace; above it only the last query row is kept
 TOP_CANDIDATES = 10
+TIMED_REPEATS = 3  # each step's pass is timed this many times after a warm-up run: a median, with its spread
 
 
 class Stepper:
@@ -32,15 +35,17 @@ class Stepper:
 
     def __init__(self, lm: LoadedModel, prompt: str, use_cache: bool = True, sampling: Sampling | None = None,
                  max_new_tokens: int = 32, stop_strings: tuple[str, ...] | list[str] = (), record: bool = True,
-                 stop_on_eos: bool = True):
+                 stop_on_eos: bool = True, repeats: int | None = None):
         self.lm = lm
         self.use_cache = bool(use_cache)
         self.sampling = sampling or Sampling()
         self.record = record
         self.stop_on_eos = stop_on_eos  # benchmarks turn this off to time a fixed number of steps
+        # timing repeats: recorded runs are what a student reads, so they get a median; benchmarks time each pass once
+        self.repeats = (TIMED_REPEATS if record else 1) if repeats is None else max(1, int(repeats))
         self.max_new_tokens = _check_max_new_tokens(max_new_tokens)
         self.stop_strings = _check_stop_strings(stop_strings)
-        self.sampling.validate(lm.summary.vocab)
+        self.sampling.validate(lm.spec.vocab)
         self.prompt = prompt
         self.ids = encode_prompt(lm, prompt)  # [batch=1, pos]
         self.prompt_len = self.ids.shape[1]
@@ -50,18 +55,17 @@ class Stepper:
         self.last_logits: torch.Tensor | None = None  # [vocab] float32 on the CPU, for comparisons
         self._processors = self.sampling.processors()
         self._generator = torch.Generator().manual_seed(self.sampling.seed)
-        self._cost = CostModel.from_summary(lm.summary, torch.finfo(lm.dtype).bits // 8)
 
     # ------------------------------------------------------------ the two phases
 
     def prefill(self) -> StepTrace:
-        """First forward pass: all s prompt positions at once (matrix x matrix, compute-bound)."""
+        """First forward pass: all s prompt positions at once (matrix x matrix: many FLOPs per weight read)."""
         if self.traces:
             raise StepError("Prefill has already run for this prompt: press Reset to start again.")
         self.cache = new_cache(self.lm.config) if self.use_cache else None
         fed = self.ids  # [batch, s]
-        out, forward_ms, first = self._forward(fed, self.cache)
-        return self._record("prefill", fed, out, forward_ms, past=0, warmup=first)
+        result = run_pass(self.lm, fed, self.cache, record=self.record, repeats=self.repeats)
+        return self._record("prefill", fed, result, past=0)
 
     def decode(self) -> StepTrace:
         """One more token: feed the last chosen token (with the cache) or everything (without)."""
@@ -77,8 +81,8 @@ class Stepper:
             # without the cache: recompute every position so far [batch, n], nothing is kept between steps
             fed = self.ids
             past = 0
-        out, forward_ms, first = self._forward(fed, self.cache)
-        return self._record("decode", fed, out, forward_ms, past=past, warmup=first)
+        result = run_pass(self.lm, fed, self.cache, record=self.record, repeats=self.repeats)
+        return self._record("decode", fed, result, past=past)
 
     # ------------------------------------------------------------ conveniences
 
@@ -114,12 +118,20 @@ class Stepper:
     def kv_bytes(self) -> int:
         return self.traces[-1].kv_bytes if self.traces else 0
 
+    def pieces(self) -> list[str]:
+        """The text of every position so far (prompt and generated), one string per token."""
+        return token_pieces(self.lm.tokenizer, self.ids[0].tolist())
+
     def report(self, attention: bool = False) -> dict:
         """The whole run as plain JSON-ready data: what `run --json` writes and the page exports."""
-        return {"model": self.lm.summary.__dict__, "prompt": self.prompt, "use_cache": self.use_cache,
+        s = self.lm.spec
+        return {"model": {**s.__dict__, "attention": s.attention, "dtype": self.lm.dtype_name,
+                          "device": str(self.lm.device)},
+                "prompt": self.prompt, "use_cache": self.use_cache,
                 "sampling": self.sampling.__dict__, "max_new_tokens": self.max_new_tokens,
                 "stop_strings": list(self.stop_strings), "text": self.text, "generated_text": self.generated_text,
-                "stop_reason": self.stop_reason, "steps": [t.to_dict(attention=attention) for t in self.traces]}
+                "stop_reason": self.stop_reason, "timed_repeats": self.repeats,
+                "steps": [t.to_dict(attention=attention) for t in self.traces]}
 
     def free(self) -> None:
         """Drop the cache and traces (Reset, or a session ending)."""
@@ -127,126 +139,34 @@ class Stepper:
         self.traces = []
         self.last_logits = None
 
-    # ------------------------------------------------------------ internals
+    # ------------------------------------------------------------ the record of one pass
 
-    @torch.inference_mode()
-    def _forward(self, input_ids: torch.Tensor, cache):
-        """One timed forward pass under the model's lock; time = perf_counter around a device sync.
-
-        Returns (output, ms, first) where `first` says this was the model's first pass since
-        loading: a warm-up, which pays one-off setup costs and is excluded from medians.
-        """
-        kv_len = kv_length(cache) + input_ids.shape[1]
-        kwargs = dict(input_ids=input_ids.to(self.lm.device), attention_mask=torch.ones(1, kv_len, dtype=torch.long,
-                      device=self.lm.device), use_cache=self.use_cache, logits_to_keep=1,
-                      output_attentions=self.record, output_hidden_states=self.record)
-        if cache is not None:
-            kwargs["past_key_values"] = cache
-        with self.lm.turn():
-            dev.sync(self.lm.device)
-            t0 = time.perf_counter()
-            out = self.lm.model(**kwargs)
-            dev.sync(self.lm.device)
-            forward_ms = (time.perf_counter() - t0) * 1e3
-            first = self.lm.passes == 0
-            self.lm.passes += 1
-        return out, forward_ms, first
-
-    def _record(self, phase: str, fed: torch.Tensor, out, forward_ms: float, past: int, warmup: bool) -> StepTrace:
-        tok = self.lm.tokenizer
+    def _record(self, phase: str, fed: torch.Tensor, result: Pass, past: int) -> StepTrace:
         t0 = time.perf_counter()
-        choice = choose(self.sampling, self._processors, self.ids, out.logits[0, -1], self._generator)
+        choice = choose(self.sampling, self._processors, self.ids, result.logits[0, -1], self._generator)
         sample_ms = (time.perf_counter() - t0) * 1e3
-        self.last_logits = out.logits[0, -1].detach().float().cpu()
-        self.ids = torch.cat([self.ids, torch.tensor([[choice.token_id]])], dim=1)
-
-        q_len = fed.shape[1]
-        kv_len = past + q_len
-        kv = kv_tensors(self.cache) if self.use_cache else []
-        kv_per_layer = tuple(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
-        attention, note = self._attention(phase, out, q_len, kv_len)
-        if self.record:
-            fed_tokens = tuple(token_pieces(tok, fed[0].tolist()))
-            top = self._candidates(choice)
-            shapes = self._shapes(out, q_len, kv_len, kv)
-        else:  # recording off (benchmarks): keep what timing and the proof need, skip the views' extras
-            fed_tokens, top, shapes = (), (), ()
+        self.last_logits = choice.logits
+        q_len, kv_len = fed.shape[1], past + fed.shape[1]
+        rows = rows_kept(self.lm, phase, q_len, kv_len) if self.record else 0
         trace = StepTrace(
-            phase=phase,
-            step=len(self.traces),
-            use_cache=self.use_cache,
-            fed_ids=tuple(fed[0].tolist()),
-            fed_tokens=fed_tokens,
-            q_len=q_len,
-            kv_len=kv_len,
-            token_id=choice.token_id,
-            token=token_pieces(tok, [choice.token_id])[0],
+            phase=phase, step=len(self.traces), use_cache=self.use_cache,
+            fed_from=kv_len - q_len, fed_ids=tuple(fed[0].tolist()),
+            fed_tokens=tuple(token_pieces(self.lm.tokenizer, fed[0].tolist())) if self.record else (),
+            q_len=q_len, kv_len=kv_len,
+            token_id=choice.token_id, token=token_pieces(self.lm.tokenizer, [choice.token_id])[0],
             rule=self.sampling.describe(),
-            top=top,
-            attention=attention,
-            attention_note=note,
-            kv_shapes=tuple(tuple(k.shape) for k, _ in kv),
-            kv_bytes_per_layer=kv_per_layer,
-            kv_bytes=sum(kv_per_layer),
-            shapes=shapes,
-            forward_ms=forward_ms,
-            sample_ms=sample_ms,
-            warmup=warmup,
-            flops_estimate=step_flops(self._cost, q_len, past),
-            bytes_estimate=step_bytes(self._cost, q_len, past),
+            top=record_candidates(self.lm, choice) if self.record else (),
+            layers=record_layers(self.lm, self.cache, result, q_len, kv_len, rows),
+            pattern_rows=rows, attention_note=_attention_note(phase, self.use_cache, self.record, rows, q_len, kv_len),
+            hidden_shape=result.hidden_shape, logits_shape=tuple(result.logits.shape),
+            timing=Timing(result.timing.samples_ms, result.timing.warmup_ms, sample_ms),
+            flops_estimate=step_flops(self.lm.spec, q_len, past),
+            bytes_estimate=step_bytes(self.lm.spec, q_len, past, self.lm.elem_bytes),
         )
+        self.ids = torch.cat([self.ids, torch.tensor([[choice.token_id]])], dim=1)
         self.traces.append(trace)
         self._check_stop(choice.token_id)
         return trace
-
-    def _candidates(self, choice) -> tuple[Candidate, ...]:
-        """The most likely tokens before the warpers (and the chosen one, if it is not among them)."""
-        top_ids = torch.topk(choice.probs_before, min(TOP_CANDIDATES, choice.probs_before.numel())).indices.tolist()
-        if choice.token_id not in top_ids:
-            top_ids.append(choice.token_id)
-        pieces = token_pieces(self.lm.tokenizer, top_ids)
-        return tuple(Candidate(i, piece, float(choice.probs_before[i]), float(choice.probs_after[i]))
-                     for i, piece in zip(top_ids, pieces))
-
-    def _attention(self, phase: str, out, q_len: int, kv_len: int):
-        """Attention weights of the new query rows: [layer, head, row, kv_len] in float16 on the CPU."""
-        if not self.record:
-            return None, "not recorded (recording off)"
-        if not out.attentions or any(a is None for a in out.attentions):
-            raise StepError("The model returned no attention weights (is it using SDPA/flash attention?). "
-                            "Decode Lab loads models with attn_implementation='eager'.")
-        s = self.lm.summary
-        rows = q_len if phase == "prefill" else 1
-        if s.layers * s.heads * rows * kv_len * 2 > ATTENTION_BUDGET_BYTES:
-            rows = 1
-        weights = torch.stack([a[0, :, -rows:, :] for a in out.attentions])  # [layer, head, row, kv_len]
-        if phase == "prefill" and rows == q_len:
-            note = f"all {q_len} x {kv_len} causal rows"
-        elif phase == "prefill":
-            note = f"last row only: {q_len} x {kv_len} rows were computed, too many to keep"
-        elif self.use_cache:
-            note = f"one new row of {kv_len} keys (the cache supplied the other {kv_len - 1})"
-        else:
-            note = f"last row shown; all {q_len} x {kv_len} were recomputed this step"
-        return weights.to(torch.float16).cpu(), note
-
-    def _shapes(self, out, q_len: int, kv_len: int, kv) -> tuple[ShapeRow, ...]:
-        s = self.lm.summary
-        rows = [ShapeRow("input_ids", (1, q_len), "[batch, pos]", "measured")]
-        if out.hidden_states:
-            rows.append(ShapeRow("hidden states (each layer)", tuple(out.hidden_states[-1].shape),
-                                 "[batch, pos, d_model]", "measured"))
-        rows.append(ShapeRow("Q (each layer)", (1, s.heads, q_len, s.head_dim), "[batch, head, pos, head_dim]", "derived"))
-        rows.append(ShapeRow("K, V new (each layer)", (1, s.kv_heads, q_len, s.head_dim),
-                             "[batch, kv_head, pos, head_dim]", "derived"))
-        if kv:
-            rows.append(ShapeRow("K, V cached (each layer)", tuple(kv[0][0].shape),
-                                 "[batch, kv_head, pos, head_dim]", "measured"))
-        if out.attentions:
-            rows.append(ShapeRow("attention weights (each layer)", tuple(out.attentions[0].shape),
-                                 "[batch, head, pos, kv_pos]", "measured"))
-        rows.append(ShapeRow("logits (last position only)", tuple(out.logits.shape), "[batch, pos, vocab]", "measured"))
-        return tuple(rows)
 
     def _check_stop(self, token_id: int) -> None:
         eos = self.lm.tokenizer.eos_token_id
@@ -256,8 +176,82 @@ class Stepper:
             self.stop_reason = "max_new_tokens"
         elif self.stop_strings and any(stop in self.generated_text for stop in self.stop_strings):
             self.stop_reason = "stop_string"
-        elif self.ids.shape[1] >= self.lm.summary.max_positions:
+        elif self.ids.shape[1] >= self.lm.spec.max_positions:
             self.stop_reason = "context_limit"
+
+
+# ---------------------------------------------------------------- parts of the record
+
+
+def rows_kept(lm: LoadedModel, phase: str, q_len: int, kv_len: int) -> int:
+    """Query rows of attention to keep: all of a prefill, the newest one of a decode; one if too big."""
+    s = lm.spec
+    rows = q_len if phase == "prefill" else 1
+    if s.layers * s.heads * rows * kv_len * 2 > ATTENTION_BUDGET_BYTES:
+        rows = 1
+    return rows
+
+
+def _attention_note(phase: str, use_cache: bool, record: bool, rows: int, q_len: int, kv_len: int) -> str:
+    if not record:
+        return "not recorded (recording off)"
+    if phase == "prefill" and rows == q_len:
+        return f"all {q_len} × {kv_len} causal rows"
+    if phase == "prefill":
+        return f"last row only: {q_len} × {kv_len} rows were computed, too many to keep"
+    if use_cache:
+        return f"one new row of {kv_len} keys (the cache supplied the other {kv_len - 1})"
+    return f"last row shown; all {q_len} × {kv_len} were recomputed this step"
+
+
+def record_candidates(lm: LoadedModel, choice: Choice) -> tuple[Candidate, ...]:
+    """The most likely tokens before the warpers (and the chosen one, if it is not among them)."""
+    top_ids = torch.topk(choice.probs_before, min(TOP_CANDIDATES, choice.probs_before.numel())).indices.tolist()
+    if choice.token_id not in top_ids:
+        top_ids.append(choice.token_id)
+    pieces = token_pieces(lm.tokenizer, top_ids)
+    return tuple(Candidate(i, piece, float(choice.logits[i]), float(choice.probs_before[i]),
+                           float(choice.probs_after[i])) for i, piece in zip(top_ids, pieces))
+
+
+def record_layers(lm: LoadedModel, cache, result: Pass, q_len: int, kv_len: int, rows: int) -> tuple[LayerTrace, ...]:
+    """Per layer: window, keys read, positions cached, K/V bytes (measured), tensor shapes, attention rows."""
+    s = lm.spec
+    held = kv_tensors(cache) if cache is not None else [None] * s.layers
+    captured = {c.layer: c for c in result.captures}
+    patterns = result.patterns()
+    out = []
+    for layer in range(s.layers):
+        kv = held[layer] if layer < len(held) else None
+        shapes = {}
+        if result.hidden_shape is not None:
+            shapes["resid_in"] = result.hidden_shape
+        c = captured.get(layer)
+        if c is not None:  # read off the real tensors
+            shapes["attn.q"] = tuple(c.q.shape)
+            shapes["attn.k"] = tuple(c.k[:, :, -q_len:].shape)
+            shapes["attn.v"] = tuple(c.v[:, :, -q_len:].shape)
+            shapes["attn.pattern"] = tuple(c.pattern.shape)
+        elif result.hidden_shape is not None:  # a family whose attention is not captured: from the config
+            shapes["attn.q"] = (1, s.heads, q_len, s.head_dim)
+            shapes["attn.k"] = shapes["attn.v"] = (1, s.kv_heads, q_len, s.head_dim)
+        if kv is not None:
+            shapes["kv.keys"], shapes["kv.values"] = tuple(kv[0].shape), tuple(kv[1].shape)
+        pattern, key_start = None, 0
+        source = patterns[layer] if layer < len(patterns) else None
+        if source is not None and rows:
+            weights = source[0, :, -rows:, :]  # [head, query_pos, key_pos] over the last `width` positions
+            pattern, key_start = weights.to(torch.float16).cpu(), kv_len - weights.shape[-1]
+        out.append(LayerTrace(
+            layer=layer, window=s.window(layer), kv_len=s.span(layer, kv_len - 1),
+            cached=0 if kv is None else kv[0].shape[2],
+            kv_bytes=0 if kv is None else kv[0].numel() * kv[0].element_size() + kv[1].numel() * kv[1].element_size(),
+            shapes=shapes, measured=c is not None, pattern=pattern, key_start=key_start,
+        ))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- checks
 
 
 def encode_prompt(lm: LoadedModel, prompt: str) -> torch.Tensor:
@@ -267,7 +261,7 @@ def encode_prompt(lm: LoadedModel, prompt: str) -> torch.Tensor:
     if len(prompt) > MAX_PROMPT_CHARS:
         raise StepError(f"The prompt is {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}. Shorten it.")
     ids = lm.tokenizer(prompt)["input_ids"]
-    limit = lm.summary.max_positions
+    limit = lm.spec.max_positions
     if len(ids) >= limit:
         raise StepError(f"The prompt is {len(ids):,} tokens, but this model sees at most {limit:,} positions "
                         "and needs one free for the next token. Shorten it.")

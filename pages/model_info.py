@@ -12,5 +12,9 @@ if lm is None:
     st.stop()
 st.caption("Every number here is read from the model's config and weights. The words in the left column are the "
            "names the code and the traces use.")
-st.table(pd.DataFrame(lm.summary.as_rows(), columns=["", "value"]).set_index(""))
+st.table(pd.DataFrame(lm.rows(), columns=["", "value"]).set_index(""))
 st.write(f"Warm-up at load: {lm.warmup_ms:.1f} ms (two small forward passes, excluded from every latency shown).")
+if lm.spec.sliding_layers:
+    st.dataframe(pd.DataFrame([{"layer": i, "attends to": "every position" if lm.spec.window(i) is None
+                                else f"the last {lm.spec.window(i)} positions"} for i in range(lm.spec.layers)]),
+                 hide_index=True)

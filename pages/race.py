@@ -1,66 +1,109 @@
-"""Race: the same prompt and seed with the KV cache on (left) and off (right), and the proof they agree."""
+"""Race: the same prompt and seed with the KV cache on and off, measured, then played back at measured speed."""
 
-import pandas as pd
+import html
+import time
+
 import streamlit as st
 
 from engine import DecodeLabError
 from engine import race
 from engine.compare import compare
-from pages.shared import PROMPTS, frame
+from engine.device import release_memory
+from engine.figures import show_piece
+from pages.shared import PROMPTS, error, frame, plain, scale
 
 st.title("Race: KV cache on vs off")
-st.caption("Both runs get the same prompt, the same seed and the same sampling settings (from the sidebar). They "
-           "take turns, one step each, so neither has the machine to itself. With the cache, each decode step "
-           "computes one position; without it, every step recomputes all of them. Both choose the same tokens.")
 settings, lm = frame()
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()
+st.caption("Both runs get the same prompt, seed and sampling settings. They are **measured** in alternation, one step "
+           "each, so neither has the machine to itself; then the race is **played back** with each run at its own "
+           "measured speed, so the one with the cache finishes first by exactly the measured factor.")
 
 c1, c2 = st.columns([3, 1])
 preset = c1.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset")
 prompt = c1.text_area("prompt", next(p["prompt"] for p in PROMPTS if p["title"] == preset), key=f"race_prompt_{preset}",
                       height=70)
-room = max(2, lm.summary.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
-steps = c2.number_input("tokens", 2, min(room, 2048), min(100, room), key="race_steps",
-                        help=f"Up to the model's context limit ({lm.summary.max_positions} positions).")
+try:
+    room = max(2, lm.spec.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
+except Exception:  # noqa: BLE001 - an unreadable prompt: the race itself will say why
+    room = 2
+steps = c2.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps",
+                        help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
+                             "growth without the cache is visible on a laptop CPU.")
+speed = c2.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed",
+                         format_func=lambda x: f"{x:g}× real time")
 start = c2.button("Start race", type="primary", key="race_start")
-c2.button("Stop", key="race_stop", help="Stops the race where it is.")
 
-if start:
+
+def measure() -> None:
     st.session_state.pop("race_result", None)
-    cols = st.columns(2)
-    live = {}
-    for col, mode in zip(cols, race.MODES):
-        name, colour = race.MODES[mode]
-        col.markdown(f"### <span style='color:{colour}'>{name}</span>", unsafe_allow_html=True)
-        live[mode] = {"bar": col.progress(0.0), "ms": col.empty(), "text": col.empty(), "chart": col.empty(),
-                      "pieces": [], "lat": []}
+    bar = st.progress(0.0, text="measuring both runs, alternating steps…")
+    done = {"cache": 0, "nocache": 0}
 
     def on_step(mode, t):
-        box = live[mode]
-        box["pieces"].append(t.token)
-        box["lat"].append(t.latency_ms)
-        box["bar"].progress(len(box["pieces"]) / steps, text=f"{len(box['pieces'])} / {steps} tokens")
-        box["ms"].markdown(f"#### step {t.step}: {t.latency_ms:.1f} ms (q_len = {t.q_len})")
-        box["text"].markdown(f"<div style='font-size:1.2rem'>{prompt}<b>{''.join(box['pieces'])}</b></div>",
-                             unsafe_allow_html=True)
-        if t.step % 5 == 0:
-            box["chart"].line_chart(pd.DataFrame({"ms": box["lat"]}), height=160, color=race.MODES[mode][1])
+        done[mode] += 1
+        bar.progress(min(1.0, sum(done.values()) / (2 * steps)),
+                     text=f"measuring: cache on {done['cache']}/{steps}, cache off {done['nocache']}/{steps} tokens")
 
     try:
         report = compare(lm, prompt, int(steps), sampling=settings.sampling, on_step=on_step, stop_on_eos=False)
     except DecodeLabError as e:
-        st.error(str(e))
+        error(str(e))
         st.stop()
     df = race.race_frame(report)
     report.pop("steppers")  # traces are summarised in df; free them now
-    st.session_state["race_result"] = {"df": df, "summary": race.summary(report, df)}
-    st.rerun()
+    release_memory()
+    st.session_state["race_result"] = {"df": df, "summary": race.summary(report, df), "prompt": prompt,
+                                       "texts": report["text"]}
+    st.session_state["race_play"] = True
+    bar.empty()
+
+
+def playback(result: dict, speed: float) -> None:
+    """Both runs side by side, each advancing at its own measured wall-clock speed."""
+    df = result["df"]
+    cols = st.columns(2)
+    boxes = {}
+    for col, mode in zip(cols, race.MODES):
+        name, colour = race.MODES[mode]
+        col.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
+        boxes[mode] = {"bar": col.progress(0.0), "figure": col.empty(), "text": col.empty()}
+    tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race.MODES}
+    total = max(race.progress_at(df, float("inf"))[m]["total_ms"] for m in race.MODES)
+
+    def draw(elapsed: float) -> None:
+        state = race.progress_at(df, elapsed)
+        for mode, box in boxes.items():
+            p = state[mode]
+            clock = min(elapsed, p["total_ms"])
+            box["bar"].progress(p["tokens"] / max(1, p["total"]))
+            box["figure"].markdown(
+                f'<div data-testid="race-progress-{mode}" style="font-size:1.6rem;font-weight:600">'
+                f'{p["tokens"]} / {p["total"]} tokens · {clock / 1000:.2f} s'
+                f'{" · finished" if p["finished"] else ""}</div>', unsafe_allow_html=True)
+            words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p["tokens"]]))
+            box["text"].markdown(f"<div style='font-size:1.1rem'>{html.escape(result['prompt'])}<b>{words}</b></div>",
+                                 unsafe_allow_html=True)
+
+    if st.session_state.pop("race_play", False):
+        t0 = time.perf_counter()
+        while (elapsed := (time.perf_counter() - t0) * 1000 * speed) < total:
+            draw(elapsed)
+            time.sleep(0.05)
+    draw(float("inf"))
+
+
+if start:
+    measure()
 
 result = st.session_state.get("race_result")
 if result:
     df, s = result["df"], result["summary"]
+    st.button("Replay", key="race_replay", on_click=lambda: st.session_state.update(race_play=True),
+              help="Play the measured race back again")
+    playback(result, speed)
     tokens = {m: len(df[df["mode"] == m]) for m in race.MODES}
     if s["identical"]:
         st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
@@ -75,20 +118,16 @@ if result:
     if s["median_ratio"]:
         m[0].metric("speed-up (total decode time)", f"×{s['total_ratio']:.1f}")
         m[1].metric("median decode step", f"×{s['median_ratio']:.1f}")
-    m[2].metric("cache: total decode", f"{s['cache_total_ms']:.0f} ms")
-    m[3].metric("no cache: total decode", f"{s['nocache_total_ms']:.0f} ms")
+    m[2].metric("cache on: total decode", f"{s['cache_total_ms']:.0f} ms")
+    m[3].metric("cache off: total decode", f"{s['nocache_total_ms']:.0f} ms")
+    st.markdown(plain(race.headline(s)))
     st.caption(f"Prefill is the same work in both modes and is timed separately: {s['cache_prefill_ms']:.1f} ms "
-               f"(cache on) and {s['nocache_prefill_ms']:.1f} ms (cache off). The warm-up pass ran when the model "
-               "loaded and is excluded. Every clock read follows a device sync.")
-    st.plotly_chart(race.latency_figure(df), key="race_latency")
+               f"(cache on) and {s['nocache_prefill_ms']:.1f} ms (cache off). Each pass was timed once, as generation "
+               "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")
+    st.plotly_chart(race.latency_figure(df, scale=scale()), key="race_latency")
     c1, c2 = st.columns(2)
-    c1.plotly_chart(race.cumulative_figure(df), key="race_cumulative")
-    c2.plotly_chart(race.flops_figure(df), key="race_flops")
-    fits = ", ".join(f"{race.MODES[m][0]}: measured ~n^{s[f'{m}_exponent']:.2f}, estimate ~n^{s[f'{m}_flops_exponent']:.2f}"
-                     for m in race.MODES if s[f"{m}_exponent"] is not None)
-    st.markdown(f"**Growth of total decode time with n tokens** (least-squares fit in log-log): {fits}. "
-                "Linear is n^1, quadratic n^2. On a small model, fixed per-step costs hide part of the quadratic "
-                "growth until n is large.")
+    c1.plotly_chart(race.cumulative_figure(df, scale=scale()), key="race_cumulative")
+    c2.plotly_chart(race.flops_figure(df, scale=scale()), key="race_flops")
     st.download_button("Download the race as CSV (one row per step per mode)", df.to_csv(index=False),
                        file_name="race.csv", mime="text/csv", key="race_csv")
     with st.expander("Both runs, step by step"):
@@ -97,7 +136,7 @@ if result:
 st.divider()
 st.subheader("Sweep: how the gap grows with length")
 st.caption("Both modes at several lengths; each point is the median of repeated runs. With the cache, time per "
-           "token stays flat; without it, it grows with the length, and total time grows like n².")
+           "token stays about flat; without it, it grows with the length.")
 lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths")
 repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats")
 if st.button("Run sweep", key="race_sweep"):
@@ -107,11 +146,12 @@ if st.button("Run sweep", key="race_sweep"):
         st.session_state["race_sweep_df"] = race.sweep(lm, prompt, usable, int(repeats), settings.sampling,
                                                        on_progress=lambda f, txt: bar.progress(f, text=txt))
     except DecodeLabError as e:
-        st.error(str(e))
+        error(str(e))
+    release_memory()
     bar.empty()
 sweep_df = st.session_state.get("race_sweep_df")
 if sweep_df is not None:
     c1, c2 = st.columns(2)
-    c1.plotly_chart(race.sweep_figure(sweep_df, "ms_per_token", "Time per token"), key="race_sweep_tpt")
-    c2.plotly_chart(race.sweep_figure(sweep_df, "total_ms", "Total decode time"), key="race_sweep_total")
+    c1.plotly_chart(race.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
+    c2.plotly_chart(race.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
     st.dataframe(sweep_df, hide_index=True)

@@ -1,29 +1,34 @@
-"""The sidebar every page shares, and the one model cache of the server.
+"""The sidebar every page shares, the one model cache of the server, and the safe ways to show text.
 
 The model is loaded once per server (st.cache_resource) and shared read-only by
 every session; each session's run lives in st.session_state under page-prefixed keys.
+Which models a browser may choose is the server's allow-list (engine/policy.py).
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import os
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
-from engine import DecodeLabError, LoadedModel, Sampling, bundled_models, load_model
-from engine.device import use_serving_threads
+from engine import DecodeLabError, LoadedModel, Sampling, load_model
+from engine.device import release_memory, use_serving_threads
+from engine.loading import hub_reachable
+from engine.policy import from_settings
 from engine.share import make_link, read_link
 
 OTHER = "Other: Hugging Face id or folder…"
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PROMPTS = json.loads((ASSETS / "prompts.json").read_text())
 SCENARIOS = json.loads((ASSETS / "scenarios.json").read_text())  # ready-made runs: a title, a why, a link
-BUNDLED_ONLY = os.environ.get("DECODE_LAB_BUNDLED_ONLY") == "1"  # a teacher can lock the model list
+SMALL_MODELS = json.loads((ASSETS / "small_models.json").read_text())  # well-known models to load when allowed
+POLICY = from_settings(sys.argv[1:])  # `streamlit run app.py -- --model X --open-models`, or the environment
 
 
 @dataclass(frozen=True)
@@ -42,18 +47,59 @@ class Settings:
 # Sidebar widgets take their starting values from here (not from value=...), so a shared
 # link can set them first without streamlit warning about two sources of truth.
 DEFAULTS = {"side_mode": "greedy", "side_temperature": 0.8, "side_top_k": 0, "side_top_p": 1.0, "side_rep": 1.0,
-            "side_seed": 0, "side_max_new": 40, "side_stops": "", "side_cache": True,
+            "side_seed": 0, "side_max_new": 40, "side_stops": "", "cache_on": True,
             "side_presenter": False}
-# Presenter mode: everything larger, for the back row of a classroom.
-PRESENTER_CSS = """<style>
-html { font-size: 22px; }
-[data-testid="stMainBlockContainer"] { max-width: 100%; padding-left: 2rem; padding-right: 2rem; }
-[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.1rem; }
+# Compact everywhere: the control bar, the stage and a view fit a 1280x720 projector.
+COMPACT_CSS = """<style>
+[data-testid="stMainBlockContainer"] { padding-top: 2.4rem; padding-bottom: 1rem; max-width: 100%;
+  padding-left: 1.5rem; padding-right: 1.5rem; }
+[data-testid="stHeader"] { height: 2.2rem; min-height: 2.2rem; }
+[data-testid="stVerticalBlock"] { gap: 0.55rem; }
+h1 { font-size: 1.6rem !important; padding: 0.1rem 0 0.2rem 0 !important; }
+.dl-stage { overflow-x: auto; }
+.dl-stage img { display: block; width: 100%; height: auto; }
+@media (max-width: 700px) {
+  .dl-stage img { min-width: 760px; }          /* a phone scrolls the picture sideways, text stays legible */
+  [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; }
+}
 </style>"""
+# Presenter mode: larger text for the back row of a classroom; charts scale with PRESENTER_SCALE.
+PRESENTER_CSS = """<style>
+html { font-size: 18px; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
+</style>"""
+PRESENTER_SCALE = 1.35
 # link setting -> sidebar widget key
 LINK_KEYS = {"rule": "side_mode", "temperature": "side_temperature", "top_k": "side_top_k", "top_p": "side_top_p",
              "repetition_penalty": "side_rep", "seed": "side_seed", "max_new_tokens": "side_max_new",
              "stop": "side_stops"}
+
+
+# ------------------------------------------------------------------ text from users is never markup
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$&])")
+
+
+def plain(text: str) -> str:
+    """User-controlled text made inert for st.markdown / st.error / st.warning: every markdown, HTML and
+    streamlit directive character is backslash-escaped, so a link, an image or :red[...] shows as typed."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text)).replace("\n", "  \n")
+
+
+def error(text: str, where=st) -> None:
+    where.error(plain(text), icon=":material/error:")
+
+
+def warning(text: str, where=st) -> None:
+    where.warning(plain(text), icon=":material/warning:")
+
+
+def scale() -> float:
+    """How much larger charts are drawn: 1, or PRESENTER_SCALE in presenter mode."""
+    return PRESENTER_SCALE if st.session_state.get("side_presenter") else 1.0
+
+
+# ------------------------------------------------------------------ links
 
 
 def apply_link() -> list[str]:
@@ -74,16 +120,16 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         if name in values:
             st.session_state[key] = values[name]
     if "cache" in values:
-        st.session_state["side_cache"] = values["cache"] == "on"
+        st.session_state["cache_on"] = values["cache"] == "on"
     if "presenter" in values:
         st.session_state["side_presenter"] = values["presenter"] == "on"
     model = values.get("model")
-    if model in bundled_models():
+    if model in POLICY.offered:
         st.session_state["side_model"] = model
-    elif model and BUNDLED_ONLY:
-        problems.append(f"link model {model!r} ignored: this server only offers its bundled models")
-    elif model:
+    elif model and POLICY.open:
         st.session_state.update(side_model=OTHER, side_custom=model, side_custom_loaded=model)
+    elif model:
+        problems.append("link parameter model ignored: that model is not offered by this server")
     if "prompt" in values:
         st.session_state["step_prompt"] = values["prompt"]
         # the preset box names the preset this prompt is, or shows "(your own prompt)"
@@ -91,6 +137,8 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         st.session_state["step_preset_used"] = st.session_state["step_preset"] = same
     if "steps" in values:
         st.session_state["step_replay"] = values["steps"]
+    if "at" in values:
+        st.session_state["step_at_wanted"] = values["at"]
     if "lesson" in values:
         st.session_state["lesson_wanted"] = values["lesson"]
     return problems
@@ -108,13 +156,33 @@ def write_link(settings: "Settings", **extra) -> None:
     }))
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def get_model(source: str, device: str, dtype: str) -> LoadedModel:
-    lm = load_model(source, device=None if device == "auto" else device, dtype=None if dtype == "auto" else dtype)
+# ------------------------------------------------------------------ the one model cache
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _load(source: str, device: str, dtype: str) -> LoadedModel | DecodeLabError:
+    """Load once per server; a refusal is cached too, so a page rerun never repeats a failed load."""
+    try:
+        lm = load_model(source, device=None if device == "auto" else device,
+                        dtype=None if dtype == "auto" else dtype)
+    except DecodeLabError as e:
+        release_memory()
+        return e
     if lm.device.type == "cpu":
-        use_serving_threads(lm.summary.parameters)  # see engine/device.py: the browser needs a core too
+        use_serving_threads(int(lm.spec.parameters))  # see engine/device.py: the browser needs a core too
     gc.freeze()  # the loaded libraries and weights live for the whole server: keep them out of every GC pass
     return lm
+
+
+def get_model(source: str, device: str, dtype: str) -> LoadedModel:
+    """The shared model, if the server offers it; DecodeLabError (a plain message) if not."""
+    result = _load(POLICY.check(source), device, dtype)
+    if isinstance(result, DecodeLabError):
+        raise result
+    return result
+
+
+# ------------------------------------------------------------------ the sidebar
 
 
 def sidebar() -> tuple[Settings, LoadedModel | None]:
@@ -123,9 +191,10 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
     sb.header("Model")
-    names = bundled_models()
-    choice = sb.selectbox("model", names + ([] if BUNDLED_ONLY else [OTHER]), key="side_model",
-                          help="Bundled models work offline. The first is the default: Llama with GQA.")
+    names = list(POLICY.offered)
+    choice = sb.selectbox("model", names + ([OTHER] if POLICY.open else []), key="side_model",
+                          help="Bundled models work offline; the first is the default: Llama with GQA. "
+                               "The person who started the server decides what else is offered.")
     source = choice
     if choice == OTHER:
         typed = sb.text_input("Hugging Face id or local folder", key="side_custom",
@@ -133,6 +202,7 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
         if sb.button("Load", key="side_load") and typed.strip():
             st.session_state["side_custom_loaded"] = typed.strip()
         source = st.session_state.get("side_custom_loaded") or (names[0] if names else "default")
+        small_models_hint(sb)
     c1, c2 = sb.columns(2)
     device = c1.selectbox("device", ["auto", "cpu", "cuda", "mps"], key="side_device")
     dtype = c2.selectbox("dtype", ["auto", "float32", "float16", "bfloat16"], key="side_dtype")
@@ -149,14 +219,14 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
     max_new = sb.number_input("max new tokens", 1, 512, key="side_max_new")
     stops_text = sb.text_input("stop strings (comma-separated)", key="side_stops",
                                help="Generation stops when the new text contains any of these.")
-    use_cache = sb.toggle("KV cache", key="side_cache",
-                          help="Off: every decode step recomputes the whole sequence.")
 
     sb.header("Classroom")
-    if sb.toggle("presenter mode", key="side_presenter",
-                 help="Larger text for a projector. Keys: P prefill, N next token, E run to end, X reset. "
-                      "A link with presenter=on opens with the sidebar folded away."):
-        st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
+    sb.toggle("presenter mode", key="side_presenter",
+              help="Larger text and charts for a projector. Keys: P prefill, N or → next, ← back, E run to end, "
+                   "X reset; on the Lessons page ← and → change lesson. A link with presenter=on opens with the "
+                   "sidebar folded away.")
+    st.markdown(COMPACT_CSS + (PRESENTER_CSS if st.session_state.get("side_presenter") else ""),
+                unsafe_allow_html=True)
 
     settings = Settings(
         source=source, device=device, dtype=dtype,
@@ -164,17 +234,49 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
                           repetition_penalty=float(rep), seed=int(seed)),
         max_new_tokens=int(max_new),
         stop_strings=tuple(s for s in (x.strip() for x in stops_text.split(",")) if s),
-        use_cache=use_cache,
+        use_cache=bool(st.session_state.get("cache_on", True)),
     )
     try:
-        with st.spinner(f"Loading {source}…"):
+        with st.spinner("Loading the model…"):
             lm = get_model(source, device, dtype)
-    except (DecodeLabError, ValueError) as e:
-        sb.error(str(e))
+    except DecodeLabError as e:
+        error(str(e), sb)
         return settings, None
-    sb.caption(f"{lm.summary.architecture} · {lm.summary.parameters:,} params · {lm.summary.attention} · "
-               f"{lm.summary.dtype} on {lm.summary.device}")
+    sb.caption(plain(f"{lm.spec.architecture} · {int(lm.spec.parameters):,} params · {lm.spec.attention} · "
+                     f"{lm.dtype_name} on {lm.device}"))
     return settings, lm
+
+
+def small_models_hint(where) -> None:
+    """Well-known small models a user can load here (the server allows any), with their size; offline, what to do."""
+    rows = "\n".join(f"- `{m['hf_id']}`: {m['params']}, download {m['download']}, memory {m['memory']} "
+                     f"({m['note']})" for m in SMALL_MODELS)
+    where.markdown("Small models to try (safetensors, no remote code):\n" + rows)
+    if not hub_reachable(timeout=1.0):
+        where.caption("This server cannot reach the Hugging Face hub: download a model once on a connected machine "
+                      "(`huggingface-cli download ID`), then type its id or folder here.")
+
+
+def cache_toggle(where=st) -> None:
+    """The KV-cache switch (on the step page's control bar; the setting outlives the widget across pages)."""
+    st.session_state["bar_cache"] = st.session_state.get("cache_on", True)
+    where.toggle("KV cache", key="bar_cache", help="Off: every decode step recomputes the whole sequence.",
+                 on_change=lambda: st.session_state.update(cache_on=st.session_state["bar_cache"]))
+
+
+@st.cache_resource(show_spinner="Measuring this device's matmul speed and memory bandwidth (once per server)…")
+def _probe(device_name: str, nonce: int):
+    from engine.device import pick_device, pick_dtype
+    from engine.roofline import probe
+
+    device = pick_device(device_name)
+    return probe(device, pick_dtype(device), budget_s=0.6)
+
+
+def device_roof(nonce: int = 0):
+    """This server's measured roofline (a short matmul and copy probe, once per server and device)."""
+    lm = st.session_state.get("lm")
+    return _probe(str(lm.device) if lm is not None else "auto", nonce)
 
 
 def frame() -> tuple["Settings", LoadedModel | None]:

@@ -1,6 +1,8 @@
-"""Step through: prefill once, then one click per token, and see what each forward pass did.
+"""Step through: prefill once, then one click per token, and watch each forward pass on the stage.
 
-Thin page: read state -> call engine -> render. All figures come from engine.figures.
+Thin page: read state -> call engine -> render. The stage is engine.stage (trace in, SVG out);
+every chart comes from engine.figures. Any recorded step can be put back on screen (the
+scrubber, ← →); the views follow it, and the link in the address bar carries it.
 """
 
 import json
@@ -8,18 +10,83 @@ import time
 
 import streamlit as st
 
-from engine import DecodeLabError, Stepper
+from engine import DecodeLabError, Stepper, kvcalc
 from engine import figures as fig
+from engine.compare import kv_reuse
+from engine.device import release_memory
+from engine.errors import Busy
 from engine.share import MAX_PROMPT_CHARS, read_link
-from pages.shared import DEFAULTS, PROMPTS, SCENARIOS, apply_values, frame, write_link
+from engine.stage import caption, stage_html, stage_svg
+from pages.shared import (DEFAULTS, PROMPTS, SCENARIOS, apply_values, cache_toggle, error, frame, plain, scale,
+                          warning, write_link)
 
-st.title("Step through prefill and decode")
 settings, lm = frame()
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()
+spec = lm.spec
+VIEWS = ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"]
+BUSY_WAITS = (0.5, 1, 2, 4, 8)  # seconds between retries when the server is busy: back off, never spin
 
-# ------------------------------------------------------------------ prompt and run identity
+
+# ------------------------------------------------------------------ run state
+
+
+def stepper() -> Stepper | None:
+    return st.session_state.get("step_stepper")
+
+
+def drop_run() -> None:
+    old = st.session_state.pop("step_stepper", None)
+    if old is not None:
+        old.free()
+        release_memory()
+    st.session_state["step_autoplay"] = False
+
+
+def do(action) -> bool:
+    """Run one engine action; a refusal becomes a plain message on the page, never a traceback."""
+    try:
+        action()
+        return True
+    except DecodeLabError as e:
+        st.session_state["step_error"] = str(e)
+        return False
+
+
+def start() -> None:
+    s = Stepper(lm, st.session_state.get("step_prompt", ""), use_cache=settings.use_cache, sampling=settings.sampling,
+                max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
+    st.session_state["step_stepper"] = s
+    s.prefill()
+    st.session_state["step_at"] = 0
+
+
+def latest(s: Stepper | None) -> int:
+    return len(s.traces) - 1 if s is not None and s.traces else -1
+
+
+def next_token() -> None:
+    """Decode one more token and show it (from wherever the scrubber was)."""
+    s = stepper()
+    if do(s.decode):
+        st.session_state["step_at"] = latest(s)
+
+
+def forward() -> None:
+    """→: replay the next recorded step, or at the newest one compute a new token."""
+    s = stepper()
+    if s is None or not s.traces:
+        do(start)
+    elif st.session_state.get("step_at", 0) < latest(s):
+        st.session_state["step_at"] += 1
+    elif not s.done:
+        next_token()
+
+
+def back() -> None:
+    st.session_state["step_at"] = max(0, st.session_state.get("step_at", 0) - 1)
+
 
 def load_scenario() -> None:
     """A ready-made run in one click: its settings go into the sidebar, then its steps replay."""
@@ -29,238 +96,336 @@ def load_scenario() -> None:
     st.session_state.update(DEFAULTS)  # start from the defaults, so nothing lingers from before
     values, problems = read_link(scenario["link"])
     st.session_state["link_problems"] = apply_values(values, problems)
-    old = st.session_state.pop("step_stepper", None)
-    if old is not None:
-        old.free()
+    if scenario.get("view"):
+        st.session_state["step_view"] = scenario["view"]
+    drop_run()
 
 
-st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario", on_change=load_scenario,
-             placeholder="Pick a ready-made scenario (prompt, model, settings and steps)…")
-if st.session_state.get("step_scenario"):
-    st.caption(next(x["why"] for x in SCENARIOS if x["title"] == st.session_state["step_scenario"]))
-for problem in st.session_state.pop("link_problems", []):
-    st.warning(problem)
-preset = st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset",
-                      placeholder="(your own prompt)")
-if preset is not None and st.session_state.get("step_preset_used") != preset:
-    st.session_state["step_prompt"] = next(p["prompt"] for p in PROMPTS if p["title"] == preset)
-    st.session_state["step_preset_used"] = preset
-prompt = st.text_area("prompt", key="step_prompt", height=80)
-
-run_key = (settings, prompt)
-if st.session_state.get("step_run_key") != run_key:  # new prompt, model or setting: a fresh run
-    old = st.session_state.pop("step_stepper", None)
-    if old is not None:
-        old.free()
-    st.session_state["step_run_key"] = run_key
-    st.session_state["step_autoplay"] = False
-
-
-def stepper() -> Stepper | None:
-    return st.session_state.get("step_stepper")
-
-
-def do(action) -> None:
-    """Run one engine action; show a plain message instead of a traceback if it is refused."""
-    try:
-        action()
-    except DecodeLabError as e:
-        st.session_state["step_error"] = str(e)
-
-
-def start() -> None:
-    s = Stepper(lm, prompt, use_cache=settings.use_cache, sampling=settings.sampling,
-                max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
-    st.session_state["step_stepper"] = s
-    s.prefill()
+def pick_preset() -> None:
+    preset = st.session_state.get("step_preset")
+    if preset is not None:
+        st.session_state["step_prompt"] = next(p["prompt"] for p in PROMPTS if p["title"] == preset)
 
 
 def replay(steps: int) -> None:
     """A shared link said 'prefill, then this many Next-token clicks': do exactly that."""
-    do(start)
+    if not do(start):
+        return
     s = stepper()
     for _ in range(steps):
-        if s is None or not s.traces or s.done:
+        if s.done or not do(s.decode):
             break
-        do(s.decode)
+    at = st.session_state.pop("step_at_wanted", None)
+    st.session_state["step_at"] = latest(s) if at is None else max(0, min(at, latest(s)))
 
 
-def reset() -> None:
-    s = st.session_state.pop("step_stepper", None)
-    if s is not None:
-        s.free()
-    st.session_state["step_autoplay"] = False
+def run_to_end(s: Stepper) -> None:
+    """Decode until the run stops; when the server is busy, wait (longer each time) and say so."""
+    bar = st.progress(0.0, text="running…")
+    waits = list(BUSY_WAITS)
+    while not s.done:
+        try:
+            s.decode()
+        except Busy as e:
+            if not waits:
+                st.session_state["step_error"] = f"{e} Run to end stopped; press it again when the class is quieter."
+                break
+            pause = waits.pop(0)
+            bar.progress(len(s.generated_ids) / s.max_new_tokens, text=f"server busy: waiting {pause:g} s…")
+            time.sleep(pause)
+            continue
+        except DecodeLabError as e:
+            st.session_state["step_error"] = str(e)
+            break
+        waits = list(BUSY_WAITS)
+        bar.progress(len(s.generated_ids) / s.max_new_tokens, text=f"{len(s.generated_ids)} tokens")
+    st.session_state["step_at"] = latest(s)
+    bar.empty()
 
 
-# ------------------------------------------------------------------ controls and views
+# ------------------------------------------------------------------ the control bar
 
 
-def controls(s: Stepper | None) -> None:
+def control_bar(s: Stepper | None) -> None:
     started = s is not None and bool(s.traces)
     done = started and s.done
-    c = st.columns([1, 1.4, 1.4, 1, 2])
+    at = st.session_state.get("step_at", 0)
+    bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+    bar.text_input("prompt", key="step_prompt", placeholder="Type a prompt, then Prefill (P)",
+                   label_visibility="collapsed", width=250)
     # callbacks run before the rerun, so every button below is drawn in its new state
-    c[0].button("Prefill", type="primary", disabled=started, key="step_btn_prefill", on_click=do, args=(start,),
-                shortcut="P")
-    c[1].button("Next token", type="primary", disabled=not started or done, key="step_btn_next",
-                on_click=do, args=(lambda: stepper().decode(),), shortcut="N")
-    run_all = c[2].button("Run to end", disabled=not started or done, key="step_btn_run", shortcut="E")
-    c[3].button("Reset", key="step_btn_reset", on_click=reset, shortcut="X")
-    c[4].toggle("Autoplay", key="step_autoplay", disabled=not started or done)
-    c[4].slider("autoplay speed (tokens/s)", 0.5, 5.0, 2.0, 0.5, key="step_speed")
+    bar.button("Prefill", type="primary", disabled=started, key="step_btn_prefill", on_click=do, args=(start,),
+               shortcut="P", help="Run the whole prompt through the model in one pass (P)")
+    bar.button("◀", disabled=not started or at == 0, key="step_btn_back", on_click=back, shortcut="left",
+               help="Show the previous step (←)")
+    bar.button("▶", disabled=not started or (done and at == latest(s)), key="step_btn_forward", on_click=forward,
+               shortcut="right", help="Show the next recorded step; at the newest, compute one more token (→)")
+    bar.button("Next token", type="primary", disabled=not started or done, key="step_btn_next",
+               on_click=next_token, shortcut="N", help="One decode step: one more token (N)")
+    run_all = bar.button("Run to end", disabled=not started or done, key="step_btn_run", shortcut="E",
+                         help="Decode until the run stops (E)")
+    bar.button("Reset", key="step_btn_reset", on_click=drop_run, shortcut="X", help="Forget this run (X)")
+    cache_toggle(bar)
     if run_all:
-        s = stepper()
-        st.button("Stop", key="step_btn_stop")  # a click reruns the script, which ends this loop
-        bar = st.progress(0.0, text="running…")
-        while not s.done:
-            do(s.decode)
-            bar.progress(len(s.generated_ids) / s.max_new_tokens, text=f"{len(s.generated_ids)} tokens")
-        st.rerun(scope="fragment")
+        run_to_end(stepper())
 
 
-def views(s: Stepper) -> None:
-    t = s.traces[-1]
+def more(where, s: Stepper | None) -> None:
+    """Scenarios, preset prompts and autoplay, folded away so the bar stays one line."""
+    started = s is not None and bool(s.traces)
+    with where.popover("More", icon=":material/tune:"):
+        st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario",
+                     on_change=load_scenario, placeholder="a ready-made scenario…")
+        st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset", on_change=pick_preset,
+                     placeholder="(your own prompt)")
+        st.toggle("Autoplay", key="step_autoplay", disabled=not started or s.done)
+        st.slider("autoplay speed (tokens/s)", 0.5, 5.0, 2.0, 0.5, key="step_speed")
+
+
+# ------------------------------------------------------------------ the views (each shows step `at`)
+
+
+def scrub_row(s: Stepper, at: int) -> None:
+    """The scrubber, the layer and head the stage opens, and the folded extras."""
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    if latest(s) > 0:
+        row.slider("step", 0, latest(s), key="step_at", label_visibility="collapsed", width=300,
+                   help="Scrub through the recorded steps: 0 is the prefill (← →)")
+    st.session_state.setdefault("step_layer", 0)
+    st.session_state.setdefault("step_head", 0)
+    if spec.layers <= 12:
+        row.segmented_control("layer", list(range(spec.layers)), key="step_layer", format_func=lambda x: f"layer {x}",
+                              label_visibility="collapsed", help="The layer opened on the stage")
+    else:
+        row.number_input("layer", 0, spec.layers - 1, key="step_layer", width=100)
+    row.number_input("head", 0, spec.heads - 1, key="step_head", width=90, label_visibility="collapsed",
+                     help="The head whose attention row(s) the stage draws")
+    more(row, s)
+
+
+def status(s: Stepper, at: int) -> None:
+    t = s.traces[at]
     new_tokens = len(s.generated_ids)
     by_decode = max(0, new_tokens - 1)
-    st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({by_decode} from Next token) · step {t.step} ({t.phase}) · "
-                f"KV cache **{t.kv_bytes:,} bytes** · last step {t.latency_ms:.1f} ms"
+    showing = "newest" if at == latest(s) else f"{latest(s) - at} newer recorded"
+    st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({by_decode} from Next token) · "
+                f"step **{at}** of {latest(s)} ({t.phase}, {showing}) · KV cache **{t.kv_bytes:,} bytes**"
                 + (f" · stopped: **{s.stop_reason}**" if s.done else ""))
-    shown = {"Tokens": tokens_view, "This step": this_step_view, "Shapes": shapes_view, "Attention": attention_view,
-             "KV cache": kv_view, "Next token": next_token_view, "Latency": latency_view}
-    # on_change="rerun" makes the tabs lazy: only the open one is built, so a click stays cheap
-    for tab, view in zip(st.tabs(list(shown), key="step_view", on_change="rerun"), shown.values()):
-        if tab.open:
-            with tab:
-                view(s)
 
 
-def tokens_view(s: Stepper) -> None:
-    t, tok = s.traces[-1], lm.tokenizer
-    prompt_ids, gen_ids = s.ids[0, : s.prompt_len].tolist(), s.generated_ids
-    pieces = lambda ids: [(i, tok.decode([i])) for i in ids]  # noqa: E731
-    fed_from = s.ids.shape[1] - 1 - len(t.fed_ids)
+def stage(s: Stepper, at: int, pieces: list[str]) -> None:
+    t = s.traces[at]
+    layer = st.session_state.get("step_layer") or 0
+    svg = stage_svg(t, pieces, s.prompt_len, layer=layer, head=st.session_state.get("step_head", 0))
+    st.html(stage_html(svg, caption(t)))
+
+
+def tokens_view(s: Stepper, t, pieces: list[str]) -> None:
+    ids = s.ids[0].tolist()
+    known = ids[: t.kv_len + 1]
+    fed = set(range(t.fed_from, t.kv_len))
     st.caption("Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. The model "
-               "only ever sees the ids. Generated tokens are orange; the ones fed to the last forward pass are "
-               "outlined. Detokenizing the ids gives back the text below.")
-    st.markdown(fig.token_chips_html(pieces(prompt_ids), pieces(gen_ids),
-                                     set(range(fed_from, fed_from + len(t.fed_ids)))), unsafe_allow_html=True)
-    st.text(s.text)
+               "only ever sees the ids. Generated tokens are orange; the ones fed to this step's pass are outlined.")
+    chips = [(i, pieces[p]) for p, i in enumerate(known)]
+    st.html(fig.token_chips_html(chips[: s.prompt_len], chips[s.prompt_len:], fed))
+    st.text(lm.tokenizer.decode(known, skip_special_tokens=True))
 
 
-def this_step_view(s: Stepper) -> None:
-    st.caption("Prefill runs every prompt position through the model at once. Each decode step adds one "
-               "position. q_len counts the positions computed in this pass; kv_len the positions attended to.")
-    st.markdown(fig.step_story(s.traces[-1], s.prompt_len))
-    st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_{head}}}+M\right)V"
-             r"\qquad Q\in\mathbb{R}^{q\_len\times d_{head}},\;K,V\in\mathbb{R}^{kv\_len\times d_{head}}")
+def matmuls_view(s: Stepper, t, layer: int) -> None:
+    st.caption(f"Layer {layer}'s matmuls at this step, with the cache and without (FLOPs are estimates). The cache "
+               "removes the projections of old positions (Q, K, V, W_o and the MLP run on 1 row, not n); "
+               "QKᵀ and ·V still grow with the context.")
+    st.dataframe(fig.matmul_frame(t, spec, layer), hide_index=True, width="stretch")
+    proof = kv_reuse(lm, s.ids, s.cache) if s.use_cache and s.cache is not None else None
+    if proof is not None:
+        st.markdown(f"**Why K and V are cached and Q is not**, checked on this run: recomputing all "
+                    f"{proof['positions']} positions with no cache gives keys within **{proof['max_key_diff']:.1g}** "
+                    f"and values within **{proof['max_value_diff']:.1g}** of what the cache holds (float rounding): "
+                    "old K and V never change. Every step's q has query_pos = "
+                    f"{'1' if t.phase == 'decode' else t.q_len} (the fed rows only): no later step reads an old Q.")
+    elif not s.use_cache:
+        st.info("The cache is off: every step computes K and V of all positions again, and throws them away.")
 
 
-def shapes_view(s: Stepper) -> None:
-    st.caption("The tensors of this forward pass. At prefill the middle dimension is the prompt length s; at a "
-               "cached decode step it is 1. 'measured' shapes were read off the real tensors; 'derived' ones come "
-               "from the config.")
-    st.dataframe(fig.shapes_frame(s.traces[-1]), hide_index=True, width="stretch")
-    m = lm.summary
-    if m.kv_heads != m.heads:
-        st.info(f"{m.attention}: {m.heads} query heads share {m.kv_heads} key/value heads "
-                f"({m.heads // m.kv_heads} queries per K/V head), so the cache is {m.heads // m.kv_heads}× "
+def shapes_view(s: Stepper, t) -> None:
+    st.caption("The tensors of this pass, named by where they live. At prefill pos is the prompt length s; at a "
+               "cached decode step it is 1. 'measured' shapes were read off the real tensors.")
+    st.dataframe(fig.shapes_frame(t), hide_index=True, width="stretch")
+    if spec.kv_heads != spec.heads:
+        st.info(f"{spec.attention}: {spec.heads} query heads share {spec.kv_heads} key/value heads "
+                f"({spec.heads // spec.kv_heads} queries per K/V head), so the cache is {spec.heads // spec.kv_heads}× "
                 "smaller than with one K/V head per query head.")
+    gpt2 = kvcalc.from_table("gpt2")
+    n = t.kv_len
+    rows = [("q at prefill", f"[1, {spec.heads}, {s.prompt_len}, {spec.head_dim}]",
+             f"[1, {gpt2.heads}, {s.prompt_len}, {gpt2.head_dim}]"),
+            ("q at a cached decode step", f"[1, {spec.heads}, 1, {spec.head_dim}]", f"[1, {gpt2.heads}, 1, {gpt2.head_dim}]"),
+            (f"K cache after this step (pos {n})", f"[1, {spec.kv_heads}, {n}, {spec.head_dim}]",
+             f"[1, {gpt2.kv_heads}, {n}, {gpt2.head_dim}]")]
+    st.markdown("**The articles' GPT-2 beside this model** (GPT-2 computed from its published config: 12 heads, "
+                "head_dim 64; e.g. a 7-token prompt gives `[1, 12, 7, 64]`, then `[1, 12, 1, 64]`, cache `[1, 12, 8, 64]`):")
+    st.dataframe([{"tensor": a, "this model": b, "GPT-2 (124M)": c} for a, b, c in rows], hide_index=True)
 
 
-def kv_view(s: Stepper) -> None:
-    st.caption("Per layer, the cache keeps the keys and values of every position seen so far, so a decode step "
-               "only computes K and V for the new position. Bytes are measured from the real tensors.")
-    st.latex(r"\text{KV bytes}=\sum_{\text{layers}} 2\times batch\times kv\_head\times pos\times head\_dim"
-             r"\times\text{bytes per element}")
+def attention_view(s: Stepper, t, layer: int, labels: list[str]) -> None:
+    if t.layers[layer].pattern is None:
+        st.info(t.attention_note)
+        return
+    st.plotly_chart(fig.heads_figure(t, layer, labels, scale=scale(), cols=2), key="step_att_heads")
+    st.caption("Each row is a query, each column a key it may look at; a row sums to 1. Grey is masked (the future, "
+               "or outside a sliding window): masked, not zero. At a decode step every head's one new row is shown, "
+               "so the head that looks back at a name stands out.")
+    if t.phase == "decode" and t.kv_len > 1:
+        piece = labels[t.kv_len - 1].split(" ", 1)[-1]
+        earlier = [p for p in range(t.kv_len - 1) if labels[p].split(" ", 1)[-1] == piece]
+        if earlier:
+            ranked = fig.look_back(t, layer, earlier[-1])
+            head, weight = ranked[0]
+            st.markdown(plain(f"The newest token {piece} appeared before at position {earlier[-1]}: in layer {layer}, "
+                              f"head {head} gives it the most weight ({weight:.2f})."))
+    with st.expander("One head, every step so far (the prefill square plus one row per decode step)"):
+        z = fig.assembled_attention(s.traces[: st.session_state.get('step_at', 0) + 1], layer,
+                                    st.session_state.get("step_head", 0))
+        st.plotly_chart(fig.attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
+                                              f"layer {layer}, head {st.session_state.get('step_head', 0)}",
+                                              scale=scale()), key="step_att_all")
+
+
+def kv_view(s: Stepper, t, at: int) -> None:
+    st.caption("Per layer, the cache keeps the keys and values of the positions seen so far (a sliding-window "
+               "layer only its window), so a decode step only computes K and V for the new position. Bytes are "
+               "measured from the real tensors.")
+    st.latex(r"\text{KV bytes}=\sum_{\text{layer}} 2\times batch\times kv\_head\times pos_{\text{kept}}"
+             r"\times head\_dim\times\text{bytes per element}")
     if not s.use_cache:
         st.warning("The KV cache is off: nothing is stored between steps (0 bytes), so every decode step "
                    "recomputes keys and values for all positions.")
-    else:
-        st.dataframe(fig.kv_frame(s.traces[-1]), hide_index=True, width="stretch")
-        st.plotly_chart(fig.kv_grid_figure(s.traces, lm.summary.layers), key="step_kv_grid")
-    st.plotly_chart(fig.kv_growth_figure(s.traces), key="step_kv_growth")
-
-
-def next_token_view(s: Stepper) -> None:
-    t = s.traces[-1]
-    st.caption("The model's last position gives a score (logit) for every token in the vocabulary. Softmax turns "
-               "them into probabilities; the warpers (temperature, top-k, top-p, repetition penalty) reshape "
-               "them; then a rule picks one. Bars: the 10 most likely tokens before and after the warpers.")
-    st.latex(r"p_i=\frac{e^{z_i/T}}{\sum_j e^{z_j/T}}")
-    st.plotly_chart(fig.next_token_figure(t), key="step_next")
-    st.write(f"Chosen: **{fig.show_piece(t.token)}** (id {t.token_id}) by {t.rule}.")
-
-
-def latency_view(s: Stepper) -> None:
-    st.caption("Forward time of every step, measured with a clock read after a device sync; sampling time is "
-               "included. The warm-up pass at load is excluded. With the cache off, decode bars climb because "
-               "each step recomputes more positions. The purple line is a FLOPs estimate, not a measurement.")
-    st.plotly_chart(fig.latency_figure(s.traces), key="step_latency")
-    st.dataframe(fig.traces_frame(s.traces), hide_index=True, width="stretch", height=240)
-
-
-def attention_view(s: Stepper) -> None:
-    m = lm.summary
-    st.caption("Each row is a query position, each column a key position it may look at; a row sums to 1. "
-               "The upper triangle is zero: a token cannot see the future (the causal mask M). A decode step adds "
-               "one row; the rows before it stay as they were.")
-    c1, c2, c3 = st.columns(3)
-    layer = c1.number_input("layer", 0, m.layers - 1, 0, key="step_layer")
-    head = c2.number_input("head", 0, m.heads - 1, 0, key="step_head")
-    view = c3.radio("show", ["assembled matrix", "this step", "all heads"], horizontal=True, key="step_att_view")
-    all_pieces = [lm.tokenizer.decode([i]) for i in s.ids[0].tolist()]
-    labels = fig.axis_labels(all_pieces)
-    t = s.traces[-1]
-    if t.attention is None:
-        st.info(t.attention_note)
         return
-    if view == "assembled matrix":
-        z = fig.assembled_attention(s.traces, layer, head)
-        st.plotly_chart(fig.attention_heatmap(z, labels[: z.shape[0]],
-                                              labels[: z.shape[1]], f"layer {layer}, head {head}: prefill square + "
-                                              "one row per decode step"), key="step_att_all")
-    elif view == "this step":
-        z = t.attention[layer, head].float().numpy()
-        rows = labels[t.kv_len - z.shape[0]: t.kv_len]
-        st.plotly_chart(fig.attention_heatmap(z, rows, labels[: t.kv_len], f"layer {layer}, head {head}: "
-                                              f"{t.attention_note}"), key="step_att_step")
+    st.dataframe(fig.kv_frame(t), hide_index=True, width="stretch")
+    st.plotly_chart(fig.kv_grid_figure(s.traces[: at + 1], spec.layers, scale=scale()), key="step_kv_grid")
+    st.plotly_chart(fig.kv_growth_figure(s.traces[: at + 1], scale=scale()), key="step_kv_growth")
+
+
+def next_token_view(t) -> None:
+    st.caption("The last position's output is a score (logit, the numbers on the bars) for every token. Softmax turns "
+               "them into probabilities; the warpers (temperature, top-k, top-p, repetition penalty) reshape them; "
+               "then a rule picks one.")
+    st.plotly_chart(fig.next_token_figure(t, scale=scale()), key="step_next")
+    st.markdown(plain(f"Chosen: {fig.show_piece(t.token)} (id {t.token_id}) by {t.rule}."))
+
+
+def latency_view(s: Stepper, at: int) -> None:
+    traces = s.traces[: at + 1]
+    call = fig.timing_callout(traces)
+    c = st.columns(2)
+    c[0].metric("time to first token", f"{call['ttft_ms']:.1f} ms",
+                help="The prefill pass plus choosing its token")
+    c[1].metric("time per output token", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
+                help="Median decode step")
+    if call["tpot_ms"]:
+        st.caption(f"Prefill: {call['prefill_ms_per_token']:.2f} ms per prompt token ({call['prompt_tokens']} tokens "
+                   f"in one pass); decode: {call['tpot_ms']:.2f} ms per token, one pass each.")
+    trend = fig.latency_trend(traces)
+    repeats = traces[-1].timing.repeats
+    if trend["climbs"] is None:
+        what = "Take a few decode steps to see how their time changes."
+    elif trend["climbs"]:
+        what = (f"Decode steps climb: about {trend['first_ms']:.1f} ms at first, {trend['last_ms']:.1f} ms now "
+                f"({trend['slope_ms_per_pos'] * 1000:.1f} µs more per position).")
     else:
-        st.plotly_chart(fig.heads_grid(t.attention[layer].float().numpy(), f"layer {layer}: every head, this step"),
-                        key="step_att_heads")
+        what = (f"Decode steps stay about flat ({trend['first_ms']:.1f} → {trend['last_ms']:.1f} ms): at this length "
+                "the fixed cost of a pass hides the growing attention" + (" even with the cache off." if not s.use_cache else "."))
+    st.caption(f"Each bar is the median of {repeats} timed runs of the same pass (whisker: fastest to slowest); the "
+               f"run before them is a warm-up, excluded. {what} The dashed line is a FLOPs estimate, not a measurement.")
+    st.plotly_chart(fig.latency_figure(traces, scale=scale()), key="step_latency")
+    st.dataframe(fig.traces_frame(traces), hide_index=True, width="stretch", height=200)
+
+
+def views(s: Stepper, at: int, pieces: list[str]) -> None:
+    t = s.traces[at]
+    layer = st.session_state.get("step_layer") or 0
+    st.session_state.setdefault("step_view", "Attention")
+    view = st.pills("view", VIEWS, key="step_view", label_visibility="collapsed") or "Attention"
+    labels = fig.axis_labels(pieces)
+    if view == "Tokens":
+        tokens_view(s, t, pieces)
+    elif view == "Matmuls":
+        matmuls_view(s, t, layer)
+    elif view == "Shapes":
+        shapes_view(s, t)
+    elif view == "Attention":
+        attention_view(s, t, layer, labels)
+    elif view == "KV cache":
+        kv_view(s, t, at)
+    elif view == "Next token":
+        next_token_view(t)
+    else:
+        latency_view(s, at)
 
 
 def export(s: Stepper) -> None:
     """The run so far, to keep or to share: JSON (everything) and CSV (one row per step)."""
-    c = st.columns([1, 1, 3])
+    c = st.container(horizontal=True, vertical_alignment="center")
     # callables: the files are only built when a button is clicked, never on a Next-token click
-    c[0].download_button("Trace as JSON", lambda: json.dumps(s.report(), default=str, indent=1), "decode-lab-trace.json",
-                         "application/json", key="step_export_json", on_click="ignore")
-    c[1].download_button("Steps as CSV", lambda: fig.traces_frame(s.traces).to_csv(index=False), "decode-lab-steps.csv",
-                         "text/csv", key="step_export_csv", on_click="ignore")
-    c[2].caption("The JSON holds every step's phase, q_len, kv_len, token, shapes, KV bytes, latency and FLOPs "
-                 "estimate; the link in the address bar replays this run.")
+    c.download_button("Trace as JSON", lambda: json.dumps(s.report(), default=str, indent=1), "decode-lab-trace.json",
+                      "application/json", key="step_export_json", on_click="ignore")
+    c.download_button("Steps as CSV", lambda: fig.traces_frame(s.traces).to_csv(index=False), "decode-lab-steps.csv",
+                      "text/csv", key="step_export_csv", on_click="ignore")
+    c.caption("The JSON holds every step's phase, q_len, kv_len, token, per-layer shapes, KV bytes, timings and FLOPs "
+              "estimate; the link in the address bar replays this run and shows this step.")
 
 
 @st.fragment
 def stepping() -> None:
-    controls(stepper())
+    prompt = st.session_state.get("step_prompt", "")
+    run_key = (settings, prompt)
+    if st.session_state.get("step_run_key") != run_key:  # new prompt, model or setting: a fresh run
+        drop_run()
+        st.session_state["step_run_key"] = run_key
+    control_bar(stepper())
     s = stepper()
+    if st.session_state.pop("step_follow", False):  # autoplay took a step after the scrubber was drawn
+        st.session_state["step_at"] = latest(s)
+    at = max(0, min(st.session_state.get("step_at", 0), latest(s)))
+    st.session_state["step_at"] = at
     write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None,
-               steps=len(s.traces) - 1 if s is not None and s.traces else None)
+               steps=latest(s) if s is not None and s.traces else None,
+               at=at if s is not None and s.traces and at != latest(s) else None)
+    for problem in st.session_state.pop("link_problems", []):
+        warning(problem)
     if st.session_state.get("step_error"):
-        st.error(st.session_state.pop("step_error"))
-    s = stepper()
+        error(st.session_state.pop("step_error"))
     if s is None or not s.traces:
-        st.info("Press **Prefill** to run the whole prompt through the model in one forward pass.")
+        more(st, s)
+        st.info("Type a prompt (or pick a scenario under **More**), then press **Prefill** (P): the whole prompt goes "
+                "through the model in one forward pass, and the stage shows it.")
         return
-    views(s)
+    scrub_row(s, at)
+    pieces = s.pieces()
+    left, right = st.columns([3, 2], gap="medium")
+    with left:
+        stage(s, at, pieces)
+    with right:
+        status(s, at)
+        views(s, at, pieces)
+    st.html(fig.legend_html())
     export(s)
     if st.session_state.get("step_autoplay") and not s.done:
         time.sleep(1 / st.session_state.get("step_speed", 2.0))
-        do(s.decode)
+        try:
+            s.decode()
+            st.session_state["step_follow"] = True
+        except Busy as e:
+            st.session_state["step_error"] = f"{e} Autoplay waits and tries again."
+            time.sleep(BUSY_WAITS[-1])
+        except DecodeLabError as e:
+            st.session_state["step_error"] = str(e)
+            st.session_state["step_autoplay"] = False
         st.rerun(scope="fragment")
 
 
+st.session_state.setdefault("step_prompt", PROMPTS[0]["prompt"])
 if "step_replay" in st.session_state and stepper() is None:
+    st.session_state["step_run_key"] = (settings, st.session_state.get("step_prompt", ""))
     replay(st.session_state.pop("step_replay"))
 stepping()

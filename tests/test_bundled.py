@@ -22,9 +22,9 @@ def test_both_models_are_bundled_default_first():
 def test_default_is_gqa_and_twin_is_mha():
     llama = load_model("default")
     gpt2 = load_model("tinystories-gpt2")
-    assert llama.summary.architecture == "LlamaForCausalLM" and llama.summary.attention == "GQA"
-    assert gpt2.summary.architecture == "GPT2LMHeadModel" and gpt2.summary.attention == "MHA"
-    assert llama.summary.max_positions >= 512 and gpt2.summary.max_positions >= 512
+    assert llama.spec.architecture == "LlamaForCausalLM" and llama.spec.attention == "GQA"
+    assert gpt2.spec.architecture == "GPT2LMHeadModel" and gpt2.spec.attention == "MHA"
+    assert llama.spec.max_positions >= 512 and gpt2.spec.max_positions >= 512
 
 
 def test_weights_are_safetensors_and_small():

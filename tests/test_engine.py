@@ -39,12 +39,13 @@ def test_cache_and_no_cache_logits_agree_in_fp32(tiny_lm):
 def test_prefill_attention_is_causal_and_rows_sum_to_one(tiny_lm):
     s = Stepper(tiny_lm, PROMPT)
     t = s.prefill()
-    att = t.attention.float()  # [layer, head, pos, kv_pos]
     n = s.prompt_len
-    assert att.shape == (tiny_lm.summary.layers, tiny_lm.summary.heads, n, n)
-    future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
-    assert att[..., future].abs().max() == 0
-    assert torch.allclose(att.sum(-1), torch.ones(att.shape[:-1]), atol=2e-3)
+    for layer in t.layers:
+        att = layer.pattern.float()  # [head, query_pos, key_pos]
+        assert att.shape == (tiny_lm.spec.heads, n, n) and layer.key_start == 0
+        future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
+        assert att[..., future].abs().max() == 0
+        assert torch.allclose(att.sum(-1), torch.ones(att.shape[:-1]), atol=2e-3)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -53,13 +54,14 @@ def test_decode_attention_is_one_new_row_per_layer(tiny_lm, use_cache):
     s.prefill()
     for _ in range(3):
         t = s.decode()
-        assert t.attention.shape == (tiny_lm.summary.layers, tiny_lm.summary.heads, 1, t.kv_len)
+        assert all(layer.pattern.shape == (tiny_lm.spec.heads, 1, t.kv_len) for layer in t.layers)
+        assert len(t.layers) == tiny_lm.spec.layers
         assert t.kv_len == s.ids.shape[1] - 1
         assert t.q_len == (1 if use_cache else t.kv_len)
 
 
 def test_kv_bytes_match_formula_and_grow_by_one_position(tiny_lm):
-    m = tiny_lm.summary
+    m = tiny_lm.spec
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=8, stop_on_eos=False)
     traces = s.run()
     elem = torch.finfo(tiny_lm.dtype).bits // 8
@@ -78,18 +80,23 @@ def test_no_cache_holds_no_kv_bytes(tiny_lm):
 def test_gqa_model_has_fewer_kv_heads(tiny_dirs):
     from engine import load_model
 
-    assert load_model(tiny_dirs["llama"]).summary.attention == "GQA"
-    assert load_model(tiny_dirs["gpt2"]).summary.attention == "MHA"
+    assert load_model(tiny_dirs["llama"]).spec.attention == "GQA"
+    assert load_model(tiny_dirs["gpt2"]).spec.attention == "MHA"
 
 
 def test_shapes_contrast_prefill_with_decode(tiny_lm):
     s = Stepper(tiny_lm, PROMPT)
     pre, dec = s.prefill(), s.decode()
+    m = tiny_lm.spec
+    every = "{0..%d}" % (m.layers - 1)
     shape = {t.phase: {r.tensor: r.shape for r in t.shapes} for t in (pre, dec)}
-    d = tiny_lm.summary.d_model
-    assert shape["prefill"]["hidden states (each layer)"] == (1, s.prompt_len, d)
-    assert shape["decode"]["hidden states (each layer)"] == (1, 1, d)
-    assert shape["decode"]["Q (each layer)"] == (1, tiny_lm.summary.heads, 1, tiny_lm.summary.head_dim)
+    assert shape["prefill"][f"blocks.{every}.resid_in"] == (1, s.prompt_len, m.d_model)
+    assert shape["decode"][f"blocks.{every}.resid_in"] == (1, 1, m.d_model)
+    assert shape["prefill"][f"blocks.{every}.attn.q"] == (1, m.heads, s.prompt_len, m.head_dim)
+    assert shape["decode"][f"blocks.{every}.attn.q"] == (1, m.heads, 1, m.head_dim)
+    assert shape["decode"][f"blocks.{every}.attn.k"] == (1, m.kv_heads, 1, m.head_dim)
+    assert shape["decode"][f"blocks.{every}.kv.keys"] == (1, m.kv_heads, s.prompt_len + 1, m.head_dim)
+    assert all(r.source == "measured" for t in (pre, dec) for r in t.shapes)  # nothing derived from the config
 
 
 def test_same_seed_same_sample_and_cache_setting_does_not_change_it(tiny_lm):
@@ -123,7 +130,7 @@ def test_stop_reasons(tiny_lm):
     s.run()
     assert s.stop_reason == "stop_string" and len(s.generated_ids) == 1
 
-    limit = tiny_lm.summary.max_positions
+    limit = tiny_lm.spec.max_positions
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=200, stop_on_eos=False)
     s.run()
     assert s.stop_reason == "context_limit" and s.ids.shape[1] == limit
@@ -187,7 +194,9 @@ def test_latency_and_estimates_are_recorded(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, use_cache=False, max_new_tokens=6, stop_on_eos=False)
     traces = s.run()
     assert all(t.forward_ms > 0 and t.sample_ms >= 0 for t in traces)
-    assert not any(t.warmup for t in traces)  # load_model already ran the warm-up
+    # each step is the median of 3 timed repeats of the same pass; the run before them is the warm-up, kept apart
+    assert all(t.timing.repeats == 3 and t.timing.warmup_ms is not None for t in traces)
+    assert all(t.timing.low_ms <= t.forward_ms <= t.timing.high_ms for t in traces)
     flops = [t.flops_estimate for t in traces[1:]]
     assert flops == sorted(flops) and flops[-1] > flops[0]  # no-cache work grows every step
 

@@ -35,8 +35,8 @@ def test_latency_figure_has_one_bar_per_step_and_estimate_is_labelled(tiny_lm):
 def test_kv_grid_has_one_column_per_cached_position(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=4, stop_on_eos=False)
     s.run()
-    z = np.asarray(fig.kv_grid_figure(s.traces, tiny_lm.summary.layers).data[0].customdata)
-    assert z.shape == (tiny_lm.summary.layers, s.traces[-1].kv_len)
+    z = np.asarray(fig.kv_grid_figure(s.traces, tiny_lm.spec.layers).data[0].customdata)
+    assert z.shape == (tiny_lm.spec.layers, s.traces[-1].kv_len)
     assert list(z[0, -3:]) == [1, 2, 3]  # each decode step wrote one column
 
 

@@ -15,39 +15,39 @@ def test_gpt2_mha_matches_hand_computation():
     # 12 layers x 12 heads x 64 dims x 2 (K,V) x 2 bytes = 36,864 bytes per token
     a = kvcalc.from_table("gpt2")
     assert a.attention == "MHA"
-    assert kvcalc.bytes_per_token(a, 2) == 36_864
-    assert kvcalc.kv_bytes(a, 1024, 1, 2) == 37_748_736
+    assert a.kv_bytes_per_token(2) == 36_864
+    assert a.kv_bytes(1024, 1, 2) == 37_748_736
 
 
 def test_llama3_8b_gqa_matches_hand_computation_and_saves_4x():
     # 32 layers x 8 KV heads x 128 dims x 2 x 2 bytes = 131,072 bytes per token: 1 GiB at 8,192 tokens
     a = kvcalc.from_table("Llama-3-8B")
     assert (a.attention, a.kv_heads) == ("GQA", 8)
-    assert kvcalc.kv_bytes(a, 8192, 1, 2) == 2**30
-    assert kvcalc.kv_bytes(a.as_mha(), 8192, 1, 2) == 4 * 2**30
+    assert a.kv_bytes(8192, 1, 2) == 2**30
+    assert a.as_mha().kv_bytes(8192, 1, 2) == 4 * 2**30
 
 
 def test_falcon_7b_mqa_matches_hand_computation():
     # 32 layers x 1 KV head x 64 dims x 2 x 2 bytes = 8,192 bytes per token
     a = kvcalc.from_table("falcon-7b")
     assert a.attention == "MQA"
-    assert kvcalc.kv_bytes(a, 2048, 4, 2) == 8192 * 2048 * 4
+    assert a.kv_bytes(2048, 4, 2) == 8192 * 2048 * 4
 
 
 def test_deepseek_v3_uses_the_mla_latent():
     a = kvcalc.from_table("DeepSeek-V3")
-    assert a.attention == "MLA" and kvcalc.bytes_per_token(a, 2) == 61 * 576 * 2
+    assert a.attention == "MLA" and a.kv_bytes_per_token(2) == 61 * 576 * 2
 
 
 def test_live_model_figure_equals_measured_kv_bytes(tiny_lm):
     s = Stepper(tiny_lm, "Once upon a time", max_new_tokens=30, stop_on_eos=False)
-    arch = kvcalc.from_summary(tiny_lm.summary)
+    arch = kvcalc.from_live(tiny_lm)
     elem = torch.finfo(tiny_lm.dtype).bits // 8
     s.prefill()
     checked = 0
     for _ in range(3):
         t = s.traces[-1]
-        assert kvcalc.kv_bytes(arch, t.kv_len, 1, elem) == t.kv_bytes
+        assert arch.kv_bytes(t.kv_len, 1, elem) == t.kv_bytes
         checked += 1
         s.run(5)
     assert checked == 3

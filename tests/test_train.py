@@ -27,7 +27,7 @@ def test_train_on_a_tiny_corpus_produces_a_loadable_model(tmp_path):
     assert "bits per byte" in (out / "README.md").read_text()
 
     lm = load_model(str(out))
-    assert lm.summary.attention == "GQA"
+    assert lm.spec.attention == "GQA"
     s = Stepper(lm, "Once upon a time", max_new_tokens=5, stop_on_eos=False)
     s.run()
     assert len(s.generated_ids) == 5

@@ -1,0 +1,88 @@
+"""Read Q, K, V and the attention pattern off every layer while the model computes them.
+
+transformers lets a model's attention layers call a registered attention function
+instead of their own. We register one, `decode_lab`, that calls the layer's *own*
+eager function (the one in its modeling file, so Gemma's soft-capping, GPT-2's scaling
+and every family's quirks stay exactly as transformers wrote them) and, when a pass is
+being recorded, keeps a reference to what went in and came out:
+
+    q        [batch, head, query_pos, head_dim]     the queries of the fed positions (after RoPE)
+    k, v     [batch, kv_head, key_pos, head_dim]    every key/value this pass scored: cache + new
+    pattern  [batch, head, query_pos, key_pos]      softmax(q·kᵀ / √head_dim + mask)
+
+Nothing is copied here; the stepper keeps what it needs. A model family whose
+attention does not go through transformers' attention interface is loaded with plain
+`eager` instead, and its Q/K/V shapes are then derived from the config (and labelled so).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+
+IMPLEMENTATION = "decode_lab"
+_active: ContextVar[list | None] = ContextVar("decode_lab_capture", default=None)
+_eager_of: dict[type, object] = {}
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One attention layer's inputs and weights during one forward pass (references, not copies)."""
+
+    layer: int
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    pattern: torch.Tensor
+
+
+def _eager(module):
+    fn = _eager_of.get(type(module))
+    if fn is None:
+        fn = _eager_of[type(module)] = sys.modules[type(module).__module__].eager_attention_forward
+    return fn
+
+
+def recording_attention(module, query, key, value, attention_mask, **kwargs):
+    """The layer's own eager attention, plus a note of its tensors when a recording is active."""
+    out, weights = _eager(module)(module, query, key, value, attention_mask, **kwargs)
+    captures = _active.get()
+    if captures is not None:
+        captures.append(Capture(module.layer_idx, query, key, value, weights))
+    return out, weights
+
+
+class recording:
+    """`with recording() as captures:` every attention layer of the passes inside appends a Capture."""
+
+    def __enter__(self) -> list[Capture]:
+        self.captures: list[Capture] = []
+        self._token = _active.set(self.captures)
+        return self.captures
+
+    def __exit__(self, *exc) -> None:
+        _active.reset(self._token)
+
+
+def register() -> None:
+    """Make `decode_lab` a valid attn_implementation (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+
+    AttentionInterface.register(IMPLEMENTATION, recording_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, eager_mask)
+
+
+def supports(config) -> bool:
+    """Does this config's model family route attention through transformers' attention interface?"""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except KeyError:
+        return False
+    module = sys.modules.get(cls.__module__)
+    return module is not None and hasattr(module, "eager_attention_forward") and hasattr(module, "ALL_ATTENTION_FUNCTIONS")
