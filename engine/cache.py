@@ -30,6 +30,8 @@ def layer_windows(config) -> tuple[int | None, ...]:
     from transformers.cache_utils import get_layer_types_and_kwargs
 
     kinds, kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    if isinstance(kwargs, dict):  # transformers < 5.2x returned one dict for every layer
+        kwargs = [kwargs] * len(kinds)
     return tuple(kw.get("sliding_window") if kind in SLIDING_KINDS else None for kind, kw in zip(kinds, kwargs))
 
 

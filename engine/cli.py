@@ -1,10 +1,16 @@
-"""Command line: `python -m engine {run,compare,bench,train}`."""
+"""Command line: `python -m engine {run,compare,bench,kv-size,train,speculate}`.
+
+Every refusal is one line on stderr and exit status 2: a bad --json path is refused
+before the run starts, so a long run is never lost at the end.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from engine.errors import DecodeLabError
 
@@ -18,7 +24,8 @@ def _load(args):
 def _sampling(args):
     from engine.sampling import Sampling
 
-    greedy = args.temperature is None and args.top_k is None and args.top_p is None
+    # --top-k 0 means "top-k off", exactly as in the app: it does not switch greedy to sampling
+    greedy = args.temperature is None and not args.top_k and args.top_p is None
     return Sampling(greedy=greedy, temperature=1.0 if args.temperature is None else args.temperature,
                     top_k=args.top_k or 0, top_p=1.0 if args.top_p is None else args.top_p,
                     repetition_penalty=args.repetition_penalty, seed=args.seed)
@@ -28,7 +35,7 @@ def step_table(traces) -> str:
     """Per-step table: phase, q_len, kv_len, chosen token, KV bytes, ms (warm-up marked)."""
     lines = [f"{'step':>4}  {'phase':<7} {'q_len':>5} {'kv_len':>6}  {'token':<16} {'kv_bytes':>10} {'ms':>9}"]
     for t in traces:
-        ms = f"{t.latency_ms:9.2f}" + (" (warm-up)" if t.warmup else "")
+        ms = f"{t.latency_ms:9.2f}" + (f" (median of {t.timing.repeats})" if t.timing.repeats > 1 else "")
         lines.append(f"{t.step:>4}  {t.phase:<7} {t.q_len:>5} {t.kv_len:>6}  {t.token!r:<16} {t.kv_bytes:>10,} {ms}")
     return "\n".join(lines)
 
@@ -36,6 +43,7 @@ def step_table(traces) -> str:
 def _run(args) -> int:
     from engine.stepper import Stepper
 
+    _check_json_path(args.json)
     lm = _load(args)
     stepper = Stepper(lm, args.prompt, use_cache=not args.no_cache, sampling=_sampling(args),
                       max_new_tokens=args.steps, stop_strings=args.stop or ())
@@ -52,6 +60,7 @@ def _run(args) -> int:
 def _compare(args) -> int:
     from engine.compare import compare
 
+    _check_json_path(args.json)
     lm = _load(args)
     rep = compare(lm, args.prompt, args.steps, sampling=_sampling(args))
     rep.pop("steppers")
@@ -69,6 +78,7 @@ def _compare(args) -> int:
 def _bench(args) -> int:
     from engine.bench import run_bench
 
+    _check_json_path(args.json)
     lm = _load(args)
     res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds, app=not args.no_app)
     if args.json:
@@ -80,17 +90,22 @@ def _kv_size(args) -> int:
     from engine import kvcalc
 
     try:
-        arch = kvcalc.resolve(args.model)
-    except KeyError as e:
-        print(f"error: {e.args[0]}", file=sys.stderr)
+        kvcalc.check_inputs(args.tokens, args.batch)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
+    try:
+        arch = kvcalc.from_table(args.model)
+    except KeyError:
+        arch = kvcalc.from_config(args.model)  # a DecodeLabError here is reported by main()
     elem = kvcalc.KV_DTYPES[args.dtype]
-    total = kvcalc.kv_bytes(arch, args.tokens, args.batch, elem)
+    total = arch.kv_bytes(args.tokens, args.batch, elem)
     if args.json:
-        print(json.dumps({"bytes": int(total), "bytes_per_token": kvcalc.bytes_per_token(arch, elem),
+        print(json.dumps({"bytes": int(total), "bytes_per_token": arch.kv_bytes_per_token(elem),
+                          "bytes_per_layer": [int(b) for b in arch.kv_bytes_per_layer(args.tokens, args.batch, elem)],
                           "layers": arch.layers, "kv_heads": arch.kv_heads, "head_dim": arch.head_dim,
-                          "attention": arch.attention, "mla_dim": arch.mla_dim, "tokens": args.tokens,
-                          "batch": args.batch, "dtype": args.dtype}))
+                          "windows": list(arch.windows), "attention": arch.attention, "mla_dim": arch.mla_dim,
+                          "tokens": args.tokens, "batch": args.batch, "dtype": args.dtype}))
     else:
         print(f"{arch.name} ({arch.attention}): KV cache for {args.tokens:,} tokens x batch {args.batch} "
               f"in {args.dtype}: {kvcalc.human(total)} (estimate from its config)")
@@ -108,6 +123,60 @@ def _train(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _speculate(args) -> int:
+    from engine.loading import DRAFT_MODEL, load_model
+    from engine.speculative import DraftModel, PromptLookup, measure
+
+    _check_json_path(args.json)
+    lm = _load(args)
+    if args.lookup is not None:
+        drafter = PromptLookup(args.lookup)
+    else:
+        drafter = DraftModel(load_model(args.draft or DRAFT_MODEL, device=args.device, dtype=args.dtype))
+    m = measure(lm, args.prompt, args.steps, drafter, k=args.k)
+    alpha = "n/a (nothing proposed)" if m["acceptance_rate"] is None else \
+        f"{m['acceptance_rate']:.1%} of proposals ({m['accepted']} of {m['proposed']}); α = {m['alpha']:.1%} of " \
+        f"the {m['checked']} the target checked"
+    print(f"target {m['target']} · drafter {m['drafter']} · k = {m['k']} · {len(m['generated_ids'])} tokens · "
+          f"{m['device']}")
+    print(m["text"])
+    print()
+    print(f"same tokens as plain greedy decoding: {m['identical']}")
+    print(f"acceptance rate:              {alpha}")
+    print(f"tokens per target pass:       {m['tokens_per_target_pass'] or 0:.2f} (formula E = "
+          f"{m['expected_tokens_per_pass']:.2f}; plain decoding 1)")
+    print(f"target passes:                {m['target_passes']} (plain decoding {m['plain_target_passes']}; "
+          f"saved {m['target_passes_saved']})")
+    print(f"time per token (decode):      plain {m['plain_ms_per_token']:.2f} ms, speculative "
+          f"{m['speculative_ms_per_token']:.2f} ms (medians of {m['repeats']} alternated runs, warm-up excluded)")
+    print(f"measured speed-up:            x{m['speedup']:.2f}")
+    print(f"cost ratio c:                 {m['cost_ratio_c']:.3f} (draft ms per proposed token / verify ms)")
+    print(f"formula's prediction:         x{m['predicted_speedup']:.2f} (E / (k·c + 1), Leviathan et al. 2023; "
+          f"E from α)")
+    print(f"verdict: {m['verdict']}")
+    if args.json:
+        _write_json(args.json, m)
+    return 0
+
+
+class BadPath(Exception):
+    """A --json path that cannot be written."""
+
+
+def _check_json_path(path: str | None) -> None:
+    """Refuse a --json path that cannot be written, before any work is done."""
+    if not path:
+        return
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise BadPath(f"--json {path}: that is a folder, not a file")
+    if not parent.is_dir():
+        raise BadPath(f"--json {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise BadPath(f"--json {path}: not writable")
 
 
 def _write_json(path: str, doc: dict) -> None:
@@ -184,6 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
                       ("holdout-stories", int), ("eval-every", int), ("seed", int), ("threads", int)]:
         t.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ)
     t.set_defaults(func=_train)
+
+    s = sub.add_parser("speculate", help="speculative decoding vs plain decoding: same tokens? faster?")
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--steps", type=int, default=40, help="new tokens")
+    drafter = s.add_mutually_exclusive_group()
+    drafter.add_argument("--draft", help="draft model sharing the target's tokenizer (default: tinystories-draft)")
+    drafter.add_argument("--lookup", type=int, metavar="NGRAM", help="draft by prompt lookup, n-grams up to NGRAM")
+    s.add_argument("--k", type=int, default=4, help="proposals per round")
+    s.add_argument("--json", help="write the numbers and every round here")
+    _model_args(s)
+    s.set_defaults(func=_speculate)
     return p
 
 
@@ -191,6 +271,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except DecodeLabError as e:
+    except (DecodeLabError, BadPath) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

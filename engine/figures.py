@@ -99,7 +99,12 @@ def shapes_frame(t: StepTrace) -> pd.DataFrame:
 def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
     """One layer's five attention matmuls, W_o and the MLP at this step: with the cache and without (estimates)."""
     n = t.kv_len
-    on = matmuls(spec, 1, n - 1, layer) if t.phase == "decode" else matmuls(spec, t.q_len, 0, layer)
+    if t.phase == "prefill":
+        on = matmuls(spec, t.q_len, 0, layer)
+    elif t.use_cache:  # a decode step (1 row) or a speculative verify pass (k+1 rows) on the cache
+        on = matmuls(spec, t.q_len, t.fed_from, layer)
+    else:  # a cache-off decode step: what the same step costs with the cache
+        on = matmuls(spec, 1, n - 1, layer)
     off = matmuls(spec, n, 0, layer)
     rows = []
     for a, b in zip(on, off):

@@ -24,7 +24,8 @@ import torch
 
 from engine import capture
 from engine import device as dev
-from engine.cache import kv_length, roll_back, trim
+from engine.cache import kv_length, roll_back
+from engine.cache import trim as trim_cache
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,12 @@ class Pass:
 
 def run_pass(lm, input_ids: torch.Tensor, cache=None, *, record: bool = False, repeats: int = 1,
              attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-             logits_to_keep: int = 1) -> Pass:
+             logits_to_keep: int = 1, trim: bool = True) -> Pass:
     """One forward pass under the model's lock, timed; `repeats` > 1 runs it again to time it honestly.
 
     input_ids [batch, q_len]; the cache (if any) grows by q_len positions, once, whatever `repeats` is.
+    trim=False keeps what a sliding-window layer pushed out until the caller rolls the pass back or
+    trims (a speculative verify pass, whose rejected rows are cut afterwards).
     """
     q_len = input_ids.shape[1]
     if attention_mask is None:
@@ -106,7 +109,8 @@ def run_pass(lm, input_ids: torch.Tensor, cache=None, *, record: bool = False, r
                 times.append((time.perf_counter() - t0) * 1e3)
             if run < runs - 1:
                 roll_back(cache, q_len)  # undo this run's K/V: the next run repeats the same pass
-        trim(cache)
+        if trim:
+            trim_cache(cache)
     hidden = tuple(out.hidden_states[0].shape) if record and out.hidden_states else None
     timing = Timing(samples_ms=tuple(times[1:] if runs > 1 else times), warmup_ms=times[0] if runs > 1 else None)
     attentions = out.attentions if record and not lm.captures else None
@@ -151,7 +155,9 @@ def generate(lm, prompt_ids: torch.Tensor, new_tokens: int, *, use_cache: bool =
     """
     ids = prompt_ids.to(lm.device)
     with lm.turn(), torch.inference_mode():
+        # eos_token_id=None: exactly new_tokens tokens, and EOS chosen like any other token (as the Stepper with
+        # stop_on_eos=False does); min_new_tokens would instead forbid EOS, a different rule
         out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                min_new_tokens=new_tokens, do_sample=False, use_cache=use_cache,
-                                streamer=streamer, pad_token_id=lm.tokenizer.eos_token_id, **assist)
+                                do_sample=False, use_cache=use_cache, streamer=streamer, eos_token_id=None,
+                                pad_token_id=lm.tokenizer.eos_token_id, **assist)
     return out[0, ids.shape[1]:].tolist()

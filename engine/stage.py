@@ -198,7 +198,7 @@ def _columns(kv_len: int):
 def _col_kind(p: int, t: StepTrace, prompt_len: int, lt, rejected_from: int | None) -> tuple[str, bool]:
     """(what wrote position p's K/V, was it written by this pass) for the grids."""
     new = t.fed_from <= p < t.kv_len
-    if t.use_cache and t.phase == "decode" and p < t.kv_len - lt.kv_len:
+    if t.use_cache and t.phase != "prefill" and p < t.kv_len - lt.kv_len:
         return "evicted", False  # a sliding-window layer has dropped it: this pass did not read it
     if rejected_from is not None and p >= rejected_from:
         return "cut", True
@@ -452,8 +452,7 @@ def stage_svg(t: StepTrace, pieces: list[str], prompt_len: int, layer: int = 0, 
     heads = q_shape[1] if q_shape else (lt.pattern.shape[0] if lt.pattern is not None else 1)
     head = max(0, min(head, heads - 1))
     y = 6
-    header = title or (f"{'Prefill' if t.phase == 'prefill' else 'Decode'} · step {t.step} · "
-                       f"cache {'on' if t.use_cache else 'off'}")
+    header = title or (f"{t.phase.capitalize()} · step {t.step} · cache {'on' if t.use_cache else 'off'}")
     body = [_t(0, y + 20, header, 18, weight="bold")]
     y += 34
     strip, sh, chosen_xy = _strip(t, pieces, prompt_len, y, rejected_from)

@@ -75,7 +75,7 @@ class LayerTrace:
 class StepTrace:
     """Everything one forward pass did, as the UI and the JSON export see it."""
 
-    phase: str  # "prefill" or "decode"
+    phase: str  # "prefill", "decode", or "verify" (a speculative pass checking k guesses: q_len = k + 1)
     step: int  # 0 for prefill, then 1, 2, ...
     use_cache: bool
     fed_from: int  # position of the first fed token

@@ -1,9 +1,119 @@
-"""Speculative decoding: guess several tokens cheaply, let the model check them all in one pass."""
+"""Speculative decoding: a drafter guesses k tokens, the model checks them all in one pass, round by round.
+
+Thin page: the engine is engine/speculative.py; what this page and lesson 9 share is pages/speculative_view.py.
+"""
 
 import streamlit as st
 
-from pages.shared import frame
+from engine import DecodeLabError
+from engine.device import release_memory
+from engine.speculative import Speculator
+from pages.shared import PROMPTS, error, frame, plain
+from pages.speculative_view import (DRAFTERS, comparison, drafter_for, measured_comparison, rounds_frame,
+                                    rounds_html, totals, verify_stage)
 
 st.title("Speculative decoding")
 settings, lm = frame()
-st.info("This page is being built.")
+if lm is None:
+    st.error("No model is loaded: see the message in the sidebar.")
+    st.stop()
+st.caption("One decode pass reads every weight to make one token. Here a cheap drafter guesses k tokens and the model "
+           "checks all of them in ONE pass of k+1 rows on its KV cache: the agreeing guesses are kept (solid), the "
+           "first disagreement is replaced by the model's own token (green), the rest are struck out, and their "
+           "cache columns are cut off again. Greedy output is exactly the model's own.")
+
+
+def spec_state() -> Speculator | None:
+    return st.session_state.get("spec_run")
+
+
+def reset() -> None:
+    old = st.session_state.pop("spec_run", None)
+    if old is not None:
+        old.free()
+        release_memory()
+
+
+def start() -> None:
+    reset()
+    try:
+        s = Speculator(lm, st.session_state["spec_prompt"], drafter_for(st.session_state["spec_drafter"], settings),
+                       k=st.session_state["spec_k"], sampling=settings.sampling,
+                       max_new_tokens=settings.max_new_tokens)
+        s.prefill()
+    except DecodeLabError as e:
+        st.session_state["spec_error"] = str(e)
+        return
+    st.session_state["spec_run"] = s
+    st.session_state["spec_at"] = 0
+
+
+def next_round() -> None:
+    s = spec_state()
+    try:
+        s.round()
+    except DecodeLabError as e:
+        st.session_state["spec_error"] = str(e)
+    st.session_state["spec_at"] = len(s.rounds) - 1
+
+
+def run_all() -> None:
+    s = spec_state()
+    try:
+        s.run()
+    except DecodeLabError as e:
+        st.session_state["spec_error"] = str(e)
+    st.session_state["spec_at"] = len(s.rounds) - 1
+
+
+st.session_state.setdefault("spec_prompt", PROMPTS[1]["prompt"])
+s = spec_state()
+started = s is not None
+bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+bar.text_input("prompt", key="spec_prompt", label_visibility="collapsed", width=300, on_change=reset)
+bar.selectbox("drafter", DRAFTERS, key="spec_drafter", label_visibility="collapsed", width=230, on_change=reset)
+bar.number_input("k", 1, 8, 4, key="spec_k", width=90, on_change=reset, help="guesses per round")
+bar.button("Prefill", type="primary", key="spec_prefill", on_click=start, disabled=started, shortcut="P")
+bar.button("Next round", type="primary", key="spec_next", on_click=next_round, disabled=not started or s.done,
+           shortcut="N")
+bar.button("Run to end", key="spec_run_all", on_click=run_all, disabled=not started or s.done, shortcut="E")
+bar.button("Reset", key="spec_reset", on_click=reset, shortcut="X")
+if st.session_state.get("spec_error"):
+    error(st.session_state.pop("spec_error"))
+
+s = spec_state()
+if s is None:
+    st.info("Press **Prefill** (P): the model runs the prompt once; then each **Next round** (N) drafts k guesses and "
+            "checks them in one pass.")
+else:
+    last = len(s.rounds) - 1
+    if last > 0:
+        st.slider("round", 0, last, key="spec_at", label_visibility="collapsed", width=300)
+    at = max(0, min(st.session_state.get("spec_at", last), last))
+    left, right = st.columns([3, 2], gap="medium")
+    with left:
+        st.html(verify_stage(s, at))
+        st.text(s.text)
+    with right:
+        totals(s)
+        st.html(rounds_html(s, at))
+        if s.done:
+            st.markdown(plain(f"Finished: {s.stop_reason}."))
+    with st.expander("Every round: proposals, what was kept, the cache before, after the verify pass and after "
+                     "the crop"):
+        st.dataframe(rounds_frame(s), hide_index=True, width="stretch")
+
+st.divider()
+st.subheader("Does it pay on this machine?")
+st.caption("Plain decoding and speculative decoding of the same prompt and length, measured here in alternation, "
+           "next to the speed-up the standard formula predicts from the measured acceptance and draft cost.")
+c = st.container(horizontal=True, vertical_alignment="bottom")
+steps = c.number_input("new tokens", 8, 200, 40, key="spec_measure_steps", width=140)
+if c.button("Measure", key="spec_measure"):
+    with st.spinner("Measuring plain and speculative decoding, alternated…"):
+        st.session_state["spec_measured"] = measured_comparison(
+            lm, st.session_state["spec_prompt"], int(steps), st.session_state["spec_drafter"],
+            st.session_state["spec_k"], settings)
+    release_memory()
+if st.session_state.get("spec_measured"):
+    comparison(st.session_state["spec_measured"])

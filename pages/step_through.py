@@ -218,6 +218,7 @@ def stage(s: Stepper, at: int, pieces: list[str]) -> None:
     layer = st.session_state.get("step_layer") or 0
     svg = stage_svg(t, pieces, s.prompt_len, layer=layer, head=st.session_state.get("step_head", 0))
     st.html(stage_html(svg, caption(t)))
+    st.text(lm.tokenizer.decode(s.ids[0, : t.kv_len + 1].tolist(), skip_special_tokens=True))  # the text so far
 
 
 def tokens_view(s: Stepper, t, pieces: list[str]) -> None:
@@ -234,7 +235,8 @@ def tokens_view(s: Stepper, t, pieces: list[str]) -> None:
 def matmuls_view(s: Stepper, t, layer: int) -> None:
     st.caption(f"Layer {layer}'s matmuls at this step, with the cache and without (FLOPs are estimates). The cache "
                "removes the projections of old positions (Q, K, V, W_o and the MLP run on 1 row, not n); "
-               "QKᵀ and ·V still grow with the context.")
+               "QKᵀ and ·V still grow with the context. Scores count the (query, key) pairs the mask lets through; "
+               "eager attention also computes the masked ones and throws them away.")
     st.dataframe(fig.matmul_frame(t, spec, layer), hide_index=True, width="stretch")
     proof = kv_reuse(lm, s.ids, s.cache) if s.use_cache and s.cache is not None else None
     if proof is not None:

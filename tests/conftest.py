@@ -59,3 +59,73 @@ def bundled_lm():
 @pytest.fixture(scope="session")
 def bundled_dir():
     return MODELS_DIR
+
+
+# ---------------------------------------------------------------- one tiny random model per family
+#
+# Every family the engine claims to step, each small enough to run 40 tokens in well under a second:
+# hidden 32, 2-6 layers, 64 positions. Gemma 2 and Gemma 3 have sliding_window=4, so a 40-token run
+# slides the window many times; Gemma 2 alternates sliding/full layers and soft-caps its logits;
+# Gemma 3 keeps transformers' default layer_types (five sliding layers to one full one).
+
+FAMILIES = ("gpt2", "llama", "llama-mqa", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt_neox", "opt")
+SLIDING_WINDOW = 4
+
+
+def _family_model(family: str, ids: dict):
+    import transformers as tf
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 max_position_embeddings=64, **ids)
+    if family == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, **ids))
+    if family == "llama":  # GQA: 4 query heads share 2 K/V heads
+        return tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, **small))
+    if family == "llama-mqa":  # MQA: 4 query heads share 1 K/V head
+        return tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=1, **small))
+    if family == "qwen2":
+        return tf.Qwen2ForCausalLM(tf.Qwen2Config(num_key_value_heads=2, **small))
+    if family == "qwen3":  # per-head q/k RMSNorm; head_dim is its own figure (default 128)
+        return tf.Qwen3ForCausalLM(tf.Qwen3Config(num_key_value_heads=2, head_dim=8, **small))
+    if family == "gemma2":  # layers alternate sliding (window 4) / full; attention and final logits soft-capped
+        return tf.Gemma2ForCausalLM(tf.Gemma2Config(
+            **{**small, "num_hidden_layers": 4}, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
+            sliding_window=SLIDING_WINDOW, attn_logit_softcapping=50.0, final_logit_softcapping=30.0))
+    if family == "gemma3":  # default layer_types: 5 sliding (window 4) + 1 full
+        return tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
+            **{**small, "num_hidden_layers": 6}, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
+            sliding_window=SLIDING_WINDOW))
+    if family == "phi3":  # fused qkv projection
+        return tf.Phi3ForCausalLM(tf.Phi3Config(num_key_value_heads=2, original_max_position_embeddings=64, **small))
+    if family == "gpt_neox":  # fused qkv, partial rotary, parallel residual
+        return tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**small))
+    if family == "opt":  # learned positions with an offset of 2, no RoPE
+        return tf.OPTForCausalLM(tf.OPTConfig(hidden_size=32, ffn_dim=64, word_embed_proj_dim=32,
+                                              num_hidden_layers=2, num_attention_heads=4,
+                                              max_position_embeddings=64, **ids))
+    raise ValueError(f"unknown family {family!r}")
+
+
+def _save_family(path, family: str, tok) -> str:
+    eos = tok.eos_token_id
+    model = _family_model(family, dict(vocab_size=len(tok), bos_token_id=eos, eos_token_id=eos, pad_token_id=eos))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def family_dirs(tmp_path_factory):
+    """Family name -> a saved tiny random model folder (safetensors + the tiny tokenizer)."""
+    import torch
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("families")
+    tok = train_tokenizer(TINY_TEXT, 300)
+    return {family: _save_family(root / family, family, tok) for family in FAMILIES}
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
+def family_lm(request, family_dirs):
+    """Each family's tiny model, loaded through the real loader on the CPU."""
+    return load_model(family_dirs[request.param], device="cpu")

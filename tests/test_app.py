@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -9,7 +10,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.appdriver import ROOT, app_test, page
-
 
 
 def fresh_app() -> AppTest:
@@ -30,12 +30,22 @@ def kv_bytes(at: AppTest) -> int:
     return int(re.search(r"KV cache \*\*([\d,]+) bytes", status(at)).group(1).replace(",", ""))
 
 
+def shown_step(at: AppTest) -> int:
+    return int(re.search(r"step \*\*(\d+)\*\* of", status(at)).group(1))
+
+
 def frame_with(at: AppTest, column: str):
     return next(d.value for d in at.dataframe if column in d.value.columns)
 
 
+def stage_svg(at: AppTest) -> str:
+    """The SVG of the stage on the page (it is shown as an <img> of the SVG)."""
+    html = next(h.proto.body for h in at.get("html") if "dl-stage" in h.proto.body)
+    return base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", html).group(1)).decode()
+
+
 def open_view(at: AppTest, name: str) -> AppTest:
-    """Open one of the step-through tabs (they are lazy: only the open one is built)."""
+    """Show one of the step-through views (only the chosen one is built)."""
     at.session_state["step_view"] = name
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -53,18 +63,19 @@ def test_every_page_renders_with_the_bundled_model():
     at = fresh_app()
     assert at.button(key="step_btn_prefill").disabled is False
     assert at.button(key="step_btn_next").disabled is True  # before prefill only Prefill is enabled
-    at.switch_page(page("model_info")).run()
-    assert not at.exception
+    for name in ("lessons", "race", "speculative", "scale", "model_info"):
+        at.switch_page(page(name)).run()
+        assert not at.exception, (name, [e.value for e in at.exception])
     assert any("tinystories-llama" in str(t.value) for t in at.table)
 
 
-def test_prefill_then_five_next_tokens():
+def test_prefill_then_five_next_tokens_with_measured_shapes():
     at = open_view(click(fresh_app(), "step_btn_prefill"), "Shapes")
-    d_model = int(frame_with(at, "tensor").set_index("tensor").loc["hidden states (each layer)", "shape"]
-                  .strip("[]").split(", ")[2])
-    shapes = frame_with(at, "tensor").set_index("tensor")["shape"]
-    s = int(shapes["input_ids"].strip("[]").split(", ")[1])
-    assert shapes["hidden states (each layer)"] == f"[1, {s}, {d_model}]"
+    shapes = frame_with(at, "tensor").set_index("tensor")
+    s = int(shapes.loc["input_ids", "shape"].strip("[]").split(", ")[1])
+    d_model = int(shapes.loc["blocks.{0..3}.resid_in", "shape"].strip("[]").split(", ")[2])
+    assert shapes.loc["blocks.{0..3}.attn.q", "shape"] == f"[1, 8, {s}, 32]"  # [batch, head, query_pos, head_dim]
+    assert set(shapes["source"]) == {"measured"}  # read off the real tensors, nothing derived from the config
     before = new_tokens(at)
     sizes = [kv_bytes(at)]
     for _ in range(5):
@@ -73,15 +84,68 @@ def test_prefill_then_five_next_tokens():
     assert new_tokens(at) - before == 5
     assert "(5 from Next token)" in status(at)
     assert all(b > a for a, b in zip(sizes, sizes[1:]))  # the cache grows every step
-    shapes = frame_with(at, "tensor").set_index("tensor")["shape"]
-    assert shapes["hidden states (each layer)"] == f"[1, 1, {d_model}]"
+    shapes = frame_with(at, "tensor").set_index("tensor")
+    assert shapes.loc["blocks.{0..3}.resid_in", "shape"] == f"[1, 1, {d_model}]"
+    assert shapes.loc["blocks.{0..3}.attn.q", "shape"] == "[1, 8, 1, 32]"
+    assert shapes.loc["blocks.{0..3}.kv.keys", "shape"] == f"[1, 2, {s + 5}, 32]"
     assert [b.proto.label for b in at.get("download_button")] == ["Trace as JSON", "Steps as CSV"]
+
+
+def test_the_stage_draws_prefill_cached_decode_and_cache_off_differently():
+    at = click(fresh_app(), "step_btn_prefill")
+    svg = stage_svg(at)
+    s = int(re.search(r"fed: (\d+) positions", svg).group(1))
+    assert svg.count('data-fed="1"') == s  # the whole prompt is fed at prefill
+    assert svg.count('data-role="query-row"') == s  # s query rows, the masked triangle among them
+    for _ in range(5):
+        click(at, "step_btn_next")
+    svg = stage_svg(at)
+    assert svg.count('data-fed="1"') == 1 and svg.count('data-role="query-row"') == 1  # one row in, one scoring row
+    assert svg.count('data-role="k-col"') == s + 5  # the cache grew one column per step
+    assert svg.count('data-kind="recomputed"') == 0
+
+    at.toggle(key="bar_cache").set_value(False).run()
+    click(at, "step_btn_prefill")
+    for _ in range(5):
+        click(at, "step_btn_next")
+    svg = stage_svg(at)
+    n = s + 5
+    assert svg.count('data-fed="1"') == n  # everything is fed again
+    assert svg.count('data-role="k-col" data-pos') == n
+    assert len(re.findall(r'data-role="k-col" data-pos="\d+" data-kind="recomputed"', svg)) == n - 1
+    assert f"positions recomputed that were already known: {n - 1}" in svg
+
+
+def test_back_and_forward_replay_recorded_steps_and_the_link_carries_the_step():
+    at = click(fresh_app(), "step_btn_prefill")
+    for _ in range(3):
+        click(at, "step_btn_next")
+    open_view(at, "Next token")
+    newest_token = at.markdown[-1].value if at.markdown else ""
+    click(at, "step_btn_back")
+    click(at, "step_btn_back")
+    assert shown_step(at) == 1 and new_tokens(at) == 4  # shown step moved back; nothing was recomputed or lost
+    assert dict(at.query_params)["at"] == "1" and dict(at.query_params)["steps"] == "3"
+    assert "data-step=\"1\"" in stage_svg(at)  # the stage follows the scrubber
+    link = dict(at.query_params)
+    click(at, "step_btn_forward")
+    assert shown_step(at) == 2
+    click(at, "step_btn_forward")
+    click(at, "step_btn_forward")  # at the newest step, → computes the next token
+    assert shown_step(at) == 4 and new_tokens(at) == 5
+    del newest_token
+
+    other = app_test()
+    other.query_params = link
+    other.run()
+    assert not other.exception and not other.warning
+    assert shown_step(other) == 1 and new_tokens(other) == 4
 
 
 def test_cache_off_holds_zero_bytes_and_toggling_resets_the_run():
     at = click(fresh_app(), "step_btn_prefill")
     click(at, "step_btn_next")
-    at.sidebar.toggle(key="side_cache").set_value(False).run()
+    at.toggle(key="bar_cache").set_value(False).run()
     assert at.button(key="step_btn_prefill").disabled is False  # the run was reset
     assert not any("from Next token" in m.value for m in at.markdown)
     click(at, "step_btn_prefill")
@@ -90,6 +154,9 @@ def test_cache_off_holds_zero_bytes_and_toggling_resets_the_run():
         assert kv_bytes(at) == 0
     open_view(at, "KV cache")
     assert any("cache is off" in w.value for w in at.warning)
+    at.switch_page(page("race")).run()
+    at.switch_page(page("step_through")).run()
+    assert at.toggle(key="bar_cache").value is False  # the switch outlives a trip to another page
 
 
 def test_seed_changes_sampled_tokens_and_restoring_it_restores_them():
@@ -112,23 +179,46 @@ def test_seed_changes_sampled_tokens_and_restoring_it_restores_them():
 
 def test_bad_prompt_shows_a_clear_message_and_the_app_keeps_working():
     at = fresh_app()
-    at.text_area(key="step_prompt").set_value("   ").run()
+    at.text_input(key="step_prompt").set_value("   ").run()
     at.button(key="step_btn_prefill").click().run()
     assert not at.exception
     assert any("empty" in e.value for e in at.error)
-    at.text_area(key="step_prompt").set_value("Once upon a time").run()
+    at.text_input(key="step_prompt").set_value("Once upon a time").run()
     click(at, "step_btn_prefill")
     assert new_tokens(at) == 1
 
 
-@pytest.mark.parametrize("view", ["assembled matrix", "this step", "all heads"])
-def test_attention_views_render(view):
-    at = click(fresh_app(), "step_btn_prefill")
-    click(at, "step_btn_next")
+@pytest.mark.parametrize("view", ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"])
+def test_every_view_renders_at_prefill_and_at_a_scrubbed_step(view):
+    at = open_view(click(fresh_app(), "step_btn_prefill"), view)
+    for _ in range(2):
+        click(at, "step_btn_next")
+    click(at, "step_btn_back")
+    assert not at.exception and not at.error
+
+
+def test_all_heads_are_labelled_with_token_pieces_and_the_look_back_head_is_named():
+    at = fresh_app()
+    scenario = next(x for x in SCENARIOS if "jumps back" in x["title"])
+    at.selectbox(key="step_scenario").set_value(scenario["title"]).run()
     open_view(at, "Attention")
-    at.radio(key="step_att_view").set_value(view).run()
-    assert not at.exception
-    assert len(at.get("plotly_chart")) == 1  # the chosen view's figure, and only it
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    labels = chart["data"][1]["x"]  # the key axis: position and token piece
+    assert any("Tom" in str(x) for x in labels)
+    assert [f"head {h}" for h in range(8)] == chart["data"][1]["y"]
+
+
+def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():
+    at = click(fresh_app(), "step_btn_prefill")
+    for _ in range(4):
+        click(at, "step_btn_next")
+    open_view(at, "Matmuls")
+    table = frame_with(at, "matmul").set_index("matmul")
+    assert table.loc["Q = x·W_q", "off / on"] > 1  # the cache removes the projections of old positions
+    assert table.loc["scores = Q·Kᵀ", "grows with"] == "context"
+    proof = next(m.value for m in at.markdown if "Why K and V are cached" in m.value)
+    diff = float(re.search(r"keys within \*\*([\d.e+-]+)\*\*", proof).group(1))
+    assert diff < 1e-4
 
 
 SCENARIOS = json.loads((ROOT / "assets" / "scenarios.json").read_text())
@@ -142,26 +232,33 @@ def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
     assert not at.exception and not at.error and not at.warning, [e.value for e in at.exception]
     link = scenario["link"]
     assert at.sidebar.selectbox(key="side_model").value == link["model"]
-    assert at.sidebar.toggle(key="side_cache").value == (link["cache"] == "on")
-    assert at.text_area(key="step_prompt").value == link["prompt"]
+    assert at.toggle(key="bar_cache").value == (link["cache"] == "on")
+    assert at.text_input(key="step_prompt").value == link["prompt"]
     preset = at.selectbox(key="step_preset").value  # names the preset, or none for a prompt of its own
     assert preset is None or next(p["prompt"] for p in PROMPTS if p["title"] == preset) == link["prompt"]
     if "stop" in link:  # the run ends at the stop string, before all its steps
         assert "stopped: **stop_string**" in status(at)
+    elif scenario.get("expect_stop"):
+        assert f"stopped: **{scenario['expect_stop']}**" in status(at)
     else:
         assert new_tokens(at) == int(link["steps"]) + 1
     if link["cache"] == "off":
         assert kv_bytes(at) == 0
 
 
-def test_presenter_mode_from_a_link_enlarges_text_and_stays_in_the_link():
+def test_presenter_mode_from_a_link_enlarges_text_and_charts_and_stays_in_the_link():
     at = app_test()
     at.query_params = {"presenter": "on"}
     at.run()
     assert not at.exception
     assert at.sidebar.toggle(key="side_presenter").value is True
-    assert any("font-size: 22px" in m.value for m in at.markdown)
+    assert any("html { font-size: 18px; }" in m.value for m in at.markdown)
     assert at.query_params.get("presenter") == "on"
+    click(at, "step_btn_prefill")
+    open_view(at, "Next token")
+    big = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["font"]["size"]
     at.sidebar.toggle(key="side_presenter").set_value(False).run()
-    assert not any("font-size: 22px" in m.value for m in at.markdown)
+    assert not any("html { font-size: 18px; }" in m.value for m in at.markdown)
     assert "presenter" not in at.query_params
+    small = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["font"]["size"]
+    assert big > small  # chart text scales too, not only the page's prose

@@ -14,10 +14,10 @@ PROMPT = "Once upon a time there was a cat"
 
 
 def greedy_generate(lm, prompt, n):
-    ids = torch.tensor([lm.tokenizer(prompt)["input_ids"]])
-    out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                            min_new_tokens=n, do_sample=False, pad_token_id=lm.tokenizer.eos_token_id)
-    return out[0, ids.shape[1]:].tolist()
+    """transformers' own greedy generate (engine.forward.generate: EOS an ordinary token, as stop_on_eos=False)."""
+    from engine.forward import generate
+
+    return generate(lm, torch.tensor([lm.tokenizer(prompt)["input_ids"]]), n)
 
 
 def test_greedy_tokens_match_generate_with_and_without_cache(tiny_lm):

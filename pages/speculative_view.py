@@ -1,0 +1,170 @@
+"""What the speculative-decoding page and lesson 9 both show: a round's tokens, its verify pass, the totals.
+
+Not a page of its own (app.py's navigation lists the pages); the page and the lesson call into it.
+"""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+import streamlit as st
+
+from engine import DecodeLabError
+from engine.figures import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
+from engine.loading import DRAFT_MODEL
+from engine.speculative import DraftModel, PromptLookup, Speculator, measure, verdict
+from engine.stage import caption, stage_html, stage_svg
+from engine.stepper import token_pieces
+from pages.shared import error, get_model, plain
+
+
+def drafter_for(choice: str, settings):
+    """The drafter a user picked: the bundled draft model, or prompt lookup with n-grams up to n."""
+    if choice == "draft model":
+        return DraftModel(get_model(DRAFT_MODEL, settings.device, settings.dtype))
+    return PromptLookup(int(choice.split("≤ ")[1].split(")")[0]))
+
+
+DRAFTERS = ["draft model", "prompt lookup (n-gram ≤ 3)", "prompt lookup (n-gram ≤ 2)"]
+
+
+def _chip(text: str, style: str, title: str) -> str:
+    return (f'<span title="{html.escape(title)}" style="display:inline-block;margin:2px;padding:2px 7px;'
+            f'border-radius:6px;font-family:monospace;font-size:1.05rem;{style}">{html.escape(show_piece(text))}</span>')
+
+
+def rounds_html(spec: Speculator, upto: int) -> str:
+    """Every round so far on one line each: proposals pale, accepted solid, the rejected tail struck out,
+    and the target's own token (the correction, or the bonus after all k were kept)."""
+    lines = []
+    for r in spec.rounds[: upto + 1]:
+        chips = []
+        if r.round == 0:
+            chips.append(_chip(r.token, f"background:{PREFILL}33", "the prefill's token"))
+        for tok, outcome in zip(r.proposed_tokens, r.outcomes):
+            if outcome == "accepted":
+                chips.append(_chip(tok, f"background:{DECODE}55;border:2px solid {DECODE}", "proposed and accepted"))
+            elif outcome == "rejected":
+                chips.append(_chip(tok, f"background:#fff;border:2px solid {RECOMPUTED};color:{RECOMPUTED};"
+                                        "text-decoration:line-through", "proposed and rejected"))
+            else:
+                chips.append(_chip(tok, "background:#f3f3f3;color:#999;text-decoration:line-through",
+                                   "proposed, never checked (after a rejection)"))
+        if r.round:
+            chips.append(_chip(r.token, f"background:{NEW}33;border:2px solid {NEW}",
+                               f"the target's own token ({r.token_kind})"))
+        label = "prefill" if r.round == 0 else f"round {r.round}: {r.accepted}/{r.proposed} kept + {r.token_kind}"
+        lines.append(f"<div style='margin:2px 0'><span style='display:inline-block;width:13em;color:#555'>"
+                     f"{html.escape(label)}</span>{''.join(chips)}</div>")
+    return "<div style='line-height:2'>" + "".join(lines) + "</div>"
+
+
+def verify_stage(spec: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
+    """The stage of round i's target pass: k+1 rows in, the columns of rejected guesses written and then cut."""
+    r = spec.rounds[i]
+    known = token_pieces(spec.lm.tokenizer, spec.ids[0, : r.cache_before].tolist())
+    pieces = known + list(r.target.fed_tokens)
+    if r.round == 0:
+        title = "Prefill · round 0 · the target's first pass"
+    else:
+        title = (f"Verify · round {r.round} · {r.q_len} rows checked in one pass · "
+                 f"{r.cut} column{'s' if r.cut != 1 else ''} cut")
+    return stage_html(stage_svg(r.target, pieces, spec.prompt_len, layer=layer, head=head,
+                                rejected_from=r.rejected_from, title=title), caption(r.target))
+
+
+def totals(spec: Speculator) -> None:
+    t = spec.totals()
+    c = st.columns(4)
+    c[0].metric("acceptance rate", "—" if t["acceptance_rate"] is None else f"{t['acceptance_rate']:.0%}",
+                help="proposals kept / proposals made")
+    c[1].metric("tokens per target pass", "—" if t["tokens_per_target_pass"] is None
+                else f"{t['tokens_per_target_pass']:.2f}", help="plain decoding makes exactly 1")
+    c[2].metric("target passes", f"{t['target_passes']}", help="prefill + verify passes")
+    c[3].metric("passes saved", f"{t['target_passes_saved']}", help="against one pass per token")
+
+
+def comparison(m: dict) -> None:
+    c = st.columns(4)
+    c[0].metric("plain: ms per token", f"{m['plain_ms_per_token']:.2f}")
+    c[1].metric("speculative: ms per token", f"{m['speculative_ms_per_token']:.2f}")
+    c[2].metric("measured speed-up", f"×{m['speedup']:.2f}")
+    c[3].metric("formula's prediction", f"×{m['predicted_speedup']:.2f}",
+                help="E / (k·c + 1), E = (1 − α^(k+1)) / (1 − α), from the measured α and cost ratio c")
+    st.markdown(plain(verdict(m)))
+    st.caption(f"Same prompt, same length, in this process, alternated {m['repeats']} times after a warm-up of each "
+               "(excluded); medians. The formula (Leviathan et al. 2023) uses the measured α (kept / checked) "
+               f"= {m['alpha']:.2f} and cost ratio c = {m['cost_ratio_c']:.3f}; it counts passes, not per-pass "
+               "overheads.")
+
+
+def speculative_lesson(lm) -> None:
+    """Lesson 9: one pass per token is slow because each pass reads every weight for one row; guess several."""
+    settings = st.session_state["settings"]
+    st.markdown("A decode step reads **every weight** to compute **one** row: on most hardware it is memory-bound, "
+                "so a pass over 5 rows costs little more than a pass over 1. **Speculative decoding** uses that: a "
+                "cheap **drafter** guesses k tokens; the model checks all of them in **one pass** of k+1 rows on its "
+                "KV cache (a small prefill); the longest agreeing prefix is kept, the first disagreement is replaced "
+                "by the model's own token, and the cache columns of the rejected guesses are **cut** off again. "
+                "Greedy output is exactly the model's own; with sampling, accepting a guess with probability "
+                "min(1, p/q) and otherwise resampling from max(0, p − q) keeps the model's distribution exactly.")
+    k = st.slider("try it: k (guesses per round)", 1, 8, 4, key="lesson9_k")
+    try:
+        spec = Speculator(lm, "One day, a little girl named Lily went to the park with her dog.",
+                          drafter_for("draft model", settings), k=k, max_new_tokens=30, stop_on_eos=False)
+        spec.run()
+    except DecodeLabError as e:
+        error(str(e))
+        return
+    shown = next((r.round for r in spec.rounds if r.cut), len(spec.rounds) - 1)
+    st.html(rounds_html(spec, len(spec.rounds) - 1))
+    st.markdown(f"Round {shown} below: {spec.rounds[shown].q_len} rows went through the model in one pass; "
+                f"{spec.rounds[shown].cut} of the columns it wrote were cut again.")
+    st.html(verify_stage(spec, shown))
+    totals(spec)
+    st.markdown("**Next idea: lookahead decoding** (Fu et al. 2024) needs no drafter at all. In the same pass that "
+                "verifies, it also guesses: a *lookahead* branch refines a window of future tokens by Jacobi "
+                "iteration (each position re-guessed from the previous guesses), n-grams that appear along the way "
+                "go into a pool, and a *verification* branch checks pool n-grams that start with the current token, "
+                "as the verify pass above does. One pass, three jobs, each with its own attention mask:")
+    st.html(LOOKAHEAD_SVG)
+
+
+LOOKAHEAD_SVG = """<svg viewBox="0 0 760 190" width="100%" style="max-width:760px" xmlns="http://www.w3.org/2000/svg"
+ font-family="sans-serif" font-size="14">
+ <rect x="10" y="40" width="120" height="110" rx="6" fill="#1f77b4" fill-opacity="0.15" stroke="#1f77b4"/>
+ <text x="70" y="30" text-anchor="middle" font-weight="bold">the tokens so far</text>
+ <text x="70" y="100" text-anchor="middle">KV cache</text>
+ <rect x="160" y="40" width="300" height="110" rx="6" fill="#ff7f0e" fill-opacity="0.12" stroke="#ff7f0e"/>
+ <text x="310" y="30" text-anchor="middle" font-weight="bold">lookahead branch (W positions × N levels)</text>
+ <g fill="#ff7f0e" fill-opacity="0.45">
+  <rect x="175" y="55" width="40" height="22"/><rect x="225" y="55" width="40" height="22"/><rect x="275" y="55" width="40" height="22"/>
+  <rect x="325" y="55" width="40" height="22"/><rect x="375" y="55" width="40" height="22"/>
+  <rect x="175" y="85" width="40" height="22"/><rect x="225" y="85" width="40" height="22"/><rect x="275" y="85" width="40" height="22"/>
+  <rect x="325" y="85" width="40" height="22"/><rect x="375" y="85" width="40" height="22"/>
+ </g>
+ <text x="310" y="135" text-anchor="middle">Jacobi: re-guess each future position from the guesses</text>
+ <rect x="490" y="40" width="260" height="110" rx="6" fill="#2ca02c" fill-opacity="0.12" stroke="#2ca02c"/>
+ <text x="620" y="30" text-anchor="middle" font-weight="bold">verification branch</text>
+ <text x="620" y="80" text-anchor="middle">n-grams from the pool that start</text>
+ <text x="620" y="100" text-anchor="middle">with the current token, checked</text>
+ <text x="620" y="120" text-anchor="middle">like the k guesses above</text>
+ <text x="380" y="180" text-anchor="middle" fill="#555">all three in ONE forward pass; accepted n-gram tokens are kept, the rest cut</text>
+</svg>"""
+
+
+def rounds_frame(spec: Speculator) -> pd.DataFrame:
+    return pd.DataFrame([{"round": r.round, "proposed": " ".join(show_piece(t) for t in r.proposed_tokens),
+                          "kept": r.accepted, "target's token": show_piece(r.token), "kind": r.token_kind,
+                          "q_len": r.q_len, "cache before": r.cache_before, "after verify": r.cache_after_verify,
+                          "after crop": r.cache_after_crop, "draft ms": round(sum(r.draft_ms), 3),
+                          "verify ms": round(r.verify_ms, 3)} for r in spec.rounds])
+
+
+def measured_comparison(lm, prompt: str, steps: int, choice: str, k: int, settings) -> dict | None:
+    try:
+        return measure(lm, prompt, steps, drafter_for(choice, settings), k=k, sampling=settings.sampling)
+    except DecodeLabError as e:
+        error(str(e))
+        return None

@@ -1,0 +1,239 @@
+"""Every model family the engine claims to step, on tiny random models (see conftest.FAMILIES).
+
+Hybrid attention is per layer: Gemma 2 alternates sliding-window (window 4) and full layers,
+Gemma 3 has five sliding layers to one full one. How many positions a layer keeps is
+transformers' DynamicSlidingWindowLayer rule (cache_utils: `update` appends the new keys and
+the pass scores the last window - 1 of the old ones plus the new; the layer then keeps only its
+last `window - 1`, at once in `update`, or at the engine's `crop(0)` since engine.cache switches
+on past recording so a pass can be rolled back):
+
+    full layer:     kept(n) = n                    the newest query scores kv_len = n keys
+    sliding layer:  kept(n) = min(n, window - 1)   the newest query scores min(n, window) keys
+                                                   (the kept window - 1 plus its own)
+
+where n is the number of positions in the sequence after the pass. Each run is 40 new tokens,
+ten times the window, so every sliding layer has slid many times.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import capture
+from engine.cli import main as cli_main
+from engine.forward import generate
+from engine.loading import load_model, read_config
+from engine.stepper import Stepper
+from tests.conftest import FAMILIES, SLIDING_WINDOW
+
+NEW_TOKENS = 40
+PROMPTS = {
+    "long": "Once upon a time there was a cat",  # 19 positions: the prefill already passes the window
+    "short": "Tom",  # 3 positions (window - 1): the cache reaches the window while decoding
+}
+# Families whose attention engine.capture reads off the real tensors (Q/K/V shapes "measured").
+# Every family here routes attention through transformers' attention interface today; a family
+# dropping out of this list would mean its shapes are only derived from the config.
+CAPTURED = ("gpt2", "llama", "llama-mqa", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt_neox", "opt")
+NOT_CAPTURED = ()
+ELEM_BYTES = 4  # float32 on the CPU
+
+
+def family_of(lm) -> str:
+    return Path(lm.spec.name).name  # conftest saves each family in a folder named after it
+
+
+def layer_rule(window: int | None, n: int) -> tuple[int, int]:
+    """(kept, kv_len) of one layer after a pass that leaves n positions: the rule in the module docstring."""
+    if window is None:
+        return n, n
+    return min(n, window - 1), min(n, window)
+
+
+@pytest.fixture(scope="module", params=list(PROMPTS))
+def runs(request, family_lm):
+    """One 40-token greedy run per cache setting, and transformers' generate for the same prompt."""
+    prompt = PROMPTS[request.param]
+    steppers = {}
+    for use_cache in (True, False):
+        # the cache run times each pass as the app does (a warm-up and repeats, each rolled back: sliding layers
+        # included); the no-cache run holds no cache to roll back, so one run per pass is enough
+        s = Stepper(family_lm, prompt, use_cache=use_cache, max_new_tokens=NEW_TOKENS, stop_on_eos=False,
+                    repeats=None if use_cache else 1)
+        s.run()
+        steppers[use_cache] = s
+    reference = greedy_reference(family_lm, steppers[True].ids[:, :steppers[True].prompt_len])
+    return family_lm, steppers, reference
+
+
+def greedy_reference(lm, prompt_ids: torch.Tensor) -> list[int]:
+    """transformers' greedy generate for NEW_TOKENS tokens, EOS an ordinary token (as with stop_on_eos=False).
+
+    engine.forward.generate passes eos_token_id=None: no stop at EOS and no ban on it (min_new_tokens would
+    set EOS's logit to -inf until n tokens exist, and a random model whose argmax is EOS would then get a
+    different token from generate than from the stepper).
+    """
+    return generate(lm, prompt_ids, NEW_TOKENS)
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def test_greedy_tokens_with_and_without_cache_equal_generate(runs):
+    lm, steppers, reference = runs
+    assert len(reference) == NEW_TOKENS
+    assert steppers[True].generated_ids == reference
+    assert steppers[False].generated_ids == reference
+
+
+# ---------------------------------------------------------------- KV cache, per layer
+
+
+def test_sliding_layers_are_read_from_the_config(family_lm):
+    windows = {"gemma2": (SLIDING_WINDOW, None) * 2, "gemma3": (SLIDING_WINDOW,) * 5 + (None,)}
+    family = family_of(family_lm)
+    assert family_lm.spec.windows == windows.get(family, ())
+    assert [family_lm.spec.window(layer) for layer in range(family_lm.spec.layers)] == \
+        list(windows.get(family, (None,) * family_lm.spec.layers))
+
+
+def test_kv_shapes_keep_every_position_or_the_window(runs):
+    """[batch, kv_head, pos, head_dim], pos = kept(layer, positions): capped at window - 1 for a sliding layer."""
+    lm, steppers, _ = runs
+    m = lm.spec
+    capped = 0
+    for t in steppers[True].traces:
+        for layer in t.layers:
+            kept, kv_len = layer_rule(layer.window, t.kv_len)
+            assert m.kept(layer.layer, t.kv_len) == kept
+            assert layer.shapes["kv.keys"] == layer.shapes["kv.values"] == (1, m.kv_heads, kept, m.head_dim)
+            assert layer.cached == kept
+            assert layer.kv_len == kv_len  # keys the newest query scored
+            capped += kept < t.kv_len
+    assert (capped > 0) == (m.sliding_layers > 0)  # the sliding layers really did slide
+
+
+def test_a_sliding_layer_keeps_the_last_positions_not_the_first(runs):
+    """What a sliding layer holds is the tail of what a full cache would hold, position for position."""
+    from transformers import DynamicCache
+
+    lm, steppers, _ = runs
+    s = steppers[True]
+    every = DynamicCache()  # no config: every layer keeps every position
+    with torch.inference_mode():
+        lm.model(input_ids=s.ids[:, :-1], attention_mask=torch.ones_like(s.ids[:, :-1]),
+                 past_key_values=every, use_cache=True)
+    n = s.ids.shape[1] - 1
+    for layer, (held, full) in enumerate(zip(s.cache.layers, every.layers)):
+        kept = lm.spec.kept(layer, n)
+        assert full.keys.shape[2] == n and held.keys.shape[2] == kept
+        torch.testing.assert_close(held.keys, full.keys[:, :, n - kept:], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(held.values, full.values[:, :, n - kept:], rtol=1e-4, atol=1e-5)
+
+
+def test_no_cache_holds_nothing_but_sliding_layers_still_read_only_their_window(runs):
+    lm, steppers, _ = runs
+    for t in steppers[False].traces:
+        assert t.kv_bytes == 0 and t.kv_shapes == ()
+        assert all(layer.cached == 0 and layer.kv_len == layer_rule(layer.window, t.kv_len)[1] for layer in t.layers)
+
+
+def test_kv_bytes_are_the_sum_over_layers_of_what_each_keeps(runs):
+    """kv_bytes = sum over layers of 2 * kv_heads * head_dim * kept(layer) * 4 bytes (float32)."""
+    lm, steppers, _ = runs
+    m = lm.spec
+    assert lm.elem_bytes == ELEM_BYTES
+    for t in steppers[True].traces:
+        per_layer = [2 * m.kv_heads * m.head_dim * m.kept(layer, t.kv_len) * ELEM_BYTES for layer in range(m.layers)]
+        assert list(t.kv_bytes_per_layer) == per_layer
+        assert t.kv_bytes == sum(per_layer) == m.kv_bytes(t.kv_len, elem_bytes=ELEM_BYTES)
+
+
+# ---------------------------------------------------------------- attention
+
+
+def test_attention_rows_sum_to_one_over_the_visible_keys(runs):
+    """Every kept row: weight 1 over keys at or before the query and inside the layer's window, 0 elsewhere."""
+    lm, steppers, _ = runs
+    for use_cache, s in steppers.items():
+        for t in s.traces:
+            for layer in t.layers:
+                att = layer.pattern.float()  # [head, query_pos, key_pos]
+                heads, rows, width = att.shape
+                assert heads == lm.spec.heads and rows == t.pattern_rows
+                query = torch.arange(t.kv_len - rows, t.kv_len)[:, None]
+                key = torch.arange(layer.key_start, layer.key_start + width)[None, :]
+                visible = key <= query
+                if layer.window is not None:
+                    visible &= query - key < layer.window
+                assert att[:, ~visible].abs().sum().item() == 0  # masked keys get no weight
+                torch.testing.assert_close(att.sum(-1), torch.ones(heads, rows), rtol=0, atol=2e-3)
+                assert int(visible[-1].sum()) == layer.kv_len  # the newest query sees kv_len keys
+                if use_cache and t.phase == "decode":  # the layer scored only what it keeps plus the new key
+                    assert width == layer.kv_len
+                    assert layer.shapes["attn.pattern"] == (1, lm.spec.heads, 1, layer.kv_len)
+
+
+# ---------------------------------------------------------------- measured or derived
+
+
+def test_the_captured_families_are_the_listed_ones(family_dirs):
+    assert set(CAPTURED) | set(NOT_CAPTURED) == set(FAMILIES)
+    captured = tuple(f for f in FAMILIES if capture.supports(read_config(family_dirs[f])))
+    assert captured == CAPTURED
+
+
+def test_shapes_are_measured_where_attention_is_captured(runs):
+    lm, steppers, _ = runs
+    assert lm.captures == (family_of(lm) in CAPTURED)
+    for s in steppers.values():
+        for t in s.traces:
+            derived = [r.tensor for r in t.shapes if r.source == "derived"]
+            if lm.captures:
+                assert derived == []
+                assert all(layer.measured for layer in t.layers)
+            else:
+                assert derived and all(".attn." in name for name in derived)
+
+
+# ---------------------------------------------------------------- the command line, on Gemma 3
+
+
+@pytest.mark.parametrize("cache_flag", [[], ["--no-cache"]])
+def test_cli_run_on_gemma3_matches_generate_and_caps_sliding_layers(family_dirs, tmp_path, cache_flag):
+    folder = family_dirs["gemma3"]
+    out = tmp_path / "run.json"
+    prompt = PROMPTS["long"]
+    rc = cli_main(["run", "--model", folder, "--prompt", prompt, "--steps", str(NEW_TOKENS),
+                   "--json", str(out), *cache_flag])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["use_cache"] is not bool(cache_flag)
+    assert doc["model"]["windows"] == [SLIDING_WINDOW] * 5 + [None]
+
+    lm = load_model(folder, device=doc["model"]["device"])  # the reference on the device the CLI chose
+    reference = greedy_reference(lm, torch.tensor([lm.tokenizer(prompt)["input_ids"]]))
+    # the CLI stops at EOS; this seeded model never picks it in 40 greedy steps, so all 40 run
+    assert lm.tokenizer.eos_token_id not in reference
+    assert [step["token_id"] for step in doc["steps"]] == reference
+    assert doc["stop_reason"] == "max_new_tokens" and len(doc["steps"]) == NEW_TOKENS
+
+    for step in doc["steps"]:
+        n = step["kv_len"]
+        assert len(step["layers"]) == 6
+        for rec in step["layers"]:
+            kept, kv_len = layer_rule(rec["window"], n)
+            assert rec["kv_len"] == kv_len
+            assert rec["cached"] == (kept if doc["use_cache"] else 0)
+            if rec["window"] is None:
+                assert rec["layer"] == 5 and rec["kv_len"] == n  # the full layer is never capped
+            else:
+                assert rec["kv_len"] <= SLIDING_WINDOW
+        if doc["use_cache"]:
+            assert step["kv_bytes"] == sum(rec["kv_bytes"] for rec in step["layers"])
+    last = doc["steps"][-1]
+    assert [rec["kv_len"] for rec in last["layers"]] == [SLIDING_WINDOW] * 5 + [last["kv_len"]]

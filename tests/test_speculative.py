@@ -1,0 +1,283 @@
+"""Speculative decoding's claims: the target's own tokens, exactly its distribution, caches cut to what was kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine.cache import kv_length, kv_tensors, new_cache
+from engine.cli import main as cli_main
+from engine.errors import StepError
+from engine.forward import generate, run_pass
+from engine.loading import load_model
+from engine.sampling import Sampling
+from engine.speculative import (
+    DraftModel,
+    PromptLookup,
+    Speculator,
+    accept_probability,
+    lookup,
+    residual,
+    verdict,
+)
+from engine.stepper import Stepper, encode_prompt
+
+# a prompt that repeats itself, so prompt lookup has something to copy (and gets some of it wrong)
+PROMPT = 'Lily said, "I want to play with the ball." Mom said, "You can play with the ball." Lily said, "I want to'
+STEPS = 24
+K = 4
+NGRAM = 3
+
+
+@pytest.fixture(scope="module")
+def targets(bundled_lm):
+    return {"default": bundled_lm, "tinystories-gpt2": load_model("tinystories-gpt2", device="cpu")}
+
+
+@pytest.fixture(scope="module")
+def draft_lm():
+    return load_model("tinystories-draft", device="cpu")
+
+
+def make_drafter(kind: str, draft_lm):
+    return DraftModel(draft_lm) if kind == "draft" else PromptLookup(NGRAM)
+
+
+def plain_greedy(lm, prompt=PROMPT, steps=STEPS) -> list[int]:
+    s = Stepper(lm, prompt, max_new_tokens=steps, record=False)
+    s.run()
+    return s.generated_ids
+
+
+# ---------------------------------------------------------------- greedy: the target's own tokens
+
+
+def test_the_draft_model_drafts_for_both_bundled_targets(targets, draft_lm):
+    """tinystories-draft, tinystories-llama and tinystories-gpt2 ship the same tokenizer.json (one byte-level
+    BPE of 4,096 tokens), so the draft model's ids mean the same text to either target: it can draft for both."""
+    for lm in targets.values():
+        assert lm.tokenizer.get_vocab() == draft_lm.tokenizer.get_vocab()
+        DraftModel(draft_lm).check(lm)  # does not raise
+
+
+def test_a_draft_model_with_another_tokenizer_is_refused(tiny_dirs, draft_lm):
+    tiny = load_model(tiny_dirs["llama"], device="cpu")  # its own 300-token tokenizer
+    with pytest.raises(StepError, match="does not share the tokenizer"):
+        Speculator(tiny, "Once upon a time", DraftModel(draft_lm))
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "self"])
+def test_speculation_past_a_sliding_window_still_gives_the_targets_greedy_tokens(family_dirs, drafter):
+    """Gemma 3 (5 sliding layers, window 4): a verify pass writes k+1 columns that slide the window; the rejected
+    ones are cut and the pushed-out ones come back (the pass is not trimmed until the crop)."""
+    lm = load_model(family_dirs["gemma3"], device="cpu")
+    draft = PromptLookup(2) if drafter == "lookup" else DraftModel(lm)  # a model drafting for itself: all accepted
+    s = Speculator(lm, "Once upon a time there was", draft, k=4, max_new_tokens=30, record=False)
+    s.run()
+    assert s.generated_ids == plain_greedy(lm, "Once upon a time there was", 30)
+    assert drafter == "lookup" or s.acceptance_rate == 1.0
+
+
+@pytest.mark.parametrize("model", ["default", "tinystories-gpt2"])
+@pytest.mark.parametrize("kind", ["draft", "lookup"])
+def test_greedy_speculation_gives_the_targets_own_greedy_tokens(targets, draft_lm, model, kind):
+    lm = targets[model]
+    s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=False)
+    s.run()
+    assert s.generated_ids == plain_greedy(lm)
+    # the run really speculated: some proposals kept, some rejected (so caches were cropped)
+    assert s.accepted > 0
+    assert any("rejected" in r.outcomes for r in s.rounds)
+    assert s.target_passes < len(s.generated_ids)
+
+
+@pytest.mark.parametrize("model", ["default", "tinystories-gpt2"])
+def test_greedy_speculation_equals_transformers_assisted_generate(targets, draft_lm, model):
+    lm = targets[model]
+    ids = encode_prompt(lm, PROMPT)
+    assert lm.tokenizer.eos_token_id not in plain_greedy(lm)  # generate(min_new_tokens=n) forbids EOS: none here
+
+    config = draft_lm.model.generation_config
+    saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = K, "constant"
+    config.assistant_confidence_threshold = 0.0  # always k proposals, as here
+    try:
+        assisted = generate(lm, ids, STEPS, assistant_model=draft_lm.model)
+    finally:
+        config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold = saved
+    looked_up = generate(lm, ids, STEPS, prompt_lookup_num_tokens=K, max_matching_ngram_size=NGRAM)
+
+    for kind, reference in (("draft", assisted), ("lookup", looked_up)):
+        s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=False)
+        s.run()
+        assert s.generated_ids == reference, kind
+
+
+def test_prompt_lookup_proposes_what_transformers_proposes():
+    """Rule for rule against transformers' PromptLookupCandidateGenerator, on random ids from a small vocabulary
+    (so n-grams repeat), with EOS (id 0) among them."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        n_ids, k, ngram = int(torch.randint(2, 30, (1,), generator=g)), 1 + trial % 6, 1 + trial % 4
+        ids = torch.randint(0, 5, (1, n_ids), generator=g)
+        theirs = PromptLookupCandidateGenerator(eos_token_id=torch.tensor([0]), num_output_tokens=k,
+                                                max_matching_ngram_size=ngram, max_length=1000)
+        candidates, _ = theirs.get_candidates(ids)
+        assert lookup(ids[0].tolist(), k, ngram, eos_token_id=0) == candidates[0, n_ids:].tolist()
+
+
+# ---------------------------------------------------------------- sampling: exactly the target's distribution
+
+
+def random_distribution(g: torch.Generator, vocab: int, zeros: int) -> torch.Tensor:
+    x = torch.rand(vocab, generator=g, dtype=torch.float64) ** 3
+    x[torch.randperm(vocab, generator=g)[:zeros]] = 0.0
+    if x.sum() == 0:
+        x[0] = 1.0
+    return x / x.sum()
+
+
+def output_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """P(out = x) of one speculative step, from the round's own rule: draw x ~ q and keep it with
+    accept_probability; otherwise draw from residual. = q(x)·min(1, p(x)/q(x)) + P(reject)·residual(x)."""
+    kept = q * accept_probability(p, q)
+    return kept + (1.0 - kept.sum()) * residual(p, q)
+
+
+def test_speculative_sampling_leaves_the_target_distribution_unchanged_exactly():
+    g = torch.Generator().manual_seed(0)
+    cases = 0
+    for vocab in range(2, 8):
+        for _ in range(150):
+            p = random_distribution(g, vocab, int(torch.randint(0, vocab, (1,), generator=g)))
+            q = random_distribution(g, vocab, int(torch.randint(0, vocab, (1,), generator=g)))
+            one_hot_q = torch.zeros(vocab, dtype=torch.float64)
+            one_hot_q[int(torch.randint(0, vocab, (1,), generator=g))] = 1.0  # prompt lookup's q
+            for pair in ((p, q), (p, p.clone()), (p, one_hot_q), (one_hot_q, q)):
+                assert torch.allclose(output_distribution(*pair), pair[0], rtol=0, atol=1e-12)
+                cases += 1
+    assert cases == 6 * 150 * 4
+
+
+def test_a_sampled_round_decides_with_the_rule_checked_above(targets, draft_lm, monkeypatch):
+    import engine.speculative as spec
+
+    calls = {"accept": 0, "residual": 0}
+
+    def counted(name, fn):
+        def wrapper(*args):
+            calls[name] += 1
+            return fn(*args)
+        return wrapper
+
+    monkeypatch.setattr(spec, "accept_probability", counted("accept", spec.accept_probability))
+    monkeypatch.setattr(spec, "residual", counted("residual", spec.residual))
+    s = Speculator(targets["default"], PROMPT, DraftModel(draft_lm), k=K, max_new_tokens=STEPS, record=False,
+                   sampling=Sampling(greedy=False, temperature=1.0, seed=3))
+    s.run()
+    assert calls["accept"] == s.accepted + sum(r.outcomes.count("rejected") for r in s.rounds)
+    assert calls["residual"] == sum(r.outcomes.count("rejected") for r in s.rounds) > 0
+    assert all(0.0 <= a <= 1.0 for r in s.rounds for a in r.accept_probs)
+    assert len(s.generated_ids) == STEPS or s.stop_reason == "eos"
+
+
+# ---------------------------------------------------------------- caches: cut back to what was kept
+
+
+def cached_keys(cache) -> list[torch.Tensor]:
+    return [kv[0] for kv in kv_tensors(cache)]
+
+
+def fresh_keys(lm, ids: torch.Tensor) -> list[torch.Tensor]:
+    cache = new_cache(lm.config)
+    run_pass(lm, ids, cache)
+    return cached_keys(cache)
+
+
+@pytest.mark.parametrize("kind", ["draft", "lookup"])
+def test_rejections_crop_both_caches_to_the_kept_positions(targets, draft_lm, kind):
+    """After every round the target's cache holds every position of the ids except the newest token (chosen, not
+    fed yet): prompt_len + generated - 1 positions, with the same keys a fresh prefill of those ids computes, so no
+    rejected proposal is left in it. The draft model's cache holds the same positions, one fewer after a round that
+    kept all k (the last proposal was never fed to it)."""
+    lm = targets["default"]
+    s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=True, repeats=1)
+    s.prefill()
+    while not s.done:
+        r = s.round()
+        n = s.ids.shape[1]
+        assert r.q_len == r.proposed + 1 and r.cache_after_verify == r.cache_before + r.q_len
+        assert kv_length(s.cache) == r.cache_after_crop == n - 1 == s.prompt_len + len(s.generated_ids) - 1
+        assert r.cut == r.proposed - r.accepted + (r.accepted + 1 - len(r.new_ids))
+        assert r.rejected_from == (r.cache_after_crop if r.cut else None)
+        for mine, fresh in zip(cached_keys(s.cache), fresh_keys(lm, s.ids[:, :-1])):
+            assert mine.shape[2] == n - 1
+            assert torch.allclose(mine, fresh, atol=1e-4)
+        # the verify pass's attention was kept before the crop: k+1 query rows over every key it wrote
+        for layer in r.target.layers:
+            assert layer.pattern.shape == (lm.spec.heads, r.q_len, r.kv_len)
+        if kind == "draft":
+            full = r.accepted == r.proposed > 0
+            held = s.drafter.cache_len
+            assert held == r.draft_cache_after == (n - 2 if full else n - 1)
+            for mine, fresh in zip(cached_keys(s.drafter.cache), fresh_keys(draft_lm, s.ids[:, :held])):
+                assert torch.allclose(mine, fresh, atol=1e-4)
+        else:
+            assert r.draft_cache_after is None
+    assert s.acceptance_rate == s.accepted / s.proposed
+    assert s.tokens_per_target_pass == (len(s.generated_ids) - 1) / (len(s.rounds) - 1)
+
+
+# ---------------------------------------------------------------- the measured comparison and the CLI
+
+
+def test_the_verdict_follows_the_measured_numbers():
+    numbers = dict(k=4, proposed=40, acceptance_rate=0.5, alpha=0.6, tokens_per_target_pass=2.2,
+                   expected_tokens_per_pass=2.3, proposals_per_round=4.0, cost_ratio_c=0.05, verify_vs_decode=1.0,
+                   predicted_speedup=1.9, verify_ms=5.0, overhead_ms_per_round=0.2, plain_overhead_ms_per_step=0.2,
+                   spread=1.1)
+    assert "did not pay" in verdict({**numbers, "speedup": 0.6})
+    assert "paid here" in verdict({**numbers, "speedup": 1.8})
+    assert "break-even" in verdict({**numbers, "speedup": 1.0})
+    assert "x2.00 as long as a one-row" in verdict({**numbers, "speedup": 0.6, "verify_vs_decode": 2.0})
+    assert "outside them" in verdict({**numbers, "speedup": 0.6, "overhead_ms_per_round": 3.0})
+    assert "rough" in verdict({**numbers, "speedup": 0.6, "spread": 2.0})
+    assert "rough" not in verdict({**numbers, "speedup": 0.6})
+    runs = {"plain_ms_per_token_runs": [5.0, 6.0, 7.0], "speculative_ms_per_token_runs": [4.5, 5.5, 6.5]}
+    assert "No clear difference" in verdict({**numbers, **runs, "speedup": 1.09})
+
+
+JSON_KEYS = {"text", "generated_ids", "plain_ids", "identical", "acceptance_rate", "tokens_per_target_pass",
+             "speedup", "predicted_speedup", "rounds", "verdict", "cost_ratio_c"}
+
+
+@pytest.mark.parametrize("drafter", [[], ["--lookup", "3"]])
+def test_cli_speculate_writes_the_documented_json(tmp_path, capsys, drafter):
+    path = tmp_path / "spec.json"
+    code = cli_main(["speculate", "--prompt", PROMPT, "--steps", "12", "--device", "cpu", "--json", str(path),
+                     *drafter])
+    assert code == 0
+    out = capsys.readouterr().out
+    for label in ("acceptance rate", "tokens per target pass", "measured speed-up", "formula's prediction"):
+        assert label in out
+    doc = json.loads(path.read_text())
+    assert JSON_KEYS <= set(doc)
+    assert doc["identical"] and doc["generated_ids"] == doc["plain_ids"] and len(doc["plain_ids"]) == 12
+    assert doc["rounds"][0]["phase"] == "prefill" and all(r["phase"] == "verify" for r in doc["rounds"][1:])
+    assert sum(len(r["new_ids"]) for r in doc["rounds"]) == 12
+
+
+def test_cli_speculate_refuses_an_unwritable_json_path_before_running(tmp_path, capsys, monkeypatch):
+    import engine.loading
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the --json path was checked")
+
+    monkeypatch.setattr(engine.loading, "load_model", must_not_load)
+    code = cli_main(["speculate", "--prompt", PROMPT, "--json", str(tmp_path / "no-such-folder" / "x.json")])
+    assert code == 2
+    assert "--json" in capsys.readouterr().err
