@@ -58,9 +58,13 @@ COMPACT_CSS = """<style>
 h1 { font-size: 1.6rem !important; padding: 0.1rem 0 0.2rem 0 !important; }
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
-@media (max-width: 700px) {
-  .dl-stage img { min-width: 760px; }          /* a phone scrolls the picture sideways, text stays legible */
-  [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; }
+@media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
+  .dl-stage img { min-width: 520px; }          /* the picture scrolls sideways; its text stays legible */
+  .dl-text { display: none; }                  /* the stage's token strip already shows the text */
+  [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
+  button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */
+  button[data-testid^="stBaseButton"] { padding: 0.2rem 0.55rem !important; min-height: 2.1rem !important; }
+  [data-testid="stVerticalBlock"] { gap: 0.35rem; }
 }
 </style>"""
 # Presenter mode: larger text for the back row of a classroom; charts scale with PRESENTER_SCALE.

@@ -5,6 +5,7 @@ every chart comes from engine.figures. Any recorded step can be put back on scre
 scrubber, ← →); the views follow it, and the link in the address bar carries it.
 """
 
+import html
 import json
 import time
 
@@ -171,13 +172,16 @@ def control_bar(s: Stepper | None) -> None:
 
 
 def more(where, s: Stepper | None) -> None:
-    """Scenarios, preset prompts and autoplay, folded away so the bar stays one line."""
+    """Scenarios, preset prompts, the head on the stage and autoplay, folded away so the bar stays short."""
     started = s is not None and bool(s.traces)
+    st.session_state.setdefault("step_head", 0)
     with where.popover("More", icon=":material/tune:"):
         st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario",
                      on_change=load_scenario, placeholder="a ready-made scenario…")
         st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset", on_change=pick_preset,
                      placeholder="(your own prompt)")
+        st.number_input("head drawn on the stage", 0, spec.heads - 1, key="step_head",
+                        help="The head whose attention row(s) the stage draws")
         st.toggle("Autoplay", key="step_autoplay", disabled=not started or s.done)
         st.slider("autoplay speed (tokens/s)", 0.5, 5.0, 2.0, 0.5, key="step_speed")
 
@@ -192,14 +196,11 @@ def scrub_row(s: Stepper, at: int) -> None:
         row.slider("step", 0, latest(s), key="step_at", label_visibility="collapsed", width=300,
                    help="Scrub through the recorded steps: 0 is the prefill (← →)")
     st.session_state.setdefault("step_layer", 0)
-    st.session_state.setdefault("step_head", 0)
     if spec.layers <= 12:
         row.segmented_control("layer", list(range(spec.layers)), key="step_layer", format_func=lambda x: f"layer {x}",
                               label_visibility="collapsed", help="The layer opened on the stage")
     else:
         row.number_input("layer", 0, spec.layers - 1, key="step_layer", width=100)
-    row.number_input("head", 0, spec.heads - 1, key="step_head", width=90, label_visibility="collapsed",
-                     help="The head whose attention row(s) the stage draws")
     more(row, s)
 
 
@@ -218,7 +219,8 @@ def stage(s: Stepper, at: int, pieces: list[str]) -> None:
     layer = st.session_state.get("step_layer") or 0
     svg = stage_svg(t, pieces, s.prompt_len, layer=layer, head=st.session_state.get("step_head", 0))
     st.html(stage_html(svg, caption(t)))
-    st.text(lm.tokenizer.decode(s.ids[0, : t.kv_len + 1].tolist(), skip_special_tokens=True))  # the text so far
+    text = lm.tokenizer.decode(s.ids[0, : t.kv_len + 1].tolist(), skip_special_tokens=True)
+    st.html(f'<div class="dl-text" data-testid="dl-text">{html.escape(text)}</div>')  # the text so far
 
 
 def tokens_view(s: Stepper, t, pieces: list[str]) -> None:
@@ -347,7 +349,7 @@ def views(s: Stepper, at: int, pieces: list[str]) -> None:
     t = s.traces[at]
     layer = st.session_state.get("step_layer") or 0
     st.session_state.setdefault("step_view", "Attention")
-    view = st.pills("view", VIEWS, key="step_view", label_visibility="collapsed") or "Attention"
+    view = st.radio("view", VIEWS, key="step_view", horizontal=True, label_visibility="collapsed")  # wraps on a phone
     labels = fig.axis_labels(pieces)
     if view == "Tokens":
         tokens_view(s, t, pieces)
@@ -379,6 +381,8 @@ def export(s: Stepper) -> None:
 
 @st.fragment
 def stepping() -> None:
+    if settings.use_cache != st.session_state.get("cache_on", True):
+        st.rerun()  # the KV-cache switch sits in this fragment, but the settings (and the link) are the whole app's
     prompt = st.session_state.get("step_prompt", "")
     run_key = (settings, prompt)
     if st.session_state.get("step_run_key") != run_key:  # new prompt, model or setting: a fresh run

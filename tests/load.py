@@ -105,7 +105,7 @@ async def student(browser, url: str, n: int, seconds: float, out: dict) -> None:
             await nxt.click()
             await page.get_by_text(re.compile(rf"\({before + 1} from Next token\)")).first.wait_for()
             lat.append((time.perf_counter() - t0) * 1e3)
-            shown = await page.locator("[data-testid='stText']").first.inner_text()
+            shown = await page.locator("[data-testid='dl-text']").first.inner_text()
             if not shown.startswith(prompt) or re.search(r"Student(?!%02d)\d\d" % n, shown):
                 foreign.append(shown[:120])
             if await page.locator("[data-testid='stException'], [data-testid='stAlertContentError']").count():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
@@ -36,6 +37,12 @@ def shown_step(at: AppTest) -> int:
 
 def frame_with(at: AppTest, column: str):
     return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def run_text(at: AppTest) -> str:
+    """The text of the run so far, as the page shows it under the stage."""
+    body = next(h.proto.body for h in at.get("html") if "dl-text" in h.proto.body)
+    return html.unescape(re.search(r'data-testid="dl-text">(.*)</div>', body, re.S).group(1))
 
 
 def stage_svg(at: AppTest) -> str:
@@ -165,7 +172,7 @@ def test_seed_changes_sampled_tokens_and_restoring_it_restores_them():
         click(at, "step_btn_prefill")
         for _ in range(6):
             click(at, "step_btn_next")
-        return at.text[0].value
+        return run_text(at)
 
     at = fresh_app()
     at.sidebar.radio(key="side_mode").set_value("sample").run()

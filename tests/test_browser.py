@@ -1,11 +1,13 @@
-"""One real browser, end to end: system Chromium driven by Playwright against `streamlit run app.py`.
+"""A real browser, end to end: system Chromium driven by Playwright against `streamlit run app.py`.
 
-Chromium comes from the system (`apt-get install chromium`), never a browser download.
+Chromium comes from the system (`apt-get install chromium`, see the README), never a browser download.
 The server is started here on a free loopback port and stopped at the end.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 import socket
@@ -22,6 +24,7 @@ CHROMIUM = os.environ.get("DECODE_LAB_CHROMIUM", "/usr/bin/chromium")
 expect.set_options(timeout=60_000)  # the first page view loads the model
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
+LOCAL = ("http://127.0.0.1", "data:", "blob:", "about:")
 
 
 def free_port() -> int:
@@ -51,36 +54,98 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.set_default_timeout(60_000)
-        pg.goto(server, wait_until="networkidle")
-        yield pg
-        browser.close()
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield b
+        b.close()
 
 
-def test_a_deep_link_as_the_servers_first_request_gets_the_whole_app(server):
-    """Streamlit runs a pages/ file alone when a fresh server's first request is /lessons; the app must recover."""
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.set_default_timeout(60_000)
-        pg.goto(f"{server}/lessons?seed=3", wait_until="networkidle")
-        expect(pg.get_by_role("heading", name="Lessons: how a language model generates text")).to_be_visible()
-        expect(pg.get_by_role("link", name="Step through")).to_be_visible()  # app.py's navigation, not the folder's
-        assert pg.locator("[data-testid='stException']").count() == 0
-        assert "seed=3" in pg.url  # the link's settings survived
-        browser.close()
+def open_page(browser, url: str, width: int = 1400, height: int = 1000):
+    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg.set_default_timeout(60_000)
+    pg.outside = []  # every request that leaves this machine
+    pg.on("request", lambda r: pg.outside.append(r.url) if not r.url.startswith(LOCAL) else None)
+    pg.goto(url, wait_until="networkidle")
+    return pg
+
+
+def idle(pg) -> None:
+    """Wait until the app has finished running (Streamlit's 'running' widget is gone)."""
+    pg.wait_for_timeout(250)
+    pg.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+    pg.wait_for_timeout(250)
 
 
 def status_text(pg) -> str:
     return pg.get_by_text(re.compile(r"from Next token")).first.inner_text()
 
 
-def test_prefill_five_tokens_cache_toggle_and_every_page(page, server):
-    pg = page
+def inside(pg, locator) -> bool:
+    """The element's whole box is on the first screen: nothing to scroll to see it."""
+    box = locator.bounding_box()
+    vp = pg.viewport_size
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= vp["height"] + 1
+
+
+def test_a_deep_link_as_the_servers_first_request_gets_the_whole_app(server, browser):
+    """Streamlit runs a pages/ file alone when a fresh server's first request is /lessons; the app must recover."""
+    pg = open_page(browser, f"{server}/lessons?seed=3")
+    expect(pg.get_by_role("heading", name="Lessons: how a language model generates text")).to_be_visible()
+    expect(pg.get_by_role("link", name="Step through")).to_be_visible()  # app.py's navigation, not the folder's
+    assert pg.locator("[data-testid='stException']").count() == 0
+    assert "seed=3" in pg.url  # the link's settings survived
+    pg.close()
+
+
+@pytest.mark.parametrize("width, height, presenter", [(1280, 720, True), (1280, 720, False), (390, 844, False)],
+                         ids=["projector-presenter", "projector", "phone"])
+def test_after_p_and_n_the_stage_and_the_view_are_on_the_first_screen(server, browser, width, height, presenter):
+    pg = open_page(browser, server + ("/?presenter=on" if presenter else ""), width, height)
+    expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
+    pg.keyboard.press("p")
+    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    pg.keyboard.press("n")
+    expect(pg.get_by_text(re.compile(r"\(1 from Next token\)"))).to_be_visible()
+    idle(pg)
+    stage = pg.locator("[data-testid='dl-stage'] img")
+    expect(stage).to_be_visible()
+    assert inside(pg, stage), stage.bounding_box()
+    view = pg.locator("[data-testid='stRadio']").filter(has_text="Attention")  # the view picker
+    if width >= 1000:  # beside the stage: the picker whole, and the chosen view's chart starts on the first screen
+        assert inside(pg, view), view.bounding_box()
+        assert pg.locator("[data-testid='stPlotlyChart']").first.bounding_box()["y"] < height - 150
+    else:  # a phone stacks the view under the stage: its picker starts on the first screen
+        assert view.bounding_box()["y"] + 24 < height, view.bounding_box()
+    assert pg.locator("[data-testid='stException']").count() == 0
+    pg.close()
+
+
+def test_left_arrow_returns_to_the_previous_step_and_the_views_follow(server, browser):
+    pg = open_page(browser, server, 1280, 720)
+    expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
+    pg.keyboard.press("p")
+    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    for i in range(1, 4):
+        pg.keyboard.press("n")
+        expect(pg.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+    idle(pg)
+    stage_before = pg.locator("[data-testid='dl-stage'] img").get_attribute("src")
+    chart_before = pg.locator("[data-testid='stPlotlyChart']").first.inner_text()
+    pg.keyboard.press("ArrowLeft")
+    expect(pg.get_by_text(re.compile(r"step 2 of 3"))).to_be_visible()
+    idle(pg)
+    assert pg.locator("[data-testid='dl-stage'] img").get_attribute("src") != stage_before  # the stage follows
+    assert pg.locator("[data-testid='stPlotlyChart']").first.inner_text() != chart_before  # and so does the view
+    assert "at=2" in pg.url
+    pg.keyboard.press("ArrowRight")
+    expect(pg.get_by_text(re.compile(r"step 3 of 3"))).to_be_visible()
+    assert "(3 from Next token)" in status_text(pg)  # going back and forth computed nothing new
+    pg.close()
+
+
+def test_prefill_five_tokens_cache_toggle_and_every_page(server, browser):
+    pg = open_page(browser, server)
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
     expect(pg.get_by_role("button", name="Next token")).to_be_disabled()
     pg.get_by_role("button", name="Prefill").click()
@@ -92,7 +157,7 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(page, server):
     assert re.search(r"6 new tokens", text)
     assert int(re.search(r"KV cache ([\d,]+) bytes", text).group(1).replace(",", "")) > 0
 
-    pg.get_by_text("KV cache", exact=True).first.click()  # the sidebar toggle's label
+    pg.locator("[data-testid='stCheckbox'] label").filter(has_text="KV cache").first.click()  # the bar's switch
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()  # the run was reset
     pg.get_by_role("button", name="Prefill").click()
     pg.get_by_role("button", name="Next token").click()
@@ -100,9 +165,65 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(page, server):
     assert "KV cache 0 bytes" in status_text(pg)
     assert pg.locator("[data-testid='stException']").count() == 0
 
-    for title in ("Lessons", "Race: cache vs no cache", "Scale: KV memory and roofline", "Model"):
+    for title in ("Lessons", "Race: cache vs no cache", "Speculative decoding", "Scale: KV memory and roofline", "Model"):
         pg.get_by_role("link", name=title).click()
         pg.wait_for_load_state("networkidle")
         expect(pg.get_by_role("heading").first).to_be_visible()
+        idle(pg)
         assert pg.locator("[data-testid='stException']").count() == 0, title
         assert pg.locator("[data-testid='stAlertContentError']").count() == 0, title
+    assert pg.outside == []  # no font, icon or script fetched from anywhere but this server
+    pg.close()
+
+
+def test_a_200_token_race_plays_back_with_the_cached_run_finishing_first(server, browser, tmp_path):
+    pg = open_page(browser, f"{server}/race", 1400, 1000)
+    expect(pg.get_by_role("button", name="Start race")).to_be_visible()
+    tokens = pg.get_by_label("tokens", exact=True)
+    tokens.fill("200")
+    tokens.press("Enter")
+    idle(pg)
+    pg.get_by_role("button", name="Start race").click()
+    cache, nocache = pg.get_by_test_id("race-progress-cache"), pg.get_by_test_id("race-progress-nocache")
+    cache.wait_for(timeout=300_000)  # both runs are measured first, then played back
+    seen = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        a, b = pg.evaluate("() => [document.querySelector('[data-testid=race-progress-cache]')?.innerText,"
+                           " document.querySelector('[data-testid=race-progress-nocache]')?.innerText]")
+        if a and b and "finished" in a and "finished" not in b:
+            seen = (a, b)
+            break
+        if a and b and "finished" in b:
+            break
+        time.sleep(0.03)
+    assert seen, "the cached run never finished while the other was still running"
+    idle(pg)
+    with pg.expect_download() as dl:
+        pg.get_by_role("button", name=re.compile("Download the race as CSV")).click()
+    rows = list(csv.DictReader(io.StringIO(Path(dl.value.path()).read_text())))
+    parse = re.compile(r"(\d+) / (\d+) tokens · ([\d.]+) s")
+    done_nc, total_nc, clock = (float(x) for x in parse.search(seen[1]).groups())
+    cum = [float(r["cumulative_ms"]) for r in rows if r["mode"] == "nocache"]
+    expected = sum(c <= clock * 1000 for c in cum)
+    # the run without the cache shows exactly the tokens it had made by then (±2 for the clock's rounding)
+    assert abs(done_nc - expected) <= 2 and done_nc < total_nc
+    cache_total = max(float(r["cumulative_ms"]) for r in rows if r["mode"] == "cache")
+    assert clock * 1000 >= cache_total - 15  # the cached run had already finished at that moment
+    pg.close()
+
+
+def test_a_hostile_link_shows_as_inert_text(server, browser):
+    evil = ("/?model=%5BSession%20expired%20-%20sign%20in%20again%5D(http%3A%2F%2Fevil.example%2Flogin)"
+            "&prompt=!%5Bx%5D(http%3A%2F%2Fevil.example%2Ftrack.png)%3Cimg%20src%3Dhttp%3A%2F%2Fevil.example%2Fi.png%3E")
+    pg = open_page(browser, server + evil)
+    expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
+    expect(pg.get_by_text(re.compile("not offered by this server")).first).to_be_visible()
+    pg.keyboard.press("p")
+    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    idle(pg)
+    assert pg.locator("a[href*='evil.example']").count() == 0  # no clickable link
+    assert pg.locator("img[src*='evil.example']").count() == 0  # no image fetched
+    assert pg.outside == []
+    assert pg.locator("[data-testid='stException']").count() == 0
+    pg.close()

@@ -12,7 +12,7 @@ from tests.test_app import fresh_app
 
 TITLES = ["1. Text in, tokens out", "2. Prefill: the whole prompt at once", "3. Decode: one token per step",
           "4. The KV cache", "5. Without the cache", "6. Choosing the next token", "7. Batches and padding",
-          "8. Scale: the cache of big models"]
+          "8. Scale: the cache of big models", "9. Speculative decoding"]
 
 
 def lesson(title: str) -> AppTest:
@@ -88,3 +88,41 @@ def test_a_link_opens_the_lesson_it_was_copied_from():
     other.switch_page(page("lessons")).run()
     assert not other.exception and not other.warning
     assert other.selectbox(key="lesson_pick").value == TITLES[4]
+
+
+def _bound_claims(t: str) -> list[tuple[float, float, str]]:
+    """(FLOP/byte, ridge, label) for every compute/memory-bound claim a lesson prints."""
+    claims = []
+    for m in re.finditer(r"about \*\*([\d.]+) FLOPs per byte\*\* it moves \(estimate\)\. This device's measured ridge "
+                         r"is ([\d.]+) FLOP/byte, so here it is \*\*(compute-bound|memory-bound)\*\*", t):
+        claims.append((float(m.group(1)), float(m.group(2)), m.group(3)))
+    return claims
+
+
+@pytest.mark.parametrize("title", [TITLES[1], TITLES[2]])
+def test_compute_or_memory_bound_is_read_off_this_devices_ridge(title):
+    """A label is never a slogan: 'compute-bound' only when the step's intensity is right of the measured ridge."""
+    claims = _bound_claims(text(lesson(title)))
+    assert claims
+    for intensity, ridge, label in claims:
+        assert label == ("compute-bound" if intensity >= ridge else "memory-bound"), (intensity, ridge, label)
+
+
+def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():
+    at = lesson(TITLES[7])
+    note = next(c.value for c in at.caption if "Llama-3-70B" in c.value)
+    weights_gib = float(re.search(r"weights alone are ([\d.]+) GiB", note).group(1))
+    gpus = int(re.search(r"On (\d+) of them", note).group(1))
+    assert weights_gib * 2**30 > 80e9  # more than one card holds: the lesson must not pretend otherwise
+    assert (gpus - 1) * 80e9 >= weights_gib * 2**30  # the cards named hold the weights, one left for caches
+    assert int(re.search(r"caches of \*\*([\d,]+) sequences", note).group(1).replace(",", "")) > 0
+
+
+def test_the_speculative_lesson_shows_a_round_with_a_cut_and_the_totals():
+    at = lesson(TITLES[8])
+    t = text(at)
+    assert re.search(r"(\d+) of the columns it wrote were cut again", t)
+    labels = [m.label for m in at.metric]
+    assert "acceptance rate" in labels and "tokens per target pass" in labels
+    passes = float(next(m.value for m in at.metric if m.label == "tokens per target pass"))
+    assert passes >= 1.0  # a verify pass always yields at least the target's own token

@@ -45,3 +45,28 @@ def test_a_20_token_race_on_the_bundled_model():
     df = pd.read_csv(io.StringIO(at.session_state["race_result"]["df"].to_csv(index=False)))
     assert len(df) == 40
     assert len(df[df["phase"] == "prefill"]) == 2 and (df[df["phase"] == "prefill"]["latency_ms"] > 0).all()
+
+
+def test_playback_finishes_the_cached_run_first_in_proportion_to_the_measured_totals(tiny_lm):
+    rep = compare(tiny_lm, "Once upon a time", steps=30, stop_on_eos=False)
+    df = race.race_frame(rep)
+    total = race.progress_at(df, float("inf"))
+    fast, slow = sorted(race.MODES, key=lambda m: total[m]["total_ms"])
+    when_fast_finished = total[fast]["total_ms"]
+    state = race.progress_at(df, when_fast_finished)
+    assert state[fast]["finished"] and state[fast]["tokens"] == 30
+    slow_cum = list(df[df["mode"] == slow]["cumulative_ms"])
+    assert state[slow]["tokens"] == sum(c <= when_fast_finished for c in slow_cum)  # exactly where it had got to
+    if total[slow]["total_ms"] > 1.2 * total[fast]["total_ms"]:
+        assert not state[slow]["finished"]
+
+
+def test_the_headline_never_claims_more_than_the_fit():
+    n = list(range(1, 80))
+    s = {"cache_fit": race.growth_fit(n, [5 * x for x in n]), "nocache_fit": race.growth_fit(n, [5 * x + 0.01 * x * x for x in n])}
+    words = race.headline(s)
+    assert "n^1.00" in words and "cannot be told apart" not in words.lower() or "faster" in words
+    flat = {"cache_fit": race.growth_fit(n, [5 * x for x in n]), "nocache_fit": race.growth_fit(n, [5 * x for x in n])}
+    assert "cannot be told apart" in race.headline(flat) and "faster" not in race.headline(flat)
+    k, lo, hi = race.growth_fit(n, [x**1.5 for x in n])
+    assert abs(k - 1.5) < 1e-9 and lo <= k <= hi
