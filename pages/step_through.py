@@ -275,18 +275,23 @@ def attention_view(s: Stepper, t, layer: int, labels: list[str]) -> None:
     if t.layers[layer].pattern is None:
         st.info(t.attention_note)
         return
-    st.plotly_chart(fig.heads_figure(t, layer, labels, scale=scale(), cols=2), key="step_att_heads")
-    st.caption("Each row is a query, each column a key it may look at; a row sums to 1. Grey is masked (the future, "
-               "or outside a sliding window): masked, not zero. At a decode step every head's one new row is shown, "
-               "so the head that looks back at a name stands out.")
-    if t.phase == "decode" and t.kv_len > 1:
-        piece = labels[t.kv_len - 1].split(" ", 1)[-1]
-        earlier = [p for p in range(t.kv_len - 1) if labels[p].split(" ", 1)[-1] == piece]
-        if earlier:
-            ranked = fig.look_back(t, layer, earlier[-1])
+    every = False
+    if t.pattern_rows > 1:
+        every = st.toggle("every query row (one panel per head)", key="step_att_every")
+    st.plotly_chart(fig.heads_figure(t, layer, labels, scale=scale(), cols=2, newest_only=not every),
+                    key="step_att_heads")
+    newest = t.kv_len - 1
+    piece = labels[newest].split(" ", 1)[-1]
+    earlier = [p for p in range(newest) if labels[p].split(" ", 1)[-1] == piece]
+    if earlier:
+        ranked = fig.look_back(t, layer, earlier[-1])
+        if ranked:
             head, weight = ranked[0]
-            st.markdown(plain(f"The newest token {piece} appeared before at position {earlier[-1]}: in layer {layer}, "
+            st.markdown(plain(f"The newest query {piece} appeared before, at position {earlier[-1]}: in layer {layer}, "
                               f"head {head} gives it the most weight ({weight:.2f})."))
+    st.caption("Each row is a query, each column a key it may look at; a row sums to 1. Grey is masked (the future, "
+               "or outside a sliding window): masked, not zero. One row per head for the newest query, so the head "
+               "that looks back at a name stands out.")
     with st.expander("One head, every step so far (the prefill square plus one row per decode step)"):
         z = fig.assembled_attention(s.traces[: st.session_state.get('step_at', 0) + 1], layer,
                                     st.session_state.get("step_head", 0))
@@ -332,13 +337,14 @@ def latency_view(s: Stepper, at: int) -> None:
     trend = fig.latency_trend(traces)
     repeats = traces[-1].timing.repeats
     if trend["climbs"] is None:
-        what = "Take a few decode steps to see how their time changes."
+        what = "Take six or more decode steps to see how their time changes."
     elif trend["climbs"]:
-        what = (f"Decode steps climb: about {trend['first_ms']:.1f} ms at first, {trend['last_ms']:.1f} ms now "
-                f"({trend['slope_ms_per_pos'] * 1000:.1f} µs more per position).")
+        what = (f"Decode steps climb: the first three took {trend['first_ms']:.2f} ms on average, the last three "
+                f"{trend['last_ms']:.2f} ms.")
     else:
-        what = (f"Decode steps stay about flat ({trend['first_ms']:.1f} → {trend['last_ms']:.1f} ms): at this length "
-                "the fixed cost of a pass hides the growing attention" + (" even with the cache off." if not s.use_cache else "."))
+        what = (f"Decode steps stay about flat: the first three took {trend['first_ms']:.2f} ms on average, the last "
+                f"three {trend['last_ms']:.2f} ms. At this length the fixed cost of a pass hides the growing work"
+                + (" even with the cache off." if not s.use_cache else "."))
     st.caption(f"Each bar is the median of {repeats} timed runs of the same pass (whisker: fastest to slowest); the "
                f"run before them is a warm-up, excluded. {what} The dashed line is a FLOPs estimate, not a measurement.")
     st.plotly_chart(fig.latency_figure(traces, scale=scale()), key="step_latency")

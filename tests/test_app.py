@@ -7,6 +7,7 @@ import html
 import json
 import re
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -211,8 +212,15 @@ def test_all_heads_are_labelled_with_token_pieces_and_the_look_back_head_is_name
     open_view(at, "Attention")
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)
     labels = chart["data"][1]["x"]  # the key axis: position and token piece
-    assert any("Tom" in str(x) for x in labels)
+    assert sum("Tom" in str(x) for x in labels) == 3  # the name twice before, and the newest query itself
     assert [f"head {h}" for h in range(8)] == chart["data"][1]["y"]
+    named = next(m.value for m in at.markdown if "gives it the most weight" in m.value)
+    head = int(re.search(r"head (\d+) gives", named).group(1))
+    earlier = int(re.search(r"at position (\d+)", named).group(1))
+    z = chart["data"][1]["z"]  # [head, key_pos], plotly's binary form
+    weights = np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(
+        [int(n) for n in str(z["shape"]).split(",")])
+    assert weights[head, earlier] == np.nanmax(weights[:, earlier])  # the named head is the darkest in the chart
 
 
 def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():
@@ -269,3 +277,22 @@ def test_presenter_mode_from_a_link_enlarges_text_and_charts_and_stays_in_the_li
     assert "presenter" not in at.query_params
     small = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["font"]["size"]
     assert big > small  # chart text scales too, not only the page's prose
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_the_latency_caption_says_what_its_bars_show(cache):
+    """'climb' or 'flat' is read off the very bars beside it (means of the first and last three decode steps)."""
+    at = fresh_app()
+    at.toggle(key="bar_cache").set_value(cache).run()
+    click(at, "step_btn_prefill")
+    for _ in range(8):
+        click(at, "step_btn_next")
+    open_view(at, "Latency")
+    words = next(c.value for c in at.caption if "Decode steps" in c.value)
+    first, last = (float(x) for x in re.search(r"first three took ([\d.]+) ms on average, the last three ([\d.]+) ms",
+                                               words).groups())
+    bars = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["y"]
+    y = np.frombuffer(base64.b64decode(bars["bdata"]), dtype=bars["dtype"]) if isinstance(bars, dict) else np.array(bars)
+    decode = y[1:]  # bar 0 is the prefill
+    assert abs(first - decode[:3].mean()) < 0.006 and abs(last - decode[-3:].mean()) < 0.006
+    assert ("climb" in words) == (last > 1.25 * first)

@@ -9,7 +9,7 @@ from engine import Stepper, bundled_models, load_model
 from engine.loading import MODELS_DIR
 from engine.train import bits_per_byte, read_stories
 
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "tinystories" / "tinystories_eval.txt"
+EVAL = Path(__file__).resolve().parent / "data" / "tinystories_eval_40.txt"  # held out: never trained on
 PROMPTS = json.loads((MODELS_DIR.parent / "prompts.json").read_text())
 
 
@@ -62,5 +62,13 @@ def test_default_model_writes_english_and_sampling_varies_with_seed(bundled_lm):
 
 def test_default_model_is_trained_not_random(bundled_lm):
     """Bits per byte on held-out stories it never saw: a random model scores about 8."""
-    stories = read_stories(EVAL)[:40]
+    stories = read_stories(EVAL)
+    assert len(stories) == 40
     assert bits_per_byte(bundled_lm.model, bundled_lm.tokenizer, stories)["bits_per_byte"] < 1.1
+
+
+def test_the_draft_model_is_much_smaller_shares_the_tokenizer_and_is_trained():
+    draft, target = load_model("tinystories-draft"), load_model("default")
+    assert draft.spec.parameters * 4 < target.spec.parameters
+    assert draft.tokenizer.get_vocab() == target.tokenizer.get_vocab()
+    assert bits_per_byte(draft.model, draft.tokenizer, read_stories(EVAL))["bits_per_byte"] < 1.2
