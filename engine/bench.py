@@ -129,6 +129,20 @@ def app_click(log=print) -> dict | None:
     return res
 
 
+def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> dict:
+    """A cached decode step's measured time against its memory lower bound: bytes moved / this device's bandwidth."""
+    from engine.estimates import step_bytes
+    from engine.roofline import probe
+
+    roof = probe(lm.device, lm.dtype, budget_s=1.0)
+    bound_ms = step_bytes(lm.spec, 1, context, lm.elem_bytes) / roof.bandwidth * 1e3
+    log(f"  measured copy bandwidth {roof.bandwidth / 1e9:,.0f} GB/s, matmul {roof.peak_flops / 1e12:,.1f} TFLOP/s; "
+        f"a cached decode step at {context} positions moves ~{step_bytes(lm.spec, 1, context, lm.elem_bytes) / 1e6:,.1f} MB "
+        f"(estimate): lower bound {bound_ms:.3f} ms, measured {engine_ms:.3f} ms = x{engine_ms / bound_ms:.1f} the bound")
+    return {"bandwidth_gb_s": roof.bandwidth / 1e9, "peak_tflops": roof.peak_flops / 1e12, "context": context,
+            "bound_ms": bound_ms, "measured_ms": engine_ms, "measured_over_bound": engine_ms / bound_ms}
+
+
 def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, app: bool = True, log=print) -> dict:
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
     log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {lm.device}; "
@@ -140,6 +154,8 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 5, app: boo
         f"target <= {TARGET_UNTRACED}")
     log(f"  (c) engine, full traces     {res['engine_traced_ms']:7.3f} ms/step   (c)/(a) = {res['ratio_traced']:.3f}  "
         f"target <= {TARGET_TRACED}")
+    log("decode step against the memory bound:")
+    res["memory_bound"] = memory_bound(lm, res["engine_ms"], len(lm.tokenizer(PROMPT)["input_ids"]) + 32, log=log)
     log("cache off vs cache on, total decode time (one run each, same tokens):")
     res["cache_vs_nocache"] = cache_vs_nocache(lm, lengths, log=log)
     if app:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -114,12 +113,12 @@ def _kv_size(args) -> int:
 
 
 def _train(args) -> int:
-    from engine.train import CorpusError, TrainConfig, train
+    from engine.train import TrainConfig, TrainError, train
 
     fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
     try:
         train(TrainConfig(**fields))
-    except CorpusError as e:
+    except TrainError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
@@ -166,23 +165,40 @@ class BadPath(Exception):
 
 
 def _check_json_path(path: str | None) -> None:
-    """Refuse a --json path that cannot be written, before any work is done."""
+    """Refuse a --json path that cannot be written, before any work is done.
+
+    Tried, not guessed: the file is opened for appending (and removed again if this made it), so a
+    read-only disk, /proc, or a folder only root may write (os.access says yes to root) are all caught.
+    """
     if not path:
         return
     p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise BadPath(f"--json {path}: that is a folder, not a file")
-    if not parent.is_dir():
-        raise BadPath(f"--json {path}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise BadPath(f"--json {path}: not writable")
+    if not p.parent.is_dir():
+        raise BadPath(f"--json {path}: the folder {p.parent} does not exist")
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise BadPath(f"--json {path}: cannot be written ({e.strerror or type(e).__name__})") from None
+    if not existed:
+        p.unlink(missing_ok=True)
 
 
 def _write_json(path: str, doc: dict) -> None:
     with open(path, "w") as f:
         json.dump(doc, f, indent=1, default=str)
     print(f"wrote {path}")
+
+
+def _positive(text: str) -> int:
+    """argparse type: a whole number >= 1 (argparse turns the ValueError into a one-line usage error)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -224,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="engine vs generate overhead; cache vs no-cache")
     b.add_argument("--json")
-    b.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 512])
-    b.add_argument("--rounds", type=int, default=5)
+    b.add_argument("--lengths", type=_positive, nargs="+", default=[64, 256, 512])
+    b.add_argument("--rounds", type=_positive, default=5)
     b.add_argument("--no-app", dest="no_app", action="store_true", help="skip the AppTest click measurement")
     _model_args(b)
     b.set_defaults(func=_bench)

@@ -87,8 +87,8 @@ def run_pass(lm, input_ids: torch.Tensor, cache=None, *, record: bool = False, r
     trims (a speculative verify pass, whose rejected rows are cut afterwards).
     """
     q_len = input_ids.shape[1]
-    if attention_mask is None:
-        attention_mask = torch.ones(input_ids.shape[0], kv_length(cache) + q_len, dtype=torch.long)
+    if attention_mask is None:  # built where the model is: no host-to-device copy per step
+        attention_mask = torch.ones(input_ids.shape[0], kv_length(cache) + q_len, dtype=torch.long, device=lm.device)
     kwargs = dict(input_ids=input_ids.to(lm.device), attention_mask=attention_mask.to(lm.device),
                   use_cache=cache is not None, logits_to_keep=logits_to_keep, output_hidden_states=record)
     if cache is not None:

@@ -1,13 +1,19 @@
 """Load a causal LM safely and describe it for display.
 
 Safe means, in this order, before any weight is read:
-1. the config is read without remote code, and its figures are checked (positive whole
-   numbers in sane ranges, at most MAX_LAYERS layers);
-2. the parameter count is bounded analytically from those figures and checked against free
+1. the folder's files are regular files of sane size (no pipe, device or 1 GB config.json);
+2. the config is read without remote code, and its figures are checked: positive whole numbers in
+   sane ranges, at most MAX_LAYERS layers in the model and in every sub-model it names (a vision
+   tower of 20,000 layers is as slow to build as a decoder of 20,000);
+3. the parameter count is bounded analytically from those figures and checked against free
    memory (no module tree is built for a config that cannot fit);
-3. the weights are safetensors files inside the model's folder, each with a header that
-   parses; an index that points anywhere else (a pickle `.bin`, another folder) is refused;
-4. transformers loads with `use_safetensors=True` and `trust_remote_code=False`.
+4. the weights are exactly the safetensors files transformers will read (model.safetensors, or the
+   files its index names, or the file the config's `transformers_weights` names), each with a header
+   that parses and that together hold the parameters the config describes; anything that would make
+   transformers read another kind of file (an index naming a pickle `.bin`, an adapter pointing at
+   another model) is refused;
+5. transformers loads with `use_safetensors=True` and `trust_remote_code=False`, and every weight the
+   model needs must come from those files (none left randomly initialised).
 Every failure is a DecodeLabError whose message names the model as it was asked for,
 never a path of the server.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 from contextlib import contextmanager
@@ -29,6 +36,7 @@ from engine import capture
 from engine import device as dev
 from engine.errors import (
     Busy,
+    DecodeLabError,
     ModelLoadError,
     ModelNotFound,
     NoTokenizer,
@@ -49,6 +57,14 @@ MAX_WIDTH = 65_536  # hidden size, intermediate size, head_dim
 MAX_HEADS = 1_024
 MAX_VOCAB = 2_000_000
 MAX_POSITIONS = 10_000_000
+MAX_EXPERTS = 65_536  # experts per layer (Doge has 16,384 tiny ones); transformers fuses them into one tensor
+MAX_LIST = 16_384  # entries in any list of a config
+MAX_CONFIG_BYTES = 2**20  # the largest published config.json is a few tens of KiB
+MAX_FILE_BYTES = 2**28  # a tokenizer or index file (the largest tokenizer.json is ~35 MB)
+WEIGHT_SHARE = 0.5  # the weights files must hold at least this share of the parameters the config describes
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
 MAX_WAITING = 64  # forward passes queued for the model at once; more get a polite "busy"
 MAX_WAIT_S = 30.0  # how long one forward pass may wait for its turn
 
@@ -141,10 +157,7 @@ def read_config(source: str):
     path = resolve_source(source)
     local = Path(path)
     if local.exists():
-        if not local.is_dir():
-            raise NotACausalLM(f"'{source}' is a file, not a model folder.")
-        if not (local / "config.json").is_file():
-            raise NotACausalLM(f"'{source}' holds no config.json, so it is not a model folder.")
+        check_folder(local, source)
     try:
         try:
             config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
@@ -160,6 +173,9 @@ def read_config(source: str):
             ) from None
         raise NotACausalLM(f"'{source}' has a config transformers does not recognise.") from None
     except OSError:
+        if local.exists():  # a folder whose config.json is not JSON (transformers says so with an OSError)
+            raise NotACausalLM(f"'{source}' has a config.json that cannot be read (malformed or of the wrong "
+                               "types).") from None
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("DECODE_LAB_OFFLINE") == "1"
         why = "the hub is switched off here" if offline else "no network, or no such repository"
         raise ModelNotFound(
@@ -170,6 +186,29 @@ def read_config(source: str):
         raise NotACausalLM(f"'{source}' has a config.json that cannot be read (malformed or of the wrong types).") from None
     check_config(config, source)
     return config
+
+
+def check_folder(folder: Path, source: str) -> None:
+    """A local model folder: a folder, with a config.json, whose files are regular files of sane size.
+
+    A named pipe or a device (a symlink to /dev/zero) would block or never end when read; a huge
+    config.json would be parsed whole. Weights are checked apart (weight_files, stored_numbers), by their headers.
+    """
+    if not folder.is_dir():
+        raise NotACausalLM(f"'{source}' is a file, not a model folder.")
+    if not (folder / "config.json").is_file():
+        raise NotACausalLM(f"'{source}' holds no config.json, so it is not a model folder.")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".safetensors") or not entry.name.endswith((".json", ".txt", ".model", ".jinja")):
+            continue
+        try:
+            size = entry.stat().st_size if entry.is_file() else None
+        except OSError:
+            size = None
+        limit = MAX_CONFIG_BYTES if entry.name == "config.json" else MAX_FILE_BYTES
+        if size is None or size > limit:
+            raise NotACausalLM(f"'{source}' holds a file that is not an ordinary model file ({entry.name[:60]!r}: "
+                               "not a regular file, or far too large).")
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
@@ -213,7 +252,38 @@ def check_config(config, source: str) -> None:
     for name in ("max_position_embeddings", "n_positions", "sliding_window"):
         if getattr(text, name, None) is not None:
             _whole(getattr(text, name), name, source, 1, MAX_POSITIONS)
+    for name in EXPERT_FIELDS:  # 0 or absent: a dense model
+        if getattr(text, name, None) is not None:
+            _whole(getattr(text, name), name, source, 0, MAX_EXPERTS)
     del layers
+    check_counts(config.to_dict(), source)
+
+
+# Figures that multiply modules, in the model and in every sub-model (text_config, vision_config, ...):
+# num_hidden_layers, n_layer, decoder_layers, depth, num_blocks... and experts per layer.
+_LAYER_COUNT = re.compile(r"(?:^|_)(?:num|n)_\w*?(?:layers?|blocks)$|^(?:depth|layers|decoder_layers|encoder_layers)$")
+_PER_LAYER_LIST = re.compile(r"(?:layers|types?|depths)$")
+
+
+def check_counts(tree: dict, source: str) -> None:
+    """Refuse a config (or any sub-config) whose layer, block or expert counts would take minutes to build."""
+    for key, value in tree.items():
+        key = str(key)
+        if isinstance(value, dict):
+            check_counts(value, source)
+        elif isinstance(value, list):
+            limit = MAX_LAYERS if _PER_LAYER_LIST.search(key) else MAX_LIST
+            total = sum(v for v in value if isinstance(v, int)) if key.endswith("depths") else 0
+            if len(value) > limit or total > MAX_LAYERS:
+                raise NotACausalLM(f"'{source}' has an unusable config: {key[:40]} lists {len(value):,} entries "
+                                   f"(at most {limit:,}).")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if _LAYER_COUNT.search(key) and value > MAX_LAYERS:
+                raise NotACausalLM(f"'{source}' has an unusable config: {key[:40]} is {value:,} (at most "
+                                   f"{MAX_LAYERS}).")
+            if key.endswith("experts") and value > MAX_EXPERTS:
+                raise NotACausalLM(f"'{source}' has an unusable config: {key[:40]} is {value:,} (at most "
+                                   f"{MAX_EXPERTS:,}).")
 
 
 def check_causal_lm(config, source: str) -> None:
@@ -224,6 +294,8 @@ def check_causal_lm(config, source: str) -> None:
         raise NotACausalLM(f"'{source}' is an encoder-decoder model ({config.model_type}); "
                            "Decode Lab steps decoder-only causal language models.")
     archs = getattr(config, "architectures", None) or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise NotACausalLM(f"'{source}' has an unusable config: architectures must be a list of class names.")
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING or (
         archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     ):
@@ -243,8 +315,9 @@ def parameter_bound(config) -> int:
     kv = getattr(t, "num_key_value_heads", None) or heads
     hd = getattr(t, "head_dim", None) or d // heads
     ff = getattr(t, "intermediate_size", None) or getattr(t, "n_inner", None) or getattr(t, "ffn_dim", None) or 4 * d
-    experts = getattr(t, "num_local_experts", None) or getattr(t, "num_experts", None) or 1
-    per_layer = 2 * d * heads * hd + 2 * d * kv * hd + 3 * d * ff * experts + 4 * d
+    experts = max(getattr(t, name, None) or 1 for name in EXPERT_FIELDS)
+    router = d * experts if experts > 1 else 0
+    per_layer = 2 * d * heads * hd + 2 * d * kv * hd + 3 * d * ff * experts + router + 4 * d
     positions = getattr(t, "max_position_embeddings", None) or getattr(t, "n_positions", None) or 0
     return int(t.num_hidden_layers * per_layer + 2 * t.vocab_size * d + positions * d)
 
@@ -286,52 +359,140 @@ def check_memory(config, source: str, device: torch.device, dtype: torch.dtype) 
     return params
 
 
-def check_weights(path: str, source: str) -> None:
-    """A local folder's weights must be safetensors files inside it, each with a header that parses.
+def _refuse_pickle(source: str):
+    return UnsafeWeights(f"'{source}' names weights that are not safetensors files of its own folder (a pickle "
+                         ".bin can run arbitrary code when read); Decode Lab loads safetensors only.")
 
-    The index (model.safetensors.index.json) may only name .safetensors files of this folder: one that
-    names a pickle file or points outside would have transformers read it another way.
+
+def _shard_name(name, source: str) -> str:
+    """A weights file transformers may open: `*.safetensors`, directly in the model's folder."""
+    if not isinstance(name, str) or not name.endswith(".safetensors") or Path(name).name != name:
+        raise _refuse_pickle(source)
+    return name
+
+
+def _index_shards(index: Path, source: str) -> list[str]:
+    """The files a safetensors index names: each must be a safetensors file of the same folder."""
+    try:
+        if index.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()), key=str)
+    except Exception:  # noqa: BLE001 - unreadable, not JSON, no weight_map, not a dict
+        raise UnsafeWeights(f"'{source}' has a safetensors index that cannot be read.") from None
+    if not shards:
+        raise UnsafeWeights(f"'{source}' has a safetensors index that names no weights.")
+    return [_shard_name(s, source) for s in shards]
+
+
+def weight_files(path: str, source: str, config) -> list[Path] | None:
+    """Exactly the weights files transformers will read for this folder, each checked to be safetensors.
+
+    transformers reads, in this order: the file the config's `transformers_weights` names, else
+    model.safetensors, else the files model.safetensors.index.json names (with use_safetensors=True it
+    never looks for a .bin by itself). A folder with adapter_config.json would make transformers (with
+    peft installed) load another model named inside it: refused. None for a hub id (see _check_hub).
     """
     folder = Path(path)
     if not folder.is_dir():
-        return  # a hub id: from_pretrained(use_safetensors=True) fetches only safetensors files
-    names = [p.name for p in folder.iterdir()]
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            shards = sorted(set(weight_map.values()))
-        except Exception:  # noqa: BLE001
-            raise UnsafeWeights(f"'{source}' has a safetensors index that cannot be read.") from None
-        for shard in shards:
-            if not isinstance(shard, str) or not shard.endswith(".safetensors") or Path(shard).name != shard:
-                raise UnsafeWeights(f"'{source}' has a safetensors index that names a file that is not a "
-                                    "safetensors file of its own folder; Decode Lab loads safetensors only.")
+        _check_hub(path, source, config)
+        return None
+    if (folder / "adapter_config.json").exists():
+        raise UnsafeWeights(f"'{source}' is an adapter (adapter_config.json) that names another model to load; "
+                            "Decode Lab loads whole models only.")
+    explicit = getattr(config, "transformers_weights", None)
+    if explicit is not None:
+        named_index = isinstance(explicit, str) and explicit.endswith(".safetensors.index.json")
+        if named_index and Path(explicit).name == explicit:
+            shards = _index_shards(folder / explicit, source)
+        else:
+            shards = [_shard_name(explicit, source)]
+    elif (folder / SINGLE).exists():
+        shards = [SINGLE]
+    elif (folder / INDEX).exists():
+        shards = _index_shards(folder / INDEX, source)
+    elif any(p.name.endswith(PICKLE_SUFFIXES) for p in folder.iterdir()):
+        raise UnsafeWeights(f"'{source}' has weights only in pickle format (.bin/.pt). Unpickling can run "
+                            "arbitrary code, so Decode Lab loads safetensors only.")
     else:
-        shards = [n for n in names if n.endswith(".safetensors")]
-    if not shards:
-        if any(n.endswith(PICKLE_SUFFIXES) for n in names):
-            raise UnsafeWeights(f"'{source}' has weights only in pickle format (.bin/.pt). Unpickling can run "
-                                "arbitrary code, so Decode Lab loads safetensors only.")
-        raise NotACausalLM(f"'{source}' has a config but no model weights (*.safetensors).")
+        raise NotACausalLM(f"'{source}' has a config but no model weights (model.safetensors).")
+    return [folder / s for s in shards]
+
+
+def stored_numbers(files: list[Path], source: str) -> int:
+    """How many numbers the weights files hold, read from their headers only (safetensors checks each
+    header against the file: a corrupt one, or one whose offsets run past the end, is refused)."""
     from safetensors import safe_open
 
-    for shard in shards:
+    total = 0
+    for file in files:
         try:
-            with safe_open(str(folder / shard), framework="pt") as f:
-                f.keys()
+            if not file.is_file():
+                raise OSError
+            with safe_open(str(file), framework="pt") as f:
+                for key in f.keys():
+                    n = 1
+                    for dim in f.get_slice(key).get_shape():
+                        n *= dim
+                    total += n
         except Exception:  # noqa: BLE001 - SafetensorError, OSError: a missing, corrupt or lying file
             raise UnsafeWeights(f"'{source}' has a weights file that is missing or corrupt (its safetensors "
                                 "header does not describe its contents).") from None
+    return total
+
+
+def _hub_file(repo: str, name: str) -> str | None:
+    """A small file of a hub repository: from the local cache, else (if the hub answers) downloaded; None if absent."""
+    from transformers.utils.hub import cached_file
+
+    quiet = dict(_raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False,
+                 _raise_exceptions_for_gated_repo=False)
+    for local_only in (True, False):
+        if not local_only and not hub_reachable():
+            return None
+        try:
+            found = cached_file(repo, name, local_files_only=local_only, **quiet)
+        except Exception:  # noqa: BLE001 - no such repository or file: nothing to check
+            found = None
+        if found:
+            return found
+    return None
+
+
+def _check_hub(repo: str, source: str, config) -> None:
+    """A hub id (offered by the teacher, or typed on an open server): the same rules as a folder, on its
+    index and adapter files, before transformers downloads any weights."""
+    explicit = getattr(config, "transformers_weights", None)
+    if explicit is not None and not (isinstance(explicit, str) and Path(explicit).name == explicit
+                                     and explicit.endswith((".safetensors", ".safetensors.index.json"))):
+        raise _refuse_pickle(source)
+    if _hub_file(repo, "adapter_config.json"):
+        raise UnsafeWeights(f"'{source}' is an adapter (adapter_config.json) that names another model to load; "
+                            "Decode Lab loads whole models only.")
+    indexes = [INDEX] + ([explicit] if explicit and explicit.endswith(".index.json") and explicit != INDEX else [])
+    for name in indexes:
+        index = _hub_file(repo, name)
+        if index:
+            _index_shards(Path(index), source)
 
 
 def load_model(source: str = "default", device: str | None = None, dtype: str | torch.dtype | None = None,
                warmup: bool = True) -> LoadedModel:
     """Load a causal LM for stepping: bundled name, "default", hub id or local folder.
 
-    Raises a ModelLoadError subclass with a message fit for the UI.
+    Raises a ModelLoadError subclass with a message fit for the UI, and nothing else: a failure no
+    check foresaw (figures that contradict each other, out of memory on the device) becomes one too.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        return _checked_load(source, device, dtype, warmup)
+    except DecodeLabError:
+        raise
+    except Exception:  # noqa: BLE001 - the message names the model, never the server's paths or code
+        raise ModelLoadError(f"Could not load '{source}': it does not run here (a broken or unusual model).") from None
+
+
+def _checked_load(source: str, device, dtype, warmup: bool) -> LoadedModel:
+    """Every check in the module docstring's order, then the build."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -340,11 +501,24 @@ def load_model(source: str = "default", device: str | None = None, dtype: str | 
         torch_dtype = dev.pick_dtype(torch_device, dtype)
     except ValueError as e:
         raise ModelLoadError(str(e)) from None
+    except RuntimeError:  # torch's "Expected one of cpu, cuda, ..." for a device name it does not know
+        raise ModelLoadError(f"Unknown device {str(device)[:40]!r}: choose cpu, cuda or mps.") from None
     path = resolve_source(source)
     config = read_config(source)
     check_causal_lm(config, source)
     params = check_memory(config, source, torch_device, torch_dtype)
-    check_weights(path, source)
+    files = weight_files(path, source, config)
+    if files is not None:
+        stored = stored_numbers(files, source)
+        if stored < WEIGHT_SHARE * params:
+            raise ModelLoadError(f"'{source}' has weights for {stored:,} numbers but its config describes {params:,} "
+                                 "parameters: the weights do not belong to this config.")
+    return _build(path, source, config, params, torch_device, torch_dtype, warmup)
+
+
+def _build(path: str, source: str, config, params: int, torch_device, torch_dtype, warmup: bool) -> LoadedModel:
+    """Tokenizer, weights, device and warm-up, once every check has passed."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
@@ -358,9 +532,9 @@ def load_model(source: str = "default", device: str | None = None, dtype: str | 
     if captures:
         capture.register()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model, info = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch_dtype, attn_implementation=capture.IMPLEMENTATION if captures else "eager",
-            use_safetensors=True, trust_remote_code=False,
+            use_safetensors=True, trust_remote_code=False, output_loading_info=True,
         )
     except OSError as e:
         if ".bin" in str(e) or "safetensors" in str(e):
@@ -368,6 +542,11 @@ def load_model(source: str = "default", device: str | None = None, dtype: str | 
         raise ModelNotFound(f"Could not load the weights of '{source}'.") from None
     except Exception:  # noqa: BLE001 - weights that do not match their config, a truncated file, ...
         raise ModelLoadError(f"Could not load '{source}': its weights do not match its config or are damaged.") from None
+    if info.get("missing_keys") or info.get("mismatched_keys"):
+        missing = len(info.get("missing_keys") or ()) + len(info.get("mismatched_keys") or ())
+        del model
+        raise ModelLoadError(f"Could not load '{source}': {missing} of the weights its config needs are not in its "
+                             "weights files (they would be random numbers).")
     model.to(torch_device).eval()
 
     lm = LoadedModel(model=model, tokenizer=tokenizer, spec=from_config(model.config, source, params, "its config"),

@@ -88,15 +88,20 @@ class Choice:
 
     token_id: int
     logits: torch.Tensor  # [vocab] the raw logits of the last position, float32 on the CPU
-    probs_before: torch.Tensor  # [vocab] softmax of the raw logits
-    probs_after: torch.Tensor  # [vocab] softmax after the processors (what was drawn from)
+    probs_before: torch.Tensor | None  # [vocab] softmax of the raw logits (None when not asked for)
+    probs_after: torch.Tensor | None  # [vocab] softmax after the processors (what was drawn from)
 
 
 def choose(sampling: Sampling, processors: LogitsProcessorList, input_ids: torch.Tensor,
-           logits: torch.Tensor, generator: torch.Generator) -> Choice:
-    """Pick the next token from one row of logits [vocab], given the ids so far [batch=1, pos]."""
+           logits: torch.Tensor, generator: torch.Generator, probs: bool = True) -> Choice:
+    """Pick the next token from one row of logits [vocab], given the ids so far [batch=1, pos].
+
+    probs=False (an unrecorded greedy step, in benchmarks) skips the two softmaxes nobody will look at.
+    """
     raw = logits.detach().float().cpu()[None, :]  # [1, vocab]
-    scores = processors(input_ids.cpu(), raw.clone())
+    scores = processors(input_ids, raw.clone()) if processors else raw
+    if sampling.is_greedy and not probs:
+        return Choice(token_id=int(torch.argmax(scores[0])), logits=raw[0], probs_before=None, probs_after=None)
     before = torch.softmax(raw[0], dim=-1)
     after = torch.softmax(scores[0], dim=-1)
     if sampling.is_greedy:

@@ -143,7 +143,8 @@ class Stepper:
 
     def _record(self, phase: str, fed: torch.Tensor, result: Pass, past: int) -> StepTrace:
         t0 = time.perf_counter()
-        choice = choose(self.sampling, self._processors, self.ids, result.logits[0, -1], self._generator)
+        choice = choose(self.sampling, self._processors, self.ids, result.logits[0, -1], self._generator,
+                        probs=self.record)
         sample_ms = (time.perf_counter() - t0) * 1e3
         self.last_logits = choice.logits
         q_len, kv_len = fed.shape[1], past + fed.shape[1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import random
 import time
@@ -57,7 +58,11 @@ class TrainConfig:
 # ---------------------------------------------------------------- data
 
 
-class CorpusError(ValueError):
+class TrainError(ValueError):
+    """Training cannot start: said in one line, before anything is written."""
+
+
+class CorpusError(TrainError):
     """The corpus cannot train anything: missing, not text, or too little of it."""
 
 
@@ -85,6 +90,41 @@ def check_corpus(path: str | Path) -> list[str]:
         raise CorpusError(f"the corpus {path} holds {len(stories)} stories separated by {EOS}; "
                           f"training needs at least {MIN_STORIES}")
     return stories
+
+
+def check_settings(cfg: TrainConfig) -> None:
+    """Figures a model can be built from, folders that exist: TrainError before anything is written.
+
+    The output folder is made only when the model is saved, so a run that fails leaves nothing behind;
+    here it is checked that it can be made (not a file, under a folder that can be written).
+    """
+    whole = {"vocab_size": 258, "d_model": 1, "layers": 1, "heads": 1, "kv_heads": 1, "d_ff": 1, "context": 2,
+             "seq_len": 1, "batch": 1, "steps": 1, "holdout_stories": 1, "eval_every": 1}
+    for name, lo in whole.items():
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise TrainError(f"--{name.replace('_', '-')} must be a whole number >= {lo} (got {value!r})")
+    if cfg.warmup < 0 or not cfg.lr > 0 or cfg.weight_decay < 0 or not 0 <= cfg.dropout < 1:
+        raise TrainError("--warmup and --weight-decay must be >= 0, --lr > 0, and --dropout in [0, 1)")
+    if cfg.arch not in ("llama", "gpt2"):
+        raise TrainError(f"--arch must be llama or gpt2 (got {cfg.arch!r})")
+    if cfg.d_model % cfg.heads or (cfg.arch == "llama" and cfg.heads % cfg.kv_heads):
+        raise TrainError(f"--d-model ({cfg.d_model}) must divide by --heads ({cfg.heads}), and --heads by "
+                         f"--kv-heads ({cfg.kv_heads})")
+    if cfg.device not in ("cpu", "cuda") and not cfg.device.startswith("cuda:"):
+        raise TrainError(f"--device must be cpu or cuda (got {cfg.device!r})")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise TrainError("--device cuda was asked for, but no CUDA GPU is available")
+    for name in ("init_from", "tokenizer_from"):
+        folder = getattr(cfg, name)
+        if folder and not (Path(folder) / "config.json" if name == "init_from" else Path(folder)).exists():
+            raise TrainError(f"--{name.replace('_', '-')} {folder} is not a saved model folder")
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise TrainError(f"--out {out} is a file, not a folder")
+    parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise TrainError(f"--out {out}: {parent} cannot be written")
 
 
 def train_tokenizer(stories: list[str], vocab_size: int):
@@ -245,7 +285,8 @@ def train(cfg: TrainConfig, log=print) -> dict:
     from tqdm import tqdm
     from transformers import GenerationConfig
 
-    stories = check_corpus(cfg.corpus)  # before the output folder exists: a bad corpus leaves nothing behind
+    check_settings(cfg)
+    stories = check_corpus(cfg.corpus)  # before anything is written: a bad corpus leaves nothing behind
     if cfg.eval_file:
         check_corpus(cfg.eval_file)
     if cfg.threads:
@@ -253,8 +294,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     device = torch.device(cfg.device)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(cfg.out)  # made only when the model is saved: a run that fails leaves no empty folder
 
     holdout_n = min(cfg.holdout_stories, max(1, len(stories) // 10))
     train_stories, held_stories = stories[:-holdout_n], stories[-holdout_n:]
@@ -318,6 +358,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id, do_sample=False, max_length=cfg.context,
     )
+    out.mkdir(parents=True, exist_ok=True)
     model.to("cpu").save_pretrained(out, safe_serialization=True)
     tokenizer.model_max_length = cfg.context
     tokenizer.save_pretrained(out)

@@ -84,8 +84,8 @@ def playback(result: dict, speed: float) -> None:
                 f'{p["tokens"]} / {p["total"]} tokens · {clock / 1000:.2f} s'
                 f'{" · finished" if p["finished"] else ""}</div>', unsafe_allow_html=True)
             words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p["tokens"]]))
-            box["text"].markdown(f"<div style='font-size:1.1rem'>{html.escape(result['prompt'])}<b>{words}</b></div>",
-                                 unsafe_allow_html=True)
+            box["text"].html(f"<div style='font-size:1.1rem;white-space:pre-wrap'>{html.escape(result['prompt'])}"
+                             f"<b>{words}</b></div>")  # html, not markdown: nothing typed is parsed as markup
 
     if st.session_state.pop("race_play", False):
         t0 = time.perf_counter()

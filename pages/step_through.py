@@ -10,6 +10,7 @@ import json
 import time
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from engine import DecodeLabError, Stepper, kvcalc
 from engine import figures as fig
@@ -433,7 +434,10 @@ def stepping() -> None:
         except DecodeLabError as e:
             st.session_state["step_error"] = str(e)
             st.session_state["step_autoplay"] = False
-        st.rerun(scope="fragment")
+        try:
+            st.rerun(scope="fragment")
+        except StreamlitAPIException:  # this run is the whole app's (a sidebar change, presenter mode): rerun it all
+            st.rerun()
 
 
 st.session_state.setdefault("step_prompt", PROMPTS[0]["prompt"])
