@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="engine vs generate overhead; cache vs no-cache")
     b.add_argument("--json")
     b.add_argument("--lengths", type=_positive, nargs="+", default=[64, 256, 512])
-    b.add_argument("--rounds", type=_positive, default=5)
+    b.add_argument("--rounds", type=_positive, default=7)
     b.add_argument("--no-app", dest="no_app", action="store_true", help="skip the AppTest click measurement")
     _model_args(b)
     b.set_defaults(func=_bench)

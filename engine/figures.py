@@ -135,10 +135,9 @@ def attention_rows(t: StepTrace, layer: int, head: int) -> tuple[list[int], np.n
     rows = list(range(t.kv_len - w.shape[0], t.kv_len))
     out = np.full((len(rows), t.kv_len), np.nan)
     out[:, lt.key_start:lt.key_start + w.shape[1]] = w
-    for i, q in enumerate(rows):
-        for k in range(t.kv_len):
-            if not visible(q, k, lt.window):
-                out[i, k] = np.nan
+    q, k = np.array(rows)[:, None], np.arange(t.kv_len)[None, :]
+    masked = k > q if lt.window is None else (k > q) | (k <= q - lt.window)  # the vectorised `visible`
+    out[masked] = np.nan
     return rows, out
 
 

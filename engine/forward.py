@@ -109,7 +109,7 @@ def run_pass(lm, input_ids: torch.Tensor, cache=None, *, record: bool = False, r
                 times.append((time.perf_counter() - t0) * 1e3)
             if run < runs - 1:
                 roll_back(cache, q_len)  # undo this run's K/V: the next run repeats the same pass
-        if trim:
+        if trim and lm.spec.sliding_layers:  # only a sliding-window layer has anything to trim
             trim_cache(cache)
     hidden = tuple(out.hidden_states[0].shape) if record and out.hidden_states else None
     timing = Timing(samples_ms=tuple(times[1:] if runs > 1 else times), warmup_ms=times[0] if runs > 1 else None)

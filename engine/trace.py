@@ -87,7 +87,7 @@ class StepTrace:
     token: str
     rule: str  # how it was chosen
     top: tuple[Candidate, ...]
-    layers: tuple[LayerTrace, ...]
+    layers: tuple[LayerTrace, ...]  # () when recording is off (benchmarks): nothing per layer is kept
     pattern_rows: int  # query rows kept per layer: the last `pattern_rows` of the fed rows
     attention_note: str
     hidden_shape: tuple[int, ...] | None  # blocks.*.resid_in

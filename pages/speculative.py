@@ -17,10 +17,8 @@ settings, lm = frame()
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()
-st.caption("One decode pass reads every weight to make one token. Here a cheap drafter guesses k tokens and the model "
-           "checks all of them in ONE pass of k+1 rows on its KV cache: the agreeing guesses are kept (solid), the "
-           "first disagreement is replaced by the model's own token (green), the rest are struck out, and their "
-           "cache columns are cut off again. Greedy output is exactly the model's own.")
+st.caption("A cheap drafter guesses k tokens; the model checks them all in ONE pass of k+1 rows on its KV cache. Kept "
+           "guesses are solid, the model's own token green, rejected guesses struck out, their cache columns cut.")
 
 
 def spec_state() -> Speculator | None:

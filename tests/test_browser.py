@@ -53,8 +53,16 @@ def server(tmp_path_factory):
     proc.wait(timeout=20)
 
 
+def need_chromium() -> None:
+    """The browser tests drive the system Chromium; say in one line how to get it if it is missing."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"System Chromium not found at {CHROMIUM}: install it with `sudo apt-get install chromium` "
+                    "(Debian/Ubuntu) or point DECODE_LAB_CHROMIUM at one.", pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def browser():
+    need_chromium()
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield b
@@ -209,7 +217,8 @@ def test_a_200_token_race_plays_back_with_the_cached_run_finishing_first(server,
     # the run without the cache shows exactly the tokens it had made by then (±2 for the clock's rounding)
     assert abs(done_nc - expected) <= 2 and done_nc < total_nc
     cache_total = max(float(r["cumulative_ms"]) for r in rows if r["mode"] == "cache")
-    assert clock * 1000 >= cache_total - 15  # the cached run had already finished at that moment
+    # the cached run had finished by then (the two boxes are redrawn every 50 ms, one just after the other)
+    assert clock * 1000 >= cache_total - 60
     pg.close()
 
 
