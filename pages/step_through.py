@@ -293,7 +293,8 @@ def attention_view(s: Stepper, t, layer: int, labels: list[str]) -> None:
     st.caption("Each row is a query, each column a key it may look at; a row sums to 1. Grey is masked (the future, "
                "or outside a sliding window): masked, not zero. One row per head for the newest query, so the head "
                "that looks back at a name stands out.")
-    with st.expander("One head, every step so far (the prefill square plus one row per decode step)"):
+    if st.toggle("one head, every step so far (the prefill square plus one row per decode step)",
+                 key="step_att_assembled"):  # built only when asked for: a click stays cheap
         z = fig.assembled_attention(s.traces[: st.session_state.get('step_at', 0) + 1], layer,
                                     st.session_state.get("step_head", 0))
         st.plotly_chart(fig.attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
