@@ -44,6 +44,7 @@ from engine.loading import LoadedModel
 from engine.sampling import Choice, Sampling
 from engine.stepper import (
     TIMED_REPEATS,
+    Generation,
     Stepper,
     _check_max_new_tokens,
     encode_prompt,
@@ -380,7 +381,7 @@ class RoundTrace:
 # ---------------------------------------------------------------- the run
 
 
-class Speculator:
+class Speculator(Generation):
     """One speculative generation run on a shared target; owns its caches, ids and round records.
 
     `prefill()` once, then `round()` per draft-verify-crop round (a page can step it like the Stepper).
@@ -466,31 +467,6 @@ class Speculator:
 
     def step(self) -> RoundTrace:
         return self.round() if self.rounds else self.prefill()
-
-    def run(self, n: int | None = None, on_round=None) -> list[RoundTrace]:
-        """Rounds until the run stops, or n more; on_round(trace) after each."""
-        new = []
-        while not self.done and (n is None or len(new) < n):
-            new.append(self.step())
-            if on_round:
-                on_round(new[-1])
-        return new
-
-    @property
-    def done(self) -> bool:
-        return self.stop_reason is not None
-
-    @property
-    def generated_ids(self) -> list[int]:
-        return self.ids[0, self.prompt_len:].tolist()
-
-    @property
-    def generated_text(self) -> str:
-        return self.lm.tokenizer.decode(self.generated_ids, skip_special_tokens=True)
-
-    @property
-    def text(self) -> str:
-        return self.prompt + self.generated_text
 
     # ------------------------------------------------------------ running totals
 

@@ -33,7 +33,37 @@ TOP_CANDIDATES = 10
 TIMED_REPEATS = max(1, min(9, int(os.environ.get("DECODE_LAB_REPEATS", "3") or 3)))
 
 
-class Stepper:
+class Generation:
+    """What every step-by-step run shares (the Stepper, the speculative Speculator): stepping until it stops,
+    and the text so far. Needs `step()`, `stop_reason`, `ids` [batch=1, pos], `prompt_len`, `prompt`, `lm`."""
+
+    def run(self, n: int | None = None, on_step=None) -> list:
+        """Step until the run stops, or n more steps; on_step(record) after each."""
+        new = []
+        while not self.done and (n is None or len(new) < n):
+            new.append(self.step())
+            if on_step:
+                on_step(new[-1])
+        return new
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return self.ids[0, self.prompt_len:].tolist()
+
+    @property
+    def generated_text(self) -> str:
+        return self.lm.tokenizer.decode(self.generated_ids, skip_special_tokens=True)
+
+    @property
+    def text(self) -> str:
+        return self.prompt + self.generated_text
+
+
+class Stepper(Generation):
     """One generation run on a shared LoadedModel; owns its cache, ids and traces."""
 
     def __init__(self, lm: LoadedModel, prompt: str, use_cache: bool = True, sampling: Sampling | None = None,
@@ -91,31 +121,6 @@ class Stepper:
 
     def step(self) -> StepTrace:
         return self.decode() if self.traces else self.prefill()
-
-    def run(self, n: int | None = None, on_step=None) -> list[StepTrace]:
-        """Step until the run stops, or n more forward passes; on_step(trace) after each."""
-        new = []
-        while not self.done and (n is None or len(new) < n):
-            new.append(self.step())
-            if on_step:
-                on_step(new[-1])
-        return new
-
-    @property
-    def done(self) -> bool:
-        return self.stop_reason is not None
-
-    @property
-    def generated_ids(self) -> list[int]:
-        return self.ids[0, self.prompt_len:].tolist()
-
-    @property
-    def generated_text(self) -> str:
-        return self.lm.tokenizer.decode(self.generated_ids, skip_special_tokens=True)
-
-    @property
-    def text(self) -> str:
-        return self.prompt + self.generated_text
 
     @property
     def kv_bytes(self) -> int:

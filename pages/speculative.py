@@ -46,19 +46,11 @@ def start() -> None:
     st.session_state["spec_at"] = 0
 
 
-def next_round() -> None:
+def advance(rounds: int | None) -> None:
+    """One more round (1), or every round until the run stops (None); then show the newest."""
     s = spec_state()
     try:
-        s.round()
-    except DecodeLabError as e:
-        st.session_state["spec_error"] = str(e)
-    st.session_state["spec_at"] = len(s.rounds) - 1
-
-
-def run_all() -> None:
-    s = spec_state()
-    try:
-        s.run()
+        s.run(rounds)
     except DecodeLabError as e:
         st.session_state["spec_error"] = str(e)
     st.session_state["spec_at"] = len(s.rounds) - 1
@@ -72,9 +64,10 @@ bar.text_input("prompt", key="spec_prompt", label_visibility="collapsed", width=
 bar.selectbox("drafter", DRAFTERS, key="spec_drafter", label_visibility="collapsed", width=230, on_change=reset)
 bar.number_input("k", 1, 8, 4, key="spec_k", width=90, on_change=reset, help="guesses per round")
 bar.button("Prefill", type="primary", key="spec_prefill", on_click=start, disabled=started, shortcut="P")
-bar.button("Next round", type="primary", key="spec_next", on_click=next_round, disabled=not started or s.done,
-           shortcut="N")
-bar.button("Run to end", key="spec_run_all", on_click=run_all, disabled=not started or s.done, shortcut="E")
+bar.button("Next round", type="primary", key="spec_next", on_click=advance, args=(1,),
+           disabled=not started or s.done, shortcut="N")
+bar.button("Run to end", key="spec_run_all", on_click=advance, args=(None,), disabled=not started or s.done,
+           shortcut="E")
 bar.button("Reset", key="spec_reset", on_click=reset, shortcut="X")
 if st.session_state.get("spec_error"):
     error(st.session_state.pop("spec_error"))

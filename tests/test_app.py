@@ -296,3 +296,21 @@ def test_the_latency_caption_says_what_its_bars_show(cache):
     decode = y[1:]  # bar 0 is the prefill
     assert abs(first - decode[:3].mean()) < 0.006 and abs(last - decode[-3:].mean()) < 0.006
     assert ("climb" in words) == (last > 1.25 * first)
+
+
+def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
+    at = fresh_app()
+    at.switch_page(page("speculative")).run()
+    click(at, "spec_prefill")
+    for _ in range(4):
+        click(at, "spec_next")
+    rounds = next(h.proto.body for h in at.get("html") if "round 1:" in h.proto.body)
+    kept = re.findall(r"round \d+: (\d+)/(\d+) kept", rounds)
+    assert len(kept) == 4 and all(int(a) <= int(b) for a, b in kept)
+    assert "line-through" in rounds or all(a == b for a, b in kept)  # a rejected guess is struck out
+    passes = float(next(m.value for m in at.metric if m.label == "tokens per target pass"))
+    assert passes >= 1.0
+    svg = stage_svg(at)
+    assert 'data-phase="verify"' in svg
+    cut = int(re.search(r"(\d+) columns? cut", svg).group(1))
+    assert len(re.findall(r'data-role="k-col" data-pos="\d+" data-kind="cut"', svg)) == cut
