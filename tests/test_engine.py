@@ -212,6 +212,11 @@ def test_cli_run_writes_the_documented_json(tiny_dirs, tmp_path, capsys):
         assert key in doc["steps"][0]
     assert [s["phase"] for s in doc["steps"]] == ["prefill", "decode", "decode", "decode"]
     assert "kv_len" in capsys.readouterr().out
+    for step in doc["steps"]:  # Q, K, V read off the real tensors of every layer, nothing derived
+        assert len(step["layers"]) == 2 and all(layer["source"] == "measured" for layer in step["layers"])
+        assert all({"attn.q", "attn.k", "attn.v", "kv.keys"} <= layer["shapes"].keys() for layer in step["layers"])
+        assert {r["source"] for r in step["shapes"]} == {"measured"}
+    assert doc["steps"][1]["layers"][0]["shapes"]["attn.q"] == [1, 4, 1, 8]  # [batch, head, query_pos, head_dim]
 
 
 def test_cli_compare_reports_identical_tokens(tiny_dirs, tmp_path):
@@ -243,3 +248,17 @@ def test_serving_threads_leave_the_browser_a_core():
     assert serving_threads(4_000_000, cores=8) == 1  # a tiny model: one thread is as fast, and never stalls
     assert serving_threads(500_000_000, cores=8) == 7  # a big one: every core but one
     assert serving_threads(500_000_000, cores=1) == 1
+
+
+def test_cached_keys_and_values_equal_a_full_recomputation_on_the_bundled_model(bundled_lm):
+    """Why the cache is exact: the K and V it holds for old positions are what recomputing them gives."""
+    from engine.compare import kv_reuse
+
+    s = Stepper(bundled_lm, "Tom had a red ball. Tom liked to play with the ball.", max_new_tokens=12,
+                stop_on_eos=False)
+    s.run()
+    proof = kv_reuse(bundled_lm, s.ids, s.cache)
+    assert proof["positions"] == s.ids.shape[1] - 1 and len(proof["layers"]) == bundled_lm.spec.layers
+    assert proof["max_key_diff"] < 1e-4 and proof["max_value_diff"] < 1e-4
+    # and no step after the prefill computed a query for any position but its own new one
+    assert all(t.layers[0].shapes["attn.q"][2] == 1 for t in s.traces[1:])

@@ -237,3 +237,28 @@ def test_cli_run_on_gemma3_matches_generate_and_caps_sliding_layers(family_dirs,
             assert step["kv_bytes"] == sum(rec["kv_bytes"] for rec in step["layers"])
     last = doc["steps"][-1]
     assert [rec["kv_len"] for rec in last["layers"]] == [SLIDING_WINDOW] * 5 + [last["kv_len"]]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_pages_render_with_the_family(family, family_dirs, monkeypatch):
+    """A server started with `--model DIR` offers the family; the step page, its views, a lesson and the
+    Model and Scale pages render with it."""
+    import pages.shared
+    from engine.policy import from_settings
+    from tests.appdriver import app_test, page
+
+    monkeypatch.setattr(pages.shared, "POLICY", from_settings(["--model", family_dirs[family]], {}))
+    at = app_test().run()
+    at.sidebar.selectbox(key="side_model").set_value(family_dirs[family]).run()
+    at.text_input(key="step_prompt").set_value("Once upon a time there was").run()
+    at.button(key="step_btn_prefill").click().run()
+    for _ in range(6):  # past the sliding window of 4
+        at.button(key="step_btn_next").click().run()
+    for view in ("Attention", "Matmuls", "KV cache", "Shapes"):
+        at.session_state["step_view"] = view
+        at.run()
+        assert not at.exception and not at.error, (family, view, [e.value for e in at.exception])
+    assert any("7 new tokens" in m.value for m in at.markdown)
+    for name in ("model_info", "scale", "lessons"):
+        at.switch_page(page(name)).run()
+        assert not at.exception and not at.error, (family, name, [e.value for e in at.exception])

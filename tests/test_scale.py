@@ -91,3 +91,42 @@ def test_scale_page_renders_for_live_and_table_models():
         at.selectbox(key="scale_model").set_value(name).run()
         assert not at.exception, (name, [e.value for e in at.exception])
         assert any("×" in c.value and "=" in c.value for c in at.code)
+
+
+def test_gemma_3_270m_at_8192_tokens_counts_its_sliding_layers():
+    """15 sliding layers (window 512) keep 511 positions each; the 3 full ones keep all 8,192 (fp16, MQA, head_dim 256)."""
+    a = kvcalc.from_table("gemma-3-270m")
+    assert (a.layers, a.kv_heads, a.head_dim, a.sliding_layers) == (18, 1, 256, 15)
+    assert [i for i in range(18) if a.window(i) is None] == [5, 11, 17]  # every sixth layer is global
+    per_position = 2 * 1 * 256 * 2  # K and V, one KV head, head_dim 256, 2 bytes
+    expected = 15 * per_position * 511 + 3 * per_position * 8192
+    assert expected == 33_014_784
+    assert a.kv_bytes(8192, 1, 2) == expected
+    assert a.kv_bytes(8192, 1, 2) < a.kv_bytes_per_token(2) * 8192 / 4  # far below "every layer keeps everything"
+
+
+def test_cli_kv_size_reports_per_layer_bytes_for_a_sliding_model():
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli_main(["kv-size", "--model", "gemma-3-270m", "--tokens", "8192", "--json"]) == 0
+    doc = json.loads(buf.getvalue())
+    assert doc["bytes"] == 33_014_784 and sum(doc["bytes_per_layer"]) == doc["bytes"]
+    assert doc["windows"].count(512) == 15
+
+
+def test_a_decode_steps_time_is_taken_apart_without_changing_the_run(bundled_lm):
+    from engine.profile import decode_breakdown
+
+    s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=20)
+    s.run(6)
+    held = s.cache.get_seq_length()
+    b = decode_breakdown(s, bandwidth=20e9, repeats=2)
+    assert s.cache.get_seq_length() == held  # every pass it made was rolled back
+    assert 0 < b["matmul_ms"] and b["ops"] > 50
+    assert abs(b["matmul_ms"] + b["rest_ms"] - b["wall_ms"]) < 1e-9 or b["rest_ms"] == 0.0
+    assert b["memory_bound_ms"] > 0
+    nxt = s.decode()  # the run continues exactly where it was
+    assert nxt.kv_len == held + 1
