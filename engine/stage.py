@@ -403,7 +403,7 @@ def _head(t: StepTrace, y: float, chosen_xy: tuple) -> str:
     rule = t.rule.split(":")[0].split(" (")[0]
     out.append(_t(x + 4, y + 24, f"→ {rule} →", 14, fill=SOFT))
     tx = min(W - 60, x + 10 + len(f"→ {rule} →") * 8 * TEXT)
-    out.append(f'<g data-role="chosen">' + _t(tx, y + 24, show_piece(t.token), 17, weight="bold", fill=NEW, family=MONO)
+    out.append('<g data-role="chosen">' + _t(tx, y + 24, show_piece(t.token), 17, weight="bold", fill=NEW, family=MONO)
                + '</g>')
     # the loop: the chosen token goes back to the end of the strip, to be fed next step
     cx, cy = chosen_xy
