@@ -251,12 +251,18 @@ def sidebar() -> tuple[Settings, LoadedModel | None]:
     return settings, lm
 
 
+@st.cache_data(ttl=300, show_spinner=False)
+def _hub_reachable() -> bool:
+    """Asked at most every five minutes: a sidebar rerun must not wait on a network probe."""
+    return hub_reachable(timeout=1.0)
+
+
 def small_models_hint(where) -> None:
     """Well-known small models a user can load here (the server allows any), with their size; offline, what to do."""
     rows = "\n".join(f"- `{m['hf_id']}`: {m['params']}, download {m['download']}, memory {m['memory']} "
                      f"({m['note']})" for m in SMALL_MODELS)
     where.markdown("Small models to try (safetensors, no remote code):\n" + rows)
-    if not hub_reachable(timeout=1.0):
+    if not _hub_reachable():
         where.caption("This server cannot reach the Hugging Face hub: download a model once on a connected machine "
                       "(`huggingface-cli download ID`), then type its id or folder here.")
 

@@ -241,7 +241,13 @@ def matmuls_view(s: Stepper, t, layer: int) -> None:
                "QKᵀ and ·V still grow with the context. Scores count the (query, key) pairs the mask lets through; "
                "eager attention also computes the masked ones and throws them away.")
     st.dataframe(fig.matmul_frame(t, spec, layer), hide_index=True, width="stretch")
-    proof = kv_reuse(lm, s.ids, s.cache) if s.use_cache and s.cache is not None else None
+    proof = None
+    if s.use_cache and s.cache is not None:  # one extra pass per cache length, not one per rerun
+        key = (id(s), s.cache.get_seq_length())
+        if st.session_state.get("step_proof_key") != key:
+            st.session_state["step_proof"] = kv_reuse(lm, s.ids, s.cache)
+            st.session_state["step_proof_key"] = key
+        proof = st.session_state["step_proof"]
     if proof is not None:
         st.markdown(f"**Why K and V are cached and Q is not**, checked on this run: recomputing all "
                     f"{proof['positions']} positions with no cache gives keys within **{proof['max_key_diff']:.1g}** "
