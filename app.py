@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages.shared import apply_link, sidebar, warning, write_link
+from ui.frame import apply_link, sidebar, warning, write_link
 
 ROOT = Path(__file__).resolve().parent
 PAGES = ROOT / "pages"

@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-from tests.appdriver import app_test
+from ui.apptest import app_test
 
 TEXT = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to "
         "explore. Every morning he put on his green hat and walked to the river to look for frogs. One sunny day, "

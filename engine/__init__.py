@@ -24,8 +24,8 @@ Public API (see README):
 """
 
 from engine.errors import DecodeLabError, ModelLoadError, StepError  # noqa: F401
-from engine.loading import LoadedModel, bundled_models, load_model  # noqa: F401
-from engine.sampling import Sampling  # noqa: F401
-from engine.stepper import Stepper  # noqa: F401
-from engine.trace import StepTrace  # noqa: F401
-from engine.compare import compare  # noqa: F401
+from engine.load.load import LoadedModel, bundled_models, load_model  # noqa: F401
+from engine.forward.sampling import Sampling  # noqa: F401
+from engine.generate.stepper import Stepper  # noqa: F401
+from engine.forward.trace import StepTrace  # noqa: F401
+from engine.generate.compare import compare  # noqa: F401

@@ -15,13 +15,13 @@ from engine.errors import DecodeLabError
 
 
 def _load(args):
-    from engine.loading import load_model
+    from engine.load.load import load_model
 
     return load_model(args.model, device=args.device, dtype=args.dtype)
 
 
 def _sampling(args):
-    from engine.sampling import Sampling
+    from engine.forward.sampling import Sampling
 
     # --top-k 0 means "top-k off", exactly as in the app: it does not switch greedy to sampling
     greedy = args.temperature is None and not args.top_k and args.top_p is None
@@ -40,7 +40,7 @@ def step_table(traces) -> str:
 
 
 def _run(args) -> int:
-    from engine.stepper import Stepper
+    from engine.generate.stepper import Stepper
 
     _check_json_path(args.json)
     lm = _load(args)
@@ -57,7 +57,7 @@ def _run(args) -> int:
 
 
 def _compare(args) -> int:
-    from engine.compare import compare
+    from engine.generate.compare import compare
 
     _check_json_path(args.json)
     lm = _load(args)
@@ -75,7 +75,7 @@ def _compare(args) -> int:
 
 
 def _bench(args) -> int:
-    from engine.bench import run_bench
+    from engine.measure.bench import run_bench
 
     _check_json_path(args.json)
     lm = _load(args)
@@ -86,7 +86,7 @@ def _bench(args) -> int:
 
 
 def _kv_size(args) -> int:
-    from engine import kvcalc
+    from engine.measure import kvcalc
 
     try:
         kvcalc.check_inputs(args.tokens, args.batch)
@@ -113,7 +113,7 @@ def _kv_size(args) -> int:
 
 
 def _train(args) -> int:
-    from engine.train import TrainConfig, TrainError, train
+    from tools.train import TrainConfig, TrainError, train
 
     fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
     try:
@@ -125,8 +125,8 @@ def _train(args) -> int:
 
 
 def _speculate(args) -> int:
-    from engine.loading import DRAFT_MODEL, load_model
-    from engine.speculative import DraftModel, PromptLookup, measure
+    from engine.load.load import DRAFT_MODEL, load_model
+    from engine.generate.speculative import DraftModel, PromptLookup, measure
 
     _check_json_path(args.json)
     lm = _load(args)

@@ -9,13 +9,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from engine import DecodeLabError, Sampling, Stepper, compare, kvcalc, roofline
-from engine import figures as fig
-from engine.batch import run_batch
-from engine.compare import kv_reuse
-from engine.stage import caption, stage_html, stage_svg
-from engine.stepper import token_pieces
-from pages.shared import PROMPTS, device_roof, error, frame, plain, scale, warning
+from engine import DecodeLabError, Sampling, Stepper, compare
+from engine.measure import kvcalc
+from engine.measure import roofline
+from engine.draw import figures as fig
+from engine.generate.batch import run_batch
+from engine.generate.compare import kv_reuse
+from engine.draw.stage import caption, stage_html, stage_svg
+from engine.generate.stepper import token_pieces
+from ui.frame import PROMPTS, device_roof, error, frame, plain, scale, warning
 
 st.title("Lessons: how a language model generates text")
 settings, lm = frame()
@@ -290,7 +292,7 @@ def lesson_scale() -> None:
 
 
 def lesson_speculative() -> None:
-    from pages.speculative_view import speculative_lesson
+    from ui.speculative import speculative_lesson
 
     speculative_lesson(lm)
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from pages.shared import frame
+from ui.frame import frame
 
 st.title("The model")
 _, lm = frame()

@@ -6,11 +6,11 @@ import time
 import streamlit as st
 
 from engine import DecodeLabError
-from engine import race
-from engine.compare import compare
-from engine.device import release_memory
-from engine.figures import show_piece
-from pages.shared import PROMPTS, error, frame, plain, scale
+from engine.measure import race
+from engine.generate.compare import compare
+from engine.load.device import release_memory
+from engine.draw.figures import show_piece
+from ui.frame import PROMPTS, error, frame, plain, scale
 
 st.title("Race: KV cache on vs off")
 settings, lm = frame()

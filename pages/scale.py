@@ -3,9 +3,11 @@
 import pandas as pd
 import streamlit as st
 
-from engine import DecodeLabError, Stepper, kvcalc, roofline
-from engine.profile import decode_breakdown
-from pages.shared import POLICY, device_roof, error, frame, plain, scale
+from engine import DecodeLabError, Stepper
+from engine.measure import kvcalc
+from engine.measure import roofline
+from engine.measure.profile import decode_breakdown
+from ui.frame import POLICY, device_roof, error, frame, plain, scale
 
 st.title("Scale: KV-cache memory and the roofline")
 settings, lm = frame()

@@ -6,10 +6,10 @@ Thin page: the engine is engine/speculative.py; what this page and lesson 9 shar
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.device import release_memory
-from engine.speculative import Speculator
-from pages.shared import PROMPTS, error, frame, plain
-from pages.speculative_view import (DRAFTERS, comparison, drafter_for, measured_comparison, rounds_frame,
+from engine.load.device import release_memory
+from engine.generate.speculative import Speculator
+from ui.frame import PROMPTS, error, frame, plain
+from ui.speculative import (DRAFTERS, comparison, drafter_for, measured_comparison, rounds_frame,
                                     rounds_html, totals, verify_stage)
 
 st.title("Speculative decoding")

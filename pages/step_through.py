@@ -1,7 +1,7 @@
 """Step through: prefill once, then one click per token, and watch each forward pass on the stage.
 
-Thin page: read state -> call engine -> render. The stage is engine.stage (trace in, SVG out);
-every chart comes from engine.figures. Any recorded step can be put back on screen (the
+Thin page: read state -> call engine -> render. The stage is engine.draw.stage (trace in, SVG out);
+every chart comes from engine.draw.figures. Any recorded step can be put back on screen (the
 scrubber, ← →); the views follow it, and the link in the address bar carries it.
 """
 
@@ -12,14 +12,15 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import DecodeLabError, Stepper, kvcalc
-from engine import figures as fig
-from engine.compare import kv_reuse
-from engine.device import release_memory
+from engine import DecodeLabError, Stepper
+from engine.measure import kvcalc
+from engine.draw import figures as fig
+from engine.generate.compare import kv_reuse
+from engine.load.device import release_memory
 from engine.errors import Busy
 from engine.share import MAX_PROMPT_CHARS, read_link
-from engine.stage import caption, stage_html, stage_svg
-from pages.shared import (DEFAULTS, PROMPTS, SCENARIOS, apply_values, cache_toggle, error, frame, plain, scale,
+from engine.draw.stage import caption, stage_html, stage_svg
+from ui.frame import (DEFAULTS, PROMPTS, SCENARIOS, apply_values, cache_toggle, error, frame, plain, scale,
                           warning, write_link)
 
 settings, lm = frame()

@@ -8,8 +8,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
 import pytest
 
-from engine.loading import MODELS_DIR, load_model
-from engine.train import train_tokenizer
+from engine.load.load import MODELS_DIR, load_model
+from tools.train import train_tokenizer
 
 TINY_TEXT = [
     "Once upon a time there was a little cat named Tom. Tom liked to play in the sun.",

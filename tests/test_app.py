@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.appdriver import ROOT, app_test, page
+from ui.apptest import ROOT, app_test, page
 
 
 def fresh_app() -> AppTest:

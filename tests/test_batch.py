@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Stepper, StepError, load_model
-from engine.batch import left_pad, run_batch
+from engine.generate.batch import left_pad, run_batch
 
 PROMPTS = ["Tom had a red ball.", "One day, a little girl named Lily went to the park with her dog."]
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from engine import Stepper, bundled_models, load_model
-from engine.loading import MODELS_DIR
-from engine.train import bits_per_byte, read_stories
+from engine.load.load import MODELS_DIR
+from tools.train import bits_per_byte, read_stories
 
 EVAL = Path(__file__).resolve().parent / "data" / "tinystories_eval_40.txt"  # held out: never trained on
 PROMPTS = json.loads((MODELS_DIR.parent / "prompts.json").read_text())

@@ -14,8 +14,8 @@ PROMPT = "Once upon a time there was a cat"
 
 
 def greedy_generate(lm, prompt, n):
-    """transformers' own greedy generate (engine.forward.generate: EOS an ordinary token, as stop_on_eos=False)."""
-    from engine.forward import generate
+    """transformers' own greedy generate (engine.forward.run.generate: EOS an ordinary token, as stop_on_eos=False)."""
+    from engine.forward.run import generate
 
     return generate(lm, torch.tensor([lm.tokenizer(prompt)["input_ids"]]), n)
 
@@ -243,7 +243,7 @@ def test_the_exported_trace_round_trips_through_json(tiny_lm):
 
 
 def test_serving_threads_leave_the_browser_a_core():
-    from engine.device import serving_threads
+    from engine.load.device import serving_threads
 
     assert serving_threads(4_000_000, cores=8) == 1  # a tiny model: one thread is as fast, and never stalls
     assert serving_threads(500_000_000, cores=8) == 7  # a big one: every core but one
@@ -252,7 +252,7 @@ def test_serving_threads_leave_the_browser_a_core():
 
 def test_cached_keys_and_values_equal_a_full_recomputation_on_the_bundled_model(bundled_lm):
     """Why the cache is exact: the K and V it holds for old positions are what recomputing them gives."""
-    from engine.compare import kv_reuse
+    from engine.generate.compare import kv_reuse
 
     s = Stepper(bundled_lm, "Tom had a red ball. Tom liked to play with the ball.", max_new_tokens=12,
                 stop_on_eos=False)

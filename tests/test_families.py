@@ -4,7 +4,7 @@ Hybrid attention is per layer: Gemma 2 alternates sliding-window (window 4) and 
 Gemma 3 has five sliding layers to one full one. How many positions a layer keeps is
 transformers' DynamicSlidingWindowLayer rule (cache_utils: `update` appends the new keys and
 the pass scores the last window - 1 of the old ones plus the new; the layer then keeps only its
-last `window - 1`, at once in `update`, or at the engine's `crop(0)` since engine.cache switches
+last `window - 1`, at once in `update`, or at the engine's `crop(0)` since engine.forward.cache switches
 on past recording so a pass can be rolled back):
 
     full layer:     kept(n) = n                    the newest query scores kv_len = n keys
@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import capture
+from engine.forward import capture
 from engine.cli import main as cli_main
-from engine.forward import generate
-from engine.loading import load_model, read_config
-from engine.stepper import Stepper
+from engine.forward.run import generate
+from engine.load.load import load_model, read_config
+from engine.generate.stepper import Stepper
 from tests.conftest import FAMILIES, SLIDING_WINDOW
 
 NEW_TOKENS = 40
@@ -35,7 +35,7 @@ PROMPTS = {
     "long": "Once upon a time there was a cat",  # 19 positions: the prefill already passes the window
     "short": "Tom",  # 3 positions (window - 1): the cache reaches the window while decoding
 }
-# Families whose attention engine.capture reads off the real tensors (Q/K/V shapes "measured").
+# Families whose attention engine.forward.capture reads off the real tensors (Q/K/V shapes "measured").
 # Every family here routes attention through transformers' attention interface today; a family
 # dropping out of this list would mean its shapes are only derived from the config.
 CAPTURED = ("gpt2", "llama", "llama-mqa", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt_neox", "opt")
@@ -73,7 +73,7 @@ def runs(request, family_lm):
 def greedy_reference(lm, prompt_ids: torch.Tensor) -> list[int]:
     """transformers' greedy generate for NEW_TOKENS tokens, EOS an ordinary token (as with stop_on_eos=False).
 
-    engine.forward.generate passes eos_token_id=None: no stop at EOS and no ban on it (min_new_tokens would
+    engine.forward.run.generate passes eos_token_id=None: no stop at EOS and no ban on it (min_new_tokens would
     set EOS's logit to -inf until n tokens exist, and a random model whose argmax is EOS would then get a
     different token from generate than from the stepper).
     """
@@ -243,11 +243,11 @@ def test_cli_run_on_gemma3_matches_generate_and_caps_sliding_layers(family_dirs,
 def test_the_pages_render_with_the_family(family, family_dirs, monkeypatch):
     """A server started with `--model DIR` offers the family; the step page, its views, a lesson and the
     Model and Scale pages render with it."""
-    import pages.shared
-    from engine.policy import from_settings
-    from tests.appdriver import app_test, page
+    import ui.frame
+    from engine.load.policy import from_settings
+    from ui.apptest import app_test, page
 
-    monkeypatch.setattr(pages.shared, "POLICY", from_settings(["--model", family_dirs[family]], {}))
+    monkeypatch.setattr(ui.frame, "POLICY", from_settings(["--model", family_dirs[family]], {}))
     at = app_test().run()
     at.sidebar.selectbox(key="side_model").set_value(family_dirs[family]).run()
     at.text_input(key="step_prompt").set_value("Once upon a time there was").run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import Stepper
-from engine import figures as fig
+from engine.draw import figures as fig
 
 PROMPT = "Once upon a time there was a cat"
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.appdriver import app_test, page
+from ui.apptest import app_test, page
 from tests.test_app import fresh_app
 
 TITLES = ["1. Text in, tokens out", "2. Prefill: the whole prompt at once", "3. Decode: one token per step",

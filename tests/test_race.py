@@ -6,9 +6,9 @@ import io
 
 import pandas as pd
 
-from engine import race
-from engine.compare import compare
-from tests.appdriver import app_test, page
+from engine.measure import race
+from engine.generate.compare import compare
+from ui.apptest import app_test, page
 
 
 def test_growth_exponent_recovers_linear_and_quadratic():

@@ -23,11 +23,11 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-import engine.loading
+import engine.load.load
 from engine import Stepper
 from engine.errors import Busy, DecodeLabError, ModelLoadError, ModelNotOffered, NotACausalLM, UnsafeWeights
-from engine.policy import ModelPolicy, from_settings
-from tests.appdriver import ROOT, app_test, page
+from engine.load.policy import ModelPolicy, from_settings
+from ui.apptest import ROOT, app_test, page
 from tests.test_app import click, fresh_app, new_tokens, run_text
 
 GOOD = "Once upon a time"
@@ -91,10 +91,10 @@ def prefill_works(at: AppTest) -> None:
 @pytest.fixture
 def open_policy(monkeypatch):
     """A single-user machine: `streamlit run app.py -- --open-models`."""
-    import pages.shared
+    import ui.frame
 
-    policy = ModelPolicy(offered=tuple(engine.loading.bundled_models()), open=True)
-    monkeypatch.setattr(pages.shared, "POLICY", policy)
+    policy = ModelPolicy(offered=tuple(engine.load.load.bundled_models()), open=True)
+    monkeypatch.setattr(ui.frame, "POLICY", policy)
     return policy
 
 
@@ -138,7 +138,7 @@ def no_network(monkeypatch):
 
 
 def test_the_policy_offers_bundled_models_plus_what_the_teacher_named(tmp_path):
-    bundled = engine.loading.bundled_models()
+    bundled = engine.load.load.bundled_models()
     default = from_settings([], {})
     assert default.offered == tuple(bundled) and not default.open
     named = from_settings(["--model", "Qwen/Qwen2.5-0.5B", "--model", str(tmp_path)], {"DECODE_LAB_MODELS": "a/b, c"})
@@ -158,9 +158,9 @@ def test_the_policy_offers_bundled_models_plus_what_the_teacher_named(tmp_path):
 def test_a_default_server_refuses_every_folder_a_link_names_with_one_message(tmp_path, bundled_dir, no_network):
     """Existing folder, missing folder, /etc and a hub id: the same visible words, no lookup, and the
     bundled model keeps working. The sidebar has no box to type a folder into."""
-    import pages.shared
+    import ui.frame
 
-    assert not pages.shared.POLICY.open  # the server as `streamlit run app.py` starts it
+    assert not ui.frame.POLICY.open  # the server as `streamlit run app.py` starts it
     real = tmp_path / "a-real-model"
     real.mkdir()
     (real / "config.json").write_text((bundled_dir / "tinystories-llama" / "config.json").read_text())
@@ -180,10 +180,10 @@ def test_a_default_server_refuses_every_folder_a_link_names_with_one_message(tmp
 
 
 def test_a_model_the_teacher_named_is_offered_and_loads(tiny_dirs, monkeypatch):
-    import pages.shared
+    import ui.frame
 
     folder = tiny_dirs["llama"]
-    monkeypatch.setattr(pages.shared, "POLICY", from_settings(["--model", folder], {}))
+    monkeypatch.setattr(ui.frame, "POLICY", from_settings(["--model", folder], {}))
     at = fresh_app()
     assert folder in at.sidebar.selectbox(key="side_model").options
     at.sidebar.selectbox(key="side_model").set_value(folder).run()
@@ -266,7 +266,7 @@ def hostile_folders(root: Path, bundled: Path) -> dict[str, tuple[str, type, str
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    from engine.loading import MODELS_DIR
+    from engine.load.load import MODELS_DIR
 
     return hostile_folders(tmp_path_factory.mktemp("hostile"), MODELS_DIR / "tinystories-llama")
 
@@ -287,7 +287,7 @@ def no_unpickling(monkeypatch):
 def server_paths_in(message: str, typed: str) -> list[str]:
     """Paths of this server in a message, besides the source exactly as the user typed it."""
     rest = message.replace(typed, "<typed>")
-    return [p for p in (str(ROOT), str(engine.loading.MODELS_DIR), "/tmp", "/root", "/home", "site-packages",
+    return [p for p in (str(ROOT), str(engine.load.load.MODELS_DIR), "/tmp", "/root", "/home", "site-packages",
                         "Traceback", 'File "') if p in rest]
 
 
@@ -300,7 +300,7 @@ def test_hostile_folders_are_refused_with_typed_errors_and_nothing_is_unpickled(
     for name, (folder, error, words) in hostile.items():
         t0 = time.perf_counter()
         with pytest.raises(DecodeLabError) as e:
-            engine.loading.load_model(folder, device="cpu", warmup=False)
+            engine.load.load.load_model(folder, device="cpu", warmup=False)
         took = time.perf_counter() - t0
         assert type(e.value) is error, (name, type(e.value), str(e.value))
         assert words in str(e.value), (name, str(e.value))
@@ -316,10 +316,10 @@ def test_a_bundled_model_that_fails_names_itself_not_its_folder(tmp_path, monkey
     models.mkdir()
     for name in ("pickle behind an index", "lying header", "20,000 tiny layers"):
         Path(folders[name][0]).rename(models / name.replace(" ", "-").replace(",", ""))
-    monkeypatch.setattr(engine.loading, "MODELS_DIR", models)
-    for name in engine.loading.bundled_models():
+    monkeypatch.setattr(engine.load.load, "MODELS_DIR", models)
+    for name in engine.load.load.bundled_models():
         with pytest.raises(ModelLoadError) as e:
-            engine.loading.load_model(name, device="cpu", warmup=False)
+            engine.load.load.load_model(name, device="cpu", warmup=False)
         assert f"'{name}'" in str(e.value) and str(tmp_path) not in str(e.value), str(e.value)
     assert no_unpickling == []
 
@@ -340,7 +340,7 @@ def test_a_hub_model_the_teacher_named_is_held_to_the_same_rules(tmp_path, monke
     (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(UnsafeWeights, match="safetensors only") as e:
-        engine.loading.load_model("evil/model", device="cpu", warmup=False)
+        engine.load.load.load_model("evil/model", device="cpu", warmup=False)
     assert str(tmp_path) not in str(e.value) and no_unpickling == []
 
 
@@ -368,16 +368,16 @@ def test_hostile_folders_typed_into_an_open_server_get_a_plain_message(hostile, 
 
 
 def test_a_failed_load_is_remembered_so_a_rerun_costs_nothing(tmp_path, bundled_dir, open_policy, monkeypatch):
-    import pages.shared
+    import ui.frame
 
     calls = []
-    real = pages.shared.load_model
+    real = ui.frame.load_model
 
     def counting(source, **kwargs):
         calls.append(source)
         return real(source, **kwargs)
 
-    monkeypatch.setattr(pages.shared, "load_model", counting)
+    monkeypatch.setattr(ui.frame, "load_model", counting)
     folder = hostile_folders(tmp_path, bundled_dir / "tinystories-llama")["lying header"][0]  # never tried before
     at = load_other(fresh_app(), folder)
     for seed in (1, 2, 3):  # every widget change reruns the page
@@ -395,13 +395,13 @@ def test_the_scale_page_offers_only_the_allow_list_and_the_published_table():
     at.selectbox(key="scale_model").set_value(config_only).run()
     assert not at.exception and not [t for t in at.text_input if t.key == "scale_src"]  # nothing to type a path into
     offered = at.selectbox(key="scale_src_offered")
-    assert offered.options == engine.loading.bundled_models()
+    assert offered.options == engine.load.load.bundled_models()
     offered.set_value("tinystories-gpt2").run()
     assert not at.exception and any("config.json of tinystories-gpt2" in seen(c) for c in shown(at))
 
 
 def test_the_scale_page_refuses_a_hostile_config_once(tmp_path, bundled_dir, open_policy, monkeypatch, no_unpickling):
-    from engine import kvcalc
+    from engine.measure import kvcalc
 
     calls = []
     real = kvcalc.from_config
@@ -432,7 +432,7 @@ PAYLOADS = {
 
 
 def test_plain_makes_markdown_html_and_directives_inert():
-    from pages.shared import plain
+    from ui.frame import plain
 
     for payload in PAYLOADS.values():
         assert not inert(payload)  # the check below would catch it raw
@@ -564,12 +564,12 @@ def test_run_to_end_waits_longer_each_time_the_server_is_busy_then_says_so(busy_
 
 
 def test_autoplay_waits_when_the_server_is_busy_and_says_so(busy_model, monkeypatch):
-    import pages.shared
+    import ui.frame
 
     fill, tries, waits = busy_model
     said = []
-    real_error = pages.shared.error
-    monkeypatch.setattr(pages.shared, "error", lambda text, where=None: said.append(text) or real_error(text))
+    real_error = ui.frame.error
+    monkeypatch.setattr(ui.frame, "error", lambda text, where=None: said.append(text) or real_error(text))
     at = fresh_app()
     at.sidebar.number_input(key="side_max_new").set_value(3).run()
     click(at, "step_btn_prefill")
@@ -733,7 +733,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the refusal")
 
-    monkeypatch.setattr(engine.loading, "load_model", refuse)
+    monkeypatch.setattr(engine.load.load, "load_model", refuse)
 
 
 @pytest.mark.parametrize("command", [["run", "--prompt", "hi"], ["compare", "--prompt", "hi"], ["bench", "--no-app"],
@@ -831,7 +831,7 @@ def test_memory_goes_back_after_a_cache_off_run(bundled_lm):
 
     Compared with the run's own peak, not with a fixed figure: at least half of what the run added is returned.
     """
-    from engine.device import release_memory
+    from engine.load.device import release_memory
 
     release_memory()
     before = rss()

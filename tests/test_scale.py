@@ -6,9 +6,11 @@ import json
 
 import torch
 
-from engine import Stepper, kvcalc, roofline
+from engine import Stepper
+from engine.measure import kvcalc
+from engine.measure import roofline
 from engine.cli import main as cli_main
-from tests.appdriver import app_test, page
+from ui.apptest import app_test, page
 
 
 def test_gpt2_mha_matches_hand_computation():
@@ -118,7 +120,7 @@ def test_cli_kv_size_reports_per_layer_bytes_for_a_sliding_model():
 
 
 def test_a_decode_steps_time_is_taken_apart_without_changing_the_run(bundled_lm):
-    from engine.profile import decode_breakdown
+    from engine.measure.profile import decode_breakdown
 
     s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=20)
     s.run(6)

@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
-from engine.cache import kv_length, kv_tensors, new_cache
+from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.cli import main as cli_main
 from engine.errors import StepError
-from engine.forward import generate, run_pass
-from engine.loading import load_model
-from engine.sampling import Sampling
-from engine.speculative import (
+from engine.forward.run import generate, run_pass
+from engine.load.load import load_model
+from engine.forward.sampling import Sampling
+from engine.generate.speculative import (
     DraftModel,
     PromptLookup,
     Speculator,
@@ -22,7 +22,7 @@ from engine.speculative import (
     residual,
     verdict,
 )
-from engine.stepper import Stepper, encode_prompt
+from engine.generate.stepper import Stepper, encode_prompt
 
 # a prompt that repeats itself, so prompt lookup has something to copy (and gets some of it wrong)
 PROMPT = 'Lily said, "I want to play with the ball." Mom said, "You can play with the ball." Lily said, "I want to'
@@ -164,7 +164,7 @@ def test_speculative_sampling_leaves_the_target_distribution_unchanged_exactly()
 
 
 def test_a_sampled_round_decides_with_the_rule_checked_above(targets, draft_lm, monkeypatch):
-    import engine.speculative as spec
+    import engine.generate.speculative as spec
 
     calls = {"accept": 0, "residual": 0}
 
@@ -272,12 +272,12 @@ def test_cli_speculate_writes_the_documented_json(tmp_path, capsys, drafter):
 
 
 def test_cli_speculate_refuses_an_unwritable_json_path_before_running(tmp_path, capsys, monkeypatch):
-    import engine.loading
+    import engine.load.load
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("the model was loaded before the --json path was checked")
 
-    monkeypatch.setattr(engine.loading, "load_model", must_not_load)
+    monkeypatch.setattr(engine.load.load, "load_model", must_not_load)
     code = cli_main(["speculate", "--prompt", PROMPT, "--json", str(tmp_path / "no-such-folder" / "x.json")])
     assert code == 2
     assert "--json" in capsys.readouterr().err

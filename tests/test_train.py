@@ -35,7 +35,7 @@ def test_train_on_a_tiny_corpus_produces_a_loadable_model(tmp_path):
 
 
 def test_training_is_reproducible(tmp_path):
-    from engine.train import TrainConfig, train
+    from tools.train import TrainConfig, train
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n<|endoftext|>\n".join(TINY_TEXT * 3))

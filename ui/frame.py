@@ -18,13 +18,13 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from engine import DecodeLabError, LoadedModel, Sampling, load_model
-from engine.device import release_memory, use_serving_threads
-from engine.loading import hub_reachable
-from engine.policy import from_settings
+from engine.load.device import release_memory, use_serving_threads
+from engine.load.load import hub_reachable
+from engine.load.policy import from_settings
 from engine.share import make_link, read_link
 
 OTHER = "Other: Hugging Face id or folder…"
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+from engine.paths import ASSETS  # noqa: E402
 PROMPTS = json.loads((ASSETS / "prompts.json").read_text())
 SCENARIOS = json.loads((ASSETS / "scenarios.json").read_text())  # ready-made runs: a title, a why, a link
 SMALL_MODELS = json.loads((ASSETS / "small_models.json").read_text())  # well-known models to load when allowed
@@ -276,8 +276,8 @@ def cache_toggle(where=st) -> None:
 
 @st.cache_resource(show_spinner="Measuring this device's matmul speed and memory bandwidth (once per server)…")
 def _probe(device_name: str, nonce: int):
-    from engine.device import pick_device, pick_dtype
-    from engine.roofline import probe
+    from engine.load.device import pick_device, pick_dtype
+    from engine.measure.roofline import probe
 
     device = pick_device(device_name)
     return probe(device, pick_dtype(device), budget_s=0.6)

@@ -2,7 +2,7 @@
 
     KV bytes = Σ over layers  2 (K and V) × kv_heads × head_dim × bytes per element × positions kept × batch
 
-A full layer keeps every token; a sliding-window layer keeps only its window (engine.spec
+A full layer keeps every token; a sliding-window layer keeps only its window (engine.forward.spec
 says exactly how many). Everything here is an *estimate* from a config, except where a
 test checks it against the bytes the engine measured on the live model's real tensors.
 MLA (DeepSeek-V3) caches one compressed latent per token per layer instead of K and V
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.figures import _layout
-from engine.spec import ModelSpec
+from engine.draw.figures import _layout
+from engine.forward.spec import ModelSpec
+from engine.paths import ASSETS
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 KV_DTYPES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 MAX_TOKENS = 100_000_000  # a calculator input beyond this is a typo, not a context length
 MAX_BATCH = 1_000_000
@@ -68,8 +67,8 @@ def from_live(lm) -> ModelSpec:
 
 def from_config(source: str) -> ModelSpec:
     """A Hugging Face id or local folder: its config only, never its weights."""
-    from engine.loading import check_causal_lm, estimate_parameters, parameter_bound, read_config
-    from engine.spec import from_config as spec_of
+    from engine.load.load import check_causal_lm, estimate_parameters, parameter_bound, read_config
+    from engine.forward.spec import from_config as spec_of
 
     cfg = read_config(source)  # checks the figures: a config of 20,000 layers never gets further
     check_causal_lm(cfg, source)

@@ -8,7 +8,7 @@
                                               cache, logits_to_keep = k+1: row i scores the token after fed row i
               judge   keep the longest prefix of proposals the target agrees with, then one token of the
                       target's own (the correction at the first disagreement, or the bonus after all k)
-              crop    roll both caches back to what was kept (engine.cache.roll_back)
+              crop    roll both caches back to what was kept (engine.forward.cache.roll_back)
 
 Which positions a cache holds (checked after every round by tests/test_speculative.py):
 
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.cache import kv_length, new_cache, roll_back
+from engine.forward.cache import kv_length, new_cache, roll_back
 from engine.errors import StepError
-from engine.estimates import step_bytes, step_flops
-from engine.forward import Pass, Timing, run_pass
-from engine.loading import LoadedModel
-from engine.sampling import Choice, Sampling
-from engine.stepper import (
+from engine.forward.estimates import step_bytes, step_flops
+from engine.forward.run import Pass, Timing, run_pass
+from engine.load.load import LoadedModel
+from engine.forward.sampling import Choice, Sampling
+from engine.generate.stepper import (
     TIMED_REPEATS,
     Generation,
     Stepper,
@@ -53,7 +53,7 @@ from engine.stepper import (
     rows_kept,
     token_pieces,
 )
-from engine.trace import StepTrace
+from engine.forward.trace import StepTrace
 
 MAX_K = 16  # proposals per round: beyond this almost every round is cut early anyway
 MAX_NGRAM = 16
@@ -359,7 +359,7 @@ class RoundTrace:
 
     @property
     def rejected_from(self) -> int | None:
-        """First fed position whose K/V was cut (for engine.stage.stage_svg), None when nothing was."""
+        """First fed position whose K/V was cut (for engine.draw.stage.stage_svg), None when nothing was."""
         return self.cache_after_crop if self.cut else None
 
     def to_dict(self, attention: bool = False) -> dict:

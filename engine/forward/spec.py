@@ -121,7 +121,7 @@ class ModelSpec:
 
 def from_config(config, name: str, parameters: float, source: str = "") -> ModelSpec:
     """A transformers config (the live model's, or one read from a folder or the hub)."""
-    from engine.cache import layer_windows
+    from engine.forward.cache import layer_windows
 
     heads = config.num_attention_heads
     d_model = config.hidden_size

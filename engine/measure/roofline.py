@@ -1,7 +1,7 @@
 """Where each traced step sits on the roofline of this device.
 
     attainable FLOP/s = min(peak FLOP/s, arithmetic intensity x bandwidth)
-    arithmetic intensity = FLOPs / bytes moved        (both estimates, from engine.estimates)
+    arithmetic intensity = FLOPs / bytes moved        (both estimates, from engine.forward.estimates)
     achieved FLOP/s = FLOPs estimate / measured forward time
 
 Prefill does many FLOPs per weight byte (far right: compute-bound); a cached
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 import torch
 
-from engine import device as dev
-from engine.figures import DECODE, PREFILL, _layout
+from engine.load import device as dev
+from engine.draw.figures import DECODE, PREFILL, _layout
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def bound(intensity: float, roof: DeviceRoof) -> str:
 
 def h100() -> DeviceRoof:
     """An H100's roofline from the bundled datasheet table, to place a step on for comparison."""
-    from engine.kvcalc import accelerators
+    from engine.measure.kvcalc import accelerators
 
     rows = accelerators().set_index("name")
     name = "NVIDIA H100 SXM"

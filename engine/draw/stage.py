@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.figures import DECODE, MASKED, NEW, PREFILL, RECOMPUTED, show_piece, visible
-from engine.trace import StepTrace
+from engine.draw.figures import DECODE, MASKED, NEW, PREFILL, RECOMPUTED, show_piece, visible
+from engine.forward.trace import StepTrace
 
 W = 1000  # viewBox width; the browser scales it to the column
 TEXT = 1.22  # every font size below is multiplied by this: the stage is read from the back of a room

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.forward import Timing
+from engine.forward.run import Timing
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import capture
-from engine import device as dev
-from engine.cache import kv_length, roll_back
-from engine.cache import trim as trim_cache
+from engine.forward import capture
+from engine.load import device as dev
+from engine.forward.cache import kv_length, roll_back
+from engine.forward.cache import trim as trim_cache
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Pass:
     """What one forward pass returned: the last position's logits, the captured attention, the shapes."""
 
     logits: torch.Tensor  # [batch, logit_rows, vocab] on the model's device
-    captures: list  # engine.capture.Capture per layer (empty when not recorded)
+    captures: list  # engine.forward.capture.Capture per layer (empty when not recorded)
     hidden_shape: tuple[int, ...] | None  # [batch, pos, d_model] entering the first block (recorded passes)
     timing: Timing
     attentions: tuple | None = None  # per layer [batch, head, query_pos, key_pos], for families not captured
@@ -122,7 +122,7 @@ def warm_up(lm) -> float:
 
     Returns the time in ms; it is reported as the load's warm-up and never mixed into step latencies.
     """
-    from engine.cache import new_cache
+    from engine.forward.cache import new_cache
 
     ids = torch.tensor([[lm.tokenizer.eos_token_id or 0] * 4])
     cache = new_cache(lm.config)

@@ -19,11 +19,11 @@ import time
 import torch
 from transformers.utils import logging as hf_logging
 
-from engine import device as dev
-from engine.forward import StepClock, generate
-from engine.loading import LoadedModel
-from engine.sampling import Sampling
-from engine.stepper import Stepper
+from engine.load import device as dev
+from engine.forward.run import StepClock, generate
+from engine.load.load import LoadedModel
+from engine.forward.sampling import Sampling
+from engine.generate.stepper import Stepper
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 TARGET_UNTRACED = 1.05
@@ -126,7 +126,7 @@ def app_click(log=print) -> dict | None:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    from engine.paths import ROOT as root
     proc = subprocess.run([sys.executable, "-m", "benchmarks.app_click"], cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
         log(f"  app click benchmark failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -142,8 +142,8 @@ def app_click(log=print) -> dict | None:
 
 def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> dict:
     """A cached decode step's measured time against its memory lower bound: bytes moved / this device's bandwidth."""
-    from engine.estimates import step_bytes
-    from engine.roofline import probe
+    from engine.forward.estimates import step_bytes
+    from engine.measure.roofline import probe
 
     roof = probe(lm.device, lm.dtype, budget_s=1.0)
     bound_ms = step_bytes(lm.spec, 1, context, lm.elem_bytes) / roof.bandwidth * 1e3

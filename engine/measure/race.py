@@ -1,6 +1,6 @@
 """Cache vs no-cache race: tables, figures, growth fits, the playback and the length sweep.
 
-The race itself is `engine.compare.compare`: both modes measured in lockstep,
+The race itself is `engine.generate.compare.compare`: both modes measured in lockstep,
 alternating steps, so neither has the machine to itself. The page then *plays the
 race back* at the measured wall-clock speed of each mode (`progress_at`), so the
 cached run visibly finishes first, by exactly the measured factor.
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.compare import compare
-from engine.figures import PREFILL, RECOMPUTED, _layout, _step_axis
+from engine.generate.compare import compare
+from engine.draw.figures import PREFILL, RECOMPUTED, _layout, _step_axis
 
 CACHE = "#1f77b4"  # blue
 NOCACHE = RECOMPUTED  # red: the colour of recomputed work everywhere

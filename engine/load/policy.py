@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 
 from engine.errors import ModelNotOffered
-from engine.loading import bundled_models
+from engine.load.load import bundled_models
 
 MAX_NAME = 300
 

@@ -21,16 +21,16 @@ import time
 
 import torch
 
-from engine import device as dev
-from engine.cache import roll_back
+from engine.load import device as dev
+from engine.forward.cache import roll_back
 
 
 def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> dict:
     """The next decode-shaped pass of `stepper`: whole, its matmuls alone, the rest, and its memory bound."""
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.estimates import step_bytes
-    from engine.forward import run_pass
+    from engine.forward.estimates import step_bytes
+    from engine.forward.run import run_pass
 
     lm = stepper.lm
     if not stepper.traces:

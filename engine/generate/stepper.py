@@ -16,13 +16,13 @@ import time
 
 import torch
 
-from engine.cache import kv_length, kv_tensors, new_cache
+from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.errors import StepError
-from engine.estimates import step_bytes, step_flops
-from engine.forward import Pass, Timing, run_pass
-from engine.loading import LoadedModel
-from engine.sampling import Choice, Sampling, choose
-from engine.trace import Candidate, LayerTrace, StepTrace
+from engine.forward.estimates import step_bytes, step_flops
+from engine.forward.run import Pass, Timing, run_pass
+from engine.load.load import LoadedModel
+from engine.forward.sampling import Choice, Sampling, choose
+from engine.forward.trace import Candidate, LayerTrace, StepTrace
 
 MAX_PROMPT_CHARS = 50_000  # refuse before tokenizing: a teaching prompt is never this long
 MAX_NEW_TOKENS = 2048  # per run: bounds what one session can hold

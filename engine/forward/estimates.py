@@ -1,6 +1,6 @@
 """FLOPs and bytes-moved *estimates* for one forward pass.
 
-These are computed from the model's figures (engine.spec.ModelSpec), not measured;
+These are computed from the model's figures (engine.forward.spec.ModelSpec), not measured;
 the UI labels them "estimate". Per layer, for q_len fed rows on top of `past` known
 positions (a matmul of [m, k] by [k, n] costs 2·m·k·n FLOPs):
 
@@ -18,7 +18,7 @@ positions (a matmul of [m, k] by [k, n] costs 2·m·k·n FLOPs):
 
 from __future__ import annotations
 
-from engine.spec import ModelSpec
+from engine.forward.spec import ModelSpec
 
 
 def pairs(spec: ModelSpec, layer: int, q_len: int, past: int) -> int:

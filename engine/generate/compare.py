@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from engine.loading import LoadedModel
-from engine.sampling import Sampling
-from engine.stepper import Stepper
+from engine.load.load import LoadedModel
+from engine.forward.sampling import Sampling
+from engine.generate.stepper import Stepper
 
 
 def compare(lm: LoadedModel, prompt: str, steps: int, sampling: Sampling | None = None,
@@ -77,8 +77,8 @@ def kv_reuse(lm, ids, cache) -> dict | None:
     by its own position's pass, so no later step ever reads an old Q: there is nothing to keep.
     Returns None for a family whose attention is not captured, or with the cache off.
     """
-    from engine.cache import kv_length, kv_tensors
-    from engine.forward import run_pass
+    from engine.forward.cache import kv_length, kv_tensors
+    from engine.forward.run import run_pass
 
     if cache is None or not lm.captures:
         return None

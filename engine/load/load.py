@@ -32,8 +32,8 @@ from urllib.parse import urlparse
 
 import torch
 
-from engine import capture
-from engine import device as dev
+from engine.forward import capture
+from engine.load import device as dev
 from engine.errors import (
     Busy,
     DecodeLabError,
@@ -45,9 +45,9 @@ from engine.errors import (
     TooLarge,
     UnsafeWeights,
 )
-from engine.spec import ModelSpec, from_config
+from engine.forward.spec import ModelSpec, from_config
+from engine.paths import MODELS_DIR
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_MODEL = "tinystories-llama"
 DRAFT_MODEL = "tinystories-draft"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -83,7 +83,7 @@ class LoadedModel:
     spec: ModelSpec
     device: torch.device
     dtype: torch.dtype
-    captures: bool  # Q/K/V are read off the real tensors (engine.capture); else derived from the config
+    captures: bool  # Q/K/V are read off the real tensors (engine.forward.capture); else derived from the config
     warmup_ms: float = 0.0  # time of the warm-up passes made at load, reported apart from every step
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     slots: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(MAX_WAITING), repr=False)
@@ -552,7 +552,7 @@ def _build(path: str, source: str, config, params: int, torch_device, torch_dtyp
     lm = LoadedModel(model=model, tokenizer=tokenizer, spec=from_config(model.config, source, params, "its config"),
                      device=torch_device, dtype=torch_dtype, captures=captures)
     if warmup:
-        from engine.forward import warm_up
+        from engine.forward.run import warm_up
 
         lm.warmup_ms = warm_up(lm)
     return lm

@@ -11,12 +11,12 @@ import pandas as pd
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.figures import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from engine.loading import DRAFT_MODEL
-from engine.speculative import DraftModel, PromptLookup, Speculator, measure, verdict
-from engine.stage import caption, stage_html, stage_svg
-from engine.stepper import token_pieces
-from pages.shared import error, get_model, plain
+from engine.draw.figures import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
+from engine.load.load import DRAFT_MODEL
+from engine.generate.speculative import DraftModel, PromptLookup, Speculator, measure, verdict
+from engine.draw.stage import caption, stage_html, stage_svg
+from engine.generate.stepper import token_pieces
+from ui.frame import error, get_model, plain
 
 
 def drafter_for(choice: str, settings):

@@ -22,8 +22,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.estimates import matmuls
-from engine.trace import StepTrace
+from engine.forward.estimates import matmuls
+from engine.forward.trace import StepTrace
 
 PREFILL = "#1f77b4"
 DECODE = "#ff7f0e"

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.cache import new_cache
+from engine.forward.cache import new_cache
 from engine.errors import StepError
-from engine.forward import run_pass
-from engine.loading import LoadedModel
-from engine.stepper import encode_prompt, token_pieces
+from engine.forward.run import run_pass
+from engine.load.load import LoadedModel
+from engine.generate.stepper import encode_prompt, token_pieces
 
 MAX_BATCH = 4
 
