@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui.frame import apply_link, sidebar, warning, write_link
+from ui.frame import apply_link, page_links, resume_page, sidebar, warning, write_link
 
 ROOT = Path(__file__).resolve().parent
 PAGES = ROOT / "pages"
@@ -18,17 +18,27 @@ presenting = st.query_params.get("presenter") == "on"  # a presenter link opens 
 st.set_page_config(page_title="Decode Lab", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide",
                    initial_sidebar_state="collapsed" if presenting else "auto")
 
-page = st.navigation([
-    st.Page(PAGES / "step_through.py", title="Step through", icon=":material/footprint:", default=True),
-    st.Page(PAGES / "lessons.py", title="Lessons", icon=":material/school:"),
-    st.Page(PAGES / "race.py", title="Race: cache vs no cache", icon=":material/sports_score:"),
-    st.Page(PAGES / "speculative.py", title="Speculative decoding", icon=":material/fast_forward:"),
-    st.Page(PAGES / "scale.py", title="Scale: KV memory and roofline", icon=":material/trending_up:"),
-    st.Page(PAGES / "model_info.py", title="Model", icon=":material/info:"),
-])
+
+def page(name: str, title: str, icon: str, default: bool = False):
+    """pages/NAME.py, at /NAME (the default page at /)."""
+    return st.Page(PAGES / f"{name}.py", title=title, icon=icon, url_path=name, default=default)
+
+
+pages = [
+    page("step_through", "Step through", ":material/footprint:", default=True),
+    page("lessons", "Lessons", ":material/school:"),
+    page("race", "Race: cache vs no cache", ":material/sports_score:"),
+    page("speculative", "Speculative decoding", ":material/fast_forward:"),
+    page("serving", "Serving: many requests", ":material/dns:"),
+    page("scale", "Scale: KV memory and roofline", ":material/trending_up:"),
+    page("model_info", "Model", ":material/info:"),
+]
+current = st.navigation(pages, position="hidden")  # listed by page_links in the sidebar (see config.toml)
+resume_page(pages)  # a fresh server's first request was a deep link: go back to it
+page_links(pages, st.sidebar)
 link_problems = apply_link()  # first run of a session only: settings from a shared link
 st.session_state["settings"], st.session_state["lm"] = sidebar()
 for problem in link_problems:
     warning(problem)
 write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
-page.run()
+current.run()

@@ -20,11 +20,12 @@ Public API (see README):
     lm = load_model("default")                    # -> LoadedModel (lm.spec: its figures)
     s = Stepper(lm, "Once upon a time", use_cache=True, sampling=Sampling())
     s.prefill(); s.decode(); s.run(20)            # -> StepTrace records in s.traces
-    report = compare(lm, "Once upon a time", steps=20)
+    report = compare(lm, "Once upon a time", new_tokens=20)
 """
 
 from engine.errors import DecodeLabError, ModelLoadError, StepError  # noqa: F401
-from engine.load.load import LoadedModel, bundled_models, load_model  # noqa: F401
+from engine.load.load import bundled_models, load_model  # noqa: F401
+from engine.load.loaded import LoadedModel  # noqa: F401
 from engine.forward.sampling import Sampling  # noqa: F401
 from engine.generate.stepper import Stepper  # noqa: F401
 from engine.forward.trace import StepTrace  # noqa: F401

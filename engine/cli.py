@@ -1,4 +1,4 @@
-"""Command line: `python -m engine {run,compare,bench,kv-size,train,speculate}`.
+"""Command line: `python -m engine {run,compare,speculate,serve,bench,kv-size}` (training: `python -m tools.train`).
 
 Every refusal is one line on stderr and exit status 2: a bad --json path is refused
 before the run starts, so a long run is never lost at the end.
@@ -45,7 +45,7 @@ def _run(args) -> int:
     _check_json_path(args.json)
     lm = _load(args)
     stepper = Stepper(lm, args.prompt, use_cache=not args.no_cache, sampling=_sampling(args),
-                      max_new_tokens=args.steps, stop_strings=args.stop or ())
+                      max_new_tokens=args.new_tokens, stop_strings=args.stop or ())
     stepper.run()
     print(stepper.text)
     print()
@@ -61,7 +61,7 @@ def _compare(args) -> int:
 
     _check_json_path(args.json)
     lm = _load(args)
-    rep = compare(lm, args.prompt, args.steps, sampling=_sampling(args))
+    rep = compare(lm, args.prompt, args.new_tokens, sampling=_sampling(args))
     rep.pop("steppers")
     print(f"cache:    {rep['text']['cache']!r}")
     print(f"no cache: {rep['text']['nocache']!r}")
@@ -112,21 +112,10 @@ def _kv_size(args) -> int:
     return 0
 
 
-def _train(args) -> int:
-    from tools.train import TrainConfig, TrainError, train
-
-    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
-    try:
-        train(TrainConfig(**fields))
-    except TrainError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def _speculate(args) -> int:
     from engine.load.load import DRAFT_MODEL, load_model
-    from engine.generate.speculative import DraftModel, PromptLookup, measure
+    from engine.generate.drafters import DraftModel, PromptLookup
+    from engine.measure.speculative import measure
 
     _check_json_path(args.json)
     lm = _load(args)
@@ -134,7 +123,7 @@ def _speculate(args) -> int:
         drafter = PromptLookup(args.lookup)
     else:
         drafter = DraftModel(load_model(args.draft or DRAFT_MODEL, device=args.device, dtype=args.dtype))
-    m = measure(lm, args.prompt, args.steps, drafter, k=args.k)
+    m = measure(lm, args.prompt, args.new_tokens, drafter, k=args.k, stop_strings=args.stop or ())
     alpha = "n/a (nothing proposed)" if m["acceptance_rate"] is None else \
         f"{m['acceptance_rate']:.1%} of proposals ({m['accepted']} of {m['proposed']}); α = {m['alpha']:.1%} of " \
         f"the {m['checked']} the target checked"
@@ -158,6 +147,74 @@ def _speculate(args) -> int:
     if args.json:
         _write_json(args.json, m)
     return 0
+
+
+def _serve(args) -> int:
+    from engine.generate.serving import DEFAULTS, ServingRun
+    from engine.generate.serving.scenarios import scenario
+
+    _check_json_path(args.json)
+    if args.scenario:
+        sc = scenario(args.scenario)
+        specs, sizing = sc["requests"], dict(sc["sizing"])
+    else:
+        specs, sizing = read_requests(args.requests), dict(DEFAULTS)
+    for name in ("page_size", "num_blocks", "max_batch_tokens"):
+        if getattr(args, name) is not None:
+            sizing[name] = getattr(args, name)
+    if args.no_prefix_sharing:
+        sizing["prefix_sharing"] = False
+    if args.no_chunking:
+        sizing["chunking"] = False
+    lm = _load(args)
+    run = ServingRun(lm, specs, **sizing)
+    print(f"{lm.spec.name} on {lm.device}: {len(specs)} requests, page {run.page_size}, {run.num_blocks} blocks, "
+          f"{run.max_batch_tokens} tokens per pass, prefix sharing {'on' if run.prefix_sharing else 'off'}, "
+          f"chunked prefill {'on' if run.chunking else 'off'}")
+    print(f"{'step':>4}  {'pass: request phase q_len':<58} {'used':>4} {'free':>4} {'shared':>6} {'ms':>8}")
+    for st in run.run():
+        rows = " ".join(f"{r.id}:{r.phase[0]}{r.q_len}" for r in st.rows) or "(waiting for arrivals)"
+        extra = (f"  preempted {','.join(st.preempted)}" if st.preempted else "") + \
+            (f"  shared {dict(st.prefix_hits)}" if st.prefix_hits else "")
+        ms = f"{st.forward_ms:8.2f}" if st.forward_ms is not None else f"{'-':>8}"
+        print(f"{st.step:>4}  {rows[:58]:<58} {st.blocks_used:>4} {st.blocks_free:>4} {st.blocks_shared:>6} {ms}{extra}")
+    rep = run.report()
+    print()
+    for r in rep["requests"]:
+        tpot = "-" if r["tpot_ms"] is None else f"{r['tpot_ms']:.2f} ms"
+        print(f"{r['id']}: arrives {r['arrive']}, first token step {r['first_token_step']} (TTFT {r['ttft_steps']} steps, "
+              f"{r['ttft_ms']:.1f} ms), TPOT {tpot}, {len(r['generated_ids'])} tokens ({r['stop_reason']}), "
+              f"preempted {r['preemptions']}x, prefix hits {r['prefix_hit_tokens']}: {r['text'][:60]!r}")
+    print(f"prompt tokens skipped by prefix sharing: {rep['prefix_hit_tokens']}; preemptions: {rep['preemptions']}; "
+          f"{rep['generated_tokens']} tokens in {rep['wall_ms']:.0f} ms = {rep['tokens_per_s']:.0f} tokens/s (measured)")
+    if args.json:
+        _write_json(args.json, rep)
+    return 0
+
+
+def read_requests(path: str | None) -> list:
+    """A JSON file: a list of {"prompt": str, "max_new_tokens": int, "arrive": step}. Every problem is one message."""
+    from engine.errors import StepError
+    from engine.generate.serving import RequestSpec
+
+    if not path:
+        raise StepError("Give the requests: --requests FILE (a JSON list), or --scenario NAME.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            items = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StepError(f"--requests {path}: cannot be read as JSON ({type(e).__name__}).") from None
+    if not isinstance(items, list):
+        raise StepError(f"--requests {path}: expected a JSON list of requests, got {type(items).__name__}.")
+    specs = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
+            raise StepError(f"--requests {path}: request {i} needs a \"prompt\" (text).")
+        extra = set(item) - {"prompt", "max_new_tokens", "arrive"}
+        if extra:
+            raise StepError(f"--requests {path}: request {i} has unknown fields {sorted(extra)}.")
+        specs.append(RequestSpec(item["prompt"], item.get("max_new_tokens", 32), item.get("arrive", 0)))
+    return specs
 
 
 class BadPath(Exception):
@@ -201,6 +258,11 @@ def _positive(text: str) -> int:
     return value
 
 
+def _new_tokens_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
+    """--new-tokens N (--steps N is the old spelling of the same number)."""
+    p.add_argument("--new-tokens", "--steps", dest="new_tokens", type=int, default=default, help=what)
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="bundled name, 'default', Hugging Face id or local folder")
     p.add_argument("--device", default=None, help="cpu, cuda or mps (default: best available)")
@@ -221,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="generate step by step and print a per-step table")
     r.add_argument("--prompt", required=True)
-    r.add_argument("--steps", type=int, default=20, help="new tokens at most")
+    _new_tokens_arg(r, 20, "new tokens at most")
     r.add_argument("--no-cache", action="store_true", help="recompute the whole sequence at every decode step")
     r.add_argument("--stop", action="append", help="stop string (repeatable)")
     r.add_argument("--json", help="write the whole trace here")
@@ -232,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="cache on vs off: same tokens? how much faster?")
     c.add_argument("--prompt", required=True)
-    c.add_argument("--steps", type=int, default=20)
+    _new_tokens_arg(c, 20, "new tokens per run")
     c.add_argument("--json")
     _model_args(c)
     _sampling_args(c)
@@ -254,25 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", action="store_true", help="print JSON instead of text")
     k.set_defaults(func=_kv_size)
 
-    t = sub.add_parser("train", help="train a small bundled model and its tokenizer")
-    t.add_argument("--corpus", required=True, help="text file, stories separated by <|endoftext|>")
-    t.add_argument("--out", required=True, help="output folder (a Hugging Face model folder)")
-    t.add_argument("--arch", choices=["llama", "gpt2"])
-    t.add_argument("--eval-file", dest="eval_file", help="held-out file for bits per byte (never trained on)")
-    t.add_argument("--init-from", dest="init_from", help="continue training this saved model folder")
-    t.add_argument("--tokenizer-from", dest="tokenizer_from",
-                   help="reuse this model folder's tokenizer (a draft model must share its target's)")
-    t.add_argument("--device", default=None, help="cpu (default) or cuda")
-    for name, typ in [("vocab-size", int), ("d-model", int), ("layers", int), ("heads", int), ("kv-heads", int),
-                      ("d-ff", int), ("context", int), ("seq-len", int), ("batch", int), ("steps", int),
-                      ("lr", float), ("warmup", int), ("weight-decay", float), ("dropout", float),
-                      ("holdout-stories", int), ("eval-every", int), ("seed", int), ("threads", int)]:
-        t.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ)
-    t.set_defaults(func=_train)
-
     s = sub.add_parser("speculate", help="speculative decoding vs plain decoding: same tokens? faster?")
     s.add_argument("--prompt", required=True)
-    s.add_argument("--steps", type=int, default=40, help="new tokens")
+    _new_tokens_arg(s, 40, "new tokens at most")
+    s.add_argument("--stop", action="append", help="stop string (repeatable): both runs stop as the Stepper does")
     drafter = s.add_mutually_exclusive_group()
     drafter.add_argument("--draft", help="draft model sharing the target's tokenizer (default: tinystories-draft)")
     drafter.add_argument("--lookup", type=int, metavar="NGRAM", help="draft by prompt lookup, n-grams up to NGRAM")
@@ -280,6 +327,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", help="write the numbers and every round here")
     _model_args(s)
     s.set_defaults(func=_speculate)
+
+    v = sub.add_parser("serve", help="many requests on one model: continuous batching over a paged KV cache")
+    what = v.add_mutually_exclusive_group(required=True)
+    what.add_argument("--requests", help='JSON list of {"prompt": str, "max_new_tokens": int, "arrive": step}')
+    what.add_argument("--scenario", help="one of the Serving page's scenarios: arrivals, shared_prefix, "
+                                         "long_prompt, preemption")
+    v.add_argument("--page-size", dest="page_size", type=int, help="positions per block (default 16)")
+    v.add_argument("--blocks", dest="num_blocks", type=int, help="blocks in the pool (default 128)")
+    v.add_argument("--max-batch-tokens", dest="max_batch_tokens", type=int, help="tokens per pass (default 256)")
+    v.add_argument("--no-prefix-sharing", dest="no_prefix_sharing", action="store_true")
+    v.add_argument("--no-chunking", dest="no_chunking", action="store_true", help="prefill whole prompts only")
+    v.add_argument("--json", help="write the run (requests, every step, totals) here")
+    _model_args(v)
+    v.set_defaults(func=_serve)
     return p
 
 

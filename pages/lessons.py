@@ -16,11 +16,11 @@ from engine.draw import figures as fig
 from engine.generate.batch import run_batch
 from engine.generate.compare import kv_reuse
 from engine.draw.stage import caption, stage_html, stage_svg
-from engine.generate.stepper import token_pieces
+from engine.generate.loop import token_pieces
 from ui.frame import PROMPTS, device_roof, error, frame, plain, scale, warning
 
 st.title("Lessons: how a language model generates text")
-settings, lm = frame()
+settings, lm = frame(__file__)
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()
@@ -222,7 +222,7 @@ def lesson_batches() -> None:
     a = st.text_input("try it: first prompt", "Tom had a red ball.", key="lesson7_a")
     b = st.text_input("try it: second prompt", PROMPTS[1]["prompt"], key="lesson7_b")
     try:
-        run = run_batch(lm, [a, b], steps=8)
+        run = run_batch(lm, [a, b], new_tokens=9)
     except DecodeLabError as e:
         error(str(e))
         return

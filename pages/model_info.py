@@ -6,7 +6,7 @@ import streamlit as st
 from ui.frame import frame
 
 st.title("The model")
-_, lm = frame()
+_, lm = frame(__file__)
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()

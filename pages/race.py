@@ -13,7 +13,7 @@ from engine.draw.figures import show_piece
 from ui.frame import PROMPTS, error, frame, plain, scale
 
 st.title("Race: KV cache on vs off")
-settings, lm = frame()
+settings, lm = frame(__file__)
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()

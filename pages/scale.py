@@ -10,7 +10,7 @@ from engine.measure.profile import decode_breakdown
 from ui.frame import POLICY, device_roof, error, frame, plain, scale
 
 st.title("Scale: KV-cache memory and the roofline")
-settings, lm = frame()
+settings, lm = frame(__file__)
 
 # ------------------------------------------------------------------ KV-cache calculator
 st.header("KV-cache calculator")

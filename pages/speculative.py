@@ -13,7 +13,7 @@ from ui.speculative import (DRAFTERS, comparison, drafter_for, measured_comparis
                                     rounds_html, totals, verify_stage)
 
 st.title("Speculative decoding")
-settings, lm = frame()
+settings, lm = frame(__file__)
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()
@@ -37,7 +37,7 @@ def start() -> None:
     try:
         s = Speculator(lm, st.session_state["spec_prompt"], drafter_for(st.session_state["spec_drafter"], settings),
                        k=st.session_state["spec_k"], sampling=settings.sampling,
-                       max_new_tokens=settings.max_new_tokens)
+                       max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
         s.prefill()
     except DecodeLabError as e:
         st.session_state["spec_error"] = str(e)

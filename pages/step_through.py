@@ -23,7 +23,7 @@ from engine.draw.stage import caption, stage_html, stage_svg
 from ui.frame import (DEFAULTS, PROMPTS, SCENARIOS, apply_values, cache_toggle, error, frame, plain, scale,
                           warning, write_link)
 
-settings, lm = frame()
+settings, lm = frame(__file__)
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()
@@ -228,7 +228,7 @@ def stage(s: Stepper, at: int, pieces: list[str]) -> None:
 def tokens_view(s: Stepper, t, pieces: list[str]) -> None:
     ids = s.ids[0].tolist()
     known = ids[: t.kv_len + 1]
-    fed = set(range(t.fed_from, t.kv_len))
+    fed = set(range(t.past, t.kv_len))
     st.caption("Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. The model "
                "only ever sees the ids. Generated tokens are orange; the ones fed to this step's pass are outlined.")
     chips = [(i, pieces[p]) for p, i in enumerate(known)]

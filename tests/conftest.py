@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
 import pytest
 
-from engine.load.load import MODELS_DIR, load_model
+from engine.load.load import MODELS_DIR, bundled_models, load_model
+from engine.load.policy import ModelPolicy
 from tools.train import train_tokenizer
 
 TINY_TEXT = [
@@ -114,3 +116,52 @@ def family_dirs(tmp_path_factory):
 def family_lm(request, family_dirs):
     """Each family's tiny model, loaded through the real loader on the CPU."""
     return load_model(family_dirs[request.param], device="cpu")
+
+
+# ------------------------------------------------------------------ a server opened up, or cut off
+
+
+@pytest.fixture
+def open_policy(monkeypatch):
+    """A single-user machine: `streamlit run app.py -- --open-models`."""
+    import ui.frame
+
+    policy = ModelPolicy(offered=tuple(bundled_models()), open=True)
+    monkeypatch.setattr(ui.frame, "POLICY", policy)
+    return policy
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection or name lookup for a host that is not this machine is recorded and refused.
+
+    The hub's own offline switch is turned off too, so a lookup the code makes would really be tried.
+    """
+    import huggingface_hub.constants
+
+    attempts = []
+    real_connect, real_getaddrinfo = socket.socket.connect, socket.getaddrinfo
+
+    def local(host) -> bool:
+        host = host.decode() if isinstance(host, bytes) else host
+        return host is None or str(host).startswith("127.") or str(host) in ("::1", "localhost", "")
+
+    def connect(self, address):
+        host = address[0] if isinstance(address, tuple) else str(address)
+        if self.family != socket.AF_UNIX and not local(host):
+            attempts.append(address)
+            raise OSError(f"outbound connection to {address} blocked by the test")
+        return real_connect(self, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        if not local(host):
+            attempts.append(host)
+            raise socket.gaierror(f"name lookup of {host} blocked by the test")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("DECODE_LAB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    return attempts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Stepper, StepError, load_model
-from engine.generate.batch import left_pad, run_batch
+from engine.generate.batch import same_as_alone, left_pad, run_batch
 
 PROMPTS = ["Tom had a red ball.", "One day, a little girl named Lily went to the park with her dog."]
 
@@ -19,13 +19,15 @@ def test_left_pad_puts_padding_first_and_masks_it():
 @pytest.mark.parametrize("name", ["tinystories-llama", "tinystories-gpt2"])  # RoPE and learned positions
 def test_each_row_of_a_padded_batch_matches_its_solo_run(name):
     lm = load_model(name)
-    run = run_batch(lm, PROMPTS, steps=8)
+    run = run_batch(lm, PROMPTS, new_tokens=9)
     assert run.pad_counts[0] > 0 and run.pad_counts[1] == 0  # the shorter prompt was padded
     assert run.max_attention_on_padding() == 0.0  # no real token ever looks at padding
+    assert all(len(tokens) == 9 for tokens in run.generated)
     for prompt, tokens in zip(PROMPTS, run.generated):
         solo = Stepper(lm, prompt, max_new_tokens=9, stop_on_eos=False)
         solo.run()
         assert list(tokens) == solo.generated_ids
+    assert same_as_alone(lm, run) == [True, True]
     shapes = dict(run.shapes)
     assert shapes["decode input_ids"] == (2, 1)
     assert shapes["prefill input_ids"] == tuple(run.input_ids.shape)

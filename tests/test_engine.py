@@ -30,7 +30,7 @@ def test_greedy_tokens_match_generate_with_and_without_cache(tiny_lm):
 
 
 def test_cache_and_no_cache_logits_agree_in_fp32(tiny_lm):
-    rep = compare(tiny_lm, PROMPT, steps=10)
+    rep = compare(tiny_lm, PROMPT, new_tokens=10)
     assert rep["identical"]
     assert rep["max_logit_diff"] < 1e-4
     assert len(rep["latency_ms"]["cache"]) == len(rep["latency_ms"]["nocache"])
@@ -140,7 +140,7 @@ def test_eos_stops_the_run(tiny_lm):
     eos = tiny_lm.tokenizer.eos_token_id
     forced_eos = Sampling(greedy=True, repetition_penalty=1.0)
     s = Stepper(tiny_lm, PROMPT, sampling=forced_eos, max_new_tokens=20)
-    s._processors.append(lambda ids, scores: torch.where(torch.arange(scores.shape[-1])[None] == eos, 1e9, -1e9))
+    s.chooser.processors.append(lambda ids, scores: torch.where(torch.arange(scores.shape[-1])[None] == eos, 1e9, -1e9))
     s.prefill()
     assert s.stop_reason == "eos"
     with pytest.raises(StepError, match="finished"):

@@ -19,7 +19,7 @@ def test_growth_exponent_recovers_linear_and_quadratic():
 
 
 def test_race_frame_has_one_row_per_step_per_mode(tiny_lm):
-    rep = compare(tiny_lm, "Once upon a time", steps=8, stop_on_eos=False)
+    rep = compare(tiny_lm, "Once upon a time", new_tokens=8, stop_on_eos=False)
     df = race.race_frame(rep)
     assert len(df) == 16 and set(df["mode"]) == {"cache", "nocache"}
     assert (df[df["phase"] == "prefill"]["latency_ms"] > 0).all()  # prefill is timed, not recorded as zero
@@ -48,7 +48,7 @@ def test_a_20_token_race_on_the_bundled_model():
 
 
 def test_playback_finishes_the_cached_run_first_in_proportion_to_the_measured_totals(tiny_lm):
-    rep = compare(tiny_lm, "Once upon a time", steps=30, stop_on_eos=False)
+    rep = compare(tiny_lm, "Once upon a time", new_tokens=30, stop_on_eos=False)
     df = race.race_frame(rep)
     total = race.progress_at(df, float("inf"))
     fast, slow = sorted(race.MODES, key=lambda m: total[m]["total_ms"])

@@ -13,16 +13,11 @@ from engine.errors import StepError
 from engine.forward.run import generate, run_pass
 from engine.load.load import load_model
 from engine.forward.sampling import Sampling
-from engine.generate.speculative import (
-    DraftModel,
-    PromptLookup,
-    Speculator,
-    accept_probability,
-    lookup,
-    residual,
-    verdict,
-)
-from engine.generate.stepper import Stepper, encode_prompt
+from engine.generate.drafters import DraftModel, PromptLookup, lookup
+from engine.generate.loop import encode_prompt
+from engine.generate.speculative import Speculator, accept_probability, residual
+from engine.generate.stepper import Stepper
+from engine.measure.speculative import verdict
 
 # a prompt that repeats itself, so prompt lookup has something to copy (and gets some of it wrong)
 PROMPT = 'Lily said, "I want to play with the ball." Mom said, "You can play with the ball." Lily said, "I want to'
@@ -210,7 +205,7 @@ def test_rejections_crop_both_caches_to_the_kept_positions(targets, draft_lm, ki
     while not s.done:
         r = s.round()
         n = s.ids.shape[1]
-        assert r.q_len == r.proposed + 1 and r.cache_after_verify == r.cache_before + r.q_len
+        assert r.q_len == r.proposed + 1 and r.cache_after_verify == r.past + r.q_len
         assert kv_length(s.cache) == r.cache_after_crop == n - 1 == s.prompt_len + len(s.generated_ids) - 1
         assert r.cut == r.proposed - r.accepted + (r.accepted + 1 - len(r.new_ids))
         assert r.rejected_from == (r.cache_after_crop if r.cut else None)
@@ -281,3 +276,51 @@ def test_cli_speculate_refuses_an_unwritable_json_path_before_running(tmp_path, 
     code = cli_main(["speculate", "--prompt", PROMPT, "--json", str(tmp_path / "no-such-folder" / "x.json")])
     assert code == 2
     assert "--json" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- stop strings: the one loop's stop rule
+
+
+@pytest.mark.parametrize("kind", ["draft", "lookup"])
+def test_a_stop_string_ends_a_speculative_run_where_it_ends_a_plain_one(targets, draft_lm, kind):
+    """The Speculator appends through the generation loop, so a stop string inside a round's kept tokens ends the
+    run there, with the same text as the Stepper's: nothing past the token that completed the stop string."""
+    lm = targets["default"]
+    plain = Stepper(lm, PROMPT, max_new_tokens=60, record=False)
+    plain.run()
+    stop = plain.generated_text.strip().split()[3]  # a word the model really writes, a few tokens in
+    alone = Stepper(lm, PROMPT, max_new_tokens=60, stop_strings=[stop], record=False)
+    alone.run()
+    spec = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=60, stop_strings=[stop],
+                      record=False)
+    spec.run()
+    assert alone.stop_reason == spec.stop_reason == "stop_string"
+    assert spec.generated_ids == alone.generated_ids and stop in spec.generated_text
+    assert len(spec.generated_ids) < len(plain.generated_ids)
+
+
+def test_cli_speculate_honours_stop(tmp_path, capsys):
+    path = tmp_path / "spec.json"
+    code = cli_main(["speculate", "--prompt", PROMPT, "--new-tokens", "40", "--device", "cpu", "--stop", ".",
+                     "--json", str(path)])
+    assert code == 0
+    doc = json.loads(path.read_text())
+    assert doc["stop_reason"] == "stop_string" and doc["stop_strings"] == ["."]
+    assert "." in doc["text"][len(PROMPT):] and doc["identical"]  # the new text holds the stop string, and ...
+    assert len(doc["generated_ids"]) < 40  # ... the run ended there, well before its 40 tokens
+
+
+def test_the_speculative_page_honours_the_sidebars_stop_strings():
+    from ui.apptest import app_test, page
+
+    at = app_test().run()
+    at.sidebar.text_input(key="side_stops").set_value(".").run()
+    at.switch_page(page("speculative")).run()
+    at.button(key="spec_prefill").click().run()
+    at.button(key="spec_run_all").click().run()
+    assert not at.exception
+    said = " ".join(str(m.value) for m in at.markdown)
+    assert "stop\\_string" in said or "stop_string" in said
+    text = " ".join(str(t.value) for t in at.text)
+    prompt = at.text_input(key="spec_prompt").value
+    assert text.startswith(prompt) and "." in text[len(prompt):]  # the new text holds the stop string

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from engine import Stepper, load_model
-from engine.cli import main as cli_main
+from tools.train import main as train_main
 from tests.conftest import TINY_TEXT
 
 
@@ -13,7 +13,7 @@ def test_train_on_a_tiny_corpus_produces_a_loadable_model(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n<|endoftext|>\n".join(TINY_TEXT * 3) + "\n<|endoftext|>\n")
     out = tmp_path / "model"
-    rc = cli_main(["train", "--corpus", str(corpus), "--out", str(out), "--arch", "llama", "--vocab-size", "300",
+    rc = train_main(["--corpus", str(corpus), "--out", str(out), "--arch", "llama", "--vocab-size", "300",
                    "--d-model", "32", "--layers", "1", "--heads", "4", "--kv-heads", "2", "--d-ff", "64",
                    "--context", "64", "--seq-len", "32", "--batch", "4", "--steps", "6", "--eval-every", "3",
                    "--holdout-stories", "5", "--eval-file", str(corpus)])

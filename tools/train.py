@@ -450,3 +450,41 @@ stories that were never trained or tuned on.
 ## Greedy samples
 {samples}
 """
+
+
+def build_parser():
+    import argparse
+
+    t = argparse.ArgumentParser(prog="python -m tools.train", description="train a small bundled model and its tokenizer")
+    t.add_argument("--corpus", required=True, help="text file, stories separated by <|endoftext|>")
+    t.add_argument("--out", required=True, help="output folder (a Hugging Face model folder)")
+    t.add_argument("--arch", choices=["llama", "gpt2"])
+    t.add_argument("--eval-file", dest="eval_file", help="held-out file for bits per byte (never trained on)")
+    t.add_argument("--init-from", dest="init_from", help="continue training this saved model folder")
+    t.add_argument("--tokenizer-from", dest="tokenizer_from",
+                   help="reuse this model folder's tokenizer (a draft model must share its target's)")
+    t.add_argument("--device", default=None, help="cpu (default) or cuda")
+    for name, typ in [("vocab-size", int), ("d-model", int), ("layers", int), ("heads", int), ("kv-heads", int),
+                      ("d-ff", int), ("context", int), ("seq-len", int), ("batch", int), ("steps", int),
+                      ("lr", float), ("warmup", int), ("weight-decay", float), ("dropout", float),
+                      ("holdout-stories", int), ("eval-every", int), ("seed", int), ("threads", int)]:
+        t.add_argument(f"--{name}", dest=name.replace("-", "_"), type=typ)
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tools.train ...`: every refusal is one line on stderr and exit status 2, nothing created."""
+    import sys
+
+    args = build_parser().parse_args(argv)
+    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
+    try:
+        train(TrainConfig(**fields))
+    except TrainError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

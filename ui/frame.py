@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
 
 from engine import DecodeLabError, LoadedModel, Sampling, load_model
 from engine.load.device import release_memory, use_serving_threads
-from engine.load.load import hub_reachable
+from engine.load.checks import hub_reachable
 from engine.load.policy import from_settings
 from engine.share import make_link, read_link
 
@@ -289,15 +288,34 @@ def device_roof(nonce: int = 0):
     return _probe(str(lm.device) if lm is not None else "auto", nonce)
 
 
-def frame() -> tuple["Settings", LoadedModel | None]:
+def frame(page_file: str) -> tuple["Settings", LoadedModel | None]:
     """What app.py prepared for this run: the sidebar's settings and the model.
 
-    If the first request after a server start is a deep link (/race, a shared
-    lesson URL), streamlit runs that pages/ file alone, in its old folder-based
-    multipage mode, and app.py never runs. Switch that mode off and rerun, so
-    app.py draws the frame and st.navigation serves the page that was asked for.
+    Until app.py has called st.navigation once, Streamlit serves a fresh server's first request in
+    its old folder-based mode (a `pages/` folder sits beside app.py): a deep link (/race, a shared
+    lesson URL) then runs that page file alone, without app.py. The page notes where it was asked
+    for and hands over to app.py, which draws the frame and switches back to it (`resume_page`),
+    query parameters and all. (.streamlit/config.toml hides the old mode's file-name menu.)
     """
     if "settings" not in st.session_state:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
+        st.session_state["wanted_page"] = (Path(page_file).stem, st.query_params.to_dict())
+        st.switch_page(str(Path(__file__).resolve().parent.parent / "app.py"))
     return st.session_state["settings"], st.session_state["lm"]
+
+
+def resume_page(pages: list) -> None:
+    """app.py, after st.navigation: go to the page a fresh server's first request asked for (see `frame`)."""
+    wanted = st.session_state.pop("wanted_page", None)
+    if wanted is None:
+        return
+    name, params = wanted
+    target = next((p for p in pages if p.url_path == name), None)  # app.py names each page by its file
+    if target is not None:
+        st.switch_page(target, query_params=params)
+    st.query_params.from_dict(params)  # the default page: only the link's settings to put back
+
+
+def page_links(pages: list, where) -> None:
+    """The pages, as links at the top of the sidebar (st.navigation itself is hidden: see config.toml)."""
+    for p in pages:
+        where.page_link(p)

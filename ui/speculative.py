@@ -13,9 +13,11 @@ import streamlit as st
 from engine import DecodeLabError
 from engine.draw.figures import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
 from engine.load.load import DRAFT_MODEL
-from engine.generate.speculative import DraftModel, PromptLookup, Speculator, measure, verdict
+from engine.generate.drafters import DraftModel, PromptLookup
+from engine.generate.speculative import Speculator
+from engine.measure.speculative import measure, verdict
 from engine.draw.stage import caption, stage_html, stage_svg
-from engine.generate.stepper import token_pieces
+from engine.generate.loop import token_pieces
 from ui.frame import error, get_model, plain
 
 
@@ -63,7 +65,7 @@ def rounds_html(spec: Speculator, upto: int) -> str:
 def verify_stage(spec: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
     """The stage of round i's target pass: k+1 rows in, the columns of rejected guesses written and then cut."""
     r = spec.rounds[i]
-    known = token_pieces(spec.lm.tokenizer, spec.ids[0, : r.cache_before].tolist())
+    known = token_pieces(spec.lm.tokenizer, spec.ids[0, : r.past].tolist())
     pieces = known + list(r.target.fed_tokens)
     if r.round == 0:
         title = "Prefill · round 0 · the target's first pass"
@@ -157,14 +159,15 @@ LOOKAHEAD_SVG = """<svg viewBox="0 0 760 190" width="100%" style="max-width:760p
 def rounds_frame(spec: Speculator) -> pd.DataFrame:
     return pd.DataFrame([{"round": r.round, "proposed": " ".join(show_piece(t) for t in r.proposed_tokens),
                           "kept": r.accepted, "target's token": show_piece(r.token), "kind": r.token_kind,
-                          "q_len": r.q_len, "cache before": r.cache_before, "after verify": r.cache_after_verify,
+                          "q_len": r.q_len, "cache before (past)": r.past, "after verify": r.cache_after_verify,
                           "after crop": r.cache_after_crop, "draft ms": round(sum(r.draft_ms), 3),
                           "verify ms": round(r.verify_ms, 3)} for r in spec.rounds])
 
 
-def measured_comparison(lm, prompt: str, steps: int, choice: str, k: int, settings) -> dict | None:
+def measured_comparison(lm, prompt: str, new_tokens: int, choice: str, k: int, settings) -> dict | None:
     try:
-        return measure(lm, prompt, steps, drafter_for(choice, settings), k=k, sampling=settings.sampling)
+        return measure(lm, prompt, new_tokens, drafter_for(choice, settings), k=k, sampling=settings.sampling,
+                       stop_strings=settings.stop_strings)
     except DecodeLabError as e:
         error(str(e))
         return None

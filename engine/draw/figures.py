@@ -102,7 +102,7 @@ def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
     if t.phase == "prefill":
         on = matmuls(spec, t.q_len, 0, layer)
     elif t.use_cache:  # a decode step (1 row) or a speculative verify pass (k+1 rows) on the cache
-        on = matmuls(spec, t.q_len, t.fed_from, layer)
+        on = matmuls(spec, t.q_len, t.past, layer)
     else:  # a cache-off decode step: what the same step costs with the cache
         on = matmuls(spec, 1, n - 1, layer)
     off = matmuls(spec, n, 0, layer)

@@ -93,7 +93,7 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     """Chips for the positions 0..kv_len-1 and the chosen token; returns (svg, height, chosen chip centre)."""
     out = []
     n = t.kv_len
-    fed = set(range(t.fed_from, t.fed_from + t.q_len))
+    fed = set(range(t.past, t.past + t.q_len))
     size, cw, pad = 17, 10.2 * TEXT, 12
     widths = [min(190, len(show_piece(p)) * cw + pad) for p in pieces[:n]]
     chosen_w = min(190, len(show_piece(t.token)) * cw + pad)
@@ -197,7 +197,7 @@ def _columns(kv_len: int):
 
 def _col_kind(p: int, t: StepTrace, prompt_len: int, lt, rejected_from: int | None) -> tuple[str, bool]:
     """(what wrote position p's K/V, was it written by this pass) for the grids."""
-    new = t.fed_from <= p < t.kv_len
+    new = t.past <= p < t.kv_len
     if t.use_cache and t.phase != "prefill" and p < t.kv_len - lt.kv_len:
         return "evicted", False  # a sliding-window layer has dropped it: this pass did not read it
     if rejected_from is not None and p >= rejected_from:
@@ -276,7 +276,7 @@ def _scores(t: StepTrace, lt, head: int, kv_head: int, pieces: list[str], y: flo
             rejected_from: int | None) -> tuple[str, float]:
     """The query rows scoring every key: weights as intensity, masked pairs hatched, recomputed rows red."""
     xs, cw = _columns(t.kv_len)
-    q_rows = list(range(t.fed_from, t.kv_len))  # prefill: s rows; cached decode: 1; cache-off decode: all n
+    q_rows = list(range(t.past, t.kv_len))  # prefill: s rows; cached decode: 1; cache-off decode: all n
     newest = show_piece(pieces[t.kv_len - 1]) if t.kv_len - 1 < len(pieces) else ""
     lines = [("q·Kᵀ → softmax", 17, INK, FONT), (f"head {head} (reads kv_head {kv_head})", 12, SOFT, FONT)]
     if len(q_rows) == 1:
@@ -319,7 +319,7 @@ def _writes(t: StepTrace, name: str, y: float) -> str:
     xs, cw = _columns(t.kv_len)
     if not t.kv_len:
         return ""
-    x0, x1 = xs[t.fed_from] if t.use_cache or t.phase == "prefill" else xs[-1], xs[-1] + cw
+    x0, x1 = xs[t.past] if t.use_cache or t.phase == "prefill" else xs[-1], xs[-1] + cw
     mid = (x0 + x1) / 2
     return (f'<g data-role="write-{name}"><line x1="{x0 + 1:.1f}" y1="{y - 9:.1f}" x2="{x1 - 1:.1f}" y2="{y - 9:.1f}" '
             f'stroke="{NEW}" stroke-width="2"/>' + _arrow(mid, y - 9, mid, y - 1, NEW, "arrow-new", width=2.5) + '</g>')

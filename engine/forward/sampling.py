@@ -92,23 +92,66 @@ class Choice:
     probs_after: torch.Tensor | None  # [vocab] softmax after the processors (what was drawn from)
 
 
-def choose(sampling: Sampling, processors: LogitsProcessorList, input_ids: torch.Tensor,
-           logits: torch.Tensor, generator: torch.Generator, probs: bool = True) -> Choice:
-    """Pick the next token from one row of logits [vocab], given the ids so far [batch=1, pos].
+class Chooser:
+    """One run's way of choosing: the Sampling settings, their LogitsProcessors and one seeded CPU generator.
 
-    probs=False (an unrecorded greedy step, in benchmarks) skips the two softmaxes nobody will look at.
+    The Stepper, the Speculator (drafter and judge) and every serving request each own one, so the
+    same seed gives the same tokens however the run is stepped.
     """
-    raw = logits.detach().float().cpu()[None, :]  # [1, vocab]
-    scores = processors(input_ids, raw.clone()) if processors else raw
-    if sampling.is_greedy and not probs:
-        return Choice(token_id=int(torch.argmax(scores[0])), logits=raw[0], probs_before=None, probs_after=None)
-    before = torch.softmax(raw[0], dim=-1)
-    after = torch.softmax(scores[0], dim=-1)
-    if sampling.is_greedy:
-        token = int(torch.argmax(scores[0]))
-    else:
-        token = int(torch.multinomial(after, 1, generator=generator))
-    return Choice(token_id=token, logits=raw[0], probs_before=before, probs_after=after)
+
+    def __init__(self, sampling: Sampling):
+        self.sampling = sampling
+        self.processors = sampling.processors()
+        self.generator = torch.Generator().manual_seed(sampling.seed)
+
+    def choose(self, input_ids: torch.Tensor, logits: torch.Tensor, probs: bool = True) -> Choice:
+        """Pick the next token from one row of logits [vocab], given the ids so far [batch=1, pos].
+
+        probs=False (an unrecorded greedy step, in benchmarks) skips the two softmaxes nobody will look at.
+        """
+        raw = logits.detach().float().cpu()[None, :]  # [1, vocab]
+        scores = self.processors(input_ids, raw.clone()) if self.processors else raw
+        if self.sampling.is_greedy and not probs:
+            return Choice(token_id=int(torch.argmax(scores[0])), logits=raw[0], probs_before=None, probs_after=None)
+        before = torch.softmax(raw[0], dim=-1)
+        after = torch.softmax(scores[0], dim=-1)
+        if self.sampling.is_greedy:
+            token = int(torch.argmax(scores[0]))
+        else:
+            token = int(torch.multinomial(after, 1, generator=self.generator))
+        return Choice(token_id=token, logits=raw[0], probs_before=before, probs_after=after)
+
+    def distribution(self, context_ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """What `choose` would draw from after `context_ids` [batch=1, pos], as float64 [vocab].
+
+        Greedy: one-hot at the argmax of the processed scores (the same rule). Sampling: the softmax
+        of the scores after the processors (repetition penalty, temperature, top-k, top-p), as generate does.
+        """
+        scores = self.processors(context_ids.cpu(), logits.detach().float().cpu()[None, :].clone())[0]
+        if self.sampling.is_greedy:
+            return one_hot(int(torch.argmax(scores)), scores.numel())
+        return torch.softmax(scores.double(), dim=-1)
+
+    def draw(self, probs: torch.Tensor) -> int:
+        """A token from probs [vocab]; a one-hot distribution is read, not drawn (greedy never uses the generator)."""
+        top = int(torch.argmax(probs))
+        if float(probs[top]) >= 1.0:
+            return top
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def coin(self, chance: float) -> bool:
+        """True with probability `chance`; no draw when it is 0 or 1."""
+        if chance >= 1.0:
+            return True
+        if chance <= 0.0:
+            return False
+        return bool(torch.rand((), dtype=torch.float64, generator=self.generator) < chance)
+
+
+def one_hot(token_id: int, vocab: int) -> torch.Tensor:
+    out = torch.zeros(vocab, dtype=torch.float64)
+    out[token_id] = 1.0
+    return out
 
 
 def _finite(x) -> bool:

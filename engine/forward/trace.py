@@ -78,7 +78,7 @@ class StepTrace:
     phase: str  # "prefill", "decode", or "verify" (a speculative pass checking k guesses: q_len = k + 1)
     step: int  # 0 for prefill, then 1, 2, ...
     use_cache: bool
-    fed_from: int  # position of the first fed token
+    past: int  # positions already in the cache before this pass = the position of the first fed token
     fed_ids: tuple[int, ...]  # tokens fed to this forward pass
     fed_tokens: tuple[str, ...]
     q_len: int  # positions computed this step (prefill: s; decode: 1 with cache, n without)
@@ -161,7 +161,7 @@ class StepTrace:
         """Plain JSON-ready dict; attention weights only when asked (they can be large)."""
         d = {
             "phase": self.phase, "step": self.step, "use_cache": self.use_cache,
-            "fed_from": self.fed_from, "fed_ids": list(self.fed_ids), "fed_tokens": list(self.fed_tokens),
+            "past": self.past, "fed_ids": list(self.fed_ids), "fed_tokens": list(self.fed_tokens),
             "q_len": self.q_len, "kv_len": self.kv_len, "recomputed": self.recomputed,
             "token_id": self.token_id, "token": self.token, "rule": self.rule,
             "top": [c.__dict__ for c in self.top],

@@ -24,15 +24,15 @@ import torch
 from engine.forward.cache import new_cache
 from engine.errors import StepError
 from engine.forward.run import run_pass
-from engine.load.load import LoadedModel
-from engine.generate.stepper import encode_prompt, token_pieces
+from engine.load.loaded import LoadedModel
+from engine.generate.loop import encode_prompt, token_pieces
 
 MAX_BATCH = 4
 
 
 @dataclass(frozen=True)
 class BatchRun:
-    """A greedy batch run: the padded prefill, then `steps` decode steps for all rows at once."""
+    """A greedy batch run: the padded prefill, then decode steps for all rows at once (`new_tokens` per row)."""
 
     prompts: tuple[str, ...]
     input_ids: torch.Tensor  # [batch, pos] the padded prompt ids
@@ -64,30 +64,38 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
-def run_batch(lm: LoadedModel, prompts: list[str], steps: int = 8) -> BatchRun:
-    """Prefill all prompts in one padded pass, then decode `steps` tokens for every row together."""
-    if not 2 <= len(prompts) <= MAX_BATCH:
-        raise StepError(f"A batch here has 2 to {MAX_BATCH} prompts (got {len(prompts)}).")
+def run_batch(lm: LoadedModel, prompts: list[str], new_tokens: int = 9, max_batch: int = MAX_BATCH,
+              record: bool = True) -> BatchRun:
+    """Prefill all prompts in one padded pass, then decode every row together until each has `new_tokens`.
+
+    The prefill chooses each row's first new token; every decode step after it adds one column to all rows.
+    record=False keeps no attention and no shapes (static batching timed against a serving run).
+    """
+    if not 2 <= len(prompts) <= max_batch:
+        raise StepError(f"A batch here has 2 to {max_batch} prompts (got {len(prompts)}).")
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise StepError(f"New tokens must be a whole number of at least 1 (got {new_tokens!r}).")
     rows = [encode_prompt(lm, p)[0].tolist() for p in prompts]
-    if max(len(r) for r in rows) + steps + 1 > lm.spec.max_positions:
-        raise StepError(f"The longest prompt plus {steps} new tokens does not fit in "
+    if max(len(r) for r in rows) + new_tokens > lm.spec.max_positions:
+        raise StepError(f"The longest prompt plus {new_tokens} new tokens does not fit in "
                         f"{lm.spec.max_positions} positions. Shorten it.")
     tok = lm.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     ids, mask = left_pad(rows, pad_id)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # real tokens count 0, 1, 2, ...; padding sits at 0
     cache = new_cache(lm.config)
-    first = run_pass(lm, ids, cache, record=True, attention_mask=mask, position_ids=positions)
-    attention = torch.stack([a.float().cpu() for a in first.patterns()])  # [layer, batch, head, pos, pos]
+    first = run_pass(lm, ids, cache, record=record, attention_mask=mask, position_ids=positions)
+    attention = torch.stack([a.float().cpu() for a in first.patterns()]) if record else torch.zeros(0)
     shapes = [("prefill input_ids", tuple(ids.shape)), ("prefill attention_mask", tuple(mask.shape)),
-              ("prefill hidden states", first.hidden_shape), ("prefill attention (each layer)", tuple(attention.shape[1:]))]
+              ("prefill hidden states", first.hidden_shape),
+              ("prefill attention (each layer)", tuple(attention.shape[1:]))] if record else []
     chosen = first.logits[:, -1].argmax(-1).cpu()  # [batch]: every row's last column is a real token
     generated = [chosen]
     step_mask, last_pos = mask, positions[:, -1:]
-    for step in range(steps):
+    for step in range(new_tokens - 1):  # the prefill made the first new token; each decode step one more
         step_mask = torch.cat([step_mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)  # [batch, kv_len]
         last_pos = last_pos + 1
-        shown = step == 0  # only the first decode step's shapes are shown: skip the extras after it
+        shown = record and step == 0  # only the first decode step's shapes are shown: skip the extras after it
         out = run_pass(lm, chosen[:, None], cache, record=shown, attention_mask=step_mask, position_ids=last_pos)
         if shown:
             shapes += [("decode input_ids", (len(rows), 1)), ("decode attention_mask", tuple(step_mask.shape)),
@@ -95,11 +103,23 @@ def run_batch(lm: LoadedModel, prompts: list[str], steps: int = 8) -> BatchRun:
                        ("decode attention (each layer)", tuple(out.patterns()[0].shape))]
         chosen = out.logits[:, -1].argmax(-1).cpu()
         generated.append(chosen)
-    gen = torch.stack(generated, dim=1).tolist()  # [batch, steps + 1]
-    pieces = tuple(tuple([""] * (ids.shape[1] - len(r)) + token_pieces(tok, r)) for r in rows)
+    gen = torch.stack(generated, dim=1).tolist()  # [batch, new_tokens]
+    pieces = tuple(tuple([""] * (ids.shape[1] - len(r)) + token_pieces(tok, r)) for r in rows) if record else ()
     return BatchRun(
         prompts=tuple(prompts), input_ids=ids, attention_mask=mask, pieces=pieces, prefill_attention=attention,
         generated=tuple(tuple(g) for g in gen),
         texts=tuple(p + tok.decode(g, skip_special_tokens=True) for p, g in zip(prompts, gen)),
         shapes=tuple(shapes),
     )
+
+
+def same_as_alone(lm: LoadedModel, run: BatchRun) -> list[bool]:
+    """Per row: are its greedy tokens exactly those of the same prompt decoded alone (a Stepper, no batch)?"""
+    from engine.generate.stepper import Stepper
+
+    out = []
+    for prompt, tokens in zip(run.prompts, run.generated):
+        alone = Stepper(lm, prompt, max_new_tokens=len(tokens), stop_on_eos=False, record=False, repeats=1)
+        alone.run()
+        out.append(list(tokens) == alone.generated_ids)
+    return out

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import statistics
 
-from engine.load.load import LoadedModel
+from engine.load.loaded import LoadedModel
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 
 
-def compare(lm: LoadedModel, prompt: str, steps: int, sampling: Sampling | None = None,
+def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | None = None,
             record: bool = False, on_step=None, stop_on_eos: bool = True) -> dict:
     """Run both modes in lockstep (alternating steps, so neither has the machine to itself).
 
-    `steps` is the number of new tokens. Returns identical tokens?, the largest logit
+    `new_tokens` is the number of new tokens each run makes. Returns identical tokens?, the largest logit
     difference over the steps both took on the same tokens, per-step latencies of both
     modes and the speed-up (median and total, warm-up excluded).
     """
     sampling = sampling or Sampling()
     runs = {mode: Stepper(lm, prompt, use_cache=(mode == "cache"), sampling=sampling,
-                          max_new_tokens=steps, record=record, stop_on_eos=stop_on_eos)
+                          max_new_tokens=new_tokens, record=record, stop_on_eos=stop_on_eos)
             for mode in ("cache", "nocache")}
     max_diff = 0.0
     first_divergence = None

@@ -67,7 +67,8 @@ def from_live(lm) -> ModelSpec:
 
 def from_config(source: str) -> ModelSpec:
     """A Hugging Face id or local folder: its config only, never its weights."""
-    from engine.load.load import check_causal_lm, estimate_parameters, parameter_bound, read_config
+    from engine.load.checks import check_causal_lm, estimate_parameters, parameter_bound
+    from engine.load.load import read_config
     from engine.forward.spec import from_config as spec_of
 
     cfg = read_config(source)  # checks the figures: a config of 20,000 layers never gets further

@@ -144,7 +144,7 @@ def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sa
     rows = []
     jobs = [(n, r) for n in lengths for r in range(repeats)]
     for i, (n, r) in enumerate(jobs):
-        rep = compare(lm, prompt, steps=n, sampling=sampling, stop_on_eos=False)
+        rep = compare(lm, prompt, new_tokens=n, sampling=sampling, stop_on_eos=False)
         for mode, stepper in rep["steppers"].items():
             ms = [t.latency_ms for t in stepper.traces if t.phase == "decode"]
             rows.append({"tokens": n, "repeat": r, "mode": mode, "total_ms": sum(ms),

@@ -1,0 +1,79 @@
+"""A loaded model, shared read-only by every session: the model, its tokenizer, its figures, and a lock.
+
+Nearly every part of the engine takes one: load it with engine.load.load_model.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.errors import Busy
+from engine.forward.spec import ModelSpec
+
+MAX_WAITING = 64  # forward passes queued for the model at once; more get a polite "busy"
+MAX_WAIT_S = 30.0  # how long one forward pass may wait for its turn
+
+
+@dataclass
+class LoadedModel:
+    """A model, its tokenizer and a lock: shared read-only by every session.
+
+    Forward passes take `lock` (through `turn()`), so two sessions never run the
+    shared model at once: on a CPU they would only fight for the same cores, and
+    timings would lie. Each session keeps its own cache and traces (see Stepper).
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    spec: ModelSpec
+    device: torch.device
+    dtype: torch.dtype
+    captures: bool  # Q/K/V are read off the real tensors (engine.forward.capture); else derived from the config
+    warmup_ms: float = 0.0  # time of the warm-up passes made at load, reported apart from every step
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    slots: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(MAX_WAITING), repr=False)
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+    @property
+    def elem_bytes(self) -> int:
+        return torch.finfo(self.dtype).bits // 8
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The model at a glance, in the words the code and the traces use."""
+        s = self.spec
+        return [
+            ("name", s.name), ("architecture", s.architecture), ("layer", str(s.layers)),
+            ("head (query heads)", str(s.heads)), ("kv_head (key/value heads)", f"{s.kv_heads} ({s.attention})"),
+            ("head_dim", str(s.head_dim)), ("d_model", str(s.d_model)), ("vocab", f"{s.vocab:,}"),
+            ("attention per layer", s.layer_pattern()), ("max positions", f"{s.max_positions:,}"),
+            ("parameters", f"{int(s.parameters):,}"), ("dtype", self.dtype_name), ("device", str(self.device)),
+            ("Q/K/V shapes", "measured on the real tensors" if self.captures else "derived from the config"),
+        ]
+
+    @contextmanager
+    def turn(self):
+        """Hold the model for one forward pass; refuse politely when too much work is queued."""
+        if not self.slots.acquire(blocking=False):
+            raise Busy(f"The server is busy ({MAX_WAITING} steps are already waiting for the model). "
+                       "Try again in a moment.")
+        try:
+            if not self.lock.acquire(timeout=MAX_WAIT_S):
+                raise Busy(f"The server is busy: your step waited {MAX_WAIT_S:.0f} s for the model. "
+                           "Try again in a moment.")
+            try:
+                yield
+            finally:
+                self.lock.release()
+        finally:
+            self.slots.release()

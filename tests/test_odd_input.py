@@ -1,0 +1,106 @@
+"""The pages under odd input: bad prompts, odd text, model switches, double clicks, two sessions, bad links."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ui.apptest import ROOT, app_test, page
+from tests.test_app import click, fresh_app, new_tokens, run_text
+
+GOOD = "Once upon a time"
+OTHER = "Other: Hugging Face id or folder…"
+NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.safety import messages, prefill_works
+
+
+# ------------------------------------------------------------------ the pages under odd input
+
+
+@pytest.mark.parametrize("prompt, message", [
+    ("  \n\t  ", "empty"),
+    ("the cat sat on the mat. " * 400, "positions"),  # longer than the context
+    ("x" * 1_000_000, "characters"),  # 1 MB of text
+], ids=["blank", "longer-than-the-context", "1-MB"])
+def test_bad_prompts_get_a_message_and_the_app_keeps_working(prompt, message):
+    at = fresh_app()
+    at.text_input(key="step_prompt").set_value(prompt).run()
+    at.button(key="step_btn_prefill").click().run()
+    assert not at.exception
+    assert any(message in m for m in messages(at)), messages(at)
+    prefill_works(at)
+
+
+def test_unusual_text_is_tokenized_and_shown():
+    at = fresh_app()
+    for prompt in ("🦄🐉 Once upon a time 🚀", "Zoe\u0301 and the cafe\u0301 n\u0303",  # emoji, combining marks
+                   "مرحبا بالعالم שלום עולם Once", "a\x00b\x07c\x1b[31m red"):  # right-to-left, control characters
+        at.text_input(key="step_prompt").set_value(prompt).run()
+        click(at, "step_btn_prefill")
+        click(at, "step_btn_next")
+        assert new_tokens(at) == 2
+        assert run_text(at).startswith(prompt)
+
+
+def test_switching_models_mid_run_resets_the_run():
+    at = click(fresh_app(), "step_btn_prefill")
+    click(at, "step_btn_next")
+    at.sidebar.selectbox(key="side_model").set_value("tinystories-gpt2").run()
+    assert not at.exception
+    assert at.button(key="step_btn_prefill").disabled is False
+    click(at, "step_btn_prefill")
+    assert new_tokens(at) == 1
+
+
+def test_double_clicks_each_take_exactly_one_step():
+    at = click(fresh_app(), "step_btn_prefill")
+    at.button(key="step_btn_next").click()
+    at.button(key="step_btn_next").click().run()
+    click(at, "step_btn_next")
+    assert new_tokens(at) == 3  # prefill + two clicks, none lost or doubled
+    assert at.button(key="step_btn_prefill").disabled  # a second Prefill cannot be clicked
+
+
+def test_two_sessions_never_see_each_others_tokens():
+    a, b = fresh_app(), fresh_app()
+    a.text_input(key="step_prompt").set_value("Tom had a red ball.").run()
+    b.text_input(key="step_prompt").set_value("The sun was hot.").run()
+    click(a, "step_btn_prefill")
+    click(b, "step_btn_prefill")
+    for _ in range(3):
+        click(a, "step_btn_next")
+        click(b, "step_btn_next")
+    assert run_text(a).startswith("Tom had a red ball.") and "The sun was hot." not in run_text(a)
+    assert run_text(b).startswith("The sun was hot.") and "Tom had" not in run_text(b)
+    assert new_tokens(a) == new_tokens(b) == 4
+
+
+def test_no_connection_leaves_the_machine_with_the_bundled_model(no_network):
+    """With the hub's offline switch off, the default setup still makes no request: every page works."""
+    at = click(fresh_app(), "step_btn_prefill")
+    for _ in range(3):
+        click(at, "step_btn_next")
+    for name in ("lessons", "race", "scale", "model_info"):
+        at.switch_page(page(name)).run()
+        assert not at.exception, name
+    assert no_network == []
+    icon = re.search(r"page_icon=([^,]+),", (ROOT / "app.py").read_text()).group(1)
+    assert ":material/" not in icon and "http" not in icon  # a local file: no favicon from a font CDN
+    assert (ROOT / "assets" / "icon.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_malformed_link_is_refused_value_by_value_and_the_good_values_still_apply():
+    at = app_test()
+    at.query_params = {"seed": "abc", "temperature": "NaN", "top_p": "5", "max_new_tokens": "-3",
+                       "cache": "maybe", "steps": "1e9", "zzz": "<script>", "prompt": "x" * 5000,
+                       "model": "no/such-model-xyz", "top_k": "7", "rule": "sample"}
+    at.run()
+    assert not at.exception
+    said = " ".join(messages(at))
+    for name in ["seed", "temperature", "top_p", "max_new_tokens", "cache", "steps", "zzz", "prompt"]:
+        assert name in said, (name, said)
+    assert NOT_OFFERED in said  # an unknown model is refused like any other not-offered one...
+    assert at.sidebar.number_input(key="side_top_k").value == 7  # ...and the good values still apply
+    assert at.sidebar.radio(key="side_mode").value == "sample"
+    prefill_works(at)
