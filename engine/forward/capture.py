@@ -25,6 +25,7 @@ import torch
 
 IMPLEMENTATION = "decode_lab"
 _active: ContextVar[list | None] = ContextVar("decode_lab_capture", default=None)
+_paged: ContextVar = ContextVar("decode_lab_paged", default=None)  # engine.forward.paged: many requests, one pass
 _eager_of: dict[type, object] = {}
 
 
@@ -47,12 +48,33 @@ def _eager(module):
 
 
 def recording_attention(module, query, key, value, attention_mask, **kwargs):
-    """The layer's own eager attention, plus a note of its tensors when a recording is active."""
+    """The layer's own eager attention, plus a note of its tensors when a recording is active.
+
+    In a paged pass (many requests laid end to end) the mask is the pass's own: each query sees only the
+    keys of its own request, inside this layer's sliding window if it has one.
+    """
+    paged = _paged.get()
+    if paged is not None:
+        attention_mask = paged.mask(kwargs.get("sliding_window"), query.dtype)
     out, weights = _eager(module)(module, query, key, value, attention_mask, **kwargs)
     captures = _active.get()
     if captures is not None:
         captures.append(Capture(module.layer_idx, query, key, value, weights))
     return out, weights
+
+
+class paged_pass:
+    """`with paged_pass(p):` every attention layer of the passes inside uses p's mask (engine.forward.paged)."""
+
+    def __init__(self, p):
+        self.p = p
+
+    def __enter__(self):
+        self._token = _paged.set(self.p)
+        return self.p
+
+    def __exit__(self, *exc) -> None:
+        _paged.reset(self._token)
 
 
 class recording:

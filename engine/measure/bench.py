@@ -6,6 +6,9 @@
    first round is a warm-up and is dropped, and medians are reported.
 2. Cache off vs cache on at several total lengths, with the FLOPs-estimate
    ratio for the same steps next to the measured one.
+3. Serving (engine/measure/serving.py): continuous batching against one request
+   at a time, a static padded batch and transformers' generate_batch on the same
+   requests; KV memory paged vs reserved; a decode pass shared by B sequences.
 
 Wall time is `perf_counter` around a device sync. Nothing here is a test: the
 targets are printed beside the figures, not asserted.
@@ -21,7 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from engine.load import device as dev
 from engine.forward.run import StepClock, generate
-from engine.load.load import LoadedModel
+from engine.load.loaded import LoadedModel
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 
@@ -124,7 +127,6 @@ def app_click(log=print) -> dict | None:
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
     from engine.paths import ROOT as root
     proc = subprocess.run([sys.executable, "-m", "benchmarks.app_click"], cwd=root, capture_output=True, text=True)
@@ -173,6 +175,10 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     res["memory_bound"] = memory_bound(lm, res["engine_ms"], len(lm.tokenizer(PROMPT)["input_ids"]) + 32, log=log)
     log("cache off vs cache on, total decode time (one run each, same tokens):")
     res["cache_vs_nocache"] = cache_vs_nocache(lm, lengths, log=log)
+    log("serving: many requests on one model (engine/measure/serving.py):")
+    from engine.measure import serving
+
+    res["serving"] = serving.run_all(lm, log=log)
     if app:
         log("step-through page:")
         res["app_click"] = app_click(log=log)

@@ -1,0 +1,73 @@
+"""The Serving page's scenarios, in one click each: the requests, the pool, and what to look at.
+
+Each is a plain dict: a title, why it is worth watching, the requests (prompt, max new tokens, arrival
+step), and the sizing (page size, blocks, token budget, prefix sharing, chunked prefill). The page and
+`python -m engine serve --scenario NAME` run them as they are.
+"""
+
+from __future__ import annotations
+
+from engine.generate.serving.requests import RequestSpec
+
+SYSTEM = ("You are a kind storyteller for little children. You tell short, happy stories about animals, friends "
+          "and family, and every story has a happy ending. Here is the story you asked for. ")
+LONG = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to explore. "
+        "Every morning he put on his green hat and walked to the river to look for frogs. One sunny day, he found "
+        "something strange by the water. It was a big blue box with a red bow. Sam looked at the box and wondered "
+        "what was inside. He called his friend Mia and they opened it together. Inside the box was a small brown "
+        "puppy with big eyes. The puppy was cold and hungry. Sam and Mia took the puppy home and gave it some warm "
+        "milk. Sam's mom smiled and said they could keep the puppy if they took good care of it. Sam and Mia were "
+        "so happy. They named the puppy Max. Every day after that, Sam, Mia and Max")
+SHORT = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog", "Lily and Max went to the park",
+         "One day, a little girl named Amy found a baby bird.", "Ben wanted a cookie, so he"]
+
+SCENARIOS: dict[str, dict] = {
+    "arrivals": {
+        "title": "1. Requests arriving over time",
+        "why": "Six requests arrive two steps apart. Each joins the very next pass: its prompt is prefilled in "
+               "the same forward pass as everyone else's decode token, its blocks are taken from the free pool "
+               "as it grows, and given back the step it finishes.",
+        "requests": [RequestSpec(p, n, 2 * i) for i, (p, n) in enumerate(zip(SHORT, [28, 20, 32, 16, 24, 20]))],
+        "sizing": {"page_size": 8, "num_blocks": 48, "max_batch_tokens": 64, "prefix_sharing": True,
+                   "chunking": True},
+    },
+    "shared_prefix": {
+        "title": "2. A shared system prompt",
+        "why": "Four requests start with the same system prompt. The first computes its blocks; every later one "
+               "finds the same full blocks already held (by a hash of the whole prefix), adds itself to their "
+               "reference count, and prefills only what is its own.",
+        "requests": [RequestSpec(SYSTEM + q, 20, 3 * i) for i, q in enumerate(
+            ["A cat named Tom", "Lily and her red ball", "The big brown bear", "Two little birds"])],
+        "sizing": {"page_size": 8, "num_blocks": 48, "max_batch_tokens": 64, "prefix_sharing": True,
+                   "chunking": True},
+    },
+    "long_prompt": {
+        "title": "3. A long prompt while others decode (chunked prefill)",
+        "why": "Three short requests are decoding when a long prompt arrives. With chunked prefill the long "
+               "prompt is cut into pieces that fit the token budget beside the decodes, so every decoding row "
+               "keeps getting a token each step. Switch chunking off: one pass takes the whole prompt and every "
+               "decode waits.",
+        "requests": [RequestSpec(SHORT[0], 40, 0), RequestSpec(SHORT[1], 40, 0), RequestSpec(SHORT[2], 40, 1),
+                     RequestSpec(LONG, 16, 6)],
+        "sizing": {"page_size": 8, "num_blocks": 64, "max_batch_tokens": 48, "prefix_sharing": True,
+                   "chunking": True},
+    },
+    "preemption": {
+        "title": "4. A pool too small: preemption",
+        "why": "Five requests want more blocks than the pool has. When a running request needs a block and none "
+               "is free, the newest running request is preempted: its blocks are freed and it goes back to the "
+               "front of the queue. When there is room again its keys and values are recomputed from its tokens "
+               "(red), and it goes on exactly where it was.",
+        "requests": [RequestSpec(p, 32, i) for i, p in enumerate(SHORT[:5])],
+        "sizing": {"page_size": 8, "num_blocks": 14, "max_batch_tokens": 64, "prefix_sharing": True,
+                   "chunking": True},
+    },
+}
+
+
+def scenario(name: str) -> dict:
+    if name not in SCENARIOS:
+        from engine.errors import StepError
+
+        raise StepError(f"No scenario named '{name[:40]}': choose one of {', '.join(SCENARIOS)}.")
+    return SCENARIOS[name]

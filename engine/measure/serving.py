@@ -1,0 +1,182 @@
+"""What continuous batching and a paged cache buy, measured on the same requests side by side in one run.
+
+    throughput   tokens/s of the same requests served four ways, alternated round by round so none gets a
+                 quieter machine, first round a warm-up (dropped), medians:
+                   continuous       our ServingRun (continuous batching, paged cache), recording off
+                   one at a time    each request alone, one after another (the Stepper, recording off)
+                   static batch     all requests padded to one batch, decoding until the longest is done
+                   generate_batch   transformers' own continuous batching, same sizing, on a copy of the model
+                 and the same ServingRun with its full per-step record on (traced / untraced)
+    memory       KV positions held at every step of a run, against what they hold: paged blocks (measured:
+                 the blocks the run took), reserving the model's whole context per request, and one static
+                 padded batch (computed for the same requests: what those allocators would have taken)
+    step time    one decode pass shared by B sequences, B = 1, 2, 4, ...: matrix-vector work becomes
+                 matrix-matrix, and the pass stays nearly flat while it is bound by overheads or by reading
+                 the weights
+
+perf_counter around a device sync, as everywhere; nothing here is a test: targets are printed beside the figures.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from engine.generate.batch import run_batch
+from engine.generate.serving.reference import generate_batch, reference_model
+from engine.generate.serving.requests import RequestSpec
+from engine.generate.serving.run import DEFAULTS, ServingRun
+from engine.generate.stepper import Stepper
+from engine.load import device as dev
+from engine.load.loaded import LoadedModel
+
+PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",
+           "Lily and Max went to the park to play with", "One day, a little girl named Amy found a baby bird.",
+           "Ben wanted a cookie, so he", "The little cat was sad because", "Mia shared her cake with her friends."]
+TARGET_OVER_ONE = 3.0  # continuous batching of 8 requests against one at a time
+TARGET_OVER_GENERATE_BATCH = 0.9
+TARGET_TRACED = 1.3
+
+
+def serving_run(lm, specs, record: bool = False, **sizing) -> ServingRun:
+    run = ServingRun(lm, specs, stop_on_eos=False, record=record, **{**DEFAULTS, **sizing})
+    run.run()
+    return run
+
+
+def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int = 64, rounds: int = 3,
+               log=print) -> dict:
+    """Tokens/s of the same requests four ways (and traced vs untraced), alternated; round 0 a warm-up."""
+    specs = [RequestSpec(p, new_tokens, 0) for p in prompts]
+    ids = [lm.tokenizer(p)["input_ids"] for p in prompts]
+    total = new_tokens * len(prompts)
+    reference = reference_model(lm)
+    tokens: dict[str, list[int] | list[list[int]]] = {}
+
+    def continuous():
+        run = serving_run(lm, specs)
+        tokens["continuous"] = [r.generated_ids for r in run.requests]
+        return sum(run.step_ms)
+
+    def traced():
+        return sum(serving_run(lm, specs, record=True).step_ms)
+
+    def one_at_a_time():
+        t0, out = time.perf_counter(), []
+        for p in prompts:
+            s = Stepper(lm, p, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
+            s.run()
+            out.append(s.generated_ids)
+        dev.sync(lm.device)
+        tokens["one_at_a_time"] = out
+        return (time.perf_counter() - t0) * 1e3
+
+    def static_batch():
+        t0 = time.perf_counter()
+        run = run_batch(lm, prompts, new_tokens=new_tokens, max_batch=len(prompts), record=False)
+        dev.sync(lm.device)
+        tokens["static_batch"] = [list(g) for g in run.generated]
+        return (time.perf_counter() - t0) * 1e3
+
+    def hf_batch():
+        out, ms = generate_batch(lm, ids, new_tokens, model=reference, **DEFAULTS)
+        tokens["generate_batch"] = out
+        return ms
+
+    ways = {"continuous": continuous, "one_at_a_time": one_at_a_time, "static_batch": static_batch,
+            "generate_batch": hf_batch, "traced": traced}
+    ms: dict[str, list[float]] = {k: [] for k in ways}
+    names = list(ways)
+    for r in range(rounds + 1):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            took = ways[name]()
+            if r:
+                ms[name].append(took)
+        if r == 0:
+            log("  warm-up round done (excluded)")
+    med = {k: statistics.median(v) for k, v in ms.items()}
+    res = {"requests": len(prompts), "new_tokens": new_tokens, "rounds": rounds,
+           "sizing": dict(DEFAULTS), "ms": {k: [round(x, 2) for x in v] for k, v in ms.items()}}
+    for k in ("continuous", "one_at_a_time", "static_batch", "generate_batch"):
+        res[f"{k}_tokens_per_s"] = total / (med[k] / 1e3)
+    res["traced_tokens_per_s"] = total / (med["traced"] / 1e3)
+    res["continuous_over_one_at_a_time"] = med["one_at_a_time"] / med["continuous"]
+    res["continuous_over_generate_batch"] = med["generate_batch"] / med["continuous"]
+    res["continuous_over_static_batch"] = med["static_batch"] / med["continuous"]
+    res["traced_over_untraced"] = med["traced"] / med["continuous"]
+    res["same_tokens"] = {k: v == tokens["one_at_a_time"] for k, v in tokens.items()}
+    return res
+
+
+def memory(run: ServingRun) -> dict:
+    """Positions of KV memory held at each step of a recorded run, three ways, and the share of them wasted
+    (held, but holding no token's keys and values), averaged over the steps that ran a pass."""
+    elem = run.kv.bytes_per_block // run.page_size  # bytes of one position, all layers, K and V
+    max_len = run.lm.spec.max_positions
+    held = {"paged": 0, "reserve_max_length": 0, "static_padding": 0}
+    used_total = 0
+    peak = dict.fromkeys(held, 0)
+    longest = max(r.prompt_len for r in run.requests) + max(r.max_new_tokens for r in run.requests)
+    for s in run.steps:
+        if s.forward_ms is None:
+            continue
+        in_pool = [rid for rid, _ in s.tables]
+        used = sum(n for _, n in s.held)
+        now = {"paged": s.blocks_used * run.page_size,  # what the run really took: whole blocks
+               "reserve_max_length": len(in_pool) * max_len,  # a slab of the model's context per request
+               "static_padding": len(run.requests) * longest}  # one padded batch holds every row to the end
+        for k, v in now.items():
+            held[k] += v
+            peak[k] = max(peak[k], v)
+        used_total += used
+    out = {"position_bytes": elem, "max_length": max_len}
+    for k in held:
+        out[k] = {"peak_bytes": peak[k] * elem, "wasted": 1 - used_total / held[k] if held[k] else 0.0,
+                  "source": "measured (blocks the run took)" if k == "paged" else "computed for the same requests"}
+    return out
+
+
+def step_time_vs_batch(lm: LoadedModel, sizes=(1, 2, 4, 8, 16, 32), steps: int = 8, context: int = 64) -> list[dict]:
+    """The measured decode pass with B sequences sharing it: each B gets B requests prefilled to ~context
+    positions, then `steps` decode passes are timed (median). Prefix sharing off: every row's keys are its own."""
+    out = []
+    base = None
+    for b in sizes:
+        specs = [RequestSpec(PROMPTS[i % len(PROMPTS)], context + steps + 2, 0) for i in range(b)]
+        run = ServingRun(lm, specs, stop_on_eos=False, record=False, page_size=16,
+                         num_blocks=b * (-(-(context + 3 * steps + 40) // 16)), max_batch_tokens=max(256, 64 * b),
+                         prefix_sharing=False)
+        while not all(r.decoding for r in run.requests) or min(len(r.tokens) for r in run.requests) < context:
+            run.step()
+        times = [run.step().forward_ms for _ in range(steps)]
+        ms = statistics.median(times)
+        base = base or ms
+        out.append({"batch": b, "decode_ms": ms, "over_batch_1": ms / base, "per_sequence_ms": ms / b,
+                    "spread": [round(min(times), 3), round(max(times), 3)]})
+    return out
+
+
+def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> dict:
+    """The `serving` part of `python -m engine bench`."""
+    res = throughput(lm, rounds=rounds, log=log)
+    log(f"  8 requests x {res['new_tokens']} new tokens (page {DEFAULTS['page_size']}, {DEFAULTS['num_blocks']} "
+        f"blocks, {DEFAULTS['max_batch_tokens']} tokens per pass), medians of {rounds} alternated rounds:")
+    for k, label in (("continuous", "continuous batching (ours)"), ("one_at_a_time", "one request at a time"),
+                     ("static_batch", "static batch (padded)"), ("generate_batch", "transformers generate_batch")):
+        log(f"    {label:32s} {res[f'{k}_tokens_per_s']:8.0f} tokens/s   same tokens: {res['same_tokens'].get(k)}")
+    log(f"    continuous / one at a time = x{res['continuous_over_one_at_a_time']:.2f} (target >= {TARGET_OVER_ONE}); "
+        f"/ generate_batch = x{res['continuous_over_generate_batch']:.2f} (target >= {TARGET_OVER_GENERATE_BATCH}); "
+        f"traced / untraced = {res['traced_over_untraced']:.2f} (target <= {TARGET_TRACED})")
+    run = serving_run(lm, [RequestSpec(p, 16 + 8 * i, 2 * i) for i, p in enumerate(PROMPTS)], record=True)
+    res["memory"] = memory(run)
+    log("  KV memory held, averaged over the steps of a run with staggered arrivals and lengths:")
+    for k, v in res["memory"].items():
+        if isinstance(v, dict):
+            log(f"    {k:20s} peak {v['peak_bytes'] / 2**20:7.2f} MiB   wasted {v['wasted']:6.1%}   ({v['source']})")
+    res["step_time_vs_batch"] = step_time_vs_batch(lm)
+    log("  one decode pass shared by B sequences (median of 8 passes at ~64 positions each):")
+    for row in res["step_time_vs_batch"]:
+        log(f"    B = {row['batch']:3d}: {row['decode_ms']:7.2f} ms  (x{row['over_batch_1']:.2f} of B = 1; "
+            f"{row['per_sequence_ms']:.3f} ms per sequence)")
+    return res
+
