@@ -180,3 +180,39 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> dict:
             f"{row['per_sequence_ms']:.3f} ms per sequence)")
     return res
 
+
+
+def decode_stall(run: ServingRun, long_id: str) -> dict:
+    """While `long_id` prefills, how long do the requests already decoding wait between two of their tokens?
+
+    In steps (passes they sat out) and in measured ms (the time between their tokens); and the long request's own
+    time to first token. Read off a recorded run's steps."""
+    long = run.requests[int(long_id[1:])]
+    window = range(long.arrive, (long.first_token_step or long.arrive) + 1)
+    worst_steps, worst_ms = 0, 0.0
+    for r in run.requests:
+        if r.id == long_id or r.first_token_step is None or r.first_token_step >= long.arrive:
+            continue  # only those already decoding when the long prompt arrived
+        made = [s.step for s in run.steps if any(row.id == r.id and row.token_id is not None for row in s.rows)]
+        for a, b in zip(made, made[1:]):
+            if b in window or a in window:
+                worst_steps = max(worst_steps, b - a - 1)
+                worst_ms = max(worst_ms, run.clock_ms(b) - run.clock_ms(a))
+    lat = run.latency(long)
+    return {"skipped_steps": worst_steps, "longest_gap_ms": worst_ms, "long_ttft_steps": lat["ttft_steps"],
+            "long_ttft_ms": lat["ttft_ms"], "prefill_passes": long.chunks}
+
+
+def chunking_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: dict) -> dict:
+    """The same requests with chunked prefill on and off: the decode stall the long prompt causes, each way.
+    The long prompt is the request with the longest prompt."""
+    out = {}
+    for chunking in (True, False):
+        run = ServingRun(lm, requests, **{**sizing, "chunking": chunking})
+        run.run()
+        long_id = max(run.requests, key=lambda r: r.prompt_len).id
+        out["on" if chunking else "off"] = {**decode_stall(run, long_id), "long_id": long_id,
+                                            "same_tokens": None, "tokens": [r.generated_ids for r in run.requests]}
+    same = out["on"].pop("tokens") == out["off"].pop("tokens")
+    out["on"]["same_tokens"] = out["off"]["same_tokens"] = same
+    return out

@@ -38,11 +38,7 @@ class Scheduled:
     phase: str  # prefill (a chunk of its prompt), decode (1 token), recompute (its ids again after a preemption)
     start: int
     q_len: int
-
-    @property
-    def emits(self) -> bool:
-        """After this pass every position is computed, so the last fed token's logits choose a token."""
-        return self.start + self.q_len == len(self.request.tokens)
+    emits: bool = False  # after this pass every position is computed: its last fed token's logits choose a token
 
 
 @dataclass
@@ -88,7 +84,7 @@ class Scheduler:
             n = min(r.need, budget)
             if not self._make_room(r, r.computed + n, plan):
                 continue  # r itself was preempted
-            plan.rows.append(Scheduled(r, self._phase(r), r.computed, n))
+            plan.rows.append(self._scheduled(r, n))
             budget -= n
 
     def _admit_waiting(self, plan: Plan, budget: int) -> None:
@@ -114,7 +110,7 @@ class Scheduler:
             r.status = RUNNING
             self.running.append(r)
             plan.admitted.append(r.id)
-            plan.rows.append(Scheduled(r, self._phase(r), r.computed, n))
+            plan.rows.append(self._scheduled(r, n))
             budget -= n
 
     # ------------------------------------------------------------ room in the pool
@@ -140,6 +136,9 @@ class Scheduler:
         r.preemptions += 1
         self.running.remove(r)
         self.waiting.insert(0, r)
+
+    def _scheduled(self, r: Request, n: int) -> Scheduled:
+        return Scheduled(r, self._phase(r), r.computed, n, emits=r.computed + n == len(r.tokens))
 
     def _phase(self, r: Request) -> str:
         if r.first_token_step is not None and r.need == 1:

@@ -1,0 +1,292 @@
+"""The Serving page's pictures, drawn from a serving run's step records (engine/generate/serving/record.py).
+
+    pool_svg       the KV block pool as a grid: each block coloured by the request that holds it, filled as far
+                   as its positions are written, shared blocks (a common prefix) striped and counted, free empty;
+                   every block table below it, block ids in order
+    pass_svg       ONE forward pass: the fed tokens of every scheduled request laid end to end, [batch=1, T],
+                   each request's part coloured by what it is (prefill chunk, decode, recompute), and the queue
+    timeline_svg   x = engine step, one row per request: waiting, prefill chunk, decode, recompute, preempted
+
+Phases keep the app's colours (prefill blue, decode orange, recomputed red); requests get their own hues, away
+from those, and are always named too ("r3"), so nothing relies on colour alone. Every element a test may count
+carries data-role. Text goes through engine.draw.svg.text, which escapes it.
+"""
+
+from __future__ import annotations
+
+from engine.draw.palette import DECODE, MASKED, PREFILL, RECOMPUTED
+from engine.draw.svg import FONT, INK, MONO, SOFT, W
+from engine.draw.svg import text as _t
+
+HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
+from engine.generate.serving.record import NOT_ARRIVED, ServingStep
+
+# one hue per request, chosen away from the phase colours (blue, orange, green, red, grey, purple)
+REQUEST_COLOURS = ("#17becf", "#e377c2", "#bcbd22", "#8c564b", "#5254a3", "#e7ba52", "#9edae5", "#ad494a",
+                   "#637939", "#ce6dbd", "#843c39", "#7b4173")
+PHASE_COLOURS = {"prefill": PREFILL, "decode": DECODE, "recompute": RECOMPUTED}
+PHASE_WORDS = {"prefill": "prefill chunk", "decode": "decode", "recompute": "recompute"}
+
+
+def request_colour(request_id: str) -> str:
+    return REQUEST_COLOURS[int(request_id[1:]) % len(REQUEST_COLOURS)]
+
+
+def _svg(height: float, body: str, title: str, width: int = W) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height:.0f}" font-family="{FONT}">'
+            f'<title>{title}</title><defs><pattern id="shared" width="8" height="8" patternUnits="userSpaceOnUse" '
+            f'patternTransform="rotate(45)"><rect width="8" height="8" fill="#fff" fill-opacity="0"/>'
+            f'<line x1="0" y1="0" x2="0" y2="8" stroke="#fff" stroke-width="3" stroke-opacity="0.75"/></pattern>'
+            f'<pattern id="recomputed-s" width="6" height="6" patternUnits="userSpaceOnUse" '
+            f'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f7c9c9"/>'
+            f'<line x1="0" y1="0" x2="0" y2="6" stroke="{RECOMPUTED}" stroke-width="3"/></pattern></defs>'
+            f'<rect width="{width}" height="{height:.0f}" fill="#fff"/>{body}</svg>')
+
+
+# ---------------------------------------------------------------- the pool and the block tables
+
+
+def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
+    """The block pool after `step`, and every request's block table."""
+    owners = step.owners()
+    held = dict(step.held)
+    tables = dict(step.tables)
+    fill: dict[int, int] = {}  # block -> positions written in it
+    for rid, table in tables.items():
+        for i, block in enumerate(table):
+            fill[block] = max(fill.get(block, 0), min(page_size, held.get(rid, 0) - i * page_size))
+    cols = 12 if num_blocks <= 48 else 16
+    x0, y0 = 4, 30
+    cw = (HALF - 8) / cols
+    ch = min(40.0, cw * 0.8)
+    out = [_t(x0, 20, f"KV block pool: {num_blocks} blocks × {page_size} positions", 15, weight="bold")]
+    for b in range(num_blocks):
+        x, y = x0 + (b % cols) * cw, y0 + (b // cols) * ch
+        who = owners.get(b, ())
+        role = "block-shared" if len(who) > 1 else ("block-used" if who else "block-free")
+        out.append(f'<g data-role="{role}" data-block="{b}">')
+        out.append(f'<rect x="{x + 2:.1f}" y="{y + 2:.1f}" width="{cw - 4:.1f}" height="{ch - 4:.1f}" rx="4" '
+                   f'fill="#fff" stroke="{"#222" if len(who) > 1 else "#bbb"}" '
+                   f'stroke-width="{3 if len(who) > 1 else 1.2}"/>')
+        if who:
+            share = min(1.0, fill.get(b, 0) / page_size)
+            out.append(f'<rect x="{x + 3:.1f}" y="{y + 3:.1f}" width="{(cw - 6) * share:.1f}" height="{ch - 6:.1f}" '
+                       f'rx="3" fill="{request_colour(who[0])}" fill-opacity="0.85"/>')
+            if len(who) > 1:
+                out.append(f'<rect x="{x + 3:.1f}" y="{y + 3:.1f}" width="{cw - 6:.1f}" height="{ch - 6:.1f}" '
+                           f'rx="3" fill="url(#shared)"/>')
+            label = who[0] if len(who) == 1 else f"×{len(who)}"
+            out.append(_t(x + cw / 2, y + ch / 2 + 6, label, 13, "middle", INK, "bold", MONO))
+        else:
+            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 9, "middle", "#aaa", family=MONO))
+        out.append("</g>")
+    y = y0 + -(-num_blocks // cols) * ch + 4
+    saved = sum(len(t) for t in tables.values()) - step.blocks_used
+    out.append(_t(x0, y + 14, f"{step.blocks_used} used · {step.blocks_shared} shared"
+                  + (f" (saves {saved})" if saved else "") + f" · {step.blocks_free} free", 13, fill=INK))
+    y += 24
+    out.append(_t(x0, y + 14, "block tables: request → its blocks, in order", 13, weight="bold"))
+    y += 20
+    if not tables:
+        out.append(_t(x0, y + 16, "no request holds a block", 12, fill=SOFT))
+        y += 22
+    bw = 32
+    room = int((HALF - 60 - 110) // bw)
+    for rid, table in sorted(tables.items(), key=lambda kv: int(kv[0][1:])):
+        out.append(f'<g data-role="table" data-request="{rid}">')
+        out.append(_t(x0, y + 18, rid, 14, weight="bold", fill=request_colour(rid), family=MONO))
+        shown = table[:room]
+        for i, block in enumerate(shown):
+            bx = x0 + 40 + i * bw
+            shared = len(owners.get(block, ())) > 1
+            out.append(f'<rect x="{bx:.1f}" y="{y + 3:.1f}" width="{bw - 3}" height="21" rx="3" '
+                       f'fill="{request_colour(owners[block][0])}" fill-opacity="0.35" '
+                       f'stroke="{"#222" if shared else "#999"}" stroke-width="{2.5 if shared else 1}"/>')
+            out.append(_t(bx + (bw - 3) / 2, y + 18, str(block), 10, "middle", INK, family=MONO))
+        extra = f" (+{len(table) - len(shown)})" if len(table) > len(shown) else ""
+        out.append(_t(x0 + 44 + len(shown) * bw, y + 18, f"{held.get(rid, 0)} pos{extra}", 11, fill=SOFT))
+        out.append("</g>")
+        y += 26
+    return _svg(y + 6, "".join(out), f"block pool after engine step {step.step}", HALF)
+
+
+# ---------------------------------------------------------------- one pass and the queue
+
+
+def pass_svg(step: ServingStep, d_model: int) -> str:
+    """The step's one forward pass: every scheduled request's fed tokens end to end, then the queue."""
+    out = []
+    x0, x1 = 4, HALF - 4
+    n = len(step.rows)
+    title = (f"step {step.step}: ONE forward pass, {n} request{'s' if n != 1 else ''}" if n
+             else f"step {step.step}: no pass (waiting for arrivals)")
+    out.append(_t(x0, 20, title, 15, weight="bold"))
+    y = 32
+    if step.rows:
+        total = sum(r.q_len for r in step.rows)
+        minw = 44.0
+        free = max(1.0, (x1 - x0) - minw * n)
+        x = x0
+        for r in step.rows:
+            w = minw + free * r.q_len / total
+            fill = "url(#recomputed-s)" if r.phase == "recompute" else PHASE_COLOURS[r.phase]
+            out.append(f'<g data-role="row-{r.phase}" data-request="{r.id}" data-q-len="{r.q_len}">'
+                       f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{w - 2:.1f}" height="30" rx="4" fill="{fill}" '
+                       f'stroke="{request_colour(r.id)}" stroke-width="4"/>'
+                       + _t(x + w / 2, y + 21, f"{r.id}·{r.q_len}" if w < 70 else f"{r.id} · {r.q_len}", 13,
+                            "middle", "#fff" if r.phase != "recompute" else RECOMPUTED, "bold", MONO) + "</g>")
+            x += w
+        y += 48
+        ms = "" if step.forward_ms is None else f", {step.forward_ms:.1f} ms measured"
+        out.append(_t(x0, y, f"input_ids [1, {total}] · hidden [1, {total}, {d_model}]{ms}", 13, family=MONO))
+        y += 20
+        out.append(_t(x0, y, f"keys read: {step.kv_read}, each request its own (mask)", 12, fill=SOFT))
+        for r in step.rows[:6]:
+            y += 20
+            what = PHASE_WORDS[r.phase] + (f" {r.chunk}" if r.phase != "decode" else "")
+            made = f"→ {r.token!r}" if r.token_id is not None else "(prompt goes on)"
+            out.append(f'<rect x="{x0}" y="{y - 12}" width="11" height="11" rx="2" fill="{PHASE_COLOURS[r.phase]}"/>')
+            out.append(_t(x0 + 16, y, f"{r.id} {what}, q_len {r.q_len}  {made}", 12, family=MONO))
+        if n > 6:
+            y += 18
+            out.append(_t(x0 + 16, y, f"… and {n - 6} more", 12, fill=SOFT))
+    events = []
+    if step.arrived:
+        events.append(("arrived " + " ".join(step.arrived), INK))
+    for rid, k in step.prefix_hits:
+        events.append((f"{rid} shares {k} prompt tokens' blocks: not computed", INK))
+    if step.preempted:
+        events.append(("preempted " + " ".join(step.preempted) + ": blocks freed", RECOMPUTED))
+    if step.finished:
+        events.append(("finished " + " ".join(step.finished) + ": blocks freed", INK))
+    for e, colour in events[:4]:
+        y += 20
+        out.append(_t(x0, y, e, 12, fill=colour, weight="bold", extra='data-role="event"'))
+    y += 26
+    groups = {"waiting": [], "running": [], "preempted": [], "done": []}
+    for rid, status in step.statuses:
+        if status in groups:
+            groups[status].append(rid)
+    for name, ids in groups.items():
+        out.append(f'<g data-role="queue-{name}">' + _t(x0, y + 2, f"{name}", 12, fill=SOFT))
+        for i, rid in enumerate(ids[:12]):
+            out.append(f'<rect x="{x0 + 92 + i * 40}" y="{y - 13}" width="36" height="19" rx="4" '
+                       f'fill="{request_colour(rid)}" fill-opacity="{0.3 if name == "done" else 0.85}"/>'
+                       + _t(x0 + 110 + i * 40, y + 1, rid, 11, "middle", INK, "bold", MONO))
+        if not ids:
+            out.append(_t(x0 + 92, y + 2, "—", 12, fill=SOFT))
+        out.append("</g>")
+        y += 22
+    return _svg(y, "".join(out), f"the forward pass of engine step {step.step}", HALF)
+
+
+# ---------------------------------------------------------------- the timeline
+
+
+def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int, last: int | None = None) -> str:
+    """One row per request, one column per engine step (up to `last`): what each request did in each pass."""
+    last = max(len(steps) - 1, 0) if last is None else last
+    n = last + 1
+    x0, x1 = 50, W - 10
+    cw = (x1 - x0) / max(n, 1)
+    rh = 17
+    out = [_t(10, 14, "timeline: x = engine step, one row per request", 11, weight="bold")]
+    y0 = 22
+    rows_by_step = [{r.id: r for r in s.rows} for s in steps]
+    for i, rid in enumerate(request_ids):
+        y = y0 + i * rh
+        out.append(_t(10, y + 13, rid, 11, weight="bold", fill=request_colour(rid), family=MONO))
+        for k, s in enumerate(steps[:n]):
+            x = x0 + k * cw
+            row = rows_by_step[k].get(rid)
+            status = s.status(rid)
+            if row is not None:
+                fill = "url(#recomputed-s)" if row.phase == "recompute" else PHASE_COLOURS[row.phase]
+                h = rh - 6 if row.phase != "decode" else rh - 12
+                out.append(f'<rect data-role="cell-{row.phase}" x="{x + 0.5:.1f}" y="{y + (rh - 2 - h) / 2 + 2:.1f}" '
+                           f'width="{max(cw - 1, 1):.1f}" height="{h}" fill="{fill}"/>')
+            elif rid in s.preempted or status == "preempted":
+                out.append(f'<rect data-role="cell-preempted" x="{x + 0.5:.1f}" y="{y + 4}" width="{max(cw - 1, 1):.1f}" '
+                           f'height="{rh - 8}" fill="#fff" stroke="{RECOMPUTED}" stroke-width="1.5"/>')
+            elif status == "waiting":
+                out.append(f'<rect data-role="cell-waiting" x="{x + 0.5:.1f}" y="{y + 8}" width="{max(cw - 1, 1):.1f}" '
+                           f'height="{rh - 16}" fill="{MASKED}"/>')
+            elif status == "running":  # in the pool but left out of this pass (the token budget ran out)
+                out.append(f'<rect data-role="cell-idle" x="{x + 0.5:.1f}" y="{y + 9}" width="{max(cw - 1, 1):.1f}" '
+                           f'height="{rh - 18}" fill="{DECODE}" fill-opacity="0.25"/>')
+            elif status != NOT_ARRIVED and rid in s.finished:
+                out.append(_t(x + cw / 2, y + 15, "✓", 12, "middle", SOFT))
+    y = y0 + len(request_ids) * rh + 4
+    if 0 <= current <= last:
+        cx = x0 + current * cw
+        out.append(f'<rect data-role="current-step" x="{cx:.1f}" y="{y0 - 4}" width="{max(cw, 2):.1f}" '
+                   f'height="{y - y0 + 6}" fill="none" stroke="#111" stroke-width="2"/>')
+    every = max(1, round(n / 12))
+    for k in range(0, n, every):
+        out.append(_t(x0 + k * cw + cw / 2, y + 12, str(k), 9, "middle", SOFT, family=MONO))
+    y += 18
+    key = [("prefill chunk", PREFILL), ("decode", DECODE), ("recompute", RECOMPUTED), ("waiting", MASKED)]
+    x = x0
+    for name, colour in key:
+        out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="{colour}"/>' + _t(x + 16, y + 9, name, 9))
+        x += 26 + len(name) * 7
+    out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="#fff" stroke="{RECOMPUTED}"/>'
+               + _t(x + 16, y + 9, "preempted (waits to be recomputed)", 9))
+    return _svg(y + 16, "".join(out), "timeline of the serving run")
+
+
+# ---------------------------------------------------------------- tables and the batch chart
+
+
+def latency_frame(run):
+    """Per request: arrival, first token, TTFT and TPOT (steps and measured ms), tokens, preemptions, prefix hits."""
+    import pandas as pd
+
+    rows = []
+    for r in run.requests:
+        lat = run.latency(r)
+        rows.append({"request": r.id, "arrives": r.arrive, "prompt tokens": r.prompt_len,
+                     "first token (step)": r.first_token_step,
+                     "TTFT (steps)": lat["ttft_steps"],
+                     "TTFT ms": None if lat["ttft_ms"] is None else round(lat["ttft_ms"], 1),
+                     "TPOT ms": None if lat["tpot_ms"] is None else round(lat["tpot_ms"], 2),
+                     "new tokens": len(r.generated_ids), "preempted": r.preemptions,
+                     "prefix hits": r.prefix_hit_tokens, "status": r.status})
+    return pd.DataFrame(rows)
+
+
+def memory_frame(mem: dict):
+    import pandas as pd
+
+    names = {"paged": "paged blocks (this run)", "reserve_max_length": "reserve the max length per request",
+             "static_padding": "one static padded batch"}
+    return pd.DataFrame([{"allocator": names[k], "peak KV bytes": mem[k]["peak_bytes"],
+                          "wasted (held, no token)": f"{mem[k]['wasted']:.0%}", "source": mem[k]["source"]}
+                         for k in names])
+
+
+def throughput_frame(res: dict):
+    import pandas as pd
+
+    names = {"continuous": "continuous batching (this engine)", "one_at_a_time": "one request at a time",
+             "static_batch": "static batch (padded)", "generate_batch": "transformers generate_batch"}
+    return pd.DataFrame([{"way": v, "tokens/s (measured)": round(res[f"{k}_tokens_per_s"]),
+                          "same tokens": res["same_tokens"].get(k)} for k, v in names.items()])
+
+
+def batch_time_figure(rows: list[dict], scale: float = 1.0):
+    """The decode pass's measured time against how many sequences share it, and the time per sequence."""
+    import plotly.graph_objects as go
+
+    from engine.draw.palette import layout
+
+    xs = [r["batch"] for r in rows]
+    fig = go.Figure([
+        go.Scatter(x=xs, y=[r["decode_ms"] for r in rows], name="one decode pass (median, measured)",
+                   mode="lines+markers", line=dict(color=DECODE, width=4), marker=dict(size=9)),
+        go.Scatter(x=xs, y=[r["per_sequence_ms"] for r in rows], name="per sequence", mode="lines+markers",
+                   line=dict(color=DECODE, width=2, dash="dot"), marker=dict(size=7)),
+    ])
+    fig.update_xaxes(title="sequences sharing the pass (B)", type="log", tickvals=xs, ticktext=[str(x) for x in xs])
+    fig.update_yaxes(title="ms (measured)", rangemode="tozero")
+    return layout(fig, "One decode pass shared by B sequences: B rows, [1, B], instead of one", height=340, scale=scale)

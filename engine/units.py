@@ -1,0 +1,24 @@
+"""How quantities are written, once for every page: bytes in binary units (KiB = 1,024 B), FLOPs in SI units."""
+
+from __future__ import annotations
+
+import math
+
+
+def human_bytes(n: float) -> str:
+    """'512 B', '3.0 KiB', '1.5 MiB', '16.0 GiB': binary units everywhere (the KV calculator, the stage, the CLI)."""
+    if not math.isfinite(n):
+        return str(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
+        n /= 1024
+    return f"{n:.1f}"
+
+
+def human_flops(x: float) -> str:
+    """'7.9 MFLOP': a count of floating-point operations (not a rate)."""
+    for unit, div in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if x >= div:
+            return f"{x / div:.1f} {unit}"
+    return f"{x:.0f} FLOP"

@@ -1,0 +1,29 @@
+"""The Serving page in a real browser, on a projector: after a few engine steps the block pool and the timeline
+are on the first screen at 1280x720 in presenter mode, stepped with the keyboard as a lecturer would."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_browser import browser, idle, inside, open_page, server  # noqa: F401 - fixtures and helpers
+
+
+@pytest.mark.parametrize("scenario, steps", [("2. A shared system prompt", 8), ("4. A pool too small: preemption", 14)])
+def test_pool_and_timeline_fit_the_first_screen_of_a_projector(server, browser, scenario, steps):  # noqa: F811
+    pg = open_page(browser, f"{server}/serving?presenter=on", 1280, 720)
+    forward = pg.get_by_role("button", name="▶ step")
+    forward.wait_for()
+    idle(pg)
+    pg.locator("[data-testid=stMain] [data-testid=stSelectbox]").first.click()
+    pg.get_by_role("option", name=scenario).click()
+    idle(pg)
+    pg.get_by_text("Serving many requests on one model").click()  # focus leaves the scenario box, as a person's would
+    for _ in range(steps):  # the → key, once the buttons are there
+        pg.keyboard.press("ArrowRight")
+        idle(pg)
+    pool, timeline = pg.locator("[data-testid=dl-pool] img"), pg.locator("[data-testid=dl-timeline] img")
+    assert f"after step {steps - 1}" in pool.get_attribute("alt")
+    assert inside(pg, pool) and inside(pg, timeline), (pool.bounding_box(), timeline.bounding_box())
+    assert pg.locator("[data-testid=dl-pass] img").get_attribute("alt").startswith(f"step {steps - 1}: one forward pass")
+    assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
+    pg.close()

@@ -1,0 +1,268 @@
+"""Serving: many requests on one model. Every request's tokens are the ones it gets alone, whatever the pool,
+the schedule, prefix sharing, chunking or preemption did; and the pool's books always balance.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine import Stepper, StepError
+from engine.forward.run import generate
+from engine.generate.serving import RequestSpec, ServingRun
+from engine.generate.serving.blocks import BlockManager, prefix_hashes
+from engine.generate.serving.reference import generate_batch
+from engine.generate.serving.scenarios import SCENARIOS
+from engine.load.load import load_model
+
+PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",
+           "Lily and Max went to the park to play with", "One day, a little girl named Amy found a baby bird."]
+NEW = 24
+SETTINGS = {  # the same requests served five ways
+    "default": {},
+    "no prefix sharing": {"prefix_sharing": False},
+    "no chunking": {"chunking": False},
+    "tiny budget (chunked prefill)": {"max_batch_tokens": 5, "page_size": 4, "num_blocks": 60},
+    "pool too small (preemption)": {"page_size": 4, "num_blocks": 12, "max_batch_tokens": 32},
+}
+
+
+def alone(lm, prompt: str, new_tokens: int) -> list[int]:
+    s = Stepper(lm, prompt, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
+    s.run()
+    return s.generated_ids
+
+
+def serve(lm, specs, **kw) -> ServingRun:
+    run = ServingRun(lm, specs, stop_on_eos=False, **kw)
+    steps = 0
+    while not run.done:
+        run.step()
+        check_books(run)
+        steps += 1
+        assert steps < 2000, "the run never finished"
+    return run
+
+
+def check_books(run: ServingRun) -> None:
+    """After every step: every block is free or held; a block in several tables is shared and its ref count says
+    how many hold it; a free block is in no table; used + free = the pool."""
+    last = run.steps[-1]
+    holders = last.owners()
+    for block, refs in enumerate(last.ref_counts):
+        assert refs == len(holders.get(block, ())), (block, refs, holders.get(block))
+    assert last.blocks_used + last.blocks_free == run.num_blocks
+    assert last.blocks_used == sum(1 for r in last.ref_counts if r > 0)
+    assert last.blocks_shared == sum(1 for r in last.ref_counts if r > 1)
+    for rid, table in last.tables:
+        assert len(set(table)) == len(table), f"{rid} holds a block twice"
+    for rid, held in last.held:  # a table holds exactly the blocks its positions need
+        assert len(dict(last.tables)[rid]) == -(-held // run.page_size) or held == 0
+
+
+@pytest.mark.parametrize("how", list(SETTINGS))
+def test_every_request_gets_its_own_greedy_tokens_whatever_the_server_did(bundled_lm, how):
+    specs = [RequestSpec(p, NEW, 2 * i) for i, p in enumerate(PROMPTS)]
+    run = serve(bundled_lm, specs, **SETTINGS[how])
+    for r in run.requests:
+        assert r.generated_ids == alone(bundled_lm, r.prompt, NEW), (how, r.id)
+    if how == "pool too small (preemption)":
+        assert run.preemptions > 0 and any(s.preempted for s in run.steps)
+        assert any(row.phase == "recompute" for s in run.steps for row in s.rows)  # drawn, not hidden
+    if how == "tiny budget (chunked prefill)":
+        assert all(s.tokens <= 5 for s in run.steps)
+        assert max(r.chunks for r in run.requests) > 1  # a prompt was split across passes
+
+
+def test_a_long_prompt_is_chunked_while_the_others_keep_decoding(bundled_lm):
+    sc = SCENARIOS["long_prompt"]
+    on = serve(bundled_lm, sc["requests"], **sc["sizing"])
+    off = serve(bundled_lm, sc["requests"], **{**sc["sizing"], "chunking": False})
+    long_id = on.requests[-1].id
+    budget = sc["sizing"]["max_batch_tokens"]
+    prefilling = [s for s in on.steps if any(r.id == long_id and r.phase == "prefill" for r in s.rows)]
+    assert len(prefilling) > 1 and all(s.tokens <= budget for s in on.steps)
+    for s in prefilling:  # every request still decoding got its token in the same pass
+        decoding = [rid for rid, status in s.statuses if status == "running" and rid != long_id]
+        assert {r.id for r in s.rows if r.phase == "decode"} >= set(decoding) - set(s.admitted)
+    stalls = [s for s in off.steps if any(r.id == long_id and r.phase == "prefill" for r in s.rows)]
+    assert len(stalls) == 1 and [r.id for r in stalls[0].rows] == [long_id]  # the decodes waited that step
+    for a, b in zip(on.requests, off.requests):
+        assert a.generated_ids == b.generated_ids == alone(bundled_lm, a.prompt, a.max_new_tokens)[:len(a.generated_ids)]
+
+
+@pytest.mark.parametrize("page_size", [4, 8, 16])
+def test_a_shared_prefix_is_computed_once_and_counted(bundled_lm, page_size):
+    """L shared prompt tokens, page P: every request arriving while an earlier one holds the prefix skips
+    floor(L / P) * P prompt tokens, and its table starts with the same blocks."""
+    sc = SCENARIOS["shared_prefix"]
+    ids = [bundled_lm.tokenizer(s.prompt)["input_ids"] for s in sc["requests"]]
+    common = next(i for i in range(min(map(len, ids))) if len({tuple(x[: i + 1]) for x in ids}) > 1)
+    run = serve(bundled_lm, sc["requests"], **{**sc["sizing"], "page_size": page_size, "num_blocks": 256})
+    skipped = common // page_size * page_size
+    first, *later = run.requests
+    assert first.prefix_hit_tokens == 0
+    assert [r.prefix_hit_tokens for r in later] == [skipped] * len(later)
+    assert run.prefix_hit_tokens == skipped * len(later) > 0
+    shared_steps = [s for s in run.steps if s.blocks_shared]
+    assert shared_steps and max(s.blocks_shared for s in run.steps) == skipped // page_size
+    step = shared_steps[0]
+    tables = dict(step.tables)
+    assert len({tuple(t[: skipped // page_size]) for t in tables.values()}) == 1  # the same blocks, in every table
+    for r in run.requests:
+        assert r.generated_ids == alone(bundled_lm, r.prompt, r.max_new_tokens)
+    off = serve(bundled_lm, sc["requests"], **{**sc["sizing"], "page_size": page_size, "num_blocks": 256,
+                                               "prefix_sharing": False})
+    assert off.prefix_hit_tokens == 0 and all(s.blocks_shared == 0 for s in off.steps)
+    assert sum(s.tokens for s in off.steps) - sum(s.tokens for s in run.steps) == run.prefix_hit_tokens
+
+
+def test_prefix_hashes_cover_the_whole_prefix():
+    a = prefix_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4, 2)
+    b = prefix_hashes([9, 2, 3, 4, 5, 6, 7, 8], 4, 2)
+    assert a[0] != b[0] and a[1] != b[1]  # the same second block after a different first is another prefix
+
+
+def test_blocks_are_freed_when_a_request_ends_and_reused(bundled_lm):
+    specs = [RequestSpec(PROMPTS[0], 6, 0), RequestSpec(PROMPTS[1], 6, 12)]
+    run = serve(bundled_lm, specs, page_size=4, num_blocks=8)
+    r0_end = run.requests[0].finish_step
+    assert run.steps[r0_end].blocks_used == 0 or "r0" not in dict(run.steps[r0_end].tables)
+    assert run.steps[-1].blocks_used == 0 and run.steps[-1].blocks_free == 8
+    idle = [s for s in run.steps if s.forward_ms is None]
+    assert idle  # the engine waited for r1's arrival with nothing to run
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma2", "gemma3", "qwen2"])
+def test_tiny_families_serve_their_own_tokens_and_generate_agrees(family_dirs, family):
+    """GPT-2 (learned positions), Llama (RoPE, GQA), Gemma 2 and 3 (sliding window 4, soft-capping), Qwen 2."""
+    lm = load_model(family_dirs[family], device="cpu")
+    prompts = ["Once upon a time there was a cat", "The dog", "One day, a girl found a red ball in the park."]
+    specs = [RequestSpec(p, 16, i) for i, p in enumerate(prompts)]
+    for kw in ({}, {"page_size": 2, "num_blocks": 24, "max_batch_tokens": 6}):  # the second preempts
+        run = serve(lm, specs, **kw)
+        for r in run.requests:
+            want = generate(lm, r.ids[:, : r.prompt_len], 16)
+            assert r.generated_ids == want == alone(lm, r.prompt, 16), (family, kw, r.id)
+        if kw:
+            assert run.preemptions > 0  # the small pool forced preemption and recomputation
+
+
+def test_transformers_generate_batch_gives_the_same_tokens(bundled_lm):
+    ids = [bundled_lm.tokenizer(p)["input_ids"] for p in PROMPTS]
+    theirs, ms = generate_batch(bundled_lm, ids, NEW, page_size=16, num_blocks=64, max_batch_tokens=64)
+    run = serve(bundled_lm, [RequestSpec(p, NEW, 0) for p in PROMPTS])
+    assert [r.generated_ids for r in run.requests] == theirs and ms > 0
+
+
+def test_sampled_requests_draw_what_they_would_alone(bundled_lm):
+    from engine.forward.sampling import Sampling
+
+    sampling = Sampling(greedy=False, temperature=0.9, top_k=40, seed=7)
+    run = ServingRun(bundled_lm, [RequestSpec(p, 12, i) for i, p in enumerate(PROMPTS[:3])], sampling=sampling,
+                     stop_on_eos=False)
+    run.run()
+    for r in run.requests:
+        s = Stepper(bundled_lm, r.prompt, sampling=sampling, max_new_tokens=12, stop_on_eos=False, record=False)
+        s.run()
+        assert r.generated_ids == s.generated_ids
+
+
+def test_the_record_says_what_each_step_did(bundled_lm):
+    run = serve(bundled_lm, [RequestSpec(p, 8, 3 * i) for i, p in enumerate(PROMPTS[:3])], page_size=4)
+    first = run.steps[0]
+    assert [r.id for r in first.rows] == ["r0"] and first.rows[0].phase == "prefill"
+    assert first.rows[0].q_len == run.requests[0].prompt_len == first.tokens
+    assert first.status("r1") == "not arrived" and first.status("r0") == "running"
+    decode = run.steps[1]
+    assert decode.rows[0].phase == "decode" and decode.rows[0].q_len == 1
+    assert decode.rows[0].token_id == run.requests[0].generated_ids[1]  # the token this pass chose, recorded
+    assert first.rows[0].token_id == run.requests[0].generated_ids[0]
+    assert all(s.forward_ms is None or s.forward_ms > 0 for s in run.steps)
+    assert all(r.finish_step is not None and len(r.generated_ids) == 8 for r in run.requests)
+    lat = run.latency(run.requests[1])
+    assert lat["ttft_steps"] == 1 and lat["ttft_ms"] > 0 and lat["tpot_ms"] > 0
+
+
+@pytest.mark.parametrize("specs, kw, words", [
+    ([], {}, "No requests"),
+    ([RequestSpec("the cat " * 300, 8, 0)], {}, "positions"),
+    ([RequestSpec("Once upon a time", 200, 0)], {"num_blocks": 4, "page_size": 8}, "pool holds 4 blocks"),
+    ([RequestSpec("Once upon a time", 8, 0)], {"page_size": 0}, "page size"),
+    ([RequestSpec("Once upon a time", 8, 0)], {"page_size": -4}, "page size"),
+    ([RequestSpec("Once upon a time", 8, 5), RequestSpec("Tom", 8, 2)], {}, "forward in time"),
+    ([RequestSpec("Once upon a time", 8, -1)], {}, "arrival step"),
+    ([RequestSpec("Once upon a time", 8, 0)] * 65, {}, "more than one run"),
+    ([RequestSpec("", 8, 0)], {}, "empty"),
+    ([RequestSpec("Once upon a time", 0, 0)], {}, "at least 1"),
+])
+def test_bad_requests_get_a_clear_message(bundled_lm, specs, kw, words):
+    with pytest.raises(StepError, match=words):
+        ServingRun(bundled_lm, specs, **kw)
+
+
+def test_a_bad_request_leaves_another_run_untouched(bundled_lm):
+    good = ServingRun(bundled_lm, [RequestSpec(PROMPTS[0], 6, 0)], stop_on_eos=False)
+    good.step()
+    with pytest.raises(StepError):
+        ServingRun(bundled_lm, [RequestSpec(PROMPTS[0], 6, 3), RequestSpec(PROMPTS[1], 6, 1)])
+    good.run()
+    assert good.requests[0].generated_ids == alone(bundled_lm, PROMPTS[0], 6)
+
+
+def test_block_manager_shares_only_whole_computed_blocks():
+    bm = BlockManager(num_blocks=6, page_size=4)
+    a, b = [], []
+    tokens = list(range(10))
+    bm.grow(a, 10)
+    assert a == [0, 1, 2] and bm.num_free == 3
+    assert bm.share_prefix(b, tokens) == 0  # nothing registered yet: a's blocks are not computed
+    bm.register_full(a, tokens, computed=10)  # two full blocks now have prefix hashes; the third is half full
+    assert bm.share_prefix(b, tokens) == 8 and b == [0, 1] and bm.num_shared == 2
+    bm.free(a)
+    assert bm.num_used == 2 and bm.num_shared == 0  # b still holds the prefix; a's last block is free
+    bm.free(b)
+    assert bm.num_free == 6
+
+
+def test_cli_serve_writes_the_documented_json(tmp_path, capsys):
+    from engine.cli import main
+
+    path, out = tmp_path / "requests.json", tmp_path / "run.json"
+    path.write_text(json.dumps([{"prompt": p, "max_new_tokens": 6, "arrive": i} for i, p in enumerate(PROMPTS[:3])]))
+    assert main(["serve", "--requests", str(path), "--page-size", "4", "--blocks", "32", "--max-batch-tokens", "16",
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert {"page_size", "num_blocks", "requests", "steps", "prefix_hit_tokens", "preemptions", "tokens_per_s"} <= set(doc)
+    assert doc["page_size"] == 4 and doc["num_blocks"] == 32
+    r = doc["requests"][0]
+    assert {"id", "prompt", "prompt_ids", "generated_ids", "arrive", "first_token_step", "finish_step",
+            "preemptions"} <= set(r)
+    s = doc["steps"][0]
+    assert {"step", "scheduled", "blocks_used", "blocks_free", "blocks_shared"} <= set(s)
+    assert {"id", "q_len", "phase"} <= set(s["scheduled"][0])
+    assert "tokens/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, words", [
+    ("not json", "cannot be read as JSON"), ('{"prompt": "x"}', "expected a JSON list"), ("[]", "No requests"),
+    ('[{"text": "x"}]', 'needs a "prompt"'), ('[{"prompt": "x", "arrive": 3}, {"prompt": "y", "arrive": 1}]',
+                                                "forward in time"),
+])
+def test_cli_serve_refuses_bad_request_files_in_one_line(tmp_path, capsys, content, words):
+    from engine.cli import main
+
+    path = tmp_path / "requests.json"
+    path.write_text(content)
+    assert main(["serve", "--requests", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_serve_runs_a_scenario(capsys):
+    from engine.cli import main
+
+    assert main(["serve", "--scenario", "preemption"]) == 0
+    out = capsys.readouterr().out
+    assert "preempted" in out and "preemptions: 0" not in out

@@ -1,0 +1,92 @@
+"""The Serving page and lesson 10, driven as a person would: scenarios, ▶ ◀, Run to end, bad requests, a projector."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from ui.apptest import app_test, page
+
+SCENARIO_TITLES = ["1. Requests arriving over time", "2. A shared system prompt",
+                   "3. A long prompt while others decode (chunked prefill)", "4. A pool too small: preemption"]
+
+
+def serving_page():
+    at = app_test().run()
+    at.switch_page(page("serving")).run()
+    assert not at.exception
+    return at
+
+
+def svgs(at, testid: str) -> list[str]:
+    """The SVG text of every serving picture with this test id on the page (they are <img> data URIs)."""
+    out = []
+    for block in at.get("html"):
+        body = str(block.proto.body)
+        if f'data-testid="{testid}"' in body:
+            data = re.search(r"base64,([A-Za-z0-9+/=]+)", body).group(1)
+            out.append(base64.b64decode(data).decode())
+    return out
+
+
+@pytest.mark.parametrize("title", SCENARIO_TITLES)
+def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(title).run()
+    at.button(key="serve_forward").click().run()
+    pool = svgs(at, "dl-pool")[0]
+    assert pool.count('data-role="block-used"') > 0  # step 0 prefilled someone: blocks taken
+    at.button(key="serve_run_all").click().run()
+    assert not at.exception and not at.error
+    timeline = svgs(at, "dl-timeline")[0]
+    assert timeline.count('data-role="cell-prefill"') >= 1 and timeline.count('data-role="cell-decode"') > 5
+    done = svgs(at, "dl-pass")[0]
+    assert 'data-role="queue-done"' in done
+    pool = svgs(at, "dl-pool")[0]
+    assert pool.count('data-role="block-free"') == pool.count("data-block=")  # everything given back at the end
+    if "preemption" in title:
+        assert timeline.count('data-role="cell-preempted"') > 0 and timeline.count('data-role="cell-recompute"') > 0
+    table = at.dataframe[0].value
+    assert list(table["status"]) == ["done"] * len(table)
+
+
+def test_back_shows_an_earlier_step_and_forward_replays_it():
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[1]).run()
+    for _ in range(8):
+        at.button(key="serve_forward").click().run()
+    newest = svgs(at, "dl-pass")[0]
+    at.button(key="serve_back").click().run()
+    assert "step 6:" in svgs(at, "dl-pass")[0] and "step 7:" in newest
+    shared = svgs(at, "dl-pool")[0]
+    assert shared.count('data-role="block-shared"') > 0  # r1 shares the system prompt's blocks by step 6
+    at.button(key="serve_forward").click().run()
+    assert svgs(at, "dl-pass")[0] == newest  # replayed from the record, not computed again
+
+
+def test_your_own_requests_with_a_bad_arrival_get_a_message_and_the_page_keeps_working():
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value("Your own requests").run()
+    at.session_state["serve_own_requests"] = None
+    from engine.generate.serving import RequestSpec
+
+    at.session_state["serve_own_requests"] = [RequestSpec("Once upon a time", 8, 5), RequestSpec("Tom", 8, 1)]
+    at.button(key="serve_forward").click().run()
+    assert not at.exception
+    assert any("forward in time" in str(e.value) for e in at.error)
+    at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[0]).run()
+    at.button(key="serve_forward").click().run()
+    assert not at.error and svgs(at, "dl-pool")
+
+
+def test_lesson_10_shows_the_pool_and_the_pass():
+    at = app_test().run()
+    at.switch_page(page("lessons")).run()
+    titles = at.selectbox(key="lesson_pick").options
+    at.selectbox(key="lesson_pick").set_value(next(t for t in titles if t.startswith("10."))).run()
+    assert not at.exception
+    pool, one_pass = svgs(at, "dl-pool"), svgs(at, "dl-pass")
+    assert pool and one_pass and "ONE forward pass" in one_pass[0]
+    assert pool[0].count('data-role="block-shared"') > 0  # the system prompt stored once by step 8
