@@ -70,10 +70,14 @@ def forward() -> None:
     if at < len(run.steps) - 1:
         st.session_state["serve_at"] = at + 1
         return
-    if run.done:
-        return
+    if not run.done:
+        advance(run, 1)
+
+
+def advance(run, steps: int | None) -> None:
+    """Run engine steps (None: until every request is done) and show the newest; a refusal becomes a message."""
     try:
-        run.step()
+        run.run(steps)
     except DecodeLabError as e:
         st.session_state["serve_error"] = str(e)
     st.session_state["serve_at"] = len(run.steps) - 1
@@ -86,14 +90,8 @@ def back() -> None:
 def run_to_end() -> None:
     if current_run() is None:
         forward()
-    run = current_run()
-    if run is None:
-        return
-    try:
-        run.run()
-    except DecodeLabError as e:
-        st.session_state["serve_error"] = str(e)
-    st.session_state["serve_at"] = len(run.steps) - 1
+    if current_run() is not None:
+        advance(current_run(), None)
 
 
 def pick_scenario() -> None:

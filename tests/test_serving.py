@@ -61,12 +61,20 @@ def check_books(run: ServingRun) -> None:
         assert len(dict(last.tables)[rid]) == -(-held // run.page_size) or held == 0
 
 
+@pytest.fixture(scope="module")
+def bundled_gpt2():
+    return load_model("tinystories-gpt2", device="cpu")
+
+
+@pytest.mark.parametrize("model", ["tinystories-llama", "tinystories-gpt2"])  # RoPE and GQA; learned positions, MHA
 @pytest.mark.parametrize("how", list(SETTINGS))
-def test_every_request_gets_its_own_greedy_tokens_whatever_the_server_did(bundled_lm, how):
+def test_every_request_gets_its_own_greedy_tokens_whatever_the_server_did(bundled_lm, bundled_gpt2, model, how):
+    lm = bundled_lm if model == "tinystories-llama" else bundled_gpt2
     specs = [RequestSpec(p, NEW, 2 * i) for i, p in enumerate(PROMPTS)]
-    run = serve(bundled_lm, specs, **SETTINGS[how])
+    run = serve(lm, specs, **SETTINGS[how])
     for r in run.requests:
-        assert r.generated_ids == alone(bundled_lm, r.prompt, NEW), (how, r.id)
+        assert r.generated_ids == alone(lm, r.prompt, NEW), (how, r.id)
+        assert r.generated_ids == generate(lm, r.ids[:, : r.prompt_len], NEW)  # transformers' own, alone
     if how == "pool too small (preemption)":
         assert run.preemptions > 0 and any(s.preempted for s in run.steps)
         assert any(row.phase == "recompute" for s in run.steps for row in s.rows)  # drawn, not hidden
