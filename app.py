@@ -8,6 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from ui.follow import follow_route, lecturer_panel
 from ui.frame import apply_link, page_links, resume_page, sidebar, warning, write_link
 
 ROOT = Path(__file__).resolve().parent
@@ -33,12 +34,20 @@ pages = [
     page("scale", "Scale: KV memory and roofline", ":material/trending_up:"),
     page("model_info", "Model", ":material/info:"),
 ]
-current = st.navigation(pages, position="hidden")  # listed by page_links in the sidebar (see config.toml)
-resume_page(pages)  # a fresh server's first request was a deep link: go back to it
+follow = page("follow", "Follow the lecturer", ":material/cast_for_education:")  # /?follow=CODE; not listed
+current = st.navigation(pages + [follow], position="hidden")  # listed by page_links in the sidebar (see config.toml)
+resume_page(pages + [follow])  # a fresh server's first request was a deep link: go back to it
+following = follow_route(current, follow)  # a ?follow=CODE link, on any page, opens the follower's page
 page_links(pages, st.sidebar)
 link_problems = apply_link()  # first run of a session only: settings from a shared link
-st.session_state["settings"], st.session_state["lm"] = sidebar()
+if following:  # a follower shows the lecturer's run: no settings or model of its own to draw (ui/follow.py)
+    st.session_state["settings"] = st.session_state.get("settings")
+    st.session_state["lm"] = st.session_state.get("lm")
+else:
+    st.session_state["settings"], st.session_state["lm"] = sidebar()
+    lecturer_panel(st.sidebar)  # "lecturer key" and "Start a class", when the server has a key
 for problem in link_problems:
     warning(problem)
-write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
+if not following:  # a follower's address keeps its class code
+    write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
 current.run()

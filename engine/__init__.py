@@ -1,32 +1,48 @@
-"""Decode Lab engine: load a causal LM and step it through prefill and decode.
+"""Decode Lab engine: load a causal LM and step it through prefill and decode, one request or many.
 
-Everything that thinks lives here; nothing here imports streamlit.
+Everything that thinks lives here; nothing here imports streamlit. One folder per step of the story:
+
+    load/       get a model: load_model, the checks before any weight is read, the allow-list, the device
+    forward/    run one pass: run_pass (every model call), Q/K/V capture, the KV cache, the paged pool,
+                sampling, the StepTrace record, a model's figures (ModelSpec), FLOPs/bytes estimates
+    generate/   generate: the one loop (loop.py), the Stepper (prefill, decode), speculative rounds,
+                padded batches, cache on vs off, serving (continuous batching over a paged cache)
+    measure/    measure: bench, the race, the roofline, a decode step taken apart, KV sizes, speculation
+                and serving compared side by side
+    draw/       draw: one palette, the stage (SVG), plotly figures and tables, serving pictures
 
 Shape vocabulary (used in code comments, trace field names and UI labels alike):
 
     batch     sequences processed together (1 on the step-through page)
     pos       token positions: `q_len` new positions computed this step,
               `kv_len` positions attended to (prompt + generated so far)
+    past      positions already in the KV cache before a pass (= the position of the first fed token)
+    query_pos / key_pos   the two axes of attention: the fed rows, and the positions they look at
     head      query heads (`num_attention_heads`)
     kv_head   key/value heads (`num_key_value_heads`): == head for MHA,
               fewer for GQA, 1 for MQA
     head_dim  width of one head (usually d_model / head)
     d_model   width of the residual stream (`hidden_size`)
     vocab     number of tokens the model can emit
-    layer     transformer block index
+    layer     transformer block index (`layers` counts them)
+    new_tokens  tokens a run adds after its prompt (the prefill's choice is the first)
+    block, page_size, block table   serving: the pool holds keys and values in blocks of page_size
+              positions; a request's block table lists its blocks in order
 
 Public API (see README):
 
     lm = load_model("default")                    # -> LoadedModel (lm.spec: its figures)
-    s = Stepper(lm, "Once upon a time", use_cache=True, sampling=Sampling())
-    s.prefill(); s.decode(); s.run(20)            # -> StepTrace records in s.traces
+    stepper = Stepper(lm, "Once upon a time", use_cache=True, sampling=Sampling())
+    stepper.prefill(); stepper.decode(); stepper.run(20)   # -> StepTrace records in stepper.traces
     report = compare(lm, "Once upon a time", new_tokens=20)
+    run = ServingRun(lm, [RequestSpec("Once upon a time", 32, arrive=0), ...]); run.step()
 """
 
 from engine.errors import DecodeLabError, ModelLoadError, StepError  # noqa: F401
-from engine.load.load import bundled_models, load_model  # noqa: F401
-from engine.load.loaded import LoadedModel  # noqa: F401
 from engine.forward.sampling import Sampling  # noqa: F401
-from engine.generate.stepper import Stepper  # noqa: F401
 from engine.forward.trace import StepTrace  # noqa: F401
 from engine.generate.compare import compare  # noqa: F401
+from engine.generate.serving import RequestSpec, ServingRun  # noqa: F401
+from engine.generate.stepper import Stepper  # noqa: F401
+from engine.load.load import bundled_models, load_model  # noqa: F401
+from engine.load.loaded import LoadedModel  # noqa: F401

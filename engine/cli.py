@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import DecodeLabError
+from engine.units import human_bytes
 
 
 def _load(args):
@@ -96,7 +97,7 @@ def _kv_size(args) -> int:
     try:
         arch = kvcalc.from_table(args.model)
     except KeyError:
-        arch = kvcalc.from_config(args.model)  # a DecodeLabError here is reported by main()
+        arch = kvcalc.from_source(args.model)  # a DecodeLabError here is reported by main()
     elem = kvcalc.KV_DTYPES[args.dtype]
     total = arch.kv_bytes(args.tokens, args.batch, elem)
     if args.json:
@@ -107,7 +108,7 @@ def _kv_size(args) -> int:
                           "tokens": args.tokens, "batch": args.batch, "dtype": args.dtype}))
     else:
         print(f"{arch.name} ({arch.attention}): KV cache for {args.tokens:,} tokens x batch {args.batch} "
-              f"in {args.dtype}: {kvcalc.human(total)} (estimate from its config)")
+              f"in {args.dtype}: {human_bytes(total)} (estimate from its config)")
         print(kvcalc.formula(arch, args.tokens, args.batch, elem))
     return 0
 

@@ -6,17 +6,21 @@ own numbers; the text around them is only the explanation.
 """
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from engine import DecodeLabError, Sampling, Stepper, compare
 from engine.measure import kvcalc
 from engine.measure import roofline
 from engine.draw import figures as fig
-from engine.generate.batch import run_batch
+from engine.draw.request import request_html
+from engine.generate.batch import run_batch, same_as_alone
 from engine.generate.compare import kv_reuse
+from engine.generate.predict import ARTICLE_PROMPT, next_word_odds, until_end
 from engine.draw.stage import caption, stage_html, stage_svg
 from engine.generate.loop import token_pieces
+from engine.load.load import bundled_models
+from engine.measure.request import request_timeline
+from engine.units import human_bytes
 from ui.frame import PROMPTS, device_roof, error, frame, plain, scale, warning
 
 st.title("Lessons: how a language model generates text")
@@ -24,8 +28,11 @@ settings, lm = frame(__file__)
 if lm is None:
     st.error("No model is loaded: see the message in the sidebar.")
     st.stop()
-m = lm.spec
+spec = lm.spec
+MODEL = (settings.source, settings.device, settings.dtype)  # which shared model: every cached run below is keyed by it
 PROMPT_TITLES = [p["title"] for p in PROMPTS]
+ENDING = next(p["prompt"] for p in PROMPTS if "end-of-text" in p["title"])  # a story the model ends by itself
+BUNDLED = {"default", *bundled_models()}  # trained here on TinyStories (assets/models/*/README.md)
 
 
 def prompt_picker(key: str, default: int = 0) -> str:
@@ -33,29 +40,80 @@ def prompt_picker(key: str, default: int = 0) -> str:
     return next(p["prompt"] for p in PROMPTS if p["title"] == title)
 
 
+# Every run a lesson talks about is made once per (model, settings) and kept: a rerun, a slider moved back, another
+# student on the same lesson, all read the same measured run. Stored runs are only read, never stepped again.
+
+
+@st.cache_resource(max_entries=48, show_spinner="Running the model once for this lesson (it is kept)…")
+def _greedy_run(_lm, model: tuple, prompt: str, decode_steps: int, use_cache: bool) -> Stepper:
+    run = Stepper(_lm, prompt, max_new_tokens=decode_steps + 1, stop_on_eos=False, use_cache=use_cache)
+    run.run()
+    return run
+
+
 def greedy_run(prompt: str, decode_steps: int, use_cache: bool = True) -> Stepper:
-    """Prefill, then `decode_steps` greedy decode steps: the live run a lesson talks about."""
-    s = Stepper(lm, prompt, max_new_tokens=decode_steps + 1, stop_on_eos=False, use_cache=use_cache)
-    s.run()
-    return s
+    """Prefill, then `decode_steps` greedy decode steps: the live run a lesson talks about (made once, kept)."""
+    return _greedy_run(lm, MODEL, prompt, decode_steps, use_cache)
 
 
-def labels(s: Stepper) -> list[str]:
-    return fig.axis_labels(token_pieces(lm.tokenizer, s.ids[0].tolist()))
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _proof(_lm, model: tuple, prompt: str, decode_steps: int) -> dict | None:
+    run = greedy_run(prompt, decode_steps)
+    return kv_reuse(_lm, run.ids, run.cache)
 
 
-def show_stage(s: Stepper, step: int, layer: int = 0) -> None:
-    t = s.traces[step]
-    st.html(stage_html(stage_svg(t, s.pieces(), s.prompt_len, layer=layer), caption(t)))
+@st.cache_resource(max_entries=8, show_spinner="Running both modes once (kept for every rerun)…")
+def _compare(_lm, model: tuple, prompt: str, new_tokens: int) -> dict:
+    return compare(_lm, prompt, new_tokens, record=False, stop_on_eos=False)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _sampled_prefill(_lm, model: tuple, prompt: str, sampling: Sampling):
+    return Stepper(_lm, prompt, sampling=sampling, max_new_tokens=1).prefill()
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _endings() -> dict:
+    """model -> how a greedy story from ENDING stopped: filled once, with a progress bar (see lesson 6)."""
+    return {}
+
+
+@st.cache_resource(max_entries=16, show_spinner="Running the batch once (kept for every rerun)…")
+def _batch(_lm, model: tuple, prompts: tuple[str, ...]):
+    run = run_batch(_lm, list(prompts), new_tokens=9)
+    return run, same_as_alone(_lm, run)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Timing one request, step by step, on this device (once)…")
+def _request(_lm, model: tuple, prompt: str):
+    return request_timeline(_lm, prompt)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _article_odds(_lm, model: tuple):
+    return next_word_odds(_lm)
+
+
+def labels(run: Stepper) -> list[str]:
+    return fig.axis_labels(token_pieces(lm.tokenizer, run.ids[0].tolist()))
+
+
+def show_stage(run: Stepper, step: int, layer: int = 0) -> None:
+    t = run.traces[step]
+    st.html(stage_html(stage_svg(t, run.pieces(), run.prompt_len, layer=layer), caption(t)))
 
 
 def bound_sentence(t, what: str) -> str:
-    """'compute-bound' or 'memory-bound' from this step's intensity against this device's ridge (and an H100's)."""
+    """Where the roofline puts this step (its intensity against this device's ridge, and an H100's), then what
+    its measured time shows: compute-, memory- or overhead-bound, from the time against both bounds."""
     here, h100 = device_roof(), roofline.h100()
+    v = roofline.step_verdict(t, here)
     return (f"{what} does about **{t.intensity_estimate:.1f} FLOPs per byte** it moves (estimate). This device's "
-            f"measured ridge is {here.ridge:.1f} FLOP/byte, so here it is **{roofline.bound(t.intensity_estimate, here)}**; "
-            f"on an {h100.name.split(' (')[0]} (ridge {h100.ridge:.0f}) the same step would be "
-            f"**{roofline.bound(t.intensity_estimate, h100)}**.")
+            f"measured ridge is {here.ridge:.1f} FLOP/byte, so the roofline puts it on "
+            f"**{roofline.side(t.intensity_estimate, here)}** (on an {h100.name.split(' (')[0]}, ridge "
+            f"{h100.ridge:.0f}: {roofline.side(t.intensity_estimate, h100)}). Measured, it took "
+            f"{t.forward_ms:.3g} ms against a memory bound of {v['memory_ms']:.3g} ms and a compute bound of "
+            f"{v['compute_ms']:.3g} ms: **{v['label']}**.")
 
 
 # ------------------------------------------------------------------ the lessons
@@ -74,10 +132,21 @@ def lesson_tokens() -> None:
     st.html(fig.token_chips_html(list(zip(ids, token_pieces(lm.tokenizer, ids))), [], set()))
     back = lm.tokenizer.decode(ids, skip_special_tokens=True)
     lead = (f" The first, id {ids[0]}, is the start marker the tokenizer adds." if ids and ids[0] == bos else "")
-    st.markdown(f"**{len(text)} characters became {len(ids)} tokens** out of a vocabulary of {m.vocab:,}.{lead} "
+    st.markdown(f"**{len(text)} characters became {len(ids)} tokens** out of a vocabulary of {spec.vocab:,}.{lead} "
                 f"Decoding the ids gives back "
                 f"{'the same text' if back == text else 'not exactly the same text (the tokenizer normalised it)'}:")
     st.text(back)
+    odds = _article_odds(lm, MODEL)
+    top = ", ".join(f"{fig.show_piece(piece)} ({p:.0%})" for piece, p in odds["top"])
+    said = "; ".join(f"'{w}' {o['p'] * 100:.2g}% (rank {o['rank']:,})" for w, o in odds["words"].items())
+    why = (" It was trained only on TinyStories, short children's stories: it has read 'was so big' and 'so happy' in "
+           "thousands of them, and hardly any weather reports." if settings.source in BUNDLED else "")
+    st.markdown(plain(f"The articles' example: after \"{ARTICLE_PROMPT}\" a model trained on web text predicts "
+                      f"'nice' or 'warm'. This model predicts {top}; the articles' words get {said}.{why}"))
+    st.markdown("**One request, start to finish**, timed on this server's device: the text is tokenized on the CPU, "
+                "the ids are copied to the device, one prefill pass and one decode pass per new token run there, "
+                "the new ids are copied back and detokenized. Loading the weights happens once per server.")
+    st.html(request_html(_request(lm, MODEL, ARTICLE_PROMPT)))
 
 
 def lesson_prefill() -> None:
@@ -87,16 +156,18 @@ def lesson_prefill() -> None:
                 "not exist yet. The stage shows s rows going in together, and K and V of all of them written to "
                 "the cache at once.")
     prompt = prompt_picker("lesson2_prompt", default=2)
-    s = greedy_run(prompt, decode_steps=1)
-    pre, dec = s.traces[0], s.traces[1]
-    show_stage(s, 0)
+    run = greedy_run(prompt, decode_steps=1)
+    pre, dec = run.traces[0], run.traces[1]
+    show_stage(run, 0)
     rows, att = fig.attention_rows(pre, 0, 0)
     above = float(np.nansum(np.triu(np.nan_to_num(att, nan=0.0), 1)))
     st.markdown(f"This prompt is **{pre.q_len} tokens**, so prefill pushed all {pre.q_len} through at once: the rows "
-                f"entering each block are `[1, {pre.q_len}, {m.d_model}]` = `[batch, pos, d_model]`. In the heatmap "
-                f"(layer 0, head 0) every row sums to 1, and the weights above the diagonal add up to **{above:.1g}**: "
-                "the mask at work (drawn grey: masked, not zero).")
-    st.plotly_chart(fig.attention_heatmap(att, labels(s)[: pre.kv_len], labels(s)[: pre.kv_len],
+                f"entering each block are `[1, {pre.q_len}, {spec.d_model}]` = `[batch, pos, d_model]`. Every weight "
+                f"matrix multiplies all {pre.q_len} rows at once, a **matrix-matrix** product: each weight read from "
+                f"memory serves {pre.q_len} rows of arithmetic. In the heatmap (layer 0, head 0) every row sums to 1, "
+                f"and the weights above the diagonal add up to **{above:.1g}**: the mask at work (drawn grey: masked, "
+                "not zero).")
+    st.plotly_chart(fig.attention_heatmap(att, labels(run)[: pre.kv_len], labels(run)[: pre.kv_len],
                                           "layer 0, head 0: prefill, causal", scale=scale()), key="lesson2_att")
     st.markdown(bound_sentence(pre, "This prefill") + f" The decode step after it: {dec.intensity_estimate:.1f} "
                 "FLOPs per byte. A longer prompt does more arithmetic per weight it reads, and moves right.")
@@ -107,15 +178,17 @@ def lesson_decode() -> None:
                 "compared with the keys of every position so far. The attention matrix gains **one row** per step, "
                 "and the rows above it never change.")
     steps = st.slider("try it: decode steps (move it back and forth to replay them)", 1, 12, 5, key="lesson3_steps")
-    s = greedy_run(PROMPTS[0]["prompt"], decode_steps=12)
-    pre, t = s.traces[0], s.traces[steps]
-    show_stage(s, steps)
+    run = greedy_run(PROMPTS[0]["prompt"], decode_steps=12)
+    pre, t = run.traces[0], run.traces[steps]
+    show_stage(run, steps)
     st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
-                f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): `[1, 1, {m.d_model}]` in, "
-                f"against `[1, {pre.q_len}, {m.d_model}]` at prefill. It took {t.timing.describe()} (measured) for "
-                f"{t.flops_estimate / 1e6:.1f} MFLOPs (estimate). " + bound_sentence(t, "A decode step"))
-    z = fig.assembled_attention(s.traces[: steps + 1], 0, 0)
-    st.plotly_chart(fig.attention_heatmap(z, labels(s)[: z.shape[0]], labels(s)[: z.shape[1]],
+                f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): `[1, 1, {spec.d_model}]` in, "
+                f"against `[1, {pre.q_len}, {spec.d_model}]` at prefill. Every weight matrix now multiplies a single "
+                "row, a **matrix-vector** product: each weight is read from memory for one row of arithmetic. It took "
+                f"{t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
+                + bound_sentence(t, "A decode step"))
+    z = fig.assembled_attention(run.traces[: steps + 1], 0, 0)
+    st.plotly_chart(fig.attention_heatmap(z, labels(run)[: z.shape[0]], labels(run)[: z.shape[1]],
                                           "layer 0, head 0: the prefill square plus one row per decode step",
                                           scale=scale()), key="lesson3_att")
 
@@ -126,36 +199,28 @@ def lesson_kv_cache() -> None:
                 "Queries are not kept: a query is used once, by its own position, to look back; no later step ever "
                 "needs an old query again.")
     steps = st.slider("try it: decode steps", 0, 20, 8, key="lesson4_steps")
-    s = greedy_run(PROMPTS[0]["prompt"], decode_steps=steps)
-    t = s.traces[-1]
-    first = t.layers[0]
-    batch, kv_heads, pos, head_dim = first.shapes["kv.keys"]
+    run = greedy_run(PROMPTS[0]["prompt"], decode_steps=steps)
+    t = run.traces[-1]
+    batch, kv_heads, pos, head_dim = t.layers[0].shapes["kv.keys"]
     elem = lm.elem_bytes
-    formula = sum(2 * batch * kv_heads * x.cached * head_dim * elem for x in t.layers)
-    same_shape = len({x.shapes["kv.keys"] for x in t.layers}) == 1
+    formula = spec.kv_bytes(t.kv_len, batch, elem)  # the ModelSpec's formula, from the config
     st.markdown(f"After prefill and {steps} decode steps the cache holds **{pos} positions**"
-                + ("" if same_shape else " in its full layers (the sliding-window layers hold fewer)")
+                + ("" if not spec.sliding_layers else " in its full layers (the sliding-window layers hold fewer)")
                 + f". Each layer stores keys and values of shape `[{batch}, {kv_heads}, {pos}, {head_dim}]` = "
                 "`[batch, kv_head, pos, head_dim]`.")
-    total = f"{formula:,}".replace(",", "{,}")  # LaTeX needs braces around a thousands comma
-    if same_shape:
-        st.latex(rf"2 \times {batch} \times {kv_heads} \times {pos} \times {head_dim} \times {elem}\,\text{{bytes}} "
-                 rf"\times {m.layers}\ \text{{layers}} = {total}\ \text{{bytes}}")
-    else:
-        st.latex(rf"\sum_{{\text{{layer}}}} 2 \times {batch} \times {kv_heads} \times pos_{{\text{{kept}}}} \times "
-                 rf"{head_dim} \times {elem}\,\text{{bytes}} = {total}\ \text{{bytes}}")
+    st.latex(kvcalc.formula_latex(spec, t.kv_len, batch, elem))
     st.markdown(f"Measured from the real tensors: **{t.kv_bytes:,} bytes** "
                 f"({'the same' if t.kv_bytes == formula else 'different!'}). Each new token adds "
-                f"{formula // max(1, pos):,} bytes while every layer still keeps every position.")
-    proof = kv_reuse(lm, s.ids, s.cache)
+                f"{spec.kv_bytes_per_token(elem):,.0f} bytes while every layer still keeps every position.")
+    proof = _proof(lm, MODEL, PROMPTS[0]["prompt"], steps)
     if proof is not None:
         st.markdown(f"**Checked on this run:** recomputing every one of the {proof['positions']} positions with no "
                     f"cache gives keys within **{proof['max_key_diff']:.1g}** and values within "
                     f"**{proof['max_value_diff']:.1g}** of what the cache holds (float rounding): the cached K and V "
                     "are exactly what a full recomputation would give. And every step's q was "
-                    f"`[1, {m.heads}, 1, {m.head_dim}]` after prefill: one row, its own, used once.")
-    st.dataframe(fig.kv_frame(t), hide_index=True, width="stretch")
-    st.plotly_chart(fig.kv_growth_figure(s.traces, scale=scale()), key="lesson4_growth")
+                    f"`[1, {spec.heads}, 1, {spec.head_dim}]` after prefill: one row, its own, used once.")
+    st.table(fig.kv_frame(t).set_index("layer"))
+    st.plotly_chart(fig.kv_growth_figure(run.traces, scale=scale()), key="lesson4_growth")
 
 
 def lesson_no_cache() -> None:
@@ -163,7 +228,7 @@ def lesson_no_cache() -> None:
                 "for **all** positions so far. The tokens come out the same; the work does not. On the stage, the "
                 "red columns and rows are work done again.")
     steps = st.slider("try it: new tokens", 5, 60, 30, 5, key="lesson5_steps")
-    rep = compare(lm, PROMPTS[0]["prompt"], steps, record=False, stop_on_eos=False)
+    rep = _compare(lm, MODEL, PROMPTS[0]["prompt"], steps)
     cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
     show_stage(greedy_run(PROMPTS[0]["prompt"], decode_steps=5, use_cache=False), 5)
     sum_q = {name: sum(t.q_len for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
@@ -190,14 +255,13 @@ def lesson_sampling() -> None:
                 "and a repetition penalty lowers tokens already used.")
     c = st.columns(5)
     temperature = c[0].slider("temperature", 0.1, 2.0, 1.0, 0.1, key="lesson6_t")
-    top_k = c[1].number_input("top-k (0 = off)", 0, m.vocab, 0, key="lesson6_k")
+    top_k = c[1].number_input("top-k (0 = off)", 0, spec.vocab, 0, key="lesson6_k")
     top_p = c[2].slider("top-p", 0.05, 1.0, 1.0, 0.05, key="lesson6_p")
     rep = c[3].slider("repetition penalty", 1.0, 2.0, 1.0, 0.1, key="lesson6_r")
     seed = c[4].number_input("seed", 0, 10_000, 0, key="lesson6_seed")
     sampling = Sampling(greedy=False, temperature=temperature, top_k=int(top_k), top_p=top_p,
                         repetition_penalty=rep, seed=int(seed))
-    s = Stepper(lm, PROMPTS[2]["prompt"], sampling=sampling, max_new_tokens=1)
-    t = s.prefill()
+    t = _sampled_prefill(lm, MODEL, PROMPTS[2]["prompt"], sampling)  # one pass per (settings, seed), kept
     top = t.top[0]
     kept = sum(1 for c_ in t.top if c_.p_after > 0)
     st.plotly_chart(fig.next_token_figure(t, scale=scale()), key="lesson6_next")
@@ -205,12 +269,20 @@ def lesson_sampling() -> None:
                       f"{top.logit:.2f}) at {top.p_before:.1%}; after them it has {top.p_after:.1%}, and {kept} of the "
                       f"{len(t.top)} shown candidates can still be drawn. This draw ({t.rule}) picked "
                       f"{fig.show_piece(t.token)}."))
-    eos = Stepper(lm, "Once upon a time", max_new_tokens=400)
-    eos.run()
+    ending = _endings().get(MODEL)
+    if ending is None:  # once per model and server; every later rerun reads it back
+        limit = 400
+        bar = st.progress(0.0, text="Generating a story until the model ends it (once, then kept)…")
+        ending = until_end(lm, ENDING, limit, on_step=lambda n: bar.progress(
+            min(1.0, n / limit), text=f"Generating a story until the model ends it: {n} tokens so far…"))
+        _endings()[MODEL] = ending
+        bar.empty()
     st.markdown(f"A run **stops** at the end-of-text token (id {lm.tokenizer.eos_token_id}), after the maximum number "
-                f"of new tokens, when the new text contains a stop string, or when the context of {m.max_positions} "
-                f"positions is full. Greedy from 'Once upon a time' (up to 400 tokens) stopped after "
-                f"**{len(eos.generated_ids)} tokens**, reason: **{eos.stop_reason}**.")
+                f"of new tokens, when the new text contains a stop string, or when the context of "
+                f"{spec.max_positions} positions is full. Greedy from the story below (up to {ending['max_new_tokens']} "
+                f"tokens) stopped after **{ending['tokens']} tokens**, reason: **{ending['stop_reason']}**"
+                + (": the model wrote end-of-text itself." if ending["stop_reason"] == "eos" else "."))
+    st.text(ending["prompt"] + ending["text"])
 
 
 def lesson_batches() -> None:
@@ -222,7 +294,7 @@ def lesson_batches() -> None:
     a = st.text_input("try it: first prompt", "Tom had a red ball.", key="lesson7_a")
     b = st.text_input("try it: second prompt", PROMPTS[1]["prompt"], key="lesson7_b")
     try:
-        run = run_batch(lm, [a, b], new_tokens=9)
+        run, alone = _batch(lm, MODEL, (a, b))
     except DecodeLabError as e:
         error(str(e))
         return
@@ -233,55 +305,40 @@ def lesson_batches() -> None:
         st.caption(f"Padding reuses id {pad_id}, the start marker's id (this tokenizer has no separate pad token): the "
                    "ids alone cannot tell padding from a real token; only the attention mask can.")
     st.markdown(f"Row {short} got **{run.pad_counts[short]} padding positions**. Its attention (layer 0, head 0) "
-                f"below: the padded columns are zero. Over every layer and head, the largest weight a real token "
-                f"gave a padded one is **{run.max_attention_on_padding():.1g}**.")
+                f"below: the padded columns are masked, drawn grey like every masked pair (masked, not zero). Over "
+                f"every layer and head, the largest weight a real token gave a padded one is "
+                f"**{run.max_attention_on_padding():.1g}**.")
     pieces = [p or "PAD" for p in run.pieces[short]]
-    st.plotly_chart(fig.attention_heatmap(run.prefill_attention[0, short, 0].numpy(), fig.axis_labels(pieces),
+    st.plotly_chart(fig.attention_heatmap(run.attention(short, 0, 0), fig.axis_labels(pieces),
                                           fig.axis_labels(pieces), f"batch row {short}, layer 0, head 0",
                                           scale=scale()), key="lesson7_att")
-    st.caption("The PAD rows at the top are the padding positions' own queries: they attend somewhere (every row of "
-               "a softmax sums to 1), but their outputs are never used.")
-    st.dataframe(pd.DataFrame([(name, str(list(shape))) for name, shape in run.shapes],
-                              columns=["tensor", "shape [batch, ...]"]), hide_index=True)
-    for i, (prompt, tokens) in enumerate(zip(run.prompts, run.generated)):
-        solo = Stepper(lm, prompt, max_new_tokens=len(tokens), stop_on_eos=False, record=False)
-        solo.run()
-        st.markdown(plain(f"Row {i}: {run.texts[i]}") + " — same tokens as running it alone: "
-                    f"**{'yes' if list(tokens) == solo.generated_ids else 'no'}**")
+    st.caption("The PAD rows at the top are the padding positions' own queries: the mask hides every key from "
+               "them (all grey), and whatever they compute is never used.")
+    st.dataframe(fig.batch_shapes_frame(run.shapes), hide_index=True)
+    for i, same in enumerate(alone):  # engine.generate.batch.same_as_alone: each prompt decoded alone
+        st.markdown(plain(f"Row {i}: {run.texts[i]}") + f" — same tokens as running it alone: **{'yes' if same else 'no'}**")
 
 
 def lesson_scale() -> None:
     st.markdown("The cache that was a few kilobytes here is the main memory cost of serving big models. The formula "
                 "is the same: 2 × layers × kv_heads × head_dim × bytes per element, per token (a sliding-window "
                 "layer stops growing at its window).")
-    s = greedy_run(PROMPTS[0]["prompt"], decode_steps=4)
-    t = s.traces[-1]
+    t = greedy_run(PROMPTS[0]["prompt"], decode_steps=4).traces[-1]
     live = t.kv_bytes / t.kv_len
     tokens = st.select_slider("try it: context length", [1024, 4096, 8192, 32768], 8192, key="lesson8_tokens")
-    rows = []
-    for name in ["Llama-2-7b", "Llama-3-8B", "Llama-2-70b", "Llama-3-70B", "Gemma-2-9b"]:
-        arch = kvcalc.from_table(name)
-        rows.append({"model": name, "attention": f"{arch.attention} ({arch.heads} query / {arch.kv_heads} KV heads)"
-                     + (f", {arch.sliding_layers} sliding layers" if arch.sliding_layers else ""),
-                     "KV per token (fp16, estimate)": kvcalc.human(arch.kv_bytes_per_token(2)),
-                     f"KV for {tokens:,} tokens": kvcalc.human(arch.kv_bytes(tokens)),
-                     f"same model as MHA, {tokens:,} tokens": kvcalc.human(arch.as_mha().kv_bytes(tokens))})
     st.markdown(f"Your live model stores **{live:,.0f} bytes per token** (measured, {lm.dtype_name}). Published "
                 f"configurations, computed from their figures (estimates, fp16, batch 1):")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(kvcalc.compare_frame(["Llama-2-7b", "Llama-3-8B", "Llama-2-70b", "Llama-3-70B", "Gemma-2-9b"], tokens),
+                 hide_index=True, width="stretch")
     l2, l3 = kvcalc.from_table("Llama-2-70b"), kvcalc.from_table("Llama-3-8B")
     st.markdown(f"Grouped-query attention shares each K/V head among several query heads: Llama-2-70B's "
                 f"{l2.heads} query heads use {l2.kv_heads} K/V heads, a cache {l2.heads // l2.kv_heads}× smaller "
                 f"than MHA; Llama-3-8B's cache is {l3.heads // l3.kv_heads}× smaller than it would be with MHA.")
-    big = kvcalc.from_table("Llama-3-70B")
-    weights = kvcalc.weight_bytes(big, 2)
-    per_sequence = big.kv_bytes(tokens)
-    gpus = int(-(-weights // 80e9)) + 1  # enough 80 GB cards for the weights, plus one for caches
-    fit = kvcalc.largest_fit(big, gpus * 80e9, 2, 2, tokens)
-    st.caption(f"Why it matters: Llama-3-70B's fp16 weights alone are {kvcalc.human(weights)}, more than one 80 GB "
-               f"accelerator holds. On {gpus} of them ({gpus * 80} GB), what the weights leave holds the caches of "
-               f"**{fit['max_batch']:,} sequences** of {tokens:,} tokens ({kvcalc.human(per_sequence)} each, estimate; "
-               "activations not counted).")
+    cards = kvcalc.cards_for(kvcalc.from_table("Llama-3-70B"), tokens)  # enough 80 GB cards, plus one for caches
+    st.caption(f"Why it matters: Llama-3-70B's fp16 weights alone are {human_bytes(cards['weights'])}, more than one "
+               f"80 GB accelerator holds. On {cards['cards']} of them ({cards['cards'] * 80} GB), what the weights "
+               f"leave holds the caches of **{cards['max_batch']:,} sequences** of {tokens:,} tokens "
+               f"({human_bytes(cards['per_sequence'])} each, estimate; activations not counted).")
     st.markdown("What comes next:\n"
                 "- **Paged KV cache** (vLLM's PagedAttention): store the cache in fixed-size blocks like virtual "
                 "memory pages, so many sequences share GPU memory without fragmentation.\n"
@@ -297,6 +354,12 @@ def lesson_speculative() -> None:
     speculative_lesson(lm)
 
 
+def lesson_serving() -> None:
+    from ui.serving import serving_lesson
+
+    serving_lesson(lm, scale())
+
+
 LESSONS = {
     "1. Text in, tokens out": lesson_tokens,
     "2. Prefill: the whole prompt at once": lesson_prefill,
@@ -307,6 +370,7 @@ LESSONS = {
     "7. Batches and padding": lesson_batches,
     "8. Scale: the cache of big models": lesson_scale,
     "9. Speculative decoding": lesson_speculative,
+    "10. Serving many requests: batching and a paged cache": lesson_serving,
 }
 TITLES = list(LESSONS)
 

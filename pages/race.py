@@ -9,7 +9,8 @@ from engine import DecodeLabError
 from engine.measure import race
 from engine.generate.compare import compare
 from engine.load.device import release_memory
-from engine.draw.figures import show_piece
+from engine.draw import race as race_draw
+from engine.draw.palette import show_piece
 from ui.frame import PROMPTS, error, frame, plain, scale
 
 st.title("Race: KV cache on vs off")
@@ -66,23 +67,20 @@ def playback(result: dict, speed: float) -> None:
     df = result["df"]
     cols = st.columns(2)
     boxes = {}
-    for col, mode in zip(cols, race.MODES):
-        name, colour = race.MODES[mode]
+    for col, mode in zip(cols, race_draw.MODES):
+        name, colour = race_draw.MODES[mode]
         col.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
-        boxes[mode] = {"bar": col.progress(0.0), "figure": col.empty(), "text": col.empty()}
-    tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race.MODES}
-    total = max(race.progress_at(df, float("inf"))[m]["total_ms"] for m in race.MODES)
+        boxes[mode] = {"figure": col.empty(), "text": col.empty()}  # the bar is drawn in the run's own colour
+    tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race_draw.MODES}
+    total = max(race.progress_at(df, float("inf"))[m]["total_ms"] for m in race_draw.MODES)
 
     def draw(elapsed: float) -> None:
         state = race.progress_at(df, elapsed)
         for mode, box in boxes.items():
             p = state[mode]
             clock = min(elapsed, p["total_ms"])
-            box["bar"].progress(p["tokens"] / max(1, p["total"]))
-            box["figure"].markdown(
-                f'<div data-testid="race-progress-{mode}" style="font-size:1.6rem;font-weight:600">'
-                f'{p["tokens"]} / {p["total"]} tokens · {clock / 1000:.2f} s'
-                f'{" · finished" if p["finished"] else ""}</div>', unsafe_allow_html=True)
+            box["figure"].markdown(race_draw.progress_html(mode, p["tokens"], p["total"], clock, p["finished"]),
+                                   unsafe_allow_html=True)
             words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p["tokens"]]))
             box["text"].html(f"<div style='font-size:1.1rem;white-space:pre-wrap'>{html.escape(result['prompt'])}"
                              f"<b>{words}</b></div>")  # html, not markdown: nothing typed is parsed as markup
@@ -100,34 +98,34 @@ if start:
 
 result = st.session_state.get("race_result")
 if result:
-    df, s = result["df"], result["summary"]
+    df, summary = result["df"], result["summary"]
     st.button("Replay", key="race_replay", on_click=lambda: st.session_state.update(race_play=True),
               help="Play the measured race back again")
     playback(result, speed)
-    tokens = {m: len(df[df["mode"] == m]) for m in race.MODES}
-    if s["identical"]:
+    tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
+    if summary["identical"]:
         st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
-                   f"difference: {s['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).",
+                   f"difference: {summary['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).",
                    icon=":material/check_circle:")
     else:
-        st.error(f"**The runs differ** from step {s['first_divergence_step']}. Largest logit difference before that: "
-                 f"{s['max_logit_diff']:.2g}. The two modes add up the same numbers in a different order; in low "
+        st.error(f"**The runs differ** from step {summary['first_divergence_step']}. Largest logit difference before that: "
+                 f"{summary['max_logit_diff']:.2g}. The two modes add up the same numbers in a different order; in low "
                  "precision (fp16/bf16 on a GPU) that can flip a near-tie between two tokens. Nothing is hidden: "
                  "the tables below show both runs.", icon=":material/error:")
     m = st.columns(4)
-    if s["median_ratio"]:
-        m[0].metric("speed-up (total decode time)", f"×{s['total_ratio']:.1f}")
-        m[1].metric("median decode step", f"×{s['median_ratio']:.1f}")
-    m[2].metric("cache on: total decode", f"{s['cache_total_ms']:.0f} ms")
-    m[3].metric("cache off: total decode", f"{s['nocache_total_ms']:.0f} ms")
-    st.markdown(plain(race.headline(s)))
-    st.caption(f"Prefill is the same work in both modes and is timed separately: {s['cache_prefill_ms']:.1f} ms "
-               f"(cache on) and {s['nocache_prefill_ms']:.1f} ms (cache off). Each pass was timed once, as generation "
+    if summary["median_ratio"]:
+        m[0].metric("speed-up (total decode time)", f"×{summary['total_ratio']:.1f}")
+        m[1].metric("median decode step", f"×{summary['median_ratio']:.1f}")
+    m[2].metric("cache on: total decode", f"{summary['cache_total_ms']:.0f} ms")
+    m[3].metric("cache off: total decode", f"{summary['nocache_total_ms']:.0f} ms")
+    st.markdown(plain(race.headline(summary)))
+    st.caption(f"Prefill is the same work in both modes and is timed separately: {summary['cache_prefill_ms']:.1f} ms "
+               f"(cache on) and {summary['nocache_prefill_ms']:.1f} ms (cache off). Each pass was timed once, as generation "
                "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")
-    st.plotly_chart(race.latency_figure(df, scale=scale()), key="race_latency")
+    st.plotly_chart(race_draw.latency_figure(df, scale=scale()), key="race_latency")
     c1, c2 = st.columns(2)
-    c1.plotly_chart(race.cumulative_figure(df, scale=scale()), key="race_cumulative")
-    c2.plotly_chart(race.flops_figure(df, scale=scale()), key="race_flops")
+    c1.plotly_chart(race_draw.cumulative_figure(df, scale=scale()), key="race_cumulative")
+    c2.plotly_chart(race_draw.flops_figure(df, scale=scale()), key="race_flops")
     st.download_button("Download the race as CSV (one row per step per mode)", df.to_csv(index=False),
                        file_name="race.csv", mime="text/csv", key="race_csv")
     with st.expander("Both runs, step by step"):
@@ -152,6 +150,6 @@ if st.button("Run sweep", key="race_sweep"):
 sweep_df = st.session_state.get("race_sweep_df")
 if sweep_df is not None:
     c1, c2 = st.columns(2)
-    c1.plotly_chart(race.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
-    c2.plotly_chart(race.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
+    c1.plotly_chart(race_draw.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
+    c2.plotly_chart(race_draw.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
     st.dataframe(sweep_df, hide_index=True)

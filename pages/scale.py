@@ -3,11 +3,13 @@
 import pandas as pd
 import streamlit as st
 
-from engine import DecodeLabError, Stepper
+from engine import DecodeLabError
 from engine.measure import kvcalc
 from engine.measure import roofline
-from engine.measure.profile import decode_breakdown
-from ui.frame import POLICY, device_roof, error, frame, plain, scale
+from engine.measure.profile import breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
+from engine.units import human_bytes
+from engine.draw import scale as scale_draw
+from ui.frame import POLICY, device_roof, error, frame, plain, scale, warning
 
 st.title("Scale: KV-cache memory and the roofline")
 settings, lm = frame(__file__)
@@ -33,7 +35,7 @@ elem = kvcalc.KV_DTYPES[kv_dtype]
 def config_spec(source: str):
     """Config only, never weights; a refusal is cached too, so a rerun never repeats the work."""
     try:
-        return kvcalc.from_config(source)
+        return kvcalc.from_source(source)
     except DecodeLabError as e:
         return e
 
@@ -58,14 +60,17 @@ if isinstance(arch, DecodeLabError):
     arch = None
 
 if arch is not None:
+    too_long = kvcalc.context_note(arch, tokens)
+    if too_long:
+        warning(too_long)
     total = arch.kv_bytes(tokens, batch, elem)
     m = st.columns(4)
-    m[0].metric("per token (every layer full)", kvcalc.human(arch.kv_bytes_per_token(elem)))
-    m[1].metric("per sequence", kvcalc.human(arch.kv_bytes(tokens, 1, elem)))
-    m[2].metric(f"batch of {batch}", kvcalc.human(total))
+    m[0].metric("per token (every layer full)", human_bytes(arch.kv_bytes_per_token(elem)))
+    m[1].metric("per sequence", human_bytes(arch.kv_bytes(tokens, 1, elem)))
+    m[2].metric(f"batch of {batch}", human_bytes(total))
     mha = arch.as_mha()
     saved = mha.kv_bytes(tokens, batch, elem)
-    m[3].metric(f"if it were MHA ({arch.heads} K/V heads)", kvcalc.human(saved),
+    m[3].metric(f"if it were MHA ({arch.heads} K/V heads)", human_bytes(saved),
                 delta=f"{arch.attention} saves ×{saved / total:.1f}" if arch.attention != "MHA" else "it is MHA",
                 delta_color="off")
     st.code(kvcalc.formula(arch, tokens, batch, elem), language=None)
@@ -92,24 +97,26 @@ if arch is not None:
     fit = kvcalc.largest_fit(arch, mem_gb * 1e9, kvcalc.KV_DTYPES[w_dtype], elem, tokens)
     weights = kvcalc.weight_bytes(arch, kvcalc.KV_DTYPES[w_dtype])
     if fit["free_for_kv"] <= 0:
-        st.error(f"The weights alone ({kvcalc.human(weights)}) do not fit in {mem_gb:g} GB.")
+        st.error(f"The weights alone ({human_bytes(weights)}) do not fit in {mem_gb:g} GB.")
     else:
-        st.write(f"Weights {kvcalc.human(weights)} + KV {kvcalc.human(total)} = "
-                 f"**{kvcalc.human(weights + total)}** of {mem_gb:g} GB. "
+        st.write(f"Weights {human_bytes(weights)} + KV {human_bytes(total)} = "
+                 f"**{human_bytes(weights + total)}** of {mem_gb:g} GB. "
                  f"Largest batch at {tokens:,} tokens: **{fit['max_batch']:,}**; longest context at batch 1: "
-                 f"**{fit['max_tokens_batch1']:,} tokens** (estimates; activations and fragmentation not counted).")
+                 f"**{fit['max_tokens_batch1']:,} tokens** (estimates; activations and fragmentation not counted)"
+                 + (f", though {arch.name} reads at most **{fit['context_limit']:,}**."
+                    if fit["context_limit"] and fit["max_tokens_batch1"] > fit["context_limit"] else "."))
 
     compare = st.multiselect("compare growth with", list(table["name"]),
                              ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
     archs = [arch] + [kvcalc.from_table(n) for n in compare if n != arch.name]
-    st.plotly_chart(kvcalc.growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
+    st.plotly_chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
 
 # ------------------------------------------------------------------ roofline
 st.header("Roofline")
-st.caption("A step is compute-bound when it does more FLOPs per byte it moves than the device's ridge, and "
-           "memory-bound when it does fewer. The roof is min(peak FLOP/s, intensity × bandwidth). FLOPs and bytes "
-           "are estimates, times are measured (medians), so a point below the roof shows costs the estimate does "
-           "not count.")
+st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves, both estimates): right of the "
+           "device's ridge is the compute side, left of it the memory side. The roof is min(peak FLOP/s, intensity × "
+           "bandwidth). Times are measured (medians), so what a step is bound by is read off its time: compute- or "
+           "memory-bound within ×3 of that bound, overhead-bound (×N above both bounds) when neither explains it.")
 
 r1, r2 = st.columns([2, 1])
 sheets = kvcalc.accelerators().dropna(subset=["memory_bandwidth_gb_s", "peak_tflops_fp32"])
@@ -123,51 +130,48 @@ st.write(f"**{roof.name}**: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth
          f"ridge at {roof.ridge:.1f} FLOP/byte.")
 
 
-@st.cache_resource(max_entries=4, show_spinner="No steps yet in this session: measuring a demo run…")
-def demo_traces(_lm, name: str):
-    """A run to place on the roofline when this session has none: a 100-token prefill, 8 cached decode steps."""
-    prompt = " ".join(["Once upon a time, there was a little girl named Lily."] * 12)
-    ids = _lm.tokenizer(prompt)["input_ids"][:100]
-    s = Stepper(_lm, _lm.tokenizer.decode(ids, skip_special_tokens=True), max_new_tokens=9, stop_on_eos=False)
-    s.run()
-    return s.traces
+@st.cache_resource(max_entries=4, show_spinner="No steps yet in this session: measuring a demo run and taking one "
+                                                "decode step apart (once per server)…")
+def demo(_lm, model: tuple, bandwidth: float) -> dict:
+    """engine.measure.profile.where_time_goes: a 100-token prefill, 8 decode steps, the next step taken apart."""
+    return where_time_goes(_lm, bandwidth)
 
 
-stepper = st.session_state.get("step_stepper")
-traces = stepper.traces if stepper is not None and stepper.traces else []
-if not traces and lm is not None:
-    traces = demo_traces(lm, lm.spec.name)
-    st.caption("This session has no steps yet, so the points are a demo run made on this server: a 100-token "
-               "prefill and 8 cached decode steps. Steps taken on the Step-through page replace them.")
-st.plotly_chart(roofline.figure(roof, roofline.place(traces), scale=scale()), key="scale_roofline")
+run = st.session_state.get("step_stepper")
+traces = run.traces if run is not None and run.traces else []
+shown = None
+if lm is not None:
+    shown = demo(lm, (settings.source, settings.device, settings.dtype), here.bandwidth)
+    if not traces:
+        traces = shown["traces"]
+        st.caption("This session has no steps yet, so the points are a demo run made on this server: a 100-token "
+                   "prefill and 8 cached decode steps. Steps taken on the Step-through page replace them.")
+st.plotly_chart(scale_draw.roofline_figure(roof, roofline.place(traces), scale=scale()), key="scale_roofline")
 if traces:
     h100 = roofline.h100()
     pre = next((t for t in traces if t.phase == "prefill"), None)
     if pre is not None:
-        st.markdown(plain(f"The prefill of {pre.q_len} tokens: {pre.intensity_estimate:.1f} FLOP/byte (estimate): "
-                          f"{roofline.bound(pre.intensity_estimate, roof)} on {roof.name} (ridge {roof.ridge:.1f}); on "
-                          f"an H100 (ridge {h100.ridge:.0f}) the same step would be "
-                          f"{roofline.bound(pre.intensity_estimate, h100)}."))
-    st.caption("Each decode step must at least move its bytes once: bytes moved / bandwidth is a lower bound on "
-               "its time.")
-    st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=200)
-    if stepper is not None and stepper.traces and not stepper.done and st.button(
-            "Where does a decode step's time go? (its matmuls timed alone; ops counted by torch.profiler)",
-            key="scale_profile"):
-        try:
-            st.session_state["scale_breakdown"] = decode_breakdown(stepper, here.bandwidth)
-        except DecodeLabError as e:
-            error(str(e))
-    b = st.session_state.get("scale_breakdown")
-    if b:
-        st.dataframe(pd.DataFrame([
-            {"part": "memory lower bound: bytes moved / measured bandwidth (estimate)", "ms": round(b["memory_bound_ms"], 3)},
-            {"part": "the step's matmuls alone, every weight matrix once (measured)", "ms": round(b["matmul_ms"], 3)},
-            {"part": f"the rest: {b['ops']} aten ops of attention, norms, RoPE, cache writes, and the Python around them",
-             "ms": round(b["rest_ms"], 3)},
-            {"part": f"the whole step (median of {b['runs']})", "ms": round(b["wall_ms"], 3)},
-        ]), hide_index=True)
-        st.caption(plain(f"On {b['device']}: the memory bound is {b['memory_bound_ms'] / b['wall_ms']:.0%} of the step "
-                         f"and the matmuls {b['matmul_ms'] / b['wall_ms']:.0%}; the other "
-                         f"{b['rest_ms'] / b['wall_ms']:.0%} is the many small operations around them. A bigger model "
-                         "makes each matmul longer and that share smaller."))
+        v = roofline.step_verdict(pre, roof)
+        st.markdown(plain(f"The prefill of {pre.q_len} tokens: {pre.intensity_estimate:.1f} FLOP/byte (estimate), "
+                          f"{roofline.side(pre.intensity_estimate, roof)} of {roof.name}'s ridge ({roof.ridge:.1f}); an "
+                          f"H100's ridge is {h100.ridge:.0f}, so there it would sit on "
+                          f"{roofline.side(pre.intensity_estimate, h100)}. Measured: {pre.forward_ms:.3g} ms against "
+                          f"bounds of {v['memory_ms']:.3g} ms (memory) and {v['compute_ms']:.3g} ms (compute), so it "
+                          f"is {v['label']}."))
+    st.caption("Every step must at least move its bytes once (bytes / bandwidth) and do its arithmetic once "
+               "(FLOPs / peak): the larger of the two is a lower bound on its time.")
+    st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=240)
+
+st.subheader("Where does a decode step's time go?")
+st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
+           "of the whole step. Shown for the demo run until you measure the next step of your own run.")
+if run is not None and run.traces and not run.done and st.button(
+        "Take the next step of my run apart", key="scale_profile"):
+    try:
+        st.session_state["scale_breakdown"] = decode_breakdown(run, here.bandwidth)
+    except DecodeLabError as e:
+        error(str(e))
+b = st.session_state.get("scale_breakdown") or (shown["breakdown"] if shown else None)
+if b:
+    st.dataframe(breakdown_frame(b), hide_index=True)
+    st.caption(plain(breakdown_note(b)))

@@ -13,13 +13,14 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import DecodeLabError, Stepper
-from engine.measure import kvcalc
 from engine.draw import figures as fig
 from engine.generate.compare import kv_reuse
 from engine.load.device import release_memory
 from engine.errors import Busy
 from engine.share import MAX_PROMPT_CHARS, read_link
 from engine.draw.stage import caption, stage_html, stage_svg
+from engine.draw.warm import blank_figure
+from ui.follow import class_bar
 from ui.frame import (DEFAULTS, PROMPTS, SCENARIOS, apply_values, cache_toggle, error, frame, plain, scale,
                           warning, write_link)
 
@@ -30,6 +31,7 @@ if lm is None:
 spec = lm.spec
 VIEWS = ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"]
 BUSY_WAITS = (0.5, 1, 2, 4, 8)  # seconds between retries when the server is busy: back off, never spin
+STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "latency_ms"]  # the Latency view's table (the CSV has all)
 
 
 # ------------------------------------------------------------------ run state
@@ -58,32 +60,32 @@ def do(action) -> bool:
 
 
 def start() -> None:
-    s = Stepper(lm, st.session_state.get("step_prompt", ""), use_cache=settings.use_cache, sampling=settings.sampling,
+    run = Stepper(lm, st.session_state.get("step_prompt", ""), use_cache=settings.use_cache, sampling=settings.sampling,
                 max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
-    st.session_state["step_stepper"] = s
-    s.prefill()
+    st.session_state["step_stepper"] = run
+    run.prefill()
     st.session_state["step_at"] = 0
 
 
-def latest(s: Stepper | None) -> int:
-    return len(s.traces) - 1 if s is not None and s.traces else -1
+def latest(run: Stepper | None) -> int:
+    return len(run.traces) - 1 if run is not None and run.traces else -1
 
 
 def next_token() -> None:
     """Decode one more token and show it (from wherever the scrubber was)."""
-    s = stepper()
-    if do(s.decode):
-        st.session_state["step_at"] = latest(s)
+    run = stepper()
+    if do(run.decode):
+        st.session_state["step_at"] = latest(run)
 
 
 def forward() -> None:
     """→: replay the next recorded step, or at the newest one compute a new token."""
-    s = stepper()
-    if s is None or not s.traces:
+    run = stepper()
+    if run is None or not run.traces:
         do(start)
-    elif st.session_state.get("step_at", 0) < latest(s):
+    elif st.session_state.get("step_at", 0) < latest(run):
         st.session_state["step_at"] += 1
-    elif not s.done:
+    elif not run.done:
         next_token()
 
 
@@ -114,44 +116,44 @@ def replay(steps: int) -> None:
     """A shared link said 'prefill, then this many Next-token clicks': do exactly that."""
     if not do(start):
         return
-    s = stepper()
+    run = stepper()
     for _ in range(steps):
-        if s.done or not do(s.decode):
+        if run.done or not do(run.decode):
             break
     at = st.session_state.pop("step_at_wanted", None)
-    st.session_state["step_at"] = latest(s) if at is None else max(0, min(at, latest(s)))
+    st.session_state["step_at"] = latest(run) if at is None else max(0, min(at, latest(run)))
 
 
-def run_to_end(s: Stepper) -> None:
+def run_to_end(run: Stepper) -> None:
     """Decode until the run stops; when the server is busy, wait (longer each time) and say so."""
     bar = st.progress(0.0, text="running…")
     waits = list(BUSY_WAITS)
-    while not s.done:
+    while not run.done:
         try:
-            s.decode()
+            run.decode()
         except Busy as e:
             if not waits:
                 st.session_state["step_error"] = f"{e} Run to end stopped; press it again when the class is quieter."
                 break
             pause = waits.pop(0)
-            bar.progress(len(s.generated_ids) / s.max_new_tokens, text=f"server busy: waiting {pause:g} s…")
+            bar.progress(len(run.generated_ids) / run.max_new_tokens, text=f"server busy: waiting {pause:g} s…")
             time.sleep(pause)
             continue
         except DecodeLabError as e:
             st.session_state["step_error"] = str(e)
             break
         waits = list(BUSY_WAITS)
-        bar.progress(len(s.generated_ids) / s.max_new_tokens, text=f"{len(s.generated_ids)} tokens")
-    st.session_state["step_at"] = latest(s)
+        bar.progress(len(run.generated_ids) / run.max_new_tokens, text=f"{len(run.generated_ids)} tokens")
+    st.session_state["step_at"] = latest(run)
     bar.empty()
 
 
 # ------------------------------------------------------------------ the control bar
 
 
-def control_bar(s: Stepper | None) -> None:
-    started = s is not None and bool(s.traces)
-    done = started and s.done
+def control_bar(run: Stepper | None) -> None:
+    started = run is not None and bool(run.traces)
+    done = started and run.done
     at = st.session_state.get("step_at", 0)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.text_input("prompt", key="step_prompt", placeholder="Type a prompt, then Prefill (P)",
@@ -161,7 +163,7 @@ def control_bar(s: Stepper | None) -> None:
                shortcut="P", help="Run the whole prompt through the model in one pass (P)")
     bar.button("◀", disabled=not started or at == 0, key="step_btn_back", on_click=back, shortcut="left",
                help="Show the previous step (←)")
-    bar.button("▶", disabled=not started or (done and at == latest(s)), key="step_btn_forward", on_click=forward,
+    bar.button("▶", disabled=not started or (done and at == latest(run)), key="step_btn_forward", on_click=forward,
                shortcut="right", help="Show the next recorded step; at the newest, compute one more token (→)")
     bar.button("Next token", type="primary", disabled=not started or done, key="step_btn_next",
                on_click=next_token, shortcut="N", help="One decode step: one more token (N)")
@@ -173,9 +175,9 @@ def control_bar(s: Stepper | None) -> None:
         run_to_end(stepper())
 
 
-def more(where, s: Stepper | None) -> None:
+def more(where, run: Stepper | None) -> None:
     """Scenarios, preset prompts, the head on the stage and autoplay, folded away so the bar stays short."""
-    started = s is not None and bool(s.traces)
+    started = run is not None and bool(run.traces)
     st.session_state.setdefault("step_head", 0)
     with where.popover("More", icon=":material/tune:"):
         st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario",
@@ -184,18 +186,18 @@ def more(where, s: Stepper | None) -> None:
                      placeholder="(your own prompt)")
         st.number_input("head drawn on the stage", 0, spec.heads - 1, key="step_head",
                         help="The head whose attention row(s) the stage draws")
-        st.toggle("Autoplay", key="step_autoplay", disabled=not started or s.done)
+        st.toggle("Autoplay", key="step_autoplay", disabled=not started or run.done)
         st.slider("autoplay speed (tokens/s)", 0.5, 5.0, 2.0, 0.5, key="step_speed")
 
 
 # ------------------------------------------------------------------ the views (each shows step `at`)
 
 
-def scrub_row(s: Stepper, at: int) -> None:
+def scrub_row(run: Stepper, at: int) -> None:
     """The scrubber, the layer and head the stage opens, and the folded extras."""
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
-    if latest(s) > 0:
-        row.slider("step", 0, latest(s), key="step_at", label_visibility="collapsed", width=300,
+    if latest(run) > 0:
+        row.slider("step", 0, latest(run), key="step_at", label_visibility="collapsed", width=300,
                    help="Scrub through the recorded steps: 0 is the prefill (← →)")
     st.session_state.setdefault("step_layer", 0)
     if spec.layers <= 12:
@@ -203,50 +205,53 @@ def scrub_row(s: Stepper, at: int) -> None:
                               label_visibility="collapsed", help="The layer opened on the stage")
     else:
         row.number_input("layer", 0, spec.layers - 1, key="step_layer", width=100)
-    more(row, s)
+    more(row, run)
 
 
-def status(s: Stepper, at: int) -> None:
-    t = s.traces[at]
-    new_tokens = len(s.generated_ids)
+def status(run: Stepper, at: int) -> None:
+    t = run.traces[at]
+    new_tokens = len(run.generated_ids)
     by_decode = max(0, new_tokens - 1)
-    showing = "newest" if at == latest(s) else f"{latest(s) - at} newer recorded"
+    showing = "newest" if at == latest(run) else f"{latest(run) - at} newer recorded"
     st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({by_decode} from Next token) · "
-                f"step **{at}** of {latest(s)} ({t.phase}, {showing}) · KV cache **{t.kv_bytes:,} bytes**"
-                + (f" · stopped: **{s.stop_reason}**" if s.done else ""))
+                f"step **{at}** of {latest(run)} ({t.phase}, {showing}) · KV cache **{t.kv_bytes:,} bytes**"
+                + (f" · stopped: **{run.stop_reason}**" if run.done else ""))
 
 
-def stage(s: Stepper, at: int, pieces: list[str]) -> None:
-    t = s.traces[at]
+def stage(run: Stepper, at: int, pieces: list[str]) -> None:
+    t = run.traces[at]
     layer = st.session_state.get("step_layer") or 0
-    svg = stage_svg(t, pieces, s.prompt_len, layer=layer, head=st.session_state.get("step_head", 0))
+    svg = stage_svg(t, pieces, run.prompt_len, layer=layer, head=st.session_state.get("step_head", 0))
     st.html(stage_html(svg, caption(t)))
-    text = lm.tokenizer.decode(s.ids[0, : t.kv_len + 1].tolist(), skip_special_tokens=True)
+    text = lm.tokenizer.decode(run.ids[0, : t.kv_len + 1].tolist(), skip_special_tokens=True)
     st.html(f'<div class="dl-text" data-testid="dl-text">{html.escape(text)}</div>')  # the text so far
 
 
-def tokens_view(s: Stepper, t, pieces: list[str]) -> None:
-    ids = s.ids[0].tolist()
+def tokens_view(run: Stepper, t, pieces: list[str]) -> None:
+    ids = run.ids[0].tolist()
     known = ids[: t.kv_len + 1]
     fed = set(range(t.past, t.kv_len))
     st.caption("Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. The model "
                "only ever sees the ids. Generated tokens are orange; the ones fed to this step's pass are outlined.")
     chips = [(i, pieces[p]) for p, i in enumerate(known)]
-    st.html(fig.token_chips_html(chips[: s.prompt_len], chips[s.prompt_len:], fed))
+    st.html(fig.token_chips_html(chips[: run.prompt_len], chips[run.prompt_len:], fed))
     st.text(lm.tokenizer.decode(known, skip_special_tokens=True))
 
 
-def matmuls_view(s: Stepper, t, layer: int) -> None:
-    st.caption(f"Layer {layer}'s matmuls at this step, with the cache and without (FLOPs are estimates). The cache "
-               "removes the projections of old positions (Q, K, V, W_o and the MLP run on 1 row, not n); "
-               "QKᵀ and ·V still grow with the context. Scores count the (query, key) pairs the mask lets through; "
-               "eager attention also computes the masked ones and throws them away.")
-    st.dataframe(fig.matmul_frame(t, spec, layer), hide_index=True, width="stretch")
+def matmuls_view(run: Stepper, t, layer: int) -> None:
+    no_cache = t.kv_len if t.phase == "decode" else t.q_len
+    st.caption(f"Layer {layer}'s matmuls at this step (FLOPs are estimates). q is the rows each weight matrix "
+               f"multiplies: {t.q_len if run.use_cache or t.phase == 'prefill' else 1} with the cache, {no_cache} "
+               "without.")
+    st.table(fig.matmul_frame(t, spec, layer).set_index("matmul"))  # a table wraps: nothing runs off the side
+    st.caption("The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the fed rows "
+               "only); QKᵀ and ·V still grow with the context. Scores count the (query, key) pairs the mask lets "
+               "through; eager attention also computes the masked ones and throws them away.")
     proof = None
-    if s.use_cache and s.cache is not None:  # one extra pass per cache length, not one per rerun
-        key = (id(s), s.cache.get_seq_length())
+    if run.use_cache and run.cache is not None:  # one extra pass per cache length, not one per rerun
+        key = (id(run), run.cache.get_seq_length())
         if st.session_state.get("step_proof_key") != key:
-            st.session_state["step_proof"] = kv_reuse(lm, s.ids, s.cache)
+            st.session_state["step_proof"] = kv_reuse(lm, run.ids, run.cache)
             st.session_state["step_proof_key"] = key
         proof = st.session_state["step_proof"]
     if proof is not None:
@@ -255,31 +260,25 @@ def matmuls_view(s: Stepper, t, layer: int) -> None:
                     f"and values within **{proof['max_value_diff']:.1g}** of what the cache holds (float rounding): "
                     "old K and V never change. Every step's q has query_pos = "
                     f"{'1' if t.phase == 'decode' else t.q_len} (the fed rows only): no later step reads an old Q.")
-    elif not s.use_cache:
+    elif not run.use_cache:
         st.info("The cache is off: every step computes K and V of all positions again, and throws them away.")
 
 
-def shapes_view(s: Stepper, t) -> None:
-    st.caption("The tensors of this pass, named by where they live. At prefill pos is the prompt length s; at a "
-               "cached decode step it is 1. 'measured' shapes were read off the real tensors.")
-    st.dataframe(fig.shapes_frame(t), hide_index=True, width="stretch")
+def shapes_view(run: Stepper, t) -> None:
+    st.caption("The tensors of this pass, named by where they live; 'measured' shapes were read off the real "
+               "tensors. At prefill pos is the prompt length s; at a cached decode step it is 1.")
+    st.table(fig.shapes_frame(t).set_index("tensor"))
     if spec.kv_heads != spec.heads:
         st.info(f"{spec.attention}: {spec.heads} query heads share {spec.kv_heads} key/value heads "
                 f"({spec.heads // spec.kv_heads} queries per K/V head), so the cache is {spec.heads // spec.kv_heads}× "
                 "smaller than with one K/V head per query head.")
-    gpt2 = kvcalc.from_table("gpt2")
-    n = t.kv_len
-    rows = [("q at prefill", f"[1, {spec.heads}, {s.prompt_len}, {spec.head_dim}]",
-             f"[1, {gpt2.heads}, {s.prompt_len}, {gpt2.head_dim}]"),
-            ("q at a cached decode step", f"[1, {spec.heads}, 1, {spec.head_dim}]", f"[1, {gpt2.heads}, 1, {gpt2.head_dim}]"),
-            (f"K cache after this step (pos {n})", f"[1, {spec.kv_heads}, {n}, {spec.head_dim}]",
-             f"[1, {gpt2.kv_heads}, {n}, {gpt2.head_dim}]")]
-    st.markdown("**The articles' GPT-2 beside this model** (GPT-2 computed from its published config: 12 heads, "
-                "head_dim 64; e.g. a 7-token prompt gives `[1, 12, 7, 64]`, then `[1, 12, 1, 64]`, cache `[1, 12, 8, 64]`):")
-    st.dataframe([{"tensor": a, "this model": b, "GPT-2 (124M)": c} for a, b, c in rows], hide_index=True)
+    st.markdown("**The articles' GPT-2 beside this model**, each counting the prompt with its own tokenizer (GPT-2: "
+                "12 heads, head_dim 64, its bundled tokenizer; the article's \"A red jacket compliments any outfit.\" "
+                "is 7 GPT-2 tokens):")
+    st.table(fig.gpt2_shapes_frame(t, spec, run.prompt, run.prompt_len).set_index("tensor"))
 
 
-def attention_view(s: Stepper, t, layer: int, labels: list[str]) -> None:
+def attention_view(run: Stepper, t, layer: int, labels: list[str]) -> None:
     if t.layers[layer].pattern is None:
         st.info(t.attention_note)
         return
@@ -300,40 +299,41 @@ def attention_view(s: Stepper, t, layer: int, labels: list[str]) -> None:
     st.caption("Each row is a query, each column a key it may look at; a row sums to 1. Grey is masked (the future, "
                "or outside a sliding window): masked, not zero. One row per head for the newest query, so the head "
                "that looks back at a name stands out.")
-    if st.toggle("one head, every step so far (the prefill square plus one row per decode step)",
-                 key="step_att_assembled"):  # built only when asked for: a click stays cheap
-        z = fig.assembled_attention(s.traces[: st.session_state.get('step_at', 0) + 1], layer,
+    if st.toggle("one head, every step so far", key="step_att_assembled",
+                 help="The prefill square plus one row per decode step"):  # built only when asked: a click stays cheap
+        z = fig.assembled_attention(run.traces[: st.session_state.get('step_at', 0) + 1], layer,
                                     st.session_state.get("step_head", 0))
         st.plotly_chart(fig.attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
                                               f"layer {layer}, head {st.session_state.get('step_head', 0)}",
                                               scale=scale()), key="step_att_all")
 
 
-def kv_view(s: Stepper, t, at: int) -> None:
+def kv_view(run: Stepper, t, at: int) -> None:
     st.caption("Per layer, the cache keeps the keys and values of the positions seen so far (a sliding-window "
                "layer only its window), so a decode step only computes K and V for the new position. Bytes are "
                "measured from the real tensors.")
-    st.latex(r"\text{KV bytes}=\sum_{\text{layer}} 2\times batch\times kv\_head\times pos_{\text{kept}}"
-             r"\times head\_dim\times\text{bytes per element}")
-    if not s.use_cache:
+    st.latex(r"\begin{aligned}\text{KV bytes}=\sum_{\text{layer}} 2&\times batch\times kv\_head\\"
+             r"&\times pos_{\text{kept}}\times head\_dim\\&\times\text{bytes per element}\end{aligned}")  # 3 short lines
+    if not run.use_cache:
         st.warning("The KV cache is off: nothing is stored between steps (0 bytes), so every decode step "
                    "recomputes keys and values for all positions.")
         return
-    st.dataframe(fig.kv_frame(t), hide_index=True, width="stretch")
-    st.plotly_chart(fig.kv_grid_figure(s.traces[: at + 1], spec.layers, scale=scale()), key="step_kv_grid")
-    st.plotly_chart(fig.kv_growth_figure(s.traces[: at + 1], scale=scale()), key="step_kv_growth")
+    st.table(fig.kv_frame(t).set_index("layer"))
+    st.plotly_chart(fig.kv_grid_figure(run.traces[: at + 1], spec.layers, scale=scale()), key="step_kv_grid")
+    st.plotly_chart(fig.kv_growth_figure(run.traces[: at + 1], scale=scale()), key="step_kv_growth")
 
 
 def next_token_view(t) -> None:
+    st.plotly_chart(fig.next_token_figure(t, scale=scale()), key="step_next")
+    st.markdown(plain(f"Chosen: {fig.show_piece(t.token)} (id {t.token_id}) by {t.rule}."))
     st.caption("The last position's output is a score (logit, the numbers on the bars) for every token. Softmax turns "
                "them into probabilities; the warpers (temperature, top-k, top-p, repetition penalty) reshape them; "
                "then a rule picks one.")
-    st.plotly_chart(fig.next_token_figure(t, scale=scale()), key="step_next")
-    st.markdown(plain(f"Chosen: {fig.show_piece(t.token)} (id {t.token_id}) by {t.rule}."))
 
 
-def latency_view(s: Stepper, at: int) -> None:
-    traces = s.traces[: at + 1]
+def latency_view(run: Stepper, at: int) -> None:
+    traces = run.traces[: at + 1]
+    st.plotly_chart(fig.latency_figure(traces, scale=scale()), key="step_latency")
     call = fig.timing_callout(traces)
     c = st.columns(2)
     c[0].metric("time to first token", f"{call['ttft_ms']:.1f} ms",
@@ -353,42 +353,42 @@ def latency_view(s: Stepper, at: int) -> None:
     else:
         what = (f"Decode steps stay about flat: the first three took {trend['first_ms']:.2f} ms on average, the last "
                 f"three {trend['last_ms']:.2f} ms. At this length the fixed cost of a pass hides the growing work"
-                + (" even with the cache off." if not s.use_cache else "."))
+                + (" even with the cache off." if not run.use_cache else "."))
     st.caption(f"Each bar is the median of {repeats} timed runs of the same pass (whisker: fastest to slowest); the "
-               f"run before them is a warm-up, excluded. {what} The dashed line is a FLOPs estimate, not a measurement.")
-    st.plotly_chart(fig.latency_figure(traces, scale=scale()), key="step_latency")
-    st.dataframe(fig.traces_frame(traces), hide_index=True, width="stretch", height=200)
+               f"run before them is a warm-up, excluded. {what} The dashed line is a FLOPs estimate, not a measurement. "
+               "A whisker far above the rest is marked with its time instead of stretching the axis.")
+    st.dataframe(fig.traces_frame(traces)[STEP_COLUMNS], hide_index=True, width="stretch", height=200)
 
 
-def views(s: Stepper, at: int, pieces: list[str]) -> None:
-    t = s.traces[at]
+def views(run: Stepper, at: int, pieces: list[str]) -> None:
+    t = run.traces[at]
     layer = st.session_state.get("step_layer") or 0
     st.session_state.setdefault("step_view", "Attention")
     view = st.radio("view", VIEWS, key="step_view", horizontal=True, label_visibility="collapsed")  # wraps on a phone
     labels = fig.axis_labels(pieces)
     if view == "Tokens":
-        tokens_view(s, t, pieces)
+        tokens_view(run, t, pieces)
     elif view == "Matmuls":
-        matmuls_view(s, t, layer)
+        matmuls_view(run, t, layer)
     elif view == "Shapes":
-        shapes_view(s, t)
+        shapes_view(run, t)
     elif view == "Attention":
-        attention_view(s, t, layer, labels)
+        attention_view(run, t, layer, labels)
     elif view == "KV cache":
-        kv_view(s, t, at)
+        kv_view(run, t, at)
     elif view == "Next token":
         next_token_view(t)
     else:
-        latency_view(s, at)
+        latency_view(run, at)
 
 
-def export(s: Stepper) -> None:
+def export(run: Stepper) -> None:
     """The run so far, to keep or to share: JSON (everything) and CSV (one row per step)."""
     c = st.container(horizontal=True, vertical_alignment="center")
     # callables: the files are only built when a button is clicked, never on a Next-token click
-    c.download_button("Trace as JSON", lambda: json.dumps(s.report(), default=str, indent=1), "decode-lab-trace.json",
+    c.download_button("Trace as JSON", lambda: json.dumps(run.report(), default=str, indent=1), "decode-lab-trace.json",
                       "application/json", key="step_export_json", on_click="ignore")
-    c.download_button("Steps as CSV", lambda: fig.traces_frame(s.traces).to_csv(index=False), "decode-lab-steps.csv",
+    c.download_button("Steps as CSV", lambda: fig.traces_frame(run.traces).to_csv(index=False), "decode-lab-steps.csv",
                       "text/csv", key="step_export_csv", on_click="ignore")
     c.caption("The JSON holds every step's phase, q_len, kv_len, token, per-layer shapes, KV bytes, timings and FLOPs "
               "estimate; the link in the address bar replays this run and shows this step.")
@@ -404,37 +404,40 @@ def stepping() -> None:
         drop_run()
         st.session_state["step_run_key"] = run_key
     control_bar(stepper())
-    s = stepper()
+    run = stepper()
     if st.session_state.pop("step_follow", False):  # autoplay took a step after the scrubber was drawn
-        st.session_state["step_at"] = latest(s)
-    at = max(0, min(st.session_state.get("step_at", 0), latest(s)))
+        st.session_state["step_at"] = latest(run)
+    at = max(0, min(st.session_state.get("step_at", 0), latest(run)))
     st.session_state["step_at"] = at
     write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None,
-               steps=latest(s) if s is not None and s.traces else None,
-               at=at if s is not None and s.traces and at != latest(s) else None)
+               steps=latest(run) if run is not None and run.traces else None,
+               at=at if run is not None and run.traces and at != latest(run) else None)
+    class_bar(run, at)  # leading a class: every follower sees this step (nothing when no class is running)
     for problem in st.session_state.pop("link_problems", []):
         warning(problem)
     if st.session_state.get("step_error"):
         error(st.session_state.pop("step_error"))
-    if s is None or not s.traces:
-        more(st, s)
+    if run is None or not run.traces:
+        more(st, run)
         st.info("Type a prompt (or pick a scenario under **More**), then press **Prefill** (P): the whole prompt goes "
                 "through the model in one forward pass, and the stage shows it.")
+        with st.container(key="step_warm"):  # out of sight (ui/frame.py CSS): the browser loads its chart library now
+            st.plotly_chart(blank_figure(), key="step_warm_chart", config={"staticPlot": True})
         return
-    scrub_row(s, at)
-    pieces = s.pieces()
+    scrub_row(run, at)
+    pieces = run.pieces()
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        stage(s, at, pieces)
+        stage(run, at, pieces)
     with right:
-        status(s, at)
-        views(s, at, pieces)
+        status(run, at)
+        views(run, at, pieces)
     st.html(fig.legend_html())
-    export(s)
-    if st.session_state.get("step_autoplay") and not s.done:
+    export(run)
+    if st.session_state.get("step_autoplay") and not run.done:
         time.sleep(1 / st.session_state.get("step_speed", 2.0))
         try:
-            s.decode()
+            run.decode()
             st.session_state["step_follow"] = True
         except Busy as e:
             st.session_state["step_error"] = f"{e} Autoplay waits and tries again."

@@ -164,7 +164,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contexts", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--json", help="also write the report here")
+    ap.add_argument("--follow", action="store_true",
+                    help="a class following one lecturer instead (tests/load_follow.py): --contexts followers")
+    ap.add_argument("--every", type=float, default=2.0, help="with --follow: seconds between the lecturer's clicks")
+    ap.add_argument("--nice", type=int, default=0, help="with --follow: run the browsers at this lower CPU priority")
     args = ap.parse_args(argv)
+    if args.follow:
+        from tests import load_follow
+
+        rep = load_follow.run(args.contexts, args.seconds, args.every, args.nice)
+        print(load_follow.report(rep))
+        for e in rep["errors"][:10]:
+            print("  error:", e)
+        if args.json:
+            Path(args.json).write_text(json.dumps({k: v for k, v in rep.items() if k != "latencies_ms"}, indent=1))
+        return 0 if not rep["errors"] and rep["server_alive"] else 1
     rep = run(args.contexts, args.seconds)
     print(f"{rep['contexts']} sessions x {rep['seconds']:.0f} s: {rep['steps']} steps "
           f"({rep['sessions_that_stepped']} sessions stepped); click -> page updated p50 {rep['p50_ms']:.0f} ms, "

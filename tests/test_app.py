@@ -37,7 +37,9 @@ def shown_step(at: AppTest) -> int:
 
 
 def frame_with(at: AppTest, column: str):
-    return next(d.value for d in at.dataframe if column in d.value.columns)
+    """The table (st.dataframe, or st.table whose first column is its index) that has `column`."""
+    frames = [d.value for d in at.dataframe] + [t.value.reset_index() for t in at.table]
+    return next(f for f in frames if column in f.columns)
 
 
 def run_text(at: AppTest) -> str:
@@ -229,7 +231,7 @@ def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():
         click(at, "step_btn_next")
     open_view(at, "Matmuls")
     table = frame_with(at, "matmul").set_index("matmul")
-    assert table.loc["Q = x·W_q", "off / on"] > 1  # the cache removes the projections of old positions
+    assert float(table.loc["Q = x·W_q", "off / on"].lstrip("×")) > 1  # the cache removes the old positions' projections
     assert table.loc["scores = Q·Kᵀ", "grows with"] == "context"
     proof = next(m.value for m in at.markdown if "Why K and V are cached" in m.value)
     diff = float(re.search(r"keys within \*\*([\d.e+-]+)\*\*", proof).group(1))

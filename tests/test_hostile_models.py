@@ -231,8 +231,8 @@ def test_the_scale_page_refuses_a_hostile_config_once(tmp_path, bundled_dir, ope
     from engine.measure import kvcalc
 
     calls = []
-    real = kvcalc.from_config
-    monkeypatch.setattr(kvcalc, "from_config", lambda source: calls.append(source) or real(source))
+    real = kvcalc.from_source
+    monkeypatch.setattr(kvcalc, "from_source", lambda source: calls.append(source) or real(source))
     at = fresh_app()
     at.switch_page(page("scale")).run()
     at.selectbox(key="scale_model").set_value(next(c for c in at.selectbox(key="scale_model").options

@@ -90,22 +90,33 @@ def test_a_link_opens_the_lesson_it_was_copied_from():
     assert other.selectbox(key="lesson_pick").value == TITLES[4]
 
 
-def _bound_claims(t: str) -> list[tuple[float, float, str]]:
-    """(FLOP/byte, ridge, label) for every compute/memory-bound claim a lesson prints."""
+def _bound_claims(t: str) -> list[tuple[float, float, str, float, float, float, str]]:
+    """(FLOP/byte, ridge, ridge side, measured ms, memory bound ms, compute bound ms, label) per claim a lesson prints."""
     claims = []
     for m in re.finditer(r"about \*\*([\d.]+) FLOPs per byte\*\* it moves \(estimate\)\. This device's measured ridge "
-                         r"is ([\d.]+) FLOP/byte, so here it is \*\*(compute-bound|memory-bound)\*\*", t):
-        claims.append((float(m.group(1)), float(m.group(2)), m.group(3)))
+                         r"is ([\d.]+) FLOP/byte, so the roofline puts it on \*\*(the compute side|the memory side)\*\*"
+                         r".*?Measured, it took ([\d.e+-]+) ms against a memory bound of ([\d.e+-]+) ms and a compute "
+                         r"bound of ([\d.e+-]+) ms: \*\*(compute-bound|memory-bound|overhead-bound \(×[\d.]+ above both "
+                         r"bounds\))\*\*", t):
+        claims.append((float(m.group(1)), float(m.group(2)), m.group(3), float(m.group(4)), float(m.group(5)),
+                       float(m.group(6)), m.group(7)))
     return claims
 
 
 @pytest.mark.parametrize("title", [TITLES[1], TITLES[2]])
-def test_compute_or_memory_bound_is_read_off_this_devices_ridge(title):
-    """A label is never a slogan: 'compute-bound' only when the step's intensity is right of the measured ridge."""
+def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured_time(title):
+    """A label is never a slogan: the ridge side comes from the step's intensity against the measured ridge, and
+    the label from the measured time against both bounds: never 'memory-bound' at more than 3x the memory bound."""
     claims = _bound_claims(text(lesson(title)))
     assert claims
-    for intensity, ridge, label in claims:
-        assert label == ("compute-bound" if intensity >= ridge else "memory-bound"), (intensity, ridge, label)
+    for intensity, ridge, side, ms, memory, compute, label in claims:
+        assert side == ("the compute side" if intensity >= ridge else "the memory side"), (intensity, ridge, side)
+        if label == "memory-bound":
+            assert ms <= 3.05 * memory and memory >= compute, (ms, memory, compute)
+        elif label == "compute-bound":
+            assert ms <= 3.05 * compute and compute >= memory, (ms, memory, compute)
+        else:
+            assert ms > 2.95 * max(memory, compute), (ms, memory, compute)
 
 
 def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():

@@ -6,6 +6,7 @@ import io
 
 import pandas as pd
 
+from engine.draw import race as race_draw
 from engine.measure import race
 from engine.generate.compare import compare
 from ui.apptest import app_test, page
@@ -51,7 +52,7 @@ def test_playback_finishes_the_cached_run_first_in_proportion_to_the_measured_to
     rep = compare(tiny_lm, "Once upon a time", new_tokens=30, stop_on_eos=False)
     df = race.race_frame(rep)
     total = race.progress_at(df, float("inf"))
-    fast, slow = sorted(race.MODES, key=lambda m: total[m]["total_ms"])
+    fast, slow = sorted(race_draw.MODES, key=lambda m: total[m]["total_ms"])
     when_fast_finished = total[fast]["total_ms"]
     state = race.progress_at(df, when_fast_finished)
     assert state[fast]["finished"] and state[fast]["tokens"] == 30

@@ -1,4 +1,4 @@
-"""`python -m engine train` makes a folder that loads and generates with nothing but transformers."""
+"""`python -m tools.train` makes a folder that loads and generates with nothing but transformers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Train the small bundled language models (`python -m engine train`).
+"""Train the small bundled language models (`python -m tools.train`).
 
 The app must show a *trained* model offline, so the project trains its own:
 a byte-level BPE tokenizer (Hugging Face `tokenizers`) and a small causal LM
@@ -418,7 +418,7 @@ def model_card(report: dict, vocab: int) -> str:
         earlier += "- then continued from those weights (same tokenizer) for the stage below\n"
     return f"""# Decode Lab bundled model: {Path(cfg['out']).name}
 
-A small causal language model trained by `python -m engine train` for the Decode Lab
+A small causal language model trained by `python -m tools.train` for the Decode Lab
 teaching app. It writes simple children's stories; it knows nothing else.
 
 ## Data and license

@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine import DecodeLabError, LoadedModel, Sampling, load_model
+from engine.draw.warm import warm_pictures
 from engine.load.device import release_memory, use_serving_threads
 from engine.load.checks import hub_reachable
 from engine.load.policy import from_settings
@@ -54,11 +55,19 @@ COMPACT_CSS = """<style>
   padding-left: 1.5rem; padding-right: 1.5rem; }
 [data-testid="stHeader"] { height: 2.2rem; min-height: 2.2rem; }
 [data-testid="stVerticalBlock"] { gap: 0.55rem; }
-h1 { font-size: 1.6rem !important; padding: 0.1rem 0 0.2rem 0 !important; }
+h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a page's title tops its sections */
+[data-testid="stMain"] h2 { font-size: 1.55rem !important; padding: 0.5rem 0 0.1rem 0 !important; }
+[data-testid="stMain"] h3 { font-size: 1.25rem !important; }
+[data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal !important; overflow-wrap: anywhere; }
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
+.st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
 @media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
-  .dl-stage img { min-width: 520px; }          /* the picture scrolls sideways; its text stays legible */
+  .dl-stage img { min-width: 520px; direction: ltr; }  /* the picture scrolls sideways; its text stays legible */
+  .dl-stage { direction: rtl; }                /* ...and starts at its right end: the new K/V column, the next token */
+  .modebar-container, [data-testid="stElementToolbar"] { display: none !important; }  /* never over a chart's title */
+  .katex-display { font-size: 0.8em; }         /* a formula fits the width instead of running off it */
+  .dl-serve .dl-stage img { min-width: 0; }    /* a serving picture shows whole: a pool, a pass, a timeline */
   .dl-text { display: none; }                  /* the stage's token strip already shows the text */
   [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
   button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */
@@ -70,6 +79,7 @@ h1 { font-size: 1.6rem !important; padding: 0.1rem 0 0.2rem 0 !important; }
 PRESENTER_CSS = """<style>
 html { font-size: 18px; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.35rem !important; line-height: 1.2; }
 </style>"""
 PRESENTER_SCALE = 1.35
 # link setting -> sidebar widget key
@@ -173,6 +183,7 @@ def _load(source: str, device: str, dtype: str) -> LoadedModel | DecodeLabError:
         return e
     if lm.device.type == "cpu":
         use_serving_threads(int(lm.spec.parameters))  # see engine/device.py: the browser needs a core too
+    warm_pictures(lm)  # every picture of a step drawn once now: a class's first Prefill costs what later ones do
     gc.freeze()  # the loaded libraries and weights live for the whole server: keep them out of every GC pass
     return lm
 

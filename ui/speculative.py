@@ -11,11 +11,12 @@ import pandas as pd
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.draw.figures import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
+from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
 from engine.load.load import DRAFT_MODEL
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.speculative import Speculator
-from engine.measure.speculative import measure, verdict
+from engine.measure.speculative import measure, one_row_ms, rows_cost_sentence, verdict
+from engine.draw.lookahead import Lookahead, lookahead_html
 from engine.draw.stage import caption, stage_html, stage_svg
 from engine.generate.loop import token_pieces
 from ui.frame import error, get_model, plain
@@ -101,59 +102,60 @@ def comparison(m: dict) -> None:
                "overheads.")
 
 
+LESSON_PROMPT = "One day, a little girl named Lily went to the park with her dog."
+
+
+@st.cache_resource(max_entries=16, show_spinner="Running speculative decoding once for this k (it is kept)…")
+def _lesson_run(_lm, model: tuple, k: int) -> Speculator:
+    """Lesson 9's run: made once per (model, k), then only read."""
+    speculator = Speculator(_lm, LESSON_PROMPT, drafter_for("draft model", st.session_state["settings"]), k=k,
+                            max_new_tokens=30, stop_on_eos=False)
+    speculator.run()
+    return speculator
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _one_row_ms(_lm, model: tuple, ids: tuple[int, ...]) -> float:
+    import torch
+
+    return one_row_ms(_lm, torch.tensor([ids]))
+
+
 def speculative_lesson(lm) -> None:
     """Lesson 9: one pass per token is slow because each pass reads every weight for one row; guess several."""
     settings = st.session_state["settings"]
-    st.markdown("A decode step reads **every weight** to compute **one** row: on most hardware it is memory-bound, "
-                "so a pass over 5 rows costs little more than a pass over 1. **Speculative decoding** uses that: a "
-                "cheap **drafter** guesses k tokens; the model checks all of them in **one pass** of k+1 rows on its "
-                "KV cache (a small prefill); the longest agreeing prefix is kept, the first disagreement is replaced "
-                "by the model's own token, and the cache columns of the rejected guesses are **cut** off again. "
-                "Greedy output is exactly the model's own; with sampling, accepting a guess with probability "
+    model = (settings.source, settings.device, settings.dtype)
+    st.markdown("A decode step reads **every weight** to compute **one** row. Where reading the weights is what takes "
+                "the time, a pass over k+1 rows takes about as long as a pass over 1. **Speculative decoding** bets "
+                "on that: a cheap **drafter** guesses k tokens; the model checks all of them in **one pass** of k+1 "
+                "rows on its KV cache (a small prefill); the longest agreeing prefix is kept, the first disagreement "
+                "is replaced by the model's own token, and the cache columns of the rejected guesses are **cut** off "
+                "again. Greedy output is exactly the model's own; with sampling, accepting a guess with probability "
                 "min(1, p/q) and otherwise resampling from max(0, p − q) keeps the model's distribution exactly.")
     k = st.slider("try it: k (guesses per round)", 1, 8, 4, key="lesson9_k")
     try:
-        spec = Speculator(lm, "One day, a little girl named Lily went to the park with her dog.",
-                          drafter_for("draft model", settings), k=k, max_new_tokens=30, stop_on_eos=False)
-        spec.run()
+        speculator = _lesson_run(lm, model, k)
     except DecodeLabError as e:
         error(str(e))
         return
-    shown = next((r.round for r in spec.rounds if r.cut), len(spec.rounds) - 1)
-    st.html(rounds_html(spec, len(spec.rounds) - 1))
-    st.markdown(f"Round {shown} below: {spec.rounds[shown].q_len} rows went through the model in one pass; "
-                f"{spec.rounds[shown].cut} of the columns it wrote were cut again.")
-    st.html(verify_stage(spec, shown))
-    totals(spec)
+    shown = next((r.round for r in speculator.rounds if r.cut), len(speculator.rounds) - 1)
+    r = speculator.rounds[shown]
+    st.html(rounds_html(speculator, len(speculator.rounds) - 1))
+    st.markdown(f"Round {shown} below: {r.q_len} rows went through the model in one pass; "
+                f"{r.cut} of the columns it wrote were cut again.")
+    st.html(verify_stage(speculator, shown))
+    if r.round:  # the bet, checked on this page's own numbers: the verify pass above against a one-row pass
+        one = _one_row_ms(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
+        st.markdown(rows_cost_sentence(r.q_len, r.target.forward_ms, one))
+    totals(speculator)
+    plan = Lookahead()
     st.markdown("**Next idea: lookahead decoding** (Fu et al. 2024) needs no drafter at all. In the same pass that "
                 "verifies, it also guesses: a *lookahead* branch refines a window of future tokens by Jacobi "
                 "iteration (each position re-guessed from the previous guesses), n-grams that appear along the way "
                 "go into a pool, and a *verification* branch checks pool n-grams that start with the current token, "
-                "as the verify pass above does. One pass, three jobs, each with its own attention mask:")
-    st.html(LOOKAHEAD_SVG)
-
-
-LOOKAHEAD_SVG = """<svg viewBox="0 0 760 190" width="100%" style="max-width:760px" xmlns="http://www.w3.org/2000/svg"
- font-family="sans-serif" font-size="14">
- <rect x="10" y="40" width="120" height="110" rx="6" fill="#1f77b4" fill-opacity="0.15" stroke="#1f77b4"/>
- <text x="70" y="30" text-anchor="middle" font-weight="bold">the tokens so far</text>
- <text x="70" y="100" text-anchor="middle">KV cache</text>
- <rect x="160" y="40" width="300" height="110" rx="6" fill="#ff7f0e" fill-opacity="0.12" stroke="#ff7f0e"/>
- <text x="310" y="30" text-anchor="middle" font-weight="bold">lookahead branch (W positions × N levels)</text>
- <g fill="#ff7f0e" fill-opacity="0.45">
-  <rect x="175" y="55" width="40" height="22"/><rect x="225" y="55" width="40" height="22"/><rect x="275" y="55" width="40" height="22"/>
-  <rect x="325" y="55" width="40" height="22"/><rect x="375" y="55" width="40" height="22"/>
-  <rect x="175" y="85" width="40" height="22"/><rect x="225" y="85" width="40" height="22"/><rect x="275" y="85" width="40" height="22"/>
-  <rect x="325" y="85" width="40" height="22"/><rect x="375" y="85" width="40" height="22"/>
- </g>
- <text x="310" y="135" text-anchor="middle">Jacobi: re-guess each future position from the guesses</text>
- <rect x="490" y="40" width="260" height="110" rx="6" fill="#2ca02c" fill-opacity="0.12" stroke="#2ca02c"/>
- <text x="620" y="30" text-anchor="middle" font-weight="bold">verification branch</text>
- <text x="620" y="80" text-anchor="middle">n-grams from the pool that start</text>
- <text x="620" y="100" text-anchor="middle">with the current token, checked</text>
- <text x="620" y="120" text-anchor="middle">like the k guesses above</text>
- <text x="380" y="180" text-anchor="middle" fill="#555">all three in ONE forward pass; accepted n-gram tokens are kept, the rest cut</text>
-</svg>"""
+                f"as the verify pass above does. One pass of {plan.rows} rows, three branches, each with its own "
+                "attention mask:")
+    st.html(lookahead_html(plan))
 
 
 def rounds_frame(spec: Speculator) -> pd.DataFrame:

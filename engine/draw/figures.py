@@ -1,16 +1,7 @@
 """Pure figure and table builders: traces in, plotly Figures / pandas DataFrames out.
 
-Pages place what these return; nothing here knows about streamlit. One colour per
-meaning, everywhere (the stage, the tabs, the race, the lessons):
-
-    prefill   blue      a position written by the prefill pass
-    decode    orange    a position written by a decode step
-    new       green     what this step adds (its K/V column, its chosen token)
-    recomputed red      work done again because the cache is off
-    masked    grey      a (query, key) pair the mask forbids: not zero, absent
-    estimate  purple, dashed   computed from the config, not measured
-
-`scale` (1.0, or larger in presenter mode) enlarges chart text and heatmap cells.
+Pages place what these return; nothing here knows about streamlit. The colours and the common
+look are engine/draw/palette.py.
 """
 
 from __future__ import annotations
@@ -23,52 +14,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.forward.estimates import matmuls
+from engine.draw.palette import (  # noqa: F401 - axis_labels, legend_html and show_piece are the pages' too
+    CHOSEN, DECODE, ESTIMATE, GREY, MASKED, NEW, PREFILL, RECOMPUTED, axis_labels, layout, legend_html, show_piece,
+    step_axis)
 from engine.forward.trace import StepTrace
-
-PREFILL = "#1f77b4"
-DECODE = "#ff7f0e"
-NEW = "#2ca02c"
-CHOSEN = NEW
-RECOMPUTED = "#d62728"
-MASKED = "#d9d9d9"
-ESTIMATE = "#9467bd"
-GREY = "#9e9e9e"
-LEGEND = {"prefill": PREFILL, "decode": DECODE, "this step": NEW, "recomputed (cache off)": RECOMPUTED,
-          "masked": MASKED, "estimate": ESTIMATE}
-
-
-def _layout(fig: go.Figure, title: str, height: int = 380, scale: float = 1.0) -> go.Figure:
-    # The title sits at the very top and the legend in its own row below it, so they never overlap.
-    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top", font=dict(size=17 * scale)),
-                      height=int(height * scale), font=dict(size=15 * scale),
-                      margin=dict(l=10, r=10, t=int(70 * scale), b=10),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0))
-    return fig
-
-
-def _step_axis(fig: go.Figure, steps: list[int], title: str = "step (0 = prefill)", **kw) -> None:
-    """Whole-number ticks only: a step is never 2.5."""
-    n = max(steps) if steps else 1
-    fig.update_xaxes(title=title, tick0=0, dtick=max(1, round(n / 10)), tickformat="d", **kw)
-
-
-def legend_html() -> str:
-    """The colour key, said once (the same colours mean the same thing on every page)."""
-    chips = "".join(f'<span style="display:inline-block;margin-right:14px"><span style="display:inline-block;'
-                    f'width:0.9em;height:0.9em;background:{c};border-radius:2px;vertical-align:-1px"></span> {name}</span>'
-                    for name, c in LEGEND.items())
-    return f"<div style='font-size:0.85rem;line-height:1.6'>{chips}</div>"
-
-
-def show_piece(piece: str) -> str:
-    """A token's text made visible: spaces as '·', newlines as '⏎'."""
-    return piece.replace(" ", "·").replace("\n", "⏎").replace("\t", "⇥") or "∅"
-
-
-def axis_labels(pieces: list[str]) -> list[str]:
-    """Unique axis labels ('3 ·cat'): plotly merges equal category names, so positions lead."""
-    return [f"{i} {show_piece(p)}" for i, p in enumerate(pieces)]
-
+from engine.units import human_flops
 
 # ---------------------------------------------------------------- tokens
 
@@ -97,22 +47,55 @@ def shapes_frame(t: StepTrace) -> pd.DataFrame:
 
 
 def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
-    """One layer's five attention matmuls, W_o and the MLP at this step: with the cache and without (estimates)."""
+    """One layer's five attention matmuls, W_o and the MLP at this step: with the cache and without (estimates).
+
+    Narrow enough for a projector's side column: one shape per matmul with its rows written q (this step's
+    fed rows with the cache; every position without), FLOPs in words.
+    """
     n = t.kv_len
     if t.phase == "prefill":
+        q_on = t.q_len
         on = matmuls(spec, t.q_len, 0, layer)
     elif t.use_cache:  # a decode step (1 row) or a speculative verify pass (k+1 rows) on the cache
+        q_on = t.q_len
         on = matmuls(spec, t.q_len, t.past, layer)
     else:  # a cache-off decode step: what the same step costs with the cache
+        q_on = 1
         on = matmuls(spec, 1, n - 1, layer)
     off = matmuls(spec, n, 0, layer)
     rows = []
     for a, b in zip(on, off):
-        rows.append({"matmul": a["op"], "cache on: shape": a["shape"], "cache on: FLOPs": int(a["flops"]),
-                     "cache off: shape": b["shape"], "cache off: FLOPs": int(b["flops"]),
-                     "off / on": round(b["flops"] / a["flops"], 1) if a["flops"] else None,
+        rows.append({"matmul": a["op"], "shape (q rows)": a["shape"].replace(f"[{q_on}, ", "[q, ", 1),
+                     "cache on": human_flops(a["flops"]), "cache off": human_flops(b["flops"]),
+                     "off / on": f"×{b['flops'] / a['flops']:.1f}" if a["flops"] else "—",
                      "grows with": a["grows"]})
     return pd.DataFrame(rows)
+
+
+def gpt2_shapes_frame(t: StepTrace, spec, prompt: str, prompt_len: int) -> pd.DataFrame:
+    """The articles' GPT-2 (124M) beside the live model, for the same prompt: each counted by its own tokenizer.
+
+    GPT-2's figures come from its published config (12 heads, head_dim 64), its token count from its own
+    bundled tokenizer: "A red jacket compliments any outfit." gives [1, 12, 7, 64], [1, 12, 1, 64], [1, 12, 8, 64].
+    """
+    from engine.load import gpt2
+    from engine.measure.kvcalc import from_table
+
+    ref, s = from_table("gpt2"), gpt2.count(prompt)
+    new = t.kv_len - prompt_len  # positions this run added after its prompt (0 at prefill)
+
+    def q(spec_, pos):
+        return f"[1, {spec_.heads}, {pos}, {spec_.head_dim}]"
+
+    def k(spec_, pos):
+        return f"[1, {spec_.kv_heads}, {pos}, {spec_.head_dim}]"
+
+    rows = [("prompt tokens (pos at prefill)", str(prompt_len), str(s)),
+            ("q at prefill [batch, head, pos, head_dim]", q(spec, prompt_len), q(ref, s)),
+            ("q at a cached decode step", q(spec, 1), q(ref, 1)),
+            ("K cache after decode step 1", k(spec, prompt_len + 1), k(ref, s + 1)),
+            (f"K cache after this step (step {t.step})", k(spec, t.kv_len), k(ref, s + new))]
+    return pd.DataFrame(rows, columns=["tensor", "this model", "GPT-2 (124M)"])
 
 
 # ---------------------------------------------------------------- attention
@@ -169,7 +152,7 @@ def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: li
     ])
     fig.update_yaxes(autorange="reversed", title="query_pos")
     fig.update_xaxes(title="key_pos (grey: masked)", tickangle=-60)
-    return _layout(fig, title, height=max(300, int(24 * len(row_labels)) + 170), scale=scale)
+    return layout(fig, title, height=max(300, int(24 * len(row_labels)) + 170), scale=scale)
 
 
 def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0, cols: int = 4,
@@ -208,7 +191,7 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
                      tickfont=ticks["tickfont"])
     fig.update_layout(plot_bgcolor=MASKED)
     fig.update_annotations(font_size=13 * scale)
-    return _layout(fig, f"layer {layer}: every head (grey: masked)", height=200 * rows + 150, scale=scale)
+    return layout(fig, f"layer {layer}: every head (grey: masked)", height=200 * rows + 150, scale=scale)
 
 
 def look_back(t: StepTrace, layer: int, target: int) -> list[tuple[int, float]]:
@@ -224,9 +207,10 @@ def look_back(t: StepTrace, layer: int, target: int) -> list[tuple[int, float]]:
 
 
 def kv_frame(t: StepTrace) -> pd.DataFrame:
-    return pd.DataFrame([{"layer": x.layer, "attends to": "every position" if x.window is None else f"last {x.window}",
-                          "keys [batch, kv_head, pos, head_dim]": str(list(x.shapes.get("kv.keys", ()))),
-                          "values": str(list(x.shapes.get("kv.values", ()))), "bytes (K+V, measured)": x.kv_bytes}
+    """Per layer: what it attends to, the shape of its K (and of its V, the same), the bytes of both (measured)."""
+    return pd.DataFrame([{"layer": str(x.layer), "attends to": "every position" if x.window is None else f"last {x.window}",
+                          "K and V, each [batch, kv_head, pos, head_dim]": str(list(x.shapes.get("kv.keys", ()))),
+                          "bytes (K+V, measured)": f"{x.kv_bytes:,}"}
                          for x in t.layers])
 
 
@@ -238,9 +222,9 @@ def kv_growth_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
         for layer in range(len(traces[-1].layers)):
             fig.add_trace(go.Scatter(x=steps, y=[t.layers[layer].kv_bytes for t in traces], mode="lines",
                                      name=f"layer {layer}", line=dict(width=1, dash="dot")))
-    _step_axis(fig, steps)
+    step_axis(fig, steps)
     fig.update_yaxes(title="KV cache bytes (measured)", rangemode="tozero")
-    return _layout(fig, "KV cache size after each step", scale=scale)
+    return layout(fig, "KV cache size after each step", scale=scale)
 
 
 def kv_grid_figure(traces: list[StepTrace], layers: int, scale: float = 1.0) -> go.Figure:
@@ -261,9 +245,9 @@ def kv_grid_figure(traces: list[StepTrace], layers: int, scale: float = 1.0) -> 
         z=colour, colorscale=[[0, PREFILL], [0.5, MASKED], [1, DECODE]], zmin=0, zmax=1, showscale=False,
         customdata=z, xgap=1, ygap=2,
         hovertemplate="layer %{y}, pos %{x}<br>written at step %{customdata}<extra></extra>"))
-    fig.update_xaxes(title="pos (blue: prefill, orange: one column per decode step, grey: left a sliding window)")
+    fig.update_xaxes(title="pos (colour: the step that wrote it)")  # short: it fits a side column on a projector
     fig.update_yaxes(title="layer", autorange="reversed", dtick=1)
-    return _layout(fig, "What the KV cache holds", height=120 + 40 * min(layers, 16), scale=scale)
+    return layout(fig, "What the KV cache holds", height=120 + 40 * min(layers, 16), scale=scale)
 
 
 # ---------------------------------------------------------------- next token
@@ -272,7 +256,7 @@ def kv_grid_figure(traces: list[StepTrace], layers: int, scale: float = 1.0) -> 
 def next_token_figure(t: StepTrace, scale: float = 1.0) -> go.Figure:
     """The most likely tokens: probability before and after the warpers; each bar says its raw logit."""
     labels = [show_piece(c.token) for c in t.top]
-    colours = [CHOSEN if c.token_id == t.token_id else GREY for c in t.top]
+    colours = [NEW if c.token_id == t.token_id else GREY for c in t.top]
     fig = go.Figure([
         go.Bar(x=labels, y=[c.p_before for c in t.top], name="before warpers (softmax of the logits)",
                marker_color="#c6dbef", text=[f"{c.logit:.1f}" for c in t.top], textposition="outside",
@@ -282,7 +266,7 @@ def next_token_figure(t: StepTrace, scale: float = 1.0) -> go.Figure:
     ])
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="probability (numbers: raw logits)", range=[0, 1.15])
-    return _layout(fig, f"Next token: {show_piece(t.token)} (green) — {t.rule}", scale=scale)
+    return layout(fig, f"Next token: {show_piece(t.token)} (green)", scale=scale)  # the rule is said under it
 
 
 # ---------------------------------------------------------------- latency
@@ -302,10 +286,35 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
         hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"))
     fig.add_trace(go.Scatter(x=steps, y=[t.flops_estimate for t in traces], name="FLOPs (estimate)",
                              line=dict(color=ESTIMATE, dash="dash")), secondary_y=True)
-    _step_axis(fig, steps)
-    fig.update_yaxes(title="ms (measured)", secondary_y=False, rangemode="tozero")
+    step_axis(fig, steps)
+    ceiling, outliers = latency_ceiling(traces)
+    fig.update_yaxes(title="ms (measured)", secondary_y=False, range=[0, ceiling])
+    for step, ms in outliers:  # cut off by the robust range: marked where they leave the chart, with their time
+        fig.add_annotation(x=step, y=ceiling, yref="y", text=f"↑ {ms:.0f} ms", showarrow=False, yanchor="top",
+                           font=dict(color=INK_OUTLIER, size=12 * scale), bgcolor="rgba(255,255,255,0.8)")
     fig.update_yaxes(title="FLOPs (estimate)", secondary_y=True, rangemode="tozero")
-    return _layout(fig, "Latency of every step", scale=scale)
+    return layout(fig, "Latency of every step", scale=scale)
+
+
+INK_OUTLIER = "#444"  # the whisker's own colour
+OUTLIER = 3.0  # a bar or whisker above this many times the median bar is an outlier: marked, not scaled to
+
+
+def latency_ceiling(traces: list[StepTrace]) -> tuple[float, list[tuple[int, float]]]:
+    """A robust top for the latency axis, and the (step, ms) of each bar or whisker above it.
+
+    One slow repeat (a 240 ms whisker over 5–10 ms bars) must not flatten every other bar: the axis ends a
+    little above the tallest value within OUTLIER × the median decode bar (the prefill's bar always fits),
+    and whatever is cut off is marked with its time instead.
+    """
+    if not traces:
+        return 1.0, []
+    bars = [t.latency_ms for t in traces]
+    tops = [t.latency_ms + t.timing.high_ms - t.forward_ms for t in traces]  # each whisker's top
+    decode = [b for t, b in zip(traces, bars) if t.phase != "prefill"] or bars
+    limit = max([OUTLIER * float(np.median(decode))] + [b for t, b in zip(traces, bars) if t.phase == "prefill"])
+    ceiling = 1.15 * max(x for x in bars + tops if x <= limit)
+    return ceiling, [(t.step, top) for t, top in zip(traces, tops) if top > ceiling]
 
 
 CLIMB = 1.25  # "the steps climb" when the last three decode steps take this many times the first three
@@ -352,9 +361,9 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     fig.add_trace(go.Bar(x=[t.step for t in cache_traces], y=[t.q_len for t in cache_traces],
                          name="KV cache on", marker_color=PREFILL))
     fig.update_layout(barmode="group")
-    _step_axis(fig, [t.step for t in nocache_traces])
+    step_axis(fig, [t.step for t in nocache_traces])
     fig.update_yaxes(title="positions computed (q_len)")
-    return _layout(fig, "Work per step: positions pushed through the model", scale=scale)
+    return layout(fig, "Work per step: positions pushed through the model", scale=scale)
 
 
 def padded_batch_frame(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> pd.DataFrame:
@@ -365,3 +374,8 @@ def padded_batch_frame(pieces: tuple[tuple[str, ...], ...], input_ids, attention
                                   else f"{show_piece(piece)} ({int(input_ids[b, p])})")
                      for p, piece in enumerate(row_pieces)})
     return pd.DataFrame(rows, index=[f"batch {b}" for b in range(len(pieces))])
+
+
+def batch_shapes_frame(shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> pd.DataFrame:
+    """A batch run's tensors and their shapes (engine.generate.batch.BatchRun.shapes): batch comes first."""
+    return pd.DataFrame([(name, str(list(shape))) for name, shape in shapes], columns=["tensor", "shape [batch, ...]"])

@@ -22,69 +22,14 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.draw.figures import DECODE, MASKED, NEW, PREFILL, RECOMPUTED, show_piece, visible
+from engine.draw.figures import visible
+from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
+from engine.draw.svg import FONT, GRID_X0, GRID_X1, INK, LABEL_X, MONO, QCOL, SOFT, TEXT, W, arrow, defs, shape_text
+from engine.draw.svg import mono_fit, mono_width
+from engine.draw.svg import blues as _blues
+from engine.draw.svg import text as _t
 from engine.forward.trace import StepTrace
-
-W = 1000  # viewBox width; the browser scales it to the column
-TEXT = 1.22  # every font size below is multiplied by this: the stage is read from the back of a room
-FONT = "ui-sans-serif, system-ui, sans-serif"
-MONO = "ui-monospace, Menlo, Consolas, monospace"
-INK, SOFT = "#222", "#666"
-QCOL = "#8c6bb1"  # queries: used once
-LABEL_X = 140  # the opened layer's labels start here
-GRID_X0, GRID_X1 = 420, 975  # where the key columns live (K, V and the scores share them)
-
-
-def _t(x, y, text, size=18, anchor="start", fill=INK, weight="normal", family=FONT, extra=""):
-    size = round(size * TEXT, 1)
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{fill}" '
-            f'font-weight="{weight}" font-family="{family}" {extra}>{escape(str(text))}</text>')
-
-
-def _shape(shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]" if shape else "[?]"
-
-
-def _fmt_flops(x: float) -> str:
-    for unit, div in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if x >= div:
-            return f"{x / div:.1f} {unit}"
-    return f"{x:.0f} FLOP"
-
-
-def _fmt_bytes(x: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if x >= div:
-            return f"{x / div:.1f} {unit}"
-    return f"{x:.0f} B"
-
-
-def _blues(w: float) -> str:
-    """A weight in [0, 1] as a blue: white (0) to deep blue (1)."""
-    w = max(0.0, min(1.0, w)) ** 0.6  # small weights stay visible
-    r, g, b = (int(255 + (c - 255) * w) for c in (8, 48, 107))
-    return f"rgb({r},{g},{b})"
-
-
-def _defs() -> str:
-    return ('<defs>'
-            f'<pattern id="masked" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-            f'<rect width="6" height="6" fill="#f2f2f2"/><line x1="0" y1="0" x2="0" y2="6" stroke="{MASKED}" stroke-width="3"/></pattern>'
-            f'<pattern id="recomputed" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-            f'<rect width="6" height="6" fill="#f7c9c9"/><line x1="0" y1="0" x2="0" y2="6" stroke="{RECOMPUTED}" stroke-width="3"/></pattern>'
-            '<marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-            f'<path d="M 0 0 L 10 5 L 0 10 z" fill="{SOFT}"/></marker>'
-            '<marker id="arrow-new" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-            f'<path d="M 0 0 L 10 5 L 0 10 z" fill="{NEW}"/></marker>'
-            '</defs>')
-
-
-def _arrow(x1, y1, x2, y2, colour=SOFT, marker="arrow", dash="", width=2, role=""):
-    d = f' stroke-dasharray="{dash}"' if dash else ""
-    r = f' data-role="{role}"' if role else ""
-    return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{colour}" stroke-width="{width}"'
-            f'{d} marker-end="url(#{marker})"{r}/>')
-
+from engine.units import human_bytes, human_flops
 
 # ---------------------------------------------------------------- the token strip
 
@@ -94,9 +39,9 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     out = []
     n = t.kv_len
     fed = set(range(t.past, t.past + t.q_len))
-    size, cw, pad = 17, 10.2 * TEXT, 12
-    widths = [min(190, len(show_piece(p)) * cw + pad) for p in pieces[:n]]
-    chosen_w = min(190, len(show_piece(t.token)) * cw + pad)
+    size, pad = 17, 12
+    widths = [min(190, mono_width(show_piece(p), size) + pad) for p in pieces[:n]]
+    chosen_w = min(230, mono_width(show_piece(t.token), size) + pad)  # <|endoftext|> whole: it ends the run
     avail = W - chosen_w - 90
     # keep the start and the end of the sequence; elide the middle if it does not fit on two lines
     shown = list(range(n))
@@ -130,8 +75,8 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
                 f'<g data-role="token" data-pos="{p}" data-fed="{int(is_fed)}" data-rejected="{int(rejected)}">'
                 f'<rect x="{x:.1f}" y="{cy:.1f}" width="{w:.1f}" height="32" rx="5" fill="{colour}" '
                 f'fill-opacity="{0.12 if rejected else 0.22}" {stroke}/>'
-                + _t(x + w / 2, cy + 23, show_piece(pieces[p]), size, "middle", SOFT if rejected else INK, family=MONO,
-                     extra='text-decoration="line-through"' if rejected else "")
+                + _t(x + w / 2, cy + 23, show_piece(pieces[p]), mono_fit(show_piece(pieces[p]), size, w - pad), "middle",
+                     SOFT if rejected else INK, family=MONO, extra='text-decoration="line-through"' if rejected else "")
                 + (f'<line x1="{x + 3:.1f}" y1="{cy + 16:.1f}" x2="{x + w - 3:.1f}" y2="{cy + 16:.1f}" stroke="{RECOMPUTED}" stroke-width="2.5"/>'
                    if rejected else "")
                 + '</g>')
@@ -141,7 +86,8 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     cx, cy = W - chosen_w - 10, rows_y[0]
     out.append(f'<g data-role="chosen-chip"><rect x="{cx:.1f}" y="{cy:.1f}" width="{chosen_w:.1f}" height="32" rx="5" '
                f'fill="{NEW}" fill-opacity="0.15" stroke="{NEW}" stroke-width="2.5" stroke-dasharray="5 3"/>'
-               + _t(cx + chosen_w / 2, cy + 23, show_piece(t.token), size, "middle", family=MONO) + '</g>')
+               + _t(cx + chosen_w / 2, cy + 23, show_piece(t.token), mono_fit(show_piece(t.token), size, chosen_w - pad),
+                    "middle", family=MONO) + '</g>')
     out.append(_t(cx - 8, cy + 22, "next:", 13, "end", NEW, weight="bold"))
     height = 40 * (row + 1)
     fed_txt = f"fed: {t.q_len} position{'s' if t.q_len != 1 else ''} (q_len = {t.q_len}) · kv_len = {t.kv_len}"
@@ -224,7 +170,7 @@ def _kv_grid(name: str, t: StepTrace, lt, prompt_len: int, y: float, kv_heads: i
     ch = 18 if shown_heads > 2 else 26
     shape = lt.shapes.get(f"kv.{'keys' if name == 'K' else 'values'}")
     if t.use_cache:
-        lines = [(f"{name} cache", 17, INK, FONT), (_shape(shape), 13, INK, MONO),
+        lines = [(f"{name} cache", 17, INK, FONT), (shape_text(shape), 13, INK, MONO),
                  ("kept for later steps", 12, SOFT, FONT)]
         if lt.window is not None:
             lines[2] = (f"window {lt.window}: keeps {lt.window - 1}", 12, SOFT, FONT)
@@ -322,7 +268,7 @@ def _writes(t: StepTrace, name: str, y: float) -> str:
     x0, x1 = xs[t.past] if t.use_cache or t.phase == "prefill" else xs[-1], xs[-1] + cw
     mid = (x0 + x1) / 2
     return (f'<g data-role="write-{name}"><line x1="{x0 + 1:.1f}" y1="{y - 9:.1f}" x2="{x1 - 1:.1f}" y2="{y - 9:.1f}" '
-            f'stroke="{NEW}" stroke-width="2"/>' + _arrow(mid, y - 9, mid, y - 1, NEW, "arrow-new", width=2.5) + '</g>')
+            f'stroke="{NEW}" stroke-width="2"/>' + arrow(mid, y - 9, mid, y - 1, NEW, "arrow-new", width=2.5) + '</g>')
 
 
 def _panel(t: StepTrace, pieces: list[str], prompt_len: int, layer: int, head: int, y: float,
@@ -338,7 +284,7 @@ def _panel(t: StepTrace, pieces: list[str], prompt_len: int, layer: int, head: i
     # x, and the three projections of its rows
     out.append(f'<rect x="{LABEL_X}" y="{y:.1f}" width="170" height="112" rx="6" fill="#f5f5f5" stroke="#bbb"/>')
     out.append(_t(LABEL_X + 10, y + 26, "x", 18, weight="bold"))
-    out.append(_t(LABEL_X + 10, y + 52, _shape(x_shape), 14, family=MONO))
+    out.append(_t(LABEL_X + 10, y + 52, shape_text(x_shape), 14, family=MONO))
     out.append(_t(LABEL_X + 10, y + 74, "[batch, pos, d_model]", 11, fill=SOFT))
     out.append(_t(LABEL_X + 10, y + 100, f"{t.q_len} row{'s' if t.q_len != 1 else ''} in", 14, fill=NEW, weight="bold"))
     lines = [("q", "W_q", q_shape, QCOL, "used once by this pass, then dropped"),
@@ -349,13 +295,13 @@ def _panel(t: StepTrace, pieces: list[str], prompt_len: int, layer: int, head: i
                f'stroke="{SOFT}" stroke-width="2" fill="none"/>')
     for i, (name, w, shape, colour, note) in enumerate(lines):
         ly = y + 18 + i * 38
-        out.append(_arrow(bus, ly, bus + 22, ly, width=2))
+        out.append(arrow(bus, ly, bus + 22, ly, width=2))
         dash = ' stroke-dasharray="5 4"' if name == "q" else ""
-        text_w = 116 + len(_shape(shape) + src) * 8.6 * TEXT
+        text_w = 116 + len(shape_text(shape) + src) * 8.6 * TEXT
         out.append(f'<g data-role="proj-{name}"><rect x="{bus + 26}" y="{ly - 16:.1f}" width="{text_w:.1f}" height="32" '
                    f'rx="5" fill="{colour}" fill-opacity="0.09" stroke="{colour}" stroke-width="1.8"{dash}/>'
                    + _t(bus + 34, ly + 6, f"{w} → {name}", 16, fill=colour, weight="bold")
-                   + _t(bus + 138, ly + 6, _shape(shape) + src, 14, family=MONO) + '</g>')
+                   + _t(bus + 138, ly + 6, shape_text(shape) + src, 14, family=MONO) + '</g>')
         out.append(_t(bus + 36 + text_w, ly + 6, note, 13,
                       fill=RECOMPUTED if "recomputed" in note else (QCOL if name == "q" else SOFT)))
     y += 124
@@ -375,7 +321,7 @@ def _panel(t: StepTrace, pieces: list[str], prompt_len: int, layer: int, head: i
     y += sh + 16
     out_shape = tuple(x_shape) if x_shape else None
     nxt = f"layer {layer + 1}" if layer + 1 < len(t.layers) else "the final norm"
-    out.append(_t(LABEL_X, y + 16, f"softmax · V → out {_shape(out_shape)} → {nxt}", 15))
+    out.append(_t(LABEL_X, y + 16, f"softmax · V → out {shape_text(out_shape)} → {nxt}", 15))
     window = f" (window {lt.window})" if lt.window else ""
     out.append(_t(GRID_X1, y + 16, f"keys read: {lt.kv_len}{window}", 13, "end", SOFT))
     return "".join(out), y + 26
@@ -386,28 +332,33 @@ def _panel(t: StepTrace, pieces: list[str], prompt_len: int, layer: int, head: i
 
 def _head(t: StepTrace, y: float, chosen_xy: tuple) -> str:
     out = []
-    logits = f"LM head → logits {_shape(t.logits_shape)}"
+    logits = f"LM head → logits {shape_text(t.logits_shape)}"
     out.append(_t(10, y + 22, logits, 15, weight="bold"))
+    chosen_text = show_piece(t.token)
+    rule = t.rule.split(":")[0].split(" (")[0]
+    rule_w = len(f"→ {rule} →") * 0.55 * 14 * TEXT  # proportional font: about half an em a letter
+    chosen_w = min(200.0, mono_width(chosen_text, 17))
     x = 360
     for c in t.top[:5]:
         chosen = c.token_id == t.token_id
         label = f"{show_piece(c.token)} {c.logit:.1f}"
-        w = min(170, len(label) * 8.6 * TEXT + 14)
-        if x + w > W - 150:
+        w = min(170, mono_width(label, 14) + 14)
+        if x + w > W - rule_w - chosen_w - 40:  # the rule and the chosen token always fit after the chips
             break
         out.append(f'<g data-role="logit" data-chosen="{int(chosen)}"><rect x="{x:.1f}" y="{y + 3:.1f}" width="{w:.1f}" '
                    f'height="30" rx="4" fill="{NEW if chosen else "#eee"}" fill-opacity="{0.25 if chosen else 1}" '
                    f'stroke="{NEW if chosen else "none"}" stroke-width="2"/>'
-                   + _t(x + w / 2, y + 24, label, 14, "middle", family=MONO) + '</g>')
+                   + _t(x + w / 2, y + 24, label, mono_fit(label, 14, w - 10), "middle", family=MONO) + '</g>')
         x += w + 6
-    rule = t.rule.split(":")[0].split(" (")[0]
     out.append(_t(x + 4, y + 24, f"→ {rule} →", 14, fill=SOFT))
-    tx = min(W - 60, x + 10 + len(f"→ {rule} →") * 8 * TEXT)
-    out.append('<g data-role="chosen">' + _t(tx, y + 24, show_piece(t.token), 17, weight="bold", fill=NEW, family=MONO)
+    tx = x + 10 + rule_w
+    size = mono_fit(chosen_text, 17, W - 14 - tx)  # inside the picture, whole: never "<|end"
+    out.append('<g data-role="chosen">' + _t(tx, y + 24, chosen_text, size, weight="bold", fill=NEW, family=MONO)
                + '</g>')
     # the loop: the chosen token goes back to the end of the strip, to be fed next step
     cx, cy = chosen_xy
-    out.append(f'<path data-role="loop" d="M {tx + 12 + len(show_piece(t.token)) * 12:.1f} {y + 18:.1f} C {W - 2:.1f} {y + 18:.1f}, {W - 2:.1f} {cy + 30:.1f}, '
+    start = min(W - 6, tx + mono_width(chosen_text, size) + 6)
+    out.append(f'<path data-role="loop" d="M {start:.1f} {y + 18:.1f} C {W - 2:.1f} {y + 18:.1f}, {W - 2:.1f} {cy + 30:.1f}, '
                f'{cx:.1f} {cy + 4:.1f}" fill="none" stroke="{NEW}" stroke-width="2.5" stroke-dasharray="7 4" '
                f'marker-end="url(#arrow-new)"/>')
     return "".join(out)
@@ -415,12 +366,14 @@ def _head(t: StepTrace, y: float, chosen_xy: tuple) -> str:
 
 def caption_lines(t: StepTrace) -> tuple[str, str]:
     """The numbers of this pass: what was computed, then what it cost (estimates labelled)."""
-    first = [f"this pass: {t.q_len} position{'s' if t.q_len != 1 else ''} computed"]
+    # one row through each weight matrix is a matrix-vector product; several rows, a matrix-matrix product
+    kind = "matrix-vector" if t.q_len == 1 else "matrix-matrix"
+    first = [f"this pass: {t.q_len} position{'s' if t.q_len != 1 else ''} computed ({kind})"]
     if t.recomputed:
         first.append(f"positions recomputed that were already known: {t.recomputed}")
     else:
         first.append(f"{t.kv_len} keys read by the newest query")
-    second = [f"{_fmt_flops(t.flops_estimate)} (estimate)", f"{_fmt_bytes(t.bytes_estimate)} moved (estimate)",
+    second = [f"{human_flops(t.flops_estimate)} (estimate)", f"{human_bytes(t.bytes_estimate)} moved (estimate)",
               f"{t.timing.describe(short=True)} measured"]
     return " · ".join(first), " · ".join(second)
 
@@ -472,4 +425,4 @@ def stage_svg(t: StepTrace, pieces: list[str], prompt_len: int, layer: int = 0, 
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height:.0f}" width="100%" '
             f'role="img" aria-label="{escape(caption(t))}" data-role="stage" data-phase="{t.phase}" '
             f'data-step="{t.step}" data-cache="{int(t.use_cache)}" style="max-height:100%">'
-            + _defs() + "".join(body) + '</svg>')
+            + defs() + "".join(body) + '</svg>')

@@ -69,3 +69,12 @@ def arrow(x1, y1, x2, y2, colour=SOFT, marker="arrow", dash="", width=2, role=""
     r = f' data-role="{role}"' if role else ""
     return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{colour}" stroke-width="{width}"'
             f'{d} marker-end="url(#{marker})"{r}/>')
+
+
+def picture_html(svg: str, alt: str, testid: str) -> str:
+    """Any drawn picture as an <img> of its SVG (st.html strips inline SVG): it can run no script, fetch nothing."""
+    import base64
+
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return (f'<div class="dl-picture" data-testid="{escape(testid)}"><img alt="{escape(alt)}" '
+            f'src="data:image/svg+xml;base64,{data}" style="display:block;width:100%;height:auto"/></div>')

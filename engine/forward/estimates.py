@@ -64,12 +64,3 @@ def step_bytes(spec: ModelSpec, q_len: int, past: int, elem_bytes: float) -> flo
     per_pos = spec.kv_bytes_per_position(elem_bytes)
     kv = sum(per_pos * (spec.kept(layer, past) + q_len) for layer in range(spec.layers))
     return float(spec.parameters * elem_bytes + kv)
-
-
-def generation_flops(spec: ModelSpec, prompt_len: int, new_tokens: int, use_cache: bool) -> list[float]:
-    """Per-step FLOPs estimate of a whole generation: prefill, then decode steps."""
-    out = [step_flops(spec, prompt_len, 0)]
-    for i in range(1, new_tokens):
-        n = prompt_len + i
-        out.append(step_flops(spec, 1, n - 1) if use_cache else step_flops(spec, n, 0))
-    return out

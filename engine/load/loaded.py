@@ -34,6 +34,7 @@ class LoadedModel:
     dtype: torch.dtype
     captures: bool  # Q/K/V are read off the real tensors (engine.forward.capture); else derived from the config
     warmup_ms: float = 0.0  # time of the warm-up passes made at load, reported apart from every step
+    load_ms: float = 0.0  # reading the tokenizer and the weights and putting them on the device (once per server)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     slots: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(MAX_WAITING), repr=False)
 

@@ -11,15 +11,13 @@ per head: latent_dim × layers × bytes × tokens × batch.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pandas as pd
-import plotly.graph_objects as go
 
-from engine.draw.figures import _layout
 from engine.forward.spec import ModelSpec
 from engine.paths import ASSETS
+from engine.units import human_bytes
 
 KV_DTYPES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 MAX_TOKENS = 100_000_000  # a calculator input beyond this is a typo, not a context length
@@ -65,7 +63,7 @@ def from_live(lm) -> ModelSpec:
     return replace(lm.spec, source="live model (its config and weights)")
 
 
-def from_config(source: str) -> ModelSpec:
+def from_source(source: str) -> ModelSpec:
     """A Hugging Face id or local folder: its config only, never its weights."""
     from engine.load.checks import check_causal_lm, estimate_parameters, parameter_bound
     from engine.load.load import read_config
@@ -94,7 +92,7 @@ def formula(a: ModelSpec, tokens: int, batch: int, elem_bytes: float) -> str:
     total = a.kv_bytes(tokens, batch, elem_bytes)
     if a.mla_dim:
         return (f"latent {a.mla_dim} × layers {a.layers} × {elem_bytes:g} B × tokens {tokens:,} × batch {batch} "
-                f"= {total:,.0f} B ({human(total)})  [MLA: one compressed latent per token per layer]")
+                f"= {total:,.0f} B ({human_bytes(total)})  [MLA: one compressed latent per token per layer]")
     head = f"kv_heads {a.kv_heads} × head_dim {a.head_dim} × {elem_bytes:g} B"
     groups: dict[int | None, int] = {}
     for layer in range(a.layers):
@@ -106,7 +104,7 @@ def formula(a: ModelSpec, tokens: int, batch: int, elem_bytes: float) -> str:
         terms.append(f"2 × {count} {'full' if window is None else 'sliding'} layers × {head} × {what}")
     if len(terms) == 1 and None in groups:
         terms = [f"2 × layers {a.layers} × {head} × tokens {tokens:,}"]
-    return " + ".join(terms) + f" × batch {batch} = {total:,.0f} B ({human(total)})"
+    return " + ".join(terms) + f" × batch {batch} = {total:,.0f} B ({human_bytes(total)})"
 
 
 def weight_bytes(a: ModelSpec, elem_bytes: float) -> float:
@@ -125,27 +123,50 @@ def largest_fit(a: ModelSpec, memory_bytes: float, weight_elem: float, kv_elem: 
             lo, hi = (mid, hi) if a.kv_bytes(mid, 1, kv_elem) <= free else (lo, mid - 1)
         max_tokens = lo
     return {"free_for_kv": free, "max_batch": int(free // per_seq) if free > 0 and per_seq > 0 else 0,
-            "max_tokens_batch1": max_tokens}
+            "max_tokens_batch1": max_tokens, "context_limit": a.max_positions}
 
 
-def human(n: float) -> str:
-    if not math.isfinite(n):
-        return str(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
-        n /= 1024
-    return f"{n:.1f}"
+def context_note(a: ModelSpec, tokens: int) -> str | None:
+    """A plain warning when `tokens` is more than the model can read (its max_position_embeddings), else None."""
+    if a.max_positions and tokens > a.max_positions:
+        return (f"{a.name} reads at most {a.max_positions:,} positions (its max_position_embeddings): a context of "
+                f"{tokens:,} tokens is memory arithmetic only, the model cannot use it. The KV bytes below are what "
+                "such a cache would take.")
+    return None
 
 
-def growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_bytes: float, scale: float = 1.0) -> go.Figure:
-    """KV bytes against context length, several models at once (sliding layers flatten the curve)."""
-    xs = [int(max_tokens * i / 50) for i in range(1, 51)]
-    fig = go.Figure()
-    for a in archs:
-        label = a.attention + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else "")
-        fig.add_trace(go.Scatter(x=xs, y=[a.kv_bytes(x, batch, elem_bytes) / 2**30 for x in xs],
-                                 name=f"{a.name} ({label})", mode="lines", line=dict(width=3)))
-    fig.update_xaxes(title="context length (tokens)")
-    fig.update_yaxes(title=f"KV cache GiB (batch {batch}, estimate)", rangemode="tozero")
-    return _layout(fig, "KV-cache size against context length", height=420, scale=scale)
+def cards_for(a: ModelSpec, tokens: int, card_bytes: float = 80e9, elem_bytes: float = 2.0) -> dict:
+    """Accelerators of `card_bytes` each: enough for the weights plus one for the caches, and how many
+    sequences of `tokens` then fit beside the weights (estimates; activations not counted)."""
+    weights = weight_bytes(a, elem_bytes)
+    cards = int(-(-weights // card_bytes)) + 1
+    fit = largest_fit(a, cards * card_bytes, elem_bytes, elem_bytes, tokens)
+    return {"weights": weights, "cards": cards, "card_bytes": card_bytes, "max_batch": fit["max_batch"],
+            "per_sequence": a.kv_bytes(tokens, 1, elem_bytes)}
+
+
+def compare_frame(names: list[str], tokens: int, elem_bytes: float = 2.0) -> pd.DataFrame:
+    """Published models side by side: their attention, KV bytes per token, at `tokens`, and as MHA (estimates)."""
+    rows = []
+    for name in names:
+        a = from_table(name)
+        rows.append({"model": name, "attention": f"{a.attention} ({a.heads} query / {a.kv_heads} KV heads)"
+                     + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else ""),
+                     "KV per token (fp16, estimate)": human_bytes(a.kv_bytes_per_token(elem_bytes)),
+                     f"KV for {tokens:,} tokens": human_bytes(a.kv_bytes(tokens, 1, elem_bytes)),
+                     f"same model as MHA, {tokens:,} tokens": human_bytes(a.as_mha().kv_bytes(tokens, 1, elem_bytes))})
+    return pd.DataFrame(rows)
+
+
+def formula_latex(a: ModelSpec, tokens: int, batch: int, elem_bytes: float) -> str:
+    """The KV formula with a model's numbers substituted, as LaTeX: one product when every layer keeps every
+    position, else the sum over layers (a sliding layer keeps only its window)."""
+    total = f"{a.kv_bytes(tokens, batch, elem_bytes):,.0f}".replace(",", "{,}")  # LaTeX: braces around a comma
+    if a.mla_dim:
+        return (rf"{a.mla_dim} \times {a.layers}\ \text{{layers}} \times {elem_bytes:g}\,\text{{bytes}} \times "
+                rf"{tokens} \times {batch} = {total}\ \text{{bytes}}")
+    if not a.sliding_layers:
+        return (rf"2 \times {batch} \times {a.kv_heads} \times {tokens} \times {a.head_dim} \times {elem_bytes:g}\,"
+                rf"\text{{bytes}} \times {a.layers}\ \text{{layers}} = {total}\ \text{{bytes}}")
+    return (rf"\sum_{{\text{{layer}}}} 2 \times {batch} \times {a.kv_heads} \times pos_{{\text{{kept}}}} \times "
+            rf"{a.head_dim} \times {elem_bytes:g}\,\text{{bytes}} = {total}\ \text{{bytes}}")

@@ -11,7 +11,8 @@ the step is taken apart:
                         writes, and the Python and dispatch around each of them
     ops per step        how many aten operations the pass issues (torch.profiler counts them)
 
-Every pass is rolled back afterwards, so the run itself is unchanged.
+Every pass is rolled back afterwards, so the run itself is unchanged. `where_time_goes` does it on a run of
+its own (a 100-token prefill and 8 cached decode steps), so a page can show it before anyone has stepped.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> dict:
     ids = stepper.ids[:, -1:] if cache is not None else stepper.ids
     past = cache.get_seq_length() if cache is not None else 0
 
-    timed = run_pass(lm, ids, cache, repeats=repeats)  # a warm-up run, then `repeats` timed ones
+    # trim=False: a sliding-window layer keeps what the pass pushed out, so rolling the pass back restores it exactly
+    timed = run_pass(lm, ids, cache, repeats=repeats, trim=False)  # a warm-up run, then `repeats` timed ones
     roll_back(cache, ids.shape[1])
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run_pass(lm, ids, cache)
+        run_pass(lm, ids, cache, trim=False)
     roll_back(cache, ids.shape[1])
     ops = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
 
@@ -82,3 +84,48 @@ def matmuls_alone(lm, rows: int, repeats: int = 5, loops: int = 20) -> float:
 
     once()  # warm-up
     return statistics.median(once() for _ in range(repeats))
+
+
+DEMO_TEXT = "Once upon a time, there was a little girl named Lily."  # repeated to a 100-token prompt
+
+
+def demo_run(lm, prompt_tokens: int = 100, decode_steps: int = 8):
+    """A run to measure when a session has none: a `prompt_tokens` prefill, then `decode_steps` cached decode
+    steps; one more token is allowed, so the run is not finished and its next step can be taken apart."""
+    from engine.generate.stepper import Stepper
+
+    ids = lm.tokenizer(" ".join([DEMO_TEXT] * 12))["input_ids"][: min(prompt_tokens, lm.spec.max_positions // 2)]
+    run = Stepper(lm, lm.tokenizer.decode(ids, skip_special_tokens=True), max_new_tokens=decode_steps + 2,
+                  stop_on_eos=False)
+    run.run(decode_steps + 1)
+    return run
+
+
+def where_time_goes(lm, bandwidth: float, repeats: int = 5) -> dict:
+    """The demo run's steps (for the roofline) and its next decode step taken apart (`decode_breakdown`)."""
+    run = demo_run(lm)
+    breakdown = decode_breakdown(run, bandwidth, repeats)
+    traces = list(run.traces)
+    run.free()
+    return {"traces": traces, "breakdown": breakdown}
+
+
+def breakdown_frame(b: dict):
+    """`decode_breakdown`'s numbers as the table a page shows: each part of one decode step, in ms."""
+    import pandas as pd
+
+    return pd.DataFrame([
+        {"part": "memory lower bound: bytes moved / measured bandwidth (estimate)", "ms": round(b["memory_bound_ms"], 3)},
+        {"part": "the step's matmuls alone, every weight matrix once (measured)", "ms": round(b["matmul_ms"], 3)},
+        {"part": f"the rest: {b['ops']} aten ops of attention, norms, RoPE, cache writes, and the Python around them",
+         "ms": round(b["rest_ms"], 3)},
+        {"part": f"the whole step (median of {b['runs']})", "ms": round(b["wall_ms"], 3)},
+    ])
+
+
+def breakdown_note(b: dict) -> str:
+    """The table in one sentence: which share of the step each part is."""
+    wall = b["wall_ms"]
+    return (f"On {b['device']}: the memory bound is {b['memory_bound_ms'] / wall:.0%} of the step and the matmuls "
+            f"{b['matmul_ms'] / wall:.0%}; the other {b['rest_ms'] / wall:.0%} is the many small operations around "
+            "them. A bigger model makes each matmul longer and that share smaller.")

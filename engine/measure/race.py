@@ -1,4 +1,4 @@
-"""Cache vs no-cache race: tables, figures, growth fits, the playback and the length sweep.
+"""Cache vs no-cache race: the table, growth fits, the playback and the length sweep (figures: engine/draw/race.py).
 
 The race itself is `engine.generate.compare.compare`: both modes measured in lockstep,
 alternating steps, so neither has the machine to itself. The page then *plays the
@@ -12,14 +12,11 @@ import math
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from engine.generate.compare import compare
-from engine.draw.figures import PREFILL, RECOMPUTED, _layout, _step_axis
 
-CACHE = "#1f77b4"  # blue
-NOCACHE = RECOMPUTED  # red: the colour of recomputed work everywhere
-MODES = {"cache": ("KV cache on", CACHE), "nocache": ("KV cache off", NOCACHE)}
+MODES = ("cache", "nocache")  # the two runs of a race, in the order they are drawn
+
 
 
 def race_frame(report: dict) -> pd.DataFrame:
@@ -103,41 +100,6 @@ def summary(report: dict, df: pd.DataFrame) -> dict:
     return out
 
 
-def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against position", scale: float = 1.0) -> go.Figure:
-    fig = go.Figure()
-    for mode, (name, colour) in MODES.items():
-        d = df[df["mode"] == mode]
-        pre, dec = d[d["phase"] == "prefill"], d[d["phase"] == "decode"]
-        fig.add_trace(go.Scatter(x=dec["kv_len"], y=dec["latency_ms"], mode="lines+markers", name=name,
-                                 line=dict(color=colour, width=4), marker=dict(size=5)))
-        fig.add_trace(go.Scatter(x=pre["kv_len"], y=pre["latency_ms"], mode="markers", name=f"prefill ({name})",
-                                 marker=dict(color=PREFILL, symbol="diamond", size=12, line=dict(color=colour, width=2))))
-    fig.update_xaxes(title="position (kv_len)")
-    fig.update_yaxes(title="ms per step (measured)", rangemode="tozero")
-    return _layout(fig, title, height=420, scale=scale)
-
-
-def cumulative_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
-    fig = go.Figure()
-    for mode, (name, colour) in MODES.items():
-        d = df[df["mode"] == mode]
-        fig.add_trace(go.Scatter(x=d["step"], y=d["cumulative_ms"], name=name, line=dict(color=colour, width=4)))
-    _step_axis(fig, list(df["step"]))
-    fig.update_yaxes(title="total ms so far (measured)", rangemode="tozero")
-    return _layout(fig, "Cumulative time (measured)", height=380, scale=scale)
-
-
-def flops_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
-    fig = go.Figure()
-    for mode, (name, colour) in MODES.items():
-        d = df[(df["mode"] == mode)]
-        fig.add_trace(go.Scatter(x=d["step"], y=d["flops_estimate"].cumsum(), name=f"{name} (estimate)",
-                                 line=dict(color=colour, width=4, dash="dash")))
-    _step_axis(fig, list(df["step"]))
-    fig.update_yaxes(title="total FLOPs (estimate)", rangemode="tozero")
-    return _layout(fig, "Total work, estimated: linear with the cache, quadratic without", height=380, scale=scale)
-
-
 def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sampling=None,
           on_progress=None) -> pd.DataFrame:
     """Both modes at several lengths; medians over `repeats` of time per token and total decode time."""
@@ -153,14 +115,3 @@ def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sa
             on_progress((i + 1) / len(jobs), f"{n} tokens, repeat {r + 1}/{repeats}")
     df = pd.DataFrame(rows)
     return df.groupby(["tokens", "mode"], as_index=False)[["total_ms", "ms_per_token"]].median()
-
-
-def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) -> go.Figure:
-    fig = go.Figure()
-    for mode, (name, colour) in MODES.items():
-        d = df[df["mode"] == mode]
-        fig.add_trace(go.Scatter(x=d["tokens"], y=d[column], mode="lines+markers", name=name,
-                                 line=dict(color=colour, width=4), marker=dict(size=9)))
-    fig.update_xaxes(title="new tokens", type="log")
-    fig.update_yaxes(title=f"{column.replace('_', ' ')} (median, measured)", type="log")
-    return _layout(fig, title, height=380, scale=scale)

@@ -4,8 +4,10 @@
     arithmetic intensity = FLOPs / bytes moved        (both estimates, from engine.forward.estimates)
     achieved FLOP/s = FLOPs estimate / measured forward time
 
-Prefill does many FLOPs per weight byte (far right: compute-bound); a cached
-decode step reads every weight for one position (far left: memory-bound).
+Prefill does many FLOPs per weight byte (far right: the compute side of the ridge); a cached
+decode step reads every weight for one position (far left: the memory side). Which side a step
+sits on is the roofline's prediction; `verdict` says what the measured time shows (a small model's
+step is often neither: overhead-bound, many times above both bounds).
 """
 
 from __future__ import annotations
@@ -13,11 +15,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import plotly.graph_objects as go
 import torch
 
 from engine.load import device as dev
-from engine.draw.figures import DECODE, PREFILL, _layout
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,42 @@ def from_datasheet(row, dtype_bytes: int = 2) -> DeviceRoof:
                       bandwidth=float(row["memory_bandwidth_gb_s"]) * 1e9, measured=False)
 
 
-def bound(intensity: float, roof: DeviceRoof) -> str:
-    """'compute-bound' right of the device's ridge, 'memory-bound' left of it: the label comes from the device."""
-    return "compute-bound" if intensity >= roof.ridge else "memory-bound"
+def side(intensity: float, roof: DeviceRoof) -> str:
+    """Which side of the device's ridge a step's intensity puts it: what the roofline *predicts*, not what was
+    measured ('the compute side' right of the ridge, 'the memory side' left of it)."""
+    return "the compute side" if intensity >= roof.ridge else "the memory side"
+
+
+OVERHEAD = 3.0  # measured more than this many times the larger bound: neither roof explains the time
+
+
+def verdict(forward_ms: float, flops: float, bytes_moved: float, roof: DeviceRoof) -> dict:
+    """What a measured time says about a step: compute-bound, memory-bound, or overhead-bound.
+
+        memory bound  = bytes moved / bandwidth      (the least time reading and writing them can take)
+        compute bound = FLOPs / peak FLOP/s          (the least time the arithmetic can take)
+
+    Within OVERHEAD × the larger bound, the step is bound by that one. Further above both, what the step
+    waits on is neither: the fixed cost of launching many small ops and the Python around them
+    ('overhead-bound, ×N above both bounds'). So no step is called memory-bound at 8× its memory bound.
+    """
+    memory_ms = bytes_moved / roof.bandwidth * 1e3
+    compute_ms = flops / roof.peak_flops * 1e3
+    larger = max(memory_ms, compute_ms)
+    ratio = forward_ms / larger if larger > 0 else float("inf")
+    if ratio > OVERHEAD:
+        kind = "overhead-bound"
+        label = f"overhead-bound (×{ratio:.0f} above both bounds)" if ratio >= 10 else \
+            f"overhead-bound (×{ratio:.1f} above both bounds)"
+    else:
+        kind = label = "memory-bound" if memory_ms >= compute_ms else "compute-bound"
+    return {"kind": kind, "label": label, "memory_ms": memory_ms, "compute_ms": compute_ms, "ratio": ratio,
+            "over_memory": forward_ms / memory_ms if memory_ms > 0 else float("inf")}
+
+
+def step_verdict(t, roof: DeviceRoof) -> dict:
+    """`verdict` for one traced step: its measured median forward time against its estimated FLOPs and bytes."""
+    return verdict(t.forward_ms, t.flops_estimate, t.bytes_estimate, roof)
 
 
 def h100() -> DeviceRoof:
@@ -102,30 +135,15 @@ def place(traces) -> list[dict]:
 
 
 def bound_frame(traces, roof: DeviceRoof):
-    """Per decode step: the memory lower bound bytes/bandwidth next to the measured time."""
+    """Per step: the measured time beside its two lower bounds, and what the measurement shows (see `verdict`)."""
     import pandas as pd
 
-    rows = [{"step": t.step, "measured ms (median)": round(t.forward_ms, 3),
-             "lower bound ms (bytes moved / bandwidth, estimate)": round(t.bytes_estimate / roof.bandwidth * 1e3, 4),
-             "measured / bound": round(t.forward_ms / (t.bytes_estimate / roof.bandwidth * 1e3), 1),
-             "FLOP/byte (estimate)": round(t.intensity_estimate, 2), "here": bound(t.intensity_estimate, roof)}
-            for t in traces if t.phase == "decode"]
+    rows = []
+    for t in traces:
+        v = step_verdict(t, roof)
+        rows.append({"step": t.step, "phase": t.phase, "what the measurement shows": v["label"],
+                     "measured ms (median)": round(t.forward_ms, 3),
+                     "memory bound ms (bytes / bandwidth)": round(v["memory_ms"], 4),
+                     "compute bound ms (FLOPs / peak)": round(v["compute_ms"], 4),
+                     "measured / larger bound": round(v["ratio"], 1), "FLOP/byte (estimate)": round(t.intensity_estimate, 2)})
     return pd.DataFrame(rows)
-
-
-def figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) -> go.Figure:
-    xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
-    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], name="roofline",
-                               line=dict(color="#333", width=3)))
-    colours = {"prefill": PREFILL, "decode (cache)": DECODE, "decode (no cache)": "#d62728"}
-    for kind, colour in colours.items():
-        pts = [p for p in points if p["kind"] == kind]
-        if pts:
-            fig.add_trace(go.Scatter(x=[p["intensity"] for p in pts], y=[p["achieved"] for p in pts], mode="markers",
-                                     name=kind, marker=dict(color=colour, size=11),
-                                     text=[f"step {p['step']}" for p in pts],
-                                     hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
-    fig.add_vline(x=roof.ridge, line_dash="dot", annotation_text=f"ridge {roof.ridge:.1f} FLOP/byte")
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte moved, estimate)")
-    fig.update_yaxes(type="log", title="FLOP/s (achieved = FLOPs estimate / measured time)")
-    return _layout(fig, f"Roofline: {roof.name}", height=460, scale=scale)

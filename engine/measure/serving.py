@@ -44,13 +44,21 @@ def serving_run(lm, specs, record: bool = False, **sizing) -> ServingRun:
     return run
 
 
-def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int = 64, rounds: int = 3,
+MIXED = [64, 8, 16, 64, 8, 32, 16, 48]  # the same 8 prompts asking for different lengths
+
+
+def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int | list[int] = 64, rounds: int = 3,
                log=print) -> dict:
-    """Tokens/s of the same requests four ways (and traced vs untraced), alternated; round 0 a warm-up."""
-    specs = [RequestSpec(p, new_tokens, 0) for p in prompts]
+    """Tokens/s of the same requests four ways (and traced vs untraced), alternated; round 0 a warm-up.
+
+    new_tokens: one length for all, or one per request. With different lengths a static batch still runs every
+    row to the longest (only the tokens asked for count), and generate_batch is left out (it takes one length)."""
+    lengths = new_tokens if isinstance(new_tokens, list) else [new_tokens] * len(prompts)
+    specs = [RequestSpec(p, n, 0) for p, n in zip(prompts, lengths)]
     ids = [lm.tokenizer(p)["input_ids"] for p in prompts]
-    total = new_tokens * len(prompts)
-    reference = reference_model(lm)
+    total = sum(lengths)
+    same_length = len(set(lengths)) == 1
+    reference = reference_model(lm) if same_length else None
     tokens: dict[str, list[int] | list[list[int]]] = {}
 
     def continuous():
@@ -63,8 +71,8 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int = 
 
     def one_at_a_time():
         t0, out = time.perf_counter(), []
-        for p in prompts:
-            s = Stepper(lm, p, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
+        for p, n in zip(prompts, lengths):
+            s = Stepper(lm, p, max_new_tokens=n, stop_on_eos=False, record=False, repeats=1)
             s.run()
             out.append(s.generated_ids)
         dev.sync(lm.device)
@@ -73,18 +81,20 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int = 
 
     def static_batch():
         t0 = time.perf_counter()
-        run = run_batch(lm, prompts, new_tokens=new_tokens, max_batch=len(prompts), record=False)
+        run = run_batch(lm, prompts, new_tokens=max(lengths), max_batch=len(prompts), record=False)
         dev.sync(lm.device)
-        tokens["static_batch"] = [list(g) for g in run.generated]
+        tokens["static_batch"] = [list(g)[:n] for g, n in zip(run.generated, lengths)]
         return (time.perf_counter() - t0) * 1e3
 
     def hf_batch():
-        out, ms = generate_batch(lm, ids, new_tokens, model=reference, **DEFAULTS)
+        out, ms = generate_batch(lm, ids, lengths[0], model=reference, **DEFAULTS)
         tokens["generate_batch"] = out
         return ms
 
     ways = {"continuous": continuous, "one_at_a_time": one_at_a_time, "static_batch": static_batch,
             "generate_batch": hf_batch, "traced": traced}
+    if not same_length:
+        del ways["generate_batch"]
     ms: dict[str, list[float]] = {k: [] for k in ways}
     names = list(ways)
     for r in range(rounds + 1):
@@ -98,10 +108,10 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int = 
     res = {"requests": len(prompts), "new_tokens": new_tokens, "rounds": rounds,
            "sizing": dict(DEFAULTS), "ms": {k: [round(x, 2) for x in v] for k, v in ms.items()}}
     for k in ("continuous", "one_at_a_time", "static_batch", "generate_batch"):
-        res[f"{k}_tokens_per_s"] = total / (med[k] / 1e3)
+        res[f"{k}_tokens_per_s"] = total / (med[k] / 1e3) if k in med else None
     res["traced_tokens_per_s"] = total / (med["traced"] / 1e3)
     res["continuous_over_one_at_a_time"] = med["one_at_a_time"] / med["continuous"]
-    res["continuous_over_generate_batch"] = med["generate_batch"] / med["continuous"]
+    res["continuous_over_generate_batch"] = med["generate_batch"] / med["continuous"] if "generate_batch" in med else None
     res["continuous_over_static_batch"] = med["static_batch"] / med["continuous"]
     res["traced_over_untraced"] = med["traced"] / med["continuous"]
     res["same_tokens"] = {k: v == tokens["one_at_a_time"] for k, v in tokens.items()}
@@ -156,17 +166,28 @@ def step_time_vs_batch(lm: LoadedModel, sizes=(1, 2, 4, 8, 16, 32), steps: int =
     return out
 
 
+def _log_ways(res: dict, log) -> None:
+    for k, label in (("continuous", "continuous batching (ours)"), ("one_at_a_time", "one request at a time"),
+                     ("static_batch", "static batch (padded)"), ("generate_batch", "transformers generate_batch")):
+        if res[f"{k}_tokens_per_s"] is not None:
+            log(f"    {label:32s} {res[f'{k}_tokens_per_s']:8.0f} tokens/s   same tokens: {res['same_tokens'].get(k)}")
+
+
 def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> dict:
     """The `serving` part of `python -m engine bench`."""
     res = throughput(lm, rounds=rounds, log=log)
     log(f"  8 requests x {res['new_tokens']} new tokens (page {DEFAULTS['page_size']}, {DEFAULTS['num_blocks']} "
         f"blocks, {DEFAULTS['max_batch_tokens']} tokens per pass), medians of {rounds} alternated rounds:")
-    for k, label in (("continuous", "continuous batching (ours)"), ("one_at_a_time", "one request at a time"),
-                     ("static_batch", "static batch (padded)"), ("generate_batch", "transformers generate_batch")):
-        log(f"    {label:32s} {res[f'{k}_tokens_per_s']:8.0f} tokens/s   same tokens: {res['same_tokens'].get(k)}")
+    _log_ways(res, log)
     log(f"    continuous / one at a time = x{res['continuous_over_one_at_a_time']:.2f} (target >= {TARGET_OVER_ONE}); "
         f"/ generate_batch = x{res['continuous_over_generate_batch']:.2f} (target >= {TARGET_OVER_GENERATE_BATCH}); "
         f"traced / untraced = {res['traced_over_untraced']:.2f} (target <= {TARGET_TRACED})")
+    mixed = throughput(lm, new_tokens=MIXED, rounds=rounds, log=log)
+    res["mixed_lengths"] = {k: v for k, v in mixed.items() if k != "sizing"}
+    log(f"  the same 8 prompts asking for {MIXED} new tokens (a static batch runs every row to the longest):")
+    _log_ways(mixed, log)
+    log(f"    continuous / static batch = x{mixed['continuous_over_static_batch']:.2f}; / one at a time = "
+        f"x{mixed['continuous_over_one_at_a_time']:.2f}")
     run = serving_run(lm, [RequestSpec(p, 16 + 8 * i, 2 * i) for i, p in enumerate(PROMPTS)], record=True)
     res["memory"] = memory(run)
     log("  KV memory held, averaged over the steps of a run with staggered arrivals and lengths:")

@@ -1,0 +1,76 @@
+"""One request as one picture: its steps left to right, each with the time it took on this device.
+
+Drawn from engine.measure.request's measured steps; prefill and decode keep their colours (blue, orange),
+the CPU's steps and the copies are grey. Under the steps, one bar shows each step's share of the request.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from engine.draw.palette import DECODE, GREY, PREFILL
+from engine.draw.svg import INK, SOFT, W, arrow, defs, picture_html, text
+from engine.measure.request import RequestStep
+
+COLOURS = {"prefill": PREFILL, "decode loop": DECODE}
+
+
+def _wrap(words: str, width: int) -> list[str]:
+    lines, line = [], ""
+    for word in words.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + [line] if line else lines
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1000:.2f} s" if ms >= 1000 else (f"{ms:.1f} ms" if ms >= 1 else f"{ms:.3f} ms")
+
+
+def request_svg(steps: list[RequestStep]) -> str:
+    n = len(steps)
+    gap = 12
+    bw = (W - 20 - gap * (n - 1)) / n
+    y = 8
+    out = [defs()]
+    for i, s in enumerate(steps):
+        x = 10 + i * (bw + gap)
+        colour = COLOURS.get(s.name, GREY)
+        lines = _wrap(s.note, 17)[:3]
+        title = _wrap(f"{i + 1}. {s.name}", 13)[:2]
+        dash = "" if s.per_request else ' stroke-dasharray="6 4"'  # once per server, not per request
+        out.append(f'<g data-role="request-step" data-step="{escape(s.name)}" data-ms="{s.ms:.4f}">'
+                   f'<rect x="{x:.1f}" y="{y}" width="{bw:.1f}" height="176" rx="7" fill="{colour}" '
+                   f'fill-opacity="{0.16 if s.per_request else 0.06}" stroke="{colour}" stroke-width="2"{dash}/>'
+                   + "".join(text(x + 8, y + 24 + 18 * k, line, 12.5, weight="bold") for k, line in enumerate(title))
+                   + text(x + 8, y + 72, _ms(s.ms), 18, weight="bold", fill=INK)
+                   + text(x + 8, y + 94, s.where, 11, fill=SOFT)
+                   + "".join(text(x + 8, y + 118 + 16 * k, line, 11, fill=SOFT) for k, line in enumerate(lines))
+                   + '</g>')
+        if i < n - 1:
+            out.append(arrow(x + bw + 1, y + 160, x + bw + gap - 1, y + 160, width=2))
+    # the request's own time (loading happens once per server, not per request): one bar, shared out by step
+    per = [s for s in steps if s.per_request]
+    total = sum(s.ms for s in per) or 1.0
+    y += 200
+    out.append(text(10, y + 4, f"one request: {_ms(total)} measured here (loading the weights is once per server)",
+                    14, weight="bold"))
+    x = 10.0
+    for s in per:
+        w = (W - 20) * s.ms / total
+        out.append(f'<rect data-role="share" x="{x:.1f}" y="{y + 14}" width="{max(0.0, w):.1f}" height="22" '
+                   f'fill="{COLOURS.get(s.name, GREY)}" fill-opacity="0.75"/>')
+        if w > 90:
+            out.append(text(x + 6, y + 31, f"{s.name} {s.ms / total:.0%}", 12, fill="#fff", weight="bold"))
+        x += w
+    height = y + 46
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="100%" role="img" '
+            f'data-role="request">' + "".join(out) + '</svg>')
+
+
+def request_html(steps: list[RequestStep]) -> str:
+    alt = "One request, measured: " + "; ".join(f"{s.name} {_ms(s.ms)}" for s in steps)
+    return picture_html(request_svg(steps), alt, "dl-request")

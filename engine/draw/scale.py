@@ -1,0 +1,40 @@
+"""The Scale page's charts: KV-cache bytes against context for several models, and the roofline of a device."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from engine.draw.palette import DECODE, PREFILL, RECOMPUTED, layout
+from engine.forward.spec import ModelSpec
+from engine.measure.roofline import DeviceRoof
+
+
+def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_bytes: float, scale: float = 1.0) -> go.Figure:
+    """KV bytes against context length, several models at once (sliding layers flatten the curve)."""
+    xs = [int(max_tokens * i / 50) for i in range(1, 51)]
+    fig = go.Figure()
+    for a in archs:
+        label = a.attention + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else "")
+        fig.add_trace(go.Scatter(x=xs, y=[a.kv_bytes(x, batch, elem_bytes) / 2**30 for x in xs],
+                                 name=f"{a.name} ({label})", mode="lines", line=dict(width=3)))
+    fig.update_xaxes(title="context length (tokens)")
+    fig.update_yaxes(title=f"KV cache GiB (batch {batch}, estimate)", rangemode="tozero")
+    return layout(fig, "KV-cache size against context length", height=420, scale=scale)
+
+
+def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) -> go.Figure:
+    xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
+    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], name="roofline",
+                               line=dict(color="#333", width=3)))
+    colours = {"prefill": PREFILL, "decode (cache)": DECODE, "decode (no cache)": RECOMPUTED}
+    for kind, colour in colours.items():
+        pts = [p for p in points if p["kind"] == kind]
+        if pts:
+            fig.add_trace(go.Scatter(x=[p["intensity"] for p in pts], y=[p["achieved"] for p in pts], mode="markers",
+                                     name=kind, marker=dict(color=colour, size=11),
+                                     text=[f"step {p['step']}" for p in pts],
+                                     hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
+    fig.add_vline(x=roof.ridge, line_dash="dot", annotation_text=f"ridge {roof.ridge:.1f} FLOP/byte")
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte moved, estimate)")
+    fig.update_yaxes(type="log", title="FLOP/s (achieved = FLOPs estimate / measured time)")
+    return layout(fig, f"Roofline: {roof.name}", height=460, scale=scale)

@@ -1,0 +1,69 @@
+"""The life of one request, measured on this device: where the time goes from text in to text out.
+
+    load the weights     disk -> memory -> device, once per server (not per request)
+    tokenize             CPU: text -> ids
+    copy to the device   ids -> the accelerator's memory
+    prefill              one forward pass over every prompt position
+    decode loop          one forward pass per new token
+    copy back            the new ids -> the CPU
+    detokenize           CPU: ids -> text
+
+Prefill and the decode loop are the one generation loop (a Stepper, timed once per pass, recording
+off); the copies and the tokenizer calls are timed around a device sync, as every time in the engine is.
+On a CPU there is nothing to copy: those two steps come out near zero, and the picture says so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from engine.load import device as dev
+from engine.load.loaded import LoadedModel
+
+
+@dataclass(frozen=True)
+class RequestStep:
+    name: str
+    where: str  # "CPU", "device", or "disk → device"
+    ms: float
+    note: str  # what was measured, in a few words
+    per_request: bool = True  # loading the weights happens once per server
+
+
+def _timed(fn, device) -> tuple[object, float]:
+    dev.sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    dev.sync(device)
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16) -> list[RequestStep]:
+    """Measure every step of one greedy request for `prompt` on `lm`'s device (`new_tokens` new tokens)."""
+    from engine.generate.stepper import Stepper
+
+    where = f"device ({lm.device.type})"
+    ids, tok_ms = _timed(lambda: lm.tokenizer(prompt)["input_ids"], lm.device)
+    _, to_ms = _timed(lambda: torch.tensor([ids]).to(lm.device), lm.device)
+    run = Stepper(lm, prompt, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
+    prefill = run.prefill()
+    decode = run.run()
+    decode_ms = sum(t.latency_ms for t in decode)
+    on_device = torch.tensor(run.generated_ids).to(lm.device)
+    _, back_ms = _timed(lambda: on_device.cpu(), lm.device)
+    _, detok_ms = _timed(lambda: lm.tokenizer.decode(run.generated_ids, skip_special_tokens=True), lm.device)
+    run.free()
+    copy = "nothing to copy on a CPU" if lm.device.type == "cpu" else "host ↔ device transfer"
+    return [
+        RequestStep("load the weights", "disk → memory", lm.load_ms,
+                    f"{int(lm.spec.parameters):,} parameters, once per server", per_request=False),
+        RequestStep("tokenize", "CPU", tok_ms, f"{len(prompt)} characters → {len(ids)} ids"),
+        RequestStep("copy to the device", where, to_ms, f"{len(ids)} ids; {copy}"),
+        RequestStep("prefill", where, prefill.latency_ms, f"one pass over {prefill.q_len} positions"),
+        RequestStep("decode loop", where, decode_ms, f"{len(decode)} passes, one per new token"),
+        RequestStep("copy back", where, back_ms, f"{len(run.generated_ids)} new ids; {copy}"),
+        RequestStep("detokenize", "CPU", detok_ms, f"{len(run.generated_ids)} ids → text"),
+    ]

@@ -1,0 +1,363 @@
+"""What a lecturer projects is true to its own numbers: the claims of issue #23, checked on the engine and the pages.
+
+The browser half (clipping, fonts, the first screen, the phone) is tests/test_browser_fidelity.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from engine import Stepper
+from engine.draw import figures as fig
+from engine.draw.lookahead import Lookahead, lookahead_svg
+from engine.draw.palette import PREFILL, RECOMPUTED
+from engine.draw.stage import stage_svg
+from engine.draw.svg import MONO_EM, TEXT, W
+from engine.forward.run import Timing
+from engine.load import gpt2
+from engine.measure import roofline
+from engine.measure.roofline import DeviceRoof
+from engine.measure.speculative import rows_cost_sentence
+from tests.test_app import click, fresh_app, open_view
+from tests.test_lessons import TITLES, lesson, text
+from ui.apptest import page
+
+ARTICLE = "A red jacket compliments any outfit."
+
+
+def plotly_array(a) -> np.ndarray:
+    """A plotly trace array, plain or in plotly's binary form."""
+    if isinstance(a, dict) and "bdata" in a:
+        shape = [int(n) for n in str(a.get("shape", "")).split(",") if n]
+        out = np.frombuffer(base64.b64decode(a["bdata"]), dtype=a["dtype"])
+        return out.reshape(shape) if shape else out
+    return np.array(a, dtype=float)
+
+
+def picture(at, testid: str) -> str:
+    """The SVG of a picture the page shows as an <img> (st.html strips inline SVG)."""
+    body = next(h.proto.body for h in at.get("html") if f'data-testid="{testid}"' in h.proto.body)
+    return base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", body).group(1)).decode()
+
+
+# ---------------------------------------------------------------- 1. lesson 9's lookahead figure
+
+
+def test_lesson_9_shows_a_lookahead_figure_with_its_three_branches_labelled():
+    at = lesson(TITLES[8])
+    svg = picture(at, "dl-lookahead")
+    branches = re.findall(r'data-role="branch" data-branch="(\w+)"', svg)
+    assert branches == ["input", "lookahead", "verification"]
+    for label in ("1 · the input", "2 · lookahead branch", "3 · verification branch"):
+        assert label in svg
+    plan = Lookahead()
+    rows = int(re.search(r'data-rows="(\d+)"', svg).group(1))
+    assert rows == 1 + plan.window * (plan.ngram - 1) + plan.guesses * (plan.ngram - 1)
+    assert f"One pass of {rows} rows" in text(at)  # the words and the picture say the same
+
+
+def test_the_lookahead_figure_is_drawn_from_its_figures():
+    svg = lookahead_svg(Lookahead(window=3, ngram=3, guesses=4))
+    assert svg.count(">t+") == 3 * 2  # W positions × N-1 levels
+    assert svg.count(">g") == 4 * 2  # G n-grams of N-1 tokens
+    assert 'data-rows="15"' in svg
+
+
+# ---------------------------------------------------------------- 2. GPT-2's own token count
+
+
+def test_gpt2s_bundled_tokenizer_counts_the_articles_prompt_as_7_tokens():
+    assert gpt2.count(ARTICLE) == 7
+    assert gpt2.pieces(ARTICLE) == ["A", " red", " jacket", " compliments", " any", " outfit", "."]
+    assert gpt2.tokenizer().get_vocab_size() == 50257
+
+
+def test_the_gpt2_column_reads_the_articles_shapes_for_the_articles_prompt():
+    at = fresh_app()
+    at.text_input(key="step_prompt").set_value(ARTICLE).run()
+    click(at, "step_btn_prefill")
+    click(at, "step_btn_next")
+    open_view(at, "Shapes")
+    table = next(t.value for t in at.table if "GPT-2 (124M)" in t.value.columns)["GPT-2 (124M)"]  # index: tensor
+    assert table["q at prefill [batch, head, pos, head_dim]"] == "[1, 12, 7, 64]"
+    assert table["q at a cached decode step"] == "[1, 12, 1, 64]"
+    assert table["K cache after decode step 1"] == "[1, 12, 8, 64]"
+    assert table["K cache after this step (step 1)"] == "[1, 12, 8, 64]"
+
+
+# ---------------------------------------------------------------- 3. compute-, memory- or overhead-bound, measured
+
+
+ROOF = DeviceRoof("test", peak_flops=1e12, bandwidth=1e10, measured=True)  # ridge at 100 FLOP/byte
+
+
+@pytest.mark.parametrize("ms, flops, moved, label", [
+    (1.5, 1e6, 1e7, "memory-bound"),  # memory bound 1 ms, compute bound 0.001 ms
+    (12.0, 1e6, 1e7, "overhead-bound (×12 above both bounds)"),
+    (3.5, 1e6, 1e7, "overhead-bound (×3.5 above both bounds)"),
+    (2.5, 2e9, 1e7, "compute-bound"),  # compute bound 2 ms, memory bound 1 ms
+])
+def test_a_step_is_labelled_by_its_measured_time_against_both_bounds(ms, flops, moved, label):
+    assert roofline.verdict(ms, flops, moved, ROOF)["label"] == label
+
+
+def test_no_step_is_labelled_memory_bound_when_its_time_is_more_than_3x_its_memory_bound(bundled_lm):
+    run = Stepper(bundled_lm, "Once upon a time", max_new_tokens=6)
+    run.run()
+    for roof in (ROOF, roofline.probe(bundled_lm.device, budget_s=0.2)):
+        for t in run.traces:
+            v = roofline.step_verdict(t, roof)
+            if v["label"] == "memory-bound":
+                assert t.forward_ms <= 3 * v["memory_ms"]
+            assert v["label"] != "memory-bound" or v["memory_ms"] >= v["compute_ms"]
+
+
+def test_the_scale_page_shows_where_the_time_goes_before_any_run_and_labels_by_measurement():
+    at = fresh_app()
+    at.switch_page(page("scale")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    bounds = next(d.value for d in at.dataframe if "what the measurement shows" in d.value.columns)
+    assert {"prefill", "decode"} <= set(bounds["phase"])
+    for _, row in bounds.iterrows():
+        label, over = row["what the measurement shows"], row["measured ms (median)"] / row[
+            "memory bound ms (bytes / bandwidth)"]
+        if label == "memory-bound":
+            assert over <= 3.05, row.to_dict()
+        if label.startswith("overhead-bound"):
+            assert row["measured / larger bound"] > 3
+    parts = next(d.value for d in at.dataframe if "part" in d.value.columns)  # no step-through run needed
+    assert len(parts) == 4 and parts["ms"].iloc[-1] > 0
+
+
+def test_the_stage_caption_says_matrix_matrix_at_prefill_and_matrix_vector_at_decode(tiny_lm):
+    run = Stepper(tiny_lm, "Once upon a time there was", max_new_tokens=3, stop_on_eos=False)
+    run.run()
+    pieces = run.pieces()
+    assert "(matrix-matrix)" in stage_svg(run.traces[0], pieces, run.prompt_len)
+    assert "(matrix-vector)" in stage_svg(run.traces[1], pieces, run.prompt_len)
+
+
+@pytest.mark.parametrize("title, words", [(TITLES[1], "matrix-matrix"), (TITLES[2], "matrix-vector")])
+def test_lessons_2_and_3_name_the_product_their_pass_makes(title, words):
+    assert f"**{words}**" in text(lesson(title))
+
+
+# ---------------------------------------------------------------- 4. lesson 9's claim about extra rows
+
+
+def test_the_extra_rows_claim_follows_the_measured_times():
+    assert "cost about nothing" in rows_cost_sentence(5, 4.2, 4.0)
+    slow = rows_cost_sentence(5, 20.0, 5.0)
+    assert "×4.0" in slow and "do not cost 'little more'" in slow
+
+
+def test_lesson_9_claims_only_what_its_own_numbers_show():
+    t = text(lesson(TITLES[8]))
+    assert "costs little more" not in t  # never said as a fact; measured below
+    found = re.search(r"fed (\d+) rows in ([\d.]+) ms; one plain decode step on the same cache feeds 1 row in "
+                      r"([\d.]+) ms \(×([\d.]+)\)", t)
+    rows, many, one, ratio = int(found.group(1)), float(found.group(2)), float(found.group(3)), float(found.group(4))
+    assert rows > 1 and abs(many / one - ratio) < 0.06
+    assert ("cost about nothing" in t) == (ratio <= 1.15)
+
+
+# ---------------------------------------------------------------- 5. the batch heatmap: masked, not zero
+
+
+def test_the_batch_heatmap_draws_padding_and_the_future_as_masked_not_as_zero():
+    at = lesson(TITLES[6])
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    masked, weights = plotly_array(chart["data"][0]["z"]), plotly_array(chart["data"][1]["z"])
+    pads = int(re.search(r"got \*\*(\d+) padding positions", text(at)).group(1))
+    assert pads > 0
+    real = slice(pads, weights.shape[0])
+    assert np.isnan(weights[real, :pads]).all()  # a real query's padded keys: no weight drawn...
+    assert (masked[real, :pads] == 1).all()  # ...but the grey of the mask
+    assert np.isnan(weights[:pads]).all()  # a padding query: every key masked
+    for q in range(pads, weights.shape[0]):
+        assert np.nansum(weights[q]) == pytest.approx(1.0, abs=1e-2)  # the real keys still sum to 1
+        assert np.isnan(weights[q, q + 1:]).all()  # and the future is masked too
+
+
+# ---------------------------------------------------------------- 9. one outlier does not set the axis
+
+
+def test_one_slow_repeat_does_not_set_the_latency_axis_and_is_marked(tiny_lm):
+    run = Stepper(tiny_lm, "Once upon a time", max_new_tokens=8, stop_on_eos=False)
+    run.run()
+    traces = list(run.traces)
+    slow = traces[4]
+    traces[4] = replace(slow, timing=Timing((slow.forward_ms, slow.forward_ms * 1.1, 240.0), None, slow.sample_ms))
+    f = fig.latency_figure(traces)
+    top = f.layout.yaxis.range[1]
+    assert top < 240 and top >= max(t.latency_ms for t in traces if t is not traces[4])
+    assert any("240 ms" in a.text for a in f.layout.annotations)
+
+
+def test_every_whisker_is_drawn_or_named_and_the_prefill_always_fits(tiny_lm):
+    run = Stepper(tiny_lm, "Once upon a time", max_new_tokens=8, stop_on_eos=False)
+    run.run()
+    ceiling, outliers = fig.latency_ceiling(run.traces)
+    tops = [t.latency_ms + t.timing.high_ms - t.forward_ms for t in run.traces]
+    marked = {step for step, _ in outliers}
+    assert all(top <= ceiling or t.step in marked for t, top in zip(run.traces, tops))  # drawn, or named
+    assert ceiling >= max(t.latency_ms for t in run.traces if t.phase == "prefill")
+
+
+# ---------------------------------------------------------------- 10. the end-of-text chip fits its box
+
+
+def _texts(svg: str, role: str) -> list[tuple[float, float, str]]:
+    """(x, font size, text) of the <text> elements inside every <g data-role=role>."""
+    out = []
+    for group in re.findall(rf'<g data-role="{role}"[^>]*>(.*?)</g>', svg):
+        for x, size, body in re.findall(r'<text x="([\d.]+)" y="[\d.]+" font-size="([\d.]+)"[^>]*>([^<]*)</text>', group):
+            out.append((float(x), float(size), body))
+    return out
+
+
+def test_an_end_of_text_token_fits_its_chip_and_the_picture(bundled_lm):
+    run = Stepper(bundled_lm, "Once upon a time", max_new_tokens=3)
+    run.run()
+    t = replace(run.traces[-1], token="<|endoftext|>")
+    svg = stage_svg(t, run.pieces(), run.prompt_len)
+    rect_w = float(re.search(r'<g data-role="chosen-chip"><rect x="[\d.]+" y="[\d.]+" width="([\d.]+)"', svg).group(1))
+    (x, size, body), = _texts(svg, "chosen-chip")
+    assert body == "&lt;|endoftext|&gt;"  # whole, never "<|end"
+    assert len("<|endoftext|>") * MONO_EM * size <= rect_w  # the text is no wider than its box
+    (x, size, body), = _texts(svg, "chosen")  # the token the LM head chose
+    assert x + len("<|endoftext|>") * MONO_EM * size <= W  # inside the picture
+    assert size >= 10 * TEXT
+
+
+# ---------------------------------------------------------------- 12. smaller things
+
+
+def test_the_race_bars_keep_their_modes_colours():
+    at = fresh_app()
+    at.switch_page(page("race")).run()
+    at.number_input(key="race_steps").set_value(8).run()
+    at.button(key="race_start").click().run(timeout=300)
+    assert not at.exception, [e.value for e in at.exception]
+    bars = " ".join(m.value for m in at.markdown if "race-bar-" in m.value)
+    assert f'data-testid="race-bar-cache" style="height:100%;width:100.0%;border-radius:0.3rem;background:{PREFILL}' in bars
+    assert f'data-testid="race-bar-nocache" style="height:100%;width:100.0%;border-radius:0.3rem;background:{RECOMPUTED}' \
+        in bars
+    assert not at.get("progress")  # streamlit's own bar takes the theme's red for both
+
+
+def test_the_scale_page_says_when_a_context_is_beyond_the_models_maximum():
+    at = fresh_app()
+    at.switch_page(page("scale")).run()
+    at.selectbox(key="scale_model").set_value("Llama-3-8B").run()
+    assert not any("reads at most" in w.value for w in at.warning)
+    at.number_input(key="scale_tokens").set_value(488_000).run()
+    assert any("Llama-3-8B reads at most 8,192 positions" in w.value.replace("\\", "") for w in at.warning)
+    assert any("reads at most **8,192**" in m.value for m in at.markdown)
+
+
+# ---------------------------------------------------------------- 13. lesson 6 is made once, and ends at end-of-text
+
+
+def test_lesson_6_includes_a_run_that_stops_at_end_of_text_and_reruns_without_generating_again(monkeypatch):
+    at = lesson(TITLES[5])
+    assert re.search(r"stopped after \*\*\d+ tokens\*\*, reason: \*\*eos\*\*", text(at))
+    import engine.generate.stepper as stepper
+
+    made = []
+    monkeypatch.setattr(stepper.Stepper, "decode", lambda self: made.append(1) or pytest.fail("generated again"))
+    at.number_input(key="lesson6_seed").set_value(1).run()  # a new seed: one new prefill, no new story
+    assert not at.exception, [e.value for e in at.exception]
+    assert made == []
+
+
+# ---------------------------------------------------------------- concepts: a request's steps, the articles' example
+
+
+def test_lesson_1_draws_one_request_with_every_step_measured():
+    at = lesson(TITLES[0])
+    svg = picture(at, "dl-request")
+    steps = re.findall(r'data-role="request-step" data-step="([^"]+)" data-ms="([\d.]+)"', svg)
+    assert [name for name, _ in steps] == ["load the weights", "tokenize", "copy to the device", "prefill",
+                                           "decode loop", "copy back", "detokenize"]
+    ms = dict((name, float(v)) for name, v in steps)
+    assert ms["load the weights"] > 0 and ms["prefill"] > 0 and ms["decode loop"] > 0
+    assert all(v >= 0 for v in ms.values())
+
+
+def test_lesson_1_says_what_this_model_predicts_instead_of_nice_or_warm():
+    at = lesson(TITLES[0])
+    said = next(m.value for m in at.markdown if "The articles' example" in m.value)
+    assert "nice" in said and "warm" in said and "TinyStories" in said
+    assert re.search(r"nice' [\d.]+% \(rank [\d,]+\)", said.replace("\\", ""))
+
+
+# ---------------------------------------------------------------- 12. the first Prefill of a session is not the slow one
+
+
+WARM_PROBE = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from engine import Stepper, load_model
+from engine.draw import figures as fig
+from engine.draw.stage import stage_svg
+from engine.draw.warm import warm_pictures
+
+lm = load_model("default", device="cpu")
+if {warm}:
+    warm_pictures(lm)
+took = []
+for prompt in ("Tom had a red ball.", "Lily went to the park."):
+    run = Stepper(lm, prompt, max_new_tokens=2, repeats=1)
+    run.prefill()
+    t0 = time.perf_counter()
+    stage_svg(run.traces[0], run.pieces(), run.prompt_len)
+    fig.heads_figure(run.traces[0], 0, fig.axis_labels(run.pieces()), cols=2, newest_only=True).to_json()
+    fig.next_token_figure(run.traces[0]).to_json()
+    took.append(time.perf_counter() - t0)
+print(json.dumps(took))
+"""
+
+
+def _first_and_second(warm: bool) -> tuple[float, float]:
+    import subprocess
+    import sys
+
+    from ui.apptest import ROOT
+
+    out = subprocess.run([sys.executable, "-c", WARM_PROBE.format(root=str(ROOT), warm=warm)], capture_output=True,
+                         text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    first, second = json.loads(out.stdout.strip().splitlines()[-1])
+    return first, second
+
+
+def test_after_the_load_warm_up_a_first_step_draws_as_fast_as_a_later_one():
+    """ui/frame.py warms every picture when it loads the model (engine.draw.warm): without it, the first step's
+    figures of a process take many times longer than the next step's."""
+    cold_first, cold_second = _first_and_second(False)
+    warm_first, warm_second = _first_and_second(True)
+    assert cold_first > 2 * cold_second  # the cost the warm-up removes is real
+    assert warm_first < 2 * warm_second + 0.05, (warm_first, warm_second)
+
+
+def test_a_sliding_window_models_decode_step_is_taken_apart_without_changing_its_run(family_dirs):
+    """The Scale page takes a step apart by default now: a sliding-window layer must come back exactly."""
+    import torch
+
+    from engine import load_model
+    from engine.measure.profile import decode_breakdown
+
+    lm = load_model(family_dirs["gemma2"], device="cpu")  # window 4: the run below slides it
+    taken, alone = (Stepper(lm, "Once upon a time there was", max_new_tokens=12, stop_on_eos=False) for _ in range(2))
+    taken.run(7)
+    alone.run(7)
+    breakdown = decode_breakdown(taken, bandwidth=1e10, repeats=2)
+    assert breakdown["wall_ms"] > 0
+    a, b = taken.decode(), alone.decode()
+    assert a.token_id == b.token_id and torch.allclose(taken.last_logits, alone.last_logits, atol=1e-5)

@@ -1,0 +1,508 @@
+"""Follow: a class watches the lecturer's run live, only the key drives it, and a fork carries on alone.
+
+Engine units run on both stores (this process, and a real redis-server started here on loopback);
+the pages with AppTest; the acceptance run in a real browser (system Chromium).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine import Stepper
+from engine.draw import figures as fig
+from engine.draw.stage import stage_svg
+from engine.follow import Classroom, Lecture, Limits, MemoryKV, Refused, WireError
+from engine.follow import wire
+from engine.follow.classroom import ALPHABET, CODE_RE, NO_CLASS, new_code
+from engine.follow.share import Publisher, qr_data_uri
+from tests.test_browser import browser  # noqa: F401 - the system Chromium, shared fixture
+
+KEY = "lecturer-key-for-the-tests-7Q"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Clock:
+    """A clock the test moves by hand: hours of idling in no time."""
+
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    from deploy.serve import Missing, start_redis
+
+    try:
+        proc, url = start_redis(tmp_path_factory.mktemp("redis"))
+    except Missing as e:
+        pytest.fail(str(e), pytrace=False)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request):
+    """(a fresh store, its clock): this process's MemoryKV, or a real redis-server."""
+    clock = Clock()
+    if request.param == "memory":
+        return MemoryKV(clock=clock), clock, request.param
+    import redis
+
+    kv = redis.Redis.from_url(request.getfixturevalue("redis_url"), decode_responses=True)
+    kv.flushdb()
+    return kv, clock, request.param
+
+
+def classroom(store, **limits) -> Classroom:
+    kv, clock, _ = store
+    return Classroom(kv, key=KEY, limits=Limits(**limits), clock=clock)
+
+
+def run(lm, steps: int = 3, **kw) -> Stepper:
+    s = Stepper(lm, "Once upon a time there was a girl named Lily.", max_new_tokens=20, **kw)
+    s.prefill()
+    for _ in range(steps):
+        s.decode()
+    return s
+
+
+# ---------------------------------------------------------------- the record, as JSON and back
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_trace_read_back_from_json_is_the_same_trace_and_draws_the_same_stage(bundled_lm, use_cache):
+    s = run(bundled_lm, 3, use_cache=use_cache)
+    pieces = s.pieces()
+    for t in s.traces:
+        back = wire.trace_from_wire(wire.loads(wire.dumps(wire.trace_to_wire(t, text="x"))))
+        assert back == t
+        assert back.to_dict(attention=True) == t.to_dict(attention=True)
+        for a, b in zip(back.layers, t.layers):
+            assert a.shapes == b.shapes
+            assert (a.pattern is None and b.pattern is None) or a.pattern.equal(b.pattern)  # bit for bit
+        for layer in range(len(t.layers)):
+            assert stage_svg(back, pieces, s.prompt_len, layer, 1) == stage_svg(t, pieces, s.prompt_len, layer, 1)
+
+
+def test_every_family_round_trips(tiny_lm):
+    s = run(tiny_lm, 2)
+    for t in s.traces:
+        assert wire.trace_from_wire(wire.loads(wire.dumps(wire.trace_to_wire(t)))) == t
+
+
+def test_the_wire_refuses_what_is_not_a_trace(bundled_lm):
+    d = wire.trace_to_wire(run(bundled_lm, 0).traces[0])
+    bad = dict(d, layers=[dict(d["layers"][0], pattern={"shape": [8, 1, 5], "f16": "AAAA"})])
+    with pytest.raises(WireError):
+        wire.trace_from_wire(bad)
+    with pytest.raises(WireError):
+        wire.trace_from_wire({"phase": "prefill"})
+    with pytest.raises(ValueError):  # a pickle is not JSON: it is never unpickled
+        wire.loads(b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94.")
+
+
+# ---------------------------------------------------------------- only the key drives
+
+
+def test_codes_are_short_random_and_without_look_alikes():
+    codes = {new_code() for _ in range(500)}
+    assert len(codes) == 500
+    assert all(CODE_RE.match(c) and len(c) == 6 for c in codes)
+    assert not set("0O1IL") & set(ALPHABET)
+
+
+def test_only_the_lecturer_key_starts_a_class_and_the_key_is_stored_nowhere(store):
+    room = classroom(store)
+    with pytest.raises(Refused, match="not the lecturer key"):
+        room.start("wrong", "s1")
+    lecture = room.start(KEY, "s1")
+    assert CODE_RE.match(lecture.code) and KEY not in lecture.token
+    kv, _, kind = store
+    if kind == "memory":
+        everything = str(kv._data)
+    else:
+        everything = str([kv.get(k) if kv.type(k) == "string" else kv.hgetall(k) for k in kv.keys("*")])
+    assert lecture.code in everything and KEY not in everything
+    with pytest.raises(Refused, match="does not lead"):  # a code is not a token
+        room.publish(Lecture(lecture.code, "guess"), {"run": None, "steps": 0}, {})
+    assert not Classroom(MemoryKV()).enabled  # no key set: follow is off
+    with pytest.raises(Refused, match="Follow is off"):
+        Classroom(MemoryKV()).start("", "s1")
+
+
+def test_wrong_keys_are_rate_limited_per_session_and_per_server(store):
+    room = classroom(store, key_tries=3, key_tries_server=5)
+    for _ in range(3):
+        with pytest.raises(Refused, match="not the lecturer key"):
+            room.start("nope", "s1")
+    with pytest.raises(Refused, match="Too many wrong lecturer keys"):
+        room.start(KEY, "s1")  # even the right key, until the minute is over
+    for _ in range(2):
+        with pytest.raises(Refused, match="not the lecturer key"):
+            room.start("nope", "s2")
+    with pytest.raises(Refused, match="Too many"):
+        room.start(KEY, "s3")  # the server's budget is spent too
+    store[1].now += 61
+    assert room.start(KEY, "s1").code
+
+
+def test_a_wrong_malformed_or_ended_code_gets_one_plain_message(store):
+    room = classroom(store, join_fails=4)
+    lecture = room.start(KEY, "lect")
+    assert room.join(lecture.code.lower()[:3] + " " + lecture.code.lower()[3:], "s1") == lecture.code
+    for bad in ("ZZZZZZ", "<img src=x>", ""):
+        with pytest.raises(Refused) as e:
+            room.join(bad, "s2")
+        assert str(e.value) == NO_CLASS
+    room.end(lecture)
+    with pytest.raises(Refused) as e:
+        room.join(lecture.code, "s2")
+    assert str(e.value) == NO_CLASS
+    assert room.version(lecture.code) is None and room.read(lecture.code) is None
+    with pytest.raises(Refused, match="Too many wrong class codes"):
+        room.join(lecture.code, "s2")
+
+
+def test_a_class_ends_after_hours_without_a_change_from_its_lecturer(store):
+    kv, clock, kind = store
+    room = classroom(store, idle_s=1 if kind == "redis" else 3 * 3600)
+    lecture = room.start(KEY, "lect")
+    room.join(lecture.code, "s1")
+    if kind == "memory":
+        clock.now += 3 * 3600 - 10
+        assert room.version(lecture.code) == 0
+        clock.now += 11
+    else:
+        time.sleep(2.1)  # Redis expires keys itself
+    assert room.version(lecture.code) is None
+    with pytest.raises(Refused, match="has ended"):
+        room.publish(lecture, {"run": None, "steps": 0}, {})
+    assert room.classes() == 0
+
+
+def test_caps_classes_per_server_and_followers_per_class(store):
+    room = classroom(store, max_classes=2, max_followers=2, presence_s=20)
+    first = room.start(KEY, "a")
+    room.start(KEY, "b")
+    with pytest.raises(Refused, match="already runs 2 classes"):
+        room.start(KEY, "c")
+    room.end(first)
+    third = room.start(KEY, "c")
+    room.join(third.code, "s1")
+    room.join(third.code, "s2")
+    with pytest.raises(Refused, match="full"):
+        room.join(third.code, "s3")
+    assert room.join(third.code, "s1") == third.code  # one already in comes back
+    store[1].now += 30  # s1 and s2 went quiet: their places free up
+    assert room.join(third.code, "s3") == third.code
+    assert room.followers(third.code) == 1
+
+
+# ---------------------------------------------------------------- following costs no forward pass
+
+
+def test_a_follower_sees_the_lecturers_steps_without_running_the_model(bundled_lm, store, monkeypatch):
+    room = classroom(store)
+    lecture = room.start(KEY, "lect")
+    s = run(bundled_lm, 3)
+    pub = Publisher(room, lecture)
+    fork = {"prompt": s.prompt}
+    assert pub.update(s, 3, "Attention", 1, 2, fork) == 1
+    assert pub.update(s, 3, "Attention", 1, 2, fork) is None  # nothing changed, nothing sent
+
+    import engine.forward.run as run_module
+
+    def no_pass(*a, **k):
+        raise AssertionError("a follower ran a forward pass")
+
+    monkeypatch.setattr(run_module, "run_pass", no_pass)
+    monkeypatch.setattr(bundled_lm.model, "forward", no_pass)
+    other = Classroom(store[0], key=KEY, clock=store[1])  # another replica on the same store
+    shared = other.read(lecture.code)
+    assert shared.traces == s.traces and shared.at == 3 and (shared.layer, shared.head) == (1, 2)
+    assert shared.ids == s.ids[0].tolist() and shared.pieces() == s.pieces()
+    assert shared.texts[-1] == s.text
+    assert other.read(lecture.code) is shared  # one decode per update, shared by this server's followers
+    for t in shared.traces:  # everything a follower draws
+        stage_svg(t, shared.pieces(), shared.prompt_len, 1, 2)
+        fig.heads_figure(t, 1, fig.axis_labels(shared.pieces()))
+        fig.next_token_figure(t)
+        fig.matmul_frame(t, shared.spec, 1)
+    fig.latency_figure(shared.traces)
+    fig.kv_grid_figure(shared.traces, shared.spec.layers)
+    assert shared.spec == bundled_lm.spec
+
+
+def test_a_click_sends_one_new_step_and_a_reset_starts_a_new_run(bundled_lm, store):
+    room = classroom(store)
+    lecture = room.start(KEY, "lect")
+    sent = []
+    real = room.publish
+    room.publish = lambda lec, head, traces, fresh_run=False: sent.append((sorted(traces), fresh_run)) or \
+        real(lec, head, traces, fresh_run)
+    pub = Publisher(room, lecture)
+    s = run(bundled_lm, 1)
+    pub.update(s, 1, "Attention", 0, 0, {})
+    s.decode()
+    pub.update(s, 2, "Attention", 0, 0, {})
+    pub.update(s, 1, "Attention", 0, 0, {})  # the lecturer scrubs back: only the head changes
+    pub.update(s, 1, "Latency", 0, 0, {})  # ... or picks a view
+    assert sent == [([0, 1], True), ([2], False), ([], False), ([], False)]
+    assert room.read(lecture.code).view == "Latency"
+    pub.update(None, 0, "Latency", 0, 0, {})  # Reset
+    assert room.read(lecture.code).run is None
+    s2 = run(bundled_lm, 0)
+    pub.update(s2, 0, "Latency", 0, 0, {})
+    shared = room.read(lecture.code)
+    assert sent[-1] == ([0], True) and len(shared.traces) == 1 and shared.traces[0] == s2.traces[0]
+
+
+def test_the_qr_code_is_a_picture_of_the_link():
+    uri = qr_data_uri("http://10.0.0.5:8501/?follow=K7QX2M")
+    assert uri.startswith("data:image/svg+xml;base64,")
+    import base64
+
+    svg = base64.b64decode(uri.split(",", 1)[1]).decode()
+    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and "<script" not in svg  # an <img> needs xmlns
+    assert svg.count("<path") >= 1 and 'stroke="#111"' in svg
+
+
+# ---------------------------------------------------------------- the pages (AppTest)
+
+
+@pytest.fixture
+def key_set(monkeypatch):
+    """The server was started with a lecturer key (a fresh in-process classroom)."""
+    import ui.follow
+
+    monkeypatch.setenv("DECODE_LAB_LECTURER_KEY", KEY)
+    monkeypatch.delenv("DECODE_LAB_REDIS_URL", raising=False)
+    ui.follow.classroom.clear()
+    yield
+    ui.follow.classroom.clear()
+
+
+def ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def lecturer(clicks: int):
+    from ui.apptest import app_test
+
+    at = ok(app_test().run())
+    at.sidebar.text_input(key="follow_key").input(KEY)
+    ok(at.button(key="follow_start").click().run())
+    assert at.session_state["follow_key"] == ""  # the key is not kept once the class has started
+    ok(at.button(key="step_btn_prefill").click().run())
+    for _ in range(clicks):
+        ok(at.button(key="step_btn_next").click().run())
+    return at
+
+
+def follower(code: str, visited_first: bool = False):
+    """A student's browser on ?follow=CODE (visited_first: it had its own step page open, cache off, before)."""
+    from ui.apptest import app_test
+
+    at = app_test()
+    if visited_first:
+        ok(at.run())
+        at.sidebar.number_input(key="side_max_new").set_value(7)
+        ok(at.run())
+        ok(at.toggle(key="bar_cache").set_value(False).run())
+    at.query_params["follow"] = code
+    return ok(at.run())
+
+
+def everything_shown(at) -> str:
+    parts = [str(e.value) for kind in ("markdown", "caption", "code", "text", "error", "info", "warning")
+             for e in getattr(at, kind)]
+    parts += [h.proto.body for h in at.get("html")]
+    return "\n".join(parts)
+
+
+def test_a_follower_page_shows_the_lecturers_step_has_no_run_controls_and_never_the_key(key_set):
+    lect = lecturer(3)
+    code = lect.session_state["follow_lead"].code
+    assert all(KEY not in str(v) for v in lect.query_params.values())
+    assert KEY not in everything_shown(lect)
+    fol = follower(code)
+    assert not fol.error
+    shown = everything_shown(fol)
+    assert 'data-testid="dl-follow-stage" data-step="3"' in shown and KEY not in shown
+    assert not [m.value for m in fol.markdown if m.value.strip().startswith("None")]  # nothing stray on the page
+    assert code in str(fol.query_params["follow"])
+    keys = {b.key for b in fol.button}
+    assert not {k for k in keys if k and k.startswith("step_btn")}  # no Prefill, Next token, Run to end, Reset
+    assert not [t for t in fol.sidebar.text_input if t.key == "follow_key"]  # no key field on a follower page
+
+    before = (lect.session_state["step_stepper"].ids.tolist(), len(lect.session_state["step_stepper"].traces))
+    version = lect.session_state["follow_pub"].version
+    for view in ("Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens", "Attention"):
+        ok(fol.radio(key="follow_view").set_value(view).run())
+        assert not fol.error, view
+    ok(fol.slider(key="follow_at").set_value(1).run())
+    assert "looking back" in everything_shown(fol) and 'data-step="1"' in everything_shown(fol)
+    ok(fol.selectbox(key="follow_head").set_value(5).run())
+    s = lect.session_state["step_stepper"]
+    assert (s.ids.tolist(), len(s.traces)) == before
+    assert ok(lect.run()).session_state["follow_pub"].version == version  # nothing the follower did moved it
+
+    ok(lect.button(key="step_btn_next").click().run())  # the lecturer moves: the follower goes live again
+    ok(fol.run())
+    assert 'data-step="4"' in everything_shown(fol) and "**live**" in everything_shown(fol)
+    assert fol.session_state["follow_head"] == 5 and fol.session_state["follow_view"] == "Attention"  # its own
+
+
+def test_a_wrong_code_gets_a_plain_message_and_a_box_to_type_the_code(key_set):
+    fol = follower("NOPE42")
+    assert [e.value for e in fol.error] == [NO_CLASS.replace(":", "\\:").replace(".", "\\.")]
+    assert fol.text_input(key="follow_typed")
+    fol = follower("<b>x</b>](http://evil.example)")
+    assert len(fol.error) == 1 and "evil" not in fol.error[0].value
+
+
+def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_alone(key_set):
+    lect = lecturer(5)
+    s = lect.session_state["step_stepper"]
+    ok(lect.button(key="step_btn_back").click().run())
+    ok(lect.button(key="step_btn_back").click().run())  # the lecturer shows step 3 of 5
+    code = lect.session_state["follow_lead"].code
+    lecturer_ids, lecturer_traces = s.ids.tolist(), list(s.traces)
+
+    fol = follower(code, visited_first=True)
+    assert 'data-step="3"' in everything_shown(fol)
+    ok(fol.button(key="follow_fork").click().run())
+    mine = fol.session_state["step_stepper"]
+    assert (mine.use_cache, mine.max_new_tokens) == (s.use_cache, s.max_new_tokens)  # the lecturer's settings
+    assert mine is not s and len(mine.traces) == 4  # prefill + 3 steps, replayed in the student's session
+    assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]
+    assert "follow_code" not in fol.session_state and "follow" not in fol.query_params
+    for _ in range(2):
+        ok(fol.button(key="step_btn_next").click().run())
+    assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]  # the lecturer's next tokens, greedy
+    assert mine.generated_ids == s.generated_ids
+    assert lect.session_state["step_stepper"] is s and s.ids.tolist() == lecturer_ids  # untouched
+    assert s.traces == lecturer_traces
+
+
+# ---------------------------------------------------------------- a real browser: the acceptance run
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory):
+    """`streamlit run app.py` with a lecturer key, on a free loopback port."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("follow-server") / "streamlit.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", DECODE_LAB_LECTURER_KEY=KEY)
+    env.pop("DECODE_LAB_REDIS_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                             "--server.address", "127.0.0.1", "--server.headless", "true"],
+                            cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.3)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def start_class(pg) -> str:
+    """The lecturer, in the sidebar: the key, then Start a class; returns the follow link shown."""
+    from playwright.sync_api import expect
+
+    pg.get_by_text("Lead a class").click()
+    pg.get_by_label("lecturer key", exact=True).fill(KEY)
+    pg.get_by_role("button", name="Start a class").click()
+    expect(pg.locator("[data-testid=stSidebar] [data-testid=dl-follow-qr]")).to_be_visible()
+    pg.wait_for_function("() => { const i = document.querySelector('[data-testid=stSidebar] [data-testid=dl-follow-qr]');"
+                         " return i && i.complete && i.naturalWidth > 0 }")  # the QR picture really shows
+    return re.search(r"https?://[^\s<\"]+/\?follow=[A-Z2-9]{6}", pg.content()).group(0)
+
+
+def wait_for_step(pages, step: int, timeout_s: float) -> list[float]:
+    """Seconds until each page shows `step` on its stage (polled together, so one slow page waits for no other)."""
+    t0, seen = time.time(), {}
+    sel = f"[data-testid=dl-follow-stage][data-step='{step}']"
+    while len(seen) < len(pages) and time.time() - t0 < timeout_s:
+        for i, pg in enumerate(pages):
+            if i not in seen and pg.locator(sel).count():
+                seen[i] = time.time() - t0
+        time.sleep(0.05)
+    return [seen.get(i, float("inf")) for i in range(len(pages))]
+
+
+def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, browser):  # noqa: F811
+    from playwright.sync_api import expect
+
+    from tests.test_browser import idle, open_page, status_text
+
+    lect = open_page(browser, keyed_server, 1280, 720)
+    expect(lect.get_by_role("button", name="Prefill")).to_be_enabled()
+    link = start_class(lect)
+    assert KEY not in link and KEY not in lect.url and KEY not in lect.content()
+    followers = [open_page(browser, link, w, h) for w, h in ((1280, 720), (1440, 900), (390, 844))]
+    for pg in followers:
+        expect(pg.get_by_text(re.compile("has not pressed Prefill"))).to_be_visible()
+    lect.keyboard.press("p")
+    expect(lect.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    for i in range(1, 4):
+        lect.keyboard.press("n")
+        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+    delays = wait_for_step(followers, 3, 3.0)  # from the moment the lecturer's page shows step 3
+    assert max(delays) <= 3.0, delays
+
+    for pg in followers:
+        assert KEY not in pg.url and KEY not in pg.content() and "follow=" in pg.url
+        buttons = [t.strip() for t in pg.locator("button[data-testid^=stBaseButton]").all_inner_texts()]
+        assert not [b for b in buttons if re.match(r"(Prefill|Next token|Run to end|Reset|◀|▶)", b)], buttons
+    # a follower clicks everything it has: views, a layer, the scrubber, a toggle, and Fork
+    pg = followers[1]
+    for view in ("Next token", "KV cache", "Latency", "Tokens", "Attention"):
+        pg.locator("[data-testid=stRadio] label").filter(has_text=view).first.click()
+        idle(pg)
+    pg.locator("button").filter(has_text=re.compile(r"^layer 2$")).first.click()
+    idle(pg)
+    pg.get_by_role("slider", name="step").focus()
+    pg.keyboard.press("ArrowLeft")
+    idle(pg)
+    expect(pg.get_by_text(re.compile("looking back"))).to_be_visible()
+    pg.get_by_role("button", name="Fork").click()
+    expect(pg.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible()  # its own run, at step 2
+    idle(pg)
+    pg.keyboard.press("n")
+    expect(pg.get_by_text(re.compile(r"\(3 from Next token\)"))).to_be_visible()
+    lect.locator("[data-testid=stRadio] label").filter(has_text="Tokens").first.click()  # the lecturer's page redraws
+    expect(lect.get_by_text(re.compile("Text in, tokens out"))).to_be_visible()  # its own run, as it was
+    idle(lect)
+    assert "(3 from Next token)" in status_text(lect) and "step 3 of 3" in status_text(lect)
+    assert pg.locator("[data-testid='stException']").count() == 0
+
+    wrong = open_page(browser, link[: -6] + "ZZZZZ9", 1280, 720)
+    expect(wrong.get_by_text(re.compile("No class is running with this code"))).to_be_visible()
+    assert wrong.locator("[data-testid='stException']").count() == 0
+    for p in [lect, wrong, *followers]:
+        assert p.outside == []
+        p.close()
