@@ -130,8 +130,8 @@ st.write(f"**{roof.name}**: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth
          f"ridge at {roof.ridge:.1f} FLOP/byte.")
 
 
-@st.cache_resource(max_entries=4, show_spinner="No steps yet in this session: measuring a demo run and taking one "
-                                                "decode step apart (once per server)…")
+@st.cache_resource(max_entries=4, show_spinner="Measuring a demo run and taking one of its decode steps apart "
+                                                "(once per server)…")
 def demo(_lm, model: tuple, bandwidth: float) -> dict:
     """engine.measure.profile.where_time_goes: a 100-token prefill, 8 decode steps, the next step taken apart."""
     return where_time_goes(_lm, bandwidth)

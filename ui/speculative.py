@@ -116,9 +116,7 @@ def _lesson_run(_lm, model: tuple, k: int) -> Speculator:
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def _one_row_ms(_lm, model: tuple, ids: tuple[int, ...]) -> float:
-    import torch
-
-    return one_row_ms(_lm, torch.tensor([ids]))
+    return one_row_ms(_lm, ids)
 
 
 def speculative_lesson(lm) -> None:

@@ -126,6 +126,10 @@ def breakdown_frame(b: dict):
 def breakdown_note(b: dict) -> str:
     """The table in one sentence: which share of the step each part is."""
     wall = b["wall_ms"]
+    if b["matmul_ms"] >= wall:  # two timings taken apart disagree: say so rather than print "122 %"
+        return (f"On {b['device']}: the matmuls timed alone ({b['matmul_ms']:.2f} ms) took as long as the whole step "
+                f"({wall:.2f} ms) or longer, so here the step is about its matmuls and little else; timings taken "
+                "while other work shares the machine move about, so read these as rough and measure again.")
     return (f"On {b['device']}: the memory bound is {b['memory_bound_ms'] / wall:.0%} of the step and the matmuls "
             f"{b['matmul_ms'] / wall:.0%}; the other {b['rest_ms'] / wall:.0%} is the many small operations around "
             "them. A bigger model makes each matmul longer and that share smaller.")

@@ -167,12 +167,15 @@ ROWS_FREE = 1.15  # a pass over k+1 rows "costs about what one row costs" up to 
 
 
 def one_row_ms(lm: LoadedModel, ids) -> float:
-    """A plain decode step's forward time, measured now: ids[:, :-1] in the cache, the last id fed as one row
-    (median of the timed repeats every recorded step gets; warm-up excluded)."""
+    """A plain decode step's forward time, measured now: every id but the last in the cache, the last fed as one
+    row (median of the timed repeats every recorded step gets; warm-up excluded). ids: [batch=1, pos], or a list."""
+    import torch
+
     from engine.forward.cache import new_cache
     from engine.forward.run import run_pass
     from engine.generate.loop import TIMED_REPEATS
 
+    ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([list(ids)])
     cache = new_cache(lm.config)
     run_pass(lm, ids[:, :-1], cache)
     return run_pass(lm, ids[:, -1:], cache, repeats=TIMED_REPEATS).timing.forward_ms
