@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from engine.draw.stage import caption, stage_html, stage_svg
+from engine.draw.warm import blank_figure
 from engine.follow import Classroom, Refused, StoreDown
 from engine.follow.classroom import NO_CLASS, normalize
 from engine.follow.share import Publisher, qr_data_uri
@@ -235,15 +236,16 @@ def _fork(shared, at: int) -> None:
     ss["follow_forked"] = True
 
 
-@st.fragment(run_every=0.5)
+@st.fragment(run_every=0.2)
 def _watch(code: str, version: int) -> None:
     """Wait for the lecturer: read the class's version every CHECK_S, for up to WAIT_S; a change reruns the page.
 
     One run of this fragment waits server-side (a long poll) instead of the browser asking twice a
     second: each fragment run costs the browser a redraw (~20-40 ms of its main thread), and thirty
-    students' browsers would spend a whole core on asking. The timer (run_every) only starts the next
-    wait: Streamlit queues a fragment's timer tick while the fragment runs. Reading st.session_state
-    is a Streamlit yield point, so a click of the student's own (a view, a layer) stops the wait at once.
+    students' browsers would spend a whole core on asking. The timer (run_every) only starts the
+    next wait, soon after a page run: Streamlit queues a fragment's timer tick while the fragment
+    runs. Reading st.session_state is a Streamlit yield point, so a click of the student's own (a
+    view, a layer) stops the wait at once.
     """
     ss = st.session_state
     if ss.pop("follow_inline", False):
@@ -302,6 +304,8 @@ def follower_page() -> None:
     if shared.run is None or not shared.traces:
         top.markdown(f"**Following class {code}** · live")
         st.info("The lecturer has not pressed Prefill yet: this page shows each step as soon as it is taken.")
+        with st.container(key="step_warm"):  # out of sight (ui/frame.py CSS): the browser loads its chart library now
+            st.plotly_chart(blank_figure(), key="follow_warm_chart", config={"staticPlot": True})
         ss["follow_inline"] = True
         _watch(code, shared.version)
         return
