@@ -18,12 +18,12 @@ import os
 import re
 import secrets
 import subprocess
-import sys
 import time
 
 from playwright.async_api import async_playwright
 
-from tests.load import CHROMIUM, FLAGS, ROOT, cpu_seconds, free_port, peak_rss_mb, percentile
+from tests.appserver import start_app
+from tests.load import CHROMIUM, FLAGS, cpu_seconds, free_port, peak_rss_mb, percentile
 
 SEEN_JS = """() => {
   window.__seen = {}; window.__drawn = {};
@@ -49,22 +49,7 @@ def rss_mb(pid: int) -> float:
 
 
 def start_server(port: int, key: str) -> subprocess.Popen:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", DECODE_LAB_LECTURER_KEY=key)
-    env.pop("DECODE_LAB_REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--server.headless", "true"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    import socket
-
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError("the server did not start within 90 s")
+    return start_app(port, DECODE_LAB_LECTURER_KEY=key)
 
 
 async def open_lecturer(browser, url: str, key: str):

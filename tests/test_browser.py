@@ -10,14 +10,13 @@ import csv
 import io
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
+
+from tests.appserver import free_port, start_app, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("DECODE_LAB_CHROMIUM", "/usr/bin/chromium")
@@ -27,30 +26,13 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 LOCAL = ("http://127.0.0.1", "data:", "blob:", "about:")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = free_port()
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--server.headless", "true"],
-                            cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.3)
+    port = free_port()
+    proc = start_app(port, log=open(log, "w"))
     yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=20)
+    stop(proc)
 
 
 def need_chromium() -> None:

@@ -6,11 +6,7 @@ the pages with AppTest; the acceptance run in a real browser (system Chromium).
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +19,7 @@ from engine.follow import Classroom, Lecture, Limits, MemoryKV, Refused, WireErr
 from engine.follow import wire
 from engine.follow.classroom import ALPHABET, CODE_RE, NO_CLASS, new_code
 from engine.follow.share import Publisher, qr_data_uri
+from tests.appserver import free_port, start_app, stop
 from tests.test_browser import browser  # noqa: F401 - the system Chromium, shared fixture
 
 KEY = "lecturer-key-for-the-tests-7Q"
@@ -401,32 +398,14 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
 # ---------------------------------------------------------------- a real browser: the acceptance run
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory):
     """`streamlit run app.py` with a lecturer key, on a free loopback port."""
-    port = free_port()
     log = tmp_path_factory.mktemp("follow-server") / "streamlit.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", DECODE_LAB_LECTURER_KEY=KEY)
-    env.pop("DECODE_LAB_REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--server.headless", "true"],
-                            cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.3)
+    port = free_port()
+    proc = start_app(port, log=open(log, "w"), DECODE_LAB_LECTURER_KEY=KEY)
     yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=20)
+    stop(proc)
 
 
 def start_class(pg) -> str:

@@ -79,26 +79,16 @@ def lookahead_svg(plan: Lookahead = Lookahead()) -> str:
     # 2 · the lookahead branch: N-1 levels of W guesses, refined by Jacobi iteration
     rows = "".join(_cells(x1 + 12, top + 34 + lv * 38, plan.window, DECODE,
                           lambda i, lv=lv: f"t+{i + lv + 1}", w=look_cw, gap=gap) for lv in range(plan.levels))
-    out.append(f'<g data-role="branch" data-branch="lookahead"><rect x="{x1}" y="{top}" width="{e1 - x1}" '
-               f'height="{body_h}" rx="8" fill="{DECODE}" fill-opacity="0.08" stroke="{DECODE}" stroke-width="2"/>'
-               + text(x1 + 6, top - 30, "2 · lookahead branch", 17, weight="bold")
-               + text(x1 + 6, top - 10, f"W = {plan.window} positions × N−1 = {plan.levels} levels = "
-                                        f"{plan.lookahead_rows} rows", 13, fill=SOFT)
-               + text(x1 + 12, top + 22, "Jacobi: each level re-guesses from the one above", 13, fill=SOFT)
-               + rows
-               + text(x1 + 12, top + body_h - 10, "finished columns → n-gram pool", 13, fill=SOFT) + '</g>')
+    out.append(_branch("lookahead", x1, e1, top, body_h, DECODE, "2 · lookahead branch",
+                       f"W = {plan.window} positions × N−1 = {plan.levels} levels = {plan.lookahead_rows} rows",
+                       "Jacobi: each level re-guesses from the one above", rows, "finished columns → n-gram pool"))
 
     # 3 · the verification branch: G candidate n-grams that start with the current token
     grams = "".join(_cells(x2 + 12, top + 34 + g * 38, plan.ngram - 1, NEW, lambda i, g=g: f"g{g + 1}·{i + 1}",
                            w=ver_cw, gap=gap) for g in range(plan.guesses))
-    out.append(f'<g data-role="branch" data-branch="verification"><rect x="{x2}" y="{top}" width="{e2 - x2}" '
-               f'height="{body_h}" rx="8" fill="{NEW}" fill-opacity="0.08" stroke="{NEW}" stroke-width="2"/>'
-               + text(x2 + 6, top - 30, "3 · verification branch", 17, weight="bold")
-               + text(x2 + 6, top - 10, f"G = {plan.guesses} n-grams × {plan.ngram - 1} tokens = "
-                                        f"{plan.verify_rows} rows", 13, fill=SOFT)
-               + text(x2 + 12, top + 22, "from the pool, starting with t", 13, fill=SOFT)
-               + grams
-               + text(x2 + 12, top + body_h - 10, "checked like k guesses", 13, fill=SOFT) + '</g>')
+    out.append(_branch("verification", x2, e2, top, body_h, NEW, "3 · verification branch",
+                       f"G = {plan.guesses} n-grams × {plan.ngram - 1} tokens = {plan.verify_rows} rows",
+                       "from the pool, starting with t", grams, "checked like k guesses"))
     y = top + body_h + 34
     out.append(text(10, y, f"ONE forward pass of 1 + {plan.lookahead_rows} + {plan.verify_rows} = {plan.rows} rows, "
                            "each branch with its own attention mask;", 15, fill=INK, weight="bold"))
@@ -115,3 +105,13 @@ def lookahead_html(plan: Lookahead = Lookahead()) -> str:
            f"branch of {plan.levels} levels × {plan.window} positions, a verification branch of {plan.guesses} "
            f"n-grams of {plan.ngram - 1} tokens")
     return picture_html(lookahead_svg(plan), alt, "dl-lookahead")
+
+
+def _branch(name: str, x: float, end: float, top: float, height: float, colour: str, title: str, size: str,
+            how: str, cells: str, then: str) -> str:
+    """One labelled branch of the pass: its box, its title and row count, how it guesses, its cells, what follows."""
+    return (f'<g data-role="branch" data-branch="{name}"><rect x="{x}" y="{top}" width="{end - x}" '
+            f'height="{height}" rx="8" fill="{colour}" fill-opacity="0.08" stroke="{colour}" stroke-width="2"/>'
+            + text(x + 6, top - 30, title, 17, weight="bold") + text(x + 6, top - 10, size, 13, fill=SOFT)
+            + text(x + 12, top + 22, how, 13, fill=SOFT) + cells
+            + text(x + 12, top + height - 10, then, 13, fill=SOFT) + '</g>')
