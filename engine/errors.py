@@ -14,7 +14,7 @@ class ModelLoadError(DecodeLabError):
 
 
 class ModelNotOffered(ModelLoadError):
-    """A browser asked for a model the server does not offer (see engine/policy.py)."""
+    """A browser asked for a model the server does not offer (see engine/load/policy.py)."""
 
 
 class ModelNotFound(ModelLoadError):

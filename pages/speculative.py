@@ -1,6 +1,7 @@
 """Speculative decoding: a drafter guesses k tokens, the model checks them all in one pass, round by round.
 
-Thin page: the engine is engine/speculative.py; what this page and lesson 9 share is pages/speculative_view.py.
+Thin page: the engine is engine/generate/speculative.py (drafters: engine/generate/drafters.py); what this page and
+lesson 9 share is ui/speculative.py.
 """
 
 import streamlit as st
@@ -35,64 +36,64 @@ def reset() -> None:
 def start() -> None:
     reset()
     try:
-        s = Speculator(lm, st.session_state["spec_prompt"], drafter_for(st.session_state["spec_drafter"], settings),
+        run = Speculator(lm, st.session_state["spec_prompt"], drafter_for(st.session_state["spec_drafter"], settings),
                        k=st.session_state["spec_k"], sampling=settings.sampling,
                        max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
-        s.prefill()
+        run.prefill()
     except DecodeLabError as e:
         st.session_state["spec_error"] = str(e)
         return
-    st.session_state["spec_run"] = s
+    st.session_state["spec_run"] = run
     st.session_state["spec_at"] = 0
 
 
 def advance(rounds: int | None) -> None:
     """One more round (1), or every round until the run stops (None); then show the newest."""
-    s = spec_state()
+    run = spec_state()
     try:
-        s.run(rounds)
+        run.run(rounds)
     except DecodeLabError as e:
         st.session_state["spec_error"] = str(e)
-    st.session_state["spec_at"] = len(s.rounds) - 1
+    st.session_state["spec_at"] = len(run.rounds) - 1
 
 
 st.session_state.setdefault("spec_prompt", PROMPTS[1]["prompt"])
-s = spec_state()
-started = s is not None
+run = spec_state()
+started = run is not None
 bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
 bar.text_input("prompt", key="spec_prompt", label_visibility="collapsed", width=300, on_change=reset)
 bar.selectbox("drafter", DRAFTERS, key="spec_drafter", label_visibility="collapsed", width=230, on_change=reset)
 bar.number_input("k", 1, 8, 4, key="spec_k", width=90, on_change=reset, help="guesses per round")
 bar.button("Prefill", type="primary", key="spec_prefill", on_click=start, disabled=started, shortcut="P")
 bar.button("Next round", type="primary", key="spec_next", on_click=advance, args=(1,),
-           disabled=not started or s.done, shortcut="N")
-bar.button("Run to end", key="spec_run_all", on_click=advance, args=(None,), disabled=not started or s.done,
+           disabled=not started or run.done, shortcut="N")
+bar.button("Run to end", key="spec_run_all", on_click=advance, args=(None,), disabled=not started or run.done,
            shortcut="E")
 bar.button("Reset", key="spec_reset", on_click=reset, shortcut="X")
 if st.session_state.get("spec_error"):
     error(st.session_state.pop("spec_error"))
 
-s = spec_state()
-if s is None:
+run = spec_state()
+if run is None:
     st.info("Press **Prefill** (P): the model runs the prompt once; then each **Next round** (N) drafts k guesses and "
             "checks them in one pass.")
 else:
-    last = len(s.rounds) - 1
+    last = len(run.rounds) - 1
     if last > 0:
         st.slider("round", 0, last, key="spec_at", label_visibility="collapsed", width=300)
     at = max(0, min(st.session_state.get("spec_at", last), last))
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        st.html(verify_stage(s, at))
-        st.text(s.text)
+        st.html(verify_stage(run, at))
+        st.text(run.text)
     with right:
-        totals(s)
-        st.html(rounds_html(s, at))
-        if s.done:
-            st.markdown(plain(f"Finished: {s.stop_reason}."))
+        totals(run)
+        st.html(rounds_html(run, at))
+        if run.done:
+            st.markdown(plain(f"Finished: {run.stop_reason}."))
     with st.expander("Every round: proposals, what was kept, the cache before, after the verify pass and after "
                      "the crop"):
-        st.dataframe(rounds_frame(s), hide_index=True, width="stretch")
+        st.dataframe(rounds_frame(run), hide_index=True, width="stretch")
 
 st.divider()
 st.subheader("Does it pay on this machine?")

@@ -17,7 +17,7 @@ def test_spec_describes_the_model(tiny_dirs):
     assert (s.layers, s.heads, s.kv_heads, s.head_dim, s.d_model, s.max_positions) == (2, 4, 2, 8, 32, 64)
     assert s.parameters == sum(p.numel() for p in lm.model.parameters())
     assert lm.dtype_name == "float32" and lm.device.type == "cpu"
-    # attention runs through the layers' own eager code, wrapped so Q, K and V can be read (engine/capture.py)
+    # attention runs through the layers' own eager code, wrapped so Q, K and V can be read (engine/forward/capture.py)
     assert lm.model.config._attn_implementation == "decode_lab" and lm.captures
 
 

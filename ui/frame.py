@@ -2,7 +2,7 @@
 
 The model is loaded once per server (st.cache_resource) and shared read-only by
 every session; each session's run lives in st.session_state under page-prefixed keys.
-Which models a browser may choose is the server's allow-list (engine/policy.py).
+Which models a browser may choose is the server's allow-list (engine/load/policy.py).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _load(source: str, device: str, dtype: str) -> LoadedModel | DecodeLabError:
         release_memory()
         return e
     if lm.device.type == "cpu":
-        use_serving_threads(int(lm.spec.parameters))  # see engine/device.py: the browser needs a core too
+        use_serving_threads(int(lm.spec.parameters))  # see engine/load/device.py: the browser needs a core too
     warm_pictures(lm)  # every picture of a step drawn once now: a class's first Prefill costs what later ones do
     gc.freeze()  # the loaded libraries and weights live for the whole server: keep them out of every GC pass
     return lm

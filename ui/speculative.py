@@ -37,11 +37,11 @@ def _chip(text: str, style: str, title: str) -> str:
             f'border-radius:6px;font-family:monospace;font-size:1.05rem;{style}">{html.escape(show_piece(text))}</span>')
 
 
-def rounds_html(spec: Speculator, upto: int) -> str:
+def rounds_html(run: Speculator, upto: int) -> str:
     """Every round so far on one line each: proposals pale, accepted solid, the rejected tail struck out,
     and the target's own token (the correction, or the bonus after all k were kept)."""
     lines = []
-    for r in spec.rounds[: upto + 1]:
+    for r in run.rounds[: upto + 1]:
         chips = []
         if r.round == 0:
             chips.append(_chip(r.token, f"background:{PREFILL}33", "the prefill's token"))
@@ -63,22 +63,22 @@ def rounds_html(spec: Speculator, upto: int) -> str:
     return "<div style='line-height:2'>" + "".join(lines) + "</div>"
 
 
-def verify_stage(spec: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
+def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
     """The stage of round i's target pass: k+1 rows in, the columns of rejected guesses written and then cut."""
-    r = spec.rounds[i]
-    known = token_pieces(spec.lm.tokenizer, spec.ids[0, : r.past].tolist())
+    r = run.rounds[i]
+    known = token_pieces(run.lm.tokenizer, run.ids[0, : r.past].tolist())
     pieces = known + list(r.target.fed_tokens)
     if r.round == 0:
         title = "Prefill · round 0 · the target's first pass"
     else:
         title = (f"Verify · round {r.round} · {r.q_len} rows checked in one pass · "
                  f"{r.cut} column{'s' if r.cut != 1 else ''} cut")
-    return stage_html(stage_svg(r.target, pieces, spec.prompt_len, layer=layer, head=head,
+    return stage_html(stage_svg(r.target, pieces, run.prompt_len, layer=layer, head=head,
                                 rejected_from=r.rejected_from, title=title), caption(r.target))
 
 
-def totals(spec: Speculator) -> None:
-    t = spec.totals()
+def totals(run: Speculator) -> None:
+    t = run.totals()
     top, bottom = st.columns(2), st.columns(2)  # two by two: the labels stay whole in a narrow column
     top[0].metric("acceptance rate", "—" if t["acceptance_rate"] is None else f"{t['acceptance_rate']:.0%}",
                   help="proposals kept / proposals made")
@@ -156,12 +156,12 @@ def speculative_lesson(lm) -> None:
     st.html(lookahead_html(plan))
 
 
-def rounds_frame(spec: Speculator) -> pd.DataFrame:
+def rounds_frame(run: Speculator) -> pd.DataFrame:
     return pd.DataFrame([{"round": r.round, "proposed": " ".join(show_piece(t) for t in r.proposed_tokens),
                           "kept": r.accepted, "target's token": show_piece(r.token), "kind": r.token_kind,
                           "q_len": r.q_len, "cache before (past)": r.past, "after verify": r.cache_after_verify,
                           "after crop": r.cache_after_crop, "draft ms": round(sum(r.draft_ms), 3),
-                          "verify ms": round(r.verify_ms, 3)} for r in spec.rounds])
+                          "verify ms": round(r.verify_ms, 3)} for r in run.rounds])
 
 
 def measured_comparison(lm, prompt: str, new_tokens: int, choice: str, k: int, settings) -> dict | None:

@@ -158,7 +158,7 @@ def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> 
 
 def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: bool = True, log=print) -> dict:
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/load/device.py)
         dev.use_serving_threads(int(lm.spec.parameters))
     log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {dev.describe(lm.device)}; "
         f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
