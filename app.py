@@ -41,8 +41,8 @@ following = follow_route(current, follow)  # a ?follow=CODE link, on any page, o
 page_links(pages, st.sidebar)
 link_problems = apply_link()  # first run of a session only: settings from a shared link
 if following:  # a follower shows the lecturer's run: no settings or model of its own to draw (ui/follow.py)
-    st.session_state["settings"] = st.session_state.get("settings")
-    st.session_state["lm"] = st.session_state.get("lm")
+    st.session_state.setdefault("settings", None)
+    st.session_state.setdefault("lm", None)
 else:
     st.session_state["settings"], st.session_state["lm"] = sidebar()
     lecturer_panel(st.sidebar)  # "lecturer key" and "Start a class", when the server has a key

@@ -69,7 +69,9 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   .katex-display { font-size: 0.8em; }         /* a formula fits the width instead of running off it */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
   .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage */
-  .dl-serve .dl-stage img { min-width: 0; }    /* a serving picture shows whole: a pool, a pass, a timeline */
+  .dl-serve .dl-stage img { min-width: 0; }    /* a serving picture shows whole: a pool, a pass... */
+  .st-key-serve_timeline .dl-serve .dl-stage img { min-width: 760px; }  /* ...but the timeline scrolls, from the
+                                                                           newest step at its right end */
   .dl-text { display: none; }                  /* the stage's token strip already shows the text */
   [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
   button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */

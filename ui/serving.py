@@ -28,8 +28,9 @@ def pictures(run: ServingRun, at: int) -> None:
         st.html(_whole(draw.pool_svg(step, run.num_blocks, run.page_size), pool_alt(step, run), "dl-pool"))
     with right:
         st.html(_whole(draw.pass_svg(step, run.lm.spec.d_model), pass_alt(step), "dl-pass"))
-    st.html(_whole(draw.timeline_svg(run.steps, [r.id for r in run.requests], at),
-                   f"timeline of {len(run.steps)} engine steps, step {at} marked", "dl-timeline"))
+    with st.container(key="serve_timeline"):
+        st.html(_whole(draw.timeline_svg(run.steps, [r.id for r in run.requests], at),
+                       f"timeline of {len(run.steps)} engine steps, step {at} marked", "dl-timeline"))
 
 
 def _whole(svg: str, alt: str, testid: str) -> str:

@@ -19,6 +19,7 @@ Which block holds what is bookkeeping, not tensors: engine/generate/serving/bloc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -111,8 +112,8 @@ def run_paged(lm, kv: PagedKV, rows: list[Row]) -> Pass:
     in row order [1, emitting rows, vocab]. Timed like every pass (engine.forward.run.run_pass), once."""
     p = PagedPass(kv, rows)
     ids = [t for r in rows for t in r.token_ids]
-    ends = torch.tensor([sum(len(x.token_ids) for x in rows[: i + 1]) - 1 for i, r in enumerate(rows) if r.emits],
-                        dtype=torch.long, device=lm.device)
+    ends = torch.tensor([end - 1 for end, r in zip(accumulate(len(r.token_ids) for r in rows), rows) if r.emits],
+                        dtype=torch.long, device=lm.device)  # each emitting row's last fed token
     placeholder = torch.zeros(1, 1, 1, 1, device=lm.device)  # 4D: the model uses it as is; capture swaps in p.mask
     with capture.paged_pass(p):
         return run_pass(lm, torch.tensor([ids], dtype=torch.long), p, attention_mask=placeholder,

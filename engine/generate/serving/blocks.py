@@ -26,11 +26,16 @@ class Block:
     hash: int | None = None  # set once the block is full (and computed); None while it fills, or free
 
 
+def block_hash(before: int | None, token_ids: list[int], block: int, page_size: int) -> int:
+    """A full block's prefix hash: the block before it (None for the first) and its own page_size token ids."""
+    return hash((before, tuple(token_ids[block * page_size:(block + 1) * page_size])))
+
+
 def prefix_hashes(token_ids: list[int], page_size: int, blocks: int) -> list[int]:
     """The prefix hash of each of the first `blocks` full blocks of these tokens (each hash covers all before it)."""
     out, h = [], None
     for b in range(blocks):
-        h = hash((h, tuple(token_ids[b * page_size:(b + 1) * page_size])))
+        h = block_hash(h, token_ids, b, page_size)
         out.append(h)
     return out
 
@@ -88,13 +93,16 @@ class BlockManager:
 
     def register_full(self, table: list[int], token_ids: list[int], computed: int) -> None:
         """After a pass: every block of the table that is now full of computed positions gets its prefix hash,
-        so a later request with the same prefix can share it."""
+        so a later request with the same prefix can share it. Blocks fill in order, so a new full block's
+        prefix is its predecessor's hash and its own tokens: only the newly full blocks are hashed."""
         full = min(computed // self.page_size, len(table))
-        for b, h in enumerate(prefix_hashes(token_ids, self.page_size, full)):
+        for b in range(full):
             block = self.blocks[table[b]]
-            if block.hash is None:
-                block.hash = h
-                self._by_hash.setdefault(h, block.id)
+            if block.hash is not None:
+                continue
+            before = self.blocks[table[b - 1]].hash if b else None
+            block.hash = block_hash(before, token_ids, b, self.page_size)
+            self._by_hash.setdefault(block.hash, block.id)
 
     def free(self, table: list[int]) -> None:
         """A request lets go of its blocks (it finished, or was preempted); a block nobody holds is free again."""
