@@ -93,6 +93,23 @@ def test_a_trace_read_back_from_json_is_the_same_trace_and_draws_the_same_stage(
             assert stage_svg(back, pieces, s.prompt_len, layer, 1) == stage_svg(t, pieces, s.prompt_len, layer, 1)
 
 
+def test_the_followers_heads_picture_prints_each_heads_weights_for_the_newest_query(bundled_lm):
+    """The picture a follower sees instead of the heatmap: one row per head, the newest query's weights, read back."""
+    import re
+
+    from engine.draw.heads import heads_svg
+
+    s = run(bundled_lm, 2)
+    for t in s.traces:  # a prefill (its last query row) and decode steps
+        for layer in (0, len(t.layers) - 1):
+            svg = heads_svg(t, layer, s.pieces())
+            printed = [float("0" + v) for v in re.findall(r">(\.\d\d|1\.00)</text>", svg)]
+            weights = t.layers[layer].pattern[:, -1, :].float()  # [head, key_pos]
+            assert len(printed) == weights.numel()  # every pair of this query is visible: nothing masked
+            assert printed == pytest.approx(weights.flatten().tolist(), abs=0.006)
+            assert f"query_pos {t.kv_len - 1}" in svg and svg.count(">head ") == weights.shape[0]
+
+
 def test_every_family_round_trips(tiny_lm):
     s = run(tiny_lm, 2)
     for t in s.traces:
@@ -350,8 +367,15 @@ def test_a_follower_page_shows_the_lecturers_step_has_no_run_controls_and_never_
     for view in ("Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens", "Attention"):
         ok(fol.radio(key="follow_view").set_value(view).run())
         assert not fol.error, view
-    ok(fol.slider(key="follow_at").set_value(1).run())
+    assert fol.button(key="follow_later").disabled and fol.button(key="follow_back_live").disabled  # live
+    ok(fol.button(key="follow_earlier").click().run())
+    ok(fol.button(key="follow_earlier").click().run())
     assert "looking back" in everything_shown(fol) and 'data-step="1"' in everything_shown(fol)
+    assert 'data-testid="dl-follow-heads"' in everything_shown(fol)  # every head as a picture, not a chart
+    assert not fol.get("plotly_chart")  # (a chart costs each student's browser ~150 ms a step; a picture ~15)
+    ok(fol.button(key="follow_back_live").click().run())
+    assert 'data-step="3"' in everything_shown(fol) and "**live**" in everything_shown(fol)
+    ok(fol.button(key="follow_earlier").click().run())
     ok(fol.selectbox(key="follow_head").set_value(5).run())
     s = lect.session_state["step_stepper"]
     assert (s.ids.tolist(), len(s.traces)) == before
@@ -464,8 +488,7 @@ def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, brow
         idle(pg)
     pg.locator("button").filter(has_text=re.compile(r"^layer 2$")).first.click()
     idle(pg)
-    pg.get_by_role("slider", name="step").focus()
-    pg.keyboard.press("ArrowLeft")
+    pg.locator(".st-key-follow_earlier button").first.click()  # the scrubber: one step back
     idle(pg)
     expect(pg.get_by_text(re.compile("looking back"))).to_be_visible()
     pg.get_by_role("button", name="Fork").click()

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STEP_PAGE = str(ROOT / "pages" / "step_through.py")
 FOLLOW_PATH = "follow"  # the follower's page (app.py registers it, hidden from the sidebar's list)
 CHECK_S = max(0.02, float(os.environ.get("DECODE_LAB_FOLLOW_CHECK_S", "0.1") or 0.1))  # a follower reads the version
-WAIT_S = 10.0  # ... for this long within one run of its watcher; then the watcher starts again
+WAIT_S = 30.0  # ... for this long within one run of the live part; then it is drawn again and waits again
 PRESENCE_EVERY_S = 5.0  # how often a follower says it is still there
 
 
@@ -210,12 +210,20 @@ def _code_box(prefill: str = "") -> None:
         st.rerun()
 
 
-def _fork(shared, at: int) -> None:
-    """Fork: this run up to step `at`, replayed in the student's own session, then carried on there.
+def _fork(code: str) -> None:
+    """Fork: the run up to the step shown, replayed in the student's own session, then carried on there.
 
     The same prompt and settings for the same steps give the same tokens; the lecturer's run is only read.
     """
     ss = st.session_state
+    try:
+        shared = classroom().read(code)
+    except StoreDown as e:
+        ss["follow_msg"] = str(e)
+        return
+    if shared is None or shared.run is None:
+        return  # ended, or nothing to fork yet: the page says so
+    at = max(0, min(int(ss.get("follow_at", shared.at)), shared.latest()))
     fork = dict(shared.fork)
     values, problems = read_link({k: v for k, v in fork.items() if k not in ("prompt", "device", "dtype")})
     ss.update(DEFAULTS)  # start from the defaults, so nothing of the student's own settings lingers
@@ -236,20 +244,73 @@ def _fork(shared, at: int) -> None:
     ss["follow_forked"] = True
 
 
-@st.fragment(run_every=0.2)
-def _watch(code: str, version: int) -> None:
-    """Wait for the lecturer: read the class's version every CHECK_S, for up to WAIT_S; a change reruns the page.
+def _shown() -> tuple:
+    """What the student chose inside the live part (the scrubber, a view's switches): when it differs from what is
+    drawn, the student clicked, and the live part draws at once instead of waiting for the lecturer."""
+    ss = st.session_state
+    return ss.get("follow_look"), bool(ss.get("follow_att_every")), bool(ss.get("follow_att_assembled"))
 
-    One run of this fragment waits server-side (a long poll) instead of the browser asking twice a
-    second: each fragment run costs the browser a redraw (~20-40 ms of its main thread), and thirty
-    students' browsers would spend a whole core on asking. The timer (run_every) only starts the
-    next wait, soon after a page run: Streamlit queues a fragment's timer tick while the fragment
-    runs. Reading st.session_state is a Streamlit yield point, so a click of the student's own (a
-    view, a layer) stops the wait at once.
+
+def _look(step: int, lecturer_at: int) -> None:
+    """The scrubber's buttons: look at `step` (the lecturer's own step means live again)."""
+    st.session_state["follow_look"] = None if step == lecturer_at else step
+
+
+def _adopt(shared) -> bool:
+    """The lecturer moved: the scrubber goes where the lecturer is, and untouched pickers follow.
+
+    True when a picker's value changed: the pickers are drawn with the page, so the page must run again.
     """
     ss = st.session_state
-    if ss.pop("follow_inline", False):
-        return  # drawn with the page: the timer starts the wait, so that the page run itself ends now
+    if ss.get("follow_version") == shared.version:
+        return False
+    ss["follow_version"], ss["follow_at"], ss["follow_look"] = shared.version, shared.at, None
+    own, moved = ss.setdefault("follow_own", set()), False
+    for name, value in (("view", shared.view), ("layer", shared.layer), ("head", shared.head)):
+        if name not in own and ss.get(f"follow_{name}") != value:
+            ss[f"follow_{name}"], moved = value, True
+    return moved
+
+
+def _pickers(shared, code: str) -> None:
+    """The student's own Fork, layer, head and view: drawn with the page (they change only when the student
+    picks, or when the lecturer's picks move untouched ones), so a step redraws none of them."""
+    from ui.follow_views import VIEWS
+
+    ss = st.session_state
+    own = ss.setdefault("follow_own", set())
+    spec = shared.spec
+    layers = spec.layers if spec is not None else len(shared.traces[0].layers)
+    heads = spec.heads if spec is not None else 1
+    ss["follow_layer"] = max(0, min(int(ss.get("follow_layer") or 0), layers - 1))
+    ss["follow_head"] = max(0, min(int(ss.get("follow_head") or 0), heads - 1))
+    if ss.get("follow_view") not in VIEWS:
+        ss["follow_view"] = VIEWS[0]
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    row.button("Fork", key="follow_fork", icon=":material/call_split:", on_click=_fork, args=(code,),
+               help="Continue this run on your own from the step shown: the same prompt and settings are replayed "
+                    "in your session, so the tokens match the lecturer's; the lecturer's run is not touched.")
+    if layers <= 12:
+        row.segmented_control("layer", list(range(layers)), key="follow_layer", format_func=lambda x: f"layer {x}",
+                              label_visibility="collapsed", on_change=own.add, args=("layer",))
+    else:
+        row.number_input("layer", 0, layers - 1, key="follow_layer", width=100, on_change=own.add, args=("layer",))
+    row.selectbox("head", list(range(heads)), key="follow_head", format_func=lambda h: f"head {h}", width=120,
+                  label_visibility="collapsed", on_change=own.add, args=("head",),
+                  help="The head whose attention the stage draws")
+    row.radio("view", VIEWS, key="follow_view", horizontal=True, label_visibility="collapsed",
+              on_change=own.add, args=("view",))
+    ss["follow_page_run"] = shared.run
+
+
+def _wait(code: str, version) -> None:
+    """Wait for the lecturer: read the class's version every CHECK_S, for up to WAIT_S; a change draws it.
+
+    A long poll on the server instead of the browser asking twice a second: every run costs the browser
+    a redraw, and thirty students' browsers would spend a whole core on asking. Reading st.session_state
+    is a Streamlit yield point, so a click of the student's own (a view, a layer) stops the wait at once.
+    """
+    ss = st.session_state
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         ss.get("follow_code")  # a yield point: this student's own click preempts the wait
@@ -261,17 +322,15 @@ def _watch(code: str, version: int) -> None:
         except StoreDown:
             now = version  # unreachable for now: keep waiting
         if now != version:
-            st.rerun()
+            st.rerun(scope="fragment")
         time.sleep(CHECK_S)
 
 
 def follower_page() -> None:
     """/?follow=CODE: the lecturer's current step, live; the student's own view, layer and head; Fork."""
-    from ui.follow_views import VIEWS, once, show_view  # the views import plotly: only a follower needs them
-
-    if st.session_state.pop("follow_forked", False):
-        st.switch_page(STEP_PAGE)
     ss = st.session_state
+    if ss.pop("follow_forked", False):
+        st.switch_page(STEP_PAGE)
     st.markdown(COMPACT_CSS, unsafe_allow_html=True)  # a follower's frame has no sidebar settings to draw it
     raw = st.query_params.get("follow", "")
     title = st.empty()  # the heading goes above a refusal, and only where no class is shown
@@ -281,61 +340,91 @@ def follower_page() -> None:
         st.caption("Open the link on the projector, or type the class code it shows.")
         _code_box()
         return
+    if ss.get("follow_msg"):
+        error(ss.pop("follow_msg"))
     try:
         shared = classroom().read(code)
     except StoreDown as e:
         error(str(e))
-        ss["follow_inline"] = True
-        _watch(code, -1)
-        return
+        shared = False
     if shared is None:
         error("This class has ended (or its code is no longer valid). " + NO_CLASS.split(": ", 1)[-1])
         ss.pop("follow_code", None)
         _code_box()
         return
-    own = ss.setdefault("follow_own", set())
-    live = ss.get("follow_version") != shared.version
-    if live:  # the lecturer moved: the scrubber goes where the lecturer is; untouched pickers follow too
-        ss["follow_version"], ss["follow_at"] = shared.version, shared.at
-        for name, value in (("view", shared.view), ("layer", shared.layer), ("head", shared.head)):
-            if name not in own:
-                ss[f"follow_{name}"] = value
-    top = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    ss.pop("follow_page_run", None)
+    if shared and shared.run is not None and shared.traces:
+        _adopt(shared)
+        _pickers(shared, code)
+    ss["follow_inline"] = True
+    _live(code)
+
+
+@st.fragment(run_every=1.0)
+def _live(code: str) -> None:
+    """What changes with each of the lecturer's steps, in a fragment: only it is sent again when the lecturer
+    moves, so a student's browser redraws only what moved (thirty tabs follow each click).
+
+    A run draws, then waits server-side for the lecturer's next change, which reruns only this fragment. The
+    page's own run draws it and ends (a fragment cannot rerun itself during a page run), and so does a run of
+    the student's own click here (it may draw fewer elements than the last; the ones left over go only when a
+    run ends): the timer (run_every) then starts the next wait, within a second. A wait that starts late still
+    sees a change it missed (it compares with the version drawn). Streamlit queues a timer's tick while the
+    fragment runs; a slow timer sends fewer of them.
+    """
+    ss = st.session_state
+    if ss.get("follow_forked"):
+        st.rerun()  # Fork was pressed: the page switches to the student's own step page
+    inline = ss.pop("follow_inline", False)
+    clicked = _shown() != ss.get("follow_shown")
+    with st.container(key="follow_live"):
+        version = _draw_live(code)
+    ss["follow_shown"] = _shown()
+    if version is None:
+        time.sleep(1.0)  # the store is unreachable (the page says so): try again in a second
+    elif not inline and not clicked:
+        _wait(code, version)
+
+
+def _draw_live(code: str) -> int | None:
+    """Draw the lecturer's current step (or the one the student scrubbed to); returns the class's version drawn."""
+    from ui.follow_views import once, show_view  # the views import plotly: only a follower needs them
+
+    ss = st.session_state
+    try:
+        shared = classroom().read(code)
+    except StoreDown as e:
+        error(str(e))
+        return None
+    if shared is None or (shared.run is not None and shared.traces and ss.get("follow_page_run") != shared.run):
+        st.rerun()  # ended, or a new run (Prefill, Reset, another model): the page draws its pickers again
+    if _adopt(shared):
+        st.rerun()  # the lecturer's view, layer or head moved untouched pickers: they are drawn with the page
     if shared.run is None or not shared.traces:
-        top.markdown(f"**Following class {code}** · live")
+        st.markdown(f"**Following class {code}** · live")
         st.info("The lecturer has not pressed Prefill yet: this page shows each step as soon as it is taken.")
         with st.container(key="step_warm"):  # out of sight (ui/frame.py CSS): the browser loads its chart library now
             st.plotly_chart(blank_figure(), key="follow_warm_chart", config={"staticPlot": True})
-        ss["follow_inline"] = True
-        _watch(code, shared.version)
-        return
+        return shared.version
     latest = shared.latest()
-    at = max(0, min(int(ss.get("follow_at", shared.at)), latest))
-    ss["follow_at"] = at
-    spec = shared.spec
+    look = ss.get("follow_look")
+    at = shared.at if look is None else max(0, min(int(look), latest))
+    ss["follow_at"] = at  # the step shown (Fork replays up to it)
     where = "**live**" if at == shared.at else f"looking back: the lecturer is at step **{shared.at}**"
-    top.markdown(f"**Following class {code}** · " + plain(shared.model) + f" · {where}")
-    top.button("Fork", key="follow_fork", icon=":material/call_split:", on_click=_fork, args=(shared, at),
-               help="Continue this run on your own from the step shown: the same prompt and settings are replayed "
-                    "in your session, so the tokens match the lecturer's; the lecturer's run is not touched.")
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
-    if latest > 0:
-        row.slider("step", 0, latest, key="follow_at", label_visibility="collapsed", width=300,
-                   help="The lecturer's recorded steps: the newest change of the lecturer brings you back")
-    layers = spec.layers if spec is not None else len(shared.traces[at].layers)
-    heads = spec.heads if spec is not None else 1
-    ss["follow_layer"] = max(0, min(int(ss.get("follow_layer") or 0), layers - 1))
-    ss["follow_head"] = max(0, min(int(ss.get("follow_head") or 0), heads - 1))
-    if layers <= 12:
-        row.segmented_control("layer", list(range(layers)), key="follow_layer", format_func=lambda x: f"layer {x}",
-                              label_visibility="collapsed", on_change=own.add, args=("layer",))
-    else:
-        row.number_input("layer", 0, layers - 1, key="follow_layer", width=100, on_change=own.add, args=("layer",))
-    row.selectbox("head", list(range(heads)), key="follow_head", format_func=lambda h: f"head {h}", width=120,
-                  label_visibility="collapsed", on_change=own.add, args=("head",),
-                  help="The head whose attention the stage draws")
+    row.markdown(f"**Following class {code}** · " + plain(shared.model) + f" · {where}", width="content")
+    # The scrubber is buttons, not a slider: the lecturer's next change sets where a student looks, and a value
+    # set from here on a widget can cross, in the browser, with a timer's run still carrying the old one.
+    row.button("", key="follow_earlier", icon=":material/chevron_left:", on_click=_look, args=(at - 1, shared.at),
+               disabled=at <= 0, help="One step back in the lecturer's run")
+    row.button("", key="follow_later", icon=":material/chevron_right:", on_click=_look, args=(at + 1, shared.at),
+               disabled=at >= latest, help="One step forward")
+    row.button("Live", key="follow_back_live", icon=":material/sensors:", on_click=_look,
+               args=(shared.at, shared.at), disabled=at == shared.at,
+               help="Back to the lecturer's step (the lecturer's next change also brings you back)")
     layer, head = int(ss.get("follow_layer") or 0), int(ss.get("follow_head") or 0)
     t = shared.traces[at]
+    layer = max(0, min(layer, len(t.layers) - 1))
     left, right = st.columns([3, 2], gap="medium")
     with left:
         picture = once((code, shared.run, at, "stage", layer, head), lambda: stage_html(
@@ -349,10 +438,5 @@ def follower_page() -> None:
         st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** · step **{at}** of {latest} "
                     f"({t.phase}) · KV cache **{t.kv_bytes:,} bytes**"
                     + (f" · stopped: **{plain(shared.stop_reason)}**" if shared.done else ""))
-        if ss.get("follow_view") not in VIEWS:
-            ss["follow_view"] = VIEWS[0]
-        view = st.radio("view", VIEWS, key="follow_view", horizontal=True, label_visibility="collapsed",
-                        on_change=own.add, args=("view",))
-        show_view(view, shared, at, layer, head, (code, shared.run))
-    ss["follow_inline"] = True
-    _watch(code, shared.version)
+        show_view(ss.get("follow_view", "Attention"), shared, at, layer, head, (code, shared.run))
+    return shared.version

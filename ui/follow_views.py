@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from html import escape as plain_html
 
 import streamlit as st
 
 from engine.draw import figures as fig
+from engine.draw.heads import heads_svg
+from engine.draw.svg import picture_html
 from ui.frame import plain, scale
 
 VIEWS = ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"]
@@ -83,19 +86,25 @@ def show_view(view: str, shared, at: int, layer: int, head: int, where: tuple) -
 
 
 def attention(shared, t, traces, layer: int, head: int, k: tuple) -> None:
+    """Every head of the layer for the newest query, as a picture (the same numbers as the step page's heatmap, a
+    few milliseconds for the tab to draw); the two switches open the step page's interactive charts."""
+    every = st.toggle("every query row (one panel per head)", key="follow_att_every",
+                      disabled=t.pattern_rows <= 1 or t.layers[layer].pattern is None)
     if t.layers[layer].pattern is None:
-        st.info(t.attention_note)
-        return
-    labels = fig.axis_labels(shared.pieces())
-    every = False
-    if t.pattern_rows > 1:
-        every = st.toggle("every query row (one panel per head)", key="follow_att_every")
-    st.plotly_chart(once((*k, "heads", layer, every),
-                         lambda: fig.heads_figure(t, layer, labels, scale=scale(), cols=2, newest_only=not every)),
-                    key="follow_att_heads")
-    st.caption("Each row is a query, each column a key it may look at; a row sums to 1. Grey is masked: masked, "
+        st.html(f'<div data-testid="dl-follow-heads">{plain_html(t.attention_note)}</div>')
+    elif every and t.pattern_rows > 1:
+        labels = fig.axis_labels(shared.pieces())
+        st.plotly_chart(once((*k, "heads", layer, True),
+                             lambda: fig.heads_figure(t, layer, labels, scale=scale(), cols=2, newest_only=False)),
+                        key="follow_att_heads")
+    else:
+        st.html(once((*k, "heads_svg", layer), lambda: picture_html(
+            heads_svg(t, layer, shared.pieces()), f"layer {layer}: every head's attention for the newest query",
+            "dl-follow-heads")))
+    st.caption("Each row is a query, each column a key it may look at; a row sums to 1. Hatched or grey: masked, "
                "not zero.")
     if st.toggle("one head, every step so far", key="follow_att_assembled"):
+        labels = fig.axis_labels(shared.pieces())
         z = fig.assembled_attention(traces, layer, head)
         st.plotly_chart(fig.attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
                                               f"layer {layer}, head {head}", scale=scale()), key="follow_att_all")
