@@ -9,7 +9,8 @@ The thinking is engine/follow (codes, caps, the shared record); this module only
 
 The key is read once, by "Start a class", and then cleared from the session: what drives the class
 afterwards is a random token the page never shows. A follower's update reads the shared record
-(no forward pass); a small fragment polls the class's version and reruns the page when it changes.
+(no forward pass): the page draws the student's pickers, and one fragment (_live) draws the step,
+waits on the server for the lecturer's next change and reruns only itself.
 """
 
 from __future__ import annotations
