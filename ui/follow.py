@@ -19,6 +19,7 @@ import os
 import secrets
 import sys
 import time
+from html import escape as plain_html
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -173,12 +174,6 @@ def class_bar(s, at: int) -> None:
     with row.popover("QR", icon=":material/qr_code_2:"):
         st.html(_qr(link, 360))
         st.markdown(plain(link))
-
-
-def plain_html(text: str) -> str:
-    import html
-
-    return html.escape(text, quote=True)
 
 
 # ------------------------------------------------------------------ the student

@@ -155,6 +155,13 @@ def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: li
     return layout(fig, title, height=max(300, int(24 * len(row_labels)) + 170), scale=scale)
 
 
+def newest_query(t: StepTrace, layer: int) -> np.ndarray:
+    """Every head's weights for the newest query (a decode step's only row, a prefill's last): [head, key_pos]."""
+    lt = t.layers[layer]
+    heads = lt.pattern.shape[0] if lt.pattern is not None else 0
+    return np.stack([attention_rows(t, layer, h)[1][-1] for h in range(heads)]) if heads else np.zeros((0, t.kv_len))
+
+
 def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0, cols: int = 4,
                  newest_only: bool = True) -> go.Figure:
     """Every head of one layer, labelled with token pieces.
@@ -163,15 +170,16 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
     readable row per head, so the head that looks back at a name is found at a glance. Every query
     (newest_only=False, at a prefill): one small panel per head.
     """
-    heads = t.layers[layer].pattern.shape[0] if t.layers[layer].pattern is not None else 0
-    grids = [attention_rows(t, layer, h) for h in range(heads)]
-    if not grids or newest_only or len(grids[0][0]) == 1:
-        z = np.stack([g[1][-1] for g in grids]) if grids else np.zeros((0, t.kv_len))
+    pattern = t.layers[layer].pattern
+    heads = pattern.shape[0] if pattern is not None else 0
+    if not heads or newest_only or pattern.shape[1] == 1:  # one query row to show
+        z = newest_query(t, layer)
         query = labels[t.kv_len - 1] if t.kv_len else ""
         fig = attention_heatmap(z, [f"head {h}" for h in range(heads)], labels[: t.kv_len],
                                 f"layer {layer}, every head: query {query}", scale=scale)
         fig.update_yaxes(title="head")
         return fig
+    grids = [attention_rows(t, layer, h) for h in range(heads)]
     cols = min(cols, heads)
     rows = -(-heads // cols)
     qpos = grids[0][0]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from engine.draw.figures import attention_rows
+from engine.draw.figures import newest_query
 from engine.draw.palette import show_piece
-from engine.draw.svg import INK, MONO, SOFT, blues, defs, mono_fit, text
+from engine.draw.svg import INK, MONO, SOFT, TEXT, blues, defs, mono_fit, text
 from engine.forward.trace import StepTrace
 
 W = 560  # viewBox width: drawn for a side column, so that its text reads at the stage's size
@@ -22,10 +22,8 @@ RIGHT = 24  # room for the last key's turned label
 
 def heads_svg(t: StepTrace, layer: int, pieces: list[str]) -> str:
     """`pieces`: the text of every position 0..kv_len-1. One row per head: the newest query's weights."""
-    pattern = t.layers[layer].pattern
-    heads = pattern.shape[0] if pattern is not None else 0
-    n = max(1, t.kv_len)
-    rows = [attention_rows(t, layer, h)[1][-1] for h in range(heads)]
+    rows = newest_query(t, layer)  # [head, key_pos], NaN where masked
+    heads, n = rows.shape[0], max(1, t.kv_len)
     cell_w = (W - LEFT - RIGHT) / n
     cell_h = 26
     label_h = 60  # the key pieces, turned
@@ -35,7 +33,7 @@ def heads_svg(t: StepTrace, layer: int, pieces: list[str]) -> str:
     for p in range(t.kv_len):  # key_pos labels, turned so that long pieces fit
         x = LEFT + (p + 0.5) * cell_w
         piece = show_piece(pieces[p])[:10]
-        size = min(12.0, mono_fit(piece, 12.0, label_h - 6), cell_w * 0.9 / 1.22)
+        size = min(12.0, mono_fit(piece, 12.0, label_h - 6), cell_w * 0.9 / TEXT)
         body.append(text(x + size * 0.4, top - 6, piece, size, family=MONO, fill=INK,
                          extra=f'transform="rotate(-60 {x + size * 0.4:.1f} {top - 6:.1f})"'))
     show_values = cell_w >= 30

@@ -25,7 +25,7 @@ from html import escape
 from engine.draw.figures import visible
 from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
 from engine.draw.svg import FONT, GRID_X0, GRID_X1, INK, LABEL_X, MONO, QCOL, SOFT, TEXT, W, arrow, defs, shape_text
-from engine.draw.svg import mono_fit, mono_width
+from engine.draw.svg import data_uri, mono_fit, mono_width
 from engine.draw.svg import blues as _blues
 from engine.draw.svg import text as _t
 from engine.forward.trace import StepTrace
@@ -385,11 +385,7 @@ def caption(t: StepTrace) -> str:
 
 def stage_html(svg: str, alt: str) -> str:
     """The stage as an <img> of the SVG: a picture can run no script and fetch nothing, whatever it shows."""
-    import base64
-
-    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    return (f'<div class="dl-stage" data-testid="dl-stage"><img alt="{escape(alt)}" '
-            f'src="data:image/svg+xml;base64,{data}"/></div>')
+    return f'<div class="dl-stage" data-testid="dl-stage"><img alt="{escape(alt)}" src="{data_uri(svg)}"/></div>'
 
 
 def stage_svg(t: StepTrace, pieces: list[str], prompt_len: int, layer: int = 0, head: int = 0,

@@ -71,10 +71,15 @@ def arrow(x1, y1, x2, y2, colour=SOFT, marker="arrow", dash="", width=2, role=""
             f'{d} marker-end="url(#{marker})"{r}/>')
 
 
-def picture_html(svg: str, alt: str, testid: str) -> str:
-    """Any drawn picture as an <img> of its SVG (st.html strips inline SVG): it can run no script, fetch nothing."""
+def data_uri(svg: str | bytes) -> str:
+    """An SVG as an <img> source (st.html strips inline SVG): a picture can run no script and fetch nothing."""
     import base64
 
-    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    raw = svg.encode("utf-8") if isinstance(svg, str) else svg
+    return "data:image/svg+xml;base64," + base64.b64encode(raw).decode("ascii")
+
+
+def picture_html(svg: str, alt: str, testid: str) -> str:
+    """Any drawn picture as an <img> of its SVG."""
     return (f'<div class="dl-picture" data-testid="{escape(testid)}"><img alt="{escape(alt)}" '
-            f'src="data:image/svg+xml;base64,{data}" style="display:block;width:100%;height:auto"/></div>')
+            f'src="{data_uri(svg)}" style="display:block;width:100%;height:auto"/></div>')
