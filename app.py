@@ -9,7 +9,10 @@ from pathlib import Path
 import streamlit as st
 
 from ui.follow import follow_route, lecturer_panel
-from ui.frame import apply_link, page_links, resume_page, sidebar, warning, write_link
+from ui.frame import page_links, resume_page
+from ui.links import apply_link, write_link
+from ui.sidebar import sidebar
+from ui.text import warning
 
 ROOT = Path(__file__).resolve().parent
 PAGES = ROOT / "pages"

@@ -21,7 +21,11 @@ from engine.generate.loop import token_pieces
 from engine.load.load import bundled_models
 from engine.measure.request import request_timeline
 from engine.units import human_bytes
-from ui.frame import PROMPTS, device_roof, error, frame, plain, scale, warning
+from ui.frame import frame
+from ui.model import device_roof
+from ui.presets import PROMPTS
+from ui.style import scale
+from ui.text import error, plain, warning
 
 st.title("Lessons: how a language model generates text")
 settings, lm = frame(__file__)

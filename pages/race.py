@@ -11,7 +11,10 @@ from engine.generate.compare import compare
 from engine.load.device import release_memory
 from engine.draw import race as race_draw
 from engine.draw.palette import show_piece
-from ui.frame import PROMPTS, error, frame, plain, scale
+from ui.frame import frame
+from ui.presets import PROMPTS
+from ui.style import scale
+from ui.text import error, plain
 
 st.title("Race: KV cache on vs off")
 settings, lm = frame(__file__)

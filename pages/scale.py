@@ -9,7 +9,10 @@ from engine.measure import roofline
 from engine.measure.profile import breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
 from engine.units import human_bytes
 from engine.draw import scale as scale_draw
-from ui.frame import POLICY, device_roof, error, frame, plain, scale, warning
+from ui.frame import frame
+from ui.model import POLICY, device_roof
+from ui.style import scale
+from ui.text import error, plain, warning
 
 st.title("Scale: KV-cache memory and the roofline")
 settings, lm = frame(__file__)
@@ -137,7 +140,7 @@ def demo(_lm, model: tuple, bandwidth: float) -> dict:
     return where_time_goes(_lm, bandwidth)
 
 
-run = st.session_state.get("step_stepper")
+run = st.session_state.get("step_run")
 traces = run.traces if run is not None and run.traces else []
 shown = None
 if lm is not None:

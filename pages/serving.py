@@ -5,42 +5,24 @@ tokens -> a frozen record); the pictures are engine/draw/serving.py, placed by u
 step can be put back on screen (◀ ▶, the scrubber); ▶ at the newest step computes the next one.
 """
 
-import time
-
 import streamlit as st
 
-from engine import DecodeLabError
+from engine.errors import StepError
 from engine.draw import serving as draw
 from engine.generate.serving import DEFAULTS
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.load.device import release_memory
 from engine.measure import serving as measure
-from ui.frame import error, frame, scale
-from ui.serving import MAX_PAGE_REQUESTS, pictures, requests_editor, start, summary
+from ui.controller import Controller
+from ui.frame import frame
+from ui.style import scale
+from ui.text import error
+from ui.serving import MAX_PAGE_REQUESTS, new_serving_run, pictures, requests_editor, summary
 
-settings, lm = frame(__file__)
-if lm is None:
-    st.error("No model is loaded: see the message in the sidebar.")
-    st.stop()
+settings, lm = frame(__file__, need_model=True)
 OWN = "Your own requests"
 CHOICES = [sc["title"] for sc in SCENARIOS.values()] + [OWN]
 BY_TITLE = {sc["title"]: name for name, sc in SCENARIOS.items()}
-
-
-# ------------------------------------------------------------------ run state
-
-
-def current_run():
-    return st.session_state.get("serve_run")
-
-
-def drop_run() -> None:
-    old = st.session_state.pop("serve_run", None)
-    if old is not None:
-        old.free()
-        release_memory()
-    st.session_state["serve_autoplay"] = False
-    st.session_state.pop("serve_measured", None)
 
 
 def chosen() -> tuple[list | None, dict]:
@@ -55,125 +37,68 @@ def chosen() -> tuple[list | None, dict]:
     return requests, sizing
 
 
-def forward() -> None:
-    """▶: show the next recorded step, or at the newest compute one more engine step (the first creates the run)."""
-    run = current_run()
-    if run is None:
-        requests, sizing = chosen()
-        if requests is None:
-            return
-        run = start(lm, requests, sizing, settings.sampling)
-        if run is None:
-            return
-        st.session_state["serve_run"] = run
-    at = st.session_state.get("serve_at", -1)
-    if at < len(run.steps) - 1:
-        st.session_state["serve_at"] = at + 1
-        return
-    if not run.done:
-        advance(run, 1)
-
-
-def advance(run, steps: int | None) -> None:
-    """Run engine steps (None: until every request is done) and show the newest; a refusal becomes a message."""
-    try:
-        run.run(steps)
-    except DecodeLabError as e:
-        st.session_state["serve_error"] = str(e)
-    st.session_state["serve_at"] = len(run.steps) - 1
-
-
-def back() -> None:
-    st.session_state["serve_at"] = max(0, st.session_state.get("serve_at", 0) - 1)
-
-
-def run_to_end() -> None:
-    if current_run() is None:
-        forward()
-    if current_run() is not None:
-        advance(current_run(), None)
-
-
-def pick_scenario() -> None:
-    drop_run()
-    st.session_state["serve_at"] = -1
-    st.session_state["serve_custom_sizing"] = False
-
-
-# ------------------------------------------------------------------ the page
-
-run = current_run()
-started = run is not None and bool(run.steps)
-at = max(-1, min(st.session_state.get("serve_at", -1), len(run.steps) - 1 if started else -1))
-bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-bar.selectbox("scenario", CHOICES, key="serve_scenario", on_change=pick_scenario, label_visibility="collapsed",
-              width=380)
-bar.button("◀", key="serve_back", on_click=back, disabled=not started or at <= 0, shortcut="left",
-           help="Show the previous engine step (←)")
-bar.button("▶ step", key="serve_forward", on_click=forward, type="primary",
-           disabled=started and run.done and at == len(run.steps) - 1, shortcut="right",
-           help="Show the next step; at the newest, run one more engine step: one forward pass (→)")
-bar.button("Run to end", key="serve_run_all", on_click=run_to_end, disabled=started and run.done, shortcut="E",
-           help="Run engine steps until every request has finished (E)")
-bar.button("Reset", key="serve_reset", on_click=pick_scenario, shortcut="X", help="Forget this run (X)")
-with bar.popover("More", icon=":material/tune:"):
-    st.toggle("Autoplay", key="serve_autoplay", disabled=started and run.done)
-    st.slider("autoplay speed (steps/s)", 0.5, 5.0, 2.0, 0.5, key="serve_speed")
+def new_run():
     requests, sizing = chosen()
-    st.markdown("**Sizing** (changes start a new run)")
-    st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing", on_change=drop_run)
-    c1, c2, c3 = st.columns(3)
-    c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size", on_change=drop_run)
-    c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks", on_change=drop_run)
-    c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens",
-                    on_change=drop_run)
-    st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing", on_change=drop_run)
-    st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking", on_change=drop_run)
+    if requests is None:
+        raise StepError("Add at least one request to the table above first.")
+    return new_serving_run(lm, requests, sizing, settings.sampling)
 
+
+steps = Controller("serve", new_run, noun="engine step")
 requests, sizing = chosen()
 name = BY_TITLE.get(st.session_state.get("serve_scenario", CHOICES[0]))
+steps.sync((settings, name, tuple(requests or ()), tuple(sorted(sizing.items()))))
+if not steps.started:
+    st.session_state.pop("serve_measured", None)
+bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+bar.selectbox("scenario", CHOICES, key="serve_scenario", label_visibility="collapsed", width=380)
+steps.buttons(bar, first=None, next_label=None, forward_label="▶ step")
+with bar.popover("More", icon=":material/tune:"):
+    steps.autoplay(st)
+    st.markdown("**Sizing** (changes start a new run)")
+    st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing")
+    c1, c2, c3 = st.columns(3)
+    c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size")
+    c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks")
+    c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens")
+    st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing")
+    st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking")
+steps.run_to_end_if_asked()
+
 st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
            f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
            f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
            "timings measured")
-if st.session_state.get("serve_error"):
-    error(st.session_state.pop("serve_error"))
+if said := steps.said():
+    error(said)
+if notice := steps.notice():
+    st.info(notice, icon=":material/replay:")
 
 if name is None:
-    with st.expander("Your requests (prompt, max new tokens, the engine step it arrives at)", expanded=not started):
+    with st.expander("Your requests (prompt, max new tokens, the engine step it arrives at)", expanded=not steps.started):
         own = requests_editor("serve_own_editor", st.session_state.get("serve_own_requests")
                               or SCENARIOS["arrivals"]["requests"][:3])
         if own is not None and own != st.session_state.get("serve_own_requests"):
             st.session_state["serve_own_requests"] = own
-            drop_run()
+            st.rerun()  # the run belongs to the requests: the controller starts afresh with the new ones
         st.caption(f"Up to {MAX_PAGE_REQUESTS} requests; arrivals in order.")
 
-run = current_run()
-started = run is not None and bool(run.steps)
-if not started:
+if not steps.started:
     if name:
         st.info(SCENARIOS[name]["why"] + " Press **▶ step** (→) to run engine step 0: one forward pass.")
     else:
         st.info("Edit the requests above, then press **▶ step** (→).")
     st.stop()
 
-at = max(0, min(st.session_state.get("serve_at", 0), len(run.steps) - 1))
-st.session_state["serve_at"] = at
+run, at = steps.run, steps.at
 row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
-if len(run.steps) > 1:
-    row.slider("engine step", 0, len(run.steps) - 1, key="serve_at", label_visibility="collapsed", width=300)
+if steps.latest > 0:
+    row.slider("engine step", 0, steps.latest, key="serve_at", label_visibility="collapsed", width=300)
 row.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
+if run.done:
+    st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again.")
 pictures(run, at)
-
-if st.session_state.get("serve_autoplay") and not run.done:
-    time.sleep(1 / st.session_state.get("serve_speed", 2.0))
-    try:
-        run.step()
-        st.session_state["serve_at"] = len(run.steps) - 1
-    except DecodeLabError as e:
-        st.session_state["serve_error"] = str(e)
-        st.session_state["serve_autoplay"] = False
-    st.rerun()
+steps.autoplay_tick()
 
 st.subheader("Each request: time to first token, time per output token")
 st.dataframe(draw.latency_frame(run), hide_index=True, width="stretch")

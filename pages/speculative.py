@@ -6,82 +6,53 @@ lesson 9 share is ui/speculative.py.
 
 import streamlit as st
 
-from engine import DecodeLabError
 from engine.load.device import release_memory
 from engine.generate.speculative import Speculator
-from ui.frame import PROMPTS, error, frame, plain
+from ui.controller import Controller
+from ui.frame import frame
+from ui.presets import PROMPTS
+from ui.text import error
 from ui.speculative import (DRAFTERS, comparison, drafter_for, measured_comparison, rounds_frame,
                                     rounds_html, totals, verify_stage)
 
 st.title("Speculative decoding")
-settings, lm = frame(__file__)
-if lm is None:
-    st.error("No model is loaded: see the message in the sidebar.")
-    st.stop()
+settings, lm = frame(__file__, need_model=True)
 st.caption("A cheap drafter guesses k tokens; the model checks them all in ONE pass of k+1 rows on its KV cache. Kept "
            "guesses are solid, the model's own token green, rejected guesses struck out, their cache columns cut.")
 
 
-def spec_state() -> Speculator | None:
-    return st.session_state.get("spec_run")
+def new_run() -> Speculator:
+    """A run of the prompt on screen (the controller's first step is its prefill; every later one a round)."""
+    return Speculator(lm, st.session_state["spec_prompt"], drafter_for(st.session_state["spec_drafter"], settings),
+                      k=st.session_state["spec_k"], sampling=settings.sampling,
+                      max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
 
 
-def reset() -> None:
-    old = st.session_state.pop("spec_run", None)
-    if old is not None:
-        old.free()
-        release_memory()
-
-
-def start() -> None:
-    reset()
-    try:
-        run = Speculator(lm, st.session_state["spec_prompt"], drafter_for(st.session_state["spec_drafter"], settings),
-                       k=st.session_state["spec_k"], sampling=settings.sampling,
-                       max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
-        run.prefill()
-    except DecodeLabError as e:
-        st.session_state["spec_error"] = str(e)
-        return
-    st.session_state["spec_run"] = run
-    st.session_state["spec_at"] = 0
-
-
-def advance(rounds: int | None) -> None:
-    """One more round (1), or every round until the run stops (None); then show the newest."""
-    run = spec_state()
-    try:
-        run.run(rounds)
-    except DecodeLabError as e:
-        st.session_state["spec_error"] = str(e)
-    st.session_state["spec_at"] = len(run.rounds) - 1
-
-
+rounds = Controller("spec", new_run, noun="round")
 st.session_state.setdefault("spec_prompt", PROMPTS[1]["prompt"])
-run = spec_state()
-started = run is not None
+st.session_state.setdefault("spec_drafter", DRAFTERS[0])
+st.session_state.setdefault("spec_k", 4)
+rounds.sync((settings, st.session_state["spec_prompt"], st.session_state["spec_drafter"], st.session_state["spec_k"]))
 bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-bar.text_input("prompt", key="spec_prompt", label_visibility="collapsed", width=300, on_change=reset)
-bar.selectbox("drafter", DRAFTERS, key="spec_drafter", label_visibility="collapsed", width=230, on_change=reset)
-bar.number_input("k", 1, 8, 4, key="spec_k", width=90, on_change=reset, help="guesses per round")
-bar.button("Prefill", type="primary", key="spec_prefill", on_click=start, disabled=started, shortcut="P")
-bar.button("Next round", type="primary", key="spec_next", on_click=advance, args=(1,),
-           disabled=not started or run.done, shortcut="N")
-bar.button("Run to end", key="spec_run_all", on_click=advance, args=(None,), disabled=not started or run.done,
-           shortcut="E")
-bar.button("Reset", key="spec_reset", on_click=reset, shortcut="X")
-if st.session_state.get("spec_error"):
-    error(st.session_state.pop("spec_error"))
+bar.text_input("prompt", key="spec_prompt", label_visibility="collapsed", width=300)
+bar.selectbox("drafter", DRAFTERS, key="spec_drafter", label_visibility="collapsed", width=230)
+bar.number_input("k", 1, 8, key="spec_k", width=90, help="guesses per round")
+rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
+               next_help="Draft k guesses and check them in one pass (N)")
+rounds.run_to_end_if_asked()
+if said := rounds.said():
+    error(said)
+if notice := rounds.notice():
+    st.info(notice, icon=":material/replay:")
 
-run = spec_state()
-if run is None:
+run = rounds.run
+if not rounds.started:
     st.info("Press **Prefill** (P): the model runs the prompt once; then each **Next round** (N) drafts k guesses and "
             "checks them in one pass.")
 else:
-    last = len(run.rounds) - 1
-    if last > 0:
-        st.slider("round", 0, last, key="spec_at", label_visibility="collapsed", width=300)
-    at = max(0, min(st.session_state.get("spec_at", last), last))
+    if rounds.latest > 0:
+        st.slider("round", 0, rounds.latest, key="spec_at", label_visibility="collapsed", width=300)
+    at = rounds.at
     left, right = st.columns([3, 2], gap="medium")
     with left:
         st.html(verify_stage(run, at))
@@ -90,7 +61,7 @@ else:
         totals(run)
         st.html(rounds_html(run, at))
         if run.done:
-            st.markdown(plain(f"Finished: {run.stop_reason}."))
+            st.markdown(f"**Finished**: {rounds.stopped()}. Reset (X) to start again.")
     with st.expander("Every round: proposals, what was kept, the cache before, after the verify pass and after "
                      "the crop"):
         st.dataframe(rounds_frame(run), hide_index=True, width="stretch")

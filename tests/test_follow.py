@@ -362,7 +362,7 @@ def test_a_follower_page_shows_the_lecturers_step_has_no_run_controls_and_never_
     assert not {k for k in keys if k and k.startswith("step_btn")}  # no Prefill, Next token, Run to end, Reset
     assert not [t for t in fol.sidebar.text_input if t.key == "follow_key"]  # no key field on a follower page
 
-    before = (lect.session_state["step_stepper"].ids.tolist(), len(lect.session_state["step_stepper"].traces))
+    before = (lect.session_state["step_run"].ids.tolist(), len(lect.session_state["step_run"].traces))
     version = lect.session_state["follow_pub"].version
     for view in ("Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens", "Attention"):
         ok(fol.radio(key="follow_view").set_value(view).run())
@@ -377,7 +377,7 @@ def test_a_follower_page_shows_the_lecturers_step_has_no_run_controls_and_never_
     assert 'data-step="3"' in everything_shown(fol) and "**live**" in everything_shown(fol)
     ok(fol.button(key="follow_earlier").click().run())
     ok(fol.selectbox(key="follow_head").set_value(5).run())
-    s = lect.session_state["step_stepper"]
+    s = lect.session_state["step_run"]
     assert (s.ids.tolist(), len(s.traces)) == before
     assert ok(lect.run()).session_state["follow_pub"].version == version  # nothing the follower did moved it
 
@@ -397,7 +397,7 @@ def test_a_wrong_code_gets_a_plain_message_and_a_box_to_type_the_code(key_set):
 
 def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_alone(key_set):
     lect = lecturer(5)
-    s = lect.session_state["step_stepper"]
+    s = lect.session_state["step_run"]
     ok(lect.button(key="step_btn_back").click().run())
     ok(lect.button(key="step_btn_back").click().run())  # the lecturer shows step 3 of 5
     code = lect.session_state["follow_lead"].code
@@ -406,7 +406,7 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
     fol = follower(code, visited_first=True)
     assert 'data-step="3"' in everything_shown(fol)
     ok(fol.button(key="follow_fork").click().run())
-    mine = fol.session_state["step_stepper"]
+    mine = fol.session_state["step_run"]
     assert (mine.use_cache, mine.max_new_tokens) == (s.use_cache, s.max_new_tokens)  # the lecturer's settings
     assert mine is not s and len(mine.traces) == 4  # prefill + 3 steps, replayed in the student's session
     assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]
@@ -415,7 +415,7 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
         ok(fol.button(key="step_btn_next").click().run())
     assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]  # the lecturer's next tokens, greedy
     assert mine.generated_ids == s.generated_ids
-    assert lect.session_state["step_stepper"] is s and s.ids.tolist() == lecturer_ids  # untouched
+    assert lect.session_state["step_run"] is s and s.ids.tolist() == lecturer_ids  # untouched
     assert s.traces == lecturer_traces
 
 

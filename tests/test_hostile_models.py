@@ -195,16 +195,16 @@ def test_hostile_folders_typed_into_an_open_server_get_a_plain_message(hostile, 
 
 
 def test_a_failed_load_is_remembered_so_a_rerun_costs_nothing(tmp_path, bundled_dir, open_policy, monkeypatch):
-    import ui.frame
+    import ui.model
 
     calls = []
-    real = ui.frame.load_model
+    real = ui.model.load_model
 
     def counting(source, **kwargs):
         calls.append(source)
         return real(source, **kwargs)
 
-    monkeypatch.setattr(ui.frame, "load_model", counting)
+    monkeypatch.setattr(ui.model, "load_model", counting)
     folder = hostile_folders(tmp_path, bundled_dir / "tinystories-llama")["lying header"][0]  # never tried before
     at = load_other(fresh_app(), folder)
     for seed in (1, 2, 3):  # every widget change reruns the page

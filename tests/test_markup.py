@@ -28,7 +28,7 @@ PAYLOADS = {
 
 
 def test_plain_makes_markdown_html_and_directives_inert():
-    from ui.frame import plain
+    from ui.text import plain
 
     for payload in PAYLOADS.values():
         assert not inert(payload)  # the check below would catch it raw

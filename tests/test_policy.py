@@ -41,9 +41,9 @@ def test_the_policy_offers_bundled_models_plus_what_the_teacher_named(tmp_path):
 def test_a_default_server_refuses_every_folder_a_link_names_with_one_message(tmp_path, bundled_dir, no_network):
     """Existing folder, missing folder, /etc and a hub id: the same visible words, no lookup, and the
     bundled model keeps working. The sidebar has no box to type a folder into."""
-    import ui.frame
+    import ui.model
 
-    assert not ui.frame.POLICY.open  # the server as `streamlit run app.py` starts it
+    assert not ui.model.POLICY.open  # the server as `streamlit run app.py` starts it
     real = tmp_path / "a-real-model"
     real.mkdir()
     (real / "config.json").write_text((bundled_dir / "tinystories-llama" / "config.json").read_text())
@@ -63,10 +63,10 @@ def test_a_default_server_refuses_every_folder_a_link_names_with_one_message(tmp
 
 
 def test_a_model_the_teacher_named_is_offered_and_loads(tiny_dirs, monkeypatch):
-    import ui.frame
+    import ui.model
 
     folder = tiny_dirs["llama"]
-    monkeypatch.setattr(ui.frame, "POLICY", from_settings(["--model", folder], {}))
+    monkeypatch.setattr(ui.model, "POLICY", from_settings(["--model", folder], {}))
     at = fresh_app()
     assert folder in at.sidebar.selectbox(key="side_model").options
     at.sidebar.selectbox(key="side_model").set_value(folder).run()

@@ -35,10 +35,10 @@ def svgs(at, testid: str) -> list[str]:
 def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(title).run()
-    at.button(key="serve_forward").click().run()
+    at.button(key="serve_btn_forward").click().run()
     pool = svgs(at, "dl-pool")[0]
     assert pool.count('data-role="block-used"') > 0  # step 0 prefilled someone: blocks taken
-    at.button(key="serve_run_all").click().run()
+    at.button(key="serve_btn_run").click().run()
     assert not at.exception and not at.error
     timeline = svgs(at, "dl-timeline")[0]
     assert timeline.count('data-role="cell-prefill"') >= 1 and timeline.count('data-role="cell-decode"') > 5
@@ -56,13 +56,13 @@ def test_back_shows_an_earlier_step_and_forward_replays_it():
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[1]).run()
     for _ in range(8):
-        at.button(key="serve_forward").click().run()
+        at.button(key="serve_btn_forward").click().run()
     newest = svgs(at, "dl-pass")[0]
-    at.button(key="serve_back").click().run()
+    at.button(key="serve_btn_back").click().run()
     assert "step 6:" in svgs(at, "dl-pass")[0] and "step 7:" in newest
     shared = svgs(at, "dl-pool")[0]
     assert shared.count('data-role="block-shared"') > 0  # r1 shares the system prompt's blocks by step 6
-    at.button(key="serve_forward").click().run()
+    at.button(key="serve_btn_forward").click().run()
     assert svgs(at, "dl-pass")[0] == newest  # replayed from the record, not computed again
 
 
@@ -73,11 +73,11 @@ def test_your_own_requests_with_a_bad_arrival_get_a_message_and_the_page_keeps_w
     from engine.generate.serving import RequestSpec
 
     at.session_state["serve_own_requests"] = [RequestSpec("Once upon a time", 8, 5), RequestSpec("Tom", 8, 1)]
-    at.button(key="serve_forward").click().run()
+    at.button(key="serve_btn_forward").click().run()
     assert not at.exception
     assert any("forward in time" in str(e.value) for e in at.error)
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[0]).run()
-    at.button(key="serve_forward").click().run()
+    at.button(key="serve_btn_forward").click().run()
     assert not at.error and svgs(at, "dl-pool")
 
 

@@ -30,8 +30,12 @@ from engine.draw.warm import blank_figure
 from engine.follow import Classroom, Refused, StoreDown
 from engine.follow.classroom import NO_CLASS, normalize
 from engine.follow.share import Publisher, qr_data_uri
-from engine.share import make_link, read_link
-from ui.frame import COMPACT_CSS, DEFAULTS, apply_values, error, plain, warning
+from engine.share import read_link
+from ui.controller import Controller
+from ui.links import apply_values, link_values
+from ui.sidebar import DEFAULTS
+from ui.style import COMPACT_CSS
+from ui.text import error, plain, warning
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_PAGE = str(ROOT / "pages" / "step_through.py")
@@ -139,13 +143,9 @@ def lecturer_panel(where) -> None:
 
 def fork_values(settings, prompt: str) -> dict:
     """The settings that replay this run in a student's session (a link's values, plus device and dtype)."""
-    sp = settings.sampling
-    return {**make_link({"model": settings.source, "rule": "greedy" if sp.greedy else "sample",
-                         "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
-                         "repetition_penalty": sp.repetition_penalty, "seed": sp.seed,
-                         "max_new_tokens": settings.max_new_tokens, "stop": ",".join(settings.stop_strings),
-                         "cache": "on" if settings.use_cache else "off"}),
-            "prompt": prompt, "device": settings.device, "dtype": settings.dtype}
+    values = link_values(settings)
+    values.pop("presenter", None)  # a student's own screen keeps its own presenter mode
+    return {**values, "prompt": prompt, "device": settings.device, "dtype": settings.dtype}
 
 
 def class_bar(s, at: int) -> None:
@@ -226,10 +226,9 @@ def _fork(code: str) -> None:
     values["prompt"] = fork.get("prompt", "")
     ss["link_problems"] = apply_values(values, problems)
     ss["side_device"], ss["side_dtype"] = fork.get("device", "auto"), fork.get("dtype", "auto")
-    old = ss.pop("step_stepper", None)
-    if old is not None:
-        old.free()
-    ss["step_replay"], ss["step_at_wanted"] = at, at
+    step_page = Controller("step", make=None)
+    step_page.reset()
+    step_page.queue_replay(at, at)  # the step page replays it once its settings are the fork's
     ss["step_view"] = ss.get("follow_view", "Attention")
     ss["step_layer"], ss["step_head"] = ss.get("follow_layer", 0), ss.get("follow_head", 0)
     try:
@@ -399,7 +398,7 @@ def _draw_live(code: str) -> int | None:
     if shared.run is None or not shared.traces:
         st.markdown(f"**Following class {code}** · live")
         st.info("The lecturer has not pressed Prefill yet: this page shows each step as soon as it is taken.")
-        with st.container(key="step_warm"):  # out of sight (ui/frame.py CSS): the browser loads its chart library now
+        with st.container(key="step_warm"):  # out of sight (ui/style.py CSS): the browser loads its chart library now
             st.plotly_chart(blank_figure(), key="follow_warm_chart", config={"staticPlot": True})
         return shared.version
     latest = shared.latest()

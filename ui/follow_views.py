@@ -17,7 +17,8 @@ import streamlit as st
 from engine.draw import figures as fig
 from engine.draw.heads import heads_svg
 from engine.draw.svg import picture_html
-from ui.frame import plain, scale
+from ui.style import scale
+from ui.text import plain
 
 VIEWS = ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"]
 _BUILT: OrderedDict = OrderedDict()

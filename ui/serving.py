@@ -15,7 +15,7 @@ from engine.generate.serving import RequestSpec, ServingRun
 from engine.generate.serving.run import MAX_REQUESTS
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.paths import ROOT
-from ui.frame import error
+from ui.text import error
 
 MAX_PAGE_REQUESTS = 16  # a browser session serves at most this many requests in one run (the engine caps at 64)
 
@@ -34,7 +34,7 @@ def pictures(run: ServingRun, at: int) -> None:
 
 
 def _whole(svg: str, alt: str, testid: str) -> str:
-    """A serving picture as an <img>, like the stage, but never wider than the screen (see ui/frame.py CSS)."""
+    """A serving picture as an <img>, like the stage, but never wider than the screen (see ui/style.py CSS)."""
     return f'<div class="dl-serve" data-testid="{testid}">{stage_html(svg, alt)}</div>'
 
 
@@ -81,14 +81,9 @@ def requests_editor(key: str, default: list[RequestSpec]) -> list[RequestSpec] |
         return None
 
 
-def start(lm, requests: list[RequestSpec], sizing: dict, sampling) -> ServingRun | None:
-    """A new run, or None with the reason shown (an empty list, a pool too small, arrivals out of order...)."""
-    try:
-        return ServingRun(lm, requests, sampling=sampling, max_requests=min(MAX_REQUESTS, MAX_PAGE_REQUESTS),
-                          **sizing)
-    except DecodeLabError as e:
-        error(str(e))
-        return None
+def new_serving_run(lm, requests: list[RequestSpec], sizing: dict, sampling) -> ServingRun:
+    """A new run of these requests, capped for a browser session; DecodeLabError (a plain message) if refused."""
+    return ServingRun(lm, requests, sampling=sampling, max_requests=min(MAX_REQUESTS, MAX_PAGE_REQUESTS), **sizing)
 
 
 def serving_lesson(lm, scale: float) -> None:

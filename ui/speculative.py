@@ -19,7 +19,8 @@ from engine.measure.speculative import measure, one_row_ms, rows_cost_sentence, 
 from engine.draw.lookahead import Lookahead, lookahead_html
 from engine.draw.stage import caption, stage_html, stage_svg
 from engine.generate.loop import token_pieces
-from ui.frame import error, get_model, plain
+from ui.model import get_model
+from ui.text import error, plain
 
 
 def drafter_for(choice: str, settings):

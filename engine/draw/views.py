@@ -1,0 +1,207 @@
+"""The seven views of a step, defined once: what each shows, built from the record.
+
+A view is a list of blocks (a figure, a table, a picture, a line of text), each a pure function of the
+recorded steps. The step page places them (ui/views.py, which adds the few switches that only a live
+run can answer), and a class's published pictures are made from the same blocks (engine/follow).
+
+    view_blocks("Attention", StepContext(...))  ->  [Block("figure", go.Figure, "heads"), Block("md", ...), ...]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.draw import figures as fig
+from engine.draw.palette import show_piece
+from engine.measure.attention import earlier_copies, head_roles, roles_sentence
+
+VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
+STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "latency_ms"]  # the Latency view's table
+
+
+@dataclass(frozen=True)
+class Block:
+    """One piece of a view.
+
+    kind: figure (a plotly Figure) · table (a DataFrame) · html (engine-made HTML, user text escaped) ·
+          md (engine-made markdown, no user text) · text (a line holding user text: shown inert) ·
+          caption · note (an info box) · warn · metrics ([(label, value, help)]) · latex
+    """
+
+    kind: str
+    value: object
+    name: str = ""  # stable: a chart's widget key on the page, a picture's file name when published
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a view needs to know about the run around the step on screen."""
+
+    traces: tuple  # every recorded step up to and including the one shown
+    ids: tuple[int, ...]  # the run's token ids so far (prompt and generated)
+    pieces: tuple[str, ...]  # the text of each of them
+    prompt_len: int
+    prompt: str
+    spec: object | None  # the model's ModelSpec (a follower's record may have none)
+    text: str = ""  # the text up to this step
+    layer: int = 0
+    head: int = 0
+    scale: float = 1.0
+    labels: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def t(self):
+        return self.traces[-1]
+
+    def axis_labels(self) -> list[str]:
+        return list(self.labels) or fig.axis_labels(list(self.pieces))
+
+
+def view_blocks(view: str, c: StepContext) -> list[Block]:
+    """The blocks of one view at the step `c` shows."""
+    return BUILDERS[view](c)
+
+
+# ---------------------------------------------------------------- the seven views
+
+
+def attention(c: StepContext) -> list[Block]:
+    t, layer = c.t, c.layer
+    if t.layers[layer].pattern is None:
+        return [Block("note", t.attention_note)]
+    blocks = [Block("figure", fig.heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=True),
+                    "heads")]
+    blocks += look_back_blocks(c)
+    return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
+                                      "is masked (the future, or outside a sliding window): masked, not zero. One "
+                                      "row per head for the newest query, so the head that looks back at a name "
+                                      "stands out.")]
+
+
+def look_back_blocks(c: StepContext) -> list[Block]:
+    """Which head does what at this step, and who looks back at an earlier copy of the newest token."""
+    t, layer = c.t, c.layer
+    ids = list(c.ids[: t.kv_len])
+    blocks = []
+    roles = head_roles(t, layer, ids)
+    if roles:
+        blocks.append(Block("text", roles_sentence(roles, [show_piece(p) for p in c.pieces], layer, t.pattern_rows),
+                            "roles"))
+    newest = t.kv_len - 1
+    earlier = earlier_copies(ids, newest)
+    if earlier:
+        ranked = fig.look_back(t, layer, earlier[-1])
+        if ranked:
+            head, weight = ranked[0]
+            piece = show_piece(c.pieces[newest])
+            blocks.append(Block("text", f"The newest query {piece} appeared before, at position {earlier[-1]}: in "
+                                        f"layer {layer}, head {head} gives that earlier copy the most weight of any "
+                                        f"head ({weight:.2f}).", "look_back"))
+    return blocks
+
+
+def next_token(c: StepContext) -> list[Block]:
+    t = c.t
+    return [Block("figure", fig.next_token_figure(t, scale=c.scale), "next"),
+            Block("text", f"Chosen: {show_piece(t.token)} (id {t.token_id}) by {t.rule}.", "chosen"),
+            Block("caption", "The last position's output is a score (logit, the numbers on the bars) for every token. "
+                             "Softmax turns them into probabilities; the warpers (temperature, top-k, top-p, "
+                             "repetition penalty) reshape them; then a rule picks one.")]
+
+
+def matmuls(c: StepContext) -> list[Block]:
+    t, layer = c.t, c.layer
+    if c.spec is None:
+        return [Block("note", "The model's figures were not shared with this step.")]
+    no_cache = t.kv_len if t.phase == "decode" else t.q_len
+    with_cache = t.q_len if t.use_cache or t.phase == "prefill" else 1
+    return [Block("caption", f"Layer {layer}'s matmuls at this step (FLOPs are estimates). q is the rows each weight "
+                             f"matrix multiplies: {with_cache} with the cache, {no_cache} without."),
+            Block("table", fig.matmul_frame(t, c.spec, layer).set_index("matmul"), "matmuls"),
+            Block("caption", "The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the "
+                             "fed rows only); QKᵀ and ·V still grow with the context. Scores count the (query, key) "
+                             "pairs the mask lets through; eager attention also computes the masked ones and throws "
+                             "them away.")]
+
+
+def shapes(c: StepContext) -> list[Block]:
+    t, spec = c.t, c.spec
+    blocks = [Block("caption", "The tensors of this pass, named by where they live; 'measured' shapes were read off "
+                               "the real tensors. At prefill pos is the prompt length s; at a cached decode step it is "
+                               "1."),
+              Block("table", fig.shapes_frame(t).set_index("tensor"), "shapes")]
+    if spec is not None and spec.kv_heads != spec.heads:
+        group = spec.heads // spec.kv_heads
+        blocks.append(Block("note", f"{spec.attention}: {spec.heads} query heads share {spec.kv_heads} key/value heads "
+                                    f"({group} queries per K/V head), so the cache is {group}× smaller than with one "
+                                    "K/V head per query head."))
+    if spec is not None:
+        blocks += [Block("md", "**The articles' GPT-2 beside this model**, each counting the prompt with its own "
+                               "tokenizer (GPT-2: 12 heads, head_dim 64, its bundled tokenizer; the article's \"A red "
+                               "jacket compliments any outfit.\" is 7 GPT-2 tokens):"),
+                   Block("table", fig.gpt2_shapes_frame(t, spec, c.prompt, c.prompt_len).set_index("tensor"), "gpt2")]
+    return blocks
+
+
+KV_FORMULA = (r"\begin{aligned}\text{KV bytes}=\sum_{\text{layer}} 2&\times batch\times kv\_head\\"
+              r"&\times pos_{\text{kept}}\times head\_dim\\&\times\text{bytes per element}\end{aligned}")
+
+
+def kv_cache(c: StepContext) -> list[Block]:
+    t = c.t
+    blocks = [Block("caption", "Per layer, the cache keeps the keys and values of the positions seen so far (a "
+                               "sliding-window layer only its window), so a decode step only computes K and V for the "
+                               "new position. Bytes are measured from the real tensors."),
+              Block("latex", KV_FORMULA)]
+    if not t.use_cache:
+        return blocks + [Block("warn", "The KV cache is off: nothing is stored between steps (0 bytes), so every "
+                                       "decode step recomputes keys and values for all positions.")]
+    layers = c.spec.layers if c.spec is not None else len(t.layers)
+    return blocks + [Block("table", fig.kv_frame(t).set_index("layer"), "kv_table"),
+                     Block("figure", fig.kv_grid_figure(list(c.traces), layers, scale=c.scale), "kv_grid"),
+                     Block("figure", fig.kv_growth_figure(list(c.traces), scale=c.scale), "kv_growth")]
+
+
+def latency(c: StepContext) -> list[Block]:
+    traces = list(c.traces)
+    call = fig.timing_callout(traces)
+    blocks = [Block("metrics", [("time to first token", f"{call['ttft_ms']:.1f} ms",
+                                 "The prefill pass plus choosing its token"),
+                                ("time per output token", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
+                                 "Median decode step")], "ttft_tpot"),
+              Block("figure", fig.latency_figure(traces, scale=c.scale), "latency")]
+    if call["tpot_ms"]:
+        blocks.append(Block("caption", f"Prefill: {call['prefill_ms_per_token']:.2f} ms per prompt token "
+                                       f"({call['prompt_tokens']} tokens in one pass); decode: {call['tpot_ms']:.2f} ms "
+                                       "per token, one pass each."))
+    trend = fig.latency_trend(traces)
+    if trend["climbs"] is None:
+        what = "Take six or more decode steps to see how their time changes."
+    elif trend["climbs"]:
+        what = (f"Decode steps climb: the first three took {trend['first_ms']:.2f} ms on average, the last three "
+                f"{trend['last_ms']:.2f} ms.")
+    else:
+        what = (f"Decode steps stay about flat: the first three took {trend['first_ms']:.2f} ms on average, the last "
+                f"three {trend['last_ms']:.2f} ms. At this length the fixed cost of a pass hides the growing work"
+                + (" even with the cache off." if not c.t.use_cache else "."))
+    repeats = c.t.timing.repeats
+    blocks.append(Block("caption", f"Each bar is the median of {repeats} timed runs of the same pass (whisker: fastest "
+                                   f"to slowest); the run before them is a warm-up, excluded. {what} The dashed line "
+                                   "is a FLOPs estimate, not a measurement."))
+    blocks.append(Block("table", fig.traces_frame(traces)[STEP_COLUMNS], "steps"))
+    return blocks
+
+
+def tokens(c: StepContext) -> list[Block]:
+    t = c.t
+    known = list(zip(c.ids, c.pieces))[: t.kv_len + 1]
+    return [Block("caption", "Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. "
+                             "The model only ever sees the ids. Generated tokens are orange; the ones fed to this "
+                             "step's pass are outlined."),
+            Block("html", fig.token_chips_html(known[: c.prompt_len], known[c.prompt_len:],
+                                               set(range(t.past, t.kv_len))), "tokens"),
+            Block("text", c.text, "text")]
+
+
+BUILDERS = {"Attention": attention, "Next token": next_token, "Matmuls": matmuls, "Shapes": shapes,
+            "KV cache": kv_cache, "Latency": latency, "Tokens": tokens}

@@ -1,0 +1,61 @@
+"""How every page looks: compact on a projector, larger in presenter mode, folded on a phone.
+
+The CSS is placed once per run by the frame (`apply_style`); charts read `scale()` so presenter mode enlarges
+their text too, not only the page's prose.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+# Compact everywhere: the control bar, the stage and a view fit a 1280x720 projector.
+COMPACT_CSS = """<style>
+[data-testid="stMainBlockContainer"] { padding-top: 2.4rem; padding-bottom: 1rem; max-width: 100%;
+  padding-left: 1.5rem; padding-right: 1.5rem; }
+[data-testid="stHeader"] { height: 2.2rem; min-height: 2.2rem; }
+[data-testid="stVerticalBlock"] { gap: 0.55rem; }
+h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a page's title tops its sections */
+[data-testid="stMain"] h2 { font-size: 1.55rem !important; padding: 0.5rem 0 0.1rem 0 !important; }
+[data-testid="stMain"] h3 { font-size: 1.25rem !important; }
+[data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal !important; overflow-wrap: anywhere; }
+.dl-stage { overflow-x: auto; }
+.dl-stage img { display: block; width: 100%; height: auto; }
+.st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
+@media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
+  .dl-stage img { min-width: 520px; direction: ltr; }  /* the picture scrolls sideways; its text stays legible */
+  .dl-stage { direction: rtl; }                /* ...and starts at its right end: the new K/V column, the next token */
+  .modebar-container, [data-testid="stElementToolbar"] { display: none !important; }  /* never over a chart's title */
+  .katex-display { font-size: 0.8em; }         /* a formula fits the width instead of running off it */
+  .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
+  .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage */
+  .dl-serve .dl-stage img { min-width: 0; }    /* a serving picture shows whole: a pool, a pass... */
+  .st-key-serve_timeline .dl-serve .dl-stage img { min-width: 760px; }  /* ...but the timeline scrolls, from the
+                                                                           newest step at its right end */
+  .dl-text { display: none; }                  /* the stage's token strip already shows the text */
+  [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
+  button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */
+  button[data-testid^="stBaseButton"] { padding: 0.2rem 0.55rem !important; min-height: 2.1rem !important; }
+  [data-testid="stVerticalBlock"] { gap: 0.35rem; }
+}
+</style>"""
+# Presenter mode: larger text for the back row of a classroom; charts scale with PRESENTER_SCALE.
+PRESENTER_CSS = """<style>
+html { font-size: 18px; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.35rem !important; line-height: 1.2; }
+</style>"""
+PRESENTER_SCALE = 1.35
+
+
+def presenting() -> bool:
+    return bool(st.session_state.get("side_presenter"))
+
+
+def scale() -> float:
+    """How much larger charts are drawn: 1, or PRESENTER_SCALE in presenter mode."""
+    return PRESENTER_SCALE if presenting() else 1.0
+
+
+def apply_style() -> None:
+    """The page's CSS for this run: compact always, larger text in presenter mode."""
+    st.markdown(COMPACT_CSS + (PRESENTER_CSS if presenting() else ""), unsafe_allow_html=True)
