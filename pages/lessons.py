@@ -28,10 +28,7 @@ from ui.style import scale
 from ui.text import error, plain, warning
 
 st.title("Lessons: how a language model generates text")
-settings, lm = frame(__file__)
-if lm is None:
-    st.error("No model is loaded: see the message in the sidebar.")
-    st.stop()
+settings, lm = frame(__file__, need_model=True)
 spec = lm.spec
 MODEL = (settings.source, settings.device, settings.dtype)  # which shared model: every cached run below is keyed by it
 PROMPT_TITLES = [p["title"] for p in PROMPTS]

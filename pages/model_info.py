@@ -6,10 +6,7 @@ import streamlit as st
 from ui.frame import frame
 
 st.title("The model")
-_, lm = frame(__file__)
-if lm is None:
-    st.error("No model is loaded: see the message in the sidebar.")
-    st.stop()
+_, lm = frame(__file__, need_model=True)
 st.caption("Every number here is read from the model's config and weights. The words in the left column are the "
            "names the code and the traces use.")
 st.table(pd.DataFrame(lm.rows(), columns=["", "value"]).set_index(""))

@@ -17,10 +17,7 @@ from ui.style import scale
 from ui.text import error, plain
 
 st.title("Race: KV cache on vs off")
-settings, lm = frame(__file__)
-if lm is None:
-    st.error("No model is loaded: see the message in the sidebar.")
-    st.stop()
+settings, lm = frame(__file__, need_model=True)
 st.caption("Both runs get the same prompt, seed and sampling settings. They are **measured** in alternation, one step "
            "each, so neither has the machine to itself; then the race is **played back** with each run at its own "
            "measured speed, so the one with the cache finishes first by exactly the measured factor.")
