@@ -23,6 +23,7 @@ def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_b
 
 
 def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) -> go.Figure:
+    """The device's roof and each point placed on it (a point's "label" names it on hover; else its step)."""
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
     fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], name="roofline",
                                line=dict(color="#333", width=3)))
@@ -32,7 +33,7 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) ->
         if pts:
             fig.add_trace(go.Scatter(x=[p["intensity"] for p in pts], y=[p["achieved"] for p in pts], mode="markers",
                                      name=kind, marker=dict(color=colour, size=11),
-                                     text=[f"step {p['step']}" for p in pts],
+                                     text=[p.get("label", f"step {p.get('step')}") for p in pts],
                                      hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     fig.add_vline(x=roof.ridge, line_dash="dot", annotation_text=f"ridge {roof.ridge:.1f} FLOP/byte")
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte moved, estimate)")
