@@ -1,4 +1,4 @@
-"""Command line: `python -m engine {run,compare,speculate,serve,bench,kv-size}` (training: `python -m tools.train`).
+"""Command line: `python -m engine {run,compare,speculate,serve,bench,ladder,kv-size}` (training: `python -m tools.train`).
 
 Every refusal is one line on stderr and exit status 2: a bad --json path is refused
 before the run starts, so a long run is never lost at the end.
@@ -80,9 +80,44 @@ def _bench(args) -> int:
 
     _check_json_path(args.json)
     lm = _load(args)
-    res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds, app=not args.no_app)
+    res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds, app=not args.no_app,
+                    ladder_sizes=tuple(args.ladder_sizes))
     if args.json:
         _write_json(args.json, res)
+    return 0
+
+
+def _ladder(args) -> int:
+    """Grow the model: prefill and decode timed at several sizes, each placed on this device's roofline."""
+    from tqdm import tqdm
+
+    from engine.load.rungs import plan
+    from engine.measure.ladder import measure_ladder
+
+    _check_json_path(args.json)
+    lm = _load(args)
+    planned = plan(lm, args.sizes, args.tokens)  # a rung that would not fit is refused before the bar starts
+    with tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}") as bar:
+        def progress(fraction: float, text: str) -> None:
+            bar.set_description_str(text[:70])
+            bar.update(max(0, round(fraction * 100) - bar.n))
+
+        lad = measure_ladder(lm, args.sizes, tokens=args.tokens, repeats=args.repeats, on_progress=progress,
+                             planned=planned)
+    r = lad.roof
+    print(f"{lad.model} ({lad.family}) on {lad.device}, {lad.dtype}; s = {lad.tokens} tokens ({lad.prompt}); "
+          f"medians of {lad.repeats} after a warm-up run (excluded), min-max beside them")
+    print(f"roofline measured here: matmul {r.peak_flops / 1e9:,.1f} GFLOP/s, copy bandwidth {r.bandwidth / 1e9:,.1f} GB/s "
+          f"(ridge {r.ridge:.1f} FLOP/byte); bounds are estimates, labels from roofline.verdict")
+    print(f"rungs other than the model itself: {lad.weights_note}")
+    print()
+    print(lad.text_table())
+    if lad.left_out:
+        print(f"left out (would not fit this device's memory): {', '.join(lad.left_out)}")
+    print(f"ladder wall time {lad.wall_s:.1f} s; resident memory {human_bytes(lad.rss_before_bytes)} before, "
+          f"{human_bytes(lad.rss_after_bytes)} after")
+    if args.json:
+        _write_json(args.json, lad.to_dict())
     return 0
 
 
@@ -306,8 +341,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--lengths", type=_positive, nargs="+", default=[64, 256, 512])
     b.add_argument("--rounds", type=_positive, default=7)
     b.add_argument("--no-app", dest="no_app", action="store_true", help="skip the AppTest click measurement")
+    b.add_argument("--ladder-sizes", dest="ladder_sizes", nargs="*", default=["own", "110M"],
+                   help="the size ladder's rungs in the bench (default: own 110M; none given: no ladder)")
     _model_args(b)
     b.set_defaults(func=_bench)
+
+    g = sub.add_parser("ladder", help="grow the model: prefill and decode timed at several sizes on this device's "
+                                      "roofline (random weights, timing only)")
+    g.add_argument("--sizes", nargs="+", help="parameter counts, e.g. own 25M 110M 1.1B ('own': the model itself; "
+                                              "default: own 25M 50M 110M 220M on a CPU, up to 7B on a GPU as memory allows)")
+    g.add_argument("--tokens", type=_positive, default=128, help="s: the prefill's length and the decode step's context")
+    g.add_argument("--repeats", type=_positive, default=5, help="timed runs per pass after a warm-up run")
+    g.add_argument("--json", help="write the ladder here (the keys of engine/measure/ladder_record.py)")
+    _model_args(g)
+    g.set_defaults(func=_ladder)
 
     k = sub.add_parser("kv-size", help="KV-cache bytes of a model (table name, hub id or folder: config only)")
     k.add_argument("--model", required=True, help="a name from assets/model_configs.csv, or a config source")

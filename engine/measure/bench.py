@@ -6,7 +6,9 @@
    first round is a warm-up and is dropped, and medians are reported.
 2. Cache off vs cache on at several total lengths, with the FLOPs-estimate
    ratio for the same steps next to the measured one.
-3. Serving (engine/measure/serving.py): continuous batching against one request
+3. The size ladder (engine/measure/ladder.py): the model itself and a ~110 M rung of its family with random
+   weights, prefill, decode and cache-off decode placed on this device's roofline (`--ladder-sizes`).
+4. Serving (engine/measure/serving.py): continuous batching against one request
    at a time, a static padded batch and transformers' generate_batch on the same
    requests; KV memory paged vs reserved; a decode pass shared by B sequences.
 
@@ -156,7 +158,32 @@ def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> 
             "bound_ms": bound_ms, "measured_ms": engine_ms, "measured_over_bound": engine_ms / bound_ms}
 
 
-def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: bool = True, log=print) -> dict:
+LADDER_SIZES = ("own", "110M")  # the bench's ladder: the model itself and one rung where the physics shows (~10 s)
+
+
+def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[dict]:
+    """One `ladder` row per rung (engine/measure/ladder.py): params, weight bytes, the three passes, bounds, labels."""
+    from engine.measure.ladder import measure_ladder
+
+    lad = measure_ladder(lm, sizes, repeats=3)
+    log(f"  {lad.tokens}-token prefill and a decode step at that context, {lad.threads} threads, medians of "
+        f"{lad.repeats}; rungs other than the model itself: {lad.weights_note}")
+    rows = []
+    for r in lad.rungs:
+        row = {"size": r.label, "parameters": r.parameters, "weight_bytes": r.weight_bytes, "trained": r.trained,
+               "decode_ms": r.decode.median_ms, "prefill_ms": r.prefill.median_ms, "nocache_ms": r.nocache.median_ms,
+               "decode_memory_bound_ms": r.decode.memory_ms, "decode_compute_bound_ms": r.decode.compute_ms,
+               "prefill_memory_bound_ms": r.prefill.memory_ms, "prefill_compute_bound_ms": r.prefill.compute_ms,
+               "decode_label": r.decode.label, "prefill_label": r.prefill.label, "nocache_label": r.nocache.label}
+        log(f"  ladder {r.label:>6} ({r.weight_bytes / 2**20:,.0f} MiB): decode {r.decode.spread()} ms, memory bound "
+            f"{r.decode.memory_ms:.3f}: {r.decode.label} · prefill {r.prefill.spread()} ms, compute bound "
+            f"{r.prefill.compute_ms:.2f}: {r.prefill.label} · no cache {r.nocache.median_ms:.1f} ms: {r.nocache.label}")
+        rows.append(row)
+    return rows
+
+
+def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: bool = True, log=print,
+              ladder_sizes=LADDER_SIZES) -> dict:
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
     if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/load/device.py)
         dev.use_serving_threads(int(lm.spec.parameters))
@@ -173,6 +200,9 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
         f"({spread['traced']})  target <= {TARGET_TRACED}")
     log("decode step against the memory bound:")
     res["memory_bound"] = memory_bound(lm, res["engine_ms"], len(lm.tokenizer(PROMPT)["input_ids"]) + 32, log=log)
+    if ladder_sizes:
+        log("size ladder (python -m engine ladder): the same steps at bigger sizes, on this device's roofline:")
+        res["ladder"] = ladder_rows(lm, ladder_sizes, log=log)
     log("cache off vs cache on, total decode time (one run each, same tokens):")
     res["cache_vs_nocache"] = cache_vs_nocache(lm, lengths, log=log)
     log("serving: many requests on one model (engine/measure/serving.py):")

@@ -118,15 +118,16 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
 
 
 def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS, on_progress=None,
-                   seed: int = 0, lean: bool | None = None) -> Ladder:
+                   seed: int = 0, lean: bool | None = None, planned=None) -> Ladder:
     """Plan every rung (refusing what would not fit), probe the roofline, then build, measure and free each rung.
 
-    on_progress(fraction, text) is called before each part; lean defaults to on for CUDA only.
+    on_progress(fraction, text) is called before each part; lean defaults to on for CUDA only. `planned` is
+    rungs.plan's answer when the caller has already asked (the CLI refuses before its progress bar starts).
     """
     from engine.measure.roofline import probe
 
     started, rss_before = time.perf_counter(), rss_bytes()
-    rungs, left_out = plan(lm, sizes, tokens)  # every refusal comes here, before anything is built
+    rungs, left_out = planned or plan(lm, sizes, tokens)  # every refusal comes here, before anything is built
     prompt = prompt_text(lm, tokens)
     lean = lm.device.type == "cuda" if lean is None else lean
     say = on_progress or (lambda fraction, text: None)

@@ -1,0 +1,297 @@
+"""The size ladder: rungs of the model's own family, refusals before any weight, one shared build, a record with
+every field labelled by the roofline's rule, figures with the traces they claim, the CLI's JSON, the lean path.
+
+Structure, labels and refusals only: no assert reads a timing (the benchmark targets live in the README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import threading
+import time
+import weakref
+
+import pytest
+import torch
+
+from engine.draw import ladder as draw
+from engine.errors import StepError, TooLarge
+from engine.generate.stepper import Stepper
+from engine.load import rungs
+from engine.load.load import load_model
+from engine.measure import ladder, roofline
+from engine.measure.ladder_record import LADDER_KEYS, PASS_KEYS, RUNG_KEYS, Ladder
+
+TINY = ["own", "1M"]  # the bundled model itself and a ~1 M rung: seconds, not minutes
+
+
+@pytest.fixture(autouse=True)
+def short_probe(monkeypatch):
+    monkeypatch.setattr(ladder, "PROBE_S", 0.05)  # the roofline probe's length does not change any structure
+
+
+@pytest.fixture(scope="module")
+def gpt2_lm():
+    return load_model("tinystories-gpt2", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def measured(bundled_lm):
+    """One tiny ladder on the bundled model, with the lean path timed too, and every progress report."""
+    seen = []
+    lad = ladder.measure_ladder(bundled_lm, TINY, tokens=16, repeats=2, lean=True,
+                                on_progress=lambda f, t: seen.append((f, t)))
+    return lad, seen
+
+
+# ---------------------------------------------------------------- rungs
+
+
+@pytest.mark.parametrize("which", ["llama", "gpt2"])
+def test_rungs_keep_the_family_and_its_ratios_and_hit_the_sizes_asked(which, bundled_lm, gpt2_lm):
+    lm = bundled_lm if which == "llama" else gpt2_lm
+    own = rungs.own_shape(lm.config)
+    planned, left_out = rungs.plan(lm, ["2M", "25M", "110M"])
+    assert left_out == [] and [r.parameters for r in planned] == sorted(r.parameters for r in planned)
+    for rung, asked in zip(planned, (2e6, 25e6, 110e6)):
+        c, s = rung.config, rung.shape
+        assert type(c) is type(lm.config) and c.architectures == lm.config.architectures
+        assert c.vocab_size == lm.config.vocab_size  # the model's tokenizer still fits
+        assert s.head_dim == own.head_dim and s.heads * s.head_dim == s.d_model
+        assert s.heads // s.kv_heads == own.heads // own.kv_heads  # the GQA ratio (1 for GPT-2's MHA)
+        if own.d_ff is not None:
+            assert s.d_ff / s.d_model == pytest.approx(own.d_ff / own.d_model)
+        assert rung.parameters == pytest.approx(asked, rel=0.05)
+        assert rung.parameters == rungs.estimate_parameters(c)  # exact, from a meta build
+        assert not rung.own and rung.weights == rungs.RANDOM_WEIGHTS
+
+
+def test_a_size_near_the_model_is_the_model_itself(bundled_lm):
+    (rung,), _ = rungs.plan(bundled_lm, ["5M"])
+    assert rung.own and rung.parameters == int(bundled_lm.spec.parameters)
+    assert rung.weights == rungs.TRAINED_WEIGHTS and rung.config is None
+
+
+def test_sizes_are_read_like_people_write_them_and_nonsense_is_refused():
+    assert rungs.parse_size("25M") == 25_000_000 and rungs.parse_size("1.1B") == 1_100_000_000
+    assert rungs.parse_size("500k") == 500_000 and rungs.parse_size("own") is None
+    for bad in ("abc", "-5M", "10"):
+        with pytest.raises(StepError) as e:
+            rungs.parse_size(bad)
+        assert "\n" not in str(e.value)
+
+
+def test_a_rung_over_the_memory_limit_is_refused_in_one_message_before_anything_is_built(bundled_lm, monkeypatch):
+    monkeypatch.setenv("DECODE_LAB_MEMORY_LIMIT", str(60 * 2**20))
+    monkeypatch.setattr(ladder, "build", lambda *a, **k: pytest.fail("a rung was built before the refusal"))
+    with pytest.raises(TooLarge) as e:
+        ladder.measure_ladder(bundled_lm, ["own", "25M", "110M"], tokens=16, repeats=1)
+    message = str(e.value)
+    assert "\n" not in message and "25M" in message and "110M" in message and "Choose smaller sizes" in message
+
+
+def test_default_sizes_that_do_not_fit_are_left_out_not_refused(bundled_lm, monkeypatch):
+    monkeypatch.setenv("DECODE_LAB_MEMORY_LIMIT", str(300 * 2**20))  # 50M fp32 fits with headroom, 110M does not
+    planned, left_out = rungs.plan(bundled_lm, None)
+    assert [r.size for r in planned] == ["own", "25M", "50M"] and left_out == ["110M", "220M"]
+
+
+def test_a_rung_for_the_race_is_its_own_loaded_model(bundled_lm):
+    assert rungs.rung_model(bundled_lm, "own") is bundled_lm
+    rlm = rungs.rung_model(bundled_lm, "1M")
+    assert rlm.spec.source == rungs.RANDOM_WEIGHTS and rlm.tokenizer is bundled_lm.tokenizer
+    assert rlm.lock is not bundled_lm.lock and rlm.spec.max_positions == bundled_lm.spec.max_positions
+    run = Stepper(rlm, "Once upon a time", max_new_tokens=3, stop_on_eos=False, repeats=1)
+    run.run()
+    assert len(run.generated_ids) == 3
+
+
+# ---------------------------------------------------------------- the record
+
+
+def test_the_ladder_has_every_field_and_its_labels_are_the_roofline_rule(measured, bundled_lm):
+    lad, _ = measured
+    d = json.loads(json.dumps(lad.to_dict(), default=str))
+    assert set(d) == set(LADDER_KEYS)
+    for r in d["rungs"]:
+        assert set(RUNG_KEYS) <= set(r)
+        for name in ("prefill", "decode", "nocache", "lean"):
+            assert set(r[name]) == set(PASS_KEYS)
+    assert [r.trained for r in lad.rungs] == [False, True]  # 1M (random) below the 4 M model itself
+    assert lad.weights_note == rungs.RANDOM_WEIGHTS and lad.threads == (os.cpu_count() or lad.threads)
+    for r in lad.rungs:
+        assert r.weights == (rungs.TRAINED_WEIGHTS if r.trained else rungs.RANDOM_WEIGHTS)
+        assert (r.prefill.q_len, r.decode.q_len, r.nocache.q_len) == (16, 1, 17)  # s, 1, s + 1
+        assert (r.decode.past, r.nocache.past) == (16, 0)
+        for m in (r.prefill, r.decode, r.nocache, r.lean):
+            v = roofline.verdict(m.median_ms, m.flops, m.bytes_moved, lad.roof)
+            assert (m.kind, m.label) == (v["kind"], v["label"])
+            assert m.runs == 2 and m.low_ms <= m.median_ms <= m.high_ms and m.warmup_ms is not None
+        assert r.lean.path == "static cache, eager (no graphs on this device)"
+        assert r.same_token
+    assert Ladder.from_dict(d) == lad  # a recorded ladder reads back whole
+    table = lad.frame()
+    assert len(table) == 2 and list(table["weights"]) == ["random (timing only)", "trained"]
+
+
+def test_the_ladder_restores_the_thread_count_and_reports_progress_in_order(measured):
+    lad, seen = measured
+    fractions = [f for f, _ in seen]
+    assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)
+    assert any(rungs.RANDOM_WEIGHTS in t for _, t in seen)
+    before = torch.get_num_threads()
+    with ladder.all_cores() as n:
+        assert torch.get_num_threads() == n == (os.cpu_count() or before)
+    assert torch.get_num_threads() == before
+
+
+def test_a_ladder_waits_for_the_models_lock_so_no_students_pass_runs_beside_it(bundled_lm):
+    seen, out = [], []
+    with bundled_lm.lock:  # a student's pass is running
+        worker = threading.Thread(target=lambda: out.append(ladder.measure_ladder(
+            bundled_lm, ["own"], tokens=16, repeats=1, on_progress=lambda f, t: seen.append(f))))
+        worker.start()
+        time.sleep(0.5)
+        assert seen == [0.0] and not out  # waiting to probe: nothing measured yet
+    worker.join(60)
+    assert out and seen[-1] == 1.0
+
+
+def test_a_rungs_weights_are_given_back_after_it_is_measured(bundled_lm, monkeypatch):
+    refs = []
+
+    def build(rung, lm, seed=0):
+        rlm = rungs.build(rung, lm, seed)
+        if not rung.own:
+            refs.append(weakref.ref(rlm.model))
+        return rlm
+
+    monkeypatch.setattr(ladder, "build", build)
+    ladder.measure_ladder(bundled_lm, ["1M", "2M"], tokens=16, repeats=1)
+    gc.collect()
+    assert len(refs) == 2 and all(r() is None for r in refs)
+
+
+# ---------------------------------------------------------------- measured once, shared
+
+
+def test_two_callers_asking_at_once_share_one_build():
+    store, calls = ladder.LadderStore(), []
+
+    def measure(progress):
+        calls.append(1)
+        progress(0.5, "half way")
+        time.sleep(0.4)
+        return object()
+
+    got, waits = [], []
+    threads = [threading.Thread(target=lambda: got.append(store.get("k", measure, on_progress=lambda f, t: waits.append(t))))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 == store.builds and got[0] is got[1] and "half way" in waits
+    assert store.get("k", measure) is got[0] and len(calls) == 1  # kept: the next caller measures nothing
+    assert store.get("k", measure, again=True) is not got[0] and len(calls) == 2  # "measure again"
+
+
+def test_a_failed_build_is_not_kept():
+    store = ladder.LadderStore()
+    with pytest.raises(TooLarge):
+        store.get("k", lambda progress: (_ for _ in ()).throw(TooLarge("no room")))
+    assert store.kept("k") is None and store.get("k", lambda progress: "ok") == "ok"
+
+
+def test_the_real_ladder_is_measured_once_for_two_threads(bundled_lm):
+    store, got = ladder.LadderStore(), []
+    threads = [threading.Thread(target=lambda: got.append(ladder.ladder(bundled_lm, ["own"], tokens=16, repeats=1,
+                                                                        store=store))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert store.builds == 1 and len(got) == 2 and got[0] is got[1]
+    assert ladder.kept_ladder(bundled_lm, ["own"], tokens=16, repeats=1, store=store) is got[0]
+
+
+# ---------------------------------------------------------------- figures and captions
+
+
+def test_the_figures_have_one_point_per_rung_for_each_pass_they_name(measured):
+    lad, _ = measured
+    n = len(lad.rungs)
+    per = draw.per_token_figure(lad)
+    lines = {t.name: t for t in per.data if t.name}
+    assert set(lines) == {"decode: ms per new token", "prefill (16 tokens): ms per prompt token",
+                          "decode, lean path (static cache, CUDA graph)"}
+    assert all(len(t.x) == n for t in lines.values())
+    assert lines["decode: ms per new token"].y[-1] == pytest.approx(lad.rungs[-1].decode.per_token_ms)
+    assert draw.gap_words(lad.rungs[-1]) in [a.text for a in per.layout.annotations]
+    roof = draw.roofline_figure(lad)
+    placed = {t.name: t for t in roof.data if t.name in ("prefill", "decode (cache)", "decode (no cache)")}
+    assert len(placed) == 3 and all(len(t.x) == n for t in placed.values())
+    assert list(placed["decode (cache)"].x) == pytest.approx([r.decode.intensity for r in lad.rungs])
+    split = draw.split_figure(lad)
+    assert [len(t.x) for t in split.data] == [n, n]
+    assert [a + b for a, b in zip(split.data[0].y, split.data[1].y)] == pytest.approx([100] * n)
+    for fig in (per, roof, split):
+        assert rungs.RANDOM_WEIGHTS in fig.layout.title.subtitle.text
+    for axis in (per.layout.xaxis, per.layout.yaxis, roof.layout.xaxis, roof.layout.yaxis):
+        assert axis.tickmode == "array" and len(axis.tickvals) == len(axis.ticktext)  # plain labels, no minor ones
+
+
+def test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper(measured):
+    lad, _ = measured
+    top = lad.rungs[-1]
+    assert draw.gap_words(top).replace("<br>", " ") in draw.per_token_caption(lad)
+    slow_prefill = dataclasses.replace(top.prefill, median_ms=top.decode.median_ms * top.prefill.tokens * 4)
+    flipped = dataclasses.replace(lad, rungs=(*lad.rungs[:-1], dataclasses.replace(top, prefill=slow_prefill)))
+    assert "cheaper" in draw.per_token_caption(flipped) and "dearer" not in draw.per_token_caption(flipped)
+    assert top.decode.label in draw.roofline_caption(lad) and top.prefill.label in draw.roofline_caption(lad)
+    assert f"{top.matmul_share:.0%} at {top.label}" in draw.split_caption(lad)
+    assert top.decode.label in draw.bundled_sentence(lad)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_cli_ladder_json_writes_the_documented_keys(tmp_path, capsys):
+    from engine.cli import main
+
+    path = tmp_path / "ladder.json"
+    code = main(["ladder", "--sizes", "own", "1M", "--tokens", "16", "--repeats", "1", "--json", str(path)])
+    out = capsys.readouterr().out
+    doc = json.loads(path.read_text())
+    assert code == 0 and set(doc) == set(LADDER_KEYS) and len(doc["rungs"]) == 2
+    assert set(RUNG_KEYS) <= set(doc["rungs"][0]) and rungs.RANDOM_WEIGHTS in out
+
+
+def test_cli_ladder_refuses_a_rung_over_the_limit_in_one_line(capsys, monkeypatch):
+    from engine.cli import main
+
+    monkeypatch.setenv("DECODE_LAB_MEMORY_LIMIT", str(60 * 2**20))
+    code = main(["ladder", "--sizes", "110M"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: The ladder cannot build 110M") and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- the lean path
+
+
+@pytest.mark.parametrize("which", ["llama", "gpt2"])
+def test_the_lean_path_chooses_the_steppers_greedy_tokens(which, bundled_lm, gpt2_lm):
+    from engine.forward import lean
+
+    lm = bundled_lm if which == "llama" else gpt2_lm
+    run = Stepper(lm, "Once upon a time, there was a little girl named Lily. She", max_new_tokens=24,
+                  stop_on_eos=False, record=False, repeats=1)
+    run.run()
+    assert lean.greedy(lm, run.ids[:, :run.prompt_len], 24) == run.generated_ids
+    timing, how = lean.time_decode(lm, run.ids[:, :run.prompt_len], repeats=2)
+    assert timing.repeats == 2 and timing.warmup_ms is not None and "static cache" in how
+    with pytest.raises(ValueError):
+        lean.LeanDecoder(lm, 32, graphs=True)  # CUDA graphs need CUDA
