@@ -13,20 +13,8 @@ from engine.cli import main as cli_main
 PROMPT = "Once upon a time there was a cat"
 
 
-def greedy_generate(lm, prompt, n):
-    """transformers' own greedy generate (engine.forward.run.generate: EOS an ordinary token, as stop_on_eos=False)."""
-    from engine.forward.run import generate
-
-    return generate(lm, torch.tensor([lm.tokenizer(prompt)["input_ids"]]), n)
-
-
-def test_greedy_tokens_match_generate_with_and_without_cache(tiny_lm):
-    runs = {}
-    for use_cache in (True, False):
-        s = Stepper(tiny_lm, PROMPT, use_cache=use_cache, max_new_tokens=12, stop_on_eos=False)
-        s.run()
-        runs[use_cache] = s.generated_ids
-    assert runs[True] == runs[False] == greedy_generate(tiny_lm, PROMPT, 12)
+# "greedy tokens with and without the cache equal transformers' generate" is checked for every family,
+# GPT-2 and Llama included, in tests/test_families.py
 
 
 def test_cache_and_no_cache_logits_agree_in_fp32(tiny_lm):
