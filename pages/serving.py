@@ -17,7 +17,7 @@ from ui.controller import Controller
 from ui.frame import frame
 from ui.style import scale
 from ui.text import error
-from ui.serving import MAX_PAGE_REQUESTS, new_serving_run, pictures, requests_editor, summary
+from ui.serving import MAX_PAGE_REQUESTS, chunking_result, new_serving_run, pictures, requests_editor, summary
 
 settings, lm = frame(__file__, need_model=True)
 OWN = "Your own requests"
@@ -110,22 +110,28 @@ if name:
 
 st.subheader("Measured on this machine, side by side")
 memory = measure.memory(run)
-st.dataframe(draw.memory_frame(memory), hide_index=True, width="stretch")
-st.caption(f"KV memory of this run so far, averaged over its steps: what the paged pool really held (whole blocks) "
-           f"against what the same requests would hold if each reserved the model's whole context "
-           f"({memory['max_length']} positions), or waited in one padded batch for the longest. Wasted = held but "
-           "holding no token's keys and values.")
+st.table(draw.memory_frame(memory).set_index("allocator"))
+st.caption(f"KV memory of this run so far: the most each allocator held at any one step (peak), and the share of "
+           f"what it held that held no token's keys and values, averaged over the steps (wasted). Paged blocks are "
+           f"what this run really took (whole blocks); the others are what the same requests would hold if each "
+           f"reserved the model's whole context ({memory['max_length']} positions), or waited in one padded batch "
+           "for the longest.")
 if name == "long_prompt":
     if st.button("Compare chunked prefill on and off", key="serve_chunk_compare"):
-        with st.spinner("Serving the scenario twice…"):
+        with st.spinner("Serving these requests twice, chunked prefill on and off (after a short warm-up)…"):
             st.session_state["serve_measured"] = ("chunking", measure.chunking_comparison(
-                lm, SCENARIOS[name]["requests"], SCENARIOS[name]["sizing"]))
+                lm, requests, sizing, settings.sampling))
+        release_memory()
 c = st.container(horizontal=True)
-if c.button("Throughput: continuous batching vs one at a time vs static vs generate_batch", key="serve_tp"):
-    with st.spinner("Serving the same requests four ways (one round, after a warm-up)…"):
+if c.button("Throughput: continuous batching vs static vs one at a time vs generate_batch", key="serve_tp"):
+    with st.spinner("Serving the same prompts four ways, one length for all and then mixed lengths (one round "
+                    "each, after a warm-up)…"):
         prompts = [r.prompt for r in (requests or [])][:8] or measure.PROMPTS
-        st.session_state["serve_measured"] = ("throughput", measure.throughput(lm, prompts, new_tokens=32, rounds=1,
-                                                                              log=lambda *a: None))
+        mixed = measure.MIXED[: len(prompts)]
+        same = measure.throughput(lm, prompts, new_tokens=sum(mixed) // len(mixed), rounds=1, log=lambda *a: None,
+                                  traced_too=False)
+        st.session_state["serve_measured"] = ("throughput", (same, measure.throughput(
+            lm, prompts, new_tokens=mixed, rounds=1, log=lambda *a: None, traced_too=False)))
     release_memory()
 if c.button("Decode pass time against batch size", key="serve_batch"):
     with st.spinner("Timing decode passes shared by 1 to 16 sequences…"):
@@ -133,11 +139,11 @@ if c.button("Decode pass time against batch size", key="serve_batch"):
     release_memory()
 kind, result = st.session_state.get("serve_measured", (None, None))
 if kind == "throughput":
-    st.dataframe(draw.throughput_frame(result), hide_index=True)
-    st.caption(f"{result['requests']} requests × {result['new_tokens']} new tokens, the same in every way; continuous "
-               f"batching ×{result['continuous_over_one_at_a_time']:.1f} the tokens/s of one request at a time and "
-               f"×{result['continuous_over_generate_batch']:.2f} transformers' generate_batch (its setup included). One "
-               "round after a warm-up: `python -m engine bench` gives medians of several.")
+    same, mixed = result
+    st.plotly_chart(draw.throughput_figure(same, mixed, scale=scale()), key="serve_tp_chart")
+    st.markdown(draw.throughput_sentence(same, mixed))
+    st.caption(f"{same['requests']} prompts, {sum(mixed['new_tokens'])} new tokens in all either way; the same tokens "
+               "every way (greedy). One round after a warm-up: `python -m engine bench` gives medians of several.")
 elif kind == "batch":
     st.plotly_chart(draw.batch_time_figure(result, scale=scale()), key="serve_batch_chart")
     top = result[-1]
@@ -145,13 +151,4 @@ elif kind == "batch":
                f"({top['decode_ms']:.1f} ms against {result[0]['decode_ms']:.1f} ms): "
                f"{top['per_sequence_ms']:.2f} ms per sequence. Medians of 8 passes, measured here.")
 elif kind == "chunking":
-    on, off = result["on"], result["off"]
-    st.dataframe([{"chunked prefill": k, "decode steps skipped": v["skipped_steps"],
-                   "longest wait between two tokens (ms)": round(v["longest_gap_ms"], 1),
-                   "long prompt's prefill passes": v["prefill_passes"],
-                   "long prompt's TTFT (steps)": v["long_ttft_steps"],
-                   "long prompt's TTFT (ms)": round(v["long_ttft_ms"], 1)} for k, v in (("on", on), ("off", off))],
-                 hide_index=True)
-    st.caption("Requests already decoding when the long prompt arrived: with chunking off they skip a step while one "
-               "pass prefills the whole prompt; with it on they get a token every step and the prompt takes several "
-               f"passes. Same tokens either way: {'yes' if on['same_tokens'] else 'no'}.")
+    chunking_result(result)

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from engine.generate.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
 
 SCENARIO_TITLES = ["1. Requests arriving over time", "2. A shared system prompt",
@@ -90,3 +91,28 @@ def test_lesson_10_shows_the_pool_and_the_pass():
     pool, one_pass = svgs(at, "dl-pool"), svgs(at, "dl-pass")
     assert pool and one_pass and "ONE forward pass" in one_pass[0]
     assert pool[0].count('data-role="block-shared"') > 0  # the system prompt stored once by step 8
+
+
+def test_the_chunked_off_row_reports_the_stall_its_own_run_shows():
+    """Scenario 3, chunked prefill on vs off: the table is read off the two runs whose timelines are drawn beside it,
+    so with chunking off the requests already decoding sit out the long prompt's one prefill pass, in both."""
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[2]).run()
+    at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_run").click().run()
+    at.button(key="serve_chunk_compare").click().run()
+    assert not at.exception and not at.error
+    table = next(t.value for t in at.table if "decode steps sat out" in t.value.columns)  # index: chunked prefill
+    assert len(svgs(at, "dl-timeline-on")) == len(svgs(at, "dl-timeline-off")) == 1
+    arrives = SCENARIOS["long_prompt"]["requests"][3].arrive  # the long prompt, r3
+    sat_out = {way: [(rid, int(step)) for svg in svgs(at, f"dl-timeline-{way}")
+                     for rid, step in re.findall(r'data-role="cell-idle" data-request="(r[0-2])" data-step="(\d+)"', svg)
+                     if int(step) >= arrives] for way in ("on", "off")}
+    assert sat_out["off"], "with chunking off the decoding requests must sit out the long prompt's pass"
+    assert {rid for rid, _ in sat_out["off"]} == {"r0", "r1", "r2"}
+    assert int(table.loc["off", "decode steps sat out"]) == 1 == len({step for _, step in sat_out["off"]})
+    assert float(table.loc["off", "longest wait between two tokens"].split()[0]) > 0
+    assert int(table.loc["on", "decode steps sat out"]) == 0 and not sat_out["on"]
+    said = next(c.value for c in at.caption if "With chunked prefill off" in c.value)
+    step = sat_out["off"][0][1]
+    assert f"r0–r2 sat out step {step} while one pass prefilled" in said

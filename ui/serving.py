@@ -33,6 +33,18 @@ def pictures(run: ServingRun, at: int) -> None:
                        f"timeline of {len(run.steps)} engine steps, step {at} marked", "dl-timeline"))
 
 
+def chunking_result(result: dict) -> None:
+    """The chunked-prefill comparison (engine.measure.serving.chunking_comparison): its table, and the timelines
+    of the two runs the table was read from, so the stall the table reports is the one the picture shows."""
+    st.table(draw.chunking_frame(result).set_index("chunked prefill"))
+    for way in ("on", "off"):
+        st.markdown(f"**Chunked prefill {way}**")
+        steps = result[way]["steps"]
+        st.html(_whole(draw.timeline_svg(steps, result[way]["ids"], -1),
+                       f"timeline of {len(steps)} engine steps, chunked prefill {way}", f"dl-timeline-{way}"))
+    st.caption(draw.chunking_sentence(result))
+
+
 def _whole(svg: str, alt: str, testid: str) -> str:
     """A serving picture as an <img>, like the stage, but never wider than the screen (see ui/style.py CSS)."""
     return f'<div class="dl-serve" data-testid="{testid}">{stage_html(svg, alt)}</div>'

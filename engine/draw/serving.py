@@ -200,20 +200,21 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
             x = x0 + k * cw
             row = rows_by_step[k].get(rid)
             status = s.status(rid)
+            cell = f'data-request="{rid}" data-step="{k}"'
+            box = f'{cell} x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
             if row is not None:
                 fill = "url(#recomputed-s)" if row.phase == "recompute" else PHASE_COLOURS[row.phase]
                 h = rh - 6 if row.phase != "decode" else rh - 12
-                out.append(f'<rect data-role="cell-{row.phase}" x="{x + 0.5:.1f}" y="{y + (rh - 2 - h) / 2 + 2:.1f}" '
-                           f'width="{max(cw - 1, 1):.1f}" height="{h}" fill="{fill}"/>')
+                out.append(f'<rect data-role="cell-{row.phase}" {box} y="{y + (rh - 2 - h) / 2 + 2:.1f}" height="{h}" '
+                           f'fill="{fill}"/>')
             elif rid in s.preempted or status == "preempted":
-                out.append(f'<rect data-role="cell-preempted" x="{x + 0.5:.1f}" y="{y + 4}" width="{max(cw - 1, 1):.1f}" '
-                           f'height="{rh - 8}" fill="#fff" stroke="{RECOMPUTED}" stroke-width="1.5"/>')
+                out.append(f'<rect data-role="cell-preempted" {box} y="{y + 4}" height="{rh - 8}" fill="#fff" '
+                           f'stroke="{RECOMPUTED}" stroke-width="1.5"/>')
             elif status == "waiting":
-                out.append(f'<rect data-role="cell-waiting" x="{x + 0.5:.1f}" y="{y + 8}" width="{max(cw - 1, 1):.1f}" '
-                           f'height="{rh - 16}" fill="{MASKED}"/>')
-            elif status == "running":  # in the pool but left out of this pass (the token budget ran out)
-                out.append(f'<rect data-role="cell-idle" x="{x + 0.5:.1f}" y="{y + 9}" width="{max(cw - 1, 1):.1f}" '
-                           f'height="{rh - 18}" fill="{DECODE}" fill-opacity="0.25"/>')
+                out.append(f'<rect data-role="cell-waiting" {box} y="{y + 8}" height="{rh - 16}" fill="{MASKED}"/>')
+            elif status == "running":  # in the pool but left out of this pass: it sits out a decode step
+                out.append(f'<rect data-role="cell-idle" {box} y="{y + 5.5}" height="{rh - 12}" fill="#fff" '
+                           f'stroke="{DECODE}" stroke-width="1.5" stroke-dasharray="3 2"/>')
             elif status != NOT_ARRIVED and rid in s.finished:
                 out.append(_t(x + cw / 2, y + 15, "✓", 12, "middle", SOFT))
     y = y0 + len(request_ids) * rh + 4
@@ -230,6 +231,9 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
     for name, colour in key:
         out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="{colour}"/>' + _t(x + 16, y + 9, name, 9))
         x += 26 + len(name) * 7
+    out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="#fff" stroke="{DECODE}" stroke-dasharray="3 2"/>'
+               + _t(x + 16, y + 9, "sat out a step", 9))
+    x += 26 + 14 * 7
     out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="#fff" stroke="{RECOMPUTED}"/>'
                + _t(x + 16, y + 9, "preempted (waits to be recomputed)", 9))
     return _svg(y + 16, "".join(out), "timeline of the serving run")
@@ -256,22 +260,106 @@ def latency_frame(run):
 
 
 def memory_frame(mem: dict):
+    """Per allocator: the most KV memory it held at any step (in binary units, then exact bytes) and the share of
+    what it held that held no token, averaged over the run's steps."""
     import pandas as pd
+
+    from engine.units import human_bytes
 
     names = {"paged": "paged blocks (this run)", "reserve_max_length": "reserve the max length per request",
              "static_padding": "one static padded batch"}
-    return pd.DataFrame([{"allocator": names[k], "peak KV bytes": mem[k]["peak_bytes"],
-                          "wasted (held, no token)": f"{mem[k]['wasted']:.0%}", "source": mem[k]["source"]}
+    return pd.DataFrame([{"allocator": names[k],
+                          "peak KV held": f"{human_bytes(mem[k]['peak_bytes'])} ({mem[k]['peak_bytes']:,} B)",
+                          "wasted (held, no token), averaged": f"{mem[k]['wasted']:.0%}", "source": mem[k]["source"]}
                          for k in names])
 
 
-def throughput_frame(res: dict):
+def chunking_frame(result: dict):
+    """The chunked-prefill comparison, one row per way, read off the same two runs whose timelines are drawn."""
     import pandas as pd
 
-    names = {"continuous": "continuous batching (this engine)", "one_at_a_time": "one request at a time",
-             "static_batch": "static batch (padded)", "generate_batch": "transformers generate_batch"}
-    return pd.DataFrame([{"way": v, "tokens/s (measured)": round(res[f"{k}_tokens_per_s"]),
-                          "same tokens": res["same_tokens"].get(k)} for k, v in names.items()])
+    def row(way: str) -> dict:
+        v = result[way]
+        return {"chunked prefill": way, "decode steps sat out": v["skipped_steps"],
+                "longest wait between two tokens": f"{v['longest_gap_ms']:.1f} ms",
+                "long prompt's prefill passes": v["prefill_passes"],
+                "long prompt's first token": f"{v['long_ttft_steps']} steps, {v['long_ttft_ms']:.1f} ms"}
+
+    return pd.DataFrame([row("on"), row("off")])
+
+
+def _requests(ids) -> str:
+    ids = sorted(ids, key=lambda r: int(r[1:]))
+    return ids[0] if len(ids) == 1 else (f"{ids[0]}–{ids[-1]}" if len(ids) > 2 else " and ".join(ids))
+
+
+def chunking_sentence(result: dict) -> str:
+    """What the two timelines show, in the table's own numbers (never more than they show)."""
+    on, off = result["on"], result["off"]
+    steps = sorted({s for sat in off["sat_out"].values() for s in sat})
+    long = f"{off['long_id']}'s {off['long_prompt_tokens']}-token prompt"
+    if off["sat_out"]:
+        said = (f"With chunked prefill off, {_requests(off['sat_out'])} sat out step"
+                f"{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} while one pass prefilled {long}: "
+                f"{off['longest_gap_ms']:.1f} ms between two of their tokens.")
+    else:
+        said = f"With chunked prefill off, no decoding request sat out a step while {long} was prefilled."
+    said += (f" With it on, they sat out {on['skipped_steps'] or 'no'} step{'s' if on['skipped_steps'] != 1 else ''} "
+             f"(longest wait {on['longest_gap_ms']:.1f} ms), and the prompt took {on['prefill_passes']} passes: its "
+             f"first token came {on['long_ttft_steps']} steps after it arrived instead of {off['long_ttft_steps']}.")
+    if on["longest_gap_ms"] >= off["longest_gap_ms"] and off["skipped_steps"] > on["skipped_steps"]:
+        said += (" Measured in ms the chunked run waited as long or longer: the server was busy, so the steps sat "
+                 "out are the number to read here.")
+    same = result["on"]["same_tokens"]
+    return said + f" Same tokens either way: {'yes' if same else 'no'}."
+
+
+WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
+        "one_at_a_time": "one request<br>at a time", "generate_batch": "transformers<br>generate_batch"}
+WORKLOADS = (("same length, all at once", "#9e9e9e"), ("mixed lengths", "#37474f"))  # neutral: not a phase colour
+
+
+def throughput_figure(same: dict, mixed: dict | None, scale: float = 1.0):
+    """Tokens/s of the same requests served each way: every request asking for one length (grey), and the same
+    prompts asking for different lengths (dark); each bar says its measured tokens/s."""
+    import plotly.graph_objects as go
+
+    from engine.draw.palette import layout
+
+    fig = go.Figure()
+    for (name, colour), res in zip(WORKLOADS, (same, mixed)):
+        if res is None:
+            continue
+        ways = [k for k in WAYS if res.get(f"{k}_tokens_per_s")]
+        fig.add_trace(go.Bar(x=[WAYS[k] for k in ways], y=[res[f"{k}_tokens_per_s"] for k in ways], name=name,
+                             marker_color=colour, text=[f"{res[f'{k}_tokens_per_s']:,.0f}" for k in ways],
+                             textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}: %{y:,.0f} tokens/s<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="tokens/s (measured)", rangemode="tozero")
+    fig.update_xaxes(tickangle=0)
+    return layout(fig, "Tokens per second, the same requests served four ways", height=340, scale=scale)
+
+
+def throughput_sentence(same: dict, mixed: dict | None) -> str:
+    """What the throughput chart shows, from its own numbers: why static batching can win the uniform case."""
+    c, s = same["continuous_tokens_per_s"], same["static_batch_tokens_per_s"]
+    lengths = same["new_tokens"] if isinstance(same["new_tokens"], list) else [same["new_tokens"]] * same["requests"]
+    out = [f"Same length, all at once ({same['requests']} requests × {lengths[0]} tokens, arriving together): the "
+           f"static batch made {s:,.0f} tokens/s against continuous batching's {c:,.0f}"
+           + (" (it won)" if s > c else "") + ". That workload is a static batch's best case: no row waits for a "
+           "longer one and nobody arrives later, so nothing is wasted, and it pays for no scheduler and no block "
+           "tables."]
+    if mixed is not None:
+        mc, ms = mixed["continuous_tokens_per_s"], mixed["static_batch_tokens_per_s"]
+        asked = mixed["new_tokens"]
+        padded = len(asked) * max(asked)
+        out.append(f"Mixed lengths ({min(asked)} to {max(asked)} tokens, {sum(asked)} in all): the static batch runs "
+                   f"every row to the longest, {padded} token slots for {sum(asked)} tokens "
+                   f"({1 - sum(asked) / padded:.0%} wasted), while continuous batching drops a finished request "
+                   f"from the next pass: {mc:,.0f} tokens/s against {ms:,.0f} (×{mc / ms:.1f})"
+                   + ("." if mc > ms else "; here the fixed cost of each pass still hid that waste."))
+    return " ".join(out)
 
 
 def batch_time_figure(rows: list[dict], scale: float = 1.0):

@@ -48,11 +48,12 @@ MIXED = [64, 8, 16, 64, 8, 32, 16, 48]  # the same 8 prompts asking for differen
 
 
 def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int | list[int] = 64, rounds: int = 3,
-               log=print) -> dict:
+               log=print, traced_too: bool = True) -> dict:
     """Tokens/s of the same requests four ways (and traced vs untraced), alternated; round 0 a warm-up.
 
     new_tokens: one length for all, or one per request. With different lengths a static batch still runs every
-    row to the longest (only the tokens asked for count), and generate_batch is left out (it takes one length)."""
+    row to the longest (only the tokens asked for count), and generate_batch is left out (it takes one length).
+    traced_too=False leaves out the run with its full record on (a page that shows only the four ways)."""
     lengths = new_tokens if isinstance(new_tokens, list) else [new_tokens] * len(prompts)
     specs = [RequestSpec(p, n, 0) for p, n in zip(prompts, lengths)]
     ids = [lm.tokenizer(p)["input_ids"] for p in prompts]
@@ -81,7 +82,8 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int | 
 
     def static_batch():
         t0 = time.perf_counter()
-        run = run_batch(lm, prompts, new_tokens=max(lengths), max_batch=len(prompts), record=False)
+        run = run_batch(lm, prompts, new_tokens=max(lengths), max_batch=len(prompts), record=False,
+                        stop_on_eos=False)  # every row to the longest, as one at a time and generate_batch do
         dev.sync(lm.device)
         tokens["static_batch"] = [list(g)[:n] for g, n in zip(run.generated, lengths)]
         return (time.perf_counter() - t0) * 1e3
@@ -95,6 +97,8 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int | 
             "generate_batch": hf_batch, "traced": traced}
     if not same_length:
         del ways["generate_batch"]
+    if not traced_too:
+        del ways["traced"]
     ms: dict[str, list[float]] = {k: [] for k in ways}
     names = list(ways)
     for r in range(rounds + 1):
@@ -109,11 +113,11 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int | 
            "sizing": dict(DEFAULTS), "ms": {k: [round(x, 2) for x in v] for k, v in ms.items()}}
     for k in ("continuous", "one_at_a_time", "static_batch", "generate_batch"):
         res[f"{k}_tokens_per_s"] = total / (med[k] / 1e3) if k in med else None
-    res["traced_tokens_per_s"] = total / (med["traced"] / 1e3)
+    res["traced_tokens_per_s"] = total / (med["traced"] / 1e3) if "traced" in med else None
     res["continuous_over_one_at_a_time"] = med["one_at_a_time"] / med["continuous"]
     res["continuous_over_generate_batch"] = med["generate_batch"] / med["continuous"] if "generate_batch" in med else None
     res["continuous_over_static_batch"] = med["static_batch"] / med["continuous"]
-    res["traced_over_untraced"] = med["traced"] / med["continuous"]
+    res["traced_over_untraced"] = med["traced"] / med["continuous"] if "traced" in med else None
     res["same_tokens"] = {k: v == tokens["one_at_a_time"] for k, v in tokens.items()}
     return res
 
@@ -206,34 +210,48 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> dict:
 def decode_stall(run: ServingRun, long_id: str) -> dict:
     """While `long_id` prefills, how long do the requests already decoding wait between two of their tokens?
 
-    In steps (passes they sat out) and in measured ms (the time between their tokens); and the long request's own
-    time to first token. Read off a recorded run's steps."""
+    A gap between two tokens of such a request counts when it overlaps the long prompt's prefill (from its arrival
+    to the pass that chose its first token), however short: with chunking off that prefill is one pass, and the
+    decoders' gap runs from the step before it to the step after. In steps (passes they sat out, and which) and in
+    measured ms (the time between their tokens); and the long request's own time to first token. Read off the
+    recorded run's steps: the same records its timeline is drawn from."""
     long = run.requests[int(long_id[1:])]
-    window = range(long.arrive, (long.first_token_step or long.arrive) + 1)
-    worst_steps, worst_ms = 0, 0.0
+    start, end = long.arrive, long.first_token_step if long.first_token_step is not None else len(run.steps) - 1
+    worst_steps, worst_ms, sat_out = 0, 0.0, {}
     for r in run.requests:
         if r.id == long_id or r.first_token_step is None or r.first_token_step >= long.arrive:
             continue  # only those already decoding when the long prompt arrived
         made = [s.step for s in run.steps if any(row.id == r.id and row.token_id is not None for row in s.rows)]
         for a, b in zip(made, made[1:]):
-            if b in window or a in window:
+            if a <= end and b >= start:  # the gap between these two tokens overlaps the long prompt's prefill
+                if b - a > 1:
+                    sat_out.setdefault(r.id, []).extend(range(a + 1, b))
                 worst_steps = max(worst_steps, b - a - 1)
                 worst_ms = max(worst_ms, run.clock_ms(b) - run.clock_ms(a))
     lat = run.latency(long)
     return {"skipped_steps": worst_steps, "longest_gap_ms": worst_ms, "long_ttft_steps": lat["ttft_steps"],
-            "long_ttft_ms": lat["ttft_ms"], "prefill_passes": long.chunks}
+            "long_ttft_ms": lat["ttft_ms"], "prefill_passes": long.chunks, "long_prompt_tokens": long.prompt_len,
+            "sat_out": sat_out}
 
 
-def chunking_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: dict) -> dict:
+def chunking_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: dict, sampling=None) -> dict:
     """The same requests with chunked prefill on and off: the decode stall the long prompt causes, each way.
-    The long prompt is the request with the longest prompt."""
+
+    The long prompt is the request with the longest prompt. Each way keeps its runs' step records and request ids,
+    so a page draws the timelines its table was computed from. A short warm-up run goes first (dropped): the
+    first paged passes of a process are slower, and would otherwise land on whichever way runs first."""
+    warm = ServingRun(lm, requests[:1], sampling=sampling, record=False, **sizing)
+    warm.run(3)
+    warm.free()
     out = {}
     for chunking in (True, False):
-        run = ServingRun(lm, requests, **{**sizing, "chunking": chunking})
+        run = ServingRun(lm, requests, sampling=sampling, **{**sizing, "chunking": chunking})
         run.run()
         long_id = max(run.requests, key=lambda r: r.prompt_len).id
         out["on" if chunking else "off"] = {**decode_stall(run, long_id), "long_id": long_id,
-                                            "same_tokens": None, "tokens": [r.generated_ids for r in run.requests]}
+                                            "same_tokens": None, "tokens": [r.generated_ids for r in run.requests],
+                                            "steps": list(run.steps), "ids": [r.id for r in run.requests]}
+        run.free()  # the pool goes; the records copied above stay
     same = out["on"].pop("tokens") == out["off"].pop("tokens")
     out["on"]["same_tokens"] = out["off"]["same_tokens"] = same
     return out
