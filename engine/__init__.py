@@ -2,14 +2,22 @@
 
 Everything that thinks lives here; nothing here imports streamlit. One folder per step of the story:
 
-    load/       get a model: load_model, the checks before any weight is read, the allow-list, the device
+    load/       get a model: load_model, the checks before any weight is read, the allow-list
     forward/    run one pass: run_pass (every model call), Q/K/V capture, the KV cache, the paged pool,
                 sampling, the StepTrace record, a model's figures (ModelSpec), FLOPs/bytes estimates
-    generate/   generate: the one loop (loop.py), the Stepper (prefill, decode), speculative rounds,
-                padded batches, cache on vs off, serving (continuous batching over a paged cache)
+    generate/   generate: the one loop (loop.py: Sequence, Run), the Stepper (prefill, decode), speculative
+                rounds, padded batches, cache on vs off, serving (continuous batching over a paged cache)
     measure/    measure: bench, the race, the roofline, a decode step taken apart, KV sizes, speculation
                 and serving compared side by side
     draw/       draw: one palette, the stage (SVG), plotly figures and tables, serving pictures
+    follow/     a class following a lecturer's run: the shared state, its wire format, the store
+
+Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
+
+    errors, units, paths, share, device  <  forward  <  load  <  generate  <  measure  <  draw  <  follow  <  cli, __main__
+
+forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it
+builds a model's spec and warms it up); the device helpers it needs live below both, in device.py.
 
 Shape vocabulary (used in code comments, trace field names and UI labels alike):
 
@@ -33,9 +41,11 @@ Public API (see README):
 
     lm = load_model("default")                    # -> LoadedModel (lm.spec: its figures)
     stepper = Stepper(lm, "Once upon a time", use_cache=True, sampling=Sampling())
-    stepper.prefill(); stepper.decode(); stepper.run(20)   # -> StepTrace records in stepper.traces
+    stepper.prefill(); stepper.decode(); stepper.run(20)   # -> StepTrace records in stepper.records (.traces)
     report = compare(lm, "Once upon a time", new_tokens=20)
-    run = ServingRun(lm, [RequestSpec("Once upon a time", 32, arrive=0), ...]); run.step()
+    run = ServingRun(lm, [RequestSpec("Once upon a time", 32, arrive=0), ...]); run.step()   # -> run.records
+
+Every run that steps (Stepper, Speculator, ServingRun) has the same five: records, step(), done, run(n), free().
 """
 
 from engine.errors import DecodeLabError, ModelLoadError, StepError  # noqa: F401

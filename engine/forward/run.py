@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine import device as dev
 from engine.forward import capture
-from engine.load import device as dev
 from engine.forward.cache import kv_length, roll_back
 from engine.forward.cache import trim as trim_cache
 

@@ -1,130 +1,18 @@
-"""Where tensors live, how to wait for them, and how much memory is free."""
+"""The device helpers, under the name the pages and measurements import them by.
 
-from __future__ import annotations
+They live in engine/device.py, below every layer, because forward/ needs `sync` and forward must not
+import load/ (load imports forward: see engine/__init__.py for the order).
+"""
 
-import os
-
-import torch
-
-
-def pick_device(requested: str | None = None) -> torch.device:
-    """CUDA if present, else Apple MPS, else CPU; `requested` ("cpu", "cuda", "mps") overrides."""
-    if requested and requested != "auto":
-        if requested.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError("CUDA was requested but no CUDA GPU is available")
-        if requested == "mps" and not torch.backends.mps.is_available():
-            raise ValueError("MPS was requested but Apple MPS is not available")
-        return torch.device(requested)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-
-
-def pick_dtype(device: torch.device, requested: str | torch.dtype | None = None) -> torch.dtype:
-    """fp32 on the CPU; bf16 on a GPU that supports it, else fp16; `requested` overrides."""
-    if isinstance(requested, torch.dtype):
-        return requested
-    if requested and requested != "auto":
-        if requested not in DTYPES:
-            raise ValueError(f"unknown dtype {requested!r}: choose one of {sorted(DTYPES)}")
-        return DTYPES[requested]
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.type == "mps":
-        return torch.float16
-    return torch.float32
-
-
-def sync(device: torch.device) -> None:
-    """Wait until queued device work is done, so a clock read measures real work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def describe(device: torch.device) -> str:
-    """The device in words, for reports: 'NVIDIA H100 80GB HBM3 (cuda)' or 'cpu (x86_64, 2 threads)'."""
-    import platform
-
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)} (cuda)"
-    if device.type == "mps":
-        return "Apple GPU (mps)"
-    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def release_memory() -> None:
-    """Give freed memory back to the system after a big run (a cache-off race holds hundreds of MiB).
-
-    Python's collector frees the tensors; the C allocator then keeps the pages unless asked to return them.
-    """
-    import ctypes
-    import gc
-    import sys
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except OSError:
-            pass
-
-
-def available_bytes(device: torch.device) -> int:
-    """Free memory where the weights would go: VRAM on CUDA, else system RAM.
-
-    `DECODE_LAB_MEMORY_LIMIT` (bytes) caps the figure, so a teacher can bound
-    what the server may load.
-    """
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-    else:
-        free = _mem_available_ram()
-    limit = os.environ.get("DECODE_LAB_MEMORY_LIMIT")
-    return min(free, int(limit)) if limit else free
-
-
-def _mem_available_ram() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # macOS: total, the best cheap figure
-
-
-SMALL_MODEL_PARAMS = 100e6  # below this, one decode step is too little work to share between CPU threads
-
-
-def serving_threads(parameters: int, cores: int | None = None) -> int:
-    """CPU threads for forward passes in the app server.
-
-    The server's passes are queued one at a time, and the browser (on a teacher's laptop,
-    the same machine) needs cores too. With every core given to torch, its threads stall
-    waiting for each other whenever the browser runs: measured here (2 cores, race of 100
-    tokens, browser on the same machine), a cached decode step took 27 ms with 2 threads and
-    6 ms with 1. A small model gains nothing from more threads even alone (5.3 ms either
-    way), so it gets one; a large one keeps all cores but one.
-    """
-    cores = cores or os.cpu_count() or 1
-    if parameters < SMALL_MODEL_PARAMS:
-        return 1
-    return max(1, cores - 1)
-
-
-def use_serving_threads(parameters: int) -> int:
-    """Set torch's intra-op threads for serving (process-wide) and return the number; CPU only matters."""
-    n = serving_threads(parameters)
-    torch.set_num_threads(n)
-    return n
+from engine.device import (  # noqa: F401
+    DTYPES,
+    SMALL_MODEL_PARAMS,
+    available_bytes,
+    describe,
+    pick_device,
+    pick_dtype,
+    release_memory,
+    serving_threads,
+    sync,
+    use_serving_threads,
+)
