@@ -225,9 +225,11 @@ def test_block_manager_shares_only_whole_computed_blocks():
     tokens = list(range(10))
     bm.grow(a, 10)
     assert a == [0, 1, 2] and bm.num_free == 3
-    assert bm.share_prefix(b, tokens) == 0  # nothing registered yet: a's blocks are not computed
+    assert bm.cached_prefix(tokens) == 0  # nothing registered yet: a's blocks are not computed
     bm.register_full(a, tokens, computed=10)  # two full blocks now have prefix hashes; the third is half full
-    assert bm.share_prefix(b, tokens) == 8 and b == [0, 1] and bm.num_shared == 2
+    assert bm.cached_prefix(tokens) == 8 and bm.num_shared == 0  # a check: nothing taken yet
+    bm.allocate(b, tokens, 8, cached=8)
+    assert b == [0, 1] and bm.num_shared == 2
     bm.free(a)
     assert bm.num_used == 2 and bm.num_shared == 0  # b still holds the prefix; a's last block is free
     bm.free(b)
@@ -274,3 +276,79 @@ def test_cli_serve_runs_a_scenario(capsys):
     assert main(["serve", "--scenario", "preemption"]) == 0
     out = capsys.readouterr().out
     assert "preempted" in out and "preemptions: 0" not in out
+
+
+def test_a_request_that_cannot_come_in_is_checked_and_touches_no_block(bundled_lm):
+    """Check, then commit: a request whose prefix others hold, but whose own blocks the pool cannot give, is
+    refused before anything is taken: no block's ref count moves and the free list is the same, in the same order
+    (it does not take the shared blocks and give them back)."""
+    from engine.generate.serving.requests import Request
+    from engine.generate.serving.scenarios import SYSTEM
+    from engine.generate.serving.scheduler import Scheduler
+
+    page = 8
+    first = Request(bundled_lm, 0, RequestSpec(SYSTEM + "A cat", 4, 0))
+    second = Request(bundled_lm, 1, RequestSpec(SYSTEM + "Lily and her red ball went to the park with Tom. " * 3, 4, 1))
+    held = -(-(len(first.tokens) + 1) // page)  # blocks the first takes for its prompt and its first decode
+    bm = BlockManager(num_blocks=held + 1, page_size=page)
+    scheduler = Scheduler(bm, [first, second], max_batch_tokens=512)
+    plan = scheduler.schedule(0)
+    scheduler.postprocess(plan, {"r0": 11}, 0)  # its full blocks now carry prefix hashes: they can be shared
+    cached = bm.cached_prefix(second.tokens)
+    assert cached > 0 and bm.can_allocate(len(second.tokens), cached) == -1  # shares a prefix, cannot fit the rest
+    before = (bm.ref_counts(), list(bm._free), dict(bm._by_hash))
+    commits = []  # every call that takes or gives back blocks for the second request's table
+
+    def watched(name):
+        method = getattr(bm, name)
+
+        def call(table, *args, **kw):
+            if table is second.table:
+                commits.append(name)
+            return method(table, *args, **kw)
+        return call
+
+    for name in ("allocate", "grow", "free"):
+        setattr(bm, name, watched(name))
+    plan = scheduler.schedule(1)
+    assert [s.request.id for s in plan.rows] == ["r0"] and plan.admitted == []  # r0 decodes; r1 waits
+    assert (bm.ref_counts(), list(bm._free), dict(bm._by_hash)) == before
+    assert commits == [] and second.table == [] and second.computed == 0
+    assert second.status == "waiting" and list(scheduler.waiting) == [second]
+
+
+def test_statuses_and_phases_are_enums_that_write_the_same_strings():
+    """Records, JSON and pictures read the same words as when these were bare strings."""
+    from engine.generate.serving.record import NOT_ARRIVED
+    from engine.generate.serving.requests import Status
+    from engine.generate.serving.scheduler import Phase
+
+    assert [s.value for s in Status] == ["not arrived", "waiting", "running", "preempted", "done"]
+    assert [p.value for p in Phase] == ["prefill", "decode", "recompute"]
+    for member in [*Status, *Phase]:
+        assert member == member.value and f"{member}" == member.value and str(member) == member.value
+        assert json.dumps({member: member}) == json.dumps({member.value: member.value})
+    assert NOT_ARRIVED == "not arrived"
+
+
+def test_cli_serve_json_has_the_same_keys_and_plain_string_values(tmp_path):
+    """`python -m engine serve --json`: the keys of every level, and statuses and phases as plain strings."""
+    from engine.cli import main
+
+    out = tmp_path / "run.json"
+    assert main(["serve", "--scenario", "preemption", "--json", str(out)]) == 0
+    text = out.read_text()
+    doc = json.loads(text)
+    assert set(doc) == {"model", "device", "dtype", "page_size", "num_blocks", "max_batch_tokens", "prefix_sharing",
+                        "chunking", "block_bytes", "pool_bytes", "requests", "steps", "prefix_hit_tokens",
+                        "preemptions", "generated_tokens", "engine_steps", "wall_ms", "tokens_per_s", "timing"}
+    assert set(doc["steps"][0]) == {"step", "scheduled", "arrived", "admitted", "preempted", "finished", "prefix_hits",
+                                    "statuses", "block_tables", "positions_held", "blocks_used", "blocks_free",
+                                    "blocks_shared", "tokens", "kv_read", "forward_ms", "step_ms"}
+    assert set(doc["steps"][0]["scheduled"][0]) == {"id", "q_len", "phase", "start", "chunk", "token_id", "token"}
+    statuses = {s for step in doc["steps"] for s in step["statuses"].values()}
+    phases = {row["phase"] for step in doc["steps"] for row in step["scheduled"]}
+    assert {"not arrived", "running", "preempted", "done"} <= statuses <= {"not arrived", "waiting", "running",
+                                                                           "preempted", "done"}
+    assert phases == {"prefill", "decode", "recompute"}
+    assert '"phase": "recompute"' in text and '"r4": "not arrived"' in text and "Status." not in text

@@ -10,9 +10,14 @@ to every row at once. The attention mask (0 = padding) keeps every real query fr
 looking at a padded key, and position ids count only real tokens, so each row sees
 exactly what it would see alone.
 
+Every row is a Sequence of the one generation loop (engine/generate/loop.py): it chooses its token with its
+own chooser and stops by its own stop rule (end-of-text, `new_tokens`, a stop string), exactly as a Stepper
+would. The batch runs until every row has stopped, and a row that stopped early still takes its column in
+every later pass, its output thrown away: that is static batching's waste, which continuous batching
+(engine/generate/serving/) removes by letting a finished request leave and a waiting one take its place.
+
 The padding is written out here rather than asked of the tokenizer: the tokenizer
 is shared by every session of the server, so its `padding_side` is not ours to flip.
-Greedy decoding only: this module teaches batching, not sampling.
 """
 
 from __future__ import annotations
@@ -21,27 +26,33 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.forward.cache import new_cache
 from engine.errors import StepError
+from engine.forward.cache import new_cache
 from engine.forward.run import run_pass
+from engine.forward.sampling import Sampling
+from engine.generate.loop import Sequence, token_pieces
 from engine.load.loaded import LoadedModel
-from engine.generate.loop import encode_prompt, token_pieces
 
 MAX_BATCH = 4
 
 
 @dataclass(frozen=True)
 class BatchRun:
-    """A greedy batch run: the padded prefill, then decode steps for all rows at once (`new_tokens` per row)."""
+    """A batch run: the padded prefill, then decode steps for all rows at once, until every row has stopped."""
 
     prompts: tuple[str, ...]
     input_ids: torch.Tensor  # [batch, pos] the padded prompt ids
     attention_mask: torch.Tensor  # [batch, pos] 1 = real token, 0 = padding
     pieces: tuple[tuple[str, ...], ...]  # per row, the text of each padded prompt position ("" for padding)
     prefill_attention: torch.Tensor  # [layer, batch, head, pos, pos] float32 on the CPU
-    generated: tuple[tuple[int, ...], ...]  # per row, the greedy tokens (prefill's choice first)
+    generated: tuple[tuple[int, ...], ...]  # per row, its tokens (prefill's choice first), up to where it stopped
     texts: tuple[str, ...]  # per row, prompt + generated text
     shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (tensor, shape) of the prefill and of one decode step
+    stop_reasons: tuple[str, ...]  # per row, why it stopped (the loop's stop rule)
+    new_tokens: int  # the rule every row ran under: at most this many new tokens,
+    sampling: Sampling  # chosen this way,
+    stop_strings: tuple[str, ...]  # stopping early at one of these,
+    stop_on_eos: bool  # or at end-of-text
 
     @property
     def pad_counts(self) -> list[int]:
@@ -76,17 +87,21 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 
 def run_batch(lm: LoadedModel, prompts: list[str], new_tokens: int = 9, max_batch: int = MAX_BATCH,
-              record: bool = True) -> BatchRun:
-    """Prefill all prompts in one padded pass, then decode every row together until each has `new_tokens`.
+              record: bool = True, *, sampling: Sampling | None = None, stop_strings: tuple[str, ...] | list[str] = (),
+              stop_on_eos: bool = True) -> BatchRun:
+    """Prefill all prompts in one padded pass, then decode every row together until each has stopped.
 
-    The prefill chooses each row's first new token; every decode step after it adds one column to all rows.
+    Each row is a Sequence: the prefill chooses its first new token; every decode step after it adds one
+    column to all rows, and each row stops by the loop's stop rule (at most `new_tokens` new tokens).
     record=False keeps no attention and no shapes (static batching timed against a serving run).
     """
     if not 2 <= len(prompts) <= max_batch:
         raise StepError(f"A batch here has 2 to {max_batch} prompts (got {len(prompts)}).")
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise StepError(f"New tokens must be a whole number of at least 1 (got {new_tokens!r}).")
-    rows = [encode_prompt(lm, p)[0].tolist() for p in prompts]
+    seqs = [Sequence(lm, p, sampling=sampling, max_new_tokens=new_tokens, stop_strings=stop_strings,
+                     stop_on_eos=stop_on_eos) for p in prompts]
+    rows = [list(s.tokens) for s in seqs]  # the prompts' ids
     if max(len(r) for r in rows) + new_tokens > lm.spec.max_positions:
         raise StepError(f"The longest prompt plus {new_tokens} new tokens does not fit in "
                         f"{lm.spec.max_positions} positions. Shorten it.")
@@ -100,37 +115,44 @@ def run_batch(lm: LoadedModel, prompts: list[str], new_tokens: int = 9, max_batc
     shapes = [("prefill input_ids", tuple(ids.shape)), ("prefill attention_mask", tuple(mask.shape)),
               ("prefill hidden states", first.hidden_shape),
               ("prefill attention (each layer)", tuple(attention.shape[1:]))] if record else []
-    chosen = first.logits[:, -1].argmax(-1).cpu()  # [batch]: every row's last column is a real token
-    generated = [chosen]
-    step_mask, last_pos = mask, positions[:, -1:]
-    for step in range(new_tokens - 1):  # the prefill made the first new token; each decode step one more
+    choose_and_append(seqs, first.logits[:, -1])  # every row's last column is a real token
+    step_mask, last_pos, step = mask, positions[:, -1:], 0
+    while not all(s.done for s in seqs):  # each decode step adds one column to every row
         step_mask = torch.cat([step_mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)  # [batch, kv_len]
-        last_pos = last_pos + 1
-        shown = record and step == 0  # only the first decode step's shapes are shown: skip the extras after it
-        out = run_pass(lm, chosen[:, None], cache, record=shown, attention_mask=step_mask, position_ids=last_pos)
+        last_pos, step = last_pos + 1, step + 1
+        shown = record and step == 1  # only the first decode step's shapes are shown: skip the extras after it
+        fed = torch.tensor([[s.tokens[-1]] for s in seqs])  # [batch, 1]: each row's newest token
+        out = run_pass(lm, fed, cache, record=shown, attention_mask=step_mask, position_ids=last_pos)
         if shown:
-            shapes += [("decode input_ids", (len(rows), 1)), ("decode attention_mask", tuple(step_mask.shape)),
+            shapes += [("decode input_ids", tuple(fed.shape)), ("decode attention_mask", tuple(step_mask.shape)),
                        ("decode hidden states", out.hidden_shape),
                        ("decode attention (each layer)", tuple(out.patterns()[0].shape))]
-        chosen = out.logits[:, -1].argmax(-1).cpu()
-        generated.append(chosen)
-    gen = torch.stack(generated, dim=1).tolist()  # [batch, new_tokens]
+        choose_and_append(seqs, out.logits[:, -1])
     pieces = tuple(tuple([""] * (ids.shape[1] - len(r)) + token_pieces(tok, r)) for r in rows) if record else ()
     return BatchRun(
         prompts=tuple(prompts), input_ids=ids, attention_mask=mask, pieces=pieces, prefill_attention=attention,
-        generated=tuple(tuple(g) for g in gen),
-        texts=tuple(p + tok.decode(g, skip_special_tokens=True) for p, g in zip(prompts, gen)),
-        shapes=tuple(shapes),
+        generated=tuple(tuple(s.generated_ids) for s in seqs), texts=tuple(s.text for s in seqs),
+        shapes=tuple(shapes), stop_reasons=tuple(s.stop_reason for s in seqs), new_tokens=new_tokens,
+        sampling=seqs[0].sampling, stop_strings=seqs[0].stop_strings, stop_on_eos=stop_on_eos,
     )
 
 
+def choose_and_append(seqs: list[Sequence], logits: torch.Tensor) -> None:
+    """logits [batch, vocab]: each row still running chooses its token and appends it through the stop rule.
+    A row that has stopped ignores its row of logits: its column was computed for nothing."""
+    for seq, row in zip(seqs, logits):
+        if not seq.done:
+            seq.append(seq.choose(row, probs=False).token_id)
+
+
 def same_as_alone(lm: LoadedModel, run: BatchRun) -> list[bool]:
-    """Per row: are its greedy tokens exactly those of the same prompt decoded alone (a Stepper, no batch)?"""
+    """Per row: are its tokens exactly those of the same prompt decoded alone (a Stepper, the same stop rule)?"""
     from engine.generate.stepper import Stepper
 
     out = []
     for prompt, tokens in zip(run.prompts, run.generated):
-        alone = Stepper(lm, prompt, max_new_tokens=len(tokens), stop_on_eos=False, record=False, repeats=1)
+        alone = Stepper(lm, prompt, sampling=run.sampling, max_new_tokens=run.new_tokens,
+                        stop_strings=run.stop_strings, stop_on_eos=run.stop_on_eos, record=False, repeats=1)
         alone.run()
         out.append(list(tokens) == alone.generated_ids)
     return out

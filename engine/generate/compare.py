@@ -30,7 +30,7 @@ def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | 
                 if on_step:
                     on_step(mode, trace)
         a, b = runs["cache"], runs["nocache"]
-        same_so_far = a.ids.shape == b.ids.shape and bool((a.ids == b.ids).all())
+        same_so_far = a.tokens == b.tokens
         if a.last_logits is not None and b.last_logits is not None and first_divergence is None:
             max_diff = max(max_diff, float((a.last_logits - b.last_logits).abs().max()))
         if not same_so_far and first_divergence is None:

@@ -1,20 +1,31 @@
-"""The one generation loop: a sequence's state, its stop rule, and the record of each pass.
+"""The one generation loop: a sequence (its tokens, its chooser, its stop rule), the loop that steps a run,
+and the record of a pass. Every way of generating in the engine is a use of it.
 
-Every way of generating in the engine is a use of it:
+Where to read what happens (files in engine/generate/):
 
-    Stepper      prefill() once, then decode() per token               engine/generate/stepper.py
-    Speculator   prefill() once, then round() per draft-verify-crop    engine/generate/speculative.py
-    Request      one row of a serving step: many requests, one pass    engine/generate/serving/
+    prefill              Stepper.prefill()    stepper.py        one pass over every prompt position
+    decode               Stepper.decode()     stepper.py        one pass per new token; the cache switch is
+                                                                its one `if self.use_cache:` branch
+    a speculative round  Speculator.round()   speculative.py    draft k, verify them in one pass, judge, crop
+    a serving step       ServingRun.step()    serving/run.py    schedule, one paged pass, postprocess
+    a padded batch       run_batch()          batch.py          every row in one pass, left-padded
 
-Each holds its token ids, appends every chosen token through `append` (the stop rule lives
-there, once: end-of-text, max new tokens, a stop string, the context limit), chooses tokens
-with the same `Chooser` (transformers' LogitsProcessors and one seeded CPU generator), and
-turns a forward pass into a StepTrace with `record_pass`.
+What they share, all in this file:
+
+    Sequence     one sequence: its token ids (kept once, a list), how it chooses the next token (`chooser`:
+                 transformers' LogitsProcessors and one seeded CPU generator), and when it stops (`append`
+                 applies the stop rule: end-of-text, max new tokens, a stop string, the context limit).
+                 A Stepper and a Speculator each are one; a serving Request and a batch row each hold one.
+    Run          what every run that steps has: `records` (what each step recorded), `step()`, `done`,
+                 `run(n)`, `free()`. `run` is the loop, written once here. A Stepper, a Speculator and a
+                 ServingRun are Runs; one controller (ui/) drives any of them.
+    record_pass  a forward pass as a frozen StepTrace: what was fed, what each layer did, the token, the time.
 """
 
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 
 import torch
 
@@ -25,8 +36,8 @@ from engine.forward.run import Pass, Timing
 from engine.forward.sampling import Choice, Chooser, Sampling
 from engine.forward.trace import Candidate, LayerTrace, StepTrace
 from engine.load.loaded import LoadedModel
+from engine.share import MAX_PROMPT_CHARS
 
-MAX_PROMPT_CHARS = 50_000  # refuse before tokenizing: a teaching prompt is never this long
 MAX_NEW_TOKENS = 2048  # per run: bounds what one session can hold
 ATTENTION_BUDGET_BYTES = 32 * 2**20  # per trace; above it only the last query row is kept
 TOP_CANDIDATES = 10
@@ -35,49 +46,41 @@ TOP_CANDIDATES = 10
 TIMED_REPEATS = max(1, min(9, int(os.environ.get("DECODE_LAB_REPEATS", "3") or 3)))
 
 
-class Generation:
-    """One sequence being generated on a shared LoadedModel: its ids, how it chooses, when it stops.
+class Sequence:
+    """One sequence being generated on a shared LoadedModel: its tokens, how it chooses, when it stops.
 
-    Subclasses add the passes (`step()`); `run` steps until the stop rule says so.
+    It makes no pass itself: a Stepper or a Speculator is a Sequence that also steps (a Run); a serving
+    Request and a batch row hold one, and the server or the batch makes the passes.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, *, sampling: Sampling | None = None, max_new_tokens: int = 32,
-                 stop_strings: tuple[str, ...] | list[str] = (), stop_on_eos: bool = True, record: bool = True,
-                 repeats: int | None = None):
+                 stop_strings: tuple[str, ...] | list[str] = (), stop_on_eos: bool = True):
         self.lm = lm
         self.sampling = sampling or Sampling()
         self.sampling.validate(lm.spec.vocab)
         self.max_new_tokens = check_max_new_tokens(max_new_tokens)
         self.stop_strings = check_stop_strings(stop_strings)
         self.stop_on_eos = stop_on_eos  # benchmarks turn this off to time a fixed number of steps
-        self.record = record
-        # timing repeats: recorded runs are what a student reads, so they get a median; benchmarks time each pass once
-        self.repeats = (TIMED_REPEATS if record else 1) if repeats is None else max(1, int(repeats))
         self.prompt = prompt
-        self.ids = encode_prompt(lm, prompt)  # [batch=1, pos]
-        self.prompt_len = self.ids.shape[1]
+        self.tokens: list[int] = prompt_ids(lm, prompt)  # prompt + generated: the ids, kept once
+        self.prompt_len = len(self.tokens)
         self.stop_reason: str | None = None
         self.chooser = Chooser(self.sampling)
 
-    # ------------------------------------------------------------ the loop
+    @property
+    def ids(self) -> torch.Tensor:
+        """The tokens as a tensor [batch=1, pos]: what a pass and the LogitsProcessors take."""
+        return torch.tensor([self.tokens], dtype=torch.long)
 
-    def step(self):
-        raise NotImplementedError
+    # ------------------------------------------------------------ choosing, and the stop rule
 
-    def run(self, n: int | None = None, on_step=None) -> list:
-        """Step until the run stops, or n more steps; on_step(record) after each."""
-        new = []
-        while not self.done and (n is None or len(new) < n):
-            new.append(self.step())
-            if on_step:
-                on_step(new[-1])
-        return new
-
-    # ------------------------------------------------------------ the stop rule
+    def choose(self, logits: torch.Tensor, probs: bool = True) -> Choice:
+        """The next token from one row of logits [vocab], by this sequence's chooser, given its tokens so far."""
+        return self.chooser.choose(self.ids, logits, probs=probs)
 
     def append(self, token_id: int) -> bool:
-        """Add one chosen token to the sequence and apply the stop rule; True when the run has stopped."""
-        self.ids = torch.cat([self.ids, torch.tensor([[token_id]])], dim=1)
+        """Add one chosen token and apply the stop rule; True when the sequence has stopped."""
+        self.tokens.append(token_id)
         self.stop_reason = self.stop_rule(token_id)
         return self.done
 
@@ -102,11 +105,11 @@ class Generation:
 
     def __len__(self) -> int:
         """Positions in the sequence: prompt + generated."""
-        return self.ids.shape[1]
+        return len(self.tokens)
 
     @property
     def generated_ids(self) -> list[int]:
-        return self.ids[0, self.prompt_len:].tolist()
+        return self.tokens[self.prompt_len:]
 
     @property
     def generated_text(self) -> str:
@@ -118,32 +121,79 @@ class Generation:
 
     def pieces(self) -> list[str]:
         """The text of every position so far (prompt and generated), one string per token."""
-        return token_pieces(self.lm.tokenizer, self.ids[0].tolist())
+        return token_pieces(self.lm.tokenizer, self.tokens)
 
-    # ------------------------------------------------------------ the record of one pass
 
-    def record_pass(self, *, phase: str, step: int, fed: torch.Tensor, result: Pass, past: int, cache,
-                    token_id: int, top: tuple, sample_ms: float, rows: int, note: str,
-                    use_cache: bool = True) -> StepTrace:
-        """One forward pass as a frozen StepTrace: what was fed, what each layer did, the token chosen, the time.
+class Run(ABC):
+    """The one interface of every run that steps (Stepper, Speculator, ServingRun), and the one loop.
 
-        fed [batch=1, q_len] went in on top of `past` positions; `rows` query rows of attention are kept.
-        """
-        q_len = fed.shape[1]
-        kv_len = past + q_len
-        tok = self.lm.tokenizer
-        return StepTrace(
-            phase=phase, step=step, use_cache=use_cache, past=past, fed_ids=tuple(fed[0].tolist()),
-            fed_tokens=tuple(token_pieces(tok, fed[0].tolist())) if self.record else (),
-            q_len=q_len, kv_len=kv_len, token_id=token_id, token=token_pieces(tok, [token_id])[0],
-            rule=self.sampling.describe(), top=top if self.record else (),
-            layers=record_layers(self.lm, cache, result, q_len, kv_len, rows) if self.record else (),
-            pattern_rows=rows, attention_note=note if self.record else "not recorded (recording off)",
-            hidden_shape=result.hidden_shape, logits_shape=tuple(result.logits.shape),
-            timing=Timing(result.timing.samples_ms, result.timing.warmup_ms, sample_ms),
-            flops_estimate=step_flops(self.lm.spec, q_len, past, logit_rows=result.logits.shape[1]),
-            bytes_estimate=step_bytes(self.lm.spec, q_len, past, self.lm.elem_bytes),
-        )
+        records   what each step recorded, in order: StepTrace (a pass) · RoundTrace (a round) · ServingStep
+        step()    one step: the prefill or a decode, a speculative round, an engine step; returns its record
+        done      True once the run has stopped: no more steps
+        run(n)    step until done, or n more steps
+        free()    drop caches and records (Reset, or a session ending)
+
+    Each keeps its records under its own name too: Stepper.traces, Speculator.rounds, ServingRun.steps.
+    """
+
+    records: list
+
+    @abstractmethod
+    def step(self):
+        """One step; returns its record (also appended to `records`)."""
+
+    @property
+    @abstractmethod
+    def done(self) -> bool:
+        """True once the run has stopped."""
+
+    @abstractmethod
+    def free(self) -> None:
+        """Drop caches and records."""
+
+    def run(self, n: int | None = None, on_step=None) -> list:
+        """Step until the run stops, or n more steps; on_step(record) after each. Returns the new records."""
+        new = []
+        while not self.done and (n is None or len(new) < n):
+            new.append(self.step())
+            if on_step:
+                on_step(new[-1])
+        return new
+
+
+def timing_repeats(record: bool, repeats: int | None) -> int:
+    """How often each pass is timed: recorded runs are what a student reads, so they get a median of
+    TIMED_REPEATS after a warm-up; benchmarks (record=False) time each pass once."""
+    return (TIMED_REPEATS if record else 1) if repeats is None else max(1, int(repeats))
+
+
+# ---------------------------------------------------------------- the record of one pass
+
+
+def record_pass(seq: Sequence, *, record: bool, phase: str, step: int, fed: torch.Tensor, result: Pass, past: int,
+                cache, token_id: int, top: tuple, sample_ms: float, rows: int, note: str,
+                use_cache: bool = True) -> StepTrace:
+    """One forward pass over `seq` as a frozen StepTrace: what was fed, what each layer did, the token, the time.
+
+    fed [batch=1, q_len] went in on top of `past` positions; `rows` query rows of attention are kept.
+    record=False keeps the figures and the timing, not the layers, candidates or attention.
+    """
+    lm = seq.lm
+    q_len = fed.shape[1]
+    kv_len = past + q_len
+    tok = lm.tokenizer
+    return StepTrace(
+        phase=phase, step=step, use_cache=use_cache, past=past, fed_ids=tuple(fed[0].tolist()),
+        fed_tokens=tuple(token_pieces(tok, fed[0].tolist())) if record else (),
+        q_len=q_len, kv_len=kv_len, token_id=token_id, token=token_pieces(tok, [token_id])[0],
+        rule=seq.sampling.describe(), top=top if record else (),
+        layers=record_layers(lm, cache, result, q_len, kv_len, rows) if record else (),
+        pattern_rows=rows, attention_note=note if record else "not recorded (recording off)",
+        hidden_shape=result.hidden_shape, logits_shape=tuple(result.logits.shape),
+        timing=Timing(result.timing.samples_ms, result.timing.warmup_ms, sample_ms),
+        flops_estimate=step_flops(lm.spec, q_len, past, logit_rows=result.logits.shape[1]),
+        bytes_estimate=step_bytes(lm.spec, q_len, past, lm.elem_bytes),
+    )
 
 
 # ---------------------------------------------------------------- parts of the record
@@ -208,18 +258,25 @@ def record_layers(lm: LoadedModel, cache, result: Pass, q_len: int, kv_len: int,
 # ---------------------------------------------------------------- checks
 
 
-def encode_prompt(lm: LoadedModel, prompt: str) -> torch.Tensor:
-    """Token ids of the prompt, [batch=1, pos], with the model's BOS if its tokenizer adds one."""
+def prompt_ids(lm: LoadedModel, prompt: str) -> list[int]:
+    """Token ids of the prompt, with the model's BOS if its tokenizer adds one; refused with a plain reason."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise StepError("The prompt is empty: type some text (spaces alone do not count).")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise StepError(f"The prompt is {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}. Shorten it.")
-    ids = lm.tokenizer(prompt)["input_ids"]
     limit = lm.spec.max_positions
+    if len(prompt) > MAX_PROMPT_CHARS:  # refused before tokenizing; the context limit is said too: both must be met
+        raise StepError(f"The prompt is {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,} characters "
+                        f"(a shareable link carries the prompt in its address), and this model sees at most "
+                        f"{limit:,} positions (tokens). Shorten it.")
+    ids = lm.tokenizer(prompt)["input_ids"]
     if len(ids) >= limit:
         raise StepError(f"The prompt is {len(ids):,} tokens, but this model sees at most {limit:,} positions "
                         "and needs one free for the next token. Shorten it.")
-    return torch.tensor([ids], dtype=torch.long)
+    return ids
+
+
+def encode_prompt(lm: LoadedModel, prompt: str) -> torch.Tensor:
+    """Token ids of the prompt as a tensor [batch=1, pos] (see prompt_ids)."""
+    return torch.tensor([prompt_ids(lm, prompt)], dtype=torch.long)
 
 
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:

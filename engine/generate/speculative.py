@@ -25,9 +25,10 @@ rejection the token is drawn from the residual max(0, p - q), normalised. Then P
 (Leviathan et al. 2023, Chen et al. 2023), whatever q is. Greedy is the same rule with one-hot p and q,
 so `judge` below is the one function both use. Prompt lookup has a one-hot q.
 
-The target's pass is `engine.forward.run.run_pass`, as for every other pass the engine makes; the ids,
-the stop rule (end-of-text, max new tokens, stop strings, the context) and the record of each pass are
-the one generation loop's (engine/generate/loop.py). The drafters live in engine/generate/drafters.py;
+The target's pass is `engine.forward.run.run_pass`, as for every other pass the engine makes. A Speculator
+is one Sequence of the generation loop (its tokens, chooser and stop rule: end-of-text, max new tokens, stop
+strings, the context) and one Run (records, step(), done, run(n), free()); each target pass is recorded by
+the loop's `record_pass` (engine/generate/loop.py). The drafters live in engine/generate/drafters.py;
 whether it pays is measured by engine/measure/speculative.py.
 """
 
@@ -44,7 +45,8 @@ from engine.forward.run import Pass, run_pass
 from engine.forward.sampling import Choice, Chooser, Sampling
 from engine.forward.trace import StepTrace
 from engine.generate.drafters import DraftModel, PromptLookup, Proposal
-from engine.generate.loop import Generation, record_candidates, rows_kept, token_pieces
+from engine.generate.loop import (Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats,
+                                  token_pieces)
 from engine.load.loaded import LoadedModel
 
 MAX_K = 16  # proposals per round: beyond this almost every round is cut early anyway
@@ -188,10 +190,10 @@ class RoundTrace:
 # ---------------------------------------------------------------- the run
 
 
-class Speculator(Generation):
-    """One speculative generation run on a shared target; owns its caches, ids and round records.
+class Speculator(Sequence, Run):
+    """One sequence generated speculatively on a shared target; owns its caches and its RoundTraces.
 
-    `prefill()` once, then `round()` per draft-verify-crop round (a page can step it like the Stepper).
+    `prefill()` once, then `round()` per draft-verify-crop round (a page steps it like the Stepper).
     """
 
     def __init__(self, target: LoadedModel, prompt: str, drafter: DraftModel | PromptLookup, k: int = 4,
@@ -201,19 +203,26 @@ class Speculator(Generation):
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise StepError(f"Proposals per round (k) must be a whole number from 1 to {MAX_K} (got {k!r}).")
         super().__init__(target, prompt, sampling=sampling, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
-                         stop_on_eos=stop_on_eos, record=record, repeats=repeats)
+                         stop_on_eos=stop_on_eos)
+        self.record = record
+        self.repeats = timing_repeats(record, repeats)
         drafter.check(target)
         drafter.repeats = self.repeats
         self.drafter = drafter
         self.k = k
         self.cache = None
-        self.rounds: list[RoundTrace] = []
+        self.records: list[RoundTrace] = []  # round 0 is the prefill
+
+    @property
+    def rounds(self) -> list[RoundTrace]:
+        """The records by their name on the pages: one RoundTrace per round."""
+        return self.records
 
     # ------------------------------------------------------------ the two phases
 
     def prefill(self) -> RoundTrace:
         """Round 0: the target's prefill [batch, s] picks the first token; a draft model prefills its own cache."""
-        if self.rounds:
+        if self.records:
             raise StepError("Prefill has already run for this prompt: press Reset to start again.")
         proposal = Proposal((), (), self.drafter.prefill(self.ids))
         self.cache = new_cache(self.lm.config)
@@ -227,7 +236,7 @@ class Speculator(Generation):
 
     def round(self) -> RoundTrace:
         """Draft k tokens, verify them in one target pass, keep the agreeing prefix + the target's token, crop."""
-        if not self.rounds:
+        if not self.records:
             raise StepError("Run Prefill first: a round needs the prompt to have been processed.")
         if self.done:
             raise StepError(f"This run has finished ({self.stop_reason}): press Reset to start again.")
@@ -236,7 +245,8 @@ class Speculator(Generation):
         fed = torch.cat([self.ids[:, -1:], torch.tensor([proposal.ids], dtype=torch.long).view(1, -1)], dim=1)
         result = self.verify(fed)  # fed [batch, k+1]
         t0 = time.perf_counter()
-        p_rows = [self.chooser.distribution(torch.cat([self.ids, fed[:, 1:i + 1]], dim=1), result.logits[0, i])
+        ids = self.ids
+        p_rows = [self.chooser.distribution(torch.cat([ids, fed[:, 1:i + 1]], dim=1), result.logits[0, i])
                   for i in range(fed.shape[1])]  # row i: the target's distribution after fed row i
         judged = judge(p_rows, list(proposal.q_rows), proposal.ids, self.chooser)
         sample_ms = (time.perf_counter() - t0) * 1e3
@@ -264,7 +274,8 @@ class Speculator(Generation):
     # ------------------------------------------------------------ conveniences
 
     def step(self) -> RoundTrace:
-        return self.round() if self.rounds else self.prefill()
+        """The prefill first, then one round per call."""
+        return self.round() if self.records else self.prefill()
 
     # ------------------------------------------------------------ running totals
 
@@ -317,7 +328,7 @@ class Speculator(Generation):
         """Drop the caches and records (Reset, or a session ending)."""
         self.cache = None
         self.drafter.free()
-        self.rounds = []
+        self.records = []
 
     # ------------------------------------------------------------ inside a round
 
@@ -336,9 +347,9 @@ class Speculator(Generation):
         rows = rows_kept(self.lm, q_len, kv_len, every_row=True) if self.record else 0  # every fed row
         top = self._candidates(result, judged.accepted, judged.token_id, p_row) if self.record else ()
         after_verify = kv_length(self.cache)
-        step = self.record_pass(phase=phase, step=len(self.rounds), fed=fed, result=result, past=past,
-                                cache=self.cache, token_id=judged.token_id, top=top, sample_ms=sample_ms,
-                                rows=rows, note="")  # the note needs the crop: set below
+        step = record_pass(self, record=self.record, phase=phase, step=len(self.records), fed=fed, result=result,
+                           past=past, cache=self.cache, token_id=judged.token_id, top=top, sample_ms=sample_ms,
+                           rows=rows, note="")  # the note needs the crop: set below
         new = []
         for token in list(proposal.ids[:judged.accepted]) + [judged.token_id]:
             new.append(token)
@@ -352,14 +363,14 @@ class Speculator(Generation):
         outcomes = tuple("accepted" if i < judged.accepted else "rejected" if i == judged.accepted else "unchecked"
                          for i in range(len(proposal.ids)))
         trace = RoundTrace(
-            round=len(self.rounds), drafter=self.drafter.name, proposed_ids=proposal.ids,
+            round=len(self.records), drafter=self.drafter.name, proposed_ids=proposal.ids,
             proposed_tokens=tuple(token_pieces(tok, list(proposal.ids))), outcomes=outcomes,
             accept_probs=judged.accept_probs, accepted=judged.accepted, token_kind=kind,
             new_ids=tuple(new), new_tokens=tuple(token_pieces(tok, new)),
             past=past, cache_after_verify=after_verify, cache_after_crop=kv_length(self.cache),
             draft_cache_after=self.drafter.cache_len, draft_ms=proposal.pass_ms, target=step,
         )
-        self.rounds.append(trace)
+        self.records.append(trace)
         return trace
 
     def _candidates(self, result: Pass, row: int, token_id: int, p_row: torch.Tensor):

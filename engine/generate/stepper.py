@@ -4,8 +4,9 @@
     decode:   input_ids [batch, 1]  -> one new position; reads the cache, appends one K/V row
     no cache: input_ids [batch, n]  -> every decode step recomputes all n positions again
 
-The cache switch is the one `if self.use_cache:` branch in `decode()`. The state, the stop
-rule and the record of each pass are the one generation loop's (engine/generate/loop.py).
+The cache switch is the one `if self.use_cache:` branch in `decode()`. A Stepper is one Sequence
+of the generation loop (its tokens, chooser and stop rule) and one Run (records, step(), done,
+run(n), free()); the record of each pass is the loop's `record_pass` (engine/generate/loop.py).
 """
 
 from __future__ import annotations
@@ -17,28 +18,35 @@ from engine.forward.cache import kv_length, new_cache
 from engine.forward.run import Pass, run_pass
 from engine.forward.sampling import Sampling
 from engine.forward.trace import StepTrace
-from engine.generate.loop import Generation, record_candidates, rows_kept
+from engine.generate.loop import Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats
 from engine.load.loaded import LoadedModel
 
 
-class Stepper(Generation):
-    """One generation run on a shared LoadedModel; owns its cache, ids and traces."""
+class Stepper(Sequence, Run):
+    """One sequence generated one pass at a time on a shared LoadedModel; owns its cache and its StepTraces."""
 
     def __init__(self, lm: LoadedModel, prompt: str, use_cache: bool = True, sampling: Sampling | None = None,
                  max_new_tokens: int = 32, stop_strings: tuple[str, ...] | list[str] = (), record: bool = True,
                  stop_on_eos: bool = True, repeats: int | None = None):
         super().__init__(lm, prompt, sampling=sampling, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
-                         stop_on_eos=stop_on_eos, record=record, repeats=repeats)
+                         stop_on_eos=stop_on_eos)
         self.use_cache = bool(use_cache)
+        self.record = record
+        self.repeats = timing_repeats(record, repeats)
         self.cache = None
-        self.traces: list[StepTrace] = []
+        self.records: list[StepTrace] = []  # one per forward pass
         self.last_logits = None  # [vocab] float32 on the CPU, for comparisons
+
+    @property
+    def traces(self) -> list[StepTrace]:
+        """The records by their name on the pages: one StepTrace per forward pass."""
+        return self.records
 
     # ------------------------------------------------------------ the two phases
 
     def prefill(self) -> StepTrace:
         """First forward pass: all s prompt positions at once (matrix x matrix: many FLOPs per weight read)."""
-        if self.traces:
+        if self.records:
             raise StepError("Prefill has already run for this prompt: press Reset to start again.")
         self.cache = new_cache(self.lm.config) if self.use_cache else None
         fed = self.ids  # [batch, s]
@@ -47,7 +55,7 @@ class Stepper(Generation):
 
     def decode(self) -> StepTrace:
         """One more token: feed the last chosen token (with the cache) or everything (without)."""
-        if not self.traces:
+        if not self.records:
             raise StepError("Run Prefill first: decoding needs the prompt to have been processed.")
         if self.done:
             raise StepError(f"This run has finished ({self.stop_reason}): press Reset to start again.")
@@ -65,11 +73,12 @@ class Stepper(Generation):
     # ------------------------------------------------------------ conveniences
 
     def step(self) -> StepTrace:
-        return self.decode() if self.traces else self.prefill()
+        """The prefill first, then one decode per call."""
+        return self.decode() if self.records else self.prefill()
 
     @property
     def kv_bytes(self) -> int:
-        return self.traces[-1].kv_bytes if self.traces else 0
+        return self.records[-1].kv_bytes if self.records else 0
 
     def report(self, attention: bool = False) -> dict:
         """The whole run as plain JSON-ready data: what `run --json` writes and the page exports."""
@@ -80,12 +89,12 @@ class Stepper(Generation):
                 "sampling": self.sampling.__dict__, "max_new_tokens": self.max_new_tokens,
                 "stop_strings": list(self.stop_strings), "text": self.text, "generated_text": self.generated_text,
                 "stop_reason": self.stop_reason, "timed_repeats": self.repeats,
-                "steps": [t.to_dict(attention=attention) for t in self.traces]}
+                "steps": [t.to_dict(attention=attention) for t in self.records]}
 
     def free(self) -> None:
         """Drop the cache and traces (Reset, or a session ending)."""
         self.cache = None
-        self.traces = []
+        self.records = []
         self.last_logits = None
 
     # ------------------------------------------------------------ after each pass
@@ -93,17 +102,17 @@ class Stepper(Generation):
     def _close(self, phase: str, fed, result: Pass, past: int) -> StepTrace:
         """Choose the token, record the pass, append the token (the loop's stop rule decides if the run ends)."""
         t0 = time.perf_counter()
-        choice = self.chooser.choose(self.ids, result.logits[0, -1], probs=self.record)
+        choice = self.choose(result.logits[0, -1], probs=self.record)
         sample_ms = (time.perf_counter() - t0) * 1e3
         self.last_logits = choice.logits
         q_len, kv_len = fed.shape[1], past + fed.shape[1]
         rows = rows_kept(self.lm, q_len, kv_len, every_row=phase == "prefill") if self.record else 0
-        trace = self.record_pass(
-            phase=phase, step=len(self.traces), fed=fed, result=result, past=past, cache=self.cache,
-            token_id=choice.token_id, top=record_candidates(self.lm, choice) if self.record else (),
+        trace = record_pass(
+            self, record=self.record, phase=phase, step=len(self.records), fed=fed, result=result, past=past,
+            cache=self.cache, token_id=choice.token_id, top=record_candidates(self.lm, choice) if self.record else (),
             sample_ms=sample_ms, rows=rows, note=attention_note(phase, self.use_cache, rows, q_len, kv_len),
             use_cache=self.use_cache)
-        self.traces.append(trace)
+        self.records.append(trace)
         self.append(choice.token_id)
         return trace
 

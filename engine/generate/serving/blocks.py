@@ -6,9 +6,11 @@
     prefix hash  a full block's identity: hash(previous block's hash, its page_size token ids), so two
                  blocks with the same hash hold the keys and values of the same whole prefix
 
-Blocks are taken as a request grows and given back when it finishes or is preempted. A request that
-starts with the same full blocks of tokens as one already held shares them (ref count + 1) and skips
-computing them: a common system prompt is computed and stored once. A shared block is always full and
+Checked, then committed: `cached_prefix`, `can_allocate` and `can_grow` only look; `allocate` and `grow`
+take blocks, and only after a check said they are there. Blocks are taken as a request grows and given
+back when it finishes or is preempted. A request that starts with the same full blocks of tokens as one
+already held shares them (ref count + 1) and skips computing them: a common system prompt is computed
+and stored once. A shared block is always full and
 never written again, so sharing needs no copy. The free block with the lowest id is taken first, so the
 picture of the pool fills from the left. Modelled on nano-vllm's block_manager.py and vLLM's block pool.
 """
@@ -66,30 +68,46 @@ class BlockManager:
     def blocks_for(self, positions: int) -> int:
         return -(-positions // self.page_size)
 
-    # ------------------------------------------------------------ growing, sharing, freeing
+    # ------------------------------------------------------------ checks: they touch nothing
+
+    def cached_prefix(self, token_ids: list[int]) -> int:
+        """Positions a new table for these tokens could take from full blocks other requests hold (a whole number
+        of blocks). At least one token is always left to compute: its logits choose the next token."""
+        shared = 0
+        for h in prefix_hashes(token_ids, self.page_size, (len(token_ids) - 1) // self.page_size):
+            if h not in self._by_hash:
+                break
+            shared += 1
+        return shared * self.page_size
+
+    def can_allocate(self, positions: int, cached: int = 0) -> int:
+        """The free blocks a new table would take to hold `positions` positions, its first `cached` positions in
+        shared blocks (see cached_prefix); -1 when there are not that many free (nano-vllm's can_allocate)."""
+        need = self.blocks_for(positions) - cached // self.page_size
+        return need if need <= len(self._free) else -1
 
     def can_grow(self, table: list[int], positions: int) -> bool:
         """Are there free blocks enough for this table to hold `positions` positions?"""
         return self.blocks_for(positions) - len(table) <= len(self._free)
 
+    # ------------------------------------------------------------ commits: each after its check
+
+    def allocate(self, table: list[int], token_ids: list[int], positions: int, cached: int = 0) -> None:
+        """A new table: the blocks of its first `cached` positions shared (their ref count + 1, nothing computed
+        again), then free blocks until it holds `positions` positions. Check can_allocate first."""
+        assert not table, "only a request that holds no block can start from shared ones"
+        for h in prefix_hashes(token_ids, self.page_size, cached // self.page_size):
+            block = self.blocks[self._by_hash[h]]
+            block.ref_count += 1
+            table.append(block.id)
+        self.grow(table, positions)
+
     def grow(self, table: list[int], positions: int) -> None:
-        """Append blocks to the table until it holds `positions` positions (check can_grow first)."""
+        """Append free blocks to the table until it holds `positions` positions (check can_grow first)."""
         while len(table) < self.blocks_for(positions):
             block = self.blocks[heapq.heappop(self._free)]
             block.ref_count = 1
             table.append(block.id)
-
-    def share_prefix(self, table: list[int], token_ids: list[int]) -> int:
-        """An empty table takes every leading full block another request already holds; returns the positions
-        covered. At least one token is always left to compute: its logits choose the next token."""
-        assert not table, "only a request that holds no block can start from shared ones"
-        for h in prefix_hashes(token_ids, self.page_size, (len(token_ids) - 1) // self.page_size):
-            block_id = self._by_hash.get(h)
-            if block_id is None:
-                break
-            self.blocks[block_id].ref_count += 1
-            table.append(block_id)
-        return len(table) * self.page_size
 
     def register_full(self, table: list[int], token_ids: list[int], computed: int) -> None:
         """After a pass: every block of the table that is now full of computed positions gets its prefix hash,
@@ -116,7 +134,12 @@ class BlockManager:
                 heapq.heappush(self._free, block_id)
         table.clear()
 
-    # ------------------------------------------------------------ for the record
+    # ------------------------------------------------------------ where positions live, and the record
+
+    def slots(self, table: list[int], positions: int) -> tuple[int, ...]:
+        """The pool slot of each position 0 .. positions-1: table[p // page_size] * page_size + p % page_size."""
+        p = self.page_size
+        return tuple(table[i // p] * p + i % p for i in range(positions))
 
     def ref_counts(self) -> tuple[int, ...]:
         return tuple(b.ref_count for b in self.blocks)

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NOT_ARRIVED = "not arrived"
+from engine.generate.serving.requests import Status
+from engine.generate.serving.scheduler import Phase
+
+NOT_ARRIVED = Status.NOT_ARRIVED  # the status of a request before its arrival step (engine/draw/serving.py reads it)
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class RowRecord:
     """One request's part of the pass."""
 
     id: str
-    phase: str  # prefill (a chunk of its prompt) · decode (1 token) · recompute (its ids again, after a preemption)
+    phase: Phase  # prefill (a chunk of its prompt) · decode (1 token) · recompute (its ids again, after a preemption)
     start: int  # position of its first fed token: the positions before it were already in the pool
     q_len: int
     chunk: int  # the how-many-th pass of its prefill this is (1, 2, ...); 0 for a decode
@@ -36,7 +39,7 @@ class ServingStep:
     preempted: tuple[str, ...]  # ids preempted at this step to make room
     finished: tuple[str, ...]
     prefix_hits: tuple[tuple[str, int], ...]  # (id, prompt positions taken from blocks others hold)
-    statuses: tuple[tuple[str, str], ...]  # (id, status) of every request after the step
+    statuses: tuple[tuple[str, Status], ...]  # (id, status) of every request after the step
     tables: tuple[tuple[str, tuple[int, ...]], ...]  # (id, block table) of every request holding blocks
     held: tuple[tuple[str, int], ...]  # (id, positions whose keys and values its blocks hold) for the same requests
     ref_counts: tuple[int, ...]  # per block of the pool
@@ -48,7 +51,7 @@ class ServingStep:
     forward_ms: float | None  # the pass, measured; None for a step with nothing to run (waiting for arrivals)
     step_ms: float  # the whole step: scheduling, the pass, choosing tokens, bookkeeping
 
-    def status(self, request_id: str) -> str:
+    def status(self, request_id: str) -> Status:
         return dict(self.statuses).get(request_id, NOT_ARRIVED)
 
     def owners(self) -> dict[int, tuple[str, ...]]:

@@ -1,16 +1,22 @@
-"""A serving run: many requests on one model, one engine step at a time.
+"""A serving run: many requests on one model, one engine step at a time. `ServingRun.step()` is three calls:
 
-    step()   1. requests whose arrival step has come join the queue
-             2. the scheduler fills ONE forward pass under the token budget (scheduler.py): decodes,
-                prefill chunks, whole prompts; blocks taken, prefixes shared, requests preempted
-             3. the pass runs on the paged pool (engine/forward/paged.py: [batch=1, T] in, one row of
-                logits per request that reaches the end of what it had to feed)
-             4. each such request chooses its token and appends it through the generation loop's stop
-                rule; a request that stops gives its blocks back
-             5. the step is recorded (record.py): rows, queue, block tables, counts, measured times
+    plan = scheduler.schedule(step)            scheduler.py: requests whose arrival step has come join the queue,
+                                               then ONE forward pass is filled under the token budget: decodes,
+                                               prefill chunks, whole prompts. Blocks are checked, then committed;
+                                               prefixes shared; requests preempted. The Plan says who feeds what.
+    forward_ms, chosen = self.forward(plan)    the pass on the paged pool (engine/forward/paged.py: [batch=1, T]
+                                               in, one row of logits per request that reaches the end of what it
+                                               had to feed); each such request's Sequence chooses its token
+    scheduler.postprocess(plan, chosen, step)  positions computed, full blocks hashed (now shareable), each token
+                                               appended through the generation loop's stop rule; a request that
+                                               stops gives its blocks back
 
-A request decoded here gives exactly the tokens it gives alone (tests/test_serving.py checks it against
-the Stepper, transformers' generate and transformers' own continuous batching, generate_batch).
+and then the step is recorded (record.py): rows, queue, block tables, counts, measured times.
+
+A ServingRun is a Run of the generation loop (engine/generate/loop.py): records (its ServingSteps, also
+`steps`), step(), done, run(n), free(), like the Stepper and the Speculator. A request decoded here gives
+exactly the tokens it gives alone (tests/test_serving.py checks it against the Stepper, transformers'
+generate and transformers' own continuous batching, generate_batch).
 """
 
 from __future__ import annotations
@@ -20,11 +26,11 @@ import time
 from engine.errors import StepError
 from engine.forward.paged import PagedKV, Row, run_paged
 from engine.forward.sampling import Sampling
-from engine.generate.loop import token_pieces
+from engine.generate.loop import Run, token_pieces
 from engine.generate.serving.blocks import BlockManager
-from engine.generate.serving.record import NOT_ARRIVED, RowRecord, ServingStep
-from engine.generate.serving.requests import DONE, Request, RequestSpec
-from engine.generate.serving.scheduler import DECODE, Scheduler
+from engine.generate.serving.record import RowRecord, ServingStep
+from engine.generate.serving.requests import Request, RequestSpec, Status
+from engine.generate.serving.scheduler import Phase, Plan, Scheduler
 from engine.load.loaded import LoadedModel
 
 MAX_REQUESTS = 64  # per run: what one session may ask of a shared server
@@ -39,7 +45,7 @@ MAX_POOL_BYTES = 2 * 2**30
 DEFAULTS = {"page_size": 16, "num_blocks": 128, "max_batch_tokens": 256}
 
 
-class ServingRun:
+class ServingRun(Run):
     """Requests, the pool, the scheduler and the record of every step; `step()` until `done`."""
 
     def __init__(self, lm: LoadedModel, requests: list[RequestSpec], *, page_size: int = DEFAULTS["page_size"],
@@ -68,87 +74,76 @@ class ServingRun:
                             f"{self.kv.bytes / 2**30:.1f} GiB of keys and values; the limit here is "
                             f"{MAX_POOL_BYTES / 2**30:.0f} GiB.")
         self.blocks = BlockManager(num_blocks, page_size)
-        self.scheduler = Scheduler(self.blocks, max_batch_tokens, chunking=chunking, prefix_sharing=prefix_sharing)
-        self.steps: list[ServingStep] = []  # every step's record (record=False: the last one only)
+        self.scheduler = Scheduler(self.blocks, self.requests, max_batch_tokens, chunking=chunking,
+                                   prefix_sharing=prefix_sharing)
+        self.records: list[ServingStep] = []  # every step's record (record=False: the last one only)
         self.step_ms: list[float] = []  # every step's wall time, recorded or not: the clock of TTFT and TPOT
         self.step_index = 0
-        self._not_arrived = list(self.requests)
 
-    # ------------------------------------------------------------ the loop
+    @property
+    def steps(self) -> list[ServingStep]:
+        """The records by their name on the pages: one ServingStep per engine step."""
+        return self.records
 
     @property
     def done(self) -> bool:
-        return all(r.status == DONE for r in self.requests)
+        return all(r.status == Status.DONE for r in self.requests)
 
-    def run(self, n: int | None = None) -> list[ServingStep]:
-        new = []
-        while not self.done and (n is None or len(new) < n):
-            new.append(self.step())
-        return new
+    # ------------------------------------------------------------ one engine step: three calls
 
     def step(self) -> ServingStep:
+        """schedule -> forward -> postprocess (see the module docstring), then the step's record."""
         if self.done:
             raise StepError("Every request has finished: press Reset to serve them again.")
         t0 = time.perf_counter()
+        plan = self.scheduler.schedule(self.step_index)
+        forward_ms, chosen = self.forward(plan)
+        self.scheduler.postprocess(plan, chosen, self.step_index)
+        return self._close(plan, chosen, forward_ms, t0)
+
+    def forward(self, plan: Plan) -> tuple[float | None, dict[str, int]]:
+        """The pass on the pool, and each emitting request's token chosen from its row of logits: (the pass's
+        measured ms, {request id: token id}); (None, {}) when nothing is scheduled (waiting for arrivals)."""
+        if not plan.rows:
+            return None, {}
+        rows = [Row(s.fed, s.start, self.blocks.slots(s.request.table, s.start + s.q_len), s.emits) for s in plan.rows]
+        result = run_paged(self.lm, self.kv, rows)
+        emitting = [s.request for s in plan.rows if s.emits]
+        logits = result.logits[0]  # [emitting rows, vocab], in plan order
+        return result.timing.forward_ms, {r.id: r.choose(row) for r, row in zip(emitting, logits)}
+
+    def free(self) -> None:
+        """Drop the pool's tensors and the records (Reset, or a session ending)."""
+        self.kv = None
+        self.records = []
+
+    # ------------------------------------------------------------ the record of a step
+
+    def _close(self, plan: Plan, chosen: dict[str, int], forward_ms: float | None, t0: float) -> ServingStep:
+        """Count the step, time it, record it (record=False keeps only the newest record)."""
         step = self.step_index
-        arrived = []
-        while self._not_arrived and self._not_arrived[0].arrive <= step:
-            r = self._not_arrived.pop(0)
-            self.scheduler.arrive(r)
-            arrived.append(r.id)
-        plan = self.scheduler.schedule()
-        if not plan.rows and not self._not_arrived and not self.done:
-            raise StepError("Nothing can run and nothing else will arrive: the pool is too small for what waits.")
-        forward_ms, emitted = None, {}
-        if plan.rows:
-            result = run_paged(self.lm, self.kv, [Row(tuple(s.request.tokens[s.start:s.start + s.q_len]), s.start,
-                                                      self._slots(s.request, s.start + s.q_len), s.emits)
-                                                  for s in plan.rows])
-            forward_ms = result.timing.forward_ms
-            logits = result.logits[0]  # [emitting rows, vocab], in plan order
-            j = 0
-            for s in plan.rows:
-                r = s.request
-                r.computed += s.q_len
-                if self.prefix_sharing:
-                    self.blocks.register_full(r.table, r.tokens, r.computed)
-                if s.phase != DECODE:
-                    r.chunks += 1
-                if s.emits:
-                    emitted[r.id] = r.chooser.choose(r.ids, logits[j], probs=False).token_id
-                    j += 1
-                    r.take(emitted[r.id], step)
-                    if r.done:
-                        self.scheduler.finished(r)
         self.step_index += 1
         self.step_ms.append((time.perf_counter() - t0) * 1e3)
-        record = self._record(step, plan, arrived, emitted, forward_ms)
-        if self.record or not self.steps:
-            self.steps.append(record)
+        record = self._record(step, plan, chosen, forward_ms)
+        if self.record or not self.records:
+            self.records.append(record)
         else:
-            self.steps[-1] = record
+            self.records[-1] = record
         return record
 
-    # ------------------------------------------------------------ helpers
-
-    def _slots(self, r: Request, positions: int) -> tuple[int, ...]:
-        """Where positions 0 .. positions-1 of r live in the pool: block table[p // P] * P + p % P."""
-        p = self.page_size
-        return tuple(r.table[i // p] * p + i % p for i in range(positions))
-
-    def _record(self, step: int, plan, arrived: list[str], emitted: dict, forward_ms) -> ServingStep:
+    def _record(self, step: int, plan: Plan, chosen: dict[str, int], forward_ms) -> ServingStep:
         tok = self.lm.tokenizer
-        rows = tuple(RowRecord(s.request.id, s.phase, s.start, s.q_len, 0 if s.phase == DECODE else s.request.chunks,
-                               emitted.get(s.request.id) if s.emits else None,
-                               token_pieces(tok, [emitted[s.request.id]])[0] if s.emits and self.record else "")
+        rows = tuple(RowRecord(s.request.id, s.phase, s.start, s.q_len,
+                               0 if s.phase == Phase.DECODE else s.request.chunks,
+                               chosen.get(s.request.id) if s.emits else None,
+                               token_pieces(tok, [chosen[s.request.id]])[0] if s.emits and self.record else "")
                      for s in plan.rows)
         full = self.record
         return ServingStep(
-            step=step, rows=rows, arrived=tuple(arrived), admitted=tuple(plan.admitted),
+            step=step, rows=rows, arrived=tuple(plan.arrived), admitted=tuple(plan.admitted),
             preempted=tuple(plan.preempted), finished=tuple(r.id for r in self.requests if r.finish_step == step),
             prefix_hits=tuple(plan.prefix_hits.items()),
-            statuses=tuple((r.id, r.status if r not in self._not_arrived else NOT_ARRIVED)
-                           for r in self.requests) if full else (),
+            statuses=tuple((r.id, r.status) for r in self.requests) if full else (),
             tables=tuple((r.id, tuple(r.table)) for r in self.requests if r.table) if full else (),
             held=tuple((r.id, r.computed) for r in self.requests if r.table) if full else (),
             ref_counts=self.blocks.ref_counts() if full else (),
@@ -199,23 +194,18 @@ class ServingRun:
             "page_size": self.page_size, "num_blocks": self.num_blocks, "max_batch_tokens": self.max_batch_tokens,
             "prefix_sharing": self.prefix_sharing, "chunking": self.chunking,
             "block_bytes": self.kv.bytes_per_block, "pool_bytes": self.kv.bytes,
-            "requests": [{"id": r.id, "prompt": r.prompt, "prompt_ids": r.ids[0, : r.prompt_len].tolist(),
+            "requests": [{"id": r.id, "prompt": r.prompt, "prompt_ids": r.tokens[: r.prompt_len],
                           "generated_ids": r.generated_ids, "text": r.generated_text, "arrive": r.arrive,
                           "first_token_step": r.first_token_step, "finish_step": r.finish_step,
                           "stop_reason": r.stop_reason, "preemptions": r.preemptions,
                           "prefix_hit_tokens": r.prefix_hit_tokens, "recomputed_tokens": r.recomputed_tokens,
                           **self.latency(r)} for r in self.requests],
-            "steps": [s.to_dict() for s in self.steps],
+            "steps": [s.to_dict() for s in self.records],
             "prefix_hit_tokens": self.prefix_hit_tokens, "preemptions": self.preemptions,
             "generated_tokens": self.generated_tokens, "engine_steps": self.step_index,
             "wall_ms": sum(self.step_ms), "tokens_per_s": self.tokens_per_s,
             "timing": "each step's wall time, perf_counter around a device sync; the passes are not repeated",
         }
-
-    def free(self) -> None:
-        """Drop the pool's tensors and the records (Reset, or a session ending)."""
-        self.kv = None
-        self.steps = []
 
 
 # ---------------------------------------------------------------- checks

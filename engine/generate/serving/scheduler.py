@@ -1,7 +1,8 @@
-"""The scheduler: which requests share the next forward pass, and how many tokens each feeds.
+"""The scheduler: which requests share the next forward pass, how many tokens each feeds, and what follows it.
 
 Every engine step fills ONE forward pass under a token budget (max_batch_tokens):
 
+  0. arrivals: requests whose arrival step has come join the back of the waiting queue
   chunked prefill on (vLLM v1, Sarathi):
     1. every running request, in the order it was admitted: a decoding one feeds 1 token, a prefilling
        one the next chunk of its prompt (as much as the budget has left);
@@ -11,23 +12,34 @@ Every engine step fills ONE forward pass under a token budget (max_batch_tokens)
     if a waiting prompt fits, the pass prefills whole prompts only and every decode waits a step (the
     decode stall); otherwise the pass decodes every running request.
 
-Before a request feeds tokens, its block table must hold their positions. When the pool has too few
-free blocks for a running request, the most recently admitted running request is preempted, as vLLM
-does: its blocks are freed and it goes back to the front of the queue, to be recomputed from its ids
-(prompt and the tokens it had made) when there is room again. A request new to the pool first takes
-every leading full block another request already holds (prefix sharing): those tokens are skipped.
+Blocks are checked, then committed (nano-vllm's can_allocate, then allocate). A request new to the pool is
+first checked: how many of its leading full blocks others already hold (prefix sharing: those tokens are
+skipped), and whether the free blocks cover the rest of what it feeds. Only when both pass does it take
+any block; one that cannot come in waits with the pool exactly as it was. When a running request needs
+a block and none is free, the most recently admitted running request is preempted, as vLLM does: its
+blocks are freed and it goes back to the front of the queue, to be recomputed from its tokens (prompt
+and the tokens it had made) when there is room again.
 
-`schedule` returns a Plan a test can read; it changes the requests' tables and statuses, nothing else.
+`schedule` returns a Plan a test can read; `postprocess` applies the pass's tokens after it ran.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+from enum import StrEnum
 
+from engine.errors import StepError
 from engine.generate.serving.blocks import BlockManager
-from engine.generate.serving.requests import PREEMPTED, RUNNING, WAITING, Request
+from engine.generate.serving.requests import Request, Status
 
-PREFILL, DECODE, RECOMPUTE = "prefill", "decode", "recompute"  # what a request's part of a pass is
+
+class Phase(StrEnum):
+    """What a request's part of a pass is; the values are what records, JSON and pictures show."""
+
+    PREFILL = "prefill"  # a chunk of its prompt
+    DECODE = "decode"  # its newest token
+    RECOMPUTE = "recompute"  # its tokens again, after a preemption dropped their keys and values
 
 
 @dataclass(frozen=True)
@@ -35,15 +47,20 @@ class Scheduled:
     """One request's part of the pass: it feeds q_len tokens from position `start`."""
 
     request: Request
-    phase: str  # prefill (a chunk of its prompt), decode (1 token), recompute (its ids again after a preemption)
+    phase: Phase
     start: int
     q_len: int
     emits: bool = False  # after this pass every position is computed: its last fed token's logits choose a token
+
+    @property
+    def fed(self) -> tuple[int, ...]:
+        return tuple(self.request.tokens[self.start:self.start + self.q_len])
 
 
 @dataclass
 class Plan:
     rows: list[Scheduled] = field(default_factory=list)
+    arrived: list[str] = field(default_factory=list)  # ids that joined the queue this step
     preempted: list[str] = field(default_factory=list)  # ids preempted to make room, in order
     prefix_hits: dict[str, int] = field(default_factory=dict)  # id -> prompt positions taken from shared blocks
     admitted: list[str] = field(default_factory=list)  # ids that entered the pool this step
@@ -54,17 +71,24 @@ class Plan:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, max_batch_tokens: int, chunking: bool = True,
+    def __init__(self, blocks: BlockManager, requests: list[Request], max_batch_tokens: int, chunking: bool = True,
                  prefix_sharing: bool = True):
         self.blocks = blocks
         self.max_batch_tokens = max_batch_tokens
         self.chunking = chunking
         self.prefix_sharing = prefix_sharing
-        self.waiting: list[Request] = []  # arrived and not in the pool: preempted ones at the front
-        self.running: list[Request] = []  # in the pool, in the order they were admitted
+        self.not_arrived: deque[Request] = deque(requests)  # in order of arrival
+        self.waiting: deque[Request] = deque()  # arrived and not in the pool: preempted ones at the front
+        self.running: deque[Request] = deque()  # in the pool, in the order they were admitted
 
-    def schedule(self) -> Plan:
+    def schedule(self, step: int) -> Plan:
+        """Arrivals join the queue, then ONE pass is filled under the token budget (see the module docstring)."""
         plan = Plan()
+        while self.not_arrived and self.not_arrived[0].arrive <= step:
+            r = self.not_arrived.popleft()
+            r.status = Status.WAITING
+            self.waiting.append(r)
+            plan.arrived.append(r.id)
         if self.chunking:
             self._continue_running(plan, self.max_batch_tokens)
             self._admit_waiting(plan, self.max_batch_tokens - plan.tokens)
@@ -72,14 +96,32 @@ class Scheduler:
             self._admit_waiting(plan, self.max_batch_tokens)  # whole prompts first: decodes wait this step
             if not plan.rows:
                 self._continue_running(plan, self.max_batch_tokens)
+        if not plan.rows and not self.not_arrived and (self.waiting or self.running):
+            raise StepError("Nothing can run and nothing else will arrive: the pool is too small for what waits.")
         return plan
+
+    def postprocess(self, plan: Plan, chosen: dict[str, int], step: int) -> None:
+        """After the pass: each row's fed positions are computed (full blocks get their prefix hash, to be shared),
+        each token chosen is appended through the loop's stop rule, and a request that stops frees its blocks."""
+        for s in plan.rows:
+            r = s.request
+            r.computed += s.q_len
+            if self.prefix_sharing:
+                self.blocks.register_full(r.table, r.tokens, r.computed)
+            if s.phase != Phase.DECODE:
+                r.chunks += 1
+            if s.emits:
+                r.take(chosen[r.id], step)
+                if r.status == Status.DONE:
+                    self.blocks.free(r.table)
+                    self.running.remove(r)
 
     # ------------------------------------------------------------ the two halves of a pass
 
     def _continue_running(self, plan: Plan, budget: int) -> None:
         """Running requests, oldest first: each feeds what it needs, as far as the budget goes."""
         for r in list(self.running):
-            if r.status != RUNNING or budget <= 0:
+            if r.status != Status.RUNNING or budget <= 0:
                 continue
             n = min(r.need, budget)
             if not self._make_room(r, r.computed + n, plan):
@@ -88,30 +130,32 @@ class Scheduler:
             budget -= n
 
     def _admit_waiting(self, plan: Plan, budget: int) -> None:
-        """Waiting requests, front first, while the budget and the free blocks last."""
+        """Waiting requests, front first, while the budget and the free blocks last: each checked, then committed."""
         while self.waiting and not plan.preempted:  # after a preemption, nobody new comes in this step
             r = self.waiting[0]
-            if self.prefix_sharing and not r.table:
-                r.computed = self.blocks.share_prefix(r.table, r.tokens)  # skip what others already hold
-            if self.chunking:
-                n = min(r.need, budget)
-            else:  # a whole prompt; one longer than the budget may only go alone
-                n = r.need if r.need <= budget or not plan.rows else 0
-            if n <= 0 or not self.blocks.can_grow(r.table, r.computed + n):
-                self.blocks.free(r.table)  # let go of any shared blocks: it waits as it was
-                r.computed = 0
-                return
-            self.waiting.pop(0)
-            if r.computed:
-                plan.prefix_hits[r.id] = r.computed
+            cached = self.blocks.cached_prefix(r.tokens) if self.prefix_sharing else 0  # held by others: skipped
+            n = self._admit_tokens(len(r.tokens) - cached, budget, plan)
+            if n <= 0 or self.blocks.can_allocate(cached + n, cached) < 0:
+                return  # it waits, and nothing was taken
+            self.waiting.popleft()
+            self.blocks.allocate(r.table, r.tokens, cached + n, cached)
+            r.computed = cached
+            if cached:
+                plan.prefix_hits[r.id] = cached
                 if not r.preemptions:
-                    r.prefix_hit_tokens += r.computed
-            self.blocks.grow(r.table, r.computed + n)
-            r.status = RUNNING
+                    r.prefix_hit_tokens += cached
+            r.status = Status.RUNNING
             self.running.append(r)
             plan.admitted.append(r.id)
             plan.rows.append(self._scheduled(r, n))
             budget -= n
+
+    def _admit_tokens(self, need: int, budget: int, plan: Plan) -> int:
+        """Tokens a waiting request may feed this pass: a chunk as big as the budget allows, or (chunking off) its
+        whole prompt, which a prompt longer than the budget may do only alone."""
+        if self.chunking:
+            return min(need, budget)
+        return need if need <= budget or not plan.rows else 0
 
     # ------------------------------------------------------------ room in the pool
 
@@ -132,23 +176,15 @@ class Scheduler:
         self.blocks.free(r.table)
         r.recomputed_tokens += r.computed  # keys and values thrown away: computed again when it comes back
         r.computed = 0
-        r.status = PREEMPTED
+        r.status = Status.PREEMPTED
         r.preemptions += 1
         self.running.remove(r)
-        self.waiting.insert(0, r)
+        self.waiting.appendleft(r)
 
     def _scheduled(self, r: Request, n: int) -> Scheduled:
         return Scheduled(r, self._phase(r), r.computed, n, emits=r.computed + n == len(r.tokens))
 
-    def _phase(self, r: Request) -> str:
+    def _phase(self, r: Request) -> Phase:
         if r.first_token_step is not None and r.need == 1:
-            return DECODE
-        return RECOMPUTE if r.preemptions else PREFILL
-
-    def arrive(self, r: Request) -> None:
-        r.status = WAITING
-        self.waiting.append(r)
-
-    def finished(self, r: Request) -> None:
-        self.blocks.free(r.table)
-        self.running.remove(r)
+            return Phase.DECODE
+        return Phase.RECOMPUTE if r.preemptions else Phase.PREFILL
