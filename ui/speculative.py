@@ -70,7 +70,7 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
     known = token_pieces(run.lm.tokenizer, run.ids[0, : r.past].tolist())
     pieces = known + list(r.target.fed_tokens)
     if r.round == 0:
-        title = "Prefill · round 0 · the target's first pass"
+        title = "Prefill (initiation phase) · round 0 · the target's first pass"
     else:
         title = (f"Verify · round {r.round} · {r.q_len} rows checked in one pass · "
                  f"{r.cut} column{'s' if r.cut != 1 else ''} cut")

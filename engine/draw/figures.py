@@ -72,16 +72,58 @@ def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def gpt2_shapes_frame(t: StepTrace, spec, prompt: str, prompt_len: int) -> pd.DataFrame:
-    """The articles' GPT-2 (124M) beside the live model, for the same prompt: each counted by its own tokenizer.
+NUMBERED = ("①", "②", "③", "④", "⑤")  # the attention's five matmuls; W_o and the MLP follow them
 
-    GPT-2's figures come from its published config (12 heads, head_dim 64), its token count from its own
-    bundled tokenizer: "A red jacket compliments any outfit." gives [1, 12, 7, 64], [1, 12, 1, 64], [1, 12, 8, 64].
+
+def _short_flops(text: str) -> str:
+    """'131.1 kFLOP' -> '131.1 k': the unit is said once, in the column's header."""
+    return text.replace("FLOP", "").strip()
+
+
+def matmul_figure(t: StepTrace, spec, layer: int = 0, scale: float = 1.0) -> go.Figure:
+    """matmul_frame as one table a projector's side column can read on its first screen.
+
+    Four columns, every line short enough for its column (so plotly never wraps a cell by itself and the height
+    below is the table's real height: no scrolling, nothing off the edge); the attention's five matmuls numbered
+    ① to ⑤; the two that grow with the context shaded; FLOPs (estimates) in the header's unit."""
+    df = matmul_frame(t, spec, layer)
+    names = [f"{NUMBERED[i]} {op}" if i < len(NUMBERED) else f"+ {op}" for i, op in enumerate(df["matmul"])]
+    shapes = []
+    for x in df["shape (q rows)"]:
+        head, sep, tail = x.rpartition(" × ") if x.startswith(f"{spec.heads} heads") else x.partition(" through ")
+        shapes.append(f"{head}<br>{sep.strip()} {tail}" if sep.strip() == "×" else
+                      (f"{head} through<br>{tail}" if sep else x))
+    on = [_short_flops(x) for x in df["cache on"]]
+    off = [f"{_short_flops(x)} {r.replace('.0', '')}" for x, r in zip(df["cache off"], df["off / on"])]
+    size = 11.5 * scale
+    line = size * 1.35
+    lines = [max(c.count("<br>") + 1 for c in row) for row in zip(names, shapes, on, off)]
+    shade = ["#fff3e0" if g == "context" else "#ffffff" for g in df["grows with"]]
+    fig = go.Figure(go.Table(
+        columnwidth=[0.30, 0.38, 0.14, 0.18],
+        header=dict(values=["<b>matmul</b>", "<b>shape</b> (q = rows fed)", "<b>cached</b>", "<b>no cache</b>"],
+                    fill_color="#f0f2f6", align="left", font=dict(size=size), height=line + 8),
+        cells=dict(values=[names, shapes, on, off], align="left", font=dict(size=size), height=line + 8,
+                   fill_color=[shade] * 4, line_color="#e6e6e6")))
+    fig.update_layout(height=int(sum(n * line + 8 for n in [1] + lines) + 10), margin=dict(l=2, r=2, t=2, b=2))
+    return fig
+
+
+ARTICLE_SENTENCE = "A red jacket compliments any outfit."  # the articles' GPT-2 example: 7 GPT-2 tokens
+
+
+def gpt2_shapes_frame(t: StepTrace, spec, prompt_len: int) -> pd.DataFrame:
+    """The articles' own numbers first: GPT-2 (124M) on the articles' sentence, whatever the prompt on screen,
+    beside the live model on its own prompt (each counted by its own tokenizer).
+
+    GPT-2's figures come from its published config (12 heads, head_dim 64), its token count from its own bundled
+    tokenizer: "A red jacket compliments any outfit." gives [1, 12, 7, 64], [1, 12, 1, 64], [1, 12, 8, 64]. Both
+    columns move with the run: after this run's n-th decode step GPT-2's cache would hold 7 + n positions.
     """
     from engine.load import gpt2
     from engine.measure.kvcalc import from_table
 
-    ref, s = from_table("gpt2"), gpt2.count(prompt)
+    ref, s = from_table("gpt2"), gpt2.count(ARTICLE_SENTENCE)
     new = t.kv_len - prompt_len  # positions this run added after its prompt (0 at prefill)
 
     def q(spec_, pos):
@@ -90,12 +132,12 @@ def gpt2_shapes_frame(t: StepTrace, spec, prompt: str, prompt_len: int) -> pd.Da
     def k(spec_, pos):
         return f"[1, {spec_.kv_heads}, {pos}, {spec_.head_dim}]"
 
-    rows = [("prompt tokens (pos at prefill)", str(prompt_len), str(s)),
-            ("q at prefill [batch, head, pos, head_dim]", q(spec, prompt_len), q(ref, s)),
-            ("q at a cached decode step", q(spec, 1), q(ref, 1)),
-            ("K cache after decode step 1", k(spec, prompt_len + 1), k(ref, s + 1)),
-            (f"K cache after this step (step {t.step})", k(spec, t.kv_len), k(ref, s + new))]
-    return pd.DataFrame(rows, columns=["tensor", "this model", "GPT-2 (124M)"])
+    rows = [("prompt tokens (pos at prefill)", str(s), str(prompt_len)),
+            ("q at prefill [batch, head, pos, head_dim]", q(ref, s), q(spec, prompt_len)),
+            ("q at a cached decode step", q(ref, 1), q(spec, 1)),
+            ("K cache after decode step 1", k(ref, s + 1), k(spec, prompt_len + 1)),
+            (f"K cache after this step (step {t.step})", k(ref, s + new), k(spec, t.kv_len))]
+    return pd.DataFrame(rows, columns=["tensor", "GPT-2 (124M)", "this model"])
 
 
 # ---------------------------------------------------------------- attention
@@ -139,9 +181,15 @@ def assembled_attention(traces: list[StepTrace], layer: int, head: int) -> np.nd
     return out
 
 
+LABEL_EVERY = 40  # up to this many positions, every one is labelled (plotly would otherwise thin them out)
+
+
 def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: list[str], title: str,
                       scale: float = 1.0) -> go.Figure:
-    """One head's attention [query_pos, key_pos]; masked pairs drawn grey (masked, not zero)."""
+    """One head's attention [query_pos, key_pos]; masked pairs drawn grey (masked, not zero).
+
+    Every key and query up to LABEL_EVERY positions is labelled ("7 ·Tom"), the font shrinking to fit; the
+    height follows the rows, so a few rows (one per head) fit a projector's first screen, labels included."""
     masked = np.where(np.isnan(weights), 1.0, np.nan)
     fig = go.Figure([
         go.Heatmap(z=masked, x=col_labels, y=row_labels, colorscale=[[0, MASKED], [1, MASKED]], showscale=False,
@@ -152,7 +200,13 @@ def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: li
     ])
     fig.update_yaxes(autorange="reversed", title="query_pos")
     fig.update_xaxes(title="key_pos (grey: masked)", tickangle=-60)
-    return layout(fig, title, height=max(300, int(24 * len(row_labels)) + 170), scale=scale)
+    for axis, labels in ((fig.update_xaxes, col_labels), (fig.update_yaxes, row_labels)):
+        if len(labels) <= LABEL_EVERY:  # a long piece is cut on the axis ("0 <|endo…"), whole in the hover
+            axis(tickmode="array", tickvals=list(labels), ticktext=[x if len(x) <= 10 else x[:9] + "…" for x in labels],
+                 tickfont=dict(size=max(7.0, min(11 * scale, 400 / max(1, len(labels))))))
+    fig = layout(fig, title, height=max(220, int(18 * len(row_labels)) + 120), scale=scale)
+    fig.update_layout(margin=dict(t=int(40 * scale)))
+    return fig
 
 
 def newest_query(t: StepTrace, layer: int) -> np.ndarray:
@@ -261,66 +315,116 @@ def kv_grid_figure(traces: list[StepTrace], layers: int, scale: float = 1.0) -> 
 # ---------------------------------------------------------------- next token
 
 
-def next_token_figure(t: StepTrace, scale: float = 1.0) -> go.Figure:
-    """The most likely tokens: probability before and after the warpers; each bar says its raw logit."""
+def next_token_figure(t: StepTrace, scale: float = 1.0, height: int = 250) -> go.Figure:
+    """The most likely tokens: probability before and after the warpers; each bar says its raw logit.
+
+    The axis ends a little above the tallest bar (a run that is sure of its token fills the chart, an unsure one
+    is not squeezed into the bottom half of an axis to 1.0), so the chart stays short enough for the first screen."""
     labels = [show_piece(c.token) for c in t.top]
     colours = [NEW if c.token_id == t.token_id else GREY for c in t.top]
     fig = go.Figure([
-        go.Bar(x=labels, y=[c.p_before for c in t.top], name="before warpers (softmax of the logits)",
+        go.Bar(x=labels, y=[c.p_before for c in t.top], name="before warpers · text: logit",
                marker_color="#c6dbef", text=[f"{c.logit:.1f}" for c in t.top], textposition="outside",
+               cliponaxis=False, textfont=dict(size=11 * scale),
                hovertemplate="%{x}: p %{y:.3f}, logit %{text}<extra></extra>"),
-        go.Bar(x=labels, y=[c.p_after for c in t.top], name="after warpers (what was drawn from)",
-               marker_color=colours),
+        go.Bar(x=labels, y=[c.p_after for c in t.top], name="after warpers (drawn from)", marker_color=colours),
     ])
+    fig.update_layout(uniformtext=dict(minsize=10 * scale, mode="show"))  # a logit over a thin bar stays legible
+    top = max([c.p_before for c in t.top] + [c.p_after for c in t.top] + [0.05])
     fig.update_layout(barmode="group")
-    fig.update_yaxes(title="probability (numbers: raw logits)", range=[0, 1.15])
-    return layout(fig, f"Next token: {show_piece(t.token)} (green)", scale=scale)  # the rule is said under it
+    fig.update_yaxes(title="probability", range=[0, min(1.0, top) * 1.18], tickformat=".0%")
+    fig.update_xaxes(tickangle=-30 if len(labels) > 6 else 0)
+    fig = layout(fig, f"Next token: {show_piece(t.token)} (green)", height=height, scale=scale)
+    fig.update_layout(margin=dict(t=int(62 * scale)))
+    return fig
 
 
 # ---------------------------------------------------------------- latency
 
 
-def latency_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
-    """Forward time per step: the median of its timed repeats, the bar's whisker its spread; FLOPs estimate dashed."""
+def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None = None,
+                   height: int = 230) -> go.Figure:
+    """Forward time per step: the median of its timed repeats, the bar's whisker its spread; FLOPs estimate dashed.
+
+    TTFT is the prefill's bar (labelled), TPOT the dotted line at the median decode step. Every bar fits the axis;
+    a whisker that does not is cut at the top and listed once, in one line (labels never collide). `note` (from
+    engine.measure.noise) is said in the title when the measurements contradict the lesson."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steps = [t.step for t in traces]
     colours = [PREFILL if t.phase == "prefill" else (DECODE if t.use_cache else RECOMPUTED) for t in traces]
     repeats = traces[0].timing.repeats if traces else 1
     fig.add_trace(go.Bar(
         x=steps, y=[t.latency_ms for t in traces], marker_color=colours,
-        name=f"ms per step (median of {repeats} timed runs; whisker: fastest–slowest)" if repeats > 1 else "ms per step",
+        name=f"ms per step (median of {repeats})" if repeats > 1 else "ms per step",
         error_y=dict(type="data", symmetric=False, array=[t.timing.high_ms - t.forward_ms for t in traces],
                      arrayminus=[t.forward_ms - t.timing.low_ms for t in traces], color="#444", thickness=1.5),
         hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"))
     fig.add_trace(go.Scatter(x=steps, y=[t.flops_estimate for t in traces], name="FLOPs (estimate)",
                              line=dict(color=ESTIMATE, dash="dash")), secondary_y=True)
     step_axis(fig, steps)
+    fig.update_xaxes(range=[-0.6, max(steps, default=0) + 0.6])  # the prefill's bar at 0, nothing left of it
     ceiling, outliers = latency_ceiling(traces)
     fig.update_yaxes(title="ms (measured)", secondary_y=False, range=[0, ceiling])
-    for step, ms in outliers:  # cut off by the robust range: marked where they leave the chart, with their time
-        fig.add_annotation(x=step, y=ceiling, yref="y", text=f"↑ {ms:.0f} ms", showarrow=False, yanchor="top",
-                           font=dict(color=INK_OUTLIER, size=12 * scale), bgcolor="rgba(255,255,255,0.8)")
-    fig.update_yaxes(title="FLOPs (estimate)", secondary_y=True, rangemode="tozero")
-    return layout(fig, "Latency of every step", scale=scale)
+    if outliers:  # whiskers cut by the robust range: a mark where each leaves the chart, the times said once
+        fig.add_trace(go.Scatter(x=[s for s, _ in outliers], y=[ceiling * 0.985] * len(outliers), mode="markers",
+                                 marker=dict(symbol="triangle-up", size=9 * scale, color=INK_OUTLIER),
+                                 showlegend=False, hoverinfo="skip"))
+        worst = sorted(outliers, key=lambda o: -o[1])[:3]  # the three tallest, in step order
+        listed = ", ".join(f"step {s_}: {ms:.0f} ms" for s_, ms in sorted(worst)) + (" …" if len(outliers) > 3 else "")
+        fig.add_annotation(x=1, xref="paper", y=1, yref="paper", xanchor="right", yanchor="top", showarrow=False,
+                           text=f"▲ cut: {listed}", font=dict(color=INK_OUTLIER, size=11 * scale),
+                           bgcolor="rgba(255,255,255,0.85)")
+    call = timing_callout(traces)
+    if call is not None:
+        inside = call["ttft_ms"] > 0.25 * ceiling  # on the prefill's own bar, or just above a short one
+        fig.add_annotation(x=0, y=call["ttft_ms"] / 2 if inside else call["ttft_ms"], text="TTFT", showarrow=False,
+                           yanchor="middle" if inside else "bottom", textangle=-90 if inside else 0,
+                           font=dict(color="#fff" if inside else PREFILL, size=12 * scale))
+        if call["tpot_ms"]:
+            fig.add_hline(y=call["tpot_ms"], line=dict(color=DECODE, dash="dot", width=2))
+            fig.add_annotation(x=max(steps), y=call["tpot_ms"], text="TPOT", showarrow=False, xanchor="right",
+                               yanchor="bottom", yshift=1, font=dict(color=DECODE, size=12 * scale),
+                               bgcolor="rgba(255,255,255,0.7)")
+    fig.update_yaxes(title="FLOPs (estimate)", secondary_y=True, rangemode="tozero", showgrid=False)
+    title = ""
+    if note:
+        from engine.measure.noise import headline
+
+        title = "<span style='font-size:0.8em'>⚠ " + "<br>".join(wrap(headline(note), 58)) + "</span>"
+    fig = layout(fig, title, height=height + (22 * (title.count("<br>") + 1) if title else 0), scale=scale)
+    top = (22 * (title.count("<br>") + 1) + 34) if title else 34  # the legend's row, and the note's lines
+    fig.update_layout(margin=dict(t=int(top * scale)), legend=dict(y=1.0, yanchor="bottom"))
+    return fig
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """Words in lines of at most `width` characters (a chart title has no wrapping of its own)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 INK_OUTLIER = "#444"  # the whisker's own colour
-OUTLIER = 3.0  # a bar or whisker above this many times the median bar is an outlier: marked, not scaled to
+OUTLIER = 3.0  # a whisker above this many times the median bar is an outlier: marked, not scaled to
 
 
 def latency_ceiling(traces: list[StepTrace]) -> tuple[float, list[tuple[int, float]]]:
-    """A robust top for the latency axis, and the (step, ms) of each bar or whisker above it.
+    """A robust top for the latency axis, and the (step, ms) of each whisker above it.
 
-    One slow repeat (a 240 ms whisker over 5–10 ms bars) must not flatten every other bar: the axis ends a
-    little above the tallest value within OUTLIER × the median decode bar (the prefill's bar always fits),
-    and whatever is cut off is marked with its time instead.
+    Every bar (a step's median) fits: a bar cut off would hide the number the chart is for. One slow repeat (a
+    240 ms whisker over 5–10 ms bars) must not flatten every other bar, so a whisker above OUTLIER × the median
+    decode bar (and above every bar) is cut at the top and its time named instead.
     """
     if not traces:
         return 1.0, []
     bars = [t.latency_ms for t in traces]
     tops = [t.latency_ms + t.timing.high_ms - t.forward_ms for t in traces]  # each whisker's top
     decode = [b for t, b in zip(traces, bars) if t.phase != "prefill"] or bars
-    limit = max([OUTLIER * float(np.median(decode))] + [b for t, b in zip(traces, bars) if t.phase == "prefill"])
+    limit = max([OUTLIER * float(np.median(decode))] + bars)
     ceiling = 1.15 * max(x for x in bars + tops if x <= limit)
     return ceiling, [(t.step, top) for t, top in zip(traces, tops) if top > ceiling]
 
@@ -382,6 +486,32 @@ def padded_batch_frame(pieces: tuple[tuple[str, ...], ...], input_ids, attention
                                   else f"{show_piece(piece)} ({int(input_ids[b, p])})")
                      for p, piece in enumerate(row_pieces)})
     return pd.DataFrame(rows, index=[f"batch {b}" for b in range(len(pieces))])
+
+
+def padded_batch_html(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> str:
+    """The same left-padded batch as a grid that fits the page's width: one row per prompt, one column per position,
+    each cell its token (id under it), padding grey like every masked thing. Cells wrap their text instead of
+    pushing the last positions off the right edge; on a phone the grid scrolls sideways (ui/style.py)."""
+    n = max((len(r) for r in pieces), default=0)
+    head = ["<div class='dl-batch-h'></div>"] + [f"<div class='dl-batch-h'>pos {p}</div>" for p in range(n)]
+    cells = []
+    for b, row_pieces in enumerate(pieces):
+        cells.append(f"<div class='dl-batch-h'>batch {b}</div>")
+        for p, piece in enumerate(row_pieces):
+            tid = int(input_ids[b, p])
+            pad = int(attention_mask[b, p]) == 0
+            text = "PAD" if pad else html.escape(show_piece(piece))
+            colour = MASKED if pad else PREFILL + "22"
+            cells.append(f"<div data-role='{'pad' if pad else 'token'}' data-pos='{p}' data-row='{b}' "
+                         f"style='background:{colour}'>{text}<br><small>{tid}</small></div>")
+    style = ("<style>.dl-batch{overflow-x:auto}.dl-batch>div{display:grid;gap:2px;font-size:0.78rem;"
+             "line-height:1.25}.dl-batch>div>div{padding:3px 4px;border-radius:4px;overflow-wrap:anywhere;"
+             "font-family:monospace;min-width:0}.dl-batch small{color:#666}.dl-batch .dl-batch-h{color:#666;"
+             "font-family:inherit;background:none}@media (max-width:700px){.dl-batch>div{min-width:"
+             f"{60 + 52 * n}px}}}}</style>")
+    grid = (f"<div style='grid-template-columns:4.2em repeat({n}, minmax(0, 1fr))'>"
+            + "".join(head + cells) + "</div>")
+    return f"{style}<div class='dl-batch' data-testid='dl-batch'>{grid}</div>"
 
 
 def batch_shapes_frame(shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> pd.DataFrame:

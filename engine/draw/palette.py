@@ -22,8 +22,8 @@ RECOMPUTED = "#d62728"
 MASKED = "#d9d9d9"
 ESTIMATE = "#9467bd"
 GREY = "#9e9e9e"
-LEGEND = {"prefill": PREFILL, "decode": DECODE, "this step": NEW, "recomputed (cache off)": RECOMPUTED,
-          "masked": MASKED, "estimate": ESTIMATE}
+LEGEND = {"prefill (initiation phase)": PREFILL, "decode (generation phase)": DECODE, "this step": NEW,
+          "recomputed (cache off)": RECOMPUTED, "masked": MASKED, "estimate": ESTIMATE}  # the articles' two names
 
 
 def layout(fig: go.Figure, title: str, height: int = 380, scale: float = 1.0) -> go.Figure:

@@ -33,6 +33,17 @@ from engine.units import human_bytes, human_flops
 
 # ---------------------------------------------------------------- the token strip
 
+CHOSEN_MIN_W = 64  # the "next:" chip is never a sliver, even for one character (a stop string's ".")
+PHASE_NAMES = {"prefill": "Prefill (initiation phase)", "decode": "Decode (generation phase)"}  # the articles' words
+
+
+def _chosen_size(token: str, size: float, width: float) -> float:
+    """A one- or two-character token is drawn larger, so "next: ." is not a nearly empty box; a long one shrinks
+    to fit its chip."""
+    shown = show_piece(token)
+    return 24.0 if len(shown) <= 2 else mono_fit(shown, size, width)
+
+
 
 def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_from: int | None) -> tuple[str, float, tuple]:
     """Chips for the positions 0..kv_len-1 and the chosen token; returns (svg, height, chosen chip centre)."""
@@ -41,7 +52,7 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     fed = set(range(t.past, t.past + t.q_len))
     size, pad = 17, 12
     widths = [min(190, mono_width(show_piece(p), size) + pad) for p in pieces[:n]]
-    chosen_w = min(230, mono_width(show_piece(t.token), size) + pad)  # <|endoftext|> whole: it ends the run
+    chosen_w = min(230, max(CHOSEN_MIN_W, mono_width(show_piece(t.token), size) + pad))  # <|endoftext|> whole
     avail = W - chosen_w - 90
     # keep the start and the end of the sequence; elide the middle if it does not fit on two lines
     shown = list(range(n))
@@ -86,8 +97,8 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     cx, cy = W - chosen_w - 10, rows_y[0]
     out.append(f'<g data-role="chosen-chip"><rect x="{cx:.1f}" y="{cy:.1f}" width="{chosen_w:.1f}" height="32" rx="5" '
                f'fill="{NEW}" fill-opacity="0.15" stroke="{NEW}" stroke-width="2.5" stroke-dasharray="5 3"/>'
-               + _t(cx + chosen_w / 2, cy + 23, show_piece(t.token), mono_fit(show_piece(t.token), size, chosen_w - pad),
-                    "middle", family=MONO) + '</g>')
+               + _t(cx + chosen_w / 2, cy + 23, show_piece(t.token), _chosen_size(t.token, size, chosen_w - pad),
+                    "middle", family=MONO, weight="bold" if len(show_piece(t.token)) <= 2 else "normal") + '</g>')
     out.append(_t(cx - 8, cy + 22, "next:", 13, "end", NEW, weight="bold"))
     height = 40 * (row + 1)
     fed_txt = f"fed: {t.q_len} position{'s' if t.q_len != 1 else ''} (q_len = {t.q_len}) · kv_len = {t.kv_len}"
@@ -401,7 +412,8 @@ def stage_svg(t: StepTrace, pieces: list[str], prompt_len: int, layer: int = 0, 
     heads = q_shape[1] if q_shape else (lt.pattern.shape[0] if lt.pattern is not None else 1)
     head = max(0, min(head, heads - 1))
     y = 6
-    header = title or (f"{t.phase.capitalize()} · step {t.step} · cache {'on' if t.use_cache else 'off'}")
+    phase = PHASE_NAMES.get(t.phase, t.phase.capitalize())
+    header = title or f"{phase} · step {t.step} · cache {'on' if t.use_cache else 'off'}"
     body = [_t(0, y + 20, header, 18, weight="bold")]
     y += 34
     strip, sh, chosen_xy = _strip(t, pieces, prompt_len, y, rejected_from)

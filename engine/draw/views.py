@@ -12,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.draw import figures as fig
+from engine.draw.heads import heads_svg
 from engine.draw.palette import show_piece
+from engine.draw.svg import picture_html
 from engine.measure.attention import earlier_copies, head_roles, roles_sentence
+from engine.measure.noise import latency_note
 
 VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
 STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "latency_ms"]  # the Latency view's table
@@ -48,6 +51,7 @@ class StepContext:
     head: int = 0
     scale: float = 1.0
     labels: tuple[str, ...] = field(default=(), compare=False)
+    pictures: bool = False  # a class's follower: every head drawn as a picture (engine/draw/heads.py), not a chart
 
     @property
     def t(self):
@@ -69,8 +73,13 @@ def attention(c: StepContext) -> list[Block]:
     t, layer = c.t, c.layer
     if t.layers[layer].pattern is None:
         return [Block("note", t.attention_note)]
-    blocks = [Block("figure", fig.heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=True),
-                    "heads")]
+    if c.pictures:  # the same weights, printed in the cells: a follower's tab shows a picture in a few ms
+        blocks = [Block("html", picture_html(heads_svg(t, layer, list(c.pieces)),
+                                             f"layer {layer}: every head's attention for the newest query",
+                                             "dl-follow-heads"), "heads")]
+    else:
+        blocks = [Block("figure", fig.heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2,
+                                                   newest_only=True), "heads")]
     blocks += look_back_blocks(c)
     return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
                                       "is masked (the future, or outside a sliding window): masked, not zero. One "
@@ -115,31 +124,32 @@ def matmuls(c: StepContext) -> list[Block]:
         return [Block("note", "The model's figures were not shared with this step.")]
     no_cache = t.kv_len if t.phase == "decode" else t.q_len
     with_cache = t.q_len if t.use_cache or t.phase == "prefill" else 1
-    return [Block("caption", f"Layer {layer}'s matmuls at this step (FLOPs are estimates). q is the rows each weight "
-                             f"matrix multiplies: {with_cache} with the cache, {no_cache} without."),
-            Block("table", fig.matmul_frame(t, c.spec, layer).set_index("matmul"), "matmuls"),
+    return [Block("caption", f"Layer {layer} at step {t.step}: q = the rows each weight matrix multiplies, "
+                             f"{with_cache} with the cache, {no_cache} without. FLOPs are estimates."),
+            Block("figure", fig.matmul_figure(t, c.spec, layer, scale=c.scale), "matmuls"),
             Block("caption", "The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the "
-                             "fed rows only); QKᵀ and ·V still grow with the context. Scores count the (query, key) "
-                             "pairs the mask lets through; eager attention also computes the masked ones and throws "
-                             "them away.")]
+                             "fed rows only); ④ QKᵀ and ⑤ ·V still grow with the context (shaded). Scores count the "
+                             "(query, key) pairs the mask lets through; eager attention also computes the masked ones "
+                             "and throws them away.")]
 
 
 def shapes(c: StepContext) -> list[Block]:
     t, spec = c.t, c.spec
-    blocks = [Block("caption", "The tensors of this pass, named by where they live; 'measured' shapes were read off "
-                               "the real tensors. At prefill pos is the prompt length s; at a cached decode step it is "
-                               "1."),
-              Block("table", fig.shapes_frame(t).set_index("tensor"), "shapes")]
+    blocks = []
+    if spec is not None:  # the articles' own numbers first, whatever the prompt: one click from the step page
+        blocks += [Block("md", "**The articles' GPT-2 (124M)** on their sentence \"A red jacket compliments any "
+                               "outfit.\" (7 GPT-2 tokens; 12 heads, head_dim 64), beside **this model** on the prompt "
+                               "on screen, each counted by its own tokenizer:"),
+                   Block("table", fig.gpt2_shapes_frame(t, spec, c.prompt_len).set_index("tensor"), "gpt2")]
+    blocks += [Block("caption", "The tensors of this pass, named by where they live; 'measured' shapes were read off "
+                                "the real tensors. At prefill pos is the prompt length s; at a cached decode step it "
+                                "is 1."),
+               Block("table", fig.shapes_frame(t).set_index("tensor"), "shapes")]
     if spec is not None and spec.kv_heads != spec.heads:
         group = spec.heads // spec.kv_heads
         blocks.append(Block("note", f"{spec.attention}: {spec.heads} query heads share {spec.kv_heads} key/value heads "
                                     f"({group} queries per K/V head), so the cache is {group}× smaller than with one "
                                     "K/V head per query head."))
-    if spec is not None:
-        blocks += [Block("md", "**The articles' GPT-2 beside this model**, each counting the prompt with its own "
-                               "tokenizer (GPT-2: 12 heads, head_dim 64, its bundled tokenizer; the article's \"A red "
-                               "jacket compliments any outfit.\" is 7 GPT-2 tokens):"),
-                   Block("table", fig.gpt2_shapes_frame(t, spec, c.prompt, c.prompt_len).set_index("tensor"), "gpt2")]
     return blocks
 
 
@@ -165,11 +175,14 @@ def kv_cache(c: StepContext) -> list[Block]:
 def latency(c: StepContext) -> list[Block]:
     traces = list(c.traces)
     call = fig.timing_callout(traces)
-    blocks = [Block("metrics", [("time to first token", f"{call['ttft_ms']:.1f} ms",
-                                 "The prefill pass plus choosing its token"),
-                                ("time per output token", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
-                                 "Median decode step")], "ttft_tpot"),
-              Block("figure", fig.latency_figure(traces, scale=c.scale), "latency")]
+    note = latency_note(traces)  # a busy server's contradiction, said on the chart and under it
+    blocks = [Block("metrics", [("time to first token (TTFT)", f"{call['ttft_ms']:.1f} ms",
+                                 "The prefill pass (initiation phase) plus choosing its token"),
+                                ("time per output token (TPOT)", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
+                                 "Median decode step (generation phase)")], "ttft_tpot"),
+              Block("figure", fig.latency_figure(traces, scale=c.scale, note=note), "latency")]
+    if note:
+        blocks.append(Block("warn", note, "noise"))
     if call["tpot_ms"]:
         blocks.append(Block("caption", f"Prefill: {call['prefill_ms_per_token']:.2f} ms per prompt token "
                                        f"({call['prompt_tokens']} tokens in one pass); decode: {call['tpot_ms']:.2f} ms "
@@ -180,14 +193,20 @@ def latency(c: StepContext) -> list[Block]:
     elif trend["climbs"]:
         what = (f"Decode steps climb: the first three took {trend['first_ms']:.2f} ms on average, the last three "
                 f"{trend['last_ms']:.2f} ms.")
+    elif trend["last_ms"] < trend["first_ms"] / fig.CLIMB:
+        what = (f"Decode steps got faster: the first three took {trend['first_ms']:.2f} ms on average, the last "
+                f"three {trend['last_ms']:.2f} ms, though the work did not shrink"
+                + (": the note above says why." if note else ": at this size a step is mostly fixed costs, which "
+                   "vary with what else the server does."))
     else:
         what = (f"Decode steps stay about flat: the first three took {trend['first_ms']:.2f} ms on average, the last "
                 f"three {trend['last_ms']:.2f} ms. At this length the fixed cost of a pass hides the growing work"
                 + (" even with the cache off." if not c.t.use_cache else "."))
     repeats = c.t.timing.repeats
     blocks.append(Block("caption", f"Each bar is the median of {repeats} timed runs of the same pass (whisker: fastest "
-                                   f"to slowest); the run before them is a warm-up, excluded. {what} The dashed line "
-                                   "is a FLOPs estimate, not a measurement."))
+                                   f"to slowest); the run before them is a warm-up, excluded. TTFT is the prefill's "
+                                   f"bar, TPOT the dotted line. {what} The dashed line is a FLOPs estimate, not a "
+                                   "measurement."))
     blocks.append(Block("table", fig.traces_frame(traces)[STEP_COLUMNS], "steps"))
     return blocks
 
