@@ -1,26 +1,19 @@
 """Decode Lab: watch a real language model generate, one forward pass at a time.
 
-Router and frame only: page config, the shared sidebar, and navigation.
-Run with `streamlit run app.py`.
+Run with `streamlit run app.py`. This file is read twice, for two jobs:
+
+- as the script of every page run (Streamlit runs it as __main__): the router and frame: page config, the
+  shared sidebar, navigation;
+- as a module, once, by `streamlit run` itself, which finds `app = st.App(...)` below and serves it: Streamlit's
+  own server plus the class's routes (/class/...: a follower's event stream, pictures, votes; engine/follow/http.py).
 """
 
 from pathlib import Path
 
 import streamlit as st
 
-from ui.follow import follow_route, lecturer_panel
-from ui.frame import page_links, resume_page
-from ui.links import apply_link, write_link
-from ui.sidebar import sidebar
-from ui.text import warning
-
 ROOT = Path(__file__).resolve().parent
 PAGES = ROOT / "pages"
-
-presenting = st.query_params.get("presenter") == "on"  # a presenter link opens with the sidebar folded away
-# the icon is a local file: a material-icon favicon would make every browser fetch it from a font CDN
-st.set_page_config(page_title="Decode Lab", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide",
-                   initial_sidebar_state="collapsed" if presenting else "auto")
 
 
 def page(name: str, title: str, icon: str, default: bool = False):
@@ -28,29 +21,53 @@ def page(name: str, title: str, icon: str, default: bool = False):
     return st.Page(PAGES / f"{name}.py", title=title, icon=icon, url_path=name, default=default)
 
 
-pages = [
-    page("step_through", "Step through", ":material/footprint:", default=True),
-    page("lessons", "Lessons", ":material/school:"),
-    page("race", "Race: cache vs no cache", ":material/sports_score:"),
-    page("speculative", "Speculative decoding", ":material/fast_forward:"),
-    page("serving", "Serving: many requests", ":material/dns:"),
-    page("scale", "Scale: KV memory and roofline", ":material/trending_up:"),
-    page("model_info", "Model", ":material/info:"),
-]
-follow = page("follow", "Follow the lecturer", ":material/cast_for_education:")  # /?follow=CODE; not listed
-current = st.navigation(pages + [follow], position="hidden")  # listed by page_links in the sidebar (see config.toml)
-resume_page(pages + [follow])  # a fresh server's first request was a deep link: go back to it
-following = follow_route(current, follow)  # a ?follow=CODE link, on any page, opens the follower's page
-page_links(pages, st.sidebar)
-link_problems = apply_link()  # first run of a session only: settings from a shared link
-if following:  # a follower shows the lecturer's run: no settings or model of its own to draw (ui/follow.py)
-    st.session_state.setdefault("settings", None)
-    st.session_state.setdefault("lm", None)
-else:
-    st.session_state["settings"], st.session_state["lm"] = sidebar()
-    lecturer_panel(st.sidebar)  # "lecturer key" and "Start a class", when the server has a key
-for problem in link_problems:
-    warning(problem)
-if not following:  # a follower's address keeps its class code
-    write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
-current.run()
+def router() -> None:
+    from ui.capture import published
+    from ui.follow import follow_route, lecturer_panel
+    from ui.frame import page_links, resume_page
+    from ui.links import apply_link, write_link
+    from ui.sidebar import sidebar
+    from ui.text import warning
+
+    presenting = st.query_params.get("presenter") == "on"  # a presenter link opens with the sidebar folded away
+    # the icon is a local file: a material-icon favicon would make every browser fetch it from a font CDN
+    st.set_page_config(page_title="Decode Lab", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide",
+                       initial_sidebar_state="collapsed" if presenting else "auto")
+    pages = [
+        page("step_through", "Step through", ":material/footprint:", default=True),
+        page("lessons", "Lessons", ":material/school:"),
+        page("race", "Race: cache vs no cache", ":material/sports_score:"),
+        page("speculative", "Speculative decoding", ":material/fast_forward:"),
+        page("serving", "Serving: many requests", ":material/dns:"),
+        page("scale", "Scale: KV memory and roofline", ":material/trending_up:"),
+        page("model_info", "Model", ":material/info:"),
+    ]
+    follow = page("follow", "Follow the lecturer", ":material/cast_for_education:")  # /?follow=CODE; not listed
+    current = st.navigation(pages + [follow], position="hidden")  # listed by page_links in the sidebar (config.toml)
+    resume_page(pages + [follow])  # a fresh server's first request was a deep link: go back to it
+    following = follow_route(current, follow)  # a ?follow=CODE link, on any page, opens the follower's page
+    page_links(pages, st.sidebar)
+    link_problems = apply_link()  # first run of a session only: settings from a shared link
+    if following:  # a follower shows the lecturer's screen: no settings or model of its own to draw (ui/follow.py)
+        st.session_state.setdefault("settings", None)
+        st.session_state.setdefault("lm", None)
+    else:
+        st.session_state["settings"], st.session_state["lm"] = sidebar()
+        lecturer_panel(st.sidebar)  # "lecturer key" and "Start a class", when the server has a key
+    for problem in link_problems:
+        warning(problem)
+    if not following:  # a follower's address keeps its class code
+        write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
+    with published(current.title):  # leading a class: what this page draws is the class's frame (ui/capture.py)
+        current.run()
+
+
+if __name__ == "__main__":  # Streamlit runs this file as the script of every page run
+    router()
+else:  # `streamlit run app.py` imports it to find the server: Streamlit's, with the class's routes in front
+    from starlette.middleware import Middleware
+
+    from engine.follow.http import ClassRoutes
+    from engine.follow.server import hub
+
+    app = st.App(__file__, middleware=[Middleware(ClassRoutes, hub_factory=hub)])

@@ -13,6 +13,7 @@ from engine.generate.serving import DEFAULTS
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.load.device import release_memory
 from engine.measure import serving as measure
+from ui.capture import class_label
 from ui.controller import Controller
 from ui.frame import frame
 from ui.style import scale
@@ -91,6 +92,7 @@ if not steps.started:
     st.stop()
 
 run, at = steps.run, steps.at
+class_label(f"engine step {at}")  # leading a class: what students see this screen called (ui/capture.py)
 row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
 if steps.latest > 0:
     row.slider("engine step", 0, steps.latest, key="serve_at", label_visibility="collapsed", width=300)

@@ -8,6 +8,7 @@ import streamlit as st
 
 from engine.load.device import release_memory
 from engine.generate.speculative import Speculator
+from ui.capture import class_label
 from ui.controller import Controller
 from ui.frame import frame
 from ui.presets import PROMPTS
@@ -53,6 +54,7 @@ else:
     if rounds.latest > 0:
         st.slider("round", 0, rounds.latest, key="spec_at", label_visibility="collapsed", width=300)
     at = rounds.at
+    class_label(f"round {at}")  # leading a class: what students see this screen called (ui/capture.py)
     left, right = st.columns([3, 2], gap="medium")
     with left:
         st.html(verify_stage(run, at))

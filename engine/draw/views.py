@@ -125,7 +125,7 @@ def matmuls(c: StepContext) -> list[Block]:
     no_cache = t.kv_len if t.phase == "decode" else t.q_len
     with_cache = t.q_len if t.use_cache or t.phase == "prefill" else 1
     return [Block("caption", f"Layer {layer} at step {t.step}: q = the rows each weight matrix multiplies, "
-                             f"{with_cache} with the cache, {no_cache} without. FLOPs are estimates."),
+                             f"{with_cache} with the cache, {no_cache} without. FLOPs (estimates; k thousand, M million)."),
             Block("figure", fig.matmul_figure(t, c.spec, layer, scale=c.scale), "matmuls"),
             Block("caption", "The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the "
                              "fed rows only); ④ QKᵀ and ⑤ ·V still grow with the context (shaded). Scores count the "
@@ -137,9 +137,8 @@ def shapes(c: StepContext) -> list[Block]:
     t, spec = c.t, c.spec
     blocks = []
     if spec is not None:  # the articles' own numbers first, whatever the prompt: one click from the step page
-        blocks += [Block("md", "**The articles' GPT-2 (124M)** on their sentence \"A red jacket compliments any "
-                               "outfit.\" (7 GPT-2 tokens; 12 heads, head_dim 64), beside **this model** on the prompt "
-                               "on screen, each counted by its own tokenizer:"),
+        blocks += [Block("md", "**The articles' GPT-2 (124M)** on \"A red jacket compliments any outfit.\" (7 "
+                               "tokens), beside **this model** on this prompt:"),
                    Block("table", fig.gpt2_shapes_frame(t, spec, c.prompt_len).set_index("tensor"), "gpt2")]
     blocks += [Block("caption", "The tensors of this pass, named by where they live; 'measured' shapes were read off "
                                 "the real tensors. At prefill pos is the prompt length s; at a cached decode step it "
@@ -176,10 +175,10 @@ def latency(c: StepContext) -> list[Block]:
     traces = list(c.traces)
     call = fig.timing_callout(traces)
     note = latency_note(traces)  # a busy server's contradiction, said on the chart and under it
-    blocks = [Block("metrics", [("time to first token (TTFT)", f"{call['ttft_ms']:.1f} ms",
-                                 "The prefill pass (initiation phase) plus choosing its token"),
-                                ("time per output token (TPOT)", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
-                                 "Median decode step (generation phase)")], "ttft_tpot"),
+    blocks = [Block("metrics", [("TTFT: first token", f"{call['ttft_ms']:.1f} ms",
+                                 "Time to first token: the prefill pass (initiation phase) plus choosing its token"),
+                                ("TPOT: per token", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
+                                 "Time per output token: the median decode step (generation phase)")], "ttft_tpot"),
               Block("figure", fig.latency_figure(traces, scale=c.scale, note=note), "latency")]
     if note:
         blocks.append(Block("warn", note, "noise"))

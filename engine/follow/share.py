@@ -1,9 +1,10 @@
 """The lecturer's side of a class: what one screen publishes, step by step, and the QR code of the link.
 
 `Publisher.update` runs after every change on the lecturer's step page. It sends each step's trace
-once (a click sends one new step, a few KB), and a small head on every change: where the lecturer
-is (step, view, layer, head), the tokens so far, and the settings a fork replays. Nothing changed,
-nothing sent.
+once (a click sends one new step, a few KB), a small head on every change (where the lecturer is, the
+tokens so far, the settings a fork replays) and the frame of the step on screen; `Publisher.page` sends
+the frame of any other page (ui/capture.py). Nothing changed, nothing sent. The pictures are not made
+here: every server makes its own copy once, from the record (engine/follow/hub.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import segno
 from engine.draw.svg import data_uri
 from engine.follow import wire
 from engine.follow.classroom import Classroom, Lecture
+from engine.follow.frames import step_frame
+
+WAITING = {"id": "waiting", "kind": "waiting", "page": "Step through", "label": "waiting for Prefill",
+           "timeline": False}
 
 
 class Publisher:
@@ -29,47 +34,78 @@ class Publisher:
         self._stepper = lambda: None  # a weak reference: a Reset frees the run whatever we hold
         self._run: str | None = None
         self._sent = 0  # traces of this run already in the store
+        self._texts: list[str] = []  # the text so far after each sent step
         self._pieces: list[str] = []
-        self._last: dict | None = None
+        self._last: tuple | None = None  # what the class was last shown by this publisher
         self.version = 0
 
-    def update(self, s, at: int, view: str, layer: int, head: int, fork: dict) -> int | None:
-        """Publish the lecturer's screen if it changed: s is the page's Stepper (None before Prefill).
+    def _publish(self, key: tuple, **kwargs) -> int:
+        self.version = self.classroom.publish(self.lecture, **kwargs)
+        self._last = key
+        return self.version
 
+    def update(self, s, at: int, view: str, layer: int, head: int, fork: dict, hold: int | None = None) -> int | None:
+        """Publish the lecturer's step screen if it changed: s is the page's Stepper (None before Prefill).
+
+        hold: steps from this index on stay unpublished (a question about the next token is open).
         Returns the new version, or None when nothing had changed.
         """
-        started = s is not None and bool(s.traces)
+        visible = 0 if s is None else len(s.traces) if hold is None else min(len(s.traces), hold)
         fresh = False
-        if not started:
+        if not visible:
             if self._run is not None:
-                self._run, self._sent, self._pieces, fresh = None, 0, [], True
-        elif self._stepper() is not s or len(s.traces) < self._sent:
-            self._stepper, self._run, self._sent, self._pieces = weakref.ref(s), secrets.token_hex(4), 0, []
+                self._run, self._sent, self._texts, self._pieces, fresh = None, 0, [], [], True
+        elif self._stepper() is not s or visible < self._sent:
+            self._stepper, self._run, self._sent, self._texts, self._pieces = weakref.ref(s), secrets.token_hex(4), \
+                0, [], []
             fresh = True
-        new = {}
-        if started:
-            ids = s.ids[0].tolist()
-            for i in range(self._sent, len(s.traces)):
-                t = s.traces[i]
-                text = s.lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True)
-                new[i] = wire.trace_to_wire(t, text=text)
-            if len(self._pieces) != len(ids):
-                self._pieces = s.pieces()
-            spec = s.lm.spec
-            shared = wire.SharedRun(
-                version=0, run=self._run, at=max(0, min(int(at), len(s.traces) - 1)), view=view, layer=int(layer),
-                head=int(head), ids=ids, piece_list=self._pieces, prompt_len=s.prompt_len, use_cache=s.use_cache,
-                done=s.done, stop_reason=s.stop_reason, spec=spec, fork=dict(fork),
-                model=f"{spec.architecture} · {int(spec.parameters):,} params · {spec.attention}")
-            head_d = wire.head_of(shared, len(s.traces))
-        else:
+        picks = {"view": view, "layer": int(layer), "head": int(head)}
+        if not visible:
             head_d = wire.head_of(wire.SharedRun(version=0, run=None, view=view, layer=int(layer), head=int(head)), 0)
-        if not new and not fresh and head_d == self._last:
+            key = ("waiting", picks)
+            if not fresh and key == self._last:
+                return None
+            return self._publish(key, frame=WAITING, picks=picks, head=head_d, traces={}, fresh_run=fresh)
+        ids = s.ids[0].tolist()
+        new = {}
+        for i in range(self._sent, visible):
+            t = s.traces[i]
+            text = s.lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True)
+            self._texts.append(text)
+            new[i] = wire.trace_to_wire(t, text=text)
+        if len(self._pieces) != len(ids):
+            self._pieces = s.pieces()
+        at = max(0, min(int(at), visible - 1))
+        done = s.done and visible == len(s.traces)
+        key = (self._run, at, visible, done, tuple(sorted(picks.items())))
+        if not new and not fresh and key == self._last:
             return None
-        self.version = self.classroom.publish(self.lecture, head_d, new, fresh_run=fresh)
-        self._sent += len(new)
-        self._last = head_d
-        return self.version
+        spec = s.lm.spec
+        model = f"{spec.architecture} · {int(spec.parameters):,} params · {spec.attention}"
+        shown_ids = ids[: s.traces[visible - 1].kv_len + 1]  # nothing of a held step: not even its token
+        shared = wire.SharedRun(
+            version=0, run=self._run, at=at, view=view, layer=int(layer), head=int(head), ids=shown_ids,
+            piece_list=self._pieces[: len(shown_ids)], prompt_len=s.prompt_len, use_cache=s.use_cache, done=done,
+            stop_reason=s.stop_reason if done else None, spec=spec, fork=dict(fork), model=model)
+        t = s.traces[at]
+        frame = step_frame(self._run, at, t, model=model, text=self._texts[at], layers=len(t.layers),
+                           heads=spec.heads, new_tokens=len(shown_ids) - s.prompt_len, done=done,
+                           stop=s.stop_reason if done else None)
+        version = self._publish(key, frame=frame, picks=picks, head=wire.head_of(shared, visible), traces=new,
+                                fresh_run=fresh)
+        self._sent = visible
+        return version
+
+    def page(self, frame: dict) -> int | None:
+        """Publish another page's screen (ui/capture.py's frame); nothing when it is what the class already has."""
+        key = ("page", frame["id"])
+        if key == self._last:
+            return None
+        return self._publish(key, frame=frame, picks={})
+
+    def again(self) -> int:
+        """The same screen once more (a question asked, or revealed): every follower hears of it."""
+        return self._publish(self._last)
 
 
 @lru_cache(maxsize=64)

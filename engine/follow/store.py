@@ -4,12 +4,20 @@ The classroom (engine/follow/classroom.py) is written once, against the few Redi
 `MemoryKV` is those commands on a dict, with Redis's expiry rules, for one server with nothing else to
 run; several replicas behind a proxy share one redis-server instead and see the same classes. Values
 are strings (JSON) in both: nothing is ever unpickled from the store.
+
+News travels by publish/subscribe, never by asking on a timer: `subscribe(kv, channel, callback)` calls
+back on every message (Redis: from one thread per server blocked on its subscription; MemoryKV: in the
+publisher's own thread, at once).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from typing import Callable
+
+_LOG = logging.getLogger(__name__)
 
 
 class StoreDown(RuntimeError):
@@ -27,6 +35,7 @@ class MemoryKV:
         self._expires: dict[str, float] = {}
         self._lock = threading.Lock()
         self._clock = clock
+        self._subscribers: dict[str, list[Callable[[str], None]]] = {}
 
     # ------------------------------------------------------------ keys and expiry
 
@@ -119,9 +128,66 @@ class MemoryKV:
                 self._expires.pop(key, None)
             return n
 
+    def hsetnx(self, key: str, field: str, value: str) -> int:
+        with self._lock:
+            h = self._hash(key, create=True)
+            if field in h:
+                return 0
+            h[field] = str(value)
+            return 1
+
     def hlen(self, key: str) -> int:
         with self._lock:
             return len(self._hash(key) or {})
+
+    # ------------------------------------------------------------ publish / subscribe
+
+    def publish(self, channel: str, message: str) -> int:
+        """Every subscriber's callback runs now, in this thread (outside the lock)."""
+        callbacks = list(self._subscribers.get(channel, ()))
+        for callback in callbacks:
+            try:
+                callback(message)
+            except Exception:  # noqa: BLE001 - one listener's failure never stops a publish
+                _LOG.exception("a subscriber of %s failed", channel)
+        return len(callbacks)
+
+    def subscribe(self, channel: str, callback: Callable[[str], None]) -> None:
+        self._subscribers.setdefault(channel, []).append(callback)
+
+
+def subscribe(kv, channel: str, callback: Callable[[str], None]) -> None:
+    """callback(message) for every message published on `channel` from now on.
+
+    Redis: one daemon thread holds a subscription on a connection of its own (no read timeout: it waits for
+    the next message, it does not ask), and comes back after a dropped connection (1, 2, 4 ... 30 s apart).
+    """
+    if isinstance(kv, MemoryKV):
+        kv.subscribe(channel, callback)
+        return
+    kwargs = dict(kv.connection_pool.connection_kwargs)
+    kwargs.update(socket_timeout=None, socket_keepalive=True)
+    import redis
+
+    def listen() -> None:
+        wait = 1.0
+        while True:
+            try:
+                client = redis.Redis(**kwargs)
+                sub = client.pubsub(ignore_subscribe_messages=True)
+                sub.subscribe(channel)
+                wait = 1.0
+                for message in sub.listen():
+                    try:
+                        callback(message["data"])
+                    except Exception:  # noqa: BLE001 - a bad message never ends the subscription
+                        _LOG.exception("a subscriber of %s failed", channel)
+            except Exception as e:  # noqa: BLE001 - Redis went away: subscribe again when it is back
+                _LOG.warning("subscription to %s lost (%s): again in %.0f s", channel, type(e).__name__, wait)
+                time.sleep(wait)
+                wait = min(30.0, wait * 2)
+
+    threading.Thread(target=listen, name=f"decode-lab-sub-{channel}", daemon=True).start()
 
 
 def connect(url: str | None):

@@ -1,0 +1,228 @@
+"""Any other page, published to the class as the lecturer's browser was sent it: Lessons, Serving, Race, Speculative.
+
+    with published():         app.py, around the page's run: while a lecturer leads a class, the elements the
+                              page draws are kept too, and become one frame when the page is done
+    class_label(text)         a page's one line: what its frame is called when a student looks back
+
+Every element a page draws goes to its browser as a delta at a path in the page's tree. While the page runs,
+this keeps the newest element at each path of the main area; at the end the tree becomes a frame
+(engine/follow/frames.py's blocks): markdown and tables as HTML made here, pictures as they were, charts as
+plotly's JSON, a widget as its label and the value the lecturer chose (a lesson's slider at 12, the serving
+scenario), nothing the lecturer could click. The lecturer's page is not changed and not slowed by more than
+the copy; no follower runs it. The step page publishes itself (ui/follow.class_bar) and is left alone here.
+
+Streamlit's internals are read in this one module: ScriptRunContext.enqueue, and the element protos.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import contextmanager
+from html import escape
+
+import streamlit as st
+from markdown_it import MarkdownIt
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+from engine.follow import Refused, StoreDown
+from engine.follow.frames import latex_text, md_html, table_html
+
+MAIN = 0  # a delta path's first index: the main area (1 is the sidebar)
+MAX_ROWS = 60  # rows of a table sent to the class
+MAX_CHART = 400_000  # characters of one chart's JSON: a bigger chart stays on the projector
+WIDGETS = ("slider", "selectbox", "number_input", "radio", "text_input", "text_area", "checkbox", "multiselect",
+           "button_group", "date_input", "time_input", "color_picker")
+SKIPPED = ("button", "download_button", "page_link", "link_button", "progress", "spinner", "empty", "skeleton",
+           "exception", "bidi_component", "component_instance", "toast", "balloons", "snow", "space", "favicon",
+           "file_uploader", "camera_input", "chat_input", "audio_input", "feedback", "menu_button", "help_info",
+           "iframe", "imgs", "audio", "video", "data_editor", "deck_gl_json_chart")
+ALERTS = {1: "error", 2: "warn", 3: "note", 4: "note"}
+_RAW_MD = MarkdownIt("commonmark", {"html": True}).enable("table")  # a page's own HTML (unsafe_allow_html)
+
+
+def class_label(text: str) -> None:
+    """What this page's frame is called in the class's timeline (e.g. 'engine step 3'); the page's title else."""
+    st.session_state["follow_page_label"] = str(text)
+
+
+@contextmanager
+def published(page_title: str):
+    """Keep what the page draws; publish it as the class's frame when the page is done (leading a class only)."""
+    ss = st.session_state
+    pub = ss.get("follow_pub")
+    ctx = get_script_run_ctx()
+    if pub is None or ctx is None:
+        yield
+        return
+    kept: dict[tuple, object] = {}
+    send = ctx.enqueue
+
+    def keep(msg) -> None:
+        if msg.WhichOneof("type") == "delta":
+            path = tuple(msg.metadata.delta_path)
+            if path and path[0] == MAIN and msg.delta.WhichOneof("type") in ("new_element", "add_block"):
+                kept[path] = msg.delta
+        send(msg)
+
+    ss.pop("follow_page_published", None)
+    ss.pop("follow_page_label", None)
+    ctx.enqueue = keep
+    finished = False
+    try:
+        yield
+        finished = True
+    except (StopException, RerunException):  # st.stop() ends a page; autoplay's rerun follows a drawn step
+        finished = True
+        raise
+    finally:
+        ctx.enqueue = send
+        if finished and kept and not ss.pop("follow_page_published", False):
+            _publish(pub, page_title, kept)
+
+
+def _publish(pub, page_title: str, kept: dict) -> None:
+    nodes = _children((MAIN,), kept)
+    if not nodes:
+        return
+    label = st.session_state.get("follow_page_label") or _first_heading(kept) or page_title
+    body = json.dumps(nodes, separators=(",", ":"))
+    fid = "page:" + hashlib.sha1(f"{page_title}\n{label}\n{body}".encode()).hexdigest()[:16]
+    try:
+        pub.page({"id": fid, "kind": "page", "page": page_title, "label": label, "nodes": nodes})
+    except (Refused, StoreDown) as e:
+        st.session_state["follow_msg"] = str(e)
+
+
+# ---------------------------------------------------------------- the page's tree, as the class's blocks
+
+
+def _children(path: tuple, kept: dict) -> list[dict]:
+    depth = len(path) + 1
+    below = sorted(p for p in kept if len(p) == depth and p[:-1] == path)
+    out = []
+    for p in below:
+        out += _node(p, kept[p], kept)
+    return out
+
+
+def _node(path: tuple, delta, kept: dict) -> list[dict]:
+    if delta.WhichOneof("type") == "add_block":
+        return _block(path, delta.add_block, kept)
+    return _element(delta.new_element)
+
+
+def _block(path: tuple, block, kept: dict) -> list[dict]:
+    kind = block.WhichOneof("type")
+    inside = _children(path, kept)
+    if kind in ("popover", "dialog") or not inside:
+        return []  # what the lecturer folded away (More, a dialog) is not the screen
+    if kind == "column":
+        return [{"kind": "col", "w": float(block.column.weight or 1), "nodes": inside}]
+    if kind == "expandable":
+        return [{"kind": "group", "label": block.expandable.label, "nodes": inside}]
+    if kind == "tab":
+        return [{"kind": "group", "label": block.tab.label, "nodes": inside}]
+    horizontal = kind == "horizontal" or (kind == "flex_container" and block.flex_container.direction == 2)
+    if horizontal:
+        cols = [n if n["kind"] == "col" else {"kind": "col", "w": 1, "nodes": [n]} for n in inside]
+        return [{"kind": "row", "cols": [{"w": c["w"], "nodes": c["nodes"]} for c in cols]}]
+    return inside
+
+
+def _html(kind: str, html: str) -> list[dict]:
+    return [{"kind": kind, "name": "", "html": html}]
+
+
+def _element(el) -> list[dict]:
+    kind = el.WhichOneof("type")
+    if kind in SKIPPED or kind is None:
+        return []
+    if kind == "markdown":
+        return _markdown(el.markdown)
+    if kind == "heading":
+        tag = el.heading.tag if el.heading.tag in ("h1", "h2", "h3", "h4", "h5", "h6") else "h3"
+        return _html("heading", f"<{tag}>{md_html(el.heading.body, inline=True)}</{tag}>")
+    if kind == "alert":
+        return _html(ALERTS.get(el.alert.format, "note"), md_html(el.alert.body))
+    if kind == "metric":
+        m = el.metric
+        return _html("metrics", f'<div class="dlf-metrics"><div class="dlf-metric"><div class="dlf-metric-label">'
+                                f'{escape(m.label)}</div><div class="dlf-metric-value">{escape(m.body)}</div>'
+                                + (f"<div>{escape(m.delta)}</div>" if m.delta else "") + "</div></div>")
+    if kind == "plotly_chart":
+        spec = el.plotly_chart.spec
+        if len(spec) > MAX_CHART:
+            return _html("note", "<p>A large chart: see it on the projector.</p>")
+        return [{"kind": "figure", "name": "", "spec": json.loads(spec)}]
+    if kind == "html":
+        body = el.html.body
+        return [] if _only_style(body) else _html("html", body)
+    if kind in ("table", "dataframe"):
+        return _table(getattr(el, kind).arrow_data.data)
+    if kind == "text":
+        return _html("text", f"<pre>{escape(el.text.body)}</pre>")
+    if kind == "code":
+        return _html("code", f"<pre><code>{escape(el.code.code_text)}</code></pre>")
+    if kind == "json":
+        return _html("code", f"<pre>{escape(el.json.body)}</pre>")
+    if kind in WIDGETS:
+        return _widget(getattr(el, kind))
+    return []
+
+
+def _only_style(body: str) -> bool:
+    text = body.strip()
+    return text.startswith("<style") and text.endswith("</style>") and text.count("<style") == 1
+
+
+def _markdown(md) -> list[dict]:
+    body = md.body
+    if md.element_type == 5:  # divider
+        return _html("html", "<hr/>")
+    if md.element_type == 4:  # st.latex: no TeX renderer in a follower's tab (nothing from a CDN)
+        return _html("latex", f'<div class="dlf-latex">{escape(latex_text(body.strip("$ ")))}</div>')
+    if md.element_type == 3:
+        return _html("code", f"<pre><code>{escape(body)}</code></pre>")
+    if _only_style(body):
+        return []
+    html = _RAW_MD.render(body) if md.allow_html else md_html(body)
+    return _html("caption" if md.element_type == 2 else "md", html)
+
+
+def _table(data: bytes) -> list[dict]:
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    try:
+        df = convert_arrow_bytes_to_pandas_df(data)
+    except Exception:  # noqa: BLE001 - a table that cannot be read back is left on the projector
+        return []
+    more = len(df) - MAX_ROWS
+    html = table_html(df.head(MAX_ROWS)) + (f"<p>… and {more} more rows on the projector</p>" if more > 0 else "")
+    return _html("table", html)
+
+
+def _widget(w) -> list[dict]:
+    """A control, as its label and the lecturer's value (a student reads the setting; nothing to click)."""
+    key = w.id.rsplit("-", 1)[-1] if w.id.startswith("$$ID-") else None
+    value = None
+    if key and key != "None":
+        value = st.session_state.get(key)
+    if value is None:
+        try:
+            value = get_script_run_ctx().session_state[w.id]
+        except Exception:  # noqa: BLE001 - a control without a readable value shows its label only
+            value = None
+    label = escape(getattr(w, "label", "") or "")
+    shown = "" if value is None else escape(", ".join(map(str, value)) if isinstance(value, (list, tuple)) else
+                                           str(value))
+    return _html("widget", f'<div class="dlf-widget">{label}: <b>{shown}</b></div>' if label or shown else "")
+
+
+def _first_heading(kept: dict) -> str | None:
+    """The page's first section heading (a lesson's title), else its title."""
+    headings = [kept[p].new_element.heading for p in sorted(kept) if kept[p].WhichOneof("type") == "new_element"
+                and kept[p].new_element.WhichOneof("type") == "heading"]
+    best = next((h for h in headings if h.tag == "h2"), headings[0] if headings else None)
+    return best.body if best is not None else None
