@@ -230,9 +230,12 @@ def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():
     for _ in range(4):
         click(at, "step_btn_next")
     open_view(at, "Matmuls")
-    table = frame_with(at, "matmul").set_index("matmul")
-    assert float(table.loc["Q = x·W_q", "off / on"].lstrip("×")) > 1  # the cache removes the old positions' projections
-    assert table.loc["scores = Q·Kᵀ", "grows with"] == "context"
+    table = next(d for c in at.get("plotly_chart") for d in json.loads(c.proto.spec)["data"] if d["type"] == "table")
+    names, shapes, on, off = table["cells"]["values"]  # one readable table on the first screen (issue #28)
+    q, scores = names.index("① Q = x·W_q"), names.index("④ scores = Q·Kᵀ")
+    assert float(off[q].split("×")[1]) > 1  # the cache removes the old positions' projections
+    shade = table["cells"]["fill"]["color"][0]
+    assert shade[scores] != shade[q]  # QKᵀ is shaded: it grows with the context
     proof = next(m.value for m in at.markdown if "Why K and V are cached" in m.value)
     diff = float(re.search(r"keys within \*\*([\d.e+-]+)\*\*", proof).group(1))
     assert diff < 1e-4

@@ -1,7 +1,8 @@
 """The back row and the phone, in a real browser: nothing clips, the figures start on the first screen, the big
 numbers are big, the newest column is on a phone's screen, and a lesson comes back fast (issue #23).
 
-System Chromium via Playwright against `streamlit run app.py`, as in tests/test_browser.py (its fixtures).
+System Chromium via Playwright against `streamlit run app.py`, as in tests/test_browser.py (fixtures in
+tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.test_browser import browser, idle, inside, open_page, server  # noqa: F401 - pytest fixtures
+from tests.test_browser import idle, inside, open_page
 
 PRESENTER = (1280, 720)
 PHONE = (390, 844)
@@ -79,7 +80,7 @@ VIEWS = ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", 
 
 
 @pytest.mark.parametrize("view", VIEWS)
-def test_nothing_in_the_view_clips_or_scrolls_sideways_at_1280x720_presenter(server, browser, view):  # noqa: F811
+def test_nothing_in_the_view_clips_or_scrolls_sideways_at_1280x720_presenter(server, browser, view):
     """The Matmuls table and the KV-cache formula first among them (issue #23, item 7)."""
     pg = open_page(browser, server + "/?presenter=on", *PRESENTER)
     stepped(pg, 3)
@@ -93,10 +94,10 @@ def test_nothing_in_the_view_clips_or_scrolls_sideways_at_1280x720_presenter(ser
 
 @pytest.mark.parametrize("view, main", [
     ("Attention", "[data-testid='stPlotlyChart']"), ("Next token", "[data-testid='stPlotlyChart']"),
-    ("Matmuls", "[data-testid='stTable']"), ("Shapes", "[data-testid='stTable']"),
+    ("Matmuls", "[data-testid='stPlotlyChart']"), ("Shapes", "[data-testid='stTable']"),
     ("KV cache", "[data-testid='stTable']"), ("Latency", "[data-testid='stPlotlyChart']"),
 ])
-def test_the_chosen_views_main_figure_starts_on_the_first_screen_and_its_title_is_whole(server, browser, view, main):  # noqa: F811
+def test_the_chosen_views_main_figure_starts_on_the_first_screen_and_its_title_is_whole(server, browser, view, main):
     pg = open_page(browser, server + "/?presenter=on", *PRESENTER)
     stepped(pg, 2)
     pick(pg, view)
@@ -111,7 +112,7 @@ def test_the_chosen_views_main_figure_starts_on_the_first_screen_and_its_title_i
     pg.close()
 
 
-def test_presenter_mode_grows_the_metric_values_with_the_rest(server, browser):  # noqa: F811
+def test_presenter_mode_grows_the_metric_values_with_the_rest(server, browser):
     pg = open_page(browser, server + "/?presenter=on", *PRESENTER)
     stepped(pg, 2)
     pick(pg, "Latency")
@@ -123,7 +124,7 @@ def test_presenter_mode_grows_the_metric_values_with_the_rest(server, browser): 
     pg.close()
 
 
-def test_lesson_9_draws_its_lookahead_figure(server, browser):  # noqa: F811
+def test_lesson_9_draws_its_lookahead_figure(server, browser):
     pg = open_page(browser, server + "/lessons?lesson=9&presenter=on", *PRESENTER)
     picture = pg.locator("[data-testid='dl-lookahead'] img")
     expect(picture).to_be_visible()
@@ -134,7 +135,7 @@ def test_lesson_9_draws_its_lookahead_figure(server, browser):  # noqa: F811
     pg.close()
 
 
-def test_the_gpt2_column_shows_the_articles_shapes(server, browser):  # noqa: F811
+def test_the_gpt2_column_shows_the_articles_shapes(server, browser):
     pg = open_page(browser, server, *PRESENTER)
     stepped(pg, 1, prompt=ARTICLE)
     pick(pg, "Shapes")
@@ -149,7 +150,7 @@ def _stage_svg(pg) -> str:
     return base64.b64decode(src.split("base64,", 1)[1]).decode()
 
 
-def test_on_a_phone_the_new_kv_column_and_the_next_token_are_on_screen_and_no_toolbar_covers_a_title(server, browser):  # noqa: F811
+def test_on_a_phone_the_new_kv_column_and_the_next_token_are_on_screen_and_no_toolbar_covers_a_title(server, browser):
     pg = open_page(browser, server, *PHONE)
     stepped(pg, 2)
     img = pg.locator("[data-testid='dl-stage'] img").first
@@ -178,7 +179,7 @@ def test_on_a_phone_the_new_kv_column_and_the_next_token_are_on_screen_and_no_to
 
 
 @pytest.mark.parametrize("presenter", [True, False], ids=["presenter", "plain"])
-def test_a_pages_title_is_larger_than_its_section_headers(server, browser, presenter):  # noqa: F811
+def test_a_pages_title_is_larger_than_its_section_headers(server, browser, presenter):
     pg = open_page(browser, server + "/scale" + ("?presenter=on" if presenter else ""), *PRESENTER)
     expect(pg.get_by_role("heading", name="Roofline", exact=True)).to_be_visible()
     size = {tag: pg.locator(f"[data-testid='stMain'] {tag}").first.evaluate(
@@ -187,7 +188,7 @@ def test_a_pages_title_is_larger_than_its_section_headers(server, browser, prese
     pg.close()
 
 
-def test_lesson_6_comes_back_within_a_second_on_a_warm_server(server, browser):  # noqa: F811
+def test_lesson_6_comes_back_within_a_second_on_a_warm_server(server, browser):
     pg = open_page(browser, server + "/lessons?lesson=6", *PRESENTER)
     expect(pg.get_by_text(re.compile(r"reason: eos"))).to_be_visible(timeout=120_000)  # made once, with a bar
     idle(pg)
