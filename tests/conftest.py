@@ -1,4 +1,11 @@
-"""Shared fixtures: tiny random models for architecture coverage, the bundled model for realism."""
+"""Shared fixtures: tiny random models for architecture coverage, the bundled model for realism, and the
+system parts the slower tiers need (system Chromium; redis-server and nginx).
+
+Tiers (README, "Install, run, test"): a test is marked `browser` or `system` here, from the fixtures it uses
+(TIER_OF_FIXTURE), so a new test lands in its tier by asking for what it needs; `slow` is marked by hand on the
+tests that take long on the 2-core reference machine. A missing system part fails the test that needs it with
+the one command that installs it.
+"""
 
 from __future__ import annotations
 
@@ -20,22 +27,96 @@ TINY_TEXT = [
 ] * 10
 
 
+# ---------------------------------------------------------------- tiers: a test's marker follows from its fixtures
+
+TIER_OF_FIXTURE = {  # a test that uses one of these, itself or through another fixture, is in that tier
+    "chromium": "browser",  # the system Chromium, driven by Playwright (the `browser` fixture launches it)
+    "server": "browser",  # `streamlit run app.py` in a subprocess, for the browser to open
+    "keyed_server": "browser",  # the same with a lecturer key (tests/test_follow.py)
+    "redis_server": "system",  # a redis-server on loopback (tests/test_follow.py, tests/test_deploy.py)
+    "nginx": "system",  # nginx in front of app replicas (tests/test_deploy.py)
+    "load_report": "system",  # tests/load.py: its own app server and a classroom of browser sessions
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for tier in sorted({TIER_OF_FIXTURE[name] for name in item.fixturenames if name in TIER_OF_FIXTURE}):
+            item.add_marker(tier)
+
+
+# ---------------------------------------------------------------- system parts: found, or one line on how to get them
+
+PARTS = {  # fixture -> (program, the variable that may point at another one, the Debian/Ubuntu package)
+    "chromium": ("chromium", "DECODE_LAB_CHROMIUM", "chromium"),
+    "redis_server": ("redis-server", "DECODE_LAB_REDIS_SERVER", "redis-server"),
+    "nginx": ("nginx", "DECODE_LAB_NGINX", "nginx"),
+}
+
+
+def system_part(fixture: str) -> str:
+    """The path of an installed program; otherwise the test fails with the command that installs it."""
+    from deploy.serve import Missing, binary
+
+    program, env, package = PARTS[fixture]
+    try:
+        return binary(program, env, package)
+    except Missing:
+        pass  # fail outside the handler: one line, no chained traceback
+    pytest.fail(f"{program} is not installed: `sudo apt-get install {package}` (Debian/Ubuntu), "
+                f"or set {env}=/path/to/{program}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def tiny_dirs(tmp_path_factory):
-    """GPT-2 (MHA) and Llama (GQA: 4 query heads share 2 KV heads), built like the families below."""
-    import torch
-
-    torch.manual_seed(0)
-    root = tmp_path_factory.mktemp("tiny")
-    tok = train_tokenizer(TINY_TEXT, 300)
-    return {arch: _save_family(root / arch, arch, tok) for arch in ("gpt2", "llama")}
+def chromium() -> str:
+    """The system Chromium (never a browser download): DECODE_LAB_CHROMIUM, else chromium on the PATH."""
+    return system_part("chromium")
 
 
-@pytest.fixture(scope="session", params=["gpt2", "llama"])
-def tiny_lm(request, tiny_dirs):
-    """A tiny random model of each architecture, loaded through the real loader."""
-    return load_model(tiny_dirs[request.param], device="cpu")
+@pytest.fixture(scope="session")
+def redis_server() -> str:
+    return system_part("redis_server")
 
+
+@pytest.fixture(scope="session")
+def nginx() -> str:
+    return system_part("nginx")
+
+
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    """The system Chromium under Playwright, one per test module."""
+    from playwright.sync_api import Error, sync_playwright
+
+    with sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=chromium, args=BROWSER_FLAGS)
+        except Error as e:
+            failed = str(e).strip().splitlines()[0]
+        else:
+            yield b
+            b.close()
+            return
+    pytest.fail(f"Chromium at {chromium} did not start under Playwright: {failed}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`streamlit run app.py` on a free loopback port, for the browser tests; stopped after the module."""
+    from tests.appserver import free_port, start_app, stop
+
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    port = free_port()
+    proc = start_app(port, log=open(log, "w"))
+    yield f"http://127.0.0.1:{port}"
+    stop(proc)
+
+
+# ---------------------------------------------------------------- models
 
 @pytest.fixture(scope="session")
 def bundled_lm():
@@ -103,7 +184,7 @@ def _save_family(path, family: str, tok) -> str:
 
 @pytest.fixture(scope="session")
 def family_dirs(tmp_path_factory):
-    """Family name -> a saved tiny random model folder (safetensors + the tiny tokenizer)."""
+    """Family name -> a saved tiny random model folder (safetensors + the tiny tokenizer), built once a session."""
     import torch
 
     torch.manual_seed(0)
@@ -112,10 +193,35 @@ def family_dirs(tmp_path_factory):
     return {family: _save_family(root / family, family, tok) for family in FAMILIES}
 
 
+@pytest.fixture(scope="session")
+def tiny_dirs(family_dirs):
+    """GPT-2 (MHA) and Llama (GQA: 4 query heads share 2 KV heads): the first two families' folders."""
+    return {arch: family_dirs[arch] for arch in ("gpt2", "llama")}
+
+
+@pytest.fixture(scope="session")
+def family_model(family_dirs):
+    """family_model(name): that family's tiny model, loaded through the real loader on the CPU once a session."""
+    loaded = {}
+
+    def load(family: str):
+        if family not in loaded:
+            loaded[family] = load_model(family_dirs[family], device="cpu")
+        return loaded[family]
+
+    return load
+
+
+@pytest.fixture(scope="session", params=["gpt2", "llama"])
+def tiny_lm(request, family_model):
+    """A tiny random model of each architecture, loaded through the real loader (the same object as family_lm)."""
+    return family_model(request.param)
+
+
 @pytest.fixture(scope="session", params=FAMILIES)
-def family_lm(request, family_dirs):
+def family_lm(request, family_model):
     """Each family's tiny model, loaded through the real loader on the CPU."""
-    return load_model(family_dirs[request.param], device="cpu")
+    return family_model(request.param)
 
 
 # ------------------------------------------------------------------ a server opened up, or cut off
@@ -124,10 +230,10 @@ def family_lm(request, family_dirs):
 @pytest.fixture
 def open_policy(monkeypatch):
     """A single-user machine: `streamlit run app.py -- --open-models`."""
-    import ui.frame
+    import ui.model
 
     policy = ModelPolicy(offered=tuple(bundled_models()), open=True)
-    monkeypatch.setattr(ui.frame, "POLICY", policy)
+    monkeypatch.setattr(ui.model, "POLICY", policy)
     return policy
 
 

@@ -1,54 +1,25 @@
 """A real browser, end to end: system Chromium driven by Playwright against `streamlit run app.py`.
 
 Chromium comes from the system (`apt-get install chromium`, see the README), never a browser download.
-The server is started here on a free loopback port and stopped at the end.
+The fixtures are in tests/conftest.py: `browser` (the system Chromium) and `server` (the app on a free
+loopback port, stopped at the end of the module); both put these tests in the `browser` tier.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
-
-from tests.appserver import free_port, start_app, stop
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("DECODE_LAB_CHROMIUM", "/usr/bin/chromium")
 expect.set_options(timeout=60_000)  # the first page view loads the model
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
 LOCAL = ("http://127.0.0.1", "data:", "blob:", "about:")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    port = free_port()
-    proc = start_app(port, log=open(log, "w"))
-    yield f"http://127.0.0.1:{port}"
-    stop(proc)
-
-
-def need_chromium() -> None:
-    """The browser tests drive the system Chromium; say in one line how to get it if it is missing."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"System Chromium not found at {CHROMIUM}: install it with `sudo apt-get install chromium` "
-                    "(Debian/Ubuntu) or point DECODE_LAB_CHROMIUM at one.", pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    need_chromium()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
+# the fixtures `browser` (system Chromium) and `server` (`streamlit run app.py`) are in tests/conftest.py
 
 
 def open_page(browser, url: str, width: int = 1400, height: int = 1000):

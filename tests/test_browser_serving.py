@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser import browser, idle, inside, open_page, server  # noqa: F401 - fixtures and helpers
+from tests.test_browser import idle, inside, open_page
 
 
 @pytest.mark.parametrize("scenario, steps", [("2. A shared system prompt", 8), ("4. A pool too small: preemption", 14)])
-def test_pool_and_timeline_fit_the_first_screen_of_a_projector(server, browser, scenario, steps):  # noqa: F811
+def test_pool_and_timeline_fit_the_first_screen_of_a_projector(server, browser, scenario, steps):
     pg = open_page(browser, f"{server}/serving?presenter=on", 1280, 720)
     forward = pg.get_by_role("button", name="▶ step")
     forward.wait_for()

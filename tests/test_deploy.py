@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import browser, idle  # noqa: F401 - the system Chromium, shared fixture
 from tests.test_follow import KEY, start_class, wait_for_step
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,13 +21,10 @@ COOKIE = "decode_lab_replica"
 
 
 @pytest.fixture(scope="module")
-def hall(tmp_path_factory):
-    from deploy.serve import Missing, start
+def hall(tmp_path_factory, redis_server, nginx):
+    from deploy.serve import start
 
-    try:
-        h = start(replicas=2, folder=tmp_path_factory.mktemp("hall"), lecturer_key=KEY)
-    except Missing as e:
-        pytest.fail(str(e), pytrace=False)
+    h = start(replicas=2, folder=tmp_path_factory.mktemp("hall"), lecturer_key=KEY)
     yield h
     h.stop()
 
@@ -66,7 +62,7 @@ def test_the_kubernetes_manifest_has_session_affinity_and_redis():
     assert {"DECODE_LAB_REDIS_URL", "DECODE_LAB_LECTURER_KEY"} <= env
 
 
-def test_followers_on_both_replicas_see_the_lecturers_steps(hall, browser):  # noqa: F811
+def test_followers_on_both_replicas_see_the_lecturers_steps(hall, browser):
     from playwright.sync_api import expect
 
     by_replica: dict[str, str] = {}

@@ -20,7 +20,6 @@ from engine.follow import wire
 from engine.follow.classroom import ALPHABET, CODE_RE, NO_CLASS, new_code
 from engine.follow.share import Publisher, qr_data_uri
 from tests.appserver import free_port, start_app, stop
-from tests.test_browser import browser  # noqa: F401 - the system Chromium, shared fixture
 
 KEY = "lecturer-key-for-the-tests-7Q"
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,21 +36,18 @@ class Clock:
 
 
 @pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    from deploy.serve import Missing, start_redis
+def redis_url(tmp_path_factory, redis_server):
+    from deploy.serve import start_redis
 
-    try:
-        proc, url = start_redis(tmp_path_factory.mktemp("redis"))
-    except Missing as e:
-        pytest.fail(str(e), pytrace=False)
+    proc, url = start_redis(tmp_path_factory.mktemp("redis"), redis_bin=redis_server)
     yield url
     proc.terminate()
     proc.wait(timeout=10)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.system)])
 def store(request):
-    """(a fresh store, its clock): this process's MemoryKV, or a real redis-server."""
+    """(a fresh store, its clock): this process's MemoryKV, or a real redis-server (the system tier)."""
     clock = Clock()
     if request.param == "memory":
         return MemoryKV(clock=clock), clock, request.param
@@ -457,7 +453,7 @@ def wait_for_step(pages, step: int, timeout_s: float) -> list[float]:
     return [seen.get(i, float("inf")) for i in range(len(pages))]
 
 
-def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, browser):  # noqa: F811
+def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, browser):
     from playwright.sync_api import expect
 
     from tests.test_browser import idle, open_page, status_text
