@@ -146,6 +146,31 @@ def test_prompt_longer_than_context_is_refused(tiny_lm):
         Stepper(tiny_lm, "the cat " * 200)
 
 
+def test_one_prompt_limit_for_the_box_and_a_link_and_a_link_that_long_fits_nginx(tiny_lm):
+    """MAX_PROMPT_CHARS is defined once (engine/share.py): the prompt box and a link refuse the same length and
+    say the limit; a link with a prompt that long still fits nginx's default 8 KiB request line."""
+    from urllib.parse import quote, urlencode
+
+    from engine.generate import loop
+    from engine.generate.serving.scenarios import LONG
+    from engine.share import MAX_PROMPT_CHARS, make_link, read_link
+
+    assert loop.MAX_PROMPT_CHARS is MAX_PROMPT_CHARS
+    too_long = "x" * (MAX_PROMPT_CHARS + 1)
+    with pytest.raises(StepError, match=f"the limit is {MAX_PROMPT_CHARS:,} characters"):
+        Stepper(tiny_lm, too_long)
+    settings, problems = read_link({"prompt": too_long})
+    assert "prompt" not in settings and f"longer than {MAX_PROMPT_CHARS:,} characters" in problems[0]
+    prose = (LONG + "\n") * (MAX_PROMPT_CHARS // len(LONG) + 1)  # story text with punctuation and newlines
+    link = make_link({"model": "tinystories-llama", "prompt": prose[:MAX_PROMPT_CHARS], "rule": "sample",
+                      "temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": 123456, "max_new_tokens": 512,
+                      "stop": ".,!", "cache": "off", "steps": 512, "at": 511, "presenter": "on"})
+    values, problems = read_link(link)
+    assert problems == [] and values["prompt"] == prose[:MAX_PROMPT_CHARS]
+    query = urlencode(link, quote_via=quote)  # spaces as %20, the longer of the two ways a browser writes them
+    assert len(f"GET /step_through?{query} HTTP/1.1".encode()) < 8 * 1024
+
+
 def test_decode_before_prefill_and_double_prefill_are_refused(tiny_lm):
     s = Stepper(tiny_lm, PROMPT)
     with pytest.raises(StepError, match="Prefill first"):
