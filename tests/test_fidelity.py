@@ -25,7 +25,7 @@ from engine.measure import roofline
 from engine.measure.roofline import DeviceRoof
 from engine.measure.speculative import rows_cost_sentence
 from tests.test_app import click, fresh_app, open_view
-from tests.test_lessons import TITLES, lesson, text
+from tests.test_lessons import lesson, text
 from ui.apptest import page
 
 ARTICLE = "A red jacket compliments any outfit."
@@ -50,7 +50,7 @@ def picture(at, testid: str) -> str:
 
 
 def test_lesson_9_shows_a_lookahead_figure_with_its_three_branches_labelled():
-    at = lesson(TITLES[8])
+    at = lesson(9)
     svg = picture(at, "dl-lookahead")
     branches = re.findall(r'data-role="branch" data-branch="(\w+)"', svg)
     assert branches == ["input", "lookahead", "verification"]
@@ -135,17 +135,33 @@ def test_the_scale_page_shows_where_the_time_goes_before_any_run_and_labels_by_m
     assert len(parts) == 4 and parts["ms"].iloc[-1] > 0
 
 
-def test_the_stage_caption_says_matrix_matrix_at_prefill_and_matrix_vector_at_decode(tiny_lm):
-    run = Stepper(tiny_lm, "Once upon a time there was", max_new_tokens=3, stop_on_eos=False)
+def product(rows: int) -> str:
+    """One row through each weight matrix is a matrix-vector product; several rows, a matrix-matrix product."""
+    return "matrix-vector" if rows == 1 else "matrix-matrix"
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no-cache"])
+def test_the_stage_names_the_product_that_its_query_rows_make(tiny_lm, use_cache):
+    """Prefill feeds the prompt's rows, a cached decode step one, a decode step without the cache every position
+    again (matrix-matrix, though it makes one token): the caption follows the rows the stage draws."""
+    run = Stepper(tiny_lm, "Once upon a time there was", max_new_tokens=3, stop_on_eos=False, use_cache=use_cache)
     run.run()
-    pieces = run.pieces()
-    assert "(matrix-matrix)" in stage_svg(run.traces[0], pieces, run.prompt_len)
-    assert "(matrix-vector)" in stage_svg(run.traces[1], pieces, run.prompt_len)
+    for t in run.traces:
+        svg = stage_svg(t, run.pieces(), run.prompt_len)
+        rows = svg.count('data-role="query-row"')
+        assert rows == t.q_len == (1 if use_cache and t.phase == "decode" else t.kv_len)
+        assert f"({product(rows)})" in svg and f"({product(2 if rows == 1 else 1)})" not in svg
 
 
-@pytest.mark.parametrize("title, words", [(TITLES[1], "matrix-matrix"), (TITLES[2], "matrix-vector")])
-def test_lessons_2_and_3_name_the_product_their_pass_makes(title, words):
-    assert f"**{words}**" in text(lesson(title))
+@pytest.mark.parametrize("number", [2, 3])
+def test_lessons_2_and_3_name_the_product_from_the_rows_their_pass_feeds(number):
+    """The rows a lesson says enter each block are the rows its stage draws, and the product it names follows."""
+    at = lesson(number)
+    t = text(at)
+    rows = int(re.search(r"`\[1, (\d+), \d+\]`", t).group(1))  # the first [batch, pos, d_model] it prints
+    assert rows == picture(at, "dl-stage").count('data-role="query-row"')
+    assert (rows > 1) == (number == 2)  # lesson 2 shows prefill (the whole prompt), lesson 3 a cached decode step
+    assert set(re.findall(r"\*\*(matrix-\w+)\*\*", t)) == {product(rows)}
 
 
 # ---------------------------------------------------------------- 4. lesson 9's claim about extra rows
@@ -158,7 +174,7 @@ def test_the_extra_rows_claim_follows_the_measured_times():
 
 
 def test_lesson_9_claims_only_what_its_own_numbers_show():
-    t = text(lesson(TITLES[8]))
+    t = text(lesson(9))
     assert "costs little more" not in t  # never said as a fact; measured below
     found = re.search(r"fed (\d+) rows in ([\d.]+) ms; one plain decode step on the same cache feeds 1 row in "
                       r"([\d.]+) ms \(×([\d.]+)\)", t)
@@ -171,7 +187,7 @@ def test_lesson_9_claims_only_what_its_own_numbers_show():
 
 
 def test_the_batch_heatmap_draws_padding_and_the_future_as_masked_not_as_zero():
-    at = lesson(TITLES[6])
+    at = lesson(7)
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)
     masked, weights = plotly_array(chart["data"][0]["z"]), plotly_array(chart["data"][1]["z"])
     pads = int(re.search(r"got \*\*(\d+) padding positions", text(at)).group(1))
@@ -266,7 +282,7 @@ def test_the_scale_page_says_when_a_context_is_beyond_the_models_maximum():
 
 
 def test_lesson_6_includes_a_run_that_stops_at_end_of_text_and_reruns_without_generating_again(monkeypatch):
-    at = lesson(TITLES[5])
+    at = lesson(6)
     assert re.search(r"stopped after \*\*\d+ tokens\*\*, reason: \*\*eos\*\*", text(at))
     import engine.generate.stepper as stepper
 
@@ -281,7 +297,7 @@ def test_lesson_6_includes_a_run_that_stops_at_end_of_text_and_reruns_without_ge
 
 
 def test_lesson_1_draws_one_request_with_every_step_measured():
-    at = lesson(TITLES[0])
+    at = lesson(1)
     svg = picture(at, "dl-request")
     steps = re.findall(r'data-role="request-step" data-step="([^"]+)" data-ms="([\d.]+)"', svg)
     assert [name for name, _ in steps] == ["load the weights", "tokenize", "copy to the device", "prefill",
@@ -292,7 +308,7 @@ def test_lesson_1_draws_one_request_with_every_step_measured():
 
 
 def test_lesson_1_says_what_this_model_predicts_instead_of_nice_or_warm():
-    at = lesson(TITLES[0])
+    at = lesson(1)
     said = next(m.value for m in at.markdown if "The articles' example" in m.value)
     assert "nice" in said and "warm" in said and "TinyStories" in said
     assert re.search(r"nice' [\d.]+% \(rank [\d,]+\)", said.replace("\\", ""))

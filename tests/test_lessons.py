@@ -1,8 +1,15 @@
-"""The lessons page: every lesson renders on the bundled model and quotes the live run."""
+"""The lessons page: every lesson renders on the bundled model and quotes the live run.
+
+Which lessons there are, and in what order, is the page's own list (`LESSONS` in pages/lessons.py), read here
+from the page's source, never copied; the picker the page renders must offer exactly that list. A lesson is named
+by its number, as its link (`?lesson=N`) names it.
+"""
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -10,15 +17,24 @@ from streamlit.testing.v1 import AppTest
 from ui.apptest import app_test, page
 from tests.test_app import fresh_app
 
-TITLES = ["1. Text in, tokens out", "2. Prefill: the whole prompt at once", "3. Decode: one token per step",
-          "4. The KV cache", "5. Without the cache", "6. Choosing the next token", "7. Batches and padding",
-          "8. Scale: the cache of big models", "9. Speculative decoding"]
+
+def page_lessons() -> list[str]:
+    """The keys of `LESSONS = {...}` in pages/lessons.py, in order (a page runs when imported, so it is parsed)."""
+    tree = ast.parse(Path(page("lessons")).read_text())
+    found = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and [getattr(t, "id", None) for t in node.targets] == ["LESSONS"])
+    return [ast.literal_eval(key) for key in found.keys]
 
 
-def lesson(title: str) -> AppTest:
+TITLES = page_lessons()
+NUMBERS = range(1, len(TITLES) + 1)
+
+
+def lesson(number: int) -> AppTest:
+    """The lessons page with lesson `number` (1-based) picked in its selectbox, as a student picks it."""
     at = fresh_app()
     at.switch_page(page("lessons")).run()
-    at.selectbox(key="lesson_pick").set_value(title).run()
+    at.selectbox(key="lesson_pick").set_value(TITLES[number - 1]).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     return at
@@ -28,19 +44,27 @@ def text(at: AppTest) -> str:
     return " ".join(m.value for m in at.markdown)
 
 
-@pytest.mark.parametrize("title", TITLES)
-def test_every_lesson_renders(title):
-    at = lesson(title)
-    assert at.header[0].value == title
+def test_the_picker_offers_the_pages_lessons_numbered_in_order():
+    at = fresh_app()
+    at.switch_page(page("lessons")).run()
+    assert list(at.selectbox(key="lesson_pick").options) == TITLES
+    assert [int(title.split(".")[0]) for title in TITLES] == list(NUMBERS)  # the number a link uses is the title's
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_every_lesson_renders_and_its_link_names_it(number):
+    at = lesson(number)
+    assert at.header[0].value == TITLES[number - 1]
+    assert at.query_params["lesson"] == str(number)  # the link copied from here reopens this lesson
 
 
 def test_the_prefill_lesson_shows_a_causal_mask_from_the_live_run():
-    at = lesson(TITLES[1])
+    at = lesson(2)
     assert "add up to **0**" in text(at)
 
 
 def test_the_kv_cache_lesson_formula_equals_the_measured_bytes():
-    at = lesson(TITLES[3])
+    at = lesson(4)
     measured = int(re.search(r"real tensors: \*\*([\d,]+) bytes", text(at)).group(1).replace(",", ""))
     assert "(the same)" in text(at) and measured > 0
     at.slider(key="lesson4_steps").set_value(12).run()  # 4 more steps, 4 more positions
@@ -49,7 +73,7 @@ def test_the_kv_cache_lesson_formula_equals_the_measured_bytes():
 
 
 def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work():
-    at = lesson(TITLES[4])
+    at = lesson(5)
     t = text(at)
     assert "Same tokens with and without the cache: **yes**" in t
     found = re.search(r"computed \*\*(\d+) positions\*\*; the uncached one \*\*(\d+)\*\*", t)
@@ -58,7 +82,7 @@ def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work():
 
 
 def test_the_batch_lesson_pads_on_the_left_and_padding_gets_zero_attention():
-    at = lesson(TITLES[6])
+    at = lesson(7)
     t = text(at)
     assert "padding positions" in t and "a padded one is **0**" in t
     grid = at.dataframe[0].value
@@ -103,11 +127,11 @@ def _bound_claims(t: str) -> list[tuple[float, float, str, float, float, float, 
     return claims
 
 
-@pytest.mark.parametrize("title", [TITLES[1], TITLES[2]])
-def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured_time(title):
+@pytest.mark.parametrize("number", [2, 3])
+def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured_time(number):
     """A label is never a slogan: the ridge side comes from the step's intensity against the measured ridge, and
     the label from the measured time against both bounds: never 'memory-bound' at more than 3x the memory bound."""
-    claims = _bound_claims(text(lesson(title)))
+    claims = _bound_claims(text(lesson(number)))
     assert claims
     for intensity, ridge, side, ms, memory, compute, label in claims:
         assert side == ("the compute side" if intensity >= ridge else "the memory side"), (intensity, ridge, side)
@@ -120,7 +144,7 @@ def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured
 
 
 def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():
-    at = lesson(TITLES[7])
+    at = lesson(8)
     note = next(c.value for c in at.caption if "Llama-3-70B" in c.value)
     weights_gib = float(re.search(r"weights alone are ([\d.]+) GiB", note).group(1))
     gpus = int(re.search(r"On (\d+) of them", note).group(1))
@@ -130,7 +154,7 @@ def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():
 
 
 def test_the_speculative_lesson_shows_a_round_with_a_cut_and_the_totals():
-    at = lesson(TITLES[8])
+    at = lesson(9)
     t = text(at)
     assert re.search(r"(\d+) of the columns it wrote were cut again", t)
     labels = [m.label for m in at.metric]
