@@ -8,6 +8,7 @@ by its number, as its link (`?lesson=N`) names it.
 from __future__ import annotations
 
 import ast
+import base64
 import re
 from pathlib import Path
 
@@ -85,8 +86,9 @@ def test_the_batch_lesson_pads_on_the_left_and_padding_gets_zero_attention():
     at = lesson(7)
     t = text(at)
     assert "padding positions" in t and "a padded one is **0**" in t
-    grid = at.dataframe[0].value
-    assert grid.iloc[0, 0].startswith("PAD") and not grid.iloc[1, 0].startswith("PAD")  # left, on the short row
+    grid = next(h.proto.body for h in at.get("html") if "dl-batch" in h.proto.body)  # fits the page: no scrolling
+    assert "data-role='pad' data-pos='0' data-row='0'" in grid  # left, on the short row
+    assert "data-role='token' data-pos='0' data-row='1'" in grid
     assert t.count("same tokens as running it alone: **yes**") == 2
 
 
@@ -161,3 +163,34 @@ def test_the_speculative_lesson_shows_a_round_with_a_cut_and_the_totals():
     assert "acceptance rate" in labels and "tokens per target pass" in labels
     passes = float(next(m.value for m in at.metric if m.label == "tokens per target pass"))
     assert passes >= 1.0  # a verify pass always yields at least the target's own token
+
+
+def _stage_steps(at: AppTest) -> list[int]:
+    """The step of every stage picture on the page (its SVG is an <img> data URI)."""
+    out = []
+    for block in at.get("html"):
+        body = str(block.proto.body)
+        if 'data-testid="dl-stage"' in body:
+            svg = base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", body).group(1)).decode()
+            out.append(int(re.search(r'data-role="stage"[^>]*data-step="(\d+)"', svg).group(1)))
+    return out
+
+
+@pytest.mark.parametrize("steps", [5, 30])
+def test_lesson_5s_stage_shows_the_step_its_slider_reads(steps):
+    """The walk-through's slider at 30 beside a stage at step 5: the stage is the slider's last step."""
+    at = lesson(5)
+    at.slider(key="lesson5_steps").set_value(steps).run()
+    assert not at.exception and not at.error
+    assert _stage_steps(at) == [steps]
+    assert f"(prefill and {steps} decode steps)" in text(at)
+
+
+@pytest.mark.parametrize("shown", [0, 7, 12])
+def test_lesson_10s_slider_and_its_step_line_agree(shown):
+    """The walk-through's slider at 8 beside "step 7 of 7": the slider is the step shown, counted from 0."""
+    at = lesson(10)
+    at.slider(key="lesson10_steps").set_value(shown).run()
+    assert not at.exception and not at.error
+    assert f"step **{shown}** of {shown} ·" in text(at)
+    assert at.slider(key="lesson10_steps").value == shown

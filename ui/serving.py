@@ -101,7 +101,8 @@ def new_serving_run(lm, requests: list[RequestSpec], sizing: dict, sampling) -> 
 def serving_lesson(lm, scale: float) -> None:
     """Lesson 10: many requests share one pass; their keys and values live in blocks; a prefix is stored once."""
     st.markdown(
-        "A decode step of one request is **matrix-vector** work: every weight is read to compute one row. A server "
+        "A decode step (the *generation phase*) of one request is **matrix-vector** work: every weight is read to "
+        "compute one row. A server "
         "answering many people puts the decode steps of **all** running requests into **one forward pass** "
         "(*continuous batching*): their rows are laid end to end, `[1, T]`, and a new request's prompt joins the "
         "very next pass, beside everyone's decode token. Each request's keys and values live in fixed-size "
@@ -110,11 +111,12 @@ def serving_lesson(lm, scale: float) -> None:
         "that start with the same prompt **share** its full blocks. When the pool runs out, a request is "
         "**preempted** and recomputed later.")
     sc = SCENARIOS["shared_prefix"]
-    steps = st.slider("try it: engine steps of the shared-system-prompt scenario", 1, 24, 8, key="lesson10_steps")
-    run = _lesson_run(lm, steps)
+    at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, 23, 7,
+                   key="lesson10_steps")
+    run = _lesson_run(lm, at + 1)  # steps 0..at: the line below says "step {at} of {at}", as the slider does
     if run is None:
         return
-    at = len(run.steps) - 1
+    at = len(run.steps) - 1  # the run may end sooner than the slider asks
     st.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
     pictures(run, at)
     st.caption(sc["why"] + " Every request's tokens are exactly the ones it gets alone (greedy): the pass mixes "

@@ -465,17 +465,33 @@ def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
 # ---------------------------------------------------------------- lessons
 
 
-def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
-    """Positions computed (q_len) at every step, with and without the cache: flat vs a climbing staircase."""
-    fig = go.Figure()
+def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[StepTrace], scale: float = 1.0,
+                         note: str | None = None) -> go.Figure:
+    """Positions computed (q_len) at every step, with and without the cache: flat vs a climbing staircase; and the
+    measured ms of each step as a line over them (right axis), so the time is read beside the work. `note`
+    (engine.measure.noise.compare_note) is said in the title when the times contradict the work."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=[t.step for t in nocache_traces], y=[t.q_len for t in nocache_traces],
-                         name="KV cache off", marker_color=RECOMPUTED))
+                         name="positions computed, cache off", marker_color=RECOMPUTED, opacity=0.75))
     fig.add_trace(go.Bar(x=[t.step for t in cache_traces], y=[t.q_len for t in cache_traces],
-                         name="KV cache on", marker_color=PREFILL))
+                         name="positions computed, cache on", marker_color=PREFILL, opacity=0.75))
+    for traces, colour, name in ((nocache_traces, RECOMPUTED, "ms, cache off"), (cache_traces, PREFILL, "ms, cache on")):
+        dec = [t for t in traces if t.phase == "decode"]
+        fig.add_trace(go.Scatter(x=[t.step for t in dec], y=[t.latency_ms for t in dec], name=f"{name} (measured)",
+                                 mode="lines", line=dict(color=colour, width=2.5, dash="dot")), secondary_y=True)
     fig.update_layout(barmode="group")
     step_axis(fig, [t.step for t in nocache_traces])
-    fig.update_yaxes(title="positions computed (q_len)")
-    return layout(fig, "Work per step: positions pushed through the model", scale=scale)
+    fig.update_yaxes(title="positions computed (q_len)", secondary_y=False)
+    fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
+    title = "Work per step: positions pushed through the model, and the time it took"
+    if note:
+        from engine.measure.noise import headline
+
+        title += "<br><span style='font-size:0.75em'>⚠ " + "<br>".join(wrap(headline(note), 110)) + "</span>"
+    fig = layout(fig, title, scale=scale)
+    if note:
+        fig.update_layout(margin=dict(t=int((70 + 18 * (title.count("<br>"))) * scale)))
+    return fig
 
 
 def padded_batch_frame(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> pd.DataFrame:
