@@ -114,7 +114,7 @@ def status(run: Stepper, at: int) -> None:
 
 def context(run: Stepper, at: int) -> StepContext:
     t = run.traces[at]
-    ids = run.ids[0].tolist()
+    ids = run.tokens
     return StepContext(traces=tuple(run.traces[: at + 1]), ids=tuple(ids), pieces=tuple(run.pieces()),
                        prompt_len=run.prompt_len, prompt=run.prompt, spec=spec,
                        text=lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True),
