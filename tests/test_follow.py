@@ -146,7 +146,7 @@ def test_only_the_lecturer_key_starts_a_class_and_the_key_is_stored_nowhere(stor
         everything = str([kv.get(k) if kv.type(k) == "string" else kv.hgetall(k) for k in kv.keys("*")])
     assert lecture.code in everything and KEY not in everything
     with pytest.raises(Refused, match="does not lead"):  # a code is not a token
-        room.publish(Lecture(lecture.code, "guess"), {"run": None, "steps": 0}, {})
+        room.publish(Lecture(lecture.code, "guess"), frame={"id": "x", "kind": "waiting"})
     assert not Classroom(MemoryKV()).enabled  # no key set: follow is off
     with pytest.raises(Refused, match="Follow is off"):
         Classroom(MemoryKV()).start("", "s1")
@@ -198,18 +198,18 @@ def test_a_class_ends_after_hours_without_a_change_from_its_lecturer(store):
         time.sleep(2.1)  # Redis expires keys itself
     assert room.version(lecture.code) is None
     with pytest.raises(Refused, match="has ended"):
-        room.publish(lecture, {"run": None, "steps": 0}, {})
+        room.publish(lecture)
     assert room.classes() == 0
 
 
 def test_caps_classes_per_server_and_followers_per_class(store):
     room = classroom(store, max_classes=2, max_followers=2, presence_s=20)
     first = room.start(KEY, "a")
-    room.start(KEY, "b")
+    room.start(KEY, "b", new=True)  # new: another class (the key alone resumes the newest)
     with pytest.raises(Refused, match="already runs 2 classes"):
-        room.start(KEY, "c")
+        room.start(KEY, "c", new=True)
     room.end(first)
-    third = room.start(KEY, "c")
+    third = room.start(KEY, "c", new=True)
     room.join(third.code, "s1")
     room.join(third.code, "s2")
     with pytest.raises(Refused, match="full"):
@@ -260,19 +260,20 @@ def test_a_click_sends_one_new_step_and_a_reset_starts_a_new_run(bundled_lm, sto
     lecture = room.start(KEY, "lect")
     sent = []
     real = room.publish
-    room.publish = lambda lec, head, traces, fresh_run=False: sent.append((sorted(traces), fresh_run)) or \
-        real(lec, head, traces, fresh_run)
+    room.publish = lambda lec, **kw: sent.append((sorted(kw.get("traces") or {}), kw.get("fresh_run", False))) or \
+        real(lec, **kw)
     pub = Publisher(room, lecture)
     s = run(bundled_lm, 1)
     pub.update(s, 1, "Attention", 0, 0, {})
     s.decode()
     pub.update(s, 2, "Attention", 0, 0, {})
-    pub.update(s, 1, "Attention", 0, 0, {})  # the lecturer scrubs back: only the head changes
+    pub.update(s, 1, "Attention", 0, 0, {})  # the lecturer scrubs back: no trace, a frame already in the timeline
     pub.update(s, 1, "Latency", 0, 0, {})  # ... or picks a view
     assert sent == [([0, 1], True), ([2], False), ([], False), ([], False)]
-    assert room.read(lecture.code).view == "Latency"
+    assert room.read(lecture.code).view == "Latency" and room.live(lecture.code)["picks"]["view"] == "Latency"
+    assert [f for f, _ in room.timeline(lecture.code)] == [f"{pub._run}:1", f"{pub._run}:2"]
     pub.update(None, 0, "Latency", 0, 0, {})  # Reset
-    assert room.read(lecture.code).run is None
+    assert room.read(lecture.code).run is None and room.live(lecture.code)["frame"] == "waiting"
     s2 = run(bundled_lm, 0)
     pub.update(s2, 0, "Latency", 0, 0, {})
     shared = room.read(lecture.code)
@@ -295,13 +296,13 @@ def test_the_qr_code_is_a_picture_of_the_link():
 @pytest.fixture
 def key_set(monkeypatch):
     """The server was started with a lecturer key (a fresh in-process classroom)."""
-    import ui.follow
+    from engine.follow import server
 
     monkeypatch.setenv("DECODE_LAB_LECTURER_KEY", KEY)
     monkeypatch.delenv("DECODE_LAB_REDIS_URL", raising=False)
-    ui.follow.classroom.clear()
-    yield
-    ui.follow.classroom.clear()
+    server.reset()
+    yield server
+    server.reset()
 
 
 def ok(at):
@@ -343,44 +344,49 @@ def everything_shown(at) -> str:
     return "\n".join(parts)
 
 
-def test_a_follower_page_shows_the_lecturers_step_has_no_run_controls_and_never_the_key(key_set):
+def live_view(at) -> dict:
+    """What the follower's page gave its live view (ui/follow.js): the class code and its own session id."""
+    import json
+
+    (view,) = at.get("bidi_component")
+    return json.loads(view.proto.json)
+
+
+def test_a_follower_page_mounts_the_live_view_has_no_run_controls_and_never_the_key(key_set):
+    from engine.draw.stage import stage_svg
+    from engine.draw.views import VIEWS
+
     lect = lecturer(3)
     code = lect.session_state["follow_lead"].code
     assert all(KEY not in str(v) for v in lect.query_params.values())
     assert KEY not in everything_shown(lect)
     fol = follower(code)
     assert not fol.error
-    shown = everything_shown(fol)
-    assert 'data-testid="dl-follow-stage" data-step="3"' in shown and KEY not in shown
-    assert not [m.value for m in fol.markdown if m.value.strip().startswith("None")]  # nothing stray on the page
+    data = live_view(fol)
+    assert data == {"code": code, "who": fol.session_state["follow_who"]}  # the page's own random id, no key
+    assert KEY not in everything_shown(fol) and KEY not in str(data)
     assert code in str(fol.query_params["follow"])
     keys = {b.key for b in fol.button}
     assert not {k for k in keys if k and k.startswith("step_btn")}  # no Prefill, Next token, Run to end, Reset
     assert not [t for t in fol.sidebar.text_input if t.key == "follow_key"]  # no key field on a follower page
 
-    before = (lect.session_state["step_run"].ids.tolist(), len(lect.session_state["step_run"].traces))
-    version = lect.session_state["follow_pub"].version
-    for view in ("Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens", "Attention"):
-        ok(fol.radio(key="follow_view").set_value(view).run())
-        assert not fol.error, view
-    assert fol.button(key="follow_later").disabled and fol.button(key="follow_back_live").disabled  # live
-    ok(fol.button(key="follow_earlier").click().run())
-    ok(fol.button(key="follow_earlier").click().run())
-    assert "looking back" in everything_shown(fol) and 'data-step="1"' in everything_shown(fol)
-    assert 'data-testid="dl-follow-heads"' in everything_shown(fol)  # every head as a picture, not a chart
-    assert not fol.get("plotly_chart")  # (a chart costs each student's browser ~150 ms a step; a picture ~15)
-    ok(fol.button(key="follow_back_live").click().run())
-    assert 'data-step="3"' in everything_shown(fol) and "**live**" in everything_shown(fol)
-    ok(fol.button(key="follow_earlier").click().run())
-    ok(fol.selectbox(key="follow_head").set_value(5).run())
+    room, hub = key_set.classroom(), key_set.hub()
+    assert room.is_follower(code, data["who"])
+    live = room.live(code)
     s = lect.session_state["step_run"]
-    assert (s.ids.tolist(), len(s.traces)) == before
-    assert ok(lect.run()).session_state["follow_pub"].version == version  # nothing the follower did moved it
+    frame = room.frame(code, live["frame"])
+    assert (frame["kind"], frame["at"], frame["text"]) == ("step", 3, s.text)
+    path = f"p/{frame['run']}/3/stage/{live['picks']['layer']}/{live['picks']['head']}"
+    assert hub.part(code, path).decode() == stage_svg(s.traces[3], s.pieces(), s.prompt_len)  # the step page's
+    view = hub.part(code, f"p/{frame['run']}/3/view/{VIEWS.index('Attention')}/0")
+    assert b'data-testid=\\"dl-follow-heads\\"' in view  # every head as a picture, not a chart
+    assert hub.part(code, f"p/{frame['run']}/4/stage/0/0") is None  # a step not taken is not there
 
-    ok(lect.button(key="step_btn_next").click().run())  # the lecturer moves: the follower goes live again
+    version = live["version"]
     ok(fol.run())
-    assert 'data-step="4"' in everything_shown(fol) and "**live**" in everything_shown(fol)
-    assert fol.session_state["follow_head"] == 5 and fol.session_state["follow_view"] == "Attention"  # its own
+    assert room.live(code)["version"] == version  # a follower's page run publishes nothing
+    ok(lect.button(key="step_btn_next").click().run())
+    assert room.live(code)["version"] == version + 1 and room.frame(code, room.live(code)["frame"])["at"] == 4
 
 
 def test_a_wrong_code_gets_a_plain_message_and_a_box_to_type_the_code(key_set):
@@ -400,8 +406,9 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
     lecturer_ids, lecturer_traces = s.ids.tolist(), list(s.traces)
 
     fol = follower(code, visited_first=True)
-    assert 'data-step="3"' in everything_shown(fol)
-    ok(fol.button(key="follow_fork").click().run())
+    run_id = key_set.classroom().read(code).run
+    fol.session_state["follow_fork"] = {"run": run_id, "at": 3}  # what the live view's Fork sends (step 3)
+    ok(fol.run())
     mine = fol.session_state["step_run"]
     assert (mine.use_cache, mine.max_new_tokens) == (s.use_cache, s.max_new_tokens)  # the lecturer's settings
     assert mine is not s and len(mine.traces) == 4  # prefill + 3 steps, replayed in the student's session
@@ -477,20 +484,20 @@ def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, brow
         assert KEY not in pg.url and KEY not in pg.content() and "follow=" in pg.url
         buttons = [t.strip() for t in pg.locator("button[data-testid^=stBaseButton]").all_inner_texts()]
         assert not [b for b in buttons if re.match(r"(Prefill|Next token|Run to end|Reset|◀|▶)", b)], buttons
-    # a follower clicks everything it has: views, a layer, the scrubber, a toggle, and Fork
+    # a follower clicks everything it has: views, a layer, the scrubber, and Fork
     pg = followers[1]
     for view in ("Next token", "KV cache", "Latency", "Tokens", "Attention"):
-        pg.locator("[data-testid=stRadio] label").filter(has_text=view).first.click()
-        idle(pg)
-    pg.locator("button").filter(has_text=re.compile(r"^layer 2$")).first.click()
-    idle(pg)
-    pg.locator(".st-key-follow_earlier button").first.click()  # the scrubber: one step back
-    idle(pg)
+        pg.locator("[data-testid=dl-follow] [role=radio]").filter(has_text=view).first.click()
+        expect(pg.locator("[data-testid=dl-follow] [role=radio][aria-checked=true]")).to_have_text(view)
+    pg.locator("[data-testid=dl-follow] button[data-layer='2']").click()
+    expect(pg.locator("[data-testid=dl-follow] button[data-layer='2']")).to_have_class(re.compile("dlf-on"))
+    pg.get_by_test_id("dl-follow-back").click()  # the scrubber: one step back
     expect(pg.get_by_text(re.compile("looking back"))).to_be_visible()
-    pg.get_by_role("button", name="Fork").click()
+    expect(pg.locator("[data-testid=dl-follow-stage][data-step='2']")).to_be_visible()
+    pg.get_by_test_id("dl-follow-fork").click()
     expect(pg.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible()  # its own run, at step 2
     idle(pg)
-    pg.keyboard.press("n")
+    pg.get_by_role("button", name=re.compile("^Next token")).click()
     expect(pg.get_by_text(re.compile(r"\(3 from Next token\)"))).to_be_visible()
     lect.locator("[data-testid=stRadio] label").filter(has_text="Tokens").first.click()  # the lecturer's page redraws
     expect(lect.get_by_text(re.compile("Text in, tokens out"))).to_be_visible()  # its own run, as it was

@@ -312,7 +312,9 @@ class Follower {
     const choices = el("div", { class: "dlf-q-choices" });
     const send = (payload) => this.vote(q, payload, said, choices);
     for (const c of q.choices) {
-      choices.append(el("button", { class: "dlf-btn dlf-choice", onclick: () => send({ choice: c }) }, c));
+      const b = el("button", { class: "dlf-btn dlf-choice", onclick: () => send({ choice: c }) }, c);
+      b.dataset.choice = c;
+      choices.append(b);
     }
     box.append(choices);
     if (q.typed) {
@@ -335,7 +337,11 @@ class Follower {
         body: JSON.stringify({ who: this.who, qid: q.qid, ...payload }) });
       const m = await r.json();
       said.textContent = m.message;  // a plain sentence from the server: set as text
-      if (m.ok) { this.voted.set(q.qid, m.message); choices.dataset.done = "1"; }
+      if (m.ok) {
+        this.voted.set(q.qid, m.message);
+        choices.dataset.done = "1";
+        for (const b of choices.children) if (b.dataset.choice === payload.choice) b.classList.add("dlf-on");
+      }
     } catch (e) {
       said.textContent = "Your vote could not be sent: check the connection, then try again.";
     }

@@ -230,11 +230,10 @@ def _code_box(prefill: str = "") -> None:
 
 
 def _fork_clicked() -> None:
-    """The live view's Fork (a trigger value {run, at}): fork the step the student looks at."""
-    ss = st.session_state
-    asked = (ss.get("follow_live") or {}).get("fork") or {}
+    """The live view's Fork (a trigger value {run, at}): the page forks the step the student looks at."""
+    asked = (st.session_state.get("follow_live") or {}).get("fork")
     if isinstance(asked, dict):
-        fork(ss.get("follow_code", ""), asked.get("at"), asked.get("run"))
+        st.session_state["follow_fork"] = asked
 
 
 def fork(code: str, at, run: str | None = None) -> None:
@@ -289,6 +288,11 @@ def follower_page() -> None:
         st.caption("Open the link on the projector, or type the class code it shows.")
         _code_box()
         return
+    asked = ss.pop("follow_fork", None)
+    if isinstance(asked, dict):
+        fork(code, asked.get("at"), asked.get("run"))
+        if ss.pop("follow_forked", False):
+            st.switch_page(STEP_PAGE)
     if ss.get("follow_msg"):
         error(ss.pop("follow_msg"))
     try:

@@ -1,0 +1,393 @@
+"""The class takes part: votes (hostile ones refused), versions and frames, the news that wakes every server,
+the reload that gives a lecturer the same class, the routes a follower's page uses, and other pages published.
+
+Engine units on both stores (this process, and a real redis-server on loopback: the system tier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from engine import Stepper
+from engine.follow import Classroom, Lecture, Limits, MemoryKV, Refused
+from engine.follow.classroom import MAX_FRAMES
+from engine.follow.http import ClassRoutes, TOO_LONG
+from engine.follow.hub import END, Hub
+from engine.follow.poll import Refused as VoteRefused
+from engine.follow.poll import next_token_question, shape_question
+from engine.follow.share import Publisher
+from tests.test_follow import KEY, Clock, ok, redis_url  # noqa: F401 - redis_url: the module's redis-server
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.system)])
+def store(request):
+    """(a fresh store, its clock, its kind): MemoryKV, or a real redis-server (expiry by Redis's own clock)."""
+    clock = Clock()
+    if request.param == "memory":
+        return MemoryKV(clock=clock), clock, request.param
+    import redis
+
+    kv = redis.Redis.from_url(request.getfixturevalue("redis_url"), decode_responses=True)
+    kv.flushdb()
+    return kv, clock, request.param
+
+
+def room_of(store, **limits) -> Classroom:
+    kv, clock, _ = store
+    return Classroom(kv, key=KEY, limits=Limits(**limits), clock=clock)
+
+
+def run(lm, steps: int = 2) -> Stepper:
+    s = Stepper(lm, "Once upon a time there was a girl named Lily.", max_new_tokens=20)
+    s.prefill()
+    for _ in range(steps):
+        s.decode()
+    return s
+
+
+@pytest.fixture
+def asked(bundled_lm, store):
+    """A class with two followers and an open question about the next token (held back, as the page does)."""
+    room = room_of(store, max_followers=3)
+    lecture = room.start(KEY, "lect")
+    s = run(bundled_lm)
+    Publisher(room, lecture).update(s, 2, "Attention", 0, 0, {})
+    held = s.step()
+    q = next_token_question(held, "Once upon a time")
+    qid = room.polls.ask(lecture, q)
+    for who in ("aaaa0000aaaa0000", "bbbb1111bbbb1111"):
+        room.join(lecture.code, who)
+    return room, lecture, qid, q, held
+
+
+# ---------------------------------------------------------------- votes
+
+
+def test_a_question_offers_the_models_top_candidates_shuffled_and_hides_the_answer_until_the_reveal(asked):
+    room, lecture, qid, q, held = asked
+    assert set(q["choices"]) <= {c.token.replace(" ", "·") for c in held.top} and len(q["choices"]) == 5
+    assert q["answer"] in q["choices"] and q["answer"] == held.token.replace(" ", "·")
+    assert q["model"][q["answer"]] == pytest.approx(max(c.p_before for c in held.top), abs=1e-3)
+    public = room.polls.public(lecture.code)
+    assert "answer" not in public and "model" not in public and public["choices"] == q["choices"]
+    assert room.live(lecture.code) is None or "answer" not in json.dumps(room.live(lecture.code))
+    orders = {tuple(next_token_question(held, "")["choices"]) for _ in range(30)}
+    assert len(orders) > 1  # shuffled: the most likely is not always first
+
+
+def test_one_vote_per_follower_counted_anonymously_and_a_typed_word_matching_a_choice_counts_for_it(asked):
+    room, lecture, qid, q, _ = asked
+    choice = q["choices"][1]
+    assert "vote is in" in room.polls.vote(lecture.code, "aaaa0000aaaa0000", qid, choice=choice)
+    with pytest.raises(VoteRefused, match="voted on this question already"):
+        room.polls.vote(lecture.code, "aaaa0000aaaa0000", qid, choice=q["choices"][0])
+    room.polls.vote(lecture.code, "bbbb1111bbbb1111", qid, word=choice.strip("·").upper())
+    tally = room.polls.tally(lecture.code)
+    assert tally["counts"][choice] == 2 and tally["total"] == 2 and tally["words"] == []
+    assert "aaaa0000" not in json.dumps(tally)  # nobody's id in what is shown
+
+
+@pytest.mark.parametrize("payload, said", [
+    ({"word": "<b>bold</b>"}, "plain word"),
+    ({"word": "<script>alert(1)</script>"}, "plain word"),
+    ({"word": "x" * 10_000}, "too long"),
+    ({"choice": "<img src=x onerror=alert(1)>"}, "not one of the choices"),
+    ({"choice": "x" * 10_000}, "not one of the choices"),
+    ({"word": "two words"}, "plain word"),
+    ({}, "Pick one of the choices"),
+])
+def test_hostile_votes_are_refused_with_a_plain_message_and_never_stored(asked, payload, said):
+    room, lecture, qid, _, _ = asked
+    with pytest.raises(VoteRefused, match=said) as e:
+        room.polls.vote(lecture.code, "aaaa0000aaaa0000", qid, **payload)
+    assert "<" not in str(e.value) and len(str(e.value)) < 200
+    assert room.polls.tally(lecture.code)["total"] == 0
+
+
+def test_a_vote_after_the_reveal_for_an_ended_class_or_from_a_stranger_is_refused(asked):
+    room, lecture, qid, q, _ = asked
+    with pytest.raises(VoteRefused, match="link again"):
+        room.polls.vote(lecture.code, "cccc2222cccc2222", qid, choice=q["choices"][0])  # never joined
+    with pytest.raises(VoteRefused, match="no longer open"):
+        room.polls.vote(lecture.code, "aaaa0000aaaa0000", "deadbeef", choice=q["choices"][0])
+    room.polls.vote(lecture.code, "aaaa0000aaaa0000", qid, choice=q["choices"][0])
+    done = room.polls.reveal(lecture)
+    assert done["answer"] == q["answer"] and done["total"] == 1 and "model" in room.polls.public(lecture.code)
+    assert "model " in done["html"] and "✓" in done["html"]  # the model's probabilities beside the votes
+    with pytest.raises(VoteRefused, match="revealed"):
+        room.polls.vote(lecture.code, "bbbb1111bbbb1111", qid, choice=q["choices"][0])
+    room.end(lecture)
+    with pytest.raises(VoteRefused, match="ended"):
+        room.polls.vote(lecture.code, "bbbb1111bbbb1111", qid, choice=q["choices"][0])
+
+
+def test_votes_are_capped_at_the_class_size_and_rate_limited_like_codes(asked):
+    from engine.follow.poll import VOTES_PER_MINUTE
+
+    room, lecture, qid, q, _ = asked  # a class of at most 3
+    room.join(lecture.code, "cccc2222cccc2222")
+    for who in ("aaaa0000aaaa0000", "bbbb1111bbbb1111", "cccc2222cccc2222"):
+        room.polls.vote(lecture.code, who, qid, choice=q["choices"][0])
+    room.seen(lecture.code, "eeee4444eeee4444")  # a fourth seat, past the cap (join refuses it: the class is full)
+    with pytest.raises(VoteRefused, match="all the votes it can take"):
+        room.polls.vote(lecture.code, "eeee4444eeee4444", qid, choice=q["choices"][0])
+    said = []
+    for _ in range(VOTES_PER_MINUTE + 2):  # a follower hammering: every try counts, right or wrong
+        with pytest.raises(VoteRefused) as e:
+            room.polls.vote(lecture.code, "aaaa0000aaaa0000", qid, word="<b>")
+        said.append(str(e.value))
+    assert said.index("Too many votes from here: wait a minute.") == VOTES_PER_MINUTE - 1  # its 10 a minute spent
+    room.clock.now += 61
+    with pytest.raises(VoteRefused, match="plain word"):  # a minute later it is heard again
+        room.polls.vote(lecture.code, "aaaa0000aaaa0000", qid, word="<b>")
+
+
+def test_the_shape_question_is_answered_from_the_trace(bundled_lm):
+    s = run(bundled_lm)
+    before = s.traces[-1]
+    held = s.step()
+    q = shape_question(held, before)
+    batch, kv_heads, pos, head_dim = held.layers[0].shapes["kv.keys"]
+    assert q["answer"] == f"[{batch}, {kv_heads}, {pos}, {head_dim}]" and pos == before.kv_len + 1
+    assert q["answer"] in q["choices"] and len(set(q["choices"])) == len(q["choices"]) >= 4
+    assert not q["typed"]
+
+
+# ---------------------------------------------------------------- versions, frames, the timeline
+
+
+def test_each_publish_is_one_version_and_a_new_frame_joins_the_timeline_once(store):
+    room = room_of(store)
+    lecture = room.start(KEY, "lect")
+    heard = []
+    from engine.follow.store import subscribe
+
+    if store[2] == "memory":
+        subscribe(room.kv, room.channel, heard.append)
+    v1 = room.publish(lecture, frame={"id": "a", "kind": "page", "label": "A", "nodes": []}, picks={})
+    v2 = room.publish(lecture, frame={"id": "b", "kind": "page", "label": "B", "nodes": []}, picks={})
+    v3 = room.publish(lecture, frame={"id": "a", "kind": "page", "label": "A", "nodes": []}, picks={})
+    v4 = room.publish(lecture)  # the same screen again (a question asked)
+    assert [v1, v2, v3, v4] == [1, 2, 3, 4] and room.version(lecture.code) == 4
+    assert room.timeline(lecture.code) == [["a", "A"], ["b", "B"]]
+    assert room.live(lecture.code)["frame"] == "a" and room.frame(lecture.code, "b")["label"] == "B"
+    room.publish(lecture, frame={"id": "waiting", "kind": "waiting", "timeline": False})
+    assert len(room.timeline(lecture.code)) == 2
+    if store[2] == "memory":
+        assert [json.loads(m)["v"] for m in heard] == [1, 2, 3, 4, 5]  # one message per version, at once
+    for i in range(MAX_FRAMES + 5):
+        room.publish(lecture, frame={"id": f"f{i}", "kind": "page", "label": str(i), "nodes": []})
+    timeline = room.timeline(lecture.code)
+    assert len(timeline) == MAX_FRAMES and timeline[-1][0] == f"f{MAX_FRAMES + 4}"
+    assert room.frame(lecture.code, "a") is None  # an old frame falls out with its place in the timeline
+
+
+# ---------------------------------------------------------------- a reload gives the lecturer the same class
+
+
+def test_the_key_again_resumes_the_newest_class_and_the_old_page_no_longer_leads_it(store):
+    room = room_of(store)
+    first = room.start(KEY, "tab1")
+    room.join(first.code, "aaaa0000aaaa0000")
+    again = room.start(KEY, "tab2")  # the lecturer reloaded and typed the key once more
+    assert again.code == first.code and again.resumed and again.token != first.token
+    assert room.is_follower(first.code, "aaaa0000aaaa0000")  # the students are still there
+    assert room.publish(again, frame={"id": "x", "kind": "page", "label": "x", "nodes": []}) >= 1
+    with pytest.raises(Refused, match="does not lead"):
+        room.publish(first)  # the page that was reloaded away drives nothing
+    with pytest.raises(Refused, match="not the lecturer key"):
+        room.start("wrong key", "tab3")
+    store[1].now += 60
+    other = room.start(KEY, "tab2", new=True)
+    assert other.code != first.code and not other.resumed
+    latest = room.start(KEY, "tab4")
+    assert latest.code == other.code  # the newest one
+    room.end(latest)
+    assert room.start(KEY, "tab5").code == first.code  # an ended class is never resumed
+
+
+# ---------------------------------------------------------------- the news wakes every server
+
+
+def test_a_server_hears_each_version_by_publish_subscribe_and_never_asks_on_a_timer(store, bundled_lm):
+    room = room_of(store)
+    hub = Hub(room)
+    lecture = room.start(KEY, "lect")
+    room.join(lecture.code, "aaaa0000aaaa0000")
+    kv = room.kv
+    if store[2] == "redis":
+        time.sleep(0.3)  # the subscription is made by its thread
+        idle_before = kv.info("stats")["total_commands_processed"]
+        time.sleep(2.0)  # nothing happens: a server that asked on a timer would send commands now
+        idle_after = kv.info("stats")["total_commands_processed"]
+        assert idle_after - idle_before <= 2, idle_after - idle_before  # (the two INFO calls themselves)
+    heard = hub.heard
+    t0 = time.monotonic()
+    room.publish(lecture, frame={"id": "x", "kind": "page", "label": "x", "nodes": []})
+    while hub.heard == heard and time.monotonic() - t0 < 5:
+        time.sleep(0.01)
+    assert hub.heard == heard + 1 and time.monotonic() - t0 < 1.0
+
+
+def test_a_stream_starts_with_the_whole_state_then_gets_each_version_pushed(bundled_lm):
+    room = Classroom(MemoryKV(), key=KEY)
+    hub = Hub(room)
+    lecture = room.start(KEY, "lect")
+    room.join(lecture.code, "aaaa0000aaaa0000")
+    pub = Publisher(room, lecture)
+    s = run(bundled_lm, 1)
+    pub.update(s, 1, "Attention", 0, 0, {})
+
+    async def follow():
+        stream = hub.events(lecture.code, "aaaa0000aaaa0000")
+        first = await stream.__anext__()
+        assert room.followers(lecture.code) == 1
+        s.decode()
+        await asyncio.get_running_loop().run_in_executor(None, pub.update, s, 2, "Attention", 0, 0, {})
+        second = await asyncio.wait_for(stream.__anext__(), 5)
+        room.end(lecture)
+        third = await asyncio.wait_for(stream.__anext__(), 5)
+        await stream.aclose()
+        return first, second, third
+
+    first, second, third = asyncio.run(follow())
+    one = json.loads(first.split(b"data: ", 1)[1])
+    assert one["frame"]["at"] == 1 and one["timeline"] == [[f"{pub._run}:1", "step 1 (decode)"]]
+    assert set(one["parts"]) == {f"p/{pub._run}/1/stage/0/0", f"p/{pub._run}/1/view/0/0"}  # built here, once
+    two = json.loads(second.split(b"data: ", 1)[1])
+    assert two["v"] == one["v"] + 1 and two["frame"]["at"] == 2 and two["entry"][0] == f"{pub._run}:2"
+    assert third == END
+
+
+def test_a_picture_asked_for_by_many_followers_at_once_is_built_once(bundled_lm, monkeypatch):
+    import engine.follow.hub as hub_module
+
+    room = Classroom(MemoryKV(), key=KEY)
+    hub = Hub(room)
+    lecture = room.start(KEY, "lect")
+    pub = Publisher(room, lecture)
+    pub.update(run(bundled_lm, 1), 1, "Attention", 0, 0, {})
+    built = []
+    real = hub_module.stage_part
+    monkeypatch.setattr(hub_module, "stage_part", lambda *a: built.append(a) or (time.sleep(0.2), real(*a))[1])
+    path = f"p/{pub._run}/1/stage/2/3"
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(hub.part(lecture.code, path))) for _ in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and len(set(got)) == 1 and got[0].startswith(b"<svg")
+
+
+# ---------------------------------------------------------------- the routes a follower's page uses
+
+
+def call(routes, method: str, path: str, body: bytes = b"", query: bytes = b""):
+    """One request to the ASGI routes; (status, headers, body)."""
+    sent = []
+    chunks = [body[i:i + 1024] for i in range(0, len(body), 1024)] or [b""]
+
+    async def receive():
+        return {"type": "http.request", "body": chunks.pop(0), "more_body": bool(chunks)} if chunks else \
+            {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "query_string": query, "headers": []}
+    asyncio.run(routes(scope, receive, send))
+    start = sent[0]
+    return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_routes_refuse_plainly_and_pass_the_rest_to_streamlit(bundled_lm):
+    room = Classroom(MemoryKV(), key=KEY)
+    hub = Hub(room)
+    passed = []
+
+    async def streamlit(scope, receive, send):
+        passed.append(scope["path"])
+
+    routes = ClassRoutes(streamlit, lambda: hub)
+    lecture = room.start(KEY, "lect")
+    room.join(lecture.code, "aaaa0000aaaa0000")
+    s = run(bundled_lm, 1)
+    pub = Publisher(room, lecture)
+    pub.update(s, 1, "Attention", 0, 0, {})
+    held = s.step()
+    qid = room.polls.ask(lecture, next_token_question(held, ""))
+
+    asyncio.run(routes({"type": "http", "path": "/", "method": "GET"}, None, None))
+    assert passed == ["/"]
+    status, headers, body = call(routes, "POST", f"/class/{lecture.code}/vote", json.dumps(
+        {"who": "aaaa0000aaaa0000", "qid": qid, "word": "x" * 10_000}).encode())
+    assert status == 413 and json.loads(body) == {"ok": False, "message": TOO_LONG}
+    status, _, body = call(routes, "POST", f"/class/{lecture.code}/vote", b"<html>not json")
+    assert json.loads(body)["message"] == "That is not a vote."
+    status, _, body = call(routes, "POST", f"/class/{lecture.code}/vote",
+                           json.dumps({"who": "aaaa0000aaaa0000", "qid": qid, "word": "<i>x</i>"}).encode())
+    assert status == 200 and not json.loads(body)["ok"] and "plain word" in json.loads(body)["message"]
+    status, _, body = call(routes, "POST", f"/class/{lecture.code}/vote",
+                           json.dumps({"who": "aaaa0000aaaa0000", "qid": qid, "word": "park"}).encode())
+    assert json.loads(body) == {"ok": True, "message": "Your vote is in. Watch the projector for the reveal."}
+    status, headers, body = call(routes, "GET", f"/class/{lecture.code}/events", query=b"who=ffff0000ffff0000")
+    assert status == 403 and headers[b"content-type"].startswith(b"text/plain") and b"link again" in body
+    status, headers, body = call(routes, "GET", f"/class/{lecture.code}/p/{pub._run}/1/stage/0/0")
+    assert status == 200 and headers[b"content-type"] == b"image/svg+xml" and body.startswith(b"<svg")
+    status, _, _ = call(routes, "GET", f"/class/{lecture.code}/p/{pub._run}/2/stage/0/0")
+    assert status == 404  # the held step is not published: no picture of it to fetch before the reveal
+    status, _, body = call(routes, "GET", "/class/<script>/events")
+    assert status == 404 and b"<" not in body
+    status, headers, body = call(routes, "GET", "/class/static/plotly.min.js")
+    assert status == 200 and b"plotly" in body[:200]
+
+
+# ---------------------------------------------------------------- every page followed (AppTest)
+
+
+def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_page_publishes_itself():
+    from engine.follow import server
+    from ui.apptest import app_test, page
+
+    server.reset()
+    import os
+
+    os.environ["DECODE_LAB_LECTURER_KEY"] = KEY
+    try:
+        at = ok(app_test().run())
+        at.sidebar.text_input(key="follow_key").input(KEY)
+        ok(at.button(key="follow_start").click().run())
+        ok(at.button(key="step_btn_prefill").click().run())
+        code = at.session_state["follow_lead"].code
+        room = server.classroom()
+        assert room.frame(code, room.live(code)["frame"])["kind"] == "step"
+        ok(at.switch_page(page("lessons")).run())
+        at.session_state["lesson_pick"] = "4. The KV cache"
+        ok(at.run())
+        ok(at.slider(key="lesson4_steps").set_value(12).run())
+        frame = room.frame(code, room.live(code)["frame"])
+        assert (frame["kind"], frame["page"], frame["label"]) == ("page", "Lessons", "4. The KV cache")
+        shown = json.dumps(frame["nodes"])
+        assert "decode steps: <b>12</b>" in shown and "After prefill and 12 decode steps" in shown
+        assert any(n.get("kind") == "figure" for n in _flat(frame["nodes"]))  # the lesson's chart, as plotly JSON
+        assert [f for f, _ in room.timeline(code)][-1] == frame["id"]
+    finally:
+        os.environ.pop("DECODE_LAB_LECTURER_KEY", None)
+        server.reset()
+
+
+def _flat(nodes):
+    for n in nodes:
+        if n["kind"] in ("row",):
+            for c in n["cols"]:
+                yield from _flat(c["nodes"])
+        elif n["kind"] == "group":
+            yield from _flat(n["nodes"])
+        else:
+            yield n
