@@ -11,8 +11,8 @@ on past recording so a pass can be rolled back):
     sliding layer:  kept(n) = min(n, window - 1)   the newest query scores min(n, window) keys
                                                    (the kept window - 1 plus its own)
 
-where n is the number of positions in the sequence after the pass. Each run is 40 new tokens,
-ten times the window, so every sliding layer has slid many times.
+where n is the number of positions in the sequence after the pass. Each run is 16 new tokens,
+four times the window, so every sliding layer has slid many times.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engine.load.load import load_model, read_config
 from engine.generate.stepper import Stepper
 from tests.conftest import FAMILIES, SLIDING_WINDOW
 
-NEW_TOKENS = 40
+NEW_TOKENS = 16
 PROMPTS = {
     "long": "Once upon a time there was a cat",  # 19 positions: the prefill already passes the window
     "short": "Tom",  # 3 positions (window - 1): the cache reaches the window while decoding
@@ -56,7 +56,7 @@ def layer_rule(window: int | None, n: int) -> tuple[int, int]:
 
 @pytest.fixture(scope="module", params=list(PROMPTS))
 def runs(request, family_lm):
-    """One 40-token greedy run per cache setting, and transformers' generate for the same prompt."""
+    """One NEW_TOKENS-token greedy run per cache setting, and transformers' generate for the same prompt."""
     prompt = PROMPTS[request.param]
     steppers = {}
     for use_cache in (True, False):
@@ -217,7 +217,7 @@ def test_cli_run_on_gemma3_matches_generate_and_caps_sliding_layers(family_dirs,
 
     lm = load_model(folder, device=doc["model"]["device"])  # the reference on the device the CLI chose
     reference = greedy_reference(lm, torch.tensor([lm.tokenizer(prompt)["input_ids"]]))
-    # the CLI stops at EOS; this seeded model never picks it in 40 greedy steps, so all 40 run
+    # the CLI stops at EOS; this seeded model never picks it in NEW_TOKENS greedy steps, so all of them run
     assert lm.tokenizer.eos_token_id not in reference
     assert [step["token_id"] for step in doc["steps"]] == reference
     assert doc["stop_reason"] == "max_new_tokens" and len(doc["steps"]) == NEW_TOKENS
@@ -240,14 +240,15 @@ def test_cli_run_on_gemma3_matches_generate_and_caps_sliding_layers(family_dirs,
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.slow
 def test_the_pages_render_with_the_family(family, family_dirs, monkeypatch):
     """A server started with `--model DIR` offers the family; the step page, its views, a lesson and the
     Model and Scale pages render with it."""
-    import ui.frame
+    import ui.model
     from engine.load.policy import from_settings
     from ui.apptest import app_test, page
 
-    monkeypatch.setattr(ui.frame, "POLICY", from_settings(["--model", family_dirs[family]], {}))
+    monkeypatch.setattr(ui.model, "POLICY", from_settings(["--model", family_dirs[family]], {}))
     at = app_test().run()
     at.sidebar.selectbox(key="side_model").set_value(family_dirs[family]).run()
     at.text_input(key="step_prompt").set_value("Once upon a time there was").run()

@@ -49,6 +49,7 @@ def picture(at, testid: str) -> str:
 # ---------------------------------------------------------------- 1. lesson 9's lookahead figure
 
 
+@pytest.mark.slow
 def test_lesson_9_shows_a_lookahead_figure_with_its_three_branches_labelled():
     at = lesson(9)
     svg = picture(at, "dl-lookahead")
@@ -78,6 +79,7 @@ def test_gpt2s_bundled_tokenizer_counts_the_articles_prompt_as_7_tokens():
     assert gpt2.tokenizer().get_vocab_size() == 50257
 
 
+@pytest.mark.slow
 def test_the_gpt2_column_reads_the_articles_shapes_for_the_articles_prompt():
     at = fresh_app()
     at.text_input(key="step_prompt").set_value(ARTICLE).run()
@@ -118,6 +120,7 @@ def test_no_step_is_labelled_memory_bound_when_its_time_is_more_than_3x_its_memo
             assert v["label"] != "memory-bound" or v["memory_ms"] >= v["compute_ms"]
 
 
+@pytest.mark.slow
 def test_the_scale_page_shows_where_the_time_goes_before_any_run_and_labels_by_measurement():
     at = fresh_app()
     at.switch_page(page("scale")).run()
@@ -154,6 +157,7 @@ def test_the_stage_names_the_product_that_its_query_rows_make(tiny_lm, use_cache
 
 
 @pytest.mark.parametrize("number", [2, 3])
+@pytest.mark.slow
 def test_lessons_2_and_3_name_the_product_from_the_rows_their_pass_feeds(number):
     """The rows a lesson says enter each block are the rows its stage draws, and the product it names follows."""
     at = lesson(number)
@@ -173,6 +177,7 @@ def test_the_extra_rows_claim_follows_the_measured_times():
     assert "×4.0" in slow and "do not cost 'little more'" in slow
 
 
+@pytest.mark.slow
 def test_lesson_9_claims_only_what_its_own_numbers_show():
     t = text(lesson(9))
     assert "costs little more" not in t  # never said as a fact; measured below
@@ -186,6 +191,7 @@ def test_lesson_9_claims_only_what_its_own_numbers_show():
 # ---------------------------------------------------------------- 5. the batch heatmap: masked, not zero
 
 
+@pytest.mark.slow
 def test_the_batch_heatmap_draws_padding_and_the_future_as_masked_not_as_zero():
     at = lesson(7)
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)
@@ -255,6 +261,7 @@ def test_an_end_of_text_token_fits_its_chip_and_the_picture(bundled_lm):
 # ---------------------------------------------------------------- 12. smaller things
 
 
+@pytest.mark.slow
 def test_the_race_bars_keep_their_modes_colours():
     at = fresh_app()
     at.switch_page(page("race")).run()
@@ -268,6 +275,7 @@ def test_the_race_bars_keep_their_modes_colours():
     assert not at.get("progress")  # streamlit's own bar takes the theme's red for both
 
 
+@pytest.mark.slow
 def test_the_scale_page_says_when_a_context_is_beyond_the_models_maximum():
     at = fresh_app()
     at.switch_page(page("scale")).run()
@@ -281,6 +289,7 @@ def test_the_scale_page_says_when_a_context_is_beyond_the_models_maximum():
 # ---------------------------------------------------------------- 13. lesson 6 is made once, and ends at end-of-text
 
 
+@pytest.mark.slow
 def test_lesson_6_includes_a_run_that_stops_at_end_of_text_and_reruns_without_generating_again(monkeypatch):
     at = lesson(6)
     assert re.search(r"stopped after \*\*\d+ tokens\*\*, reason: \*\*eos\*\*", text(at))
@@ -296,6 +305,7 @@ def test_lesson_6_includes_a_run_that_stops_at_end_of_text_and_reruns_without_ge
 # ---------------------------------------------------------------- concepts: a request's steps, the articles' example
 
 
+@pytest.mark.slow
 def test_lesson_1_draws_one_request_with_every_step_measured():
     at = lesson(1)
     svg = picture(at, "dl-request")
@@ -307,6 +317,7 @@ def test_lesson_1_draws_one_request_with_every_step_measured():
     assert all(v >= 0 for v in ms.values())
 
 
+@pytest.mark.slow
 def test_lesson_1_says_what_this_model_predicts_instead_of_nice_or_warm():
     at = lesson(1)
     said = next(m.value for m in at.markdown if "The articles' example" in m.value)
@@ -353,6 +364,7 @@ def _first_and_second(warm: bool) -> tuple[float, float]:
     return first, second
 
 
+@pytest.mark.slow
 def test_after_the_load_warm_up_a_first_step_draws_as_fast_as_a_later_one():
     """ui/frame.py warms every picture when it loads the model (engine.draw.warm): without it, the first step's
     figures of a process take many times longer than the next step's."""

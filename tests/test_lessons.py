@@ -18,6 +18,8 @@ from streamlit.testing.v1 import AppTest
 from ui.apptest import app_test, page
 from tests.test_app import fresh_app
 
+pytestmark = pytest.mark.slow  # every test here drives the lessons page in AppTest
+
 
 def page_lessons() -> list[str]:
     """The keys of `LESSONS = {...}` in pages/lessons.py, in order (a page runs when imported, so it is parsed)."""
