@@ -140,7 +140,7 @@ def run_batch(lm: LoadedModel, prompts: list[str], new_tokens: int = 9, max_batc
 def choose_and_append(seqs: list[Sequence], logits: torch.Tensor) -> None:
     """logits [batch, vocab]: each row still running chooses its token and appends it through the stop rule.
     A row that has stopped ignores its row of logits: its column was computed for nothing."""
-    for seq, row in zip(seqs, logits):
+    for seq, row in zip(seqs, logits.float().cpu()):  # one copy off the device for the whole batch
         if not seq.done:
             seq.append(seq.choose(row, probs=False).token_id)
 

@@ -42,6 +42,7 @@ class RequestSpec:
 
 
 def _from_seq(name: str) -> property:
+    """A read-only attribute of the request that is its sequence's (the tokens are kept once, there)."""
     return property(lambda self: getattr(self.seq, name), doc=f"The request's sequence's `{name}`.")
 
 

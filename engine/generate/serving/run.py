@@ -109,7 +109,7 @@ class ServingRun(Run):
         rows = [Row(s.fed, s.start, self.blocks.slots(s.request.table, s.start + s.q_len), s.emits) for s in plan.rows]
         result = run_paged(self.lm, self.kv, rows)
         emitting = [s.request for s in plan.rows if s.emits]
-        logits = result.logits[0]  # [emitting rows, vocab], in plan order
+        logits = result.logits[0].float().cpu()  # [emitting rows, vocab], in plan order: one copy off the device
         return result.timing.forward_ms, {r.id: r.choose(row) for r, row in zip(emitting, logits)}
 
     def free(self) -> None:
