@@ -13,6 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from ui.apptest import ROOT, app_test, page
 
+pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
+
 
 def fresh_app() -> AppTest:
     at = app_test().run()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from engine import Stepper, bundled_models, load_model
 from engine.load.load import MODELS_DIR
 from tools.train import bits_per_byte, read_stories
@@ -40,6 +42,7 @@ def test_tokenizer_round_trips_the_preset_prompts(bundled_lm):
         assert tok.decode(tok(p["prompt"])["input_ids"], skip_special_tokens=True) == p["prompt"]
 
 
+@pytest.mark.slow
 def test_default_model_writes_english_and_sampling_varies_with_seed(bundled_lm):
     s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=40)
     s.run()
@@ -60,6 +63,7 @@ def test_default_model_writes_english_and_sampling_varies_with_seed(bundled_lm):
     assert len({sample(1), sample(2), sample(3)}) > 1
 
 
+@pytest.mark.slow
 def test_default_model_is_trained_not_random(bundled_lm):
     """Bits per byte on held-out stories it never saw: a random model scores about 8."""
     stories = read_stories(EVAL)

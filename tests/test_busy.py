@@ -44,6 +44,7 @@ def busy_model(monkeypatch):
     return fill, tries, waits
 
 
+@pytest.mark.slow
 def test_run_to_end_waits_longer_each_time_the_server_is_busy_then_says_so(busy_model):
     fill, tries, waits = busy_model
     at = click(fresh_app(), "step_btn_prefill")
@@ -57,6 +58,7 @@ def test_run_to_end_waits_longer_each_time_the_server_is_busy_then_says_so(busy_
     assert new_tokens(at) == 1  # nothing was lost or invented
 
 
+@pytest.mark.slow
 def test_autoplay_waits_when_the_server_is_busy_and_says_so(busy_model, monkeypatch):
     import ui.text
 
@@ -94,6 +96,7 @@ def test_a_full_queue_gets_a_polite_busy_message(bundled_lm, monkeypatch):
         s.prefill()
 
 
+@pytest.mark.slow
 def test_forward_passes_from_many_threads_match_a_lone_run(bundled_lm):
     """The shared model is used by many sessions at once; each run must equal the same run alone."""
     alone = Stepper(bundled_lm, GOOD, max_new_tokens=12, stop_on_eos=False)

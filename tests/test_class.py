@@ -351,6 +351,7 @@ def test_the_routes_refuse_plainly_and_pass_the_rest_to_streamlit(bundled_lm):
 # ---------------------------------------------------------------- every page followed (AppTest)
 
 
+@pytest.mark.slow
 def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_page_publishes_itself():
     from engine.follow import server
     from ui.apptest import app_test, page

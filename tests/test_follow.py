@@ -352,6 +352,7 @@ def live_view(at) -> dict:
     return json.loads(view.proto.json)
 
 
+@pytest.mark.slow
 def test_a_follower_page_mounts_the_live_view_has_no_run_controls_and_never_the_key(key_set):
     from engine.draw.stage import stage_svg
     from engine.draw.views import VIEWS
@@ -389,6 +390,7 @@ def test_a_follower_page_mounts_the_live_view_has_no_run_controls_and_never_the_
     assert room.live(code)["version"] == version + 1 and room.frame(code, room.live(code)["frame"])["at"] == 4
 
 
+@pytest.mark.slow
 def test_a_wrong_code_gets_a_plain_message_and_a_box_to_type_the_code(key_set):
     fol = follower("NOPE42")
     assert [e.value for e in fol.error] == [NO_CLASS.replace(":", "\\:").replace(".", "\\.")]
@@ -397,6 +399,7 @@ def test_a_wrong_code_gets_a_plain_message_and_a_box_to_type_the_code(key_set):
     assert len(fol.error) == 1 and "evil" not in fol.error[0].value
 
 
+@pytest.mark.slow
 def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_alone(key_set):
     lect = lecturer(5)
     s = lect.session_state["step_run"]

@@ -181,6 +181,7 @@ def load_other(at: AppTest, source: str) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_hostile_folders_typed_into_an_open_server_get_a_plain_message(hostile, open_policy, no_unpickling):
     at = fresh_app()
     for name, (folder, error, words) in hostile.items():
@@ -194,6 +195,7 @@ def test_hostile_folders_typed_into_an_open_server_get_a_plain_message(hostile, 
     prefill_works(at)
 
 
+@pytest.mark.slow
 def test_a_failed_load_is_remembered_so_a_rerun_costs_nothing(tmp_path, bundled_dir, open_policy, monkeypatch):
     import ui.model
 
@@ -213,6 +215,7 @@ def test_a_failed_load_is_remembered_so_a_rerun_costs_nothing(tmp_path, bundled_
     assert calls.count(folder) == 1
 
 
+@pytest.mark.slow
 def test_the_scale_page_offers_only_the_allow_list_and_the_published_table():
     at = fresh_app()
     at.switch_page(page("scale")).run()
@@ -227,6 +230,7 @@ def test_the_scale_page_offers_only_the_allow_list_and_the_published_table():
     assert not at.exception and any("config.json of tinystories-gpt2" in seen(c) for c in shown(at))
 
 
+@pytest.mark.slow
 def test_the_scale_page_refuses_a_hostile_config_once(tmp_path, bundled_dir, open_policy, monkeypatch, no_unpickling):
     from engine.measure import kvcalc
 

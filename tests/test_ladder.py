@@ -112,6 +112,7 @@ def test_a_rung_for_the_race_is_its_own_loaded_model(bundled_lm):
 # ---------------------------------------------------------------- the record
 
 
+@pytest.mark.slow
 def test_the_ladder_has_every_field_and_its_labels_are_the_roofline_rule(measured, bundled_lm):
     lad, _ = measured
     d = json.loads(json.dumps(lad.to_dict(), default=str))
@@ -137,6 +138,7 @@ def test_the_ladder_has_every_field_and_its_labels_are_the_roofline_rule(measure
     assert len(table) == 2 and list(table["weights"]) == ["random (timing only)", "trained"]
 
 
+@pytest.mark.slow
 def test_the_ladder_restores_the_thread_count_and_reports_progress_in_order(measured):
     lad, seen = measured
     fractions = [f for f, _ in seen]
@@ -148,6 +150,7 @@ def test_the_ladder_restores_the_thread_count_and_reports_progress_in_order(meas
     assert torch.get_num_threads() == before
 
 
+@pytest.mark.slow
 def test_a_ladder_waits_for_the_models_lock_so_no_students_pass_runs_beside_it(bundled_lm):
     seen, out = [], []
     with bundled_lm.lock:  # a student's pass is running
@@ -160,6 +163,7 @@ def test_a_ladder_waits_for_the_models_lock_so_no_students_pass_runs_beside_it(b
     assert out and seen[-1] == 1.0
 
 
+@pytest.mark.slow
 def test_a_rungs_weights_are_given_back_after_it_is_measured(bundled_lm, monkeypatch):
     refs = []
 
@@ -221,6 +225,7 @@ def test_the_real_ladder_is_measured_once_for_two_threads(bundled_lm):
 # ---------------------------------------------------------------- figures and captions
 
 
+@pytest.mark.slow
 def test_the_figures_have_one_point_per_rung_for_each_pass_they_name(measured):
     lad, _ = measured
     n = len(lad.rungs)
@@ -244,6 +249,7 @@ def test_the_figures_have_one_point_per_rung_for_each_pass_they_name(measured):
         assert axis.tickmode == "array" and len(axis.tickvals) == len(axis.ticktext)  # plain labels, no minor ones
 
 
+@pytest.mark.slow
 def test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper(measured):
     lad, _ = measured
     top = lad.rungs[-1]
@@ -259,6 +265,7 @@ def test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper(measured)
 # ---------------------------------------------------------------- the command line
 
 
+@pytest.mark.slow
 def test_cli_ladder_json_writes_the_documented_keys(tmp_path, capsys):
     from engine.cli import main
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import tomllib
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import Stepper
@@ -46,6 +47,7 @@ def _all_inert(at: AppTest, marker: str) -> list[str]:
     return [seen(b) for b in markdown] + [html.unescape(b) for b in raw_html]
 
 
+@pytest.mark.slow
 def test_payloads_in_a_link_show_as_typed_text():
     at = app_test()
     at.query_params = {"model": PAYLOADS["link"], "seed": PAYLOADS["image"], "stop": PAYLOADS["directive"],
@@ -65,6 +67,7 @@ def test_payloads_in_a_link_show_as_typed_text():
     assert run_text(at).startswith(PAYLOADS["image"] + " " + PAYLOADS["html"])
 
 
+@pytest.mark.slow
 def test_a_link_naming_a_payload_on_an_open_server_shows_it_as_typed(open_policy):
     """On an open server the link's model is tried; the refusal quotes it, as text: no link to click."""
     at = app_test()
@@ -75,6 +78,7 @@ def test_a_link_naming_a_payload_on_an_open_server_shows_it_as_typed(open_policy
     assert any(PAYLOADS["link"] in b for b in quoted), quoted
 
 
+@pytest.mark.slow
 def test_a_payload_typed_as_a_lesson_text_shows_as_text():
     at = fresh_app()
     at.switch_page(page("lessons")).run()
@@ -84,6 +88,7 @@ def test_a_payload_typed_as_a_lesson_text_shows_as_text():
     _all_inert(at, "evil.example")
 
 
+@pytest.mark.slow
 def test_a_payload_raced_shows_as_text():
     at = fresh_app()
     at.switch_page(page("race")).run()
@@ -98,6 +103,7 @@ def test_a_payload_raced_shows_as_text():
 # ------------------------------------------------------------------ no traceback reaches a browser
 
 
+@pytest.mark.slow
 def test_an_unexpected_failure_shows_no_traceback(monkeypatch):
     """Streamlit is told (.streamlit/config.toml) to show a redacted message: no type, no stack, no path."""
     from streamlit import config

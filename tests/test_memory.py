@@ -23,6 +23,7 @@ def rss() -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+@pytest.mark.slow
 def test_memory_goes_back_after_a_cache_off_run(bundled_lm):
     """A cache-off run of 150 tokens holds every step's trace; Reset (free) and release_memory give it back.
 

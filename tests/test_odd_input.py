@@ -14,6 +14,8 @@ OTHER = "Other: Hugging Face id or folder…"
 NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
 from tests.safety import messages, prefill_works
 
+pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
+
 
 # ------------------------------------------------------------------ the pages under odd input
 

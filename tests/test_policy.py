@@ -38,6 +38,7 @@ def test_the_policy_offers_bundled_models_plus_what_the_teacher_named(tmp_path):
     assert len(said) == 1 and "/" not in said.pop().split("(")[0]
 
 
+@pytest.mark.slow
 def test_a_default_server_refuses_every_folder_a_link_names_with_one_message(tmp_path, bundled_dir, no_network):
     """Existing folder, missing folder, /etc and a hub id: the same visible words, no lookup, and the
     bundled model keeps working. The sidebar has no box to type a folder into."""
@@ -62,6 +63,7 @@ def test_a_default_server_refuses_every_folder_a_link_names_with_one_message(tmp
     assert no_network == []
 
 
+@pytest.mark.slow
 def test_a_model_the_teacher_named_is_offered_and_loads(tiny_dirs, monkeypatch):
     import ui.model
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pandas as pd
+import pytest
 
 from engine.draw import race as race_draw
 from engine.measure import race
@@ -34,6 +35,7 @@ def test_sweep_reports_medians_for_both_modes(tiny_lm):
     assert (df["total_ms"] > 0).all()
 
 
+@pytest.mark.slow
 def test_a_20_token_race_on_the_bundled_model():
     at = app_test(300).run()
     at.switch_page(page("race")).run()

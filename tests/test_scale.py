@@ -86,6 +86,7 @@ def test_device_probe_reports_positive_figures():
     assert roof.ridge == roof.peak_flops / roof.bandwidth
 
 
+@pytest.mark.slow
 def test_scale_page_renders_for_live_and_table_models():
     at = app_test().run()
     at.switch_page(page("scale")).run()

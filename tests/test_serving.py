@@ -68,6 +68,7 @@ def bundled_gpt2():
 
 @pytest.mark.parametrize("model", ["tinystories-llama", "tinystories-gpt2"])  # RoPE and GQA; learned positions, MHA
 @pytest.mark.parametrize("how", list(SETTINGS))
+@pytest.mark.slow
 def test_every_request_gets_its_own_greedy_tokens_whatever_the_server_did(bundled_lm, bundled_gpt2, model, how):
     lm = bundled_lm if model == "tinystories-llama" else bundled_gpt2
     specs = [RequestSpec(p, NEW, 2 * i) for i, p in enumerate(PROMPTS)]

@@ -10,8 +10,9 @@ import pytest
 from engine.generate.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
 
-SCENARIO_TITLES = ["1. Requests arriving over time", "2. A shared system prompt",
-                   "3. A long prompt while others decode (chunked prefill)", "4. A pool too small: preemption"]
+pytestmark = pytest.mark.slow  # every test here drives the Serving page or lesson 10 in AppTest
+
+SCENARIO_TITLES = [s["title"] for s in SCENARIOS.values()]  # the engine's own list, in the picker's order
 
 
 def serving_page():

@@ -251,6 +251,7 @@ JSON_KEYS = {"text", "generated_ids", "plain_ids", "identical", "acceptance_rate
 
 
 @pytest.mark.parametrize("drafter", [[], ["--lookup", "3"]])
+@pytest.mark.slow
 def test_cli_speculate_writes_the_documented_json(tmp_path, capsys, drafter):
     path = tmp_path / "spec.json"
     code = cli_main(["speculate", "--prompt", PROMPT, "--steps", "12", "--device", "cpu", "--json", str(path),
@@ -299,6 +300,7 @@ def test_a_stop_string_ends_a_speculative_run_where_it_ends_a_plain_one(targets,
     assert len(spec.generated_ids) < len(plain.generated_ids)
 
 
+@pytest.mark.slow
 def test_cli_speculate_honours_stop(tmp_path, capsys):
     path = tmp_path / "spec.json"
     code = cli_main(["speculate", "--prompt", PROMPT, "--new-tokens", "40", "--device", "cpu", "--stop", ".",
@@ -310,6 +312,7 @@ def test_cli_speculate_honours_stop(tmp_path, capsys):
     assert len(doc["generated_ids"]) < 40  # ... the run ended there, well before its 40 tokens
 
 
+@pytest.mark.slow
 def test_the_speculative_page_honours_the_sidebars_stop_strings():
     from ui.apptest import app_test, page
 
