@@ -22,7 +22,7 @@ import time
 import torch
 
 from engine.forward.run import Timing
-from engine.load import device as dev
+from engine import device as dev
 
 
 class LeanDecoder:

@@ -101,6 +101,13 @@ def parse_size(text: str) -> int | None:
     return int(n)
 
 
+def model_name(lm: LoadedModel) -> str:
+    """The model's name as a person knows it ('default' is the bundled default model's alias)."""
+    from engine.load.load import DEFAULT_MODEL
+
+    return DEFAULT_MODEL if lm.spec.name == "default" else lm.spec.name
+
+
 def default_sizes(device: torch.device) -> tuple[str, ...]:
     return GPU_SIZES if device.type == "cuda" else CPU_SIZES
 
@@ -277,7 +284,7 @@ def build(rung: Rung, lm: LoadedModel, seed: int = 0) -> LoadedModel:
         model = AutoModelForCausalLM.from_config(rung.config, dtype=lm.dtype,
                                                  attn_implementation=lm.config._attn_implementation)
     model.eval()
-    spec = from_config(model.config, f"{lm.spec.name} grown to {rung.label}", rung.parameters, RANDOM_WEIGHTS)
+    spec = from_config(model.config, f"{model_name(lm)} grown to {rung.label}", rung.parameters, RANDOM_WEIGHTS)
     if (spec.layers, spec.d_model, spec.heads, spec.kv_heads) != (rung.shape.layers, rung.shape.d_model,
                                                                   rung.shape.heads, rung.shape.kv_heads):
         raise StepError(f"The ladder cannot grow a {spec.architecture}: its config did not take the new shape.")

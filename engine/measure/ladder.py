@@ -37,7 +37,7 @@ import torch
 from engine.errors import StepError
 from engine.load import device as dev
 from engine.load.loaded import LoadedModel
-from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, plan
+from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan
 from engine.measure.ladder_record import Ladder, Measured, RungResult
 
 TOKENS = 128  # s: the prefill's length and the decode step's context
@@ -153,7 +153,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: i
                 dev.release_memory()  # the next rung, and every student, gets the memory back
         done += w / sum(work) * (1 - PROBE_SHARE)
     say(1.0, "done")
-    return Ladder(model=lm.spec.name, family=lm.spec.architecture, device=described, dtype=lm.dtype_name,
+    return Ladder(model=model_name(lm), family=lm.spec.architecture, device=described, dtype=lm.dtype_name,
                   threads=threads, tokens=tokens, prompt=f"the demo text repeated, its first {tokens} tokens",
                   repeats=repeats, weights_note=RANDOM_WEIGHTS, roof=roof, rungs=tuple(results),
                   left_out=tuple(left_out), wall_s=time.perf_counter() - started, rss_before_bytes=rss_before,
