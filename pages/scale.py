@@ -22,7 +22,20 @@ st.header("KV-cache calculator")
 st.caption("The bundled model is tiny; the lesson is about big ones. Every figure below is computed from a model's "
            "published configuration (an estimate); for the live model the same formula gives exactly the bytes the "
            "engine measured on its real tensors. A sliding-window layer stops growing at its window.")
-table = kvcalc.table()
+
+
+@st.cache_resource(show_spinner=False)
+def _table():
+    """The bundled tables, read once per server (every rerun used to read each CSV again, once per model shown)."""
+    return kvcalc.table(), kvcalc.accelerators()
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _spec(name: str):
+    return kvcalc.from_table(name)
+
+
+table, _accelerators = _table()
 LIVE = "live model (sidebar)"
 CONFIG = "a model this server offers (config only)…"
 choices = ([LIVE] if lm is not None else []) + list(table["name"]) + [CONFIG]
@@ -48,7 +61,7 @@ try:
     if choice == LIVE:
         arch = kvcalc.from_live(lm)
     elif choice in set(table["name"]):
-        arch = kvcalc.from_table(choice)
+        arch = _spec(choice)
     elif POLICY.open:
         src = st.text_input("Hugging Face id or local folder (only config.json is read)", key="scale_src")
         if src.strip():
@@ -89,7 +102,7 @@ if arch is not None:
         st.caption(plain(f"Source: {arch.source}"))
 
     st.subheader("Does it fit?")
-    acc = kvcalc.accelerators()
+    acc = _accelerators
     a1, a2, a3 = st.columns([2, 1, 1])
     acc_name = a1.selectbox("accelerator (datasheet figures)", list(acc["name"]) + ["custom"],
                             index=int((acc["name"] == "NVIDIA H100 SXM").idxmax()), key="scale_acc")
@@ -111,7 +124,7 @@ if arch is not None:
 
     compare = st.multiselect("compare growth with", list(table["name"]),
                              ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
-    archs = [arch] + [kvcalc.from_table(n) for n in compare if n != arch.name]
+    archs = [arch] + [_spec(n) for n in compare if n != arch.name]
     st.plotly_chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
 
 # ------------------------------------------------------------------ roofline
@@ -121,8 +134,16 @@ st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves,
            "bandwidth). Times are measured (medians), so what a step is bound by is read off its time: compute- or "
            "memory-bound within ×3 of that bound, overhead-bound (×N above both bounds) when neither explains it.")
 
+BOUND_COLUMNS = {  # short headers a projector shows whole; the long names stay in the help and in the CSV
+    "what the measurement shows": st.column_config.TextColumn("shows", width="medium"),
+    "measured ms (median)": st.column_config.NumberColumn("measured ms", help="median of the timed repeats"),
+    "memory bound ms (bytes / bandwidth)": st.column_config.NumberColumn("memory bound", help="ms: bytes / bandwidth"),
+    "compute bound ms (FLOPs / peak)": st.column_config.NumberColumn("compute bound", help="ms: FLOPs / peak"),
+    "measured / larger bound": st.column_config.NumberColumn("× bound", help="measured / the larger bound"),
+    "FLOP/byte (estimate)": st.column_config.NumberColumn("FLOP/byte", help="arithmetic intensity (estimate)"),
+}
 r1, r2 = st.columns([2, 1])
-sheets = kvcalc.accelerators().dropna(subset=["memory_bandwidth_gb_s", "peak_tflops_fp32"])
+sheets = _accelerators.dropna(subset=["memory_bandwidth_gb_s", "peak_tflops_fp32"])
 roof_choice = r1.selectbox("roof", ["this device (measured)"] + list(sheets["name"]), key="scale_roof")
 if r2.button("Re-run device probe", key="scale_probe"):
     st.session_state["scale_nonce"] = st.session_state.get("scale_nonce", 0) + 1
@@ -135,9 +156,18 @@ st.write(f"**{roof.name}**: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth
 
 @st.cache_resource(max_entries=4, show_spinner="Measuring a demo run and taking one of its decode steps apart "
                                                 "(once per server)…")
-def demo(_lm, model: tuple, bandwidth: float) -> dict:
-    """engine.measure.profile.where_time_goes: a 100-token prefill, 8 decode steps, the next step taken apart."""
-    return where_time_goes(_lm, bandwidth)
+def demo(_lm, model: tuple, _bandwidth: float) -> dict:
+    """engine.measure.profile.where_time_goes: a 100-token prefill, 8 decode steps, the next step taken apart.
+
+    Kept per model, not per bandwidth: a new device probe only moves the memory bound (see `at_bandwidth`), so
+    it does not run the demo again."""
+    return {**where_time_goes(_lm, _bandwidth), "bandwidth": _bandwidth}
+
+
+def at_bandwidth(b: dict, bandwidth: float) -> dict:
+    """A breakdown's memory bound (bytes moved / bandwidth) at this bandwidth instead of the one it was made with."""
+    made = b.get("bandwidth")
+    return b if not made else {**b, "memory_bound_ms": b["memory_bound_ms"] * made / bandwidth, "bandwidth": bandwidth}
 
 
 run = st.session_state.get("step_run")
@@ -163,7 +193,7 @@ if traces:
                           f"is {v['label']}."))
     st.caption("Every step must at least move its bytes once (bytes / bandwidth) and do its arithmetic once "
                "(FLOPs / peak): the larger of the two is a lower bound on its time.")
-    st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=240)
+    st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=240, column_config=BOUND_COLUMNS)
 
 st.subheader("Where does a decode step's time go?")
 st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
@@ -174,7 +204,8 @@ if run is not None and run.traces and not run.done and st.button(
         st.session_state["scale_breakdown"] = decode_breakdown(run, here.bandwidth)
     except DecodeLabError as e:
         error(str(e))
-b = st.session_state.get("scale_breakdown") or (shown["breakdown"] if shown else None)
+b = st.session_state.get("scale_breakdown") or (at_bandwidth({**shown["breakdown"], "bandwidth": shown["bandwidth"]},
+                                                                here.bandwidth) if shown else None)
 if b:
     st.dataframe(breakdown_frame(b), hide_index=True)
     st.caption(plain(breakdown_note(b)))

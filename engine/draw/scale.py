@@ -36,6 +36,7 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) ->
                                      text=[p.get("label", f"step {p.get('step')}") for p in pts],
                                      hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     fig.add_vline(x=roof.ridge, line_dash="dot", annotation_text=f"ridge {roof.ridge:.1f} FLOP/byte")
-    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte moved, estimate)")
-    fig.update_yaxes(type="log", title="FLOP/s (achieved = FLOPs estimate / measured time)")
+    # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector
+    fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
+    fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="achieved FLOP/s (estimate ÷ measured)")
     return layout(fig, f"Roofline: {roof.name}", height=460, scale=scale)
