@@ -6,7 +6,7 @@ import time
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.measure import race
+from engine.measure import noise, race
 from engine.generate.compare import compare
 from engine.load.device import release_memory
 from engine.draw import race as race_draw
@@ -18,24 +18,23 @@ from ui.text import error, plain
 
 st.title("Race: KV cache on vs off")
 settings, lm = frame(__file__, need_model=True)
-st.caption("Both runs get the same prompt, seed and sampling settings. They are **measured** in alternation, one step "
-           "each, so neither has the machine to itself; then the race is **played back** with each run at its own "
-           "measured speed, so the one with the cache finishes first by exactly the measured factor.")
+st.caption("Same prompt, seed and sampling in both runs, **measured** in alternation (one step each, so neither has "
+           "the machine to itself), then **played back** at each run's measured speed.")
 
-c1, c2 = st.columns([3, 1])
-preset = c1.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset")
-prompt = c1.text_area("prompt", next(p["prompt"] for p in PROMPTS if p["title"] == preset), key=f"race_prompt_{preset}",
-                      height=70)
+bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")  # one row: the proof fits under it
+preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset", width=330)
+prompt = st.text_area("prompt", next(p["prompt"] for p in PROMPTS if p["title"] == preset), key=f"race_prompt_{preset}",
+                      height=68, label_visibility="collapsed")
 try:
     room = max(2, lm.spec.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
 except Exception:  # noqa: BLE001 - an unreadable prompt: the race itself will say why
     room = 2
-steps = c2.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps",
-                        help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
-                             "growth without the cache is visible on a laptop CPU.")
-speed = c2.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed",
-                         format_func=lambda x: f"{x:g}× real time")
-start = c2.button("Start race", type="primary", key="race_start")
+steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps", width=130,
+                         help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
+                              "growth without the cache is visible on a laptop CPU.")
+speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed", width=220,
+                          format_func=lambda x: f"{x:g}× real time")
+start = bar.button("Start race", type="primary", key="race_start")
 
 
 def measure() -> None:
@@ -54,10 +53,12 @@ def measure() -> None:
         error(str(e))
         st.stop()
     df = race.race_frame(report)
-    report.pop("steppers")  # traces are summarised in df; free them now
+    runs = report.pop("steppers")  # traces are summarised in df; free them once the noise rule has read them
+    note = noise.compare_note(runs["cache"].traces, runs["nocache"].traces)
+    del runs
     release_memory()
     st.session_state["race_result"] = {"df": df, "summary": race.summary(report, df), "prompt": prompt,
-                                       "texts": report["text"]}
+                                       "texts": report["text"], "note": note}
     st.session_state["race_play"] = True
     bar.empty()
 
@@ -99,9 +100,6 @@ if start:
 result = st.session_state.get("race_result")
 if result:
     df, summary = result["df"], result["summary"]
-    st.button("Replay", key="race_replay", on_click=lambda: st.session_state.update(race_play=True),
-              help="Play the measured race back again")
-    playback(result, speed)
     tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
     if summary["identical"]:
         st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
@@ -112,17 +110,22 @@ if result:
                  f"{summary['max_logit_diff']:.2g}. The two modes add up the same numbers in a different order; in low "
                  "precision (fp16/bf16 on a GPU) that can flip a near-tie between two tokens. Nothing is hidden: "
                  "the tables below show both runs.", icon=":material/error:")
-    m = st.columns(4)
+    m = st.columns([1, 1, 1, 1, 0.6], vertical_alignment="bottom")
     if summary["median_ratio"]:
-        m[0].metric("speed-up (total decode time)", f"×{summary['total_ratio']:.1f}")
+        m[0].metric("speed-up (total decode)", f"×{summary['total_ratio']:.1f}")
         m[1].metric("median decode step", f"×{summary['median_ratio']:.1f}")
-    m[2].metric("cache on: total decode", f"{summary['cache_total_ms']:.0f} ms")
-    m[3].metric("cache off: total decode", f"{summary['nocache_total_ms']:.0f} ms")
+    m[2].metric("cache on: decode", f"{summary['cache_total_ms']:.0f} ms")
+    m[3].metric("cache off: decode", f"{summary['nocache_total_ms']:.0f} ms")
+    m[4].button("Replay", key="race_replay", on_click=lambda: st.session_state.update(race_play=True),
+                help="Play the measured race back again")
+    if result.get("note"):
+        st.warning(result["note"], icon=":material/speed:")
+    playback(result, speed)
     st.markdown(plain(race.headline(summary)))
     st.caption(f"Prefill is the same work in both modes and is timed separately: {summary['cache_prefill_ms']:.1f} ms "
                f"(cache on) and {summary['nocache_prefill_ms']:.1f} ms (cache off). Each pass was timed once, as generation "
                "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")
-    st.plotly_chart(race_draw.latency_figure(df, scale=scale()), key="race_latency")
+    st.plotly_chart(race_draw.latency_figure(df, scale=scale(), note=result.get("note")), key="race_latency")
     c1, c2 = st.columns(2)
     c1.plotly_chart(race_draw.cumulative_figure(df, scale=scale()), key="race_cumulative")
     c2.plotly_chart(race_draw.flops_figure(df, scale=scale()), key="race_flops")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pandas as pd
 import pytest
@@ -73,3 +74,32 @@ def test_the_headline_never_claims_more_than_the_fit():
     assert "cannot be told apart" in race.headline(flat) and "faster" not in race.headline(flat)
     k, lo, hi = race.growth_fit(n, [x**1.5 for x in n])
     assert abs(k - 1.5) < 1e-9 and lo <= k <= hi
+
+
+def test_the_race_says_when_a_busy_server_made_the_cache_off_run_look_faster(monkeypatch):
+    """A comparison that flips against the lesson gets the noise rule's sentence on the chart and under it."""
+    from engine.measure import noise
+
+    monkeypatch.setattr(noise, "compare_note", lambda cache, nocache: noise.BUSY + ": cached decode steps ranged "
+                        "4.0–30.0 ms around a median of 4.0 ms; in total the cache-off decode steps took 40 ms. The "
+                        "times are as measured; the work (estimate) is what the cache saves.")
+    at = app_test().run()
+    at.switch_page(page("race")).run()
+    at.number_input(key="race_steps").set_value(8).run()
+    at.button(key="race_start").click().run()
+    assert not at.exception
+    assert any(noise.BUSY in w.value for w in at.warning)
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Per-step latency" in c.proto.spec)
+    assert "⚠ The server was busy" in chart["layout"]["title"]["text"]
+
+
+def test_the_sweep_charts_label_only_the_lengths_and_1_2_5_steps():
+    """No minor log-axis digits ("3 4 5 … 100 2") in the sweep charts."""
+    from engine.draw.race import log_ticks, sweep_figure
+
+    df = pd.DataFrame([{"tokens": n, "mode": m, "ms_per_token": v, "total_ms": v * n}
+                       for n, v in ((32, 3.0), (64, 3.5), (128, 4.4)) for m in ("cache", "nocache")])
+    f = sweep_figure(df, "ms_per_token", "Time per token")
+    assert list(f.layout.xaxis.tickvals) == [32, 64, 128]
+    assert list(f.layout.yaxis.tickvals) == log_ticks(3.0, 4.4) == [3.0, 4.4]  # too short for 1-2-5: its ends
+    assert log_ticks(3, 100) == [5, 10, 20, 50, 100]

@@ -494,18 +494,8 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     return fig
 
 
-def padded_batch_frame(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> pd.DataFrame:
-    """A left-padded batch as a table: one row per prompt, one column per position; padding shown as PAD."""
-    rows = []
-    for b, row_pieces in enumerate(pieces):
-        rows.append({f"pos {p}": (f"PAD ({int(input_ids[b, p])})" if int(attention_mask[b, p]) == 0
-                                  else f"{show_piece(piece)} ({int(input_ids[b, p])})")
-                     for p, piece in enumerate(row_pieces)})
-    return pd.DataFrame(rows, index=[f"batch {b}" for b in range(len(pieces))])
-
-
 def padded_batch_html(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> str:
-    """The same left-padded batch as a grid that fits the page's width: one row per prompt, one column per position,
+    """A left-padded batch as a grid that fits the page's width: one row per prompt, one column per position,
     each cell its token (id under it), padding grey like every masked thing. Cells wrap their text instead of
     pushing the last positions off the right edge; on a phone the grid scrolls sideways (ui/style.py)."""
     n = max((len(r) for r in pieces), default=0)

@@ -10,7 +10,10 @@ from engine.draw.palette import PREFILL, RECOMPUTED, layout, step_axis
 MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUTED)}
 
 
-def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against position", scale: float = 1.0) -> go.Figure:
+def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against position", scale: float = 1.0,
+                   note: str | None = None) -> go.Figure:
+    """Each mode's measured ms per step against its position; `note` (engine.measure.noise.compare_note) is said
+    under the title when the measured times contradict the work."""
     fig = go.Figure()
     for mode, (name, colour) in MODES.items():
         d = df[df["mode"] == mode]
@@ -21,7 +24,15 @@ def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against posi
                                  marker=dict(color=PREFILL, symbol="diamond", size=12, line=dict(color=colour, width=2))))
     fig.update_xaxes(title="position (kv_len)")
     fig.update_yaxes(title="ms per step (measured)", rangemode="tozero")
-    return layout(fig, title, height=420, scale=scale)
+    if note:
+        from engine.draw.figures import wrap
+        from engine.measure.noise import headline
+
+        title += "<br><span style='font-size:0.72em'>⚠ " + "<br>".join(wrap(headline(note), 100)) + "</span>"
+    fig = layout(fig, title, height=420, scale=scale)
+    if note:
+        fig.update_layout(margin=dict(t=int((70 + 18 * title.count("<br>")) * scale)))
+    return fig
 
 
 def cumulative_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
@@ -42,7 +53,9 @@ def flops_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
                                  line=dict(color=colour, width=4, dash="dash")))
     step_axis(fig, list(df["step"]))
     fig.update_yaxes(title="total FLOPs (estimate)", rangemode="tozero")
-    return layout(fig, "Total work, estimated: linear with the cache, quadratic without", height=380, scale=scale)
+    fig = layout(fig, "Total work (estimate):<br>linear with the cache, quadratic without", height=400, scale=scale)
+    fig.update_layout(margin=dict(t=int(92 * scale)))  # two title lines above the legend's row: none cut at the side
+    return fig
 
 
 def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) -> go.Figure:
@@ -51,9 +64,25 @@ def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) 
         d = df[df["mode"] == mode]
         fig.add_trace(go.Scatter(x=d["tokens"], y=d[column], mode="lines+markers", name=name,
                                  line=dict(color=colour, width=4), marker=dict(size=9)))
-    fig.update_xaxes(title="new tokens", type="log")
-    fig.update_yaxes(title=f"{column.replace('_', ' ')} (median, measured)", type="log")
+    fig.update_xaxes(title="new tokens", type="log", tickvals=sorted(set(df["tokens"])))  # the lengths run, no minor
+    fig.update_yaxes(title=f"{column.replace('_', ' ')} (median, measured)", type="log",  # labels between them
+                     tickvals=log_ticks(df[column].min(), df[column].max()), tickformat="~g")
     return layout(fig, title, height=380, scale=scale)
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks for a log axis over [lo, hi], labelled values only (never plotly's minor digits "3 4 5 … 100 2"):
+    1-2-5 steps, finer (1-1.5-2-3-5-7) when the range is too short for two of those, else the two ends rounded."""
+    import math
+
+    if not (lo > 0 and hi > 0):
+        return []
+    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+        out = [float(f"{m * 10**e:.3g}") for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+               for m in mantissas if lo * 0.97 <= m * 10**e <= hi * 1.03]
+        if len(out) >= 2:
+            return out
+    return sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")})
 
 
 def progress_html(mode: str, tokens: int, total: int, clock_ms: float, finished: bool) -> str:
