@@ -35,7 +35,7 @@ def poll_html(question: dict, tally: dict, revealed: bool = False) -> str:
         if revealed and model:
             p = float(model.get(choice, 0.0))
             bars += _bar(p, MODEL, f"model {p:.0%}")
-        rows.append(f'<div class="dl-poll-row" data-choice="{escape(choice)}" style="display:grid;'
+        rows.append(f'<div class="dl-poll-row" data-testid="dl-poll-row" data-choice="{escape(choice)}" style="display:grid;'
                     f'grid-template-columns:minmax(6em,14em) 1fr;gap:0.6em;align-items:center;padding:0.2em 0;'
                     f'border-bottom:1px solid #eee">'
                     f'<div style="font-family:ui-monospace,monospace;font-size:1.15em;'

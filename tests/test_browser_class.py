@@ -1,0 +1,188 @@
+"""The class in real browsers (system Chromium): followers follow every page, a student's ‹ and Live answer at
+once, a lecturer who reloads gets the same class back, and the class's votes reach the projector.
+
+One app server with a lecturer key for the module; a lecturer page and three follower pages per test.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.appserver import free_port, start_app, stop
+from tests.test_browser import idle, open_page
+from tests.test_follow import KEY, start_class, wait_for_step
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory):
+    """`streamlit run app.py` with a lecturer key, on a free loopback port."""
+    log = tmp_path_factory.mktemp("class-server") / "streamlit.log"
+    port = free_port()
+    proc = start_app(port, log=open(log, "w"), DECODE_LAB_LECTURER_KEY=KEY)
+    yield f"http://127.0.0.1:{port}"
+    stop(proc)
+
+
+def lecture(browser, url: str, steps: int = 0):
+    """A lecturer's page (1280x720) leading a class, `steps` Next tokens after Prefill; (page, follow link)."""
+    lect = open_page(browser, url, 1280, 720)
+    expect(lect.get_by_role("button", name="Prefill")).to_be_enabled()
+    link = start_class(lect)
+    lect.keyboard.press("p")
+    expect(lect.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    for i in range(1, steps + 1):
+        lect.keyboard.press("n")
+        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+    return lect, link
+
+
+def follow(browser, link: str, sizes=((1280, 800), (390, 844), (1440, 900))):
+    return [open_page(browser, link, w, h) for w, h in sizes]
+
+
+def where(pg) -> str:
+    return pg.get_by_test_id("dl-follow-where").inner_text()
+
+
+def shown_page(pages, text: str, timeout_s: float = 10) -> None:
+    """Every follower's live view names `text` (a page and its frame) within the time."""
+    for pg in pages:
+        expect(pg.get_by_test_id("dl-follow-where")).to_contain_text(text, timeout=timeout_s * 1000)
+
+
+def sidebar_page(pg, title: str) -> None:
+    pg.locator("[data-testid=stSidebar] a").filter(has_text=title).first.click()
+    idle(pg)
+
+
+def test_three_followers_follow_the_lecturer_across_step_through_lessons_and_serving(keyed_server, browser):
+    lect, link = lecture(browser, keyed_server, steps=2)
+    followers = follow(browser, link)
+    assert max(wait_for_step(followers, 2, 5)) < 5
+
+    sidebar_page(lect, "Lessons")  # the lecturer opens lesson 4 and moves its slider
+    for _ in range(3):
+        lect.get_by_role("button", name="Next").click()
+        idle(lect)
+    shown_page(followers, "Lessons · 4. The KV cache")
+    for pg in followers:
+        expect(pg.get_by_test_id("dl-follow-page")).to_contain_text("try it: decode steps: 8")
+    thumb = lect.get_by_role("slider", name=re.compile("decode steps"))
+    thumb.focus()
+    for _ in range(4):
+        lect.keyboard.press("ArrowRight")
+    idle(lect)
+    expect(lect.get_by_text(re.compile("After prefill and 12 decode steps"))).to_be_visible()
+    for pg in followers:
+        expect(pg.get_by_test_id("dl-follow-page")).to_contain_text("try it: decode steps: 12", timeout=10_000)
+        expect(pg.get_by_test_id("dl-follow-page")).to_contain_text("After prefill and 12 decode steps")
+
+    sidebar_page(lect, "Serving")  # then Serving, three engine steps in
+    for _ in range(4):
+        lect.get_by_role("button", name=re.compile("▶ step")).click()
+        idle(lect)
+    shown_page(followers, "Serving: many requests · engine step 3")
+    for pg in followers:  # the step's pass, as drawn for the lecturer
+        expect(pg.locator("[data-testid=dl-follow-page] [data-testid=dl-pass] img")).to_have_attribute(
+            "alt", re.compile(r"^step 3: one forward pass"))
+
+    sidebar_page(lect, "Step through")  # and back: the step run is published again, at the step on screen
+    expect(lect.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible()
+    at = int(re.search(r"step (\d+) of 2", lect.get_by_text(re.compile("from Next token")).first.inner_text()).group(1))
+    assert max(wait_for_step(followers, at, 10)) < 10
+    for pg in [lect, *followers]:
+        assert pg.locator("[data-testid='stException']").count() == 0 and pg.outside == []
+        pg.close()
+
+
+def test_a_students_back_and_live_act_within_a_second_every_time(keyed_server, browser):
+    lect, link = lecture(browser, keyed_server, steps=3)
+    (pg,) = follow(browser, link, sizes=((1280, 800),))
+    expect(pg.locator("[data-testid=dl-follow-stage][data-step='3']")).to_be_visible()
+    for i in range(5):  # every time, and while the follower waits for the lecturer
+        t0 = time.monotonic()
+        pg.get_by_test_id("dl-follow-back").click()
+        expect(pg.locator(f"[data-testid=dl-follow-stage][data-step='{2 + i}']")).to_be_visible(timeout=1000)
+        assert "looking back" in where(pg)
+        back_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        pg.get_by_test_id("dl-follow-live").click()
+        expect(pg.locator(f"[data-testid=dl-follow-stage][data-step='{3 + i}']")).to_be_visible(timeout=1000)
+        assert "live" in where(pg) and back_s < 1.0 and time.monotonic() - t0 < 1.0
+        lect.keyboard.press("n")  # the lecturer moves on: the student is live, and sees it
+        expect(pg.locator(f"[data-testid=dl-follow-stage][data-step='{4 + i}']")).to_be_visible(timeout=5000)
+    pg.get_by_test_id("dl-follow-back").click()
+    lect.keyboard.press("n")  # looking back stays where it is when the lecturer moves...
+    expect(pg.get_by_test_id("dl-follow-where")).to_contain_text("the lecturer is at Step through · step 9")
+    expect(pg.locator("[data-testid=dl-follow-stage][data-step='7']")).to_be_visible()
+    pg.get_by_test_id("dl-follow-live").click()  # ...until Live
+    expect(pg.locator("[data-testid=dl-follow-stage][data-step='9']")).to_be_visible(timeout=1000)
+    for p in (lect, pg):
+        p.close()
+
+
+def test_a_lecturer_who_reloads_and_types_the_key_again_gets_the_same_class_with_its_students(keyed_server, browser):
+    lect, link = lecture(browser, keyed_server, steps=1)
+    code = link[-6:]
+    followers = follow(browser, link, sizes=((1280, 800), (390, 844)))
+    assert max(wait_for_step(followers, 1, 5)) < 5
+    lect.reload(wait_until="networkidle")  # the lecturer's page forgets it led a class (a new session)
+    expect(lect.get_by_text(re.compile(r"\(1 from Next token\)"))).to_be_visible()  # its link replays the run
+    again = start_class(lect)
+    assert again == link  # the same code
+    expect(lect.get_by_test_id("stSidebar")).to_contain_text(f"Class {code} was running")
+    expect(lect.get_by_test_id("dl-class-bar")).to_contain_text(" following")
+    following = int(re.search(r"(\d+) following", lect.get_by_test_id("dl-class-bar").inner_text()).group(1))
+    assert following >= 2  # the students are still there (and any who left in the last 20 s)
+    lect.keyboard.press("n")
+    expect(lect.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible()
+    assert max(wait_for_step(followers, 2, 5)) < 5  # and follow the resumed page without reloading theirs
+    for pg in [lect, *followers]:
+        pg.close()
+
+
+def test_three_followers_vote_the_projector_counts_them_and_reveal_puts_the_models_odds_beside(keyed_server,
+                                                                                               browser):
+    lect, link = lecture(browser, keyed_server, steps=1)
+    followers = follow(browser, link)
+    assert max(wait_for_step(followers, 1, 5)) < 5
+    lect.get_by_role("button", name="Ask the class").click()
+    lect.get_by_role("button", name="What comes next?").click()
+    idle(lect)
+    expect(lect.get_by_test_id("dl-poll")).to_be_visible()
+    for pg in followers:
+        expect(pg.locator("[data-testid=dl-follow-poll] .dlf-choice")).to_have_count(5)
+    choices = followers[0].locator(".dlf-choice").all_inner_texts()
+    assert all("%" not in c for c in choices)  # no probabilities before the reveal
+    assert len({tuple(pg.locator(".dlf-choice").all_inner_texts()) for pg in followers}) == 1
+    followers[0].locator(".dlf-choice").nth(0).click()
+    followers[1].locator(".dlf-choice").nth(1).click()
+    followers[2].get_by_label("your word").fill("<img src=x onerror=alert(1)>")
+    followers[2].get_by_role("button", name="Send").click()
+    expect(followers[2].get_by_test_id("dl-follow-vote-said")).to_contain_text("plain word")  # refused, plainly
+    followers[2].get_by_label("your word").fill(choices[0].strip("·"))
+    followers[2].get_by_role("button", name="Send").click()
+    for pg in followers:
+        expect(pg.get_by_test_id("dl-follow-vote-said")).to_contain_text("Your vote is in")
+    followers[0].locator(".dlf-choice").nth(2).click()  # a second vote
+    expect(followers[0].get_by_test_id("dl-follow-vote-said")).to_contain_text("voted on this question already")
+    expect(lect.locator("[data-testid=dl-poll][data-votes='3']")).to_be_visible(timeout=10_000)  # live, no click
+    expect(lect.locator(f"[data-testid=dl-poll-row][data-choice='{choices[0]}']")).to_contain_text("2 votes")
+    assert "model" not in lect.get_by_test_id("dl-poll").inner_text()
+
+    lect.get_by_role("button", name="Reveal").click()
+    idle(lect)
+    expect(lect.get_by_test_id("dl-poll")).to_contain_text(re.compile(r"model \d+%"))
+    expect(lect.get_by_text(re.compile(r"step 2 of 2"))).to_be_visible()  # the held step is shown now
+    assert max(wait_for_step(followers, 2, 5)) < 5
+    for pg in followers:  # the class sees the answer and the model's odds beside its votes
+        expect(pg.get_by_test_id("dl-follow-poll")).to_contain_text(re.compile(r"model \d+%"))
+        expect(pg.get_by_test_id("dl-follow-poll")).to_contain_text("✓")
+        assert pg.locator("img[src='x']").count() == 0  # a typed word is never markup
+    for pg in [lect, *followers]:
+        assert pg.locator("[data-testid='stException']").count() == 0
+        pg.close()
