@@ -38,9 +38,15 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   [data-testid="stVerticalBlock"] { gap: 0.35rem; }
 }
 </style>"""
-# Presenter mode: larger text for the back row of a classroom; charts scale with PRESENTER_SCALE.
-PRESENTER_CSS = """<style>
+# Presenter mode: larger text for the back row of a classroom; charts scale with PRESENTER_SCALE. It starts on a line
+# of its own, so markdown reads it as one raw <style> block after COMPACT_CSS's, never as text with emphasis in it.
+PRESENTER_CSS = """
+<style>
 html { font-size: 18px; }
+/* a run's control buttons carry their key on their face (kbd): in front of a class their help would only cover the
+   row under them (the layer and More), so it is not shown; no tooltip ever takes a click meant for what it covers */
+body:has([class*="st-key-"][class*="_btn_"]:hover) [role="tooltip"] { display: none !important; }
+[role="tooltip"], [role="tooltip"] * { pointer-events: none !important; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.35rem !important; line-height: 1.2; }
 </style>"""
