@@ -15,10 +15,16 @@ import socket
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
 import pytest
+import torch
 
 from engine.load.load import MODELS_DIR, bundled_models, load_model
 from engine.load.policy import ModelPolicy
 from tools.train import train_tokenizer
+
+# Every model the tests run is small: one intra-op thread, as the app gives a small model (engine/device.py,
+# serving_threads). Two threads on a shared 2-core machine stall each other: measured here at load ~6, the fast
+# tier's engine modules took 107 s with 2 threads and 30 s with 1.
+torch.set_num_threads(1)
 
 TINY_TEXT = [
     "Once upon a time there was a little cat named Tom. Tom liked to play in the sun.",
