@@ -33,6 +33,8 @@ def start_app(port: int, log=subprocess.DEVNULL, timeout: float = 90, **env) -> 
                             cwd=ROOT, env=environ, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if proc.poll() is not None:  # say so now, not after the timeout
+            raise RuntimeError(f"the app exited with code {proc.returncode} before it listened on port {port}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return proc
