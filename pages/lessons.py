@@ -146,11 +146,11 @@ def lesson_tokens() -> None:
                       f"{lead} Decoding the ids gives back "
                       + ("the same text." if back == text else f"not exactly the same text (the tokenizer "
                                                                f"normalised it): \"{back}\".")))
-    st.markdown("**One request, start to finish**, timed on this server's device: the text is tokenized on the CPU, "
-                "the ids are copied to the device, one **prefill** pass (the *initiation phase*) and one **decode** "
-                "pass per new token (the *generation phase*) run there, the new ids are copied back and detokenized. "
-                "Loading the weights happens once per server.")
+    st.markdown("**One request, start to finish**, timed on this server's device:")
     st.html(request_html(_request(lm, MODEL, ARTICLE_PROMPT)))
+    st.caption("The text is tokenized on the CPU, the ids are copied to the device, one prefill pass (the initiation "
+               "phase) and one decode pass per new token (the generation phase) run there, the new ids are copied "
+               "back and detokenized. Loading the weights happens once per server.")
     odds = _article_odds(lm, MODEL)
     top = ", ".join(f"{fig.show_piece(piece)} ({p:.0%})" for piece, p in odds["top"])
     said = "; ".join(f"'{w}' {o['p'] * 100:.2g}% (rank {o['rank']:,})" for w, o in odds["words"].items())

@@ -96,16 +96,16 @@ def matmul_figure(t: StepTrace, spec, layer: int = 0, scale: float = 1.0) -> go.
     on = [_short_flops(x) for x in df["cache on"]]
     off = [f"{_short_flops(x)} {r.replace('.0', '')}" for x, r in zip(df["cache off"], df["off / on"])]
     size = 11.5 * scale
-    line = size * 1.35
+    line = size * 1.25
     lines = [max(c.count("<br>") + 1 for c in row) for row in zip(names, shapes, on, off)]
     shade = ["#fff3e0" if g == "context" else "#ffffff" for g in df["grows with"]]
     fig = go.Figure(go.Table(
         columnwidth=[0.30, 0.38, 0.14, 0.18],
         header=dict(values=["<b>matmul</b>", "<b>shape</b> (q = rows fed)", "<b>cached</b>", "<b>no cache</b>"],
-                    fill_color="#f0f2f6", align="left", font=dict(size=size), height=line + 8),
-        cells=dict(values=[names, shapes, on, off], align="left", font=dict(size=size), height=line + 8,
+                    fill_color="#f0f2f6", align="left", font=dict(size=size), height=line + 6),
+        cells=dict(values=[names, shapes, on, off], align="left", font=dict(size=size), height=line + 6,
                    fill_color=[shade] * 4, line_color="#e6e6e6")))
-    fig.update_layout(height=int(sum(n * line + 8 for n in [1] + lines) + 10), margin=dict(l=2, r=2, t=2, b=2))
+    fig.update_layout(height=int(sum(n * line + 6 for n in [1] + lines) + 10), margin=dict(l=2, r=2, t=2, b=2))
     return fig
 
 
@@ -343,7 +343,7 @@ def next_token_figure(t: StepTrace, scale: float = 1.0, height: int = 250) -> go
 
 
 def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None = None,
-                   height: int = 230) -> go.Figure:
+                   height: int = 218) -> go.Figure:
     """Forward time per step: the median of its timed repeats, the bar's whisker its spread; FLOPs estimate dashed.
 
     TTFT is the prefill's bar (labelled), TPOT the dotted line at the median decode step. Every bar fits the axis;
@@ -391,7 +391,7 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
         from engine.measure.noise import headline
 
         title = "<span style='font-size:0.8em'>⚠ " + "<br>".join(wrap(headline(note), 58)) + "</span>"
-    fig = layout(fig, title, height=height + (22 * (title.count("<br>") + 1) if title else 0), scale=scale)
+    fig = layout(fig, title, height=height, scale=scale)  # the same height with a note: its lines take plot room
     top = (22 * (title.count("<br>") + 1) + 34) if title else 34  # the legend's row, and the note's lines
     fig.update_layout(margin=dict(t=int(top * scale)), legend=dict(y=1.0, yanchor="bottom"))
     return fig
