@@ -151,11 +151,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="a class following one lecturer instead (tests/load_follow.py): --contexts followers")
     ap.add_argument("--every", type=float, default=2.0, help="with --follow: seconds between the lecturer's clicks")
     ap.add_argument("--nice", type=int, default=0, help="with --follow: run the browsers at this lower CPU priority")
+    ap.add_argument("--replicas", type=int, default=0,
+                    help="with --follow: serve through deploy/serve.py (Redis, this many replicas, nginx)")
     args = ap.parse_args(argv)
     if args.follow:
         from tests import load_follow
 
-        rep = load_follow.run(args.contexts, args.seconds, args.every, args.nice)
+        rep = load_follow.run(args.contexts, args.seconds, args.every, args.nice, args.replicas)
         print(load_follow.report(rep))
         for e in rep["errors"][:10]:
             print("  error:", e)

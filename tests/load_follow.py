@@ -1,14 +1,18 @@
-"""A class following its lecturer: `python -m tests.load --follow [--contexts 30] [--seconds 60] [--every 2]`.
+"""A class following its lecturer: `python -m tests.load --follow [--contexts 30] [--seconds 60] [--every 2]
+[--nice 19] [--replicas 2]`.
 
-Starts `streamlit run app.py` with a lecturer key on a free loopback port, opens a lecturer and N
-follower browser contexts in system Chromium (each its own session), starts a class and Prefill on
-the lecturer's page, then presses Next token every `every` seconds for `seconds`. Each follower page
-notes, in the browser, the moment its stage first shows each step (a MutationObserver: no polling
-from here); the latency of a step is that moment minus the moment of the lecturer's key press. All
-the browsers and the server share this machine's clock (and its cores).
+Starts `streamlit run app.py` with a lecturer key on a free loopback port (or, with --replicas N, Redis, N
+replicas and nginx: deploy/serve.py), opens a lecturer and N follower browser contexts in system Chromium
+(each its own session; with replicas, followers are spread over them by nginx's cookie), starts a class and
+Prefill on the lecturer's page, then presses Next token every `every` seconds for `seconds`. Each follower's
+live view marks, on its stage, the step it shows and when the server published it; a MutationObserver in the
+page notes the moment each step's stage is on screen (decoded), with no polling from here. All the browsers
+and the server share this machine's clock (and its cores).
 
-Reports p50/p95/max click-to-follower latency, steps a follower never showed, errors, the server's
-CPU per update (and while the class only polls), its RSS, and how the machine's CPU was shared.
+Reports click -> follower's screen p50/p95/max, click -> pictures published on the server (the server's part),
+steps a follower never showed, errors, the server's CPU per update (everything it spent while the class ran,
+polling included) and while the class only waits, the browsers' main-thread time per step per tab (Chrome's
+TaskDuration), RSS, and with Redis the commands it received while the class waited (a timer would show).
 """
 
 from __future__ import annotations
@@ -19,24 +23,27 @@ import re
 import secrets
 import subprocess
 import time
+import urllib.request
 
 from playwright.async_api import async_playwright
 
 from tests.appserver import start_app
 from tests.load import CHROMIUM, FLAGS, cpu_seconds, free_port, peak_rss_mb, percentile
 
+COOKIE = "decode_lab_replica"
 SEEN_JS = """() => {
-  window.__seen = {}; window.__drawn = {};
+  window.__seen = {}; window.__published = {};
   const note = () => {
-    for (const el of document.querySelectorAll('[data-testid=dl-follow-stage]')) {
+    for (const el of document.querySelectorAll('[data-testid=dl-follow-stage][data-step]')) {
       const s = el.getAttribute('data-step');
       if (!(s in window.__seen)) {
         window.__seen[s] = performance.timeOrigin + performance.now();
-        window.__drawn[s] = Number(el.getAttribute('data-drawn'));
+        window.__published[s] = Number(el.getAttribute('data-published') || 0);
       }
     }
   };
-  new MutationObserver(note).observe(document.body, {childList: true, subtree: true, attributes: true});
+  new MutationObserver(note).observe(document.body, {childList: true, subtree: true, attributes: true,
+                                                      attributeFilter: ['data-step']});
   note();
 }"""
 
@@ -52,8 +59,10 @@ def start_server(port: int, key: str) -> subprocess.Popen:
     return start_app(port, DECODE_LAB_LECTURER_KEY=key)
 
 
-async def open_lecturer(browser, url: str, key: str):
+async def open_lecturer(browser, url: str, key: str, cookie: str | None = None):
     ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+    if cookie:
+        await ctx.add_cookies([{"name": COOKIE, "value": cookie, "url": url}])
     pg = await ctx.new_page()
     pg.set_default_timeout(120_000)
     await pg.goto(url, wait_until="networkidle")
@@ -66,17 +75,30 @@ async def open_lecturer(browser, url: str, key: str):
     return pg, link
 
 
-async def open_follower(browser, link: str, n: int, errors: list):
+async def open_follower(browser, link: str, n: int, errors: list, cookie: str | None = None):
     ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
+    if cookie:
+        await ctx.add_cookies([{"name": COOKIE, "value": cookie, "url": link}])
     pg = await ctx.new_page()
     pg.set_default_timeout(120_000)
     try:
         await pg.goto(link, wait_until="networkidle")
-        await pg.locator("[data-testid=dl-follow-stage]").first.wait_for()
+        await pg.locator("[data-testid=dl-follow-stage][data-step]").first.wait_for()
         await pg.evaluate(SEEN_JS)
+        pg.cdp = await ctx.new_cdp_session(pg)
+        await pg.cdp.send("Performance.enable")
     except Exception as e:  # noqa: BLE001 - counted, never silent
         errors.append(f"follower {n}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
     return pg
+
+
+async def task_seconds(pg) -> float | None:
+    """The tab's main-thread busy time so far (Chrome's TaskDuration), or None."""
+    try:
+        metrics = (await pg.cdp.send("Performance.getMetrics"))["metrics"]
+        return next(m["value"] for m in metrics if m["name"] == "TaskDuration")
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def niced_chromium(nice: int) -> str:
@@ -94,28 +116,95 @@ def niced_chromium(nice: int) -> str:
     return wrapper
 
 
-async def lecture(contexts: int, seconds: float, every: float, url: str, key: str, server_pid: int,
-                  nice: int = 0) -> dict:
+class Servers:
+    """What serves the class: one app, or Redis + replicas + nginx. Its CPU, RSS and (Redis) command count."""
+
+    def __init__(self, replicas: int, key: str):
+        self.hall = None
+        self.cookies: list[str | None] = [None]
+        if replicas:
+            from deploy.serve import start
+
+            self.hall = start(replicas=replicas, lecturer_key=key, listen_host="127.0.0.1")
+            self.url = self.hall.url
+            self.pids = [p.pid for p in self.hall.procs]
+            self.cookies = cookie_per_replica(self.hall)
+        else:
+            port = free_port()
+            self.proc = start_server(port, key)
+            self.url = f"http://127.0.0.1:{port}"
+            self.pids = [self.proc.pid]
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def rss(self) -> float:
+        return sum(rss_mb(pid) for pid in self.pids)
+
+    def peak_rss(self) -> float:
+        return sum(peak_rss_mb(pid) for pid in self.pids)
+
+    def redis_commands(self) -> int | None:
+        if self.hall is None:
+            return None
+        import redis
+
+        return int(redis.Redis.from_url(self.hall.redis_url).info("stats")["total_commands_processed"])
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in (self.hall.procs if self.hall is not None else [self.proc]))
+
+    def stop(self) -> None:
+        if self.hall is not None:
+            self.hall.stop()
+        else:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+def cookie_per_replica(hall) -> list[str]:
+    """One cookie value per replica (nginx hashes the cookie; its access log says where each probe went)."""
+    found: dict[str, str] = {}
+    for i in range(200):
+        value = f"probe{i}"
+        req = urllib.request.Request(f"{hall.url}/_stcore/health?probe={value}",
+                                     headers={"Cookie": f"{COOKIE}={value}"})
+        urllib.request.urlopen(req, timeout=10).read()
+        for _ in range(50):
+            lines = [x for x in (hall.folder / "access.log").read_text().splitlines() if f"probe={value} " in x]
+            if lines:
+                found.setdefault(re.search(r"upstream=(\S+)", lines[-1]).group(1), value)
+                break
+            time.sleep(0.02)
+        if len(found) == len(hall.replica_urls):
+            return list(found.values())
+    raise RuntimeError(f"nginx sent 200 probes to only {len(found)} replicas")
+
+
+async def lecture(contexts: int, seconds: float, every: float, servers: Servers, key: str, nice: int = 0) -> dict:
     errors: list[str] = []
+    cookies = servers.cookies
     async with async_playwright() as p:
         # the lecturer's browser apart: in a lecture hall it is the lecturer's own laptop
         lect_browser = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         browser = await p.chromium.launch(executable_path=niced_chromium(nice), args=FLAGS)
-        lect, link = await open_lecturer(lect_browser, url, key)
+        lect, link = await open_lecturer(lect_browser, servers.url, key, cookies[0])
         await lect.keyboard.press("p")
         await lect.get_by_text(re.compile(r"\(0 from Next token\)")).first.wait_for()
         followers = []
         for start in range(0, contexts, 6):  # open in small groups: 30 first loads at once only measure the CPU
-            followers += await asyncio.gather(*(open_follower(browser, link, n, errors)
+            followers += await asyncio.gather(*(open_follower(browser, link, n, errors, cookies[n % len(cookies)])
                                                 for n in range(start, min(contexts, start + 6))))
         await asyncio.sleep(3)
-        cpu0, t0 = cpu_seconds(server_pid), time.time()
-        await asyncio.sleep(10)  # the class only polls: what does waiting cost the server?
-        idle_cpu_per_s = (cpu_seconds(server_pid) - cpu0) / (time.time() - t0)
+        cpu0, t0, redis0 = servers.cpu(), time.time(), servers.redis_commands()
+        await asyncio.sleep(10)  # the class only waits: what does that cost the server (and Redis)?
+        idle_cpu_per_s = (servers.cpu() - cpu0) / (time.time() - t0)
+        redis_idle = None if redis0 is None else servers.redis_commands() - redis0 - 1  # less our own INFO
 
         clicks: dict[int, float] = {}
-        cpu0, machine0 = cpu_seconds(server_pid), cpu_seconds()
-        rss_max = rss_mb(server_pid)
+        tasks0 = [await task_seconds(pg) for pg in followers]
+        cpu0, machine0 = servers.cpu(), cpu_seconds()
+        rss_max = servers.rss()
         stop_at, step = time.time() + seconds, 0
         while time.time() < stop_at:
             tick = time.time()
@@ -126,18 +215,19 @@ async def lecture(contexts: int, seconds: float, every: float, url: str, key: st
                 await lect.get_by_text(re.compile(rf"\({step} from Next token\)")).first.wait_for(timeout=every * 5000)
             except Exception:  # noqa: BLE001
                 errors.append(f"lecturer: step {step} did not show")
-            rss_max = max(rss_max, rss_mb(server_pid))
+            rss_max = max(rss_max, servers.rss())
             await asyncio.sleep(max(0.0, every - (time.time() - tick)))
         await asyncio.sleep(3)  # the last step reaches everyone
-        server_cpu = cpu_seconds(server_pid) - cpu0
+        server_cpu = servers.cpu() - cpu0
         machine_cpu = cpu_seconds() - machine0
+        tasks1 = [await task_seconds(pg) for pg in followers]
         window = seconds + 3
 
         lat, server_lat, missed, late_steps = [], [], 0, []
         for n, pg in enumerate(followers):
             try:
                 seen = await pg.evaluate("() => window.__seen || {}")
-                drawn = await pg.evaluate("() => window.__drawn || {}")
+                published = await pg.evaluate("() => window.__published || {}")
                 if await pg.locator("[data-testid='stException'], [data-testid='stAlertContentError']").count():
                     errors.append(f"follower {n}: an error box on the page")
             except Exception as e:  # noqa: BLE001
@@ -146,58 +236,62 @@ async def lecture(contexts: int, seconds: float, every: float, url: str, key: st
             for s, at in clicks.items():
                 if str(s) in seen:
                     lat.append(seen[str(s)] - at)
-                    server_lat.append(drawn[str(s)] - at)
+                    if published.get(str(s)):
+                        server_lat.append(published[str(s)] - at)
                 else:
                     missed += 1
                     late_steps.append(s)
             if str(step) not in seen:
                 errors.append(f"follower {n}: never showed the last step ({step})")
+        tab_ms = [1000 * (b - a) / max(1, step) for a, b in zip(tasks0, tasks1) if a is not None and b is not None]
         await browser.close()
         await lect_browser.close()
     return {"contexts": contexts, "seconds": seconds, "every": every, "updates": step, "latencies_ms": lat,
-            "server_latencies_ms": server_lat,
-            "missed": missed, "errors": errors, "idle_cpu_per_s": idle_cpu_per_s, "server_cpu_s": server_cpu,
-            "machine_cpu_s": machine_cpu, "window_s": window, "rss_max_mb": rss_max}
+            "server_latencies_ms": server_lat, "missed": missed, "errors": errors, "idle_cpu_per_s": idle_cpu_per_s,
+            "server_cpu_s": server_cpu, "machine_cpu_s": machine_cpu, "window_s": window, "rss_max_mb": rss_max,
+            "tab_ms_per_step": sorted(tab_ms), "redis_idle_commands": redis_idle}
 
 
-def run(contexts: int = 30, seconds: float = 60, every: float = 2.0, nice: int = 0) -> dict:
+def run(contexts: int = 30, seconds: float = 60, every: float = 2.0, nice: int = 0, replicas: int = 0) -> dict:
     key = secrets.token_urlsafe(12)
-    port = free_port()
-    server = start_server(port, key)
+    load0 = os.getloadavg()
+    servers = Servers(replicas, key)
     try:
-        rep = asyncio.run(lecture(contexts, seconds, every, f"http://127.0.0.1:{port}", key, server.pid, nice))
-        rep["nice"] = nice
-        rep["server_peak_rss_mb"] = peak_rss_mb(server.pid)
-        rep["server_alive"] = server.poll() is None
+        rep = asyncio.run(lecture(contexts, seconds, every, servers, key, nice))
+        rep.update(nice=nice, replicas=replicas, server_peak_rss_mb=servers.peak_rss(), server_alive=servers.alive(),
+                   load_before=load0)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-    lat = rep["latencies_ms"]
-    srv = rep["server_latencies_ms"]
+        servers.stop()
+    lat, srv, tab = rep["latencies_ms"], rep["server_latencies_ms"], rep["tab_ms_per_step"]
     rep.update(p50_ms=percentile(lat, 50), p95_ms=percentile(lat, 95), max_ms=max(lat) if lat else float("nan"),
-               server_p50_ms=percentile(srv, 50), server_p95_ms=percentile(srv, 95), cpus=os.cpu_count())
-    # server CPU per update: everything the server spent while the lecturer clicked, less what polling alone costs
-    polling = rep["idle_cpu_per_s"] * rep["window_s"]
-    rep["server_cpu_per_update_ms"] = 1000 * (rep["server_cpu_s"] - polling) / max(1, rep["updates"])
-    rep["server_cpu_per_update_all_ms"] = 1000 * rep["server_cpu_s"] / max(1, rep["updates"])
+               server_p50_ms=percentile(srv, 50), server_p95_ms=percentile(srv, 95), cpus=os.cpu_count(),
+               tab_p50_ms=percentile(tab, 50), tab_max_ms=max(tab) if tab else float("nan"))
+    # everything the server spent while the lecturer clicked, waiting included, per update; and waiting alone
+    rep["server_cpu_per_update_ms"] = 1000 * rep["server_cpu_s"] / max(1, rep["updates"])
+    rep["server_cpu_waiting_per_update_ms"] = 1000 * rep["idle_cpu_per_s"] * rep["window_s"] / max(1, rep["updates"])
     return rep
 
 
 def report(rep: dict) -> str:
+    where = (f"{rep['replicas']} replicas behind nginx, Redis" if rep["replicas"] else "one server")
+    redis = ("" if rep["redis_idle_commands"] is None else
+             f"; Redis received {rep['redis_idle_commands']} commands in those 10 s")
     return "\n".join([
-        f"{rep['contexts']} followers + 1 lecturer, Next token every {rep['every']:g} s for {rep['seconds']:.0f} s: "
-        f"{rep['updates']} updates, {len(rep['latencies_ms'])} follower screens updated; click -> follower's stage "
-        f"p50 {rep['p50_ms']:.0f} ms, p95 {rep['p95_ms']:.0f} ms, max {rep['max_ms']:.0f} ms; steps a follower "
-        f"skipped {rep['missed']}; errors {len(rep['errors'])}",
-        f"of which the server: click -> follower's page drawn on the server p50 {rep['server_p50_ms']:.0f} ms, "
-        f"p95 {rep['server_p95_ms']:.0f} ms (the rest: sending it, and the follower's browser drawing it)",
-        f"server: {rep['server_cpu_per_update_all_ms']:.0f} ms CPU per update in all "
-        f"({rep['server_cpu_per_update_ms']:.0f} ms for the update itself: the lecturer's pass and page, and "
-        f"{rep['contexts']} follower reruns; polling alone costs {1000 * rep['idle_cpu_per_s']:.0f} ms CPU per "
-        f"second for the whole class); RSS {rep['rss_max_mb']:.0f} MiB during the lecture, peak "
-        f"{rep['server_peak_rss_mb']:.0f} MiB",
+        f"{rep['contexts']} followers + 1 lecturer ({where}), Next token every {rep['every']:g} s for "
+        f"{rep['seconds']:.0f} s: {rep['updates']} updates, {len(rep['latencies_ms'])} follower screens updated; "
+        f"click -> follower's screen p50 {rep['p50_ms']:.0f} ms, p95 {rep['p95_ms']:.0f} ms, max {rep['max_ms']:.0f} "
+        f"ms; steps a follower skipped {rep['missed']}; errors {len(rep['errors'])}",
+        f"the server's part: click -> the step's pictures published p50 {rep['server_p50_ms']:.0f} ms, p95 "
+        f"{rep['server_p95_ms']:.0f} ms (the rest: the event to the tab, and the tab drawing it)",
+        f"server CPU per update: {rep['server_cpu_per_update_ms']:.0f} ms for the whole class, everything counted "
+        f"(the lecturer's pass and page, publishing, every follower's event and pictures; {rep['contexts']} open "
+        f"streams); waiting alone costs {1000 * rep['idle_cpu_per_s']:.1f} ms CPU per second{redis}; RSS "
+        f"{rep['rss_max_mb']:.0f} MiB during the lecture, peak {rep['server_peak_rss_mb']:.0f} MiB",
+        f"each follower's tab: {rep['tab_p50_ms']:.0f} ms of main-thread time per step (median over tabs; max "
+        f"{rep['tab_max_ms']:.0f} ms)",
         f"machine: {rep['cpus']} cores shared by the server and all {rep['contexts'] + 1} browser contexts"
-        + (f" (browsers at nice {rep['nice']})" if rep["nice"] else "") + "; the "
-        f"server used {rep['server_cpu_s']:.0f} s of the {rep['machine_cpu_s']:.0f} s of CPU the machine spent in "
-        f"{rep['window_s']:.0f} s (in a classroom each student's browser runs on their own device)",
+        + (f" (followers' browsers at nice {rep['nice']})" if rep["nice"] else "") + f"; the server used "
+        f"{rep['server_cpu_s']:.0f} s of the {rep['machine_cpu_s']:.0f} s of CPU the machine spent in "
+        f"{rep['window_s']:.0f} s; load average before {rep['load_before'][0]:.2f} {rep['load_before'][1]:.2f} "
+        f"{rep['load_before'][2]:.2f}",
     ])

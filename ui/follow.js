@@ -155,11 +155,13 @@ class Follower {
   // ---------------------------------------------------------------- drawing
 
   async render() {
+    // everything a screen needs is fetched and decoded first, then the page changes in one go: one layout,
+    // one paint per step in the student's tab
     const token = ++this.drawn;
-    this.drawBar();
     const id = this.shownId();
     const frame = id === null ? null : await this.frameOf(id);
     if (token !== this.drawn) return;  // the student (or the lecturer) moved on meanwhile
+    if (!frame || frame.kind !== "step") this.drawBar();
     if (!frame) {
       this.pickers.replaceChildren();
       this.body.replaceChildren(el("div", { class: "dlf-note" }, "Waiting for the lecturer…"));
@@ -176,31 +178,39 @@ class Follower {
     box.append(el("div", { class: "dlf-page-title" }, `${frame.page} · ${frame.label}`));
     this.drawNodes(frame.nodes || [], box);
     this.body.replaceChildren(box);
+    this.step = null;
     this.stamp(box, frame, token);
   }
 
   drawPickers(frame) {
-    const p = this.picks, row = el("div", { class: "dlf-picker-row" });
-    const pick = (name, value) => { this.own.add(name); p[name] = value; this.render(); };
-    const layers = el("span", { class: "dlf-seg", role: "group", "aria-label": "layer" });
-    for (let l = 0; l < frame.layers; l++) {
-      layers.append(el("button", { class: "dlf-btn" + (l === p.layer ? " dlf-on" : ""), "data-layer": l,
-        onclick: () => pick("layer", l) }, `layer ${l}`));
+    // built once per shape of run (layers, heads, views); a step or a pick only moves the highlight
+    const p = this.picks, shape = `${frame.layers}/${frame.heads}/${frame.views.join(",")}`;
+    if (this.pickerShape !== shape || !this.pickers.firstChild) {
+      this.pickerShape = shape;
+      const row = el("div", { class: "dlf-picker-row" });
+      const pick = (name, value) => { this.own.add(name); p[name] = value; this.render(); };
+      const layers = el("span", { class: "dlf-seg", role: "group", "aria-label": "layer" });
+      for (let l = 0; l < frame.layers; l++) {
+        layers.append(el("button", { class: "dlf-btn", "data-layer": l, onclick: () => pick("layer", l) }, `layer ${l}`));
+      }
+      this.headSelect = el("select", { class: "dlf-select", "aria-label": "head", title: "The head the stage draws",
+        onchange: (e) => pick("head", Number(e.target.value)) });
+      for (let h = 0; h < frame.heads; h++) this.headSelect.append(el("option", { value: h }, `head ${h}`));
+      const views = el("span", { class: "dlf-seg", role: "radiogroup", "aria-label": "view" });
+      for (const v of frame.views) {
+        views.append(el("button", { class: "dlf-btn", role: "radio", "data-view": v, onclick: () => pick("view", v) }, v));
+      }
+      row.append(layers, this.headSelect, views);
+      this.pickers.replaceChildren(row);
     }
-    const head = el("select", { class: "dlf-select", "aria-label": "head", title: "The head the stage draws",
-      onchange: (e) => pick("head", Number(e.target.value)) });
-    for (let h = 0; h < frame.heads; h++) {
-      const o = el("option", { value: h }, `head ${h}`);
-      if (h === p.head) o.selected = true;
-      head.append(o);
+    for (const b of this.pickers.querySelectorAll("[data-layer]")) {
+      b.classList.toggle("dlf-on", Number(b.dataset.layer) === p.layer);
     }
-    const views = el("span", { class: "dlf-seg", role: "radiogroup", "aria-label": "view" });
-    for (const v of frame.views) {
-      views.append(el("button", { class: "dlf-btn" + (v === p.view ? " dlf-on" : ""), role: "radio",
-        "aria-checked": v === p.view ? "true" : "false", onclick: () => pick("view", v) }, v));
+    for (const b of this.pickers.querySelectorAll("[data-view]")) {
+      b.classList.toggle("dlf-on", b.dataset.view === p.view);
+      b.setAttribute("aria-checked", b.dataset.view === p.view ? "true" : "false");
     }
-    row.append(layers, head, views);
-    this.pickers.replaceChildren(row);
+    this.headSelect.value = String(p.head);
   }
 
   async part(path) {
@@ -213,38 +223,69 @@ class Follower {
     return text;
   }
 
+  stepNodes() {
+    // the step's layout, made once and kept: a step swaps the picture and the view, nothing else moves
+    if (this.step && this.body.firstChild === this.step.grid) return this.step;
+    const grid = el("div", { class: "dlf-grid" });
+    const left = el("div", { class: "dlf-left" }), right = el("div", { class: "dlf-right" });
+    const stage = el("div", { class: "dl-stage", "data-testid": "dl-follow-stage" });
+    const img = el("img", { alt: "" });
+    stage.append(img);
+    const text = el("div", { class: "dl-text", "data-testid": "dl-text" });
+    const status = el("div", { class: "dlf-status" }), view = el("div", { class: "dlf-view" });
+    left.append(stage, text);
+    right.append(status, view);
+    grid.append(left, right);
+    this.body.replaceChildren(grid);
+    this.step = { grid, stage, img, text, status, view, viewText: null, svg: null };
+    return this.step;
+  }
+
   async drawStep(frame, token) {
     const p = this.picks;
     p.layer = Math.min(p.layer, frame.layers - 1);
     p.head = Math.min(p.head, frame.heads - 1);
     if (!frame.views.includes(p.view)) p.view = frame.views[0];
-    this.drawPickers(frame);
     const at = `p/${frame.run}/${frame.at}/`;
     const [svg, view] = await Promise.all([this.part(`${at}stage/${p.layer}/${p.head}`),
       this.part(`${at}view/${frame.views.indexOf(p.view)}/${VIEWS_WITH_LAYER.has(p.view) ? p.layer : 0}`)]);
     if (token !== this.drawn) return;
-    const left = el("div", { class: "dlf-left" }), right = el("div", { class: "dlf-right" });
-    const stage = el("div", { class: "dl-stage", "data-testid": "dl-follow-stage" });
-    const img = el("img", { alt: frame.alt || "" });
-    if (svg) {
-      const url = URL.createObjectURL(new Blob([svg], { type: "image/svg+xml" }));
-      img.src = url;
-      this.urls.push(url);
+    let url = null, viewBox = null, next = null;
+    const waits = [], charts = [];
+    if (svg !== (this.step && this.step.svg)) {  // the new picture loaded and decoded aside, then put in place
+      url = svg ? URL.createObjectURL(new Blob([svg], { type: "image/svg+xml" })) : "";
+      next = new Image();
+      next.src = url;
+      waits.push(next.decode());
     }
-    stage.append(img);
-    left.append(stage, el("div", { class: "dl-text", "data-testid": "dl-text" }, frame.text || ""));
-    const status = el("div", { class: "dlf-status" });
-    status.innerHTML = frame.status;  // made by the server from numbers (engine/follow/frames.py)
-    right.append(status);
-    if (view) this.drawBlocks(JSON.parse(view).blocks, right);
-    else right.append(el("div", { class: "dlf-note" }, "This step is no longer available: press Live."));
-    try { await img.decode(); } catch (e) { /* an empty or broken picture: show what there is */ }
-    if (token !== this.drawn) return;
-    const grid = el("div", { class: "dlf-grid" });
-    grid.append(left, right);
-    this.body.replaceChildren(grid);
-    while (this.urls.length > 1) URL.revokeObjectURL(this.urls.shift());
-    this.stamp(stage, frame, token);
+    if (view !== (this.step && this.step.viewText)) {  // the view built aside, its pictures decoded, then swapped in
+      viewBox = el("div", { class: "dlf-view" });
+      if (view) this.drawBlocks(JSON.parse(view).blocks, viewBox, charts);
+      else viewBox.append(el("div", { class: "dlf-note" }, "This step is no longer available: press Live."));
+      for (const img of viewBox.querySelectorAll("img")) waits.push(img.decode());
+    }
+    await Promise.allSettled(waits);  // an empty or broken picture: show what there is
+    if (token !== this.drawn) { if (url) URL.revokeObjectURL(url); return; }
+    this.drawBar();
+    this.drawPickers(frame);
+    const n = this.stepNodes();
+    if (next !== null) {
+      n.img.replaceWith(next);  // decoded already: the swap paints at once, nothing loads twice
+      n.img = next;
+      n.svg = svg;
+      if (url) this.urls.push(url);
+      while (this.urls.length > 2) URL.revokeObjectURL(this.urls.shift());
+    }
+    n.img.alt = frame.alt || "";
+    n.text.textContent = frame.text || "";
+    n.status.innerHTML = frame.status;  // made by the server from numbers (engine/follow/frames.py)
+    if (viewBox !== null) {
+      n.view.replaceWith(viewBox);
+      n.view = viewBox;
+      n.viewText = view;
+      for (const draw of charts) draw();
+    }
+    this.stamp(n.stage, frame, token);
   }
 
   stamp(node, frame, token) {
@@ -253,13 +294,15 @@ class Follower {
     if (this.looking === null && this.live) node.dataset.published = String(this.live.published);
   }
 
-  drawBlocks(blocks, into) {
+  drawBlocks(blocks, into, later = null) {
+    // later: a list to put each chart's drawing in, for after `into` is on the page (plotly measures its box)
     for (const b of blocks) {
       if (b.kind === "figure") {
         const div = el("div", { class: "dlf-figure" });
         into.append(div);
-        plotly().then((P) => P.newPlot(div, b.spec.data || [], b.spec.layout || {},
+        const draw = () => plotly().then((P) => P.newPlot(div, b.spec.data || [], b.spec.layout || {},
           { displayModeBar: false, responsive: true })).catch(() => div.append("(the chart could not be drawn)"));
+        if (later) later.push(draw); else draw();
       } else {
         const div = el("div", { class: `dlf-block dlf-${b.kind}` });
         div.innerHTML = b.html;  // made by the server, every visitor's word escaped there
