@@ -59,3 +59,70 @@ def test_traces_frame_has_one_row_per_step(tiny_lm):
     df = fig.traces_frame(s.traces)
     assert list(df["phase"]) == ["prefill", "decode", "decode", "decode"]
     assert list(df["kv_len"]) == [t.kv_len for t in s.traces]
+
+
+# ---------------------------------------------------------------- issue #28: readable at 1280x720, honest under noise
+
+
+def _busy(traces):
+    """The walk-through's busy server: a decode step slower than the prefill, one repeat far off."""
+    from dataclasses import replace
+
+    from engine.forward.run import Timing
+
+    out = [replace(t, timing=Timing((4.0, 4.1, 4.2), None, 0.0)) for t in traces]  # quiet, then three things go wrong
+    out[0] = replace(out[0], timing=Timing((21.8, 21.0, 22.5), None, 0.0))
+    out[3] = replace(out[3], timing=Timing((5.9, 6.1, 58.0), None, 0.0))
+    out[-1] = replace(out[-1], timing=Timing((27.3, 26.9, 27.9), None, 0.0))
+    return out
+
+
+def test_every_latency_bar_fits_its_axis_and_a_busy_server_is_said_on_the_chart(tiny_lm):
+    from engine.measure.noise import latency_note
+
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=8, stop_on_eos=False)
+    s.run()
+    traces = _busy(s.traces)
+    note = latency_note(traces)
+    f = fig.latency_figure(traces, note=note)
+    top = f.layout.yaxis.range[1]
+    assert top >= max(t.latency_ms for t in traces)  # the 27.3 ms bar is whole (it was cut at 25 ms)
+    assert f.layout.xaxis.range[0] > -1  # the step axis starts at the prefill, not at -2
+    texts = [a.text for a in f.layout.annotations]
+    assert sum(t.startswith("▲ cut:") for t in texts) == 1  # cut whiskers said once: labels cannot collide
+    box = next(t for t in texts if t.startswith("⚠ The server was busy"))
+    assert "step 3's 3 timed runs ranged 5.9–58.0 ms" in box.replace("<br>", " ")
+    assert any(t == "TTFT" for t in texts) and any(t == "TPOT" for t in texts)
+
+
+def test_the_next_token_axis_ends_a_little_above_its_tallest_bar(tiny_lm):
+    t = Stepper(tiny_lm, PROMPT).prefill()
+    f = fig.next_token_figure(t)
+    tallest = max(max(c.p_before, c.p_after) for c in t.top)
+    assert tallest <= f.layout.yaxis.range[1] <= min(1.0, max(tallest, 0.05)) * 1.2  # never a near-empty axis to 1
+    assert f.layout.yaxis.title.text == "probability"
+
+
+def test_the_matmul_table_numbers_the_five_and_fits_its_height(tiny_lm):
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=3, stop_on_eos=False)
+    s.run()
+    f = fig.matmul_figure(s.traces[-1], tiny_lm.spec, 0)
+    names = list(f.data[0].cells.values[0])
+    assert [n[0] for n in names[:5]] == ["①", "②", "③", "④", "⑤"] and len(names) == 7
+    lines = sum(max(c.count("<br>") + 1 for c in row) for row in zip(*f.data[0].cells.values))
+    assert f.layout.height >= (lines + 1) * f.data[0].cells.font.size  # every row's lines fit: nothing scrolls
+
+
+def test_the_articles_gpt2_shapes_come_first_whatever_the_prompt(tiny_lm):
+    t = Stepper(tiny_lm, "Tom had a big red ball and a small blue car.").prefill()
+    table = fig.gpt2_shapes_frame(t, tiny_lm.spec, t.q_len).set_index("tensor")
+    assert list(table.columns) == ["GPT-2 (124M)", "this model"]
+    assert table.loc["q at prefill [batch, head, pos, head_dim]", "GPT-2 (124M)"] == "[1, 12, 7, 64]"  # the article's
+    assert table.loc["K cache after decode step 1", "GPT-2 (124M)"] == "[1, 12, 8, 64]"
+
+
+def test_the_heatmap_labels_every_key_up_to_40_positions():
+    z = np.full((2, 30), 0.5)
+    labels = [f"{i} ·w" for i in range(30)]
+    f = fig.attention_heatmap(z, ["head 0", "head 1"], labels, "t")
+    assert list(f.layout.xaxis.tickvals) == labels

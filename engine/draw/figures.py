@@ -348,7 +348,7 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
 
     TTFT is the prefill's bar (labelled), TPOT the dotted line at the median decode step. Every bar fits the axis;
     a whisker that does not is cut at the top and listed once, in one line (labels never collide). `note` (from
-    engine.measure.noise) is said in the title when the measurements contradict the lesson."""
+    engine.measure.noise) is said on the chart when the measurements contradict the lesson (`note_box`)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steps = [t.step for t in traces]
     colours = [PREFILL if t.phase == "prefill" else (DECODE if t.use_cache else RECOMPUTED) for t in traces]
@@ -371,7 +371,7 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
                                  showlegend=False, hoverinfo="skip"))
         worst = sorted(outliers, key=lambda o: -o[1])[:3]  # the three tallest, in step order
         listed = ", ".join(f"step {s_}: {ms:.0f} ms" for s_, ms in sorted(worst)) + (" …" if len(outliers) > 3 else "")
-        fig.add_annotation(x=1, xref="paper", y=1, yref="paper", xanchor="right", yanchor="top", showarrow=False,
+        fig.add_annotation(x=1, xref="paper", y=ceiling, yref="y", xanchor="right", yanchor="top", showarrow=False,
                            text=f"▲ cut: {listed}", font=dict(color=INK_OUTLIER, size=11 * scale),
                            bgcolor="rgba(255,255,255,0.85)")
     call = timing_callout(traces)
@@ -386,15 +386,31 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
                                yanchor="bottom", yshift=1, font=dict(color=DECODE, size=12 * scale),
                                bgcolor="rgba(255,255,255,0.7)")
     fig.update_yaxes(title="FLOPs (estimate)", secondary_y=True, rangemode="tozero", showgrid=False)
-    title = ""
     if note:
-        from engine.measure.noise import headline
-
-        title = "<span style='font-size:0.8em'>⚠ " + "<br>".join(wrap(headline(note), 58)) + "</span>"
-    fig = layout(fig, title, height=height, scale=scale)  # the same height with a note: its lines take plot room
-    top = (22 * (title.count("<br>") + 1) + 34) if title else 34  # the legend's row, and the note's lines
-    fig.update_layout(margin=dict(t=int(top * scale)), legend=dict(y=1.0, yanchor="bottom"))
+        note_box(fig, note, scale, top=ceiling,
+                 secondary_top=max([t.flops_estimate for t in traces] or [1.0]))
+    fig = layout(fig, "", height=height, scale=scale)  # no title: the TTFT and TPOT figures above name the chart
+    fig.update_layout(margin=dict(t=int(34 * scale)), legend=dict(y=1.0, yanchor="bottom"))
     return fig
+
+
+NOTE_CHARS = 60  # a note's line on a chart: about a projector's side column at presenter size
+
+
+def note_box(fig: go.Figure, note: str, scale: float, top: float, secondary_top: float | None = None) -> None:
+    """Say a note (engine.measure.noise) on the chart itself: its headline in a box across the top of the plot, in
+    a band the y axes are stretched to leave empty (`top`, `secondary_top`: the highest value each must show), so
+    it covers no bar or line. (A title of several lines is cut in half by plotly at the chart's top edge.)"""
+    from engine.measure.noise import headline
+
+    lines = wrap(headline(note), NOTE_CHARS)
+    stretch = 1 + 0.2 * len(lines)
+    fig.update_layout(yaxis=dict(range=[0, top * stretch], autorange=False))
+    if secondary_top is not None:
+        fig.update_layout(yaxis2=dict(range=[0, secondary_top * stretch], autorange=False))
+    fig.add_annotation(xref="paper", yref="paper", x=0.01, y=0.995, xanchor="left", yanchor="top", align="left",
+                       showarrow=False, text="⚠ " + "<br>".join(lines), font=dict(size=11 * scale, color="#5d4200"),
+                       bgcolor="rgba(255,246,214,0.95)", bordercolor="#e0b040", borderwidth=1, borderpad=3)
 
 
 def wrap(text: str, width: int) -> list[str]:
@@ -483,14 +499,11 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     step_axis(fig, [t.step for t in nocache_traces])
     fig.update_yaxes(title="positions computed (q_len)", secondary_y=False)
     fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
-    title = "Work per step: positions pushed through the model, and the time it took"
+    fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", scale=scale)
     if note:
-        from engine.measure.noise import headline
-
-        title += "<br><span style='font-size:0.75em'>⚠ " + "<br>".join(wrap(headline(note), 110)) + "</span>"
-    fig = layout(fig, title, scale=scale)
-    if note:
-        fig.update_layout(margin=dict(t=int((70 + 18 * (title.count("<br>"))) * scale)))
+        note_box(fig, note, scale, top=max(t.q_len for t in nocache_traces),
+                 secondary_top=max([t.latency_ms for t in list(cache_traces) + list(nocache_traces)
+                                    if t.phase == "decode"] or [1.0]))
     return fig
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.draw.figures import note_box
 from engine.draw.palette import PREFILL, RECOMPUTED, layout, step_axis
 
 MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUTED)}
@@ -13,7 +14,7 @@ MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUT
 def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against position", scale: float = 1.0,
                    note: str | None = None) -> go.Figure:
     """Each mode's measured ms per step against its position; `note` (engine.measure.noise.compare_note) is said
-    under the title when the measured times contradict the work."""
+    on the chart when the measured times contradict the work."""
     fig = go.Figure()
     for mode, (name, colour) in MODES.items():
         d = df[df["mode"] == mode]
@@ -24,14 +25,9 @@ def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against posi
                                  marker=dict(color=PREFILL, symbol="diamond", size=12, line=dict(color=colour, width=2))))
     fig.update_xaxes(title="position (kv_len)")
     fig.update_yaxes(title="ms per step (measured)", rangemode="tozero")
-    if note:
-        from engine.draw.figures import wrap
-        from engine.measure.noise import headline
-
-        title += "<br><span style='font-size:0.72em'>⚠ " + "<br>".join(wrap(headline(note), 100)) + "</span>"
     fig = layout(fig, title, height=420, scale=scale)
     if note:
-        fig.update_layout(margin=dict(t=int((70 + 18 * title.count("<br>")) * scale)))
+        note_box(fig, note, scale, top=float(df["latency_ms"].max()) if len(df) else 1.0)
     return fig
 
 
@@ -53,9 +49,7 @@ def flops_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
                                  line=dict(color=colour, width=4, dash="dash")))
     step_axis(fig, list(df["step"]))
     fig.update_yaxes(title="total FLOPs (estimate)", rangemode="tozero")
-    fig = layout(fig, "Total work (estimate):<br>linear with the cache, quadratic without", height=400, scale=scale)
-    fig.update_layout(margin=dict(t=int(92 * scale)))  # two title lines above the legend's row: none cut at the side
-    return fig
+    return layout(fig, "Total work (estimate): linear vs quadratic", height=380, scale=scale)  # whole in half a row
 
 
 def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) -> go.Figure:
