@@ -394,16 +394,17 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
     return fig
 
 
-NOTE_CHARS = 60  # a note's line on a chart: about a projector's side column at presenter size
+NOTE_CHARS = 46  # a note's line on a chart in a projector's side column, at presenter size, inside its plot
 
 
-def note_box(fig: go.Figure, note: str, scale: float, top: float, secondary_top: float | None = None) -> None:
+def note_box(fig: go.Figure, note: str, scale: float, top: float, secondary_top: float | None = None,
+             chars: int = NOTE_CHARS) -> None:
     """Say a note (engine.measure.noise) on the chart itself: its headline in a box across the top of the plot, in
     a band the y axes are stretched to leave empty (`top`, `secondary_top`: the highest value each must show), so
     it covers no bar or line. (A title of several lines is cut in half by plotly at the chart's top edge.)"""
     from engine.measure.noise import headline
 
-    lines = wrap(headline(note), NOTE_CHARS)
+    lines = wrap(headline(note), chars)
     stretch = 1 + 0.2 * len(lines)
     fig.update_layout(yaxis=dict(range=[0, top * stretch], autorange=False))
     if secondary_top is not None:
@@ -501,7 +502,7 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
     fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", scale=scale)
     if note:
-        note_box(fig, note, scale, top=max(t.q_len for t in nocache_traces),
+        note_box(fig, note, scale, top=max(t.q_len for t in nocache_traces), chars=100,
                  secondary_top=max([t.latency_ms for t in list(cache_traces) + list(nocache_traces)
                                     if t.phase == "decode"] or [1.0]))
     return fig
