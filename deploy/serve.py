@@ -62,6 +62,23 @@ def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float =
     raise RuntimeError(f"{what} did not listen on port {port} within {timeout:.0f} s")
 
 
+def wait_for_health(url: str, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+    """Until the app answers its health check (its port opens a few seconds before it serves)."""
+    import urllib.request
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode}")
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=5).status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not answer its health check within {timeout:.0f} s")
+
+
 def nginx_conf(folder: Path, listen: str, replica_ports: list[int]) -> str:
     """deploy/nginx.conf with this machine's values in its placeholders."""
     upstreams = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in replica_ports)
@@ -148,6 +165,7 @@ def start(replicas: int = 2, port: int | None = None, folder: str | Path | None 
             started.append((p, proc))
         for i, (p, proc) in enumerate(started):
             wait_for_port(p, proc, f"replica {i}")
+            wait_for_health(f"http://127.0.0.1:{p}", proc, f"replica {i}")
             hall.replica_urls.append(f"http://127.0.0.1:{p}")
 
         (folder / "nginx.conf").write_text(nginx_conf(folder, f"{listen_host}:{port}", ports))
