@@ -46,12 +46,9 @@ def shapes_frame(t: StepTrace) -> pd.DataFrame:
                           "source": r.source} for r in t.shapes])
 
 
-def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
-    """One layer's five attention matmuls, W_o and the MLP at this step: with the cache and without (estimates).
-
-    Narrow enough for a projector's side column: one shape per matmul with its rows written q (this step's
-    fed rows with the cache; every position without), FLOPs in words.
-    """
+def matmul_rows(t: StepTrace, spec, layer: int = 0) -> list[dict]:
+    """One layer's five attention matmuls, W_o and the MLP at this step, with the cache and without (estimates):
+    [{op, shape (its rows written q), grows, flops_on, flops_off}]."""
     n = t.kv_len
     if t.phase == "prefill":
         q_on = t.q_len
@@ -63,21 +60,31 @@ def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
         q_on = 1
         on = matmuls(spec, 1, n - 1, layer)
     off = matmuls(spec, n, 0, layer)
-    rows = []
-    for a, b in zip(on, off):
-        rows.append({"matmul": a["op"], "shape (q rows)": a["shape"].replace(f"[{q_on}, ", "[q, ", 1),
-                     "cache on": human_flops(a["flops"]), "cache off": human_flops(b["flops"]),
-                     "off / on": f"×{b['flops'] / a['flops']:.1f}" if a["flops"] else "—",
-                     "grows with": a["grows"]})
-    return pd.DataFrame(rows)
+    return [{"op": a["op"], "shape": a["shape"].replace(f"[{q_on}, ", "[q, ", 1), "grows": a["grows"],
+             "flops_on": a["flops"], "flops_off": b["flops"]} for a, b in zip(on, off)]
+
+
+def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
+    """`matmul_rows` as a table: one shape per matmul with its rows written q (this step's fed rows with the cache;
+    every position without), FLOPs in words."""
+    return pd.DataFrame([{"matmul": r["op"], "shape (q rows)": r["shape"], "cache on": human_flops(r["flops_on"]),
+                          "cache off": human_flops(r["flops_off"]), "off / on": _ratio(r), "grows with": r["grows"]}
+                         for r in matmul_rows(t, spec, layer)])
+
+
+def _ratio(r: dict) -> str:
+    return f"×{r['flops_off'] / r['flops_on']:.1f}" if r["flops_on"] else "—"
 
 
 NUMBERED = ("①", "②", "③", "④", "⑤")  # the attention's five matmuls; W_o and the MLP follow them
 
 
-def _short_flops(text: str) -> str:
-    """'131.1 kFLOP' -> '131.1 k': the unit is said once, in the column's header."""
-    return text.replace("FLOP", "").strip()
+def _short_flops(flops: float) -> str:
+    """131072 -> '131 k', 1.7e6 -> '1.7 M': three figures at most, the unit (FLOP) said once, in the caption."""
+    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if flops >= div:
+            return f"{flops / div:.3g} {unit}"
+    return f"{flops:.3g}"
 
 
 def matmul_figure(t: StepTrace, spec, layer: int = 0, scale: float = 1.0) -> go.Figure:
@@ -85,22 +92,23 @@ def matmul_figure(t: StepTrace, spec, layer: int = 0, scale: float = 1.0) -> go.
 
     Four columns, every line short enough for its column (so plotly never wraps a cell by itself and the height
     below is the table's real height: no scrolling, nothing off the edge); the attention's five matmuls numbered
-    ① to ⑤; the two that grow with the context shaded; FLOPs (estimates) in the header's unit."""
-    df = matmul_frame(t, spec, layer)
-    names = [f"{NUMBERED[i]} {op}" if i < len(NUMBERED) else f"+ {op}" for i, op in enumerate(df["matmul"])]
+    ① to ⑤; the two that grow with the context shaded; FLOPs (estimates) in three figures, their unit said once."""
+    rows = matmul_rows(t, spec, layer)
+    names = [f"{NUMBERED[i]} {r['op']}" if i < len(NUMBERED) else f"+ {r['op']}" for i, r in enumerate(rows)]
     shapes = []
-    for x in df["shape (q rows)"]:
+    for r in rows:
+        x = r["shape"]
         head, sep, tail = x.rpartition(" × ") if x.startswith(f"{spec.heads} heads") else x.partition(" through ")
         shapes.append(f"{head}<br>{sep.strip()} {tail}" if sep.strip() == "×" else
                       (f"{head} through<br>{tail}" if sep else x))
-    on = [_short_flops(x) for x in df["cache on"]]
-    off = [f"{_short_flops(x)} {r.replace('.0', '')}" for x, r in zip(df["cache off"], df["off / on"])]
+    on = [_short_flops(r["flops_on"]) for r in rows]
+    off = [f"{_short_flops(r['flops_off'])} {_ratio(r).replace('.0', '')}" for r in rows]
     size = 11.5 * scale
     line = size * 1.25
     lines = [max(c.count("<br>") + 1 for c in row) for row in zip(names, shapes, on, off)]
-    shade = ["#fff3e0" if g == "context" else "#ffffff" for g in df["grows with"]]
+    shade = ["#fff3e0" if r["grows"] == "context" else "#ffffff" for r in rows]
     fig = go.Figure(go.Table(
-        columnwidth=[0.30, 0.38, 0.14, 0.18],
+        columnwidth=[0.29, 0.37, 0.14, 0.20],
         header=dict(values=["<b>matmul</b>", "<b>shape</b> (q = rows fed)", "<b>cached</b>", "<b>no cache</b>"],
                     fill_color="#f0f2f6", align="left", font=dict(size=size), height=line + 6),
         cells=dict(values=[names, shapes, on, off], align="left", font=dict(size=size), height=line + 6,
@@ -394,7 +402,7 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
     return fig
 
 
-NOTE_CHARS = 46  # a note's line on a chart in a projector's side column, at presenter size, inside its plot
+NOTE_CHARS = 38  # a note's line on a chart in a side column (the sidebar open too), at presenter size, inside its plot
 
 
 def note_box(fig: go.Figure, note: str, scale: float, top: float, secondary_top: float | None = None,
@@ -410,7 +418,7 @@ def note_box(fig: go.Figure, note: str, scale: float, top: float, secondary_top:
     if secondary_top is not None:
         fig.update_layout(yaxis2=dict(range=[0, secondary_top * stretch], autorange=False))
     fig.add_annotation(xref="paper", yref="paper", x=0.01, y=0.995, xanchor="left", yanchor="top", align="left",
-                       showarrow=False, text="⚠ " + "<br>".join(lines), font=dict(size=11 * scale, color="#5d4200"),
+                       showarrow=False, text="⚠ " + "<br>".join(lines), font=dict(size=10 * scale, color="#5d4200"),
                        bgcolor="rgba(255,246,214,0.95)", bordercolor="#e0b040", borderwidth=1, borderpad=3)
 
 

@@ -124,10 +124,11 @@ def matmuls(c: StepContext) -> list[Block]:
         return [Block("note", "The model's figures were not shared with this step.")]
     no_cache = t.kv_len if t.phase == "decode" else t.q_len
     with_cache = t.q_len if t.use_cache or t.phase == "prefill" else 1
-    return [Block("caption", f"Layer {layer} at step {t.step}: q = the rows each weight matrix multiplies, "
-                             f"{with_cache} with the cache, {no_cache} without. FLOPs (estimates; k thousand, M million)."),
+    return [Block("caption", f"Layer {layer}, step {t.step}: q = the rows fed, {with_cache} with the cache, "
+                             f"{no_cache} without."),
             Block("figure", fig.matmul_figure(t, c.spec, layer, scale=c.scale), "matmuls"),
-            Block("caption", "The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the "
+            Block("caption", "FLOPs are estimates (k thousand, M million); × is cache off over on. "
+                             "The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the "
                              "fed rows only); ④ QKᵀ and ⑤ ·V still grow with the context (shaded). Scores count the "
                              "(query, key) pairs the mask lets through; eager attention also computes the masked ones "
                              "and throws them away.")]
