@@ -38,6 +38,7 @@ TINY_TEXT = [
 TIER_OF_FIXTURE = {  # a test that uses one of these, itself or through another fixture, is in that tier
     "chromium": "browser",  # the system Chromium, driven by Playwright (the `browser` fixture launches it)
     "server": "browser",  # `streamlit run app.py` in a subprocess, for the browser to open
+    "fresh_server": "browser",  # the same, started for one test
     "keyed_server": "browser",  # the same with a lecturer key (tests/test_follow.py)
     "redis_server": "system",  # a redis-server on loopback (tests/test_follow.py, tests/test_deploy.py)
     "nginx": "system",  # nginx in front of app replicas (tests/test_deploy.py)
@@ -110,9 +111,7 @@ def browser(chromium):
     pytest.fail(f"Chromium at {chromium} did not start under Playwright: {failed}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """`streamlit run app.py` on a free loopback port, for the browser tests; stopped after the module."""
+def _app_server(tmp_path_factory):
     from tests.appserver import free_port, start_app, stop
 
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
@@ -120,6 +119,19 @@ def server(tmp_path_factory):
     proc = start_app(port, log=open(log, "w"))
     yield f"http://127.0.0.1:{port}"
     stop(proc)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """`streamlit run app.py` on a free loopback port, shared by the browser tests as a class shares one server
+    (one model load, one warm-up); stopped at the end of the session."""
+    yield from _app_server(tmp_path_factory)
+
+
+@pytest.fixture
+def fresh_server(tmp_path_factory):
+    """An app server of the test's own, for a claim about a server's very first request."""
+    yield from _app_server(tmp_path_factory)
 
 
 # ---------------------------------------------------------------- models

@@ -2,7 +2,7 @@
 
 Chromium comes from the system (`apt-get install chromium`, see the README), never a browser download.
 The fixtures are in tests/conftest.py: `browser` (the system Chromium) and `server` (the app on a free
-loopback port, stopped at the end of the module); both put these tests in the `browser` tier.
+loopback port, one for the whole session); both put these tests in the `browser` tier.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def sidebar_links(pg) -> list[str]:
     return [t.strip().split("\n")[-1] for t in pg.locator("[data-testid=stSidebar] a").all_inner_texts()]
 
 
-def test_a_deep_link_as_the_servers_first_request_gets_the_whole_app(server, browser):
+def test_a_deep_link_as_the_servers_first_request_gets_the_whole_app(fresh_server, browser):
     """Streamlit serves a fresh server's first request in its old pages/-folder mode; /lessons must still get
     app.py's frame, and the menu must never list a file name (checked while the first run is still going)."""
-    pg = open_page(browser, f"{server}/lessons?seed=3")
+    pg = open_page(browser, f"{fresh_server}/lessons?seed=3")
     seen = set()
     for _ in range(40):  # the first run loads the model: watch the menu all along
         seen |= set(sidebar_links(pg))
