@@ -29,7 +29,7 @@ from engine.follow.store import StoreDown, subscribe
 _LOG = logging.getLogger(__name__)
 KEEPALIVE_S = 20.0  # a comment on an idle stream, so that proxies and the browser keep it open
 MAX_QUEUED = 32  # events waiting for one slow follower before its stream is closed (it reconnects and catches up)
-MAX_PARTS = 2048
+MAX_PARTS = 512  # pictures kept per server (a step's stage is ~30 KB)
 PART_RE = re.compile(r"^p/([0-9a-f]{1,16})/(\d{1,5})/(stage|view)/(\d{1,3})/(\d{1,4})$")
 END = b"event: end\ndata: {}\n\n"
 
