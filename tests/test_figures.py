@@ -109,8 +109,8 @@ def test_the_matmul_table_numbers_the_five_and_fits_its_height(tiny_lm):
     f = fig.matmul_figure(s.traces[-1], tiny_lm.spec, 0)
     names = list(f.data[0].cells.values[0])
     assert [n[0] for n in names[:5]] == ["①", "②", "③", "④", "⑤"] and len(names) == 7
-    lines = sum(max(c.count("<br>") + 1 for c in row) for row in zip(*f.data[0].cells.values))
-    assert f.layout.height >= (lines + 1) * f.data[0].cells.font.size  # every row's lines fit: nothing scrolls
+    assert not any("<br>" in c for col in f.data[0].cells.values for c in col)  # one line a row: the height is exact
+    assert f.layout.height >= (len(names) + 1) * f.data[0].cells.height  # every row fits: nothing scrolls inside
 
 
 def test_the_articles_gpt2_shapes_come_first_whatever_the_prompt(tiny_lm):

@@ -87,25 +87,30 @@ def _short_flops(flops: float) -> str:
     return f"{flops:.3g}"
 
 
+def _one_line_shape(shape: str, heads: int) -> str:
+    """A shape short enough for one line of a side column: '8 heads × [q, 32] × [32, 13]' -> '8 × [q, 32] × [32, 13]'
+    (once per head), '[q, 256] through 590,400 params' -> '[q, 256] · 590k params'."""
+    shape = shape.replace(f"{heads} heads × ", f"{heads} × ")
+    head, sep, tail = shape.partition(" through ")
+    if not sep:
+        return shape
+    params = float(tail.split()[0].replace(",", ""))
+    return f"{head} · {_short_flops(params)} params".replace(" k params", "k params").replace(" M params", "M params")
+
+
 def matmul_figure(t: StepTrace, spec, layer: int = 0, scale: float = 1.0) -> go.Figure:
     """matmul_frame as one table a projector's side column can read on its first screen.
 
-    Four columns, every line short enough for its column (so plotly never wraps a cell by itself and the height
-    below is the table's real height: no scrolling, nothing off the edge); the attention's five matmuls numbered
+    Four columns, one line a row, every line short enough for its column (so plotly never wraps a cell by itself
+    and the height below is the table's real height: no scrolling, nothing off the edge); the five numbered
     ① to ⑤; the two that grow with the context shaded; FLOPs (estimates) in three figures, their unit said once."""
     rows = matmul_rows(t, spec, layer)
     names = [f"{NUMBERED[i]} {r['op']}" if i < len(NUMBERED) else f"+ {r['op']}" for i, r in enumerate(rows)]
-    shapes = []
-    for r in rows:
-        x = r["shape"]
-        head, sep, tail = x.rpartition(" × ") if x.startswith(f"{spec.heads} heads") else x.partition(" through ")
-        shapes.append(f"{head}<br>{sep.strip()} {tail}" if sep.strip() == "×" else
-                      (f"{head} through<br>{tail}" if sep else x))
+    shapes = [_one_line_shape(r["shape"], spec.heads) for r in rows]
     on = [_short_flops(r["flops_on"]) for r in rows]
     off = [f"{_short_flops(r['flops_off'])} {_ratio(r).replace('.0', '')}" for r in rows]
     size = 11.5 * scale
     line = size * 1.25
-    lines = [max(c.count("<br>") + 1 for c in row) for row in zip(names, shapes, on, off)]
     shade = ["#fff3e0" if r["grows"] == "context" else "#ffffff" for r in rows]
     fig = go.Figure(go.Table(
         columnwidth=[0.29, 0.37, 0.14, 0.20],
@@ -113,7 +118,8 @@ def matmul_figure(t: StepTrace, spec, layer: int = 0, scale: float = 1.0) -> go.
                     fill_color="#f0f2f6", align="left", font=dict(size=size), height=line + 6),
         cells=dict(values=[names, shapes, on, off], align="left", font=dict(size=size), height=line + 6,
                    fill_color=[shade] * 4, line_color="#e6e6e6")))
-    fig.update_layout(height=int(sum(n * line + 6 for n in [1] + lines) + 10), margin=dict(l=2, r=2, t=2, b=2))
+    header = 2.45 * size  # plotly draws a header taller than its minimum: measured in the browser at both scales
+    fig.update_layout(height=int(header + len(rows) * (line + 6) + 12), margin=dict(l=2, r=2, t=2, b=2))
     return fig
 
 

@@ -127,7 +127,8 @@ def matmuls(c: StepContext) -> list[Block]:
     return [Block("caption", f"Layer {layer}, step {t.step}: q = the rows fed, {with_cache} with the cache, "
                              f"{no_cache} without."),
             Block("figure", fig.matmul_figure(t, c.spec, layer, scale=c.scale), "matmuls"),
-            Block("caption", "FLOPs are estimates (k thousand, M million); × is cache off over on. "
+            Block("caption", "FLOPs are estimates (k thousand, M million); × is cache off over on; ④ and ⑤ run once "
+                             f"per head ({c.spec.heads} ×). "
                              "The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the "
                              "fed rows only); ④ QKᵀ and ⑤ ·V still grow with the context (shaded). Scores count the "
                              "(query, key) pairs the mask lets through; eager attention also computes the masked ones "
