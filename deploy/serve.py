@@ -49,34 +49,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+def wait_for(ready, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+    """Until ready() is true; an error that says so if the process exits first or the time runs out."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode} before listening on port {port}")
+            raise RuntimeError(f"{what} exited with code {proc.returncode} before it was {ready.__doc__}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
+            if ready():
+                return
         except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{what} did not listen on port {port} within {timeout:.0f} s")
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} was not {ready.__doc__} within {timeout:.0f} s")
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+    def ready() -> bool:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+
+    ready.__doc__ = f"listening on port {port}"
+    wait_for(ready, proc, what, timeout)
 
 
 def wait_for_health(url: str, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
     """Until the app answers its health check (its port opens a few seconds before it serves)."""
     import urllib.request
 
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode}")
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=5).status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} did not answer its health check within {timeout:.0f} s")
+    def ready() -> bool:
+        return urllib.request.urlopen(f"{url}/_stcore/health", timeout=5).status == 200
+
+    ready.__doc__ = "answering its health check"
+    wait_for(ready, proc, what, timeout)
 
 
 def nginx_conf(folder: Path, listen: str, replica_ports: list[int]) -> str:

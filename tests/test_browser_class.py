@@ -9,22 +9,10 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
 from playwright.sync_api import expect
 
-from tests.appserver import free_port, start_app, stop
 from tests.test_browser import idle, open_page
-from tests.test_follow import KEY, start_class, wait_for_step
-
-
-@pytest.fixture(scope="module")
-def keyed_server(tmp_path_factory):
-    """`streamlit run app.py` with a lecturer key, on a free loopback port."""
-    log = tmp_path_factory.mktemp("class-server") / "streamlit.log"
-    port = free_port()
-    proc = start_app(port, log=open(log, "w"), DECODE_LAB_LECTURER_KEY=KEY)
-    yield f"http://127.0.0.1:{port}"
-    stop(proc)
+from tests.test_follow import keyed_server, start_class, wait_for_step  # noqa: F401 - keyed_server: a fixture
 
 
 def lecture(browser, url: str, steps: int = 0):

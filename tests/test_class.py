@@ -14,32 +14,17 @@ import time
 import pytest
 
 from engine import Stepper
-from engine.follow import Classroom, Lecture, Limits, MemoryKV, Refused
+from engine.follow import Classroom, MemoryKV, Refused
 from engine.follow.classroom import MAX_FRAMES
 from engine.follow.http import ClassRoutes, TOO_LONG
 from engine.follow.hub import END, Hub
 from engine.follow.poll import Refused as VoteRefused
 from engine.follow.poll import next_token_question, shape_question
 from engine.follow.share import Publisher
-from tests.test_follow import KEY, Clock, ok, redis_url  # noqa: F401 - redis_url: the module's redis-server
+from tests.test_follow import KEY, classroom, ok, redis_url, store  # noqa: F401 - fixtures: both stores
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.system)])
-def store(request):
-    """(a fresh store, its clock, its kind): MemoryKV, or a real redis-server (expiry by Redis's own clock)."""
-    clock = Clock()
-    if request.param == "memory":
-        return MemoryKV(clock=clock), clock, request.param
-    import redis
-
-    kv = redis.Redis.from_url(request.getfixturevalue("redis_url"), decode_responses=True)
-    kv.flushdb()
-    return kv, clock, request.param
-
-
-def room_of(store, **limits) -> Classroom:
-    kv, clock, _ = store
-    return Classroom(kv, key=KEY, limits=Limits(**limits), clock=clock)
+room_of = classroom  # a Classroom on the test's store, with these limits
 
 
 def run(lm, steps: int = 2) -> Stepper:
