@@ -33,7 +33,7 @@ from engine.units import human_bytes, human_flops
 
 # ---------------------------------------------------------------- the token strip
 
-CHOSEN_MIN_W = 64  # the "next:" chip is never a sliver, even for one character (a stop string's ".")
+CHOSEN_MIN_W = 84  # the "next:" chip is never a sliver, even for one character (a stop string's "."): id beside it
 PHASE_NAMES = {"prefill": "Prefill (initiation phase)", "decode": "Decode (generation phase)"}  # the articles' words
 
 
@@ -95,10 +95,14 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     out += chips
     # the chosen token: dashed, it is not in the sequence yet; it will be fed next step
     cx, cy = W - chosen_w - 10, rows_y[0]
+    short = len(show_piece(t.token)) <= 2  # ".", "!": drawn large, with its id beside it, so the chip is not empty
+    text_x = cx + (chosen_w * 0.3 if short else chosen_w / 2)
     out.append(f'<g data-role="chosen-chip"><rect x="{cx:.1f}" y="{cy:.1f}" width="{chosen_w:.1f}" height="32" rx="5" '
                f'fill="{NEW}" fill-opacity="0.15" stroke="{NEW}" stroke-width="2.5" stroke-dasharray="5 3"/>'
-               + _t(cx + chosen_w / 2, cy + 23, show_piece(t.token), _chosen_size(t.token, size, chosen_w - pad),
-                    "middle", family=MONO, weight="bold" if len(show_piece(t.token)) <= 2 else "normal") + '</g>')
+               + _t(text_x, cy + 23, show_piece(t.token), _chosen_size(t.token, size, chosen_w - pad), "middle",
+                    family=MONO, weight="bold" if short else "normal")
+               + (_t(cx + chosen_w - 5, cy + 21, f"id {t.token_id}", 9, "end", SOFT, family=MONO) if short else "")
+               + '</g>')
     out.append(_t(cx - 8, cy + 22, "next:", 13, "end", NEW, weight="bold"))
     height = 40 * (row + 1)
     fed_txt = f"fed: {t.q_len} position{'s' if t.q_len != 1 else ''} (q_len = {t.q_len}) · kv_len = {t.kv_len}"
