@@ -101,7 +101,7 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
                f'fill="{NEW}" fill-opacity="0.15" stroke="{NEW}" stroke-width="2.5" stroke-dasharray="5 3"/>'
                + _t(text_x, cy + 23, show_piece(t.token), _chosen_size(t.token, size, chosen_w - pad), "middle",
                     family=MONO, weight="bold" if short else "normal")
-               + (_t(cx + chosen_w - 5, cy + 21, f"id {t.token_id}", 9, "end", SOFT, family=MONO) if short else "")
+               + (_t(cx + chosen_w - 5, cy + 21, f"id {t.token_id}", 11, "end", SOFT, family=MONO) if short else "")
                + '</g>')
     out.append(_t(cx - 8, cy + 22, "next:", 13, "end", NEW, weight="bold"))
     height = 40 * (row + 1)
