@@ -142,10 +142,9 @@ def lesson_tokens() -> None:
     right.html(fig.token_chips_html(list(zip(ids, token_pieces(lm.tokenizer, ids))), [], set()))
     back = lm.tokenizer.decode(ids, skip_special_tokens=True)
     lead = (f" The first, id {ids[0]}, is the start marker the tokenizer adds." if ids and ids[0] == bos else "")
-    st.markdown(plain(f"**{len(text)} characters became {len(ids)} tokens** out of a vocabulary of {spec.vocab:,}."
-                      f"{lead} Decoding the ids gives back "
-                      + ("the same text." if back == text else f"not exactly the same text (the tokenizer "
-                                                               f"normalised it): \"{back}\".")))
+    st.markdown(f"**{len(text)} characters became {len(ids)} tokens** out of a vocabulary of {spec.vocab:,}.{lead} "
+                "Decoding the ids gives back " + ("the same text." if back == text else plain(
+                    f"not exactly the same text (the tokenizer normalised it): \"{back}\".")))
     st.markdown("**One request, start to finish**, timed on this server's device:")
     st.html(request_html(_request(lm, MODEL, ARTICLE_PROMPT)))
     st.caption("The text is tokenized on the CPU, the ids are copied to the device, one prefill pass (the initiation "
@@ -238,15 +237,11 @@ def lesson_kv_cache() -> None:
     st.plotly_chart(fig.kv_growth_figure(run.traces, scale=scale()), key="lesson4_growth")
 
 
-NO_CACHE_STEPS = 60  # lesson 5's slider goes this far; one cache-off run of this length is drawn at every value
-
-
 def lesson_no_cache() -> None:
     st.markdown("Without the cache nothing is kept between steps, so every decode step recomputes keys and values "
                 "for **all** positions so far. The tokens come out the same; the work does not. On the stage, the "
                 "red columns and rows are work done again.")
-    steps = st.slider("try it: decode steps (the stage shows the last one)", 5, NO_CACHE_STEPS, 30, 5,
-                      key="lesson5_steps")
+    steps = st.slider("try it: decode steps (the stage shows the last one)", 5, 60, 30, 5, key="lesson5_steps")
     prompt = PROMPTS[0]["prompt"]
     rep = _compare(lm, MODEL, prompt, steps + 1, 0)  # prefill + `steps` decode steps, each mode
     cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
@@ -255,7 +250,7 @@ def lesson_no_cache() -> None:
         rep = _compare(lm, MODEL, prompt, steps + 1, 1)
         cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
         note = noise.compare_note(cache, nocache)
-    show_stage(greedy_run(prompt, decode_steps=NO_CACHE_STEPS, use_cache=False), steps)
+    show_stage(greedy_run(prompt, decode_steps=steps, use_cache=False), steps)  # the slider's last step
     sum_q = {name: sum(t.q_len for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     flops = {name: sum(t.flops_estimate for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     sp = rep["speedup"]
