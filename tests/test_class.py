@@ -21,7 +21,7 @@ from engine.follow.hub import END, Hub
 from engine.follow.poll import Refused as VoteRefused
 from engine.follow.poll import next_token_question, shape_question
 from engine.follow.share import Publisher
-from tests.test_follow import KEY, classroom, ok, redis_url, store  # noqa: F401 - fixtures: both stores
+from tests.test_follow import KEY, classroom, key_set, ok, redis_url, store  # noqa: F401 - fixtures
 
 
 room_of = classroom  # a Classroom on the test's store, with these limits
@@ -366,6 +366,23 @@ def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_p
     finally:
         os.environ.pop("DECODE_LAB_LECTURER_KEY", None)
         server.reset()
+
+
+@pytest.mark.parametrize("name, title", [("race", "Race: cache vs no cache"), ("serving", "Serving: many requests"),
+                                         ("speculative", "Speculative decoding"),
+                                         ("scale", "Scale: KV memory and roofline"), ("model_info", "Model")])
+def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, title):
+    from ui.apptest import app_test, page
+
+    at = ok(app_test().run())
+    at.sidebar.text_input(key="follow_key").input(KEY)
+    ok(at.button(key="follow_start").click().run())
+    code = at.session_state["follow_lead"].code
+    ok(at.switch_page(page(name)).run())
+    room = key_set.classroom()
+    frame = room.frame(code, room.live(code)["frame"])
+    assert (frame["kind"], frame["page"]) == ("page", title) and frame["nodes"]
+    assert KEY not in json.dumps(frame)
 
 
 def _flat(nodes):

@@ -3,6 +3,7 @@
     with published():         app.py, around the page's run: while a lecturer leads a class, the elements the
                               page draws are kept too, and become one frame when the page is done
     class_label(text)         a page's one line: what its frame is called when a student looks back
+    publishes_itself()        the step page: it publishes its own frame (ui/follow.class_bar), none is made here
 
 Every element a page draws goes to its browser as a delta at a path in the page's tree. While the page runs,
 this keeps the newest element at each path of the main area; at the end the tree becomes a frame
@@ -18,7 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import threading
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from html import escape
 
 import streamlit as st
@@ -39,35 +43,51 @@ SKIPPED = ("button", "download_button", "page_link", "link_button", "progress", 
            "file_uploader", "camera_input", "chat_input", "audio_input", "feedback", "menu_button", "help_info",
            "iframe", "imgs", "audio", "video", "data_editor", "deck_gl_json_chart")
 ALERTS = {1: "error", 2: "warn", 3: "note", 4: "note"}
+_LOG = logging.getLogger(__name__)
+_now = threading.local()  # the page run being kept, in its script thread (session state is not read when it ends:
+#                           after st.stop() every read of it would stop again)
 _RAW_MD = MarkdownIt("commonmark", {"html": True}).enable("table")  # a page's own HTML (unsafe_allow_html)
+
+
+@dataclass
+class _Run:
+    pub: object
+    kept: dict = field(default_factory=dict)
+    label: str | None = None
+    skip: bool = False
 
 
 def class_label(text: str) -> None:
     """What this page's frame is called in the class's timeline (e.g. 'engine step 3'); the page's title else."""
-    st.session_state["follow_page_label"] = str(text)
+    run = getattr(_now, "run", None)
+    if run is not None:
+        run.label = str(text)
+
+
+def publishes_itself() -> None:
+    run = getattr(_now, "run", None)
+    if run is not None:
+        run.skip = True
 
 
 @contextmanager
 def published(page_title: str):
     """Keep what the page draws; publish it as the class's frame when the page is done (leading a class only)."""
-    ss = st.session_state
-    pub = ss.get("follow_pub")
+    pub = st.session_state.get("follow_pub")
     ctx = get_script_run_ctx()
     if pub is None or ctx is None:
         yield
         return
-    kept: dict[tuple, object] = {}
+    run = _now.run = _Run(pub)
     send = ctx.enqueue
 
     def keep(msg) -> None:
         if msg.WhichOneof("type") == "delta":
             path = tuple(msg.metadata.delta_path)
             if path and path[0] == MAIN and msg.delta.WhichOneof("type") in ("new_element", "add_block"):
-                kept[path] = msg.delta
+                run.kept[path] = msg.delta
         send(msg)
 
-    ss.pop("follow_page_published", None)
-    ss.pop("follow_page_label", None)
     ctx.enqueue = keep
     finished = False
     try:
@@ -78,21 +98,22 @@ def published(page_title: str):
         raise
     finally:
         ctx.enqueue = send
-        if finished and kept and not ss.pop("follow_page_published", False):
-            _publish(pub, page_title, kept)
+        _now.run = None
+        if finished and run.kept and not run.skip:
+            _publish(run, page_title)
 
 
-def _publish(pub, page_title: str, kept: dict) -> None:
-    nodes = _children((MAIN,), kept)
+def _publish(run: _Run, page_title: str) -> None:
+    nodes = _children((MAIN,), run.kept)
     if not nodes:
         return
-    label = st.session_state.get("follow_page_label") or _first_heading(kept) or page_title
+    label = run.label or _first_heading(run.kept) or page_title
     body = json.dumps(nodes, separators=(",", ":"))
     fid = "page:" + hashlib.sha1(f"{page_title}\n{label}\n{body}".encode()).hexdigest()[:16]
     try:
-        pub.page({"id": fid, "kind": "page", "page": page_title, "label": label, "nodes": nodes})
-    except (Refused, StoreDown) as e:
-        st.session_state["follow_msg"] = str(e)
+        run.pub.page({"id": fid, "kind": "page", "page": page_title, "label": label, "nodes": nodes})
+    except (Refused, StoreDown) as e:  # the class bar says so on the lecturer's next step page
+        _LOG.warning("a page was not published to the class: %s", e)
 
 
 # ---------------------------------------------------------------- the page's tree, as the class's blocks
@@ -205,19 +226,19 @@ def _table(data: bytes) -> list[dict]:
 
 def _widget(w) -> list[dict]:
     """A control, as its label and the lecturer's value (a student reads the setting; nothing to click)."""
-    key = w.id.rsplit("-", 1)[-1] if w.id.startswith("$$ID-") else None
+    state = get_script_run_ctx().session_state._state  # read without a yield point: the page may have stopped
+    key = w.id.rsplit("-", 1)[-1] if w.id.startswith("$$ID-") else "None"
     value = None
-    if key and key != "None":
-        value = st.session_state.get(key)
-    if value is None:
+    for name in ((key, w.id) if key != "None" else (w.id,)):
         try:
-            value = get_script_run_ctx().session_state[w.id]
-        except Exception:  # noqa: BLE001 - a control without a readable value shows its label only
-            value = None
+            value = state[name]
+            break
+        except (KeyError, AttributeError, TypeError):
+            continue
     label = escape(getattr(w, "label", "") or "")
     shown = "" if value is None else escape(", ".join(map(str, value)) if isinstance(value, (list, tuple)) else
                                            str(value))
-    return _html("widget", f'<div class="dlf-widget">{label}: <b>{shown}</b></div>' if label or shown else "")
+    return _html("widget", f'<div class="dlf-widget">{label}: <b>{shown}</b></div>') if label or shown else []
 
 
 def _first_heading(kept: dict) -> str | None:

@@ -78,7 +78,14 @@ class Follower {
     this.es = new EventSource(`${this.base}events?who=${encodeURIComponent(this.who)}`);
     this.es.addEventListener("live", (e) => this.onLive(JSON.parse(e.data)));
     this.es.addEventListener("end", () => this.ended());
-    this.es.onerror = () => { if (!this.gone) this.where.textContent = `Class ${this.code} · reconnecting…`; };
+    this.es.onerror = () => {
+      if (this.gone) return;
+      if (this.es.readyState === EventSource.CLOSED) {  // refused (the class ended, or this page left it)
+        this.where.textContent = `Class ${this.code} · not following any more: open the class's link again.`;
+      } else {
+        this.where.textContent = `Class ${this.code} · reconnecting…`;
+      }
+    };
   }
 
   close() {

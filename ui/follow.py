@@ -29,6 +29,7 @@ from engine.follow.classroom import NO_CLASS, normalize
 from engine.follow.share import Publisher, qr_data_uri
 from engine.share import read_link
 from ui import poll
+from ui.capture import publishes_itself
 from ui.controller import Controller
 from ui.links import apply_values, link_values
 from ui.sidebar import DEFAULTS
@@ -176,7 +177,7 @@ def class_bar(s, at: int) -> None:
     lecture, pub = ss.get("follow_lead"), ss.get("follow_pub")
     if lecture is None or pub is None:
         return
-    ss["follow_page_published"] = True  # this page publishes itself (ui/capture.py leaves it alone)
+    publishes_itself()  # (ui/capture.py makes no frame of this page)
     hold = poll.held(s, at)
     try:
         pub.update(s, at, view=ss.get("step_view", "Attention"), layer=ss.get("step_layer") or 0,
