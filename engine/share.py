@@ -60,6 +60,8 @@ def _text(limit: int) -> Callable[[str], str]:
     return parse
 
 
+LADDER_VIEWS = ("per_token", "roofline", "split", "table")  # the size ladder's pictures (ui/ladder.py)
+
 # URL parameter -> setting. Ranges match the sidebar's widgets.
 FIELDS = {
     "model": Field("model", _text(300)),
@@ -77,6 +79,7 @@ FIELDS = {
     "at": Field("at", _number(int, 0, 512)),  # the step on screen (the scrubber); the page clamps it to the run
     "presenter": Field("presenter", _choice("on", "off")),
     "lesson": Field("lesson", _number(int, 1, 99)),  # the lessons page checks it against its own list
+    "ladder": Field("ladder", _choice(*LADDER_VIEWS)),  # the Scale page's size-ladder picture
 }
 
 

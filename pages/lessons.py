@@ -22,6 +22,7 @@ from engine.load.load import bundled_models
 from engine.measure.request import request_timeline
 from engine.units import human_bytes
 from ui.frame import frame
+from ui.ladder import lesson_claim
 from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.style import scale
@@ -125,6 +126,13 @@ def bound_sentence(t, what: str) -> str:
             f"{v['compute_ms']:.3g} ms: **{v['label']}**.")
 
 
+def physics(phase: str) -> None:
+    """The lesson's claim in the size ladder's measured numbers: the bundled model is too small to show it."""
+    said = lesson_claim(lm, phase)
+    if said:
+        st.markdown(said)
+
+
 # ------------------------------------------------------------------ the lessons
 
 
@@ -182,6 +190,7 @@ def lesson_prefill() -> None:
                                           "layer 0, head 0: prefill, causal", scale=scale()), key="lesson2_att")
     st.markdown(bound_sentence(pre, "This prefill") + f" The decode step after it: {dec.intensity_estimate:.1f} "
                 "FLOPs per byte. A longer prompt does more arithmetic per weight it reads, and moves right.")
+    physics("prefill")
     busy(run.traces)
 
 
@@ -200,6 +209,7 @@ def lesson_decode() -> None:
                 "row, a **matrix-vector** product: each weight is read from memory for one row of arithmetic. It took "
                 f"{t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
                 + bound_sentence(t, "A decode step"))
+    physics("decode")
     busy(run.traces[: steps + 1])
     z = fig.assembled_attention(run.traces[: steps + 1], 0, 0)
     st.plotly_chart(fig.attention_heatmap(z, labels(run)[: z.shape[0]], labels(run)[: z.shape[1]],

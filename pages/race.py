@@ -9,6 +9,7 @@ from engine import DecodeLabError
 from engine.measure import noise, race
 from engine.generate.compare import compare
 from engine.load.device import release_memory
+from engine.load.rungs import RANDOM_WEIGHTS, rung_model
 from engine.draw import race as race_draw
 from engine.draw.palette import show_piece
 from ui.frame import frame
@@ -18,6 +19,8 @@ from ui.text import error, plain
 
 st.title("Race: KV cache on vs off")
 settings, lm = frame(__file__, need_model=True)
+OWN = "this model"
+RUNGS = ("26M", "110M")  # the ladder's sizes a race can take on a CPU in a minute or two
 st.caption("Same prompt, seed and sampling in both runs, **measured** in alternation (one step each, so neither has "
            "the machine to itself), then **played back** at each run's measured speed.")
 
@@ -32,9 +35,21 @@ except Exception:  # noqa: BLE001 - an unreadable prompt: the race itself will s
 steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps", width=130,
                          help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
                               "growth without the cache is visible on a laptop CPU.")
+size = bar.selectbox("model size", [OWN, *RUNGS], key="race_size", width=200,
+                     format_func=lambda x: x if x == OWN else f"{x}: random weights",
+                     help="A bigger model of the same family, built from its config with random weights (no "
+                          "download): for timing only, its tokens are noise. At a real size the cache buys more.")
 speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed", width=220,
                           format_func=lambda x: f"{x:g}× real time")
 start = bar.button("Start race", type="primary", key="race_start")
+
+
+def racer():
+    """The model the race runs on: the one loaded, or a rung of its family (engine/load/rungs.py), built now."""
+    if size == OWN:
+        return lm
+    with st.spinner(f"Building a {size} {lm.spec.architecture} from its config, random weights (no download)…"):
+        return rung_model(lm, size)
 
 
 def measure() -> None:
@@ -48,17 +63,20 @@ def measure() -> None:
                      text=f"measuring: cache on {done['cache']}/{steps}, cache off {done['nocache']}/{steps} tokens")
 
     try:
-        report = compare(lm, prompt, int(steps), sampling=settings.sampling, on_step=on_step, stop_on_eos=False)
+        model = racer()
+        report = compare(model, prompt, int(steps), sampling=settings.sampling, on_step=on_step, stop_on_eos=False)
     except DecodeLabError as e:
         error(str(e))
         st.stop()
+    at = "" if model is lm else f"{model.spec.name.rsplit(' ', 1)[-1]} parameters, {RANDOM_WEIGHTS}"
+    del model  # a rung's weights go as soon as it has raced
     df = race.race_frame(report)
     runs = report.pop("steppers")  # traces are summarised in df; free them once the noise rule has read them
     note = noise.compare_note(runs["cache"].traces, runs["nocache"].traces)
     del runs
     release_memory()
     st.session_state["race_result"] = {"df": df, "summary": race.summary(report, df), "prompt": prompt,
-                                       "texts": report["text"], "note": note}
+                                       "texts": report["text"], "note": note, "at": at}
     st.session_state["race_play"] = True
     bar.empty()
 
@@ -101,6 +119,8 @@ result = st.session_state.get("race_result")
 if result:
     df, summary = result["df"], result["summary"]
     tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
+    if result.get("at"):
+        st.caption(f"Raced at {result['at']}: the times are the point, the text is not.")
     if summary["identical"]:
         st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
                    f"difference: {summary['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).",

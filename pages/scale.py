@@ -10,12 +10,15 @@ from engine.measure.profile import breakdown_frame, breakdown_note, decode_break
 from engine.units import human_bytes
 from engine.draw import scale as scale_draw
 from ui.frame import frame
+from ui.ladder import grow_the_model
 from ui.model import POLICY, device_roof
 from ui.style import scale
 from ui.text import error, plain, warning
 
-st.title("Scale: KV-cache memory and the roofline")
+st.title("Scale: the model grown, KV memory, the roofline")
 settings, lm = frame(__file__)
+if lm is not None:
+    grow_the_model(lm, settings)  # the size ladder: prefill compute-bound, decode memory-bound, measured here
 
 # ------------------------------------------------------------------ KV-cache calculator
 st.header("KV-cache calculator")

@@ -77,4 +77,6 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         ss["step_replay"] = (values["steps"], values.get("at"))
     if "lesson" in values:
         ss["lesson_wanted"] = values["lesson"]
+    if "ladder" in values:
+        ss["scale_ladder_view"] = values["ladder"]
     return problems

@@ -12,6 +12,7 @@ import streamlit as st
 from engine.draw import figures as fig
 from engine.draw.views import VIEWS, Block, StepContext, view_blocks
 from engine.generate.compare import kv_reuse
+from ui.ladder import latency_claim
 from ui.text import plain
 
 __all__ = ["VIEWS", "place", "show_view"]
@@ -57,6 +58,10 @@ def show_view(view: str, c: StepContext, run=None, key: str = "step") -> None:
         place(view_blocks(view, c), key)
     if view == "Attention" and c.t.layers[c.layer].pattern is not None:
         one_head_every_step(c, key)
+    elif view == "Latency" and run is not None:
+        said = latency_claim(run.lm)  # the claim at a size where the hardware, not Python, sets the time
+        if said:
+            st.caption(said)
     elif view == "Matmuls" and run is not None:
         cached_kv_check(run, c)
 

@@ -55,11 +55,12 @@ def weights_note(ladder: Ladder) -> str:
     return f"{own}{ladder.device}<br>other rungs: {ladder.weights_note}"
 
 
-def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 460) -> go.Figure:
-    """The common look, the weights note under the title, and room for it above the legend."""
+def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
+    """The common look, the weights note under the title, and room for it above the legend. Heights fit a
+    1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),
-                      margin=dict(t=int(125 * scale)), legend=dict(y=1.02, traceorder="normal"))
+                      margin=dict(t=int(100 * scale)), legend=dict(y=1.0, traceorder="normal"))
     return fig
 
 
@@ -162,7 +163,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
                      tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
-    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=500)
+    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=400)
 
 
 def roofline_caption(ladder: Ladder) -> str:
@@ -199,7 +200,7 @@ def split_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="parameters (each rung's step = 100 %)", type="category")
     fig.update_yaxes(title="% of one cached decode step", range=[0, 112], tickvals=[0, 25, 50, 75, 100])
-    return _finish(fig, ladder, "Where a decode step's time goes", scale, height=440)
+    return _finish(fig, ladder, "Where a decode step's time goes", scale)
 
 
 def split_caption(ladder: Ladder) -> str:
@@ -226,3 +227,28 @@ def bundled_sentence(ladder: Ladder) -> str | None:
         return (said + ", and the rest is the fixed cost of hundreds of small operations and the Python around "
                 "them, which does not shrink with the model. Bigger rungs show the physics.")
     return said + f", {own.decode.ratio:.1f}× its {own.decode.kind.removesuffix('-bound')} bound."
+
+
+# ---------------------------------------------------------------- the lessons' claims, in the ladder's own numbers
+
+
+def phase_claim(ladder: Ladder, phase: str) -> str:
+    """Prefill (compute-bound?) or decode (memory-bound?) at the ladder's largest rung, as measured: the verdict is
+    roofline.verdict's, so the sentence says what the measurement shows, whatever the lesson expects."""
+    top = ladder.rungs[-1]
+    m = top.prefill if phase == "prefill" else top.decode
+    bound, bound_ms = ("compute", m.compute_ms) if phase == "prefill" else ("memory", m.memory_ms)
+    what = (f"a {ladder.tokens}-token prefill" if phase == "prefill"
+            else f"one cached decode step at context {ladder.tokens}")
+    weights = "the model itself" if top.trained else "random weights: for timing only"
+    return (f"Grown to **{top.label} parameters** ({weights}), {what} took {m.spread()} ms against a {bound} bound of "
+            f"{bound_ms:.3g} ms (×{m.median_ms / bound_ms:.1f}): **{m.label}**.")
+
+
+def per_token_claim(ladder: Ladder) -> str:
+    """Time to first token against time per output token, at the largest rung: what a prompt token and a decoded
+    token each cost once the hardware, not Python, sets the time."""
+    top = ladder.rungs[-1]
+    return (f"At {top.label} parameters (random weights: for timing only) a prompt token of the {ladder.tokens}-token "
+            f"prefill cost {top.prefill.per_token_ms:.3f} ms and a decoded token {top.decode.per_token_ms:.2f} ms: "
+            f"{gap_words(top).replace('<br>', ' ')}.")
