@@ -12,7 +12,7 @@ reads it back, so a recorded ladder is drawn by the same functions as a live one
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import pandas as pd
 
@@ -60,6 +60,12 @@ class Measured:
                    low_ms=timing.low_ms, high_ms=timing.high_ms, runs=timing.repeats, warmup_ms=timing.warmup_ms,
                    flops=flops, bytes_moved=bytes_moved, memory_ms=v["memory_ms"], compute_ms=v["compute_ms"],
                    kind=v["kind"], label=v["label"], ratio=v["ratio"], path=path)
+
+    def on(self, roof: DeviceRoof) -> "Measured":
+        """The same measurement placed on another roof (the ladder's final one): bounds and label again."""
+        v = verdict(self.median_ms, self.flops, self.bytes_moved, roof)
+        return replace(self, memory_ms=v["memory_ms"], compute_ms=v["compute_ms"], kind=v["kind"], label=v["label"],
+                       ratio=v["ratio"])
 
     @property
     def per_token_ms(self) -> float:
@@ -124,6 +130,11 @@ class RungResult:
     def cache_saves(self) -> float:
         """Cache-off step over cache-on step: what the cache buys at this size and context."""
         return self.nocache.median_ms / self.decode.median_ms
+
+    def on(self, roof: DeviceRoof) -> "RungResult":
+        """Every pass of the rung placed on `roof`."""
+        return replace(self, prefill=self.prefill.on(roof), decode=self.decode.on(roof), nocache=self.nocache.on(roof),
+                       lean=None if self.lean is None else self.lean.on(roof))
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -197,13 +208,13 @@ class Ladder:
 
     def text_table(self) -> str:
         """The table for a terminal: one line per rung."""
-        head = (f"{'size':>6} {'weights':>9} {'prefill ms (min-max)':>24} {'x bound':>7} {'prefill is':<16} "
+        head = (f"{'size':>6} {'parameters':>13} {'weights':>9} {'prefill ms (min-max)':>24} {'x bound':>7} {'prefill is':<16} "
                 f"{'decode ms (min-max)':>22} {'x bound':>7} {'decode is':<16} {'no-cache ms':>12} "
                 f"{'ms/tok pre':>10} {'ms/tok dec':>10} {'dec/pre':>7} {'matmul':>6}")
         lines = [head]
         for r in self.rungs:
             lines.append(
-                f"{r.label:>6} {'trained' if r.trained else 'random':>9} {r.prefill.spread():>24} "
+                f"{r.label:>6} {r.parameters:>13,} {'trained' if r.trained else 'random':>9} {r.prefill.spread():>24} "
                 f"{r.prefill.ratio:>7.2f} {r.prefill.kind:<16} {r.decode.spread():>22} {r.decode.ratio:>7.2f} "
                 f"{r.decode.kind:<16} {r.nocache.median_ms:>12.1f} {r.prefill.per_token_ms:>10.3f} "
                 f"{r.decode.per_token_ms:>10.3f} {r.decode_vs_prefill_per_token:>7.1f} {r.matmul_share:>6.0%}")
