@@ -66,15 +66,15 @@ def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
     """Ticks for a log axis over [lo, hi], labelled values only (never plotly's minor digits "3 4 5 … 100 2"):
-    1-2-5 steps, finer (1-1.5-2-3-5-7) when the range is too short for two of those, else the two ends rounded."""
+    1-2-5 steps, finer (1-1.5-2-3-5-7) when the range is too short for three of those, else the two ends rounded."""
     import math
 
     if not (lo > 0 and hi > 0):
         return []
-    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+    for mantissas, enough in (((1, 2, 5), 3), ((1, 1.5, 2, 3, 5, 7), 2)):
         out = [float(f"{m * 10**e:.3g}") for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
                for m in mantissas if lo * 0.97 <= m * 10**e <= hi * 1.03]
-        if len(out) >= 2:
+        if len(out) >= enough:
             return out
     return sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")})
 
