@@ -371,6 +371,7 @@ def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_p
 @pytest.mark.parametrize("name, title", [("race", "Race: cache vs no cache"), ("serving", "Serving: many requests"),
                                          ("speculative", "Speculative decoding"),
                                          ("scale", "Scale: KV memory and roofline"), ("model_info", "Model")])
+@pytest.mark.slow
 def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, title):
     from ui.apptest import app_test, page
 

@@ -76,6 +76,7 @@ def test_the_headline_never_claims_more_than_the_fit():
     assert abs(k - 1.5) < 1e-9 and lo <= k <= hi
 
 
+@pytest.mark.slow
 def test_the_race_says_when_a_busy_server_made_the_cache_off_run_look_faster(monkeypatch):
     """A comparison that flips against the lesson gets the noise rule's sentence on the chart and under it."""
     from engine.measure import noise
