@@ -103,7 +103,7 @@ class Follower {
   onLive(msg) {
     if (this.live && msg.v <= this.live.v && !msg.timeline) return;
     for (const [path, text] of Object.entries(msg.parts || {})) this.parts.set(path, text);
-    if (msg.frame) this.frames.set(msg.frame.id, msg.frame);
+    if (msg.frame) this.keepFrame(msg.frame);
     if (msg.timeline) this.timeline = msg.timeline;
     if (msg.entry && !this.timeline.some((t) => t[0] === msg.entry[0])) this.timeline.push(msg.entry);
     if (this.timeline.length > 400) this.timeline.splice(0, this.timeline.length - 400);
@@ -140,8 +140,14 @@ class Follower {
     const r = await fetch(`${this.base}frame/${encodeURIComponent(id)}`);
     if (!r.ok) return null;
     const f = await r.json();
-    this.frames.set(id, f);
+    this.keepFrame(f);
     return f;
+  }
+
+  keepFrame(f) {  // the newest few hundred (a lesson's frame can hold charts): older ones are fetched again
+    this.frames.delete(f.id);
+    this.frames.set(f.id, f);
+    if (this.frames.size > 300) this.frames.delete(this.frames.keys().next().value);
   }
 
   drawBar() {
