@@ -130,10 +130,9 @@ if c.button("Throughput: continuous batching vs static vs one at a time vs gener
                     "each, after a warm-up)…"):
         prompts = [r.prompt for r in (requests or [])][:8] or measure.PROMPTS
         mixed = measure.MIXED[: len(prompts)]
-        same = measure.throughput(lm, prompts, new_tokens=sum(mixed) // len(mixed), rounds=1, log=lambda *a: None,
-                                  traced_too=False)
-        st.session_state["serve_measured"] = ("throughput", (same, measure.throughput(
-            lm, prompts, new_tokens=mixed, rounds=1, log=lambda *a: None, traced_too=False)))
+        both = measure.throughput_side_by_side(lm, prompts, {"same": sum(mixed) // len(mixed), "mixed": mixed},
+                                               rounds=1, log=lambda *a: None)  # every way of both, alternated
+        st.session_state["serve_measured"] = ("throughput", (both["same"], both["mixed"]))
     release_memory()
 if c.button("Decode pass time against batch size", key="serve_batch"):
     with st.spinner("Timing decode passes shared by 1 to 16 sequences…"):
@@ -145,7 +144,8 @@ if kind == "throughput":
     st.plotly_chart(draw.throughput_figure(same, mixed, scale=scale()), key="serve_tp_chart")
     st.markdown(draw.throughput_sentence(same, mixed))
     st.caption(f"{same['requests']} prompts, {sum(mixed['new_tokens'])} new tokens in all either way; the same tokens "
-               "every way (greedy). One round after a warm-up: `python -m engine bench` gives medians of several.")
+               "every way (greedy). One round of every way of both workloads, alternated, after a warm-up round: a "
+               "busy server moves single rounds, so `python -m engine bench` gives medians of several.")
 elif kind == "batch":
     st.plotly_chart(draw.batch_time_figure(result, scale=scale()), key="serve_batch_chart")
     top = result[-1]

@@ -54,10 +54,46 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int | 
     new_tokens: one length for all, or one per request. With different lengths a static batch still runs every
     row to the longest (only the tokens asked for count), and generate_batch is left out (it takes one length).
     traced_too=False leaves out the run with its full record on (a page that shows only the four ways)."""
+    return throughput_side_by_side(lm, prompts, {"only": new_tokens}, rounds, log, traced_too)["only"]
+
+
+def throughput_side_by_side(lm: LoadedModel, prompts: list[str], workloads: dict[str, int | list[int]],
+                            rounds: int = 1, log=print, traced_too: bool = False) -> dict[str, dict]:
+    """`throughput` of several workloads of the same prompts (one length for all, mixed lengths...), every way of
+    every workload alternated in the same rounds, so no workload gets a quieter machine than another."""
+    plans = {name: _ways(lm, prompts, n, traced_too) for name, n in workloads.items()}
+    jobs = [(name, way) for name, (ways, _, _) in plans.items() for way in ways]
+    ms: dict[tuple[str, str], list[float]] = {job: [] for job in jobs}
+    for r in range(rounds + 1):
+        for job in jobs[r % len(jobs):] + jobs[: r % len(jobs)]:
+            took = plans[job[0]][0][job[1]]()
+            if r:
+                ms[job].append(took)
+        if r == 0:
+            log("  warm-up round done (excluded)")
+    out = {}
+    for name, (ways, tokens, total) in plans.items():
+        med = {k: statistics.median(ms[(name, k)]) for k in ways}
+        res = {"requests": len(prompts), "new_tokens": workloads[name], "rounds": rounds,
+               "sizing": dict(DEFAULTS), "ms": {k: [round(x, 2) for x in ms[(name, k)]] for k in ways}}
+        for k in ("continuous", "one_at_a_time", "static_batch", "generate_batch"):
+            res[f"{k}_tokens_per_s"] = total / (med[k] / 1e3) if k in med else None
+        res["traced_tokens_per_s"] = total / (med["traced"] / 1e3) if "traced" in med else None
+        res["continuous_over_one_at_a_time"] = med["one_at_a_time"] / med["continuous"]
+        res["continuous_over_generate_batch"] = (med["generate_batch"] / med["continuous"] if "generate_batch" in med
+                                                 else None)
+        res["continuous_over_static_batch"] = med["static_batch"] / med["continuous"]
+        res["traced_over_untraced"] = med["traced"] / med["continuous"] if "traced" in med else None
+        res["same_tokens"] = {k: v == tokens["one_at_a_time"] for k, v in tokens.items()}
+        out[name] = res
+    return out
+
+
+def _ways(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], traced_too: bool):
+    """The ways to serve one workload, each a callable returning its measured ms: ({way: fn}, tokens, total)."""
     lengths = new_tokens if isinstance(new_tokens, list) else [new_tokens] * len(prompts)
     specs = [RequestSpec(p, n, 0) for p, n in zip(prompts, lengths)]
     ids = [lm.tokenizer(p)["input_ids"] for p in prompts]
-    total = sum(lengths)
     same_length = len(set(lengths)) == 1
     reference = reference_model(lm) if same_length else None
     tokens: dict[str, list[int] | list[list[int]]] = {}
@@ -99,27 +135,7 @@ def throughput(lm: LoadedModel, prompts: list[str] = PROMPTS, new_tokens: int | 
         del ways["generate_batch"]
     if not traced_too:
         del ways["traced"]
-    ms: dict[str, list[float]] = {k: [] for k in ways}
-    names = list(ways)
-    for r in range(rounds + 1):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            took = ways[name]()
-            if r:
-                ms[name].append(took)
-        if r == 0:
-            log("  warm-up round done (excluded)")
-    med = {k: statistics.median(v) for k, v in ms.items()}
-    res = {"requests": len(prompts), "new_tokens": new_tokens, "rounds": rounds,
-           "sizing": dict(DEFAULTS), "ms": {k: [round(x, 2) for x in v] for k, v in ms.items()}}
-    for k in ("continuous", "one_at_a_time", "static_batch", "generate_batch"):
-        res[f"{k}_tokens_per_s"] = total / (med[k] / 1e3) if k in med else None
-    res["traced_tokens_per_s"] = total / (med["traced"] / 1e3) if "traced" in med else None
-    res["continuous_over_one_at_a_time"] = med["one_at_a_time"] / med["continuous"]
-    res["continuous_over_generate_batch"] = med["generate_batch"] / med["continuous"] if "generate_batch" in med else None
-    res["continuous_over_static_batch"] = med["static_batch"] / med["continuous"]
-    res["traced_over_untraced"] = med["traced"] / med["continuous"] if "traced" in med else None
-    res["same_tokens"] = {k: v == tokens["one_at_a_time"] for k, v in tokens.items()}
-    return res
+    return ways, tokens, sum(lengths)
 
 
 def memory(run: ServingRun) -> dict:
