@@ -126,3 +126,28 @@ def test_the_heatmap_labels_every_key_up_to_40_positions():
     labels = [f"{i} ·w" for i in range(30)]
     f = fig.attention_heatmap(z, ["head 0", "head 1"], labels, "t")
     assert list(f.layout.xaxis.tickvals) == labels
+
+
+def test_a_one_character_next_token_fills_its_chip_with_its_id(tiny_lm):
+    """A stop string's "." left the stage's "next:" box nearly empty."""
+    import re
+    from dataclasses import replace
+
+    from engine.draw.stage import CHOSEN_MIN_W, stage_svg
+
+    s = Stepper(tiny_lm, PROMPT, max_new_tokens=2, stop_on_eos=False)
+    s.run()
+    t = replace(s.traces[-1], token=".", token_id=14)
+    chip = re.search(r'<g data-role="chosen-chip">(.*?)</g>', stage_svg(t, s.pieces(), s.prompt_len)).group(1)
+    assert float(re.search(r'width="([\d.]+)"', chip).group(1)) >= CHOSEN_MIN_W
+    assert ">.</text>" in chip and ">id 14</text>" in chip
+
+
+def test_the_serving_memory_table_says_units_and_which_figure_is_averaged():
+    from engine.draw.serving import memory_frame
+
+    mem = {k: {"peak_bytes": 6291456, "wasted": 0.5, "source": "x"} for k in
+           ("paged", "reserve_max_length", "static_padding")}
+    df = memory_frame(mem)
+    assert list(df.columns) == ["allocator", "peak KV held", "wasted (held, no token), averaged", "source"]
+    assert df["peak KV held"][0] == "6.0 MiB (6,291,456 B)"  # not a bare 6291456
