@@ -338,7 +338,7 @@ def throughput_figure(same: dict, mixed: dict | None, scale: float = 1.0):
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="tokens/s (measured)", rangemode="tozero")
     fig.update_xaxes(tickangle=0)
-    return layout(fig, "Tokens per second, the same requests served four ways", height=340, scale=scale)
+    return layout(fig, "Tokens per second, four ways", height=340, scale=scale)  # whole on a phone too
 
 
 def throughput_sentence(same: dict, mixed: dict | None) -> str:
