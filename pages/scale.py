@@ -138,7 +138,7 @@ st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves,
            "memory-bound within ×3 of that bound, overhead-bound (×N above both bounds) when neither explains it.")
 
 BOUND_COLUMNS = {  # short headers a projector shows whole; the long names stay in the help and in the CSV
-    "what the measurement shows": st.column_config.TextColumn("shows", width="medium"),
+    "what the measurement shows": st.column_config.TextColumn("shows", width="large"),
     "measured ms (median)": st.column_config.NumberColumn("measured ms", help="median of the timed repeats"),
     "memory bound ms (bytes / bandwidth)": st.column_config.NumberColumn("memory bound", help="ms: bytes / bandwidth"),
     "compute bound ms (FLOPs / peak)": st.column_config.NumberColumn("compute bound", help="ms: FLOPs / peak"),
@@ -196,7 +196,8 @@ if traces:
                           f"is {v['label']}."))
     st.caption("Every step must at least move its bytes once (bytes / bandwidth) and do its arithmetic once "
                "(FLOPs / peak): the larger of the two is a lower bound on its time.")
-    st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=240, column_config=BOUND_COLUMNS)
+    st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=240, width="stretch",
+                 column_config=BOUND_COLUMNS)
 
 st.subheader("Where does a decode step's time go?")
 st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
