@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 from playwright.sync_api import expect
@@ -137,10 +139,11 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(server, browser):
     assert int(re.search(r"KV cache ([\d,]+) bytes", text).group(1).replace(",", "")) > 0
 
     pg.locator("[data-testid='stCheckbox'] label").filter(has_text="KV cache").first.click()  # the bar's switch
-    expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()  # the run was reset
-    pg.get_by_role("button", name="Prefill").click()
+    expect(pg.get_by_text(re.compile(r"KV cache \(now off\).*made again"))).to_be_visible()  # said, not silent
+    idle(pg)
+    assert re.search(r"6 new tokens", status_text(pg)) and "KV cache 0 bytes" in status_text(pg)  # the same run
     pg.get_by_role("button", name="Next token").click()
-    expect(pg.get_by_text(re.compile(r"1 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"\(6 from Next token\)"))).to_be_visible()
     assert "KV cache 0 bytes" in status_text(pg)
     assert pg.locator("[data-testid='stException']").count() == 0
 
@@ -152,6 +155,35 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(server, browser):
         assert pg.locator("[data-testid='stException']").count() == 0, title
         assert pg.locator("[data-testid='stAlertContentError']").count() == 0, title
     assert pg.outside == []  # no font, icon or script fetched from anywhere but this server
+    pg.close()
+
+
+def test_every_scenario_picked_under_more_runs_its_steps_keeps_its_settings_and_presenter_mode(server, browser):
+    """The lecturer's walk-through: a scenario picked in the step page's fragment showed an empty page."""
+    pg = open_page(browser, server + "/?presenter=on", width=1280, height=720)
+    for scenario in json.loads((ROOT / "assets" / "scenarios.json").read_text()):
+        link, title = scenario["link"], scenario["title"]
+        pg.get_by_role("button", name="More").first.click()
+        pg.get_by_label("scenario").click()
+        pg.get_by_role("option", name=title).click()
+        pg.keyboard.press("Escape")  # fold the popover away, as a lecturer would
+
+        def replayed(url: str) -> bool:  # this scenario's run is on screen: its settings and its steps in the link
+            q = parse_qs(urlparse(url).query)
+            return q.get("prompt") == [link["prompt"]] and q.get("cache") == [link["cache"]] and "steps" in q
+
+        pg.wait_for_url(replayed, timeout=120_000)
+        idle(pg)
+        query = parse_qs(urlparse(pg.url).query)
+        assert query.get("prompt") == [link["prompt"]] and query.get("cache") == [link["cache"]], title
+        assert query.get("presenter") == ["on"], title  # presenter mode kept: the sidebar stays folded away
+        assert pg.locator("[data-testid=stSidebar][aria-expanded=true]").count() == 0, title
+        if "stop" in link:
+            assert query.get("stop") == [link["stop"]], title
+        elif not scenario.get("expect_stop"):
+            assert re.search(rf"\b{int(link['steps']) + 1} new tokens?", status_text(pg)), (title, status_text(pg))
+            assert query.get("steps") == [link["steps"]], title  # the link reproduces the run on screen
+        assert pg.locator("[data-testid='stException']").count() == 0, title
     pg.close()
 
 

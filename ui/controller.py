@@ -221,6 +221,8 @@ class Controller:
 
         first=None: no Prefill button (▶ and Run to end start the run); next_label=None: no Next (▶ computes)."""
         started, done, running = self.started, self.done, bool(st.session_state.get(self._key("to_end")))
+        if st.session_state.pop(self._key("follow"), False):  # autoplay stepped after the scrubber was drawn
+            self.show(self.latest)
         at, latest = self.at, self.latest
         self.show(at)  # the scrubber (drawn after the buttons) starts inside what was recorded
         k = self._key
@@ -282,7 +284,7 @@ class Controller:
         time.sleep(1 / st.session_state.get(self._key("speed"), 2.0))
         try:
             self.run.step()
-            self.show(self.latest)
+            st.session_state[self._key("follow")] = True  # shown from the next run: the scrubber exists already
         except Busy as e:
             self.say(f"{e} Autoplay waits and tries again.")
             time.sleep(BUSY_WAITS[-1])
