@@ -186,6 +186,17 @@ class Servers:
 
         return int(redis.Redis.from_url(self.hall.redis_url).info("stats")["total_commands_processed"])
 
+    def streams_per_replica(self) -> dict[str, int] | None:
+        """Followers' event streams each replica served (nginx logs a stream when it closes)."""
+        if self.hall is None:
+            return None
+        counts: dict[str, int] = {}
+        for line in (self.hall.folder / "access.log").read_text().splitlines():
+            if "/class/" in line and "/events?" in line:
+                upstream = re.search(r"upstream=(\S+)", line).group(1)
+                counts[upstream] = counts.get(upstream, 0) + 1
+        return counts
+
     def alive(self) -> bool:
         return all(p.poll() is None for p in (self.hall.procs if self.hall is not None else [self.proc]))
 
@@ -300,8 +311,9 @@ def run(contexts: int = 30, seconds: float = 60, every: float = 2.0, nice: int =
     servers = Servers(replicas, key)
     try:
         rep = asyncio.run(lecture(contexts, seconds, every, servers, key, nice))
+        time.sleep(1)  # nginx logs the closed streams
         rep.update(nice=nice, replicas=replicas, server_peak_rss_mb=servers.peak_rss(), server_alive=servers.alive(),
-                   load_before=load0)
+                   load_before=load0, streams_per_replica=servers.streams_per_replica())
     finally:
         servers.stop()
     lat, srv, tab = rep["latencies_ms"], rep["server_latencies_ms"], rep["tab_ms_per_step"]
@@ -317,7 +329,8 @@ def run(contexts: int = 30, seconds: float = 60, every: float = 2.0, nice: int =
 def report(rep: dict) -> str:
     where = (f"{rep['replicas']} replicas behind nginx, Redis" if rep["replicas"] else "one server")
     redis = ("" if rep["redis_idle_commands"] is None else
-             f"; Redis received {rep['redis_idle_commands']} commands in those 10 s")
+             f"; Redis received {rep['redis_idle_commands']} commands in those 10 s; followers' streams per replica "
+             + ", ".join(f"{k}: {v}" for k, v in sorted(rep["streams_per_replica"].items())))
     return "\n".join([
         f"{rep['contexts']} followers + 1 lecturer ({where}), Next token every {rep['every']:g} s for "
         f"{rep['seconds']:.0f} s: {rep['updates']} updates, {len(rep['latencies_ms'])} follower screens updated; "
