@@ -516,7 +516,7 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
     fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", scale=scale)
     if note:
-        note_box(fig, note, scale, top=max(t.q_len for t in nocache_traces), chars=100,
+        note_box(fig, note, scale, top=max(t.q_len for t in nocache_traces), chars=64,
                  secondary_top=max([t.latency_ms for t in list(cache_traces) + list(nocache_traces)
                                     if t.phase == "decode"] or [1.0]))
     return fig
