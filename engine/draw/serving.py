@@ -283,7 +283,8 @@ def chunking_frame(result: dict):
         return {"chunked prefill": way, "decode steps sat out": v["skipped_steps"],
                 "longest wait between two tokens": f"{v['longest_gap_ms']:.1f} ms",
                 "long prompt's prefill passes": v["prefill_passes"],
-                "long prompt's first token": f"{v['long_ttft_steps']} steps, {v['long_ttft_ms']:.1f} ms"}
+                "long prompt's first token": f"{v['long_ttft_steps']} step{'s' if v['long_ttft_steps'] != 1 else ''}, "
+                                             f"{v['long_ttft_ms']:.1f} ms"}
 
     return pd.DataFrame([row("on"), row("off")])
 
