@@ -167,6 +167,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: i
     say(done, "measuring the roofline again: the roof is the best of the two probes…")
     with lm.turn(), all_cores():
         roof = best_roof(first, probe(lm.device, lm.dtype, budget_s=PROBE_S))
+    dev.release_memory()  # the probe's buffers too (128 MiB on a CPU)
     results = [r.on(roof) for r in results]
     say(1.0, "done")
     return Ladder(model=model_name(lm), family=lm.spec.architecture, device=described, dtype=lm.dtype_name,
