@@ -84,6 +84,29 @@ def test_device_probe_reports_positive_figures():
     roof = roofline.probe(torch.device("cpu"), budget_s=0.3)
     assert roof.peak_flops > 1e8 and roof.bandwidth > 1e8 and roof.measured
     assert roof.ridge == roof.peak_flops / roof.bandwidth
+    # bandwidth probed at every size, smallest first, from cache-sized to past any cache; the best is the headline
+    assert [b for b, _ in roof.bandwidths] == [m * 2**20 for m in roofline.COPY_MIB["cpu"]]
+    assert roof.bandwidth == max(r for _, r in roof.bandwidths) and roof.dram_bandwidth == roof.bandwidths[-1][1]
+
+
+def test_a_steps_memory_bound_uses_the_bandwidth_its_own_bytes_get():
+    """A 16 MB model read from cache is bounded by the cache's rate, a 450 MB one by DRAM's (a hierarchy)."""
+    mib = 2**20
+    roof = roofline.DeviceRoof("test", peak_flops=1e12, bandwidth=50e9, measured=True,
+                               bandwidths=((16 * mib, 50e9), (64 * mib, 50e9), (256 * mib, 25e9), (1024 * mib, 20e9)))
+    assert roof.bandwidth_for(8 * mib) == 50e9 and roof.bandwidth_for(4096 * mib) == 20e9
+    assert 20e9 < roof.bandwidth_for(450 * mib) < 25e9  # between its neighbours
+    small = roofline.verdict(1.0, 1e6, 16 * mib, roof)
+    big = roofline.verdict(40.0, 1e6, 512 * mib, roof)
+    assert small["memory_ms"] == pytest.approx(16 * mib / 50e9 * 1e3)
+    assert big["memory_ms"] > 512 * mib / 25e9 * 1e3 and big["kind"] == "memory-bound"
+    # the same step against the cache's rate would have been called overhead-bound: the hierarchy matters
+    flat = roofline.DeviceRoof("flat", peak_flops=1e12, bandwidth=50e9, measured=True)
+    assert roofline.verdict(40.0, 1e6, 512 * mib, flat)["kind"] == "overhead-bound"
+    # the best of two probes, size by size
+    low = roofline.DeviceRoof("test", 2e12, 40e9, True, ((16 * mib, 40e9), (1024 * mib, 22e9)))
+    best = roofline.DeviceRoof("test", 1e12, 50e9, True, ((16 * mib, 50e9), (1024 * mib, 20e9))).best(low)
+    assert best.peak_flops == 2e12 and best.bandwidths == ((16 * mib, 50e9), (1024 * mib, 22e9))
 
 
 @pytest.mark.slow

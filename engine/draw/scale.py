@@ -23,10 +23,17 @@ def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_b
 
 
 def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) -> go.Figure:
-    """The device's roof and each point placed on it (a point's "label" names it on hover; else its step)."""
+    """The device's roof and each point placed on it (a point's "label" names it on hover; else its step).
+
+    Where the probe found a cache much faster than DRAM, two memory roofs: a step's bound uses the one its
+    bytes get (DeviceRoof.bandwidth_for); the compute roof is shared."""
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
-    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], name="roofline",
-                               line=dict(color="#333", width=3)))
+    two = roof.dram_bandwidth < 0.8 * roof.bandwidth  # a cache much faster than DRAM: two memory roofs
+    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs],
+                               name="roof (data in cache)" if two else "roofline", line=dict(color="#333", width=3)))
+    if two:
+        fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs],
+                                 name="roof (data from DRAM)", line=dict(color="#333", width=3, dash="dash")))
     colours = {"prefill": PREFILL, "decode (cache)": DECODE, "decode (no cache)": RECOMPUTED}
     for kind, colour in colours.items():
         pts = [p for p in points if p["kind"] == kind]

@@ -85,15 +85,9 @@ def matmul_loops(parameters: float) -> int:
 
 
 def best_roof(a, b):
-    """The roof is the best this device did: the higher peak and the higher bandwidth of two probes.
-
-    A probe on a shared machine reads low whenever other work holds a core; probing before and after the
-    rungs and keeping the best makes each bound tighter, never looser, so no label is flattered by a busy moment.
-    """
-    from engine.measure.roofline import DeviceRoof
-
-    return DeviceRoof(name=a.name, peak_flops=max(a.peak_flops, b.peak_flops), bandwidth=max(a.bandwidth, b.bandwidth),
-                      measured=True)
+    """The roof is the best this device did: the higher peak and, size by size, the higher bandwidth of two
+    probes (DeviceRoof.best): a busy moment never loosens a bound."""
+    return a.best(b)
 
 
 def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, lean: bool,

@@ -175,7 +175,8 @@ class Ladder:
     @classmethod
     def from_dict(cls, d: dict) -> "Ladder":
         """A ladder read back from its JSON (a recorded one in assets/, or a --json file)."""
-        roof = DeviceRoof(**{k: d["roof"][k] for k in ("name", "peak_flops", "bandwidth", "measured")})
+        roof = DeviceRoof(**{k: d["roof"][k] for k in ("name", "peak_flops", "bandwidth", "measured")},
+                          bandwidths=tuple((int(b), float(r)) for b, r in d["roof"].get("bandwidths", ())))
         keep = {f.name for f in fields(RungResult)}
         rungs = []
         for r in d["rungs"]:
