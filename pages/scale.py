@@ -153,8 +153,11 @@ if r2.button("Re-run device probe", key="scale_probe"):
 here = device_roof(st.session_state.get("scale_nonce", 0))
 roof = here if roof_choice == "this device (measured)" else roofline.from_datasheet(
     sheets.set_index("name").loc[roof_choice].to_dict() | {"name": roof_choice})
-st.write(f"**{roof.name}**: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth {roof.bandwidth / 1e9:,.1f} GB/s, "
-         f"ridge at {roof.ridge:.1f} FLOP/byte.")
+dram = (f" ({roof.dram_bandwidth / 1e9:,.1f} GB/s for data larger than its cache, from DRAM: ridge "
+        f"{roof.dram_ridge:.1f}; each step's memory bound uses the rate measured at its own bytes)"
+        if roof.dram_bandwidth < 0.8 * roof.bandwidth else "")
+st.write(plain(f"{roof.name}: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth {roof.bandwidth / 1e9:,.1f} GB/s, "
+               f"ridge at {roof.ridge:.1f} FLOP/byte{dram}."))
 
 
 @st.cache_resource(max_entries=4, show_spinner="Measuring a demo run and taking one of its decode steps apart "

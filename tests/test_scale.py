@@ -160,3 +160,14 @@ def test_a_decode_steps_time_is_taken_apart_without_changing_the_run(bundled_lm)
     assert moved > bundled_lm.spec.parameters * bundled_lm.elem_bytes
     nxt = s.decode()  # the run continues exactly where it was
     assert nxt.kv_len == held + 1
+
+
+def test_the_time_split_never_shows_a_lower_bound_beaten_without_saying_so():
+    """A matmul faster than its own memory bound contradicts the bound: the sentence says why, not 'x % of the step'."""
+    from engine.measure.profile import breakdown_note
+
+    b = {"device": "cpu", "wall_ms": 10.0, "matmul_ms": 2.8, "memory_bound_ms": 5.6, "rest_ms": 7.2}
+    note = breakdown_note(b)
+    assert "beat the memory bound" in note and "read low" in note and "72%" in note
+    fine = breakdown_note(b | {"memory_bound_ms": 1.0})
+    assert "beat" not in fine and "10% of the step" in fine

@@ -130,6 +130,11 @@ def breakdown_note(b: dict) -> str:
         return (f"On {b['device']}: the matmuls timed alone ({b['matmul_ms']:.2f} ms) took as long as the whole step "
                 f"({wall:.2f} ms) or longer, so here the step is about its matmuls and little else; timings taken "
                 "while other work shares the machine move about, so read these as rough and measure again.")
+    if b["matmul_ms"] < b["memory_bound_ms"]:  # a lower bound beaten: the bandwidth it was made with read low
+        return (f"On {b['device']}: the matmuls timed alone ({b['matmul_ms']:.2f} ms) beat the memory bound "
+                f"({b['memory_bound_ms']:.2f} ms, an estimate), so the bandwidth probe read low: it ran while other "
+                f"work shared the machine, or these weights sit in a cache faster than the probe's copy. The other "
+                f"{b['rest_ms'] / wall:.0%} of the step is the many small operations around the matmuls.")
     return (f"On {b['device']}: the memory bound is {b['memory_bound_ms'] / wall:.0%} of the step and the matmuls "
             f"{b['matmul_ms'] / wall:.0%}; the other {b['rest_ms'] / wall:.0%} is the many small operations around "
             "them. A bigger model makes each matmul longer and that share smaller.")
