@@ -92,6 +92,11 @@ def test_every_latency_bar_fits_its_axis_and_a_busy_server_is_said_on_the_chart(
     assert sum(t.startswith("▲ cut:") for t in texts) == 1  # cut whiskers said once: labels cannot collide
     box = next(t for t in texts if t.startswith("⚠ The server was busy"))
     assert "step 3's 3 timed runs ranged 5.9–58.0 ms" in box.replace("<br>", " ")
+    # under the plot, in a margin of its own: it covers no bar, tick or legend (it sat on the bars at 390 px)
+    note = next(a for a in f.layout.annotations if a.text.startswith("⚠"))
+    assert (note.y, note.yanchor, note.yref) == (0.0, "top", "paper") and note.yshift < 0
+    plain = fig.latency_figure(traces)
+    assert f.layout.height > plain.layout.height and f.layout.margin.b > plain.layout.margin.b
     assert any(t == "TTFT" for t in texts) and any(t == "TPOT" for t in texts)
 
 

@@ -400,32 +400,35 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
                                yanchor="bottom", yshift=1, font=dict(color=DECODE, size=12 * scale),
                                bgcolor="rgba(255,255,255,0.7)")
     fig.update_yaxes(title="FLOPs (estimate)", secondary_y=True, rangemode="tozero", showgrid=False)
-    if note:
-        note_box(fig, note, scale, top=ceiling,
-                 secondary_top=max([t.flops_estimate for t in traces] or [1.0]))
     fig = layout(fig, "", height=height, scale=scale)  # no title: the TTFT and TPOT figures above name the chart
     fig.update_layout(margin=dict(t=int(34 * scale)), legend=dict(y=1.0, yanchor="bottom"))
+    if note:
+        note_box(fig, note, scale)
     return fig
 
 
 NOTE_CHARS = 38  # a note's line on a chart in a side column (the sidebar open too), at presenter size, inside its plot
 
 
-def note_box(fig: go.Figure, note: str, scale: float, top: float, secondary_top: float | None = None,
+def note_box(fig: go.Figure, note: str, scale: float, top: float | None = None, secondary_top: float | None = None,
              chars: int = NOTE_CHARS) -> None:
-    """Say a note (engine.measure.noise) on the chart itself: its headline in a box across the top of the plot, in
-    a band the y axes are stretched to leave empty (`top`, `secondary_top`: the highest value each must show), so
-    it covers no bar or line. (A title of several lines is cut in half by plotly at the chart's top edge.)"""
+    """Say a note (engine.measure.noise) on the chart itself: its headline in a box under the plot, below the x
+    axis's title, in a margin the figure grows by (so the plot keeps its height and the box covers no bar, line,
+    tick or legend, whatever the screen). Call it after `layout`. (`top`, `secondary_top`: kept for callers; the
+    axes are no longer stretched.)"""
     from engine.measure.noise import headline
 
     lines = wrap(headline(note), chars)
-    stretch = 1 + 0.2 * len(lines)
-    fig.update_layout(yaxis=dict(range=[0, top * stretch], autorange=False))
-    if secondary_top is not None:
-        fig.update_layout(yaxis2=dict(range=[0, secondary_top * stretch], autorange=False))
-    fig.add_annotation(xref="paper", yref="paper", x=0.01, y=0.995, xanchor="left", yanchor="top", align="left",
-                       showarrow=False, text="⚠ " + "<br>".join(lines), font=dict(size=10 * scale, color="#5d4200"),
-                       bgcolor="rgba(255,246,214,0.95)", bordercolor="#e0b040", borderwidth=1, borderpad=3)
+    line_px = 10 * scale * 1.35
+    box_px = int(len(lines) * line_px + 10)
+    below_axis = int(50 * scale)  # the x axis's tick labels and title
+    margin = fig.layout.margin
+    fig.update_layout(height=int((fig.layout.height or 380) + box_px + 8),
+                      margin=dict(b=int((margin.b or 10) + box_px + below_axis)))
+    fig.add_annotation(xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top", align="left",
+                       yshift=-below_axis, showarrow=False, text="⚠ " + "<br>".join(lines),
+                       font=dict(size=10 * scale, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
+                       bordercolor="#e0b040", borderwidth=1, borderpad=3)
 
 
 def wrap(text: str, width: int) -> list[str]:
