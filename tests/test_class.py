@@ -386,6 +386,56 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, t
     assert KEY not in json.dumps(frame)
 
 
+def test_a_page_run_cut_short_or_overtaken_by_a_newer_run_is_never_the_classs_frame(monkeypatch):
+    """Streamlit's fast reruns stop a run when the lecturer moves on (a slider moved again, Next clicked again) and
+    start the next one at once, in another thread: the stopped run publishes nothing, and a run that ends after a
+    newer one began leaves the newer one's screen to it (ui/capture.py)."""
+    from types import SimpleNamespace
+
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    import ui.capture as cap
+
+    sent = []
+
+    class Pub:  # the lecturer's Publisher: what it is asked to publish
+        def page(self, frame: dict) -> None:
+            sent.append(frame["nodes"][0]["html"])
+
+    pub = Pub()
+    now = SimpleNamespace(ctx=None)
+    monkeypatch.setattr(cap, "st", SimpleNamespace(session_state={"follow_pub": pub}))
+    monkeypatch.setattr(cap, "get_script_run_ctx", lambda: now.ctx)
+
+    def begin(ctx):
+        now.ctx = ctx
+        run = cap.published("Lessons")
+        run.__enter__()
+        return run
+
+    def draw(ctx, text: str) -> None:
+        msg = ForwardMsg()
+        msg.metadata.delta_path[:] = [0, 0]
+        msg.delta.new_element.markdown.body = text
+        ctx.enqueue(msg)
+
+    old, new = SimpleNamespace(enqueue=lambda m: None), SimpleNamespace(enqueue=lambda m: None)
+    older = begin(old)
+    draw(old, "After prefill and 9 decode steps")
+    newer = begin(new)  # the lecturer moved the slider again: the next run has begun
+    draw(new, "After prefill and 12 decode steps")
+    newer.__exit__(None, None, None)
+    older.__exit__(None, None, None)  # the old run reaches its end only now
+    assert len(sent) == 1 and "After prefill and 12 decode steps" in sent[0]
+
+    now.ctx = old
+    with pytest.raises(StopException), cap.published("Lessons"):
+        draw(old, "After prefill and 13 decode steps")
+        raise StopException()  # stopped by the runner at a yield point (the slider moved again), not by st.stop()
+    assert len(sent) == 1
+
+
 def _flat(nodes):
     for n in nodes:
         if n["kind"] in ("row",):

@@ -12,15 +12,24 @@ plotly's JSON, a widget as its label and the value the lecturer chose (a lesson'
 scenario), nothing the lecturer could click. The lecturer's page is not changed and not slowed by more than
 the copy; no follower runs it. The step page publishes itself (ui/follow.class_bar) and is left alone here.
 
+Only a run that the page ended is the screen: one that drew to the end, or stopped itself (st.stop(), st.rerun()).
+A run cut short because the lecturer moved on (a slider moved again, Next clicked again) is not: Streamlit's fast
+reruns stop it and start the next run at once, in another thread, and the stopped one can reach its end after the
+newer run has published, with half its elements (and, read from the shared session state, the newer widget
+values). So a stopped run publishes nothing, and no run publishes once a newer run of that lecturer has begun.
+
 Streamlit's internals are read in this one module: ScriptRunContext.enqueue, and the element protos.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
+import itertools
 import json
 import logging
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html import escape
@@ -47,6 +56,9 @@ _LOG = logging.getLogger(__name__)
 _now = threading.local()  # the page run being kept, in its script thread (session state is not read when it ends:
 #                           after st.stop() every read of it would stop again)
 _RAW_MD = MarkdownIt("commonmark", {"html": True}).enable("table")  # a page's own HTML (unsafe_allow_html)
+_OWN_ENDINGS = {inspect.unwrap(f).__code__ for f in (st.stop, st.rerun)}  # a page that ends its run itself
+_RUN_NUMBERS = itertools.count(1)
+_SEATS_LOCK = threading.Lock()
 
 
 @dataclass
@@ -55,6 +67,26 @@ class _Run:
     kept: dict = field(default_factory=dict)
     label: str | None = None
     skip: bool = False
+    number: int = 0
+
+
+@dataclass
+class _Seat:
+    """One lecturer's page runs: the newest one's number, and a lock so that "still the newest?" and its publish
+    are one step (a newer run that begins meanwhile publishes after it)."""
+    newest: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_seats: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # the lecturer's Publisher -> its _Seat
+
+
+def _seat(pub) -> _Seat:
+    with _SEATS_LOCK:
+        seat = _seats.get(pub)
+        if seat is None:
+            seat = _seats[pub] = _Seat()
+        return seat
 
 
 def class_label(text: str) -> None:
@@ -78,7 +110,10 @@ def published(page_title: str):
     if pub is None or ctx is None:
         yield
         return
+    seat = _seat(pub)
     run = _now.run = _Run(pub)
+    with seat.lock:
+        run.number = seat.newest = next(_RUN_NUMBERS)
     send = ctx.enqueue
 
     def keep(msg) -> None:
@@ -93,14 +128,26 @@ def published(page_title: str):
     try:
         yield
         finished = True
-    except (StopException, RerunException):  # st.stop() ends a page; autoplay's rerun follows a drawn step
-        finished = True
+    except (StopException, RerunException) as e:  # the page's st.stop(), autoplay's st.rerun() after a drawn step;
+        finished = _ended_by_page(e)  # or the run was stopped because the lecturer moved on: not the screen
         raise
     finally:
         ctx.enqueue = send
         _now.run = None
         if finished and run.kept and not run.skip:
-            _publish(run, page_title)
+            with seat.lock:
+                if run.number == seat.newest:
+                    _publish(run, page_title)
+
+
+def _ended_by_page(e: BaseException) -> bool:
+    """The page called st.stop() or st.rerun() itself: its run ended where it meant to."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in _OWN_ENDINGS:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _publish(run: _Run, page_title: str) -> None:
