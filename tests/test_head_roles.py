@@ -72,3 +72,23 @@ def test_every_head_of_the_bundled_model_gets_a_role_from_its_pattern(bundled_lm
         assert [r.head for r in roles] == list(range(bundled_lm.spec.heads))
         assert all(r.role in ORDER or r.role == "looks at" for r in roles)
         assert all(0.0 <= r.weight <= 1.0 + 1e-3 for r in roles)
+
+
+def test_the_attention_picture_names_each_head_by_its_role_beside_its_number(bundled_lm):
+    """The roles are on the heatmap's head axis, so a projector shows them with the picture (the sentence under it
+    fell below the first screen at 1280x720)."""
+    from engine import Stepper
+    from engine.draw.views import StepContext, view_blocks
+
+    run = Stepper(bundled_lm, "Tom had a red ball. Tom liked to play with the ball. One day, Tom",
+                  max_new_tokens=4, stop_on_eos=False)
+    run.run(2)
+    t = run.traces[-1]
+    c = StepContext(traces=tuple(run.traces), ids=tuple(run.ids[0].tolist()), pieces=tuple(run.pieces()),
+                    prompt_len=run.prompt_len, prompt=run.prompt, spec=bundled_lm.spec, layer=1)
+    heat = next(b.value for b in view_blocks("Attention", c) if b.kind == "figure")
+    names = list(heat.data[0].y)
+    roles = head_roles(t, 1, run.ids[0].tolist())
+    assert len(names) == bundled_lm.spec.heads
+    for name, r in zip(names, roles):
+        assert name.startswith(f"head {r.head} · ") and (r.role in name or r.role == "looks at" and "looks at" in name)

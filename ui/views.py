@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.draw import figures as fig
-from engine.draw.views import VIEWS, Block, StepContext, view_blocks
+from engine.draw.views import VIEWS, Block, StepContext, role_names, view_blocks
 from engine.generate.compare import kv_reuse
 from ui.ladder import latency_claim
 from ui.text import plain
@@ -51,7 +51,8 @@ def show_view(view: str, c: StepContext, run=None, key: str = "step") -> None:
     """One view of the step `c` shows; `run` is the live Stepper when there is one (the lecturer's own page)."""
     if view == "Attention" and c.t.pattern_rows > 1 and c.t.layers[c.layer].pattern is not None and \
             st.toggle("every query row (one panel per head)", key=f"{key}_att_every"):
-        st.plotly_chart(fig.heads_figure(c.t, c.layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False),
+        st.plotly_chart(fig.heads_figure(c.t, c.layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False,
+                                         roles=role_names(c)),
                         key=f"{key}_att_rows")
         place([b for b in view_blocks(view, c) if b.kind != "figure"], key)
     else:

@@ -231,19 +231,21 @@ def newest_query(t: StepTrace, layer: int) -> np.ndarray:
 
 
 def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0, cols: int = 4,
-                 newest_only: bool = True) -> go.Figure:
+                 newest_only: bool = True, roles: dict[int, str] | None = None) -> go.Figure:
     """Every head of one layer, labelled with token pieces.
 
     The newest query (a decode step's only row, or a prefill's last): a [head, key_pos] heatmap, one
     readable row per head, so the head that looks back at a name is found at a glance. Every query
-    (newest_only=False, at a prefill): one small panel per head.
+    (newest_only=False, at a prefill): one small panel per head. `roles` names each head by what it does
+    (engine.measure.attention.head_roles), beside its number, so the projector shows it with the picture.
     """
     pattern = t.layers[layer].pattern
     heads = pattern.shape[0] if pattern is not None else 0
     if not heads or newest_only or pattern.shape[1] == 1:  # one query row to show
         z = newest_query(t, layer)
         query = labels[t.kv_len - 1] if t.kv_len else ""
-        fig = attention_heatmap(z, [f"head {h}" for h in range(heads)], labels[: t.kv_len],
+        names = [f"head {h}" + (f" · {roles[h]}" if roles and roles.get(h) else "") for h in range(heads)]
+        fig = attention_heatmap(z, names, labels[: t.kv_len],
                                 f"layer {layer}, every head: query {query}", scale=scale)
         fig.update_yaxes(title="head")
         return fig
@@ -251,7 +253,8 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
     cols = min(cols, heads)
     rows = -(-heads // cols)
     qpos = grids[0][0]
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(heads)],
+    titles = [f"head {h}" + (f" · {roles[h]}" if roles and roles.get(h) else "") for h in range(heads)]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles,
                         shared_xaxes=True, shared_yaxes=True, horizontal_spacing=0.02, vertical_spacing=0.06)
     short = [f"{show_piece(labels[i].split(' ', 1)[1]) if ' ' in labels[i] else labels[i]}" for i in range(len(labels))]
     for h, (_, z) in enumerate(grids):

@@ -79,12 +79,19 @@ def attention(c: StepContext) -> list[Block]:
                                              "dl-follow-heads"), "heads")]
     else:
         blocks = [Block("figure", fig.heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2,
-                                                   newest_only=True), "heads")]
+                                                   newest_only=True, roles=role_names(c)), "heads")]
     blocks += look_back_blocks(c)
     return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
                                       "is masked (the future, or outside a sliding window): masked, not zero. One "
                                       "row per head for the newest query, so the head that looks back at a name "
                                       "stands out.")]
+
+
+def role_names(c: StepContext) -> dict[int, str]:
+    """head -> its role in a few words ('previous token', 'looks at ·upon'), for the picture's head labels."""
+    ids = list(c.ids[: c.t.kv_len])
+    return {r.head: (f"looks at {show_piece(c.pieces[r.key_pos])}"[:24] if r.role == "looks at" else r.role)
+            for r in head_roles(c.t, c.layer, ids)}
 
 
 def look_back_blocks(c: StepContext) -> list[Block]:
