@@ -114,6 +114,10 @@ def _ladder(args) -> int:
     print(f"rungs other than the model itself: {lad.weights_note}")
     print()
     print(lad.text_table())
+    from engine.measure.noise import ladder_note
+
+    if ladder_note(lad):
+        print(ladder_note(lad))
     if lad.left_out:
         print(f"left out (would not fit this device's memory): {', '.join(lad.left_out)}")
     print(f"ladder wall time {lad.wall_s:.1f} s; resident memory {human_bytes(lad.rss_before_bytes)} before, "

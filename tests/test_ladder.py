@@ -302,3 +302,25 @@ def test_the_lean_path_chooses_the_steppers_greedy_tokens(which, bundled_lm, gpt
     assert timing.repeats == 2 and timing.warmup_ms is not None and "static cache" in how
     with pytest.raises(ValueError):
         lean.LeanDecoder(lm, 32, graphs=True)  # CUDA graphs need CUDA
+
+
+def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
+    """One pass whose timed runs spread ×40 (a test run sharing the cores): each figure says which and how much,
+    and a steady ladder says nothing."""
+    from dataclasses import replace
+
+    from engine.measure.noise import BUSY, ladder_note
+
+    lad, _ = measured
+    steady = replace(lad, rungs=tuple(replace(r, **{k: replace(getattr(r, k), low_ms=getattr(r, k).median_ms,
+                                                                high_ms=getattr(r, k).median_ms)
+                                                    for k in ("prefill", "decode", "nocache")}, lean=None)
+                                      for r in lad.rungs))
+    assert ladder_note(steady) is None
+    r0 = steady.rungs[-1]
+    busy = replace(steady, rungs=steady.rungs[:-1] + (replace(r0, decode=replace(r0.decode, low_ms=1.0, high_ms=40.0)),))
+    note = ladder_note(busy)
+    assert note.startswith(BUSY) and f"{r0.label}'s decode ranged 1.0–40.0 ms" in note and "×40.0" in note
+    for make in (draw.per_token_figure, draw.roofline_figure, draw.split_figure):
+        assert any(a.text.startswith("⚠ " + BUSY) for a in make(busy).layout.annotations)
+        assert not any(a.text.startswith("⚠") for a in make(steady).layout.annotations)

@@ -16,8 +16,10 @@ import math
 import plotly.graph_objects as go
 
 from engine.draw import scale as scale_draw
+from engine.draw.figures import note_box
 from engine.draw.palette import DECODE, GREY, PREFILL, RECOMPUTED, layout
 from engine.measure.ladder_record import Ladder, RungResult
+from engine.measure.noise import ladder_note
 
 
 # ---------------------------------------------------------------- axes and notes
@@ -56,11 +58,15 @@ def weights_note(ladder: Ladder) -> str:
 
 
 def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
-    """The common look, the weights note under the title, and room for it above the legend. Heights fit a
+    """The common look, the weights note under the title, and room for it above the legend; a busy server's
+    note (engine.measure.noise.ladder_note) under the plot. Heights fit a
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),
                       margin=dict(t=int(100 * scale)), legend=dict(y=1.0, traceorder="normal"))
+    note = ladder_note(ladder)
+    if note:  # a busy server said under the chart, with the spread that shows it
+        note_box(fig, note, scale, chars=64)
     return fig
 
 

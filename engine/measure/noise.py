@@ -115,3 +115,19 @@ def compare_note(cache, nocache) -> str | None:
                      f"{off[s].latency_ms:.1f} ms against {on[s].latency_ms:.1f} ms for ×{work:.1f} the work (estimate)")
     return _compose(list(cache) + list(nocache), cache, found,
                     "The times are as measured; the work (estimate) is what the cache saves.")
+
+
+def ladder_note(ladder) -> str | None:
+    """A size ladder (engine.measure.ladder_record.Ladder): the pass whose timed runs spread the widest, when wider
+    than WIDE; its label is then the server's noise as much as the hardware. None when every pass held steady."""
+    passes = [(r.label, m) for r in ladder.rungs for m in (r.prefill, r.decode, r.nocache, r.lean)
+              if m is not None and m.runs > 1 and m.low_ms > 0]
+    if not passes:
+        return None
+    label, m = max(passes, key=lambda p: p[1].high_ms / p[1].low_ms)
+    ratio = m.high_ms / m.low_ms
+    if ratio <= WIDE:
+        return None
+    return (f"{BUSY}: {label}'s {m.what} ranged {m.low_ms:.1f}–{m.high_ms:.1f} ms over its {m.runs} timed runs "
+            f"(×{ratio:.1f}). A median that far from its fastest run is other work's time as much as the "
+            "hardware's, and so is its label: measure again when the server is quiet.")
