@@ -171,3 +171,16 @@ def test_the_time_split_never_shows_a_lower_bound_beaten_without_saying_so():
     assert "beat the memory bound" in note and "read low" in note and "72%" in note
     fine = breakdown_note(b | {"memory_bound_ms": 1.0})
     assert "beat" not in fine and "10% of the step" in fine
+
+
+def test_the_roofline_names_its_ridge_where_the_ridge_is():
+    """plotly's add_vline annotation takes x as log10 on a log axis: 'ridge 19.4' was drawn at 10^19.4 and the axis
+    stretched until the roof filled a third of the chart. The words sit on the ridge's own line now."""
+    import math
+
+    from engine.draw import scale as scale_draw
+
+    roof = roofline.DeviceRoof("test", peak_flops=3e11, bandwidth=2e10, measured=True)
+    f = scale_draw.roofline_figure(roof, [{"kind": "prefill", "intensity": 30.0, "achieved": 1e11}])
+    ridge = next(a for a in f.layout.annotations if a.text.startswith("ridge"))
+    assert ridge.x == pytest.approx(math.log10(roof.ridge)) and f.layout.shapes[0].x0 == roof.ridge

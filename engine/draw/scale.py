@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from engine.draw.palette import DECODE, PREFILL, RECOMPUTED, layout
@@ -42,7 +44,11 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) ->
                                      name=kind, marker=dict(color=colour, size=11),
                                      text=[p.get("label", f"step {p.get('step')}") for p in pts],
                                      hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
-    fig.add_vline(x=roof.ridge, line_dash="dot", annotation_text=f"ridge {roof.ridge:.1f} FLOP/byte")
+    # the ridge's words placed by hand: add_vline's own annotation takes x as log10 on a log axis (plotly), so
+    # "ridge 19.4" was drawn at 10^19.4 FLOP/byte and stretched the axis until the roof filled a third of it
+    fig.add_vline(x=roof.ridge, line_dash="dot")
+    fig.add_annotation(x=math.log10(roof.ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
+                       text=f"ridge {roof.ridge:.1f} FLOP/byte", font=dict(size=13 * scale))
     # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="achieved FLOP/s (estimate ÷ measured)")
