@@ -57,6 +57,11 @@ def weights_note(ladder: Ladder) -> str:
     return f"{own}{ladder.device}<br>other rungs: {ladder.weights_note}"
 
 
+def _ms(x: float) -> str:
+    """Milliseconds to three figures at most: '792', '23.3', '3.66', '0.089'."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+
+
 def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
     """The common look, the weights note under the title, and room for it above the legend; a busy server's
     note (engine.measure.noise.ladder_note) under the plot. Heights fit a
@@ -125,8 +130,8 @@ def per_token_caption(ladder: Ladder) -> str:
     """The chart in one sentence, from its numbers."""
     first, top = ladder.rungs[0], ladder.rungs[-1]
     words = gap_words(top).replace("<br>", " ")
-    text = (f"At {top.label} parameters one decoded token costs {top.decode.per_token_ms:.2f} ms, one prompt token of "
-            f"the {ladder.tokens}-token prefill {top.prefill.per_token_ms:.3f} ms: {words}. A prefill reads each weight "
+    text = (f"At {top.label} parameters one decoded token costs {_ms(top.decode.per_token_ms)} ms, one prompt token of "
+            f"the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. A prefill reads each weight "
             f"once for all {ladder.tokens} positions; a decode step reads every weight for one.")
     if first is not top:
         text += f" At {first.label} the gap is ×{first.decode_vs_prefill_per_token:.1f}."
@@ -274,5 +279,5 @@ def per_token_claim(ladder: Ladder) -> str:
     token each cost once the hardware, not Python, sets the time."""
     top = ladder.rungs[-1]
     return (f"At {top.label} parameters (random weights: for timing only) a prompt token of the {ladder.tokens}-token "
-            f"prefill cost {top.prefill.per_token_ms:.3f} ms and a decoded token {top.decode.per_token_ms:.2f} ms: "
+            f"prefill cost {_ms(top.prefill.per_token_ms)} ms and a decoded token {_ms(top.decode.per_token_ms)} ms: "
             f"{gap_words(top).replace('<br>', ' ')}.")
