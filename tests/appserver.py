@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+KEY = "lecturer-key-for-the-tests-7Q"  # the lecturer key of a test's app server (keyed_server), typed by its lecturer
 
 
 def free_port() -> int:

@@ -39,7 +39,7 @@ TIER_OF_FIXTURE = {  # a test that uses one of these, itself or through another 
     "chromium": "browser",  # the system Chromium, driven by Playwright (the `browser` fixture launches it)
     "server": "browser",  # `streamlit run app.py` in a subprocess, for the browser to open
     "fresh_server": "browser",  # the same, started for one test
-    "keyed_server": "browser",  # the same with a lecturer key (tests/test_follow.py)
+    "keyed_server": "browser",  # the same with a lecturer key (tests/test_follow.py, tests/test_browser_class.py)
     "redis_server": "system",  # a redis-server on loopback (tests/test_follow.py, tests/test_deploy.py)
     "nginx": "system",  # nginx in front of app replicas (tests/test_deploy.py)
     "load_report": "system",  # tests/load.py: its own app server and a classroom of browser sessions
@@ -132,6 +132,56 @@ def server(tmp_path_factory):
 def fresh_server(tmp_path_factory):
     """An app server of the test's own, for a claim about a server's very first request."""
     yield from _app_server(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory):
+    """`streamlit run app.py` with a lecturer key (tests.appserver.KEY), on a free loopback port."""
+    from tests.appserver import KEY, free_port, start_app, stop
+
+    log = tmp_path_factory.mktemp("follow-server") / "streamlit.log"
+    port = free_port()
+    proc = start_app(port, log=open(log, "w"), DECODE_LAB_LECTURER_KEY=KEY)
+    yield f"http://127.0.0.1:{port}"
+    stop(proc)
+
+
+# ---------------------------------------------------------------- a class's store: this process's, or Redis
+
+
+class Clock:
+    """A clock the test moves by hand: hours of idling in no time."""
+
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory, redis_server):
+    from deploy.serve import start_redis
+
+    proc, url = start_redis(tmp_path_factory.mktemp("redis"), redis_bin=redis_server)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.system)])
+def store(request):
+    """(a fresh store, its clock): this process's MemoryKV, or a real redis-server (the system tier)."""
+    from engine.follow import MemoryKV
+
+    clock = Clock()
+    if request.param == "memory":
+        return MemoryKV(clock=clock), clock, request.param
+    import redis
+
+    kv = redis.Redis.from_url(request.getfixturevalue("redis_url"), decode_responses=True)
+    kv.flushdb()
+    return kv, clock, request.param
 
 
 # ---------------------------------------------------------------- models

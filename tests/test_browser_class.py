@@ -12,7 +12,7 @@ import time
 from playwright.sync_api import expect
 
 from tests.test_browser import idle, open_page
-from tests.test_follow import keyed_server, start_class, wait_for_step  # noqa: F401 - keyed_server: a fixture
+from tests.test_follow import start_class, wait_for_step
 
 
 def lecture(browser, url: str, steps: int = 0):

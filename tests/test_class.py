@@ -21,7 +21,7 @@ from engine.follow.hub import END, Hub
 from engine.follow.poll import Refused as VoteRefused
 from engine.follow.poll import next_token_question, shape_question
 from engine.follow.share import Publisher
-from tests.test_follow import KEY, classroom, key_set, ok, redis_url, store  # noqa: F401 - fixtures
+from tests.test_follow import KEY, classroom, key_set, ok  # noqa: F401 - key_set: a fixture
 
 
 room_of = classroom  # a Classroom on the test's store, with these limits

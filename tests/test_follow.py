@@ -19,43 +19,9 @@ from engine.follow import Classroom, Lecture, Limits, MemoryKV, Refused, WireErr
 from engine.follow import wire
 from engine.follow.classroom import ALPHABET, CODE_RE, NO_CLASS, new_code
 from engine.follow.share import Publisher, qr_data_uri
-from tests.appserver import free_port, start_app, stop
+from tests.appserver import KEY  # the fixtures `store` and `keyed_server`: tests/conftest.py
 
-KEY = "lecturer-key-for-the-tests-7Q"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class Clock:
-    """A clock the test moves by hand: hours of idling in no time."""
-
-    def __init__(self):
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory, redis_server):
-    from deploy.serve import start_redis
-
-    proc, url = start_redis(tmp_path_factory.mktemp("redis"), redis_bin=redis_server)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.system)])
-def store(request):
-    """(a fresh store, its clock): this process's MemoryKV, or a real redis-server (the system tier)."""
-    clock = Clock()
-    if request.param == "memory":
-        return MemoryKV(clock=clock), clock, request.param
-    import redis
-
-    kv = redis.Redis.from_url(request.getfixturevalue("redis_url"), decode_responses=True)
-    kv.flushdb()
-    return kv, clock, request.param
 
 
 def classroom(store, **limits) -> Classroom:
@@ -426,16 +392,6 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
 
 
 # ---------------------------------------------------------------- a real browser: the acceptance run
-
-
-@pytest.fixture(scope="module")
-def keyed_server(tmp_path_factory):
-    """`streamlit run app.py` with a lecturer key, on a free loopback port."""
-    log = tmp_path_factory.mktemp("follow-server") / "streamlit.log"
-    port = free_port()
-    proc = start_app(port, log=open(log, "w"), DECODE_LAB_LECTURER_KEY=KEY)
-    yield f"http://127.0.0.1:{port}"
-    stop(proc)
 
 
 def start_class(pg) -> str:
