@@ -53,14 +53,37 @@ def sync(device: torch.device) -> None:
 
 
 def describe(device: torch.device) -> str:
-    """The device in words, for reports: 'NVIDIA H100 80GB HBM3 (cuda)' or 'cpu (x86_64, 2 threads)'."""
+    """The device in words, for reports: 'NVIDIA H100 80GB HBM3 (cuda)' or 'cpu: Intel(R) Xeon(R) Processor
+    (x86_64, 2 threads, 260 MiB last-level cache)' (the processor and its cache where Linux says them)."""
     import platform
 
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (cuda)"
     if device.type == "mps":
         return "Apple GPU (mps)"
-    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+    name, cache = _cpu_facts()
+    extra = f", {cache} last-level cache" if cache else ""
+    return f"cpu{': ' + name if name else ''} ({platform.machine()}, {torch.get_num_threads()} threads{extra})"
+
+
+def _cpu_facts() -> tuple[str, str]:
+    """The processor's model name and last-level cache size as Linux reports them ('' where it does not)."""
+    name = cache = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    for index in ("index3", "index2"):  # the last level Linux lists: '266240K' is 260 MiB
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/{index}/size") as f:
+                text = f.read().strip()
+            kib = int(text.rstrip("K")) if text.endswith("K") else int(text.rstrip("M")) * 1024
+            cache = f"{kib / 1024:.0f} MiB" if kib >= 1024 else f"{kib} KiB"
+            break
+        except (OSError, ValueError):
+            continue
+    return name, cache
 
 
 def release_memory() -> None:

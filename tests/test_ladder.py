@@ -324,3 +324,17 @@ def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
     for make in (draw.per_token_figure, draw.roofline_figure, draw.split_figure):
         assert any(a.text.startswith("⚠ " + BUSY) for a in make(busy).layout.annotations)
         assert not any(a.text.startswith("⚠") for a in make(steady).layout.annotations)
+
+
+def test_the_recorded_ladder_in_assets_reads_back_with_its_device_named():
+    """The ladder shipped for a user to compare with (assets/ladder_*.json) is whole: device, roof, every rung."""
+    shipped = ladder.recorded()
+    assert shipped, "no recorded ladder in assets/"
+    for lad in shipped:
+        assert lad.device and lad.measured_at and lad.weights_note == rungs.RANDOM_WEIGHTS
+        assert lad.roof.measured and lad.roof.bandwidths and lad.roof.peak_flops > 0
+        assert [r.parameters for r in lad.rungs] == sorted(r.parameters for r in lad.rungs) and len(lad.rungs) >= 3
+        assert lad.rungs[0].trained and not any(r.trained for r in lad.rungs[1:])
+        for r in lad.rungs:
+            for m in (r.prefill, r.decode, r.nocache):
+                assert m.kind in m.label and m.low_ms <= m.median_ms <= m.high_ms
