@@ -248,7 +248,8 @@ def test_all_heads_are_labelled_with_token_pieces_and_the_look_back_head_is_name
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)
     labels = chart["data"][1]["x"]  # the key axis: position and token piece
     assert sum("Tom" in str(x) for x in labels) == 3  # the name twice before, and the newest query itself
-    assert [f"head {h}" for h in range(8)] == chart["data"][1]["y"]
+    names = chart["data"][1]["y"]  # 'head 3 · previous token': each head's number and its role
+    assert [f"head {h}" for h in range(8)] == [y.split(" · ")[0] for y in names] and all(" · " in y for y in names)
     named = next(m.value for m in at.markdown if "the most weight of any head" in m.value)
     head = int(re.search(r"head (\d+) gives", named).group(1))
     earlier = int(re.search(r"at position (\d+)", named).group(1))

@@ -184,7 +184,7 @@ def test_lesson_9_claims_only_what_its_own_numbers_show():
     found = re.search(r"fed (\d+) rows in ([\d.]+) ms; one plain decode step on the same cache feeds 1 row in "
                       r"([\d.]+) ms \(×([\d.]+)\)", t)
     rows, many, one, ratio = int(found.group(1)), float(found.group(2)), float(found.group(3)), float(found.group(4))
-    assert rows > 1 and abs(many / one - ratio) < 0.06
+    assert rows > 1 and abs(many / one - ratio) < 0.01 * ratio + 0.006  # the times printed give the ratio printed
     assert ("cost about nothing" in t) == (ratio <= 1.15)
 
 

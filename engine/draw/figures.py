@@ -416,9 +416,9 @@ NOTE_CHARS = 38  # a note's line on a chart in a side column (the sidebar open t
 def note_box(fig: go.Figure, note: str, scale: float, top: float | None = None, secondary_top: float | None = None,
              chars: int = NOTE_CHARS) -> None:
     """Say a note (engine.measure.noise) on the chart itself: its headline in a box under the plot, below the x
-    axis's title, in a margin the figure grows by (so the plot keeps its height and the box covers no bar, line,
-    tick or legend, whatever the screen). Call it after `layout`. (`top`, `secondary_top`: kept for callers; the
-    axes are no longer stretched.)"""
+    axis's title, in a bottom margin of its own (the box covers no bar, line, tick or legend, whatever the screen;
+    the figure keeps its height, so a chart that fits a projector's first screen still does). Call it after
+    `layout`. (`top`, `secondary_top`: kept for callers; the axes are no longer stretched.)"""
     from engine.measure.noise import headline
 
     lines = wrap(headline(note), chars)
@@ -426,8 +426,7 @@ def note_box(fig: go.Figure, note: str, scale: float, top: float | None = None, 
     box_px = int(len(lines) * line_px + 10)
     below_axis = int(50 * scale)  # the x axis's tick labels and title
     margin = fig.layout.margin
-    fig.update_layout(height=int((fig.layout.height or 380) + box_px + 8),
-                      margin=dict(b=int((margin.b or 10) + box_px + below_axis)))
+    fig.update_layout(margin=dict(b=int((margin.b or 10) + box_px + below_axis)))
     fig.add_annotation(xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top", align="left",
                        yshift=-below_axis, showarrow=False, text="⚠ " + "<br>".join(lines),
                        font=dict(size=10 * scale, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
