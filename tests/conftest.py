@@ -48,8 +48,13 @@ TIER_OF_FIXTURE = {  # a test that uses one of these, itself or through another 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        for tier in sorted({TIER_OF_FIXTURE[name] for name in item.fixturenames if name in TIER_OF_FIXTURE}):
+        tiers = sorted({TIER_OF_FIXTURE[name] for name in item.fixturenames if name in TIER_OF_FIXTURE})
+        for tier in tiers:
             item.add_marker(tier)
+        if tiers:  # pytest.ini runs two workers (pytest-xdist, --dist loadgroup): every browser and system test in
+            # one of them, in turn, as one person at one screen would; the engine and AppTest tests share the other
+            # (and this one, once it is free). One app server per worker, no two browsers timing each other.
+            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 # ---------------------------------------------------------------- system parts: found, or one line on how to get them
