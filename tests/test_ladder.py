@@ -231,10 +231,10 @@ def test_the_figures_have_one_point_per_rung_for_each_pass_they_name(measured):
     n = len(lad.rungs)
     per = draw.per_token_figure(lad)
     lines = {t.name: t for t in per.data if t.name}
-    assert set(lines) == {"decode: ms per new token", "prefill (16 tokens): ms per prompt token",
+    assert set(lines) == {"decode: per new token", "prefill (16 tokens): per prompt token",
                           "decode, lean path (static cache, CUDA graph)"}
     assert all(len(t.x) == n for t in lines.values())
-    assert lines["decode: ms per new token"].y[-1] == pytest.approx(lad.rungs[-1].decode.per_token_ms)
+    assert lines["decode: per new token"].y[-1] == pytest.approx(lad.rungs[-1].decode.per_token_ms)
     assert draw.gap_words(lad.rungs[-1]) in [a.text for a in per.layout.annotations]
     roof = draw.roofline_figure(lad)
     placed = {t.name: t for t in roof.data if t.name in ("prefill", "decode (cache)", "decode (no cache)")}

@@ -54,7 +54,16 @@ def weights_note(ladder: Ladder) -> str:
     """Which rung is the model itself and which are random: said on every figure (two short lines)."""
     trained = [r.label for r in ladder.rungs if r.trained]
     own = f"{trained[0]}: the model itself, trained · " if trained else ""
-    return f"{own}{ladder.device}<br>other rungs: {ladder.weights_note}"
+    return f"{own}{short_device(ladder.device)}<br>other rungs: {ladder.weights_note}"
+
+
+def short_device(device: str) -> str:
+    """'cpu: Intel(R) Xeon(R) Processor (x86_64, 2 threads, 260 MiB ...)' -> 'cpu: Intel Xeon Processor, 2 threads':
+    a subtitle a phone shows whole (the caption under the chart says the device in full)."""
+    name, _, rest = device.partition(" (")
+    threads = next((part.strip() for part in rest.rstrip(")").split(",") if "thread" in part), "")
+    name = name.replace("(R)", "").replace("(TM)", "").replace("  ", " ")
+    return f"{name}, {threads}" if threads else name
 
 
 def _ms(x: float) -> str:
@@ -68,7 +77,7 @@ def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: in
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),
-                      margin=dict(t=int(100 * scale)), legend=dict(y=1.0, traceorder="normal"))
+                      margin=dict(t=int(116 * scale)), legend=dict(y=1.0, traceorder="normal"))
     note = ladder_note(ladder)
     if note:  # a busy server said under the chart, with the spread that shows it
         note_box(fig, note, scale, chars=64)
@@ -90,8 +99,8 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     rungs = ladder.rungs
     xs = [r.parameters for r in rungs]
     fig = go.Figure()
-    series = [("decode: ms per new token", DECODE, "solid", [r.decode for r in rungs]),
-              (f"prefill ({ladder.tokens} tokens): ms per prompt token", PREFILL, "solid", [r.prefill for r in rungs])]
+    series = [("decode: per new token", DECODE, "solid", [r.decode for r in rungs]),  # short: one legend row on a phone
+              (f"prefill ({ladder.tokens} tokens): per prompt token", PREFILL, "solid", [r.prefill for r in rungs])]
     if all(r.lean for r in rungs):
         series.append(("decode, lean path (static cache, CUDA graph)", DECODE, "dash", [r.lean for r in rungs]))
     for name, colour, dash, passes in series:
@@ -107,8 +116,9 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     d, p = top.decode.per_token_ms, top.prefill.per_token_ms
     fig.add_trace(go.Scatter(x=[top.parameters] * 2, y=[p, d], mode="lines", showlegend=False, hoverinfo="skip",
                              line=dict(color=GREY, width=2, dash="dot")))
-    fig.add_annotation(x=math.log10(top.parameters), y=(math.log10(p) + math.log10(d)) / 2, xanchor="right",
-                       text=gap_words(top), showarrow=False, font=dict(size=16 * scale), xshift=-12)
+    # a third of the way up the gap (log scale), below the decode line it would otherwise cross on a narrow screen
+    fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="right",
+                       text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=-8)
     ys = [v for r in rungs for v in (r.decode.per_token_ms, r.prefill.per_token_ms)]
     lo, hi = min(min(ys), min(r.prefill.low_ms / r.prefill.tokens for r in rungs)), max(ys)
     vals, texts = log_ticks(lo / 1.6, hi * 1.6)
@@ -119,11 +129,11 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
 
 
 def gap_words(r: RungResult) -> str:
-    """'decode ×12 dearer<br>per token' (or cheaper, if that is what was measured)."""
+    """'decode<br>×12 dearer<br>per token' (or cheaper, if that is what was measured): narrow, for a phone."""
     ratio = r.decode_vs_prefill_per_token
     if ratio >= 1:
-        return f"decode ×{ratio:.0f} dearer<br>per token" if ratio >= 10 else f"decode ×{ratio:.1f} dearer<br>per token"
-    return f"decode ×{1 / ratio:.1f} cheaper<br>per token"
+        return f"decode<br>×{ratio:.0f} dearer<br>per token" if ratio >= 10 else f"decode<br>×{ratio:.1f} dearer<br>per token"
+    return f"decode<br>×{1 / ratio:.1f} cheaper<br>per token"
 
 
 def per_token_caption(ladder: Ladder) -> str:

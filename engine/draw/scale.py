@@ -31,11 +31,19 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) ->
     bytes get (DeviceRoof.bandwidth_for); the compute roof is shared."""
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
     two = roof.dram_bandwidth < 0.8 * roof.bandwidth  # a cache much faster than DRAM: two memory roofs
-    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs],
+    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], showlegend=False,
                                name="roof (data in cache)" if two else "roofline", line=dict(color="#333", width=3)))
+    roofs = [(roof.bandwidth, "in cache" if two else "memory", "right", "bottom")]  # above-left of its line
     if two:
-        fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs],
+        fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs], showlegend=False,
                                  name="roof (data from DRAM)", line=dict(color="#333", width=3, dash="dash")))
+        roofs.append((roof.dram_bandwidth, "from DRAM", "left", "top"))  # below-right of its line
+    for bandwidth, where, xanchor, yanchor in roofs:  # each memory roof named on itself (a legend of five rows
+        # covered a phone's title); on the slope, left of where it meets the compute roof
+        x = roof.peak_flops / bandwidth / 6
+        fig.add_annotation(x=math.log10(x), y=math.log10(x * bandwidth), xanchor=xanchor, yanchor=yanchor,
+                           showarrow=False, text=f"{where}: {bandwidth / 1e9:,.0f} GB/s",
+                           font=dict(size=12 * scale, color="#333"), bgcolor="rgba(255,255,255,0.8)")
     colours = {"prefill": PREFILL, "decode (cache)": DECODE, "decode (no cache)": RECOMPUTED}
     for kind, colour in colours.items():
         pts = [p for p in points if p["kind"] == kind]
