@@ -199,7 +199,7 @@ LABEL_EVERY = 40  # up to this many positions, every one is labelled (plotly wou
 
 
 def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: list[str], title: str,
-                      scale: float = 1.0) -> go.Figure:
+                      scale: float = 1.0, row_chars: int = 10) -> go.Figure:
     """One head's attention [query_pos, key_pos]; masked pairs drawn grey (masked, not zero).
 
     Every key and query up to LABEL_EVERY positions is labelled ("7 ·Tom"), the font shrinking to fit; the
@@ -214,9 +214,10 @@ def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: li
     ])
     fig.update_yaxes(autorange="reversed", title="query_pos")
     fig.update_xaxes(title="key_pos (grey: masked)", tickangle=-60)
-    for axis, labels in ((fig.update_xaxes, col_labels), (fig.update_yaxes, row_labels)):
+    for axis, labels, chars in ((fig.update_xaxes, col_labels, 10), (fig.update_yaxes, row_labels, row_chars)):
         if len(labels) <= LABEL_EVERY:  # a long piece is cut on the axis ("0 <|endo…"), whole in the hover
-            axis(tickmode="array", tickvals=list(labels), ticktext=[x if len(x) <= 10 else x[:9] + "…" for x in labels],
+            axis(tickmode="array", tickvals=list(labels),
+                 ticktext=[x if len(x) <= chars else x[:chars - 1] + "…" for x in labels],
                  tickfont=dict(size=max(7.0, min(11 * scale, 400 / max(1, len(labels))))))
     fig = layout(fig, title, height=max(220, int(18 * len(row_labels)) + 120), scale=scale)
     fig.update_layout(margin=dict(t=int(40 * scale)))
@@ -246,7 +247,7 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
         query = labels[t.kv_len - 1] if t.kv_len else ""
         names = [f"head {h}" + (f" · {roles[h]}" if roles and roles.get(h) else "") for h in range(heads)]
         fig = attention_heatmap(z, names, labels[: t.kv_len],
-                                f"layer {layer}, every head: query {query}", scale=scale)
+                                f"layer {layer}, every head: query {query}", scale=scale, row_chars=30)
         fig.update_yaxes(title="head")
         return fig
     grids = [attention_rows(t, layer, h) for h in range(heads)]
