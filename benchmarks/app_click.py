@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 
+from engine.draw.views import VIEWS  # the step page's seven views, default first: defined once
 from ui.apptest import app_test
 
 TEXT = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to "
@@ -22,7 +23,6 @@ TEXT = ("Once upon a time, in a small house near the woods, there lived a little
         "wondered what was inside. He called his friend Mia and they opened it together.")
 
 
-VIEWS = ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"]  # the page's, default first
 
 
 def clicks_with_view(prompt: str, view: str, clicks: int) -> list[float]:

@@ -13,6 +13,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from engine.draw.views import VIEWS  # the step page's seven views, default first: defined once
 from tests.test_browser import idle, open_page
 
 PRESENTER = (1280, 720)
@@ -78,7 +79,6 @@ def stepped(browser, server):
     pg.close()
 
 
-VIEWS = ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"]
 
 
 @pytest.mark.parametrize("view", VIEWS)
