@@ -100,11 +100,12 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
         on_progress(0.5, "matmul done, measuring memory bandwidth…")
     free = dev.available_bytes(device)
     sizes = [m * 2**20 for m in COPY_MIB["cpu" if device.type == "cpu" else "gpu"] if 2 * m * 2**20 <= free]
+    sizes = sizes or [COPY_MIB["cpu"][0] * 2**20]  # the smallest, even where memory is short
     rates = []
-    for total in sizes or [COPY_MIB["cpu"][0] * 2**20]:
+    for total in sizes:
         src = torch.empty(total // 8, device=device, dtype=torch.float32).fill_(1.0)  # half the bytes, 4 per element
         dst = torch.empty_like(src)
-        rates.append((total, _best_rate(lambda: dst.copy_(src), total, device, budget_s / len(sizes or [0]))))
+        rates.append((total, _best_rate(lambda: dst.copy_(src), total, device, budget_s / len(sizes))))
         del src, dst
     if on_progress:
         on_progress(1.0, "done")
