@@ -42,7 +42,7 @@ SCENARIOS: dict[str, dict] = {
                    "chunking": True},
     },
     "long_prompt": {
-        "title": "3. A long prompt while others decode (chunked prefill)",
+        "title": "3. A long prompt: chunked prefill",
         "why": "Three short requests are decoding when a long prompt arrives. With chunked prefill the long "
                "prompt is cut into pieces that fit the token budget beside the decodes, so every decoding row "
                "keeps getting a token each step. Switch chunking off: one pass takes the whole prompt and every "
