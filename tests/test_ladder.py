@@ -133,6 +133,7 @@ def test_the_ladder_has_every_field_and_its_labels_are_the_roofline_rule(measure
             assert m.runs == 2 and m.low_ms <= m.median_ms <= m.high_ms and m.warmup_ms is not None
         assert r.lean.path == "static cache, eager (no graphs on this device)"
         assert r.same_token
+        assert 0 < r.prefill_matmul_ms  # the prefill's matmuls alone, s rows each, timed too
     assert Ladder.from_dict(d) == lad  # a recorded ladder reads back whole
     table = lad.frame()
     assert len(table) == 2 and list(table["weights"]) == ["random (timing only)", "trained"]
@@ -338,3 +339,19 @@ def test_the_recorded_ladder_in_assets_reads_back_with_its_device_named():
         for r in lad.rungs:
             for m in (r.prefill, r.decode, r.nocache):
                 assert m.kind in m.label and m.low_ms <= m.median_ms <= m.high_ms
+
+
+def test_a_compute_bound_prefill_above_its_bound_is_explained_by_its_own_matmuls(measured):
+    """The roofline's caption says how far the prefill's matmuls alone sit above the compute bound, and what share
+    of the prefill is the rest, from the rung's own timings (or nothing, where the prefill is not compute-bound)."""
+    from dataclasses import replace
+
+    lad, _ = measured
+    top = lad.rungs[-1]
+    pre = replace(top.prefill, kind="compute-bound", median_ms=10.0, compute_ms=4.0)
+    r = replace(top, prefill=pre, prefill_matmul_ms=6.0)
+    words = draw.prefill_matmul_words(r)
+    assert "matmuls alone took 6.00 ms, ×1.5 the compute bound" in words and "other 40% of the prefill" in words
+    assert draw.prefill_matmul_words(replace(r, prefill=replace(pre, kind="overhead-bound"))) == ""
+    assert draw.prefill_matmul_words(replace(r, prefill_matmul_ms=None)) == ""
+    assert "took the whole prefill" in draw.prefill_matmul_words(replace(r, prefill_matmul_ms=12.0))

@@ -210,7 +210,20 @@ def roofline_caption(ladder: Ladder) -> str:
     return (f"Cached decode: {bound_words(first.decode)} at {first.label}; {bound_words(top.decode)} at {top.label}. "
             f"Prefill of {ladder.tokens} tokens: {bound_words(first.prefill)} at {first.label}; "
             f"{bound_words(top.prefill)} at {top.label}. With the cache off, decode recomputes {top.nocache.q_len} "
-            f"positions: {bound_words(top.nocache)} at {top.label}.")
+            f"positions: {bound_words(top.nocache)} at {top.label}.{prefill_matmul_words(top)}")
+
+
+def prefill_matmul_words(r: RungResult) -> str:
+    """Why a compute-bound prefill still sits above its bound, from the rung's own timing of its matmuls alone."""
+    m, mm = r.prefill, r.prefill_matmul_ms
+    if mm is None or m.kind != "compute-bound" or m.compute_ms <= 0:
+        return ""
+    if mm >= m.median_ms:
+        return (f" At {r.label} the prefill's matmuls timed alone ({_ms(mm)} ms) took the whole prefill "
+                f"({_ms(m.median_ms)} ms): the gap to the bound is the matmuls' own.")
+    return (f" At {r.label} the prefill's matmuls alone took {_ms(mm)} ms, ×{mm / m.compute_ms:.1f} the compute bound "
+            f"(the bound is a large square matmul's peak; these shapes run slower); the other "
+            f"{1 - mm / m.median_ms:.0%} of the prefill is attention, norms and the small ops between.")
 
 
 # ---------------------------------------------------------------- where a decode step's time goes

@@ -12,6 +12,7 @@ median and min-max of `repeats` runs):
     decode             one cached step at context s                       [batch=1, 1] on s cached positions
     decode (no cache)  the same step with the cache off                   [batch=1, s + 1], nothing cached
     matmuls alone      the decode step's weight matrices, nothing else    engine.measure.profile.matmuls_alone
+                       (and the prefill's, s rows each: how far the arithmetic alone sits above the compute bound)
     decode (lean)      CUDA only: the same step on a static cache replayed as a CUDA graph (engine.forward.lean)
 
 Each pass is placed on this device's roofline, probed before and after the rungs under the same thread count
@@ -100,6 +101,7 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
     on = Stepper(rlm, prompt, use_cache=True, record=False, repeats=repeats, max_new_tokens=2, stop_on_eos=False)
     pre, dec = on.prefill(), on.decode()  # [batch, s] on an empty cache; then [batch, 1] at context s
     matmul_ms = matmuls_alone(rlm, 1, repeats, loops=matmul_loops(rung.parameters))
+    prefill_matmul_ms = matmuls_alone(rlm, pre.q_len, repeats, loops=2)  # the prefill's matmuls: s rows each
     off = Stepper(rlm, prompt, use_cache=False, record=False, repeats=1, max_new_tokens=2, stop_on_eos=False)
     off.prefill()  # set-up, run once: the step after it is the one timed
     off.repeats = repeats
@@ -120,7 +122,8 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
         decode=Measured.of("decode", 1, s, 1, dec.timing, dec.flops_estimate, dec.bytes_estimate, roof, eager),
         nocache=Measured.of("decode (no cache)", nc.q_len, 0, 1, nc.timing, nc.flops_estimate, nc.bytes_estimate,
                             roof, eager),
-        lean=lean_pass, matmul_ms=matmul_ms, build_ms=build_ms, same_token=dec.token_id == nc.token_id)
+        lean=lean_pass, matmul_ms=matmul_ms, build_ms=build_ms, same_token=dec.token_id == nc.token_id,
+        prefill_matmul_ms=prefill_matmul_ms)
 
 
 def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS, on_progress=None,

@@ -24,7 +24,7 @@ LADDER_KEYS = ("model", "family", "device", "dtype", "threads", "tokens", "promp
                "rungs", "left_out", "wall_s", "rss_before_bytes", "rss_after_bytes", "measured_at")
 RUNG_KEYS = ("size", "label", "parameters", "weight_bytes", "trained", "weights", "layers", "d_model", "heads",
              "kv_heads", "head_dim", "d_ff", "prefill", "decode", "nocache", "lean", "matmul_ms", "build_ms",
-             "same_token", "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
+             "same_token", "prefill_matmul_ms", "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
 PASS_KEYS = ("what", "q_len", "past", "tokens", "median_ms", "low_ms", "high_ms", "runs", "warmup_ms", "flops",
              "bytes_moved", "memory_ms", "compute_ms", "kind", "label", "ratio", "path")
 
@@ -115,6 +115,7 @@ class RungResult:
     matmul_ms: float  # the decode step's weight matrices multiplied alone (engine.measure.profile.matmuls_alone)
     build_ms: float  # building the rung (random init), apart from every timing
     same_token: bool  # cache on and off chose the same next token
+    prefill_matmul_ms: float | None = None  # the prefill's weight matrices alone, s rows (None: not timed)
 
     @property
     def decode_vs_prefill_per_token(self) -> float:
@@ -202,7 +203,8 @@ class Ladder:
                 "prefill ms per token": round(r.prefill.per_token_ms, 3),
                 "decode ms per token": round(r.decode.per_token_ms, 3),
                 "decode ÷ prefill per token": round(r.decode_vs_prefill_per_token, 1),
-                "matmul share of decode": f"{r.matmul_share:.0%}", "cache saves ×": round(r.cache_saves, 1),
+                "matmul share of decode": f"{r.matmul_share:.0%}",
+                "prefill matmuls alone ms": None if r.prefill_matmul_ms is None else round(r.prefill_matmul_ms, 1), "cache saves ×": round(r.cache_saves, 1),
                 **({"lean decode ms (min–max)": r.lean.spread(), "lean decode is": r.lean.label} if r.lean else {}),
             })
         return pd.DataFrame(rows)
