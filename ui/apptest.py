@@ -9,6 +9,8 @@ real app.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
 _LAUNCHER = Path(tempfile.mkdtemp(prefix="decode-lab-apptest-")) / "launch_app.py"
+atexit.register(shutil.rmtree, _LAUNCHER.parent, ignore_errors=True)  # one folder per process, gone with it
 _LAUNCHER.write_text(
     "import runpy, sys\n"
     f"sys.path.insert(0, {str(ROOT)!r})\n"
