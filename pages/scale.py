@@ -155,7 +155,7 @@ roof = here if roof_choice == "this device (measured)" else roofline.from_datash
     sheets.set_index("name").loc[roof_choice].to_dict() | {"name": roof_choice})
 dram = (f" ({roof.dram_bandwidth / 1e9:,.1f} GB/s for data larger than its cache, from DRAM: ridge "
         f"{roof.dram_ridge:.1f}; each step's memory bound uses the rate measured at its own bytes)"
-        if roof.dram_bandwidth < 0.8 * roof.bandwidth else "")
+        if roof.cache_roof else "")
 st.write(plain(f"{roof.name}: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth {roof.bandwidth / 1e9:,.1f} GB/s, "
                f"ridge at {roof.ridge:.1f} FLOP/byte{dram}."))
 

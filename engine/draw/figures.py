@@ -414,12 +414,11 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
 NOTE_CHARS = 38  # a note's line on a chart in a side column (the sidebar open too), at presenter size, inside its plot
 
 
-def note_box(fig: go.Figure, note: str, scale: float, top: float | None = None, secondary_top: float | None = None,
-             chars: int = NOTE_CHARS) -> None:
+def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS) -> None:
     """Say a note (engine.measure.noise) on the chart itself: its headline in a box under the plot, below the x
     axis's title, in a bottom margin of its own (the box covers no bar, line, tick or legend, whatever the screen;
     the figure keeps its height, so a chart that fits a projector's first screen still does). Call it after
-    `layout`. (`top`, `secondary_top`: kept for callers; the axes are no longer stretched.)"""
+    `layout`."""
     from engine.measure.noise import headline
 
     lines = wrap(headline(note), chars)
@@ -522,9 +521,7 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
     fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", scale=scale)
     if note:
-        note_box(fig, note, scale, top=max(t.q_len for t in nocache_traces), chars=64,
-                 secondary_top=max([t.latency_ms for t in list(cache_traces) + list(nocache_traces)
-                                    if t.phase == "decode"] or [1.0]))
+        note_box(fig, note, scale, chars=64)
     return fig
 
 

@@ -161,7 +161,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
             m = getattr(r, attr)
             points.append({"kind": kind, "intensity": m.intensity, "achieved": m.achieved,
                            "label": f"{r.label}: {m.label}, {m.spread()} ms"})
-    fig = scale_draw.roofline_figure(ladder.roof, points, scale=scale)
+    fig = scale_draw.roofline_figure(ladder.roof, points, scale=scale, dram_ridge=True)
     ends = {ladder.rungs[0].label, ladder.rungs[-1].label}
     for tr in (t for t in fig.data if t.mode == "markers"):  # each kind's points, in rung order (not the roofs)
         tr.mode = "lines+markers+text"
@@ -178,14 +178,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                                  line=dict(color=DECODE, width=2, dash="dash"),
                                  marker=dict(color=DECODE, size=11, symbol="diamond")))
     roof = ladder.roof
-    # the ridge named beside the roof itself, where it stays in view (not above the plot, under the legend)
-    fig.layout.annotations = [a for a in fig.layout.annotations if not str(a.text).startswith("ridge")]
-    ridge, which = (roof.dram_ridge, " (DRAM)") if roof.dram_bandwidth < 0.8 * roof.bandwidth else (roof.ridge, "")
-    fig.layout.shapes = []
-    fig.add_vline(x=ridge, line_dash="dot")
-    fig.add_annotation(x=math.log10(ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
-                       text=f"ridge {ridge:.1f} FLOP/byte{which}", font=dict(size=13 * scale))
-    xs = [p["intensity"] for p in points] + [roof.ridge, ridge]
+    xs = [p["intensity"] for p in points] + [roof.ridge, roof.dram_ridge]
     ys = [p["achieved"] for p in points] + [roof.peak_flops]
     fig.update_xaxes(tickmode="array", range=_log_range(min(xs), max(xs), 2.5),
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])

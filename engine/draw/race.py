@@ -27,7 +27,7 @@ def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against posi
     fig.update_yaxes(title="ms per step (measured)", rangemode="tozero")
     fig = layout(fig, title, height=420, scale=scale)
     if note:
-        note_box(fig, note, scale, top=float(df["latency_ms"].max()) if len(df) else 1.0, chars=64)
+        note_box(fig, note, scale, chars=64)
     return fig
 
 

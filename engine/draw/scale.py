@@ -24,13 +24,14 @@ def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_b
     return layout(fig, "KV-cache size against context length", height=420, scale=scale)
 
 
-def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) -> go.Figure:
+def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0, dram_ridge: bool = False) -> go.Figure:
     """The device's roof and each point placed on it (a point's "label" names it on hover; else its step).
 
     Where the probe found a cache much faster than DRAM, two memory roofs: a step's bound uses the one its
-    bytes get (DeviceRoof.bandwidth_for); the compute roof is shared."""
+    bytes get (DeviceRoof.bandwidth_for); the compute roof is shared. The ridge drawn is the cache's, or with
+    `dram_ridge` DRAM's (models too big for the cache: the ladder)."""
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
-    two = roof.dram_bandwidth < 0.8 * roof.bandwidth  # a cache much faster than DRAM: two memory roofs
+    two = roof.cache_roof
     fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], showlegend=False,
                                name="roof (data in cache)" if two else "roofline", line=dict(color="#333", width=3)))
     roofs = [(roof.bandwidth, "in cache" if two else "memory", "right", "bottom")]  # above-left of its line
@@ -54,9 +55,10 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0) ->
                                      hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     # the ridge's words placed by hand: add_vline's own annotation takes x as log10 on a log axis (plotly), so
     # "ridge 19.4" was drawn at 10^19.4 FLOP/byte and stretched the axis until the roof filled a third of it
-    fig.add_vline(x=roof.ridge, line_dash="dot")
-    fig.add_annotation(x=math.log10(roof.ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
-                       text=f"ridge {roof.ridge:.1f} FLOP/byte", font=dict(size=13 * scale))
+    ridge, which = (roof.dram_ridge, " (DRAM)") if dram_ridge and two else (roof.ridge, "")
+    fig.add_vline(x=ridge, line_dash="dot")
+    fig.add_annotation(x=math.log10(ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
+                       text=f"ridge {ridge:.1f} FLOP/byte{which}", font=dict(size=13 * scale))
     # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="achieved FLOP/s (estimate ÷ measured)")

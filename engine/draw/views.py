@@ -73,33 +73,36 @@ def attention(c: StepContext) -> list[Block]:
     t, layer = c.t, c.layer
     if t.layers[layer].pattern is None:
         return [Block("note", t.attention_note)]
+    roles = head_roles(t, layer, list(c.ids[: t.kv_len]))  # read once: the picture's labels and the sentence
     if c.pictures:  # the same weights, printed in the cells: a follower's tab shows a picture in a few ms
         blocks = [Block("html", picture_html(heads_svg(t, layer, list(c.pieces)),
                                              f"layer {layer}: every head's attention for the newest query",
                                              "dl-follow-heads"), "heads")]
     else:
         blocks = [Block("figure", fig.heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2,
-                                                   newest_only=True, roles=role_names(c)), "heads")]
-    blocks += look_back_blocks(c)
+                                                   newest_only=True, roles=role_names(c, roles)), "heads")]
+    blocks += look_back_blocks(c, roles)
     return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
                                       "is masked (the future, or outside a sliding window): masked, not zero. One "
                                       "row per head for the newest query, so the head that looks back at a name "
                                       "stands out.")]
 
 
-def role_names(c: StepContext) -> dict[int, str]:
-    """head -> its role in a few words ('previous token', 'looks at ·upon'), for the picture's head labels."""
-    ids = list(c.ids[: c.t.kv_len])
+def role_names(c: StepContext, roles=None) -> dict[int, str]:
+    """head -> its role in a few words ('previous token', 'looks at ·upon'), for the picture's head labels.
+    `roles`: head_roles already read for this step and layer (else read here)."""
+    if roles is None:
+        roles = head_roles(c.t, c.layer, list(c.ids[: c.t.kv_len]))
     return {r.head: (f"looks at {show_piece(c.pieces[r.key_pos])}"[:24] if r.role == "looks at" else r.role)
-            for r in head_roles(c.t, c.layer, ids)}
+            for r in roles}
 
 
-def look_back_blocks(c: StepContext) -> list[Block]:
-    """Which head does what at this step, and who looks back at an earlier copy of the newest token."""
+def look_back_blocks(c: StepContext, roles) -> list[Block]:
+    """Which head does what at this step (`roles`: head_roles), and who looks back at an earlier copy of the
+    newest token."""
     t, layer = c.t, c.layer
     ids = list(c.ids[: t.kv_len])
     blocks = []
-    roles = head_roles(t, layer, ids)
     if roles:
         blocks.append(Block("text", roles_sentence(roles, [show_piece(p) for p in c.pieces], layer, t.pattern_rows),
                             "roles"))

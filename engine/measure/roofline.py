@@ -29,6 +29,7 @@ from engine.load import device as dev
 
 # a copy's two buffers together, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
+CACHE_GAP = 0.8  # DRAM's copy rate below this share of the best one: a cache worth a roof of its own
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class DeviceRoof:
     @property
     def dram_ridge(self) -> float:
         return self.peak_flops / self.dram_bandwidth
+
+    @property
+    def cache_roof(self) -> bool:
+        """The probe found a cache much faster than DRAM (CACHE_GAP): pictures draw two memory roofs."""
+        return self.dram_bandwidth < CACHE_GAP * self.bandwidth
 
     def bandwidth_for(self, bytes_moved: float) -> float:
         """The copy rate measured at this many bytes (log-linear between probed sizes, the ends beyond them).
