@@ -340,7 +340,7 @@ lm = load_model("default", device="cpu")
 if {warm}:
     warm_pictures(lm)
 took = []
-for prompt in ("Tom had a red ball.", "Lily went to the park."):
+for prompt in ("Tom had a red ball.", "Lily went to the park.", "The cat sat down.", "Ben saw a big dog."):
     run = Stepper(lm, prompt, max_new_tokens=2, repeats=1)
     run.prefill()
     t0 = time.perf_counter()
@@ -352,7 +352,7 @@ print(json.dumps(took))
 """
 
 
-def _first_and_second(warm: bool) -> tuple[float, float]:
+def _first_and_later(warm: bool) -> tuple[float, list[float]]:
     import subprocess
     import sys
 
@@ -360,18 +360,22 @@ def _first_and_second(warm: bool) -> tuple[float, float]:
 
     out = subprocess.run([sys.executable, "-c", WARM_PROBE.format(root=str(ROOT), warm=warm)], capture_output=True,
                          text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
-    first, second = json.loads(out.stdout.strip().splitlines()[-1])
-    return first, second
+    first, *later = json.loads(out.stdout.strip().splitlines()[-1])
+    return first, later
 
 
 @pytest.mark.slow
 def test_after_the_load_warm_up_a_first_step_draws_as_fast_as_a_later_one():
     """ui/frame.py warms every picture when it loads the model (engine.draw.warm): without it, the first step's
     figures of a process take many times longer than the next step's."""
-    cold_first, cold_second = _first_and_second(False)
-    warm_first, warm_second = _first_and_second(True)
-    assert cold_first > 2 * cold_second  # the cost the warm-up removes is real
-    assert warm_first < 2 * warm_second + 0.05, (warm_first, warm_second)
+    import statistics
+
+    cold_first, cold_later = _first_and_later(False)
+    warm_first, warm_later = _first_and_later(True)
+    # three later draws, so a busy neighbour (the suite runs on two workers) slowing one of them cannot decide it:
+    # the fastest later draw for the cost the warm-up removes, their median for what a warm first draw must match
+    assert cold_first > 2 * min(cold_later), (cold_first, cold_later)  # the cost the warm-up removes is real
+    assert warm_first < 2 * statistics.median(warm_later) + 0.05, (warm_first, warm_later)
 
 
 def test_a_sliding_window_models_decode_step_is_taken_apart_without_changing_its_run(family_dirs):
