@@ -234,11 +234,13 @@ async def lecture(contexts: int, seconds: float, every: float, servers: Servers,
         # the lecturer's browser apart: in a lecture hall it is the lecturer's own laptop
         driver = descendants(os.getpid())  # this process and Playwright's driver
         lect_browser = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        browser = await p.chromium.launch(executable_path=niced_chromium(nice), args=FLAGS)
         lect, link = await open_lecturer(lect_browser, servers.url, key, cookies[0])
         await lect.keyboard.press("p")
         await lect.get_by_text(re.compile(r"\(0 from Next token\)")).first.wait_for()
-        others = descendants(os.getpid())  # the driver and the lecturer's browser: not the followers'
+        others = descendants(os.getpid())  # the driver and the lecturer's browser, its page's renderer included
+        # the followers' browser is started only now, so that all of its processes (its browser and GPU processes,
+        # which every tab's events and frames go through, and each tab's renderer) count as the followers'
+        browser = await p.chromium.launch(executable_path=niced_chromium(nice), args=FLAGS)
         followers = []
         for start in range(0, contexts, 6):  # open in small groups: 30 first loads at once only measure the CPU
             followers += await asyncio.gather(*(open_follower(browser, link, n, errors, cookies[n % len(cookies)])
@@ -252,8 +254,8 @@ async def lecture(contexts: int, seconds: float, every: float, servers: Servers,
         clicks: dict[int, float] = {}
         tabs = descendants(os.getpid()) - others  # the followers' browser: its renderers, GPU and browser process
         others = descendants(os.getpid()) - tabs  # this driver, Playwright's, the lecturer's browser
-        tabs_cpu0, others_cpu0, driver_cpu0 = cpu_of(tabs), cpu_of(others), cpu_of(driver)
         tasks0 = [await task_seconds(pg) for pg in followers]
+        tabs_cpu0, others_cpu0, driver_cpu0 = cpu_of(tabs), cpu_of(others), cpu_of(driver)
         cpu0, machine0 = servers.cpu(), cpu_seconds()
         rss_max = servers.rss()
         stop_at, step = time.time() + seconds, 0
@@ -269,11 +271,11 @@ async def lecture(contexts: int, seconds: float, every: float, servers: Servers,
             rss_max = max(rss_max, servers.rss())
             await asyncio.sleep(max(0.0, every - (time.time() - tick)))
         await asyncio.sleep(3)  # the last step reaches everyone
-        server_cpu = servers.cpu() - cpu0
+        server_cpu = servers.cpu() - cpu0  # every count read at once: one window for all of them
         machine_cpu = cpu_seconds() - machine0
-        tasks1 = [await task_seconds(pg) for pg in followers]
         tabs_cpu, others_cpu = cpu_of(tabs) - tabs_cpu0, cpu_of(others) - others_cpu0
         driver_cpu = cpu_of(driver) - driver_cpu0
+        tasks1 = [await task_seconds(pg) for pg in followers]  # slow while 100 tabs catch up: read last
         window = seconds + 3
 
         lat, server_lat, missed, late_steps = [], [], 0, []
@@ -329,6 +331,8 @@ def run(contexts: int = 30, seconds: float = 60, every: float = 2.0, nice: int =
 
 
 def report(rep: dict) -> str:
+    n = max(1, rep["updates"])
+    busy = (rep["tabs_cpu_s"] + rep["lecturer_cpu_s"] + rep["server_cpu_s"]) / n / max(1, rep["cpus"])
     where = (f"{rep['replicas']} replicas behind nginx, Redis" if rep["replicas"] else "one server")
     redis = ("" if rep["redis_idle_commands"] is None else
              f"; Redis received {rep['redis_idle_commands']} commands in those 10 s; followers' streams per replica "
@@ -354,4 +358,8 @@ def report(rep: dict) -> str:
         f"{rep['lecturer_cpu_s']:.0f} s, this driver (and Playwright's) {rep['driver_cpu_s']:.0f} s, anything else the "
         f"rest; load average before "
         f"{rep['load_before'][0]:.2f} {rep['load_before'][1]:.2f} {rep['load_before'][2]:.2f}",
+        f"per step, all told: the followers' browser {1000 * rep['tabs_cpu_s'] / n:.0f} ms of CPU, the lecturer's "
+        f"browser {1000 * rep['lecturer_cpu_s'] / n:.0f} ms, the server {1000 * rep['server_cpu_s'] / n:.0f} ms: "
+        f"{busy:.2f} s of all {rep['cpus']} cores (an estimate of how long a step keeps this machine busy; a screen "
+        f"counts as drawn when its stage is in the page, and the tab's painting and clean-up come after)",
     ])

@@ -174,3 +174,29 @@ def test_three_followers_vote_the_projector_counts_them_and_reveal_puts_the_mode
     for pg in [lect, *followers]:
         assert pg.locator("[data-testid='stException']").count() == 0
         pg.close()
+
+
+def test_a_prompt_written_as_markup_reaches_the_followers_stage_as_text_and_nothing_in_it_runs(keyed_server, browser):
+    """The follower's tab places the stage's SVG in its page (ui/follow.js): a prompt that is markup must arrive
+    as the words it is, with no element or handler of its own, and nothing may run."""
+    from urllib.parse import quote
+
+    hostile = 'Tom <img src=x onerror=alert(1)><svg onload=alert(2)> ran "home"'
+    lect, link = lecture(browser, f"{keyed_server}/?prompt={quote(hostile)}", steps=1)
+    (pg,) = follow(browser, link, sizes=((1280, 800),))
+    dialogs = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    stage = pg.locator("[data-testid=dl-follow-stage][data-step='1']")
+    expect(stage).to_be_visible()
+    expect(stage.locator("svg[data-role=stage]")).to_have_count(1)  # the stage itself, drawn
+    expect(pg.get_by_test_id("dl-text")).to_contain_text("<img src=x onerror=alert(1)><svg onload=alert(2)>")
+    inside = pg.evaluate("""() => {
+      const s = document.querySelector('[data-testid=dl-follow-stage]');
+      return { imgs: s.querySelectorAll('img').length, svgs: s.querySelectorAll('svg').length,
+               handlers: [...s.querySelectorAll('*')].filter((e) => [...e.attributes].some((a) => /^on/i.test(a.name))).length };
+    }""")
+    assert inside == {"imgs": 0, "svgs": 1, "handlers": 0}, inside
+    pg.wait_for_timeout(500)
+    assert dialogs == []
+    for p in (lect, pg):
+        p.close()

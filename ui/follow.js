@@ -17,6 +17,21 @@ function el(tag, attrs = {}, text) {
   return e;
 }
 
+function svgNode(text) {
+  // The server's stage (engine/draw/stage.py: every word escaped there), placed in the page itself. As an
+  // <img> it costs each tab a document of its own on every step; inline, one parse. Nothing in it can run:
+  // it is parsed as SVG (no HTML), and any script, foreign HTML or on* attribute is dropped before it is placed.
+  const root = new DOMParser().parseFromString(text, "image/svg+xml").documentElement;
+  if (!root || root.namespaceURI !== "http://www.w3.org/2000/svg" || root.localName !== "svg") return null;
+  for (const n of root.querySelectorAll("script, foreignObject")) n.remove();
+  for (const n of [root, ...root.querySelectorAll("*")]) {
+    for (const a of [...n.attributes]) {
+      if (/^on/i.test(a.name) || /^\s*javascript:/i.test(a.value)) n.removeAttribute(a.name);
+    }
+  }
+  return document.importNode(root, true);
+}
+
 let plotlyLoading = null;
 function plotly() {  // plotly's own bundle, served by this server, loaded the first time a chart is shown
   if (!plotlyLoading) {
@@ -46,7 +61,6 @@ class Follower {
     this.picks = { view: "Attention", layer: 0, head: 0 };
     this.own = new Set();        // pickers the student touched (the others follow the lecturer's)
     this.voted = new Map();      // question id -> what the server said
-    this.urls = [];              // blob URLs of the pictures on screen (revoked when replaced)
     this.drawn = 0;              // a counter: a newer draw wins over a slower older one
     this.build();
     this.connect();
@@ -91,7 +105,6 @@ class Follower {
   close() {
     this.gone = true;
     if (this.es) this.es.close();
-    for (const u of this.urls) URL.revokeObjectURL(u);
   }
 
   ended() {
@@ -242,7 +255,7 @@ class Follower {
     const grid = el("div", { class: "dlf-grid" });
     const left = el("div", { class: "dlf-left" }), right = el("div", { class: "dlf-right" });
     const stage = el("div", { class: "dl-stage", "data-testid": "dl-follow-stage" });
-    const img = el("img", { alt: "" });
+    const img = el("div");  // the stage's picture: an inline <svg> once the first step is drawn
     stage.append(img);
     const text = el("div", { class: "dl-text", "data-testid": "dl-text" });
     const status = el("div", { class: "dlf-status" }), view = el("div", { class: "dlf-view" });
@@ -263,13 +276,10 @@ class Follower {
     const [svg, view] = await Promise.all([this.part(`${at}stage/${p.layer}/${p.head}`),
       this.part(`${at}view/${frame.views.indexOf(p.view)}/${VIEWS_WITH_LAYER.has(p.view) ? p.layer : 0}`)]);
     if (token !== this.drawn) return;
-    let url = null, viewBox = null, next = null;
+    let viewBox = null, next = null;
     const waits = [], charts = [];
-    if (svg !== (this.step && this.step.svg)) {  // the new picture loaded and decoded aside, then put in place
-      url = svg ? URL.createObjectURL(new Blob([svg], { type: "image/svg+xml" })) : "";
-      next = new Image();
-      next.src = url;
-      waits.push(next.decode());
+    if (svg !== (this.step && this.step.svg)) {  // the new picture parsed aside, then put in place
+      next = (svg && svgNode(svg)) || el("div", { class: "dlf-note" }, "This step's picture is not available: press Live.");
     }
     if (view !== (this.step && this.step.viewText)) {  // the view built aside, its pictures decoded, then swapped in
       viewBox = el("div", { class: "dlf-view" });
@@ -278,18 +288,15 @@ class Follower {
       for (const img of viewBox.querySelectorAll("img")) waits.push(img.decode());
     }
     await Promise.allSettled(waits);  // an empty or broken picture: show what there is
-    if (token !== this.drawn) { if (url) URL.revokeObjectURL(url); return; }
+    if (token !== this.drawn) return;
     this.drawBar();
     this.drawPickers(frame);
     const n = this.stepNodes();
     if (next !== null) {
-      n.img.replaceWith(next);  // decoded already: the swap paints at once, nothing loads twice
+      n.img.replaceWith(next);  // parsed already: one swap, one layout
       n.img = next;
       n.svg = svg;
-      if (url) this.urls.push(url);
-      while (this.urls.length > 2) URL.revokeObjectURL(this.urls.shift());
     }
-    n.img.alt = frame.alt || "";
     n.text.textContent = frame.text || "";
     n.status.innerHTML = frame.status;  // made by the server from numbers (engine/follow/frames.py)
     if (viewBox !== null) {

@@ -7,7 +7,7 @@
     md_html(text)                         engine-made markdown as HTML (markdown-it, raw HTML off)
 
 A picture of a step is built once per server (engine/follow/hub.py keeps it) from the shared record, by the
-same builders the step page uses; what a follower's tab receives is text it places: SVG for an <img>,
+same builders the step page uses; what a follower's tab receives is text it places: SVG (the stage, parsed and placed inline),
 HTML made here (every user's word escaped), and plotly's own JSON for the few charts a student opens.
 """
 
@@ -19,7 +19,7 @@ from html import escape
 
 from markdown_it import MarkdownIt
 
-from engine.draw.stage import caption, stage_svg
+from engine.draw.stage import stage_svg
 from engine.draw.views import VIEWS, Block, StepContext, view_blocks
 
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -88,7 +88,7 @@ def step_frame(run: str, at: int, t, *, model: str, text: str, layers: int, head
     status = (f"<b>{new_tokens} new token{'s' if new_tokens != 1 else ''}</b> · step <b>{at}</b> ({t.phase}) · "
               f"KV cache <b>{t.kv_bytes:,} bytes</b>" + (f" · stopped: <b>{escape(stop)}</b>" if done and stop else ""))
     return {"id": f"{run}:{at}", "kind": "step", "page": "Step through", "label": f"step {at} ({t.phase})",
-            "run": run, "at": at, "model": model, "status": status, "text": text, "alt": caption(t),
+            "run": run, "at": at, "model": model, "status": status, "text": text,
             "layers": layers, "heads": heads, "views": list(VIEWS), "done": done}
 
 
