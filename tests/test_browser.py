@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,10 +164,17 @@ def test_every_scenario_picked_under_more_runs_its_steps_keeps_its_settings_and_
     pg = open_page(browser, server + "/?presenter=on", width=1280, height=720)
     for scenario in json.loads((ROOT / "assets" / "scenarios.json").read_text()):
         link, title = scenario["link"], scenario["title"]
-        pg.get_by_role("button", name="More").first.click()
-        pg.get_by_label("scenario").click()
-        pg.get_by_role("option", name=title).click()
-        pg.keyboard.press("Escape")  # fold the popover away, as a lecturer would
+
+        def pick() -> None:
+            for _ in range(3):
+                pg.get_by_role("button", name="More").first.click()
+                try:
+                    pg.get_by_label("scenario").click(timeout=15_000)
+                    break
+                except PlaywrightTimeout:  # the popover was redrawn shut by a rerun under way: open it again
+                    continue
+            pg.get_by_role("option", name=title).click()
+            pg.keyboard.press("Escape")  # fold the popover away, as a lecturer would
 
         def replayed(url: str) -> bool:  # this scenario's run is on screen: every setting and its steps in the link
             # (prompt and cache alone also match the scenario before: "MHA" and "Stop at the first full stop" share
@@ -174,7 +182,18 @@ def test_every_scenario_picked_under_more_runs_its_steps_keeps_its_settings_and_
             q = parse_qs(urlparse(url).query)
             return all(q.get(k) == [v] for k, v in link.items() if k not in ("steps", "at")) and "steps" in q
 
-        pg.wait_for_url(replayed, timeout=120_000)
+        before = pg.url
+        pick()
+        start, picked_again = time.monotonic(), False
+        while not replayed(pg.url):
+            assert time.monotonic() - start < 120, f"{title}: not replayed in 2 minutes; the link is {pg.url}"
+            if pg.url == before and not picked_again and time.monotonic() - start > 20:
+                # nothing at all reached the app (on a busy machine the option's click can land while the
+                # popover is redrawn): pick it again, as a lecturer would. A pick that changed the link but
+                # did not replay the scenario (the walk-through's bug) is never retried: it fails above
+                pick()
+                picked_again = True
+            pg.wait_for_timeout(250)
         idle(pg)
         query = parse_qs(urlparse(pg.url).query)
         assert query.get("prompt") == [link["prompt"]] and query.get("cache") == [link["cache"]], title
