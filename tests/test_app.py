@@ -284,8 +284,9 @@ def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
     at = fresh_app()
     at.selectbox(key="step_scenario").set_value(scenario["title"]).run()
     assert not at.exception and not at.error, [e.value for e in at.exception]
-    # the only warning allowed is the honest one about this machine's load (engine/measure/noise.py)
-    assert all(w.value.startswith(BUSY) for w in at.warning), [w.value for w in at.warning]
+    # the only warnings allowed are the honest ones about timing on a loaded machine (engine/measure/noise.py):
+    # the server was busy, or a comparison flipped against the lesson (the suite runs on two workers)
+    assert all(w.value.startswith((BUSY, "Timing noise: ")) for w in at.warning), [w.value for w in at.warning]
     link = scenario["link"]
     assert at.sidebar.selectbox(key="side_model").value == link["model"]
     assert at.toggle(key="bar_cache").value == (link["cache"] == "on")

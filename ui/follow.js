@@ -255,15 +255,15 @@ class Follower {
     const grid = el("div", { class: "dlf-grid" });
     const left = el("div", { class: "dlf-left" }), right = el("div", { class: "dlf-right" });
     const stage = el("div", { class: "dl-stage", "data-testid": "dl-follow-stage" });
-    const img = el("div");  // the stage's picture: an inline <svg> once the first step is drawn
-    stage.append(img);
+    const picture = el("div");  // the stage's picture: an inline <svg> once the first step is drawn
+    stage.append(picture);
     const text = el("div", { class: "dl-text", "data-testid": "dl-text" });
     const status = el("div", { class: "dlf-status" }), view = el("div", { class: "dlf-view" });
     left.append(stage, text);
     right.append(status, view);
     grid.append(left, right);
     this.body.replaceChildren(grid);
-    this.step = { grid, stage, img, text, status, view, viewText: null, svg: null };
+    this.step = { grid, stage, picture, text, status, view, viewText: null, svg: null };
     return this.step;
   }
 
@@ -293,8 +293,8 @@ class Follower {
     this.drawPickers(frame);
     const n = this.stepNodes();
     if (next !== null) {
-      n.img.replaceWith(next);  // parsed already: one swap, one layout
-      n.img = next;
+      n.picture.replaceWith(next);  // parsed already: one swap, one layout
+      n.picture = next;
       n.svg = svg;
     }
     n.text.textContent = frame.text || "";

@@ -7,8 +7,9 @@
     md_html(text)                         engine-made markdown as HTML (markdown-it, raw HTML off)
 
 A picture of a step is built once per server (engine/follow/hub.py keeps it) from the shared record, by the
-same builders the step page uses; what a follower's tab receives is text it places: SVG (the stage, parsed and placed inline),
-HTML made here (every user's word escaped), and plotly's own JSON for the few charts a student opens.
+same builders the step page uses; what a follower's tab receives is text it places: the stage's SVG (parsed
+and placed inline), HTML made here (every user's word escaped), and plotly's own JSON for the few charts a
+student opens.
 """
 
 from __future__ import annotations
