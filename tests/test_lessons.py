@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.measure import noise
 from ui.apptest import app_test, page
 from tests.test_app import fresh_app
 
@@ -113,8 +114,8 @@ def test_a_link_opens_the_lesson_it_was_copied_from():
     other = app_test()
     other.query_params = link
     other.run()
-    other.switch_page(page("lessons")).run()
-    assert not other.exception and not other.warning
+    other.switch_page(page("lessons")).run()  # the only warning allowed: an honest timing note (a loaded machine)
+    assert not other.exception and all(noise.is_note(w.value) for w in other.warning), [w.value for w in other.warning]
     assert other.selectbox(key="lesson_pick").value == TITLES[4]
 
 

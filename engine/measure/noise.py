@@ -20,6 +20,12 @@ import statistics
 WIDE = 2.0  # a step whose slowest timed repeat took more than this many times its fastest: the server was busy
 MORE_WORK = 2.0  # a comparison is only a contradiction where the slower-looking side does this much less work
 BUSY = "The server was busy while these were timed"
+NOISE = "Timing noise"  # a comparison flipped against the lesson, though no step's repeats were wide apart
+
+
+def is_note(text: str) -> bool:
+    """Is this one of the notes made here (a page shows them as warnings: the only honest warnings of a run)?"""
+    return text.startswith((BUSY, NOISE))
 
 
 def spread(traces) -> tuple[object, float] | None:
@@ -80,7 +86,7 @@ def _compose(timed, steady, found: list[str], coda: str) -> str | None:
     if evidence:
         return f"{BUSY}: " + "; ".join([evidence] + found) + f". {coda}"
     if found:
-        return ("Timing noise: " + "; ".join(found) + "; at this size a step is mostly fixed costs, and other work "
+        return (f"{NOISE}: " + "; ".join(found) + "; at this size a step is mostly fixed costs, and other work "
                 f"on the server shifts whole steps. {coda}")
     return None
 
