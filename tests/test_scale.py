@@ -89,6 +89,23 @@ def test_device_probe_reports_positive_figures():
     assert roof.bandwidth == max(r for _, r in roof.bandwidths) and roof.dram_bandwidth == roof.bandwidths[-1][1]
 
 
+def test_the_memory_roof_is_the_faster_of_a_copy_and_a_matrix_vector_read_at_every_size(monkeypatch):
+    """A copy writes as much as it reads and reads low: a decode step, which reads its weights once, then beat its own
+    'bound' (one thread here: copy 11, matrix-vector 14 GB/s at 1 GiB). The probe keeps the faster of the two."""
+    calls = []
+
+    def fake_rate(fn, work, device, budget_s):
+        calls.append(fn)
+        if len(calls) == 1:
+            return 1e11  # the matmul
+        return 10e9 if len(calls) % 2 == 0 else 14e9  # copy, then the matrix-vector read, at each size
+
+    monkeypatch.setattr(roofline, "_best_rate", fake_rate)
+    roof = roofline.probe(torch.device("cpu"), budget_s=0.1)
+    assert len(calls) == 1 + 2 * len(roofline.COPY_MIB["cpu"])
+    assert [r for _, r in roof.bandwidths] == [14e9] * len(roofline.COPY_MIB["cpu"])
+
+
 def test_a_steps_memory_bound_uses_the_bandwidth_its_own_bytes_get():
     """A 16 MB model read from cache is bounded by the cache's rate, a 450 MB one by DRAM's (a hierarchy)."""
     mib = 2**20

@@ -75,7 +75,8 @@ def grow_the_model(lm, settings) -> None:
     measure = row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
                          key="scale_ladder_measure", icon=":material/straighten:",
                          help="Builds each rung from the model's config with random weights (no download), times "
-                              "its prefill and decode steps on every core, then gives the memory back. Once per "
+                              "its prefill and decode steps on the threads the app serves a model that size with (the "
+                              "browser keeps a core), then gives the memory back. Once per "
                               "server: every session sees the result. Students' steps wait while it runs.")
     if measure:
         _measure(lm, again=live is not None)

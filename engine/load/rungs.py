@@ -284,12 +284,30 @@ def build(rung: Rung, lm: LoadedModel, seed: int = 0) -> LoadedModel:
         model = AutoModelForCausalLM.from_config(rung.config, dtype=lm.dtype,
                                                  attn_implementation=lm.config._attn_implementation)
     model.eval()
+    if lm.device.type == "cpu":
+        store_in_out(model)
     spec = from_config(model.config, f"{model_name(lm)} grown to {rung.label}", rung.parameters, RANDOM_WEIGHTS)
     if (spec.layers, spec.d_model, spec.heads, spec.kv_heads) != (rung.shape.layers, rung.shape.d_model,
                                                                   rung.shape.heads, rung.shape.kv_heads):
         raise StepError(f"The ladder cannot grow a {spec.architecture}: its config did not take the new shape.")
     return LoadedModel(model=model, tokenizer=lm.tokenizer, spec=spec, device=lm.device, dtype=lm.dtype,
                        captures=lm.captures)
+
+
+def store_in_out(model) -> None:
+    """Lay every block's Linear weight out [in, out] in memory (as GPT-2's Conv1D stores its own): the same matrix.
+
+    nn.Linear computes x · Wᵀ. Stored [out, in], W reaches the CPU's matrix multiply (MKL) as a transposed operand;
+    stored [in, out], Wᵀ lies as the multiply reads it. Measured on this project's 2-core VM, one thread, 16
+    interleaved rounds: a 112M rung's 128-token prefill 265 ms against 294 ms, a cached decode step no slower (55.5
+    against 57.7 ms). Values, shapes and every result are the same; the LM head (often the embedding itself) is
+    left as it is. The model itself is measured as it was loaded.
+    """
+    head = model.get_output_embeddings()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module is not head:
+                module.weight.data = module.weight.data.t().contiguous().t()
 
 
 def rung_model(lm: LoadedModel, size: str, seed: int = 0) -> LoadedModel:

@@ -151,9 +151,9 @@ def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> 
 
     roof = probe(lm.device, lm.dtype, budget_s=1.0)
     moved = step_bytes(lm.spec, 1, context, lm.elem_bytes)
-    bandwidth = roof.bandwidth_for(moved)  # the copy rate measured at as many bytes as the step moves
+    bandwidth = roof.bandwidth_for(moved)  # the bandwidth measured at as many bytes as the step moves
     bound_ms = moved / bandwidth * 1e3
-    log(f"  measured copy bandwidth {bandwidth / 1e9:,.0f} GB/s at that many bytes, matmul {roof.peak_flops / 1e12:,.1f} TFLOP/s; "
+    log(f"  measured memory bandwidth {bandwidth / 1e9:,.0f} GB/s at that many bytes, matmul {roof.peak_flops / 1e12:,.1f} TFLOP/s; "
         f"a cached decode step at {context} positions moves ~{step_bytes(lm.spec, 1, context, lm.elem_bytes) / 1e6:,.1f} MB "
         f"(estimate): lower bound {bound_ms:.3f} ms, measured {engine_ms:.3f} ms = x{engine_ms / bound_ms:.1f} the bound")
     return {"bandwidth_gb_s": bandwidth / 1e9, "peak_tflops": roof.peak_flops / 1e12, "context": context,

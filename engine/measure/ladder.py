@@ -16,9 +16,16 @@ median and min-max of `repeats` runs):
     decode (lean)      CUDA only: the same step on a static cache replayed as a CUDA graph (engine.forward.lean)
 
 Each pass is placed on this device's roofline, probed before and after the rungs under the same thread count
-(the best of the two: `best_roof`), and labelled by roofline.verdict. Every core is used (the app serves small models on one thread), set only while
-the ladder holds the model's lock, and restored before it lets go: no student's pass runs beside a timing,
-or sees the change. The prompt is the profile's demo text repeated, its first s tokens: real text the model's
+(the best of the two: `best_roof`), and labelled by roofline.verdict. Every rung runs on the threads the app
+serves the largest rung with (engine.device.serving_threads: all cores but one, which the lecturer's browser on
+the same machine needs; one on a 2-core VM), so a rung's step costs what the app's own pass of that size would.
+(With both cores of this project's 2-core VM, a 1024² matmul's median rate drifts to 80 % of its best, and a
+112M prefill measured ×1.7-2.4 its bound; on one, 95 % and ×1.5.) The count is set only while the ladder holds
+the model's lock, and restored before it lets go: no student's pass runs beside a timing, or sees the change.
+On a CPU a random rung's weights are stored [in, out] (engine.load.rungs.store_in_out): its matmuls read them
+without a transpose, as an inference engine lays them out once at load.
+
+The prompt is the profile's demo text repeated, its first s tokens: real text the model's
 tokenizer reads back (a random rung's own tokens are noise; the prompt's are not the point).
 
 `ladder(lm, ...)` measures once per server, model, device and settings and keeps the result; two callers
@@ -48,10 +55,11 @@ PROBE_SHARE = 0.05  # of the progress bar, for each of the two probes
 
 
 @contextmanager
-def all_cores():
-    """Every core for torch's intra-op threads, restored afterwards (process-wide: hold the model's lock)."""
+def serving_cores(parameters: float):
+    """torch's intra-op threads as the app serves a model of this many parameters (engine.device.serving_threads:
+    all cores but one for a large model, the browser's), restored afterwards (process-wide: hold the model's lock)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or before)
+    torch.set_num_threads(dev.serving_threads(int(parameters)))
     try:
         yield torch.get_num_threads()
     finally:
@@ -98,6 +106,8 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
     from engine.measure.profile import matmuls_alone
 
     eager = "the Stepper's pass (eager, dynamic cache)"
+    if not rung.own and rlm.device.type == "cpu":
+        eager = "the Stepper's pass (eager, dynamic cache; weights stored [in, out])"
     on = Stepper(rlm, prompt, use_cache=True, record=False, repeats=repeats, max_new_tokens=2, stop_on_eos=False)
     pre, dec = on.prefill(), on.decode()  # [batch, s] on an empty cache; then [batch, 1] at context s
     matmul_ms = matmuls_alone(rlm, 1, repeats, loops=matmul_loops(rung.parameters))
@@ -138,19 +148,20 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: i
     started, rss_before = time.perf_counter(), rss_bytes()
     rungs, left_out = planned or plan(lm, sizes, tokens)  # every refusal comes here, before anything is built
     prompt = prompt_text(lm, tokens)
+    largest = max(r.parameters for r in rungs)
     lean = lm.device.type == "cuda" if lean is None else lean
     say = on_progress or (lambda fraction, text: None)
     work = [r.parameters + 5e6 for r in rungs]  # a rung's passes take time in proportion to its size, plus a floor
     share = (1 - 2 * PROBE_SHARE) / sum(work)
     done = PROBE_SHARE
-    say(0.0, f"measuring this device's roofline (matmul FLOP/s and copy bandwidth, {PROBE_S * 2:.0f} s)…")
-    with lm.turn(), all_cores() as threads:
+    say(0.0, f"measuring this device's roofline (matmul FLOP/s and memory bandwidth, {PROBE_S * 2:.0f} s)…")
+    with lm.turn(), serving_cores(largest) as threads:
         first = probe(lm.device, lm.dtype, budget_s=PROBE_S)
         described = dev.describe(lm.device)
     results = []
     for rung, w in zip(rungs, work):
         say(done, f"{rung.label}: building ({rung.weights})…")
-        with lm.turn(), all_cores():
+        with lm.turn(), serving_cores(largest):
             t0 = time.perf_counter()
             rlm = build(rung, lm, seed)
             build_ms = (time.perf_counter() - t0) * 1e3
@@ -162,7 +173,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: i
                 dev.release_memory()  # the next rung, and every student, gets the memory back
         done += w * share
     say(done, "measuring the roofline again: the roof is the best of the two probes…")
-    with lm.turn(), all_cores():
+    with lm.turn(), serving_cores(largest):
         roof = best_roof(first, probe(lm.device, lm.dtype, budget_s=PROBE_S))
     dev.release_memory()  # the probe's buffers too (128 MiB on a CPU)
     results = [r.on(roof) for r in results]

@@ -11,9 +11,12 @@ step is often neither: overhead-bound, many times above both bounds).
 
 Memory is a hierarchy, so bandwidth depends on how many bytes a step moves: a 16 MB model that
 fits the processor's last-level cache is read from it, many times faster than a 450 MB model
-streaming from DRAM every step. The probe copies buffers of several sizes (`COPY_MIB`) and
-`DeviceRoof.bandwidth_for(bytes)` is the copy rate measured at that many bytes: each step's
-memory bound uses the bandwidth its own size gets on this device.
+streaming from DRAM every step. The probe moves buffers of several sizes (`COPY_MIB`) two ways, a copy
+(read one buffer, write the other) and a matrix-vector product (read a matrix once: what a decode step
+does to its weights), and keeps the faster at each size; `DeviceRoof.bandwidth_for(bytes)` is that rate at
+that many bytes, so each step's memory bound uses the bandwidth its own size gets on this device. (A copy
+alone reads low: on this project's 2-core VM, one thread copies 1 GiB at ~11 GB/s and streams a matrix at
+~14 GB/s, and a 221M decode step then measured faster than its own "bound".)
 """
 
 from __future__ import annotations
@@ -27,18 +30,19 @@ import torch
 from engine.load import device as dev
 
 
-# a copy's two buffers together, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
+# bytes each bandwidth probe moves, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
-CACHE_GAP = 0.8  # DRAM's copy rate below this share of the best one: a cache worth a roof of its own
+STREAM_COLUMNS = 4096  # the matrix-vector probe's row length (a d_model's order)
+CACHE_GAP = 0.8  # DRAM's rate below this share of the best one: a cache worth a roof of its own
 
 
 @dataclass(frozen=True)
 class DeviceRoof:
     name: str
     peak_flops: float  # FLOP/s
-    bandwidth: float  # bytes/s: the best copy rate measured (data that fits a cache, where one helps)
+    bandwidth: float  # bytes/s: the best rate measured (data that fits a cache, where one helps)
     measured: bool  # True: probed here; False: datasheet figures
-    # (bytes in the copy's two buffers, bytes/s), smallest first: bandwidth as the data grows; () = one figure
+    # (bytes moved, bytes/s), smallest first: bandwidth as the data grows; () = one figure
     bandwidths: tuple = ()
 
     @property
@@ -48,7 +52,7 @@ class DeviceRoof:
 
     @property
     def dram_bandwidth(self) -> float:
-        """The copy rate with the largest buffers probed: data that no cache holds, streaming from memory."""
+        """The rate with the largest buffers probed: data that no cache holds, streaming from memory."""
         return self.bandwidths[-1][1] if self.bandwidths else self.bandwidth
 
     @property
@@ -61,7 +65,7 @@ class DeviceRoof:
         return self.dram_bandwidth < CACHE_GAP * self.bandwidth
 
     def bandwidth_for(self, bytes_moved: float) -> float:
-        """The copy rate measured at this many bytes (log-linear between probed sizes, the ends beyond them).
+        """The bandwidth measured at this many bytes (log-linear between probed sizes, the ends beyond them).
 
         A step whose weights and cache fit the last-level cache gets the cache's rate; one that moves more
         than any cache holds gets DRAM's.
@@ -92,10 +96,12 @@ class DeviceRoof:
 
 def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: float = 1.5,
           on_progress=None) -> DeviceRoof:
-    """Measure matmul FLOP/s and copy bandwidth on this device, each within about budget_s seconds.
+    """Measure matmul FLOP/s and memory bandwidth on this device, each within about budget_s seconds.
 
     Bandwidth is probed at every size of COPY_MIB that free memory allows (twice over), the time shared
-    between them; a copy reads one buffer and writes the other, and both count as bytes moved.
+    between the sizes and two ways of moving the bytes, the faster kept at each size:
+        copy            reads one buffer and writes the other (both count as bytes moved)
+        matrix-vector   reads a [rows, 4096] matrix once, as a decode step reads its weights
     """
     n = 1024 if device.type == "cpu" else 4096
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -107,12 +113,17 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     free = dev.available_bytes(device)
     sizes = [m * 2**20 for m in COPY_MIB["cpu" if device.type == "cpu" else "gpu"] if 2 * m * 2**20 <= free]
     sizes = sizes or [COPY_MIB["cpu"][0] * 2**20]  # the smallest, even where memory is short
-    rates = []
+    rates, each = [], budget_s / len(sizes) / 2
     for total in sizes:
         src = torch.empty(total // 8, device=device, dtype=torch.float32).fill_(1.0)  # half the bytes, 4 per element
         dst = torch.empty_like(src)
-        rates.append((total, _best_rate(lambda: dst.copy_(src), total, device, budget_s / len(sizes))))
+        copy = _best_rate(lambda: dst.copy_(src), total, device, each)
         del src, dst
+        matrix = torch.empty(total // 4 // STREAM_COLUMNS, STREAM_COLUMNS, device=device, dtype=torch.float32).fill_(1.0)
+        vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
+        stream = _best_rate(lambda: torch.mv(matrix, vector), matrix.numel() * 4, device, each)
+        del matrix, vector
+        rates.append((total, max(copy, stream)))
     if on_progress:
         on_progress(1.0, "done")
     return DeviceRoof(name=f"{device.type} (measured here, {str(dtype).removeprefix('torch.')} matmul)",
