@@ -63,7 +63,8 @@ def describe(device: torch.device) -> str:
         return "Apple GPU (mps)"
     name, cache = _cpu_facts()
     extra = f", {cache} last-level cache" if cache else ""
-    return f"cpu{': ' + name if name else ''} ({platform.machine()}, {torch.get_num_threads()} threads{extra})"
+    n = torch.get_num_threads()
+    return f"cpu{': ' + name if name else ''} ({platform.machine()}, {n} thread{'' if n == 1 else 's'}{extra})"
 
 
 def _cpu_facts() -> tuple[str, str]:
