@@ -64,9 +64,9 @@ def _measure(lm, again: bool) -> None:
 
 def grow_the_model(lm, settings) -> None:
     """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures."""
-    st.header("Grow the model", help="The bundled model is tiny: every step is overhead-bound. Grown in its own "
-                                      "family, the hardware starts to set the time: prefill compute-bound, decode "
-                                      "memory-bound.")
+    st.header("Grow the model", help="The bundled model is tiny: its decode step is overhead-bound (Python and hundreds "
+                                      "of small operations set its time). Grown in its own family, the hardware "
+                                      "starts to set the time: prefill compute-bound, decode memory-bound.")
     live = kept_ladder(lm)
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
     st.session_state.setdefault("scale_ladder_view", "per_token")

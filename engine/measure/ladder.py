@@ -1,6 +1,6 @@
 """A size ladder ("grow the model"): the same prefill and decode steps timed at several sizes of one family.
 
-At 4 M parameters every step is overhead-bound: Python and operator dispatch set its time, many times above
+At 4 M parameters a decode step is overhead-bound: Python and operator dispatch set its time, many times above
 both bounds. Grown to 50-200 M parameters the hardware sets it: decode waits on the weights streaming from
 memory, prefill on the arithmetic. The ladder shows that in this device's own measurements.
 
