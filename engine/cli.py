@@ -108,9 +108,10 @@ def _ladder(args) -> int:
     print(f"{lad.model} ({lad.family}) on {lad.device}, {lad.dtype}; s = {lad.tokens} tokens ({lad.prompt}); "
           f"medians of {lad.repeats} after a warm-up run (excluded), min-max beside them")
     rates = ", ".join(f"{b / 2**20:,.0f} MiB {v / 1e9:,.1f}" for b, v in r.bandwidths) or f"{r.bandwidth / 1e9:,.1f}"
-    print(f"roofline measured here: matmul {r.peak_flops / 1e9:,.1f} GFLOP/s; memory bandwidth GB/s by bytes moved (the better of a copy and a matrix-vector read): {rates} "
-          f"(ridge {r.ridge:.1f} FLOP/byte in cache, {r.dram_ridge:.1f} from DRAM); each step's memory bound uses the "
-          f"bandwidth at its own bytes; bounds are estimates, labels from roofline.verdict")
+    print(f"roofline measured here: matmul {r.peak_flops / 1e9:,.1f} GFLOP/s; memory bandwidth GB/s by bytes moved "
+          f"(the better of a copy and a matrix-vector read): {rates} (ridge {r.ridge:.1f} FLOP/byte in cache, "
+          f"{r.dram_ridge:.1f} from DRAM); each step's memory bound uses the bandwidth at its own bytes; bounds are "
+          f"estimates, labels from roofline.verdict")
     print(f"rungs other than the model itself: {lad.weights_note}")
     print()
     print(lad.text_table())

@@ -73,6 +73,6 @@ def _probe(device_name: str, nonce: int):
 
 
 def device_roof(nonce: int = 0):
-    """This server's measured roofline (a short matmul and copy probe, once per server and device)."""
+    """This server's measured roofline (a short matmul and memory-bandwidth probe, once per server and device)."""
     lm = st.session_state.get("lm")
     return _probe(str(lm.device) if lm is not None else "auto", nonce)
