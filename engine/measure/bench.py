@@ -168,7 +168,8 @@ def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[dict]:
     from engine.measure.ladder import measure_ladder
 
     lad = measure_ladder(lm, sizes, repeats=3)
-    log(f"  {lad.tokens}-token prefill and a decode step at that context, {lad.threads} threads, medians of "
+    log(f"  {lad.tokens}-token prefill and a decode step at that context, {lad.threads} "
+        f"thread{'' if lad.threads == 1 else 's'}, medians of "
         f"{lad.repeats}; rungs other than the model itself: {lad.weights_note}")
     rows = []
     for r in lad.rungs:
