@@ -119,7 +119,8 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
         dst = torch.empty_like(src)
         copy = _best_rate(lambda: dst.copy_(src), total, device, each)
         del src, dst
-        matrix = torch.empty(total // 4 // STREAM_COLUMNS, STREAM_COLUMNS, device=device, dtype=torch.float32).fill_(1.0)
+        rows = total // 4 // STREAM_COLUMNS  # float32: 4 bytes an element
+        matrix = torch.empty(rows, STREAM_COLUMNS, device=device, dtype=torch.float32).fill_(1.0)
         vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
         stream = _best_rate(lambda: torch.mv(matrix, vector), matrix.numel() * 4, device, each)
         del matrix, vector
