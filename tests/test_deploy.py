@@ -101,9 +101,19 @@ def test_followers_on_both_replicas_see_the_lecturers_steps(hall, browser):
         assert pg.locator("[data-testid='stException']").count() == 0
         pg.context.close()
 
-    # each browser's websocket (logged when it closed) went to its own replica: both replicas served followers
-    log = (hall.folder / "access.log").read_text().splitlines()
-    streams = [x for x in log if "/_stcore/stream" in x]
+    # each browser's websocket went to its own replica: both replicas served followers. nginx logs a
+    # websocket when it closes, a moment after the browser's context does, so the lines are waited for.
     for cookie, upstream in ((cookie_a, a), (cookie_b, b)):
-        mine = [x for x in streams if f"replica_cookie={cookie}" in x]
+        mine = stream_lines(hall, cookie)
         assert mine and all(f"upstream={upstream}" in x for x in mine), mine
+
+
+def stream_lines(hall, cookie: str, seconds: float = 15) -> list[str]:
+    """nginx's access-log lines for this cookie's websockets, once it has logged one (or [] after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        log = (hall.folder / "access.log").read_text().splitlines()
+        mine = [x for x in log if "/_stcore/stream" in x and f"replica_cookie={cookie}" in x]
+        if mine or time.monotonic() > deadline:
+            return mine
+        time.sleep(0.1)
