@@ -113,20 +113,6 @@ def test_a_students_back_and_live_act_within_a_second_every_time(keyed_server, b
         p.close()
 
 
-def test_the_lecturers_head_count_follows_students_coming_and_going_while_the_lecturer_does_nothing(keyed_server,
-                                                                                                     browser):
-    lect, link = lecture(browser, keyed_server)
-    bar = lect.get_by_test_id("dl-class-bar")
-    # students closed by earlier tests count for 20 s after they left, then drop out of the count on their own
-    expect(bar).to_contain_text(" · 0 following", timeout=45_000)
-    (pg,) = follow(browser, link, sizes=((390, 844),))
-    expect(pg.locator("[data-testid=dl-follow-stage][data-step='0']")).to_be_visible()
-    expect(bar).to_contain_text(" · 1 following", timeout=15_000)  # a student scans the QR: the projector counts
-    assert lect.locator("[data-testid='stException']").count() == 0
-    for p in (lect, pg):
-        p.close()
-
-
 def test_a_lecturer_who_reloads_and_types_the_key_again_gets_the_same_class_with_its_students(keyed_server, browser):
     lect, link = lecture(browser, keyed_server, steps=1)
     code = link[-6:]

@@ -184,6 +184,7 @@ def class_bar(s, at: int) -> None:
                    head=ss.get("step_head", 0),
                    fork=fork_values(ss["settings"], s.prompt if s is not None else ss.get("step_prompt", "")),
                    hold=hold)
+        following = classroom().followers(lecture.code)
     except Refused as e:  # ended (idle too long), or another page leads it now: say so once and stop publishing
         _stop_leading(str(e))
         return
@@ -192,24 +193,13 @@ def class_bar(s, at: int) -> None:
         return
     link = follow_link(lecture.code)
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
-    with row:
-        _bar(lecture.code, link)
+    row.html(f'<div data-testid="dl-class-bar" style="font-size:0.95rem">Class <b>{lecture.code}</b> · follow at '
+             f'<code>{plain_html(link)}</code> · {following} following</div>', width="content")
     with row.popover("QR", icon=":material/qr_code_2:"):
         st.html(_qr(link, 360))
         st.markdown(plain(link))
     poll.ask_buttons(row)
     poll.panel()
-
-
-@st.fragment(run_every=5.0)
-def _bar(code: str, link: str) -> None:
-    """The class's code, link and head count; the count is read again every 5 s, so students are seen joining."""
-    try:
-        following = f" · {classroom().followers(code)} following"
-    except (Refused, StoreDown):
-        following = ""
-    st.html(f'<div data-testid="dl-class-bar" style="font-size:0.95rem">Class <b>{code}</b> · follow at '
-            f'<code>{plain_html(link)}</code>{following}</div>', width="content")
 
 
 # ------------------------------------------------------------------ the student
