@@ -103,17 +103,18 @@ def test_followers_on_both_replicas_see_the_lecturers_steps(hall, browser):
 
     # each browser's websocket went to its own replica: both replicas served followers. nginx logs a
     # websocket when it closes, a moment after the browser's context does, so the lines are waited for.
-    for cookie, upstream in ((cookie_a, a), (cookie_b, b)):
-        mine = stream_lines(hall, cookie)
-        assert mine and all(f"upstream={upstream}" in x for x in mine), mine
+    for cookie, upstream, pages in ((cookie_a, a, 2), (cookie_b, b, 2)):  # A: the lecturer and one follower
+        mine = stream_lines(hall, cookie, pages)
+        assert len(mine) >= pages and all(f"upstream={upstream}" in x for x in mine), mine
 
 
-def stream_lines(hall, cookie: str, seconds: float = 15) -> list[str]:
-    """nginx's access-log lines for this cookie's websockets, once it has logged one (or [] after `seconds`)."""
+def stream_lines(hall, cookie: str, at_least: int, seconds: float = 15) -> list[str]:
+    """nginx's access-log lines for this cookie's websockets, once it has logged `at_least` (or what it has after
+    `seconds`)."""
     deadline = time.monotonic() + seconds
     while True:
         log = (hall.folder / "access.log").read_text().splitlines()
         mine = [x for x in log if "/_stcore/stream" in x and f"replica_cookie={cookie}" in x]
-        if mine or time.monotonic() > deadline:
+        if len(mine) >= at_least or time.monotonic() > deadline:
             return mine
         time.sleep(0.1)
