@@ -7,17 +7,17 @@ import json
 import pytest
 import torch
 
-from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.cli import main as cli_main
 from engine.errors import StepError
+from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.forward.run import generate, run_pass
-from engine.load.load import load_model
 from engine.forward.sampling import Sampling
 from engine.generate.drafters import DraftModel, PromptLookup, lookup
 from engine.generate.loop import encode_prompt
 from engine.generate.speculative import Speculator, accept_probability, residual
 from engine.generate.stepper import Stepper
-from engine.measure.speculative import verdict
+from engine.load.load import load_model
+from topics.speculative.measure import verdict
 
 # a prompt that repeats itself, so prompt lookup has something to copy (and gets some of it wrong)
 PROMPT = 'Lily said, "I want to play with the ball." Mom said, "You can play with the ball." Lily said, "I want to'

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from engine.generate.serving.requests import Status
 from engine.generate.serving.scheduler import Phase
 
-NOT_ARRIVED = Status.NOT_ARRIVED  # the status of a request before its arrival step (engine/draw/serving.py reads it)
+NOT_ARRIVED = Status.NOT_ARRIVED  # the status of a request before its arrival step (topics/serving/draw.py reads it)
 
 
 @dataclass(frozen=True)
