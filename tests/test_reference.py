@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.forward import capture
@@ -36,4 +37,5 @@ def test_an_error_in_the_engines_attention_moves_the_engines_logits_not_the_refe
     after = reference.greedy(family_dirs["llama"], prompt_ids, 2).logits
 
     assert all(torch.equal(x, y) for x, y in zip(before, after, strict=True))
-    assert not torch.allclose(s.last_logits, before[0], atol=reference.LOGIT_ATOL, rtol=reference.LOGIT_RTOL)
+    with pytest.raises(AssertionError, match="logits differ"):
+        reference.assert_logits_close(s.last_logits, before[0])

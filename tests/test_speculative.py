@@ -10,14 +10,15 @@ import torch
 from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.cli import main as cli_main
 from engine.errors import StepError
-from engine.forward.run import generate, run_pass
-from engine.load.load import load_model
+from engine.forward.run import run_pass
+from engine.load.load import MODELS_DIR, load_model
 from engine.forward.sampling import Sampling
 from engine.generate.drafters import DraftModel, PromptLookup, lookup
 from engine.generate.loop import encode_prompt
 from engine.generate.speculative import Speculator, accept_probability, residual
 from engine.generate.stepper import Stepper
 from engine.measure.speculative import verdict
+from tests import reference
 
 # a prompt that repeats itself, so prompt lookup has something to copy (and gets some of it wrong)
 PROMPT = 'Lily said, "I want to play with the ball." Mom said, "You can play with the ball." Lily said, "I want to'
@@ -40,10 +41,24 @@ def make_drafter(kind: str, draft_lm):
     return DraftModel(draft_lm) if kind == "draft" else PromptLookup(NGRAM)
 
 
+FOLDERS = {"default": MODELS_DIR / "tinystories-llama", "tinystories-gpt2": MODELS_DIR / "tinystories-gpt2"}
+
+
 def plain_greedy(lm, prompt=PROMPT, steps=STEPS) -> list[int]:
     s = Stepper(lm, prompt, max_new_tokens=steps, record=False)
     s.run()
     return s.generated_ids
+
+
+def assert_the_targets_logits_are_transformers(s: Speculator, theirs: reference.Reference) -> None:
+    """Each round's own token (the prefill's, a correction, a bonus) was chosen from one row of the target's pass,
+    whose logits the round records (its top candidates, the largest among them): transformers' at that position."""
+    at = 0  # generated tokens before the round
+    for r in s.rounds:
+        ids = [c.token_id for c in r.target.top]
+        mine = torch.tensor([c.logit for c in r.target.top])
+        reference.assert_logits_close(mine, theirs.logits[at + r.accepted][ids], f"round {r.round}, {r.phase}")
+        at += len(r.new_ids)
 
 
 # ---------------------------------------------------------------- greedy: the target's own tokens
@@ -69,19 +84,25 @@ def test_speculation_past_a_sliding_window_still_gives_the_targets_greedy_tokens
     ones are cut and the pushed-out ones come back (the pass is not trimmed until the crop)."""
     lm = load_model(family_dirs["gemma3"], device="cpu")
     draft = PromptLookup(2) if drafter == "lookup" else DraftModel(lm)  # a model drafting for itself: all accepted
-    s = Speculator(lm, "Once upon a time there was", draft, k=4, max_new_tokens=30, record=False)
+    s = Speculator(lm, "Once upon a time there was", draft, k=4, max_new_tokens=30, record=True, repeats=1)
     s.run()
-    assert s.generated_ids == plain_greedy(lm, "Once upon a time there was", 30)
+    theirs = reference.greedy(family_dirs["gemma3"], s.ids[:, :s.prompt_len], 30)
+    assert s.generated_ids == theirs.tokens
+    assert_the_targets_logits_are_transformers(s, theirs)
     assert drafter == "lookup" or s.acceptance_rate == 1.0
 
 
 @pytest.mark.parametrize("model", ["default", "tinystories-gpt2"])
 @pytest.mark.parametrize("kind", ["draft", "lookup"])
-def test_greedy_speculation_gives_the_targets_own_greedy_tokens(targets, draft_lm, model, kind):
+def test_greedy_speculation_gives_the_targets_own_greedy_tokens_and_logits(targets, draft_lm, model, kind):
+    """The target's greedy tokens, and at every token the target chose itself its logits, as transformers' own copy
+    of the target computes them (tests/reference.py)."""
     lm = targets[model]
-    s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=False)
+    s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=True, repeats=1)
     s.run()
-    assert s.generated_ids == plain_greedy(lm)
+    theirs = reference.greedy(FOLDERS[model], s.ids[:, :s.prompt_len], STEPS)
+    assert s.generated_ids == theirs.tokens
+    assert_the_targets_logits_are_transformers(s, theirs)
     # the run really speculated: some proposals kept, some rejected (so caches were cropped)
     assert s.accepted > 0
     assert any("rejected" in r.outcomes for r in s.rounds)
@@ -90,24 +111,28 @@ def test_greedy_speculation_gives_the_targets_own_greedy_tokens(targets, draft_l
 
 @pytest.mark.parametrize("model", ["default", "tinystories-gpt2"])
 def test_greedy_speculation_equals_transformers_assisted_generate(targets, draft_lm, model):
+    """transformers' assisted generation and prompt lookup, run on its own copies of the target and the draft model
+    (tests/reference.py), not on the engine's."""
     lm = targets[model]
     ids = encode_prompt(lm, PROMPT)
     assert lm.tokenizer.eos_token_id not in plain_greedy(lm)  # generate(min_new_tokens=n) forbids EOS: none here
 
-    config = draft_lm.model.generation_config
+    assistant = reference.model(str(MODELS_DIR / "tinystories-draft"))
+    config = assistant.generation_config
     saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
     config.num_assistant_tokens, config.num_assistant_tokens_schedule = K, "constant"
     config.assistant_confidence_threshold = 0.0  # always k proposals, as here
     try:
-        assisted = generate(lm, ids, STEPS, assistant_model=draft_lm.model)
+        assisted = reference.greedy(FOLDERS[model], ids, STEPS, assistant_model=assistant).tokens
     finally:
         config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold = saved
-    looked_up = generate(lm, ids, STEPS, prompt_lookup_num_tokens=K, max_matching_ngram_size=NGRAM)
+    looked_up = reference.greedy(FOLDERS[model], ids, STEPS, prompt_lookup_num_tokens=K,
+                                 max_matching_ngram_size=NGRAM).tokens
 
-    for kind, reference in (("draft", assisted), ("lookup", looked_up)):
+    for kind, expected in (("draft", assisted), ("lookup", looked_up)):
         s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=False)
         s.run()
-        assert s.generated_ids == reference, kind
+        assert s.generated_ids == expected, kind
 
 
 def test_prompt_lookup_proposes_what_transformers_proposes():
