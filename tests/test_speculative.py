@@ -12,13 +12,14 @@ from engine.cli import main as cli_main
 from engine.errors import StepError
 from engine.forward.run import run_pass
 from engine.load.load import MODELS_DIR, load_model
-from engine.forward.sampling import Sampling
+from engine.forward.sampling import Chooser, Sampling
 from engine.generate.drafters import DraftModel, PromptLookup, lookup
 from engine.generate.loop import encode_prompt
-from engine.generate.speculative import Speculator, accept_probability, residual
+from engine.generate.speculative import Speculator, accept_probability, judge, residual
 from engine.generate.stepper import Stepper
-from engine.measure.speculative import verdict
+from engine.measure.speculative import expected_tokens_per_pass, predicted_speedup, verdict
 from tests import reference
+from tests.frequency import assert_drawn_from, chi_square
 
 # a prompt that repeats itself, so prompt lookup has something to copy (and gets some of it wrong)
 PROMPT = 'Lily said, "I want to play with the ball." Mom said, "You can play with the ball." Lily said, "I want to'
@@ -181,6 +182,66 @@ def test_speculative_sampling_leaves_the_target_distribution_unchanged_exactly()
                 assert torch.allclose(output_distribution(*pair), pair[0], rtol=0, atol=1e-12)
                 cases += 1
     assert cases == 6 * 150 * 4
+
+
+# One position of speculative sampling, by frequency: a fixed target p and drafter q over three tokens
+P = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
+Q = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+DRAWS = 20_000
+
+
+def speculate_one_position(seed: int) -> tuple[torch.Tensor, int]:
+    """DRAWS proposals x ~ q, each judged by the engine's own `judge` with its own seeded chooser: the token that
+    comes out (x if kept, else the residual draw), counted per token, and how many proposals were kept."""
+    proposals = torch.multinomial(Q, DRAWS, replacement=True, generator=torch.Generator().manual_seed(seed))
+    chooser = Chooser(Sampling(greedy=False, seed=seed + 1))
+    out, kept = [], 0
+    for x in proposals.tolist():
+        verdict_ = judge([P, P], [Q], (x,), chooser)  # row 1 would give the bonus token: not counted here
+        out.append(x if verdict_.accepted else verdict_.token_id)
+        kept += verdict_.accepted
+    return torch.bincount(torch.tensor(out), minlength=3).double(), kept
+
+
+def test_speculative_sampling_draws_the_targets_distribution_by_frequency():
+    """Proposed from q = [0.2, 0.5, 0.3], kept or resampled by the engine's judge: what comes out is distributed
+    as the target's p = [0.6, 0.3, 0.1] (chi-square), and a proposal is kept with chance sum(min(p, q)) = 0.6."""
+    counts, kept = speculate_one_position(seed=0)
+    assert_drawn_from(counts, P, "speculative sampling")
+    assert chi_square(counts, Q)[1] < 1e-12  # ... and the test tells p from the drafter's own q
+    assert abs(kept / DRAWS - float(torch.minimum(P, Q).sum())) < 0.02
+
+
+def expected_tokens_by_the_process(alpha: float, k: int) -> float:
+    """A verify pass keeps j proposals with chance alpha^j (1 - alpha) (j < k) or alpha^k (j = k), and adds one
+    token of the target's own: the mean of j + 1 (Leviathan et al. 2023, section 3.1)."""
+    keep = [alpha ** j * (1 - alpha) for j in range(k)] + [alpha ** k]
+    return sum((j + 1) * chance for j, chance in enumerate(keep))
+
+
+def test_expected_tokens_per_pass_and_predicted_speedup_follow_leviathan():
+    """E(alpha, k) tokens per verify pass; speed-up E / (k c + 1) when a draft step costs c target passes."""
+    for alpha in (0.0, 0.3, 0.6, 0.9, 0.99, 1.0):
+        for k in range(1, 9):
+            e = expected_tokens_by_the_process(alpha, k)
+            assert expected_tokens_per_pass(alpha, k) == pytest.approx(e, rel=1e-12)
+            for c in (0.0, 0.05, 0.5, 1.0):
+                assert predicted_speedup(alpha, k, c) == pytest.approx(e / (k * c + 1), rel=1e-12)
+    assert predicted_speedup(0.0, 4, 0.1) < 1  # nothing kept: only the draft's cost remains
+    assert expected_tokens_per_pass(1.0, 4) == 5  # everything kept: k proposals and the bonus
+
+
+def test_a_round_of_the_engines_judge_yields_the_expected_tokens_per_pass():
+    """k = 3 proposals per round, each from q and judged against p (alpha = sum(min(p, q)) = 0.6): over 5,000
+    rounds the judge yields expected_tokens_per_pass(0.6, 3) = 2.18 tokens per verify pass on average."""
+    k, rounds = 3, 5_000
+    chooser = Chooser(Sampling(greedy=False, seed=5))
+    proposals = torch.multinomial(Q, rounds * k, replacement=True, generator=torch.Generator().manual_seed(4))
+    tokens = 0
+    for r in range(rounds):
+        tokens += judge([P] * (k + 1), [Q] * k, tuple(proposals[r * k:(r + 1) * k].tolist()), chooser).accepted + 1
+    alpha = float(torch.minimum(P, Q).sum())
+    assert tokens / rounds == pytest.approx(expected_tokens_per_pass(alpha, k), abs=0.06)  # 4 standard errors
 
 
 def test_a_sampled_round_decides_with_the_rule_checked_above(targets, draft_lm, monkeypatch):
