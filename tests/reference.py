@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -34,7 +34,7 @@ class Reference:
     logits: list[torch.Tensor]  # per new token: [vocab] float32 raw logits of the pass that chose it
 
 
-@lru_cache(maxsize=None)
+@cache
 def model(path: str):
     """transformers' own copy of the model in `path`: float32 on the CPU, eager attention, no engine in it, and
     no generation settings stored with the model (a repetition penalty, an end token, a length) to change them."""

@@ -80,7 +80,7 @@ def runs(request, family_lm, family_dirs):
 def test_greedy_tokens_and_logits_with_and_without_cache_equal_transformers(runs):
     """At the prefill and at every decode step, cache on and off: the engine's token is transformers' token and its
     logits are transformers' logits (tests/reference.py: transformers' own copy of the model, its own attention)."""
-    lm, steppers, (logits, references) = runs
+    _, steppers, (logits, references) = runs
     for use_cache, s in steppers.items():
         theirs = references[use_cache]
         assert len(theirs.tokens) == NEW_TOKENS

@@ -10,9 +10,9 @@ import pytest
 
 from engine import Stepper, StepError
 from engine.generate.serving import RequestSpec, ServingRun
-from engine.generate.serving.requests import Request
 from engine.generate.serving.blocks import BlockManager, prefix_hashes
 from engine.generate.serving.reference import generate_batch
+from engine.generate.serving.requests import Request
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.load.load import MODELS_DIR, load_model
 from tests import reference

@@ -121,9 +121,9 @@ def run_tests(tests: list[str], mutant: str | None) -> tuple[int, list[str], str
     env = {k: v for k, v in os.environ.items() if k != ENV} | ({ENV: mutant} if mutant else {})
     cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "tools.mutants", "-p", "no:cacheprovider",
            "-m", FAST, "-rf", *(["-x"] if mutant else []), *tests]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     out = done.stdout + done.stderr
-    return done.returncode, re.findall(r"^FAILED (.+?)(?: - .*)?$", out, flags=re.M), out
+    return done.returncode, re.findall(r"^FAILED (.+?)(?: - .*)?$", out, flags=re.MULTILINE), out
 
 
 def main(argv: list[str]) -> int:
