@@ -343,9 +343,9 @@ def test_the_latency_caption_says_what_its_bars_show(cache):
 def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
     at = fresh_app()
     at.switch_page(page("speculative")).run()
-    click(at, "spec_btn_prefill")
+    click(at, "speculative_btn_prefill")
     for _ in range(4):
-        click(at, "spec_btn_next")
+        click(at, "speculative_btn_next")
     rounds = next(h.proto.body for h in at.get("html") if "round 1:" in h.proto.body)
     kept = re.findall(r"round \d+: (\d+)/(\d+) kept", rounds)
     assert len(kept) == 4 and all(int(a) <= int(b) for a, b in kept)

@@ -406,11 +406,11 @@ def test_the_speculative_page_honours_the_sidebars_stop_strings():
     at = app_test().run()
     at.sidebar.text_input(key="side_stops").set_value(".").run()
     at.switch_page(page("speculative")).run()
-    at.button(key="spec_btn_prefill").click().run()
-    at.button(key="spec_btn_run").click().run()
+    at.button(key="speculative_btn_prefill").click().run()
+    at.button(key="speculative_btn_run").click().run()
     assert not at.exception
     said = " ".join(str(m.value) for m in at.markdown)
     assert STOPPED["stop_string"] in said  # why it stopped, in words
     text = " ".join(str(t.value) for t in at.text)
-    prompt = at.text_input(key="spec_prompt").value
+    prompt = at.text_input(key="speculative_prompt").value
     assert text.startswith(prompt) and "." in text[len(prompt):]  # the new text holds the stop string

@@ -112,11 +112,11 @@ def gpt2_shapes_frame(t: StepTrace, spec, prompt_len: int) -> pd.DataFrame:
     ref, s = from_table("gpt2"), gpt2.count(ARTICLE_SENTENCE)
     new = t.kv_len - prompt_len  # positions this run added after its prompt (0 at prefill)
 
-    def q(spec_, pos):
-        return f"[1, {spec_.heads}, {pos}, {spec_.head_dim}]"
+    def q(s, pos):
+        return f"[1, {s.heads}, {pos}, {s.head_dim}]"
 
-    def k(spec_, pos):
-        return f"[1, {spec_.kv_heads}, {pos}, {spec_.head_dim}]"
+    def k(s, pos):
+        return f"[1, {s.kv_heads}, {pos}, {s.head_dim}]"
 
     rows = [("prompt tokens (pos at prefill)", str(s), str(prompt_len)),
             ("q at prefill [batch, head, pos, head_dim]", q(ref, s), q(spec, prompt_len)),

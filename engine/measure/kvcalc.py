@@ -67,7 +67,7 @@ def from_source(source: str) -> ModelSpec:
     """A Hugging Face id or local folder: its config only, never its weights."""
     from engine.load.checks import check_causal_lm, estimate_parameters, parameter_bound
     from engine.load.load import read_config
-    from engine.forward.spec import from_config as spec_of
+    from engine.forward.spec import from_config
 
     cfg = read_config(source)  # checks the figures: a config of 20,000 layers never gets further
     check_causal_lm(cfg, source)
@@ -76,7 +76,7 @@ def from_source(source: str) -> ModelSpec:
         params = float(estimate_parameters(text)) if parameter_bound(text) < 2e11 else float(parameter_bound(text))
     except Exception:  # noqa: BLE001 - an exotic config: the KV figures still stand
         params = float(parameter_bound(text))
-    return spec_of(text, source, params, f"config.json of {source}")
+    return from_config(text, source, params, f"config.json of {source}")
 
 
 def check_inputs(tokens, batch) -> None:

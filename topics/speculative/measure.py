@@ -66,15 +66,15 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
         return ms / max(1, len(run.generated_ids) - 1)  # the first token came from the prefill
 
     plain_ms = [per_token(*x) for x in timed[plain]]
-    spec_ms = [per_token(*x) for x in timed[speculative]]
+    speculative_ms = [per_token(*x) for x in timed[speculative]]
     # time outside the forward passes: sampling, bookkeeping, judging, cropping (wall - passes, per pass)
     plain_overhead = statistics.median((ms - sum(t.forward_ms for t in run.traces[1:])) / max(1, len(run.traces) - 1)
                                        for run, ms in timed[plain])
-    spec_overhead = statistics.median((ms - sum(sum(r.draft_ms) + r.verify_ms for r in run.rounds[1:]))
+    speculative_overhead = statistics.median((ms - sum(sum(r.draft_ms) + r.verify_ms for r in run.rounds[1:]))
                                       / max(1, len(run.rounds) - 1) for run, ms in timed[speculative])
-    plain_runs, spec_runs = [run for run, _ in timed[plain]], [run for run, _ in timed[speculative]]
-    base, last = plain_runs[-1], spec_runs[-1]
-    rounds = [r for run in spec_runs for r in run.rounds[1:]]
+    plain_runs, speculative_runs = [run for run, _ in timed[plain]], [run for run, _ in timed[speculative]]
+    base, last = plain_runs[-1], speculative_runs[-1]
+    rounds = [r for run in speculative_runs for r in run.rounds[1:]]
     proposed = sum(r.proposed for r in rounds)
     accepted = sum(r.accepted for r in rounds)
     checked = sum(r.checked for r in rounds)
@@ -100,13 +100,13 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
         "expected_tokens_per_pass": expected_tokens_per_pass(alpha, k),
         "target_passes": last.target_passes, "plain_target_passes": len(base.traces),
         "target_passes_saved": len(base.traces) - last.target_passes,
-        "plain_ms_per_token": statistics.median(plain_ms), "speculative_ms_per_token": statistics.median(spec_ms),
-        "plain_ms_per_token_runs": plain_ms, "speculative_ms_per_token_runs": spec_ms,
-        "speedup": statistics.median(plain_ms) / statistics.median(spec_ms),
+        "plain_ms_per_token": statistics.median(plain_ms), "speculative_ms_per_token": statistics.median(speculative_ms),
+        "plain_ms_per_token_runs": plain_ms, "speculative_ms_per_token_runs": speculative_ms,
+        "speedup": statistics.median(plain_ms) / statistics.median(speculative_ms),
         "draft_ms_per_proposed_token": draft_per_token, "verify_ms": verify_ms, "plain_decode_ms": decode_ms,
         "verify_vs_decode": verify_ms / decode_ms if decode_ms else None,
-        "overhead_ms_per_round": spec_overhead, "plain_overhead_ms_per_step": plain_overhead,
-        "spread": max(max(x) / min(x) for x in (plain_ms, spec_ms)),
+        "overhead_ms_per_round": speculative_overhead, "plain_overhead_ms_per_step": plain_overhead,
+        "spread": max(max(x) / min(x) for x in (plain_ms, speculative_ms)),
         "cost_ratio_c": c, "predicted_speedup": predicted_speedup(alpha, k, c),
         "repeats": max(1, repeats), "warmup": "one run of each before timing, excluded",
         "rounds": [r.to_dict() for r in last.rounds],

@@ -26,20 +26,20 @@ def show() -> None:
 
     def new_run() -> Speculator:
         """A run of the prompt on screen (the controller's first step is its prefill; every later one a round)."""
-        return Speculator(lm, st.session_state["spec_prompt"], drafter_for(st.session_state["spec_drafter"], settings),
-                          k=st.session_state["spec_k"], sampling=settings.sampling,
+        return Speculator(lm, st.session_state["speculative_prompt"], drafter_for(st.session_state["speculative_drafter"], settings),
+                          k=st.session_state["speculative_k"], sampling=settings.sampling,
                           max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
 
 
-    rounds = Controller("spec", new_run, noun="round")
-    st.session_state.setdefault("spec_prompt", PROMPTS[1]["prompt"])
-    st.session_state.setdefault("spec_drafter", DRAFTERS[0])
-    st.session_state.setdefault("spec_k", 4)
-    rounds.sync((settings, st.session_state["spec_prompt"], st.session_state["spec_drafter"], st.session_state["spec_k"]))
+    rounds = Controller("speculative", new_run, noun="round")
+    st.session_state.setdefault("speculative_prompt", PROMPTS[1]["prompt"])
+    st.session_state.setdefault("speculative_drafter", DRAFTERS[0])
+    st.session_state.setdefault("speculative_k", 4)
+    rounds.sync((settings, st.session_state["speculative_prompt"], st.session_state["speculative_drafter"], st.session_state["speculative_k"]))
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.text_input("prompt", key="spec_prompt", label_visibility="collapsed", width=300)
-    bar.selectbox("drafter", DRAFTERS, key="spec_drafter", label_visibility="collapsed", width=230)
-    bar.number_input("k", 1, 8, key="spec_k", width=90, help="guesses per round")
+    bar.text_input("prompt", key="speculative_prompt", label_visibility="collapsed", width=300)
+    bar.selectbox("drafter", DRAFTERS, key="speculative_drafter", label_visibility="collapsed", width=230)
+    bar.number_input("k", 1, 8, key="speculative_k", width=90, help="guesses per round")
     rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
                    next_help="Draft k guesses and check them in one pass (N)")
     rounds.run_to_end_if_asked()
@@ -54,7 +54,7 @@ def show() -> None:
                 "checks them in one pass.")
     else:
         if rounds.latest > 0:
-            st.slider("round", 0, rounds.latest, key="spec_at", label_visibility="collapsed", width=300)
+            st.slider("round", 0, rounds.latest, key="speculative_at", label_visibility="collapsed", width=300)
         at = rounds.at
         class_label(f"round {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
         left, right = st.columns([3, 2], gap="medium")
@@ -75,12 +75,12 @@ def show() -> None:
     st.caption("Plain decoding and speculative decoding of the same prompt and length, measured here in alternation, "
                "next to the speed-up the standard formula predicts from the measured acceptance and draft cost.")
     c = st.container(horizontal=True, vertical_alignment="bottom")
-    steps = c.number_input("new tokens", 8, 200, 40, key="spec_measure_steps", width=140)
-    if c.button("Measure", key="spec_measure"):
+    steps = c.number_input("new tokens", 8, 200, 40, key="speculative_measure_steps", width=140)
+    if c.button("Measure", key="speculative_measure"):
         with st.spinner("Measuring plain and speculative decoding, alternated…"):
-            st.session_state["spec_measured"] = measured_comparison(
-                lm, st.session_state["spec_prompt"], int(steps), st.session_state["spec_drafter"],
-                st.session_state["spec_k"], settings)
+            st.session_state["speculative_measured"] = measured_comparison(
+                lm, st.session_state["speculative_prompt"], int(steps), st.session_state["speculative_drafter"],
+                st.session_state["speculative_k"], settings)
         release_memory()
-    if st.session_state.get("spec_measured"):
-        comparison(st.session_state["spec_measured"])
+    if st.session_state.get("speculative_measured"):
+        comparison(st.session_state["speculative_measured"])
