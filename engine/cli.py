@@ -142,16 +142,28 @@ def _kv_size(args) -> int:
         arch = kvcalc.from_source(args.model)  # a DecodeLabError here is reported by main()
     elem = kvcalc.KV_DTYPES[args.dtype]
     total = arch.kv_bytes(args.tokens, args.batch, elem)
+    mha = arch.as_mha()  # what GQA, MQA or MLA saves against: every query head with its own K and V
+    note = kvcalc.context_note(arch, args.tokens)  # GPT-2 reads at most 1,024 positions: say so beside the bytes
     if args.json:
         print(json.dumps({"bytes": int(total), "bytes_per_token": arch.kv_bytes_per_token(elem),
                           "bytes_per_layer": [int(b) for b in arch.kv_bytes_per_layer(args.tokens, args.batch, elem)],
                           "layers": arch.layers, "kv_heads": arch.kv_heads, "head_dim": arch.head_dim,
+                          "k_head_dim": arch.k_dim, "v_head_dim": arch.v_dim,
                           "windows": list(arch.windows), "attention": arch.attention, "mla_dim": arch.mla_dim,
+                          "as_mha": {"bytes": int(mha.kv_bytes(args.tokens, args.batch, elem)),
+                                     "bytes_per_token": mha.kv_bytes_per_token(elem)},
+                          "max_positions": arch.max_positions, "note": note,
                           "tokens": args.tokens, "batch": args.batch, "dtype": args.dtype}))
     else:
         print(f"{arch.name} ({arch.attention}): KV cache for {args.tokens:,} tokens x batch {args.batch} "
               f"in {args.dtype}: {human_bytes(total)} (estimate from its config)")
         print(kvcalc.formula(arch, args.tokens, args.batch, elem))
+        if arch.attention != "MHA":
+            as_mha = mha.kv_bytes(args.tokens, args.batch, elem)
+            print(f"the same model as MHA ({arch.heads} heads x (K {arch.k_dim} + V {arch.v_dim})): "
+                  f"{human_bytes(as_mha)}, x{as_mha / total:.1f} what {arch.attention} keeps")
+        if note:
+            print(f"note: {note}")
     return 0
 
 
