@@ -221,16 +221,20 @@ def _serve(args) -> int:
         sizing["prefix_sharing"] = False
     if args.no_chunking:
         sizing["chunking"] = False
+    if args.preemption:
+        sizing["preemption"] = args.preemption
     lm = _load(args)
     run = ServingRun(lm, specs, **sizing)
     print(f"{lm.spec.name} on {lm.device}: {len(specs)} requests, page {run.page_size}, {run.num_blocks} blocks, "
           f"{run.max_batch_tokens} tokens per pass, prefix sharing {'on' if run.prefix_sharing else 'off'}, "
-          f"chunked prefill {'on' if run.chunking else 'off'}")
+          f"chunked prefill {'on' if run.chunking else 'off'}, preemption {run.preemption}")
     print(f"{'step':>4}  {'pass: request phase q_len':<58} {'used':>4} {'free':>4} {'shared':>6} {'ms':>8}")
     for st in run.run():
         rows = " ".join(f"{r.id}:{r.phase[0]}{r.q_len}" for r in st.rows) or "(waiting for arrivals)"
         extra = (f"  preempted {','.join(st.preempted)}" if st.preempted else "") + \
-            (f"  shared {dict(st.prefix_hits)}" if st.prefix_hits else "")
+            (f"  shared {dict(st.prefix_hits)}" if st.prefix_hits else "") + \
+            (f"  cached {st.blocks_cached}" if st.blocks_cached else "") + \
+            (f"  evicted {st.blocks_evicted}" if st.blocks_evicted else "")
         ms = f"{st.forward_ms:8.2f}" if st.forward_ms is not None else f"{'-':>8}"
         print(f"{st.step:>4}  {rows[:58]:<58} {st.blocks_used:>4} {st.blocks_free:>4} {st.blocks_shared:>6} {ms}{extra}")
     rep = run.report()
@@ -399,12 +403,14 @@ def build_parser() -> argparse.ArgumentParser:
     what = v.add_mutually_exclusive_group(required=True)
     what.add_argument("--requests", help='JSON list of {"prompt": str, "max_new_tokens": int, "arrive": step}')
     what.add_argument("--scenario", help="one of the Serving page's scenarios: arrivals, shared_prefix, "
-                                         "long_prompt, preemption")
+                                         "long_prompt, preemption, prefix_cache")
     v.add_argument("--page-size", dest="page_size", type=int, help="positions per block (default 16)")
     v.add_argument("--blocks", dest="num_blocks", type=int, help="blocks in the pool (default 128)")
     v.add_argument("--max-batch-tokens", dest="max_batch_tokens", type=int, help="tokens per pass (default 256)")
     v.add_argument("--no-prefix-sharing", dest="no_prefix_sharing", action="store_true")
     v.add_argument("--no-chunking", dest="no_chunking", action="store_true", help="prefill whole prompts only")
+    v.add_argument("--preemption", choices=["newest", "most_blocks"],
+                   help="which running request is preempted when blocks run out (default newest, as vLLM)")
     v.add_argument("--json", help="write the run (requests, every step, totals) here")
     _model_args(v)
     v.set_defaults(func=_serve)
