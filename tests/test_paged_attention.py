@@ -29,7 +29,7 @@ def test_a_mixed_pass_scores_each_requests_own_keys_only(bundled_lm):
     """A prefill chunk of 5 tokens at position 3 beside two decodes at 10 and 20 positions: 5 x 8 + 11 + 21 scores a
     layer (the chunk's causal triangle is scored and masked inside its own 8 keys)."""
     kv = PagedKV(bundled_lm, num_blocks=12, page_size=4)
-    rows = [Row((1, 2, 3, 4, 5), 3, tuple(range(0, 8)), True),
+    rows = [Row((1, 2, 3, 4, 5), 3, tuple(range(8)), True),
             Row((6,), 10, tuple(range(8, 19)), True),
             Row((7,), 20, tuple(range(20, 41)), True)]
     p = PagedPass(kv, rows)

@@ -296,7 +296,8 @@ def test_a_request_that_cannot_come_in_is_checked_and_touches_no_block(bundled_l
     plan = scheduler.schedule(0)
     scheduler.postprocess(plan, {"r0": 11}, 0)  # its full blocks now carry prefix hashes: they can be shared
     cached = bm.cached_prefix(second.tokens)
-    assert cached > 0 and bm.can_allocate(second.tokens, len(second.tokens), cached) == -1  # shares a prefix, cannot fit the rest
+    # it shares a prefix, and cannot fit the rest
+    assert cached > 0 and bm.can_allocate(second.tokens, len(second.tokens), cached) == -1
     before = (bm.ref_counts(), list(bm._free), dict(bm._by_hash))
     commits = []  # every call that takes or gives back blocks for the second request's table
 

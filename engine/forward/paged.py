@@ -149,7 +149,8 @@ def attention_work(lm, batch: int, context: int, page_size: int = 16) -> dict:
     """Measured: one decode pass for `batch` requests, each at `context` positions, on a fresh pool (its keys are
     zeros: timing and counting only, no tokens to keep). Returns the (query, key) scores its attention computed, per
     head, all layers (counted off the tensors each request's attention multiplied), their FLOPs (2 · head ·
-    (K width + V width) per score), and the pass's time (one run after a warm-up run: perf_counter around a device sync).
+    (K width + V width) per score), and the pass's time (one run after a warm-up run: perf_counter around a device
+    sync).
 
     Each request scores its own context + 1 keys in every layer, so at a fixed context the work is linear in the
     batch: scores = batch · layers · (context + 1)."""

@@ -58,7 +58,8 @@ def from_table(name: str) -> ModelSpec:
         vocab=int(r["vocab_size"]), parameters=float(r["params_billion"]) * 1e9,
         max_positions=_int(r["max_position_embeddings"]), windows=windows, mla_dim=_int(r["mla_kv_dim"]),
         tied_embeddings=str(r["tie_word_embeddings"]).lower() != "false", source=str(r["source"]),
-        k_head_dim=k_dim, v_head_dim=_int(r["v_head_dim"]), position_table=(_int(r["position_table_rows"]) or 0) * d_model,
+        k_head_dim=k_dim, v_head_dim=_int(r["v_head_dim"]),
+        position_table=(_int(r["position_table_rows"]) or 0) * d_model,
         experts=_int(r["experts"]) or 0, experts_per_token=_int(r["experts_per_token"]) or 0,
         active_parameters=None if pd.isna(active) else float(active) * 1e9,
     )

@@ -60,7 +60,8 @@ class ServingRun(Run):
                             f"'{lm.spec.name}' does not, so its passes cannot be paged here.")
         check_sizes(page_size, num_blocks, max_batch_tokens)
         if preemption not in PREEMPTION:
-            raise StepError(f"The preemption policy must be one of {', '.join(PREEMPTION)} (got {str(preemption)[:40]!r}).")
+            raise StepError(f"The preemption policy must be one of {', '.join(PREEMPTION)} "
+                            f"(got {str(preemption)[:40]!r}).")
         check_requests(requests, max_requests)
         self.lm = lm
         self.page_size, self.num_blocks, self.max_batch_tokens = page_size, num_blocks, max_batch_tokens
