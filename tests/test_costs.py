@@ -228,3 +228,17 @@ def bundled_gpt2():
     from engine.load.load import load_model
 
     return load_model("tinystories-gpt2", device="cpu")
+
+
+def test_the_batch_roofline_is_predicted_on_the_h100_in_bf16():
+    """Llama-3-8B on an H100 (989 TFLOP/s, 3.35 TB/s): at batch 1 a decode pass waits on reading ~15 GB of weights
+    (~4.5 ms); at 512 requests of 64 positions it is past the ridge, compute-bound, and each token costs far less."""
+    a = kvcalc.from_table("Llama-3-8B")
+    points = roofline.batch_roofline(a, 64, roofline.h100())
+    one, big = points[0], points[-1]
+    assert one["batch"] == 1 and one["predicted"] and one["dtype"] == "bf16" and one["side"] == "the memory side"
+    embedding = 128_256 * 4_096
+    assert one["predicted_ms"] == pytest.approx(((8.0e9 - embedding + 4_096) * 2 + 2 * 8 * 128 * 2 * 65 * 32)
+                                                / 3.35e12 * 1e3, rel=1e-9)
+    assert big["batch"] == 512 and big["side"] == "the compute side" and big["attainable"] == 989e12
+    assert big["ms_per_token"] < one["ms_per_token"] / 100

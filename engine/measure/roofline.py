@@ -200,6 +200,25 @@ def predict_step(t, spec, roof: DeviceRoof) -> dict:
     return predict(spec, t.q_len, t.past, roof)
 
 
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def batch_roofline(spec, context: int, roof: DeviceRoof, batches=BATCHES) -> list[dict]:
+    """Batched decode on `roof`, PREDICTED in its dtype (engine.forward.estimates.batched_decode): per batch size B,
+    the pass's intensity (about B FLOP/byte in bf16), the FLOP/s the roof allows there, and the predicted time, the
+    larger of the two bounds. `saturating_batch` names the B where the points reach the ridge."""
+    from engine.forward.estimates import batched_decode
+
+    out = []
+    for b in batches:
+        d = batched_decode(spec, b, context, roof.elem_bytes)
+        compute_ms, memory_ms = d["flops"] / roof.peak_flops * 1e3, d["bytes"] / roof.bandwidth_for(d["bytes"]) * 1e3
+        out.append(d | {"predicted": True, "dtype": roof.dtype, "side": side(d["intensity"], roof),
+                        "attainable": min(roof.peak_flops, d["intensity"] * roof.bandwidth_for(d["bytes"])),
+                        "predicted_ms": max(compute_ms, memory_ms), "ms_per_token": max(compute_ms, memory_ms) / b})
+    return out
+
+
 def cache_off_steps(n: int, ridge_tokens: float) -> float:
     """The cache-off rule: a step that feeds all n positions again (no cache) costs about max(1, n / ridge_tokens)
     cached steps on a device whose ridge is ridge_tokens tokens (DeviceRoof.ridge_tokens). Below the ridge both
