@@ -112,12 +112,17 @@ class PagedPass:
             outs.append(out)
         return torch.cat(outs, dim=1), None
 
-    def mask(self, i: int, window: int | None, dtype: torch.dtype) -> torch.Tensor:
+    def mask(self, i: int, window: int | None, dtype: torch.dtype) -> torch.Tensor | None:
         """[1, 1, q_len, kv_len] for request i: 0 where a query may look (keys up to its own position, inside the
-        window), the dtype's lowest value where it may not."""
+        window), the dtype's lowest value where it may not. None when it may look at every key it gathered (a
+        decode row outside any window): nothing to add."""
         key = (i, window, dtype)
         if key not in self._masks:
             r = self.rows[i]
+            n = r.start + len(r.token_ids)
+            if len(r.token_ids) == 1 and (window is None or window >= n):
+                self._masks[key] = None
+                return None
             q_pos = torch.arange(r.start, r.start + len(r.token_ids), device=self.q_pos.device)
             k_pos = torch.arange(r.start + len(r.token_ids), device=self.q_pos.device)
             allowed = k_pos[None, :] <= q_pos[:, None]
