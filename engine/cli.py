@@ -80,16 +80,28 @@ def _kv_size(args) -> int:
         arch = kvcalc.from_source(args.model)  # a DecodeLabError here is reported by main()
     elem = kvcalc.KV_DTYPES[args.dtype]
     total = arch.kv_bytes(args.tokens, args.batch, elem)
+    mha = arch.as_mha()  # what GQA, MQA or MLA saves against: every query head with its own K and V
+    note = kvcalc.context_note(arch, args.tokens)  # GPT-2 reads at most 1,024 positions: say so beside the bytes
     if args.json:
         print(json.dumps({"bytes": int(total), "bytes_per_token": arch.kv_bytes_per_token(elem),
                           "bytes_per_layer": [int(b) for b in arch.kv_bytes_per_layer(args.tokens, args.batch, elem)],
                           "layers": arch.layers, "kv_heads": arch.kv_heads, "head_dim": arch.head_dim,
+                          "k_head_dim": arch.k_dim, "v_head_dim": arch.v_dim,
                           "windows": list(arch.windows), "attention": arch.attention, "mla_dim": arch.mla_dim,
+                          "as_mha": {"bytes": int(mha.kv_bytes(args.tokens, args.batch, elem)),
+                                     "bytes_per_token": mha.kv_bytes_per_token(elem)},
+                          "max_positions": arch.max_positions, "note": note,
                           "tokens": args.tokens, "batch": args.batch, "dtype": args.dtype}))
     else:
         print(f"{arch.name} ({arch.attention}): KV cache for {args.tokens:,} tokens x batch {args.batch} "
               f"in {args.dtype}: {human_bytes(total)} (estimate from its config)")
         print(kvcalc.formula(arch, args.tokens, args.batch, elem))
+        if arch.attention != "MHA":
+            as_mha = mha.kv_bytes(args.tokens, args.batch, elem)
+            print(f"the same model as MHA ({arch.heads} heads x (K {arch.k_dim} + V {arch.v_dim})): "
+                  f"{human_bytes(as_mha)}, x{as_mha / total:.1f} what {arch.attention} keeps")
+        if note:
+            print(f"note: {note}")
     return 0
 
 
@@ -110,16 +122,20 @@ def _serve(args) -> int:
         sizing["prefix_sharing"] = False
     if args.no_chunking:
         sizing["chunking"] = False
+    if args.preemption:
+        sizing["preemption"] = args.preemption
     lm = load_from(args)
     run = ServingRun(lm, specs, **sizing)
     print(f"{lm.spec.name} on {lm.device}: {len(specs)} requests, page {run.page_size}, {run.num_blocks} blocks, "
           f"{run.max_batch_tokens} tokens per pass, prefix sharing {'on' if run.prefix_sharing else 'off'}, "
-          f"chunked prefill {'on' if run.chunking else 'off'}")
+          f"chunked prefill {'on' if run.chunking else 'off'}, preemption {run.preemption}")
     print(f"{'step':>4}  {'pass: request phase q_len':<58} {'used':>4} {'free':>4} {'shared':>6} {'ms':>8}")
     for st in run.run():
         rows = " ".join(f"{r.id}:{r.phase[0]}{r.q_len}" for r in st.rows) or "(waiting for arrivals)"
         extra = (f"  preempted {','.join(st.preempted)}" if st.preempted else "") + \
-            (f"  shared {dict(st.prefix_hits)}" if st.prefix_hits else "")
+            (f"  shared {dict(st.prefix_hits)}" if st.prefix_hits else "") + \
+            (f"  cached {st.blocks_cached}" if st.blocks_cached else "") + \
+            (f"  evicted {st.blocks_evicted}" if st.blocks_evicted else "")
         ms = f"{st.forward_ms:8.2f}" if st.forward_ms is not None else f"{'-':>8}"
         print(f"{st.step:>4}  {rows[:58]:<58} {st.blocks_used:>4} {st.blocks_free:>4} {st.blocks_shared:>6} {ms}{extra}")
     rep = run.report()
@@ -199,12 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
     what = v.add_mutually_exclusive_group(required=True)
     what.add_argument("--requests", help='JSON list of {"prompt": str, "max_new_tokens": int, "arrive": step}')
     what.add_argument("--scenario", help="one of the Serving page's scenarios: arrivals, shared_prefix, "
-                                         "long_prompt, preemption")
+                                         "long_prompt, preemption, prefix_cache")
     v.add_argument("--page-size", dest="page_size", type=int, help="positions per block (default 16)")
     v.add_argument("--blocks", dest="num_blocks", type=int, help="blocks in the pool (default 128)")
     v.add_argument("--max-batch-tokens", dest="max_batch_tokens", type=int, help="tokens per pass (default 256)")
     v.add_argument("--no-prefix-sharing", dest="no_prefix_sharing", action="store_true")
     v.add_argument("--no-chunking", dest="no_chunking", action="store_true", help="prefill whole prompts only")
+    v.add_argument("--preemption", choices=["newest", "most_blocks"],
+                   help="which running request is preempted when blocks run out (default newest, as vLLM)")
     v.add_argument("--json", help="write the run (requests, every step, totals) here")
     model_args(v)
     v.set_defaults(func=_serve)

@@ -323,7 +323,8 @@ def test_a_request_that_cannot_come_in_is_checked_and_touches_no_block(bundled_l
     plan = scheduler.schedule(0)
     scheduler.postprocess(plan, {"r0": 11}, 0)  # its full blocks now carry prefix hashes: they can be shared
     cached = bm.cached_prefix(second.tokens)
-    assert cached > 0 and bm.can_allocate(len(second.tokens), cached) == -1  # shares a prefix, cannot fit the rest
+    # it shares a prefix, and cannot fit the rest
+    assert cached > 0 and bm.can_allocate(second.tokens, len(second.tokens), cached) == -1
     before = (bm.ref_counts(), list(bm._free), dict(bm._by_hash))
     commits = []  # every call that takes or gives back blocks for the second request's table
 
@@ -368,11 +369,13 @@ def test_cli_serve_json_has_the_same_keys_and_plain_string_values(tmp_path):
     text = out.read_text()
     doc = json.loads(text)
     assert set(doc) == {"model", "device", "dtype", "page_size", "num_blocks", "max_batch_tokens", "prefix_sharing",
-                        "chunking", "block_bytes", "pool_bytes", "requests", "steps", "prefix_hit_tokens",
-                        "preemptions", "generated_tokens", "engine_steps", "wall_ms", "tokens_per_s", "timing"}
+                        "chunking", "preemption", "block_bytes", "pool_bytes", "requests", "steps", "prefix_hit_tokens",
+                        "preemptions", "blocks_evicted", "generated_tokens", "engine_steps", "wall_ms", "tokens_per_s",
+                        "timing"}
     assert set(doc["steps"][0]) == {"step", "scheduled", "arrived", "admitted", "preempted", "finished", "prefix_hits",
                                     "statuses", "block_tables", "positions_held", "blocks_used", "blocks_free",
-                                    "blocks_shared", "tokens", "kv_read", "forward_ms", "step_ms"}
+                                    "blocks_shared", "blocks_cached", "blocks_evicted", "block_states", "tokens",
+                                    "kv_read", "forward_ms", "step_ms"}
     assert set(doc["steps"][0]["scheduled"][0]) == {"id", "q_len", "phase", "start", "chunk", "token_id", "token"}
     statuses = {s for step in doc["steps"] for s in step["statuses"].values()}
     phases = {row["phase"] for step in doc["steps"] for row in step["scheduled"]}
@@ -380,3 +383,4 @@ def test_cli_serve_json_has_the_same_keys_and_plain_string_values(tmp_path):
                                                                            "preempted", "done"}
     assert phases == {"prefill", "decode", "recompute"}
     assert '"phase": "recompute"' in text and '"r4": "not arrived"' in text and "Status." not in text
+    assert doc["preemption"] == "newest" and "BlockState." not in text and "Preemption." not in text
