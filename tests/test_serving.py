@@ -35,12 +35,15 @@ def alone(lm, prompt: str, new_tokens: int) -> list[int]:
     return s.generated_ids
 
 
-def serve(lm, specs, **kw) -> ServingRun:
+def serve(lm, specs, check=None, **kw) -> ServingRun:
+    """The requests served to the end, the books checked after every step (and `check(step, run)` if given)."""
     run = ServingRun(lm, specs, stop_on_eos=False, **kw)
     steps = 0
     while not run.done:
-        run.step()
+        step = run.step()
         check_books(run)
+        if check is not None:
+            check(step, run)
         steps += 1
         assert steps < 2000, "the run never finished"
     return run

@@ -13,26 +13,17 @@ import json
 
 import pytest
 
-from engine import Stepper
 from engine.generate.serving import RequestSpec, ServingRun
 from engine.generate.serving.blocks import BlockManager, BlockState
 from engine.generate.serving.scenarios import SCENARIOS, SYSTEM
+from tests.test_serving import alone
+from tests.test_serving import serve as serve_checked
 
 LONG = "Once upon a time, in a small house near the woods, there lived a little boy named Sam."
 
 
-def alone(lm, prompt: str, new_tokens: int) -> list[int]:
-    s = Stepper(lm, prompt, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
-    s.run()
-    return s.generated_ids
-
-
 def serve(lm, specs, **kw) -> ServingRun:
-    run = ServingRun(lm, specs, stop_on_eos=False, **kw)
-    while not run.done:
-        check_states(run.step(), run)
-        assert run.step_index < 2000, "the run never finished"
-    return run
+    return serve_checked(lm, specs, check=check_states, **kw)
 
 
 def check_states(step, run) -> None:
