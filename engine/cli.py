@@ -1,4 +1,4 @@
-"""Command line: `python -m engine {run,compare,speculate,serve,bench,ladder,kv-size}` (training: `python -m tools.train`).
+"""Command line: `python -m engine {run,compare,speculate,serve,bench,ladder,kv-size,budget}` (training: `python -m tools.train`).
 
 Every refusal is one line on stderr and exit status 2: a bad --json path is refused
 before the run starts, so a long run is never lost at the end.
@@ -396,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", help="write the run (requests, every step, totals) here")
     _model_args(v)
     v.set_defaults(func=_serve)
+
+    from topics.budget.cli import add_parser as budget  # the KV cache on a budget: topics/budget/
+    budget(sub)
     return p
 
 
