@@ -258,3 +258,42 @@ def test_the_cli_prints_the_numbers_and_refuses_bad_input_in_one_line(capsys, tm
     text = capsys.readouterr().out
     assert "int8" in text and "bytes held" in text and "agree" in text
     assert out.exists()
+
+
+# ---------------------------------------------------------------- the pictures say what the record says
+
+
+def test_the_cache_picture_greys_what_was_evicted_and_hatches_what_was_quantized(bundled_lm):
+    from topics.budget.draw import cache_svg
+    from topics.budget.measure import cache_map, full_bytes
+
+    ids = held_out_ids(bundled_lm, 96)
+    _, full = forced_logprobs(bundled_lm, "full", None, ids, 64)
+    for policy, state, first in (("window", "evicted", 64), ("int8", "quantized", 96 - 32)):
+        _, cache = forced_logprobs(bundled_lm, policy, 32, ids, 64)
+        cmap = cache_map(bundled_lm, cache, policy, 32, 96, full_bytes(full), 64)
+        svg = cache_svg(cmap)
+        # one run of cells per layer: positions 0 .. first-1 in that state
+        assert svg.count(f'data-state="{state}" data-start="0" data-length="{first}"') == bundled_lm.spec.layers
+        assert cmap.bytes_held == cache.nbytes() and cmap.bytes_full == full_bytes(full)
+
+
+@pytest.mark.slow
+def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_session(bundled_lm):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    page = Path(__file__).resolve().parent.parent / "topics" / "budget" / "page.py"
+    at = AppTest.from_file(str(page), default_timeout=300)
+    at.session_state["settings"], at.session_state["lm"] = None, bundled_lm  # what app.py's frame provides
+    at.run()
+    assert not at.exception and not at.error
+    at.button(key="budget_scenario_a window forgets the name").click().run()
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["bytes held"] == "128.0 KiB" and shown["texts part at"].startswith("step")
+    at.selectbox(key="budget_policy").set_value("sinks")
+    at.slider(key="budget_budget").set_value(3).run()
+    assert not at.exception and "at least 5" in at.error[0].value
+    at.slider(key="budget_budget").set_value(64).run()
+    assert not at.error and at.metric

@@ -49,6 +49,13 @@ def main(args) -> int:
     if args.new_tokens is None or args.new_tokens < 1:
         raise StepError(f"--new-tokens must be at least 1 (got {args.new_tokens}).")
     lm = _load(args)
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
+        from engine.load import device as dev
+
+        dev.use_serving_threads(int(lm.spec.parameters))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "longer than the maximum sequence length": the held-out text is cut after
     policies = tuple(POLICIES) if str(args.policy).strip().lower() == ALL else (args.policy,)
     for policy in policies:  # every refusal before any measuring
         check(lm, policy, None if policy == "full" else args.budget)

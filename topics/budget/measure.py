@@ -28,7 +28,7 @@ from engine.generate.stepper import Stepper
 from topics.budget.evict import EvictingLayer
 from topics.budget.policies import POLICIES, budget_cache, check
 from topics.budget.quant import QuantizedLayer
-from topics.budget.records import CacheMap, Forced, Greedy, LayerMap, PolicyRow, SinkRow
+from topics.budget.records import CacheMap, Forced, Greedy, LayerMap, PolicyRow, SinkRow, SweepPoint
 
 EVAL_TEXT = Path(__file__).resolve().parents[2] / "tests" / "data" / "tinystories_eval_40.txt"
 CONTEXT = 256  # tokens of the held-out text: the first half prefilled, the second teacher-forced
@@ -56,7 +56,8 @@ def held_out_ids(lm, context: int = CONTEXT) -> list[int]:
 # ---------------------------------------------------------------- the cache, as a picture reads it
 
 
-def cache_map(lm, cache, policy: str, budget: int | None, positions: int, bytes_full: int) -> CacheMap:
+def cache_map(lm, cache, policy: str, budget: int | None, positions: int, bytes_full: int,
+              prefilled: int = 0) -> CacheMap:
     """Which positions each layer holds (and in how many bits), and the bytes, from the cache's own tensors."""
     kv_heads = lm.spec.kv_heads
     layers = []
@@ -70,7 +71,7 @@ def cache_map(lm, cache, policy: str, budget: int | None, positions: int, bytes_
         if isinstance(layer, QuantizedLayer):
             quantized = [p < layer.quantized for p in range(positions)]
         layers.append(LayerMap(i, tuple(held), tuple(quantized), kv_heads, layer_bytes(layer)))
-    return CacheMap(policy, budget, positions, tuple(layers), sum(m.nbytes for m in layers), bytes_full)
+    return CacheMap(policy, budget, positions, tuple(layers), sum(m.nbytes for m in layers), bytes_full, prefilled)
 
 
 def full_bytes(cache) -> int:
@@ -150,8 +151,32 @@ def compare_policies(lm, policies=tuple(POLICIES), budget: int = BUDGET, context
         b = budgets[policy]
         logp, cache = (ref, ref_cache) if policy == "full" else forced_logprobs(lm, policy, b, ids, half)
         rows.append(PolicyRow(policy, b, compare_forced(policy, b, half, ref, logp), runs[policy], runs["full"],
-                              cache_map(lm, cache, policy, b, context, bytes_full)))
+                              cache_map(lm, cache, policy, b, context, bytes_full, half)))
     return rows
+
+
+def sweep(lm, budgets=(16, 32, 64, 128), policies=tuple(p for p in POLICIES if p != "full"),
+          context: int = CONTEXT, on_point=None) -> list[SweepPoint]:
+    """Every policy at every budget, teacher-forced on the held-out text: the points of the divergence charts.
+
+    The full cache runs once; on_point(policy, budget) before each of the others.
+    """
+    for policy in policies:
+        for budget in budgets:
+            check(lm, policy, budget)
+    ids = held_out_ids(lm, context)
+    half = context // 2
+    ref, ref_cache = forced_logprobs(lm, "full", None, ids, half)
+    bytes_full = full_bytes(ref_cache)
+    points = []
+    for policy in policies:
+        for budget in budgets:
+            if on_point:
+                on_point(policy, budget)
+            logp, cache = forced_logprobs(lm, policy, budget, ids, half)
+            f = compare_forced(policy, budget, half, ref, logp)
+            points.append(SweepPoint(policy, budget, f.agreement, f.kl_mean, full_bytes(cache) / bytes_full))
+    return points
 
 
 def bench_rows(lm, budget: int = BUDGET, context: int = CONTEXT, new_tokens: int = NEW_TOKENS,
@@ -162,10 +187,15 @@ def bench_rows(lm, budget: int = BUDGET, context: int = CONTEXT, new_tokens: int
     return [{k: v for k, v in r.as_dict().items() if k not in ("text", "full_text")} for r in rows]
 
 
-def ranking(rows: list[PolicyRow], policies=("window", "sinks", "heavy", "snap")) -> list[str]:
-    """The eviction policies from the most to the least agreement (ties: the lower KL first)."""
-    chosen = [r for r in rows if r.policy in policies]
-    return [r.policy for r in sorted(chosen, key=lambda r: (-r.forced.agreement, r.forced.kl_mean))]
+def ranking(rows, policies=("window", "sinks", "heavy", "snap"), budget: int | None = None) -> list[str]:
+    """The eviction policies from the most to the least agreement (ties: the lower KL first).
+
+    rows: PolicyRows (the CLI's table) or SweepPoints (the page's charts, at `budget`): one ordering rule for both.
+    """
+    chosen = [r for r in rows if r.policy in policies and (budget is None or r.budget == budget)]
+    score = [getattr(r, "forced", r) for r in chosen]
+    order = sorted(range(len(chosen)), key=lambda i: (-score[i].agreement, score[i].kl_mean))
+    return [chosen[i].policy for i in order]
 
 
 # ---------------------------------------------------------------- the attention sink

@@ -31,6 +31,7 @@ class CacheMap:
     layers: tuple[LayerMap, ...]
     bytes_held: int  # measured: numel * element_size over the tensors it holds
     bytes_full: int  # the full cache at the same positions, in the model's dtype (measured on the full run)
+    prefilled: int = 0  # positions written by the prefill (the rest by decode steps); 0: not said
 
     @property
     def ratio(self) -> float:
@@ -54,6 +55,17 @@ class Forced:
     @property
     def kl_mean(self) -> float:
         return statistics.fmean(self.kl) if self.kl else 0.0
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One policy at one budget, teacher-forced: a point of the divergence charts."""
+
+    policy: str
+    budget: int
+    agreement: float
+    kl_mean: float
+    bytes_ratio: float  # bytes held / the full cache's, at the end of the text
 
 
 @dataclass(frozen=True)
