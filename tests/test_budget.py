@@ -247,11 +247,26 @@ def test_sliding_window_layers_are_refused_in_plain_words(family_model, policy):
     assert budget_cache(lm, "full", None)  # the full cache is the model's own: always there
 
 
-def test_the_cli_prints_the_numbers_and_refuses_bad_input_in_one_line(capsys, tmp_path):
+def test_the_cli_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, monkeypatch):
+    import engine.load.load
     from engine.cli import main
 
-    assert main(["budget", "--policy", "window", "--budget", "0"]) == 2
-    assert capsys.readouterr().err.strip().count("\n") == 0
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(engine.load.load, "load_model", refuse)
+    for argv in (["--policy", "window", "--budget", "0"], ["--policy", "lru"], ["--policy", "all", "--budget", "-1"],
+                 ["--policy", "sinks", "--budget", "2"], ["--policy", "int4", "--json", str(tmp_path / "no" / "x")]):
+        assert main(["budget", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
+    from engine.cli import main
+
+    assert main(["budget", "--policy", "window", "--budget", "100000"]) == 2  # over this model's 512 positions
+    assert "context window (512 positions)" in capsys.readouterr().err
     out = tmp_path / "b.json"
     assert main(["budget", "--policy", "int8", "--budget", "16", "--context", "48", "--new-tokens", "4",
                  "--json", str(out)]) == 0

@@ -43,11 +43,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args) -> int:
     from engine.errors import StepError
     from topics.budget.measure import compare_policies, ranking, sink_mass
-    from topics.budget.policies import POLICIES, check
+    from topics.budget.policies import POLICIES, check, check_words
 
-    _check_json_path(args.json)
+    _check_json_path(args.json)  # every refusal that needs no model comes before loading one
     if args.new_tokens is None or args.new_tokens < 1:
         raise StepError(f"--new-tokens must be at least 1 (got {args.new_tokens}).")
+    policies = tuple(POLICIES) if str(args.policy).strip().lower() == ALL else (args.policy,)
+    for policy in policies:
+        check_words(policy, None if policy == "full" else args.budget)
     lm = _load(args)
     if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
         from engine.load import device as dev
@@ -56,8 +59,7 @@ def main(args) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "longer than the maximum sequence length": the held-out text is cut after
-    policies = tuple(POLICIES) if str(args.policy).strip().lower() == ALL else (args.policy,)
-    for policy in policies:  # every refusal before any measuring
+    for policy in policies:  # and what depends on the model, before any measuring
         check(lm, policy, None if policy == "full" else args.budget)
     policies = tuple(p.strip().lower() for p in policies)
     shown = policies if "full" in policies else ("full", *policies)

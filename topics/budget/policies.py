@@ -64,10 +64,21 @@ class BudgetCache(Cache):
 
 def check(lm, policy, budget) -> tuple[str, int | None]:
     """(policy, budget) if this model can run them, else a StepError that says why in plain words."""
+    policy, budget = check_words(policy, budget)
+    limit = lm.spec.max_positions
+    if budget is not None and limit and budget > limit:
+        raise StepError(f"A budget of {budget:,} positions is over this model's context window ({limit:,} "
+                        "positions): it could never be reached. Choose at most that.")
+    if policy != "full":
+        supported(lm, policy)
+    return policy, budget
+
+
+def check_words(policy, budget) -> tuple[str, int | None]:
+    """What can be refused before a model is loaded: the policy's name, and a budget no model could take."""
     if not isinstance(policy, str) or policy.strip().lower() not in POLICIES:
         raise StepError(f"Unknown policy {policy!r}: choose one of {', '.join(POLICIES)}.")
     policy = policy.strip().lower()
-    limit = lm.spec.max_positions
     if budget is None:
         if policy != "full":
             raise StepError(f"The {policy} policy needs a budget: how many positions it keeps (in full precision).")
@@ -77,14 +88,9 @@ def check(lm, policy, budget) -> tuple[str, int | None]:
     if budget < 1:
         raise StepError(f"The budget must be at least 1 position (got {budget}): a cache that keeps nothing "
                         "cannot be read by the next position.")
-    if limit and budget > limit:
-        raise StepError(f"A budget of {budget:,} positions is over this model's context window ({limit:,} "
-                        "positions): it could never be reached. Choose at most that.")
     if policy == "sinks" and budget <= SINKS:
         raise StepError(f"sinks keeps the first {SINKS} positions and needs room for at least one recent one: "
                         f"a budget of at least {SINKS + 1} (got {budget}).")
-    if policy != "full":
-        supported(lm, policy)
     return policy, budget
 
 
