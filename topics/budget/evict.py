@@ -1,18 +1,21 @@
 """Evicting caches: each layer holds at most `budget` positions between passes, and a rule says which.
 
 A pass appends its new keys and values, attends to everything the layer holds (the budget plus the fed positions),
-and only then, once this layer's attention weights exist, the layer drops down to its budget. Which positions stay
-is one score per held position, per kv_head; the `budget` highest stay, ties going to the newest:
+and only then, once this layer's attention weights exist, the layer drops down to its budget. Which rows stay:
+first the rows a rule protects, then the highest score, then the newest (per kv_head, so heads may differ):
 
-    window   every score 0                                        -> the last B positions (a sliding window)
-    sinks    +inf on the first SINKS positions, 0 elsewhere       -> the first 4 and the last B - 4 (StreamingLLM)
+    window   no score, nothing protected                           -> the last B positions (a sliding window)
+    sinks    the first SINKS positions protected                   -> the first 4 and the last B - 4 (StreamingLLM)
     heavy    the attention each position has received, summed     -> the last B/2, plus the B/2 most attended
              over every query so far (H2O's accumulated score);      of the rest (H2O's heavy hitters)
-             +inf on the recent half
+             the recent half protected
     snap     at the prefill, the attention the prompt's last       -> the prompt positions the end of the prompt
              OBSERVATION queries pay each position, smoothed over     looks at (SnapKV), then every new position
-             KERNEL neighbours; the observation window itself and     (kvpress's SnapKVPress, SnapKV's defaults
-             every position decoded later get +inf                    scaled down to these small models)
+             KERNEL neighbours (the window itself scores the top);    (kvpress's SnapKVPress, SnapKV's defaults
+             every position decoded later protected                   scaled down to these small models)
+
+H2O's plain sum favours early positions (more queries have read them); kvpress's ObservedAttentionPress divides
+each sum by the number of queries that could see the position. This is H2O's rule, as published.
 
 Positions keep the rotation they were written with: keys are cached after RoPE (or, for GPT-2, the position
 embedding was added before them), so a held key still says "I am position 37" when position 300 reads it, and the
@@ -142,7 +145,7 @@ def score(rule: str, weights: torch.Tensor, positions: torch.Tensor, first_pass:
     """
     b, heads, q_len, k_len = weights.shape
     kv_heads = positions.shape[1]
-    grouped = weights.view(b, kv_heads, heads // kv_heads, q_len, k_len)
+    grouped = weights.reshape(b, kv_heads, heads // kv_heads, q_len, k_len)
     if rule == "heavy":  # H2O: every query's attention accumulates on the keys it read
         return grouped.sum(dim=(2, 3))
     if not first_pass:  # snap scores once, at the prefill
