@@ -5,7 +5,7 @@ Run with `streamlit run app.py`. This file is read twice, for two jobs:
 - as the script of every page run (Streamlit runs it as __main__): the router and frame: page config, the
   shared sidebar, navigation;
 - as a module, once, by `streamlit run` itself, which finds `app = st.App(...)` below and serves it: Streamlit's
-  own server plus the class's routes (/class/...: a follower's event stream, pictures, votes; engine/follow/http.py).
+  own server plus the class's routes (/class/...: a follower's event stream, pictures, votes; classroom/http.py).
 """
 
 from pathlib import Path
@@ -22,10 +22,10 @@ def page(name: str, title: str, icon: str, default: bool = False):
 
 
 def router() -> None:
-    from ui.capture import published
-    from ui.follow import follow_route, lecturer_panel
-    from ui.frame import page_links, resume_page
+    from classroom.page import follow_route, lecturer_panel
+    from classroom.page_copy import published
     from ui.links import apply_link, write_link
+    from ui.setup import page_links, resume_page
     from ui.sidebar import sidebar
     from ui.text import warning
 
@@ -40,6 +40,7 @@ def router() -> None:
         page("speculative", "Speculative decoding", ":material/fast_forward:"),
         page("serving", "Serving: many requests", ":material/dns:"),
         page("scale", "Scale: KV memory and roofline", ":material/trending_up:"),
+        page("budget", "KV cache on a budget", ":material/compress:"),
         page("model_info", "Model", ":material/info:"),
     ]
     follow = page("follow", "Follow the lecturer", ":material/cast_for_education:")  # /?follow=CODE; not listed
@@ -48,7 +49,7 @@ def router() -> None:
     following = follow_route(current, follow)  # a ?follow=CODE link, on any page, opens the follower's page
     page_links(pages, st.sidebar)
     link_problems = apply_link()  # first run of a session only: settings from a shared link
-    if following:  # a follower shows the lecturer's screen: no settings or model of its own to draw (ui/follow.py)
+    if following:  # a follower shows the lecturer's screen: no settings or model of its own to draw (classroom/page.py)
         st.session_state.setdefault("settings", None)
         st.session_state.setdefault("lm", None)
     else:
@@ -58,7 +59,7 @@ def router() -> None:
         warning(problem)
     if not following:  # a follower's address keeps its class code
         write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
-    with published(current.title):  # leading a class: what this page draws is the class's frame (ui/capture.py)
+    with published(current.title):  # leading a class: what this page draws is the class's frame (classroom/page_copy.py)
         current.run()
 
 
@@ -67,7 +68,7 @@ if __name__ == "__main__":  # Streamlit runs this file as the script of every pa
 else:  # `streamlit run app.py` imports it to find the server: Streamlit's, with the class's routes in front
     from starlette.middleware import Middleware
 
-    from engine.follow.http import ClassRoutes
-    from engine.follow.server import hub
+    from classroom.http import ClassRoutes
+    from classroom.server import hub
 
     app = st.App(__file__, middleware=[Middleware(ClassRoutes, hub_factory=hub)])

@@ -1,20 +1,25 @@
-"""Decode Lab engine: load a causal LM and step it through prefill and decode, one request or many.
+"""Decode Lab's core: load a causal LM and step it through prefill and decode, one request or many.
 
-Everything that thinks lives here; nothing here imports streamlit. One folder per step of the story:
+The core thinks; nothing here imports streamlit, and nothing here imports a topic (topics/), the classroom
+(classroom/) or a page. One folder per step of the story:
 
-    load/       get a model: load_model, the checks before any weight is read, the allow-list
-    forward/    run one pass: run_pass (every model call), Q/K/V capture, the KV cache, the paged pool,
-                sampling, the StepTrace record, a model's figures (ModelSpec), FLOPs/bytes estimates
+    load/       get a model: load_model, the checks before any weight is read, the allow-list, ladder rungs
+    forward/    run one pass: run_pass (the readable pass), the compiled lean pass, Q/K/V capture, the KV
+                cache, the paged pool, sampling, the StepTrace record, a model's figures (ModelSpec),
+                FLOPs/bytes estimates
     generate/   generate: the one loop (loop.py: Sequence, Run), the Stepper (prefill, decode), speculative
                 rounds, padded batches, cache on vs off, serving (continuous batching over a paged cache)
-    measure/    measure: bench, the race, the roofline, a decode step taken apart, KV sizes, speculation
-                and serving compared side by side
-    draw/       draw: one palette, the stage (SVG), plotly figures and tables, serving pictures
-    follow/     a class following a lecturer's run: the shared state, its wire format, the store
+    measure/    what more than one topic measures: the roofline and its verdicts, KV sizes of real models,
+                what a head does, one request's life, the caveats a busy server earns
+    draw/       what more than one page draws: one palette, the stage (SVG), the step's views and figures
+
+Each topic keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative,
+race, budget). The command line is the one file here that sits above them (cli.py): it finds a topic's
+command by name, so importing the engine never imports a topic.
 
 Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
 
-    errors, units, paths, share, device  <  forward  <  load  <  generate  <  measure  <  draw  <  follow  <  cli, __main__
+    errors, units, paths, links, device  <  forward  <  load  <  generate  <  measure  <  draw  <  cli, cli_args, __main__
 
 forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it
 builds a model's spec and warms it up); the device helpers it needs live below both, in device.py.
@@ -41,7 +46,7 @@ Public API (see README):
 
     lm = load_model("default")                    # -> LoadedModel (lm.spec: its figures)
     stepper = Stepper(lm, "Once upon a time", use_cache=True, sampling=Sampling())
-    stepper.prefill(); stepper.decode(); stepper.run(20)   # -> StepTrace records in stepper.records (.traces)
+    stepper.prefill(); stepper.decode(); stepper.run(20)   # -> StepTrace records in stepper.records
     report = compare(lm, "Once upon a time", new_tokens=20)
     run = ServingRun(lm, [RequestSpec("Once upon a time", 32, arrive=0), ...]); run.step()   # -> run.records
 

@@ -1,10 +1,10 @@
 """Follow the lecturer: /?follow=CODE shows the lecturer's current step, live, without running the model.
 
-Thin page: ui/follow.py places what engine/follow shares (the lecturer's recorded steps).
+Thin page: classroom/page.py places what classroom shares (the lecturer's recorded steps).
 """
 
-from ui.follow import follower_page
-from ui.frame import frame
+from classroom.page import follower_page
+from ui.setup import page_setup
 
-frame(__file__)
+page_setup("follow")
 follower_page()

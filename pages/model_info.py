@@ -3,10 +3,10 @@
 import pandas as pd
 import streamlit as st
 
-from ui.frame import frame
+from ui.setup import page_setup
 
 st.title("The model")
-_, lm = frame(__file__, need_model=True)
+_, lm = page_setup("model_info", need_model=True)
 st.caption("Every number here is read from the model's config and weights. The words in the left column are the "
            "names the code and the traces use.")
 st.table(pd.DataFrame(lm.rows(), columns=["", "value"]).set_index(""))

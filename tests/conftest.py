@@ -177,7 +177,7 @@ def redis_url(tmp_path_factory, redis_server):
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.system)])
 def store(request):
     """(a fresh store, its clock): this process's MemoryKV, or a real redis-server (the system tier)."""
-    from engine.follow import MemoryKV
+    from classroom import MemoryKV
 
     clock = Clock()
     if request.param == "memory":

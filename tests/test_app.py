@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.measure import caveats as noise
 from ui.apptest import ROOT, app_test, page
-from engine.measure import noise
 from ui.controller import STOPPED
 
 pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
@@ -284,7 +284,7 @@ def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
     at = fresh_app()
     at.selectbox(key="step_scenario").set_value(scenario["title"]).run()
     assert not at.exception and not at.error, [e.value for e in at.exception]
-    # the only warnings allowed are the honest ones about timing on a loaded machine (engine/measure/noise.py):
+    # the only warnings allowed are the honest ones about timing on a loaded machine (engine/measure/caveats.py):
     # the server was busy, or a comparison flipped against the lesson (the suite runs on two workers)
     assert all(noise.is_note(w.value) for w in at.warning), [w.value for w in at.warning]
     link = scenario["link"]
@@ -343,9 +343,9 @@ def test_the_latency_caption_says_what_its_bars_show(cache):
 def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
     at = fresh_app()
     at.switch_page(page("speculative")).run()
-    click(at, "spec_btn_prefill")
+    click(at, "speculative_btn_prefill")
     for _ in range(4):
-        click(at, "spec_btn_next")
+        click(at, "speculative_btn_next")
     rounds = next(h.proto.body for h in at.get("html") if "round 1:" in h.proto.body)
     kept = re.findall(r"round \d+: (\d+)/(\d+) kept", rounds)
     assert len(kept) == 4 and all(int(a) <= int(b) for a, b in kept)

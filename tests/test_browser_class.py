@@ -177,7 +177,7 @@ def test_three_followers_vote_the_projector_counts_them_and_reveal_puts_the_mode
 
 
 def test_a_prompt_written_as_markup_reaches_the_followers_stage_as_text_and_nothing_in_it_runs(keyed_server, browser):
-    """The follower's tab places the stage's SVG in its page (ui/follow.js): a prompt that is markup must arrive
+    """The follower's tab places the stage's SVG in its page (classroom/follow.js): a prompt that is markup must arrive
     as the words it is, with no element or handler of its own, and nothing may run."""
     from urllib.parse import quote
 

@@ -299,7 +299,7 @@ def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_s
 
     from streamlit.testing.v1 import AppTest
 
-    page = Path(__file__).resolve().parent.parent / "topics" / "budget" / "page.py"
+    page = Path(__file__).resolve().parent.parent / "pages" / "budget.py"  # the door: topics/budget/page.py show()
     at = AppTest.from_file(str(page), default_timeout=300)
     at.session_state["settings"], at.session_state["lm"] = None, bundled_lm  # what app.py's frame provides
     at.run()

@@ -9,6 +9,7 @@ import pytest
 
 from engine import Stepper, bundled_models, load_model
 from engine.load.load import MODELS_DIR
+from tests import reference
 from tools.train import bits_per_byte, read_stories
 
 EVAL = Path(__file__).resolve().parent / "data" / "tinystories_eval_40.txt"  # held out: never trained on
@@ -76,3 +77,31 @@ def test_the_draft_model_is_much_smaller_shares_the_tokenizer_and_is_trained():
     assert draft.spec.parameters * 4 < target.spec.parameters
     assert draft.tokenizer.get_vocab() == target.tokenizer.get_vocab()
     assert bits_per_byte(draft.model, draft.tokenizer, read_stories(EVAL))["bits_per_byte"] < 1.2
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    """bundled(name): that bundled model, loaded by the engine on the CPU once for this module."""
+    loaded = {}
+
+    def load(name: str):
+        if name not in loaded:
+            loaded[name] = load_model(name, device="cpu")
+        return loaded[name]
+
+    return load
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("name", ["tinystories-llama", "tinystories-gpt2", "tinystories-draft"])
+def test_bundled_models_give_transformers_own_tokens_and_logits(bundled, name, use_cache):
+    """Trained weights, where a small error in attention moves logits most: at the prefill and every decode step,
+    the engine's token and logits are those of transformers' own copy of the model (tests/reference.py)."""
+    lm = bundled(name)
+    s = Stepper(lm, PROMPTS[0]["prompt"], use_cache=use_cache, max_new_tokens=12, stop_on_eos=False, record=False)
+    mine = []
+    s.run(on_step=lambda trace: mine.append(s.last_logits))
+    theirs = reference.greedy(MODELS_DIR / name, s.ids[:, :s.prompt_len], 12, use_cache)
+    assert s.generated_ids == theirs.tokens
+    for step, (a, b) in enumerate(zip(mine, theirs.logits, strict=True)):
+        reference.assert_logits_close(a, b, f"{name}, step {step}, cache {'on' if use_cache else 'off'}")

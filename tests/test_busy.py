@@ -60,12 +60,12 @@ def test_run_to_end_waits_longer_each_time_the_server_is_busy_then_says_so(busy_
 
 @pytest.mark.slow
 def test_autoplay_waits_when_the_server_is_busy_and_says_so(busy_model, monkeypatch):
-    import ui.text
+    import step.page  # the step page shows what its controller says with its own `error` (ui.text's)
 
     fill, tries, waits = busy_model
     said = []
-    real_error = ui.text.error
-    monkeypatch.setattr(ui.text, "error", lambda text, where=None: said.append(text) or real_error(text))
+    real_error = step.page.error
+    monkeypatch.setattr(step.page, "error", lambda text, where=None: said.append(text) or real_error(text))
     at = fresh_app()
     at.sidebar.number_input(key="side_max_new").set_value(3).run()
     click(at, "step_btn_prefill")

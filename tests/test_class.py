@@ -13,16 +13,15 @@ import time
 
 import pytest
 
+from classroom import Classroom, MemoryKV, Refused
+from classroom.http import TOO_LONG, ClassRoutes
+from classroom.hub import END, Hub
+from classroom.lectures import MAX_FRAMES
+from classroom.poll import Refused as VoteRefused
+from classroom.poll import next_token_question, shape_question
+from classroom.publisher import Publisher
 from engine import Stepper
-from engine.follow import Classroom, MemoryKV, Refused
-from engine.follow.classroom import MAX_FRAMES
-from engine.follow.http import ClassRoutes, TOO_LONG
-from engine.follow.hub import END, Hub
-from engine.follow.poll import Refused as VoteRefused
-from engine.follow.poll import next_token_question, shape_question
-from engine.follow.share import Publisher
 from tests.test_follow import KEY, classroom, key_set, ok  # noqa: F401 - key_set: a fixture
-
 
 room_of = classroom  # a Classroom on the test's store, with these limits
 
@@ -112,7 +111,7 @@ def test_a_vote_after_the_reveal_for_an_ended_class_or_from_a_stranger_is_refuse
 
 
 def test_votes_are_capped_at_the_class_size_and_rate_limited_like_codes(asked):
-    from engine.follow.poll import VOTES_PER_MINUTE
+    from classroom.poll import VOTES_PER_MINUTE
 
     room, lecture, qid, q, _ = asked  # a class of at most 3
     room.join(lecture.code, "cccc2222cccc2222")
@@ -150,7 +149,7 @@ def test_each_publish_is_one_version_and_a_new_frame_joins_the_timeline_once(sto
     room = room_of(store)
     lecture = room.start(KEY, "lect")
     heard = []
-    from engine.follow.store import subscribe
+    from classroom.store import subscribe
 
     if store[2] == "memory":
         subscribe(room.kv, room.channel, heard.append)
@@ -250,7 +249,7 @@ def test_a_stream_starts_with_the_whole_state_then_gets_each_version_pushed(bund
 
 
 def test_a_picture_asked_for_by_many_followers_at_once_is_built_once(bundled_lm, monkeypatch):
-    import engine.follow.hub as hub_module
+    import classroom.hub as hub_module
 
     room = Classroom(MemoryKV(), key=KEY)
     hub = Hub(room)
@@ -338,7 +337,7 @@ def test_the_routes_refuse_plainly_and_pass_the_rest_to_streamlit(bundled_lm):
 
 @pytest.mark.slow
 def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_page_publishes_itself():
-    from engine.follow import server
+    from classroom import server
     from ui.apptest import app_test, page
 
     server.reset()
@@ -389,13 +388,13 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, t
 def test_a_page_run_cut_short_or_overtaken_by_a_newer_run_is_never_the_classs_frame(monkeypatch):
     """Streamlit's fast reruns stop a run when the lecturer moves on (a slider moved again, Next clicked again) and
     start the next one at once, in another thread: the stopped run publishes nothing, and a run that ends after a
-    newer one began leaves the newer one's screen to it (ui/capture.py)."""
+    newer one began leaves the newer one's screen to it (classroom/page_copy.py)."""
     from types import SimpleNamespace
 
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
-    import ui.capture as cap
+    import classroom.page_copy as cap
 
     sent = []
 

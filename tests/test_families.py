@@ -25,10 +25,11 @@ import torch
 
 from engine.forward import capture
 from engine.cli import main as cli_main
-from engine.forward.run import generate
 from engine.load.load import load_model, read_config
 from engine.generate.stepper import Stepper
+from tests import reference
 from tests.conftest import FAMILIES, SLIDING_WINDOW
+from tests.reference import assert_logits_close
 
 NEW_TOKENS = 16
 PROMPTS = {
@@ -55,39 +56,39 @@ def layer_rule(window: int | None, n: int) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module", params=list(PROMPTS))
-def runs(request, family_lm):
-    """One NEW_TOKENS-token greedy run per cache setting, and transformers' generate for the same prompt."""
+def runs(request, family_lm, family_dirs):
+    """One NEW_TOKENS-token greedy run per cache setting, each step's logits, and transformers' own run of the same
+    prompt on its own copy of the model (tests/reference.py), with the same cache setting."""
     prompt = PROMPTS[request.param]
-    steppers = {}
+    steppers, logits, references = {}, {}, {}
     for use_cache in (True, False):
         # the cache run times each pass as the app does (a warm-up and repeats, each rolled back: sliding layers
         # included); the no-cache run holds no cache to roll back, so one run per pass is enough
         s = Stepper(family_lm, prompt, use_cache=use_cache, max_new_tokens=NEW_TOKENS, stop_on_eos=False,
                     repeats=None if use_cache else 1)
-        s.run()
+        logits[use_cache] = []
+        s.run(on_step=lambda trace, s=s, kept=logits[use_cache]: kept.append(s.last_logits))
         steppers[use_cache] = s
-    reference = greedy_reference(family_lm, steppers[True].ids[:, :steppers[True].prompt_len])
-    return family_lm, steppers, reference
+        prompt_ids = s.ids[:, :s.prompt_len]
+        references[use_cache] = reference.greedy(family_dirs[family_of(family_lm)], prompt_ids, NEW_TOKENS, use_cache)
+    return family_lm, steppers, (logits, references)
 
 
-def greedy_reference(lm, prompt_ids: torch.Tensor) -> list[int]:
-    """transformers' greedy generate for NEW_TOKENS tokens, EOS an ordinary token (as with stop_on_eos=False).
-
-    engine.forward.run.generate passes eos_token_id=None: no stop at EOS and no ban on it (min_new_tokens would
-    set EOS's logit to -inf until n tokens exist, and a random model whose argmax is EOS would then get a
-    different token from generate than from the stepper).
-    """
-    return generate(lm, prompt_ids, NEW_TOKENS)
+# ---------------------------------------------------------------- tokens and logits
 
 
-# ---------------------------------------------------------------- tokens
-
-
-def test_greedy_tokens_with_and_without_cache_equal_generate(runs):
-    lm, steppers, reference = runs
-    assert len(reference) == NEW_TOKENS
-    assert steppers[True].generated_ids == reference
-    assert steppers[False].generated_ids == reference
+def test_greedy_tokens_and_logits_with_and_without_cache_equal_transformers(runs):
+    """At the prefill and at every decode step, cache on and off: the engine's token is transformers' token and its
+    logits are transformers' logits (tests/reference.py: transformers' own copy of the model, its own attention)."""
+    _, steppers, (logits, references) = runs
+    for use_cache, s in steppers.items():
+        theirs = references[use_cache]
+        assert len(theirs.tokens) == NEW_TOKENS
+        assert s.generated_ids == theirs.tokens
+        assert len(logits[use_cache]) == NEW_TOKENS
+        for step, (mine, expected) in enumerate(zip(logits[use_cache], theirs.logits)):
+            assert_logits_close(mine, expected, f"{'prefill' if step == 0 else f'decode step {step}'}, "
+                                                f"cache {'on' if use_cache else 'off'}")
 
 
 # ---------------------------------------------------------------- KV cache, per layer
@@ -215,11 +216,11 @@ def test_cli_run_on_gemma3_matches_generate_and_caps_sliding_layers(family_dirs,
     assert doc["use_cache"] is not bool(cache_flag)
     assert doc["model"]["windows"] == [SLIDING_WINDOW] * 5 + [None]
 
-    lm = load_model(folder, device=doc["model"]["device"])  # the reference on the device the CLI chose
-    reference = greedy_reference(lm, torch.tensor([lm.tokenizer(prompt)["input_ids"]]))
+    tokenizer = load_model(folder, device="cpu").tokenizer
+    expected = reference.greedy(folder, torch.tensor([tokenizer(prompt)["input_ids"]]), NEW_TOKENS).tokens
     # the CLI stops at EOS; this seeded model never picks it in NEW_TOKENS greedy steps, so all of them run
-    assert lm.tokenizer.eos_token_id not in reference
-    assert [step["token_id"] for step in doc["steps"]] == reference
+    assert tokenizer.eos_token_id not in expected
+    assert [step["token_id"] for step in doc["steps"]] == expected
     assert doc["stop_reason"] == "max_new_tokens" and len(doc["steps"]) == NEW_TOKENS
 
     for step in doc["steps"]:

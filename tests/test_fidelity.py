@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from engine import Stepper
-from engine.draw import figures as fig
-from engine.draw.lookahead import Lookahead, lookahead_svg
+from engine.draw.latency import latency_ceiling, latency_figure
 from engine.draw.palette import PREFILL, RECOMPUTED
 from engine.draw.stage import stage_svg
 from engine.draw.svg import MONO_EM, TEXT, W
@@ -23,9 +22,10 @@ from engine.forward.run import Timing
 from engine.load import gpt2
 from engine.measure import roofline
 from engine.measure.roofline import DeviceRoof
-from engine.measure.speculative import rows_cost_sentence
 from tests.test_app import click, fresh_app, open_view
 from tests.test_lessons import lesson, text
+from topics.speculative.lookahead import Lookahead, lookahead_svg
+from topics.speculative.measure import rows_cost_sentence
 from ui.apptest import page
 
 ARTICLE = "A red jacket compliments any outfit."
@@ -216,7 +216,7 @@ def test_one_slow_repeat_does_not_set_the_latency_axis_and_is_marked(tiny_lm):
     traces = list(run.traces)
     slow = traces[4]
     traces[4] = replace(slow, timing=Timing((slow.forward_ms, slow.forward_ms * 1.1, 240.0), None, slow.sample_ms))
-    f = fig.latency_figure(traces)
+    f = latency_figure(traces)
     top = f.layout.yaxis.range[1]
     assert top < 240 and top >= max(t.latency_ms for t in traces if t is not traces[4])
     assert any("240 ms" in a.text for a in f.layout.annotations)
@@ -225,7 +225,7 @@ def test_one_slow_repeat_does_not_set_the_latency_axis_and_is_marked(tiny_lm):
 def test_every_whisker_is_drawn_or_named_and_the_prefill_always_fits(tiny_lm):
     run = Stepper(tiny_lm, "Once upon a time", max_new_tokens=8, stop_on_eos=False)
     run.run()
-    ceiling, outliers = fig.latency_ceiling(run.traces)
+    ceiling, outliers = latency_ceiling(run.traces)
     tops = [t.latency_ms + t.timing.high_ms - t.forward_ms for t in run.traces]
     marked = {step for step, _ in outliers}
     assert all(top <= ceiling or t.step in marked for t, top in zip(run.traces, tops))  # drawn, or named
@@ -332,9 +332,11 @@ WARM_PROBE = """
 import json, sys, time
 sys.path.insert(0, {root!r})
 from engine import Stepper, load_model
-from engine.draw import figures as fig
 from engine.draw.stage import stage_svg
-from engine.draw.warm import warm_pictures
+from engine.draw.attention import heads_figure
+from engine.draw.first_draw import warm_pictures
+from engine.draw.palette import axis_labels
+from engine.draw.tokens import next_token_figure
 
 lm = load_model("default", device="cpu")
 if {warm}:
@@ -345,8 +347,8 @@ for prompt in ("Tom had a red ball.", "Lily went to the park.", "The cat sat dow
     run.prefill()
     t0 = time.perf_counter()
     stage_svg(run.traces[0], run.pieces(), run.prompt_len)
-    fig.heads_figure(run.traces[0], 0, fig.axis_labels(run.pieces()), cols=2, newest_only=True).to_json()
-    fig.next_token_figure(run.traces[0]).to_json()
+    heads_figure(run.traces[0], 0, axis_labels(run.pieces()), cols=2, newest_only=True).to_json()
+    next_token_figure(run.traces[0]).to_json()
     took.append(time.perf_counter() - t0)
 print(json.dumps(took))
 """
@@ -366,7 +368,7 @@ def _first_and_later(warm: bool) -> tuple[float, list[float]]:
 
 @pytest.mark.slow
 def test_after_the_load_warm_up_a_first_step_draws_as_fast_as_a_later_one():
-    """ui/frame.py warms every picture when it loads the model (engine.draw.warm): without it, the first step's
+    """ui/model.py warms every picture when it loads the model (engine.draw.first_draw): without it, the first step's
     figures of a process take many times longer than the next step's."""
     import statistics
 
@@ -383,7 +385,7 @@ def test_a_sliding_window_models_decode_step_is_taken_apart_without_changing_its
     import torch
 
     from engine import load_model
-    from engine.measure.profile import decode_breakdown
+    from topics.ladder.profile import decode_breakdown
 
     lm = load_model(family_dirs["gemma2"], device="cpu")  # window 4: the run below slides it
     taken, alone = (Stepper(lm, "Once upon a time there was", max_new_tokens=12, stop_on_eos=False) for _ in range(2))

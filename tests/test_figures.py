@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from engine import Stepper
-from engine.draw import figures as fig
+from engine.draw.attention import assembled_attention, attention_heatmap
+from engine.draw.kv import kv_grid_figure
+from engine.draw.latency import latency_figure, traces_frame
+from engine.draw.matmuls import gpt2_shapes_frame, matmul_figure
+from engine.draw.palette import CHOSEN
+from engine.draw.tokens import next_token_figure, token_chips_html
 
 PROMPT = "Once upon a time there was a cat"
 
@@ -13,9 +18,9 @@ PROMPT = "Once upon a time there was a cat"
 def test_assembled_attention_adds_one_row_per_decode_and_keeps_earlier_rows(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=10, stop_on_eos=False)
     s.prefill()
-    before = fig.assembled_attention(s.traces, 1, 0)
+    before = assembled_attention(s.traces, 1, 0)
     s.run(3)
-    after = fig.assembled_attention(s.traces, 1, 0)
+    after = assembled_attention(s.traces, 1, 0)
     n = s.prompt_len
     assert before.shape == (n, n)
     assert after.shape == (n + 3, n + 3)
@@ -26,7 +31,7 @@ def test_assembled_attention_adds_one_row_per_decode_and_keeps_earlier_rows(tiny
 def test_latency_figure_has_one_bar_per_step_and_estimate_is_labelled(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, use_cache=False, max_new_tokens=5, stop_on_eos=False)
     s.run()
-    f = fig.latency_figure(s.traces)
+    f = latency_figure(s.traces)
     bars = [t for t in f.data if t.type == "bar"][0]
     assert len(bars.y) == 5
     assert any("estimate" in (t.name or "") for t in f.data)
@@ -35,20 +40,20 @@ def test_latency_figure_has_one_bar_per_step_and_estimate_is_labelled(tiny_lm):
 def test_kv_grid_has_one_column_per_cached_position(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=4, stop_on_eos=False)
     s.run()
-    z = np.asarray(fig.kv_grid_figure(s.traces, tiny_lm.spec.layers).data[0].customdata)
+    z = np.asarray(kv_grid_figure(s.traces, tiny_lm.spec.layers).data[0].customdata)
     assert z.shape == (tiny_lm.spec.layers, s.traces[-1].kv_len)
     assert list(z[0, -3:]) == [1, 2, 3]  # each decode step wrote one column
 
 
 def test_next_token_figure_highlights_the_chosen_token(tiny_lm):
     t = Stepper(tiny_lm, PROMPT).prefill()
-    after = fig.next_token_figure(t).data[1]
+    after = next_token_figure(t).data[1]
     chosen = [i for i, c in enumerate(t.top) if c.token_id == t.token_id]
-    assert [after.marker.color[i] for i in chosen] == [fig.CHOSEN]
+    assert [after.marker.color[i] for i in chosen] == [CHOSEN]
 
 
 def test_token_chips_escape_html_and_mark_fed_tokens():
-    html = fig.token_chips_html([(1, "<b>")], [(2, " x")], {1})
+    html = token_chips_html([(1, "<b>")], [(2, " x")], {1})
     assert "&lt;b&gt;" in html and "<b>" not in html
     assert html.count("3px solid #111") == 1
 
@@ -56,7 +61,7 @@ def test_token_chips_escape_html_and_mark_fed_tokens():
 def test_traces_frame_has_one_row_per_step(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=4, stop_on_eos=False)
     s.run()
-    df = fig.traces_frame(s.traces)
+    df = traces_frame(s.traces)
     assert list(df["phase"]) == ["prefill", "decode", "decode", "decode"]
     assert list(df["kv_len"]) == [t.kv_len for t in s.traces]
 
@@ -78,13 +83,13 @@ def _busy(traces):
 
 
 def test_every_latency_bar_fits_its_axis_and_a_busy_server_is_said_on_the_chart(tiny_lm):
-    from engine.measure.noise import latency_note
+    from engine.measure.caveats import latency_note
 
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=8, stop_on_eos=False)
     s.run()
     traces = _busy(s.traces)
     note = latency_note(traces)
-    f = fig.latency_figure(traces, note=note)
+    f = latency_figure(traces, note=note)
     top = f.layout.yaxis.range[1]
     assert top >= max(t.latency_ms for t in traces)  # the 27.3 ms bar is whole (it was cut at 25 ms)
     assert f.layout.xaxis.range[0] > -1  # the step axis starts at the prefill, not at -2
@@ -95,14 +100,14 @@ def test_every_latency_bar_fits_its_axis_and_a_busy_server_is_said_on_the_chart(
     # under the plot, in a margin of its own: it covers no bar, tick or legend (it sat on the bars at 390 px)
     note = next(a for a in f.layout.annotations if a.text.startswith("⚠"))
     assert (note.y, note.yanchor, note.yref) == (0.0, "top", "paper") and note.yshift < 0
-    plain = fig.latency_figure(traces)
+    plain = latency_figure(traces)
     assert f.layout.height == plain.layout.height and f.layout.margin.b > plain.layout.margin.b  # fits as before
     assert any(t == "TTFT" for t in texts) and any(t == "TPOT" for t in texts)
 
 
 def test_the_next_token_axis_ends_a_little_above_its_tallest_bar(tiny_lm):
     t = Stepper(tiny_lm, PROMPT).prefill()
-    f = fig.next_token_figure(t)
+    f = next_token_figure(t)
     tallest = max(max(c.p_before, c.p_after) for c in t.top)
     assert tallest <= f.layout.yaxis.range[1] <= min(1.0, max(tallest, 0.05)) * 1.2  # never a near-empty axis to 1
     assert f.layout.yaxis.title.text == "probability"
@@ -111,7 +116,7 @@ def test_the_next_token_axis_ends_a_little_above_its_tallest_bar(tiny_lm):
 def test_the_matmul_table_numbers_the_five_and_fits_its_height(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=3, stop_on_eos=False)
     s.run()
-    f = fig.matmul_figure(s.traces[-1], tiny_lm.spec, 0)
+    f = matmul_figure(s.traces[-1], tiny_lm.spec, 0)
     names = list(f.data[0].cells.values[0])
     assert [n[0] for n in names[:5]] == ["①", "②", "③", "④", "⑤"] and len(names) == 7
     assert not any("<br>" in c for col in f.data[0].cells.values for c in col)  # one line a row: the height is exact
@@ -120,7 +125,7 @@ def test_the_matmul_table_numbers_the_five_and_fits_its_height(tiny_lm):
 
 def test_the_articles_gpt2_shapes_come_first_whatever_the_prompt(tiny_lm):
     t = Stepper(tiny_lm, "Tom had a big red ball and a small blue car.").prefill()
-    table = fig.gpt2_shapes_frame(t, tiny_lm.spec, t.q_len).set_index("tensor")
+    table = gpt2_shapes_frame(t, tiny_lm.spec, t.q_len).set_index("tensor")
     assert list(table.columns) == ["GPT-2 (124M)", "this model"]
     assert table.loc["q at prefill [batch, head, pos, head_dim]", "GPT-2 (124M)"] == "[1, 12, 7, 64]"  # the article's
     assert table.loc["K cache after decode step 1", "GPT-2 (124M)"] == "[1, 12, 8, 64]"
@@ -129,7 +134,7 @@ def test_the_articles_gpt2_shapes_come_first_whatever_the_prompt(tiny_lm):
 def test_the_heatmap_labels_every_key_up_to_40_positions():
     z = np.full((2, 30), 0.5)
     labels = [f"{i} ·w" for i in range(30)]
-    f = fig.attention_heatmap(z, ["head 0", "head 1"], labels, "t")
+    f = attention_heatmap(z, ["head 0", "head 1"], labels, "t")
     assert list(f.layout.xaxis.tickvals) == labels
 
 
@@ -149,7 +154,7 @@ def test_a_one_character_next_token_fills_its_chip_with_its_id(tiny_lm):
 
 
 def test_the_serving_memory_table_says_units_and_which_figure_is_averaged():
-    from engine.draw.serving import memory_frame
+    from topics.serving.draw import memory_frame
 
     mem = {k: {"peak_bytes": 6291456, "wasted": 0.5, "source": "x"} for k in
            ("paged", "reserve_max_length", "static_padding")}

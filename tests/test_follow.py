@@ -12,13 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from classroom import Classroom, Lecture, Limits, MemoryKV, Refused, WireError, wire
+from classroom.lectures import ALPHABET, CODE_RE, NO_CLASS, new_code
+from classroom.publisher import Publisher, qr_data_uri
 from engine import Stepper
-from engine.draw import figures as fig
+from engine.draw.attention import heads_figure
+from engine.draw.kv import kv_grid_figure
+from engine.draw.latency import latency_figure
+from engine.draw.matmuls import matmul_frame
+from engine.draw.palette import axis_labels
 from engine.draw.stage import stage_svg
-from engine.follow import Classroom, Lecture, Limits, MemoryKV, Refused, WireError
-from engine.follow import wire
-from engine.follow.classroom import ALPHABET, CODE_RE, NO_CLASS, new_code
-from engine.follow.share import Publisher, qr_data_uri
+from engine.draw.tokens import next_token_figure
 from tests.appserver import KEY  # the fixtures `store` and `keyed_server`: tests/conftest.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,11 +217,11 @@ def test_a_follower_sees_the_lecturers_steps_without_running_the_model(bundled_l
     assert other.read(lecture.code) is shared  # one decode per update, shared by this server's followers
     for t in shared.traces:  # everything a follower draws
         stage_svg(t, shared.pieces(), shared.prompt_len, 1, 2)
-        fig.heads_figure(t, 1, fig.axis_labels(shared.pieces()))
-        fig.next_token_figure(t)
-        fig.matmul_frame(t, shared.spec, 1)
-    fig.latency_figure(shared.traces)
-    fig.kv_grid_figure(shared.traces, shared.spec.layers)
+        heads_figure(t, 1, axis_labels(shared.pieces()))
+        next_token_figure(t)
+        matmul_frame(t, shared.spec, 1)
+    latency_figure(shared.traces)
+    kv_grid_figure(shared.traces, shared.spec.layers)
     assert shared.spec == bundled_lm.spec
 
 
@@ -262,7 +266,7 @@ def test_the_qr_code_is_a_picture_of_the_link():
 @pytest.fixture
 def key_set(monkeypatch):
     """The server was started with a lecturer key (a fresh in-process classroom)."""
-    from engine.follow import server
+    from classroom import server
 
     monkeypatch.setenv("DECODE_LAB_LECTURER_KEY", KEY)
     monkeypatch.delenv("DECODE_LAB_REDIS_URL", raising=False)
@@ -311,7 +315,7 @@ def everything_shown(at) -> str:
 
 
 def live_view(at) -> dict:
-    """What the follower's page gave its live view (ui/follow.js): the class code and its own session id."""
+    """What the follower's page gave its live view (classroom/follow.js): the class code and its own session id."""
     import json
 
     (view,) = at.get("bidi_component")

@@ -17,14 +17,15 @@ import weakref
 import pytest
 import torch
 
-from engine.draw import ladder as draw
 from engine.errors import StepError, TooLarge
 from engine.generate.stepper import Stepper
 from engine.load import device as dev
 from engine.load import rungs
 from engine.load.load import load_model
-from engine.measure import ladder, roofline
-from engine.measure.ladder_record import LADDER_KEYS, PASS_KEYS, RUNG_KEYS, Ladder
+from engine.measure import roofline
+from topics.ladder import draw as draw
+from topics.ladder import measure as ladder
+from topics.ladder.record import LADDER_KEYS, PASS_KEYS, RUNG_KEYS, Ladder
 
 TINY = ["own", "1M"]  # the bundled model itself and a ~1 M rung: seconds, not minutes
 
@@ -328,7 +329,7 @@ def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
     and a steady ladder says nothing."""
     from dataclasses import replace
 
-    from engine.measure.noise import BUSY, ladder_note
+    from engine.measure.caveats import BUSY, ladder_note
 
     lad, _ = measured
     steady = replace(lad, rungs=tuple(replace(r, **{k: replace(getattr(r, k), low_ms=getattr(r, k).median_ms,

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from engine.draw import ladder as draw
 from engine.load.rungs import RANDOM_WEIGHTS
-from engine.measure.ladder import STORE, ladder_key, measure_ladder
+from topics.ladder import draw as draw
+from topics.ladder.measure import STORE, ladder_key, measure_ladder
 from ui.apptest import app_test, page
 
 pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest

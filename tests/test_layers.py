@@ -1,16 +1,32 @@
-"""The engine's layers: no import runs back up them (the order is stated in engine/__init__.py), and no module
-under engine/ imports streamlit."""
+"""The house's shape, as README's "Layout" states it: no import runs back up the layers, the core never imports a
+topic, topics never import each other, only page files import streamlit (and no page file imports torch), and the
+classroom reaches the step page only through its API (ui/step_state.py).
+
+Each rule is a function of the import graph read from the source (`graph`), so a test can plant a violation in a
+copy of the graph and see the rule catch it (the `planted` tests below).
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-ENGINE = Path(__file__).resolve().parent.parent / "engine"
-# each module's layer, from the bottom: a module may import its own layer and those before it
-ORDER = [("errors", "units", "paths", "share", "device"), ("forward",), ("load",), ("generate",), ("measure",),
-         ("draw",), ("follow",), ("cli", "__main__")]
-LAYER = {name: i for i, names in enumerate(ORDER) for name in names}
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# the layers, lowest first: a module may import its own layer and those below it
+LAYERS = [
+    ("engine",),  # the core: load, forward, generate, and the shared drawing and measuring pieces
+    ("ui",),  # what every page shares: the controller, the sidebar, the style, links, the step page's API
+    ("classroom", "topics"),  # the classroom wing; one folder per topic (ladder, serving, speculative, race, budget)
+    ("step", "lessons"),  # the step page and the lessons, which quote the topics
+    ("pages", "app", "benchmarks", "engine.cli", "engine.__main__", "deploy", "tools"),  # doors and commands
+]
+# inside the core, its own order (engine/__init__.py states it)
+CORE = [("errors", "units", "paths", "links", "device"), ("forward",), ("load",), ("generate",), ("measure",),
+        ("draw",), ("cli", "cli_args", "__main__")]
+PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named page*.py: a page file
+PACKAGES = ("engine", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
@@ -20,46 +36,170 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path}:{node.lineno}: a relative import; write engine.… in full"
-            if node.module == "engine":  # from engine import device
-                out += [(node.lineno, f"engine.{a.name}") for a in node.names]
-            else:
-                out.append((node.lineno, node.module))
+            assert node.level == 0, f"{path}:{node.lineno}: a relative import; write the module in full"
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]  # a module or a name in it
     return out
 
 
-def layer_of(module: str) -> str:
-    """engine.forward.run -> forward; engine.device -> device."""
-    return module.split(".")[1]
+def module_of(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
-def engine_files() -> list[Path]:
-    return [p for p in sorted(ENGINE.rglob("*.py")) if p != ENGINE / "__init__.py"]  # the package's front door
+def graph() -> dict[str, list[tuple[int, str]]]:
+    """Every source module of the house -> the modules of the house it imports (line, module)."""
+    files = [ROOT / "app.py"] + [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    ours = set(PACKAGES) | {"app"}
+    return {module_of(p): [(line, m) for line, m in imports(p) if m.split(".")[0] in ours | {"streamlit", "torch"}]
+            for p in files}
 
 
-def test_every_engine_module_has_a_layer():
-    assert {layer_of("engine." + ".".join(p.relative_to(ENGINE).with_suffix("").parts)) for p in engine_files()} \
-        <= set(LAYER)
+def layer(module: str) -> int:
+    """engine.cli -> the doors' layer; engine.forward.run -> the core's; topics.serving.page -> the topics'."""
+    for i, names in reversed(list(enumerate(LAYERS))):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return i
+    raise AssertionError(f"{module}: in no layer of LAYERS")
+
+
+def is_page_file(module: str) -> bool:
+    parts = module.split(".")
+    return module == "app" or parts[0] in PAGE_FOLDERS or parts[-1] == "page" or parts[-1].startswith("page_")
+
+
+def topic(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "topics" and len(parts) > 2 else None
+
+
+# ------------------------------------------------------------------ the rules, as functions of a graph
+
+
+def runs_back_up(g) -> list[str]:
+    return [f"{m}:{line} imports {to}" for m, found in g.items() for line, to in found
+            if to.split(".")[0] not in ("streamlit", "torch") and layer(to) > layer(m)]
+
+
+def core_order_broken(g) -> list[str]:
+    order = {name: i for i, names in enumerate(CORE) for name in names}
+    out = []
+    for m, found in g.items():
+        if m.split(".")[0] != "engine" or m.split(".")[-1] == "__init__":  # a package's front door hands names on
+            continue
+        here = order[m.split(".")[1]]
+        for line, to in found:
+            if to.startswith("engine.") and order.get(to.split(".")[1], -1) > here:
+                out.append(f"{m}:{line} imports {to}")
+    return out
+
+
+def core_imports_a_topic(g) -> list[str]:
+    return [f"{m}:{line} imports {to}" for m, found in g.items() if layer(m) == 0 for line, to in found
+            if to.split(".")[0] not in ("engine", "torch")]
+
+
+def topics_import_each_other(g) -> list[str]:
+    return [f"{m}:{line} imports {to}" for m, found in g.items() if topic(m) for line, to in found
+            if topic(to) and topic(to) != topic(m)]
+
+
+def streamlit_outside_pages(g) -> list[str]:
+    return [f"{m}:{line}" for m, found in g.items() if not is_page_file(m) for line, to in found
+            if to.split(".")[0] == "streamlit"]
+
+
+def torch_in_pages(g) -> list[str]:
+    return [f"{m}:{line}" for m, found in g.items() if is_page_file(m) for line, to in found
+            if to.split(".")[0] == "torch"]
+
+
+def classroom_around_the_api(g, sources: dict[str, str]) -> list[str]:
+    """The classroom reaches the step page only through ui.step_state: no import of step/, no controller of its
+    own, no step page key spelled out."""
+    out = [f"{m}:{line} imports {to}" for m, found in g.items() if m.startswith("classroom.") for line, to in found
+           if to.startswith(("step.", "ui.controller"))]
+    return out + [m for m, text in sources.items() if m.startswith("classroom.")
+                  and ('"step_' in text or "'step_" in text or "Controller(" in text)]
+
+
+def sources() -> dict[str, str]:
+    return {module_of(p): p.read_text(encoding="utf-8") for p in (ROOT / "classroom").rglob("*.py")}
+
+
+# ------------------------------------------------------------------ the house as it is
+
+
+def test_every_module_of_the_house_is_in_a_layer():
+    for m in graph():
+        layer(m)
 
 
 def test_no_import_runs_back_up_the_layers():
-    back_up = []
-    for path in engine_files():
-        here = layer_of("engine." + ".".join(path.relative_to(ENGINE).with_suffix("").parts))
-        for line, module in imports(path):
-            if module.startswith("engine.") and LAYER[layer_of(module)] > LAYER[here]:
-                back_up.append(f"engine/{path.relative_to(ENGINE)}:{line} ({here}) imports {module}")
-    assert not back_up, "\n".join(back_up)
+    assert not runs_back_up(graph())
 
 
-def test_the_order_is_the_one_engine_init_states():
+def test_inside_the_core_each_folder_imports_only_those_below_it():
+    assert not core_order_broken(graph())
+
+
+def test_the_core_never_imports_a_topic_the_classroom_or_a_page():
+    assert not core_imports_a_topic(graph())
+
+
+def test_topics_never_import_each_other():
+    assert not topics_import_each_other(graph())
+
+
+def test_only_page_files_import_streamlit():
+    assert not streamlit_outside_pages(graph())
+
+
+def test_no_page_file_imports_torch():
+    assert not torch_in_pages(graph())
+
+
+def test_the_classroom_reaches_the_step_page_only_through_its_api():
+    assert not classroom_around_the_api(graph(), sources())
+
+
+def test_the_cores_order_is_the_one_engine_init_states():
     import engine
 
-    stated = " < ".join(", ".join(names) for names in ORDER)
+    stated = " < ".join(", ".join(names) for names in CORE)
     assert stated in " ".join(engine.__doc__.split())
 
 
-def test_the_engine_never_imports_streamlit():
-    found = [f"engine/{p.relative_to(ENGINE)}:{line}" for p in [ENGINE / "__init__.py", *engine_files()]
-             for line, module in imports(p) if module.split(".")[0] == "streamlit"]
-    assert not found, found
+def test_a_topic_command_is_found_by_name_and_exists():
+    from engine.cli import COMMANDS_ELSEWHERE
+
+    for name in COMMANDS_ELSEWHERE:
+        assert (ROOT / (name.replace(".", "/") + ".py")).is_file(), name
+
+
+# ------------------------------------------------------------------ each rule catches what it guards against
+
+
+@pytest.mark.parametrize("module, planted, rule", [
+    ("engine.forward.run", "topics.serving.measure", runs_back_up),
+    ("engine.forward.run", "engine.generate.loop", core_order_broken),
+    ("engine.generate.loop", "topics.ladder.record", core_imports_a_topic),
+    ("topics.race.measure", "topics.ladder.record", topics_import_each_other),
+    ("topics.race.measure", "streamlit", streamlit_outside_pages),
+    ("engine.draw.stage", "streamlit", streamlit_outside_pages),
+    ("topics.race.page", "torch", torch_in_pages),
+    ("ui.sidebar", "classroom.page", runs_back_up),
+])
+def test_a_planted_violation_is_caught(module, planted, rule):
+    g = graph()
+    assert not rule(g)
+    g[module] = g[module] + [(1, planted)]
+    assert rule(g) == [f"{module}:1 imports {planted}" if rule not in (streamlit_outside_pages, torch_in_pages)
+                       else f"{module}:1"]
+
+
+def test_a_classroom_that_reaches_around_the_api_is_caught():
+    g, src = graph(), sources()
+    assert not classroom_around_the_api(g, src)
+    g["classroom.page_poll"] = g["classroom.page_poll"] + [(1, "ui.controller.Controller")]
+    src["classroom.page"] = src["classroom.page"] + '\nst.session_state["step_at"] = 3\n'
+    assert classroom_around_the_api(g, src) == ["classroom.page_poll:1 imports ui.controller.Controller",
+                                                "classroom.page"]

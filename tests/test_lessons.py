@@ -1,33 +1,30 @@
 """The lessons page: every lesson renders on the bundled model and quotes the live run.
 
-Which lessons there are, and in what order, is the page's own list (`LESSONS` in pages/lessons.py), read here
+Which lessons there are, and in what order, is the page's own list (`LESSONS` in lessons/page.py), read here
 from the page's source, never copied; the picker the page renders must offer exactly that list. A lesson is named
 by its number, as its link (`?lesson=N`) names it.
 """
 
 from __future__ import annotations
 
-import ast
 import base64
 import re
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.measure import noise
-from ui.apptest import app_test, page
+from engine.measure import caveats as noise
 from tests.test_app import fresh_app
+from ui.apptest import app_test, page
 
 pytestmark = pytest.mark.slow  # every test here drives the lessons page in AppTest
 
 
 def page_lessons() -> list[str]:
-    """The keys of `LESSONS = {...}` in pages/lessons.py, in order (a page runs when imported, so it is parsed)."""
-    tree = ast.parse(Path(page("lessons")).read_text())
-    found = next(node.value for node in tree.body if isinstance(node, ast.Assign)
-                 and [getattr(t, "id", None) for t in node.targets] == ["LESSONS"])
-    return [ast.literal_eval(key) for key in found.keys]
+    """The titles of `LESSONS` in lessons/page.py, in order: the page module only defines, so it is imported."""
+    from lessons.page import TITLES
+
+    return list(TITLES)
 
 
 TITLES = page_lessons()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from engine.forward.run import Timing
-from engine.measure.noise import BUSY, compare_note, headline, latency_note
+from engine.measure.caveats import BUSY, compare_note, headline, latency_note
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from engine.draw import race as race_draw
-from engine.measure import race
 from engine.generate.compare import compare
+from topics.race import draw as race_draw
+from topics.race import measure as race
 from ui.apptest import app_test, page
 
 
@@ -79,7 +79,7 @@ def test_the_headline_never_claims_more_than_the_fit():
 @pytest.mark.slow
 def test_the_race_says_when_a_busy_server_made_the_cache_off_run_look_faster(monkeypatch):
     """A comparison that flips against the lesson gets the noise rule's sentence on the chart and under it."""
-    from engine.measure import noise
+    from engine.measure import caveats as noise
 
     monkeypatch.setattr(noise, "compare_note", lambda cache, nocache: noise.BUSY + ": cached decode steps ranged "
                         "4.0–30.0 ms around a median of 4.0 ms; in total the cache-off decode steps took 40 ms. The "
@@ -96,7 +96,7 @@ def test_the_race_says_when_a_busy_server_made_the_cache_off_run_look_faster(mon
 
 def test_the_sweep_charts_label_only_the_lengths_and_1_2_5_steps():
     """No minor log-axis digits ("3 4 5 … 100 2") in the sweep charts."""
-    from engine.draw.race import log_ticks, sweep_figure
+    from topics.race.draw import log_ticks, sweep_figure
 
     df = pd.DataFrame([{"tokens": n, "mode": m, "ms_per_token": v, "total_ms": v * n}
                        for n, v in ((32, 3.0), (64, 3.5), (128, 4.4)) for m in ("cache", "nocache")])

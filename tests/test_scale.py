@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from engine import Stepper
-from engine.measure import kvcalc
-from engine.measure import roofline
 from engine.cli import main as cli_main
+from engine.measure import kvcalc, roofline
 from ui.apptest import app_test, page
 
 
@@ -163,7 +162,7 @@ def test_cli_kv_size_reports_per_layer_bytes_for_a_sliding_model():
 
 def test_a_decode_steps_time_is_taken_apart_without_changing_the_run(bundled_lm):
     from engine.forward.estimates import step_bytes
-    from engine.measure.profile import decode_breakdown
+    from topics.ladder.profile import decode_breakdown
 
     s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=20)
     s.run(6)
@@ -181,7 +180,7 @@ def test_a_decode_steps_time_is_taken_apart_without_changing_the_run(bundled_lm)
 
 def test_the_time_split_never_shows_a_lower_bound_beaten_without_saying_so():
     """A matmul faster than its own memory bound contradicts the bound: the sentence says why, not 'x % of the step'."""
-    from engine.measure.profile import breakdown_note
+    from topics.ladder.profile import breakdown_note
 
     b = {"device": "cpu", "wall_ms": 10.0, "matmul_ms": 2.8, "memory_bound_ms": 5.6, "rest_ms": 7.2}
     note = breakdown_note(b)
@@ -195,7 +194,7 @@ def test_the_roofline_names_its_ridge_where_the_ridge_is():
     stretched until the roof filled a third of the chart. The words sit on the ridge's own line now."""
     import math
 
-    from engine.draw import scale as scale_draw
+    from topics.ladder import scale_draw as scale_draw
 
     roof = roofline.DeviceRoof("test", peak_flops=3e11, bandwidth=2e10, measured=True)
     f = scale_draw.roofline_figure(roof, [{"kind": "prefill", "intensity": 30.0, "achieved": 1e11}])

@@ -126,7 +126,7 @@ MIXED = {"continuous_tokens_per_s": 450, "one_at_a_time_tokens_per_s": 128, "sta
 
 
 def test_throughput_is_a_chart_of_both_workloads_and_says_why_static_batching_can_win():
-    from engine.draw.serving import throughput_figure, throughput_sentence
+    from topics.serving.draw import throughput_figure, throughput_sentence
 
     f = throughput_figure(SAME, MIXED)
     assert [t.name for t in f.data] == ["same length, all at once", "mixed lengths"]
@@ -138,7 +138,7 @@ def test_throughput_is_a_chart_of_both_workloads_and_says_why_static_batching_ca
 
 
 def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
-    from engine.draw.serving import throughput_sentence
+    from topics.serving.draw import throughput_sentence
 
     noisy = {**MIXED, "static_batch_tokens_per_s": 700}  # more padded work, yet faster: the server moved
     said = throughput_sentence(SAME, noisy)

@@ -7,17 +7,19 @@ import json
 import pytest
 import torch
 
-from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.cli import main as cli_main
 from engine.errors import StepError
-from engine.forward.run import generate, run_pass
-from engine.load.load import load_model
-from engine.forward.sampling import Sampling
+from engine.forward.cache import kv_length, kv_tensors, new_cache
+from engine.forward.run import run_pass
+from engine.forward.sampling import Chooser, Sampling
 from engine.generate.drafters import DraftModel, PromptLookup, lookup
 from engine.generate.loop import encode_prompt
-from engine.generate.speculative import Speculator, accept_probability, residual
+from engine.generate.speculative import Speculator, accept_probability, judge, residual
 from engine.generate.stepper import Stepper
-from engine.measure.speculative import verdict
+from engine.load.load import MODELS_DIR, load_model
+from tests import reference
+from tests.frequency import assert_drawn_from, chi_square
+from topics.speculative.measure import expected_tokens_per_pass, predicted_speedup, verdict
 
 # a prompt that repeats itself, so prompt lookup has something to copy (and gets some of it wrong)
 PROMPT = 'Lily said, "I want to play with the ball." Mom said, "You can play with the ball." Lily said, "I want to'
@@ -40,10 +42,24 @@ def make_drafter(kind: str, draft_lm):
     return DraftModel(draft_lm) if kind == "draft" else PromptLookup(NGRAM)
 
 
+FOLDERS = {"default": MODELS_DIR / "tinystories-llama", "tinystories-gpt2": MODELS_DIR / "tinystories-gpt2"}
+
+
 def plain_greedy(lm, prompt=PROMPT, steps=STEPS) -> list[int]:
     s = Stepper(lm, prompt, max_new_tokens=steps, record=False)
     s.run()
     return s.generated_ids
+
+
+def assert_the_targets_logits_are_transformers(s: Speculator, theirs: reference.Reference) -> None:
+    """Each round's own token (the prefill's, a correction, a bonus) was chosen from one row of the target's pass,
+    whose logits the round records (its top candidates, the largest among them): transformers' at that position."""
+    at = 0  # generated tokens before the round
+    for r in s.rounds:
+        ids = [c.token_id for c in r.target.top]
+        mine = torch.tensor([c.logit for c in r.target.top])
+        reference.assert_logits_close(mine, theirs.logits[at + r.accepted][ids], f"round {r.round}, {r.phase}")
+        at += len(r.new_ids)
 
 
 # ---------------------------------------------------------------- greedy: the target's own tokens
@@ -69,19 +85,25 @@ def test_speculation_past_a_sliding_window_still_gives_the_targets_greedy_tokens
     ones are cut and the pushed-out ones come back (the pass is not trimmed until the crop)."""
     lm = load_model(family_dirs["gemma3"], device="cpu")
     draft = PromptLookup(2) if drafter == "lookup" else DraftModel(lm)  # a model drafting for itself: all accepted
-    s = Speculator(lm, "Once upon a time there was", draft, k=4, max_new_tokens=30, record=False)
+    s = Speculator(lm, "Once upon a time there was", draft, k=4, max_new_tokens=30, record=True, repeats=1)
     s.run()
-    assert s.generated_ids == plain_greedy(lm, "Once upon a time there was", 30)
+    theirs = reference.greedy(family_dirs["gemma3"], s.ids[:, :s.prompt_len], 30)
+    assert s.generated_ids == theirs.tokens
+    assert_the_targets_logits_are_transformers(s, theirs)
     assert drafter == "lookup" or s.acceptance_rate == 1.0
 
 
 @pytest.mark.parametrize("model", ["default", "tinystories-gpt2"])
 @pytest.mark.parametrize("kind", ["draft", "lookup"])
-def test_greedy_speculation_gives_the_targets_own_greedy_tokens(targets, draft_lm, model, kind):
+def test_greedy_speculation_gives_the_targets_own_greedy_tokens_and_logits(targets, draft_lm, model, kind):
+    """The target's greedy tokens, and at every token the target chose itself its logits, as transformers' own copy
+    of the target computes them (tests/reference.py)."""
     lm = targets[model]
-    s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=False)
+    s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=True, repeats=1)
     s.run()
-    assert s.generated_ids == plain_greedy(lm)
+    theirs = reference.greedy(FOLDERS[model], s.ids[:, :s.prompt_len], STEPS)
+    assert s.generated_ids == theirs.tokens
+    assert_the_targets_logits_are_transformers(s, theirs)
     # the run really speculated: some proposals kept, some rejected (so caches were cropped)
     assert s.accepted > 0
     assert any("rejected" in r.outcomes for r in s.rounds)
@@ -90,24 +112,28 @@ def test_greedy_speculation_gives_the_targets_own_greedy_tokens(targets, draft_l
 
 @pytest.mark.parametrize("model", ["default", "tinystories-gpt2"])
 def test_greedy_speculation_equals_transformers_assisted_generate(targets, draft_lm, model):
+    """transformers' assisted generation and prompt lookup, run on its own copies of the target and the draft model
+    (tests/reference.py), not on the engine's."""
     lm = targets[model]
     ids = encode_prompt(lm, PROMPT)
     assert lm.tokenizer.eos_token_id not in plain_greedy(lm)  # generate(min_new_tokens=n) forbids EOS: none here
 
-    config = draft_lm.model.generation_config
+    assistant = reference.model(str(MODELS_DIR / "tinystories-draft"))
+    config = assistant.generation_config
     saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
     config.num_assistant_tokens, config.num_assistant_tokens_schedule = K, "constant"
     config.assistant_confidence_threshold = 0.0  # always k proposals, as here
     try:
-        assisted = generate(lm, ids, STEPS, assistant_model=draft_lm.model)
+        assisted = reference.greedy(FOLDERS[model], ids, STEPS, assistant_model=assistant).tokens
     finally:
         config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold = saved
-    looked_up = generate(lm, ids, STEPS, prompt_lookup_num_tokens=K, max_matching_ngram_size=NGRAM)
+    looked_up = reference.greedy(FOLDERS[model], ids, STEPS, prompt_lookup_num_tokens=K,
+                                 max_matching_ngram_size=NGRAM).tokens
 
-    for kind, reference in (("draft", assisted), ("lookup", looked_up)):
+    for kind, expected in (("draft", assisted), ("lookup", looked_up)):
         s = Speculator(lm, PROMPT, make_drafter(kind, draft_lm), k=K, max_new_tokens=STEPS, record=False)
         s.run()
-        assert s.generated_ids == reference, kind
+        assert s.generated_ids == expected, kind
 
 
 def test_prompt_lookup_proposes_what_transformers_proposes():
@@ -156,6 +182,66 @@ def test_speculative_sampling_leaves_the_target_distribution_unchanged_exactly()
                 assert torch.allclose(output_distribution(*pair), pair[0], rtol=0, atol=1e-12)
                 cases += 1
     assert cases == 6 * 150 * 4
+
+
+# One position of speculative sampling, by frequency: a fixed target p and drafter q over three tokens
+P = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
+Q = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+DRAWS = 20_000
+
+
+def speculate_one_position(seed: int) -> tuple[torch.Tensor, int]:
+    """DRAWS proposals x ~ q, each judged by the engine's own `judge` with its own seeded chooser: the token that
+    comes out (x if kept, else the residual draw), counted per token, and how many proposals were kept."""
+    proposals = torch.multinomial(Q, DRAWS, replacement=True, generator=torch.Generator().manual_seed(seed))
+    chooser = Chooser(Sampling(greedy=False, seed=seed + 1))
+    out, kept = [], 0
+    for x in proposals.tolist():
+        verdict_ = judge([P, P], [Q], (x,), chooser)  # row 1 would give the bonus token: not counted here
+        out.append(x if verdict_.accepted else verdict_.token_id)
+        kept += verdict_.accepted
+    return torch.bincount(torch.tensor(out), minlength=3).double(), kept
+
+
+def test_speculative_sampling_draws_the_targets_distribution_by_frequency():
+    """Proposed from q = [0.2, 0.5, 0.3], kept or resampled by the engine's judge: what comes out is distributed
+    as the target's p = [0.6, 0.3, 0.1] (chi-square), and a proposal is kept with chance sum(min(p, q)) = 0.6."""
+    counts, kept = speculate_one_position(seed=0)
+    assert_drawn_from(counts, P, "speculative sampling")
+    assert chi_square(counts, Q)[1] < 1e-12  # ... and the test tells p from the drafter's own q
+    assert abs(kept / DRAWS - float(torch.minimum(P, Q).sum())) < 0.02
+
+
+def expected_tokens_by_the_process(alpha: float, k: int) -> float:
+    """A verify pass keeps j proposals with chance alpha^j (1 - alpha) (j < k) or alpha^k (j = k), and adds one
+    token of the target's own: the mean of j + 1 (Leviathan et al. 2023, section 3.1)."""
+    keep = [alpha ** j * (1 - alpha) for j in range(k)] + [alpha ** k]
+    return sum((j + 1) * chance for j, chance in enumerate(keep))
+
+
+def test_expected_tokens_per_pass_and_predicted_speedup_follow_leviathan():
+    """E(alpha, k) tokens per verify pass; speed-up E / (k c + 1) when a draft step costs c target passes."""
+    for alpha in (0.0, 0.3, 0.6, 0.9, 0.99, 1.0):
+        for k in range(1, 9):
+            e = expected_tokens_by_the_process(alpha, k)
+            assert expected_tokens_per_pass(alpha, k) == pytest.approx(e, rel=1e-12)
+            for c in (0.0, 0.05, 0.5, 1.0):
+                assert predicted_speedup(alpha, k, c) == pytest.approx(e / (k * c + 1), rel=1e-12)
+    assert predicted_speedup(0.0, 4, 0.1) < 1  # nothing kept: only the draft's cost remains
+    assert expected_tokens_per_pass(1.0, 4) == 5  # everything kept: k proposals and the bonus
+
+
+def test_a_round_of_the_engines_judge_yields_the_expected_tokens_per_pass():
+    """k = 3 proposals per round, each from q and judged against p (alpha = sum(min(p, q)) = 0.6): over 5,000
+    rounds the judge yields expected_tokens_per_pass(0.6, 3) = 2.18 tokens per verify pass on average."""
+    k, rounds = 3, 5_000
+    chooser = Chooser(Sampling(greedy=False, seed=5))
+    proposals = torch.multinomial(Q, rounds * k, replacement=True, generator=torch.Generator().manual_seed(4))
+    tokens = 0
+    for r in range(rounds):
+        tokens += judge([P] * (k + 1), [Q] * k, tuple(proposals[r * k:(r + 1) * k].tolist()), chooser).accepted + 1
+    alpha = float(torch.minimum(P, Q).sum())
+    assert tokens / rounds == pytest.approx(expected_tokens_per_pass(alpha, k), abs=0.06)  # 4 standard errors
 
 
 def test_a_sampled_round_decides_with_the_rule_checked_above(targets, draft_lm, monkeypatch):
@@ -320,11 +406,11 @@ def test_the_speculative_page_honours_the_sidebars_stop_strings():
     at = app_test().run()
     at.sidebar.text_input(key="side_stops").set_value(".").run()
     at.switch_page(page("speculative")).run()
-    at.button(key="spec_btn_prefill").click().run()
-    at.button(key="spec_btn_run").click().run()
+    at.button(key="speculative_btn_prefill").click().run()
+    at.button(key="speculative_btn_run").click().run()
     assert not at.exception
     said = " ".join(str(m.value) for m in at.markdown)
     assert STOPPED["stop_string"] in said  # why it stopped, in words
     text = " ".join(str(t.value) for t in at.text)
-    prompt = at.text_input(key="spec_prompt").value
+    prompt = at.text_input(key="speculative_prompt").value
     assert text.startswith(prompt) and "." in text[len(prompt):]  # the new text holds the stop string

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.share import make_link, read_link
+from engine.links import make_link, read_link
 from ui import model
 from ui.presets import PROMPTS
 

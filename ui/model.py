@@ -13,7 +13,7 @@ import sys
 import streamlit as st
 
 from engine import DecodeLabError, LoadedModel, load_model
-from engine.draw.warm import warm_pictures
+from engine.draw.first_draw import warm_pictures
 from engine.load.checks import hub_reachable
 from engine.load.device import release_memory, use_serving_threads
 from engine.load.policy import from_settings

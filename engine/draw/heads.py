@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from engine.draw.figures import newest_query
+from engine.draw.attention import newest_query
 from engine.draw.palette import show_piece
 from engine.draw.svg import INK, MONO, SOFT, TEXT, blues, defs, mono_fit, text
 from engine.forward.trace import StepTrace

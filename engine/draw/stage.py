@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.draw.figures import visible
+from engine.draw.attention import visible
 from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from engine.draw.svg import FONT, GRID_X0, GRID_X1, INK, LABEL_X, MONO, QCOL, SOFT, TEXT, W, arrow, defs, shape_text
-from engine.draw.svg import data_uri, mono_fit, mono_width
+from engine.draw.svg import (FONT, GRID_X0, GRID_X1, INK, LABEL_X, MONO, QCOL, SOFT, TEXT, W, arrow, data_uri, defs,
+                             mono_fit, mono_width, shape_text)
 from engine.draw.svg import blues as _blues
 from engine.draw.svg import text as _t
 from engine.forward.trace import StepTrace

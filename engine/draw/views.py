@@ -1,8 +1,8 @@
 """The seven views of a step, defined once: what each shows, built from the record.
 
 A view is a list of blocks (a figure, a table, a picture, a line of text), each a pure function of the
-recorded steps. The step page places them (ui/views.py, which adds the few switches that only a live
-run can answer), and a class's published pictures are made from the same blocks (engine/follow).
+recorded steps. The step page places them (step/page_views.py, which adds the few switches that only a live
+run can answer), and a class's published pictures are made from the same blocks (classroom).
 
     view_blocks("Attention", StepContext(...))  ->  [Block("figure", go.Figure, "heads"), Block("md", ...), ...]
 """
@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.draw import figures as fig
+from engine.draw.attention import heads_figure, look_back
 from engine.draw.heads import heads_svg
-from engine.draw.palette import show_piece
+from engine.draw.kv import kv_frame, kv_grid_figure, kv_growth_figure
+from engine.draw.latency import CLIMB, latency_figure, latency_trend, timing_callout, traces_frame
+from engine.draw.matmuls import gpt2_shapes_frame, matmul_figure, shapes_frame
+from engine.draw.palette import axis_labels, show_piece
 from engine.draw.svg import picture_html
+from engine.draw.tokens import next_token_figure, token_chips_html
 from engine.measure.attention import earlier_copies, head_roles, roles_sentence
-from engine.measure.noise import latency_note
+from engine.measure.caveats import latency_note
 
 VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
 STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "latency_ms"]  # the Latency view's table
@@ -58,7 +62,7 @@ class StepContext:
         return self.traces[-1]
 
     def axis_labels(self) -> list[str]:
-        return list(self.labels) or fig.axis_labels(list(self.pieces))
+        return list(self.labels) or axis_labels(list(self.pieces))
 
 
 def view_blocks(view: str, c: StepContext) -> list[Block]:
@@ -79,7 +83,7 @@ def attention(c: StepContext) -> list[Block]:
                                              f"layer {layer}: every head's attention for the newest query",
                                              "dl-follow-heads"), "heads")]
     else:
-        blocks = [Block("figure", fig.heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2,
+        blocks = [Block("figure", heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2,
                                                    newest_only=True, roles=role_names(c, roles)), "heads")]
     blocks += look_back_blocks(c, roles)
     return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
@@ -109,7 +113,7 @@ def look_back_blocks(c: StepContext, roles) -> list[Block]:
     newest = t.kv_len - 1
     earlier = earlier_copies(ids, newest)
     if earlier:
-        ranked = fig.look_back(t, layer, earlier[-1])
+        ranked = look_back(t, layer, earlier[-1])
         if ranked:
             head, weight = ranked[0]
             piece = show_piece(c.pieces[newest])
@@ -121,7 +125,7 @@ def look_back_blocks(c: StepContext, roles) -> list[Block]:
 
 def next_token(c: StepContext) -> list[Block]:
     t = c.t
-    return [Block("figure", fig.next_token_figure(t, scale=c.scale), "next"),
+    return [Block("figure", next_token_figure(t, scale=c.scale), "next"),
             Block("text", f"Chosen: {show_piece(t.token)} (id {t.token_id}) by {t.rule}.", "chosen"),
             Block("caption", "The last position's output is a score (logit, the numbers on the bars) for every token. "
                              "Softmax turns them into probabilities; the warpers (temperature, top-k, top-p, "
@@ -136,7 +140,7 @@ def matmuls(c: StepContext) -> list[Block]:
     with_cache = t.q_len if t.use_cache or t.phase == "prefill" else 1
     return [Block("caption", f"Layer {layer}, step {t.step}: q = the rows fed, {with_cache} with the cache, "
                              f"{no_cache} without."),
-            Block("figure", fig.matmul_figure(t, c.spec, layer, scale=c.scale), "matmuls"),
+            Block("figure", matmul_figure(t, c.spec, layer, scale=c.scale), "matmuls"),
             Block("caption", "FLOPs are estimates (k thousand, M million); × is cache off over on; ④ and ⑤ run once "
                              f"per head ({c.spec.heads} ×). "
                              "The cache removes the projections of old positions (Q, K, V, W_o and the MLP run on the "
@@ -151,11 +155,11 @@ def shapes(c: StepContext) -> list[Block]:
     if spec is not None:  # the articles' own numbers first, whatever the prompt: one click from the step page
         blocks += [Block("md", "**The articles' GPT-2 (124M)** on \"A red jacket compliments any outfit.\" (7 "
                                "tokens), beside **this model** on this prompt:"),
-                   Block("table", fig.gpt2_shapes_frame(t, spec, c.prompt_len).set_index("tensor"), "gpt2")]
+                   Block("table", gpt2_shapes_frame(t, spec, c.prompt_len).set_index("tensor"), "gpt2")]
     blocks += [Block("caption", "The tensors of this pass, named by where they live; 'measured' shapes were read off "
                                 "the real tensors. At prefill pos is the prompt length s; at a cached decode step it "
                                 "is 1."),
-               Block("table", fig.shapes_frame(t).set_index("tensor"), "shapes")]
+               Block("table", shapes_frame(t).set_index("tensor"), "shapes")]
     if spec is not None and spec.kv_heads != spec.heads:
         group = spec.heads // spec.kv_heads
         blocks.append(Block("note", f"{spec.attention}: {spec.heads} query heads share {spec.kv_heads} key/value heads "
@@ -178,33 +182,33 @@ def kv_cache(c: StepContext) -> list[Block]:
         return blocks + [Block("warn", "The KV cache is off: nothing is stored between steps (0 bytes), so every "
                                        "decode step recomputes keys and values for all positions.")]
     layers = c.spec.layers if c.spec is not None else len(t.layers)
-    return blocks + [Block("table", fig.kv_frame(t).set_index("layer"), "kv_table"),
-                     Block("figure", fig.kv_grid_figure(list(c.traces), layers, scale=c.scale), "kv_grid"),
-                     Block("figure", fig.kv_growth_figure(list(c.traces), scale=c.scale), "kv_growth")]
+    return blocks + [Block("table", kv_frame(t).set_index("layer"), "kv_table"),
+                     Block("figure", kv_grid_figure(list(c.traces), layers, scale=c.scale), "kv_grid"),
+                     Block("figure", kv_growth_figure(list(c.traces), scale=c.scale), "kv_growth")]
 
 
 def latency(c: StepContext) -> list[Block]:
     traces = list(c.traces)
-    call = fig.timing_callout(traces)
+    call = timing_callout(traces)
     note = latency_note(traces)  # a busy server's contradiction, said on the chart and under it
     blocks = [Block("metrics", [("TTFT: first token", f"{call['ttft_ms']:.1f} ms",
                                  "Time to first token: the prefill pass (initiation phase) plus choosing its token"),
                                 ("TPOT: per token", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
                                  "Time per output token: the median decode step (generation phase)")], "ttft_tpot"),
-              Block("figure", fig.latency_figure(traces, scale=c.scale, note=note), "latency")]
+              Block("figure", latency_figure(traces, scale=c.scale, note=note), "latency")]
     if note:
         blocks.append(Block("warn", note, "noise"))
     if call["tpot_ms"]:
         blocks.append(Block("caption", f"Prefill: {call['prefill_ms_per_token']:.2f} ms per prompt token "
                                        f"({call['prompt_tokens']} tokens in one pass); decode: {call['tpot_ms']:.2f} ms "
                                        "per token, one pass each."))
-    trend = fig.latency_trend(traces)
+    trend = latency_trend(traces)
     if trend["climbs"] is None:
         what = "Take six or more decode steps to see how their time changes."
     elif trend["climbs"]:
         what = (f"Decode steps climb: the first three took {trend['first_ms']:.2f} ms on average, the last three "
                 f"{trend['last_ms']:.2f} ms.")
-    elif trend["last_ms"] < trend["first_ms"] / fig.CLIMB:
+    elif trend["last_ms"] < trend["first_ms"] / CLIMB:
         what = (f"Decode steps got faster: the first three took {trend['first_ms']:.2f} ms on average, the last "
                 f"three {trend['last_ms']:.2f} ms, though the work did not shrink"
                 + (": the note above says why." if note else ": at this size a step is mostly fixed costs, which "
@@ -218,7 +222,7 @@ def latency(c: StepContext) -> list[Block]:
                                    f"to slowest); the run before them is a warm-up, excluded. TTFT is the prefill's "
                                    f"bar, TPOT the dotted line. {what} The dashed line is a FLOPs estimate, not a "
                                    "measurement."))
-    blocks.append(Block("table", fig.traces_frame(traces)[STEP_COLUMNS], "steps"))
+    blocks.append(Block("table", traces_frame(traces)[STEP_COLUMNS], "steps"))
     return blocks
 
 
@@ -228,7 +232,7 @@ def tokens(c: StepContext) -> list[Block]:
     return [Block("caption", "Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. "
                              "The model only ever sees the ids. Generated tokens are orange; the ones fed to this "
                              "step's pass are outlined."),
-            Block("html", fig.token_chips_html(known[: c.prompt_len], known[c.prompt_len:],
+            Block("html", token_chips_html(known[: c.prompt_len], known[c.prompt_len:],
                                                set(range(t.past, t.kv_len))), "tokens"),
             Block("text", c.text, "text")]
 

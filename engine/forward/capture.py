@@ -51,12 +51,12 @@ def _eager(module):
 def recording_attention(module, query, key, value, attention_mask, **kwargs):
     """The layer's own eager attention, plus a note of its tensors when a recording is active.
 
-    In a paged pass (many requests laid end to end) the mask is the pass's own: each query sees only the
-    keys of its own request, inside this layer's sliding window if it has one.
+    In a paged pass (many requests laid end to end) each request's queries attend to its own keys only
+    (engine.forward.paged.PagedPass.attend), inside this layer's sliding window if it has one.
     """
     paged = _paged.get()
     if paged is not None:
-        attention_mask = paged.mask(kwargs.get("sliding_window"), query.dtype)
+        return paged.attend(_eager(module), module, query, key, value, **kwargs)
     out, weights = _eager(module)(module, query, key, value, attention_mask, **kwargs)
     captures = _active.get()
     if captures is not None:
@@ -68,7 +68,7 @@ def recording_attention(module, query, key, value, attention_mask, **kwargs):
 
 
 class paged_pass:
-    """`with paged_pass(p):` every attention layer of the passes inside uses p's mask (engine.forward.paged)."""
+    """`with paged_pass(p):` every attention layer of the passes inside attends request by request (p.attend)."""
 
     def __init__(self, p):
         self.p = p

@@ -10,10 +10,21 @@ positions (a matmul of [m, k] by [k, n] costs 2·m·k·n FLOPs):
     scores = Q·Kᵀ    2 · head · head_dim · pairs               } pairs = the (query, key) pairs the mask
     out = softmax·V  2 · head · head_dim · pairs               } lets through: these grow with the context
     W_o              2 · q_len · head·head_dim · d_model
-    MLP              2 · q_len · (the block's other parameters)
+    MLP              2 · q_len · (the block's other parameters: the ACTIVE ones of a mixture of experts)
   + LM head          2 · d_model · vocab, for the one row whose logits are used
 
-    bytes moved = every weight read once + the cached K/V read + the new K/V written
+    bytes moved = every matmul weight read once + one row of each lookup table per fed token
+                  + the cached K/V read + the new K/V written
+
+A lookup table is an untied input embedding or a learned position table (GPT-2's wpe): a pass reads the
+rows its tokens look up and multiplies by neither (Llama-3-8B's untied embedding is 1.05 GB; a decode step
+reads one 8 KB row of it). A mixture of experts reads the experts its tokens are routed to: at one token,
+experts_per_token of them (the active parameters); at many, nearly all (`experts_read`, uniform routing).
+
+Batched decode (`batched_decode`): B requests each feed one token, and the pass reads its weights once for
+all of them, so FLOPs grow with B and weight bytes do not: in bf16 the intensity is about B FLOP/byte
+(2 FLOPs per weight per token over 2 bytes per weight) until the K/V reads, which grow with B too, weigh in.
+The batch at which a pass reaches a device's ridge (`saturating_batch`) is where batching stops being free.
 """
 
 from __future__ import annotations
@@ -31,36 +42,106 @@ def pairs(spec: ModelSpec, layer: int, q_len: int, past: int) -> int:
 
 def matmuls(spec: ModelSpec, q_len: int, past: int, layer: int = 0) -> list[dict]:
     """The attention's five matmuls, W_o and the MLP of one layer, with shapes and FLOPs (estimates)."""
-    d, h, kvh, hd = spec.d_model, spec.heads, spec.kv_heads, spec.head_dim
+    d, h, kvh, kd, vd = spec.d_model, spec.heads, spec.kv_heads, spec.k_dim, spec.v_dim
     n = pairs(spec, layer, q_len, past)
     keys = spec.span(layer, past + q_len - 1)
     return [
-        {"op": "Q = x·W_q", "shape": f"[{q_len}, {d}] × [{d}, {h * hd}]", "flops": 2 * q_len * d * h * hd,
+        {"op": "Q = x·W_q", "shape": f"[{q_len}, {d}] × [{d}, {h * kd}]", "flops": 2 * q_len * d * h * kd,
          "grows": "fed rows"},
-        {"op": "K = x·W_k", "shape": f"[{q_len}, {d}] × [{d}, {kvh * hd}]", "flops": 2 * q_len * d * kvh * hd,
+        {"op": "K = x·W_k", "shape": f"[{q_len}, {d}] × [{d}, {kvh * kd}]", "flops": 2 * q_len * d * kvh * kd,
          "grows": "fed rows"},
-        {"op": "V = x·W_v", "shape": f"[{q_len}, {d}] × [{d}, {kvh * hd}]", "flops": 2 * q_len * d * kvh * hd,
+        {"op": "V = x·W_v", "shape": f"[{q_len}, {d}] × [{d}, {kvh * vd}]", "flops": 2 * q_len * d * kvh * vd,
          "grows": "fed rows"},
-        {"op": "scores = Q·Kᵀ", "shape": f"{h} heads × [{q_len}, {hd}] × [{hd}, {keys}]", "flops": 2 * h * hd * n,
+        {"op": "scores = Q·Kᵀ", "shape": f"{h} heads × [{q_len}, {kd}] × [{kd}, {keys}]", "flops": 2 * h * kd * n,
          "grows": "context"},
-        {"op": "out = softmax·V", "shape": f"{h} heads × [{q_len}, {keys}] × [{keys}, {hd}]", "flops": 2 * h * hd * n,
-         "grows": "context"},
-        {"op": "x·W_o", "shape": f"[{q_len}, {h * hd}] × [{h * hd}, {d}]", "flops": 2 * q_len * h * hd * d,
+        {"op": "out = softmax·V", "shape": f"{h} heads × [{q_len}, {keys}] × [{keys}, {vd}]",
+         "flops": 2 * h * vd * n, "grows": "context"},
+        {"op": "x·W_o", "shape": f"[{q_len}, {h * vd}] × [{h * vd}, {d}]", "flops": 2 * q_len * h * vd * d,
          "grows": "fed rows"},
         {"op": "MLP", "shape": f"[{q_len}, {d}] through {spec.mlp_parameters:,.0f} params",
          "flops": 2 * q_len * spec.mlp_parameters, "grows": "fed rows"},
     ]
 
 
+def attention_flops(spec: ModelSpec, q_len: int, past: int) -> float:
+    """Q·Kᵀ and softmax·V over every layer: 2 · head · (K width + V width) per (query, key) pair."""
+    return float(sum(2 * spec.heads * (spec.k_dim + spec.v_dim) * pairs(spec, layer, q_len, past)
+                     for layer in range(spec.layers)))
+
+
 def step_flops(spec: ModelSpec, q_len: int, past: int, logit_rows: int = 1) -> float:
     """Estimated FLOPs of a forward pass over q_len fed positions with `past` known ones."""
     body = 2 * spec.body_parameters * q_len
-    attention = sum(4 * spec.heads * spec.head_dim * pairs(spec, layer, q_len, past) for layer in range(spec.layers))
-    return float(body + attention + 2 * spec.d_model * spec.vocab * logit_rows)
+    return float(body + attention_flops(spec, q_len, past) + 2 * spec.d_model * spec.vocab * logit_rows)
+
+
+def experts_read(spec: ModelSpec, tokens: int) -> float:
+    """Share of a mixture's expert parameters a pass over `tokens` tokens reads: each token is routed to
+    experts_per_token of `experts`; if routing were uniform, an expert is missed by all with probability
+    (1 - k/E)^tokens. One token: k/E (the active parameters); hundreds: nearly all. 0 for a dense model."""
+    if not spec.expert_parameters:
+        return 0.0
+    return 1.0 - (1.0 - spec.experts_per_token / spec.experts) ** tokens
+
+
+def weights_read(spec: ModelSpec, tokens: int) -> float:
+    """Parameters a pass over `tokens` fed tokens reads: every matmul weight once (LM head included), the experts
+    its tokens are routed to, and one row of each lookup table per token (an untied input embedding, a learned
+    position table), never the whole table."""
+    dense = spec.parameters - spec.expert_parameters - spec.lookup_parameters
+    rows = (0 if spec.tied_embeddings else min(tokens, spec.vocab)) * spec.d_model
+    if spec.position_table:
+        rows += min(tokens, spec.position_table // spec.d_model) * spec.d_model
+    return float(dense + spec.expert_parameters * experts_read(spec, tokens) + rows)
+
+
+def kv_moved(spec: ModelSpec, q_len: int, past: int, elem_bytes: float) -> float:
+    """The cached K/V a pass reads and the new K/V it writes, every layer."""
+    per_pos = spec.kv_bytes_per_position(elem_bytes)
+    return float(sum(per_pos * (spec.kept(layer, past) + q_len) for layer in range(spec.layers)))
 
 
 def step_bytes(spec: ModelSpec, q_len: int, past: int, elem_bytes: float) -> float:
-    """Estimated bytes moved: all weights once, the cached K/V read, the new K/V written."""
-    per_pos = spec.kv_bytes_per_position(elem_bytes)
-    kv = sum(per_pos * (spec.kept(layer, past) + q_len) for layer in range(spec.layers))
-    return float(spec.parameters * elem_bytes + kv)
+    """Estimated bytes moved: the weights the pass reads (`weights_read`), the cached K/V read, the new K/V written."""
+    return weights_read(spec, q_len) * elem_bytes + kv_moved(spec, q_len, past, elem_bytes)
+
+
+def intensity(spec: ModelSpec, q_len: int, past: int, elem_bytes: float) -> float:
+    """A pass's arithmetic intensity (FLOP/byte) in a given dtype: a prediction for a device that runs in it
+    (a datacenter GPU: bf16, 2 bytes), not what this CPU in fp32 measured."""
+    return step_flops(spec, q_len, past) / step_bytes(spec, q_len, past, elem_bytes)
+
+
+def batched_decode(spec: ModelSpec, batch: int, context: int, elem_bytes: float) -> dict:
+    """One decode pass for `batch` requests, each at `context` known positions, feeding one token each (estimates).
+
+        FLOPs     = batch × a one-token step's FLOPs (each request: the body, its own attention, its LM-head row)
+        bytes     = the weights read once for all (`weights_read` of batch tokens) + every request's own K/V
+        intensity = FLOPs / bytes: about batch FLOP/byte in bf16 while the weights dominate the bytes
+    """
+    flops = batch * step_flops(spec, 1, context)
+    weights = weights_read(spec, batch) * elem_bytes
+    kv = batch * kv_moved(spec, 1, context, elem_bytes)
+    return {"batch": batch, "context": context, "flops": flops, "weight_bytes": weights, "kv_bytes": kv,
+            "bytes": weights + kv, "intensity": flops / (weights + kv)}
+
+
+MAX_BATCH = 1 << 20
+
+
+def saturating_batch(spec: ModelSpec, context: int, elem_bytes: float, ridge: float) -> int | None:
+    """The smallest batch whose decode pass reaches `ridge` FLOP/byte (the compute side of a device's roofline);
+    None when no batch does: at long contexts each request's K/V reads grow as fast as its FLOPs."""
+    def reaches(b: int) -> bool:
+        return batched_decode(spec, b, context, elem_bytes)["intensity"] >= ridge
+
+    hi = 1
+    while not reaches(hi):  # intensity grows with the batch: double until it reaches the ridge, then bisect
+        if hi >= MAX_BATCH:
+            return None
+        hi *= 2
+    lo = hi // 2 + 1 if hi > 1 else 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid + 1, hi)
+    return hi

@@ -150,7 +150,10 @@ class StepClock:
 
 def generate(lm, prompt_ids: torch.Tensor, new_tokens: int, *, use_cache: bool = True, streamer=None,
              **assist) -> list[int]:
-    """transformers' own greedy `generate`: the reference the engine is checked and timed against.
+    """transformers' own greedy `generate` on the loaded model: what the benchmarks time the engine against.
+
+    It runs through the engine's registered attention (engine.forward.capture), so it is no check of that
+    attention: the tests compare tokens and logits with a separate copy of the model (tests/reference.py).
 
     `assist` passes assisted-generation arguments through (assistant_model=..., prompt_lookup_num_tokens=...).
     """

@@ -35,8 +35,8 @@ from engine.forward.estimates import step_bytes, step_flops
 from engine.forward.run import Pass, Timing
 from engine.forward.sampling import Choice, Chooser, Sampling
 from engine.forward.trace import Candidate, LayerTrace, StepTrace
+from engine.links import MAX_PROMPT_CHARS
 from engine.load.loaded import LoadedModel
-from engine.share import MAX_PROMPT_CHARS
 
 MAX_NEW_TOKENS = 2048  # per run: bounds what one session can hold
 ATTENTION_BUDGET_BYTES = 32 * 2**20  # per trace; above it only the last query row is kept

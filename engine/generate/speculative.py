@@ -29,7 +29,7 @@ The target's pass is `engine.forward.run.run_pass`, as for every other pass the 
 is one Sequence of the generation loop (its tokens, chooser and stop rule: end-of-text, max new tokens, stop
 strings, the context) and one Run (records, step(), done, run(n), free()); each target pass is recorded by
 the loop's `record_pass` (engine/generate/loop.py). The drafters live in engine/generate/drafters.py;
-whether it pays is measured by engine/measure/speculative.py.
+whether it pays is measured by topics/speculative/measure.py.
 """
 
 from __future__ import annotations
@@ -45,8 +45,7 @@ from engine.forward.run import Pass, run_pass
 from engine.forward.sampling import Choice, Chooser, Sampling
 from engine.forward.trace import StepTrace
 from engine.generate.drafters import DraftModel, PromptLookup, Proposal
-from engine.generate.loop import (Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats,
-                                  token_pieces)
+from engine.generate.loop import Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats, token_pieces
 from engine.load.loaded import LoadedModel
 
 MAX_K = 16  # proposals per round: beyond this almost every round is cut early anyway

@@ -43,18 +43,25 @@ def from_table(name: str) -> ModelSpec:
     if row.empty:
         raise KeyError(f"'{name}' is not in the table; known: {', '.join(rows['name'])}")
     r = row.iloc[0]
-    heads, layers = int(r["num_attention_heads"]), int(r["num_layers"])
+    heads, layers, d_model = int(r["num_attention_heads"]), int(r["num_layers"]), int(r["d_model"])
     window, full_every = _int(r["sliding_window"]), _int(r["full_every"])
     windows: tuple = ()
     if window:  # full_every k: every k-th layer is full, the rest slide; 0: every layer slides
         windows = tuple(None if full_every and (i + 1) % full_every == 0 else window for i in range(layers))
+    rope = _int(r["qk_rope_head_dim"]) or 0  # MLA (DeepSeek): K heads are qk_nope + qk_rope wide, V heads v_head_dim
+    k_dim = (_int(r["qk_nope_head_dim"]) or 0) + rope or None
+    active = r["active_params_billion"]
     return ModelSpec(
         name=r["name"], architecture=r["architecture"], layers=layers, heads=heads,
         kv_heads=_int(r["num_key_value_heads"]) or heads,
-        head_dim=_int(r["head_dim"]) or int(r["d_model"]) // heads, d_model=int(r["d_model"]),
+        head_dim=k_dim or _int(r["head_dim"]) or d_model // heads, d_model=d_model,
         vocab=int(r["vocab_size"]), parameters=float(r["params_billion"]) * 1e9,
         max_positions=_int(r["max_position_embeddings"]), windows=windows, mla_dim=_int(r["mla_kv_dim"]),
-        source=str(r["source"]),
+        tied_embeddings=str(r["tie_word_embeddings"]).lower() != "false", source=str(r["source"]),
+        k_head_dim=k_dim, v_head_dim=_int(r["v_head_dim"]),
+        position_table=(_int(r["position_table_rows"]) or 0) * d_model,
+        experts=_int(r["experts"]) or 0, experts_per_token=_int(r["experts_per_token"]) or 0,
+        active_parameters=None if pd.isna(active) else float(active) * 1e9,
     )
 
 
@@ -67,7 +74,7 @@ def from_source(source: str) -> ModelSpec:
     """A Hugging Face id or local folder: its config only, never its weights."""
     from engine.load.checks import check_causal_lm, estimate_parameters, parameter_bound
     from engine.load.load import read_config
-    from engine.forward.spec import from_config as spec_of
+    from engine.forward.spec import from_config
 
     cfg = read_config(source)  # checks the figures: a config of 20,000 layers never gets further
     check_causal_lm(cfg, source)
@@ -76,7 +83,7 @@ def from_source(source: str) -> ModelSpec:
         params = float(estimate_parameters(text)) if parameter_bound(text) < 2e11 else float(parameter_bound(text))
     except Exception:  # noqa: BLE001 - an exotic config: the KV figures still stand
         params = float(parameter_bound(text))
-    return spec_of(text, source, params, f"config.json of {source}")
+    return from_config(text, source, params, f"config.json of {source}")
 
 
 def check_inputs(tokens, batch) -> None:
@@ -130,7 +137,7 @@ def context_note(a: ModelSpec, tokens: int) -> str | None:
     """A plain warning when `tokens` is more than the model can read (its max_position_embeddings), else None."""
     if a.max_positions and tokens > a.max_positions:
         return (f"{a.name} reads at most {a.max_positions:,} positions (its max_position_embeddings): a context of "
-                f"{tokens:,} tokens is memory arithmetic only, the model cannot use it. The KV bytes below are what "
+                f"{tokens:,} tokens is memory arithmetic only, the model cannot use it. The KV bytes shown are what "
                 "such a cache would take.")
     return None
 

@@ -34,6 +34,7 @@ from engine.load import device as dev
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
 STREAM_COLUMNS = 4096  # the matrix-vector probe's row length (a d_model's order)
 CACHE_GAP = 0.8  # DRAM's rate below this share of the best one: a cache worth a roof of its own
+DTYPE_NAMES = {4.0: "fp32", 2.0: "bf16", 1.0: "fp8"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,18 @@ class DeviceRoof:
     measured: bool  # True: probed here; False: datasheet figures
     # (bytes moved, bytes/s), smallest first: bandwidth as the data grows; () = one figure
     bandwidths: tuple = ()
+    elem_bytes: float = 4.0  # the dtype its peak is for (fp32 probe: 4; a datacenter datasheet: bf16, 2)
+
+    @property
+    def dtype(self) -> str:
+        return DTYPE_NAMES.get(self.elem_bytes, f"{self.elem_bytes:g}-byte")
+
+    @property
+    def ridge_tokens(self) -> float:
+        """The ridge in tokens: a pass over n tokens that reads its weights once does 2 FLOPs per weight per token
+        over elem_bytes per weight (intensity ~ 2n / elem_bytes), so it reaches the ridge at n ~ ridge x elem / 2
+        (an H100 in bf16: ~295 tokens; this CPU in fp32: ~2 x its ridge)."""
+        return self.ridge * self.elem_bytes / 2
 
     @property
     def ridge(self) -> float:
@@ -91,7 +104,7 @@ class DeviceRoof:
         rates = tuple((b, max(r, theirs.get(b, 0.0))) for b, r in self.bandwidths)
         return DeviceRoof(name=self.name, peak_flops=max(self.peak_flops, other.peak_flops),
                           bandwidth=max(self.bandwidth, other.bandwidth), measured=self.measured and other.measured,
-                          bandwidths=rates)
+                          bandwidths=rates, elem_bytes=self.elem_bytes)
 
 
 def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: float = 1.5,
@@ -128,7 +141,8 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     if on_progress:
         on_progress(1.0, "done")
     return DeviceRoof(name=f"{device.type} (measured here, {str(dtype).removeprefix('torch.')} matmul)",
-                      peak_flops=flops, bandwidth=max(r for _, r in rates), measured=True, bandwidths=tuple(rates))
+                      peak_flops=flops, bandwidth=max(r for _, r in rates), measured=True, bandwidths=tuple(rates),
+                      elem_bytes=float(torch.finfo(dtype).bits // 8))
 
 
 def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
@@ -145,18 +159,79 @@ def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
 
 
 def from_datasheet(row, dtype_bytes: int = 2) -> DeviceRoof:
-    """A roofline from an accelerators.csv row (fp16/bf16 dense peak, else fp32)."""
+    """A roofline from an accelerators.csv row (fp16/bf16 dense peak, else fp32), in the dtype of its peak: a step
+    predicted on it counts its bytes in that dtype (`predict`)."""
     peak = row.get("peak_tflops_fp16_bf16_dense") if dtype_bytes <= 2 else None
+    elem = float(dtype_bytes)
     if peak is None or peak != peak:  # NaN
-        peak = row.get("peak_tflops_fp32")
+        peak, elem = row.get("peak_tflops_fp32"), 4.0
     return DeviceRoof(name=f"{row['name']} (datasheet)", peak_flops=float(peak) * 1e12,
-                      bandwidth=float(row["memory_bandwidth_gb_s"]) * 1e9, measured=False)
+                      bandwidth=float(row["memory_bandwidth_gb_s"]) * 1e9, measured=False, elem_bytes=elem)
 
 
 def side(intensity: float, roof: DeviceRoof) -> str:
     """Which side of the device's ridge a step's intensity puts it: what the roofline *predicts*, not what was
     measured ('the compute side' right of the ridge, 'the memory side' left of it)."""
     return "the compute side" if intensity >= roof.ridge else "the memory side"
+
+
+def predict(spec, q_len: int, past: int, roof: DeviceRoof) -> dict:
+    """What `roof` PREDICTS for a pass of this model (nothing ran there), counted in the roof's own dtype
+    (roof.elem_bytes: bf16 on a datacenter datasheet), never in the dtype this CPU ran:
+
+        intensity     = FLOPs / bytes, both estimates in that dtype (a 400-token prefill of the bundled model:
+                        ~161 FLOP/byte in fp32, ~321 in bf16, so 'the compute side' of an H100's 295)
+        compute bound = FLOPs / peak, memory bound = bytes / bandwidth; the predicted time is the larger
+    """
+    from engine.forward.estimates import step_bytes, step_flops
+
+    flops, moved = step_flops(spec, q_len, past), step_bytes(spec, q_len, past, roof.elem_bytes)
+    ai = flops / moved
+    compute_ms, memory_ms = flops / roof.peak_flops * 1e3, moved / roof.bandwidth_for(moved) * 1e3
+    where = side(ai, roof)
+    return {"predicted": True, "dtype": roof.dtype, "flops": flops, "bytes": moved, "intensity": ai, "side": where,
+            "compute_ms": compute_ms, "memory_ms": memory_ms, "predicted_ms": max(compute_ms, memory_ms),
+            "label": f"predicted: {where} of the {roof.name.split(' (')[0]}'s ridge ({ai:,.0f} vs {roof.ridge:,.0f} "
+                     f"FLOP/byte in {roof.dtype})"}
+
+
+def predict_step(t, spec, roof: DeviceRoof) -> dict:
+    """`predict` for a traced step (its q_len and past), e.g. the bundled prefill on an H100's datasheet."""
+    return predict(spec, t.q_len, t.past, roof)
+
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def batch_roofline(spec, context: int, roof: DeviceRoof, batches=BATCHES) -> list[dict]:
+    """Batched decode on `roof`, PREDICTED in its dtype (engine.forward.estimates.batched_decode): per batch size B,
+    the pass's intensity (about B FLOP/byte in bf16), the FLOP/s the roof allows there, and the predicted time, the
+    larger of the two bounds. `saturating_batch` names the B where the points reach the ridge."""
+    from engine.forward.estimates import batched_decode
+
+    out = []
+    for b in batches:
+        d = batched_decode(spec, b, context, roof.elem_bytes)
+        compute_ms, memory_ms = d["flops"] / roof.peak_flops * 1e3, d["bytes"] / roof.bandwidth_for(d["bytes"]) * 1e3
+        out.append(d | {"predicted": True, "dtype": roof.dtype, "side": side(d["intensity"], roof),
+                        "attainable": min(roof.peak_flops, d["intensity"] * roof.bandwidth_for(d["bytes"])),
+                        "predicted_ms": max(compute_ms, memory_ms), "ms_per_token": max(compute_ms, memory_ms) / b})
+    return out
+
+
+def cache_off_steps(n: int, ridge_tokens: float) -> float:
+    """The cache-off rule: a step that feeds all n positions again (no cache) costs about max(1, n / ridge_tokens)
+    cached steps on a device whose ridge is ridge_tokens tokens (DeviceRoof.ridge_tokens). Below the ridge both
+    passes wait on reading the same weights, so the cache saves little time; past it the cache-off pass is
+    compute-bound and grows with n. (The FLOP ratio, ~n, is what it saves in arithmetic, not in time.)"""
+    return max(1.0, n / ridge_tokens)
+
+
+def decode_prefill_gap(s: int, ridge_tokens: float) -> float:
+    """How much dearer per token a cached decode step is than an s-token prefill: about min(s, ridge_tokens). A
+    prefill reads the weights once for s tokens, but past the ridge it is compute-bound and stops getting cheaper
+    per token."""
+    return float(min(s, ridge_tokens))
 
 
 OVERHEAD = 3.0  # measured more than this many times the larger bound: neither roof explains the time
@@ -193,7 +268,8 @@ def step_verdict(t, roof: DeviceRoof) -> dict:
 
 
 def h100() -> DeviceRoof:
-    """An H100's roofline from the bundled datasheet table, to place a step on for comparison."""
+    """An H100's roofline from the bundled datasheet table, in bf16, to PREDICT a step on (`predict`); its steps'
+    intensity is counted in bf16, not in the fp32 a CPU trace's intensity_estimate uses."""
     from engine.measure.kvcalc import accelerators
 
     rows = accelerators().set_index("name")

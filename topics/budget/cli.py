@@ -5,7 +5,7 @@
 
 Prints the bytes held against the full cache's, the teacher-forced top-1 agreement and mean KL on the held-out
 text, the first step where free-running greedy parts from the full cache (with both texts), and ms per decode
-step. Bad input is one line on stderr and exit status 2 (engine/cli.py).
+step. Bad input is one line on stderr and exit status 2 (engine/cli.py finds this command by name).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli import _check_json_path, _load, _model_args, _write_json
+from engine.cli_args import check_json_path, load_from, model_args, write_json
 from engine.units import human_bytes
 
 ALL = "all"
@@ -35,7 +35,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"free-running greedy steps (default {NEW_TOKENS})")
     p.add_argument("--sinks", action="store_true", help="also measure the attention each layer pays position 0")
     p.add_argument("--json", help="write every number (and both texts) here")
-    _model_args(p)
+    model_args(p)
     p.set_defaults(func=main)
     return p
 
@@ -45,13 +45,13 @@ def main(args) -> int:
     from topics.budget.measure import compare_policies, ranking, sink_mass
     from topics.budget.policies import POLICIES, check, check_words
 
-    _check_json_path(args.json)  # every refusal that needs no model comes before loading one
+    check_json_path(args.json)  # every refusal that needs no model comes before loading one
     if args.new_tokens is None or args.new_tokens < 1:
         raise StepError(f"--new-tokens must be at least 1 (got {args.new_tokens}).")
     policies = tuple(POLICIES) if str(args.policy).strip().lower() == ALL else (args.policy,)
     for policy in policies:
         check_words(policy, None if policy == "full" else args.budget)
-    lm = _load(args)
+    lm = load_from(args)
     if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
         from engine.load import device as dev
 
@@ -85,7 +85,7 @@ def main(args) -> int:
         for s in sinks:
             print(f"  layer {s.layer}: {s.mass:.4f} vs {s.uniform:.4f}  (x{s.ratio:.2f})")
     if args.json:
-        _write_json(args.json, {"model": lm.spec.name, "dtype": lm.dtype_name, "device": str(lm.device),
+        write_json(args.json, {"model": lm.spec.name, "dtype": lm.dtype_name, "device": str(lm.device),
                                 "context": args.context, "budget": args.budget, "new_tokens": args.new_tokens,
                                 "prompt": rows[0].greedy.prompt, "rows": [r.as_dict() for r in rows],
                                 "ranking": evicting, "sinks": [s.__dict__ for s in sinks]})

@@ -42,10 +42,10 @@ def held_out_ids(lm, context: int = CONTEXT) -> list[int]:
     """The first `context` tokens of the held-out text, in this model's tokenizer."""
     text = EVAL_TEXT.read_text(encoding="utf-8")
     chars = 8 * context  # tokenize a head of the text that holds the context (a token is a few characters)
-    ids = lm.tokenizer(text[:chars])["input_ids"]
+    ids = lm.tokenizer(text[:chars], verbose=False)["input_ids"]
     while len(ids) < context and chars < len(text):
         chars *= 2
-        ids = lm.tokenizer(text[:chars])["input_ids"]
+        ids = lm.tokenizer(text[:chars], verbose=False)["input_ids"]
     limit = lm.spec.max_positions or len(ids)
     if context < 8 or context > min(len(ids), limit):
         raise StepError(f"A context of {context} tokens: choose 8 to {min(len(ids), limit):,} (the held-out text "

@@ -6,26 +6,47 @@
     prefix hash  a full block's identity: hash(previous block's hash, its page_size token ids), so two
                  blocks with the same hash hold the keys and values of the same whole prefix
 
+A block is in one of four states (`BlockState`, what the pool picture draws):
+
+    free       no table holds it and it holds nothing worth keeping (never filled, or evicted)
+    cached     no table holds it, but it is full and keeps its prefix hash: cached, free to evict. A later
+               request with the same prefix takes it back (a prefix hit across time, after the request
+               that computed it finished); when the pool runs out of free blocks, the least recently
+               used cached block is evicted (its hash forgotten) and reused, as vLLM and SGLang do
+    in use     one table holds it
+    shared     several tables hold it: a common prefix, computed and stored once
+
 Checked, then committed: `cached_prefix`, `can_allocate` and `can_grow` only look; `allocate` and `grow`
 take blocks, and only after a check said they are there. Blocks are taken as a request grows and given
 back when it finishes or is preempted. A request that starts with the same full blocks of tokens as one
-already held shares them (ref count + 1) and skips computing them: a common system prompt is computed
-and stored once. A shared block is always full and
+held or cached shares them (ref count + 1) and skips computing them. A shared block is always full and
 never written again, so sharing needs no copy. The free block with the lowest id is taken first, so the
-picture of the pool fills from the left. Modelled on nano-vllm's block_manager.py and vLLM's block pool.
+picture of the pool fills from the left; cached ones only when no free one is left, least recently used
+first. Modelled on nano-vllm's block_manager.py and vLLM's block pool (its free queue keeps cached blocks).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class BlockState(StrEnum):
+    """A block's state in the pool; the values are what records, JSON and pictures show."""
+
+    FREE = "free"
+    CACHED = "cached"  # cached, free to evict: no table holds it, its full prefix is kept for a later request
+    IN_USE = "in use"
+    SHARED = "shared"
 
 
 @dataclass
 class Block:
     id: int
     ref_count: int = 0
-    hash: int | None = None  # set once the block is full (and computed); None while it fills, or free
+    hash: int | None = None  # set once the block is full (and computed); None while it fills, free or evicted
 
 
 def block_hash(before: int | None, token_ids: list[int], block: int, page_size: int) -> int:
@@ -43,27 +64,43 @@ def prefix_hashes(token_ids: list[int], page_size: int, blocks: int) -> list[int
 
 
 class BlockManager:
-    """The pool's bookkeeping: ref counts, prefix hashes, the free list. Tables live on the requests."""
+    """The pool's bookkeeping: ref counts, prefix hashes, the free and cached lists. Tables live on the requests."""
 
     def __init__(self, num_blocks: int, page_size: int):
         self.page_size = page_size
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free = list(range(num_blocks))  # a heap: the lowest free id first
-        self._by_hash: dict[int, int] = {}  # prefix hash -> id of the full block that holds it
+        self._cached: OrderedDict[int, None] = OrderedDict()  # cached, free to evict: least recently used first
+        self._by_hash: dict[int, int] = {}  # prefix hash -> id of the full block that holds it (held or cached)
+        self.evicted = 0  # cached blocks evicted so far to make room
 
     # ------------------------------------------------------------ counts
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        """Blocks no table holds: free ones and cached ones (a cached block is free to take, by evicting it)."""
+        return len(self._free) + len(self._cached)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._cached)
 
     @property
     def num_used(self) -> int:
-        return len(self.blocks) - len(self._free)
+        return len(self.blocks) - self.num_free
 
     @property
     def num_shared(self) -> int:
         return sum(1 for b in self.blocks if b.ref_count > 1)
+
+    def state(self, block_id: int) -> BlockState:
+        refs = self.blocks[block_id].ref_count
+        if refs:
+            return BlockState.SHARED if refs > 1 else BlockState.IN_USE
+        return BlockState.CACHED if block_id in self._cached else BlockState.FREE
+
+    def states(self) -> tuple[BlockState, ...]:
+        return tuple(self.state(b.id) for b in self.blocks)
 
     def blocks_for(self, positions: int) -> int:
         return -(-positions // self.page_size)
@@ -71,8 +108,9 @@ class BlockManager:
     # ------------------------------------------------------------ checks: they touch nothing
 
     def cached_prefix(self, token_ids: list[int]) -> int:
-        """Positions a new table for these tokens could take from full blocks other requests hold (a whole number
-        of blocks). At least one token is always left to compute: its logits choose the next token."""
+        """Positions a new table for these tokens could take from full blocks held by other requests or cached
+        after theirs finished (a whole number of blocks). At least one token is always left to compute: its logits
+        choose the next token."""
         shared = 0
         for h in prefix_hashes(token_ids, self.page_size, (len(token_ids) - 1) // self.page_size):
             if h not in self._by_hash:
@@ -80,34 +118,54 @@ class BlockManager:
             shared += 1
         return shared * self.page_size
 
-    def can_allocate(self, positions: int, cached: int = 0) -> int:
-        """The free blocks a new table would take to hold `positions` positions, its first `cached` positions in
-        shared blocks (see cached_prefix); -1 when there are not that many free (nano-vllm's can_allocate)."""
-        need = self.blocks_for(positions) - cached // self.page_size
-        return need if need <= len(self._free) else -1
+    def can_allocate(self, token_ids: list[int], positions: int, cached: int = 0) -> int:
+        """The blocks no table holds that a new table for these tokens would take to hold `positions` positions, its
+        first `cached` positions from prefix blocks (see cached_prefix): the new blocks it needs, and those of its
+        prefix blocks that are cached (taking one back takes it off the free count). -1 when there are not that
+        many (nano-vllm's can_allocate)."""
+        revived = sum(1 for h in prefix_hashes(token_ids, self.page_size, cached // self.page_size)
+                      if self.blocks[self._by_hash[h]].ref_count == 0)
+        need = self.blocks_for(positions) - cached // self.page_size + revived
+        return need if need <= self.num_free else -1
 
     def can_grow(self, table: list[int], positions: int) -> bool:
-        """Are there free blocks enough for this table to hold `positions` positions?"""
-        return self.blocks_for(positions) - len(table) <= len(self._free)
+        """Are there blocks enough (free, or cached and free to evict) for this table to hold `positions` positions?"""
+        return self.blocks_for(positions) - len(table) <= self.num_free
 
     # ------------------------------------------------------------ commits: each after its check
 
     def allocate(self, table: list[int], token_ids: list[int], positions: int, cached: int = 0) -> None:
         """A new table: the blocks of its first `cached` positions shared (their ref count + 1, nothing computed
-        again), then free blocks until it holds `positions` positions. Check can_allocate first."""
+        again; a cached one is taken back), then free blocks until it holds `positions` positions. Check
+        can_allocate first."""
         assert not table, "only a request that holds no block can start from shared ones"
         for h in prefix_hashes(token_ids, self.page_size, cached // self.page_size):
             block = self.blocks[self._by_hash[h]]
+            if block.ref_count == 0:
+                del self._cached[block.id]  # a hit across time: the request that computed it has finished
             block.ref_count += 1
             table.append(block.id)
         self.grow(table, positions)
 
     def grow(self, table: list[int], positions: int) -> None:
-        """Append free blocks to the table until it holds `positions` positions (check can_grow first)."""
+        """Append blocks to the table until it holds `positions` positions (check can_grow first)."""
         while len(table) < self.blocks_for(positions):
-            block = self.blocks[heapq.heappop(self._free)]
+            block = self.blocks[self._take()]
             block.ref_count = 1
             table.append(block.id)
+
+    def _take(self) -> int:
+        """A free block, the lowest id first; when none is left, the least recently used cached block, evicted: its
+        prefix hash is forgotten and its keys and values will be overwritten."""
+        if self._free:
+            return heapq.heappop(self._free)
+        block_id, _ = self._cached.popitem(last=False)
+        block = self.blocks[block_id]
+        if self._by_hash.get(block.hash) == block_id:
+            del self._by_hash[block.hash]
+        block.hash = None
+        self.evicted += 1
+        return block_id
 
     def register_full(self, table: list[int], token_ids: list[int], computed: int) -> None:
         """After a pass: every block of the table that is now full of computed positions gets its prefix hash,
@@ -123,15 +181,18 @@ class BlockManager:
             self._by_hash.setdefault(block.hash, block.id)
 
     def free(self, table: list[int]) -> None:
-        """A request lets go of its blocks (it finished, or was preempted); a block nobody holds is free again."""
-        for block_id in table:
+        """A request lets go of its blocks (it finished, or was preempted). A block nobody holds stays cached if it
+        holds a registered prefix (free to evict), else it is free. The table is let go of from its tail, so a
+        request's last blocks, the least likely to be shared, are the first evicted (as vLLM does)."""
+        for block_id in reversed(table):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
                 if block.hash is not None and self._by_hash.get(block.hash) == block_id:
-                    del self._by_hash[block.hash]
-                block.hash = None
-                heapq.heappush(self._free, block_id)
+                    self._cached[block_id] = None  # the most recently used end
+                else:  # half full, or a duplicate of a prefix another block holds
+                    block.hash = None
+                    heapq.heappush(self._free, block_id)
         table.clear()
 
     # ------------------------------------------------------------ where positions live, and the record

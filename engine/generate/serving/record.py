@@ -2,8 +2,9 @@
 
     rows        which requests shared the pass: each one's phase, first position, q_len, and the token it chose
     queue       every request's status after the step: not arrived · waiting · running · preempted · done
-    tables      every block table after the step (request id -> block ids), and every block's ref count
-    counts      blocks used / free / shared, tokens fed (T, the pass's rows), keys read
+    tables      every block table after the step (request id -> block ids), every block's ref count and state
+                (free · cached, free to evict · in use · shared: engine/generate/serving/blocks.py)
+    counts      blocks used / free (of them cached) / shared, evicted this step, tokens fed (T), keys read
     time        the pass, measured (perf_counter around a device sync), and the whole step's wall time
 """
 
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.requests import Status
 from engine.generate.serving.scheduler import Phase
 
-NOT_ARRIVED = Status.NOT_ARRIVED  # the status of a request before its arrival step (engine/draw/serving.py reads it)
+NOT_ARRIVED = Status.NOT_ARRIVED  # the status of a request before its arrival step (topics/serving/draw.py reads it)
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,15 @@ class ServingStep:
     held: tuple[tuple[str, int], ...]  # (id, positions whose keys and values its blocks hold) for the same requests
     ref_counts: tuple[int, ...]  # per block of the pool
     blocks_used: int
-    blocks_free: int
+    blocks_free: int  # no table holds them: free, or cached (free to evict)
     blocks_shared: int
     tokens: int  # T: tokens fed to the pass, all requests together
     kv_read: int  # keys the pass read, all requests together
     forward_ms: float | None  # the pass, measured; None for a step with nothing to run (waiting for arrivals)
     step_ms: float  # the whole step: scheduling, the pass, choosing tokens, bookkeeping
+    blocks_cached: int = 0  # of the free ones, those that keep a full prefix for a later request
+    blocks_evicted: int = 0  # cached blocks evicted this step to make room
+    block_states: tuple[BlockState, ...] = ()  # per block of the pool: free · cached · in use · shared
 
     def status(self, request_id: str) -> Status:
         return dict(self.statuses).get(request_id, NOT_ARRIVED)
@@ -72,6 +77,8 @@ class ServingStep:
             "statuses": dict(self.statuses), "block_tables": {rid: list(t) for rid, t in self.tables},
             "positions_held": dict(self.held),
             "blocks_used": self.blocks_used, "blocks_free": self.blocks_free, "blocks_shared": self.blocks_shared,
+            "blocks_cached": self.blocks_cached, "blocks_evicted": self.blocks_evicted,
+            "block_states": [str(b) for b in self.block_states],
             "tokens": self.tokens, "kv_read": self.kv_read,
             "forward_ms": None if self.forward_ms is None else round(self.forward_ms, 4),
             "step_ms": round(self.step_ms, 4),

@@ -64,6 +64,7 @@ class Request:
         self.preemptions = 0
         self.prefix_hit_tokens = 0  # prompt positions it never computed: their blocks were shared
         self.recomputed_tokens = 0  # positions computed a second time after a preemption
+        self.reached = 0  # the most positions it has had computed: feeding one below it again is recomputing
         self.chunks = 0  # prefill passes it took part in (more than one: its prompt was chunked)
 
     # what its sequence knows, read through it: the token ids are kept once, there

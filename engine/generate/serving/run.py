@@ -3,7 +3,8 @@
     plan = scheduler.schedule(step)            scheduler.py: requests whose arrival step has come join the queue,
                                                then ONE forward pass is filled under the token budget: decodes,
                                                prefill chunks, whole prompts. Blocks are checked, then committed;
-                                               prefixes shared; requests preempted. The Plan says who feeds what.
+                                               prefixes shared (held, or cached after their request finished);
+                                               requests preempted by the policy. The Plan says who feeds what.
     forward_ms, chosen = self.forward(plan)    the pass on the paged pool (engine/forward/paged.py: [batch=1, T]
                                                in, one row of logits per request that reaches the end of what it
                                                had to feed); each such request's Sequence chooses its token
@@ -30,7 +31,7 @@ from engine.generate.loop import Run, token_pieces
 from engine.generate.serving.blocks import BlockManager
 from engine.generate.serving.record import RowRecord, ServingStep
 from engine.generate.serving.requests import Request, RequestSpec, Status
-from engine.generate.serving.scheduler import Phase, Plan, Scheduler
+from engine.generate.serving.scheduler import Phase, Plan, Preemption, Scheduler
 from engine.load.loaded import LoadedModel
 
 MAX_REQUESTS = 64  # per run: what one session may ask of a shared server
@@ -43,6 +44,7 @@ MAX_POOL_BYTES = 2 * 2**30
 # chunk of a long one, beside every decode). With transformers' defaults its pool and budget are sized for a GPU,
 # and on this CPU it ran 8 requests x64 tokens x3 slower than eight generate calls.
 DEFAULTS = {"page_size": 16, "num_blocks": 128, "max_batch_tokens": 256}
+PREEMPTION = tuple(p.value for p in Preemption)  # the policies a run may name: "newest" (vLLM's), "most_blocks"
 
 
 class ServingRun(Run):
@@ -50,16 +52,21 @@ class ServingRun(Run):
 
     def __init__(self, lm: LoadedModel, requests: list[RequestSpec], *, page_size: int = DEFAULTS["page_size"],
                  num_blocks: int = DEFAULTS["num_blocks"], max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
-                 prefix_sharing: bool = True, chunking: bool = True, sampling: Sampling | None = None,
-                 stop_on_eos: bool = True, record: bool = True, max_requests: int = MAX_REQUESTS):
+                 prefix_sharing: bool = True, chunking: bool = True, preemption: str = Preemption.NEWEST,
+                 sampling: Sampling | None = None, stop_on_eos: bool = True, record: bool = True,
+                 max_requests: int = MAX_REQUESTS):
         if not lm.captures:
             raise StepError(f"Serving needs a model whose attention goes through transformers' attention interface; "
                             f"'{lm.spec.name}' does not, so its passes cannot be paged here.")
         check_sizes(page_size, num_blocks, max_batch_tokens)
+        if preemption not in PREEMPTION:
+            raise StepError(f"The preemption policy must be one of {', '.join(PREEMPTION)} "
+                            f"(got {str(preemption)[:40]!r}).")
         check_requests(requests, max_requests)
         self.lm = lm
         self.page_size, self.num_blocks, self.max_batch_tokens = page_size, num_blocks, max_batch_tokens
         self.prefix_sharing, self.chunking, self.record = prefix_sharing, chunking, record
+        self.preemption = Preemption(preemption)
         self.requests = [_request(lm, i, spec, sampling, stop_on_eos) for i, spec in enumerate(requests)]
         for r in self.requests:  # a pool that could never hold a request alone would stall for ever
             need = -(-min(r.prompt_len + r.max_new_tokens, lm.spec.max_positions) // page_size)
@@ -75,7 +82,7 @@ class ServingRun(Run):
                             f"{MAX_POOL_BYTES / 2**30:.0f} GiB.")
         self.blocks = BlockManager(num_blocks, page_size)
         self.scheduler = Scheduler(self.blocks, self.requests, max_batch_tokens, chunking=chunking,
-                                   prefix_sharing=prefix_sharing)
+                                   prefix_sharing=prefix_sharing, preemption=self.preemption)
         self.records: list[ServingStep] = []  # every step's record (record=False: the last one only)
         self.step_ms: list[float] = []  # every step's wall time, recorded or not: the clock of TTFT and TPOT
         self.step_index = 0
@@ -96,10 +103,11 @@ class ServingRun(Run):
         if self.done:
             raise StepError("Every request has finished: press Reset to serve them again.")
         t0 = time.perf_counter()
+        evicted = self.blocks.evicted
         plan = self.scheduler.schedule(self.step_index)
         forward_ms, chosen = self.forward(plan)
         self.scheduler.postprocess(plan, chosen, self.step_index)
-        return self._close(plan, chosen, forward_ms, t0)
+        return self._close(plan, chosen, forward_ms, t0, self.blocks.evicted - evicted)
 
     def forward(self, plan: Plan) -> tuple[float | None, dict[str, int]]:
         """The pass on the pool, and each emitting request's token chosen from its row of logits: (the pass's
@@ -119,19 +127,20 @@ class ServingRun(Run):
 
     # ------------------------------------------------------------ the record of a step
 
-    def _close(self, plan: Plan, chosen: dict[str, int], forward_ms: float | None, t0: float) -> ServingStep:
+    def _close(self, plan: Plan, chosen: dict[str, int], forward_ms: float | None, t0: float,
+               evicted: int) -> ServingStep:
         """Count the step, time it, record it (record=False keeps only the newest record)."""
         step = self.step_index
         self.step_index += 1
         self.step_ms.append((time.perf_counter() - t0) * 1e3)
-        record = self._record(step, plan, chosen, forward_ms)
+        record = self._record(step, plan, chosen, forward_ms, evicted)
         if self.record or not self.records:
             self.records.append(record)
         else:
             self.records[-1] = record
         return record
 
-    def _record(self, step: int, plan: Plan, chosen: dict[str, int], forward_ms) -> ServingStep:
+    def _record(self, step: int, plan: Plan, chosen: dict[str, int], forward_ms, evicted: int) -> ServingStep:
         tok = self.lm.tokenizer
         rows = tuple(RowRecord(s.request.id, s.phase, s.start, s.q_len,
                                0 if s.phase == Phase.DECODE else s.request.chunks,
@@ -146,8 +155,9 @@ class ServingRun(Run):
             statuses=tuple((r.id, r.status) for r in self.requests) if full else (),
             tables=tuple((r.id, tuple(r.table)) for r in self.requests if r.table) if full else (),
             held=tuple((r.id, r.computed) for r in self.requests if r.table) if full else (),
-            ref_counts=self.blocks.ref_counts() if full else (),
+            ref_counts=self.blocks.ref_counts() if full else (), block_states=self.blocks.states() if full else (),
             blocks_used=self.blocks.num_used, blocks_free=self.blocks.num_free, blocks_shared=self.blocks.num_shared,
+            blocks_cached=self.blocks.num_cached, blocks_evicted=evicted,
             tokens=plan.tokens, kv_read=sum(s.start + s.q_len for s in plan.rows),
             forward_ms=forward_ms, step_ms=self.step_ms[-1],
         )
@@ -192,7 +202,7 @@ class ServingRun(Run):
         return {
             "model": self.lm.spec.name, "device": str(self.lm.device), "dtype": self.lm.dtype_name,
             "page_size": self.page_size, "num_blocks": self.num_blocks, "max_batch_tokens": self.max_batch_tokens,
-            "prefix_sharing": self.prefix_sharing, "chunking": self.chunking,
+            "prefix_sharing": self.prefix_sharing, "chunking": self.chunking, "preemption": self.preemption,
             "block_bytes": self.kv.bytes_per_block, "pool_bytes": self.kv.bytes,
             "requests": [{"id": r.id, "prompt": r.prompt, "prompt_ids": r.tokens[: r.prompt_len],
                           "generated_ids": r.generated_ids, "text": r.generated_text, "arrive": r.arrive,
@@ -202,6 +212,7 @@ class ServingRun(Run):
                           **self.latency(r)} for r in self.requests],
             "steps": [s.to_dict() for s in self.records],
             "prefix_hit_tokens": self.prefix_hit_tokens, "preemptions": self.preemptions,
+            "blocks_evicted": self.blocks.evicted,
             "generated_tokens": self.generated_tokens, "engine_steps": self.step_index,
             "wall_ms": sum(self.step_ms), "tokens_per_s": self.tokens_per_s,
             "timing": "each step's wall time, perf_counter around a device sync; the passes are not repeated",

@@ -1,8 +1,9 @@
 """The Serving page's scenarios, in one click each: the requests, the pool, and what to look at.
 
 Each is a plain dict: a title, why it is worth watching, the requests (prompt, max new tokens, arrival
-step), and the sizing (page size, blocks, token budget, prefix sharing, chunked prefill). The page and
-`python -m engine serve --scenario NAME` run them as they are.
+step), and the sizing (page size, blocks, token budget, prefix sharing, chunked prefill, and where it
+matters the preemption policy: "newest" or "most_blocks", a knob a page can switch to compare them). The
+page and `python -m engine serve --scenario NAME` run them as they are.
 """
 
 from __future__ import annotations
@@ -55,11 +56,24 @@ SCENARIOS: dict[str, dict] = {
     "preemption": {
         "title": "4. A pool too small: preemption",
         "why": "Five requests want more blocks than the pool has. When a running request needs a block and none "
-               "is free, the newest running request is preempted: its blocks are freed and it goes back to the "
+               "is free, one running request is preempted: its blocks are freed and it goes back to the "
                "front of the queue. When there is room again its keys and values are recomputed from its tokens "
-               "(red), and it goes on exactly where it was.",
+               "(red), and it goes on exactly where it was. Which one goes is the preemption policy: 'newest' "
+               "(vLLM's: the last admitted, so the oldest always progress) or 'most_blocks' (the one holding the "
+               "most blocks: the most room freed at once). Switch it and compare.",
         "requests": [RequestSpec(p, 32, i) for i, p in enumerate(SHORT[:5])],
         "sizing": {"page_size": 8, "num_blocks": 14, "max_batch_tokens": 64, "prefix_sharing": True,
+                   "chunking": True, "preemption": "newest"},
+    },
+    "prefix_cache": {
+        "title": "5. A system prompt over time: the prefix cache",
+        "why": "Three requests share a system prompt but never overlap: each arrives after the one before has "
+               "finished. Its full blocks are not dropped when it ends: they stay cached (free to evict), and the "
+               "next request takes them back by their prefix hash and prefills only its own words. Cached blocks "
+               "are evicted, least recently used first, only when the pool needs room.",
+        "requests": [RequestSpec(SYSTEM + q, 8, 12 * i) for i, q in enumerate(
+            ["A cat named Tom", "The big brown bear", "Two little birds"])],
+        "sizing": {"page_size": 8, "num_blocks": 48, "max_batch_tokens": 64, "prefix_sharing": True,
                    "chunking": True},
     },
 }

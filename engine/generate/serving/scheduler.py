@@ -13,12 +13,18 @@ Every engine step fills ONE forward pass under a token budget (max_batch_tokens)
     decode stall); otherwise the pass decodes every running request.
 
 Blocks are checked, then committed (nano-vllm's can_allocate, then allocate). A request new to the pool is
-first checked: how many of its leading full blocks others already hold (prefix sharing: those tokens are
-skipped), and whether the free blocks cover the rest of what it feeds. Only when both pass does it take
-any block; one that cannot come in waits with the pool exactly as it was. When a running request needs
-a block and none is free, the most recently admitted running request is preempted, as vLLM does: its
-blocks are freed and it goes back to the front of the queue, to be recomputed from its tokens (prompt
-and the tokens it had made) when there is room again.
+first checked: how many of its leading full blocks others hold or the pool still caches (prefix sharing:
+those tokens are skipped), and whether the free blocks cover the rest of what it feeds. Only when both
+pass does it take any block; one that cannot come in waits with the pool exactly as it was.
+
+When a running request needs a block and none is free, a running request is preempted: its blocks are
+freed (its full ones stay cached until evicted) and it goes back to the front of the queue, to be
+recomputed from its tokens (prompt and the tokens it had made) when there is room again. Which one is the
+preemption policy (`Preemption`), chosen among the running requests not yet given their part of this pass:
+
+    newest        the most recently admitted: vLLM's policy (recompute the last to arrive, so the oldest
+                  requests always progress)
+    most_blocks   the one holding the most blocks: one preemption frees the most room, whoever it is
 
 `schedule` returns a Plan a test can read; `postprocess` applies the pass's tokens after it ran.
 """
@@ -32,6 +38,13 @@ from enum import StrEnum
 from engine.errors import StepError
 from engine.generate.serving.blocks import BlockManager
 from engine.generate.serving.requests import Request, Status
+
+
+class Preemption(StrEnum):
+    """Which running request gives its blocks back when one that is running needs a block and none is free."""
+
+    NEWEST = "newest"  # the most recently admitted (vLLM: recompute the last to arrive)
+    MOST_BLOCKS = "most_blocks"  # the one holding the most blocks (the newest among equals)
 
 
 class Phase(StrEnum):
@@ -72,11 +85,12 @@ class Plan:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, requests: list[Request], max_batch_tokens: int, chunking: bool = True,
-                 prefix_sharing: bool = True):
+                 prefix_sharing: bool = True, preemption: Preemption | str = Preemption.NEWEST):
         self.blocks = blocks
         self.max_batch_tokens = max_batch_tokens
         self.chunking = chunking
         self.prefix_sharing = prefix_sharing
+        self.preemption = Preemption(preemption)
         self.not_arrived: deque[Request] = deque(requests)  # in order of arrival
         self.waiting: deque[Request] = deque()  # arrived and not in the pool: preempted ones at the front
         self.running: deque[Request] = deque()  # in the pool, in the order they were admitted
@@ -102,10 +116,13 @@ class Scheduler:
 
     def postprocess(self, plan: Plan, chosen: dict[str, int], step: int) -> None:
         """After the pass: each row's fed positions are computed (full blocks get their prefix hash, to be shared),
-        each token chosen is appended through the loop's stop rule, and a request that stops frees its blocks."""
+        each token chosen is appended through the loop's stop rule, and a request that stops frees its blocks
+        (its full ones stay cached for a later request with the same prefix)."""
         for s in plan.rows:
             r = s.request
+            r.recomputed_tokens += max(0, min(s.start + s.q_len, r.reached) - s.start)  # fed before a preemption
             r.computed += s.q_len
+            r.reached = max(r.reached, r.computed)
             if self.prefix_sharing:
                 self.blocks.register_full(r.table, r.tokens, r.computed)
             if s.phase != Phase.DECODE:
@@ -135,7 +152,7 @@ class Scheduler:
             r = self.waiting[0]
             cached = self.blocks.cached_prefix(r.tokens) if self.prefix_sharing else 0  # held by others: skipped
             n = self._admit_tokens(len(r.tokens) - cached, budget, plan)
-            if n <= 0 or self.blocks.can_allocate(cached + n, cached) < 0:
+            if n <= 0 or self.blocks.can_allocate(r.tokens, cached + n, cached) < 0:
                 return  # it waits, and nothing was taken
             self.waiting.popleft()
             self.blocks.allocate(r.table, r.tokens, cached + n, cached)
@@ -160,10 +177,10 @@ class Scheduler:
     # ------------------------------------------------------------ room in the pool
 
     def _make_room(self, r: Request, positions: int, plan: Plan) -> bool:
-        """Grow r's table to `positions`, preempting the newest running requests while blocks are short.
+        """Grow r's table to `positions`, preempting running requests (by the policy) while blocks are short.
         False if r itself had to go."""
         while not self.blocks.can_grow(r.table, positions):
-            victim = self.running[-1]
+            victim = self.victim(plan)
             self.preempt(victim)
             plan.preempted.append(victim.id)
             if victim is r:
@@ -171,10 +188,20 @@ class Scheduler:
         self.blocks.grow(r.table, positions)
         return True
 
+    def victim(self, plan: Plan) -> Request:
+        """The request the policy preempts, among the running ones not yet in this pass's plan (one already given
+        its part keeps it: its rows are in the plan). Running requests are scheduled oldest first, so these are
+        the one asking for room and every one admitted after it."""
+        scheduled = {s.request.id for s in plan.rows}
+        candidates = [q for q in self.running if q.id not in scheduled]
+        if self.preemption == Preemption.NEWEST:
+            return candidates[-1]
+        return max(reversed(candidates), key=lambda q: len(q.table))  # most blocks; among equals the newest
+
     def preempt(self, r: Request) -> None:
-        """Free r's blocks and put it at the front of the queue: its keys and values will be recomputed."""
+        """Free r's blocks and put it at the front of the queue: its keys and values will be recomputed (those of its
+        full blocks still cached when it comes back are taken back instead)."""
         self.blocks.free(r.table)
-        r.recomputed_tokens += r.computed  # keys and values thrown away: computed again when it comes back
         r.computed = 0
         r.status = Status.PREEMPTED
         r.preemptions += 1

@@ -1,0 +1,222 @@
+"""Benchmarks (`python -m engine bench`): ratios measured side by side in one run.
+
+1. Decode-step latency of the engine against `model.generate` on the same model
+   and the same tokens: (a) generate(use_cache=True), (b) the engine with
+   recording off, (c) the engine with full traces. Runs are interleaved, the
+   first round is a warm-up and is dropped, and medians are reported.
+2. Cache off vs cache on at several total lengths, with the FLOPs-estimate
+   ratio for the same steps next to the measured one.
+3. The size ladder (topics/ladder/measure.py): the model itself and a ~110 M rung of its family with random
+   weights, prefill, decode and cache-off decode placed on this device's roofline (`--ladder-sizes`).
+4. Serving (topics/serving/measure.py): continuous batching against one request
+   at a time, a static padded batch and transformers' generate_batch on the same
+   requests; KV memory paged vs reserved; a decode pass shared by B sequences.
+
+Wall time is `perf_counter` around a device sync. Nothing here is a test: the
+targets are printed beside the figures, not asserted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from engine.forward.run import StepClock, generate
+from engine.forward.sampling import Sampling
+from engine.generate.stepper import Stepper
+from engine.load import device as dev
+from engine.load.loaded import LoadedModel
+
+PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
+TARGET_UNTRACED = 1.05
+TARGET_TRACED = 1.25
+
+
+def generate_step_ms(lm: LoadedModel, prompt_ids: torch.Tensor, new_tokens: int) -> list[float]:
+    """Per-decode-step wall times of model.generate (the first put() is the prompt, the second prefill)."""
+    clock = StepClock(lm.device)
+    generate(lm, prompt_ids, new_tokens, streamer=clock)
+    return [(b - a) * 1e3 for a, b in zip(clock.times[1:], clock.times[2:])]
+
+
+def engine_step_ms(lm: LoadedModel, new_tokens: int, record: bool, use_cache: bool = True,
+                   prompt: str = PROMPT) -> tuple[list[float], Stepper]:
+    """Per-decode-step wall times of the engine, each step() timed from outside (trace building included)."""
+    stepper = Stepper(lm, prompt, use_cache=use_cache, sampling=Sampling(), max_new_tokens=new_tokens,
+                      record=record, stop_on_eos=False, repeats=1)  # each pass once, as generate runs it
+    stepper.prefill()
+    times = []
+    while not stepper.done:
+        t0 = time.perf_counter()
+        stepper.decode()
+        dev.sync(lm.device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times, stepper
+
+
+def overhead(lm: LoadedModel, new_tokens: int = 64, rounds: int = 7, log=print) -> dict:
+    """Median decode-step latency of generate vs engine (untraced and traced), interleaved.
+
+    Each round runs the three in a different order (so none always goes first), and the ratio of each round's
+    medians is kept too: the spread of those per-round ratios is how much to trust the overall one.
+    """
+    prompt_ids = torch.tensor([lm.tokenizer(PROMPT)["input_ids"]])
+    new_tokens = min(new_tokens, lm.spec.max_positions - prompt_ids.shape[1])
+    runs = {"generate": lambda: (generate_step_ms(lm, prompt_ids, new_tokens), None),
+            "engine": lambda: engine_step_ms(lm, new_tokens, record=False),
+            "engine_traced": lambda: engine_step_ms(lm, new_tokens, record=True)}
+    samples = {k: [] for k in runs}
+    per_round = {"untraced": [], "traced": []}
+    for r in range(rounds + 1):  # round 0 is a warm-up, dropped
+        order = list(runs)[r % 3:] + list(runs)[: r % 3]
+        got = {name: runs[name]() for name in order}
+        if r == 0:
+            same = got["engine"][1].generated_ids == got["engine_traced"][1].generated_ids
+            log(f"warm-up round done (excluded); engine traced == untraced tokens: {same}")
+            continue
+        for name, (times, _) in got.items():
+            samples[name] += times
+        g = statistics.median(got["generate"][0])
+        per_round["untraced"].append(statistics.median(got["engine"][0]) / g)
+        per_round["traced"].append(statistics.median(got["engine_traced"][0]) / g)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return {
+        "generate_ms": med["generate"],
+        "engine_ms": med["engine"],
+        "engine_traced_ms": med["engine_traced"],
+        "ratio_untraced": med["engine"] / med["generate"],
+        "ratio_traced": med["engine_traced"] / med["generate"],
+        "ratio_untraced_rounds": [round(x, 3) for x in per_round["untraced"]],
+        "ratio_traced_rounds": [round(x, 3) for x in per_round["traced"]],
+        "steps_per_mode": len(samples["generate"]),
+    }
+
+
+def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list[dict]:
+    """Total decode time with and without the cache at several total lengths (prompt + new tokens)."""
+    prompt_len = len(lm.tokenizer(PROMPT)["input_ids"])
+    rows = []
+    for total in lengths:
+        total = min(total, lm.spec.max_positions)
+        new = total - prompt_len
+        if new < 2:
+            log(f"  {total:4d} tokens: skipped (the benchmark prompt alone is {prompt_len} tokens)")
+            continue
+        cache_ms, cache_run = engine_step_ms(lm, new, record=False, use_cache=True)
+        nocache_ms, nocache_run = engine_step_ms(lm, new, record=False, use_cache=False)
+        flops = {name: sum(t.flops_estimate for t in run.traces if t.phase == "decode")
+                 for name, run in (("cache", cache_run), ("nocache", nocache_run))}
+        row = {
+            "tokens": total,
+            "cache_ms": sum(cache_ms),
+            "nocache_ms": sum(nocache_ms),
+            "ratio": sum(nocache_ms) / sum(cache_ms),
+            "flops_ratio": flops["nocache"] / flops["cache"],
+            "identical": cache_run.generated_ids == nocache_run.generated_ids,
+        }
+        log(f"  {total:4d} tokens: cache {row['cache_ms']:9.1f} ms  no cache {row['nocache_ms']:9.1f} ms  "
+            f"measured x{row['ratio']:.1f}  FLOPs estimate x{row['flops_ratio']:.1f}  same tokens: {row['identical']}")
+        rows.append(row)
+    return rows
+
+
+def app_click(log=print) -> dict | None:
+    """The step-through page's cost per "Next token" click, measured with AppTest in a child process
+    (the engine itself never imports streamlit)."""
+    import json
+    import subprocess
+    import sys
+
+    from engine.paths import ROOT as root
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.app_click"], cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        log(f"  app click benchmark failed: {proc.stderr.strip().splitlines()[-1:]}")
+        return None
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    log(f"  Next token click (engine + script, AppTest) at {res['context_tokens']} tokens of context: "
+        f"median {res['click_ms_median']:.1f} ms with the default tab open (target <= 150; "
+        f"first click {res['warmup_click_ms']} ms excluded)")
+    for view, r in res["by_view"].items():
+        log(f"    with the {view!r} tab open: median {r['median_ms']:.1f} ms")
+    return res
+
+
+def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> dict:
+    """A cached decode step's measured time against its memory lower bound: bytes moved / this device's bandwidth."""
+    from engine.forward.estimates import step_bytes
+    from engine.measure.roofline import probe
+
+    roof = probe(lm.device, lm.dtype, budget_s=1.0)
+    moved = step_bytes(lm.spec, 1, context, lm.elem_bytes)
+    bandwidth = roof.bandwidth_for(moved)  # the bandwidth measured at as many bytes as the step moves
+    bound_ms = moved / bandwidth * 1e3
+    log(f"  measured memory bandwidth {bandwidth / 1e9:,.0f} GB/s at that many bytes, matmul {roof.peak_flops / 1e12:,.1f} TFLOP/s; "
+        f"a cached decode step at {context} positions moves ~{step_bytes(lm.spec, 1, context, lm.elem_bytes) / 1e6:,.1f} MB "
+        f"(estimate): lower bound {bound_ms:.3f} ms, measured {engine_ms:.3f} ms = x{engine_ms / bound_ms:.1f} the bound")
+    return {"bandwidth_gb_s": bandwidth / 1e9, "peak_tflops": roof.peak_flops / 1e12, "context": context,
+            "bound_ms": bound_ms, "measured_ms": engine_ms, "measured_over_bound": engine_ms / bound_ms}
+
+
+LADDER_SIZES = ("own", "110M")  # the bench's ladder: the model itself and one rung where the physics shows (~10 s)
+
+
+def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[dict]:
+    """One `ladder` row per rung (topics/ladder/measure.py): params, weight bytes, the three passes, bounds, labels."""
+    from topics.ladder.measure import measure_ladder
+
+    lad = measure_ladder(lm, sizes, repeats=3)
+    log(f"  {lad.tokens}-token prefill and a decode step at that context, {lad.threads} "
+        f"thread{'' if lad.threads == 1 else 's'}, medians of "
+        f"{lad.repeats}; rungs other than the model itself: {lad.weights_note}")
+    rows = []
+    for r in lad.rungs:
+        row = {"size": r.label, "parameters": r.parameters, "weight_bytes": r.weight_bytes, "trained": r.trained,
+               "decode_ms": r.decode.median_ms, "prefill_ms": r.prefill.median_ms, "nocache_ms": r.nocache.median_ms,
+               "decode_memory_bound_ms": r.decode.memory_ms, "decode_compute_bound_ms": r.decode.compute_ms,
+               "prefill_memory_bound_ms": r.prefill.memory_ms, "prefill_compute_bound_ms": r.prefill.compute_ms,
+               "decode_label": r.decode.label, "prefill_label": r.prefill.label, "nocache_label": r.nocache.label}
+        log(f"  ladder {r.label:>6} ({r.weight_bytes / 2**20:,.0f} MiB): decode {r.decode.spread()} ms, memory bound "
+            f"{r.decode.memory_ms:.3f}: {r.decode.label} · prefill {r.prefill.spread()} ms, compute bound "
+            f"{r.prefill.compute_ms:.2f}: {r.prefill.label} · no cache {r.nocache.median_ms:.1f} ms: {r.nocache.label}")
+        rows.append(row)
+    return rows
+
+
+def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: bool = True, log=print,
+              ladder_sizes=LADDER_SIZES) -> dict:
+    hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/load/device.py)
+        dev.use_serving_threads(int(lm.spec.parameters))
+    log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {dev.describe(lm.device)}; "
+        f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
+    log("decode-step latency, median over interleaved rounds:")
+    res = overhead(lm, rounds=rounds, log=log)
+    log(f"  (a) model.generate          {res['generate_ms']:7.3f} ms/step")
+    spread = {k: f"per round {min(res[f'ratio_{k}_rounds']):.2f}–{max(res[f'ratio_{k}_rounds']):.2f}"
+              for k in ("untraced", "traced")}
+    log(f"  (b) engine, recording off   {res['engine_ms']:7.3f} ms/step   (b)/(a) = {res['ratio_untraced']:.3f}  "
+        f"({spread['untraced']})  target <= {TARGET_UNTRACED}")
+    log(f"  (c) engine, full traces     {res['engine_traced_ms']:7.3f} ms/step   (c)/(a) = {res['ratio_traced']:.3f}  "
+        f"({spread['traced']})  target <= {TARGET_TRACED}")
+    log("decode step against the memory bound:")
+    res["memory_bound"] = memory_bound(lm, res["engine_ms"], len(lm.tokenizer(PROMPT)["input_ids"]) + 32, log=log)
+    if ladder_sizes:
+        log("size ladder (python -m engine ladder): the same steps at bigger sizes, on this device's roofline:")
+        res["ladder"] = ladder_rows(lm, ladder_sizes, log=log)
+    log("cache off vs cache on, total decode time (one run each, same tokens):")
+    res["cache_vs_nocache"] = cache_vs_nocache(lm, lengths, log=log)
+    log("serving: many requests on one model (topics/serving/measure.py):")
+    from topics.serving import measure as serving
+
+    res["serving"] = serving.run_all(lm, log=log)
+    if app:
+        log("step-through page:")
+        res["app_click"] = app_click(log=log)
+    res["model"] = lm.spec.name
+    res["device"] = dev.describe(lm.device)
+    res["dtype"] = lm.dtype_name
+    res["torch_threads"] = torch.get_num_threads()
+    return res

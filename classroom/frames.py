@@ -1,0 +1,110 @@
+"""What a class is shown, as bytes a browser draws by itself: a step's stage and views, a page's elements.
+
+    step_frame(run, at, ...)              one step of the lecturer's step run: what it is (no pictures)
+    stage_part(shared, at, layer, head)   its stage for one layer and head: SVG
+    view_part(shared, at, view, layer)    one of its seven views: engine/draw/views.py's blocks, as JSON
+    block_json(block)                     a Block as {"kind", "html"} or {"kind": "figure", "spec"}
+    md_html(text)                         engine-made markdown as HTML (markdown-it, raw HTML off)
+
+A picture of a step is built once per server (classroom/hub.py keeps it) from the shared record, by the
+same builders the step page uses; what a follower's tab receives is text it places: the stage's SVG (parsed
+and placed inline), HTML made here (every user's word escaped), and plotly's own JSON for the few charts a
+student opens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html import escape
+
+from markdown_it import MarkdownIt
+
+from engine.draw.stage import stage_svg
+from engine.draw.views import VIEWS, Block, StepContext, view_blocks
+
+_MD = MarkdownIt("commonmark", {"html": False}).enable("table")
+_COLOURED = re.compile(r":(blue|red|green|orange|violet|gray|grey|rainbow|primary)\[(.*?)\]")
+_ICON = re.compile(r":material/[a-z_]+:")
+COLOURS = {"blue": "#1f77b4", "red": "#d62728", "green": "#2ca02c", "orange": "#ff7f0e", "violet": "#9467bd",
+           "gray": "#666", "grey": "#666", "rainbow": "#9467bd", "primary": "#ff4b4b"}
+
+
+def md_html(text: str, inline: bool = False) -> str:
+    """Markdown as Streamlit draws it (bold, code, lists, tables, `:blue[...]`), raw HTML shown as text."""
+    out = _MD.renderInline(text) if inline else _MD.render(text)
+    out = _ICON.sub("", out)
+    return _COLOURED.sub(lambda m: f'<span style="color:{COLOURS[m.group(1)]}">{m.group(2)}</span>', out)
+
+
+def latex_text(tex: str) -> str:
+    """A formula as readable text: a follower's tab has no TeX renderer (nothing is fetched from a CDN)."""
+    out = re.sub(r"\\begin\{\w+\}|\\end\{\w+\}|&", "", tex)
+    out = re.sub(r"\\text\{([^}]*)\}", r"\1", out)
+    out = re.sub(r"\\sum_\{([^}]*)\}", r"Σ_\1 ", out)
+    for a, b in ((r"\times", "×"), (r"\_", "_"), (r"\\", " "), (r"\cdot", "·"), (r"\,", " "), ("\\ ", " "),
+                 ("{", ""), ("}", "")):
+        out = out.replace(a, b)
+    return re.sub(r"\s+", " ", out).strip()
+
+
+def table_html(df) -> str:
+    return df.to_html(escape=True, border=0, classes="dlf-table", index=df.index.name is not None)
+
+
+def block_json(b: Block) -> str:
+    """One block as JSON text; a figure keeps plotly's own JSON (spec) for plotly.js in the tab."""
+    if b.kind == "figure":
+        return '{"kind":"figure","name":' + json.dumps(b.name) + ',"spec":' + b.value.to_json() + "}"
+    if b.kind == "table":
+        html = table_html(b.value)
+    elif b.kind == "html":
+        html = b.value
+    elif b.kind == "text":  # may hold a visitor's words: inert
+        html = f"<p>{escape(str(b.value))}</p>"
+    elif b.kind in ("md", "caption", "note", "warn"):
+        html = f'<div class="dlf-{b.kind}">{md_html(str(b.value))}</div>'
+    elif b.kind == "metrics":
+        html = '<div class="dlf-metrics">' + "".join(
+            f'<div class="dlf-metric" title="{escape(why)}"><div class="dlf-metric-label">{escape(label)}</div>'
+            f'<div class="dlf-metric-value">{escape(value)}</div></div>' for label, value, why in b.value) + "</div>"
+    elif b.kind == "latex":
+        html = f'<div class="dlf-latex">{escape(latex_text(str(b.value)))}</div>'
+    else:
+        html = f"<p>{escape(str(b.value))}</p>"
+    return json.dumps({"kind": b.kind, "name": b.name, "html": html})
+
+
+def blocks_json(blocks: list[Block]) -> bytes:
+    return ('{"blocks":[' + ",".join(block_json(b) for b in blocks) + "]}").encode()
+
+
+# ---------------------------------------------------------------- a step of the lecturer's step run
+
+
+def step_frame(run: str, at: int, t, *, model: str, text: str, layers: int, heads: int, new_tokens: int,
+               done: bool, stop: str | None) -> dict:
+    """The manifest of step `at` of run `run` (t: its StepTrace). Its pictures are parts a server builds
+    once from the record on first request: stage/{layer}/{head} and view/{view}/{layer}."""
+    status = (f"<b>{new_tokens} new token{'s' if new_tokens != 1 else ''}</b> · step <b>{at}</b> ({t.phase}) · "
+              f"KV cache <b>{t.kv_bytes:,} bytes</b>" + (f" · stopped: <b>{escape(stop)}</b>" if done and stop else ""))
+    return {"id": f"{run}:{at}", "kind": "step", "page": "Step through", "label": f"step {at} ({t.phase})",
+            "run": run, "at": at, "model": model, "status": status, "text": text,
+            "layers": layers, "heads": heads, "views": list(VIEWS), "done": done}
+
+
+def step_context(shared, at: int, layer: int, head: int = 0) -> StepContext:
+    t = shared.traces[at]
+    layer = max(0, min(int(layer), len(t.layers) - 1))
+    return StepContext(traces=tuple(shared.traces[: at + 1]), ids=tuple(shared.ids), pieces=tuple(shared.pieces()),
+                       prompt_len=shared.prompt_len, prompt=str(shared.fork.get("prompt", "")), spec=shared.spec,
+                       text=shared.texts[at], layer=layer, head=head, pictures=True)
+
+
+def stage_part(shared, at: int, layer: int, head: int) -> bytes:
+    t = shared.traces[at]
+    return stage_svg(t, shared.pieces(), shared.prompt_len, layer=layer, head=head).encode()
+
+
+def view_part(shared, at: int, view: str, layer: int) -> bytes:
+    return blocks_json(view_blocks(view, step_context(shared, at, layer)))

@@ -1,0 +1,54 @@
+"""The class's answers to a question, as bars: the projector during a poll, and everyone after the reveal.
+
+One row per choice: the class's votes (their share, and how many), then after the reveal the model's
+probability beside them and the answer marked. Words the class typed are listed under it, as typed
+(escaped: a word is never markup), without who typed them. HTML, so a page places it without a chart
+library: a follower's tab draws it in a millisecond.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from engine.draw.palette import DECODE, NEW
+
+CLASS, MODEL = "#6a51a3", DECODE  # the class's votes, the model's probability
+
+
+def _bar(share: float, colour: str, label: str) -> str:
+    width = max(0.0, min(1.0, share)) * 100
+    return (f'<div style="display:flex;align-items:center;gap:0.4em;min-height:1.35em">'
+            f'<div style="height:1.1em;width:{width:.1f}%;max-width:70%;background:{colour};border-radius:3px;'
+            f'min-width:2px"></div><span style="white-space:nowrap">{escape(label)}</span></div>')
+
+
+def poll_html(question: dict, tally: dict, revealed: bool = False) -> str:
+    """question: classroom/poll.py's (choices, answer, model); tally: Polls.tally's counts and words."""
+    total = max(1, int(tally.get("total") or 0))
+    counts = tally.get("counts") or {}
+    model = question.get("model") or {}
+    rows = []
+    for choice in question.get("choices", []):
+        n = int(counts.get(choice, 0))
+        right = revealed and choice == question.get("answer")
+        bars = _bar(n / total, CLASS, f"{n} vote{'s' if n != 1 else ''} ({n / total:.0%})")
+        if revealed and model:
+            p = float(model.get(choice, 0.0))
+            bars += _bar(p, MODEL, f"model {p:.0%}")
+        rows.append(f'<div class="dl-poll-row" data-testid="dl-poll-row" data-choice="{escape(choice)}" style="display:grid;'
+                    f'grid-template-columns:minmax(6em,14em) 1fr;gap:0.6em;align-items:center;padding:0.2em 0;'
+                    f'border-bottom:1px solid #eee">'
+                    f'<div style="font-family:ui-monospace,monospace;font-size:1.15em;'
+                    f'{"font-weight:700;color:" + NEW if right else ""}">{escape(choice)}{" ✓" if right else ""}'
+                    f'</div><div>{bars}</div></div>')
+    words = tally.get("words") or []
+    typed = ""
+    if words:
+        typed = ('<div style="margin-top:0.4em;color:#555">Typed: ' +
+                 ", ".join(f"<b>{escape(w)}</b> ({int(n)})" for w, n in words) + "</div>")
+    key = (f'<div style="margin-top:0.3em;font-size:0.85em;color:#555"><span style="color:{CLASS}">■</span> the '
+           f'class ({int(tally.get("total") or 0)} votes)' +
+           (f' · <span style="color:{MODEL}">■</span> the model\'s probability' if revealed and model else "") +
+           "</div>")
+    return (f'<div class="dl-poll" data-testid="dl-poll" data-votes="{int(tally.get("total") or 0)}">'
+            + "".join(rows) + typed + key + "</div>")

@@ -1,0 +1,57 @@
+"""The KV cache drawn from the record: per-layer shapes and bytes, its growth step by step.
+
+Pure builders: records in, plotly Figures / pandas DataFrames / HTML out; pages place them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine.draw.palette import DECODE, MASKED, PREFILL, layout, step_axis
+from engine.forward.trace import StepTrace
+
+
+def kv_frame(t: StepTrace) -> pd.DataFrame:
+    """Per layer: what it attends to, the shape of its K (and of its V, the same), the bytes of both (measured)."""
+    return pd.DataFrame([{"layer": str(x.layer), "attends to": "every position" if x.window is None else f"last {x.window}",
+                          "K and V, each [batch, kv_head, pos, head_dim]": str(list(x.shapes.get("kv.keys", ()))),
+                          "bytes (K+V, measured)": f"{x.kv_bytes:,}"}
+                         for x in t.layers])
+
+
+def kv_growth_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
+    steps = [t.step for t in traces]
+    fig = go.Figure(go.Scatter(x=steps, y=[t.kv_bytes for t in traces], mode="lines+markers", name="total",
+                               line=dict(color=DECODE, width=3)))
+    if traces and len(traces[-1].layers) <= 12:
+        for layer in range(len(traces[-1].layers)):
+            fig.add_trace(go.Scatter(x=steps, y=[t.layers[layer].kv_bytes for t in traces], mode="lines",
+                                     name=f"layer {layer}", line=dict(width=1, dash="dot")))
+    step_axis(fig, steps)
+    fig.update_yaxes(title="KV cache bytes (measured)", rangemode="tozero")
+    return layout(fig, "KV cache size after each step", scale=scale)
+
+
+def kv_grid_figure(traces: list[StepTrace], layers: int, scale: float = 1.0) -> go.Figure:
+    """The cache as a grid: one column per position, one row per layer, coloured by the step that wrote it.
+
+    A sliding-window layer has dropped its oldest positions: those cells are grey.
+    """
+    t = traces[-1]
+    prompt_len = traces[0].q_len
+    n = t.kv_len
+    writer = np.array([0 if p < prompt_len else p - prompt_len + 1 for p in range(n)], dtype=float)
+    z = np.tile(writer, (layers, 1))
+    colour = np.where(z == 0, 0.0, 1.0)
+    for x in t.layers:
+        if x.cached < n:  # the oldest positions have left this layer's cache
+            colour[x.layer, : n - x.cached] = 0.5
+    fig = go.Figure(go.Heatmap(
+        z=colour, colorscale=[[0, PREFILL], [0.5, MASKED], [1, DECODE]], zmin=0, zmax=1, showscale=False,
+        customdata=z, xgap=1, ygap=2,
+        hovertemplate="layer %{y}, pos %{x}<br>written at step %{customdata}<extra></extra>"))
+    fig.update_xaxes(title="pos (colour: the step that wrote it)")  # short: it fits a side column on a projector
+    fig.update_yaxes(title="layer", autorange="reversed", dtick=1)
+    return layout(fig, "What the KV cache holds", height=120 + 40 * min(layers, 16), scale=scale)

@@ -1,0 +1,35 @@
+"""Lesson 3. Decode (generation phase): one token per step"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.draw.attention import assembled_attention, attention_heatmap
+from lessons.course import Course, busy, show_stage
+from ui.presets import PROMPTS
+from ui.style import scale
+
+TITLE = '3. Decode (generation phase): one token per step'
+
+
+def show(course: Course) -> None:
+    st.markdown("**Decode** (the *generation phase*) adds one token per forward pass. Only the newest position is "
+                "computed; its query is "
+                "compared with the keys of every position so far. The attention matrix gains **one row** per step, "
+                "and the rows above it never change.")
+    steps = st.slider("try it: decode steps (move it back and forth to replay them)", 1, 12, 5, key="lesson3_steps")
+    run = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=12)
+    pre, t = run.traces[0], run.traces[steps]
+    show_stage(run, steps)
+    st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
+                f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): `[1, 1, {course.spec.d_model}]` in, "
+                f"against `[1, {pre.q_len}, {course.spec.d_model}]` at prefill. Every weight matrix now multiplies a single "
+                "row, a **matrix-vector** product: each weight is read from memory for one row of arithmetic. It took "
+                f"{t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
+                + course.bound_sentence(t, "A decode step"))
+    course.physics("decode")
+    busy(run.traces[: steps + 1])
+    z = assembled_attention(run.traces[: steps + 1], 0, 0)
+    st.plotly_chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],
+                                          "layer 0, head 0: the prefill square plus one row per decode step",
+                                          scale=scale()), key="lesson3_att")

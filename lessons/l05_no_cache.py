@@ -1,0 +1,46 @@
+"""Lesson 5. Without the cache"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.draw.latency import work_per_step_figure
+from engine.measure import caveats
+from lessons.course import Course, show_stage
+from ui.presets import PROMPTS
+from ui.style import scale
+
+TITLE = '5. Without the cache'
+
+
+def show(course: Course) -> None:
+    st.markdown("Without the cache nothing is kept between steps, so every decode step recomputes keys and values "
+                "for **all** positions so far. The tokens come out the same; the work does not. On the stage, the "
+                "red columns and rows are work done again.")
+    steps = st.slider("try it: decode steps (the stage shows the last one)", 5, 60, 30, 5, key="lesson5_steps")
+    prompt = PROMPTS[0]["prompt"]
+    rep = course.compare(prompt, steps + 1, 0)  # prefill + `steps` decode steps, each mode
+    cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
+    note = caveats.compare_note(cache, nocache)
+    if note:  # a busy server flipped the comparison: measure once more (a second or two), then say what remains
+        rep = course.compare(prompt, steps + 1, 1)
+        cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
+        note = caveats.compare_note(cache, nocache)
+    # the slider's last step, drawn: its passes timed once each (the measured comparison is `rep`, above)
+    show_stage(course.greedy_run(prompt, decode_steps=steps, use_cache=False, repeats=1), steps)
+    sum_q = {name: sum(t.q_len for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
+    flops = {name: sum(t.flops_estimate for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
+    sp = rep["speedup"]
+    st.markdown(f"Same tokens with and without the cache: **{'yes' if rep['identical'] else 'no'}** (largest logit "
+                f"difference {rep['max_logit_diff']:.1g}). Over {len(cache)} forward passes (prefill and {steps} "
+                f"decode steps) the cached run computed **{sum_q['cache']} positions**; the uncached one "
+                f"**{sum_q['nocache']}**. Total work (estimate): {flops['nocache'] / flops['cache']:.1f}× more without "
+                f"the cache. Measured decode time: {sp['nocache_total_ms']:.0f} ms without the cache, "
+                f"{sp['cache_total_ms']:.0f} ms with it (×{sp['total_ratio']:.1f}).")
+    st.plotly_chart(work_per_step_figure(cache, nocache, scale=scale(), note=note), key="lesson5_work")
+    if note:
+        st.warning(note + " (Measured twice.)", icon=":material/speed:")
+    st.markdown("Step *i* without the cache computes about *s + i* positions, so *n* steps cost about "
+                "*n·s + n²/2* position-passes: **quadratic** in n. With the cache each step computes one: "
+                "**linear**. On a model this small, fixed per-step costs hide part of the gap in the measured times; "
+                "the Race page measures it at longer lengths.")

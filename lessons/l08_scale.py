@@ -1,0 +1,41 @@
+"""Lesson 8. Scale: the cache of big models"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.measure import kvcalc
+from engine.units import human_bytes
+from lessons.course import Course
+from ui.presets import PROMPTS
+
+TITLE = '8. Scale: the cache of big models'
+
+
+def show(course: Course) -> None:
+    st.markdown("The cache that was a few kilobytes here is the main memory cost of serving big models. The formula "
+                "is the same: 2 × layers × kv_heads × head_dim × bytes per element, per token (a sliding-window "
+                "layer stops growing at its window).")
+    t = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=4).traces[-1]
+    live = t.kv_bytes / t.kv_len
+    tokens = st.select_slider("try it: context length", [1024, 4096, 8192, 32768], 8192, key="lesson8_tokens")
+    st.markdown(f"Your live model stores **{live:,.0f} bytes per token** (measured, {course.lm.dtype_name}). Published "
+                f"configurations, computed from their figures (estimates, fp16, batch 1):")
+    st.dataframe(kvcalc.compare_frame(["Llama-2-7b", "Llama-3-8B", "Llama-2-70b", "Llama-3-70B", "Gemma-2-9b"], tokens),
+                 hide_index=True, width="stretch")
+    l2, l3 = kvcalc.from_table("Llama-2-70b"), kvcalc.from_table("Llama-3-8B")
+    st.markdown(f"Grouped-query attention shares each K/V head among several query heads: Llama-2-70B's "
+                f"{l2.heads} query heads use {l2.kv_heads} K/V heads, a cache {l2.heads // l2.kv_heads}× smaller "
+                f"than MHA; Llama-3-8B's cache is {l3.heads // l3.kv_heads}× smaller than it would be with MHA.")
+    cards = kvcalc.cards_for(kvcalc.from_table("Llama-3-70B"), tokens)  # enough 80 GB cards, plus one for caches
+    st.caption(f"Why it matters: Llama-3-70B's fp16 weights alone are {human_bytes(cards['weights'])}, more than one "
+               f"80 GB accelerator holds. On {cards['cards']} of them ({cards['cards'] * 80} GB), what the weights "
+               f"leave holds the caches of **{cards['max_batch']:,} sequences** of {tokens:,} tokens "
+               f"({human_bytes(cards['per_sequence'])} each, estimate; activations not counted).")
+    st.markdown("What comes next:\n"
+                "- **Paged KV cache** (vLLM's PagedAttention): store the cache in fixed-size blocks like virtual "
+                "memory pages, so many sequences share GPU memory without fragmentation.\n"
+                "- **Speculative decoding** (next lesson, and its own page): guess several tokens cheaply and check "
+                "them all in one pass.\n"
+                "- **Quantized KV cache**: store keys and values in 8 or 4 bits to fit longer contexts "
+                "(the Scale page has the sizes).")

@@ -1,0 +1,62 @@
+"""Lesson 10. Serving many requests: many requests share one pass; their keys and values live in blocks; a prefix
+is stored once. Its pictures are the Serving page's (topics/serving/)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import DecodeLabError
+from engine.generate.serving import ServingRun
+from engine.generate.serving.scenarios import SCENARIOS
+from engine.paths import ROOT
+from lessons.course import Course
+from topics.serving.page_parts import pictures, summary
+from ui.text import error
+
+TITLE = "10. Serving many requests: batching and a paged cache"
+
+
+def show(course: Course) -> None:
+    lm = course.lm
+    st.markdown(
+        "A decode step (the *generation phase*) of one request is **matrix-vector** work: every weight is read to "
+        "compute one row. A server "
+        "answering many people puts the decode steps of **all** running requests into **one forward pass** "
+        "(*continuous batching*): their rows are laid end to end, `[1, T]`, and a new request's prompt joins the "
+        "very next pass, beside everyone's decode token. Each request's keys and values live in fixed-size "
+        "**blocks** of a shared pool (*paged attention*): a **block table** per request lists its blocks, blocks are "
+        "taken as it grows and given back when it ends, so nothing is reserved for tokens never written. Requests "
+        "that start with the same prompt **share** its full blocks. When the pool runs out, a request is "
+        "**preempted** and recomputed later.")
+    sc = SCENARIOS["shared_prefix"]
+    at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, 23, 7,
+                   key="lesson10_steps")
+    run = _lesson_run(lm, at + 1)  # steps 0..at: the line below says "step {at} of {at}", as the slider does
+    if run is None:
+        return
+    at = len(run.steps) - 1  # the run may end sooner than the slider asks
+    st.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
+    pictures(run, at)
+    st.caption(sc["why"] + " Every request's tokens are exactly the ones it gets alone (greedy): the pass mixes "
+               "requests, the mask keeps each query to its own request's keys.")
+    st.page_link(str(ROOT / "pages" / "serving.py"), label="Open the Serving page: all four scenarios, step by step",
+                 icon=":material/dns:")
+
+
+@st.cache_resource(max_entries=8, show_spinner="Serving the scenario…")
+def _lesson_cached(_lm, source: str, steps: int):
+    sc = SCENARIOS["shared_prefix"]
+    try:
+        run = ServingRun(_lm, sc["requests"], **sc["sizing"])
+        run.run(steps)
+        return run
+    except DecodeLabError as e:
+        return e
+
+
+def _lesson_run(lm, steps: int) -> ServingRun | None:
+    run = _lesson_cached(lm, lm.spec.name, steps)
+    if isinstance(run, DecodeLabError):
+        error(str(run))
+        return None
+    return run

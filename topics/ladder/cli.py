@@ -1,0 +1,60 @@
+"""`python -m engine ladder`: grow the model, time each rung's prefill and decode, print the table."""
+
+from __future__ import annotations
+
+from engine.cli_args import check_json_path, load_from, model_args, positive, write_json
+from engine.units import human_bytes
+
+
+def add_parser(sub) -> None:
+    """`python -m engine ladder`: its options (engine/cli.py finds it by name)."""
+    g = sub.add_parser("ladder", help="grow the model: prefill and decode timed at several sizes on this device's "
+                                      "roofline (random weights, timing only)")
+    g.add_argument("--sizes", nargs="+", help="parameter counts, e.g. own 25M 110M 1.1B ('own': the model itself; "
+                                              "default: own 25M 50M 110M 220M on a CPU, up to 7B on a GPU as memory allows)")
+    g.add_argument("--tokens", type=positive, default=128, help="s: the prefill's length and the decode step's context")
+    g.add_argument("--repeats", type=positive, default=5, help="timed runs per pass after a warm-up run")
+    g.add_argument("--json", help="write the ladder here (the keys of topics/ladder/record.py)")
+    model_args(g)
+    g.set_defaults(func=main)
+
+
+def main(args) -> int:
+    """Grow the model: prefill and decode timed at several sizes, each placed on this device's roofline."""
+    from tqdm import tqdm
+
+    from engine.load.rungs import plan
+    from topics.ladder.measure import measure_ladder
+
+    check_json_path(args.json)
+    lm = load_from(args)
+    planned = plan(lm, args.sizes, args.tokens)  # a rung that would not fit is refused before the bar starts
+    with tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}") as bar:
+        def progress(fraction: float, text: str) -> None:
+            bar.set_description_str(text[:70])
+            bar.update(max(0, round(fraction * 100) - bar.n))
+
+        lad = measure_ladder(lm, args.sizes, tokens=args.tokens, repeats=args.repeats, on_progress=progress,
+                             planned=planned)
+    r = lad.roof
+    print(f"{lad.model} ({lad.family}) on {lad.device}, {lad.dtype}; s = {lad.tokens} tokens ({lad.prompt}); "
+          f"medians of {lad.repeats} after a warm-up run (excluded), min-max beside them")
+    rates = ", ".join(f"{b / 2**20:,.0f} MiB {v / 1e9:,.1f}" for b, v in r.bandwidths) or f"{r.bandwidth / 1e9:,.1f}"
+    print(f"roofline measured here: matmul {r.peak_flops / 1e9:,.1f} GFLOP/s; memory bandwidth GB/s by bytes moved "
+          f"(the better of a copy and a matrix-vector read): {rates} (ridge {r.ridge:.1f} FLOP/byte in cache, "
+          f"{r.dram_ridge:.1f} from DRAM); each step's memory bound uses the bandwidth at its own bytes; bounds are "
+          f"estimates, labels from roofline.verdict")
+    print(f"rungs other than the model itself: {lad.weights_note}")
+    print()
+    print(lad.text_table())
+    from engine.measure.caveats import ladder_note
+
+    if ladder_note(lad):
+        print(ladder_note(lad))
+    if lad.left_out:
+        print(f"left out (would not fit this device's memory): {', '.join(lad.left_out)}")
+    print(f"ladder wall time {lad.wall_s:.1f} s; resident memory {human_bytes(lad.rss_before_bytes)} before, "
+          f"{human_bytes(lad.rss_after_bytes)} after")
+    if args.json:
+        write_json(args.json, lad.to_dict())
+    return 0

@@ -1,0 +1,297 @@
+"""The size ladder's pictures, drawn from its record (topics.ladder.record.Ladder): ladder in, figure out.
+
+    per_token_figure   ms per token against parameters: a prefill's prompt token against a decoded token
+    roofline_figure    this device's roofline with every rung's prefill and decode placed: the dots move as
+                       the model grows (topics/ladder/scale_draw.py draws the roof)
+    split_figure       where a cached decode step's time goes at each rung: its matmuls, and the rest
+
+Each caption is computed from the same numbers, so it never says what its chart does not show. Log axes carry
+plain tick labels only (no minor labels), and every figure says which rungs have random weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+# ---------------------------------------------------------------- axes and notes
+from engine.draw.latency import note_box
+from engine.draw.palette import DECODE, GREY, PREFILL, layout
+from engine.measure.caveats import ladder_note
+from topics.ladder import scale_draw as scale_draw
+from topics.ladder.record import Ladder, RungResult
+
+
+def log_ticks(lo: float, hi: float, steps=(1, 2, 5)) -> tuple[list[float], list[str]]:
+    """Tick values 1-2-5 × 10^k between lo and hi, with plain labels ('0.2', '50', '1,000')."""
+    vals = []
+    for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        vals += [m * 10.0**k for m in steps if lo <= m * 10.0**k <= hi]
+    return vals, [f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in vals]
+
+
+def rate_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Powers of ten of FLOP/s, labelled '100 G', '1 T'."""
+    vals, texts = [], []
+    for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        v = 10.0**k
+        if lo <= v <= hi:
+            unit, div = next((u, d) for u, d in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1))
+                             if v >= d)
+            vals.append(v)
+            texts.append(f"{v / div:g} {unit}")
+    return vals, texts
+
+
+def _log_range(lo: float, hi: float, pad: float = 1.6) -> list[float]:
+    return [math.log10(lo / pad), math.log10(hi * pad)]
+
+
+def weights_note(ladder: Ladder) -> str:
+    """Which rung is the model itself and which are random: said on every figure (two short lines)."""
+    trained = [r.label for r in ladder.rungs if r.trained]
+    own = f"{trained[0]}: the model itself, trained · " if trained else ""
+    return f"{own}{short_device(ladder.device)}<br>other rungs: {ladder.weights_note}"
+
+
+def short_device(device: str) -> str:
+    """'cpu: Intel(R) Xeon(R) Processor (x86_64, 2 threads, 260 MiB ...)' -> 'cpu: Intel Xeon Processor, 2 threads':
+    a subtitle a phone shows whole (the caption under the chart says the device in full)."""
+    name, _, rest = device.partition(" (")
+    threads = next((part.strip() for part in rest.rstrip(")").split(",") if "thread" in part), "")
+    name = name.replace("(R)", "").replace("(TM)", "").replace("  ", " ")
+    return f"{name}, {threads}" if threads else name
+
+
+def _ms(x: float) -> str:
+    """Milliseconds to three figures at most: '792', '23.3', '3.66', '0.089'."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+
+
+def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
+    """The common look, the weights note under the title, and room for it above the legend; a busy server's
+    note (engine.measure.caveats.ladder_note) under the plot. Heights fit a
+    1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
+    layout(fig, title, height=height, scale=scale)
+    fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),
+                      margin=dict(t=int(116 * scale)), legend=dict(y=1.0, traceorder="normal"))
+    note = ladder_note(ladder)
+    if note:  # a busy server said under the chart, with the spread that shows it
+        note_box(fig, note, scale, chars=64)
+    return fig
+
+
+def _param_axis(fig: go.Figure, ladder: Ladder) -> None:
+    """Parameters, log scale, a tick at every rung labelled with its count ('4.1M', '112M')."""
+    ps = [r.parameters for r in ladder.rungs]
+    fig.update_xaxes(type="log", title="parameters (log scale)", tickmode="array", tickvals=ps,
+                     ticktext=[r.label for r in ladder.rungs], range=_log_range(min(ps), max(ps), 1.4))
+
+
+# ---------------------------------------------------------------- ms per token
+
+
+def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
+    """ms per token, prefill (per prompt token) against decode (per new token), against parameters; the gap named."""
+    rungs = ladder.rungs
+    xs = [r.parameters for r in rungs]
+    fig = go.Figure()
+    series = [("decode: per new token", DECODE, "solid", [r.decode for r in rungs]),  # short: one legend row on a phone
+              (f"prefill ({ladder.tokens} tokens): per prompt token", PREFILL, "solid", [r.prefill for r in rungs])]
+    if all(r.lean for r in rungs):
+        series.append(("decode, lean path (static cache, CUDA graph)", DECODE, "dash", [r.lean for r in rungs]))
+    for name, colour, dash, passes in series:
+        ys = [p.per_token_ms for p in passes]
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, name=name, mode="lines+markers", line=dict(color=colour, width=4, dash=dash),
+            marker=dict(size=11), text=[r.label for r in rungs],
+            error_y=dict(type="data", symmetric=False, thickness=2,
+                         array=[(p.high_ms - p.median_ms) / p.tokens for p in passes],
+                         arrayminus=[(p.median_ms - p.low_ms) / p.tokens for p in passes]),
+            hovertemplate="%{text}: %{y:.3g} ms per token (median; bar: min–max)<extra>" + name + "</extra>"))
+    top = rungs[-1]
+    d, p = top.decode.per_token_ms, top.prefill.per_token_ms
+    fig.add_trace(go.Scatter(x=[top.parameters] * 2, y=[p, d], mode="lines", showlegend=False, hoverinfo="skip",
+                             line=dict(color=GREY, width=2, dash="dot")))
+    # a third of the way up the gap (log scale), below the decode line it would otherwise cross on a narrow screen
+    fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="right",
+                       text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=-8)
+    ys = [v for r in rungs for v in (r.decode.per_token_ms, r.prefill.per_token_ms)]
+    lo, hi = min(min(ys), min(r.prefill.low_ms / r.prefill.tokens for r in rungs)), max(ys)
+    vals, texts = log_ticks(lo / 1.6, hi * 1.6)
+    fig.update_yaxes(type="log", title="ms per token (median, measured)", tickmode="array", tickvals=vals,
+                     ticktext=texts, range=_log_range(lo, hi))
+    _param_axis(fig, ladder)
+    return _finish(fig, ladder, "ms per token: prefill vs decode", scale)
+
+
+def gap_words(r: RungResult) -> str:
+    """'decode<br>×12 dearer<br>per token' (or cheaper, if that is what was measured): narrow, for a phone."""
+    ratio = r.decode_vs_prefill_per_token
+    if ratio >= 1:
+        return f"decode<br>×{ratio:.0f} dearer<br>per token" if ratio >= 10 else f"decode<br>×{ratio:.1f} dearer<br>per token"
+    return f"decode<br>×{1 / ratio:.1f} cheaper<br>per token"
+
+
+def per_token_caption(ladder: Ladder) -> str:
+    """The chart in one sentence, from its numbers."""
+    first, top = ladder.rungs[0], ladder.rungs[-1]
+    words = gap_words(top).replace("<br>", " ")
+    text = (f"At {top.label} parameters one decoded token costs {_ms(top.decode.per_token_ms)} ms, one prompt token of "
+            f"the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. A prefill reads each weight "
+            f"once for all {ladder.tokens} positions; a decode step reads every weight for one.")
+    if first is not top:
+        text += f" At {first.label} the gap is ×{first.decode_vs_prefill_per_token:.1f}."
+    return text
+
+
+# ---------------------------------------------------------------- the roofline
+
+
+def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) -> go.Figure:
+    """The device's roofline with every rung's passes placed; lines join the rungs, smallest to largest."""
+    kinds = [("prefill", "prefill"), ("decode", "decode (cache)")] + ([("nocache", "decode (no cache)")] if nocache
+                                                                       else [])
+    points = []
+    for attr, kind in kinds:
+        for r in ladder.rungs:
+            m = getattr(r, attr)
+            points.append({"kind": kind, "intensity": m.intensity, "achieved": m.achieved,
+                           "label": f"{r.label}: {m.label}, {m.spread()} ms"})
+    fig = scale_draw.roofline_figure(ladder.roof, points, scale=scale, dram_ridge=True)
+    ends = {ladder.rungs[0].label, ladder.rungs[-1].label}
+    for tr in (t for t in fig.data if t.mode == "markers"):  # each kind's points, in rung order (not the roofs)
+        tr.mode = "lines+markers+text"
+        tr.line = dict(color=tr.marker.color, width=2)
+        tr.textposition = "middle right"
+        tr.textfont = dict(size=13 * scale, color=tr.marker.color)
+        tr.hovertext = tr.text
+        tr.hovertemplate = "%{hovertext}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"
+        named = tr.name != "decode (no cache)"  # its points sit near the prefill's: their hover names them
+        tr.text = [t.split(":")[0] if named and t.split(":")[0] in ends else "" for t in tr.hovertext]
+    if all(r.lean for r in ladder.rungs):
+        fig.add_trace(go.Scatter(x=[r.lean.intensity for r in ladder.rungs], y=[r.lean.achieved for r in ladder.rungs],
+                                 mode="lines+markers", name="decode (lean path)",
+                                 line=dict(color=DECODE, width=2, dash="dash"),
+                                 marker=dict(color=DECODE, size=11, symbol="diamond")))
+    roof = ladder.roof
+    xs = [p["intensity"] for p in points] + [roof.ridge, roof.dram_ridge]
+    ys = [p["achieved"] for p in points] + [roof.peak_flops]
+    fig.update_xaxes(tickmode="array", range=_log_range(min(xs), max(xs), 2.5),
+                     tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
+    fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
+                     tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
+    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=400)
+
+
+def bound_words(m) -> str:
+    """'memory-bound, ×2.2 its memory bound' or the verdict's own 'overhead-bound (×4.0 above both bounds)'."""
+    if m.kind == "overhead-bound":
+        return m.label
+    return f"{m.label}, ×{m.ratio:.1f} its {m.kind.removesuffix('-bound')} bound"
+
+
+def roofline_caption(ladder: Ladder) -> str:
+    """Where decode and prefill start and end on the roofline, in the verdict's own words."""
+    first, top = ladder.rungs[0], ladder.rungs[-1]
+    if first is top:
+        return (f"One rung ({top.label}): its decode step is {bound_words(top.decode)}, its prefill "
+                f"{bound_words(top.prefill)}. Grow the model to see them move.")
+    return (f"Cached decode: {bound_words(first.decode)} at {first.label}; {bound_words(top.decode)} at {top.label}. "
+            f"Prefill of {ladder.tokens} tokens: {bound_words(first.prefill)} at {first.label}; "
+            f"{bound_words(top.prefill)} at {top.label}. With the cache off, decode recomputes {top.nocache.q_len} "
+            f"positions: {bound_words(top.nocache)} at {top.label}.{prefill_matmul_words(top)}")
+
+
+def prefill_matmul_words(r: RungResult) -> str:
+    """Why a compute-bound prefill still sits above its bound, from the rung's own timing of its matmuls alone."""
+    m, mm = r.prefill, r.prefill_matmul_ms
+    if mm is None or m.kind != "compute-bound" or m.compute_ms <= 0:
+        return ""
+    if mm >= m.median_ms:
+        return (f" At {r.label} the prefill's matmuls timed alone ({_ms(mm)} ms) took the whole prefill "
+                f"({_ms(m.median_ms)} ms): the gap to the bound is the matmuls' own.")
+    return (f" At {r.label} the prefill's matmuls alone took {_ms(mm)} ms, ×{mm / m.compute_ms:.1f} the compute bound "
+            f"(the bound is a large square matmul's peak; these shapes run slower); the other "
+            f"{1 - mm / m.median_ms:.0%} of the prefill is attention, norms and the small ops between.")
+
+
+# ---------------------------------------------------------------- where a decode step's time goes
+
+
+def split_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
+    """Per rung, a cached decode step as 100 %: its matmuls timed alone, and the rest (small ops, Python)."""
+    labels = [r.label for r in ladder.rungs]
+    share = [r.matmul_share for r in ladder.rungs]
+    fig = go.Figure([
+        go.Bar(x=labels, y=[100 * s for s in share], name="matmuls alone",
+               marker_color=DECODE, text=[f"{s:.0%}" for s in share], textposition="inside",
+               textfont=dict(size=15 * scale)),
+        go.Bar(x=labels, y=[100 * (1 - s) for s in share], name="the rest: small ops, Python",
+               marker_color=GREY, text=[f"{1 - s:.0%}" for s in share], textposition="inside",
+               textfont=dict(size=15 * scale)),
+    ])
+    for r in ladder.rungs:
+        fig.add_annotation(x=r.label, y=100, yanchor="bottom", showarrow=False, text=f"{r.decode.median_ms:.1f} ms",
+                           font=dict(size=13 * scale))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="parameters (each rung's step = 100 %)", type="category")
+    fig.update_yaxes(title="% of one cached decode step", range=[0, 112], tickvals=[0, 25, 50, 75, 100])
+    return _finish(fig, ladder, "Where a decode step's time goes", scale)
+
+
+def split_caption(ladder: Ladder) -> str:
+    """Does the rest's share shrink as the model grows? Said as measured."""
+    first, top = ladder.rungs[0], ladder.rungs[-1]
+    a, b = 1 - first.matmul_share, 1 - top.matmul_share
+    if first is top:
+        return f"At {top.label} the matmuls are {top.matmul_share:.0%} of a decode step; the rest is {a:.0%}."
+    trend = "shrinks" if b < a - 0.05 else "grows" if b > a + 0.05 else "stays about the same"
+    text = (f"The matmuls are {first.matmul_share:.0%} of a cached decode step at {first.label} and "
+            f"{top.matmul_share:.0%} at {top.label}: the rest (attention's small ops, norms, the cache writes and "
+            f"the Python around them) {trend}, from {a:.0%} to {b:.0%}.")
+    if top.matmul_ms >= top.decode.median_ms:  # two timings taken apart disagree: say so rather than claim "0 %"
+        text += (f" At {top.label} the matmuls timed alone took as long as the whole step or longer: the step is "
+                 "its matmuls and little else, and timings taken apart on a shared machine move about.")
+    elif trend != "shrinks":
+        text += " Timings on a shared machine move about: measure again to check."
+    return text
+
+
+def bundled_sentence(ladder: Ladder) -> str | None:
+    """What the lessons say of the trained model: what bounds it, and why (None if the ladder has no such rung)."""
+    own = next((r for r in ladder.rungs if r.trained), None)
+    if own is None:
+        return None
+    said = (f"The bundled {own.label} model's decode step is {own.decode.label} on {ladder.device}: its matmuls are "
+            f"{own.matmul_share:.0%} of the step")
+    if own.decode.kind == "overhead-bound":
+        return (said + ", and the rest is the fixed cost of hundreds of small operations and the Python around "
+                "them, which does not shrink with the model. Bigger rungs show the physics.")
+    return said + f", {own.decode.ratio:.1f}× its {own.decode.kind.removesuffix('-bound')} bound."
+
+
+# ---------------------------------------------------------------- the lessons' claims, in the ladder's own numbers
+
+
+def phase_claim(ladder: Ladder, phase: str) -> str:
+    """Prefill (compute-bound?) or decode (memory-bound?) at the ladder's largest rung, as measured: the verdict is
+    roofline.verdict's, so the sentence says what the measurement shows, whatever the lesson expects."""
+    top = ladder.rungs[-1]
+    m = top.prefill if phase == "prefill" else top.decode
+    bound, bound_ms = ("compute", m.compute_ms) if phase == "prefill" else ("memory", m.memory_ms)
+    what = (f"a {ladder.tokens}-token prefill" if phase == "prefill"
+            else f"one cached decode step at context {ladder.tokens}")
+    weights = "the model itself" if top.trained else "random weights: for timing only"
+    return (f"Grown to **{top.label} parameters** ({weights}), {what} took {m.spread()} ms against a {bound} bound of "
+            f"{bound_ms:.3g} ms (×{m.median_ms / bound_ms:.1f}): **{m.label}**.")
+
+
+def per_token_claim(ladder: Ladder) -> str:
+    """Time to first token against time per output token, at the largest rung: what a prompt token and a decoded
+    token each cost once the hardware, not Python, sets the time."""
+    top = ladder.rungs[-1]
+    return (f"At {top.label} parameters (random weights: for timing only) a prompt token of the {ladder.tokens}-token "
+            f"prefill cost {_ms(top.prefill.per_token_ms)} ms and a decoded token {_ms(top.decode.per_token_ms)} ms: "
+            f"{gap_words(top).replace('<br>', ' ')}.")

@@ -1,0 +1,285 @@
+"""A size ladder ("grow the model"): the same prefill and decode steps timed at several sizes of one family.
+
+At 4 M parameters a decode step is overhead-bound: Python and operator dispatch set its time, many times above
+both bounds. Grown to 50-200 M parameters the hardware sets it: decode waits on the weights streaming from
+memory, prefill on the arithmetic. The ladder shows that in this device's own measurements.
+
+At each rung (built by engine/load/rungs.py, then given back), every pass goes through the Stepper and
+run_pass and is timed as every step here is (perf_counter around a device sync, the warm-up run apart,
+median and min-max of `repeats` runs):
+
+    prefill            the s prompt tokens on an empty cache              input_ids [batch=1, s]
+    decode             one cached step at context s                       [batch=1, 1] on s cached positions
+    decode (no cache)  the same step with the cache off                   [batch=1, s + 1], nothing cached
+    matmuls alone      the decode step's weight matrices, nothing else    topics.ladder.profile.matmuls_alone
+                       (and the prefill's, s rows each: how far the arithmetic alone sits above the compute bound)
+    decode (lean)      CUDA only: the same step on a static cache replayed as a CUDA graph (engine.forward.lean)
+
+Each pass is placed on this device's roofline, probed before and after the rungs under the same thread count
+(the best of the two: `best_roof`), and labelled by roofline.verdict. Every rung runs on the threads the app
+serves the largest rung with (engine.device.serving_threads: all cores but one, which the lecturer's browser on
+the same machine needs; one on a 2-core VM), so a rung's step costs what the app's own pass of that size would.
+(With both cores of this project's 2-core VM, a 1024² matmul's median rate drifts to 80 % of its best, and a
+112M prefill measured ×1.7-2.4 its bound; on one, 95 % and ×1.5.) The count is set only while the ladder holds
+the model's lock, and restored before it lets go: no student's pass runs beside a timing, or sees the change.
+On a CPU a random rung's weights are stored [in, out] (engine.load.rungs.store_in_out): its matmuls read them
+without a transpose, as an inference engine lays them out once at load.
+
+The prompt is the profile's demo text repeated, its first s tokens: real text the model's
+tokenizer reads back (a random rung's own tokens are noise; the prompt's are not the point).
+
+`ladder(lm, ...)` measures once per server, model, device and settings and keeps the result; two callers
+asking at once share one build; `again=True` measures anew.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+import torch
+
+from engine.errors import StepError
+from engine.load import device as dev
+from engine.load.loaded import LoadedModel
+from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan
+from topics.ladder.record import Ladder, Measured, RungResult
+
+TOKENS = 128  # s: the prefill's length and the decode step's context
+REPEATS = 5  # timed runs per pass, after one warm-up run
+PROBE_S = 1.5  # seconds for each half of a roofline probe (matmul, copy): the probe's own default
+PROBE_SHARE = 0.05  # of the progress bar, for each of the two probes
+
+
+@contextmanager
+def serving_cores(parameters: float):
+    """torch's intra-op threads as the app serves a model of this many parameters (engine.device.serving_threads:
+    all cores but one for a large model, the browser's), restored afterwards (process-wide: hold the model's lock)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(dev.serving_threads(int(parameters)))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux), 0 where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def prompt_text(lm: LoadedModel, tokens: int) -> str:
+    """The demo text repeated, cut to a text the tokenizer reads back as exactly `tokens` ids."""
+    from topics.ladder.profile import DEMO_TEXT
+
+    tok = lm.tokenizer
+    ids = tok(" ".join([DEMO_TEXT] * (tokens // 8 + 4)))["input_ids"]
+    for n in (tokens, tokens - 1, tokens + 1, tokens - 2, tokens + 2):
+        text = tok.decode(ids[:n], skip_special_tokens=True)
+        if len(tok(text)["input_ids"]) == tokens:
+            return text
+    raise StepError(f"No prompt of exactly {tokens} tokens could be made for this tokenizer: try another --tokens.")
+
+
+def matmul_loops(parameters: float) -> int:
+    """Loops per timed run of matmuls_alone: enough to be seen on a small model, few on a big one."""
+    return max(2, min(20, round(50e6 / parameters)))
+
+
+def best_roof(a, b):
+    """The roof is the best this device did: the higher peak and, size by size, the higher bandwidth of two
+    probes (DeviceRoof.best): a busy moment never loosens a bound."""
+    return a.best(b)
+
+
+def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, lean: bool,
+                 build_ms: float) -> RungResult:
+    """The four passes of one rung (see the module docstring), each labelled by roofline.verdict."""
+    from engine.generate.stepper import Stepper
+    from topics.ladder.profile import matmuls_alone
+
+    eager = "the Stepper's pass (eager, dynamic cache)"
+    if not rung.own and rlm.device.type == "cpu":
+        eager = "the Stepper's pass (eager, dynamic cache; weights stored [in, out])"
+    on = Stepper(rlm, prompt, use_cache=True, record=False, repeats=repeats, max_new_tokens=2, stop_on_eos=False)
+    pre, dec = on.prefill(), on.decode()  # [batch, s] on an empty cache; then [batch, 1] at context s
+    matmul_ms = matmuls_alone(rlm, 1, repeats, loops=matmul_loops(rung.parameters))
+    prefill_matmul_ms = matmuls_alone(rlm, pre.q_len, repeats, loops=2)  # the prefill's matmuls: s rows each
+    off = Stepper(rlm, prompt, use_cache=False, record=False, repeats=1, max_new_tokens=2, stop_on_eos=False)
+    off.prefill()  # set-up, run once: the step after it is the one timed
+    off.repeats = repeats
+    nc = off.decode()  # [batch, s + 1]: every position again
+    s = pre.q_len
+    lean_pass = None
+    if lean:
+        from engine.forward.lean import time_decode
+
+        timing, how = time_decode(rlm, on.ids[:, :s], repeats)
+        lean_pass = Measured.of("decode (lean)", 1, s, 1, timing, dec.flops_estimate, dec.bytes_estimate, roof, how)
+    shape = rung.shape
+    return RungResult(
+        size=rung.size, label=rung.label, parameters=rung.parameters, weight_bytes=rung.weight_bytes(rlm.dtype),
+        trained=rung.own, weights=rung.weights, layers=shape.layers, d_model=shape.d_model, heads=shape.heads,
+        kv_heads=shape.kv_heads, head_dim=shape.head_dim, d_ff=shape.d_ff,
+        prefill=Measured.of("prefill", s, 0, s, pre.timing, pre.flops_estimate, pre.bytes_estimate, roof, eager),
+        decode=Measured.of("decode", 1, s, 1, dec.timing, dec.flops_estimate, dec.bytes_estimate, roof, eager),
+        nocache=Measured.of("decode (no cache)", nc.q_len, 0, 1, nc.timing, nc.flops_estimate, nc.bytes_estimate,
+                            roof, eager),
+        lean=lean_pass, matmul_ms=matmul_ms, build_ms=build_ms, same_token=dec.token_id == nc.token_id,
+        prefill_matmul_ms=prefill_matmul_ms)
+
+
+def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS, on_progress=None,
+                   seed: int = 0, lean: bool | None = None, planned=None) -> Ladder:
+    """Plan every rung (refusing what would not fit), probe the roofline, then build, measure and free each rung.
+
+    on_progress(fraction, text) is called before each part; lean defaults to on for CUDA only. `planned` is
+    rungs.plan's answer when the caller has already asked (the CLI refuses before its progress bar starts).
+    """
+    from engine.measure.roofline import probe
+
+    started, rss_before = time.perf_counter(), rss_bytes()
+    rungs, left_out = planned or plan(lm, sizes, tokens)  # every refusal comes here, before anything is built
+    prompt = prompt_text(lm, tokens)
+    largest = max(r.parameters for r in rungs)
+    lean = lm.device.type == "cuda" if lean is None else lean
+    say = on_progress or (lambda fraction, text: None)
+    work = [r.parameters + 5e6 for r in rungs]  # a rung's passes take time in proportion to its size, plus a floor
+    share = (1 - 2 * PROBE_SHARE) / sum(work)
+    done = PROBE_SHARE
+    say(0.0, f"measuring this device's roofline (matmul FLOP/s and memory bandwidth, {PROBE_S * 2:.0f} s)…")
+    with lm.turn(), serving_cores(largest) as threads:
+        first = probe(lm.device, lm.dtype, budget_s=PROBE_S)
+        described = dev.describe(lm.device)
+    results = []
+    for rung, w in zip(rungs, work):
+        say(done, f"{rung.label}: building ({rung.weights})…")
+        with lm.turn(), serving_cores(largest):
+            t0 = time.perf_counter()
+            rlm = build(rung, lm, seed)
+            build_ms = (time.perf_counter() - t0) * 1e3
+            try:
+                say(done + 0.1 * w * share, f"{rung.label}: prefill of {tokens} tokens, decode with the cache on and off…")
+                results.append(measure_rung(rung, rlm, prompt, first, repeats, lean, build_ms))
+            finally:
+                del rlm
+                dev.release_memory()  # the next rung, and every student, gets the memory back
+        done += w * share
+    say(done, "measuring the roofline again: the roof is the best of the two probes…")
+    with lm.turn(), serving_cores(largest):
+        roof = best_roof(first, probe(lm.device, lm.dtype, budget_s=PROBE_S))
+    dev.release_memory()  # the probe's buffers too (128 MiB on a CPU)
+    results = [r.on(roof) for r in results]
+    say(1.0, "done")
+    return Ladder(model=model_name(lm), family=lm.spec.architecture, device=described, dtype=lm.dtype_name,
+                  threads=threads, tokens=tokens, prompt=f"the demo text repeated, its first {tokens} tokens",
+                  repeats=repeats, weights_note=RANDOM_WEIGHTS, roof=roof, rungs=tuple(results),
+                  left_out=tuple(left_out), wall_s=time.perf_counter() - started, rss_before_bytes=rss_before,
+                  rss_after_bytes=rss_bytes(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+# ---------------------------------------------------------------- measured once per server, shared
+
+
+class _Job:
+    """A ladder being measured: its latest progress, and an event its waiters wait on."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.progress = (0.0, "starting…")
+        self.result: Ladder | None = None
+        self.error: BaseException | None = None
+
+
+class LadderStore:
+    """Ladders measured in this process, one per key: a class of 30 costs one ladder.
+
+    Two callers asking for the same key at once share one build: the first measures, the others wait and
+    see its progress (each reports it from its own thread, by polling: a page's progress bar belongs to its
+    own session). A failed build is not kept, so the next caller tries again.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kept: dict = {}
+        self._running: dict = {}
+        self.builds = 0  # ladders measured (tests count them)
+
+    def kept(self, key) -> Ladder | None:
+        with self._lock:
+            return self._kept.get(key)
+
+    def get(self, key, measure, again: bool = False, on_progress=None, poll_s: float = 0.2) -> Ladder:
+        """The kept ladder for `key`, or measure(progress) once for everyone asking; again=True measures anew
+        (unless a measurement of that key is already under way: its result is as fresh)."""
+        with self._lock:
+            if not again and key in self._kept:
+                return self._kept[key]
+            job = self._running.get(key)
+            mine = job is None
+            if mine:
+                job = self._running[key] = _Job()
+                self.builds += 1
+        if not mine:
+            while not job.done.wait(poll_s):
+                if on_progress:
+                    on_progress(*job.progress)
+            if job.error is not None:
+                raise job.error
+            return job.result
+
+        def progress(fraction: float, text: str) -> None:
+            job.progress = (fraction, text)
+            if on_progress:
+                on_progress(fraction, text)
+
+        try:
+            job.result = measure(progress)
+            with self._lock:
+                self._kept[key] = job.result
+            return job.result
+        except BaseException as e:
+            job.error = e
+            raise
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+            job.done.set()
+
+
+STORE = LadderStore()
+
+
+def ladder_key(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS) -> tuple:
+    return (lm.spec.name, int(lm.spec.parameters), str(lm.device), lm.dtype_name,
+            tuple(str(s) for s in sizes) if sizes else "default", tokens, repeats)
+
+
+def ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS, again: bool = False,
+           on_progress=None, store: LadderStore = STORE) -> Ladder:
+    """The ladder for lm on its device: measured once per server and kept; again=True measures it anew."""
+    return store.get(ladder_key(lm, sizes, tokens, repeats),
+                     lambda progress: measure_ladder(lm, sizes, tokens, repeats, on_progress=progress),
+                     again=again, on_progress=on_progress)
+
+
+def kept_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS,
+                store: LadderStore = STORE) -> Ladder | None:
+    """The ladder already measured for these settings, or None (a page shows it without measuring)."""
+    return store.kept(ladder_key(lm, sizes, tokens, repeats))
+
+
+def recorded() -> list[Ladder]:
+    """Ladders recorded on other devices and shipped in assets/ (ladder_*.json), to show beside a live one."""
+    import json
+
+    from engine.paths import ASSETS
+
+    return [Ladder.from_dict(json.loads(p.read_text(encoding="utf-8"))) for p in sorted(ASSETS.glob("ladder_*.json"))]

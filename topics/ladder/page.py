@@ -1,0 +1,220 @@
+"""Scale: what the KV cache costs for the models people serve, and where each step sits on the roofline."""
+
+import pandas as pd
+import streamlit as st
+
+from engine import DecodeLabError
+from engine.measure import kvcalc, roofline
+from engine.units import human_bytes
+from topics.ladder import scale_draw as scale_draw
+from topics.ladder.page_ladder import grow_the_model
+from topics.ladder.profile import breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
+from ui.model import POLICY, device_roof
+from ui.setup import page_setup
+from ui.style import scale
+from ui.text import error, plain, warning
+
+
+def show() -> None:
+    """The Scale page, drawn (pages/scale.py is its door)."""
+    st.title("Scale: the model grown, KV memory, the roofline")
+    settings, lm = page_setup("scale")
+    if lm is not None:
+        grow_the_model(lm, settings)  # the size ladder: prefill compute-bound, decode memory-bound, measured here
+
+    # ------------------------------------------------------------------ KV-cache calculator
+    st.header("KV-cache calculator")
+    st.caption("The bundled model is tiny; the lesson is about big ones. Every figure below is computed from a model's "
+               "published configuration (an estimate); for the live model the same formula gives exactly the bytes the "
+               "engine measured on its real tensors. A sliding-window layer stops growing at its window.")
+
+
+    @st.cache_resource(show_spinner=False)
+    def _table():
+        """The bundled tables, read once per server (every rerun used to read each CSV again, once per model shown)."""
+        return kvcalc.table(), kvcalc.accelerators()
+
+
+    @st.cache_resource(max_entries=256, show_spinner=False)
+    def _spec(name: str):
+        return kvcalc.from_table(name)
+
+
+    table, _accelerators = _table()
+    LIVE = "live model (sidebar)"
+    CONFIG = "a model this server offers (config only)…"
+    choices = ([LIVE] if lm is not None else []) + list(table["name"]) + [CONFIG]
+    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+    choice = c1.selectbox("model", choices, index=choices.index("Llama-3-8B"), key="scale_model")
+    tokens = c2.number_input("context length (tokens)", 1, kvcalc.MAX_TOKENS, 8192, key="scale_tokens")
+    batch = c3.number_input("batch", 1, kvcalc.MAX_BATCH, 1, key="scale_batch")
+    kv_dtype = c4.selectbox("KV dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_kv_dtype")
+    elem = kvcalc.KV_DTYPES[kv_dtype]
+
+
+    @st.cache_resource(max_entries=64, show_spinner=False)
+    def config_spec(source: str):
+        """Config only, never weights; a refusal is cached too, so a rerun never repeats the work."""
+        try:
+            return kvcalc.from_source(source)
+        except DecodeLabError as e:
+            return e
+
+
+    arch = None
+    try:
+        if choice == LIVE:
+            arch = kvcalc.from_live(lm)
+        elif choice in set(table["name"]):
+            arch = _spec(choice)
+        elif POLICY.open:
+            src = st.text_input("Hugging Face id or local folder (only config.json is read)", key="scale_src")
+            if src.strip():
+                arch = config_spec(POLICY.check(src.strip()))
+        else:
+            src = st.selectbox("model offered by this server", list(POLICY.offered), key="scale_src_offered")
+            arch = config_spec(POLICY.check(src))
+    except DecodeLabError as e:
+        arch = e
+    if isinstance(arch, DecodeLabError):
+        error(str(arch))
+        arch = None
+
+    if arch is not None:
+        too_long = kvcalc.context_note(arch, tokens)
+        if too_long:
+            warning(too_long)
+        total = arch.kv_bytes(tokens, batch, elem)
+        m = st.columns(4)
+        m[0].metric("per token (every layer full)", human_bytes(arch.kv_bytes_per_token(elem)))
+        m[1].metric("per sequence", human_bytes(arch.kv_bytes(tokens, 1, elem)))
+        m[2].metric(f"batch of {batch}", human_bytes(total))
+        mha = arch.as_mha()
+        saved = mha.kv_bytes(tokens, batch, elem)
+        m[3].metric(f"if it were MHA ({arch.heads} K/V heads)", human_bytes(saved),
+                    delta=f"{arch.attention} saves ×{saved / total:.1f}" if arch.attention != "MHA" else "it is MHA",
+                    delta_color="off")
+        st.code(kvcalc.formula(arch, tokens, batch, elem), language=None)
+        if arch.sliding_layers:
+            st.info(plain(f"{arch.name}: {arch.layer_pattern()}. A sliding layer keeps only its window (minus the one "
+                          "new position each step adds), so past the window only the full layers grow."))
+        if arch.mla_dim:
+            st.info(plain(f"{arch.name} uses MLA (multi-head latent attention): it caches one compressed latent of "
+                          f"{arch.mla_dim} numbers per token per layer instead of K and V for each head."))
+        if arch.source.startswith("https://"):
+            st.markdown(f"Source: [{arch.name} config.json]({arch.source})")
+        else:
+            st.caption(plain(f"Source: {arch.source}"))
+
+        st.subheader("Does it fit?")
+        acc = _accelerators
+        a1, a2, a3 = st.columns([2, 1, 1])
+        acc_name = a1.selectbox("accelerator (datasheet figures)", list(acc["name"]) + ["custom"],
+                                index=int((acc["name"] == "NVIDIA H100 SXM").idxmax()), key="scale_acc")
+        mem = 80.0 if acc_name == "custom" else acc.set_index("name").loc[acc_name, "memory_gb"]
+        mem_gb = a2.number_input("memory (GB)", 0.1, 10_000.0, float(mem) if pd.notna(mem) else 16.0,
+                                 key=f"scale_mem_{acc_name}")
+        w_dtype = a3.selectbox("weights dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_w_dtype")
+        fit = kvcalc.largest_fit(arch, mem_gb * 1e9, kvcalc.KV_DTYPES[w_dtype], elem, tokens)
+        weights = kvcalc.weight_bytes(arch, kvcalc.KV_DTYPES[w_dtype])
+        if fit["free_for_kv"] <= 0:
+            st.error(f"The weights alone ({human_bytes(weights)}) do not fit in {mem_gb:g} GB.")
+        else:
+            st.write(f"Weights {human_bytes(weights)} + KV {human_bytes(total)} = "
+                     f"**{human_bytes(weights + total)}** of {mem_gb:g} GB. "
+                     f"Largest batch at {tokens:,} tokens: **{fit['max_batch']:,}**; longest context at batch 1: "
+                     f"**{fit['max_tokens_batch1']:,} tokens** (estimates; activations and fragmentation not counted)"
+                     + (f", though {arch.name} reads at most **{fit['context_limit']:,}**."
+                        if fit["context_limit"] and fit["max_tokens_batch1"] > fit["context_limit"] else "."))
+
+        compare = st.multiselect("compare growth with", list(table["name"]),
+                                 ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
+        archs = [arch] + [_spec(n) for n in compare if n != arch.name]
+        st.plotly_chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
+
+    # ------------------------------------------------------------------ roofline
+    st.header("Roofline")
+    st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves, both estimates): right of the "
+               "device's ridge is the compute side, left of it the memory side. The roof is min(peak FLOP/s, intensity × "
+               "bandwidth). Times are measured (medians), so what a step is bound by is read off its time: compute- or "
+               "memory-bound within ×3 of that bound, overhead-bound (×N above both bounds) when neither explains it.")
+
+    BOUND_COLUMNS = {  # short headers a projector shows whole; the long names stay in the help and in the CSV
+        "what the measurement shows": st.column_config.TextColumn("shows", width="large"),
+        "measured ms (median)": st.column_config.NumberColumn("measured ms", help="median of the timed repeats"),
+        "memory bound ms (bytes / bandwidth)": st.column_config.NumberColumn("memory bound", help="ms: bytes / bandwidth"),
+        "compute bound ms (FLOPs / peak)": st.column_config.NumberColumn("compute bound", help="ms: FLOPs / peak"),
+        "measured / larger bound": st.column_config.NumberColumn("× bound", help="measured / the larger bound"),
+        "FLOP/byte (estimate)": st.column_config.NumberColumn("FLOP/byte", help="arithmetic intensity (estimate)"),
+    }
+    r1, r2 = st.columns([2, 1])
+    sheets = _accelerators.dropna(subset=["memory_bandwidth_gb_s", "peak_tflops_fp32"])
+    roof_choice = r1.selectbox("roof", ["this device (measured)"] + list(sheets["name"]), key="scale_roof")
+    if r2.button("Re-run device probe", key="scale_probe"):
+        st.session_state["scale_nonce"] = st.session_state.get("scale_nonce", 0) + 1
+    here = device_roof(st.session_state.get("scale_nonce", 0))
+    roof = here if roof_choice == "this device (measured)" else roofline.from_datasheet(
+        sheets.set_index("name").loc[roof_choice].to_dict() | {"name": roof_choice})
+    dram = (f" ({roof.dram_bandwidth / 1e9:,.1f} GB/s for data larger than its cache, from DRAM: ridge "
+            f"{roof.dram_ridge:.1f}; each step's memory bound uses the rate measured at its own bytes)"
+            if roof.cache_roof else "")
+    st.write(plain(f"{roof.name}: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth {roof.bandwidth / 1e9:,.1f} GB/s, "
+                   f"ridge at {roof.ridge:.1f} FLOP/byte{dram}."))
+
+
+    @st.cache_resource(max_entries=4, show_spinner="Measuring a demo run and taking one of its decode steps apart "
+                                                    "(once per server)…")
+    def demo(_lm, model: tuple, _bandwidth: float) -> dict:
+        """topics.ladder.profile.where_time_goes: a 100-token prefill, 8 decode steps, the next step taken apart.
+
+        Kept per model, not per bandwidth: a new device probe only moves the memory bound (see `at_bandwidth`), so
+        it does not run the demo again."""
+        return {**where_time_goes(_lm, _bandwidth), "bandwidth": _bandwidth}
+
+
+    def at_bandwidth(b: dict, bandwidth: float) -> dict:
+        """A breakdown's memory bound (bytes moved / bandwidth) at this bandwidth instead of the one it was made with."""
+        made = b.get("bandwidth")
+        return b if not made else {**b, "memory_bound_ms": b["memory_bound_ms"] * made / bandwidth, "bandwidth": bandwidth}
+
+
+    run = st.session_state.get("step_run")
+    traces = run.traces if run is not None and run.traces else []
+    shown = None
+    if lm is not None:
+        shown = demo(lm, (settings.source, settings.device, settings.dtype), here.bandwidth)
+        if not traces:
+            traces = shown["traces"]
+            st.caption("This session has no steps yet, so the points are a demo run made on this server: a 100-token "
+                       "prefill and 8 cached decode steps. Steps taken on the Step-through page replace them.")
+    st.plotly_chart(scale_draw.roofline_figure(roof, roofline.place(traces), scale=scale()), key="scale_roofline")
+    if traces:
+        h100 = roofline.h100()
+        pre = next((t for t in traces if t.phase == "prefill"), None)
+        if pre is not None:
+            v = roofline.step_verdict(pre, roof)
+            st.markdown(plain(f"The prefill of {pre.q_len} tokens: {pre.intensity_estimate:.1f} FLOP/byte (estimate), "
+                              f"{roofline.side(pre.intensity_estimate, roof)} of {roof.name}'s ridge ({roof.ridge:.1f}); an "
+                              f"H100's ridge is {h100.ridge:.0f}, so there it would sit on "
+                              f"{roofline.side(pre.intensity_estimate, h100)}. Measured: {pre.forward_ms:.3g} ms against "
+                              f"bounds of {v['memory_ms']:.3g} ms (memory) and {v['compute_ms']:.3g} ms (compute), so it "
+                              f"is {v['label']}."))
+        st.caption("Every step must at least move its bytes once (bytes / bandwidth) and do its arithmetic once "
+                   "(FLOPs / peak): the larger of the two is a lower bound on its time.")
+        st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=240, width="stretch",
+                     column_config=BOUND_COLUMNS)
+
+    st.subheader("Where does a decode step's time go?")
+    st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
+               "of the whole step. Shown for the demo run until you measure the next step of your own run.")
+    if run is not None and run.traces and not run.done and st.button(
+            "Take the next step of my run apart", key="scale_profile"):
+        try:
+            st.session_state["scale_breakdown"] = decode_breakdown(run, here.bandwidth)
+        except DecodeLabError as e:
+            error(str(e))
+    b = st.session_state.get("scale_breakdown") or (at_bandwidth({**shown["breakdown"], "bandwidth": shown["bandwidth"]},
+                                                                    here.bandwidth) if shown else None)
+    if b:
+        st.dataframe(breakdown_frame(b), hide_index=True)
+        st.caption(plain(breakdown_note(b)))

@@ -1,0 +1,109 @@
+"""Grow the model: the size ladder on the Scale page, and the ladder a lesson quotes.
+
+The engine measures (topics/ladder/measure.py: once per server, model and device; two sessions asking at
+once share one build) and draws (topics/ladder/draw.py); this module places the pictures and the button.
+Until this server has measured its own ladder, the one recorded in assets/ (its device named) is shown,
+labelled as recorded.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import DecodeLabError
+from engine.links import LADDER_VIEWS
+from topics.ladder import draw as draw
+from topics.ladder.measure import kept_ladder, ladder, recorded
+from topics.ladder.record import Ladder
+from ui.links import write_link
+from ui.style import scale
+from ui.text import error, plain
+
+PICTURES = dict(zip(LADDER_VIEWS, ("ms per token", "roofline", "time split", "table")))  # short: four fit a phone
+
+
+def shown_ladder(lm) -> tuple[Ladder | None, str]:
+    """The ladder to quote: this server's own when measured, else the recorded one; and where it comes from."""
+    live = kept_ladder(lm) if lm is not None else None
+    if live is not None:
+        return live, f"measured on this server ({live.device})"
+    for rec in recorded():
+        return rec, f"recorded on {rec.device}, {rec.measured_at[:10]}"
+    return None, ""
+
+
+def lesson_claim(lm, phase: str) -> str | None:
+    """A lesson's claim (prefill compute-bound, decode memory-bound) in the ladder's numbers, with where they come
+    from, and what the bundled model is bound by; None when no ladder exists at all."""
+    shown, source = shown_ladder(lm)
+    if shown is None:
+        return None
+    own = draw.bundled_sentence(shown)
+    return (f"{draw.phase_claim(shown, phase)} ({source}; the Scale page's *Grow the model* shows every rung.)"
+            + (f" {own}" if own else ""))
+
+
+def latency_claim(lm) -> str | None:
+    """The Latency view's TTFT-vs-TPOT claim at a size where the hardware sets the time, and why the bundled model
+    does not show it."""
+    shown, source = shown_ladder(lm)
+    if shown is None:
+        return None
+    own = draw.bundled_sentence(shown)
+    return f"{draw.per_token_claim(shown)} ({source}.)" + (f" {own}" if own else "")
+
+
+def _measure(lm, again: bool) -> None:
+    bar = st.progress(0.0, text="growing the model…")
+    try:
+        ladder(lm, again=again, on_progress=lambda f, text: bar.progress(min(1.0, max(0.0, f)), text=text))
+    except DecodeLabError as e:
+        error(str(e))
+    bar.empty()
+
+
+def grow_the_model(lm, settings) -> None:
+    """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures."""
+    st.header("Grow the model", help="The bundled model is tiny: its decode step is overhead-bound (Python and hundreds "
+                                      "of small operations set its time). Grown in its own family, the hardware "
+                                      "starts to set the time: prefill compute-bound, decode memory-bound.")
+    live = kept_ladder(lm)
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    st.session_state.setdefault("scale_ladder_view", "per_token")
+    row.segmented_control("picture", list(PICTURES), key="scale_ladder_view", format_func=PICTURES.get,
+                          label_visibility="collapsed")
+    measure = row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
+                         key="scale_ladder_measure", icon=":material/straighten:",
+                         help="Builds each rung from the model's config with random weights (no download), times "
+                              "its prefill and decode steps on the threads the app serves a model that size with (the "
+                              "browser keeps a core), then gives the memory back. Once per "
+                              "server: every session sees the result. Students' steps wait while it runs.")
+    if measure:
+        _measure(lm, again=live is not None)
+    shown, source = shown_ladder(lm)
+    if shown is None:
+        st.info("No ladder has been measured here yet: press the button to time one.")
+        return
+    view = st.session_state.get("scale_ladder_view") or "per_token"
+    write_link(settings, ladder=view)  # a lecturer's link opens this picture
+    if view == "per_token":
+        st.plotly_chart(draw.per_token_figure(shown, scale=scale()), key="scale_ladder_per_token")
+        st.markdown(draw.per_token_caption(shown))
+    elif view == "roofline":
+        st.plotly_chart(draw.roofline_figure(shown, scale=scale()), key="scale_ladder_roofline")
+        st.markdown(draw.roofline_caption(shown))
+    elif view == "split":
+        st.plotly_chart(draw.split_figure(shown, scale=scale()), key="scale_ladder_split")
+        st.markdown(draw.split_caption(shown))
+    else:
+        st.dataframe(shown.frame(), hide_index=True, width="stretch")
+        st.caption("Milliseconds are medians with their min–max; bounds and FLOPs are estimates (bytes moved over "
+                   "the measured bandwidth, FLOPs over the measured peak).")
+    st.caption(plain(f"{shown.model} grown in its own family ({shown.family}), {source}: each rung's prefill of "
+                     f"{shown.tokens} tokens and one decode step at that context, medians of {shown.repeats} runs "
+                     f"after a warm-up, on {shown.threads} threads."))
+    said = draw.bundled_sentence(shown)
+    if said:
+        st.caption(said)
+    if shown.left_out:
+        st.caption(plain(f"Left out: {', '.join(shown.left_out)} (would not fit this device's memory)."))

@@ -1,0 +1,224 @@
+"""The frozen record of a size ladder, like a StepTrace is of one pass: what the Scale page and the CLI show.
+
+    Measured    one pass at one rung: its times (median, min-max, the warm-up apart), its FLOPs and bytes
+                (estimates), and what the roofline says of it (engine.measure.roofline.verdict)
+    RungResult  one rung: its size and shape, its weights (trained, or random for timing only), and four
+                passes: prefill, cached decode, the same decode with the cache off, and (on CUDA) the lean decode
+    Ladder      every rung on one device, the roofline they are placed on, and how the ladder was run
+
+`Ladder.to_dict()` is the JSON (`python -m engine ladder --json`, assets/ladder_*.json); `Ladder.from_dict`
+reads it back, so a recorded ladder is drawn by the same functions as a live one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+import pandas as pd
+
+from engine.measure.roofline import DeviceRoof, verdict
+from engine.units import human_bytes
+
+# the JSON's keys, documented once (tests check a written file has them)
+LADDER_KEYS = ("model", "family", "device", "dtype", "threads", "tokens", "prompt", "repeats", "weights_note", "roof",
+               "rungs", "left_out", "wall_s", "rss_before_bytes", "rss_after_bytes", "measured_at")
+RUNG_KEYS = ("size", "label", "parameters", "weight_bytes", "trained", "weights", "layers", "d_model", "heads",
+             "kv_heads", "head_dim", "d_ff", "prefill", "decode", "nocache", "lean", "matmul_ms", "build_ms",
+             "same_token", "prefill_matmul_ms", "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
+PASS_KEYS = ("what", "q_len", "past", "tokens", "median_ms", "low_ms", "high_ms", "runs", "warmup_ms", "flops",
+             "bytes_moved", "memory_ms", "compute_ms", "kind", "label", "ratio", "path")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One pass at one rung, measured, with its two lower bounds and the roofline's verdict."""
+
+    what: str  # "prefill", "decode", "decode (no cache)", "decode (lean)"
+    q_len: int  # positions fed: s for a prefill, 1 for a cached decode step, s + 1 with the cache off
+    past: int  # positions already cached before the pass
+    tokens: int  # tokens the pass is charged for: a prefill's s prompt tokens, a decode step's one new token
+    median_ms: float
+    low_ms: float
+    high_ms: float
+    runs: int
+    warmup_ms: float | None  # the first run, excluded from the median
+    flops: float  # estimate (engine.forward.estimates)
+    bytes_moved: float  # estimate
+    memory_ms: float  # bytes moved / measured bandwidth
+    compute_ms: float  # FLOPs / measured peak
+    kind: str  # compute-bound · memory-bound · overhead-bound
+    label: str  # roofline.verdict's words, e.g. "overhead-bound (×4.0 above both bounds)"
+    ratio: float  # measured / the larger bound
+    path: str  # how it ran: the Stepper's eager pass, or the lean path's static cache (+ CUDA graph)
+
+    @classmethod
+    def of(cls, what: str, q_len: int, past: int, tokens: int, timing, flops: float, bytes_moved: float,
+           roof: DeviceRoof, path: str) -> "Measured":
+        """A pass's engine.forward.run.Timing and estimates, labelled by the existing rule (roofline.verdict)."""
+        v = verdict(timing.forward_ms, flops, bytes_moved, roof)
+        return cls(what=what, q_len=q_len, past=past, tokens=tokens, median_ms=timing.forward_ms,
+                   low_ms=timing.low_ms, high_ms=timing.high_ms, runs=timing.repeats, warmup_ms=timing.warmup_ms,
+                   flops=flops, bytes_moved=bytes_moved, memory_ms=v["memory_ms"], compute_ms=v["compute_ms"],
+                   kind=v["kind"], label=v["label"], ratio=v["ratio"], path=path)
+
+    def on(self, roof: DeviceRoof) -> "Measured":
+        """The same measurement placed on another roof (the ladder's final one): bounds and label again."""
+        v = verdict(self.median_ms, self.flops, self.bytes_moved, roof)
+        return replace(self, memory_ms=v["memory_ms"], compute_ms=v["compute_ms"], kind=v["kind"], label=v["label"],
+                       ratio=v["ratio"])
+
+    @property
+    def per_token_ms(self) -> float:
+        return self.median_ms / self.tokens
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte moved (both estimates): where the pass sits on the roofline's x axis."""
+        return self.flops / self.bytes_moved
+
+    @property
+    def achieved(self) -> float:
+        """FLOP/s: the FLOPs estimate over the measured median."""
+        return self.flops / (self.median_ms / 1e3)
+
+    @property
+    def bound_ms(self) -> float:
+        """The larger of the two lower bounds: the one the label names."""
+        return max(self.memory_ms, self.compute_ms)
+
+    def spread(self) -> str:
+        """'41.2 (39.8–44.0)': median and min–max, in ms."""
+        digits = 1 if self.median_ms >= 10 else 2 if self.median_ms >= 1 else 3
+        return f"{self.median_ms:.{digits}f} ({self.low_ms:.{digits}f}–{self.high_ms:.{digits}f})"
+
+
+@dataclass(frozen=True)
+class RungResult:
+    """One rung: what it is, and its four passes."""
+
+    size: str  # as asked ("own", "110M")
+    label: str  # its exact count, short ("112M")
+    parameters: int
+    weight_bytes: int
+    trained: bool  # the loaded model itself; otherwise random weights, for timing only
+    weights: str  # in words: rungs.TRAINED_WEIGHTS or rungs.RANDOM_WEIGHTS
+    layers: int
+    d_model: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    d_ff: int | None
+    prefill: Measured
+    decode: Measured
+    nocache: Measured
+    lean: Measured | None  # the lean decode path (CUDA), or None where it was not timed
+    matmul_ms: float  # the decode step's weight matrices multiplied alone (topics.ladder.profile.matmuls_alone)
+    build_ms: float  # building the rung (random init), apart from every timing
+    same_token: bool  # cache on and off chose the same next token
+    prefill_matmul_ms: float | None = None  # the prefill's weight matrices alone, s rows (None: not timed)
+
+    @property
+    def decode_vs_prefill_per_token(self) -> float:
+        """How many times dearer one decoded token is than one prompt token of the prefill."""
+        return self.decode.per_token_ms / self.prefill.per_token_ms
+
+    @property
+    def matmul_share(self) -> float:
+        """The matmuls' share of the cached decode step (capped at 1: two timings taken apart can disagree)."""
+        return min(1.0, self.matmul_ms / self.decode.median_ms)
+
+    @property
+    def cache_saves(self) -> float:
+        """Cache-off step over cache-on step: what the cache buys at this size and context."""
+        return self.nocache.median_ms / self.decode.median_ms
+
+    def on(self, roof: DeviceRoof) -> "RungResult":
+        """Every pass of the rung placed on `roof`."""
+        return replace(self, prefill=self.prefill.on(roof), decode=self.decode.on(roof), nocache=self.nocache.on(roof),
+                       lean=None if self.lean is None else self.lean.on(roof))
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("prefill", "decode", "nocache", "lean"):
+            d[name] = None if d[name] is None else asdict(d[name])
+        return d | {"decode_vs_prefill_per_token": self.decode_vs_prefill_per_token,
+                    "matmul_share": self.matmul_share, "cache_saves": self.cache_saves}
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """Every rung on one device, placed on the roofline probed there under the same thread count."""
+
+    model: str  # the loaded model the rungs grow from
+    family: str  # its architecture (every rung's)
+    device: str  # engine.load.device.describe, with the threads the ladder used
+    dtype: str
+    threads: int  # torch threads every pass and the probe ran with
+    tokens: int  # s: the prefill's length, and the decode step's context
+    prompt: str  # what the s tokens were
+    repeats: int  # timed runs per pass after the warm-up
+    weights_note: str  # rungs.RANDOM_WEIGHTS: said wherever a rung is shown
+    roof: DeviceRoof
+    rungs: tuple[RungResult, ...]
+    left_out: tuple[str, ...]  # default sizes that would not fit this device's memory
+    wall_s: float  # the whole ladder: probe, builds and every pass
+    rss_before_bytes: int  # the process's resident memory before and after (0 where it cannot be read)
+    rss_after_bytes: int
+    measured_at: str  # ISO time
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["roof"] = asdict(self.roof) | {"ridge": self.roof.ridge}
+        d["rungs"] = [r.to_dict() for r in self.rungs]
+        d["left_out"] = list(self.left_out)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Ladder":
+        """A ladder read back from its JSON (a recorded one in assets/, or a --json file)."""
+        roof = DeviceRoof(**{k: d["roof"][k] for k in ("name", "peak_flops", "bandwidth", "measured")},
+                          bandwidths=tuple((int(b), float(r)) for b, r in d["roof"].get("bandwidths", ())))
+        keep = {f.name for f in fields(RungResult)}
+        rungs = []
+        for r in d["rungs"]:
+            r = {k: v for k, v in r.items() if k in keep}
+            for name in ("prefill", "decode", "nocache", "lean"):
+                r[name] = None if r.get(name) is None else Measured(**r[name])
+            rungs.append(RungResult(**r))
+        top = {f.name: d[f.name] for f in fields(cls) if f.name not in ("roof", "rungs", "left_out")}
+        return cls(**top, roof=roof, rungs=tuple(rungs), left_out=tuple(d.get("left_out", ())))
+
+    def frame(self) -> pd.DataFrame:
+        """One row per rung: the table a page shows (ms are medians with min–max; bounds are estimates)."""
+        rows = []
+        for r in self.rungs:
+            rows.append({
+                "size": r.label, "parameters": r.parameters, "weights": "trained" if r.trained else "random (timing only)",
+                "weight bytes": human_bytes(r.weight_bytes),
+                "prefill ms (min–max)": r.prefill.spread(), "prefill compute bound ms": round(r.prefill.compute_ms, 3),
+                "prefill × its bound": round(r.prefill.ratio, 2), "prefill is": r.prefill.label,
+                "decode ms (min–max)": r.decode.spread(), "decode memory bound ms": round(r.decode.memory_ms, 3),
+                "decode × its bound": round(r.decode.ratio, 2), "decode is": r.decode.label,
+                "no-cache decode ms (min–max)": r.nocache.spread(), "no-cache decode is": r.nocache.label,
+                "prefill ms per token": round(r.prefill.per_token_ms, 3),
+                "decode ms per token": round(r.decode.per_token_ms, 3),
+                "decode ÷ prefill per token": round(r.decode_vs_prefill_per_token, 1),
+                "matmul share of decode": f"{r.matmul_share:.0%}",
+                "prefill matmuls alone ms": None if r.prefill_matmul_ms is None else round(r.prefill_matmul_ms, 1), "cache saves ×": round(r.cache_saves, 1),
+                **({"lean decode ms (min–max)": r.lean.spread(), "lean decode is": r.lean.label} if r.lean else {}),
+            })
+        return pd.DataFrame(rows)
+
+    def text_table(self) -> str:
+        """The table for a terminal: one line per rung."""
+        head = (f"{'size':>6} {'parameters':>13} {'weights':>9} {'prefill ms (min-max)':>24} {'x bound':>7} {'prefill is':<16} "
+                f"{'decode ms (min-max)':>22} {'x bound':>7} {'decode is':<16} {'no-cache ms':>12} "
+                f"{'ms/tok pre':>10} {'ms/tok dec':>10} {'dec/pre':>7} {'matmul':>6}")
+        lines = [head]
+        for r in self.rungs:
+            lines.append(
+                f"{r.label:>6} {r.parameters:>13,} {'trained' if r.trained else 'random':>9} {r.prefill.spread():>24} "
+                f"{r.prefill.ratio:>7.2f} {r.prefill.kind:<16} {r.decode.spread():>22} {r.decode.ratio:>7.2f} "
+                f"{r.decode.kind:<16} {r.nocache.median_ms:>12.1f} {r.prefill.per_token_ms:>10.3f} "
+                f"{r.decode.per_token_ms:>10.3f} {r.decode_vs_prefill_per_token:>7.1f} {r.matmul_share:>6.0%}")
+        return "\n".join(lines)

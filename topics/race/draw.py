@@ -1,0 +1,93 @@
+"""The race's charts: cache on (blue, the prefill's colour) against cache off (red: recomputed work), from the race table."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine.draw.latency import note_box
+from engine.draw.palette import PREFILL, RECOMPUTED, layout, step_axis
+
+MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUTED)}
+
+
+def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against position", scale: float = 1.0,
+                   note: str | None = None) -> go.Figure:
+    """Each mode's measured ms per step against its position; `note` (engine.measure.caveats.compare_note) is said
+    on the chart when the measured times contradict the work."""
+    fig = go.Figure()
+    for mode, (name, colour) in MODES.items():
+        d = df[df["mode"] == mode]
+        pre, dec = d[d["phase"] == "prefill"], d[d["phase"] == "decode"]
+        fig.add_trace(go.Scatter(x=dec["kv_len"], y=dec["latency_ms"], mode="lines+markers", name=name,
+                                 line=dict(color=colour, width=4), marker=dict(size=5)))
+        fig.add_trace(go.Scatter(x=pre["kv_len"], y=pre["latency_ms"], mode="markers", name=f"prefill ({name})",
+                                 marker=dict(color=PREFILL, symbol="diamond", size=12, line=dict(color=colour, width=2))))
+    fig.update_xaxes(title="position (kv_len)")
+    fig.update_yaxes(title="ms per step (measured)", rangemode="tozero")
+    fig = layout(fig, title, height=420, scale=scale)
+    if note:
+        note_box(fig, note, scale, chars=64)
+    return fig
+
+
+def cumulative_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
+    fig = go.Figure()
+    for mode, (name, colour) in MODES.items():
+        d = df[df["mode"] == mode]
+        fig.add_trace(go.Scatter(x=d["step"], y=d["cumulative_ms"], name=name, line=dict(color=colour, width=4)))
+    step_axis(fig, list(df["step"]))
+    fig.update_yaxes(title="total ms so far (measured)", rangemode="tozero")
+    return layout(fig, "Cumulative time (measured)", height=380, scale=scale)
+
+
+def flops_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
+    fig = go.Figure()
+    for mode, (name, colour) in MODES.items():
+        d = df[(df["mode"] == mode)]
+        fig.add_trace(go.Scatter(x=d["step"], y=d["flops_estimate"].cumsum(), name=f"{name} (estimate)",
+                                 line=dict(color=colour, width=4, dash="dash")))
+    step_axis(fig, list(df["step"]))
+    fig.update_yaxes(title="total FLOPs (estimate)", rangemode="tozero")
+    return layout(fig, "Total work (estimate): linear vs quadratic", height=380, scale=scale)  # whole in half a row
+
+
+def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) -> go.Figure:
+    fig = go.Figure()
+    for mode, (name, colour) in MODES.items():
+        d = df[df["mode"] == mode]
+        fig.add_trace(go.Scatter(x=d["tokens"], y=d[column], mode="lines+markers", name=name,
+                                 line=dict(color=colour, width=4), marker=dict(size=9)))
+    fig.update_xaxes(title="new tokens", type="log", tickvals=sorted(set(df["tokens"])))  # the lengths run, no minor
+    fig.update_yaxes(title=f"{column.replace('_', ' ')} (median, measured)", type="log",  # labels between them
+                     tickvals=log_ticks(df[column].min(), df[column].max()), tickformat="~g")
+    return layout(fig, title, height=380, scale=scale)
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks for a log axis over [lo, hi], labelled values only (never plotly's minor digits "3 4 5 … 100 2"):
+    1-2-5 steps, finer (1-1.5-2-3-5-7) when the range is too short for three of those, else the two ends rounded."""
+    import math
+
+    if not (lo > 0 and hi > 0):
+        return []
+    for mantissas, enough in (((1, 2, 5), 3), ((1, 1.5, 2, 3, 5, 7), 2)):
+        out = [float(f"{m * 10**e:.3g}") for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+               for m in mantissas if lo * 0.97 <= m * 10**e <= hi * 1.03]
+        if len(out) >= enough:
+            return out
+    return sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")})
+
+
+def progress_html(mode: str, tokens: int, total: int, clock_ms: float, finished: bool) -> str:
+    """One run's progress in its own colour (cache on blue, cache off red): a bar, then tokens, time, finished.
+
+    Streamlit's own progress bar takes the theme's colour for both runs; this one keeps one colour per meaning.
+    """
+    colour = MODES[mode][1]
+    share = 100 * tokens / max(1, total)
+    return (f'<div style="height:0.6rem;border-radius:0.3rem;background:{colour}22;margin:0.2rem 0 0.5rem 0">'
+            f'<div data-testid="race-bar-{mode}" style="height:100%;width:{share:.1f}%;border-radius:0.3rem;'
+            f'background:{colour}"></div></div>'
+            f'<div data-testid="race-progress-{mode}" style="font-size:1.6rem;font-weight:600">'
+            f'{tokens} / {total} tokens · {clock_ms / 1000:.2f} s{" · finished" if finished else ""}</div>')

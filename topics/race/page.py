@@ -1,0 +1,182 @@
+"""Race: the same prompt and seed with the KV cache on and off, measured, then played back at measured speed."""
+
+import html
+import time
+
+import streamlit as st
+
+from engine import DecodeLabError
+from engine.draw.palette import show_piece
+from engine.generate.compare import compare
+from engine.load.device import release_memory
+from engine.load.rungs import RANDOM_WEIGHTS, rung_model
+from engine.measure import caveats
+from topics.race import draw as race_draw
+from topics.race import measure as race
+from ui.presets import PROMPTS
+from ui.setup import page_setup
+from ui.style import scale
+from ui.text import error, plain
+
+
+def show() -> None:
+    """The race page, drawn (pages/race.py is its door)."""
+    st.title("Race: KV cache on vs off")
+    settings, lm = page_setup("race", need_model=True)
+    OWN = "this model"
+    RUNGS = ("26M", "110M")  # the ladder's sizes a race can take on a CPU in a minute or two
+    st.caption("Same prompt, seed and sampling in both runs, **measured** in alternation (one step each, so neither has "
+               "the machine to itself), then **played back** at each run's measured speed.")
+
+    bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")  # one row: the proof fits under it
+    preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset", width=330)
+    prompt = st.text_area("prompt", next(p["prompt"] for p in PROMPTS if p["title"] == preset), key=f"race_prompt_{preset}",
+                          height=68, label_visibility="collapsed")
+    try:
+        room = max(2, lm.spec.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
+    except Exception:  # noqa: BLE001 - an unreadable prompt: the race itself will say why
+        room = 2
+    steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps", width=130,
+                             help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
+                                  "growth without the cache is visible on a laptop CPU.")
+    size = bar.selectbox("model size", [OWN, *RUNGS], key="race_size", width=200,
+                         format_func=lambda x: x if x == OWN else f"{x}: random weights",
+                         help="A bigger model of the same family, built from its config with random weights (no "
+                              "download): for timing only, its tokens are noise. At a real size the cache buys more.")
+    speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed", width=220,
+                              format_func=lambda x: f"{x:g}× real time")
+    start = bar.button("Start race", type="primary", key="race_start")
+
+
+    def racer():
+        """The model the race runs on: the one loaded, or a rung of its family (engine/load/rungs.py), built now."""
+        if size == OWN:
+            return lm
+        with st.spinner(f"Building a {size} {lm.spec.architecture} from its config, random weights (no download)…"):
+            return rung_model(lm, size)
+
+
+    def measure() -> None:
+        st.session_state.pop("race_result", None)
+        bar = st.progress(0.0, text="measuring both runs, alternating steps…")
+        done = {"cache": 0, "nocache": 0}
+
+        def on_step(mode, t):
+            done[mode] += 1
+            bar.progress(min(1.0, sum(done.values()) / (2 * steps)),
+                         text=f"measuring: cache on {done['cache']}/{steps}, cache off {done['nocache']}/{steps} tokens")
+
+        try:
+            model = racer()
+            report = compare(model, prompt, int(steps), sampling=settings.sampling, on_step=on_step, stop_on_eos=False)
+        except DecodeLabError as e:
+            error(str(e))
+            st.stop()
+        at = "" if model is lm else f"{model.spec.name.rsplit(' ', 1)[-1]} parameters, {RANDOM_WEIGHTS}"
+        del model  # a rung's weights go as soon as it has raced
+        df = race.race_frame(report)
+        runs = report.pop("steppers")  # traces are summarised in df; free them once the noise rule has read them
+        note = caveats.compare_note(runs["cache"].traces, runs["nocache"].traces)
+        del runs
+        release_memory()
+        st.session_state["race_result"] = {"df": df, "summary": race.summary(report, df), "prompt": prompt,
+                                           "texts": report["text"], "note": note, "at": at}
+        st.session_state["race_play"] = True
+        bar.empty()
+
+
+    def playback(result: dict, speed: float) -> None:
+        """Both runs side by side, each advancing at its own measured wall-clock speed."""
+        df = result["df"]
+        cols = st.columns(2)
+        boxes = {}
+        for col, mode in zip(cols, race_draw.MODES):
+            name, colour = race_draw.MODES[mode]
+            col.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
+            boxes[mode] = {"figure": col.empty(), "text": col.empty()}  # the bar is drawn in the run's own colour
+        tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race_draw.MODES}
+        total = max(race.progress_at(df, float("inf"))[m]["total_ms"] for m in race_draw.MODES)
+
+        def draw(elapsed: float) -> None:
+            state = race.progress_at(df, elapsed)
+            for mode, box in boxes.items():
+                p = state[mode]
+                clock = min(elapsed, p["total_ms"])
+                box["figure"].markdown(race_draw.progress_html(mode, p["tokens"], p["total"], clock, p["finished"]),
+                                       unsafe_allow_html=True)
+                words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p["tokens"]]))
+                box["text"].html(f"<div style='font-size:1.1rem;white-space:pre-wrap'>{html.escape(result['prompt'])}"
+                                 f"<b>{words}</b></div>")  # html, not markdown: nothing typed is parsed as markup
+
+        if st.session_state.pop("race_play", False):
+            t0 = time.perf_counter()
+            while (elapsed := (time.perf_counter() - t0) * 1000 * speed) < total:
+                draw(elapsed)
+                time.sleep(0.05)
+        draw(float("inf"))
+
+
+    if start:
+        measure()
+
+    result = st.session_state.get("race_result")
+    if result:
+        df, summary = result["df"], result["summary"]
+        tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
+        if result.get("at"):
+            st.caption(f"Raced at {result['at']}: the times are the point, the text is not.")
+        if summary["identical"]:
+            st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
+                       f"difference: {summary['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).",
+                       icon=":material/check_circle:")
+        else:
+            st.error(f"**The runs differ** from step {summary['first_divergence_step']}. Largest logit difference before that: "
+                     f"{summary['max_logit_diff']:.2g}. The two modes add up the same numbers in a different order; in low "
+                     "precision (fp16/bf16 on a GPU) that can flip a near-tie between two tokens. Nothing is hidden: "
+                     "the tables below show both runs.", icon=":material/error:")
+        m = st.columns([1, 1, 1, 1, 0.6], vertical_alignment="bottom")
+        if summary["median_ratio"]:
+            m[0].metric("speed-up (total decode)", f"×{summary['total_ratio']:.1f}")
+            m[1].metric("median decode step", f"×{summary['median_ratio']:.1f}")
+        m[2].metric("cache on: decode", f"{summary['cache_total_ms']:.0f} ms")
+        m[3].metric("cache off: decode", f"{summary['nocache_total_ms']:.0f} ms")
+        m[4].button("Replay", key="race_replay", on_click=lambda: st.session_state.update(race_play=True),
+                    help="Play the measured race back again")
+        if result.get("note"):
+            st.warning(result["note"], icon=":material/speed:")
+        playback(result, speed)
+        st.markdown(plain(race.headline(summary)))
+        st.caption(f"Prefill is the same work in both modes and is timed separately: {summary['cache_prefill_ms']:.1f} ms "
+                   f"(cache on) and {summary['nocache_prefill_ms']:.1f} ms (cache off). Each pass was timed once, as generation "
+                   "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")
+        st.plotly_chart(race_draw.latency_figure(df, scale=scale(), note=result.get("note")), key="race_latency")
+        c1, c2 = st.columns(2)
+        c1.plotly_chart(race_draw.cumulative_figure(df, scale=scale()), key="race_cumulative")
+        c2.plotly_chart(race_draw.flops_figure(df, scale=scale()), key="race_flops")
+        st.download_button("Download the race as CSV (one row per step per mode)", df.to_csv(index=False),
+                           file_name="race.csv", mime="text/csv", key="race_csv")
+        with st.expander("Both runs, step by step"):
+            st.dataframe(df, hide_index=True, width="stretch")
+
+    st.divider()
+    st.subheader("Sweep: how the gap grows with length")
+    st.caption("Both modes at several lengths; each point is the median of repeated runs. With the cache, time per "
+               "token stays about flat; without it, it grows with the length.")
+    lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths")
+    repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats")
+    if st.button("Run sweep", key="race_sweep"):
+        usable = [n for n in sorted(lengths) if n < room]
+        bar = st.progress(0.0, text="sweeping…")
+        try:
+            st.session_state["race_sweep_df"] = race.sweep(lm, prompt, usable, int(repeats), settings.sampling,
+                                                           on_progress=lambda f, txt: bar.progress(f, text=txt))
+        except DecodeLabError as e:
+            error(str(e))
+        release_memory()
+        bar.empty()
+    sweep_df = st.session_state.get("race_sweep_df")
+    if sweep_df is not None:
+        c1, c2 = st.columns(2)
+        c1.plotly_chart(race_draw.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
+        c2.plotly_chart(race_draw.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
+        st.dataframe(sweep_df, hide_index=True)

@@ -1,0 +1,159 @@
+"""Serving: many requests on one model, one engine step at a time.
+
+Thin page: the engine is engine/generate/serving (ServingRun.step: arrivals -> schedule -> one paged pass ->
+tokens -> a frozen record); the pictures are topics/serving/draw.py, placed by topics/serving/page_parts.py. Any recorded
+step can be put back on screen (◀ ▶, the scrubber); ▶ at the newest step computes the next one.
+"""
+
+import streamlit as st
+
+from engine.errors import StepError
+from engine.generate.serving import DEFAULTS
+from engine.generate.serving.scenarios import SCENARIOS
+from engine.load.device import release_memory
+from topics.serving import draw as draw
+from topics.serving import measure as measure
+from topics.serving.page_parts import (MAX_PAGE_REQUESTS, chunking_result, new_serving_run, pictures, requests_editor,
+                                       summary)
+from ui.controller import Controller
+from ui.setup import class_label, page_setup
+from ui.style import scale
+from ui.text import error
+
+
+def show() -> None:
+    """The Serving page, drawn (pages/serving.py is its door)."""
+    settings, lm = page_setup("serving", need_model=True)
+    OWN = "Your own requests"
+    CHOICES = [sc["title"] for sc in SCENARIOS.values()] + [OWN]
+    BY_TITLE = {sc["title"]: name for name, sc in SCENARIOS.items()}
+
+
+    def chosen() -> tuple[list | None, dict]:
+        """The requests and the sizing on screen: a scenario's, or the user's own table with the sizing knobs."""
+        title = st.session_state.get("serve_scenario", CHOICES[0])
+        name = BY_TITLE.get(title)
+        sizing = dict(SCENARIOS[name]["sizing"]) if name else {**DEFAULTS, "prefix_sharing": True, "chunking": True}
+        for knob in ("page_size", "num_blocks", "max_batch_tokens", "prefix_sharing", "chunking"):
+            if f"serve_{knob}" in st.session_state and st.session_state.get("serve_custom_sizing"):
+                sizing[knob] = st.session_state[f"serve_{knob}"]
+        requests = SCENARIOS[name]["requests"] if name else st.session_state.get("serve_own_requests")
+        return requests, sizing
+
+
+    def new_run():
+        requests, sizing = chosen()
+        if requests is None:
+            raise StepError("Add at least one request to the table above first.")
+        return new_serving_run(lm, requests, sizing, settings.sampling)
+
+
+    steps = Controller("serve", new_run, noun="engine step")
+    requests, sizing = chosen()
+    name = BY_TITLE.get(st.session_state.get("serve_scenario", CHOICES[0]))
+    steps.sync((settings, name, tuple(requests or ()), tuple(sorted(sizing.items()))))
+    if not steps.started:
+        st.session_state.pop("serve_measured", None)
+    bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+    bar.selectbox("scenario", CHOICES, key="serve_scenario", label_visibility="collapsed", width=380)
+    steps.buttons(bar, first=None, next_label=None, forward_label="▶ step")
+    with bar.popover("More", icon=":material/tune:"):
+        steps.autoplay(st)
+        st.markdown("**Sizing** (changes start a new run)")
+        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing")
+        c1, c2, c3 = st.columns(3)
+        c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size")
+        c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks")
+        c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens")
+        st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing")
+        st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking")
+    steps.run_to_end_if_asked()
+
+    st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
+               f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
+               f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
+               "timings measured")
+    if said := steps.said():
+        error(said)
+    if notice := steps.notice():
+        st.info(notice, icon=":material/replay:")
+
+    if name is None:
+        with st.expander("Your requests (prompt, max new tokens, the engine step it arrives at)", expanded=not steps.started):
+            own = requests_editor("serve_own_editor", st.session_state.get("serve_own_requests")
+                                  or SCENARIOS["arrivals"]["requests"][:3])
+            if own is not None and own != st.session_state.get("serve_own_requests"):
+                st.session_state["serve_own_requests"] = own
+                st.rerun()  # the run belongs to the requests: the controller starts afresh with the new ones
+            st.caption(f"Up to {MAX_PAGE_REQUESTS} requests; arrivals in order.")
+
+    if not steps.started:
+        if name:
+            st.info(SCENARIOS[name]["why"] + " Press **▶ step** (→) to run engine step 0: one forward pass.")
+        else:
+            st.info("Edit the requests above, then press **▶ step** (→).")
+        st.stop()
+
+    run, at = steps.run, steps.at
+    class_label(f"engine step {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
+    row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
+    if steps.latest > 0:
+        row.slider("engine step", 0, steps.latest, key="serve_at", label_visibility="collapsed", width=300)
+    row.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
+    if run.done:
+        st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again.")
+    pictures(run, at)
+    steps.autoplay_tick()
+
+    st.subheader("Each request: time to first token, time per output token")
+    st.dataframe(draw.latency_frame(run), hide_index=True, width="stretch")
+    st.caption("TTFT counts engine steps from the one the request arrives at to the one that chose its first token, and "
+               "the measured time of those steps; TPOT is the measured time between its first and last tokens over the "
+               "tokens in between. Arrivals are in engine steps.")
+    if name:
+        st.caption(SCENARIOS[name]["why"])
+
+    st.subheader("Measured on this machine, side by side")
+    memory = measure.memory(run)
+    st.table(draw.memory_frame(memory).set_index("allocator"))
+    st.caption(f"KV memory of this run so far: the most each allocator held at any one step (peak), and the share of "
+               f"what it held that held no token's keys and values, averaged over the steps (wasted). Paged blocks are "
+               f"what this run really took (whole blocks); the others are what the same requests would hold if each "
+               f"reserved the model's whole context ({memory['max_length']} positions), or waited in one padded batch "
+               "for the longest.")
+    if name == "long_prompt":
+        if st.button("Compare chunked prefill on and off", key="serve_chunk_compare"):
+            with st.spinner("Serving these requests twice, chunked prefill on and off (after a short warm-up)…"):
+                st.session_state["serve_measured"] = ("chunking", measure.chunking_comparison(
+                    lm, requests, sizing, settings.sampling))
+            release_memory()
+    c = st.container(horizontal=True)
+    if c.button("Throughput: continuous batching vs static vs one at a time vs generate_batch", key="serve_tp"):
+        with st.spinner("Serving the same prompts four ways, one length for all and then mixed lengths (one round "
+                        "each, after a warm-up)…"):
+            prompts = [r.prompt for r in (requests or [])][:8] or measure.PROMPTS
+            mixed = measure.MIXED[: len(prompts)]
+            both = measure.throughput_side_by_side(lm, prompts, {"same": sum(mixed) // len(mixed), "mixed": mixed},
+                                                   rounds=1, log=lambda *a: None)  # every way of both, alternated
+            st.session_state["serve_measured"] = ("throughput", (both["same"], both["mixed"]))
+        release_memory()
+    if c.button("Decode pass time against batch size", key="serve_batch"):
+        with st.spinner("Timing decode passes shared by 1 to 16 sequences…"):
+            st.session_state["serve_measured"] = ("batch", measure.step_time_vs_batch(lm, sizes=(1, 2, 4, 8, 16)))
+        release_memory()
+    kind, result = st.session_state.get("serve_measured", (None, None))
+    if kind == "throughput":
+        same, mixed = result
+        st.plotly_chart(draw.throughput_figure(same, mixed, scale=scale()), key="serve_tp_chart")
+        st.markdown(draw.throughput_sentence(same, mixed))
+        st.caption(f"{same['requests']} prompts, {sum(mixed['new_tokens'])} new tokens in all either way; the same tokens "
+                   "every way (greedy). One round of every way of both workloads, alternated, after a warm-up round: a "
+                   "busy server moves single rounds, so `python -m engine bench` gives medians of several.")
+    elif kind == "batch":
+        st.plotly_chart(draw.batch_time_figure(result, scale=scale()), key="serve_batch_chart")
+        top = result[-1]
+        st.caption(f"{top['batch']} sequences in one decode pass took ×{top['over_batch_1']:.1f} the time of one "
+                   f"({top['decode_ms']:.1f} ms against {result[0]['decode_ms']:.1f} ms): "
+                   f"{top['per_sequence_ms']:.2f} ms per sequence. Medians of 8 passes, measured here.")
+    elif kind == "chunking":
+        chunking_result(result)

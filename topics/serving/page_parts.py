@@ -1,0 +1,95 @@
+"""What the Serving page and lesson 10 both show: a serving run's pool, its pass, its timeline, its numbers.
+
+Pictures come from topics/serving/draw.py (records in, SVG out), shown as <img> like the stage.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from engine.draw.stage import stage_html
+from engine.generate.serving import RequestSpec, ServingRun
+from engine.generate.serving.run import MAX_REQUESTS
+from topics.serving import draw as draw
+from ui.text import error
+
+MAX_PAGE_REQUESTS = 16  # a browser session serves at most this many requests in one run (the engine caps at 64)
+
+
+def pictures(run: ServingRun, at: int) -> None:
+    """The block pool and tables beside the step's one pass and the queue; the timeline under both."""
+    step = run.steps[at]
+    left, right = st.columns([1, 1], gap="small")
+    with left:
+        st.html(_whole(draw.pool_svg(step, run.num_blocks, run.page_size), pool_alt(step, run), "dl-pool"))
+    with right:
+        st.html(_whole(draw.pass_svg(step, run.lm.spec.d_model), pass_alt(step), "dl-pass"))
+    with st.container(key="serve_timeline"):
+        st.html(_whole(draw.timeline_svg(run.steps, [r.id for r in run.requests], at),
+                       f"timeline of {len(run.steps)} engine steps, step {at} marked", "dl-timeline"))
+
+
+def chunking_result(result: dict) -> None:
+    """The chunked-prefill comparison (topics.serving.measure.chunking_comparison): its table, and the timelines
+    of the two runs the table was read from, so the stall the table reports is the one the picture shows."""
+    st.table(draw.chunking_frame(result).set_index("chunked prefill"))
+    for way in ("on", "off"):
+        st.markdown(f"**Chunked prefill {way}**")
+        steps = result[way]["steps"]
+        st.html(_whole(draw.timeline_svg(steps, result[way]["ids"], -1),
+                       f"timeline of {len(steps)} engine steps, chunked prefill {way}", f"dl-timeline-{way}"))
+    st.caption(draw.chunking_sentence(result))
+
+
+def _whole(svg: str, alt: str, testid: str) -> str:
+    """A serving picture as an <img>, like the stage, but never wider than the screen (see ui/style.py CSS)."""
+    return f'<div class="dl-serve" data-testid="{testid}">{stage_html(svg, alt)}</div>'
+
+
+def pool_alt(step, run: ServingRun) -> str:
+    saved = sum(len(t) for _, t in step.tables) - step.blocks_used
+    return (f"block pool after step {step.step}: {step.blocks_used} of {run.num_blocks} blocks used, "
+            f"{step.blocks_shared} shared ({saved} blocks saved by sharing), {step.blocks_free} free")
+
+
+def pass_alt(step) -> str:
+    parts = ", ".join(f"{r.id} {r.phase} {r.q_len}" for r in step.rows) or "no pass"
+    return f"step {step.step}: one forward pass of {step.tokens} tokens: {parts}"
+
+
+def summary(run: ServingRun, at: int) -> str:
+    """One line for the status bar: what the run has done up to the step shown."""
+    step = run.steps[at]
+    done = sum(1 for _, s in step.statuses if s == "done")
+    skipped = sum(n for s in run.steps[: at + 1] for rid, n in s.prefix_hits)
+    preempted = sum(len(s.preempted) for s in run.steps[: at + 1])
+    return (f"step **{at}** of {len(run.steps) - 1} · {done}/{len(run.requests)} requests done · prompt tokens "
+            f"skipped by sharing: **{skipped}** · preemptions: **{preempted}**")
+
+
+def requests_editor(key: str, default: list[RequestSpec]) -> list[RequestSpec] | None:
+    """A table of requests a user can edit: prompt, max new tokens, arrival step. None (and a message) if bad."""
+    frame = pd.DataFrame([{"prompt": r.prompt, "max_new_tokens": r.max_new_tokens, "arrive": r.arrive}
+                          for r in default])
+    edited = st.data_editor(frame, key=key, num_rows="dynamic", width="stretch", hide_index=True,
+                            column_config={"prompt": st.column_config.TextColumn("prompt", max_chars=2000),
+                                           "max_new_tokens": st.column_config.NumberColumn("max new tokens",
+                                                                                           min_value=1, max_value=256,
+                                                                                           step=1),
+                                           "arrive": st.column_config.NumberColumn("arrives at step", min_value=0,
+                                                                                   max_value=1000, step=1)})
+    rows = [row for row in edited.to_dict("records") if isinstance(row.get("prompt"), str) and row["prompt"].strip()]
+    if len(rows) > MAX_PAGE_REQUESTS:
+        error(f"{len(rows)} requests is more than one run may serve on this page ({MAX_PAGE_REQUESTS}).")
+        return None
+    try:
+        return [RequestSpec(str(r["prompt"]), int(r["max_new_tokens"]), int(r["arrive"])) for r in rows]
+    except (TypeError, ValueError):
+        error("Every request needs a whole number of max new tokens and an arrival step.")
+        return None
+
+
+def new_serving_run(lm, requests: list[RequestSpec], sizing: dict, sampling) -> ServingRun:
+    """A new run of these requests, capped for a browser session; DecodeLabError (a plain message) if refused."""
+    return ServingRun(lm, requests, sampling=sampling, max_requests=min(MAX_REQUESTS, MAX_PAGE_REQUESTS), **sizing)

@@ -1,0 +1,86 @@
+"""Speculative decoding: a drafter guesses k tokens, the model checks them all in one pass, round by round.
+
+Thin page: the engine is engine/generate/speculative.py (drafters: engine/generate/drafters.py); what this page and
+lesson 9 share is topics/speculative/page_parts.py.
+"""
+
+import streamlit as st
+
+from engine.generate.speculative import Speculator
+from engine.load.device import release_memory
+from topics.speculative.page_parts import (DRAFTERS, comparison, drafter_for, measured_comparison, rounds_frame,
+                                           rounds_html, totals, verify_stage)
+from ui.controller import Controller
+from ui.presets import PROMPTS
+from ui.setup import class_label, page_setup
+from ui.text import error
+
+
+def show() -> None:
+    """The speculative-decoding page, drawn (pages/speculative.py is its door)."""
+    st.title("Speculative decoding")
+    settings, lm = page_setup("speculative", need_model=True)
+    st.caption("A cheap drafter guesses k tokens; the model checks them all in ONE pass of k+1 rows on its KV cache. Kept "
+               "guesses are solid, the model's own token green, rejected guesses struck out, their cache columns cut.")
+
+
+    def new_run() -> Speculator:
+        """A run of the prompt on screen (the controller's first step is its prefill; every later one a round)."""
+        return Speculator(lm, st.session_state["speculative_prompt"], drafter_for(st.session_state["speculative_drafter"], settings),
+                          k=st.session_state["speculative_k"], sampling=settings.sampling,
+                          max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
+
+
+    rounds = Controller("speculative", new_run, noun="round")
+    st.session_state.setdefault("speculative_prompt", PROMPTS[1]["prompt"])
+    st.session_state.setdefault("speculative_drafter", DRAFTERS[0])
+    st.session_state.setdefault("speculative_k", 4)
+    rounds.sync((settings, st.session_state["speculative_prompt"], st.session_state["speculative_drafter"], st.session_state["speculative_k"]))
+    bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+    bar.text_input("prompt", key="speculative_prompt", label_visibility="collapsed", width=300)
+    bar.selectbox("drafter", DRAFTERS, key="speculative_drafter", label_visibility="collapsed", width=230)
+    bar.number_input("k", 1, 8, key="speculative_k", width=90, help="guesses per round")
+    rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
+                   next_help="Draft k guesses and check them in one pass (N)")
+    rounds.run_to_end_if_asked()
+    if said := rounds.said():
+        error(said)
+    if notice := rounds.notice():
+        st.info(notice, icon=":material/replay:")
+
+    run = rounds.run
+    if not rounds.started:
+        st.info("Press **Prefill** (P): the model runs the prompt once; then each **Next round** (N) drafts k guesses and "
+                "checks them in one pass.")
+    else:
+        if rounds.latest > 0:
+            st.slider("round", 0, rounds.latest, key="speculative_at", label_visibility="collapsed", width=300)
+        at = rounds.at
+        class_label(f"round {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
+        left, right = st.columns([3, 2], gap="medium")
+        with left:
+            st.html(verify_stage(run, at))
+            st.text(run.text)
+        with right:
+            totals(run)
+            st.html(rounds_html(run, at))
+            if run.done:
+                st.markdown(f"**Finished**: {rounds.stopped()}. Reset (X) to start again.")
+        with st.expander("Every round: proposals, what was kept, the cache before, after the verify pass and after "
+                         "the crop"):
+            st.dataframe(rounds_frame(run), hide_index=True, width="stretch")
+
+    st.divider()
+    st.subheader("Does it pay on this machine?")
+    st.caption("Plain decoding and speculative decoding of the same prompt and length, measured here in alternation, "
+               "next to the speed-up the standard formula predicts from the measured acceptance and draft cost.")
+    c = st.container(horizontal=True, vertical_alignment="bottom")
+    steps = c.number_input("new tokens", 8, 200, 40, key="speculative_measure_steps", width=140)
+    if c.button("Measure", key="speculative_measure"):
+        with st.spinner("Measuring plain and speculative decoding, alternated…"):
+            st.session_state["speculative_measured"] = measured_comparison(
+                lm, st.session_state["speculative_prompt"], int(steps), st.session_state["speculative_drafter"],
+                st.session_state["speculative_k"], settings)
+        release_memory()
+    if st.session_state.get("speculative_measured"):
+        comparison(st.session_state["speculative_measured"])

@@ -1,0 +1,119 @@
+"""What the speculative-decoding page and lesson 9 both show: a round's tokens, its verify pass, the totals.
+
+Not a page of its own (app.py's navigation lists the pages); the page and the lesson call into it.
+"""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+import streamlit as st
+
+from engine import DecodeLabError
+from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
+from engine.draw.stage import caption, stage_html, stage_svg
+from engine.generate.drafters import DraftModel, PromptLookup
+from engine.generate.loop import token_pieces
+from engine.generate.speculative import Speculator
+from engine.load.load import DRAFT_MODEL
+from topics.speculative.measure import measure, verdict
+from ui.model import get_model
+from ui.text import error, plain
+
+
+def drafter_for(choice: str, settings):
+    """The drafter a user picked: the bundled draft model, or prompt lookup with n-grams up to n."""
+    if choice == "draft model":
+        return DraftModel(get_model(DRAFT_MODEL, settings.device, settings.dtype))
+    return PromptLookup(int(choice.split("≤ ")[1].split(")")[0]))
+
+
+DRAFTERS = ["draft model", "prompt lookup (n-gram ≤ 3)", "prompt lookup (n-gram ≤ 2)"]
+
+
+def _chip(text: str, style: str, title: str) -> str:
+    return (f'<span title="{html.escape(title)}" style="display:inline-block;margin:2px;padding:2px 7px;'
+            f'border-radius:6px;font-family:monospace;font-size:1.05rem;{style}">{html.escape(show_piece(text))}</span>')
+
+
+def rounds_html(run: Speculator, upto: int) -> str:
+    """Every round so far on one line each: proposals pale, accepted solid, the rejected tail struck out,
+    and the target's own token (the correction, or the bonus after all k were kept)."""
+    lines = []
+    for r in run.rounds[: upto + 1]:
+        chips = []
+        if r.round == 0:
+            chips.append(_chip(r.token, f"background:{PREFILL}33", "the prefill's token"))
+        for tok, outcome in zip(r.proposed_tokens, r.outcomes):
+            if outcome == "accepted":
+                chips.append(_chip(tok, f"background:{DECODE}55;border:2px solid {DECODE}", "proposed and accepted"))
+            elif outcome == "rejected":
+                chips.append(_chip(tok, f"background:#fff;border:2px solid {RECOMPUTED};color:{RECOMPUTED};"
+                                        "text-decoration:line-through", "proposed and rejected"))
+            else:
+                chips.append(_chip(tok, "background:#f3f3f3;color:#999;text-decoration:line-through",
+                                   "proposed, never checked (after a rejection)"))
+        if r.round:
+            chips.append(_chip(r.token, f"background:{NEW}33;border:2px solid {NEW}",
+                               f"the target's own token ({r.token_kind})"))
+        label = "prefill" if r.round == 0 else f"round {r.round}: {r.accepted}/{r.proposed} kept + {r.token_kind}"
+        lines.append(f"<div style='margin:2px 0'><span style='display:inline-block;width:13em;color:#555'>"
+                     f"{html.escape(label)}</span>{''.join(chips)}</div>")
+    return "<div style='line-height:2'>" + "".join(lines) + "</div>"
+
+
+def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
+    """The stage of round i's target pass: k+1 rows in, the columns of rejected guesses written and then cut."""
+    r = run.rounds[i]
+    known = token_pieces(run.lm.tokenizer, run.ids[0, : r.past].tolist())
+    pieces = known + list(r.target.fed_tokens)
+    if r.round == 0:
+        title = "Prefill (initiation phase) · round 0 · the target's first pass"
+    else:
+        title = (f"Verify · round {r.round} · {r.q_len} rows checked in one pass · "
+                 f"{r.cut} column{'s' if r.cut != 1 else ''} cut")
+    return stage_html(stage_svg(r.target, pieces, run.prompt_len, layer=layer, head=head,
+                                rejected_from=r.rejected_from, title=title), caption(r.target))
+
+
+def totals(run: Speculator) -> None:
+    t = run.totals()
+    top, bottom = st.columns(2), st.columns(2)  # two by two: the labels stay whole in a narrow column
+    top[0].metric("acceptance rate", "—" if t["acceptance_rate"] is None else f"{t['acceptance_rate']:.0%}",
+                  help="proposals kept / proposals made")
+    top[1].metric("tokens per target pass", "—" if t["tokens_per_target_pass"] is None
+                  else f"{t['tokens_per_target_pass']:.2f}", help="plain decoding makes exactly 1")
+    bottom[0].metric("target passes", f"{t['target_passes']}", help="prefill + verify passes")
+    bottom[1].metric("passes saved", f"{t['target_passes_saved']}", help="against one pass per token")
+
+
+def comparison(m: dict) -> None:
+    c = st.columns(4)
+    c[0].metric("plain: ms per token", f"{m['plain_ms_per_token']:.2f}")
+    c[1].metric("speculative: ms per token", f"{m['speculative_ms_per_token']:.2f}")
+    c[2].metric("measured speed-up", f"×{m['speedup']:.2f}")
+    c[3].metric("formula's prediction", f"×{m['predicted_speedup']:.2f}",
+                help="E / (k·c + 1), E = (1 − α^(k+1)) / (1 − α), from the measured α and cost ratio c")
+    st.markdown(plain(verdict(m)))
+    st.caption(f"Same prompt, same length, in this process, alternated {m['repeats']} times after a warm-up of each "
+               "(excluded); medians. The formula (Leviathan et al. 2023) uses the measured α (kept / checked) "
+               f"= {m['alpha']:.2f} and cost ratio c = {m['cost_ratio_c']:.3f}; it counts passes, not per-pass "
+               "overheads.")
+
+
+def rounds_frame(run: Speculator) -> pd.DataFrame:
+    return pd.DataFrame([{"round": r.round, "proposed": " ".join(show_piece(t) for t in r.proposed_tokens),
+                          "kept": r.accepted, "target's token": show_piece(r.token), "kind": r.token_kind,
+                          "q_len": r.q_len, "cache before (past)": r.past, "after verify": r.cache_after_verify,
+                          "after crop": r.cache_after_crop, "draft ms": round(sum(r.draft_ms), 3),
+                          "verify ms": round(r.verify_ms, 3)} for r in run.rounds])
+
+
+def measured_comparison(lm, prompt: str, new_tokens: int, choice: str, k: int, settings) -> dict | None:
+    try:
+        return measure(lm, prompt, new_tokens, drafter_for(choice, settings), k=k, sampling=settings.sampling,
+                       stop_strings=settings.stop_strings)
+    except DecodeLabError as e:
+        error(str(e))
+        return None
