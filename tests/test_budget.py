@@ -1,6 +1,6 @@
 """The KV cache on a budget (topics/budget): each claim checked against a reference the code under test did not
-compute: transformers' own generate and forward pass, its own DynamicCache and fp8 layer, and the tensors
-themselves."""
+compute: transformers' own copy of the model (tests/reference.py: its own eager attention, no engine in it), its
+generate, forward pass and DynamicCache, its fp8 cache layer, and the tensors themselves."""
 
 from __future__ import annotations
 
@@ -12,15 +12,21 @@ from transformers import DynamicCache
 from transformers.cache_utils import Fp8QuantizedLayer
 
 from engine.errors import StepError
-from engine.forward.run import generate
 from engine.generate.stepper import Stepper
-from engine.load.load import load_model
+from engine.load.load import DEFAULT_MODEL, MODELS_DIR, load_model
+from tests import reference
 from topics.budget.measure import compare_policies, forced_logprobs, held_out_ids, ranking, sink_mass
 from topics.budget.policies import EVICTING, POLICIES, BudgetCache, budget_cache, check
 from topics.budget.quant import GROUP, Fp8, Kivi
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 NEW = 24
+BUNDLED = MODELS_DIR / DEFAULT_MODEL
+
+
+def their_model():
+    """transformers' own copy of the bundled model (not the engine's: no decode_lab attention in it)."""
+    return reference.model(str(BUNDLED))
 
 
 def tensor_bytes(obj, seen=None) -> int:
@@ -40,45 +46,54 @@ def tensor_bytes(obj, seen=None) -> int:
     return total
 
 
-def dynamic_cache_bytes(lm, ids: list[int]) -> int:
-    """transformers' own DynamicCache after one forward pass over ids: K and V bytes from its tensors."""
-    cache = DynamicCache(config=lm.config)
+def dynamic_cache_bytes(ids: list[int], dtype=torch.float32) -> int:
+    """transformers' own DynamicCache after one pass of its own copy (eager attention, in `dtype`) over ids: K and V
+    bytes from its tensors."""
+    from transformers import AutoModelForCausalLM
+
+    m = their_model() if dtype == torch.float32 else AutoModelForCausalLM.from_pretrained(
+        BUNDLED, attn_implementation="eager", dtype=dtype, use_safetensors=True).eval()
+    cache = DynamicCache(config=m.config)
     with torch.inference_mode():
-        lm.model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        m(torch.tensor([ids]), past_key_values=cache, use_cache=True)
     return sum(layer.keys.numel() * layer.keys.element_size() * 2 for layer in cache.layers)
 
 
 @pytest.fixture(scope="module")
-def reference(bundled_lm):
-    """transformers' own greedy generate from PROMPT (its own DynamicCache): the full cache's tokens."""
+def full_run(bundled_lm):
+    """transformers' own greedy generate from PROMPT on its own copy: the full cache's tokens and logits."""
     ids = torch.tensor([bundled_lm.tokenizer(PROMPT)["input_ids"]])
-    return ids.shape[1], generate(bundled_lm, ids, NEW)
+    return ids.shape[1], reference.greedy(BUNDLED, ids, NEW)
 
 
 # ---------------------------------------------------------------- a budget with room for everything changes nothing
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
-def test_a_budget_that_holds_the_whole_sequence_gives_the_full_caches_tokens(bundled_lm, reference, policy):
-    prompt_len, tokens = reference
+def test_a_budget_that_holds_the_whole_sequence_gives_the_full_caches_tokens(bundled_lm, full_run, policy):
+    prompt_len, full = full_run
     budget = prompt_len + NEW  # every position the run will ever see
     run = Stepper(bundled_lm, PROMPT, make_cache=budget_cache(bundled_lm, policy, budget), max_new_tokens=NEW,
                   record=False, stop_on_eos=False)
-    run.run()
-    assert run.generated_ids == tokens
+    logits = []
+    while not run.done:  # the prefill chooses the first new token, each decode one more
+        run.step()
+        logits.append(run.last_logits)
+    assert run.generated_ids == full.tokens
+    for i, (mine, their) in enumerate(zip(logits, full.logits)):
+        reference.assert_logits_close(mine, their, f"{policy}, step {i}")
     assert isinstance(run.cache, BudgetCache) == (policy != "full")
 
 
-def test_evicting_on_learned_positions_too_gpt2(family_model):
+@pytest.mark.parametrize("policy", list(EVICTING))
+def test_evicting_on_learned_positions_too_gpt2(family_model, family_dirs, policy):
     """GPT-2 adds a learned position embedding instead of rotating: a held position still keeps its own."""
     lm = family_model("gpt2")
-    ids = torch.tensor([lm.tokenizer(PROMPT)["input_ids"][:12]])
-    tokens = generate(lm, ids, 20)
-    for policy in EVICTING:
-        run = Stepper(lm, lm.tokenizer.decode(ids[0]), make_cache=budget_cache(lm, policy, 40), max_new_tokens=20,
-                      record=False, stop_on_eos=False)
-        run.run()
-        assert run.generated_ids == tokens, policy
+    run = Stepper(lm, "Once upon a time there was a cat.", make_cache=budget_cache(lm, policy, 40),
+                  max_new_tokens=20, record=False, stop_on_eos=False)
+    full = reference.greedy(family_dirs["gpt2"], run.ids, 20)
+    run.run()
+    assert len(run) <= 40 and run.generated_ids == full.tokens
 
 
 # ---------------------------------------------------------------- what the policies hold
@@ -118,9 +133,9 @@ def test_held_keys_keep_their_original_rotation(bundled_lm):
     never re-rotated by its slot in the cache (StreamingLLM's way). Layer 0's keys depend on the token and its
     position only, so there the two runs must agree whatever was evicted."""
     ids = held_out_ids(bundled_lm, 80)
-    full = DynamicCache(config=bundled_lm.config)
+    full = DynamicCache(config=their_model().config)
     with torch.inference_mode():
-        bundled_lm.model(torch.tensor([ids]), past_key_values=full, use_cache=True)
+        their_model()(torch.tensor([ids]), past_key_values=full, use_cache=True)
     _, cache = forced_logprobs(bundled_lm, "sinks", 24, ids, 40)
     mine, theirs = cache.layers[0], full.layers[0]
     where = mine.positions[0, 0]
@@ -163,12 +178,12 @@ def test_kivi_rounds_each_number_to_within_half_a_step_and_int4_packs_two_a_byte
 def test_fp8_holds_at_most_55_percent_of_bf16_and_30_percent_of_fp32(bundled_lm):
     """fp8 with one position in full precision, against transformers' DynamicCache in bf16 and in fp32."""
     bf16 = load_model("default", device="cpu", dtype="bfloat16")
-    for lm, share in ((bf16, 0.55), (bundled_lm, 0.30)):
+    for lm, dtype, share in ((bf16, torch.bfloat16, 0.55), (bundled_lm, torch.float32, 0.30)):
         ids = held_out_ids(lm, 128)
         _, cache = forced_logprobs(lm, "fp8", 1, ids, 64)
         held = sum(tensor_bytes(layer) for layer in cache.layers)
         assert held == cache.nbytes()
-        assert held <= share * dynamic_cache_bytes(lm, ids), lm.dtype_name
+        assert held <= share * dynamic_cache_bytes(ids, dtype), lm.dtype_name
 
 
 def test_fp8_agrees_with_the_full_cache_on_98_percent_of_held_out_tokens(bundled_lm):
@@ -178,7 +193,7 @@ def test_fp8_agrees_with_the_full_cache_on_98_percent_of_held_out_tokens(bundled
     QuantizedCache 98 %: a few near-ties flip in 128 steps), so there the claim checked is the KL: small."""
     ids = held_out_ids(bundled_lm, 256)
     with torch.inference_mode():
-        full = torch.log_softmax(bundled_lm.model(torch.tensor([ids])).logits[0, 128:].float(), -1)  # after 128..255
+        full = torch.log_softmax(their_model()(torch.tensor([ids])).logits[0, 128:].float(), -1)  # after 128..255
     logp, cache = forced_logprobs(bundled_lm, "fp8", 64, ids, 128)
     assert cache.layers[0].quantized == 256 - 64
     agreement = (logp.argmax(-1) == full.argmax(-1)).float().mean().item()
@@ -195,7 +210,7 @@ def test_fp8_agrees_with_the_full_cache_on_98_percent_of_held_out_tokens(bundled
 def test_at_a_quarter_of_256_positions_the_eviction_policies_are_measured_and_ranked(bundled_lm):
     rows = compare_policies(bundled_lm, ("full", *EVICTING), budget=64, context=256, new_tokens=4)
     by = {r.policy: r for r in rows}
-    full_bytes = dynamic_cache_bytes(bundled_lm, held_out_ids(bundled_lm, 256))
+    full_bytes = dynamic_cache_bytes(held_out_ids(bundled_lm, 256))
     assert by["full"].cache.bytes_held == full_bytes and by["full"].forced.agreement == 1.0
     for policy in EVICTING:
         r = by[policy]
@@ -215,7 +230,7 @@ def test_the_sink_is_measured_per_layer_from_the_models_own_attention(bundled_lm
     assert [r.layer for r in rows] == list(range(bundled_lm.spec.layers))
     ids = held_out_ids(bundled_lm, 128)
     with torch.inference_mode():
-        attentions = bundled_lm.model(torch.tensor([ids]), output_attentions=True).attentions
+        attentions = their_model()(torch.tensor([ids]), output_attentions=True).attentions
     for r, a in zip(rows, attentions):
         assert r.mass == pytest.approx(a[0, :, 32:, 0].float().mean().item(), rel=1e-4)
         assert r.uniform == pytest.approx(sum(1 / (q + 1) for q in range(32, 128)) / 96)
