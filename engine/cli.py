@@ -1,4 +1,5 @@
-"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,bench,budget}` (training: `python -m tools.train`).
+"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,bench,budget}`
+(training: `python -m tools.train`).
 
 The core's commands live here; a topic's live in its folder (topics/*/cli.py, benchmarks/cli.py), each an
 `add_parser(sub)` and a `main(args)`. Every refusal is one line on stderr and exit status 2: a bad --json path

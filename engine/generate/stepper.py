@@ -33,7 +33,7 @@ class Stepper(Sequence, Run):
         self.use_cache = bool(use_cache)
         self.record = record
         self.repeats = timing_repeats(record, repeats)
-        self.make_cache = make_cache or new_cache  # config -> an empty cache: a budgeted one (topics/budget) or the full
+        self.make_cache = make_cache or new_cache  # config -> an empty cache: the full one, or a budgeted one
         self.cache = None
         self.records: list[StepTrace] = []  # one per forward pass
         self.last_logits = None  # [vocab] float32 on the CPU, for comparisons

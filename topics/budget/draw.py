@@ -131,7 +131,8 @@ def texts_html(row) -> str:
             t = escape(piece).replace("\n", "⏎")
             if at is not None and i == at:
                 spans.append(f'<mark data-part="{i}" style="background:#fde0dd;border-bottom:3px solid {colour};'
-                             f'border-radius:3px" title="step {i}: the texts part here">{t or show_piece(piece)}</mark>')
+                             f'border-radius:3px" title="step {i}: the texts part here">'
+                             f'{t or show_piece(piece)}</mark>')
             elif at is not None and i > at:
                 spans.append(f'<span style="color:{SOFT}">{t}</span>')
             else:

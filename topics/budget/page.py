@@ -103,7 +103,8 @@ def show() -> None:
                 st.plotly_chart(draw.divergence_fig(points, scale=scale()), key="budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
             st.caption(f"Eviction policies by agreement at a budget of {at}: " +
-                       " > ".join(measure.ranking(points, budget=at)) + " (the CLI's `--policy all` ranks the same way)")
+                       " > ".join(measure.ranking(points, budget=at)) +
+                       " (the CLI's `--policy all` ranks the same way)")
         else:
             st.button("Measure every policy at every budget (a minute on a laptop CPU)", key="budget_sweep_go",
                       on_click=lambda: st.session_state.update(budget_sweep=True), type="primary")
