@@ -40,6 +40,7 @@ def router() -> None:
         page("speculative", "Speculative decoding", ":material/fast_forward:"),
         page("serving", "Serving: many requests", ":material/dns:"),
         page("scale", "Scale: KV memory and roofline", ":material/trending_up:"),
+        page("budget", "KV cache on a budget", ":material/compress:"),
         page("model_info", "Model", ":material/info:"),
     ]
     follow = page("follow", "Follow the lecturer", ":material/cast_for_education:")  # /?follow=CODE; not listed

@@ -1,4 +1,5 @@
-"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,bench}` (training: `python -m tools.train`).
+"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,bench,budget}`
+(training: `python -m tools.train`).
 
 The core's commands live here; a topic's live in its folder (topics/*/cli.py, benchmarks/cli.py), each an
 `add_parser(sub)` and a `main(args)`. Every refusal is one line on stderr and exit status 2: a bad --json path
@@ -19,7 +20,7 @@ from engine.units import human_bytes
 
 # The commands that belong to a topic or to the benchmarks live with them; this file sits below them and finds
 # each by name, so importing the engine never imports a topic (tests/test_layers.py).
-COMMANDS_ELSEWHERE = ("benchmarks.cli", "topics.ladder.cli", "topics.speculative.cli")
+COMMANDS_ELSEWHERE = ("benchmarks.cli", "topics.ladder.cli", "topics.speculative.cli", "topics.budget.cli")
 
 
 def step_table(traces) -> str:

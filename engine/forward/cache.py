@@ -44,6 +44,17 @@ def kv_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
     return out
 
 
+def layer_bytes(layer) -> int:
+    """Bytes one layer holds, measured from its tensors (numel * element_size of keys and values); a layer that
+    stores something else (a quantized one: codes, scales) counts its own tensors with `nbytes()`."""
+    if hasattr(layer, "nbytes"):
+        return int(layer.nbytes())
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if keys is None or keys.numel() == 0:
+        return 0
+    return keys.numel() * keys.element_size() + values.numel() * values.element_size()
+
+
 def kv_length(cache) -> int:
     """Positions the cache has seen (0 for no cache); a sliding layer may hold fewer of them."""
     return 0 if cache is None else int(cache.get_seq_length())

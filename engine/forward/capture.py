@@ -26,6 +26,7 @@ import torch
 IMPLEMENTATION = "decode_lab"
 _active: ContextVar[list | None] = ContextVar("decode_lab_capture", default=None)
 _paged: ContextVar = ContextVar("decode_lab_paged", default=None)  # engine.forward.paged: many requests, one pass
+_observer: ContextVar = ContextVar("decode_lab_observer", default=None)  # a cache that scores positions by attention
 _eager_of: dict[type, object] = {}
 
 
@@ -60,6 +61,9 @@ def recording_attention(module, query, key, value, attention_mask, **kwargs):
     captures = _active.get()
     if captures is not None:
         captures.append(Capture(module.layer_idx, query, key, value, weights))
+    observer = _observer.get()
+    if observer is not None:  # after this layer's attention: an evicting cache scores and drops positions now
+        observer(module.layer_idx, weights)
     return out, weights
 
 
@@ -87,6 +91,24 @@ class recording:
 
     def __exit__(self, *exc) -> None:
         _active.reset(self._token)
+
+
+class observing:
+    """`with observing(fn):` every attention layer of the passes inside calls fn(layer, weights) after attending.
+
+    weights [batch, head, query_pos, key_pos]. An evicting cache (H2O's heavy hitters, SnapKV) scores the positions
+    it holds by the attention they get; fn None observes nothing.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __enter__(self):
+        self._token = _observer.set(self.fn)
+        return self.fn
+
+    def __exit__(self, *exc) -> None:
+        _observer.reset(self._token)
 
 
 def register() -> None:

@@ -99,7 +99,8 @@ def run_pass(lm, input_ids: torch.Tensor, cache=None, *, record: bool = False, r
         kwargs["position_ids"] = position_ids.to(lm.device)
     runs = 1 if repeats <= 1 else repeats + 1  # the first of several is the warm-up
     times = []
-    with lm.turn(), torch.inference_mode():
+    observe = getattr(cache, "observe", None)  # a cache that evicts by attention sees each layer's weights
+    with lm.turn(), torch.inference_mode(), capture.observing(observe):
         for run in range(runs):
             with (capture.recording() if record else nullcontext([])) as captures:
                 dev.sync(lm.device)

@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from engine.errors import StepError
-from engine.forward.cache import kv_tensors
+from engine.forward.cache import kv_tensors, layer_bytes
 from engine.forward.estimates import step_bytes, step_flops
 from engine.forward.run import Pass, Timing
 from engine.forward.sampling import Choice, Chooser, Sampling
@@ -222,6 +222,7 @@ def record_layers(lm: LoadedModel, cache, result: Pass, q_len: int, kv_len: int,
     """Per layer: window, keys read, positions cached, K/V bytes (measured), tensor shapes, attention rows."""
     s = lm.spec
     held = kv_tensors(cache) if cache is not None else [None] * s.layers
+    held_bytes = [layer_bytes(layer) for layer in cache.layers] if cache is not None else []
     captured = {c.layer: c for c in result.captures}
     patterns = result.patterns()
     out = []
@@ -249,7 +250,7 @@ def record_layers(lm: LoadedModel, cache, result: Pass, q_len: int, kv_len: int,
         out.append(LayerTrace(
             layer=layer, window=s.window(layer), kv_len=s.span(layer, kv_len - 1),
             cached=0 if kv is None else kv[0].shape[2],
-            kv_bytes=0 if kv is None else kv[0].numel() * kv[0].element_size() + kv[1].numel() * kv[1].element_size(),
+            kv_bytes=held_bytes[layer] if layer < len(held_bytes) else 0,
             shapes=shapes, measured=c is not None, pattern=pattern, key_start=key_start,
         ))
     return tuple(out)

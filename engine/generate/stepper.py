@@ -27,12 +27,13 @@ class Stepper(Sequence, Run):
 
     def __init__(self, lm: LoadedModel, prompt: str, use_cache: bool = True, sampling: Sampling | None = None,
                  max_new_tokens: int = 32, stop_strings: tuple[str, ...] | list[str] = (), record: bool = True,
-                 stop_on_eos: bool = True, repeats: int | None = None):
+                 stop_on_eos: bool = True, repeats: int | None = None, make_cache=None):
         super().__init__(lm, prompt, sampling=sampling, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
                          stop_on_eos=stop_on_eos)
         self.use_cache = bool(use_cache)
         self.record = record
         self.repeats = timing_repeats(record, repeats)
+        self.make_cache = make_cache or new_cache  # config -> an empty cache: the full one, or a budgeted one
         self.cache = None
         self.records: list[StepTrace] = []  # one per forward pass
         self.last_logits = None  # [vocab] float32 on the CPU, for comparisons
@@ -48,7 +49,9 @@ class Stepper(Sequence, Run):
         """First forward pass: all s prompt positions at once (matrix x matrix: many FLOPs per weight read)."""
         if self.records:
             raise StepError("Prefill has already run for this prompt: press Reset to start again.")
-        self.cache = new_cache(self.lm.config) if self.use_cache else None
+        self.cache = self.make_cache(self.lm.config) if self.use_cache else None
+        if not getattr(self.cache, "repeatable", True):  # it drops or rounds what it holds: a pass cannot be undone
+            self.repeats = 1  # and timed again, so each pass runs once
         fed = self.ids  # [batch, s]
         result = run_pass(self.lm, fed, self.cache, record=self.record, repeats=self.repeats)
         return self._close("prefill", fed, result, past=0)

@@ -1,0 +1,107 @@
+"""`python -m engine budget`: one policy (or all) side by side with the full cache, in numbers.
+
+    python -m engine budget --policy heavy --budget 64 [--prompt TEXT] [--json OUT]
+    python -m engine budget --policy all --budget 64 --sinks        # the README's table, and the attention sink
+
+Prints the bytes held against the full cache's, the teacher-forced top-1 agreement and mean KL on the held-out
+text, the first step where free-running greedy parts from the full cache (with both texts), and ms per decode
+step. Bad input is one line on stderr and exit status 2 (engine/cli.py finds this command by name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.cli_args import check_json_path, load_from, model_args, write_json
+from engine.units import human_bytes
+
+ALL = "all"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from topics.budget.measure import BUDGET, CONTEXT, NEW_TOKENS
+    from topics.budget.policies import POLICIES
+
+    p = subparsers.add_parser("budget", help="the KV cache on a budget: quantize or evict, measured against the full")
+    p.add_argument("--policy", required=True, help=f"{' | '.join(POLICIES)} | {ALL} (every policy, one table)")
+    p.add_argument("--budget", type=int, default=BUDGET, help="positions kept (in full precision, for fp8/int8/int4); "
+                                                              f"default {BUDGET}")
+    p.add_argument("--prompt", help="free-running greedy starts here (default: the first half of the held-out "
+                                    "context, as text)")
+    p.add_argument("--context", type=int, default=CONTEXT, help=f"tokens of the held-out text (default {CONTEXT}): "
+                                                                "the first half prefilled, the rest teacher-forced")
+    p.add_argument("--new-tokens", dest="new_tokens", type=int, default=NEW_TOKENS,
+                   help=f"free-running greedy steps (default {NEW_TOKENS})")
+    p.add_argument("--sinks", action="store_true", help="also measure the attention each layer pays position 0")
+    p.add_argument("--json", help="write every number (and both texts) here")
+    model_args(p)
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args) -> int:
+    from engine.errors import StepError
+    from topics.budget.measure import compare_policies, ranking, sink_mass
+    from topics.budget.policies import POLICIES, check, check_words
+
+    check_json_path(args.json)  # every refusal that needs no model comes before loading one
+    if args.new_tokens is None or args.new_tokens < 1:
+        raise StepError(f"--new-tokens must be at least 1 (got {args.new_tokens}).")
+    policies = tuple(POLICIES) if str(args.policy).strip().lower() == ALL else (args.policy,)
+    for policy in policies:
+        check_words(policy, None if policy == "full" else args.budget)
+    lm = load_from(args)
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
+        from engine.load import device as dev
+
+        dev.use_serving_threads(int(lm.spec.parameters))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "longer than the maximum sequence length": the held-out text is cut after
+    for policy in policies:  # and what depends on the model, before any measuring
+        check(lm, policy, None if policy == "full" else args.budget)
+    policies = tuple(p.strip().lower() for p in policies)
+    shown = policies if "full" in policies else ("full", *policies)
+    print(f"{lm.spec.name}: {args.context} tokens of the held-out text ({args.context // 2} prefilled, the rest "
+          f"teacher-forced one a step); budget {args.budget} positions; greedy {args.new_tokens} tokens",
+          file=sys.stderr)
+    rows = compare_policies(lm, shown, args.budget, args.context, args.prompt, args.new_tokens,
+                            on_policy=lambda p: print(f"  measuring {p}…", file=sys.stderr))
+    print(table(rows))
+    full = next(r for r in rows if r.policy == "full")
+    print(f"\nfull   : {full.greedy.text!r}")
+    for r in rows:
+        if r.policy != "full":
+            at = "never parts" if r.parting_step is None else f"parts at step {r.parting_step}"
+            print(f"{r.policy:<7}: {r.greedy.text!r}  ({at})")
+    evicting = ranking(rows)
+    if len(evicting) > 1:
+        print("\neviction policies by agreement: " + " > ".join(evicting))
+    sinks = sink_mass(lm, args.context) if args.sinks else []
+    if sinks:
+        print("\nattention on position 0, per layer (query rows from position "
+              f"{args.context - sinks[0].rows}): measured vs a uniform reader")
+        for s in sinks:
+            print(f"  layer {s.layer}: {s.mass:.4f} vs {s.uniform:.4f}  (x{s.ratio:.2f})")
+    if args.json:
+        write_json(args.json, {"model": lm.spec.name, "dtype": lm.dtype_name, "device": str(lm.device),
+                                "context": args.context, "budget": args.budget, "new_tokens": args.new_tokens,
+                                "prompt": rows[0].greedy.prompt, "rows": [r.as_dict() for r in rows],
+                                "ranking": evicting, "sinks": [s.__dict__ for s in sinks]})
+    return 0
+
+
+def table(rows) -> str:
+    """One line a policy: bytes, share of the full cache, agreement, KL, parting step, ms per decode step."""
+    head = (f"{'policy':<7} {'budget':>6} {'bytes held':>11} {'of full':>8} {'agree':>7} {'mean KL':>8} "
+            f"{'parts at':>8}  {'ms/step (median, IQR)':<22}")
+    lines = [head]
+    for r in rows:
+        d = r.as_dict()
+        parts = "never" if r.parting_step is None else str(r.parting_step)
+        budget = "-" if r.budget is None else str(r.budget)
+        lines.append(f"{r.policy:<7} {budget:>6} {human_bytes(d['bytes_held']):>11} {d['bytes_ratio']:>8.1%} "
+                     f"{d['agreement']:>7.1%} {d['kl_mean']:>8.4f} {parts:>8}  "
+                     f"{d['ms_per_step']:.1f} ({d['ms_p25']:.1f}–{d['ms_p75']:.1f})")
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""The budget topic's pictures: records in (topics/budget/records.py), an SVG, a plotly figure or a table out.
+
+    cache_svg        the cache per layer, one cell per position: held (prefill blue, decode orange), evicted
+                     (grey, empty), quantized (hatched); a position some kv_heads hold and others dropped is pale
+    divergence_fig   agreement and KL against the budget, one line per policy, side by side
+    texts_html       the full cache's text and the policy's, the step where they part marked
+    sink_fig         the attention each layer pays position 0, against a uniform reader's
+    policy_table     the side-by-side numbers as a DataFrame
+
+Nothing here imports torch or streamlit: the same record draws in the app, a notebook and a test.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.draw.palette import DECODE, GREY, PREFILL, RECOMPUTED, layout, show_piece
+from engine.draw.svg import FONT, INK, SOFT, W, text
+from engine.units import human_bytes
+
+EVICTED = "#eeeeee"  # a position the cache dropped: an empty slot, outlined
+POLICY_COLOURS = {"full": INK, "fp8": "#17becf", "int8": "#1f9e89", "int4": "#6a3d9a", "window": "#e377c2",
+                  "sinks": "#8c564b", "heavy": "#bcbd22", "snap": "#7f7f7f"}
+QUANTIZED_DASH = {"fp8": "solid", "int8": "solid", "int4": "solid"}  # evicting policies are dashed
+LEGEND = {"held (prompt, prefill)": PREFILL, "held (decoded)": DECODE, "evicted": EVICTED}
+
+
+# ---------------------------------------------------------------- the cache, per layer
+
+
+def runs(values: tuple) -> list[tuple[int, int, object]]:
+    """(start, length, value) of each run of equal values: one rectangle per run, not one per position."""
+    out, start = [], 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            out.append((start, i - start, values[start]))
+            start = i
+    return out
+
+
+def cache_svg(cmap, title: str | None = None) -> str:
+    """The cache after a run: a row per layer, a cell per position (0 .. positions-1), as the record says."""
+    left, right, top, row_h, gap = 110, 975, 74, 34, 10
+    n = max(1, cmap.positions)
+    cell = (right - left) / n
+    height = top + len(cmap.layers) * (row_h + gap) + 46
+    title = title or (f"{cmap.policy}" + ("" if cmap.budget is None else f", budget {cmap.budget}") +
+                      f": {human_bytes(cmap.bytes_held)} held of {human_bytes(cmap.bytes_full)} "
+                      f"({cmap.ratio:.0%})")
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" font-family="{FONT}">',
+             '<defs><pattern id="quantized" width="7" height="7" patternUnits="userSpaceOnUse" '
+             'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="7" stroke="#fff" stroke-width="3"/>'
+             '</pattern></defs>',
+             '<rect width="100%" height="100%" fill="#fff"/>', text(10, 28, title, size=17, weight="bold")]
+    parts.append(legend_row(10, 52))
+    for row, layer in enumerate(cmap.layers):
+        y = top + row * (row_h + gap)
+        parts.append(text(left - 10, y + row_h * 0.68, f"layer {layer.layer}", size=14, anchor="end", fill=SOFT))
+        prefilled = cmap.prefilled or n
+        state = tuple((h, q, p >= prefilled) for p, (h, q) in enumerate(zip(layer.held, layer.quantized)))
+        for start, length, (held, quantized, decoded) in runs(state):
+            x, w = left + start * cell, length * cell
+            if not held:
+                parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="{EVICTED}" '
+                             f'stroke="{GREY}" stroke-width="0.6" data-state="evicted" data-start="{start}" '
+                             f'data-length="{length}"/>')
+                continue
+            share = held / layer.kv_heads  # a pale cell: only some kv_heads hold it
+            colour = DECODE if decoded else PREFILL
+            kind = "quantized" if quantized else "held"
+            parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="{colour}" '
+                         f'fill-opacity="{0.35 + 0.65 * share:.2f}" data-state="{kind}" data-start="{start}" '
+                         f'data-length="{length}"/>')
+            if quantized:
+                parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="url(#quantized)"/>')
+    axis_y = top + len(cmap.layers) * (row_h + gap) + 16
+    for p in sorted({0, n // 4, n // 2, 3 * n // 4, n - 1}):
+        parts.append(text(left + (p + 0.5) * cell, axis_y, str(p), size=12, anchor="middle", fill=SOFT))
+    parts.append(text((left + right) / 2, axis_y + 22, "pos (the position each key was written at)", size=12,
+                      anchor="middle", fill=SOFT))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def legend_row(x: float, y: float) -> str:
+    out = []
+    for name, colour in [*LEGEND.items(), ("quantized (hatched)", PREFILL), ("pale: some kv_heads hold it", "#a5c8e1")]:
+        hatch = name.startswith("quantized")
+        out.append(f'<rect x="{x}" y="{y - 12}" width="16" height="14" fill="{colour}" stroke="{GREY}" '
+                   f'stroke-width="0.6"/>' + (f'<rect x="{x}" y="{y - 12}" width="16" height="14" '
+                                             'fill="url(#quantized)"/>' if hatch else ""))
+        out.append(text(x + 22, y, name, size=13, fill=INK))
+        x += 36 + len(name) * 8.6
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- the damage against the budget
+
+
+def divergence_fig(points, scale: float = 1.0) -> go.Figure:
+    """Agreement (left) and mean KL (right) against the budget, one line per policy; points: SweepPoint records."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("top-1 agreement with the full cache",
+                                                        "mean KL(full ‖ policy), nats"), horizontal_spacing=0.1)
+    for policy in dict.fromkeys(p.policy for p in points):
+        mine = sorted((p for p in points if p.policy == policy), key=lambda p: p.budget)
+        style = dict(color=POLICY_COLOURS.get(policy, GREY), dash=QUANTIZED_DASH.get(policy, "dash"))
+        budgets = [p.budget for p in mine]
+        fig.add_trace(go.Scatter(x=budgets, y=[p.agreement * 100 for p in mine], name=policy, mode="lines+markers",
+                                 line=style, legendgroup=policy), row=1, col=1)
+        fig.add_trace(go.Scatter(x=budgets, y=[p.kl_mean for p in mine], name=policy, mode="lines+markers",
+                                 line=style, legendgroup=policy, showlegend=False), row=1, col=2)
+    fig.update_xaxes(title="budget (positions)", type="log", dtick=0.30103, tickformat="d")  # ticks at powers of 2
+    fig.update_yaxes(title="%", ticksuffix="", row=1, col=1)
+    fig.update_yaxes(title="nats", row=1, col=2)
+    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=400, scale=scale)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0), margin=dict(b=int(40 * scale)))
+    return fig
+
+
+def texts_html(row) -> str:
+    """Both free-running texts, token by token, the first differing token of each marked (none: they agree)."""
+    at = row.parting_step
+
+    def line(label: str, pieces: tuple[str, ...], colour: str) -> str:
+        spans = []
+        for i, piece in enumerate(pieces):
+            t = escape(piece).replace("\n", "⏎")
+            if at is not None and i == at:
+                spans.append(f'<mark data-part="{i}" style="background:#fde0dd;border-bottom:3px solid {colour};'
+                             f'border-radius:3px" title="step {i}: the texts part here">'
+                             f'{t or show_piece(piece)}</mark>')
+            elif at is not None and i > at:
+                spans.append(f'<span style="color:{SOFT}">{t}</span>')
+            else:
+                spans.append(t)
+        return (f'<div style="margin:0.2rem 0"><b style="display:inline-block;min-width:4.5em">{escape(label)}</b>'
+                f'{"".join(spans)}</div>')
+
+    where = "they never part" if at is None else f"they part at step {at} (0 = the first generated token)"
+    return (f'<div data-testid="budget-texts" style="line-height:1.55">{line("full", row.full.pieces, INK)}'
+            f'{line(row.policy, row.greedy.pieces, RECOMPUTED)}<div style="color:{SOFT};font-size:0.85em">'
+            f'{escape(where)}</div></div>')
+
+
+# ---------------------------------------------------------------- the attention sink
+
+
+def sink_fig(rows, model: str, scale: float = 1.0) -> go.Figure:
+    """Per layer: the mean attention on position 0 (bars) against a uniform reader's (markers)."""
+    layers = [f"layer {r.layer}" for r in rows]
+    fig = go.Figure([
+        go.Bar(x=layers, y=[r.mass for r in rows], name="measured on position 0", marker_color=PREFILL,
+               text=[f"×{r.ratio:.1f}" for r in rows], textposition="outside"),
+        go.Scatter(x=layers, y=[r.uniform for r in rows], name="a uniform reader: 1/(query_pos+1)",
+                   mode="markers", marker=dict(symbol="line-ew-open", size=34, color=INK, line=dict(width=3))),
+    ])
+    fig.update_yaxes(title="attention weight on position 0", rangemode="tozero")
+    return layout(fig, f"The attention sink, measured on {model}", height=320, scale=scale)
+
+
+# ---------------------------------------------------------------- the numbers
+
+
+def policy_table(rows) -> pd.DataFrame:
+    """One row per policy: what the CLI prints, as a table."""
+    out = []
+    for r in rows:
+        d = r.as_dict()
+        out.append({"policy": r.policy, "budget": "—" if r.budget is None else str(r.budget),
+                    "bytes held": human_bytes(d["bytes_held"]), "of full": f"{d['bytes_ratio']:.0%}",
+                    "agreement": f"{d['agreement']:.1%}", "mean KL": f"{d['kl_mean']:.4f}",
+                    "parts at step": "never" if r.parting_step is None else str(r.parting_step),
+                    "ms/step": f"{d['ms_per_step']:.1f} ({d['ms_p25']:.1f}–{d['ms_p75']:.1f})"})
+    return pd.DataFrame(out)
