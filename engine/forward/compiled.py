@@ -329,37 +329,55 @@ def time_prefill(lm, ids: torch.Tensor, repeats: int = 5, compile: bool | None =
     return timing, run
 
 
-def time_recipe(lm, ids: torch.Tensor, steps: int = 8, repeats: int = 5) -> tuple[Timing, float, str]:
+def time_recipe(lm, ids: torch.Tensor, steps: int = 32, repeats: int = 5) -> tuple[Timing, float, str]:
     """transformers' own recipe beside the lean path: `generate(cache_implementation="static")` on the SDPA
     view, which compiles the decode forward itself on a GPU (mode "reduce-overhead", its CompileConfig).
 
     A decode step's time is (a run of 1 + steps new tokens − a run of 1) / steps: the prefill cancels, and
     generate's own work between steps (logits processors, stopping checks) is in it, as a user running the
-    recipe gets. Returns the timing per step (medians of `repeats` pairs), the warm-up (compile) ms apart, and
+    recipe gets. generate makes a new static cache each call, so its CUDA graphs are recorded again each call
+    (new addresses): `steps` is long enough to spread that over many steps. Returns the timing per step (medians of `repeats` pairs), the warm-up (compile) ms apart, and
     in words whether generate compiled.
     """
+    from transformers import GenerationConfig
+
     view = sdpa_view(lm.model)
     ids = ids.to(lm.device)
     mask = torch.ones_like(ids)
 
     def gen(n: int) -> float:
+        # a config of its own: exactly n tokens (no end-of-text stop), whatever the model's generation_config says
+        config = GenerationConfig(max_new_tokens=n, do_sample=False, cache_implementation="static", pad_token_id=0,
+                                  eos_token_id=None)
         dev.sync(lm.device)
         t0 = time.perf_counter()
-        view.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
-                      cache_implementation="static", pad_token_id=0, eos_token_id=None)
+        view.generate(input_ids=ids, attention_mask=mask, generation_config=config)
         dev.sync(lm.device)
         return (time.perf_counter() - t0) * 1e3
 
-    with lm.turn(), torch.no_grad():
-        t0 = time.perf_counter()
-        for _ in range(GRAPH_WARMUPS):
-            gen(1 + steps)
-        warm_ms = (time.perf_counter() - t0) * 1e3
-        per_step = []
-        for _ in range(repeats + 1):
-            long, short = gen(1 + steps), gen(1)
-            per_step.append(max(0.0, long - short) / steps)
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # generate's note that max_new_tokens overrides the model's max_length
+    try:
+        with lm.turn(), torch.no_grad():
+            timing, warm_ms = _recipe_runs(gen, steps, repeats)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     compiled_by_generate = getattr(view, "_compiled_call", None) is not None
     how = (f"transformers' recipe: generate(cache_implementation='static') + {attention_of(view).upper()}, "
            + ("auto-compiled (torch.compile, reduce-overhead)" if compiled_by_generate else "not compiled here"))
-    return Timing(samples_ms=tuple(per_step[1:]), warmup_ms=per_step[0]), warm_ms, how
+    return timing, warm_ms, how
+
+
+def _recipe_runs(gen, steps: int, repeats: int) -> tuple[Timing, float]:
+    """Warm-ups (generate compiles on its first decode steps), then `repeats` + 1 pairs of runs, 1 + steps and 1."""
+    t0 = time.perf_counter()
+    for _ in range(GRAPH_WARMUPS):
+        gen(1 + steps)
+    warm_ms = (time.perf_counter() - t0) * 1e3
+    per_step = []
+    for _ in range(repeats + 1):
+        long, short = gen(1 + steps), gen(1)
+        per_step.append(max(0.0, long - short) / steps)
+    return Timing(samples_ms=tuple(per_step[1:]), warmup_ms=per_step[0]), warm_ms
