@@ -1,4 +1,4 @@
-"""Command line: `python -m engine {run,compare,speculate,serve,bench,ladder,kv-size}` (training: `python -m tools.train`).
+"""Command line: `python -m engine {run,compare,speculate,serve,bench,ladder,gpu-check,kv-size}` (training: `python -m tools.train`).
 
 Every refusal is one line on stderr and exit status 2: a bad --json path is refused
 before the run starts, so a long run is never lost at the end.
@@ -130,6 +130,21 @@ def _ladder(args) -> int:
     if args.json:
         _write_json(args.json, lad.to_dict())
     return 0
+
+
+def _gpu_check(args) -> int:
+    """Every GPU figure of issue 34 beside its target (engine/measure/gpu_check.py); exit 1 if one does not hold."""
+    from engine.measure.gpu_check import gpu_check, require_cuda, table
+
+    _check_json_path(args.json)
+    require_cuda()
+    doc, rows = gpu_check(sizes=args.sizes, sweep_shape=args.sweep_shape, race_shape=args.race_shape,
+                          tests=not args.no_tests, races=not args.no_races, log=lambda text: print(text, flush=True))
+    print()
+    print(table(rows))
+    if args.json:
+        _write_json(args.json, doc)
+    return 0 if all(r["holds"] is not False for r in rows) else 1
 
 
 def _kv_size(args) -> int:
@@ -369,6 +384,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", help="write the ladder here (the keys of engine/measure/ladder_record.py)")
     _model_args(g)
     g.set_defaults(func=_ladder)
+
+    gc = sub.add_parser("gpu-check", help="on a CUDA GPU: the gpu tests, the ladder, the prefill sweep and the races, "
+                                          "each target beside its measured figure (about 5 minutes)")
+    gc.add_argument("--json", help="write the ladder with every figure here (ship it as assets/ladder_gpu.json)")
+    gc.add_argument("--sizes", nargs="+", help="the ladder's rungs (default: own TinyLlama-1.1B Llama-3-8B)")
+    gc.add_argument("--sweep-shape", dest="sweep_shape", help="the rung the prefill sweep runs at (default Llama-3-8B)")
+    gc.add_argument("--race-shape", dest="race_shape", default="TinyLlama-1.1B", help="the rung the lean race runs at")
+    gc.add_argument("--no-tests", dest="no_tests", action="store_true", help="skip the gpu tests")
+    gc.add_argument("--no-races", dest="no_races", action="store_true", help="skip both races")
+    gc.set_defaults(func=_gpu_check)
 
     k = sub.add_parser("kv-size", help="KV-cache bytes of a model (table name, hub id or folder: config only)")
     k.add_argument("--model", required=True, help="a name from assets/model_configs.csv, or a config source")

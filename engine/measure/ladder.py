@@ -183,13 +183,15 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
 
 def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats: int = REPEATS, on_progress=None,
                    seed: int = 0, lean: bool | None = None, planned=None, dtype: torch.dtype | None = None,
-                   recipe: bool | None = None, compile: bool | None = None) -> Ladder:
+                   recipe: bool | None = None, compile: bool | None = None, also=None) -> Ladder:
     """Plan every rung (refusing what would not fit), probe the roofline, then build, measure and free each rung.
 
     on_progress(fraction, text) is called before each part; lean defaults to on for CUDA only, compiled there
     (engine.forward.compiled.default_compile); recipe (transformers' own, beside the lean decode) defaults to
     the largest rung on CUDA. tokens defaults to default_tokens(device), dtype to timing_dtype(lm). `planned` is
     rungs.plan's answer when the caller has already asked (the CLI refuses before its progress bar starts).
+    also(rung, rlm, roof), where given, runs at each rung while it is built and compiled (gpu-check's prefill
+    sweep: no second build, no second compile).
     """
     from engine.measure.roofline import probe
 
@@ -221,6 +223,8 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
                                             + (", the lean path" if lean else "") + "…")
                 results.append(measure_rung(rung, rlm, prompt, first, repeats, lean, build_ms, recipe=lean and timed,
                                             compile=compile))
+                if also:
+                    also(rung, rlm, first)
             finally:
                 del rlm
                 dev.release_memory()  # the next rung, and every student, gets the memory back

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -108,6 +108,18 @@ class PrefillSweep:
             elif p.kind == "compute-bound" and seen_memory:
                 return p.s
         return None
+
+    def on(self, roof: DeviceRoof) -> "PrefillSweep":
+        """The same timings placed on another roof (a ladder's final, best-of-two one): bounds and labels again."""
+        from engine.measure.roofline import side
+
+        points = []
+        for p in self.points:
+            v = verdict(p.median_ms, p.flops, p.bytes_moved, roof)
+            at = DeviceRoof(roof.name, roof.peak_flops, roof.bandwidth_for(p.bytes_moved), roof.measured)
+            points.append(replace(p, memory_ms=v["memory_ms"], compute_ms=v["compute_ms"], kind=v["kind"],
+                                  label=v["label"], ratio=v["ratio"], side=side(p.intensity, at)))
+        return replace(self, roof=roof, points=tuple(points))
 
     def frame(self) -> pd.DataFrame:
         """One row per s: the table a page shows (bounds and intensity are estimates)."""
@@ -234,3 +246,17 @@ def sweep_at(lm, shape: str | None = None, dtype: torch.dtype | None = None, see
     finally:
         del rlm
         dev.release_memory()
+
+
+def recorded() -> list[PrefillSweep]:
+    """Sweeps recorded on other devices and shipped inside assets/ladder_*.json (gpu-check's "gpu_check"."sweep")."""
+    import json
+
+    from engine.paths import ASSETS
+
+    out = []
+    for p in sorted(ASSETS.glob("ladder_*.json")):
+        sweep = (json.loads(p.read_text(encoding="utf-8")).get("gpu_check") or {}).get("sweep")
+        if sweep:
+            out.append(PrefillSweep.from_dict(sweep))
+    return out
