@@ -328,7 +328,8 @@ def _new_tokens_arg(p: argparse.ArgumentParser, default: int, what: str) -> None
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="bundled name, 'default', Hugging Face id or local folder")
     p.add_argument("--device", default=None, help="cpu, cuda or mps (default: best available)")
-    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: fp32 on CPU)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: fp32 for the bundled models "
+                                                 "and on a CPU; bf16 for others on a GPU; a GPU's ladder times bf16)")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:

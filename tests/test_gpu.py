@@ -47,7 +47,7 @@ def test_lean_tokens_and_logits_equal_the_readable_paths_on_the_gpu(gpu_lm):
     lean = compiled.Lean(gpu_lm, ids.shape[1] + 2)
     with gpu_lm.turn(), torch.no_grad():
         readable = gpu_lm.model(input_ids=ids.to(gpu_lm.device)).logits[:, -1]
-        torch.testing.assert_close(lean.full(ids), readable, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(lean.full(ids), readable, rtol=1e-3, atol=1e-3)
 
 
 def test_the_decode_step_is_captured_as_a_cuda_graph_and_its_compile_kept_apart(gpu_lm):

@@ -161,7 +161,7 @@ class Lean:
         self.where = torch.zeros(1, dtype=torch.long, device=lm.device)  # its cache position, [1]
         self.compile_ms: dict[str, float] = {}  # pass -> its first warm-up (compile, graph recording), apart
         self.warm_ms: dict[tuple, float] = {}  # (pass, shape) -> its warm-up calls, apart from every timing
-        self._skips_before = graph_skips()
+        self.graph_skipped: dict[str, bool] = {}  # pass -> inductor declined its CUDA graphs while it warmed
 
     @property
     def how(self) -> str:
@@ -179,14 +179,16 @@ class Lean:
             return f"{base}, torch.compile (inductor; CUDA graphs need a GPU)"
         if PASSES[name][1] is None:
             return f"{base}, torch.compile (no CUDA graph: each step a new length)"
-        if graph_skips() > self._skips_before:
+        if self.graph_skipped.get(name):
             return f"{base}, torch.compile (CUDA graphs skipped: TORCH_LOGS=perf_hints says why)"
         return f"{base}, torch.compile (reduce-overhead: CUDA graphs)"
 
     @property
     def graph_captured(self) -> bool | None:
-        """CUDA graphs recorded and no step refused them (None where none were asked for)."""
-        return (graph_skips() == self._skips_before) if self.graphs else None
+        """The decode step warmed with CUDA graphs and inductor declined none (None where none were asked for)."""
+        if not self.graphs or "decode" not in self.graph_skipped:
+            return None
+        return not self.graph_skipped["decode"]
 
     def _call(self, name: str, *args) -> torch.Tensor:
         fn = compiled(name) if self.compile else PASSES[name][0]
@@ -202,12 +204,14 @@ class Lean:
         """
         if key in self.warm_ms:
             return
+        skips = graph_skips()
         dev.sync(self.lm.device)
         t0 = time.perf_counter()
         for _ in range(GRAPH_WARMUPS if self.graphs and PASSES[key[0]][1] else EAGER_WARMUPS):
             run()
         dev.sync(self.lm.device)
         self.warm_ms[key] = (time.perf_counter() - t0) * 1e3
+        self.graph_skipped[key[0]] = self.graph_skipped.get(key[0], False) or graph_skips() > skips
         self.compile_ms.setdefault(key[0], self.warm_ms[key])
 
     # every pass below runs under the caller's turn on the model (greedy, time_*: lm.turn())
