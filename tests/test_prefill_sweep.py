@@ -122,3 +122,18 @@ def test_gpu_checks_document_is_a_ladder_a_page_reads_back_with_its_sweep(bundle
     assert d["gpu_check"]["targets"] == rows and all({"target", "measured", "holds"} <= set(r) for r in rows)
     race = gpu_check.race_at_rung(bundled_lm, "1M", 8, log=lambda text: None)
     assert race["identical"] and race["how"]["cache"].startswith("static cache + SDPA")
+
+
+def test_the_sweeps_figure_has_the_measured_line_both_bounds_and_the_ridge_and_says_whose_shape(swept):
+    from engine.draw.prefill_sweep import sweep_caption, sweep_figure
+
+    fig = sweep_figure(swept)
+    lines = {t.name: t for t in fig.data}
+    measured = lines["prefill, measured: per prompt token"]
+    assert list(measured.x) == [8, 16, 32] and list(measured.y) == pytest.approx([p.per_token_ms for p in swept.points])
+    assert list(lines["memory bound per token (estimate)"].y) == pytest.approx([p.memory_ms / p.s for p in swept.points])
+    assert swept.weights in fig.layout.title.subtitle.text and swept.how in fig.layout.title.subtitle.text
+    ridge = next((a.text for a in fig.layout.annotations if a.text.startswith("ridge")), None)
+    assert (ridge is not None) == (swept.crossing_s is not None)
+    words = sweep_caption(swept)
+    assert swept.points[0].label in words and "past the model's 512 positions" in words
