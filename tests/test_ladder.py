@@ -332,7 +332,8 @@ def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
     lad, _ = measured
     steady = replace(lad, rungs=tuple(replace(r, **{k: replace(getattr(r, k), low_ms=getattr(r, k).median_ms,
                                                                 high_ms=getattr(r, k).median_ms)
-                                                    for k in ("prefill", "decode", "nocache")}, lean=None)
+                                                    for k in ("prefill", "decode", "nocache")}, lean=None,
+                                      lean_prefill=None)
                                       for r in lad.rungs))
     assert ladder_note(steady) is None
     r0 = steady.rungs[-1]

@@ -137,3 +137,15 @@ def test_the_sweeps_figure_has_the_measured_line_both_bounds_and_the_ridge_and_s
     assert (ridge is not None) == (swept.crossing_s is not None)
     words = sweep_caption(swept)
     assert swept.points[0].label in words and "past the model's 512 positions" in words
+
+
+def test_a_sweep_timed_on_a_busy_server_says_so_under_its_picture(swept):
+    from engine.draw.prefill_sweep import sweep_figure
+    from engine.measure.noise import BUSY, sweep_note
+
+    steady = replace(swept, points=tuple(replace(p, low_ms=p.median_ms, high_ms=p.median_ms) for p in swept.points))
+    assert sweep_note(steady) is None
+    p0 = steady.points[1]
+    busy = replace(steady, points=(steady.points[0], replace(p0, low_ms=1.0, high_ms=9.0), *steady.points[2:]))
+    assert sweep_note(busy).startswith(f"{BUSY}: the prefill of {p0.s} tokens ranged 1.0–9.0 ms")
+    assert any(a.text.startswith("⚠ " + BUSY) for a in sweep_figure(busy).layout.annotations)

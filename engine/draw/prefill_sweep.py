@@ -14,8 +14,10 @@ import math
 
 import plotly.graph_objects as go
 
+from engine.draw.figures import note_box
 from engine.draw.ladder import log_ticks, short_device
 from engine.draw.palette import ESTIMATE, GREY, PREFILL, layout
+from engine.measure.noise import sweep_note
 from engine.measure.prefill_sweep import PrefillSweep
 
 
@@ -53,6 +55,9 @@ def sweep_figure(sweep: PrefillSweep, scale: float = 1.0, height: int = 380) -> 
     fig.update_layout(title=dict(subtitle=dict(
         text=f"{sweep.weights} · {short_device(sweep.device)}, {sweep.dtype}<br>{sweep.how}",
         font=dict(size=12 * scale))), margin=dict(t=int(116 * scale)), legend=dict(y=1.0, traceorder="normal"))
+    note = sweep_note(sweep)
+    if note:  # a busy server said under the chart, with the spread that shows it (STYLE 24)
+        note_box(fig, note, scale, chars=64)
     return fig
 
 
