@@ -1,4 +1,5 @@
-"""`python -m engine bench`: the benchmarks, ratios measured side by side in one run (benchmarks/bench.py)."""
+"""`python -m engine bench` and `gpu-check`: ratios measured side by side in one run (benchmarks/bench.py), and every
+GPU figure beside its target in one command (benchmarks/gpu_check.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from engine.cli_args import check_json_path, load_from, model_args, positive, wr
 
 
 def add_parser(sub) -> None:
-    """`python -m engine bench`: its options (engine/cli.py finds it by name)."""
+    """`python -m engine bench` and `gpu-check`: their options (engine/cli.py finds them by name)."""
     b = sub.add_parser("bench", help="engine vs generate overhead; cache vs no-cache")
     b.add_argument("--json")
     b.add_argument("--lengths", type=positive, nargs="+", default=[64, 256, 512])
@@ -16,6 +17,16 @@ def add_parser(sub) -> None:
                    help="the size ladder's rungs in the bench (default: own 110M; none given: no ladder)")
     model_args(b)
     b.set_defaults(func=main)
+
+    gc = sub.add_parser("gpu-check", help="on a CUDA GPU: the gpu tests, the ladder, the prefill sweep and the races, "
+                                          "each target beside its measured figure (about 5 minutes)")
+    gc.add_argument("--json", help="write the ladder with every figure here (ship it as assets/ladder_gpu.json)")
+    gc.add_argument("--sizes", nargs="+", help="the ladder's rungs (default: own TinyLlama-1.1B Llama-3-8B)")
+    gc.add_argument("--sweep-shape", dest="sweep_shape", help="the rung the prefill sweep runs at (default Llama-3-8B)")
+    gc.add_argument("--race-shape", dest="race_shape", default="TinyLlama-1.1B", help="the rung the lean race runs at")
+    gc.add_argument("--no-tests", dest="no_tests", action="store_true", help="skip the gpu tests")
+    gc.add_argument("--no-races", dest="no_races", action="store_true", help="skip both races")
+    gc.set_defaults(func=gpu_check_main)
 
 
 def main(args) -> int:
@@ -28,3 +39,18 @@ def main(args) -> int:
     if args.json:
         write_json(args.json, res)
     return 0
+
+
+def gpu_check_main(args) -> int:
+    """Every GPU figure beside its target (benchmarks/gpu_check.py); exit 1 if one does not hold."""
+    from benchmarks.gpu_check import gpu_check, require_cuda, table
+
+    check_json_path(args.json)
+    require_cuda()
+    doc, rows = gpu_check(sizes=args.sizes, sweep_shape=args.sweep_shape, race_shape=args.race_shape,
+                          tests=not args.no_tests, races=not args.no_races, log=lambda text: print(text, flush=True))
+    print()
+    print(table(rows))
+    if args.json:
+        write_json(args.json, doc)
+    return 0 if all(r["holds"] is not False for r in rows) else 1

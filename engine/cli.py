@@ -1,4 +1,4 @@
-"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,bench,budget}`
+"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,budget,bench,gpu-check}`
 (training: `python -m tools.train`).
 
 The core's commands live here; a topic's live in its folder (topics/*/cli.py, benchmarks/cli.py), each an

@@ -1,10 +1,11 @@
 """Shared fixtures: tiny random models for architecture coverage, the bundled model for realism, and the
 system parts the slower tiers need (system Chromium; redis-server and nginx).
 
-Tiers (README, "Install, run, test"): a test is marked `browser` or `system` here, from the fixtures it uses
-(TIER_OF_FIXTURE), so a new test lands in its tier by asking for what it needs; `slow` is marked by hand on the
-tests that take long on the 2-core reference machine. A missing system part fails the test that needs it with
-the one command that installs it.
+Tiers (README, "Install, run, test"): a test is marked `browser`, `system` or `gpu` here, from the fixtures it
+uses (TIER_OF_FIXTURE), so a new test lands in its tier by asking for what it needs; `slow` is marked by hand on
+the tests that take long on the 2-core reference machine. A missing system part fails the test that needs it
+with the one command that installs it. The `gpu` tier runs only when `-m` names it (`-m gpu`, or
+`python -m engine gpu-check`): a run that does not ask for it deselects it, on any machine.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ TIER_OF_FIXTURE = {  # a test that uses one of these, itself or through another 
     "redis_server": "system",  # a redis-server on loopback (tests/test_follow.py, tests/test_deploy.py)
     "nginx": "system",  # nginx in front of app replicas (tests/test_deploy.py)
     "load_report": "system",  # tests/load.py: its own app server and a classroom of browser sessions
+    "cuda": "gpu",  # a CUDA GPU (tests/test_gpu.py): lean tokens, CUDA graphs, the exact race on the device
 }
+ASKED_ONLY = ("gpu",)  # tiers that run only when -m names them: deselected from every other run
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,10 +54,15 @@ def pytest_collection_modifyitems(config, items):
         tiers = sorted({TIER_OF_FIXTURE[name] for name in item.fixturenames if name in TIER_OF_FIXTURE})
         for tier in tiers:
             item.add_marker(tier)
-        if tiers:  # pytest.ini runs two workers (pytest-xdist, --dist loadgroup): every browser and system test in
+        if set(tiers) & {"browser", "system"}:  # pytest.ini runs two workers (pytest-xdist, --dist loadgroup): every browser and system test in
             # one of them, in turn, as one person at one screen would; the engine and AppTest tests share the other
             # (and this one, once it is free). One app server per worker, no two browsers timing each other.
             item.add_marker(pytest.mark.xdist_group("browser"))
+    asked = config.getoption("markexpr", "") or ""
+    unasked = [item for item in items if any(item.get_closest_marker(tier) and tier not in asked for tier in ASKED_ONLY)]
+    if unasked:
+        config.hook.pytest_deselected(items=unasked)
+        items[:] = [item for item in items if item not in unasked]
 
 
 # ---------------------------------------------------------------- system parts: found, or one line on how to get them
@@ -83,6 +91,15 @@ def system_part(fixture: str) -> str:
 def chromium() -> str:
     """The system Chromium (never a browser download): DECODE_LAB_CHROMIUM, else chromium on the PATH."""
     return system_part("chromium")
+
+
+@pytest.fixture(scope="session")
+def cuda() -> torch.device:
+    """The CUDA GPU; on a machine without one, each gpu test fails at once with this one line."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    pytest.fail("no CUDA GPU on this machine: the gpu tier runs on one (there: `python -m engine gpu-check`, "
+                "or `python -m pytest -m gpu tests/test_gpu.py`)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

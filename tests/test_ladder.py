@@ -146,11 +146,12 @@ def test_the_ladder_has_every_field_and_its_labels_are_the_roofline_rule(measure
         assert r.weights == (rungs.TRAINED_WEIGHTS if r.trained else rungs.RANDOM_WEIGHTS)
         assert (r.prefill.q_len, r.decode.q_len, r.nocache.q_len) == (16, 1, 17)  # s, 1, s + 1
         assert (r.decode.past, r.nocache.past) == (16, 0)
-        for m in (r.prefill, r.decode, r.nocache, r.lean):
+        for m in (r.prefill, r.decode, r.nocache, r.lean, r.lean_prefill):
             v = roofline.verdict(m.median_ms, m.flops, m.bytes_moved, lad.roof)
             assert (m.kind, m.label) == (v["kind"], v["label"])
             assert m.runs == 2 and m.low_ms <= m.median_ms <= m.high_ms and m.warmup_ms is not None
-        assert r.lean.path == "static cache, eager (no graphs on this device)"
+        assert r.lean.path == "static cache + SDPA, not compiled"  # a CPU compiles only when asked
+        assert r.lean_prefill.path == "every position at once, SDPA, not compiled" and r.lean_prefill.q_len == 16
         assert r.same_token
         assert 0 < r.prefill_matmul_ms  # the prefill's matmuls alone, s rows each, timed too
     assert Ladder.from_dict(d) == lad  # a recorded ladder reads back whole
@@ -187,8 +188,8 @@ def test_a_ladder_waits_for_the_models_lock_so_no_students_pass_runs_beside_it(b
 def test_a_rungs_weights_are_given_back_after_it_is_measured(bundled_lm, monkeypatch):
     refs = []
 
-    def build(rung, lm, seed=0):
-        rlm = rungs.build(rung, lm, seed)
+    def build(rung, lm, seed=0, dtype=None):
+        rlm = rungs.build(rung, lm, seed, dtype)
         if not rung.own:
             refs.append(weakref.ref(rlm.model))
         return rlm
@@ -311,17 +312,15 @@ def test_cli_ladder_refuses_a_rung_over_the_limit_in_one_line(capsys, monkeypatc
 
 @pytest.mark.parametrize("which", ["llama", "gpt2"])
 def test_the_lean_path_chooses_the_steppers_greedy_tokens(which, bundled_lm, gpt2_lm):
-    from engine.forward import lean
+    from engine.forward import compiled
 
     lm = bundled_lm if which == "llama" else gpt2_lm
     run = Stepper(lm, "Once upon a time, there was a little girl named Lily. She", max_new_tokens=24,
                   stop_on_eos=False, record=False, repeats=1)
     run.run()
-    assert lean.greedy(lm, run.ids[:, :run.prompt_len], 24) == run.generated_ids
-    timing, how = lean.time_decode(lm, run.ids[:, :run.prompt_len], repeats=2)
-    assert timing.repeats == 2 and timing.warmup_ms is not None and "static cache" in how
-    with pytest.raises(ValueError):
-        lean.LeanDecoder(lm, 32, graphs=True)  # CUDA graphs need CUDA
+    assert compiled.greedy(lm, run.ids[:, :run.prompt_len], 24, compile=False) == run.generated_ids
+    timing, lean = compiled.time_decode(lm, run.ids[:, :run.prompt_len], repeats=2, compile=False)
+    assert timing.repeats == 2 and timing.warmup_ms is not None and lean.how == "static cache + SDPA, not compiled"
 
 
 def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
@@ -334,7 +333,8 @@ def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
     lad, _ = measured
     steady = replace(lad, rungs=tuple(replace(r, **{k: replace(getattr(r, k), low_ms=getattr(r, k).median_ms,
                                                                 high_ms=getattr(r, k).median_ms)
-                                                    for k in ("prefill", "decode", "nocache")}, lean=None)
+                                                    for k in ("prefill", "decode", "nocache")}, lean=None,
+                                      lean_prefill=None)
                                       for r in lad.rungs))
     assert ladder_note(steady) is None
     r0 = steady.rungs[-1]

@@ -62,6 +62,22 @@ def bundled_models() -> list[str]:
     return sorted(names, key=lambda n: n != DEFAULT_MODEL)
 
 
+def is_bundled(source: str) -> bool:
+    """Is `source` one of the models shipped in assets/models/ ('default' included)?"""
+    source = (source or "").strip()
+    return (MODELS_DIR / (DEFAULT_MODEL if source == "default" else source) / "config.json").is_file()
+
+
+def model_dtype(source: str, device: torch.device, requested: str | torch.dtype | None = None) -> torch.dtype:
+    """The dtype a model loads in: `requested` if given; a bundled model in float32 on every device (a few MB:
+    the lesson is exactness, and a cache-off race in bf16 can flip a near-tie between two tokens); any other
+    model in the device's fast dtype (engine.device.pick_dtype: bf16 on a GPU, fp32 on a CPU)."""
+    if requested is None or requested == "auto":
+        if is_bundled(source):
+            return torch.float32
+    return dev.pick_dtype(device, requested)
+
+
 def resolve_source(source: str) -> str:
     """"default" or a bundled name -> its folder; anything else is a local folder or a hub id."""
     source = (source or "").strip()
@@ -134,7 +150,7 @@ def _checked_load(source: str, device, dtype, warmup: bool) -> LoadedModel:
     hf_logging.disable_progress_bar()
     try:
         torch_device = dev.pick_device(device)
-        torch_dtype = dev.pick_dtype(torch_device, dtype)
+        torch_dtype = model_dtype(source, torch_device, dtype)
     except ValueError as e:
         raise ModelLoadError(str(e)) from None
     except RuntimeError:  # torch's "Expected one of cpu, cuda, ..." for a device name it does not know

@@ -11,6 +11,10 @@ config with seeded random weights (no download, nothing saved). What a rung keep
     aspect      d_model / layers, traded against the size asked for (d_model moves in whole heads)
     vocab       the model's own, so its tokenizer still reads and writes a rung's tokens
 
+A rung can also take a published model's shape by name ("Llama-3-8B": engine/load/shapes.py): its own family,
+figures and vocabulary, random weights, labelled with the model whose shape it is. A GPU's default rungs are
+real shapes; a grown shape keeps a CPU's ladder comparable with its recorded figures.
+
 Check, then commit: every rung's exact parameter count comes from a build on the meta device (no memory),
 and a rung that would not fit (`engine.load.device.available_bytes`, which `DECODE_LAB_MEMORY_LIMIT` caps)
 is refused before any weight is allocated.
@@ -30,6 +34,7 @@ from engine.errors import StepError, TooLarge
 from engine.load import device as dev
 from engine.load.checks import MAX_LAYERS, MAX_WIDTH, MEMORY_HEADROOM, estimate_parameters
 from engine.load.loaded import MAX_WAITING, LoadedModel
+from engine.load.shapes import lookup, shape_config, weights_words
 from engine.units import human_bytes
 
 RANDOM_WEIGHTS = "random weights: for timing only, their tokens are noise"
@@ -40,7 +45,9 @@ SIZE_TOLERANCE = 0.03  # a rung's count may stray this share from the size asked
 ASPECT_TOLERANCE = 1.5  # ... and its d_model / layers this factor from the model's
 FF_FIELDS = ("intermediate_size", "n_inner", "ffn_dim")
 CPU_SIZES = (OWN, "25M", "50M", "110M", "220M")
-GPU_SIZES = (OWN, "110M", "350M", "1B", "3B", "7B")
+# real shapes on a GPU (engine/load/shapes.py): ~1 B and ~8 B beside the model itself, so the whole ladder,
+# compiling the lean path at every rung (~20-40 s each on a GPU host), stays within four minutes
+GPU_SIZES = (OWN, "TinyLlama-1.1B", "Llama-3-8B")
 
 
 @dataclass(frozen=True)
@@ -64,9 +71,12 @@ class Rung:
     shape: Shape
     own: bool  # the loaded model itself, measured as it is
     config: object = None  # the grown config (None for the model itself)
+    shape_of: str | None = None  # the published model whose shape this is ("Llama-3-8B"), None for a grown one
 
     @property
     def weights(self) -> str:
+        if self.shape_of:
+            return weights_words(self.shape_of)
         return TRAINED_WEIGHTS if self.own else RANDOM_WEIGHTS
 
     def weight_bytes(self, dtype: torch.dtype) -> int:
@@ -74,8 +84,8 @@ class Rung:
 
     @property
     def label(self) -> str:
-        """'4.1M' or '111M': the exact count, short."""
-        return short_count(self.parameters)
+        """'4.1M' or '111M': the exact count, short; a real shape's model name ('Llama-3-8B')."""
+        return self.shape_of or short_count(self.parameters)
 
 
 def short_count(n: float) -> str:
@@ -94,7 +104,8 @@ def parse_size(text: str) -> int | None:
         return None
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmb]?)", t)
     if not m:
-        raise StepError(f"Size {str(text)[:20]!r} is not a size: write it like 25M, 110M or 1.1B (or 'own').")
+        raise StepError(f"Size {str(text)[:20]!r} is not a size: write it like 25M, 110M or 1.1B (or 'own'), "
+                        "or name a published shape such as Llama-3-8B.")
     n = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}[m.group(2)]
     if n < 1e5:
         raise StepError(f"Size {text!r} is too small for a ladder rung: the smallest is 100k parameters.")
@@ -213,19 +224,30 @@ class _Counter:
 # ---------------------------------------------------------------- planning the ladder
 
 
-def plan(lm: LoadedModel, sizes=None, tokens: int = 128) -> tuple[list[Rung], list[str]]:
-    """Every rung, exactly counted and checked against free memory, before anything is built.
+def plan(lm: LoadedModel, sizes=None, tokens: int = 128, dtype: torch.dtype | None = None
+         ) -> tuple[list[Rung], list[str]]:
+    """Every rung, exactly counted and checked against free memory in `dtype` (default lm's), before anything
+    is built.
 
-    Returns (rungs, left_out). Sizes asked for by name that would not fit raise one TooLarge naming them all;
-    default sizes that would not fit are left out (a GPU's ladder goes as high as its memory allows).
+    A size is 'own', a parameter count ('110M': the model's shape grown) or a published shape's name
+    ('Llama-3-8B'). Returns (rungs, left_out). Sizes asked for by name that would not fit raise one TooLarge
+    naming them all; default sizes that would not fit are left out (a GPU's ladder goes as high as its memory
+    allows).
     """
+    dtype = dtype or lm.dtype
     asked = sizes is not None and len(sizes) > 0
     sizes = list(sizes) if asked else list(default_sizes(lm.device))
-    targets = [(str(s), parse_size(s)) for s in sizes]
     own = own_shape(lm.config)
     positions = tokens + 2  # the prompt, the decode step's position, one spare
     rungs, counter = [], None
-    for size, target in targets:
+    for size in map(str, sizes):
+        if not _is_count(size) and _names_a_shape(size):
+            name = lookup(size)
+            config = shape_config(name, min_positions=positions)
+            rungs.append(Rung(size, estimate_parameters(config), own_shape(config), own=False, config=config,
+                              shape_of=name))
+            continue
+        target = parse_size(size)
         if target is None or abs(target / lm.spec.parameters - 1) <= OWN_TOLERANCE:
             if positions > lm.spec.max_positions:
                 raise StepError(f"{tokens} tokens do not fit the model itself ({lm.spec.max_positions} positions): "
@@ -237,10 +259,26 @@ def plan(lm: LoadedModel, sizes=None, tokens: int = 128) -> tuple[list[Rung], li
         config = grown_config(lm.config, shape, positions)
         rungs.append(Rung(size, estimate_parameters(config), shape, own=False, config=config))
     rungs = sorted({(r.own, r.parameters): r for r in rungs}.values(), key=lambda r: r.parameters)
-    too_big = [r for r in rungs if not fits(r, lm)]
+    too_big = [r for r in rungs if not fits(r, lm, dtype)]
     if too_big and asked:
-        raise TooLarge(refusal(too_big, lm))
+        raise TooLarge(refusal(too_big, lm, dtype))
     return [r for r in rungs if r not in too_big], [r.size for r in too_big]
+
+
+def _is_count(size: str) -> bool:
+    try:
+        parse_size(size)
+        return True
+    except StepError:
+        return False
+
+
+def _names_a_shape(size: str) -> bool:
+    try:
+        lookup(size)
+        return True
+    except StepError:
+        return False
 
 
 def need_bytes(rung: Rung, dtype: torch.dtype) -> float:
@@ -248,50 +286,68 @@ def need_bytes(rung: Rung, dtype: torch.dtype) -> float:
     return rung.weight_bytes(dtype) * MEMORY_HEADROOM
 
 
-def fits(rung: Rung, lm: LoadedModel) -> bool:
-    return rung.own or need_bytes(rung, lm.dtype) <= dev.available_bytes(lm.device)
+def fits(rung: Rung, lm: LoadedModel, dtype: torch.dtype | None = None) -> bool:
+    dtype = dtype or lm.dtype
+    if rung.own and dtype == lm.dtype:
+        return True
+    return need_bytes(rung, dtype) <= dev.available_bytes(lm.device)
 
 
-def refusal(rungs: list[Rung], lm: LoadedModel) -> str:
+def refusal(rungs: list[Rung], lm: LoadedModel, dtype: torch.dtype | None = None) -> str:
     """One plain message for every rung that would not fit."""
+    dtype = dtype or lm.dtype
+    name = str(dtype).removeprefix("torch.")
     have = dev.available_bytes(lm.device)
-    names = ", ".join(f"{r.size} ({r.label} parameters, {human_bytes(r.weight_bytes(lm.dtype))} of "
-                      f"{lm.dtype_name} weights)" for r in rungs)
+    names = ", ".join(f"{r.size} ({short_count(r.parameters)} parameters, {human_bytes(r.weight_bytes(dtype))} of "
+                      f"{name} weights)" for r in rungs)
     return (f"The ladder cannot build {names}: with room for activations each needs "
-            f"{human_bytes(need_bytes(rungs[0], lm.dtype))} or more, and {human_bytes(have)} is free on "
+            f"{human_bytes(need_bytes(rungs[0], dtype))} or more, and {human_bytes(have)} is free on "
             f"{lm.device.type} (DECODE_LAB_MEMORY_LIMIT caps it where it is set). Choose smaller sizes.")
 
 
 # ---------------------------------------------------------------- building one rung
 
 
-def build(rung: Rung, lm: LoadedModel, seed: int = 0) -> LoadedModel:
-    """The rung as a LoadedModel on lm's device and dtype, sharing lm's tokenizer; free memory checked again first.
+def build(rung: Rung, lm: LoadedModel, seed: int = 0, dtype: torch.dtype | None = None) -> LoadedModel:
+    """The rung as a LoadedModel on lm's device in `dtype` (default lm's), sharing lm's tokenizer; free memory
+    checked again first.
 
-    The model itself comes back as it is, with a lock of its own: the ladder holds lm's lock around each
-    rung, so students' passes never run beside its timing.
+    The model itself comes back as it is, with a lock of its own (the ladder holds lm's lock around each
+    rung, so students' passes never run beside its timing); in another dtype, as a converted copy (a small
+    model: the bundled ones are a few MB). A real shape's vocabulary may be larger than the tokenizer's: its
+    random tokens above the tokenizer's read as nothing, and the prompt's tokens are the tokenizer's own.
     """
-    if rung.own:
+    dtype = dtype or lm.dtype
+    if rung.own and dtype == lm.dtype:
         return replace(lm, lock=threading.Lock(), slots=threading.Semaphore(MAX_WAITING))
-    if not fits(rung, lm):  # memory taken since the plan was made
-        raise TooLarge(refusal([rung], lm))
+    if rung.own:
+        model = copy.deepcopy(lm.model).to(dtype)
+        return replace(lm, model=model, dtype=dtype, lock=threading.Lock(), slots=threading.Semaphore(MAX_WAITING))
+    if not fits(rung, lm, dtype):  # memory taken since the plan was made
+        raise TooLarge(refusal([rung], lm, dtype))
     from transformers import AutoModelForCausalLM
 
+    from engine.forward import capture
     from engine.forward.spec import from_config
 
+    captures = lm.captures if rung.shape_of is None else capture.supports(rung.config)
+    if captures:
+        capture.register()
+    attention = lm.config._attn_implementation if rung.shape_of is None else \
+        (capture.IMPLEMENTATION if captures else "eager")
     torch.manual_seed(seed)
     with torch.device(lm.device):
-        model = AutoModelForCausalLM.from_config(rung.config, dtype=lm.dtype,
-                                                 attn_implementation=lm.config._attn_implementation)
+        model = AutoModelForCausalLM.from_config(rung.config, dtype=dtype, attn_implementation=attention)
     model.eval()
     if lm.device.type == "cpu":
         store_in_out(model)
-    spec = from_config(model.config, f"{model_name(lm)} grown to {rung.label}", rung.parameters, RANDOM_WEIGHTS)
+    name = f"{rung.shape_of}'s shape" if rung.shape_of else f"{model_name(lm)} grown to {rung.label}"
+    spec = from_config(model.config, name, rung.parameters, rung.weights if rung.shape_of else RANDOM_WEIGHTS)
     if (spec.layers, spec.d_model, spec.heads, spec.kv_heads) != (rung.shape.layers, rung.shape.d_model,
                                                                   rung.shape.heads, rung.shape.kv_heads):
         raise StepError(f"The ladder cannot grow a {spec.architecture}: its config did not take the new shape.")
-    return LoadedModel(model=model, tokenizer=lm.tokenizer, spec=spec, device=lm.device, dtype=lm.dtype,
-                       captures=lm.captures)
+    return LoadedModel(model=model, tokenizer=lm.tokenizer, spec=spec, device=lm.device, dtype=dtype,
+                       captures=captures)
 
 
 def store_in_out(model) -> None:
@@ -310,11 +366,12 @@ def store_in_out(model) -> None:
                 module.weight.data = module.weight.data.t().contiguous().t()
 
 
-def rung_model(lm: LoadedModel, size: str, seed: int = 0) -> LoadedModel:
+def rung_model(lm: LoadedModel, size: str, seed: int = 0, dtype: torch.dtype | None = None) -> LoadedModel:
     """One rung as a LoadedModel of its own, with the model's own context length (the race at a real size).
 
-    'own' (or a size within OWN_TOLERANCE of the model's) is lm itself. Refused like any rung: one TooLarge.
-    The caller holds the only reference: dropping it (then device.release_memory()) gives the memory back.
+    `size` is a count ('110M') or a published shape ('TinyLlama-1.1B'); 'own' (or a size within OWN_TOLERANCE
+    of the model's) is lm itself. Refused like any rung: one TooLarge. The caller holds the only reference:
+    dropping it (then device.release_memory()) gives the memory back.
     """
-    (rung,), _ = plan(lm, [size], tokens=lm.spec.max_positions - 2)
-    return lm if rung.own else build(rung, lm, seed)
+    (rung,), _ = plan(lm, [size], tokens=lm.spec.max_positions - 2, dtype=dtype)
+    return lm if rung.own and (dtype is None or dtype == lm.dtype) else build(rung, lm, seed, dtype)

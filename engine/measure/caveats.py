@@ -126,7 +126,8 @@ def compare_note(cache, nocache) -> str | None:
 def ladder_note(ladder) -> str | None:
     """A size ladder (topics.ladder.record.Ladder): the pass whose timed runs spread the widest, when wider
     than WIDE; its label is then the server's noise as much as the hardware. None when every pass held steady."""
-    passes = [(r.label, m) for r in ladder.rungs for m in (r.prefill, r.decode, r.nocache, r.lean)
+    passes = [(r.label, m) for r in ladder.rungs for m in (r.prefill, r.decode, r.nocache, r.lean, r.lean_prefill,
+                                                          r.recipe)
               if m is not None and m.runs > 1 and m.low_ms > 0]
     if not passes:
         return None
@@ -136,4 +137,19 @@ def ladder_note(ladder) -> str | None:
         return None
     return (f"{BUSY}: {label}'s {m.what} ranged {m.low_ms:.1f}–{m.high_ms:.1f} ms over its {m.runs} timed runs "
             f"(×{ratio:.1f}). A median that far from its fastest run is other work's time as much as the "
+            "hardware's, and so is its label: measure again when the server is quiet.")
+
+
+def sweep_note(sweep) -> str | None:
+    """A prefill sweep (topics.ladder.sweep.PrefillSweep): the length whose timed runs spread the widest,
+    when wider than WIDE (its label is then the server's noise as much as the hardware's); None when all held."""
+    points = [p for p in sweep.points if p.runs > 1 and p.low_ms > 0]
+    if not points:
+        return None
+    p = max(points, key=lambda p: p.high_ms / p.low_ms)
+    ratio = p.high_ms / p.low_ms
+    if ratio <= WIDE:
+        return None
+    return (f"{BUSY}: the prefill of {p.s} tokens ranged {p.low_ms:.1f}–{p.high_ms:.1f} ms over its {p.runs} timed "
+            f"runs (×{ratio:.1f}). A median that far from its fastest run is other work's time as much as the "
             "hardware's, and so is its label: measure again when the server is quiet.")

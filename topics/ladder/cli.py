@@ -10,9 +10,12 @@ def add_parser(sub) -> None:
     """`python -m engine ladder`: its options (engine/cli.py finds it by name)."""
     g = sub.add_parser("ladder", help="grow the model: prefill and decode timed at several sizes on this device's "
                                       "roofline (random weights, timing only)")
-    g.add_argument("--sizes", nargs="+", help="parameter counts, e.g. own 25M 110M 1.1B ('own': the model itself; "
-                                              "default: own 25M 50M 110M 220M on a CPU, up to 7B on a GPU as memory allows)")
-    g.add_argument("--tokens", type=positive, default=128, help="s: the prefill's length and the decode step's context")
+    g.add_argument("--sizes", nargs="+", help="parameter counts or published shapes, e.g. own 25M 110M 1.1B "
+                                              "SmolLM2-135M Llama-3-8B ('own': the model itself; default: own 25M "
+                                              "50M 110M 220M on a CPU; on a GPU own SmolLM2-135M TinyLlama-1.1B "
+                                              "Llama-3-8B as memory allows)")
+    g.add_argument("--tokens", type=positive, default=None,
+                   help="s: the prefill's length and the decode step's context (default 128 on a CPU, 384 on a GPU)")
     g.add_argument("--repeats", type=positive, default=5, help="timed runs per pass after a warm-up run")
     g.add_argument("--json", help="write the ladder here (the keys of topics/ladder/record.py)")
     model_args(g)
@@ -24,18 +27,20 @@ def main(args) -> int:
     from tqdm import tqdm
 
     from engine.load.rungs import plan
-    from topics.ladder.measure import measure_ladder
+    from topics.ladder.measure import default_tokens, measure_ladder, timing_dtype
 
     check_json_path(args.json)
     lm = load_from(args)
-    planned = plan(lm, args.sizes, args.tokens)  # a rung that would not fit is refused before the bar starts
+    tokens = args.tokens or default_tokens(lm.device)
+    dtype = lm.dtype if args.dtype else timing_dtype(lm)  # a GPU's ladder in bf16 unless --dtype says otherwise
+    planned = plan(lm, args.sizes, tokens, dtype)  # a rung that would not fit is refused before the bar starts
     with tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}") as bar:
         def progress(fraction: float, text: str) -> None:
             bar.set_description_str(text[:70])
             bar.update(max(0, round(fraction * 100) - bar.n))
 
-        lad = measure_ladder(lm, args.sizes, tokens=args.tokens, repeats=args.repeats, on_progress=progress,
-                             planned=planned)
+        lad = measure_ladder(lm, args.sizes, tokens=tokens, repeats=args.repeats, on_progress=progress,
+                             planned=planned, dtype=dtype)
     r = lad.roof
     print(f"{lad.model} ({lad.family}) on {lad.device}, {lad.dtype}; s = {lad.tokens} tokens ({lad.prompt}); "
           f"medians of {lad.repeats} after a warm-up run (excluded), min-max beside them")
@@ -53,6 +58,8 @@ def main(args) -> int:
         print(ladder_note(lad))
     if lad.left_out:
         print(f"left out (would not fit this device's memory): {', '.join(lad.left_out)}")
+    if lad.compile_s:
+        print(f"compiling the lean path (and the recipe): {lad.compile_s:.1f} s of the wall time, never in a step's time")
     print(f"ladder wall time {lad.wall_s:.1f} s; resident memory {human_bytes(lad.rss_before_bytes)} before, "
           f"{human_bytes(lad.rss_after_bytes)} after")
     if args.json:

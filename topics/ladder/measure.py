@@ -13,7 +13,14 @@ median and min-max of `repeats` runs):
     decode (no cache)  the same step with the cache off                   [batch=1, s + 1], nothing cached
     matmuls alone      the decode step's weight matrices, nothing else    topics.ladder.profile.matmuls_alone
                        (and the prefill's, s rows each: how far the arithmetic alone sits above the compute bound)
-    decode (lean)      CUDA only: the same step on a static cache replayed as a CUDA graph (engine.forward.lean)
+    lean path          CUDA by default: the rung compiled (engine.forward.compiled: static cache, SDPA,
+                       torch.compile with CUDA graphs): its prefill and its decode step, compile time apart
+    the recipe         CUDA, the largest rung: transformers' own generate(cache_implementation="static"),
+                       auto-compiled, timed beside the lean decode in the same run
+
+On a GPU the rungs are published models' shapes (engine/load/shapes.py: SmolLM2-135M, TinyLlama-1.1B,
+Llama-3-8B), measured in the device's fast dtype (bf16) whatever dtype the bundled model was loaded in, at
+s = GPU_TOKENS (past a GPU's ridge in bf16, within the bundled model's 512 positions).
 
 Each pass is placed on this device's roofline, probed before and after the rungs under the same thread count
 (the best of the two: `best_roof`), and labelled by roofline.verdict. Every rung runs on the threads the app
@@ -48,7 +55,9 @@ from engine.load.loaded import LoadedModel
 from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan
 from topics.ladder.record import Ladder, Measured, RungResult
 
-TOKENS = 128  # s: the prefill's length and the decode step's context
+TOKENS = 128  # s: the prefill's length and the decode step's context (a CPU: its ridge is ~13 FLOP/byte)
+GPU_TOKENS = 384  # on a GPU: ≥ 2x an H100's or H200's bf16 ridge (~180-300 FLOP/byte; a bf16 prefill's
+# intensity is about s), so the prefill is on the compute side, and within the bundled model's 512 positions
 REPEATS = 5  # timed runs per pass, after one warm-up run
 PROBE_S = 1.5  # seconds for each half of a roofline probe (matmul, copy): the probe's own default
 PROBE_SHARE = 0.05  # of the progress bar, for each of the two probes
@@ -73,6 +82,29 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def default_tokens(device: torch.device) -> int:
+    """s when none is given: TOKENS on a CPU, GPU_TOKENS on a GPU."""
+    return GPU_TOKENS if device.type == "cuda" else TOKENS
+
+
+def timing_dtype(lm: LoadedModel) -> torch.dtype:
+    """The dtype a ladder measures in: on a GPU the device's fast one (bf16: the physics the lesson is about,
+    whatever dtype the bundled model was loaded in for exactness); elsewhere the model's own."""
+    return dev.pick_dtype(lm.device) if lm.device.type == "cuda" else lm.dtype
+
+
+def versions() -> dict:
+    """What ran the ladder: a recorded one says it."""
+    import platform
+
+    import transformers
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+    if torch.cuda.is_available():
+        out["cuda"] = torch.version.cuda
+    return out
 
 
 def prompt_text(lm: LoadedModel, tokens: int) -> str:
@@ -100,8 +132,8 @@ def best_roof(a, b):
 
 
 def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, lean: bool,
-                 build_ms: float) -> RungResult:
-    """The four passes of one rung (see the module docstring), each labelled by roofline.verdict."""
+                 build_ms: float, recipe: bool = False, compile: bool | None = None) -> RungResult:
+    """The passes of one rung (see the module docstring), each labelled by roofline.verdict."""
     from engine.generate.stepper import Stepper
     from topics.ladder.profile import matmuls_alone
 
@@ -117,12 +149,24 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
     off.repeats = repeats
     nc = off.decode()  # [batch, s + 1]: every position again
     s = pre.q_len
-    lean_pass = None
+    lean_pass = lean_prefill = recipe_pass = compile_ms = None
     if lean:
-        from engine.forward.lean import time_decode
+        from engine.forward.compiled import Lean, time_decode, time_prefill, time_recipe
 
-        timing, how = time_decode(rlm, on.ids[:, :s], repeats)
-        lean_pass = Measured.of("decode (lean)", 1, s, 1, timing, dec.flops_estimate, dec.bytes_estimate, roof, how)
+        ids = on.ids[:, :s]
+        run = Lean(rlm, s + 2, compile)
+        timing, _ = time_prefill(rlm, ids, repeats, run=run)
+        lean_prefill = Measured.of("prefill (lean)", s, 0, s, timing, pre.flops_estimate, pre.bytes_estimate, roof,
+                                   run.describe("full"))
+        timing, _ = time_decode(rlm, ids, repeats, run=run)
+        lean_pass = Measured.of("decode (lean)", 1, s, 1, timing, dec.flops_estimate, dec.bytes_estimate, roof, run.how)
+        compile_ms = dict(run.compile_ms)
+        del run
+        if recipe:
+            timing, warm_ms, how = time_recipe(rlm, ids, repeats=repeats)
+            recipe_pass = Measured.of("decode (recipe)", 1, s, 1, timing, dec.flops_estimate, dec.bytes_estimate, roof,
+                                      how)
+            compile_ms["recipe"] = warm_ms
     shape = rung.shape
     return RungResult(
         size=rung.size, label=rung.label, parameters=rung.parameters, weight_bytes=rung.weight_bytes(rlm.dtype),
@@ -133,20 +177,28 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
         nocache=Measured.of("decode (no cache)", nc.q_len, 0, 1, nc.timing, nc.flops_estimate, nc.bytes_estimate,
                             roof, eager),
         lean=lean_pass, matmul_ms=matmul_ms, build_ms=build_ms, same_token=dec.token_id == nc.token_id,
-        prefill_matmul_ms=prefill_matmul_ms)
+        prefill_matmul_ms=prefill_matmul_ms, shape_of=rung.shape_of, lean_prefill=lean_prefill, recipe=recipe_pass,
+        compile_ms=compile_ms)
 
 
-def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS, on_progress=None,
-                   seed: int = 0, lean: bool | None = None, planned=None) -> Ladder:
+def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats: int = REPEATS, on_progress=None,
+                   seed: int = 0, lean: bool | None = None, planned=None, dtype: torch.dtype | None = None,
+                   recipe: bool | None = None, compile: bool | None = None, also=None) -> Ladder:
     """Plan every rung (refusing what would not fit), probe the roofline, then build, measure and free each rung.
 
-    on_progress(fraction, text) is called before each part; lean defaults to on for CUDA only. `planned` is
+    on_progress(fraction, text) is called before each part; lean defaults to on for CUDA only, compiled there
+    (engine.forward.compiled.default_compile); recipe (transformers' own, beside the lean decode) defaults to
+    the largest rung on CUDA. tokens defaults to default_tokens(device), dtype to timing_dtype(lm). `planned` is
     rungs.plan's answer when the caller has already asked (the CLI refuses before its progress bar starts).
+    also(rung, rlm, roof), where given, runs at each rung while it is built and compiled (gpu-check's prefill
+    sweep: no second build, no second compile).
     """
     from engine.measure.roofline import probe
 
     started, rss_before = time.perf_counter(), rss_bytes()
-    rungs, left_out = planned or plan(lm, sizes, tokens)  # every refusal comes here, before anything is built
+    tokens = tokens or default_tokens(lm.device)
+    dtype = dtype or timing_dtype(lm)
+    rungs, left_out = planned or plan(lm, sizes, tokens, dtype)  # every refusal comes here, before anything is built
     prompt = prompt_text(lm, tokens)
     largest = max(r.parameters for r in rungs)
     lean = lm.device.type == "cuda" if lean is None else lean
@@ -156,33 +208,41 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: i
     done = PROBE_SHARE
     say(0.0, f"measuring this device's roofline (matmul FLOP/s and memory bandwidth, {PROBE_S * 2:.0f} s)…")
     with lm.turn(), serving_cores(largest) as threads:
-        first = probe(lm.device, lm.dtype, budget_s=PROBE_S)
+        first = probe(lm.device, dtype, budget_s=PROBE_S)
         described = dev.describe(lm.device)
     results = []
     for rung, w in zip(rungs, work):
         say(done, f"{rung.label}: building ({rung.weights})…")
         with lm.turn(), serving_cores(largest):
             t0 = time.perf_counter()
-            rlm = build(rung, lm, seed)
+            rlm = build(rung, lm, seed, dtype)
             build_ms = (time.perf_counter() - t0) * 1e3
+            timed = recipe if recipe is not None else lm.device.type == "cuda" and rung.parameters == largest
             try:
-                say(done + 0.1 * w * share, f"{rung.label}: prefill of {tokens} tokens, decode with the cache on and off…")
-                results.append(measure_rung(rung, rlm, prompt, first, repeats, lean, build_ms))
+                say(done + 0.1 * w * share, f"{rung.label}: prefill of {tokens} tokens, decode with the cache on and off"
+                                            + (", the lean path" if lean else "") + "…")
+                results.append(measure_rung(rung, rlm, prompt, first, repeats, lean, build_ms, recipe=lean and timed,
+                                            compile=compile))
+                if also:
+                    also(rung, rlm, first)
             finally:
                 del rlm
                 dev.release_memory()  # the next rung, and every student, gets the memory back
         done += w * share
     say(done, "measuring the roofline again: the roof is the best of the two probes…")
     with lm.turn(), serving_cores(largest):
-        roof = best_roof(first, probe(lm.device, lm.dtype, budget_s=PROBE_S))
+        roof = best_roof(first, probe(lm.device, dtype, budget_s=PROBE_S))
     dev.release_memory()  # the probe's buffers too (128 MiB on a CPU)
     results = [r.on(roof) for r in results]
     say(1.0, "done")
-    return Ladder(model=model_name(lm), family=lm.spec.architecture, device=described, dtype=lm.dtype_name,
+    compile_s = sum(sum((r.compile_ms or {}).values()) for r in results) / 1e3
+    return Ladder(model=model_name(lm), family=lm.spec.architecture, device=described,
+                  dtype=str(dtype).removeprefix("torch."),
                   threads=threads, tokens=tokens, prompt=f"the demo text repeated, its first {tokens} tokens",
                   repeats=repeats, weights_note=RANDOM_WEIGHTS, roof=roof, rungs=tuple(results),
                   left_out=tuple(left_out), wall_s=time.perf_counter() - started, rss_before_bytes=rss_before,
-                  rss_after_bytes=rss_bytes(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                  rss_after_bytes=rss_bytes(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  compile_s=compile_s, versions=versions())
 
 
 # ---------------------------------------------------------------- measured once per server, shared
@@ -257,12 +317,12 @@ class LadderStore:
 STORE = LadderStore()
 
 
-def ladder_key(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS) -> tuple:
-    return (lm.spec.name, int(lm.spec.parameters), str(lm.device), lm.dtype_name,
-            tuple(str(s) for s in sizes) if sizes else "default", tokens, repeats)
+def ladder_key(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats: int = REPEATS) -> tuple:
+    return (lm.spec.name, int(lm.spec.parameters), str(lm.device), str(timing_dtype(lm)),
+            tuple(str(s) for s in sizes) if sizes else "default", tokens or default_tokens(lm.device), repeats)
 
 
-def ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS, again: bool = False,
+def ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats: int = REPEATS, again: bool = False,
            on_progress=None, store: LadderStore = STORE) -> Ladder:
     """The ladder for lm on its device: measured once per server and kept; again=True measures it anew."""
     return store.get(ladder_key(lm, sizes, tokens, repeats),
@@ -270,7 +330,7 @@ def ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REP
                      again=again, on_progress=on_progress)
 
 
-def kept_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: int = REPEATS,
+def kept_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats: int = REPEATS,
                 store: LadderStore = STORE) -> Ladder | None:
     """The ladder already measured for these settings, or None (a page shows it without measuring)."""
     return store.kept(ladder_key(lm, sizes, tokens, repeats))

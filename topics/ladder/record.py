@@ -2,8 +2,10 @@
 
     Measured    one pass at one rung: its times (median, min-max, the warm-up apart), its FLOPs and bytes
                 (estimates), and what the roofline says of it (engine.measure.roofline.verdict)
-    RungResult  one rung: its size and shape, its weights (trained, or random for timing only), and four
-                passes: prefill, cached decode, the same decode with the cache off, and (on CUDA) the lean decode
+    RungResult  one rung: its size and shape (a published model's, or the loaded one's grown), its weights
+                (trained, or random for timing only), and its passes: prefill, cached decode, the same decode
+                with the cache off on the readable path; where timed (on CUDA), the lean path's prefill and
+                decode (engine.forward.compiled) and transformers' own recipe beside them, compile time apart
     Ladder      every rung on one device, the roofline they are placed on, and how the ladder was run
 
 `Ladder.to_dict()` is the JSON (`python -m engine ladder --json`, assets/ladder_*.json); `Ladder.from_dict`
@@ -21,10 +23,13 @@ from engine.units import human_bytes
 
 # the JSON's keys, documented once (tests check a written file has them)
 LADDER_KEYS = ("model", "family", "device", "dtype", "threads", "tokens", "prompt", "repeats", "weights_note", "roof",
-               "rungs", "left_out", "wall_s", "rss_before_bytes", "rss_after_bytes", "measured_at")
+               "rungs", "left_out", "wall_s", "rss_before_bytes", "rss_after_bytes", "measured_at", "compile_s",
+               "versions")
 RUNG_KEYS = ("size", "label", "parameters", "weight_bytes", "trained", "weights", "layers", "d_model", "heads",
              "kv_heads", "head_dim", "d_ff", "prefill", "decode", "nocache", "lean", "matmul_ms", "build_ms",
-             "same_token", "prefill_matmul_ms", "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
+             "same_token", "prefill_matmul_ms", "shape_of", "lean_prefill", "recipe", "compile_ms",
+             "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
+PASSES = ("prefill", "decode", "nocache", "lean", "lean_prefill", "recipe")  # a rung's Measured fields
 PASS_KEYS = ("what", "q_len", "past", "tokens", "median_ms", "low_ms", "high_ms", "runs", "warmup_ms", "flops",
              "bytes_moved", "memory_ms", "compute_ms", "kind", "label", "ratio", "path")
 
@@ -33,7 +38,7 @@ PASS_KEYS = ("what", "q_len", "past", "tokens", "median_ms", "low_ms", "high_ms"
 class Measured:
     """One pass at one rung, measured, with its two lower bounds and the roofline's verdict."""
 
-    what: str  # "prefill", "decode", "decode (no cache)", "decode (lean)"
+    what: str  # "prefill", "decode", "decode (no cache)", "decode (lean)", "prefill (lean)", "decode (recipe)"
     q_len: int  # positions fed: s for a prefill, 1 for a cached decode step, s + 1 with the cache off
     past: int  # positions already cached before the pass
     tokens: int  # tokens the pass is charged for: a prefill's s prompt tokens, a decode step's one new token
@@ -49,7 +54,7 @@ class Measured:
     kind: str  # compute-bound · memory-bound · overhead-bound
     label: str  # roofline.verdict's words, e.g. "overhead-bound (×4.0 above both bounds)"
     ratio: float  # measured / the larger bound
-    path: str  # how it ran: the Stepper's eager pass, or the lean path's static cache (+ CUDA graph)
+    path: str  # how it ran: the Stepper's eager pass, the lean path (engine.forward.compiled's `how`), the recipe
 
     @classmethod
     def of(cls, what: str, q_len: int, past: int, tokens: int, timing, flops: float, bytes_moved: float,
@@ -116,6 +121,10 @@ class RungResult:
     build_ms: float  # building the rung (random init), apart from every timing
     same_token: bool  # cache on and off chose the same next token
     prefill_matmul_ms: float | None = None  # the prefill's weight matrices alone, s rows (None: not timed)
+    shape_of: str | None = None  # the published model whose shape the rung is ("Llama-3-8B"); None: grown or own
+    lean_prefill: Measured | None = None  # the lean prefill (compiled, every position at once), where timed
+    recipe: Measured | None = None  # transformers' own recipe's decode step (static cache + torch.compile), where timed
+    compile_ms: dict | None = None  # pass -> its compile and warm-up ms (never in a step's time), where compiled
 
     @property
     def decode_vs_prefill_per_token(self) -> float:
@@ -134,12 +143,16 @@ class RungResult:
 
     def on(self, roof: DeviceRoof) -> "RungResult":
         """Every pass of the rung placed on `roof`."""
-        return replace(self, prefill=self.prefill.on(roof), decode=self.decode.on(roof), nocache=self.nocache.on(roof),
-                       lean=None if self.lean is None else self.lean.on(roof))
+        return replace(self, **{name: getattr(self, name).on(roof) for name in PASSES if getattr(self, name)})
+
+    @property
+    def lean_over_recipe(self) -> float | None:
+        """The lean decode step's median over the recipe's, timed in the same run (≤ 1: no slower)."""
+        return self.lean.median_ms / self.recipe.median_ms if self.lean and self.recipe else None
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("prefill", "decode", "nocache", "lean"):
+        for name in PASSES:
             d[name] = None if d[name] is None else asdict(d[name])
         return d | {"decode_vs_prefill_per_token": self.decode_vs_prefill_per_token,
                     "matmul_share": self.matmul_share, "cache_saves": self.cache_saves}
@@ -165,6 +178,8 @@ class Ladder:
     rss_before_bytes: int  # the process's resident memory before and after (0 where it cannot be read)
     rss_after_bytes: int
     measured_at: str  # ISO time
+    compile_s: float = 0.0  # of wall_s: compiling the lean path and the recipe (every rung's compile_ms)
+    versions: dict | None = None  # python, torch, transformers, CUDA where it ran (a recorded ladder says them)
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -182,10 +197,12 @@ class Ladder:
         rungs = []
         for r in d["rungs"]:
             r = {k: v for k, v in r.items() if k in keep}
-            for name in ("prefill", "decode", "nocache", "lean"):
+            for name in PASSES:
                 r[name] = None if r.get(name) is None else Measured(**r[name])
             rungs.append(RungResult(**r))
-        top = {f.name: d[f.name] for f in fields(cls) if f.name not in ("roof", "rungs", "left_out")}
+        later = {"compile_s", "versions"}  # fields a ladder recorded before them lacks: their defaults
+        top = {f.name: d[f.name] for f in fields(cls) if f.name not in {"roof", "rungs", "left_out"} | later}
+        top |= {name: d[name] for name in later if name in d}
         return cls(**top, roof=roof, rungs=tuple(rungs), left_out=tuple(d.get("left_out", ())))
 
     def frame(self) -> pd.DataFrame:
@@ -205,20 +222,39 @@ class Ladder:
                 "decode ÷ prefill per token": round(r.decode_vs_prefill_per_token, 1),
                 "matmul share of decode": f"{r.matmul_share:.0%}",
                 "prefill matmuls alone ms": None if r.prefill_matmul_ms is None else round(r.prefill_matmul_ms, 1), "cache saves ×": round(r.cache_saves, 1),
-                **({"lean decode ms (min–max)": r.lean.spread(), "lean decode is": r.lean.label} if r.lean else {}),
+                **({"lean decode ms (min–max)": r.lean.spread(), "lean decode × its bound": round(r.lean.ratio, 2),
+                    "lean decode is": r.lean.label, "lean path": r.lean.path} if r.lean else {}),
+                **({"lean prefill ms (min–max)": r.lean_prefill.spread(),
+                    "lean prefill × its bound": round(r.lean_prefill.ratio, 2),
+                    "lean prefill is": r.lean_prefill.label} if r.lean_prefill else {}),
+                **({"recipe decode ms (min–max)": r.recipe.spread(), "lean ÷ recipe": round(r.lean_over_recipe, 2)}
+                   if r.recipe and r.lean else {}),
+                **({"compile s": round(sum(r.compile_ms.values()) / 1e3, 1)} if r.compile_ms else {}),
             })
         return pd.DataFrame(rows)
 
     def text_table(self) -> str:
         """The table for a terminal: one line per rung."""
-        head = (f"{'size':>6} {'parameters':>13} {'weights':>9} {'prefill ms (min-max)':>24} {'x bound':>7} {'prefill is':<16} "
+        head = (f"{'size':>14} {'parameters':>13} {'weights':>9} {'prefill ms (min-max)':>24} {'x bound':>7} {'prefill is':<16} "
                 f"{'decode ms (min-max)':>22} {'x bound':>7} {'decode is':<16} {'no-cache ms':>12} "
                 f"{'ms/tok pre':>10} {'ms/tok dec':>10} {'dec/pre':>7} {'matmul':>6}")
         lines = [head]
         for r in self.rungs:
             lines.append(
-                f"{r.label:>6} {r.parameters:>13,} {'trained' if r.trained else 'random':>9} {r.prefill.spread():>24} "
+                f"{r.label:>14} {r.parameters:>13,} {'trained' if r.trained else 'random':>9} {r.prefill.spread():>24} "
                 f"{r.prefill.ratio:>7.2f} {r.prefill.kind:<16} {r.decode.spread():>22} {r.decode.ratio:>7.2f} "
                 f"{r.decode.kind:<16} {r.nocache.median_ms:>12.1f} {r.prefill.per_token_ms:>10.3f} "
                 f"{r.decode.per_token_ms:>10.3f} {r.decode_vs_prefill_per_token:>7.1f} {r.matmul_share:>6.0%}")
+        lean = [r for r in self.rungs if r.lean or r.lean_prefill or r.recipe]
+        if lean:
+            lines += ["", f"the lean path ({lean[-1].lean.path if lean[-1].lean else 'not timed'}); compile apart:",
+                      f"{'size':>14} {'lean prefill ms':>22} {'x bound':>7} {'is':<16} {'lean decode ms':>20} "
+                      f"{'x bound':>7} {'is':<16} {'recipe decode ms':>20} {'lean/recipe':>11} {'compile s':>9}"]
+            for r in lean:
+                pre, dec, rec = r.lean_prefill, r.lean, r.recipe
+                lines.append(
+                    f"{r.label:>14} {pre.spread() if pre else '-':>22} {pre.ratio if pre else 0:>7.2f} "
+                    f"{pre.kind if pre else '-':<16} {dec.spread() if dec else '-':>20} {dec.ratio if dec else 0:>7.2f} "
+                    f"{dec.kind if dec else '-':<16} {rec.spread() if rec else '-':>20} "
+                    f"{r.lean_over_recipe or 0:>11.2f} {sum((r.compile_ms or {}).values()) / 1e3:>9.1f}")
         return "\n".join(lines)

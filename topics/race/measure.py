@@ -4,6 +4,10 @@ The race itself is `engine.generate.compare.compare`: both modes measured in loc
 alternating steps, so neither has the machine to itself. The page then *plays the
 race back* at the measured wall-clock speed of each mode (`progress_at`), so the
 cached run visibly finishes first, by exactly the measured factor.
+
+At a rung on a GPU the race times the lean path instead (`lean_compare`: the rung compiled, static cache and
+CUDA graphs with the cache on, every position recomputed by the same compiled model with it off), because the
+readable path there is launch-bound and would hide what the cache saves; its report says which path ran (`how`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,25 @@ import math
 import numpy as np
 import pandas as pd
 
-from engine.generate.compare import compare
+from dataclasses import dataclass
+
+from engine.forward.run import Timing
+from engine.generate.compare import compare, speedup
 
 MODES = ("cache", "nocache")  # the two runs of a race, in the order they are drawn
+
+# said where a race runs in 16 bits (the bundled models load in fp32 everywhere: engine.load.load.model_dtype)
+PRECISION_NOTE = ("In {dtype} the two runs can part: with the cache, each step's attention adds up the cached keys "
+                  "in one order; without it, every position is recomputed and added up in another. In 16-bit "
+                  "floats (8 bits of mantissa in bf16) those sums round differently, and where two tokens' "
+                  "logits are nearly tied the rounding can pick the other one; from then on the two texts "
+                  "differ. Nothing is wrong with the cache: in float32 (the bundled models' default) the same "
+                  "race gives identical tokens.")
+
+
+def precision_note(dtype_name: str) -> str | None:
+    """Why a race in 16-bit floats may show different tokens (None in float32: there it must not)."""
+    return PRECISION_NOTE.format(dtype=dtype_name) if dtype_name in ("bfloat16", "float16") else None
 
 
 
@@ -115,3 +135,118 @@ def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sa
             on_progress((i + 1) / len(jobs), f"{n} tokens, repeat {r + 1}/{repeats}")
     df = pd.DataFrame(rows)
     return df.groupby(["tokens", "mode"], as_index=False)[["total_ms", "ms_per_token"]].median()
+
+
+# ---------------------------------------------------------------- the race at a rung, on the lean path
+
+
+@dataclass(frozen=True)
+class LeanStep:
+    """One pass of a lean race, with the fields a race's table, charts and notes read from a StepTrace."""
+
+    step: int
+    phase: str  # "prefill" or "decode"
+    use_cache: bool
+    q_len: int  # positions fed: s for the prefill, 1 for a cached step, every position with the cache off
+    kv_len: int  # positions attended to
+    token_id: int
+    token: str
+    timing: Timing  # one run, after a device sync (compile and graph recording apart: LeanRun.compile_ms)
+    flops_estimate: float
+
+    @property
+    def latency_ms(self) -> float:
+        return self.timing.forward_ms
+
+
+@dataclass
+class LeanRun:
+    """One mode of a lean race: its steps and tokens (what compare's report keeps of a Stepper)."""
+
+    traces: list
+    generated_ids: list
+    generated_text: str = ""
+
+
+def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool | None = None) -> dict:
+    """The race on the lean path (engine.forward.compiled), greedy, in lockstep like `compare`; the same report
+    keys, plus `how` (which path ran) and `compile_ms` (each compiled pass's first calls, never in a step).
+
+        cache on   the prefill fills a static cache, then one compiled step a token   [batch=1, 1]
+        cache off  every position again at every step (the same model compiled)       [batch=1, n]
+
+    Random weights choose noise, but the same noise in both modes: identical tokens is still the check.
+    """
+    import time
+
+    import torch
+
+    from engine import device as dev
+    from engine.forward.compiled import Lean
+    from engine.forward.estimates import step_flops
+
+    ids = lm.tokenizer(prompt, return_tensors="pt")["input_ids"]
+    s = ids.shape[1]
+    new_tokens = max(1, min(new_tokens, lm.spec.max_positions - s))
+    on, off = Lean(lm, s + new_tokens, compile), Lean(lm, s + new_tokens, compile)
+    runs = {"cache": LeanRun([], []), "nocache": LeanRun([], [])}
+    seq = {"cache": ids.clone(), "nocache": ids.clone()}
+    logits = {}
+
+    def timed(fn):
+        dev.sync(lm.device)
+        t0 = time.perf_counter()
+        out = fn()
+        dev.sync(lm.device)
+        return out, Timing(samples_ms=((time.perf_counter() - t0) * 1e3,), warmup_ms=None)
+
+    max_diff, first_divergence = 0.0, None
+    with lm.turn():
+        on.step(on.prefill(ids))  # the warm-ups: compile (and, on a GPU, record the step's graph), apart
+        off.recompute(ids)
+        for step in range(new_tokens):
+            for mode, run in runs.items():
+                n = seq[mode].shape[1]
+                if mode == "cache" and step == 0:
+                    token, timing = timed(lambda: on.prefill(seq[mode]))
+                    out, q_len = None, n
+                elif mode == "cache":
+                    out, timing = timed(lambda: on.step(int(seq[mode][0, -1])))
+                    on.pos += 1
+                    token, q_len = int(out.argmax(-1)), 1
+                else:
+                    out, timing = timed(lambda: off.recompute(seq[mode]))
+                    token, q_len = int(out.argmax(-1)), n
+                logits[mode] = out
+                past = n - q_len
+                trace = LeanStep(step=step, phase="prefill" if step == 0 else "decode", use_cache=mode == "cache",
+                                 q_len=q_len, kv_len=n, token_id=token,
+                                 token=lm.tokenizer.decode([token]), timing=timing,
+                                 flops_estimate=step_flops(lm.spec, q_len, past))
+                run.traces.append(trace)
+                run.generated_ids.append(token)
+                seq[mode] = torch.cat([seq[mode], torch.tensor([[token]])], dim=1)
+                if on_step:
+                    on_step(mode, trace)
+            a, b = logits.get("cache"), logits.get("nocache")
+            if a is not None and b is not None and first_divergence is None:
+                max_diff = max(max_diff, float((a.float() - b.float()).abs().max()))
+            if runs["cache"].generated_ids != runs["nocache"].generated_ids and first_divergence is None:
+                first_divergence = step
+    for run in runs.values():
+        run.generated_text = lm.tokenizer.decode(run.generated_ids)
+    cache, nocache = runs["cache"], runs["nocache"]
+    return {
+        "identical": cache.generated_ids == nocache.generated_ids,
+        "first_divergence_step": first_divergence,
+        "max_logit_diff": max_diff,
+        "tokens": {"cache": cache.generated_ids, "nocache": nocache.generated_ids},
+        "text": {"cache": cache.generated_text, "nocache": nocache.generated_text},
+        "latency_ms": {m: [round(t.latency_ms, 4) for t in r.traces] for m, r in runs.items()},
+        "phase": [t.phase for t in cache.traces],
+        "speedup": speedup(cache.traces, nocache.traces),
+        "stop_reason": {m: "max_new_tokens" for m in runs},
+        "how": {"cache": on.how, "nocache": off.describe("recompute")},
+        "compile_ms": {"cache": dict(on.compile_ms), "nocache": dict(off.compile_ms)},
+        "steppers": runs,
+    }

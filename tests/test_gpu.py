@@ -1,0 +1,66 @@
+"""The gpu tier: on a CUDA GPU, the lean path gives the readable path's tokens, its decode step is captured as a
+CUDA graph, and the race at the defaults is exact.
+
+Every test here asks for the `cuda` fixture, so tests/conftest.py puts it in the `gpu` tier: it runs only when
+`-m gpu` asks (`python -m engine gpu-check` does), and on a machine without CUDA fails in one line.
+No assert reads a timing beyond "compile time is kept apart" (the GPU's figures are gpu-check's targets).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine.forward import compiled
+from engine.forward.sampling import Sampling
+from engine.generate.compare import compare
+from engine.generate.stepper import Stepper
+from engine.load.load import load_model
+from engine.paths import ASSETS
+
+PROMPT = "Once upon a time, there was a little girl named Lily. She"
+
+
+@pytest.fixture(scope="module")
+def gpu_lm(cuda):
+    """The bundled default model on the GPU, as the app loads it (no dtype asked)."""
+    return load_model("default", device="cuda")
+
+
+def race_defaults() -> tuple[str, Sampling]:
+    """The Race page's defaults: its first preset prompt, greedy (the sidebar's default sampling)."""
+    prompts = json.loads((ASSETS / "prompts.json").read_text(encoding="utf-8"))
+    return prompts[0]["prompt"], Sampling()
+
+
+def test_the_bundled_model_runs_in_fp32_on_the_gpu(gpu_lm):
+    assert gpu_lm.device.type == "cuda" and gpu_lm.dtype == torch.float32
+
+
+def test_lean_tokens_and_logits_equal_the_readable_paths_on_the_gpu(gpu_lm):
+    run = Stepper(gpu_lm, PROMPT, max_new_tokens=64, stop_on_eos=False, record=False, repeats=1)
+    run.run()
+    ids = run.ids[:, :run.prompt_len]
+    assert compiled.greedy(gpu_lm, ids, 64) == run.generated_ids  # compiled, CUDA graphs: the default on a GPU
+    lean = compiled.Lean(gpu_lm, ids.shape[1] + 2)
+    with gpu_lm.turn(), torch.no_grad():
+        readable = gpu_lm.model(input_ids=ids.to(gpu_lm.device)).logits[:, -1]
+        torch.testing.assert_close(lean.full(ids), readable, rtol=1e-3, atol=1e-3)
+
+
+def test_the_decode_step_is_captured_as_a_cuda_graph_and_its_compile_kept_apart(gpu_lm):
+    ids = gpu_lm.tokenizer(PROMPT, return_tensors="pt")["input_ids"]
+    timing, lean = compiled.time_decode(gpu_lm, ids, repeats=5)
+    assert lean.graph_captured, lean.how
+    assert lean.how.endswith("(reduce-overhead: CUDA graphs)")
+    assert lean.compile_ms["decode"] > timing.high_ms  # compiling and recording are never a step's time
+
+
+def test_the_race_is_exact_at_the_defaults_over_512_tokens(gpu_lm):
+    prompt, sampling = race_defaults()
+    room = gpu_lm.spec.max_positions - len(gpu_lm.tokenizer(prompt)["input_ids"])
+    report = compare(gpu_lm, prompt, room, sampling=sampling, stop_on_eos=False)
+    assert len(report["tokens"]["cache"]) == room and gpu_lm.spec.max_positions == 512
+    assert report["identical"], f"the runs parted at step {report['first_divergence_step']}"
