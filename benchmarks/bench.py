@@ -212,6 +212,15 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     from topics.serving import measure as serving
 
     res["serving"] = serving.run_all(lm, log=log)
+    log("the KV cache on a budget (topics/budget/measure.py): every policy against the full cache, one run:")
+    from topics.budget import measure as budget
+
+    res["budget"] = budget.bench_rows(lm)
+    for r in res["budget"]:
+        parts = "never" if r["parting_step"] is None else f"step {r['parting_step']}"
+        log(f"  {r['policy']:<7} budget {r['budget'] or '-':>3}: {r['bytes_ratio']:6.1%} of the full cache's bytes, "
+            f"agreement {r['agreement']:6.1%}, mean KL {r['kl_mean']:.4f}, texts part {parts}, "
+            f"{r['ms_per_step']:.2f} ms/step (IQR {r['ms_p25']:.2f}-{r['ms_p75']:.2f})")
     if app:
         log("step-through page:")
         res["app_click"] = app_click(log=log)

@@ -26,6 +26,7 @@ from engine.generate.next_word import next_word_odds
 from engine.load.load import bundled_models
 from engine.measure import caveats, roofline
 from engine.measure.request import request_timeline
+from engine.paths import ROOT
 from topics.ladder.page_ladder import lesson_claim
 from ui.model import device_roof
 from ui.presets import PROMPTS
@@ -96,6 +97,11 @@ class Course:
     def model(self) -> tuple:
         """Which shared model: every kept run is keyed by it."""
         return (self.settings.source, self.settings.device, self.settings.dtype)
+
+    @property
+    def pages(self):
+        """The folder of the pages' doors, for st.page_link."""
+        return ROOT / "pages"
 
     @property
     def bundled(self) -> bool:

@@ -37,5 +37,5 @@ def show(course: Course) -> None:
                 "memory pages, so many sequences share GPU memory without fragmentation.\n"
                 "- **Speculative decoding** (next lesson, and its own page): guess several tokens cheaply and check "
                 "them all in one pass.\n"
-                "- **Quantized KV cache**: store keys and values in 8 or 4 bits to fit longer contexts "
-                "(the Scale page has the sizes).")
+                "- **A KV cache on a budget** (lesson 11, and its own page): store keys and values in 8 or 4 bits, "
+                "or evict positions, and measure what each costs in tokens.")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from engine import Stepper, bundled_models, load_model
 from engine.load.load import MODELS_DIR
+from engine.paths import ASSETS
 from tests import reference
 from tools.train import bits_per_byte, read_stories
 
-EVAL = Path(__file__).resolve().parent / "data" / "tinystories_eval_40.txt"  # held out: never trained on
+EVAL = ASSETS / "held_out" / "tinystories_eval_40.txt"  # never trained on
 PROMPTS = json.loads((MODELS_DIR.parent / "prompts.json").read_text())
 
 

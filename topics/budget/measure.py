@@ -2,7 +2,7 @@
 
     bytes        numel * element_size over the tensors the cache holds, against the full cache's at the same
                  positions (measured, never derived)
-    forced       teacher-forced on a held-out text (tests/data/tinystories_eval_40.txt: the bundled models never
+    forced       teacher-forced on a held-out text (assets/held_out/tinystories_eval_40.txt: the models never
                  trained on it): prefill the first half of a CONTEXT-token slice, then feed the rest one token a
                  decode step; at each step the policy's next-token distribution against the full cache's: top-1
                  agreement, and KL(full || policy)
@@ -17,11 +17,11 @@ cache does; the full cache is measured in the same run, on the same tokens.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
 from engine.errors import StepError
+from engine.paths import ASSETS
 from engine.forward.cache import layer_bytes
 from engine.forward.run import run_pass
 from engine.generate.stepper import Stepper
@@ -30,7 +30,7 @@ from topics.budget.policies import POLICIES, budget_cache, check
 from topics.budget.quant import QuantizedLayer
 from topics.budget.records import CacheMap, Forced, Greedy, LayerMap, PolicyRow, SinkRow, SweepPoint
 
-EVAL_TEXT = Path(__file__).resolve().parents[2] / "tests" / "data" / "tinystories_eval_40.txt"
+EVAL_TEXT = ASSETS / "held_out" / "tinystories_eval_40.txt"
 CONTEXT = 256  # tokens of the held-out text: the first half prefilled, the second teacher-forced
 BUDGET = 64  # a quarter of the context
 NEW_TOKENS = 96  # free-running greedy steps

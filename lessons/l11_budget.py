@@ -1,0 +1,65 @@
+"""Lesson 11. The KV cache on a budget: when the cache does not fit, quantize it (fewer bits a number) or evict from it
+(fewer positions), and measure what each costs in tokens. Its pictures and measurements are the budget page's
+(topics/budget/)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.draw.svg import picture_html
+from engine.units import human_bytes
+from lessons.course import Course
+from topics.budget import draw, measure
+from ui.style import scale
+
+TITLE = "11. The KV cache on a budget: quantize it, evict from it"
+POLICIES = ("full", "fp8", "int4", "window", "heavy")
+BUDGET = 64  # a quarter of the held-out context
+
+
+@st.cache_resource(max_entries=4, show_spinner="Measuring four budgets against the full cache (once, then kept)…")
+def _rows(_lm, model: tuple):
+    return measure.compare_policies(_lm, POLICIES, BUDGET, new_tokens=48)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _sinks(_lm, model: tuple):
+    return measure.sink_mass(_lm)
+
+
+def show(course: Course) -> None:
+    lm = course.lm
+    st.markdown(
+        f"Lesson 8's caches do not fit: Llama-3-8B at 128 K tokens holds 16 GiB of keys and values. Servers answer in "
+        f"two ways. **Quantize**: store each number in fewer bits (8, or 4), keeping the newest positions exact. "
+        f"**Evict**: hold at most B positions and forget the rest: the last B (a *window*), or the ones attention "
+        f"kept reading (*heavy hitters*). Below, each with a budget of {BUDGET} positions, measured against the full "
+        "cache on a story this model never trained on: bytes from the tensors, and the damage as the share of next "
+        "tokens that agree when both read the same text (teacher-forced).")
+    rows = _rows(lm, course.model)
+    by_policy = {r.policy: r for r in rows}
+    pick = st.radio("try it: the cache drawn", POLICIES[1:], horizontal=True, key="lesson11_policy")
+    row = by_policy[pick]
+    left, right = st.columns([1, 1], gap="medium")
+    with left:
+        st.html(picture_html(draw.cache_svg(row.cache), f"the {pick} cache per layer after the held-out story",
+                             "lesson11-cache"))
+    with right:
+        st.dataframe(draw.policy_table(rows), hide_index=True)
+    fp8, window = by_policy["fp8"], by_policy["window"]
+    st.markdown(
+        f"Here fp8 holds **{human_bytes(fp8.cache.bytes_held)}** against the full cache's "
+        f"{human_bytes(fp8.cache.bytes_full)} ({fp8.cache.ratio:.0%}) and agrees on **{fp8.forced.agreement:.1%}** of "
+        f"the next tokens: rounded numbers, nothing forgotten. A window of {BUDGET} holds "
+        f"{window.cache.ratio:.0%} of the bytes and agrees on **{window.forced.agreement:.1%}**: what fell out of the "
+        "window is gone, and a name the story gave early can go with it. "
+        + ("Run free, the window's text parts from the full cache's at step "
+           f"**{window.parting_step}**." if window.parting_step is not None else
+           "Run free, the two texts never part in these tokens."))
+    st.plotly_chart(draw.sink_fig(_sinks(lm, course.model), lm.spec.name, scale=scale()), key="lesson11_sinks")
+    st.caption("The first position: big trained models (GPT-2, Llama) pour attention onto it, a *sink*, and collapse "
+               "when a window evicts it (StreamingLLM keeps 4 sink positions beside the window for this). The chart "
+               "shows how much of its attention each layer of this model pays position 0, beside what a uniform "
+               "reader would: on the bundled models there is no sink.")
+    st.page_link(str(course.pages / "budget.py"), label="Open the budget page: every policy, any budget, both texts",
+                 icon=":material/compress:")
