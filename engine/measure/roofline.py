@@ -325,6 +325,34 @@ def place(traces) -> list[dict]:
     return out
 
 
+def predicted_points(traces, spec, roof: DeviceRoof) -> list[dict]:
+    """`place` on a roof nothing ran on: each step's pass PREDICTED there (`predict_step`, in the roof's dtype), placed
+    at its intensity and on the roof itself (FLOPs over the predicted time), labelled 'predicted'."""
+    out = []
+    for t in traces:
+        p = predict_step(t, spec, roof)
+        kind = t.phase if t.phase == "prefill" else ("decode (cache)" if t.use_cache else "decode (no cache)")
+        out.append({"step": t.step, "kind": kind, "intensity": p["intensity"],
+                    "achieved": p["flops"] / (p["predicted_ms"] / 1e3), "predicted_ms": p["predicted_ms"],
+                    "label": f"step {t.step}, predicted: {p['predicted_ms']:.3g} ms"})
+    return out
+
+
+def prediction_frame(traces, spec, roof: DeviceRoof):
+    """Per step: what `roof` PREDICTS for the same pass, in its own dtype (nothing ran there: no measured time, no
+    verdict), beside the table of this device's measured bounds (`bound_frame`)."""
+    import pandas as pd
+
+    rows = []
+    for t in traces:
+        p = predict_step(t, spec, roof)
+        rows.append({"step": t.step, "phase": t.phase, "predicted": p["side"].removeprefix("the "),
+                     "predicted ms": round(p["predicted_ms"], 4), "memory bound ms": round(p["memory_ms"], 4),
+                     "compute bound ms": round(p["compute_ms"], 4),
+                     f"FLOP/byte in {roof.dtype} (estimate)": round(p["intensity"], 1)})
+    return pd.DataFrame(rows)
+
+
 def bound_frame(traces, roof: DeviceRoof):
     """Per step: the measured time beside its two lower bounds, and what the measurement shows (see `verdict`)."""
     import pandas as pd
