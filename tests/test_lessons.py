@@ -80,6 +80,11 @@ def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work():
     found = re.search(r"computed \*\*(\d+) positions\*\*; the uncached one \*\*(\d+)\*\*", t)
     cached, uncached = int(found.group(1)), int(found.group(2))
     assert uncached > cached
+    # what the cache saves, three ways, the measured ratio the same as the sentence above it
+    measured = re.search(r"without the cache, \d+ ms with it \(×([\d.]+)\)", t).group(1)
+    rule = re.search(r"×(\d+) in arithmetic \(FLOP estimates\), ×([\d.]+) measured here\. The roofline's rule: a "
+                     r"cache-off step over n positions costs about max\(1, n / R\) cached steps", t.replace("\\", ""))
+    assert rule and rule.group(2) == measured, t
 
 
 def test_the_batch_lesson_pads_on_the_left_and_padding_gets_zero_attention():
