@@ -467,3 +467,23 @@ def test_a_128_token_prefill_is_compute_bound_only_with_its_condition():
     for claim in (draw.phase_claim(lad, "prefill"), draw.roofline_caption(lad)):
         assert said in claim
     assert "predicted on the memory side" in draw.phase_claim(lad, "decode")
+
+
+def test_the_ladder_table_in_the_docs_is_the_recorded_run_labelled_by_todays_rule():
+    """docs/measurements.md quotes assets/ladder_cpu.json: each rung's decode and prefill ratio and label are the
+    recorded run's, labelled by roofline.verdict as it stands (no label left from an older rule)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "measurements.md").read_text(encoding="utf-8")
+    lad = ladder.recorded()[0]
+    words = {"overhead-bound": "overhead-bound", "memory-bound": "memory-bound", "compute-bound": "compute-bound",
+             "memory side": "memory side (not memory-bound)", "compute side": "compute side (not compute-bound)"}
+    for r in lad.rungs:
+        row = next(line for line in doc.splitlines() if re.match(rf"\| \**{re.escape(r.label)}\** \|", line))
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        decode, prefill = cells[4], cells[7]
+        for cell, m in ((decode, r.decode), (prefill, r.prefill)):
+            ratio, label = cell.split(", ", 1)
+            assert float(ratio.strip("×*")) == pytest.approx(m.ratio, abs=0.051), (r.label, cell)
+            assert label.strip("*") == words[m.kind], (r.label, cell, m.kind)
