@@ -448,3 +448,21 @@ def test_the_speculative_page_honours_the_sidebars_stop_strings():
     text = " ".join(str(t.value) for t in at.text)
     prompt = at.text_input(key="speculative_prompt").value
     assert text.startswith(prompt) and "." in text[len(prompt):]  # the new text holds the stop string
+
+
+@pytest.mark.slow
+def test_the_speculative_page_shows_the_papers_formula_and_its_correction_beside_the_measured_speedup():
+    from ui.apptest import app_test, page
+
+    at = app_test(300).run()
+    at.switch_page(page("speculative")).run()
+    at.number_input(key="speculative_measure_steps").set_value(8).run()
+    at.button(key="speculative_measure").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    m = at.session_state["speculative_measured"]
+    shown = {x.label: x.value for x in at.metric}
+    assert shown["measured speed-up"] == f"×{m['speedup']:.2f}"
+    assert shown["paper's formula"] == f"×{m['predicted_speedup']:.2f}"
+    assert shown["with this pass's costs"] == f"×{m['predicted_with_overhead']:.2f}"
+    assert any(f"its own c = {m['cost_ratio_c']:.3f}" in c.value and f"r = {m['verify_cost_r']:.2f}" in c.value
+               for c in at.caption)
