@@ -141,16 +141,18 @@ class Course:
         return axis_labels(token_pieces(self.lm.tokenizer, run.ids[0].tolist()))
 
     def bound_sentence(self, t, what: str) -> str:
-        """Where the roofline puts this step (its intensity against this device's ridge, and an H100's), then what
-        its measured time shows: compute-, memory- or overhead-bound, from the time against both bounds."""
+        """Where the roofline puts this step (its intensity against this device's ridge), what its measured time shows
+        (compute-, memory- or overhead-bound, or which side of the ridge, from the time against both bounds), and what
+        an H100 would do with the same pass: PREDICTED, in its own dtype (bf16), never judged by times taken here."""
         here, h100 = device_roof(), roofline.h100()
         v = roofline.step_verdict(t, here)
+        p = roofline.predict_step(t, self.spec, h100)
         return (f"{what} does about **{t.intensity_estimate:.1f} FLOPs per byte** it moves (estimate). This device's "
                 f"measured ridge is {here.ridge:.1f} FLOP/byte, so the roofline puts it on "
-                f"**{roofline.side(t.intensity_estimate, here)}** (on an {h100.name.split(' (')[0]}, ridge "
-                f"{h100.ridge:.0f}: {roofline.side(t.intensity_estimate, h100)}). Measured, it took "
+                f"**{roofline.side(t.intensity_estimate, here)}**. Measured, it took "
                 f"{t.forward_ms:.3g} ms against a memory bound of {v['memory_ms']:.3g} ms and a compute bound of "
-                f"{v['compute_ms']:.3g} ms: **{v['label']}**.")
+                f"{v['compute_ms']:.3g} ms: **{v['label']}**. On an {roofline.short_name(h100)} at batch 1 (nothing "
+                f"ran there) the same pass is {roofline.prediction_words(p, h100)}.")
 
     def physics(self, phase: str) -> None:
         """The lesson's claim in the size ladder's measured numbers: the bundled model is too small to show it."""

@@ -5,10 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.draw.latency import work_per_step_figure
-from engine.measure import caveats
+from engine.measure import caveats, roofline
 from lessons.course import Course, show_stage
+from topics.race.measure import cache_rule, cache_rule_sentence, race_frame
+from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.style import scale
+from ui.text import plain
 
 TITLE = '5. Without the cache'
 
@@ -40,6 +43,9 @@ def show(course: Course) -> None:
     st.plotly_chart(work_per_step_figure(cache, nocache, scale=scale(), note=note), key="lesson5_work")
     if note:
         st.warning(note + " (Measured twice.)", icon=":material/speed:")
+    rule = cache_rule(race_frame(rep), sp["total_ratio"], device_roof(), roofline.h100())
+    if rule:
+        st.markdown(plain(cache_rule_sentence(rule)))
     st.markdown("Step *i* without the cache computes about *s + i* positions, so *n* steps cost about "
                 "*n·s + n²/2* position-passes: **quadratic** in n. With the cache each step computes one: "
                 "**linear**. On a model this small, fixed per-step costs hide part of the gap in the measured times; "

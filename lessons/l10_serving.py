@@ -39,7 +39,7 @@ def show(course: Course) -> None:
     pictures(run, at)
     st.caption(sc["why"] + " Every request's tokens are exactly the ones it gets alone (greedy): the pass mixes "
                "requests, the mask keeps each query to its own request's keys.")
-    st.page_link(str(ROOT / "pages" / "serving.py"), label="Open the Serving page: all four scenarios, step by step",
+    st.page_link(str(ROOT / "pages" / "serving.py"), label=f"Open the Serving page: all {len(SCENARIOS)} scenarios, step by step",
                  icon=":material/dns:")
 
 

@@ -104,6 +104,10 @@ ROOF = DeviceRoof("test", peak_flops=1e12, bandwidth=1e10, measured=True)  # rid
     (12.0, 1e6, 1e7, "overhead-bound (×12 above both bounds)"),
     (3.5, 1e6, 1e7, "overhead-bound (×3.5 above both bounds)"),
     (2.5, 2e9, 1e7, "compute-bound"),  # compute bound 2 ms, memory bound 1 ms
+    (2.0, 1e6, 1e7, "memory-bound"),  # the bound is half the time: still most of it
+    # the bound a third to a half of the time: the side of the ridge, and how much of the time is above the bound
+    (2.5, 1e6, 1e7, "on the memory side, not memory-bound: ×2.5 its bound, 60% of the time above it"),
+    (5.5, 2e9, 1e7, "on the compute side, not compute-bound: ×2.8 its bound, 64% of the time above it"),
 ])
 def test_a_step_is_labelled_by_its_measured_time_against_both_bounds(ms, flops, moved, label):
     assert roofline.verdict(ms, flops, moved, ROOF)["label"] == label

@@ -374,3 +374,116 @@ def test_a_compute_bound_prefill_above_its_bound_is_explained_by_its_own_matmuls
     assert draw.prefill_matmul_words(replace(r, prefill=replace(pre, kind="overhead-bound"))) == ""
     assert draw.prefill_matmul_words(replace(r, prefill_matmul_ms=None)) == ""
     assert "took the whole prefill" in draw.prefill_matmul_words(replace(r, prefill_matmul_ms=12.0))
+
+
+# ---------------------------------------------------------------- labels and why-sentences, read off a run
+
+
+def _rung_at(lad, label, decode_ratio: float, matmul_share: float):
+    """The recorded ladder's rung `label` with its decode step timed at decode_ratio × its memory bound and its
+    matmuls alone at matmul_share of that step (a small fixture record: the 26 M rung of a run on this VM)."""
+    from dataclasses import replace
+
+    r = next(r for r in lad.rungs if r.label == label)
+    ms = r.decode.memory_ms * decode_ratio
+    r = replace(r, decode=replace(r.decode, median_ms=ms, low_ms=ms, high_ms=ms), matmul_ms=ms * matmul_share)
+    return r.on(lad.roof)
+
+
+def test_a_step_is_labelled_by_its_bound_only_when_the_bound_is_most_of_its_time():
+    """The recorded CPU ladder, labelled by today's rule: 'memory-bound' only within ×2 of the bound. A 26 M decode step
+    at ×2.58 whose matmuls are 45 % of it is on the memory side, not memory-bound, and says how much is overhead; the
+    112 M and 221 M decode steps (×1.4, ×1.2) stay memory-bound."""
+    lad = ladder.recorded()[0]
+    for r in lad.rungs:
+        for m in (r.prefill, r.decode, r.nocache):
+            bound = "memory" if m.memory_ms >= m.compute_ms else "compute"
+            want = (f"{bound}-bound" if m.ratio <= roofline.EXPLAINS else f"{bound} side" if m.ratio <= roofline.OVERHEAD
+                    else "overhead-bound")
+            assert m.kind == want, (r.label, m.what, m.ratio, m.kind)
+    big = [r for r in lad.rungs if r.parameters > 100e6]
+    assert big and all(r.decode.kind == "memory-bound" and r.decode.ratio <= 2 for r in big)
+    r26 = _rung_at(lad, "26M", 2.58, 0.45)
+    said = draw.bound_words(r26.decode, r26.matmul_share)
+    assert said.startswith("on the memory side, not memory-bound: ×2.6 its bound, 61% of the time above it")
+    assert "its matmuls alone 45% of the pass, the other 55% overhead" in said
+    assert "memory-bound," not in said and not said.startswith("memory-bound")
+    top = _rung_at(lad, "26M", 2.58, 0.45)
+    one = dataclasses.replace(lad, rungs=(top,))
+    assert said in draw.roofline_caption(one)
+
+
+def test_the_cli_ladder_table_and_its_rule_line_use_the_same_labels(capsys):
+    """`python -m engine ladder` prints each pass's kind and the rule that gave it (the table is the record's)."""
+    from topics.ladder.cli import label_rule
+
+    lad = ladder.recorded()[0]
+    table = lad.text_table()
+    for r in lad.rungs:
+        row = next(line for line in table.splitlines() if line.split()[0] == r.label)
+        assert r.decode.kind in row and r.prefill.kind in row
+    assert f"within x{roofline.EXPLAINS:g}" in label_rule() and f"above x{roofline.OVERHEAD:g}" in label_rule()
+
+
+def test_the_decode_prefill_gap_is_said_as_a_rule_with_this_devices_ridge_and_the_gpus():
+    """'Decode ×N dearer per token': the reason given is min(s, the ridge in tokens), with the numbers of the run (the
+    ridge at the top rung's bytes, the measured gap) and an H100's prediction in bf16 beside them."""
+    import re
+
+    lad = ladder.recorded()[0]
+    top, h100 = lad.rungs[-1], roofline.h100()
+    said = draw.per_token_caption(lad)
+    here = lad.roof.ridge_tokens_at(top.decode.bytes_moved)
+    m = re.search(r"measured on is ~(\d+) tokens at (\S+) \((\w+)\), so the rule gives ×(\d+) there \(measured ×([\d.]+)\); "
+                  r"on an NVIDIA H100 SXM in bf16 \(ridge ~(\d+) tokens\) it predicts ×(\d+) at s = (\d+)", said)
+    assert m, said
+    assert m.group(2) == top.label and int(m.group(1)) == round(here) and m.group(3) == lad.roof.dtype == "fp32"
+    assert int(m.group(4)) == round(min(lad.tokens, here)) and float(m.group(5)) == round(top.decode_vs_prefill_per_token, 1)
+    assert int(m.group(6)) == round(h100.ridge_tokens) and int(m.group(7)) == min(lad.tokens, round(h100.ridge_tokens))
+    assert int(m.group(8)) == lad.tokens
+    assert "reads each weight once for all s = 128 positions" in said and "stops getting cheaper" in said
+    assert draw.gap_rule(lad) in draw.per_token_claim(lad)  # the Latency view quotes the same rule
+
+
+def test_a_128_token_prefill_is_compute_bound_only_with_its_condition():
+    """The claim keeps its condition: past this device's ridge (tokens, at the rung's bytes), and on an H100 at batch
+    1 the same prefill predicted from the run's own FLOPs and bytes, counted again in bf16."""
+    import re
+
+    lad = ladder.recorded()[0]
+    top, h100 = lad.rungs[-1], roofline.h100()
+    said = draw.prefill_condition(lad)
+    m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge of the device it was measured on \(~(\d+) tokens at "
+                  r"(\S+), fp32\); "
+                  r"on an NVIDIA H100 SXM at batch 1 \(ridge ~(\d+) tokens in bf16\) the same prefill is predicted on "
+                  r"(the memory side|the compute side) \((\d+) vs (\d+) FLOP/byte in bf16\)", said)
+    assert m, said
+    here = lad.roof.ridge_tokens_at(top.prefill.bytes_moved)
+    assert int(m.group(1)) == lad.tokens and m.group(2) == ("past" if lad.tokens >= here else "short of")
+    assert int(m.group(3)) == round(here) and m.group(4) == top.label and int(m.group(5)) == round(h100.ridge_tokens)
+    bf16 = top.prefill.flops / (top.prefill.bytes_moved / 2)  # the run's own counts, in 2 bytes an element
+    assert int(m.group(7)) == round(bf16) and int(m.group(8)) == round(h100.ridge)
+    assert m.group(6) == ("the compute side" if bf16 >= h100.ridge else "the memory side") == "the memory side"
+    for claim in (draw.phase_claim(lad, "prefill"), draw.roofline_caption(lad)):
+        assert said in claim
+    assert "predicted on the memory side" in draw.phase_claim(lad, "decode")
+
+
+def test_the_ladder_table_in_the_docs_is_the_recorded_run_labelled_by_todays_rule():
+    """docs/measurements.md quotes assets/ladder_cpu.json: each rung's decode and prefill ratio and label are the
+    recorded run's, labelled by roofline.verdict as it stands (no label left from an older rule)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "measurements.md").read_text(encoding="utf-8")
+    lad = ladder.recorded()[0]
+    words = {"overhead-bound": "overhead-bound", "memory-bound": "memory-bound", "compute-bound": "compute-bound",
+             "memory side": "memory side (not memory-bound)", "compute side": "compute side (not compute-bound)"}
+    for r in lad.rungs:
+        row = next(line for line in doc.splitlines() if re.match(rf"\| \**{re.escape(r.label)}\** \|", line))
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        decode, prefill = cells[4], cells[7]
+        for cell, m in ((decode, r.decode), (prefill, r.prefill)):
+            ratio, label = cell.split(", ", 1)
+            assert float(ratio.strip("×*")) == pytest.approx(m.ratio, abs=0.051), (r.label, cell)
+            assert label.strip("*") == words[m.kind], (r.label, cell, m.kind)

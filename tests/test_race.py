@@ -30,6 +30,38 @@ def test_race_frame_has_one_row_per_step_per_mode(tiny_lm):
     assert s["identical"] and s["nocache_flops_exponent"] > s["cache_flops_exponent"]
 
 
+def test_what_the_cache_saves_is_said_three_ways_from_the_race_itself(bundled_lm):
+    """The FLOP ratio, the measured ratio and the roofline's rule max(1, n / R) (R the ridge in tokens), each read off
+    the race's own frame: R here at the bytes a cached step moved (fp32), R on an H100 in bf16 (~295 tokens, so at
+    these lengths the rule predicts ×1: the cache saves little time there)."""
+    import re
+
+    from engine.measure import roofline
+
+    rep = compare(bundled_lm, "Once upon a time", new_tokens=24, stop_on_eos=False)
+    df = race.race_frame(rep)
+    here = roofline.DeviceRoof("cpu", 1.5e11, 2.5e10, True, ((16 * 2**20, 2.5e10), (1024 * 2**20, 1.2e10)))
+    h100 = roofline.h100()
+    rule = race.cache_rule(df, rep["speedup"]["total_ratio"], here, h100)
+    on = df[(df["mode"] == "cache") & (df["phase"] == "decode")]
+    off = df[(df["mode"] == "nocache") & (df["phase"] == "decode")]
+    ridge = here.ridge_tokens_at(on["bytes_estimate"].median())
+    assert rule["ridge_here"] == pytest.approx(ridge) and rule["ridge_gpu"] == pytest.approx(h100.ridge_tokens)
+    assert rule["rule_here"] == pytest.approx(sum(max(1, n / ridge) for n in off["q_len"]) / len(off))
+    assert rule["rule_gpu"] == 1.0  # every step here is far below an H100's ridge in tokens
+    said = race.cache_rule_sentence(rule)
+    m = re.search(r"over these (\d+)–(\d+)-position steps: ×(\d+) in arithmetic \(FLOP estimates\), ×([\d.]+) measured "
+                  r"here\. .* max\(1, n / R\) .* Here R ≈ (\d+) tokens \(fp32\), so the rule gives ×([\d.]+); on an "
+                  r"NVIDIA H100 SXM at batch 1, R ≈ (\d+) tokens \(bf16\) and it predicts ×([\d.]+): there the cache "
+                  r"would save little time", said)
+    assert m, said
+    assert (int(m.group(1)), int(m.group(2))) == (off["q_len"].min(), off["q_len"].max())
+    assert int(m.group(3)) == round(off["flops_estimate"].sum() / on["flops_estimate"].sum())
+    assert float(m.group(4)) == round(rep["speedup"]["total_ratio"], 1)
+    assert int(m.group(5)) == round(ridge) and float(m.group(6)) == round(rule["rule_here"], 1)
+    assert int(m.group(7)) == round(h100.ridge_tokens) and float(m.group(8)) == 1.0
+
+
 def test_sweep_reports_medians_for_both_modes(tiny_lm):
     df = race.sweep(tiny_lm, "Once upon a time", lengths=(4, 8), repeats=2)
     assert len(df) == 4 and set(df["tokens"]) == {4, 8}
@@ -49,6 +81,9 @@ def test_a_20_token_race_on_the_bundled_model():
     df = pd.read_csv(io.StringIO(at.session_state["race_result"]["df"].to_csv(index=False)))
     assert len(df) == 40
     assert len(df[df["phase"] == "prefill"]) == 2 and (df[df["phase"] == "prefill"]["latency_ms"] > 0).all()
+    said = race.cache_rule_sentence(at.session_state["race_result"]["rule"])  # the rule, beside the measured ratio
+    assert any(m.value.replace("\\", "") == said for m in at.markdown)
+    assert f"×{at.session_state['race_result']['summary']['total_ratio']:.1f} measured here" in said
 
 
 def test_playback_finishes_the_cached_run_first_in_proportion_to_the_measured_totals(tiny_lm):

@@ -200,3 +200,53 @@ def test_the_roofline_names_its_ridge_where_the_ridge_is():
     f = scale_draw.roofline_figure(roof, [{"kind": "prefill", "intensity": 30.0, "achieved": 1e11}])
     ridge = next(a for a in f.layout.annotations if a.text.startswith("ridge"))
     assert ridge.x == pytest.approx(math.log10(roof.ridge)) and f.layout.shapes[0].x0 == roof.ridge
+
+
+# ---------------------------------------------------------------- a datacenter roof: predictions, never verdicts
+
+
+def test_a_datacenter_roof_predicts_the_same_passes_in_its_own_dtype_and_judges_none(bundled_lm):
+    """The bundled prefill and decode steps on an H100's datasheet: placed at their bf16 intensity (twice the fp32 one
+    the CPU trace reports), on the roof itself, labelled predicted; the table of predictions has no measured time
+    and no verdict, and the prefill's sentence judges the measured time against this device's bounds only."""
+    from topics.ladder import scale_draw as scale_draw
+
+    run = Stepper(bundled_lm, "Once upon a time, there was a little girl named Lily. She", max_new_tokens=3)
+    run.run()
+    h100 = roofline.h100()
+    pts = roofline.predicted_points(run.traces, bundled_lm.spec, h100)
+    for t, p in zip(run.traces, pts):
+        assert p["intensity"] == pytest.approx(2 * t.intensity_estimate)  # bf16: 2 bytes an element, not 4
+        assert p["achieved"] <= h100.peak_flops * (1 + 1e-9)
+        assert p["achieved"] == pytest.approx(min(h100.peak_flops, p["intensity"] * h100.bandwidth), rel=1e-9)
+    fig = scale_draw.roofline_figure(h100, pts, predicted=True)
+    assert {t.name for t in fig.data if t.mode == "markers"} == {"prefill (predicted)", "decode (cache) (predicted)"}
+    assert fig.layout.title.text.startswith("Predicted: NVIDIA H100 SXM, bf16")
+    frame = roofline.prediction_frame(run.traces, bundled_lm.spec, h100)
+    assert not any("measured" in c or "shows" in c for c in frame.columns)
+    assert list(frame["FLOP/byte in bf16 (estimate)"]) == pytest.approx([round(2 * t.intensity_estimate, 1)
+                                                                          for t in run.traces], abs=0.051)
+    here = roofline.DeviceRoof("cpu (measured here, float32 matmul)", 1e11, 2e10, True)
+    pre = run.traces[0]
+    said = scale_draw.prefill_sentence(pre, bundled_lm.spec, here, h100)
+    v, p = roofline.step_verdict(pre, here), roofline.predict_step(pre, bundled_lm.spec, h100)
+    assert f"{pre.forward_ms:.3g} ms against bounds of {v['memory_ms']:.3g} ms (memory)" in said
+    assert f": {v['label']}. On an NVIDIA H100 SXM nothing ran" in said
+    assert f"predicted on {p['side']} ({p['intensity']:,.0f} vs 295 FLOP/byte in bf16), {p['predicted_ms']:.3g} ms" in said
+
+
+@pytest.mark.slow
+def test_choosing_an_h100_roof_on_the_scale_page_adds_predictions_and_leaves_the_verdicts_this_devices():
+    at = app_test().run()
+    at.switch_page(page("scale")).run()
+    shows = next(d.value for d in at.dataframe if "what the measurement shows" in d.value.columns)
+    at.selectbox(key="scale_roof").set_value("NVIDIA H100 SXM (predicted beside it)").run()
+    assert not at.exception, [e.value for e in at.exception]
+    after = next(d.value for d in at.dataframe if "what the measurement shows" in d.value.columns)
+    assert list(after["what the measurement shows"]) == list(shows["what the measurement shows"])  # judged here only
+    predicted = next(d.value for d in at.dataframe if "predicted ms" in d.value.columns)
+    assert len(predicted) == len(after) and set(predicted["predicted"]) <= {"memory side", "compute side"}
+    charts = [c for c in at.get("plotly_chart")]
+    assert len([c for c in charts if "Predicted: NVIDIA H100 SXM, bf16" in str(c.proto.spec)]) == 1
+    said = next(m.value for m in at.markdown if m.value.startswith("The prefill of")).replace("\\", "")  # plain()'s escapes
+    assert "nothing ran: the same pass is predicted on" in said and "above both bounds" not in said.split("On an")[1]

@@ -47,11 +47,61 @@ def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
     done = svgs(at, "dl-pass")[0]
     assert 'data-role="queue-done"' in done
     pool = svgs(at, "dl-pool")[0]
-    assert pool.count('data-role="block-free"') == pool.count("data-block=")  # everything given back at the end
+    free, cached = pool.count('data-role="block-free"'), pool.count('data-role="block-cached"')
+    assert free + cached == pool.count("data-block=")  # everything given back at the end: free, or cached
+    assert 'data-role="pool-key"' in pool and "cached, free to evict" in pool  # the four states named once
     if "preemption" in title:
         assert timeline.count('data-role="cell-preempted"') > 0 and timeline.count('data-role="cell-recompute"') > 0
+    if "prefix cache" in title:
+        assert cached > 0  # the system prompt's full blocks outlive the requests that computed them
     table = at.dataframe[0].value
     assert list(table["status"]) == ["done"] * len(table)
+    said = next(m.value for m in at.markdown if m.value.startswith("**Finished**"))
+    assert f"exactly the ones it gets alone ({len(table)} of {len(table)}, checked)" in said
+
+
+def test_the_prefix_cache_scenario_draws_cached_blocks_and_hits_them_after_their_request_finished():
+    """Scenario 5: r0 finishes, its full system-prompt blocks stay cached (grey, dashed: free to evict); r1 arrives
+    later and takes them back (a prefix hit across time), so they are in use again."""
+    from engine.generate.serving.record import NOT_ARRIVED
+
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(SCENARIOS["prefix_cache"]["title"]).run()
+    at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_run").click().run()
+    assert not at.exception and not at.error
+    steps = at.session_state["serve_run"].steps  # the controller's run (ui/controller.py: "{prefix}_run")
+    arrive = SCENARIOS["prefix_cache"]["requests"][1].arrive
+    between = next(s for s in steps if s.step == arrive - 1)  # r0 done, r1 not arrived: only cached blocks remain
+    assert between.status("r0") == "done" and between.status("r1") == NOT_ARRIVED and between.blocks_cached > 0
+    at.slider(key="serve_at").set_value(arrive - 1).run()
+    pool = svgs(at, "dl-pool")[0]
+    assert pool.count('data-role="block-cached"') == between.blocks_cached and 'data-role="block-used"' not in pool
+    hit = next(s for s in steps if any(rid == "r1" for rid, _ in s.prefix_hits))
+    at.slider(key="serve_at").set_value(hit.step).run()
+    assert f"r1 shares {dict(hit.prefix_hits)['r1']} prompt tokens" in svgs(at, "dl-pass")[0]
+
+
+def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_its_own_tokens():
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(SCENARIOS["preemption"]["title"]).run()
+    assert at.session_state["serve_preemption"] == "newest"
+    at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_run").click().run()
+    assert any("preemption: newest" in c.value for c in at.caption)
+    at.button(key="serve_policy_compare").click().run()
+    assert not at.exception and not at.error
+    table = next(t.value for t in at.table if "same tokens as alone" in t.value.columns)
+    assert len(table) == 2 and all(v.startswith("yes") for v in table["same tokens as alone"])
+    result = at.session_state["serve_measured"][1]
+    assert set(result) == {"newest", "most_blocks"} and all(v["preemptions"] > 0 for v in result.values())
+    for policy, v in result.items():  # the table says what the runs did
+        row = table.loc[next(i for i in table.index if i.startswith(policy.replace("_", " ")))]
+        assert int(row["preemptions"]) == v["preemptions"] and int(row["positions computed again"]) == v["recomputed"]
+    at.segmented_control(key="serve_preemption").set_value("most_blocks").run()  # a new run, under the other policy
+    assert not at.exception
+    at.button(key="serve_btn_forward").click().run()
+    assert any("preemption: most_blocks" in c.value for c in at.caption)
 
 
 def test_back_shows_an_earlier_step_and_forward_replays_it():
@@ -144,3 +194,68 @@ def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
     said = throughput_sentence(SAME, noisy)
     assert "The server was busy while these ran: the static batch measured more than ×1.3 faster" in said
     assert "hid that waste" not in said  # no cause claimed that the numbers do not show
+
+
+# ---------------------------------------------------------------- batch size on the roofline
+
+
+def _measured_rows(lm, sizes=(1, 2, 4, 8, 16), context=68, ms=(3.0, 3.5, 4.5, 6.0, 9.0)):
+    """A small fixture record of step_time_vs_batch: its intensities from estimates.batched_decode, its times given."""
+    from engine.forward.estimates import batched_decode
+
+    rows = []
+    for b, t in zip(sizes, ms):
+        w = batched_decode(lm.spec, b, context, lm.elem_bytes)
+        rows.append({"batch": b, "decode_ms": t, "over_batch_1": t / ms[0], "per_sequence_ms": t / b,
+                     "spread": [t, t], "context": context, "flops": w["flops"], "bytes": w["bytes"],
+                     "intensity": w["intensity"], "achieved": w["flops"] / (t / 1e3)})
+    return rows
+
+
+def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labelled_so(bundled_lm):
+    """Each measured pass of B sequences at its batched_decode intensity and FLOPs / measured time on this device's
+    roof; beside it an H100's predicted passes (bf16) for the same model and for Llama-3-8B, with the batch where each
+    reaches the ridge; the sentence's numbers are the record's."""
+    from engine.forward.estimates import saturating_batch
+    from engine.measure import kvcalc, roofline
+    from topics.serving.draw import batch_roofline_figure, batch_roofline_sentence
+    from topics.serving.measure import batch_roofline
+
+    rows = _measured_rows(bundled_lm)
+    here = roofline.DeviceRoof("cpu (measured here, float32 matmul)", 1.6e11, 2.8e10, True)
+    h100 = roofline.h100()
+    br = batch_roofline(rows, bundled_lm, here, h100)
+    fig = batch_roofline_figure(br)
+    by = {t.name: t for t in fig.data}
+    measured = by["measured here (fp32)"]
+    assert list(measured.x) == pytest.approx([r["intensity"] for r in rows])
+    assert list(measured.y) == pytest.approx([r["flops"] / (r["decode_ms"] / 1e3) for r in rows])
+    ours = by["tinystories-llama, H100 predicted"]
+    assert list(ours.x) == pytest.approx([p["intensity"] for p in roofline.batch_roofline(bundled_lm.spec, 68, h100)])
+    assert ours.marker.symbol == "circle-open"  # a prediction is drawn open, on a dashed roof
+    assert by["NVIDIA H100 SXM's roof (datasheet)"].line.dash == "dash"
+    real = by["Llama-3-8B, H100 predicted"]
+    assert real.x[0] == pytest.approx(1.0, rel=0.05) and real.x[5] == pytest.approx(32, rel=0.05)  # about B FLOP/byte
+    said = batch_roofline_sentence(br)
+    first, last = rows[0], rows[-1]
+    assert (f"from {first['intensity']:.1f} at B = 1 to {last['intensity']:.1f} at B = 16 (fp32, estimates)"
+            in said)
+    assert f"this device's ridge of {here.ridge:.1f}" in said
+    assert f"(×{last['achieved'] / first['achieved']:.1f} for ×16 the work)" in said
+    sat_here = saturating_batch(bundled_lm.spec, 68, 4.0, here.ridge)
+    assert f"ridge is reached at B ≈ {sat_here}" in said
+    sat_real = saturating_batch(kvcalc.from_table("Llama-3-8B"), 68, 2.0, h100.ridge)
+    assert f"Llama-3-8B reaches it at B ≈ {sat_real}" in said and 300 < sat_real < 400
+    assert "predicted" in said.lower() and "nothing ran there" in said
+
+
+def test_the_serving_page_draws_the_measured_batch_passes_on_the_roofline():
+    at = serving_page()
+    at.button(key="serve_btn_forward").click().run()  # the measurements sit under a started run
+    at.button(key="serve_batch").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
+    assert any("Batch size on the roofline: here, and H100 (bf16) predicted" in c for c in charts)
+    said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
+    rows = at.session_state["serve_measured"][1]
+    assert f"at B = {rows[-1]['batch']}" in said.replace("\\", "")

@@ -332,8 +332,41 @@ def test_the_verdict_follows_the_measured_numbers():
     assert "No clear difference" in verdict({**numbers, **runs, "speedup": 1.09})
 
 
+def test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_run(bundled_lm, draft_lm):
+    """Leviathan et al.'s c is a draft step over a ONE-ROW target step (not over the verify pass); the prediction is
+    then corrected for a verify pass that costs r one-row steps, and for the time outside the passes. Every number
+    the verdict prints is the run's own."""
+    import re
+
+    from topics.speculative.measure import corrected_speedup, measure
+
+    m = measure(bundled_lm, PROMPT, 12, DraftModel(draft_lm), k=K, repeats=1)
+    step = m["plain_decode_ms"]
+    assert step > 0
+    assert m["cost_ratio_c"] == pytest.approx(m["draft_ms_per_proposed_token"] / step)  # the paper's c
+    assert m["verify_cost_r"] == pytest.approx(m["verify_ms"] / step) == pytest.approx(m["verify_vs_decode"])
+    e = expected_tokens_per_pass(m["alpha"], K)
+    assert m["predicted_speedup"] == pytest.approx(e / (K * m["cost_ratio_c"] + 1))
+    assert m["predicted_with_verify"] == pytest.approx(e / (K * m["cost_ratio_c"] + m["verify_cost_r"]))
+    assert m["predicted_with_overhead"] == pytest.approx(
+        e * (1 + m["plain_overhead_ms_per_step"] / step)
+        / (K * m["cost_ratio_c"] + m["verify_cost_r"] + m["overhead_ms_per_round"] / step))
+    assert corrected_speedup(0.7, 4, 0.05) == pytest.approx(predicted_speedup(0.7, 4, 0.05))  # r = 1, no overheads
+    said = m["verdict"]
+    found = re.search(r"Drafting cost c = ([\d.]+) of a one-row target step .* The paper's formula E/\(k·c\+1\) predicts "
+                      r"x([\d.]+); counting the verify pass's real cost, E/\(k·c\+r\) with r = ([\d.]+), x([\d.]+); "
+                      r"adding the time each round and each plain step spend outside their passes \(([\d.]+) and "
+                      r"([\d.]+) ms\), x([\d.]+)\. Measured: x([\d.]+)\.", said)
+    assert found, said
+    want = (f"{m['cost_ratio_c']:.3f}", f"{m['predicted_speedup']:.2f}", f"{m['verify_cost_r']:.2f}",
+            f"{m['predicted_with_verify']:.2f}", f"{m['overhead_ms_per_round']:.2f}",
+            f"{m['plain_overhead_ms_per_step']:.2f}", f"{m['predicted_with_overhead']:.2f}", f"{m['speedup']:.2f}")
+    assert found.groups() == want
+
+
 JSON_KEYS = {"text", "generated_ids", "plain_ids", "identical", "acceptance_rate", "tokens_per_target_pass",
-             "speedup", "predicted_speedup", "rounds", "verdict", "cost_ratio_c"}
+             "speedup", "predicted_speedup", "rounds", "verdict", "cost_ratio_c", "verify_cost_r",
+             "predicted_with_verify", "predicted_with_overhead"}
 
 
 @pytest.mark.parametrize("drafter", [[], ["--lookup", "3"]])
@@ -344,7 +377,8 @@ def test_cli_speculate_writes_the_documented_json(tmp_path, capsys, drafter):
                      *drafter])
     assert code == 0
     out = capsys.readouterr().out
-    for label in ("acceptance rate", "tokens per target pass", "measured speed-up", "formula's prediction"):
+    for label in ("acceptance rate", "tokens per target pass", "measured speed-up", "paper's formula",
+                  "with the verify pass's cost", "and the time outside passes"):
         assert label in out
     doc = json.loads(path.read_text())
     assert JSON_KEYS <= set(doc)
@@ -414,3 +448,21 @@ def test_the_speculative_page_honours_the_sidebars_stop_strings():
     text = " ".join(str(t.value) for t in at.text)
     prompt = at.text_input(key="speculative_prompt").value
     assert text.startswith(prompt) and "." in text[len(prompt):]  # the new text holds the stop string
+
+
+@pytest.mark.slow
+def test_the_speculative_page_shows_the_papers_formula_and_its_correction_beside_the_measured_speedup():
+    from ui.apptest import app_test, page
+
+    at = app_test(300).run()
+    at.switch_page(page("speculative")).run()
+    at.number_input(key="speculative_measure_steps").set_value(8).run()
+    at.button(key="speculative_measure").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    m = at.session_state["speculative_measured"]
+    shown = {x.label: x.value for x in at.metric}
+    assert shown["measured speed-up"] == f"×{m['speedup']:.2f}"
+    assert shown["paper's formula"] == f"×{m['predicted_speedup']:.2f}"
+    assert shown["with this pass's costs"] == f"×{m['predicted_with_overhead']:.2f}"
+    assert any(f"its own c = {m['cost_ratio_c']:.3f}" in c.value and f"r = {m['verify_cost_r']:.2f}" in c.value
+               for c in at.caption)

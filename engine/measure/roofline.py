@@ -58,6 +58,11 @@ class DeviceRoof:
         (an H100 in bf16: ~295 tokens; this CPU in fp32: ~2 x its ridge)."""
         return self.ridge * self.elem_bytes / 2
 
+    def ridge_tokens_at(self, bytes_moved: float) -> float:
+        """The ridge in tokens for a pass that moves this many bytes: at the bandwidth those bytes get here (a model
+        that streams from DRAM meets a lower bandwidth, so a later ridge, than one a cache holds)."""
+        return self.peak_flops / self.bandwidth_for(bytes_moved) * self.elem_bytes / 2
+
     @property
     def ridge(self) -> float:
         """Arithmetic intensity (FLOP/byte) where the memory roof meets the compute roof."""
@@ -185,14 +190,34 @@ def predict(spec, q_len: int, past: int, roof: DeviceRoof) -> dict:
     """
     from engine.forward.estimates import step_bytes, step_flops
 
-    flops, moved = step_flops(spec, q_len, past), step_bytes(spec, q_len, past, roof.elem_bytes)
+    return _predicted(step_flops(spec, q_len, past), step_bytes(spec, q_len, past, roof.elem_bytes), roof)
+
+
+def predict_counts(flops: float, bytes_moved: float, elem_bytes: float, roof: DeviceRoof) -> dict:
+    """`predict` for a pass known by its counts (a recorded ladder's FLOPs and bytes, counted in elem_bytes per
+    element): the bytes are counted again in the roof's own dtype (every byte a pass moves is a weight or a K/V
+    element, so they scale with the element size), the FLOPs are the same."""
+    return _predicted(flops, bytes_moved * roof.elem_bytes / elem_bytes, roof)
+
+
+def _predicted(flops: float, moved: float, roof: DeviceRoof) -> dict:
     ai = flops / moved
     compute_ms, memory_ms = flops / roof.peak_flops * 1e3, moved / roof.bandwidth_for(moved) * 1e3
     where = side(ai, roof)
     return {"predicted": True, "dtype": roof.dtype, "flops": flops, "bytes": moved, "intensity": ai, "side": where,
             "compute_ms": compute_ms, "memory_ms": memory_ms, "predicted_ms": max(compute_ms, memory_ms),
-            "label": f"predicted: {where} of the {roof.name.split(' (')[0]}'s ridge ({ai:,.0f} vs {roof.ridge:,.0f} "
+            "label": f"predicted: {where} of the {short_name(roof)}'s ridge ({ai:,.0f} vs {roof.ridge:,.0f} "
                      f"FLOP/byte in {roof.dtype})"}
+
+
+def prediction_words(p: dict, roof: DeviceRoof) -> str:
+    """`predict`'s answer inside a sentence: 'predicted on the memory side (126 vs 295 FLOP/byte in bf16)'."""
+    return f"predicted on {p['side']} ({p['intensity']:,.0f} vs {roof.ridge:,.0f} FLOP/byte in {p['dtype']})"
+
+
+def short_name(roof: DeviceRoof) -> str:
+    """'NVIDIA H100 SXM (datasheet)' -> 'NVIDIA H100 SXM': the card, without where its figures come from."""
+    return roof.name.split(" (")[0]
 
 
 def predict_step(t, spec, roof: DeviceRoof) -> dict:
@@ -234,32 +259,42 @@ def decode_prefill_gap(s: int, ridge_tokens: float) -> float:
     return float(min(s, ridge_tokens))
 
 
+EXPLAINS = 2.0  # measured within this many times its larger bound: the bound is most (half or more) of the time
 OVERHEAD = 3.0  # measured more than this many times the larger bound: neither roof explains the time
 
 
 def verdict(forward_ms: float, flops: float, bytes_moved: float, roof: DeviceRoof) -> dict:
-    """What a measured time says about a step: compute-bound, memory-bound, or overhead-bound.
+    """What a measured time says about a step: compute-bound, memory-bound, on one side of the ridge, or
+    overhead-bound.
 
         memory bound  = bytes moved / bandwidth      (the least time reading and writing them can take;
                                                       the bandwidth this device gets at that many bytes)
         compute bound = FLOPs / peak FLOP/s          (the least time the arithmetic can take)
 
-    Within OVERHEAD × the larger bound, the step is bound by that one. Further above both, what the step
-    waits on is neither: the fixed cost of launching many small ops and the Python around them
-    ('overhead-bound, ×N above both bounds'). So no step is called memory-bound at 8× its memory bound.
+    The larger bound names the side of the ridge the step is on (at the bandwidth its own bytes get). A step is
+    labelled by that bound only when the bound explains most of its time: within EXPLAINS (×2) of it, the bound
+    is half the time or more ('memory-bound'). Between ×2 and OVERHEAD (×3) the bound is a third to a half of the
+    time: the step is on that side of the ridge, and the label says how much of its time is above the bound
+    ('on the memory side, not memory-bound: ×2.6 its bound, 62% of the time above it'), so a 26 M decode step whose matmuls are 45 % of
+    it is not called memory-bound. Further above both, what the step waits on is neither: the fixed cost of
+    launching many small ops and the Python around them ('overhead-bound, ×N above both bounds').
     """
     memory_ms = bytes_moved / roof.bandwidth_for(bytes_moved) * 1e3
     compute_ms = flops / roof.peak_flops * 1e3
     larger = max(memory_ms, compute_ms)
     ratio = forward_ms / larger if larger > 0 else float("inf")
+    bound = "memory" if memory_ms >= compute_ms else "compute"
     if ratio > OVERHEAD:
         kind = "overhead-bound"
         label = f"overhead-bound (×{ratio:.0f} above both bounds)" if ratio >= 10 else \
             f"overhead-bound (×{ratio:.1f} above both bounds)"
+    elif ratio > EXPLAINS:
+        kind = f"{bound} side"
+        label = f"on the {bound} side, not {bound}-bound: ×{ratio:.1f} its bound, {1 - 1 / ratio:.0%} of the time above it"
     else:
-        kind = label = "memory-bound" if memory_ms >= compute_ms else "compute-bound"
+        kind = label = f"{bound}-bound"
     return {"kind": kind, "label": label, "memory_ms": memory_ms, "compute_ms": compute_ms, "ratio": ratio,
-            "over_memory": forward_ms / memory_ms if memory_ms > 0 else float("inf")}
+            "bound": bound, "over_memory": forward_ms / memory_ms if memory_ms > 0 else float("inf")}
 
 
 def step_verdict(t, roof: DeviceRoof) -> dict:
@@ -288,6 +323,34 @@ def place(traces) -> list[dict]:
                     "achieved": t.flops_estimate / (t.forward_ms / 1e3), "forward_ms": t.forward_ms,
                     "bytes_estimate": t.bytes_estimate})
     return out
+
+
+def predicted_points(traces, spec, roof: DeviceRoof) -> list[dict]:
+    """`place` on a roof nothing ran on: each step's pass PREDICTED there (`predict_step`, in the roof's dtype), placed
+    at its intensity and on the roof itself (FLOPs over the predicted time), labelled 'predicted'."""
+    out = []
+    for t in traces:
+        p = predict_step(t, spec, roof)
+        kind = t.phase if t.phase == "prefill" else ("decode (cache)" if t.use_cache else "decode (no cache)")
+        out.append({"step": t.step, "kind": kind, "intensity": p["intensity"],
+                    "achieved": p["flops"] / (p["predicted_ms"] / 1e3), "predicted_ms": p["predicted_ms"],
+                    "label": f"step {t.step}, predicted: {p['predicted_ms']:.3g} ms"})
+    return out
+
+
+def prediction_frame(traces, spec, roof: DeviceRoof):
+    """Per step: what `roof` PREDICTS for the same pass, in its own dtype (nothing ran there: no measured time, no
+    verdict), beside the table of this device's measured bounds (`bound_frame`)."""
+    import pandas as pd
+
+    rows = []
+    for t in traces:
+        p = predict_step(t, spec, roof)
+        rows.append({"step": t.step, "phase": t.phase, "predicted": p["side"].removeprefix("the "),
+                     "predicted ms": round(p["predicted_ms"], 4), "memory bound ms": round(p["memory_ms"], 4),
+                     "compute bound ms": round(p["compute_ms"], 4),
+                     f"FLOP/byte in {roof.dtype} (estimate)": round(p["intensity"], 1)})
+    return pd.DataFrame(rows)
 
 
 def bound_frame(traces, roof: DeviceRoof):

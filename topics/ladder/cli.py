@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from engine.cli_args import check_json_path, load_from, model_args, positive, write_json
 from engine.units import human_bytes
 
@@ -22,11 +24,20 @@ def add_parser(sub) -> None:
     g.set_defaults(func=main)
 
 
+def label_rule() -> str:
+    """How the table's 'is' columns are read off the times (roofline.verdict), in one line."""
+    from engine.measure.roofline import EXPLAINS, OVERHEAD
+
+    return (f"labels: X-bound within x{EXPLAINS:g} of that bound (the bound is most of the time); 'X side' from x{EXPLAINS:g} "
+            f"to x{OVERHEAD:g} (that side of the ridge, not bound by it); overhead-bound above x{OVERHEAD:g}")
+
+
 def main(args) -> int:
     """Grow the model: prefill and decode timed at several sizes, each placed on this device's roofline."""
     from tqdm import tqdm
 
     from engine.load.rungs import plan
+    from topics.ladder import draw as draw
     from topics.ladder.measure import default_tokens, measure_ladder, timing_dtype
 
     check_json_path(args.json)
@@ -52,6 +63,11 @@ def main(args) -> int:
     print(f"rungs other than the model itself: {lad.weights_note}")
     print()
     print(lad.text_table())
+    print(label_rule())
+    print()
+    for said in (draw.roofline_caption(lad), draw.per_token_caption(lad)):
+        print(textwrap.fill(said, 118))
+        print()
     from engine.measure.caveats import ladder_note
 
     if ladder_note(lad):

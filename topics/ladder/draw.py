@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 # ---------------------------------------------------------------- axes and notes
 from engine.draw.latency import note_box
 from engine.draw.palette import DECODE, GREY, PREFILL, layout
+from engine.measure import roofline
 from engine.measure.caveats import ladder_note
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.record import Ladder, RungResult
@@ -135,15 +136,39 @@ def gap_words(r: RungResult) -> str:
 
 
 def per_token_caption(ladder: Ladder) -> str:
-    """The chart in one sentence, from its numbers."""
+    """The chart in one sentence, from its numbers, and the rule that explains the gap (`gap_rule`)."""
     first, top = ladder.rungs[0], ladder.rungs[-1]
     words = gap_words(top).replace("<br>", " ")
     text = (f"At {top.label} parameters one decoded token costs {_ms(top.decode.per_token_ms)} ms, one prompt token of "
-            f"the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. A prefill reads each weight "
-            f"once for all {ladder.tokens} positions; a decode step reads every weight for one.")
+            f"the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. {gap_rule(ladder)}")
     if first is not top:
         text += f" At {first.label} the gap is ×{first.decode_vs_prefill_per_token:.1f}."
     return text
+
+
+def ridge_tokens(ladder: Ladder, r: RungResult) -> float:
+    """The ladder's device's ridge in tokens for rung r's decode step: at the bandwidth its bytes get here (a model that
+    streams from DRAM meets a later ridge than one the cache holds), in the dtype the ladder ran."""
+    return ladder.roof.ridge_tokens_at(r.decode.bytes_moved)
+
+
+def gap_rule(ladder: Ladder) -> str:
+    """Why decode costs more per token than prefill, as a rule that holds beyond this device: the per-token gap is
+    about min(s, the ridge in tokens) (roofline.decode_prefill_gap), with this device's ridge and an H100's."""
+    top, s, h100 = ladder.rungs[-1], ladder.tokens, roofline.h100()
+    here = ridge_tokens(ladder, top)
+    return (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
+            f"s = {s} positions, but once s passes the ridge it is compute-bound and stops getting cheaper per token. "
+            f"The ridge of the device it was measured on is ~{here:.0f} tokens at {top.label} ({_dtype(ladder)}), so "
+            f"the rule gives ×{roofline.decode_prefill_gap(s, here):.0f} there (measured "
+            f"×{top.decode_vs_prefill_per_token:.1f}); "
+            f"on an {roofline.short_name(h100)} in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) it predicts "
+            f"×{roofline.decode_prefill_gap(s, h100.ridge_tokens):.0f} at s = {s}"
+            + (": both phases memory-bound." if s < h100.ridge_tokens else "."))
+
+
+def _dtype(ladder: Ladder) -> str:
+    return ladder.roof.dtype
 
 
 # ---------------------------------------------------------------- the roofline
@@ -185,23 +210,46 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=400)
 
 
-def bound_words(m) -> str:
-    """'memory-bound, ×2.2 its memory bound' or the verdict's own 'overhead-bound (×4.0 above both bounds)'."""
+def bound_words(m, matmul_share: float | None = None) -> str:
+    """'memory-bound, ×1.4 its memory bound'; 'on the memory side, not memory-bound: ×2.6 its bound, 62% of the time
+    above it' with, where the matmuls were timed alone, how much of the step is overhead; or the verdict's own
+    'overhead-bound (×4.0 above both bounds)'."""
     if m.kind == "overhead-bound":
         return m.label
+    if m.kind.endswith("side"):
+        if matmul_share is None:
+            return m.label
+        return (f"{m.label} (its matmuls alone {matmul_share:.0%} of the pass, the other {1 - matmul_share:.0%} "
+                "overhead: small ops and Python)")
     return f"{m.label}, ×{m.ratio:.1f} its {m.kind.removesuffix('-bound')} bound"
 
 
 def roofline_caption(ladder: Ladder) -> str:
-    """Where decode and prefill start and end on the roofline, in the verdict's own words."""
+    """Where decode and prefill start and end on the roofline, in the verdict's own words, and the condition the
+    prefill's verdict holds under (`prefill_condition`)."""
     first, top = ladder.rungs[0], ladder.rungs[-1]
     if first is top:
-        return (f"One rung ({top.label}): its decode step is {bound_words(top.decode)}, its prefill "
-                f"{bound_words(top.prefill)}. Grow the model to see them move.")
-    return (f"Cached decode: {bound_words(first.decode)} at {first.label}; {bound_words(top.decode)} at {top.label}. "
-            f"Prefill of {ladder.tokens} tokens: {bound_words(first.prefill)} at {first.label}; "
-            f"{bound_words(top.prefill)} at {top.label}. With the cache off, decode recomputes {top.nocache.q_len} "
+        return (f"One rung ({top.label}): its decode step is {bound_words(top.decode, top.matmul_share)}, its prefill "
+                f"{bound_words(top.prefill, top.prefill_matmul_share)}. {prefill_condition(ladder)} "
+                "Grow the model to see them move.")
+    return (f"Cached decode: {bound_words(first.decode, first.matmul_share)} at {first.label}; "
+            f"{bound_words(top.decode, top.matmul_share)} at {top.label}. "
+            f"Prefill of {ladder.tokens} tokens: {bound_words(first.prefill, first.prefill_matmul_share)} at "
+            f"{first.label}; {bound_words(top.prefill, top.prefill_matmul_share)} at {top.label}. "
+            f"{prefill_condition(ladder)} With the cache off, decode recomputes {top.nocache.q_len} "
             f"positions: {bound_words(top.nocache)} at {top.label}.{prefill_matmul_words(top)}")
+
+
+def prefill_condition(ladder: Ladder) -> str:
+    """'A 128-token prefill is compute-bound' holds on a device whose ridge is below 128 tokens: said with this
+    device's ridge and the H100's prediction (in bf16, at batch 1) for the same prefill."""
+    top, s, h100 = ladder.rungs[-1], ladder.tokens, roofline.h100()
+    here = ladder.roof.ridge_tokens_at(top.prefill.bytes_moved)
+    p = roofline.predict_counts(top.prefill.flops, top.prefill.bytes_moved, ladder.roof.elem_bytes, h100)
+    past = "past" if s >= here else "short of"
+    return (f"A {s}-token prefill is {past} the ridge of the device it was measured on (~{here:.0f} tokens at {top.label}, "
+            f"{_dtype(ladder)}); on an {roofline.short_name(h100)} at batch 1 (ridge ~{h100.ridge_tokens:.0f} tokens "
+            f"in {h100.dtype}) the same prefill is {roofline.prediction_words(p, h100)}.")
 
 
 def prefill_matmul_words(r: RungResult) -> str:
@@ -269,6 +317,8 @@ def bundled_sentence(ladder: Ladder) -> str | None:
     if own.decode.kind == "overhead-bound":
         return (said + ", and the rest is the fixed cost of hundreds of small operations and the Python around "
                 "them, which does not shrink with the model. Bigger rungs show the physics.")
+    if own.decode.kind.endswith("side"):
+        return said + f", the other {1 - own.matmul_share:.0%} overhead: small operations and Python."
     return said + f", {own.decode.ratio:.1f}× its {own.decode.kind.removesuffix('-bound')} bound."
 
 
@@ -277,21 +327,27 @@ def bundled_sentence(ladder: Ladder) -> str | None:
 
 def phase_claim(ladder: Ladder, phase: str) -> str:
     """Prefill (compute-bound?) or decode (memory-bound?) at the ladder's largest rung, as measured: the verdict is
-    roofline.verdict's, so the sentence says what the measurement shows, whatever the lesson expects."""
+    roofline.verdict's, so the sentence says what the measurement shows, whatever the lesson expects; then the
+    condition it holds under (this device's ridge in tokens) and an H100's prediction for the same pass."""
     top = ladder.rungs[-1]
     m = top.prefill if phase == "prefill" else top.decode
     bound, bound_ms = ("compute", m.compute_ms) if phase == "prefill" else ("memory", m.memory_ms)
     what = (f"a {ladder.tokens}-token prefill" if phase == "prefill"
             else f"one cached decode step at context {ladder.tokens}")
     weights = "the model itself" if top.trained else "random weights: for timing only"
-    return (f"Grown to **{top.label} parameters** ({weights}), {what} took {m.spread()} ms against a {bound} bound of "
+    said = (f"Grown to **{top.label} parameters** ({weights}), {what} took {m.spread()} ms against a {bound} bound of "
             f"{bound_ms:.3g} ms (×{m.median_ms / bound_ms:.1f}): **{m.label}**.")
+    if phase == "prefill":
+        return f"{said} {prefill_condition(ladder)}"
+    h100 = roofline.h100()
+    p = roofline.predict_counts(m.flops, m.bytes_moved, ladder.roof.elem_bytes, h100)
+    return f"{said} On an {roofline.short_name(h100)} at batch 1 the same step is {roofline.prediction_words(p, h100)}."
 
 
 def per_token_claim(ladder: Ladder) -> str:
     """Time to first token against time per output token, at the largest rung: what a prompt token and a decoded
-    token each cost once the hardware, not Python, sets the time."""
+    token each cost once the hardware, not Python, sets the time, and the rule that sets the gap (`gap_rule`)."""
     top = ladder.rungs[-1]
     return (f"At {top.label} parameters (random weights: for timing only) a prompt token of the {ladder.tokens}-token "
             f"prefill cost {_ms(top.prefill.per_token_ms)} ms and a decoded token {_ms(top.decode.per_token_ms)} ms: "
-            f"{gap_words(top).replace('<br>', ' ')}.")
+            f"{gap_words(top).replace('<br>', ' ')}. {gap_rule(ladder)}")

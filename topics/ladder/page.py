@@ -136,8 +136,10 @@ def show() -> None:
     st.header("Roofline")
     st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves, both estimates): right of the "
                "device's ridge is the compute side, left of it the memory side. The roof is min(peak FLOP/s, intensity × "
-               "bandwidth). Times are measured (medians), so what a step is bound by is read off its time: compute- or "
-               "memory-bound within ×3 of that bound, overhead-bound (×N above both bounds) when neither explains it.")
+               "bandwidth). Times are measured here (medians), so what a step is bound by is read off its time against "
+               "THIS device's bounds: compute- or memory-bound when that bound is most of the time (within ×2), the side "
+               "of the ridge and how much of the time is above the bound from ×2 to ×3, overhead-bound beyond. A "
+               "datasheet roof is a card nothing ran on: its points are predictions, in its own dtype.")
 
     BOUND_COLUMNS = {  # short headers a projector shows whole; the long names stay in the help and in the CSV
         "what the measurement shows": st.column_config.TextColumn("shows", width="large"),
@@ -147,19 +149,25 @@ def show() -> None:
         "measured / larger bound": st.column_config.NumberColumn("× bound", help="measured / the larger bound"),
         "FLOP/byte (estimate)": st.column_config.NumberColumn("FLOP/byte", help="arithmetic intensity (estimate)"),
     }
+    HERE, BESIDE = "this device (measured)", " (predicted beside it)"
     r1, r2 = st.columns([2, 1])
     sheets = _accelerators.dropna(subset=["memory_bandwidth_gb_s", "peak_tflops_fp32"])
-    roof_choice = r1.selectbox("roof", ["this device (measured)"] + list(sheets["name"]), key="scale_roof")
+    roof_choice = r1.selectbox("roof", [HERE] + [f"{n}{BESIDE}" for n in sheets["name"]], key="scale_roof")
     if r2.button("Re-run device probe", key="scale_probe"):
         st.session_state["scale_nonce"] = st.session_state.get("scale_nonce", 0) + 1
     here = device_roof(st.session_state.get("scale_nonce", 0))
-    roof = here if roof_choice == "this device (measured)" else roofline.from_datasheet(
-        sheets.set_index("name").loc[roof_choice].to_dict() | {"name": roof_choice})
-    dram = (f" ({roof.dram_bandwidth / 1e9:,.1f} GB/s for data larger than its cache, from DRAM: ridge "
-            f"{roof.dram_ridge:.1f}; each step's memory bound uses the rate measured at its own bytes)"
-            if roof.cache_roof else "")
-    st.write(plain(f"{roof.name}: peak {roof.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth {roof.bandwidth / 1e9:,.1f} GB/s, "
-                   f"ridge at {roof.ridge:.1f} FLOP/byte{dram}."))
+    card = roof_choice.removesuffix(BESIDE)
+    gpu = None if roof_choice == HERE else roofline.from_datasheet(sheets.set_index("name").loc[card].to_dict()
+                                                                   | {"name": card})
+    dram = (f" ({here.dram_bandwidth / 1e9:,.1f} GB/s for data larger than its cache, from DRAM: ridge "
+            f"{here.dram_ridge:.1f}; each step's memory bound uses the rate measured at its own bytes)"
+            if here.cache_roof else "")
+    st.write(plain(f"{here.name}: peak {here.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth {here.bandwidth / 1e9:,.1f} GB/s, "
+                   f"ridge at {here.ridge:.1f} FLOP/byte{dram}."))
+    if gpu is not None:
+        st.write(plain(f"{gpu.name}: peak {gpu.peak_flops / 1e12:,.0f} TFLOP/s in {gpu.dtype}, bandwidth "
+                       f"{gpu.bandwidth / 1e12:,.2f} TB/s, ridge at {gpu.ridge:.0f} FLOP/byte (~{gpu.ridge_tokens:.0f} "
+                       f"tokens). Nothing ran there: its points are PREDICTED, each pass counted in {gpu.dtype}."))
 
 
     @st.cache_resource(max_entries=4, show_spinner="Measuring a demo run and taking one of its decode steps apart "
@@ -180,6 +188,7 @@ def show() -> None:
 
     run = st.session_state.get("step_run")
     traces = run.traces if run is not None and run.traces else []
+    spec = run.lm.spec if traces else (lm.spec if lm is not None else None)
     shown = None
     if lm is not None:
         shown = demo(lm, (settings.source, settings.device, settings.dtype), here.bandwidth)
@@ -187,22 +196,26 @@ def show() -> None:
             traces = shown["traces"]
             st.caption("This session has no steps yet, so the points are a demo run made on this server: a 100-token "
                        "prefill and 8 cached decode steps. Steps taken on the Step-through page replace them.")
-    st.plotly_chart(scale_draw.roofline_figure(roof, roofline.place(traces), scale=scale()), key="scale_roofline")
+    measured = scale_draw.roofline_figure(here, roofline.place(traces), scale=scale())
+    if gpu is None or not traces:
+        st.plotly_chart(measured, key="scale_roofline")
+    else:  # this device's measured points beside the card's predictions: neither judged by the other's roof
+        left, right = st.columns(2, gap="small")
+        left.plotly_chart(measured, key="scale_roofline")
+        right.plotly_chart(scale_draw.roofline_figure(gpu, roofline.predicted_points(traces, spec, gpu), scale=scale(),
+                                                      predicted=True), key="scale_roofline_predicted")
     if traces:
-        h100 = roofline.h100()
         pre = next((t for t in traces if t.phase == "prefill"), None)
         if pre is not None:
-            v = roofline.step_verdict(pre, roof)
-            st.markdown(plain(f"The prefill of {pre.q_len} tokens: {pre.intensity_estimate:.1f} FLOP/byte (estimate), "
-                              f"{roofline.side(pre.intensity_estimate, roof)} of {roof.name}'s ridge ({roof.ridge:.1f}); an "
-                              f"H100's ridge is {h100.ridge:.0f}, so there it would sit on "
-                              f"{roofline.side(pre.intensity_estimate, h100)}. Measured: {pre.forward_ms:.3g} ms against "
-                              f"bounds of {v['memory_ms']:.3g} ms (memory) and {v['compute_ms']:.3g} ms (compute), so it "
-                              f"is {v['label']}."))
+            st.markdown(plain(scale_draw.prefill_sentence(pre, spec, here, gpu or roofline.h100())))
         st.caption("Every step must at least move its bytes once (bytes / bandwidth) and do its arithmetic once "
                    "(FLOPs / peak): the larger of the two is a lower bound on its time.")
-        st.dataframe(roofline.bound_frame(traces, roof), hide_index=True, height=240, width="stretch",
+        st.dataframe(roofline.bound_frame(traces, here), hide_index=True, height=240, width="stretch",
                      column_config=BOUND_COLUMNS)
+        if gpu is not None:
+            st.caption(plain(f"Predicted on the {roofline.short_name(gpu)} ({gpu.dtype}, datasheet figures): the same "
+                             "passes, nothing measured there, so no verdict."))
+            st.dataframe(roofline.prediction_frame(traces, spec, gpu), hide_index=True, height=240, width="stretch")
 
     st.subheader("Where does a decode step's time go?")
     st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "

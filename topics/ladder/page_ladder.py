@@ -66,7 +66,9 @@ def grow_the_model(lm, settings) -> None:
     """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures."""
     st.header("Grow the model", help="The bundled model is tiny: its decode step is overhead-bound (Python and hundreds "
                                       "of small operations set its time). Grown in its own family, the hardware "
-                                      "starts to set the time: prefill compute-bound, decode memory-bound.")
+                                      "starts to set the time: decode memory-bound, and a prefill compute-bound where "
+                                      "its tokens outnumber the device's ridge in tokens (a few dozen on a CPU in "
+                                      "fp32; ~295 on an H100 in bf16, so there a 128-token prefill is memory-bound).")
     live = kept_ladder(lm)
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
     st.session_state.setdefault("scale_ladder_view", "per_token")

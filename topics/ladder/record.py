@@ -51,7 +51,7 @@ class Measured:
     bytes_moved: float  # estimate
     memory_ms: float  # bytes moved / measured bandwidth
     compute_ms: float  # FLOPs / measured peak
-    kind: str  # compute-bound · memory-bound · overhead-bound
+    kind: str  # compute-bound · memory-bound · compute side · memory side · overhead-bound (roofline.verdict)
     label: str  # roofline.verdict's words, e.g. "overhead-bound (×4.0 above both bounds)"
     ratio: float  # measured / the larger bound
     path: str  # how it ran: the Stepper's eager pass, the lean path (engine.forward.compiled's `how`), the recipe
@@ -137,6 +137,11 @@ class RungResult:
         return min(1.0, self.matmul_ms / self.decode.median_ms)
 
     @property
+    def prefill_matmul_share(self) -> float | None:
+        """The prefill's matmuls' share of it (capped at 1), where they were timed alone."""
+        return None if self.prefill_matmul_ms is None else min(1.0, self.prefill_matmul_ms / self.prefill.median_ms)
+
+    @property
     def cache_saves(self) -> float:
         """Cache-off step over cache-on step: what the cache buys at this size and context."""
         return self.nocache.median_ms / self.decode.median_ms
@@ -190,16 +195,19 @@ class Ladder:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Ladder":
-        """A ladder read back from its JSON (a recorded one in assets/, or a --json file)."""
+        """A ladder read back from its JSON (a recorded one in assets/, or a --json file); every pass labelled again
+        from its measured times and the ladder's roof, so a file recorded under an older rule says what the rule
+        says now."""
         roof = DeviceRoof(**{k: d["roof"][k] for k in ("name", "peak_flops", "bandwidth", "measured")},
-                          bandwidths=tuple((int(b), float(r)) for b, r in d["roof"].get("bandwidths", ())))
+                          bandwidths=tuple((int(b), float(r)) for b, r in d["roof"].get("bandwidths", ())),
+                          elem_bytes=float(d["roof"].get("elem_bytes", 4.0)))
         keep = {f.name for f in fields(RungResult)}
         rungs = []
         for r in d["rungs"]:
             r = {k: v for k, v in r.items() if k in keep}
             for name in PASSES:
                 r[name] = None if r.get(name) is None else Measured(**r[name])
-            rungs.append(RungResult(**r))
+            rungs.append(RungResult(**r).on(roof))  # labelled by today's rule (roofline.verdict), not the file's
         later = {"compile_s", "versions"}  # fields a ladder recorded before them lacks: their defaults
         top = {f.name: d[f.name] for f in fields(cls) if f.name not in {"roof", "rungs", "left_out"} | later}
         top |= {name: d[name] for name in later if name in d}

@@ -1,4 +1,5 @@
-"""The Scale page's charts: KV-cache bytes against context for several models, and the roofline of a device."""
+"""The Scale page's charts: KV-cache bytes against context for several models, and the roofline of a device; and the
+prefill's sentence under it (measured here, predicted on a datasheet roof)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import math
 
 import plotly.graph_objects as go
 
-from engine.draw.palette import DECODE, PREFILL, RECOMPUTED, layout
+from engine.draw.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout
 from engine.forward.spec import ModelSpec
+from engine.measure import roofline
 from engine.measure.roofline import DeviceRoof
 
 
@@ -24,16 +26,19 @@ def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_b
     return layout(fig, "KV-cache size against context length", height=420, scale=scale)
 
 
-def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0, dram_ridge: bool = False) -> go.Figure:
+def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0, dram_ridge: bool = False,
+                    predicted: bool = False) -> go.Figure:
     """The device's roof and each point placed on it (a point's "label" names it on hover; else its step).
 
     Where the probe found a cache much faster than DRAM, two memory roofs: a step's bound uses the one its
     bytes get (DeviceRoof.bandwidth_for); the compute roof is shared. The ridge drawn is the cache's, or with
-    `dram_ridge` DRAM's (models too big for the cache: the ladder)."""
+    `dram_ridge` DRAM's (models too big for the cache: the ladder). predicted=True: a roof nothing ran on (a
+    datasheet's), its roof drawn as an estimate (purple, dashed) and its points open, named 'predicted'."""
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
     two = roof.cache_roof
+    line = dict(color=ESTIMATE, width=3, dash="dash") if predicted else dict(color="#333", width=3)
     fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], showlegend=False,
-                               name="roof (data in cache)" if two else "roofline", line=dict(color="#333", width=3)))
+                               name="roof (data in cache)" if two else "roofline", line=line))
     roofs = [(roof.bandwidth, "in cache" if two else "memory", "right", "bottom")]  # above-left of its line
     if two:
         fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs], showlegend=False,
@@ -49,8 +54,10 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0, dr
     for kind, colour in colours.items():
         pts = [p for p in points if p["kind"] == kind]
         if pts:
+            marker = dict(color=colour, size=11) if not predicted else \
+                dict(color=colour, size=12, symbol="circle-open", line=dict(width=3))
             fig.add_trace(go.Scatter(x=[p["intensity"] for p in pts], y=[p["achieved"] for p in pts], mode="markers",
-                                     name=kind, marker=dict(color=colour, size=11),
+                                     name=f"{kind} (predicted)" if predicted else kind, marker=marker,
                                      text=[p.get("label", f"step {p.get('step')}") for p in pts],
                                      hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     # the ridge's words placed by hand: add_vline's own annotation takes x as log10 on a log axis (plotly), so
@@ -60,6 +67,22 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0, dr
     fig.add_annotation(x=math.log10(ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
                        text=f"ridge {ridge:.1f} FLOP/byte{which}", font=dict(size=13 * scale))
     # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector
+    if predicted:
+        fig.update_xaxes(type="log", dtick=1, title=f"FLOP per byte moved in {roof.dtype} (estimate)")
+        fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="predicted FLOP/s (nothing ran there)")
+        return layout(fig, f"Predicted: {roof.name.split(' (')[0]}, {roof.dtype}", height=460, scale=scale)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="achieved FLOP/s (estimate ÷ measured)")
     return layout(fig, f"Roofline: {roof.name}", height=460, scale=scale)
+
+
+def prefill_sentence(pre, spec, here, gpu) -> str:
+    """The prefill measured here, judged against this device's bounds only; beside it, what `gpu` (a datasheet roof:
+    nothing ran there) PREDICTS for the same pass in its own dtype (roofline.predict_step)."""
+    v, p = roofline.step_verdict(pre, here), roofline.predict_step(pre, spec, gpu)
+    return (f"The prefill of {pre.q_len} tokens, measured here: {pre.intensity_estimate:.1f} FLOP/byte (estimate, "
+            f"{here.dtype}), {roofline.side(pre.intensity_estimate, here)} of this device's ridge ({here.ridge:.1f}); "
+            f"{pre.forward_ms:.3g} ms against bounds of {v['memory_ms']:.3g} ms (memory) and {v['compute_ms']:.3g} ms "
+            f"(compute): {v['label']}. On an {roofline.short_name(gpu)} nothing ran: the same pass is "
+            f"{roofline.prediction_words(p, gpu)}, {p['predicted_ms']:.3g} ms (the larger of {p['memory_ms']:.3g} ms "
+            f"memory and {p['compute_ms']:.3g} ms compute).")

@@ -49,7 +49,7 @@ def race_frame(report: dict) -> pd.DataFrame:
             rows.append({"mode": mode, "step": t.step, "phase": t.phase, "kv_len": t.kv_len, "q_len": t.q_len,
                          "token_id": t.token_id, "token": t.token, "latency_ms": round(t.latency_ms, 4),
                          "cumulative_ms": round(cumulative, 4),
-                         "flops_estimate": t.flops_estimate})
+                         "flops_estimate": t.flops_estimate, "bytes_estimate": t.bytes_estimate})
     return pd.DataFrame(rows)
 
 
@@ -107,6 +107,49 @@ def headline(s: dict) -> str:
     return " ".join(parts)
 
 
+def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> dict | None:
+    """What the cache saves, three ways, for the decode steps of one race (`race_frame`):
+
+        arithmetic   the FLOP ratio, cache off over cache on (estimates): about n, the positions recomputed
+        time         measured here (compare's total_ratio)
+        the rule     by the roofline a cache-off step over n positions costs about max(1, n / R) cached steps
+                     (roofline.cache_off_steps), R the device's ridge in tokens: below it both passes wait on
+                     reading the same weights. Averaged over the race's steps, for this device (R at the bytes a
+                     cached step moves, in the dtype it ran) and for `gpu`, a datasheet roof, in its own dtype.
+    None when a mode has no decode step."""
+    from engine.measure.roofline import cache_off_steps
+
+    on = df[(df["mode"] == "cache") & (df["phase"] == "decode")]
+    off = df[(df["mode"] == "nocache") & (df["phase"] == "decode")]
+    if on.empty or off.empty:
+        return None
+    ridge_here = here.ridge_tokens_at(float(on["bytes_estimate"].median()))
+    ns = [int(n) for n in off["q_len"]]
+
+    def rule(ridge: float) -> float:
+        return sum(cache_off_steps(n, ridge) for n in ns) / len(ns)
+
+    return {"flop_ratio": float(off["flops_estimate"].sum() / on["flops_estimate"].sum()), "measured": measured_ratio,
+            "positions": (min(ns), max(ns)), "ridge_here": ridge_here, "dtype_here": here.dtype,
+            "rule_here": rule(ridge_here), "gpu": gpu.name.split(" (")[0], "ridge_gpu": gpu.ridge_tokens,
+            "dtype_gpu": gpu.dtype, "rule_gpu": rule(gpu.ridge_tokens)}
+
+
+def cache_rule_sentence(r: dict) -> str:
+    """`cache_rule` in words: the FLOP ratio, the measured ratio and the rule's prediction here and on a GPU."""
+    lo, hi = r["positions"]
+    measured = f"×{r['measured']:.1f} measured here" if r["measured"] else "not measured here"
+    return (f"What the cache saved over these {lo}–{hi}-position steps: ×{r['flop_ratio']:.0f} in arithmetic (FLOP "
+            f"estimates), {measured}. The roofline's rule: a cache-off step over n positions costs about max(1, n / R) "
+            f"cached steps, R the ridge in tokens, because below it both passes wait on reading the same weights. Here "
+            f"R ≈ {r['ridge_here']:.0f} tokens ({r['dtype_here']}), so the rule gives ×{r['rule_here']:.1f}; on an "
+            f"{r['gpu']} at batch 1, R ≈ {r['ridge_gpu']:.0f} tokens ({r['dtype_gpu']}) and it predicts "
+            f"×{r['rule_gpu']:.1f}" + (": there the cache would save little time at these lengths (it pays in time "
+                                         f"past ~{r['ridge_gpu']:.0f} positions), though it always saves the arithmetic."
+                                         if r["rule_gpu"] < 1.5 else
+                                         f": there it pays in time past ~{r['ridge_gpu']:.0f} positions."))
+
+
 def summary(report: dict, df: pd.DataFrame) -> dict:
     """Speed-up, totals and fitted exponents of cumulative decode time vs steps."""
     out = {"identical": report["identical"], "max_logit_diff": report["max_logit_diff"],
@@ -153,6 +196,7 @@ class LeanStep:
     token: str
     timing: Timing  # one run, after a device sync (compile and graph recording apart: LeanRun.compile_ms)
     flops_estimate: float
+    bytes_estimate: float  # weights and K/V moved (engine.forward.estimates.step_bytes), in the run's dtype
 
     @property
     def latency_ms(self) -> float:
@@ -183,7 +227,7 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
 
     from engine import device as dev
     from engine.forward.compiled import Lean
-    from engine.forward.estimates import step_flops
+    from engine.forward.estimates import step_bytes, step_flops
 
     ids = lm.tokenizer(prompt, return_tensors="pt")["input_ids"]
     s = ids.shape[1]
@@ -222,7 +266,8 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
                 trace = LeanStep(step=step, phase="prefill" if step == 0 else "decode", use_cache=mode == "cache",
                                  q_len=q_len, kv_len=n, token_id=token,
                                  token=lm.tokenizer.decode([token]), timing=timing,
-                                 flops_estimate=step_flops(lm.spec, q_len, past))
+                                 flops_estimate=step_flops(lm.spec, q_len, past),
+                                 bytes_estimate=step_bytes(lm.spec, q_len, past, lm.elem_bytes))
                 run.traces.append(trace)
                 run.generated_ids.append(token)
                 seq[mode] = torch.cat([seq[mode], torch.tensor([[token]])], dim=1)

@@ -10,9 +10,10 @@ from engine.draw.palette import show_piece
 from engine.generate.compare import compare
 from engine.load.device import release_memory
 from engine.load.rungs import RANDOM_WEIGHTS, rung_model
-from engine.measure import caveats
+from engine.measure import caveats, roofline
 from topics.race import draw as race_draw
 from topics.race import measure as race
+from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.setup import page_setup
 from ui.style import scale
@@ -79,8 +80,10 @@ def show() -> None:
         note = caveats.compare_note(runs["cache"].traces, runs["nocache"].traces)
         del runs
         release_memory()
-        st.session_state["race_result"] = {"df": df, "summary": race.summary(report, df), "prompt": prompt,
-                                           "texts": report["text"], "note": note, "at": at}
+        summary = race.summary(report, df)
+        rule = race.cache_rule(df, summary["total_ratio"], device_roof(), roofline.h100())  # the roof it ran on
+        st.session_state["race_result"] = {"df": df, "summary": summary, "prompt": prompt,
+                                           "texts": report["text"], "note": note, "at": at, "rule": rule}
         st.session_state["race_play"] = True
         bar.empty()
 
@@ -146,6 +149,8 @@ def show() -> None:
             st.warning(result["note"], icon=":material/speed:")
         playback(result, speed)
         st.markdown(plain(race.headline(summary)))
+        if result.get("rule"):
+            st.markdown(plain(race.cache_rule_sentence(result["rule"])))
         st.caption(f"Prefill is the same work in both modes and is timed separately: {summary['cache_prefill_ms']:.1f} ms "
                    f"(cache on) and {summary['nocache_prefill_ms']:.1f} ms (cache off). Each pass was timed once, as generation "
                    "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")

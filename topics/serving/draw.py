@@ -1,8 +1,9 @@
 """The Serving page's pictures, drawn from a serving run's step records (engine/generate/serving/record.py).
 
     pool_svg       the KV block pool as a grid: each block coloured by the request that holds it, filled as far
-                   as its positions are written, shared blocks (a common prefix) striped and counted, free empty;
-                   every block table below it, block ids in order
+                   as its positions are written, shared blocks (a common prefix) striped and counted, cached ones
+                   (no request holds them, their prefix kept: free to evict) grey with a dashed edge, free empty;
+                   a key of the four states; every block table below it, block ids in order
     pass_svg       ONE forward pass: the fed tokens of every scheduled request laid end to end, [batch=1, T],
                    each request's part coloured by what it is (prefill chunk, decode, recompute), and the queue
     timeline_svg   x = engine step, one row per request: waiting, prefill chunk, decode, recompute, preempted
@@ -19,6 +20,7 @@ from engine.draw.svg import FONT, INK, MONO, SOFT, W
 from engine.draw.svg import text as _t
 
 HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
+from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.record import NOT_ARRIVED, ServingStep
 
 # one hue per request, chosen away from the phase colours (blue, orange, green, red, grey, purple)
@@ -60,11 +62,19 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
     cw = (HALF - 8) / cols
     ch = min(40.0, cw * 0.8)
     out = [_t(x0, 20, f"KV block pool: {num_blocks} blocks × {page_size} positions", 15, weight="bold")]
+    states = dict(enumerate(step.block_states))  # free · cached · in use · shared (empty: a record without them)
     for b in range(num_blocks):
         x, y = x0 + (b % cols) * cw, y0 + (b // cols) * ch
         who = owners.get(b, ())
-        role = "block-shared" if len(who) > 1 else ("block-used" if who else "block-free")
+        cached = not who and states.get(b) == BlockState.CACHED
+        role = "block-shared" if len(who) > 1 else ("block-used" if who else "block-cached" if cached else "block-free")
         out.append(f'<g data-role="{role}" data-block="{b}">')
+        if cached:  # no table holds it, its prefix is kept for a later request: free to evict
+            out.append(f'<rect x="{x + 2:.1f}" y="{y + 2:.1f}" width="{cw - 4:.1f}" height="{ch - 4:.1f}" rx="4" '
+                       f'fill="{CACHED}" stroke="#555" stroke-width="1.6" stroke-dasharray="4 3"/>')
+            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 11, "middle", INK, "bold", MONO))
+            out.append("</g>")
+            continue
         out.append(f'<rect x="{x + 2:.1f}" y="{y + 2:.1f}" width="{cw - 4:.1f}" height="{ch - 4:.1f}" rx="4" '
                    f'fill="#fff" stroke="{"#222" if len(who) > 1 else "#bbb"}" '
                    f'stroke-width="{3 if len(who) > 1 else 1.2}"/>')
@@ -82,9 +92,13 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
         out.append("</g>")
     y = y0 + -(-num_blocks // cols) * ch + 4
     saved = sum(len(t) for t in tables.values()) - step.blocks_used
+    evicted = f" · {step.blocks_evicted} evicted this step" if step.blocks_evicted else ""
     out.append(_t(x0, y + 14, f"{step.blocks_used} used · {step.blocks_shared} shared"
-                  + (f" (saves {saved})" if saved else "") + f" · {step.blocks_free} free", 13, fill=INK))
-    y += 24
+                  + (f" (saves {saved})" if saved else "") + f" · {step.blocks_cached} cached, free to evict · "
+                  f"{step.blocks_free - step.blocks_cached} free{evicted}", 13, fill=INK))
+    y += 22
+    out.append(_pool_key(x0, y))
+    y += 22
     out.append(_t(x0, y + 14, "block tables: request → its blocks, in order", 13, weight="bold"))
     y += 20
     if not tables:
@@ -108,6 +122,24 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
         out.append("</g>")
         y += 26
     return _svg(y + 6, "".join(out), f"block pool after engine step {step.step}", HALF)
+
+
+CACHED = "#e3e3e3"  # a cached block: grey, kept but nobody's, with a dashed edge (free to evict)
+
+
+def _pool_key(x: float, y: float) -> str:
+    """The four states of a block, once, under the pool: in use, shared, cached (free to evict), free."""
+    sw = 'x="{x:.1f}" y="{y:.1f}" width="16" height="12" rx="3"'
+    items = [(f'<rect {sw} fill="{REQUEST_COLOURS[0]}" fill-opacity="0.85" stroke="#bbb"/>', "in use (its request's colour)"),
+             (f'<rect {sw} fill="{REQUEST_COLOURS[0]}" fill-opacity="0.85" stroke="#222" stroke-width="2"/>'
+              f'<rect {sw} fill="url(#shared)"/>', "shared"),
+             (f'<rect {sw} fill="{CACHED}" stroke="#555" stroke-dasharray="4 3"/>', "cached, free to evict"),
+             (f'<rect {sw} fill="#fff" stroke="#bbb"/>', "free")]
+    out, at = ['<g data-role="pool-key">'], x
+    for swatch, name in items:
+        out.append(swatch.format(x=at, y=y) + _t(at + 21, y + 11, name, 11, fill=SOFT))
+        at += 36 + len(name) * 6.8
+    return "".join(out) + "</g>"
 
 
 # ---------------------------------------------------------------- one pass and the queue
@@ -157,8 +189,12 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
         events.append((f"{rid} shares {k} prompt tokens' blocks: not computed", INK))
     if step.preempted:
         events.append(("preempted " + " ".join(step.preempted) + ": blocks freed", RECOMPUTED))
+    if step.blocks_evicted:
+        events.append((f"evicted {step.blocks_evicted} cached block{'s' if step.blocks_evicted != 1 else ''} "
+                       "(least recently used) to make room", INK))
     if step.finished:
-        events.append(("finished " + " ".join(step.finished) + ": blocks freed", INK))
+        events.append(("finished " + " ".join(step.finished) + ": blocks freed"
+                       + (" (full ones stay cached)" if step.blocks_cached else ""), INK))
     for e, colour in events[:4]:
         y += 20
         out.append(_t(x0, y, e, 12, fill=colour, weight="bold", extra='data-role="event"'))
@@ -315,6 +351,41 @@ def chunking_sentence(result: dict) -> str:
     return said + f" Same tokens either way: {'yes' if same else 'no'}."
 
 
+POLICY_WORDS = {"newest": "newest (vLLM's: the last admitted goes)", "most_blocks": "most blocks (the biggest holder goes)"}
+
+
+def policy_frame(result: dict):
+    """The preemption policies side by side (topics.serving.measure.policy_comparison), one row per policy."""
+    import pandas as pd
+
+    rows = []
+    for policy, v in result.items():
+        same = v["same_as_alone"]
+        rows.append({"policy": POLICY_WORDS.get(policy, policy), "engine steps": v["steps"],
+                     "preemptions": v["preemptions"],
+                     "who, at which step": ", ".join(f"{rid} at {step}" for step, rid in v["preempted"]) or "nobody",
+                     "positions computed again": v["recomputed"],
+                     "same tokens as alone": f"{'yes' if all(same.values()) else 'NO'} ({sum(same.values())} of "
+                                             f"{len(same)})"})
+    return pd.DataFrame(rows)
+
+
+def policy_sentence(result: dict) -> str:
+    """What the two policies did differently, in the table's numbers."""
+    (a, va), (b, vb) = list(result.items())[:2]
+    exact = all(all(v["same_as_alone"].values()) for v in result.values())
+    said = (f"Policy '{a}' preempted {va['preemptions']} time{'s' if va['preemptions'] != 1 else ''} and computed "
+            f"{va['recomputed']} positions again, finishing in {va['steps']} engine steps; '{b}' preempted "
+            f"{vb['preemptions']} time{'s' if vb['preemptions'] != 1 else ''}, computed {vb['recomputed']} again, "
+            f"{vb['steps']} steps.")
+    if (va["preemptions"], va["recomputed"], va["steps"]) == (vb["preemptions"], vb["recomputed"], vb["steps"]) and \
+            va["preempted"] != vb["preempted"]:
+        said += " The counts are the same here; the policies differ in who went when (the table's 'who' column)."
+    return said + (" Either way every request's tokens are exactly the ones it gets alone: a policy changes who "
+                   "waits and what is computed twice, never what anyone is answered." if exact else
+                   " Some request's tokens differ from its tokens alone: that is a bug, not a policy.")
+
+
 WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
         "one_at_a_time": "one request<br>at a time", "generate_batch": "transformers<br>generate_batch"}
 WORKLOADS = (("same length, all at once", "#9e9e9e"), ("mixed lengths", "#37474f"))  # neutral: not a phase colour
@@ -390,4 +461,92 @@ def batch_time_figure(rows: list[dict], scale: float = 1.0):
     ])
     fig.update_xaxes(title="sequences sharing the pass (B)", type="log", tickvals=xs, ticktext=[str(x) for x in xs])
     fig.update_yaxes(title="ms (measured)", rangemode="tozero")
-    return layout(fig, "One decode pass shared by B sequences: B rows, [1, B], instead of one", height=340, scale=scale)
+    return layout(fig, "One decode pass shared by B sequences", height=380, scale=scale)  # beside the batch roofline
+
+
+# ---------------------------------------------------------------- batch size on the roofline
+
+
+def _flops(x: float) -> str:
+    """FLOP/s in a projector's words: '3.2 GFLOP/s', '989 TFLOP/s'."""
+    for unit, div in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if x >= div:
+            return f"{x / div:.3g} {unit}FLOP/s"
+    return f"{x:.3g} FLOP/s"
+
+
+def batch_roofline_figure(br: dict, scale: float = 1.0):
+    """topics.serving.measure.batch_roofline drawn: this device's roof with the measured passes at each batch size
+    (filled), and a GPU's roof with its PREDICTED passes (open, on a dashed estimate roof) for the same model and a
+    published 8B one. Each point is named by its B; both ridges drawn where they are."""
+    import math
+
+    import plotly.graph_objects as go
+
+    from engine.draw.palette import ESTIMATE, layout
+
+    here, gpu, rows = br["here"], br["gpu"], br["measured"]
+    gpu_name = gpu.name.split(" (")[0]
+    xs = [10 ** (i / 20) for i in range(-40, 81)]  # 0.01 .. 1e4 FLOP/byte
+    rate = here.bandwidth_for(rows[0]["bytes"])
+    fig = go.Figure([
+        go.Scatter(x=xs, y=[min(here.peak_flops, x * rate) for x in xs], mode="lines", showlegend=False,
+                   line=dict(color="#333", width=3), hoverinfo="skip", name="this device's roof (measured)"),
+        go.Scatter(x=xs, y=[min(gpu.peak_flops, x * gpu.bandwidth) for x in xs], mode="lines", showlegend=False,
+                   line=dict(color=ESTIMATE, width=3, dash="dash"), hoverinfo="skip",
+                   name=f"{gpu_name}'s roof (datasheet)"),
+    ])
+
+    def every_other(points) -> list[str]:  # B = 1, 4, 16, ...: a name on every point would overlap at the top
+        return [f"B={p['batch']}" if i % 2 == 0 else "" for i, p in enumerate(points)]
+
+    short = gpu_name.removeprefix("NVIDIA ").split(" ")[0]  # 'H100': the legend fits two rows of half a screen
+    series = [(rows, "achieved", f"measured here ({here.dtype})", dict(color=DECODE, size=11), "lines+markers+text"),
+              (br["predicted"], "attainable", f"{br['model']}, {short} predicted",
+               dict(color=DECODE, size=10, symbol="circle-open", line=dict(width=2.5)), "lines+markers"),
+              (br["predicted_real"], "attainable", f"{br['real']}, {short} predicted",
+               dict(color=ESTIMATE, size=10, symbol="diamond-open", line=dict(width=2.5)), "lines+markers+text")]
+    for points, y, name, marker, mode in series:
+        fig.add_trace(go.Scatter(
+            x=[p["intensity"] for p in points], y=[p[y] for p in points], name=name, mode=mode, marker=marker,
+            line=dict(color=marker["color"], width=2, dash="solid" if y == "achieved" else "dot"),
+            text=every_other(points), textposition="top left", textfont=dict(size=11 * scale, color=marker["color"]),
+            customdata=[p["batch"] for p in points],
+            hovertemplate="B = %{customdata}: %{x:.1f} FLOP/byte, %{y:.3s}FLOP/s<extra>" + name + "</extra>"))
+    for ridge, colour, words, anchor in ((br["ridge_here"], "#333", f"ridge here {br['ridge_here']:.1f}", "right"),
+                                         (gpu.ridge, ESTIMATE, f"{gpu_name} ridge {gpu.ridge:.0f}", "right")):
+        fig.add_vline(x=ridge, line_dash="dot", line_color=colour)
+        fig.add_annotation(x=math.log10(ridge), y=0.0, yref="paper", xanchor=anchor, yanchor="bottom",
+                           showarrow=False, text=words, font=dict(size=11 * scale, color=colour))
+    fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
+    fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="FLOP/s (measured here; predicted there)")
+    fig = layout(fig, f"Batch size on the roofline: here, and {short} ({gpu.dtype}) predicted", height=380, scale=scale)
+    fig.update_layout(legend=dict(font=dict(size=11 * scale)), margin=dict(t=int(112 * scale)))  # two legend rows
+    return fig
+
+
+def batch_roofline_sentence(br: dict) -> str:
+    """What the batch roofline shows, in its own numbers: how far the measured passes walk toward this device's
+    ridge, and at which batch a GPU's predicted passes reach its ridge (for this model and for a published one)."""
+    rows, here, gpu = br["measured"], br["here"], br["gpu"]
+    first, last = rows[0], rows[-1]
+    gpu_name = gpu.name.split(" (")[0]
+    side = ("still left of" if last["intensity"] < br["ridge_here"] else "past")
+    said = (f"Each filled point is one decode pass of B sequences at ~{br['context']} positions, measured here: the "
+            f"weights are read once for all B, so its FLOPs per byte grow with B, from {first['intensity']:.1f} at "
+            f"B = {first['batch']} to {last['intensity']:.1f} at B = {last['batch']} ({here.dtype}, estimates), "
+            f"{side} this device's ridge of {br['ridge_here']:.1f}; the pass went from {_flops(first['achieved'])} to "
+            f"{_flops(last['achieved'])} (×{last['achieved'] / first['achieved']:.1f} for ×{last['batch'] // first['batch']} "
+            "the work).")
+    here_sat = br["saturates_here"]
+    said += (f" By the estimates this device's ridge is reached at B ≈ {here_sat}." if here_sat else
+             " By the estimates no batch reaches this device's ridge at this context.")
+    model = (f"{br['model']} reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at B ≈ {br['saturates_gpu']}"
+             if br["saturates_gpu"] else
+             f"{br['model']} never reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at this context: its weights are "
+             "small beside each request's K/V reads, which grow with B as fast as the FLOPs")
+    real = (f"{br['real']} reaches it at B ≈ {br['saturates_real']}" if br["saturates_real"] else
+            f"{br['real']} does not reach it either")
+    return (said + f" Predicted on an {gpu_name} in {gpu.dtype} (open points: nothing ran there), {model}; {real}. "
+            "Below that batch, on the GPU, more requests cost a pass almost nothing, since it waits on reading the "
+            "weights; past it the pass is compute-bound. That is why servers batch.")

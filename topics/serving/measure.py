@@ -12,7 +12,9 @@
                  padded batch (computed for the same requests: what those allocators would have taken)
     step time    one decode pass shared by B sequences, B = 1, 2, 4, ...: matrix-vector work becomes
                  matrix-matrix, and the pass stays nearly flat while it is bound by overheads or by reading
-                 the weights
+                 the weights; each pass placed on the roofline (`batch_roofline`): its intensity from
+                 estimates.batched_decode (B tokens share one read of the weights), its FLOP/s from the
+                 measured time, beside a GPU's prediction for the same model and for a published 8B one
 
 perf_counter around a device sync, as everywhere; nothing here is a test: targets are printed beside the figures.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from engine.forward.estimates import batched_decode
 from engine.generate.batch import run_batch
 from engine.generate.serving.reference import generate_batch, reference_model
 from engine.generate.serving.requests import RequestSpec
@@ -181,9 +184,36 @@ def step_time_vs_batch(lm: LoadedModel, sizes=(1, 2, 4, 8, 16, 32), steps: int =
         times = [run.step().forward_ms for _ in range(steps)]
         ms = statistics.median(times)
         base = base or ms
+        work = batched_decode(lm.spec, b, context + steps // 2, lm.elem_bytes)  # the middle of the timed steps
         out.append({"batch": b, "decode_ms": ms, "over_batch_1": ms / base, "per_sequence_ms": ms / b,
-                    "spread": [round(min(times), 3), round(max(times), 3)]})
+                    "spread": [round(min(times), 3), round(max(times), 3)], "context": work["context"],
+                    "flops": work["flops"], "bytes": work["bytes"], "intensity": work["intensity"],
+                    "achieved": work["flops"] / (ms / 1e3)})
     return out
+
+
+REAL_MODEL = "Llama-3-8B"  # a published shape whose batched decode reaches an H100's ridge (at ~330 requests)
+
+
+def batch_roofline(rows: list[dict], lm: LoadedModel, here, gpu) -> dict:
+    """The measured passes of `step_time_vs_batch` on this device's roofline, and a GPU's PREDICTION beside them
+    (roofline.batch_roofline, in its own dtype: nothing ran there), for the same model and for REAL_MODEL; with the
+    batch at which each reaches its ridge (estimates.saturating_batch; None: no batch does, each request's K/V
+    reads growing as fast as its FLOPs)."""
+    from engine.forward.estimates import saturating_batch
+    from engine.load.rungs import model_name
+    from engine.measure import kvcalc, roofline
+
+    spec, elem_bytes = lm.spec, lm.elem_bytes
+    context = rows[0]["context"]
+    ridge_here = here.peak_flops / here.bandwidth_for(rows[0]["bytes"])  # at the bytes these passes move
+    real = kvcalc.from_table(REAL_MODEL)
+    return {"measured": rows, "here": here, "gpu": gpu, "context": context, "ridge_here": ridge_here,
+            "saturates_here": saturating_batch(spec, context, elem_bytes, ridge_here),
+            "predicted": roofline.batch_roofline(spec, context, gpu), "model": model_name(lm),
+            "saturates_gpu": saturating_batch(spec, context, gpu.elem_bytes, gpu.ridge),
+            "real": REAL_MODEL, "predicted_real": roofline.batch_roofline(real, context, gpu),
+            "saturates_real": saturating_batch(real, context, gpu.elem_bytes, gpu.ridge)}
 
 
 def _log_ways(res: dict, log) -> None:
@@ -248,6 +278,35 @@ def decode_stall(run: ServingRun, long_id: str) -> dict:
     return {"skipped_steps": worst_steps, "longest_gap_ms": worst_ms, "long_ttft_steps": lat["ttft_steps"],
             "long_ttft_ms": lat["ttft_ms"], "prefill_passes": long.chunks, "long_prompt_tokens": long.prompt_len,
             "sat_out": sat_out}
+
+
+def same_as_alone(run: ServingRun) -> dict[str, bool]:
+    """Per request: are its tokens exactly those of its prompt decoded alone (a Stepper, the same sampling, length
+    and stop rule)? Preempted and recomputed, sharing cached blocks or not, a request must not notice the server."""
+    out = {}
+    for r in run.requests:
+        alone = Stepper(run.lm, r.prompt, sampling=r.seq.sampling, max_new_tokens=r.max_new_tokens,
+                        stop_on_eos=r.seq.stop_on_eos, record=False, repeats=1)
+        alone.run()
+        out[r.id] = alone.generated_ids == r.generated_ids
+    return out
+
+
+def policy_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: dict, sampling=None) -> dict:
+    """The same requests served under each preemption policy (engine/generate/serving/scheduler.py), to the end:
+    who was preempted and when, the positions computed again, the engine steps it took, and the exactness check (every request's tokens the ones it gets alone)."""
+    from engine.generate.serving.run import PREEMPTION
+
+    out = {}
+    for policy in PREEMPTION:
+        run = ServingRun(lm, requests, sampling=sampling, record=True, **{**sizing, "preemption": policy})
+        run.run()
+        out[policy] = {"steps": len(run.steps), "preemptions": run.preemptions,
+                       "preempted": [(s.step, rid) for s in run.steps for rid in s.preempted],
+                       "recomputed": sum(r.recomputed_tokens for r in run.requests),
+                       "same_as_alone": same_as_alone(run)}
+        run.free()
+    return out
 
 
 def chunking_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: dict, sampling=None) -> dict:

@@ -9,16 +9,34 @@ import streamlit as st
 
 from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
+from engine.generate.serving.run import PREEMPTION
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.load.device import release_memory
+from engine.measure import roofline
 from topics.serving import draw as draw
 from topics.serving import measure as measure
 from topics.serving.page_parts import (MAX_PAGE_REQUESTS, chunking_result, new_serving_run, pictures, requests_editor,
                                        summary)
 from ui.controller import Controller
+from ui.model import device_roof
 from ui.setup import class_label, page_setup
 from ui.style import scale
-from ui.text import error
+from ui.text import error, plain
+
+
+POLICY_NAMES = {"newest": "preempt the newest", "most_blocks": "preempt the most blocks"}
+
+
+def exactness(run) -> str:
+    """The check the page's claim rests on, once per finished run: every request's tokens are the ones it gets alone."""
+    kept = st.session_state.get("serve_exact")
+    if not kept or kept[0] != id(run):
+        st.session_state["serve_exact"] = kept = (id(run), measure.same_as_alone(run))
+    same = kept[1]
+    if all(same.values()):
+        return f"Every request's tokens are exactly the ones it gets alone ({len(same)} of {len(same)}, checked)."
+    return ("Tokens differ from the request alone for " + ", ".join(r for r, ok in same.items() if not ok)
+            + ": that is a bug.")
 
 
 def show() -> None:
@@ -37,6 +55,8 @@ def show() -> None:
         for knob in ("page_size", "num_blocks", "max_batch_tokens", "prefix_sharing", "chunking"):
             if f"serve_{knob}" in st.session_state and st.session_state.get("serve_custom_sizing"):
                 sizing[knob] = st.session_state[f"serve_{knob}"]
+        if name == "preemption" and st.session_state.get("serve_preemption") in PREEMPTION:  # the policy knob
+            sizing["preemption"] = st.session_state["serve_preemption"]
         requests = SCENARIOS[name]["requests"] if name else st.session_state.get("serve_own_requests")
         return requests, sizing
 
@@ -56,6 +76,13 @@ def show() -> None:
         st.session_state.pop("serve_measured", None)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.selectbox("scenario", CHOICES, key="serve_scenario", label_visibility="collapsed", width=380)
+    if name == "preemption":  # which running request goes when the pool runs out: switch it and compare
+        st.session_state.setdefault("serve_preemption", sizing.get("preemption", PREEMPTION[0]))
+        bar.segmented_control("preemption policy", PREEMPTION, key="serve_preemption", format_func=POLICY_NAMES.get,
+                              label_visibility="collapsed",
+                              help="Who is preempted when a running request needs a block and none is free: the "
+                                   "newest admitted (vLLM's policy), or the one holding the most blocks. A change "
+                                   "starts a new run.")
     steps.buttons(bar, first=None, next_label=None, forward_label="▶ step")
     with bar.popover("More", icon=":material/tune:"):
         steps.autoplay(st)
@@ -72,7 +99,7 @@ def show() -> None:
     st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
                f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
-               "timings measured")
+               + (f"preemption: {sizing['preemption']} · " if "preemption" in sizing else "") + "timings measured")
     if said := steps.said():
         error(said)
     if notice := steps.notice():
@@ -101,7 +128,7 @@ def show() -> None:
         row.slider("engine step", 0, steps.latest, key="serve_at", label_visibility="collapsed", width=300)
     row.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
     if run.done:
-        st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again.")
+        st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again. {exactness(run)}")
     pictures(run, at)
     steps.autoplay_tick()
 
@@ -121,6 +148,12 @@ def show() -> None:
                f"what this run really took (whole blocks); the others are what the same requests would hold if each "
                f"reserved the model's whole context ({memory['max_length']} positions), or waited in one padded batch "
                "for the longest.")
+    if name == "preemption":
+        if st.button("Compare both preemption policies", key="serve_policy_compare"):
+            with st.spinner("Serving these requests under each policy, to the end, and each request alone…"):
+                st.session_state["serve_measured"] = ("policies", measure.policy_comparison(
+                    lm, requests, sizing, settings.sampling))
+            release_memory()
     if name == "long_prompt":
         if st.button("Compare chunked prefill on and off", key="serve_chunk_compare"):
             with st.spinner("Serving these requests twice, chunked prefill on and off (after a short warm-up)…"):
@@ -150,10 +183,17 @@ def show() -> None:
                    "every way (greedy). One round of every way of both workloads, alternated, after a warm-up round: a "
                    "busy server moves single rounds, so `python -m engine bench` gives medians of several.")
     elif kind == "batch":
-        st.plotly_chart(draw.batch_time_figure(result, scale=scale()), key="serve_batch_chart")
+        br = measure.batch_roofline(result, lm, device_roof(), roofline.h100())  # this device's roof, a GPU's beside
+        left, right = st.columns(2, gap="small")
+        left.plotly_chart(draw.batch_time_figure(result, scale=scale()), key="serve_batch_chart")
+        right.plotly_chart(draw.batch_roofline_figure(br, scale=scale()), key="serve_batch_roofline")
         top = result[-1]
         st.caption(f"{top['batch']} sequences in one decode pass took ×{top['over_batch_1']:.1f} the time of one "
                    f"({top['decode_ms']:.1f} ms against {result[0]['decode_ms']:.1f} ms): "
                    f"{top['per_sequence_ms']:.2f} ms per sequence. Medians of 8 passes, measured here.")
+        st.markdown(plain(draw.batch_roofline_sentence(br)))
     elif kind == "chunking":
         chunking_result(result)
+    elif kind == "policies":
+        st.table(draw.policy_frame(result).set_index("policy"))
+        st.caption(draw.policy_sentence(result))

@@ -50,7 +50,8 @@ def _whole(svg: str, alt: str, testid: str) -> str:
 def pool_alt(step, run: ServingRun) -> str:
     saved = sum(len(t) for _, t in step.tables) - step.blocks_used
     return (f"block pool after step {step.step}: {step.blocks_used} of {run.num_blocks} blocks used, "
-            f"{step.blocks_shared} shared ({saved} blocks saved by sharing), {step.blocks_free} free")
+            f"{step.blocks_shared} shared ({saved} blocks saved by sharing), {step.blocks_cached} cached (free to "
+            f"evict), {step.blocks_free - step.blocks_cached} free")
 
 
 def pass_alt(step) -> str:

@@ -48,9 +48,14 @@ def main(args) -> int:
     print(f"time per token (decode):      plain {m['plain_ms_per_token']:.2f} ms, speculative "
           f"{m['speculative_ms_per_token']:.2f} ms (medians of {m['repeats']} alternated runs, warm-up excluded)")
     print(f"measured speed-up:            x{m['speedup']:.2f}")
-    print(f"cost ratio c:                 {m['cost_ratio_c']:.3f} (draft ms per proposed token / verify ms)")
-    print(f"formula's prediction:         x{m['predicted_speedup']:.2f} (E / (k·c + 1), Leviathan et al. 2023; "
-          f"E from α)")
+    print(f"cost ratio c:                 {m['cost_ratio_c']:.3f} (draft ms per proposed token / one-row target step "
+          f"ms: Leviathan et al.'s c)")
+    print(f"verify pass r:                {m['verify_cost_r']:.2f} one-row steps ({m['k'] + 1} rows in one pass; the "
+          "paper assumes 1)")
+    print(f"paper's formula:              x{m['predicted_speedup']:.2f} (E / (k·c + 1), Leviathan et al. 2023; E from α)")
+    print(f"  with the verify pass's cost: x{m['predicted_with_verify']:.2f} (E / (k·c + r))")
+    print(f"  and the time outside passes: x{m['predicted_with_overhead']:.2f} ({m['overhead_ms_per_round']:.2f} ms per "
+          f"round, {m['plain_overhead_ms_per_step']:.2f} ms per plain step; measured x{m['speedup']:.2f})")
     print(f"verdict: {m['verdict']}")
     if args.json:
         write_json(args.json, m)
