@@ -85,7 +85,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
 
     from engine.load import device as dev
     from engine.load.rungs import rung_model
-    from topics.ladder.measure import timing_dtype
+    from engine.load.rungs import timing_dtype
     from topics.race.measure import lean_compare
 
     t0 = time.perf_counter()

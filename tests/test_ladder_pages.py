@@ -93,5 +93,5 @@ def test_the_race_runs_at_a_rung_with_random_weights_and_the_same_tokens():
     at.select_slider(key="race_speed").set_value(4.0).run()
     at.button(key="race_start").click().run()
     assert not at.exception and not at.error
-    assert any(c.value.startswith("Raced at 26M parameters, " + RANDOM_WEIGHTS) for c in at.caption)
+    assert any(c.value.startswith("Raced at 26M parameters (float32), " + RANDOM_WEIGHTS) for c in at.caption)
     assert any("Identical tokens" in s.value for s in at.success)  # the cache changes the time, not the tokens

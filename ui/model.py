@@ -64,15 +64,16 @@ def small_models_hint(where) -> None:
 
 
 @st.cache_resource(show_spinner="Measuring this device's matmul speed and memory bandwidth (once per server)…")
-def _probe(device_name: str, nonce: int):
-    from engine.load.device import pick_device, pick_dtype
-    from engine.measure.roofline import probe
+def _probe(device_name: str, dtype_name: str | None, nonce: int):
+    from engine.measure.roofline import probe_device
 
-    device = pick_device(device_name)
-    return probe(device, pick_dtype(device), budget_s=0.6)
+    return probe_device(device_name, dtype_name)
 
 
 def device_roof(nonce: int = 0):
-    """This server's measured roofline (a short matmul and memory-bandwidth probe, once per server and device)."""
+    """This server's measured roofline, in the dtype the model on screen runs in (a short matmul and
+    memory-bandwidth probe, once per server, device and dtype): a step is judged against the roof it ran on."""
     lm = st.session_state.get("lm")
-    return _probe(str(lm.device) if lm is not None else "auto", nonce)
+    if lm is None:
+        return _probe("auto", None, nonce)
+    return _probe(str(lm.device), lm.dtype_name, nonce)

@@ -88,6 +88,12 @@ class Rung:
         return self.shape_of or short_count(self.parameters)
 
 
+
+def timing_dtype(lm: LoadedModel) -> torch.dtype:
+    """The dtype a rung is timed in: on a GPU the device's fast one (bf16: the physics the lessons are about,
+    whatever dtype the bundled model was loaded in for exactness); elsewhere the model's own."""
+    return dev.pick_dtype(lm.device) if lm.device.type == "cuda" else lm.dtype
+
 def short_count(n: float) -> str:
     """4065536 -> '4.1M', 110_700_000 -> '111M', 1.1e9 -> '1.1B'."""
     for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):

@@ -112,6 +112,16 @@ class DeviceRoof:
                           bandwidths=rates, elem_bytes=self.elem_bytes)
 
 
+def probe_device(device_name: str, dtype_name: str | None = None, budget_s: float = 0.6) -> DeviceRoof:
+    """`probe` by names, as a page holds them: 'auto', 'cpu' or 'cuda', and 'float32' / 'bfloat16' (None: the
+    device's own fast dtype). A step is judged against the roof of the dtype it ran in."""
+    from engine.device import pick_device, pick_dtype
+
+    device = pick_device(device_name)
+    dtype = getattr(torch, dtype_name) if dtype_name else pick_dtype(device)
+    return probe(device, dtype, budget_s=budget_s)
+
+
 def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: float = 1.5,
           on_progress=None) -> DeviceRoof:
     """Measure matmul FLOP/s and memory bandwidth on this device, each within about budget_s seconds.

@@ -38,7 +38,8 @@ def main(args) -> int:
 
     from engine.load.rungs import plan
     from topics.ladder import draw as draw
-    from topics.ladder.measure import default_tokens, measure_ladder, timing_dtype
+    from engine.load.rungs import timing_dtype
+    from topics.ladder.measure import default_tokens, measure_ladder
 
     check_json_path(args.json)
     lm = load_from(args)

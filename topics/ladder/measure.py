@@ -52,7 +52,7 @@ import torch
 from engine.errors import StepError
 from engine.load import device as dev
 from engine.load.loaded import LoadedModel
-from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan
+from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
 from topics.ladder.record import Ladder, Measured, RungResult
 
 TOKENS = 128  # s: the prefill's length and the decode step's context (a CPU: its ridge is ~13 FLOP/byte)
@@ -87,12 +87,6 @@ def rss_bytes() -> int:
 def default_tokens(device: torch.device) -> int:
     """s when none is given: TOKENS on a CPU, GPU_TOKENS on a GPU."""
     return GPU_TOKENS if device.type == "cuda" else TOKENS
-
-
-def timing_dtype(lm: LoadedModel) -> torch.dtype:
-    """The dtype a ladder measures in: on a GPU the device's fast one (bf16: the physics the lesson is about,
-    whatever dtype the bundled model was loaded in for exactness); elsewhere the model's own."""
-    return dev.pick_dtype(lm.device) if lm.device.type == "cuda" else lm.dtype
 
 
 def versions() -> dict:

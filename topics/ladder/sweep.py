@@ -226,12 +226,12 @@ def sweep_at(lm, shape: str | None = None, dtype: torch.dtype | None = None, see
     """Build one rung (a published shape, a count, or 'own'), sweep its prefill, give its memory back.
 
     shape defaults to SWEEP_SHAPE for the device (Llama-3-8B on a GPU, SmolLM2-135M on a CPU); dtype to the
-    ladder's (topics.ladder.measure.timing_dtype: bf16 on a GPU). Checked against free memory before any
+    ladder's (engine.load.rungs.timing_dtype: bf16 on a GPU). Checked against free memory before any
     weight is allocated (rungs.plan), refused in one message (TooLarge) if it would not fit.
     """
     from engine.load import device as dev
     from engine.load.rungs import build, plan
-    from topics.ladder.measure import timing_dtype
+    from engine.load.rungs import timing_dtype
 
     shape = shape or SWEEP_SHAPE.get(lm.device.type, SWEEP_SHAPE["cpu"])
     dtype = dtype or timing_dtype(lm)

@@ -295,3 +295,39 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
         "compile_ms": {"cache": dict(on.compile_ms), "nocache": dict(off.compile_ms)},
         "steppers": runs,
     }
+
+
+# ---------------------------------------------------------------- a race at a rung
+
+CPU_RUNGS = ("26M", "110M")  # grown sizes a race can take on a CPU in a minute or two
+
+
+def race_sizes(lm) -> tuple[str, ...]:
+    """The rungs a race offers on lm's device: grown sizes on a CPU, published shapes on a GPU (engine.load.rungs)."""
+    from engine.load.rungs import GPU_SIZES
+
+    return tuple(GPU_SIZES[1:]) if lm.device.type == "cuda" else CPU_RUNGS
+
+
+def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=None) -> dict:
+    """The race at a rung of lm's family (or a published shape), built now with random weights and freed after.
+
+    On a GPU the rung runs in the device's fast dtype on the lean path (`lean_compare`: greedy, compiled), where
+    the readable path would be launch-bound; on a CPU it runs the Stepper's readable path (`compare`). The report
+    gains `at` (whose shape, which weights) and keeps `how` where the lean path ran.
+    """
+    from engine.load import device as dev
+    from engine.load.rungs import RANDOM_WEIGHTS, rung_model, timing_dtype
+
+    rlm = rung_model(lm, size, dtype=timing_dtype(lm))
+    try:
+        if lm.device.type == "cuda":
+            report = lean_compare(rlm, prompt, new_tokens, on_step=on_step)
+        else:
+            report = compare(rlm, prompt, new_tokens, sampling=sampling, on_step=on_step, stop_on_eos=False)
+        report["at"] = f"{rlm.spec.name.rsplit(' ', 1)[-1]} parameters ({rlm.dtype_name}), {RANDOM_WEIGHTS}"
+        report["dtype"] = rlm.dtype_name
+        return report
+    finally:
+        del rlm
+        dev.release_memory()

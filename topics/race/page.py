@@ -9,7 +9,6 @@ from engine import DecodeLabError
 from engine.draw.palette import show_piece
 from engine.generate.compare import compare
 from engine.load.device import release_memory
-from engine.load.rungs import RANDOM_WEIGHTS, rung_model
 from engine.measure import caveats, roofline
 from topics.race import draw as race_draw
 from topics.race import measure as race
@@ -25,7 +24,7 @@ def show() -> None:
     st.title("Race: KV cache on vs off")
     settings, lm = page_setup("race", need_model=True)
     OWN = "this model"
-    RUNGS = ("26M", "110M")  # the ladder's sizes a race can take on a CPU in a minute or two
+    RUNGS = race.race_sizes(lm)  # grown sizes on a CPU; published shapes, on the lean path, on a GPU
     st.caption("Same prompt, seed and sampling in both runs, **measured** in alternation (one step each, so neither has "
                "the machine to itself), then **played back** at each run's measured speed.")
 
@@ -42,19 +41,13 @@ def show() -> None:
                                   "growth without the cache is visible on a laptop CPU.")
     size = bar.selectbox("model size", [OWN, *RUNGS], key="race_size", width=200,
                          format_func=lambda x: x if x == OWN else f"{x}: random weights",
-                         help="A bigger model of the same family, built from its config with random weights (no "
-                              "download): for timing only, its tokens are noise. At a real size the cache buys more.")
+                         help="A bigger model, built from a config with random weights (no download): for timing "
+                              "only, its tokens are noise. At a real size the cache buys more. On a GPU it is a "
+                              "published model's shape, timed on the compiled path (the readable one is launch-bound "
+                              "there), greedy.")
     speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed", width=220,
                               format_func=lambda x: f"{x:g}× real time")
     start = bar.button("Start race", type="primary", key="race_start")
-
-
-    def racer():
-        """The model the race runs on: the one loaded, or a rung of its family (engine/load/rungs.py), built now."""
-        if size == OWN:
-            return lm
-        with st.spinner(f"Building a {size} {lm.spec.architecture} from its config, random weights (no download)…"):
-            return rung_model(lm, size)
 
 
     def measure() -> None:
@@ -68,13 +61,18 @@ def show() -> None:
                          text=f"measuring: cache on {done['cache']}/{steps}, cache off {done['nocache']}/{steps} tokens")
 
         try:
-            model = racer()
-            report = compare(model, prompt, int(steps), sampling=settings.sampling, on_step=on_step, stop_on_eos=False)
+            if size == OWN:
+                report = compare(lm, prompt, int(steps), sampling=settings.sampling, on_step=on_step,
+                                 stop_on_eos=False)
+            else:
+                with st.spinner(f"Building {size} from its config, random weights (no download)…"):
+                    report = race.race_at(lm, size, prompt, int(steps), settings.sampling, on_step)
         except DecodeLabError as e:
             error(str(e))
             st.stop()
-        at = "" if model is lm else f"{model.spec.name.rsplit(' ', 1)[-1]} parameters, {RANDOM_WEIGHTS}"
-        del model  # a rung's weights go as soon as it has raced
+        at = report.get("at", "")
+        how = report.get("how")
+        precision = race.precision_note(report.get("dtype", lm.dtype_name))
         df = race.race_frame(report)
         runs = report.pop("steppers")  # traces are summarised in df; free them once the noise rule has read them
         note = caveats.compare_note(runs["cache"].traces, runs["nocache"].traces)
@@ -83,7 +81,8 @@ def show() -> None:
         summary = race.summary(report, df)
         rule = race.cache_rule(df, summary["total_ratio"], device_roof(), roofline.h100())  # the roof it ran on
         st.session_state["race_result"] = {"df": df, "summary": summary, "prompt": prompt,
-                                           "texts": report["text"], "note": note, "at": at, "rule": rule}
+                                           "texts": report["text"], "note": note, "at": at, "rule": rule,
+                                           "how": how, "precision": precision}
         st.session_state["race_play"] = True
         bar.empty()
 
@@ -127,16 +126,18 @@ def show() -> None:
         df, summary = result["df"], result["summary"]
         tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
         if result.get("at"):
-            st.caption(f"Raced at {result['at']}: the times are the point, the text is not.")
+            st.caption(f"Raced at {result['at']}: the times are the point, the text is not."
+                       + (f" Cache on: {result['how']['cache']}; cache off: {result['how']['nocache']} (compiling "
+                          "apart, never in a step's time)." if result.get("how") else ""))
         if summary["identical"]:
             st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
                        f"difference: {summary['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).",
                        icon=":material/check_circle:")
         else:
-            st.error(f"**The runs differ** from step {summary['first_divergence_step']}. Largest logit difference before that: "
-                     f"{summary['max_logit_diff']:.2g}. The two modes add up the same numbers in a different order; in low "
-                     "precision (fp16/bf16 on a GPU) that can flip a near-tie between two tokens. Nothing is hidden: "
-                     "the tables below show both runs.", icon=":material/error:")
+            st.error(f"**The runs differ** from step {summary['first_divergence_step']}. Largest logit difference "
+                     f"before that: {summary['max_logit_diff']:.2g}. "
+                     + (result.get("precision") or "In float32 they should not part: the tables below show both runs, "
+                        "step by step."), icon=":material/error:")
         m = st.columns([1, 1, 1, 1, 0.6], vertical_alignment="bottom")
         if summary["median_ratio"]:
             m[0].metric("speed-up (total decode)", f"×{summary['total_ratio']:.1f}")
