@@ -54,6 +54,21 @@ def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
     assert list(table["status"]) == ["done"] * len(table)
 
 
+def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
+    """Run to end (E) before any ▶ step: the run starts and finishes in one press, and the page draws it finished
+    (it used to fail on Streamlit refusing a change to the already drawn Autoplay switch)."""
+    for title in (SCENARIO_TITLES[1], SCENARIO_TITLES[3]):
+        at = serving_page()
+        at.selectbox(key="serve_scenario").set_value(title).run()
+        at.button(key="serve_btn_run").click().run()
+        assert not at.exception and not at.error
+        assert any(m.value.startswith("**Finished**") for m in at.markdown)
+        requests = len(next(sc for sc in SCENARIOS.values() if sc["title"] == title)["requests"])
+        assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
+        assert at.button(key="serve_btn_run").disabled  # finished: nothing more to run
+        assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
+
+
 def test_back_shows_an_earlier_step_and_forward_replays_it():
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[1]).run()
