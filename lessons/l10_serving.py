@@ -30,7 +30,7 @@ def show(course: Course) -> None:
         "**preempted** and recomputed later.")
     sc = SCENARIOS["shared_prefix"]
     at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, 23, 7,
-                   key="lesson10_steps")
+                   key="lesson10_steps", persist_state="session")
     run = _lesson_run(lm, at + 1)  # steps 0..at: the line below says "step {at} of {at}", as the slider does
     if run is None:
         return

@@ -71,7 +71,8 @@ def show() -> None:
 
     def control_bar() -> None:
         bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-        bar.text_input("prompt", key="step_prompt", placeholder="Type a prompt, then Prefill (P)",
+        bar.text_input("prompt", key="step_prompt",
+                       persist_state="session", placeholder="Type a prompt, then Prefill (P)",
                        label_visibility="collapsed", width=250)
         steps.buttons(bar, first_help="Run the whole prompt through the model in one pass (P)",
                       next_help="One decode step: one more token (N)")
@@ -83,10 +84,12 @@ def show() -> None:
         st.session_state.setdefault("step_head", 0)
         with where.popover("More", icon=":material/tune:"):
             st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario",
+                         persist_state="session",
                          on_change=load_scenario, placeholder="a ready-made scenario…")
-            st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset", on_change=pick_preset,
+            st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset",
+                         persist_state="session", on_change=pick_preset,
                          placeholder="(your own prompt)")
-            st.number_input("head drawn on the stage", 0, spec.heads - 1, key="step_head",
+            st.number_input("head drawn on the stage", 0, spec.heads - 1, key="step_head", persist_state="session",
                             help="The head whose attention row(s) the stage draws")
             steps.autoplay(st)
 
@@ -95,14 +98,16 @@ def show() -> None:
         """The scrubber, the layer the stage opens, and the folded extras."""
         row = st.container(horizontal=True, vertical_alignment="center", gap="small")
         if steps.latest > 0:
-            row.slider("step", 0, steps.latest, key="step_at", label_visibility="collapsed", width=300,
+            row.slider("step", 0, steps.latest, key="step_at",
+                       persist_state="session", label_visibility="collapsed", width=300,
                        help="Scrub through the recorded steps: 0 is the prefill (← →)")
         st.session_state.setdefault("step_layer", 0)
         if spec.layers <= 12:
-            row.segmented_control("layer", list(range(spec.layers)), key="step_layer", format_func=lambda x: f"layer {x}",
+            row.segmented_control("layer", list(range(spec.layers)), key="step_layer",
+                                  persist_state="session", format_func=lambda x: f"layer {x}",
                                   label_visibility="collapsed", help="The layer opened on the stage")
         else:
-            row.number_input("layer", 0, spec.layers - 1, key="step_layer", width=100)
+            row.number_input("layer", 0, spec.layers - 1, key="step_layer", persist_state="session", width=100)
         more(row)
 
 
@@ -181,7 +186,8 @@ def show() -> None:
         with right:
             status(run, at)
             st.session_state.setdefault("step_view", "Attention")
-            view = st.radio("view", VIEWS, key="step_view", horizontal=True, label_visibility="collapsed")
+            view = st.radio("view", VIEWS, key="step_view",
+                            persist_state="session", horizontal=True, label_visibility="collapsed")
             show_view(view, c, run)
         st.html(legend_html())
         export(run)

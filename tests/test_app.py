@@ -158,6 +158,26 @@ def test_back_and_forward_replay_recorded_steps_and_the_link_carries_the_step():
     assert shown_step(other) == 1 and new_tokens(other) == 4
 
 
+def test_a_page_the_lecturer_returns_to_keeps_its_step_its_view_and_its_layer():
+    """Step through -> Lessons -> Step through: the same step of the same run, the same view and layer (Streamlit
+    forgets a widget's value when another page is drawn, unless the widget keeps it for the session)."""
+    at = click(fresh_app(), "step_btn_prefill")
+    for _ in range(3):
+        click(at, "step_btn_next")
+    click(at, "step_btn_back")
+    at.radio(key="step_view").set_value("Latency").run()
+    at.segmented_control(key="step_layer").set_value(1).run()
+    before = (shown_step(at), new_tokens(at), status(at))
+    assert before[0] == 2 and "step **2** of 3" in before[2]
+    at.switch_page(page("lessons")).run()
+    assert not at.exception
+    at.switch_page(page("step_through")).run()
+    assert not at.exception and not at.error
+    assert (shown_step(at), new_tokens(at), status(at)) == before
+    assert at.radio(key="step_view").value == "Latency" and at.segmented_control(key="step_layer").value == 1
+    assert dict(at.query_params)["at"] == "2"  # and the link, which followers and a reload read, says so too
+
+
 def test_the_cache_switch_keeps_the_run_makes_it_again_without_the_cache_and_says_so():
     at = click(fresh_app(), "step_btn_prefill")
     for _ in range(3):

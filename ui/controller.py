@@ -284,8 +284,10 @@ class Controller:
 
     def autoplay(self, where) -> None:
         """The Autoplay switch and its speed (in a page's More)."""
-        where.toggle("Autoplay", key=self._key("autoplay"), disabled=not self.started or self.done)
-        where.slider(f"autoplay speed ({self.noun}s/s)", 0.5, 5.0, 2.0, 0.5, key=self._key("speed"))
+        where.toggle("Autoplay", key=self._key("autoplay"),
+                     persist_state="session", disabled=not self.started or self.done)
+        where.slider(f"autoplay speed ({self.noun}s/s)", 0.5, 5.0, 2.0, 0.5, key=self._key("speed"),
+                     persist_state="session")
 
     def autoplay_tick(self) -> None:
         """At the end of a page: with Autoplay on, wait, take one step and draw again."""

@@ -70,7 +70,8 @@ def grow_the_model(lm, settings) -> None:
     live = kept_ladder(lm)
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
     st.session_state.setdefault("scale_ladder_view", "per_token")
-    row.segmented_control("picture", list(PICTURES), key="scale_ladder_view", format_func=PICTURES.get,
+    row.segmented_control("picture", list(PICTURES), key="scale_ladder_view",
+                          persist_state="session", format_func=PICTURES.get,
                           label_visibility="collapsed")
     measure = row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
                          key="scale_ladder_measure", icon=":material/straighten:",

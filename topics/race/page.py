@@ -29,21 +29,24 @@ def show() -> None:
                "the machine to itself), then **played back** at each run's measured speed.")
 
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")  # one row: the proof fits under it
-    preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset", width=330)
+    preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset",
+                           persist_state="session", width=330)
     prompt = st.text_area("prompt", next(p["prompt"] for p in PROMPTS if p["title"] == preset), key=f"race_prompt_{preset}",
                           height=68, label_visibility="collapsed")
     try:
         room = max(2, lm.spec.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
     except Exception:  # noqa: BLE001 - an unreadable prompt: the race itself will say why
         room = 2
-    steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps", width=130,
+    steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps",
+                             persist_state="session", width=130,
                              help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
                                   "growth without the cache is visible on a laptop CPU.")
-    size = bar.selectbox("model size", [OWN, *RUNGS], key="race_size", width=200,
+    size = bar.selectbox("model size", [OWN, *RUNGS], key="race_size", persist_state="session", width=200,
                          format_func=lambda x: x if x == OWN else f"{x}: random weights",
                          help="A bigger model of the same family, built from its config with random weights (no "
                               "download): for timing only, its tokens are noise. At a real size the cache buys more.")
-    speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed", width=220,
+    speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed",
+                              persist_state="session", width=220,
                               format_func=lambda x: f"{x:g}× real time")
     start = bar.button("Start race", type="primary", key="race_start")
 
@@ -162,8 +165,9 @@ def show() -> None:
     st.subheader("Sweep: how the gap grows with length")
     st.caption("Both modes at several lengths; each point is the median of repeated runs. With the cache, time per "
                "token stays about flat; without it, it grows with the length.")
-    lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths")
-    repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats")
+    lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths",
+                             persist_state="session")
+    repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats", persist_state="session")
     if st.button("Run sweep", key="race_sweep"):
         usable = [n for n in sorted(lengths) if n < room]
         bar = st.progress(0.0, text="sweeping…")

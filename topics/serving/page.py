@@ -55,18 +55,20 @@ def show() -> None:
     if not steps.started:
         st.session_state.pop("serve_measured", None)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.selectbox("scenario", CHOICES, key="serve_scenario", label_visibility="collapsed", width=380)
+    bar.selectbox("scenario", CHOICES, key="serve_scenario",
+                  persist_state="session", label_visibility="collapsed", width=380)
     steps.buttons(bar, first=None, next_label=None, forward_label="▶ step")
     with bar.popover("More", icon=":material/tune:"):
         steps.autoplay(st)
         st.markdown("**Sizing** (changes start a new run)")
-        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing")
+        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing", persist_state="session")
         c1, c2, c3 = st.columns(3)
-        c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size")
-        c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks")
-        c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens")
-        st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing")
-        st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking")
+        c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size", persist_state="session")
+        c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks", persist_state="session")
+        c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens",
+                        persist_state="session")
+        st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing", persist_state="session")
+        st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking", persist_state="session")
     steps.run_to_end_if_asked()
 
     st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
@@ -98,7 +100,8 @@ def show() -> None:
     class_label(f"engine step {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
     row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
     if steps.latest > 0:
-        row.slider("engine step", 0, steps.latest, key="serve_at", label_visibility="collapsed", width=300)
+        row.slider("engine step", 0, steps.latest, key="serve_at",
+                   persist_state="session", label_visibility="collapsed", width=300)
     row.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
     if run.done:
         st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again.")

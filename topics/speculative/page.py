@@ -37,9 +37,10 @@ def show() -> None:
     st.session_state.setdefault("spec_k", 4)
     rounds.sync((settings, st.session_state["spec_prompt"], st.session_state["spec_drafter"], st.session_state["spec_k"]))
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.text_input("prompt", key="spec_prompt", label_visibility="collapsed", width=300)
-    bar.selectbox("drafter", DRAFTERS, key="spec_drafter", label_visibility="collapsed", width=230)
-    bar.number_input("k", 1, 8, key="spec_k", width=90, help="guesses per round")
+    bar.text_input("prompt", key="spec_prompt", persist_state="session", label_visibility="collapsed", width=300)
+    bar.selectbox("drafter", DRAFTERS, key="spec_drafter",
+                  persist_state="session", label_visibility="collapsed", width=230)
+    bar.number_input("k", 1, 8, key="spec_k", persist_state="session", width=90, help="guesses per round")
     rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
                    next_help="Draft k guesses and check them in one pass (N)")
     rounds.run_to_end_if_asked()
@@ -54,7 +55,8 @@ def show() -> None:
                 "checks them in one pass.")
     else:
         if rounds.latest > 0:
-            st.slider("round", 0, rounds.latest, key="spec_at", label_visibility="collapsed", width=300)
+            st.slider("round", 0, rounds.latest, key="spec_at",
+                      persist_state="session", label_visibility="collapsed", width=300)
         at = rounds.at
         class_label(f"round {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
         left, right = st.columns([3, 2], gap="medium")
@@ -75,7 +77,7 @@ def show() -> None:
     st.caption("Plain decoding and speculative decoding of the same prompt and length, measured here in alternation, "
                "next to the speed-up the standard formula predicts from the measured acceptance and draft cost.")
     c = st.container(horizontal=True, vertical_alignment="bottom")
-    steps = c.number_input("new tokens", 8, 200, 40, key="spec_measure_steps", width=140)
+    steps = c.number_input("new tokens", 8, 200, 40, key="spec_measure_steps", persist_state="session", width=140)
     if c.button("Measure", key="spec_measure"):
         with st.spinner("Measuring plain and speculative decoding, alternated…"):
             st.session_state["spec_measured"] = measured_comparison(
