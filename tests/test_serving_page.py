@@ -67,6 +67,13 @@ def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
         assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
         assert at.button(key="serve_btn_run").disabled  # finished: nothing more to run
         assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
+        wasted = at.table[0].value["wasted (held, no token), averaged"]  # read as a person reads the table
+        assert all(0 <= int(w.rstrip("%")) <= 100 for w in wasted), list(wasted)
+        if "shared system prompt" in title:
+            said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
+            served, stored = (int(x.replace(",", "")) for x in re.search(
+                r"read ([\d,]+) positions' keys and values over the run's \d+ steps, from ([\d,]+) stored", said).groups())
+            assert served > stored
 
 
 def test_back_shows_an_earlier_step_and_forward_replays_it():

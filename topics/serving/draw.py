@@ -274,6 +274,21 @@ def memory_frame(mem: dict):
                          for k in names])
 
 
+def sharing_sentence(mem: dict) -> str:
+    """What prefix sharing saved in this run, from the same steps the table averages (topics.serving.measure.memory):
+    the positions the requests read per position the paged pool held."""
+    sh = mem["sharing"]
+    if not sh["steps"]:
+        return ""
+    per_step = sh["saved"] / sh["steps"]
+    if sh["saved"] <= 0:
+        return (f"Prefix sharing saved nothing here: every position the requests read was stored for them alone "
+                f"({sh['served_per_held']:.2f} positions served per position held).")
+    return (f"Prefix sharing: the requests read {sh['served']:,} positions' keys and values over the run's "
+            f"{sh['steps']} steps, from {sh['stored']:,} stored, so {sh['served_per_held']:.2f} positions served "
+            f"per position held (whole blocks); about {per_step:,.0f} positions per step not stored twice.")
+
+
 def chunking_frame(result: dict):
     """The chunked-prefill comparison, one row per way, read off the same two runs whose timelines are drawn."""
     import pandas as pd

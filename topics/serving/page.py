@@ -121,9 +121,11 @@ def show() -> None:
     st.table(draw.memory_frame(memory).set_index("allocator"))
     st.caption(f"KV memory of this run so far: the most each allocator held at any one step (peak), and the share of "
                f"what it held that held no token's keys and values, averaged over the steps (wasted). Paged blocks are "
-               f"what this run really took (whole blocks); the others are what the same requests would hold if each "
-               f"reserved the model's whole context ({memory['max_length']} positions), or waited in one padded batch "
-               "for the longest.")
+               f"what this run really took (whole blocks; a shared block is held and stored once); the others are what "
+               f"the same requests would hold if each reserved the model's whole context ({memory['max_length']} "
+               "positions), or waited in one padded batch for the longest.")
+    if sizing["prefix_sharing"]:
+        st.markdown(draw.sharing_sentence(memory))
     if name == "long_prompt":
         if st.button("Compare chunked prefill on and off", key="serve_chunk_compare"):
             with st.spinner("Serving these requests twice, chunked prefill on and off (after a short warm-up)…"):
