@@ -162,8 +162,14 @@ def show() -> None:
         steps.run_to_end_if_asked(lambda: len(steps.run.generated_ids) / steps.run.max_new_tokens)
         run, at = steps.run, steps.at
         started = steps.started
+        ss = st.session_state
+        ss["step_layer"] = min(max(0, int(ss.get("step_layer") or 0)), spec.layers - 1)  # a link's, inside the model
+        ss["step_head"] = min(max(0, int(ss.get("step_head") or 0)), spec.heads - 1)
+        view = ss.get("step_view", "Attention")
         write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None,
-                   steps=steps.latest if started else None, at=at if started and at != steps.latest else None)
+                   steps=steps.latest if started else None, at=at if started and at != steps.latest else None,
+                   view=view if started and view != "Attention" else None,  # the screen: its view, layer, head
+                   layer=ss["step_layer"] or None, head=ss["step_head"] or None)
         class_bar(run, at)  # leading a class: every follower sees this step (nothing when no class is running)
         for problem in st.session_state.pop("link_problems", []):
             warning(problem)

@@ -158,6 +158,30 @@ def test_back_and_forward_replay_recorded_steps_and_the_link_carries_the_step():
     assert shown_step(other) == 1 and new_tokens(other) == 4
 
 
+def test_a_step_link_opens_the_view_layer_and_head_on_screen():
+    at = click(fresh_app(), "step_btn_prefill")
+    click(at, "step_btn_next")
+    at.radio(key="step_view").set_value("Next token").run()
+    at.segmented_control(key="step_layer").set_value(1).run()
+    at.session_state["step_head"] = 3
+    at.run()
+    link = dict(at.query_params)
+    assert (link["view"], link["layer"], link["head"]) == ("Next token", "1", "3")
+    other = app_test()
+    other.query_params = link
+    other.run()
+    assert not other.exception and all(noise.is_note(w.value) for w in other.warning), [w.value for w in other.warning]
+    assert other.radio(key="step_view").value == "Next token"
+    assert other.segmented_control(key="step_layer").value == 1 and other.session_state["step_head"] == 3
+    assert shown_step(other) == 1 and any(m.value.startswith("Chosen\\:") for m in other.markdown)  # that view, drawn
+    bad = app_test()
+    bad.query_params = {**link, "view": "Nonsense", "layer": "999"}
+    bad.run()
+    assert any("view='Nonsense' ignored" in w.value for w in bad.warning)
+    layer = bad.segmented_control(key="step_layer")
+    assert layer.value == len(layer.options) - 1  # layer 999 of a smaller model: its last layer
+
+
 def test_a_page_the_lecturer_returns_to_keeps_its_step_its_view_and_its_layer():
     """Step through -> Lessons -> Step through: the same step of the same run, the same view and layer (Streamlit
     forgets a widget's value when another page is drawn, unless the widget keeps it for the session)."""

@@ -76,6 +76,33 @@ def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
             assert served > stored
 
 
+def test_a_serving_link_opens_the_same_scenario_at_the_same_engine_step():
+    """The address bar holds the scenario and the engine step on screen; a new session opening it sees the same
+    screen: the same scenario picked, the same step of the same run, the same pass and pool drawn."""
+    at = serving_page()
+    title = SCENARIO_TITLES[1]
+    at.selectbox(key="serve_scenario").set_value(title).run()
+    for _ in range(6):
+        at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_back").click().run()
+    link = dict(at.query_params)
+    assert link["scenario"] == "shared_prefix" and link["steps"] == "5" and link["at"] == "4"
+    def unclocked(svg: str) -> str:  # a pass's measured time is the clock's, not the screen's
+        return re.sub(r"[\d.]+ ms measured", "ms measured", svg)
+
+    screen = (unclocked(svgs(at, "dl-pass")[0]), svgs(at, "dl-pool")[0])
+    other = app_test()
+    other.query_params = link
+    other.run()
+    other.switch_page(page("serving")).run()
+    assert not other.exception and not other.error and not other.warning
+    assert other.selectbox(key="serve_scenario").value == title
+    assert any("step **4** of 5" in m.value for m in other.markdown)
+    assert (unclocked(svgs(other, "dl-pass")[0]), svgs(other, "dl-pool")[0]) == screen
+    other.button(key="serve_btn_forward").click().run()  # and it goes on from there like the original
+    assert dict(other.query_params)["steps"] == "5" and "at" not in dict(other.query_params)
+
+
 def test_back_shows_an_earlier_step_and_forward_replays_it():
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[1]).run()

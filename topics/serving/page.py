@@ -16,6 +16,7 @@ from topics.serving import measure as measure
 from topics.serving.page_parts import (MAX_PAGE_REQUESTS, chunking_result, new_serving_run, pictures, requests_editor,
                                        summary)
 from ui.controller import Controller
+from ui.links import write_link
 from ui.setup import class_label, page_setup
 from ui.style import scale
 from ui.text import error
@@ -52,6 +53,7 @@ def show() -> None:
     requests, sizing = chosen()
     name = BY_TITLE.get(st.session_state.get("serve_scenario", CHOICES[0]))
     steps.sync((settings, name, tuple(requests or ()), tuple(sorted(sizing.items()))))
+    steps.replay_queued()  # a link's engine steps, now that its scenario is on screen
     if not steps.started:
         st.session_state.pop("serve_measured", None)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
@@ -70,6 +72,9 @@ def show() -> None:
         st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing", persist_state="session")
         st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking", persist_state="session")
     steps.run_to_end_if_asked()
+    own_sizing = bool(st.session_state.get("serve_custom_sizing"))  # a link carries a scenario, not its knobs
+    write_link(settings, scenario=name, steps=steps.latest if steps.started and name and not own_sizing else None,
+               at=steps.at if steps.started and name and not own_sizing and steps.at != steps.latest else None)
 
     st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
                f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
