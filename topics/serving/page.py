@@ -18,7 +18,7 @@ from topics.serving.page_parts import (MAX_PAGE_REQUESTS, chunking_result, new_s
 from ui.controller import Controller
 from ui.links import write_link
 from ui.setup import class_label, page_setup
-from ui.style import scale
+from ui.style import keys_back, picked, scale
 from ui.text import error
 
 
@@ -57,8 +57,9 @@ def show() -> None:
     if not steps.started:
         st.session_state.pop("serve_measured", None)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.selectbox("scenario", CHOICES, key="serve_scenario",
-                  persist_state="session", label_visibility="collapsed", width=380)
+    bar.selectbox("scenario", CHOICES, key="serve_scenario", persist_state="session", label_visibility="collapsed",
+                  width=380, on_change=picked)
+    keys_back()  # after a pick, E and → are shortcuts again, not letters typed into the box
     steps.buttons(bar, first=None, next_label=None, forward_label="▶ step")
     with bar.popover("More", icon=":material/tune:"):
         steps.autoplay(st)

@@ -13,6 +13,7 @@ from topics.speculative.page_parts import (DRAFTERS, comparison, drafter_for, me
 from ui.controller import Controller
 from ui.presets import PROMPTS
 from ui.setup import class_label, page_setup
+from ui.style import keys_back, picked
 from ui.text import error
 
 
@@ -39,7 +40,8 @@ def show() -> None:
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.text_input("prompt", key="spec_prompt", persist_state="session", label_visibility="collapsed", width=300)
     bar.selectbox("drafter", DRAFTERS, key="spec_drafter",
-                  persist_state="session", label_visibility="collapsed", width=230)
+                  persist_state="session", label_visibility="collapsed", width=230, on_change=picked)
+    keys_back()  # after a pick, the run's shortcuts work again
     bar.number_input("k", 1, 8, key="spec_k", persist_state="session", width=90, help="guesses per round")
     rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
                    next_help="Draft k guesses and check them in one pass (N)")
