@@ -163,8 +163,9 @@ def show() -> None:
 
     st.divider()
     st.subheader("Sweep: how the gap grows with length")
-    st.caption("Both modes at several lengths; each point is the median of repeated runs. With the cache, time per "
-               "token stays about flat; without it, it grows with the length.")
+    st.caption("Both modes at several lengths; each point is the median of repeated runs. The lesson: with the "
+               "cache a step reads the cached keys and values and computes one position, without it every position "
+               "again, so without it the time per token grows much faster with the length.")
     lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths",
                              persist_state="session")
     repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats", persist_state="session")
@@ -183,4 +184,5 @@ def show() -> None:
         c1, c2 = st.columns(2)
         c1.plotly_chart(race_draw.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
         c2.plotly_chart(race_draw.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
+        st.markdown(race_draw.sweep_caption(sweep_df))  # what this sweep measured, in its own numbers
         st.dataframe(sweep_df, hide_index=True)
