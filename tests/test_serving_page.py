@@ -184,6 +184,8 @@ def test_throughput_is_a_chart_of_both_workloads_and_says_why_static_batching_ca
     assert "static batch made 498 tokens/s against continuous batching's 492 (it won)" in said
     assert "static batch's best case" in said and "50% wasted" in said and "(×1.7)" in said
     assert "busy" not in said
+    assert "its two bars should match: 130 and 128 tokens/s." in said  # the same work either way, said so
+    assert "generate_batch has no mixed-lengths bar" in said  # a bar left out is said to be left out
 
 
 def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
@@ -193,3 +195,5 @@ def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
     said = throughput_sentence(SAME, noisy)
     assert "The server was busy while these ran: the static batch measured more than ×1.3 faster" in said
     assert "hid that waste" not in said  # no cause claimed that the numbers do not show
+    apart = throughput_sentence(SAME, {**MIXED, "one_at_a_time_tokens_per_s": 65})  # the same work, half the rate
+    assert "130 and 65 tokens/s, ×2.0 apart: the server was busy" in apart

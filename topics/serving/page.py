@@ -138,14 +138,16 @@ def show() -> None:
                 st.session_state["serve_measured"] = ("chunking", measure.chunking_comparison(
                     lm, requests, sizing, settings.sampling))
             release_memory()
-    c = st.container(horizontal=True)
+    c = st.container(horizontal=True, vertical_alignment="bottom")
+    rounds = c.number_input("rounds", 1, 5, 1, key="serve_tp_rounds", persist_state="session", width=100,
+                            help="Rounds of every way, alternated, after a warm-up: medians of more rounds move less")
     if c.button("Throughput: continuous batching vs static vs one at a time vs generate_batch", key="serve_tp"):
-        with st.spinner("Serving the same prompts four ways, one length for all and then mixed lengths (one round "
-                        "each, after a warm-up)…"):
+        with st.spinner(f"Serving the same prompts four ways, one length for all and then mixed lengths ({rounds} "
+                        f"round{'s' if rounds != 1 else ''} each, after a warm-up)…"):
             prompts = [r.prompt for r in (requests or [])][:8] or measure.PROMPTS
             mixed = measure.MIXED[: len(prompts)]
             both = measure.throughput_side_by_side(lm, prompts, {"same": sum(mixed) // len(mixed), "mixed": mixed},
-                                                   rounds=1, log=lambda *a: None)  # every way of both, alternated
+                                                   rounds=int(rounds), log=lambda *a: None)  # alternated
             st.session_state["serve_measured"] = ("throughput", (both["same"], both["mixed"]))
         release_memory()
     if c.button("Decode pass time against batch size", key="serve_batch"):
@@ -157,9 +159,11 @@ def show() -> None:
         same, mixed = result
         st.plotly_chart(draw.throughput_figure(same, mixed, scale=scale()), key="serve_tp_chart")
         st.markdown(draw.throughput_sentence(same, mixed))
+        n = same["rounds"]
         st.caption(f"{same['requests']} prompts, {sum(mixed['new_tokens'])} new tokens in all either way; the same tokens "
-                   "every way (greedy). One round of every way of both workloads, alternated, after a warm-up round: a "
-                   "busy server moves single rounds, so `python -m engine bench` gives medians of several.")
+                   f"every way (greedy). {'One round' if n == 1 else f'Medians of {n} rounds'} of every way of both "
+                   "workloads, alternated, after a warm-up round: a busy server moves single rounds (more rounds under "
+                   "the button, or `python -m engine bench`).")
     elif kind == "batch":
         st.plotly_chart(draw.batch_time_figure(result, scale=scale()), key="serve_batch_chart")
         top = result[-1]
