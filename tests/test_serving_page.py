@@ -141,6 +141,15 @@ def test_lesson_10_shows_the_pool_and_the_pass():
     pool, one_pass = svgs(at, "dl-pool"), svgs(at, "dl-pass")
     assert pool and one_pass and "ONE forward pass" in one_pass[0]
     assert pool[0].count('data-role="block-shared"') > 0  # the system prompt stored once by step 8
+    slider = at.slider(key="lesson10_steps")
+    line = next(m.value for m in at.markdown if m.value.startswith("step **"))
+    assert f"step **{slider.value}** of {int(slider.max)}" in line  # the line counts the steps the slider walks
+    slider.set_value(slider.max).run()
+    requests = len(SCENARIOS["shared_prefix"]["requests"])
+    assert f"{requests}/{requests} requests done" in next(m.value for m in at.markdown if m.value.startswith("step **"))
+    timeline = svgs(at, "dl-timeline")[0]
+    for r in range(requests):  # every request's row of the timeline has its passes drawn
+        assert re.search(rf'data-role="cell-(prefill|decode)" data-request="r{r}"', timeline), f"r{r}'s row is empty"
 
 
 def test_the_chunked_off_row_reports_the_stall_its_own_run_shows():
