@@ -69,6 +69,12 @@ def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
         assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
         wasted = at.table[0].value["wasted (held, no token), averaged"]  # read as a person reads the table
         assert all(0 <= int(w.rstrip("%")) <= 100 for w in wasted), list(wasted)
+        if "preemption" in title:  # exactness checked, not only said: the same tokens as a pool that fits all
+            said = next(m.value for m in at.markdown if "same tokens either way" in m.value)
+            assert said.endswith("same tokens either way: **yes**.")
+            timeline = svgs(at, "dl-timeline")[0]
+            preempted = sorted(set(re.findall(r'data-role="cell-preempted" data-request="(r\d+)"', timeline)))
+            assert preempted and all(rid in said for rid in preempted[:1] + preempted[-1:])
         if "shared system prompt" in title:
             said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
             served, stored = (int(x.replace(",", "")) for x in re.search(

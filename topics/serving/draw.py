@@ -330,6 +330,14 @@ def chunking_sentence(result: dict) -> str:
     return said + f" Same tokens either way: {'yes' if same else 'no'}."
 
 
+def roomy_sentence(check: dict) -> str:
+    """topics.serving.measure.roomy_check in one line, ending on the same check the chunking comparison shows."""
+    who = _requests(check["preempted"]) if check["preempted"] else "no request"
+    return (f"{who} {'was' if len(check['preempted']) <= 1 else 'were'} preempted and recomputed in this pool of "
+            f"{check['blocks']} blocks; the same requests in a pool of {check['roomy_blocks']} blocks, where nobody "
+            f"is preempted: same tokens either way: **{'yes' if check['same_tokens'] else 'no'}**.")
+
+
 WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
         "one_at_a_time": "one request<br>at a time", "generate_batch": "transformers<br>generate_batch"}
 WORKLOADS = (("same length, all at once", "#9e9e9e"), ("mixed lengths", "#37474f"))  # neutral: not a phase colour

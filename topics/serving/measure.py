@@ -295,3 +295,20 @@ def chunking_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: di
     same = out["on"].pop("tokens") == out["off"].pop("tokens")
     out["on"]["same_tokens"] = out["off"]["same_tokens"] = same
     return out
+
+
+def roomy_check(run: ServingRun, requests: list[RequestSpec], sizing: dict, sampling=None) -> dict:
+    """A finished run whose pool was too small (requests preempted and recomputed), against the same requests
+    served with a pool that holds them all at once: the same tokens? (the preemption scenario's claim, checked
+    like chunking_comparison's "same tokens either way"). Both runs stop where the page's run stops."""
+    need = sum(-(-(r.prompt_len + r.max_new_tokens) // run.page_size) for r in run.requests)
+    roomy = ServingRun(run.lm, requests, sampling=sampling, record=False, max_requests=len(requests),
+                       **{**sizing, "num_blocks": max(sizing["num_blocks"], need)})
+    roomy.run()
+    tokens = [r.generated_ids for r in roomy.requests]
+    preempted = sorted({rid for s in run.steps for rid in s.preempted}, key=lambda rid: int(rid[1:]))
+    out = {"same_tokens": tokens == [r.generated_ids for r in run.requests], "preempted": preempted,
+           "roomy_blocks": roomy.num_blocks, "blocks": run.num_blocks}
+    roomy.free()
+    return out
+
