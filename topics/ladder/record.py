@@ -24,7 +24,7 @@ LADDER_KEYS = ("model", "family", "device", "dtype", "threads", "tokens", "promp
                "rungs", "left_out", "wall_s", "rss_before_bytes", "rss_after_bytes", "measured_at")
 RUNG_KEYS = ("size", "label", "parameters", "weight_bytes", "trained", "weights", "layers", "d_model", "heads",
              "kv_heads", "head_dim", "d_ff", "prefill", "decode", "nocache", "lean", "matmul_ms", "build_ms",
-             "same_token", "prefill_matmul_ms", "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
+             "same_token", "prefill_matmul_ms", "timed", "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
 PASS_KEYS = ("what", "q_len", "past", "tokens", "median_ms", "low_ms", "high_ms", "runs", "warmup_ms", "flops",
              "bytes_moved", "memory_ms", "compute_ms", "kind", "label", "ratio", "path")
 
@@ -116,6 +116,12 @@ class RungResult:
     build_ms: float  # building the rung (random init), apart from every timing
     same_token: bool  # cache on and off chose the same next token
     prefill_matmul_ms: float | None = None  # the prefill's weight matrices alone, s rows (None: not timed)
+    timed: int = 1  # times the rung was measured: more than 1 when its repeats spread wide and it was timed again
+
+    @property
+    def spread(self) -> float:
+        """The wider of its prefill's and its decode's repeats: slowest timed run over fastest (1.0: steady)."""
+        return max((m.high_ms / m.low_ms if m.low_ms > 0 else 1.0) for m in (self.prefill, self.decode))
 
     @property
     def decode_vs_prefill_per_token(self) -> float:
