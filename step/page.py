@@ -13,6 +13,7 @@ import streamlit as st
 
 from classroom.page import class_bar
 from engine import Stepper
+from engine.draw.attention import hardest_look_back
 from engine.draw.first_draw import blank_figure
 from engine.draw.latency import traces_frame
 from engine.draw.palette import legend_html
@@ -57,6 +58,7 @@ def show() -> None:
         st.session_state.pop("step_replay", None)
         if scenario.get("view"):
             st.session_state["step_view"] = scenario["view"]
+        st.session_state["step_focus"] = scenario.get("open")  # "look_back": open on the layer and head that do
         steps.queue_replay(int(values.get("steps", 0)), values.get("at"))
 
 
@@ -157,7 +159,10 @@ def show() -> None:
         steps.app_rerun_if_asked()  # a scenario was picked in this fragment: the sidebar must take its settings first
         prompt = st.session_state.get("step_prompt", "")
         steps.sync((settings, prompt))
-        steps.replay_queued()  # a link, a scenario or a fork: its steps, now that the settings are its own
+        if steps.replay_queued() and st.session_state.pop("step_focus", None) == "look_back" and steps.started:
+            found = hardest_look_back(steps.run.traces[steps.at], steps.run.tokens)  # computed from this run
+            if found:
+                st.session_state["step_layer"], st.session_state["step_head"] = found[0], found[1]
         control_bar()
         steps.run_to_end_if_asked(lambda: len(steps.run.generated_ids) / steps.run.max_new_tokens)
         run, at = steps.run, steps.at

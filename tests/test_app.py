@@ -303,6 +303,34 @@ def test_all_heads_are_labelled_with_token_pieces_and_the_look_back_head_is_name
     assert weights[head, earlier] == np.nanmax(weights[:, earlier])  # the named head is the darkest in the chart
 
 
+def test_the_look_back_scenario_opens_on_the_layer_and_head_that_look_back_hardest():
+    """The scenario opens on the layer and head whose newest query ('Tom') gives the name's latest earlier copy the
+    most weight, found here with transformers' own copy of the model (its eager attention weights), not the
+    engine's."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from engine.load.load import MODELS_DIR
+    from tests import reference
+
+    scenario = next(x for x in SCENARIOS if "jumps back" in x["title"])
+    at = fresh_app()
+    at.selectbox(key="step_scenario").set_value(scenario["title"]).run()
+    assert not at.exception and not at.error
+    path = str(MODELS_DIR / scenario["link"]["model"])
+    ids = AutoTokenizer.from_pretrained(path)(scenario["link"]["prompt"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        attentions = reference.model(path)(ids, output_attentions=True).attentions  # per layer [1, head, q, k]
+    row = ids[0].tolist()
+    earlier = max(p for p in range(len(row) - 1) if row[p] == row[-1])
+    weights = torch.stack([a[0, :, -1, earlier] for a in attentions])  # [layer, head]
+    layer, head = divmod(int(weights.argmax()), weights.shape[1])
+    assert (at.session_state["step_layer"], at.session_state["step_head"]) == (layer, head)
+    assert at.segmented_control(key="step_layer").value == layer  # what the page shows, not only its state
+    named = next(m.value for m in at.markdown if "the most weight of any head" in m.value)
+    assert f"in layer {layer}, head {head} gives that earlier copy" in named
+
+
 def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():
     at = click(fresh_app(), "step_btn_prefill")
     for _ in range(4):
