@@ -40,6 +40,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
+from functools import partial
 from typing import Callable
 
 import torch
@@ -187,8 +188,8 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int = TOKENS, repeats: i
             build_ms = (time.perf_counter() - t0) * 1e3
             try:
                 say(done + 0.1 * w * share, f"{rung.label}: prefill of {tokens} tokens, decode with the cache on and off…")
-                results.append(steady(lambda: measure_rung(rung, rlm, prompt, first, repeats, lean, build_ms),
-                                      lambda text: say(done + 0.5 * w * share, text)))
+                results.append(steady(partial(measure_rung, rung, rlm, prompt, first, repeats, lean, build_ms),
+                                      partial(say, done + 0.5 * w * share)))
             finally:
                 del rlm
                 dev.release_memory()  # the next rung, and every student, gets the memory back
