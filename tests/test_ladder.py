@@ -396,11 +396,12 @@ def test_a_rung_whose_repeats_spread_wide_is_timed_again_and_the_steadiest_kept(
         seq = iter([_rung(s, 100.0 + i) for i, s in enumerate(spreads)])
         return lambda: next(seq)
 
-    kept = ladder.steady(measures(2.0, 1.6, 1.1, 1.05))
+    kept = ladder.steady(measures(2.0, 1.6, 1.1, 1.05), retimes=2)
     assert kept.timed == 3 and kept.prefill.median_ms == 102.0  # the third try, under RETIME_SPREAD: no fourth
     assert ladder.steady(measures(1.2, 9.0)).timed == 1
-    stays = ladder.steady(measures(3.0, 2.0, 2.5, 1.0))
-    assert stays.timed == 1 + ladder.RETIMES and stays.prefill.median_ms == 101.0  # the steadiest of three
+    stays = ladder.steady(measures(3.0, 2.0, 2.5, 1.0), retimes=2)
+    assert stays.timed == 3 and stays.prefill.median_ms == 101.0  # the steadiest of three
+    assert ladder.steady(measures(3.0, 2.5, 2.2, 2.1)).timed == 1 + ladder.RETIMES  # bounded: a busy server
 
 
 def test_measure_ladder_times_a_busy_rung_again_before_it_is_shown(bundled_lm, monkeypatch):

@@ -56,7 +56,8 @@ REPEATS = 5  # timed runs per pass, after one warm-up run
 PROBE_S = 1.5  # seconds for each half of a roofline probe (matmul, copy): the probe's own default
 PROBE_SHARE = 0.05  # of the progress bar, for each of the two probes
 RETIME_SPREAD = 1.4  # a rung whose prefill or decode repeats spread wider (slowest / fastest) is timed again...
-RETIMES = 2  # ...at most this many more times, and its steadiest measurement kept
+RETIMES = 1  # ...at most this many more times (a ladder on a busy server takes twice as long, not more), and its
+#               steadiest measurement kept
 
 
 @contextmanager

@@ -82,9 +82,9 @@ def grow_the_model(lm, settings) -> None:
     st.session_state.setdefault("scale_ladder_view", "per_token")
     row.segmented_control("picture", list(PICTURES), key="scale_ladder_view", persist_state="session",
                           format_func=PICTURES.get, label_visibility="collapsed")
-    if row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
-                  key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None):
-        start_ladder(lm, again=live is not None)  # in the background: a click on a picture keeps it going
+    row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
+               key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None,
+               on_click=start_ladder, args=(lm, live is not None))  # in the background: a click elsewhere keeps it
     if ladder_job(lm) is not None:
         _progress(lm)
     failed = ladder_failed(lm)
