@@ -220,7 +220,7 @@ def _element(el) -> list[dict]:
         return [{"kind": "figure", "name": "", "spec": json.loads(spec)}]
     if kind == "html":
         body = el.html.body
-        return [] if _only_style(body) else _html("html", body)
+        return [] if _only_style(body) or _only_tag(body, "script") else _html("html", body)
     if kind in ("table", "dataframe"):
         return _table(getattr(el, kind).arrow_data.data)
     if kind == "text":
@@ -235,8 +235,13 @@ def _element(el) -> list[dict]:
 
 
 def _only_style(body: str) -> bool:
+    return _only_tag(body, "style")
+
+
+def _only_tag(body: str, tag: str) -> bool:
+    """A page's own <style> or <script>, and nothing else: not the screen (a class is sent what it shows)."""
     text = body.strip()
-    return text.startswith("<style") and text.endswith("</style>") and text.count("<style") == 1
+    return text.startswith(f"<{tag}") and text.endswith(f"</{tag}>") and text.count(f"<{tag}") == 1
 
 
 def _markdown(md) -> list[dict]:

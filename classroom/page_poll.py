@@ -7,7 +7,7 @@
 Asking takes the step at once (one forward pass) and keeps the lecturer's screen, and the class's, on the step
 before: the candidates are exactly the distribution the step chose from. Reveal shows the step, and the model's
 probabilities beside the class's votes. Moving on without Reveal (▶ onto the step reveals it; Next token past
-it, or Reset) closes the question.
+it, or Reset) closes the question; so does opening another page, asked or revealed (its screen replaces the step).
 """
 
 from __future__ import annotations
@@ -85,6 +85,15 @@ def _close(lecture) -> None:
         pass
 
 
+def _still_asked(lecture, qid: str) -> bool:
+    """The class still has this question: another page the lecturer opened closes it (classroom/publisher.py)."""
+    try:
+        current = classroom().polls.current(lecture.code)
+    except StoreDown:
+        return True  # unreachable: keep what the lecturer sees; the class bar says the store is down
+    return current is not None and current.get("qid") == qid
+
+
 def held(run, at: int) -> int | None:
     """The first step the class must not see yet (a question about it is open), or None. Also closes a question
     the lecturer moved past: ▶ onto the held step reveals it; another step, a Reset or a new run drops it."""
@@ -93,7 +102,7 @@ def held(run, at: int) -> int | None:
     if q is None or lecture is None:
         return None
     if run is None or q["run"] != id(run) or len(run.traces) <= q["held"] or at > q["held"] or \
-            (q["revealed"] and at != q["held"]):
+            (q["revealed"] and at != q["held"]) or not _still_asked(lecture, q["qid"]):
         _close(lecture)
         if pub is not None:
             pub.again()

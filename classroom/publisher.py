@@ -97,10 +97,14 @@ class Publisher:
         return version
 
     def page(self, frame: dict) -> int | None:
-        """Publish another page's screen (classroom/page_copy.py's frame); nothing when it is what the class already has."""
+        """Publish another page's screen (classroom/page_copy.py's frame); nothing when it is what the class already has.
+
+        A question is about a step on the step page: another page's screen closes it, asked or revealed, so no
+        student's page keeps a vote panel the lecturer has left (classroom/page_poll.py sees it gone on return)."""
         key = ("page", frame["id"])
         if key == self._last:
             return None
+        self.classroom.polls.drop(self.lecture)
         return self._publish(key, frame=frame, picks={})
 
     def again(self) -> int:

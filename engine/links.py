@@ -2,7 +2,8 @@
 
 A link holds everything that decides the tokens (model, prompt, sampling, seed,
 cache switch, how many steps were taken), so opening it replays the same run token
-for token. Reading a link never trusts it: each value is checked against the same
+for token, and what the screen shows of it (the step on screen, the view, layer and
+head; on Serving the scenario and its engine step). Reading a link never trusts it: each value is checked against the same
 ranges the sidebar allows, and a bad one is dropped with a plain reason while the
 good ones still apply.
 """
@@ -80,6 +81,10 @@ FIELDS = {
     "presenter": Field("presenter", _choice("on", "off")),
     "lesson": Field("lesson", _number(int, 1, 99)),  # the lessons page checks it against its own list
     "ladder": Field("ladder", _choice(*LADDER_VIEWS)),  # the Scale page's size-ladder picture
+    "view": Field("view", _text(40)),  # the step page's view; the page checks it against its own list
+    "layer": Field("layer", _number(int, 0, 1023)),  # the layer (and head) the step page opens; clamped to the model
+    "head": Field("head", _number(int, 0, 1023)),
+    "scenario": Field("scenario", _text(40)),  # a Serving scenario (its name); the page checks it against its list
 }
 
 

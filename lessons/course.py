@@ -162,7 +162,7 @@ class Course:
 
 
 def prompt_picker(key: str, default: int = 0) -> str:
-    title = st.selectbox("try it: the prompt", PROMPT_TITLES, index=default, key=key)
+    title = st.selectbox("try it: the prompt", PROMPT_TITLES, index=default, key=key, persist_state="session")
     return next(p["prompt"] for p in PROMPTS if p["title"] == title)
 
 

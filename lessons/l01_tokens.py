@@ -20,7 +20,8 @@ def show(course: Course) -> None:
                 "replaces each piece by its number (its **id**). The model reads ids and writes ids; turning the "
                 "ids back into text is **detokenizing**.")
     left, right = st.columns([1, 2], vertical_alignment="bottom")
-    text = left.text_input("try it: type any text", "Today's weather is so", key="lesson1_text")
+    text = left.text_input("try it: type any text", "Today's weather is so", key="lesson1_text",
+                           persist_state="session")
     if not text:
         st.info("Type some text to see its tokens.")
         return

@@ -17,7 +17,8 @@ def show(course: Course) -> None:
                 "computed; its query is "
                 "compared with the keys of every position so far. The attention matrix gains **one row** per step, "
                 "and the rows above it never change.")
-    steps = st.slider("try it: decode steps (move it back and forth to replay them)", 1, 12, 5, key="lesson3_steps")
+    steps = st.slider("try it: decode steps (move it back and forth to replay them)", 1, 12, 5, key="lesson3_steps",
+                      persist_state="session")
     run = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=12)
     pre, t = run.traces[0], run.traces[steps]
     show_stage(run, steps)

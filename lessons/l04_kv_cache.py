@@ -18,7 +18,7 @@ def show(course: Course) -> None:
                 "computed, so the **KV cache** keeps them, per layer, and each step adds only the new position's. "
                 "Queries are not kept: a query is used once, by its own position, to look back; no later step ever "
                 "needs an old query again.")
-    steps = st.slider("try it: decode steps", 0, 20, 8, key="lesson4_steps")
+    steps = st.slider("try it: decode steps", 0, 20, 8, key="lesson4_steps", persist_state="session")
     run = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=steps)
     t = run.traces[-1]
     batch, kv_heads, pos, head_dim = t.layers[0].shapes["kv.keys"]

@@ -20,7 +20,8 @@ def show(course: Course) -> None:
     st.markdown("Without the cache nothing is kept between steps, so every decode step recomputes keys and values "
                 "for **all** positions so far. The tokens come out the same; the work does not. On the stage, the "
                 "red columns and rows are work done again.")
-    steps = st.slider("try it: decode steps (the stage shows the last one)", 5, 60, 30, 5, key="lesson5_steps")
+    steps = st.slider("try it: decode steps (the stage shows the last one)", 5, 60, 30, 5, key="lesson5_steps",
+                      persist_state="session")
     prompt = PROMPTS[0]["prompt"]
     rep = course.compare(prompt, steps + 1, 0)  # prefill + `steps` decode steps, each mode
     cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces

@@ -23,11 +23,11 @@ def show(course: Course) -> None:
                 "it, top-k keeps the k most likely, top-p keeps the smallest set whose probabilities add up to p, "
                 "and a repetition penalty lowers tokens already used.")
     c = st.columns(5)
-    temperature = c[0].slider("temperature", 0.1, 2.0, 1.0, 0.1, key="lesson6_t")
-    top_k = c[1].number_input("top-k (0 = off)", 0, course.spec.vocab, 0, key="lesson6_k")
-    top_p = c[2].slider("top-p", 0.05, 1.0, 1.0, 0.05, key="lesson6_p")
-    rep = c[3].slider("repetition penalty", 1.0, 2.0, 1.0, 0.1, key="lesson6_r")
-    seed = c[4].number_input("seed", 0, 10_000, 0, key="lesson6_seed")
+    temperature = c[0].slider("temperature", 0.1, 2.0, 1.0, 0.1, key="lesson6_t", persist_state="session")
+    top_k = c[1].number_input("top-k (0 = off)", 0, course.spec.vocab, 0, key="lesson6_k", persist_state="session")
+    top_p = c[2].slider("top-p", 0.05, 1.0, 1.0, 0.05, key="lesson6_p", persist_state="session")
+    rep = c[3].slider("repetition penalty", 1.0, 2.0, 1.0, 0.1, key="lesson6_r", persist_state="session")
+    seed = c[4].number_input("seed", 0, 10_000, 0, key="lesson6_seed", persist_state="session")
     sampling = Sampling(greedy=False, temperature=temperature, top_k=int(top_k), top_p=top_p,
                         repetition_penalty=rep, seed=int(seed))
     t = course.sampled_prefill(PROMPTS[2]["prompt"], sampling)  # one pass per (settings, seed), kept

@@ -23,8 +23,8 @@ def show(course: Course) -> None:
                 "**left**: then every row's last position is a real token, the next-token logits of all rows sit in "
                 "the same column, and each decode step appends one column to every row. The **attention mask** "
                 "marks padding with 0 so no real token ever attends to it.")
-    a = st.text_input("try it: first prompt", "Tom had a red ball.", key="lesson7_a")
-    b = st.text_input("try it: second prompt", PROMPTS[1]["prompt"], key="lesson7_b")
+    a = st.text_input("try it: first prompt", "Tom had a red ball.", key="lesson7_a", persist_state="session")
+    b = st.text_input("try it: second prompt", PROMPTS[1]["prompt"], key="lesson7_b", persist_state="session")
     try:
         run, alone = course.batch((a, b))
     except DecodeLabError as e:

@@ -18,7 +18,8 @@ def show(course: Course) -> None:
                 "layer stops growing at its window).")
     t = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=4).traces[-1]
     live = t.kv_bytes / t.kv_len
-    tokens = st.select_slider("try it: context length", [1024, 4096, 8192, 32768], 8192, key="lesson8_tokens")
+    tokens = st.select_slider("try it: context length", [1024, 4096, 8192, 32768], 8192, key="lesson8_tokens",
+                              persist_state="session")
     st.markdown(f"Your live model stores **{live:,.0f} bytes per token** (measured, {course.lm.dtype_name}). Published "
                 f"configurations, computed from their figures (estimates, fp16, batch 1):")
     st.dataframe(kvcalc.compare_frame(["Llama-2-7b", "Llama-3-8B", "Llama-2-70b", "Llama-3-70B", "Gemma-2-9b"], tokens),

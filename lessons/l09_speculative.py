@@ -40,7 +40,7 @@ def show(course: Course) -> None:
                 "is replaced by the model's own token, and the cache columns of the rejected guesses are **cut** off "
                 "again. Greedy output is exactly the model's own; with sampling, accepting a guess with probability "
                 "min(1, p/q) and otherwise resampling from max(0, p − q) keeps the model's distribution exactly.")
-    k = st.slider("try it: k (guesses per round)", 1, 8, 4, key="lesson9_k")
+    k = st.slider("try it: k (guesses per round)", 1, 8, 4, key="lesson9_k", persist_state="session")
     try:
         speculator = _lesson_run(lm, model, k, course.settings)
     except DecodeLabError as e:

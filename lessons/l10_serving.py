@@ -29,13 +29,13 @@ def show(course: Course) -> None:
         "that start with the same prompt **share** its full blocks. When the pool runs out, a request is "
         "**preempted** and recomputed later.")
     sc = SCENARIOS["shared_prefix"]
-    at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, 23, 7,
-                   key="lesson10_steps")
-    run = _lesson_run(lm, at + 1)  # steps 0..at: the line below says "step {at} of {at}", as the slider does
+    run = _lesson_run(lm)  # the whole scenario, served once: the slider walks its record
     if run is None:
         return
-    at = len(run.steps) - 1  # the run may end sooner than the slider asks
-    st.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
+    last = len(run.steps) - 1
+    at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, last,
+                   min(7, last), key="lesson10_steps", persist_state="session")
+    st.markdown(summary(run, at))  # "step 7 of {last}": the same run the slider walks; the engine's numbers only
     pictures(run, at)
     st.caption(sc["why"] + " Every request's tokens are exactly the ones it gets alone (greedy): the pass mixes "
                "requests, the mask keeps each query to its own request's keys.")
@@ -43,19 +43,19 @@ def show(course: Course) -> None:
                  icon=":material/dns:")
 
 
-@st.cache_resource(max_entries=8, show_spinner="Serving the scenario…")
-def _lesson_cached(_lm, source: str, steps: int):
+@st.cache_resource(max_entries=4, show_spinner="Serving the scenario…")
+def _lesson_cached(_lm, source: str):
     sc = SCENARIOS["shared_prefix"]
     try:
         run = ServingRun(_lm, sc["requests"], **sc["sizing"])
-        run.run(steps)
+        run.run()
         return run
     except DecodeLabError as e:
         return e
 
 
-def _lesson_run(lm, steps: int) -> ServingRun | None:
-    run = _lesson_cached(lm, lm.spec.name, steps)
+def _lesson_run(lm) -> ServingRun | None:
+    run = _lesson_cached(lm, lm.spec.name)
     if isinstance(run, DecodeLabError):
         error(str(run))
         return None

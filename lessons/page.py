@@ -38,7 +38,7 @@ def show() -> None:
         else:
             warning(f"link parameter lesson={wanted} ignored: there are lessons 1 to {len(TITLES)}")
     c = st.container(horizontal=True, vertical_alignment="bottom")
-    lesson = c.selectbox("lesson", TITLES, key="lesson_pick", width=420)
+    lesson = c.selectbox("lesson", TITLES, key="lesson_pick", persist_state="session", width=420)
     st.query_params["lesson"] = str(TITLES.index(lesson) + 1)  # the link reopens this lesson
     c.button("Previous", on_click=move, args=(-1,), disabled=lesson == TITLES[0], key="lesson_prev", shortcut="left",
              help="Previous lesson (←)")

@@ -13,6 +13,7 @@ import streamlit as st
 
 from classroom.page import class_bar
 from engine import Stepper
+from engine.draw.attention import hardest_look_back
 from engine.draw.first_draw import blank_figure
 from engine.draw.latency import traces_frame
 from engine.draw.palette import legend_html
@@ -57,6 +58,7 @@ def show() -> None:
         st.session_state.pop("step_replay", None)
         if scenario.get("view"):
             st.session_state["step_view"] = scenario["view"]
+        st.session_state["step_focus"] = scenario.get("open")  # "look_back": open on the layer and head that do
         steps.queue_replay(int(values.get("steps", 0)), values.get("at"))
 
 
@@ -71,7 +73,8 @@ def show() -> None:
 
     def control_bar() -> None:
         bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-        bar.text_input("prompt", key="step_prompt", placeholder="Type a prompt, then Prefill (P)",
+        bar.text_input("prompt", key="step_prompt",
+                       persist_state="session", placeholder="Type a prompt, then Prefill (P)",
                        label_visibility="collapsed", width=250)
         steps.buttons(bar, first_help="Run the whole prompt through the model in one pass (P)",
                       next_help="One decode step: one more token (N)")
@@ -83,10 +86,12 @@ def show() -> None:
         st.session_state.setdefault("step_head", 0)
         with where.popover("More", icon=":material/tune:"):
             st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario",
+                         persist_state="session",
                          on_change=load_scenario, placeholder="a ready-made scenario…")
-            st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset", on_change=pick_preset,
+            st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset",
+                         persist_state="session", on_change=pick_preset,
                          placeholder="(your own prompt)")
-            st.number_input("head drawn on the stage", 0, spec.heads - 1, key="step_head",
+            st.number_input("head drawn on the stage", 0, spec.heads - 1, key="step_head", persist_state="session",
                             help="The head whose attention row(s) the stage draws")
             steps.autoplay(st)
 
@@ -95,14 +100,16 @@ def show() -> None:
         """The scrubber, the layer the stage opens, and the folded extras."""
         row = st.container(horizontal=True, vertical_alignment="center", gap="small")
         if steps.latest > 0:
-            row.slider("step", 0, steps.latest, key="step_at", label_visibility="collapsed", width=300,
+            row.slider("step", 0, steps.latest, key="step_at",
+                       persist_state="session", label_visibility="collapsed", width=300,
                        help="Scrub through the recorded steps: 0 is the prefill (← →)")
         st.session_state.setdefault("step_layer", 0)
         if spec.layers <= 12:
-            row.segmented_control("layer", list(range(spec.layers)), key="step_layer", format_func=lambda x: f"layer {x}",
+            row.segmented_control("layer", list(range(spec.layers)), key="step_layer",
+                                  persist_state="session", format_func=lambda x: f"layer {x}",
                                   label_visibility="collapsed", help="The layer opened on the stage")
         else:
-            row.number_input("layer", 0, spec.layers - 1, key="step_layer", width=100)
+            row.number_input("layer", 0, spec.layers - 1, key="step_layer", persist_state="session", width=100)
         more(row)
 
 
@@ -152,13 +159,22 @@ def show() -> None:
         steps.app_rerun_if_asked()  # a scenario was picked in this fragment: the sidebar must take its settings first
         prompt = st.session_state.get("step_prompt", "")
         steps.sync((settings, prompt))
-        steps.replay_queued()  # a link, a scenario or a fork: its steps, now that the settings are its own
+        if steps.replay_queued() and st.session_state.pop("step_focus", None) == "look_back" and steps.started:
+            found = hardest_look_back(steps.run.traces[steps.at], steps.run.tokens)  # computed from this run
+            if found:
+                st.session_state["step_layer"], st.session_state["step_head"] = found[0], found[1]
         control_bar()
         steps.run_to_end_if_asked(lambda: len(steps.run.generated_ids) / steps.run.max_new_tokens)
         run, at = steps.run, steps.at
         started = steps.started
+        ss = st.session_state
+        ss["step_layer"] = min(max(0, int(ss.get("step_layer") or 0)), spec.layers - 1)  # a link's, inside the model
+        ss["step_head"] = min(max(0, int(ss.get("step_head") or 0)), spec.heads - 1)
+        view = ss.get("step_view", "Attention")
         write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None,
-                   steps=steps.latest if started else None, at=at if started and at != steps.latest else None)
+                   steps=steps.latest if started else None, at=at if started and at != steps.latest else None,
+                   view=view if started and view != "Attention" else None,  # the screen: its view, layer, head
+                   layer=ss["step_layer"] or None, head=ss["step_head"] or None)
         class_bar(run, at)  # leading a class: every follower sees this step (nothing when no class is running)
         for problem in st.session_state.pop("link_problems", []):
             warning(problem)
@@ -181,7 +197,8 @@ def show() -> None:
         with right:
             status(run, at)
             st.session_state.setdefault("step_view", "Attention")
-            view = st.radio("view", VIEWS, key="step_view", horizontal=True, label_visibility="collapsed")
+            view = st.radio("view", VIEWS, key="step_view",
+                            persist_state="session", horizontal=True, label_visibility="collapsed")
             show_view(view, c, run)
         st.html(legend_html())
         export(run)

@@ -50,7 +50,7 @@ def place(blocks: list[Block], key: str) -> None:
 def show_view(view: str, c: StepContext, run=None, key: str = "step") -> None:
     """One view of the step `c` shows; `run` is the live Stepper when there is one (the lecturer's own page)."""
     if view == "Attention" and c.t.pattern_rows > 1 and c.t.layers[c.layer].pattern is not None and \
-            st.toggle("every query row (one panel per head)", key=f"{key}_att_every"):
+            st.toggle("every query row (one panel per head)", key=f"{key}_att_every", persist_state="session"):
         st.plotly_chart(heads_figure(c.t, c.layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False,
                                          roles=role_names(c)),
                         key=f"{key}_att_rows")
@@ -68,7 +68,7 @@ def show_view(view: str, c: StepContext, run=None, key: str = "step") -> None:
 
 
 def one_head_every_step(c: StepContext, key: str) -> None:
-    if st.toggle("one head, every step so far", key=f"{key}_att_assembled",
+    if st.toggle("one head, every step so far", key=f"{key}_att_assembled", persist_state="session",
                  help="The prefill square plus one row per decode step"):  # built only when asked: a click stays cheap
         labels = c.axis_labels()
         z = assembled_attention(list(c.traces), c.layer, c.head)

@@ -27,3 +27,25 @@ def test_pool_and_timeline_fit_the_first_screen_of_a_projector(server, browser, 
     assert pg.locator("[data-testid=dl-pass] img").get_attribute("alt").startswith(f"step {steps - 1}: one forward pass")
     assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
     pg.close()
+
+
+def test_after_picking_a_scenario_the_keys_are_shortcuts_and_run_to_end_finishes_it(server, browser):
+    """Pick a scenario with the mouse, then press E at once: the focus has left the box, so E is Run to end (not an
+    "e" typed into the box), and the run starts and finishes without an error; → then does not type either."""
+    pg = open_page(browser, f"{server}/serving?presenter=on", 1280, 720)
+    pg.get_by_role("button", name="▶ step").wait_for()
+    idle(pg)
+    box = pg.locator("[data-testid=stMain] [data-testid=stSelectbox]").first
+    box.click()
+    pg.get_by_role("option", name="2. A shared system prompt").click()
+    idle(pg)
+    pg.wait_for_function("document.activeElement === document.body || !document.activeElement.closest("
+                         "'[data-testid=stSelectbox]')", timeout=10_000)
+    pg.keyboard.press("e")
+    idle(pg)
+    pg.get_by_text("Finished", exact=False).first.wait_for(timeout=60_000)
+    assert box.locator("input").input_value() == "2. A shared system prompt"  # the pick, no "e" typed to search
+    assert pg.get_by_role("option").count() == 0  # and its list stayed shut
+    assert "4/4 requests done" in pg.locator("[data-testid=stMain]").inner_text()
+    assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
+    pg.close()

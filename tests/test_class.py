@@ -335,21 +335,28 @@ def test_the_routes_refuse_plainly_and_pass_the_rest_to_streamlit(bundled_lm):
 # ---------------------------------------------------------------- every page followed (AppTest)
 
 
+def lecturer_at_prefill():
+    """A lecturer's session (AppTest) leading a class, its first Prefill taken: (the session, the class's code)."""
+    from ui.apptest import app_test
+
+    at = ok(app_test().run())
+    at.sidebar.text_input(key="follow_key").input(KEY)
+    ok(at.button(key="follow_start").click().run())
+    ok(at.button(key="step_btn_prefill").click().run())
+    return at, at.session_state["follow_lead"].code
+
+
 @pytest.mark.slow
 def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_page_publishes_itself():
     from classroom import server
-    from ui.apptest import app_test, page
+    from ui.apptest import page
 
     server.reset()
     import os
 
     os.environ["DECODE_LAB_LECTURER_KEY"] = KEY
     try:
-        at = ok(app_test().run())
-        at.sidebar.text_input(key="follow_key").input(KEY)
-        ok(at.button(key="follow_start").click().run())
-        ok(at.button(key="step_btn_prefill").click().run())
-        code = at.session_state["follow_lead"].code
+        at, code = lecturer_at_prefill()
         room = server.classroom()
         assert room.frame(code, room.live(code)["frame"])["kind"] == "step"
         ok(at.switch_page(page("lessons")).run())
@@ -365,6 +372,27 @@ def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_p
     finally:
         os.environ.pop("DECODE_LAB_LECTURER_KEY", None)
         server.reset()
+
+
+@pytest.mark.slow
+def test_a_revealed_question_leaves_every_students_screen_when_the_lecturer_opens_another_page(key_set):
+    """Ask the class, Reveal: the question is in what every follower is sent (classroom.live: the poll its page
+    shows). Open Lessons: it is gone from what they are sent, and back on Step through the lecturer may ask again."""
+    from ui.apptest import page
+
+    at, code = lecturer_at_prefill()
+    room = key_set.classroom()
+    ok(at.button(key="follow_ask_next").click().run())
+    ok(at.button(key="follow_reveal").click().run())
+    sent = room.live(code)["poll"]
+    assert sent is not None and not sent["open"] and "answer" in sent  # the revealed vote panel, on every screen
+    ok(at.switch_page(page("lessons")).run())
+    assert room.live(code)["poll"] is None and room.live(code)["frame"].startswith("page:")
+    ok(at.switch_page(page("step_through")).run())
+    assert room.live(code)["poll"] is None  # the step page does not bring it back
+    assert not [b for b in at.button if b.key == "follow_reveal"]
+    assert [b for b in at.button if b.key == "follow_ask_next"]  # a new question can be asked
+    assert not [c for c in at.get("container") if getattr(c, "key", None) == "follow_poll_panel"]
 
 
 @pytest.mark.parametrize("name, title", [("race", "Race: cache vs no cache"), ("serving", "Serving: many requests"),

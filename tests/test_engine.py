@@ -113,7 +113,7 @@ def test_stop_reasons(tiny_lm):
 
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=50, stop_on_eos=False)
     s.prefill()
-    first_piece = s.traces[0].token
+    first_piece = tiny_lm.tokenizer.decode([s.traces[0].token_id])  # its text (a byte shows as ⟨hex⟩ on screen)
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=50, stop_strings=[first_piece], stop_on_eos=False)
     s.run()
     assert s.stop_reason == "stop_string" and len(s.generated_ids) == 1

@@ -487,3 +487,64 @@ def test_the_ladder_table_in_the_docs_is_the_recorded_run_labelled_by_todays_rul
             ratio, label = cell.split(", ", 1)
             assert float(ratio.strip("×*")) == pytest.approx(m.ratio, abs=0.051), (r.label, cell)
             assert label.strip("*") == words[m.kind], (r.label, cell, m.kind)
+# ---------------------------------------------------------------- a verdict shown to a class is one that held
+
+
+def _rung(spread: float, median: float = 100.0):
+    """The recorded ladder's top rung (assets/), its prefill's repeats set `spread` apart around `median` ms."""
+    from dataclasses import replace
+
+    top = ladder.recorded()[0].rungs[-1]
+    return replace(top, prefill=replace(top.prefill, median_ms=median, low_ms=median / spread ** 0.5,
+                                        high_ms=median * spread ** 0.5),
+                   decode=replace(top.decode, low_ms=top.decode.median_ms, high_ms=top.decode.median_ms))
+
+
+def test_a_rung_whose_repeats_spread_wide_is_timed_again_and_the_steadiest_kept():
+    """Injected timings: a rung measured ×2.0 apart is timed again; the steadiest of the tries is kept and says how
+    many it took. A steady rung is timed once; one that stays wide stops after RETIMES more tries."""
+    def measures(*spreads):
+        seq = iter([_rung(s, 100.0 + i) for i, s in enumerate(spreads)])
+        return lambda: next(seq)
+
+    kept = ladder.steady(measures(2.0, 1.6, 1.1, 1.05), retimes=2)
+    assert kept.timed == 3 and kept.prefill.median_ms == 102.0  # the third try, under RETIME_SPREAD: no fourth
+    assert ladder.steady(measures(1.2, 9.0)).timed == 1
+    stays = ladder.steady(measures(3.0, 2.0, 2.5, 1.0), retimes=2)
+    assert stays.timed == 3 and stays.prefill.median_ms == 101.0  # the steadiest of three
+    assert ladder.steady(measures(3.0, 2.5, 2.2, 2.1)).timed == 1 + ladder.RETIMES  # bounded: a busy server
+
+
+def test_measure_ladder_times_a_busy_rung_again_before_it_is_shown(bundled_lm, monkeypatch):
+    """measure_ladder with its rung's passes replaced by injected timings: wide, then steady."""
+    seen = iter([_rung(2.5), _rung(1.1)])
+    monkeypatch.setattr(ladder, "measure_rung", lambda *a, **k: next(seen))
+    said = []
+    lad = ladder.measure_ladder(bundled_lm, ["own"], tokens=16, repeats=2, lean=False,
+                                on_progress=lambda f, t: said.append(t))
+    r = lad.rungs[0]
+    assert r.timed == 2 and r.prefill.high_ms / r.prefill.low_ms == pytest.approx(1.1)
+    assert any("spread ×2.5, timing it again" in t for t in said)  # the progress line says why it takes longer
+
+
+def test_a_label_that_flips_back_against_the_lesson_is_shown_with_its_spread_and_a_busy_server():
+    """The issue's case: a 221M prefill at 816 ms (609–925) labelled overhead-bound above a 112M prefill labelled
+    compute-bound. A bigger model does not go back towards its overheads: every picture says the server was busy,
+    with the spread; the recorded ladder as it is says nothing."""
+    from dataclasses import replace
+
+    from engine.measure.caveats import BUSY, ladder_note
+
+    rec = ladder.recorded()[0]
+    assert ladder_note(rec) is None
+    top = rec.rungs[-1]
+    flipped = replace(top, timed=3, prefill=replace(top.prefill, median_ms=816.0, low_ms=609.0, high_ms=925.0,
+                                                     kind="overhead-bound",
+                                                     label="overhead-bound (×3.0 above both bounds)"))
+    busy = replace(rec, rungs=rec.rungs[:-1] + (flipped,))
+    note = ladder_note(busy)
+    smaller = rec.rungs[-2]
+    assert note.startswith(BUSY) and f"{top.label}'s prefill measured 816.0 ms (609.0–925.0" in note
+    assert "timed 3 times" in note and f"the smaller {smaller.label}'s was compute-bound" in note
+    for make in (draw.per_token_figure, draw.roofline_figure, draw.split_figure):
+        assert any(a.text.startswith("⚠ " + BUSY) for a in make(busy).layout.annotations)

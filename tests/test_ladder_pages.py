@@ -95,3 +95,54 @@ def test_the_race_runs_at_a_rung_with_random_weights_and_the_same_tokens():
     assert not at.exception and not at.error
     assert any(c.value.startswith("Raced at 26M parameters (float32), " + RANDOM_WEIGHTS) for c in at.caption)
     assert any("Identical tokens" in s.value for s in at.success)  # the cache changes the time, not the tokens
+
+
+def test_a_measurement_survives_clicks_on_the_pictures_and_its_result_is_shown(monkeypatch):
+    """Measure, then click another picture while it runs: the page keeps saying how far it got (the measurement
+    runs in a thread of its own, not in the page run the click ended), and shows the new ladder when it is done.
+    The measurement here is a stand-in that waits for the test, so the click lands mid-way for certain."""
+    import dataclasses
+    import threading
+
+    from engine.load.load import DEFAULT_MODEL, load_model
+    from topics.ladder import measure as ladder
+    from ui.text import plain
+
+    lm = load_model(DEFAULT_MODEL, device="cpu")
+    key = ladder_key(lm)
+    kept_before = STORE._kept.pop(key, None)
+    go, asked = threading.Event(), threading.Event()
+    fresh = dataclasses.replace(ladder.recorded()[0], device="the stand-in device of this test")
+
+    def stand_in(lm, sizes=None, tokens=16, repeats=1, on_progress=None, **kw):
+        on_progress(0.42, "112M: prefill of 128 tokens…")
+        asked.set()
+        assert go.wait(60)
+        return fresh
+
+    monkeypatch.setattr(ladder, "measure_ladder", stand_in)
+    try:
+        at = app_test().run()
+        at.switch_page(page("scale")).run()
+        at.button(key="scale_ladder_measure").click().run()
+        assert asked.wait(30)
+        at.segmented_control(key="scale_ladder_view").set_value("roofline").run()  # a click mid-way
+        assert not at.exception
+        shown = [p.proto.text for p in at.get("progress")]
+        assert shown and "measuring… 42 %" in shown[0] and "112M" in shown[0], shown
+        assert at.button(key="scale_ladder_measure").disabled  # one measurement at a time
+        go.set()
+        for _ in range(100):  # the stand-in returns; its thread stores the ladder
+            if ladder.ladder_job(lm) is None:
+                break
+            threading.Event().wait(0.1)
+        at.run()
+        assert not at.exception and not at.get("progress")
+        source = plain("measured on this server (the stand-in device of this test)")  # as the caption shows it
+        assert any(source in c.value for c in at.caption), [c.value for c in at.caption]
+        assert "Every rung on this device's roofline" in figure_titles(at)  # on the picture clicked meanwhile
+    finally:
+        go.set()
+        STORE._kept.pop(key, None)
+        if kept_before is not None:
+            STORE._kept[key] = kept_before

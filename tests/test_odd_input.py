@@ -106,3 +106,38 @@ def test_a_malformed_link_is_refused_value_by_value_and_the_good_values_still_ap
     assert at.sidebar.number_input(key="side_top_k").value == 7  # ...and the good values still apply
     assert at.sidebar.radio(key="side_mode").value == "sample"
     prefill_works(at)
+
+
+MANY_BYTES = "Tom ate 🍕 in 東京 and said Привет"  # an emoji, CJK and Cyrillic: characters a tiny vocabulary cuts up
+
+
+def test_a_token_that_is_part_of_a_character_shows_its_bytes_and_they_spell_the_text(bundled_lm):
+    """No piece is '�': a token that is only part of a character shows its bytes, and those bytes, with the whole
+    characters between them, are exactly the prompt's UTF-8 (Python's own encoding is the reference)."""
+    from engine.generate.loop import token_pieces
+    from engine.load.pieces import piece_bytes
+
+    ids = bundled_lm.tokenizer(MANY_BYTES, add_special_tokens=False)["input_ids"]
+    pieces = token_pieces(bundled_lm.tokenizer, ids)
+    assert not any("\ufffd" in p for p in pieces), pieces
+    assert b"".join(piece_bytes(p) for p in pieces) == MANY_BYTES.encode("utf-8")
+    shown = "".join(p for p in pieces if p.startswith("⟨"))
+    for ch in "🍕東京Привет":  # every byte of every cut character is on screen, in hex
+        assert all(f"{b:02X}" in shown for b in ch.encode("utf-8"))
+    plain = token_pieces(bundled_lm.tokenizer, bundled_lm.tokenizer(GOOD)["input_ids"])
+    assert plain == [bundled_lm.tokenizer.decode([i]) for i in bundled_lm.tokenizer(GOOD)["input_ids"]]
+
+
+def test_the_tokens_view_says_one_character_became_several_tokens():
+    from ui.text import plain
+
+    at = app_test()
+    at.query_params = {"prompt": MANY_BYTES, "steps": "0", "view": "Tokens"}
+    at.run()
+    assert not at.exception and not at.error
+    chips = next(h.proto.body for h in at.get("html") if "position 0, id" in h.proto.body)
+    assert "\ufffd" not in chips and "⟨F0⟩" in chips  # the emoji's first byte, not a replacement character
+    said = next(m.value for m in at.markdown if "One character, several tokens" in m.value)
+    pizza = "🍕".encode("utf-8")
+    expected = f"'🍕' is one character, {len(pizza)} bytes in UTF-8 ({' '.join(f'{b:02X}' for b in pizza)})"
+    assert plain(expected) in said  # as the page shows it (escaped)

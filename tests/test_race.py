@@ -139,3 +139,31 @@ def test_the_sweep_charts_label_only_the_lengths_and_1_2_5_steps():
     assert list(f.layout.xaxis.tickvals) == [32, 64, 128]
     assert list(f.layout.yaxis.tickvals) == log_ticks(3.0, 4.4) == [3.0, 4.4]  # too short for 1-2-5: its ends
     assert log_ticks(3, 100) == [5, 10, 20, 50, 100]
+
+
+def sweep_frame(points, spread: float = 1.1) -> pd.DataFrame:
+    """A sweep as the page gets it: medians per (tokens, mode), and the repeats' min-max around them."""
+    return pd.DataFrame([{"tokens": n, "mode": m, "ms_per_token": v, "total_ms": v * n, "low_ms_per_token": v / spread,
+                          "high_ms_per_token": v} for n, c, off in points for m, v in (("cache", c), ("nocache", off))])
+
+
+def test_the_sweep_caption_says_what_its_own_numbers_did():
+    """The caption is read off the medians the chart draws: a cached time per token that rose 3.9 → 10.5 ms is said
+    to have risen (not "about flat"), and one that held is said to hold."""
+    from topics.race.draw import sweep_caption
+
+    rose = sweep_caption(sweep_frame([(32, 3.9, 8.0), (256, 10.5, 60.0)]))
+    assert "flat" not in rose.split(";")[0] and "rose from 3.9 to 10.5 ms (×2.7)" in rose
+    assert "without it, time per token rose from 8 to 60 ms (×7.5)" in rose and "busy" not in rose
+    held = sweep_caption(sweep_frame([(32, 3.9, 8.0), (64, 4.0, 15.0), (256, 4.1, 60.0)]))
+    assert "with the cache, time per token stayed about flat (3.9 → 4.1 ms)" in held
+
+
+def test_a_sweep_on_a_busy_server_says_so_with_the_spread():
+    from engine.measure.caveats import BUSY
+    from topics.race.draw import sweep_caption
+
+    wide = sweep_caption(sweep_frame([(32, 3.9, 8.0), (256, 4.0, 60.0)], spread=3.0))
+    assert BUSY in wide and "(×3.0)" in wide
+    flipped = sweep_caption(sweep_frame([(32, 3.0, 8.0), (256, 12.0, 16.0)]))  # the cached step grew faster
+    assert BUSY in flipped and "grew as fast as the cache-off one" in flipped

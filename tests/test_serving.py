@@ -387,3 +387,41 @@ def test_cli_serve_json_has_the_same_keys_and_plain_string_values(tmp_path):
     assert phases == {"prefill", "decode", "recompute"}
     assert '"phase": "recompute"' in text and '"r4": "not arrived"' in text and "Status." not in text
     assert doc["preemption"] == "newest" and "BlockState." not in text and "Preemption." not in text
+
+
+def test_paged_waste_is_a_share_and_sharing_is_said_as_saved():
+    """Two requests share one full block of 4 positions and each wrote 2 more of its own: the pool holds 3 blocks
+    (12 positions) and stores 8 of them, while the requests read 12. So paged memory wasted 4 of 12 held (33 %),
+    and sharing served 12 positions from 12 held (1.00 per position held), 4 positions not stored twice. Counted
+    by hand: a shared block is one block, held once, stored once."""
+    from types import SimpleNamespace
+
+    from topics.serving.measure import memory
+
+    step = SimpleNamespace(forward_ms=1.0, tables=(("r0", (0, 1)), ("r1", (0, 2))), held=(("r0", 6), ("r1", 6)),
+                           blocks_used=3)
+    run = SimpleNamespace(page_size=4, kv=SimpleNamespace(bytes_per_block=4 * 10), steps=[step],
+                          lm=SimpleNamespace(spec=SimpleNamespace(max_positions=16)),
+                          requests=[SimpleNamespace(prompt_len=5, max_new_tokens=3)] * 2)
+    mem = memory(run)
+    assert mem["paged"]["wasted"] == pytest.approx(4 / 12)
+    assert mem["paged"]["peak_bytes"] == 12 * 10
+    assert mem["reserve_max_length"]["wasted"] == pytest.approx(1 - 12 / 32)  # two slabs of 16 for 12 positions
+    assert mem["static_padding"]["wasted"] == pytest.approx(1 - 12 / 16)  # two rows of 5 + 3 for 12
+    assert mem["sharing"]["served_per_held"] == pytest.approx(1.0) and mem["sharing"]["saved"] == 4
+
+
+def test_the_shared_prefix_scenario_wastes_between_none_and_all_and_saves_by_sharing(bundled_lm):
+    """The scenario whose point is sharing (a long system prompt before every request): every allocator's waste is a
+    share of what it held, and the requests read more positions than the pool stores."""
+    from topics.serving.measure import memory
+
+    sc = SCENARIOS["shared_prefix"]
+    run = ServingRun(bundled_lm, sc["requests"], **sc["sizing"])
+    run.run()
+    mem = memory(run)
+    for k in ("paged", "reserve_max_length", "static_padding"):
+        assert 0.0 <= mem[k]["wasted"] <= 1.0, (k, mem[k]["wasted"])
+    positions = sum(n for s in run.steps if s.forward_ms is not None for _, n in s.held)  # each request's own count
+    assert mem["sharing"]["served"] == positions and mem["sharing"]["saved"] > 0
+    assert mem["sharing"]["stored"] < positions

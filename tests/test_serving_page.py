@@ -104,6 +104,61 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     assert any("preemption: most_blocks" in c.value for c in at.caption)
 
 
+def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
+    """Run to end (E) before any ▶ step: the run starts and finishes in one press, and the page draws it finished
+    (it used to fail on Streamlit refusing a change to the already drawn Autoplay switch)."""
+    for title in (SCENARIO_TITLES[1], SCENARIO_TITLES[3]):
+        at = serving_page()
+        at.selectbox(key="serve_scenario").set_value(title).run()
+        at.button(key="serve_btn_run").click().run()
+        assert not at.exception and not at.error
+        assert any(m.value.startswith("**Finished**") for m in at.markdown)
+        requests = len(next(sc for sc in SCENARIOS.values() if sc["title"] == title)["requests"])
+        assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
+        assert at.button(key="serve_btn_run").disabled  # finished: nothing more to run
+        assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
+        wasted = at.table[0].value["wasted (held, no token), averaged"]  # read as a person reads the table
+        assert all(0 <= int(w.rstrip("%")) <= 100 for w in wasted), list(wasted)
+        if "preemption" in title:  # exactness checked, not only said: the same tokens as a pool that fits all
+            said = next(m.value for m in at.markdown if "same tokens either way" in m.value)
+            assert said.endswith("same tokens either way: **yes**.")
+            timeline = svgs(at, "dl-timeline")[0]
+            preempted = sorted(set(re.findall(r'data-role="cell-preempted" data-request="(r\d+)"', timeline)))
+            assert preempted and all(rid in said for rid in preempted[:1] + preempted[-1:])
+        if "shared system prompt" in title:
+            said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
+            served, stored = (int(x.replace(",", "")) for x in re.search(
+                r"read ([\d,]+) positions' keys and values over the run's \d+ steps, from ([\d,]+) stored", said).groups())
+            assert served > stored
+
+
+def test_a_serving_link_opens_the_same_scenario_at_the_same_engine_step():
+    """The address bar holds the scenario and the engine step on screen; a new session opening it sees the same
+    screen: the same scenario picked, the same step of the same run, the same pass and pool drawn."""
+    at = serving_page()
+    title = SCENARIO_TITLES[1]
+    at.selectbox(key="serve_scenario").set_value(title).run()
+    for _ in range(6):
+        at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_back").click().run()
+    link = dict(at.query_params)
+    assert link["scenario"] == "shared_prefix" and link["steps"] == "5" and link["at"] == "4"
+    def unclocked(svg: str) -> str:  # a pass's measured time is the clock's, not the screen's
+        return re.sub(r"[\d.]+ ms measured", "ms measured", svg)
+
+    screen = (unclocked(svgs(at, "dl-pass")[0]), svgs(at, "dl-pool")[0])
+    other = app_test()
+    other.query_params = link
+    other.run()
+    other.switch_page(page("serving")).run()
+    assert not other.exception and not other.error and not other.warning
+    assert other.selectbox(key="serve_scenario").value == title
+    assert any("step **4** of 5" in m.value for m in other.markdown)
+    assert (unclocked(svgs(other, "dl-pass")[0]), svgs(other, "dl-pool")[0]) == screen
+    other.button(key="serve_btn_forward").click().run()  # and it goes on from there like the original
+    assert dict(other.query_params)["steps"] == "5" and "at" not in dict(other.query_params)
+
+
 def test_back_shows_an_earlier_step_and_forward_replays_it():
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[1]).run()
@@ -142,6 +197,15 @@ def test_lesson_10_shows_the_pool_and_the_pass():
     pool, one_pass = svgs(at, "dl-pool"), svgs(at, "dl-pass")
     assert pool and one_pass and "ONE forward pass" in one_pass[0]
     assert pool[0].count('data-role="block-shared"') > 0  # the system prompt stored once by step 8
+    slider = at.slider(key="lesson10_steps")
+    line = next(m.value for m in at.markdown if m.value.startswith("step **"))
+    assert f"step **{slider.value}** of {int(slider.max)}" in line  # the line counts the steps the slider walks
+    slider.set_value(slider.max).run()
+    requests = len(SCENARIOS["shared_prefix"]["requests"])
+    assert f"{requests}/{requests} requests done" in next(m.value for m in at.markdown if m.value.startswith("step **"))
+    timeline = svgs(at, "dl-timeline")[0]
+    for r in range(requests):  # every request's row of the timeline has its passes drawn
+        assert re.search(rf'data-role="cell-(prefill|decode)" data-request="r{r}"', timeline), f"r{r}'s row is empty"
 
 
 def test_the_chunked_off_row_reports_the_stall_its_own_run_shows():
@@ -185,6 +249,8 @@ def test_throughput_is_a_chart_of_both_workloads_and_says_why_static_batching_ca
     assert "static batch made 498 tokens/s against continuous batching's 492 (it won)" in said
     assert "static batch's best case" in said and "50% wasted" in said and "(×1.7)" in said
     assert "busy" not in said
+    assert "its two bars should match: 130 and 128 tokens/s." in said  # the same work either way, said so
+    assert "generate_batch has no mixed-lengths bar" in said  # a bar left out is said to be left out
 
 
 def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
@@ -194,6 +260,8 @@ def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
     said = throughput_sentence(SAME, noisy)
     assert "The server was busy while these ran: the static batch measured more than ×1.3 faster" in said
     assert "hid that waste" not in said  # no cause claimed that the numbers do not show
+    apart = throughput_sentence(SAME, {**MIXED, "one_at_a_time_tokens_per_s": 65})  # the same work, half the rate
+    assert "130 and 65 tokens/s, ×2.0 apart: the server was busy" in apart
 
 
 # ---------------------------------------------------------------- batch size on the roofline

@@ -377,7 +377,7 @@ def test_cli_speculate_writes_the_documented_json(tmp_path, capsys, drafter):
                      *drafter])
     assert code == 0
     out = capsys.readouterr().out
-    for label in ("acceptance rate", "tokens per target pass", "measured speed-up", "paper's formula",
+    for label in ("acceptance rate", "tokens per verify pass", "measured speed-up", "paper's formula",
                   "with the verify pass's cost", "and the time outside passes"):
         assert label in out
     doc = json.loads(path.read_text())

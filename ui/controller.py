@@ -113,8 +113,15 @@ class Controller:
             return False
 
     def start(self) -> bool:
-        """A new run, and its first step (the prefill); the cursor on it."""
+        """A new run, and its first step (the prefill); the cursor on it. A button's callback (or a run before the
+        page draws its widgets): the Autoplay switch goes off with the old run."""
         self.reset()
+        return self._begin()
+
+    def _begin(self) -> bool:
+        """A new run and its first step, touching no widget's key (Run to end calls it after the page drew them:
+        Streamlit refuses a change to a drawn widget's value, and a run that has not started has nothing to stop)."""
+        self._drop()
 
         def begin():
             run = self.make()
@@ -145,11 +152,14 @@ class Controller:
     def back(self) -> None:
         self.show(max(0, self.at - 1))
 
-    def reset(self) -> None:
+    def _drop(self) -> None:
         old = st.session_state.pop(self._key("run"), None)
         if old is not None:
             old.free()
             release_memory()
+
+    def reset(self) -> None:
+        self._drop()
         st.session_state[self._key("autoplay")] = False
         st.session_state[self._key("to_end")] = False
 
@@ -247,7 +257,7 @@ class Controller:
         Then draw the page again, so its buttons show the finished state."""
         if not st.session_state.get(self._key("to_end")):
             return
-        if not self.started and not self.start():
+        if not self.started and not self._begin():
             st.session_state[self._key("to_end")] = False
             return
         run, waits = self.run, list(BUSY_WAITS)
@@ -274,8 +284,10 @@ class Controller:
 
     def autoplay(self, where) -> None:
         """The Autoplay switch and its speed (in a page's More)."""
-        where.toggle("Autoplay", key=self._key("autoplay"), disabled=not self.started or self.done)
-        where.slider(f"autoplay speed ({self.noun}s/s)", 0.5, 5.0, 2.0, 0.5, key=self._key("speed"))
+        where.toggle("Autoplay", key=self._key("autoplay"),
+                     persist_state="session", disabled=not self.started or self.done)
+        where.slider(f"autoplay speed ({self.noun}s/s)", 0.5, 5.0, 2.0, 0.5, key=self._key("speed"),
+                     persist_state="session")
 
     def autoplay_tick(self) -> None:
         """At the end of a page: with Autoplay on, wait, take one step and draw again."""

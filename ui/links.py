@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from engine.draw.views import VIEWS
+from engine.generate.serving.scenarios import SCENARIOS as SERVING_SCENARIOS
 from engine.links import make_link, read_link
 from ui import model
 from ui.presets import PROMPTS
@@ -73,8 +75,24 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         # the preset box names the preset this prompt is, or shows "(your own prompt)"
         same = next((x["title"] for x in PROMPTS if x["prompt"] == values["prompt"]), None)
         ss["step_preset_used"] = ss["step_preset"] = same
-    if "steps" in values:  # the step page's controller takes them once the settings are the link's
+    if "scenario" in values:  # a Serving link: its scenario, and its engine steps replayed on that page
+        title = SERVING_SCENARIOS.get(values["scenario"], {}).get("title")
+        if title is None:
+            problems.append(f"link parameter scenario={values['scenario'][:40]!r} ignored: no such serving scenario")
+        else:
+            ss["serve_scenario"] = title
+            if "steps" in values:
+                ss["serve_replay"] = (values["steps"], values.get("at"))
+    elif "steps" in values:  # the step page's controller takes them once the settings are the link's
         ss["step_replay"] = (values["steps"], values.get("at"))
+    if "view" in values:
+        if values["view"] in VIEWS:
+            ss["step_view"] = values["view"]
+        else:
+            problems.append(f"link parameter view={values['view'][:40]!r} ignored: the views are {', '.join(VIEWS)}")
+    for name in ("layer", "head"):  # the step page keeps them inside the model it shows
+        if name in values:
+            ss[f"step_{name}"] = values[name]
     if "lesson" in values:
         ss["lesson_wanted"] = values["lesson"]
     if "ladder" in values:

@@ -21,6 +21,7 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
 .st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
+.st-key-dl_keys_back { display: none; }      /* a script with nothing to show: see keys_back */
 @media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
   .dl-stage img { min-width: 520px; direction: ltr; }  /* the picture scrolls sideways; its text stays legible */
   .dl-stage { direction: rtl; }                /* ...and starts at its right end: the new K/V column, the next token */
@@ -65,3 +66,21 @@ def scale() -> float:
 def apply_style() -> None:
     """The page's CSS for this run: compact always, larger text in presenter mode."""
     st.markdown(COMPACT_CSS + (PRESENTER_CSS if presenting() else ""), unsafe_allow_html=True)
+
+
+def picked() -> None:
+    """on_change of a box on a page with keyboard shortcuts (a scenario picker): the page gives the keys back."""
+    st.session_state["dl_keys_back"] = st.session_state.get("dl_keys_back", 0) + 1
+    st.session_state["dl_keys_back_now"] = True
+
+
+def keys_back() -> None:
+    """After a pick (`picked`), move the focus out of the box, so the next key is a shortcut (→ steps, E runs to
+    end) and not typed into the box to search its list. A box keeps the focus after a pick; the script runs once
+    per pick (its counter makes it new, and only new HTML runs again)."""
+    if not st.session_state.pop("dl_keys_back_now", False):
+        return
+    n = st.session_state.get("dl_keys_back", 0)
+    with st.container(key="dl_keys_back"):  # hidden (COMPACT_CSS): nothing to see
+        st.html(f"<script>/* pick {n} */ const a = document.activeElement; if (a && a !== document.body) a.blur();"
+                "</script>", unsafe_allow_javascript=True)

@@ -130,6 +130,22 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
     return layout(fig, f"layer {layer}: every head (grey: masked)", height=200 * rows + 150, scale=scale)
 
 
+def hardest_look_back(t: StepTrace, ids: list[int]) -> tuple[int, int, float] | None:
+    """(layer, head, weight): of every layer and head of step t, the one whose newest query gives the latest earlier
+    copy of the newest token the most weight (what the Attention view's sentence names, in its best layer); None
+    when the newest token never appeared before or the step kept no attention."""
+    newest = t.kv_len - 1
+    earlier = [p for p in range(newest) if ids[p] == ids[newest]]
+    if not earlier:
+        return None
+    best = None
+    for layer in range(len(t.layers)):
+        ranked = look_back(t, layer, earlier[-1])
+        if ranked and (best is None or ranked[0][1] > best[2]):
+            best = (layer, ranked[0][0], ranked[0][1])
+    return best
+
+
 def look_back(t: StepTrace, layer: int, target: int) -> list[tuple[int, float]]:
     """Heads ranked by the weight the newest query gives key position `target`: [(head, weight)]."""
     lt = t.layers[layer]

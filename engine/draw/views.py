@@ -19,6 +19,7 @@ from engine.draw.matmuls import gpt2_shapes_frame, matmul_figure, shapes_frame
 from engine.draw.palette import axis_labels, show_piece
 from engine.draw.svg import picture_html
 from engine.draw.tokens import next_token_figure, token_chips_html
+from engine.load.pieces import split_characters
 from engine.measure.attention import earlier_copies, head_roles, roles_sentence
 from engine.measure.caveats import latency_note
 
@@ -232,9 +233,29 @@ def tokens(c: StepContext) -> list[Block]:
     return [Block("caption", "Text in, tokens out: the tokenizer cut the prompt into pieces (blue), each with an id. "
                              "The model only ever sees the ids. Generated tokens are orange; the ones fed to this "
                              "step's pass are outlined."),
+            *([Block("text", said, "bytes")] if (said := split_sentence([p for _, p in known])) else []),
             Block("html", token_chips_html(known[: c.prompt_len], known[c.prompt_len:],
                                                set(range(t.past, t.kv_len))), "tokens"),
             Block("text", c.text, "text")]
+
+
+def split_sentence(pieces: list[str], most: int = 3) -> str | None:
+    """The characters that took several tokens (engine.load.pieces.split_characters), in one sentence; None if
+    every character was one token or more whole characters."""
+    split = split_characters(pieces)
+    if not split:
+        return None
+    ch, positions, data = split[0]
+    first = (f"'{ch}' is one character, {len(data)} bytes in UTF-8 ({' '.join(f'{b:02X}' for b in data)}); this "
+             f"tokenizer has no token for it, so it took {len(positions)} tokens (positions {positions[0]}–"
+             f"{positions[-1]}): {' '.join(pieces[p] for p in positions)}.")
+    more = [f"'{c}' {len(p)} tokens" for c, p, _ in split[1:most]]
+    rest = len(split) - 1 - len(more)
+    if more:
+        tail = f" and {rest} more character{'s' if rest > 1 else ''}" if rest else ""
+        first += " So did " + ", ".join(more) + tail + "."
+    return (f"One character, several tokens. {first} A piece between ⟨ ⟩ is bytes, not a whole character: decoded "
+            "alone it would be '�'.")
 
 
 BUILDERS = {"Attention": attention, "Next token": next_token, "Matmuls": matmuls, "Shapes": shapes,

@@ -37,6 +37,7 @@ from engine.forward.sampling import Choice, Chooser, Sampling
 from engine.forward.trace import Candidate, LayerTrace, StepTrace
 from engine.links import MAX_PROMPT_CHARS
 from engine.load.loaded import LoadedModel
+from engine.load.pieces import piece
 
 MAX_NEW_TOKENS = 2048  # per run: bounds what one session can hold
 ATTENTION_BUDGET_BYTES = 32 * 2**20  # per trace; above it only the last query row is kept
@@ -281,8 +282,9 @@ def encode_prompt(lm: LoadedModel, prompt: str) -> torch.Tensor:
 
 
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
-    """The text each token stands for (a word, part of one, or a space), one string per id."""
-    return [tokenizer.decode([i]) for i in ids]
+    """The text each token stands for (a word, part of one, or a space), one string per id; a token that is only
+    part of a character (a byte of an emoji, a CJK or Cyrillic letter) as its bytes, '⟨F0 9F⟩' (engine.load.pieces)."""
+    return [piece(tokenizer, i) for i in ids]
 
 
 def check_max_new_tokens(n) -> int:

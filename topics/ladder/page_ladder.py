@@ -1,7 +1,8 @@
 """Grow the model: the size ladder on the Scale page, and the ladder a lesson quotes.
 
-The engine measures (topics/ladder/measure.py: once per server, model and device; two sessions asking at
-once share one build) and draws (topics/ladder/draw.py); this module places the pictures and the button.
+The engine measures (topics/ladder/measure.py: once per server, model and device, in a thread of its own so a
+click elsewhere does not end it; two sessions asking at once share one build) and draws (topics/ladder/draw.py);
+this module places the pictures, the button and the measurement's progress.
 Until this server has measured its own ladder, the one recorded in assets/ (its device named) is shown,
 labelled as recorded.
 """
@@ -12,12 +13,13 @@ import streamlit as st
 
 from engine import DecodeLabError
 from engine.links import LADDER_VIEWS
+from engine.measure.caveats import ladder_note
 from topics.ladder import draw as draw
-from topics.ladder.measure import kept_ladder, ladder, recorded
+from topics.ladder.measure import kept_ladder, ladder_failed, ladder_job, recorded, start_ladder
 from topics.ladder.record import Ladder
 from ui.links import write_link
 from ui.style import scale
-from ui.text import error, plain
+from ui.text import error, plain, warning
 
 PICTURES = dict(zip(LADDER_VIEWS, ("ms per token", "roofline", "time split", "table")))  # short: four fit a phone
 
@@ -53,13 +55,16 @@ def latency_claim(lm) -> str | None:
     return f"{draw.per_token_claim(shown)} ({source}.)" + (f" {own}" if own else "")
 
 
-def _measure(lm, again: bool) -> None:
-    bar = st.progress(0.0, text="growing the model…")
-    try:
-        ladder(lm, again=again, on_progress=lambda f, text: bar.progress(min(1.0, max(0.0, f)), text=text))
-    except DecodeLabError as e:
-        error(str(e))
-    bar.empty()
+@st.fragment(run_every=1.0)
+def _progress(lm) -> None:
+    """While this server measures the ladder (in a thread of its own: LadderStore.start), every page run of every
+    session shows how far it got, each second; when it is done the whole page is drawn again, with the result."""
+    job = ladder_job(lm)
+    if job is None:
+        st.rerun()  # finished since the last tick: the page draws the new ladder (or says why it failed)
+    fraction, text = job.progress
+    fraction = min(1.0, max(0.0, fraction))
+    st.progress(fraction, text=f"measuring… {fraction * 100:.0f} % · {text}")
 
 
 def grow_the_model(lm, settings) -> None:
@@ -68,20 +73,27 @@ def grow_the_model(lm, settings) -> None:
                                       "of small operations set its time). Grown in its own family, the hardware "
                                       "starts to set the time: decode memory-bound, and a prefill compute-bound where "
                                       "its tokens outnumber the device's ridge in tokens (a few dozen on a CPU in "
-                                      "fp32; ~295 on an H100 in bf16, so there a 128-token prefill is memory-bound).")
+                                      "fp32; ~295 on an H100 in bf16, so there a 128-token prefill is memory-bound). "
+                                      "**Measure** builds each rung from the model's config with random weights (no "
+                                      "download), times its prefill and decode steps on the threads the app serves a "
+                                      "model that size with (the browser keeps a core), times again a rung whose "
+                                      "repeats spread wide, then gives the memory back. Once per server: every "
+                                      "session sees the result. Students' steps wait while it runs.")
     live = kept_ladder(lm)
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
     st.session_state.setdefault("scale_ladder_view", "per_token")
-    row.segmented_control("picture", list(PICTURES), key="scale_ladder_view", format_func=PICTURES.get,
-                          label_visibility="collapsed")
-    measure = row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
-                         key="scale_ladder_measure", icon=":material/straighten:",
-                         help="Builds each rung from the model's config with random weights (no download), times "
-                              "its prefill and decode steps on the threads the app serves a model that size with (the "
-                              "browser keeps a core), then gives the memory back. Once per "
-                              "server: every session sees the result. Students' steps wait while it runs.")
-    if measure:
-        _measure(lm, again=live is not None)
+    row.segmented_control("picture", list(PICTURES), key="scale_ladder_view", persist_state="session",
+                          format_func=PICTURES.get, label_visibility="collapsed")
+    row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
+               key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None,
+               on_click=start_ladder, args=(lm, live is not None))  # in the background: a click elsewhere keeps it
+    if ladder_job(lm) is not None:
+        _progress(lm)
+    failed = ladder_failed(lm)
+    if isinstance(failed, DecodeLabError):
+        error(str(failed))
+    elif failed is not None:
+        error(f"The measurement stopped: {failed}")
     shown, source = shown_ladder(lm)
     if shown is None:
         st.info("No ladder has been measured here yet: press the button to time one.")
@@ -98,6 +110,9 @@ def grow_the_model(lm, settings) -> None:
         st.plotly_chart(draw.split_figure(shown, scale=scale()), key="scale_ladder_split")
         st.markdown(draw.split_caption(shown))
     else:
+        note = ladder_note(shown)
+        if note:  # the pictures carry it on the chart; the table says it above itself
+            warning(note)
         st.dataframe(shown.frame(), hide_index=True, width="stretch")
         st.caption("Milliseconds are medians with their min–max; bounds and FLOPs are estimates (bytes moved over "
                    "the measured bandwidth, FLOPs over the measured peak).")

@@ -27,7 +27,7 @@ LADDER_KEYS = ("model", "family", "device", "dtype", "threads", "tokens", "promp
                "versions")
 RUNG_KEYS = ("size", "label", "parameters", "weight_bytes", "trained", "weights", "layers", "d_model", "heads",
              "kv_heads", "head_dim", "d_ff", "prefill", "decode", "nocache", "lean", "matmul_ms", "build_ms",
-             "same_token", "prefill_matmul_ms", "shape_of", "lean_prefill", "recipe", "compile_ms",
+             "same_token", "prefill_matmul_ms", "shape_of", "lean_prefill", "recipe", "compile_ms", "timed",
              "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
 PASSES = ("prefill", "decode", "nocache", "lean", "lean_prefill", "recipe")  # a rung's Measured fields
 PASS_KEYS = ("what", "q_len", "past", "tokens", "median_ms", "low_ms", "high_ms", "runs", "warmup_ms", "flops",
@@ -125,6 +125,12 @@ class RungResult:
     lean_prefill: Measured | None = None  # the lean prefill (compiled, every position at once), where timed
     recipe: Measured | None = None  # transformers' own recipe's decode step (static cache + torch.compile), where timed
     compile_ms: dict | None = None  # pass -> its compile and warm-up ms (never in a step's time), where compiled
+    timed: int = 1  # times the rung was measured: more than 1 when its repeats spread wide and it was timed again
+
+    @property
+    def spread(self) -> float:
+        """The wider of its prefill's and its decode's repeats: slowest timed run over fastest (1.0: steady)."""
+        return max((m.high_ms / m.low_ms if m.low_ms > 0 else 1.0) for m in (self.prefill, self.decode))
 
     @property
     def decode_vs_prefill_per_token(self) -> float:

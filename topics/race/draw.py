@@ -64,6 +64,46 @@ def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) 
     return layout(fig, title, height=380, scale=scale)
 
 
+FLAT = 1.25  # time per token that grew less than this many times over the sweep "stays about flat"
+
+
+def sweep_caption(df: pd.DataFrame) -> str:
+    """What the sweep's time-per-token chart shows, read off its own medians (never what it should show), and a busy
+    note when a point's repeats spread wider than engine.measure.caveats.WIDE or the cached time per token grew
+    faster than the cache-off one (the cache-off step does more work at every length: the server moved)."""
+    from engine.measure.caveats import BUSY, WIDE
+
+    lo, hi = int(df["tokens"].min()), int(df["tokens"].max())
+    if lo == hi:
+        return f"One length ({lo} new tokens): run the sweep with two or more lengths to see how the gap grows."
+    grew = {}
+    words = []
+    for mode, (name, _) in MODES.items():
+        d = df[df["mode"] == mode].set_index("tokens")["ms_per_token"]
+        a, b = float(d.loc[lo]), float(d.loc[hi])
+        grew[mode] = b / a if a > 0 else float("inf")
+        trend = (f"stayed about flat ({a:.3g} → {b:.3g} ms)" if 1 / FLAT <= grew[mode] <= FLAT
+                 else f"{'rose' if b > a else 'fell'} from {a:.3g} to {b:.3g} ms (×{grew[mode]:.1f})")
+        words.append(f"{'with the cache' if mode == 'cache' else 'without it'}, time per token {trend}")
+    text = f"From {lo} to {hi} new tokens (medians of the repeats): " + "; ".join(words) + "."
+    if grew["cache"] > FLAT and grew["cache"] < grew["nocache"]:
+        text += (" With the cache each step still reads every cached key and value, so it grows too, but more slowly "
+                 "than recomputing them all.")
+    busy = []
+    if {"low_ms_per_token", "high_ms_per_token"} <= set(df.columns):
+        ratio = df["high_ms_per_token"] / df["low_ms_per_token"]
+        if ratio.max() > WIDE:
+            row = df.loc[ratio.idxmax()]
+            busy.append(f"at {int(row['tokens'])} tokens the {MODES[row['mode']][0]} repeats ranged "
+                        f"{row['low_ms_per_token']:.3g}–{row['high_ms_per_token']:.3g} ms per token "
+                        f"(×{ratio.max():.1f})")
+    if grew["cache"] > FLAT and grew["cache"] >= grew["nocache"]:
+        busy.append("the cached time per token grew as fast as the cache-off one, though it does far less work")
+    if busy:
+        text += f" {BUSY}: " + "; ".join(busy) + ". Run the sweep again when the server is quiet."
+    return text
+
+
 def log_ticks(lo: float, hi: float) -> list[float]:
     """Ticks for a log axis over [lo, hi], labelled values only (never plotly's minor digits "3 4 5 … 100 2"):
     1-2-5 steps, finer (1-1.5-2-3-5-7) when the range is too short for three of those, else the two ends rounded."""

@@ -165,7 +165,8 @@ def summary(report: dict, df: pd.DataFrame) -> dict:
 
 def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sampling=None,
           on_progress=None) -> pd.DataFrame:
-    """Both modes at several lengths; medians over `repeats` of time per token and total decode time."""
+    """Both modes at several lengths; medians over `repeats` of time per token and total decode time, and the
+    fastest and slowest repeat's time per token (how far the repeats spread: a busy server shows there)."""
     rows = []
     jobs = [(n, r) for n in lengths for r in range(repeats)]
     for i, (n, r) in enumerate(jobs):
@@ -177,7 +178,10 @@ def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sa
         if on_progress:
             on_progress((i + 1) / len(jobs), f"{n} tokens, repeat {r + 1}/{repeats}")
     df = pd.DataFrame(rows)
-    return df.groupby(["tokens", "mode"], as_index=False)[["total_ms", "ms_per_token"]].median()
+    out = df.groupby(["tokens", "mode"], as_index=False)[["total_ms", "ms_per_token"]].median()
+    spread = df.groupby(["tokens", "mode"], as_index=False)["ms_per_token"].agg(low_ms_per_token="min",
+                                                                                 high_ms_per_token="max")
+    return out.merge(spread, on=["tokens", "mode"])
 
 
 # ---------------------------------------------------------------- the race at a rung, on the lean path

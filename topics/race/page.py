@@ -29,23 +29,26 @@ def show() -> None:
                "the machine to itself), then **played back** at each run's measured speed.")
 
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")  # one row: the proof fits under it
-    preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset", width=330)
+    preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset",
+                           persist_state="session", width=330)
     prompt = st.text_area("prompt", next(p["prompt"] for p in PROMPTS if p["title"] == preset), key=f"race_prompt_{preset}",
                           height=68, label_visibility="collapsed")
     try:
         room = max(2, lm.spec.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
     except Exception:  # noqa: BLE001 - an unreadable prompt: the race itself will say why
         room = 2
-    steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps", width=130,
+    steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps",
+                             persist_state="session", width=130,
                              help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
                                   "growth without the cache is visible on a laptop CPU.")
-    size = bar.selectbox("model size", [OWN, *RUNGS], key="race_size", width=200,
+    size = bar.selectbox("model size", [OWN, *RUNGS], key="race_size", persist_state="session", width=200,
                          format_func=lambda x: x if x == OWN else f"{x}: random weights",
                          help="A bigger model, built from a config with random weights (no download): for timing "
                               "only, its tokens are noise. At a real size the cache buys more. On a GPU it is a "
                               "published model's shape, timed on the compiled path (the readable one is launch-bound "
                               "there), greedy.")
-    speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed", width=220,
+    speed = bar.select_slider("playback speed", [0.25, 0.5, 1.0, 2.0, 4.0], 1.0, key="race_speed",
+                              persist_state="session", width=220,
                               format_func=lambda x: f"{x:g}× real time")
     start = bar.button("Start race", type="primary", key="race_start")
 
@@ -166,10 +169,12 @@ def show() -> None:
 
     st.divider()
     st.subheader("Sweep: how the gap grows with length")
-    st.caption("Both modes at several lengths; each point is the median of repeated runs. With the cache, time per "
-               "token stays about flat; without it, it grows with the length.")
-    lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths")
-    repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats")
+    st.caption("Both modes at several lengths; each point is the median of repeated runs. The lesson: with the "
+               "cache a step reads the cached keys and values and computes one position, without it every position "
+               "again, so without it the time per token grows much faster with the length.")
+    lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths",
+                             persist_state="session")
+    repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats", persist_state="session")
     if st.button("Run sweep", key="race_sweep"):
         usable = [n for n in sorted(lengths) if n < room]
         bar = st.progress(0.0, text="sweeping…")
@@ -185,4 +190,5 @@ def show() -> None:
         c1, c2 = st.columns(2)
         c1.plotly_chart(race_draw.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
         c2.plotly_chart(race_draw.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
+        st.markdown(race_draw.sweep_caption(sweep_df))  # what this sweep measured, in its own numbers
         st.dataframe(sweep_df, hide_index=True)

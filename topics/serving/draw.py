@@ -310,6 +310,21 @@ def memory_frame(mem: dict):
                          for k in names])
 
 
+def sharing_sentence(mem: dict) -> str:
+    """What prefix sharing saved in this run, from the same steps the table averages (topics.serving.measure.memory):
+    the positions the requests read per position the paged pool held."""
+    sh = mem["sharing"]
+    if not sh["steps"]:
+        return ""
+    per_step = sh["saved"] / sh["steps"]
+    if sh["saved"] <= 0:
+        return (f"Prefix sharing saved nothing here: every position the requests read was stored for them alone "
+                f"({sh['served_per_held']:.2f} positions served per position held).")
+    return (f"Prefix sharing: the requests read {sh['served']:,} positions' keys and values over the run's "
+            f"{sh['steps']} steps, from {sh['stored']:,} stored, so {sh['served_per_held']:.2f} positions served "
+            f"per position held (whole blocks); about {per_step:,.0f} positions per step not stored twice.")
+
+
 def chunking_frame(result: dict):
     """The chunked-prefill comparison, one row per way, read off the same two runs whose timelines are drawn."""
     import pandas as pd
@@ -384,6 +399,12 @@ def policy_sentence(result: dict) -> str:
     return said + (" Either way every request's tokens are exactly the ones it gets alone: a policy changes who "
                    "waits and what is computed twice, never what anyone is answered." if exact else
                    " Some request's tokens differ from its tokens alone: that is a bug, not a policy.")
+def roomy_sentence(check: dict) -> str:
+    """topics.serving.measure.roomy_check in one line, ending on the same check the chunking comparison shows."""
+    who = _requests(check["preempted"]) if check["preempted"] else "no request"
+    return (f"{who} {'was' if len(check['preempted']) <= 1 else 'were'} preempted and recomputed in this pool of "
+            f"{check['blocks']} blocks; the same requests in a pool of {check['roomy_blocks']} blocks, where nobody "
+            f"is preempted: same tokens either way: **{'yes' if check['same_tokens'] else 'no'}**.")
 
 
 WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
@@ -428,8 +449,7 @@ def throughput_sentence(same: dict, mixed: dict | None) -> str:
         padded = len(asked) * max(asked)
         # the same total of tokens either way: a static batch of mixed lengths does more padded work than one of equal
         # lengths, and one request at a time the same work, so either coming out far faster is the server's noise
-        quick = [(ms, s, "the static batch"), (mixed["one_at_a_time_tokens_per_s"], same["one_at_a_time_tokens_per_s"],
-                                                "one request at a time")]
+        quick = [(ms, s, "the static batch")]
         flipped = [who for m_, s_, who in quick if m_ and s_ and m_ > BUSY_RATIO * s_]
         out.append(f"Mixed lengths ({min(asked)} to {max(asked)} tokens, {sum(asked)} in all): the static batch runs "
                    f"every row to the longest, {padded} token slots for {sum(asked)} tokens "
@@ -440,7 +460,21 @@ def throughput_sentence(same: dict, mixed: dict | None) -> str:
             out.append(f"The server was busy while these ran: {' and '.join(flipped)} measured more than ×{BUSY_RATIO:g} "
                        "faster on the mixed lengths though that is as much work or more, so single rounds here are "
                        "noise; `python -m engine bench` takes medians of several.")
+        out.append(one_at_a_time_words(same, mixed))
+        if not mixed.get("generate_batch_tokens_per_s"):
+            out.append("transformers' generate_batch has no mixed-lengths bar: it serves one length for every request.")
     return " ".join(out)
+
+
+def one_at_a_time_words(same: dict, mixed: dict) -> str:
+    """Why one request at a time measures (about) the same for both workloads: it is the same work."""
+    a, b = same["one_at_a_time_tokens_per_s"], mixed["one_at_a_time_tokens_per_s"]
+    said = ("One request at a time does the same work for both workloads (one pass per token, about the same "
+            f"tokens in all), so its two bars should match: {a:,.0f} and {b:,.0f} tokens/s")
+    ratio = max(a, b) / min(a, b) if a and b else 1.0
+    if ratio <= BUSY_RATIO:
+        return said + "."
+    return said + f", ×{ratio:.1f} apart: the server was busy, and that gap is its noise, not the workload's."
 
 
 BUSY_RATIO = 1.3  # one way measured this much faster on work that is no smaller: the server's noise, said

@@ -143,30 +143,54 @@ def _ways(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], trac
 
 def memory(run: ServingRun) -> dict:
     """Positions of KV memory held at each step of a recorded run, three ways, and the share of them wasted
-    (held, but holding no token's keys and values), averaged over the steps that ran a pass."""
+    (held, but holding no token's keys and values), averaged over the steps that ran a pass.
+
+    Paged blocks are counted as the pool holds them: a block in several requests' tables (a shared prefix) is held
+    once and its filled positions are stored once, so its waste is what its blocks hold that no request wrote (0 to
+    100 %). What sharing saves is said apart: the positions the requests read (each request's own count, a shared
+    position once per request) per position stored. The other two allocators share nothing: each request's
+    positions are its own."""
     elem = run.kv.bytes_per_block // run.page_size  # bytes of one position, all layers, K and V
     max_len = run.lm.spec.max_positions
     held = {"paged": 0, "reserve_max_length": 0, "static_padding": 0}
-    used_total = 0
+    served_total = stored_total = steps = 0
     peak = dict.fromkeys(held, 0)
     longest = max(r.prompt_len for r in run.requests) + max(r.max_new_tokens for r in run.requests)
     for s in run.steps:
         if s.forward_ms is None:
             continue
         in_pool = [rid for rid, _ in s.tables]
-        used = sum(n for _, n in s.held)
+        served = sum(n for _, n in s.held)  # positions each request reads, a shared one once per request
+        stored = stored_positions(s.tables, dict(s.held), run.page_size)  # positions the pool stores, each once
         now = {"paged": s.blocks_used * run.page_size,  # what the run really took: whole blocks
                "reserve_max_length": len(in_pool) * max_len,  # a slab of the model's context per request
                "static_padding": len(run.requests) * longest}  # one padded batch holds every row to the end
         for k, v in now.items():
             held[k] += v
             peak[k] = max(peak[k], v)
-        used_total += used
-    out = {"position_bytes": elem, "max_length": max_len}
+        served_total += served
+        stored_total += stored
+        steps += 1
+    out = {"position_bytes": elem, "max_length": max_len,
+           "sharing": {"steps": steps, "served": served_total, "stored": stored_total, "held": held["paged"],
+                       "saved": served_total - stored_total,  # positions not stored twice, summed over the steps
+                       "served_per_held": served_total / held["paged"] if held["paged"] else 0.0}}
     for k in held:
-        out[k] = {"peak_bytes": peak[k] * elem, "wasted": 1 - used_total / held[k] if held[k] else 0.0,
+        used = stored_total if k == "paged" else served_total
+        out[k] = {"peak_bytes": peak[k] * elem, "wasted": 1 - used / held[k] if held[k] else 0.0,
                   "source": "measured (blocks the run took)" if k == "paged" else "computed for the same requests"}
     return out
+
+
+def stored_positions(tables, held: dict[str, int], page_size: int) -> int:
+    """Positions whose keys and values the pool stores, each once: a block's filled slots are the most any request
+    holding it wrote there (requests sharing a prefix block wrote the same slots)."""
+    filled: dict[int, int] = {}
+    for rid, table in tables:
+        n = held.get(rid, 0)
+        for i, block in enumerate(table):
+            filled[block] = max(filled.get(block, 0), min(page_size, max(0, n - i * page_size)))
+    return sum(filled.values())
 
 
 def step_time_vs_batch(lm: LoadedModel, sizes=(1, 2, 4, 8, 16, 32), steps: int = 8, context: int = 64) -> list[dict]:
@@ -241,9 +265,9 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> dict:
     run = serving_run(lm, [RequestSpec(p, 16 + 8 * i, 2 * i) for i, p in enumerate(PROMPTS)], record=True)
     res["memory"] = memory(run)
     log("  KV memory held, averaged over the steps of a run with staggered arrivals and lengths:")
-    for k, v in res["memory"].items():
-        if isinstance(v, dict):
-            log(f"    {k:20s} peak {v['peak_bytes'] / 2**20:7.2f} MiB   wasted {v['wasted']:6.1%}   ({v['source']})")
+    for k in ("paged", "reserve_max_length", "static_padding"):
+        v = res["memory"][k]
+        log(f"    {k:20s} peak {v['peak_bytes'] / 2**20:7.2f} MiB   wasted {v['wasted']:6.1%}   ({v['source']})")
     res["step_time_vs_batch"] = step_time_vs_batch(lm)
     log("  one decode pass shared by B sequences (median of 8 passes at ~64 positions each):")
     for row in res["step_time_vs_batch"]:
@@ -330,3 +354,20 @@ def chunking_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: di
     same = out["on"].pop("tokens") == out["off"].pop("tokens")
     out["on"]["same_tokens"] = out["off"]["same_tokens"] = same
     return out
+
+
+def roomy_check(run: ServingRun, requests: list[RequestSpec], sizing: dict, sampling=None) -> dict:
+    """A finished run whose pool was too small (requests preempted and recomputed), against the same requests
+    served with a pool that holds them all at once: the same tokens? (the preemption scenario's claim, checked
+    like chunking_comparison's "same tokens either way"). Both runs stop where the page's run stops."""
+    need = sum(-(-(r.prompt_len + r.max_new_tokens) // run.page_size) for r in run.requests)
+    roomy = ServingRun(run.lm, requests, sampling=sampling, record=False, max_requests=len(requests),
+                       **{**sizing, "num_blocks": max(sizing["num_blocks"], need)})
+    roomy.run()
+    tokens = [r.generated_ids for r in roomy.requests]
+    preempted = sorted({rid for s in run.steps for rid in s.preempted}, key=lambda rid: int(rid[1:]))
+    out = {"same_tokens": tokens == [r.generated_ids for r in run.requests], "preempted": preempted,
+           "roomy_blocks": roomy.num_blocks, "blocks": run.num_blocks}
+    roomy.free()
+    return out
+

@@ -18,9 +18,10 @@ from topics.serving import measure as measure
 from topics.serving.page_parts import (MAX_PAGE_REQUESTS, chunking_result, new_serving_run, pictures, requests_editor,
                                        summary)
 from ui.controller import Controller
+from ui.links import write_link
 from ui.model import device_roof
 from ui.setup import class_label, page_setup
-from ui.style import scale
+from ui.style import keys_back, picked, scale
 from ui.text import error, plain
 
 
@@ -72,14 +73,17 @@ def show() -> None:
     requests, sizing = chosen()
     name = BY_TITLE.get(st.session_state.get("serve_scenario", CHOICES[0]))
     steps.sync((settings, name, tuple(requests or ()), tuple(sorted(sizing.items()))))
+    steps.replay_queued()  # a link's engine steps, now that its scenario is on screen
     if not steps.started:
         st.session_state.pop("serve_measured", None)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.selectbox("scenario", CHOICES, key="serve_scenario", label_visibility="collapsed", width=380)
+    bar.selectbox("scenario", CHOICES, key="serve_scenario", persist_state="session", label_visibility="collapsed",
+                  width=380, on_change=picked)
+    keys_back()  # after a pick, E and → are shortcuts again, not letters typed into the box
     if name == "preemption":  # which running request goes when the pool runs out: switch it and compare
         st.session_state.setdefault("serve_preemption", sizing.get("preemption", PREEMPTION[0]))
         bar.segmented_control("preemption policy", PREEMPTION, key="serve_preemption", format_func=POLICY_NAMES.get,
-                              label_visibility="collapsed",
+                              persist_state="session", label_visibility="collapsed",
                               help="Who is preempted when a running request needs a block and none is free: the "
                                    "newest admitted (vLLM's policy), or the one holding the most blocks. A change "
                                    "starts a new run.")
@@ -87,14 +91,18 @@ def show() -> None:
     with bar.popover("More", icon=":material/tune:"):
         steps.autoplay(st)
         st.markdown("**Sizing** (changes start a new run)")
-        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing")
+        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing", persist_state="session")
         c1, c2, c3 = st.columns(3)
-        c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size")
-        c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks")
-        c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens")
-        st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing")
-        st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking")
+        c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size", persist_state="session")
+        c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks", persist_state="session")
+        c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens",
+                        persist_state="session")
+        st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing", persist_state="session")
+        st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking", persist_state="session")
     steps.run_to_end_if_asked()
+    own_sizing = bool(st.session_state.get("serve_custom_sizing"))  # a link carries a scenario, not its knobs
+    write_link(settings, scenario=name, steps=steps.latest if steps.started and name and not own_sizing else None,
+               at=steps.at if steps.started and name and not own_sizing and steps.at != steps.latest else None)
 
     st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
                f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
@@ -125,10 +133,18 @@ def show() -> None:
     class_label(f"engine step {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
     row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
     if steps.latest > 0:
-        row.slider("engine step", 0, steps.latest, key="serve_at", label_visibility="collapsed", width=300)
+        row.slider("engine step", 0, steps.latest, key="serve_at",
+                   persist_state="session", label_visibility="collapsed", width=300)
     row.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
     if run.done:
         st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again. {exactness(run)}")
+        if any(s.preempted for s in run.steps):  # exactness, checked once per run, not only said in prose
+            kept = st.session_state.get("serve_roomy")
+            if kept is None or kept[0] != id(run):
+                with st.spinner("Serving the same requests in a pool big enough for all of them, to compare…"):
+                    kept = (id(run), measure.roomy_check(run, requests, sizing, settings.sampling))
+                st.session_state["serve_roomy"] = kept
+            st.markdown(draw.roomy_sentence(kept[1]))
     pictures(run, at)
     steps.autoplay_tick()
 
@@ -145,9 +161,11 @@ def show() -> None:
     st.table(draw.memory_frame(memory).set_index("allocator"))
     st.caption(f"KV memory of this run so far: the most each allocator held at any one step (peak), and the share of "
                f"what it held that held no token's keys and values, averaged over the steps (wasted). Paged blocks are "
-               f"what this run really took (whole blocks); the others are what the same requests would hold if each "
-               f"reserved the model's whole context ({memory['max_length']} positions), or waited in one padded batch "
-               "for the longest.")
+               f"what this run really took (whole blocks; a shared block is held and stored once); the others are what "
+               f"the same requests would hold if each reserved the model's whole context ({memory['max_length']} "
+               "positions), or waited in one padded batch for the longest.")
+    if sizing["prefix_sharing"]:
+        st.markdown(draw.sharing_sentence(memory))
     if name == "preemption":
         if st.button("Compare both preemption policies", key="serve_policy_compare"):
             with st.spinner("Serving these requests under each policy, to the end, and each request alone…"):
@@ -160,14 +178,16 @@ def show() -> None:
                 st.session_state["serve_measured"] = ("chunking", measure.chunking_comparison(
                     lm, requests, sizing, settings.sampling))
             release_memory()
-    c = st.container(horizontal=True)
+    c = st.container(horizontal=True, vertical_alignment="bottom")
+    rounds = c.number_input("rounds", 1, 5, 1, key="serve_tp_rounds", persist_state="session", width=100,
+                            help="Rounds of every way, alternated, after a warm-up: medians of more rounds move less")
     if c.button("Throughput: continuous batching vs static vs one at a time vs generate_batch", key="serve_tp"):
-        with st.spinner("Serving the same prompts four ways, one length for all and then mixed lengths (one round "
-                        "each, after a warm-up)…"):
+        with st.spinner(f"Serving the same prompts four ways, one length for all and then mixed lengths ({rounds} "
+                        f"round{'s' if rounds != 1 else ''} each, after a warm-up)…"):
             prompts = [r.prompt for r in (requests or [])][:8] or measure.PROMPTS
             mixed = measure.MIXED[: len(prompts)]
             both = measure.throughput_side_by_side(lm, prompts, {"same": sum(mixed) // len(mixed), "mixed": mixed},
-                                                   rounds=1, log=lambda *a: None)  # every way of both, alternated
+                                                   rounds=int(rounds), log=lambda *a: None)  # alternated
             st.session_state["serve_measured"] = ("throughput", (both["same"], both["mixed"]))
         release_memory()
     if c.button("Decode pass time against batch size", key="serve_batch"):
@@ -179,9 +199,11 @@ def show() -> None:
         same, mixed = result
         st.plotly_chart(draw.throughput_figure(same, mixed, scale=scale()), key="serve_tp_chart")
         st.markdown(draw.throughput_sentence(same, mixed))
+        n = same["rounds"]
         st.caption(f"{same['requests']} prompts, {sum(mixed['new_tokens'])} new tokens in all either way; the same tokens "
-                   "every way (greedy). One round of every way of both workloads, alternated, after a warm-up round: a "
-                   "busy server moves single rounds, so `python -m engine bench` gives medians of several.")
+                   f"every way (greedy). {'One round' if n == 1 else f'Medians of {n} rounds'} of every way of both "
+                   "workloads, alternated, after a warm-up round: a busy server moves single rounds (more rounds under "
+                   "the button, or `python -m engine bench`).")
     elif kind == "batch":
         br = measure.batch_roofline(result, lm, device_roof(), roofline.h100())  # this device's roof, a GPU's beside
         left, right = st.columns(2, gap="small")

@@ -41,10 +41,11 @@ def main(args) -> int:
     print()
     print(f"same tokens as plain greedy decoding: {m['identical']}")
     print(f"acceptance rate:              {alpha}")
-    print(f"tokens per target pass:       {m['tokens_per_target_pass'] or 0:.2f} (formula E = "
-          f"{m['expected_tokens_per_pass']:.2f}; plain decoding 1)")
-    print(f"target passes:                {m['target_passes']} (plain decoding {m['plain_target_passes']}; "
-          f"saved {m['target_passes_saved']})")
+    print(f"tokens per verify pass:       {m['tokens_per_target_pass'] or 0:.2f} (formula E = "
+          f"{m['expected_tokens_per_pass']:.2f}; plain decoding 1; the prefill left out)")
+    print(f"target passes:                {m['target_passes']} = 1 prefill + {m['target_passes'] - 1} verify (plain "
+          f"decoding {m['plain_target_passes']} = 1 prefill + {m['plain_target_passes'] - 1} decode; saved "
+          f"{m['target_passes_saved']})")
     print(f"time per token (decode):      plain {m['plain_ms_per_token']:.2f} ms, speculative "
           f"{m['speculative_ms_per_token']:.2f} ms (medians of {m['repeats']} alternated runs, warm-up excluded)")
     print(f"measured speed-up:            x{m['speedup']:.2f}")

@@ -169,7 +169,7 @@ def verdict(m: dict) -> str:
         return " ".join(parts)
     a, tpp, e = m["alpha"], m["tokens_per_target_pass"], m["expected_tokens_per_pass"]
     parts.append(f"The target kept {m['acceptance_rate']:.0%} of all proposals and {a:.0%} of those it checked "
-                 f"(α), so one target pass made {tpp:.2f} tokens (the formula expects {e:.2f} from α = {a:.2f} "
+                 f"(α), so one verify pass made {tpp:.2f} tokens (the formula expects {e:.2f} from α = {a:.2f} "
                  f"and k = {k}).")
     if m["proposals_per_round"] < k - 0.5:
         parts.append(f"The drafter proposed {m['proposals_per_round']:.1f} tokens per round on average, not k = {k}: "

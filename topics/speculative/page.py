@@ -13,6 +13,7 @@ from topics.speculative.page_parts import (DRAFTERS, comparison, drafter_for, me
 from ui.controller import Controller
 from ui.presets import PROMPTS
 from ui.setup import class_label, page_setup
+from ui.style import keys_back, picked
 from ui.text import error
 
 
@@ -37,9 +38,11 @@ def show() -> None:
     st.session_state.setdefault("speculative_k", 4)
     rounds.sync((settings, st.session_state["speculative_prompt"], st.session_state["speculative_drafter"], st.session_state["speculative_k"]))
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.text_input("prompt", key="speculative_prompt", label_visibility="collapsed", width=300)
-    bar.selectbox("drafter", DRAFTERS, key="speculative_drafter", label_visibility="collapsed", width=230)
-    bar.number_input("k", 1, 8, key="speculative_k", width=90, help="guesses per round")
+    bar.text_input("prompt", key="speculative_prompt", persist_state="session", label_visibility="collapsed", width=300)
+    bar.selectbox("drafter", DRAFTERS, key="speculative_drafter",
+                  persist_state="session", label_visibility="collapsed", width=230, on_change=picked)
+    keys_back()  # after a pick, the run's shortcuts work again
+    bar.number_input("k", 1, 8, key="speculative_k", persist_state="session", width=90, help="guesses per round")
     rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
                    next_help="Draft k guesses and check them in one pass (N)")
     rounds.run_to_end_if_asked()
@@ -54,7 +57,8 @@ def show() -> None:
                 "checks them in one pass.")
     else:
         if rounds.latest > 0:
-            st.slider("round", 0, rounds.latest, key="speculative_at", label_visibility="collapsed", width=300)
+            st.slider("round", 0, rounds.latest, key="speculative_at",
+                      persist_state="session", label_visibility="collapsed", width=300)
         at = rounds.at
         class_label(f"round {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
         left, right = st.columns([3, 2], gap="medium")
@@ -75,7 +79,7 @@ def show() -> None:
     st.caption("Plain decoding and speculative decoding of the same prompt and length, measured here in alternation, "
                "next to the speed-up the standard formula predicts from the measured acceptance and draft cost.")
     c = st.container(horizontal=True, vertical_alignment="bottom")
-    steps = c.number_input("new tokens", 8, 200, 40, key="speculative_measure_steps", width=140)
+    steps = c.number_input("new tokens", 8, 200, 40, key="speculative_measure_steps", persist_state="session", width=140)
     if c.button("Measure", key="speculative_measure"):
         with st.spinner("Measuring plain and speculative decoding, alternated…"):
             st.session_state["speculative_measured"] = measured_comparison(
