@@ -25,6 +25,7 @@ from engine.load.load import load_model
 from engine.measure import roofline
 from topics.ladder import draw as draw
 from topics.ladder import measure as ladder
+from topics.ladder import store as stores
 from topics.ladder.record import LADDER_KEYS, PASS_KEYS, RUNG_KEYS, Ladder
 
 TINY = ["own", "1M"]  # the bundled model itself and a ~1 M rung: seconds, not minutes
@@ -204,7 +205,7 @@ def test_a_rungs_weights_are_given_back_after_it_is_measured(bundled_lm, monkeyp
 
 
 def test_two_callers_asking_at_once_share_one_build():
-    store, calls = ladder.LadderStore(), []
+    store, calls = stores.LadderStore(), []
 
     def measure(progress):
         calls.append(1)
@@ -225,22 +226,22 @@ def test_two_callers_asking_at_once_share_one_build():
 
 
 def test_a_failed_build_is_not_kept():
-    store = ladder.LadderStore()
+    store = stores.LadderStore()
     with pytest.raises(TooLarge):
         store.get("k", lambda progress: (_ for _ in ()).throw(TooLarge("no room")))
     assert store.kept("k") is None and store.get("k", lambda progress: "ok") == "ok"
 
 
 def test_the_real_ladder_is_measured_once_for_two_threads(bundled_lm):
-    store, got = ladder.LadderStore(), []
-    threads = [threading.Thread(target=lambda: got.append(ladder.ladder(bundled_lm, ["own"], tokens=16, repeats=1,
+    store, got = stores.LadderStore(), []
+    threads = [threading.Thread(target=lambda: got.append(stores.ladder(bundled_lm, ["own"], tokens=16, repeats=1,
                                                                         store=store))) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     assert store.builds == 1 and len(got) == 2 and got[0] is got[1]
-    assert ladder.kept_ladder(bundled_lm, ["own"], tokens=16, repeats=1, store=store) is got[0]
+    assert stores.kept_ladder(bundled_lm, ["own"], tokens=16, repeats=1, store=store) is got[0]
 
 
 # ---------------------------------------------------------------- figures and captions
@@ -348,7 +349,7 @@ def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
 
 def test_the_recorded_ladder_in_assets_reads_back_with_its_device_named():
     """The ladder shipped for a user to compare with (assets/ladder_*.json) is whole: device, roof, every rung."""
-    shipped = ladder.recorded()
+    shipped = stores.recorded_ladders()
     assert shipped, "no recorded ladder in assets/"
     for lad in shipped:
         assert lad.device and lad.measured_at and lad.weights_note == rungs.RANDOM_WEIGHTS
@@ -394,7 +395,7 @@ def test_a_step_is_labelled_by_its_bound_only_when_the_bound_is_most_of_its_time
     """The recorded CPU ladder, labelled by today's rule: 'memory-bound' only within ×2 of the bound. A 26 M decode step
     at ×2.58 whose matmuls are 45 % of it is on the memory side, not memory-bound, and says how much is overhead; the
     112 M and 221 M decode steps (×1.4, ×1.2) stay memory-bound."""
-    lad = ladder.recorded()[0]
+    lad = stores.recorded_ladders()[0]
     for r in lad.rungs:
         for m in (r.prefill, r.decode, r.nocache):
             bound = "memory" if m.memory_ms >= m.compute_ms else "compute"
@@ -417,7 +418,7 @@ def test_the_cli_ladder_table_and_its_rule_line_use_the_same_labels(capsys):
     """`python -m engine ladder` prints each pass's kind and the rule that gave it (the table is the record's)."""
     from topics.ladder.cli import label_rule
 
-    lad = ladder.recorded()[0]
+    lad = stores.recorded_ladders()[0]
     table = lad.text_table()
     for r in lad.rungs:
         row = next(line for line in table.splitlines() if line.split()[0] == r.label)
@@ -430,7 +431,7 @@ def test_the_decode_prefill_gap_is_said_as_a_rule_with_this_devices_ridge_and_th
     ridge at the top rung's bytes, the measured gap) and an H100's prediction in bf16 beside them."""
     import re
 
-    lad = ladder.recorded()[0]
+    lad = stores.recorded_ladders()[0]
     top, h100 = lad.rungs[-1], roofline.h100()
     said = draw.per_token_caption(lad)
     here = lad.roof.ridge_tokens_at(top.decode.bytes_moved)
@@ -450,7 +451,7 @@ def test_a_128_token_prefill_is_compute_bound_only_with_its_condition():
     1 the same prefill predicted from the run's own FLOPs and bytes, counted again in bf16."""
     import re
 
-    lad = ladder.recorded()[0]
+    lad = stores.recorded_ladders()[0]
     top, h100 = lad.rungs[-1], roofline.h100()
     said = draw.prefill_condition(lad)
     m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge of the device it was measured on \(~(\d+) tokens at "
@@ -476,7 +477,7 @@ def test_the_ladder_table_in_the_docs_is_the_recorded_run_labelled_by_todays_rul
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "measurements.md").read_text(encoding="utf-8")
-    lad = ladder.recorded()[0]
+    lad = stores.recorded_ladders()[0]
     words = {"overhead-bound": "overhead-bound", "memory-bound": "memory-bound", "compute-bound": "compute-bound",
              "memory side": "memory side (not memory-bound)", "compute side": "compute side (not compute-bound)"}
     for r in lad.rungs:
@@ -494,7 +495,7 @@ def _rung(spread: float, median: float = 100.0):
     """The recorded ladder's top rung (assets/), its prefill's repeats set `spread` apart around `median` ms."""
     from dataclasses import replace
 
-    top = ladder.recorded()[0].rungs[-1]
+    top = stores.recorded_ladders()[0].rungs[-1]
     return replace(top, prefill=replace(top.prefill, median_ms=median, low_ms=median / spread ** 0.5,
                                         high_ms=median * spread ** 0.5),
                    decode=replace(top.decode, low_ms=top.decode.median_ms, high_ms=top.decode.median_ms))
@@ -535,7 +536,7 @@ def test_a_label_that_flips_back_against_the_lesson_is_shown_with_its_spread_and
 
     from engine.measure.caveats import BUSY, ladder_note
 
-    rec = ladder.recorded()[0]
+    rec = stores.recorded_ladders()[0]
     assert ladder_note(rec) is None
     top = rec.rungs[-1]
     flipped = replace(top, timed=3, prefill=replace(top.prefill, median_ms=816.0, low_ms=609.0, high_ms=925.0,

@@ -9,7 +9,8 @@ import pytest
 
 from engine.load.rungs import RANDOM_WEIGHTS
 from topics.ladder import draw as draw
-from topics.ladder.measure import STORE, ladder_key, measure_ladder
+from topics.ladder.measure import measure_ladder
+from topics.ladder.store import STORE, ladder_key
 from ui.apptest import app_test, page
 
 pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
@@ -105,14 +106,14 @@ def test_a_measurement_survives_clicks_on_the_pictures_and_its_result_is_shown(m
     import threading
 
     from engine.load.load import DEFAULT_MODEL, load_model
-    from topics.ladder import measure as ladder
+    from topics.ladder import store
     from ui.text import plain
 
     lm = load_model(DEFAULT_MODEL, device="cpu")
     key = ladder_key(lm)
     kept_before = STORE._kept.pop(key, None)
     go, asked = threading.Event(), threading.Event()
-    fresh = dataclasses.replace(ladder.recorded()[0], device="the stand-in device of this test")
+    fresh = dataclasses.replace(store.recorded_ladders()[0], device="the stand-in device of this test")
 
     def stand_in(lm, sizes=None, tokens=16, repeats=1, on_progress=None, **kw):
         on_progress(0.42, "112M: prefill of 128 tokens…")
@@ -120,7 +121,7 @@ def test_a_measurement_survives_clicks_on_the_pictures_and_its_result_is_shown(m
         assert go.wait(60)
         return fresh
 
-    monkeypatch.setattr(ladder, "measure_ladder", stand_in)
+    monkeypatch.setattr(store, "measure_ladder", stand_in)  # the store measures with it
     try:
         at = app_test().run()
         at.switch_page(page("scale")).run()
@@ -133,7 +134,7 @@ def test_a_measurement_survives_clicks_on_the_pictures_and_its_result_is_shown(m
         assert at.button(key="scale_ladder_measure").disabled  # one measurement at a time
         go.set()
         for _ in range(100):  # the stand-in returns; its thread stores the ladder
-            if ladder.ladder_job(lm) is None:
+            if store.ladder_job(lm) is None:
                 break
             threading.Event().wait(0.1)
         at.run()

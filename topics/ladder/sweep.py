@@ -246,17 +246,3 @@ def sweep_at(lm, shape: str | None = None, dtype: torch.dtype | None = None, see
     finally:
         del rlm
         dev.release_memory()
-
-
-def recorded() -> list[PrefillSweep]:
-    """Sweeps recorded on other devices and shipped inside assets/ladder_*.json (gpu-check's "gpu_check"."sweep")."""
-    import json
-
-    from engine.paths import ASSETS
-
-    out = []
-    for p in sorted(ASSETS.glob("ladder_*.json")):
-        sweep = (json.loads(p.read_text(encoding="utf-8")).get("gpu_check") or {}).get("sweep")
-        if sweep:
-            out.append(PrefillSweep.from_dict(sweep))
-    return out

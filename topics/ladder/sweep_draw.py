@@ -21,6 +21,10 @@ from topics.ladder.draw import log_ticks, short_device
 from topics.ladder.sweep import PrefillSweep
 
 
+SHORT = {"memory-bound": "memory", "compute-bound": "compute", "memory side": "mem. side",
+         "compute side": "comp. side", "overhead-bound": "overhead"}  # each s's label on the chart, short
+
+
 def sweep_figure(sweep: PrefillSweep, scale: float = 1.0, height: int = 380) -> go.Figure:
     """ms per prompt token against s, with both bounds per token and the ridge; each point hovers its label."""
     pts = sweep.points
@@ -33,8 +37,10 @@ def sweep_figure(sweep: PrefillSweep, scale: float = 1.0, height: int = 380) -> 
         x=xs, y=[p.compute_ms / p.s for p in pts], name="compute bound per token (estimate)", mode="lines",
         line=dict(color=ESTIMATE, width=2, dash="dot"), hovertemplate="s = %{x}: %{y:.3g} ms<extra></extra>"))
     fig.add_trace(go.Scatter(
-        x=xs, y=[p.per_token_ms for p in pts], name="prefill, measured: per prompt token", mode="lines+markers",
+        x=xs, y=[p.per_token_ms for p in pts], name="prefill, measured: per prompt token", mode="lines+markers+text",
         line=dict(color=PREFILL, width=4), marker=dict(size=11), text=[p.label for p in pts],
+        texttemplate=[SHORT.get(p.kind, p.kind) for p in pts], textposition="top center",
+        textfont=dict(size=11 * scale),
         error_y=dict(type="data", symmetric=False, thickness=2, array=[(p.high_ms - p.median_ms) / p.s for p in pts],
                      arrayminus=[(p.median_ms - p.low_ms) / p.s for p in pts]),
         hovertemplate="s = %{x}: %{y:.3g} ms per prompt token (median; bar: min–max)<br>%{text}<extra></extra>"))
