@@ -3,9 +3,10 @@
     prefill:  input_ids [batch, s] on an empty cache (or none)
     decode:   input_ids [batch, 1] on the cache, or [batch, n] with no cache at all
 
-`run_pass` is the only place that calls `model(...)`: the stepper, the batch lesson,
-the speculative verifier, the warm-up and the benchmarks all come here, so a change
-in transformers' calling convention is a one-file fix.
+`run_pass` is the one place the readable path calls `model(...)`: the stepper, the batch lesson,
+the speculative verifier, the warm-up and the benchmarks all come here, so a change in transformers'
+calling convention is a one-file fix. The compiled lean path (engine/forward/compiled.py) is the other
+caller: a compiled step may hold no clock reads or syncs, and a static cache needs explicit positions.
 
 Time is `perf_counter` around a device sync. A pass can be repeated to time it: the
 first run is the warm-up (one-off costs: allocations, kernel choice) and is reported

@@ -360,10 +360,9 @@ def store_in_out(model) -> None:
     """Lay every block's Linear weight out [in, out] in memory (as GPT-2's Conv1D stores its own): the same matrix.
 
     nn.Linear computes x · Wᵀ. Stored [out, in], W reaches the CPU's matrix multiply (MKL) as a transposed operand;
-    stored [in, out], Wᵀ lies as the multiply reads it. Measured on this project's 2-core VM, one thread, 16
-    interleaved rounds: a 112M rung's 128-token prefill 265 ms against 294 ms, a cached decode step no slower (55.5
-    against 57.7 ms). Values, shapes and every result are the same; the LM head (often the embedding itself) is
-    left as it is. The model itself is measured as it was loaded.
+    stored [in, out], Wᵀ lies as the multiply reads it: a prefill about 10 % faster, a decode step no slower
+    (docs/measurements.md). Values, shapes and every result are the same; the LM head (often the embedding itself)
+    is left as it is. The model itself is measured as it was loaded.
     """
     head = model.get_output_embeddings()
     with torch.no_grad():

@@ -15,8 +15,8 @@ streaming from DRAM every step. The probe moves buffers of several sizes (`COPY_
 (read one buffer, write the other) and a matrix-vector product (read a matrix once: what a decode step
 does to its weights), and keeps the faster at each size; `DeviceRoof.bandwidth_for(bytes)` is that rate at
 that many bytes, so each step's memory bound uses the bandwidth its own size gets on this device. (A copy
-alone reads low: on this project's 2-core VM, one thread copies 1 GiB at ~11 GB/s and streams a matrix at
-~14 GB/s, and a 221M decode step then measured faster than its own "bound".)
+alone reads low on a CPU, since it writes as much as it reads: with it as the roof, a decode step can measure
+faster than its own "bound". docs/measurements.md has the figures.)
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ Each pass is placed on this device's roofline, probed before and after the rungs
 (the best of the two: `best_roof`), and labelled by roofline.verdict. Every rung runs on the threads the app
 serves the largest rung with (engine.device.serving_threads: all cores but one, which the lecturer's browser on
 the same machine needs; one on a 2-core VM), so a rung's step costs what the app's own pass of that size would.
-(With both cores of this project's 2-core VM, a 1024² matmul's median rate drifts to 80 % of its best, and a
-112M prefill measured ×1.7-2.4 its bound; on one, 95 % and ×1.5.) The count is set only while the ladder holds
+(Two threads on two shared cores let a matmul's median rate drift well below its best: docs/measurements.md has
+the figures.) The count is set only while the ladder holds
 the model's lock, and restored before it lets go: no student's pass runs beside a timing, or sees the change.
 On a CPU a random rung's weights are stored [in, out] (engine.load.rungs.store_in_out): its matmuls read them
 without a transpose, as an inference engine lays them out once at load.
