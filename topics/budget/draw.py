@@ -116,8 +116,10 @@ def divergence_fig(points, scale: float = 1.0) -> go.Figure:
     fig.update_xaxes(title="budget (positions)", type="log", dtick=0.30103, tickformat="d")  # ticks at powers of 2
     fig.update_yaxes(title="%", ticksuffix="", row=1, col=1)
     fig.update_yaxes(title="nats", row=1, col=2)
-    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=400, scale=scale)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0), margin=dict(b=int(40 * scale)))
+    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=420, scale=scale)
+    # the legend under the title, so the lines are named on the first screen; the subplot titles below it
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.12, x=0, font=dict(size=12 * scale)),
+                      title=dict(font=dict(size=15 * scale)), margin=dict(t=int(110 * scale), b=int(40 * scale)))
     return fig
 
 

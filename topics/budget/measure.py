@@ -219,3 +219,21 @@ def sink_mass(lm, context: int = CONTEXT, from_pos: int = SINK_FROM) -> list[Sin
         raise StepError(f"{lm.spec.name}'s attention weights are not recorded, so the sink cannot be measured.")
     return rows
 
+
+# ---------------------------------------------------------------- recorded sweeps, for a page's first screen
+
+
+def recorded_sweep(lm) -> tuple[list[SweepPoint], dict] | None:
+    """The divergence charts' points recorded for this model (assets/budget_sweep_<model>.json) and where they were
+    measured, or None. Agreement and KL are teacher-forced on a fixed text: they do not depend on the machine's
+    speed, so a page can show them before it measures its own (`sweep`, a minute on a laptop)."""
+    import json
+
+    from engine.load.load import DEFAULT_MODEL
+
+    name = "default" if lm.spec.name == DEFAULT_MODEL else lm.spec.name  # one model under two names
+    path = ASSETS / f"budget_sweep_{name}.json"
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return [SweepPoint(**p) for p in doc["points"]], {k: v for k, v in doc.items() if k != "points"}

@@ -88,27 +88,38 @@ def show() -> None:
     with left:
         st.html(picture_html(draw.cache_svg(row.cache), f"the {policy} cache per layer after the held-out text",
                              "budget-cache"))
-        saved = row.cache.bytes_full - row.cache.bytes_held
-        a, b, c, d = st.columns(4)
-        a.metric("bytes held", human_bytes(row.cache.bytes_held), f"−{human_bytes(saved)}" if saved else "the full",
-                 delta_color="off")
-        b.metric("top-1 agreement", f"{row.forced.agreement:.1%}", help="teacher-forced: each next token against the "
-                 f"full cache's, over {len(row.forced.agree)} steps of a held-out story")
-        c.metric("mean KL", f"{row.forced.kl_mean:.4f}", help="KL(full ‖ policy) in nats, the same steps")
-        d.metric("texts part at", "never" if row.parting_step is None else f"step {row.parting_step}")
+        parts = "never" if row.parting_step is None else f"at step **{row.parting_step}**"
+        st.markdown(f"Holds **{human_bytes(row.cache.bytes_held)}** of the full cache's "
+                    f"{human_bytes(row.cache.bytes_full)} (**{row.cache.ratio:.0%}**, measured) · top-1 agreement "
+                    f"**{row.forced.agreement:.1%}** · mean KL **{row.forced.kl_mean:.4f}** nats · the free-running "
+                    f"texts part {parts}",
+                    help=f"Agreement and KL are teacher-forced: each next token against the full cache's, over "
+                         f"{len(row.forced.agree)} steps of a held-out story; KL(full ‖ policy).")
     with right:
-        if st.session_state.get("budget_sweep"):
-            with st.spinner("Every policy at budgets " + ", ".join(map(str, SWEEP_BUDGETS)) + "…"):
-                points = every_policy(lm, lm.spec.name)
-                st.plotly_chart(draw.divergence_fig(points, scale=scale()), key="budget_divergence")
+        measured_here = st.session_state.get("budget_sweep")
+        kept = None if measured_here else measure.recorded_sweep(lm)
+        if measured_here or kept is None:
+            if not measured_here:
+                st.button("Measure every policy at every budget (a minute on a laptop CPU)", key="budget_sweep_go",
+                          on_click=lambda: st.session_state.update(budget_sweep=True), type="primary")
+                st.dataframe(draw.policy_table(rows), hide_index=True)
+                points = None
+            else:
+                with st.spinner("Every policy at budgets " + ", ".join(map(str, SWEEP_BUDGETS)) + "…"):
+                    points = every_policy(lm, lm.spec.name)
+                source = "measured on this server"
+        else:
+            points, about = kept
+            source = (f"recorded on {about['device']}, {about['measured_at'][:10]}: agreement and KL are teacher-forced "
+                      "on a fixed text, so they do not depend on the machine")
+            st.button("Measure them on this server", key="budget_sweep_go",
+                      on_click=lambda: st.session_state.update(budget_sweep=True))
+        if points is not None:
+            st.plotly_chart(draw.divergence_fig(points, scale=scale()), key="budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
             st.caption(f"Eviction policies by agreement at a budget of {at}: " +
                        " > ".join(measure.ranking(points, budget=at)) +
-                       " (the CLI's `--policy all` ranks the same way)")
-        else:
-            st.button("Measure every policy at every budget (a minute on a laptop CPU)", key="budget_sweep_go",
-                      on_click=lambda: st.session_state.update(budget_sweep=True), type="primary")
-            st.dataframe(draw.policy_table(rows), hide_index=True)
+                       f" (the CLI's `--policy all` ranks the same way); {source}.")
 
     st.html(draw.texts_html(row))
     ms, low, high = row.greedy.timing()
