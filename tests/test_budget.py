@@ -320,10 +320,12 @@ def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_s
     at.run()
     assert not at.exception and not at.error
     at.button(key="budget_scenario_a window forgets the name").click().run()
-    shown = {m.label: m.value for m in at.metric}
-    assert shown["bytes held"] == "128.0 KiB" and shown["texts part at"].startswith("step")
+    said = next(m.value for m in at.markdown if m.value.startswith("Holds "))
+    assert "Holds **128.0 KiB** of the full cache's 512.0 KiB (**25%**" in said and "texts part at step" in said
+    charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
+    assert any("Damage against the budget" in c for c in charts)  # on the first screen, before any button
     at.selectbox(key="budget_policy").set_value("sinks")
     at.slider(key="budget_budget").set_value(3).run()
     assert not at.exception and "at least 5" in at.error[0].value
     at.slider(key="budget_budget").set_value(64).run()
-    assert not at.error and at.metric
+    assert not at.error and any(m.value.startswith("Holds ") for m in at.markdown)
