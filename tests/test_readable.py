@@ -44,3 +44,76 @@ def test_the_ladder_table_loses_no_number_when_its_verdicts_are_shortened():
             r.prefill.label, r.decode.label, r.nocache.label)  # the whole sentence, to the right
         assert row["parameters"] == r.parameters and row["decode memory bound ms"] == round(r.decode.memory_ms, 3)
         assert row["prefill compute bound ms"] == round(r.prefill.compute_ms, 3)
+
+
+# ---------------------------------------------------------------- the stage (item 11)
+
+LILY = "One day, a little girl named Lily went to the park with her dog."  # 17 positions: tilted column labels
+LONG = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to explore. "
+        "Every morning he put on his green hat and walked to the river to look for frogs.")  # too many to label
+
+
+def stage_of(lm, prompt: str, decodes: int = 1, **token) -> str:
+    from dataclasses import replace
+
+    from engine import Stepper
+    from engine.draw.stage import stage_svg
+
+    s = Stepper(lm, prompt, max_new_tokens=decodes + 2)
+    s.prefill()
+    for _ in range(decodes):
+        s.decode()
+    return stage_svg(replace(s.traces[-1], **token), s.pieces(), s.prompt_len)
+
+
+def texts(svg: str) -> list[dict]:
+    """Every <text>: its x, size, anchor, transform and words."""
+    import re
+    from html import unescape
+
+    out = []
+    for attrs, words in re.findall(r"<text ([^>]*)>([^<]*)</text>", svg):
+        a = dict(re.findall(r'([\w-]+)="([^"]*)"', attrs))
+        out.append({"x": float(a["x"]), "size": float(a["font-size"]), "anchor": a["text-anchor"],
+                    "rotate": "rotate(" in a.get("transform", ""), "text": unescape(words)})
+    return out
+
+
+def test_the_loop_back_to_the_strip_runs_in_its_own_lane_clear_of_the_columns_and_keys_read(bundled_lm):
+    """The dashed arrow from the chosen token to the strip ran over the last column's label and 'keys read'."""
+    import math
+    import re
+
+    from engine.draw.svg import LOOP_X, MONO_EM
+
+    for prompt in (LILY, LONG):
+        svg = stage_of(bundled_lm, prompt)
+        path = re.search(r'<path data-role="loop" d="([^"]*)"', svg).group(1)
+        xs = [float(v) for v in re.findall(r"[-\d.]+", path)[::2]]
+        assert max(xs) == LOOP_X and path.rstrip().split(" L ")[-1].startswith(f"{LOOP_X} ")  # straight up its lane
+        for x, w in re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"[^>]*fill="(?:#1f77b4|#ff7f0e|url|rgb|#f4f4f4)',
+                               svg):
+            assert float(x) + float(w) < LOOP_X - 10  # every key column, K, V and scores
+        for t in texts(svg):
+            if t["rotate"]:  # a tilted column label reaches right by its length times cos 55°
+                assert t["x"] + len(t["text"]) * MONO_EM * t["size"] * math.cos(math.radians(55)) < LOOP_X - 4
+            if t["text"].startswith("keys read"):
+                assert t["anchor"] == "end" and t["x"] < LOOP_X - 20
+
+
+def test_a_short_next_token_and_its_id_sit_side_by_side_in_their_chip(bundled_lm):
+    """'·a' was drawn over 'id 259'."""
+    import re
+
+    from engine.draw.svg import MONO_EM
+
+    for token, token_id in ((" a", 259), (".", 14), ("!", 5)):
+        svg = stage_of(bundled_lm, "Once upon a time", token=token, token_id=token_id)
+        chip = re.search(r'<g data-role="chosen-chip">(.*?)</g>', svg).group(1)
+        rect = re.search(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', chip)
+        left, right = float(rect.group(1)), float(rect.group(1)) + float(rect.group(2))
+        word, ident = texts(chip)
+        assert ident["text"] == f"id {token_id}" and word["anchor"] == "start" and ident["anchor"] == "end"
+        word_end = word["x"] + len(word["text"]) * MONO_EM * word["size"]
+        id_start = ident["x"] - len(ident["text"]) * MONO_EM * ident["size"]
+        assert left < word["x"] and word_end + 4 <= id_start and ident["x"] < right
