@@ -117,3 +117,40 @@ def test_a_short_next_token_and_its_id_sit_side_by_side_in_their_chip(bundled_lm
         word_end = word["x"] + len(word["text"]) * MONO_EM * word["size"]
         id_start = ident["x"] - len(ident["text"]) * MONO_EM * ident["size"]
         assert left < word["x"] and word_end + 4 <= id_start and ident["x"] < right
+
+
+# ---------------------------------------------------------------- colour and contrast (item 13)
+
+
+def test_the_kv_growth_chart_uses_only_the_palettes_meanings_and_greys(bundled_lm):
+    """Its layers were drawn in the theme's red and pink: red means recomputed, and the two were hard to tell apart."""
+    from engine import Stepper
+    from engine.draw.kv import LAYER_GREYS, kv_growth_figure
+    from engine.draw.palette import DECODE, PREFILL
+
+    s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=4)
+    s.run()
+    fig = kv_growth_figure(s.traces)
+    total, *layers = fig.data
+    assert list(total.marker.color) == [PREFILL] + [DECODE] * (len(s.traces) - 1)  # who wrote that step's positions
+    assert all(tr.line.color in LAYER_GREYS for tr in layers)
+    assert [tr.name for tr in layers] == [f"each layer (all {len(s.traces[-1].layers)} the same)"]  # not 4 lines on one
+
+
+def test_a_charts_text_is_dark_and_its_toolbar_keeps_two_buttons():
+    """Small grey ticks faded on a projector; the hover toolbar covered the chart's title."""
+    import plotly.graph_objects as go
+
+    from engine.draw.palette import INK, MODEBAR_REMOVES, TICK, layout
+
+    fig = layout(go.Figure(go.Scatter(x=[0, 1], y=[1, 2])), "KV cache size after each step", scale=1.35)
+    assert fig.layout.xaxis.tickfont.color == fig.layout.yaxis.tickfont.color == INK
+    assert fig.layout.yaxis.tickfont.size == TICK * 1.35 and fig.layout.title.font.color == INK
+    assert set(fig.layout.modebar.remove) == set(MODEBAR_REMOVES) and "toimage" not in MODEBAR_REMOVES
+
+
+def test_a_caption_is_drawn_whole_not_at_streamlits_sixty_percent():
+    from ui.style import COMPACT_CSS, PRESENTER_CSS
+
+    assert '[data-testid="stCaptionContainer"] { opacity: 1;' in COMPACT_CSS
+    assert '[data-testid="stCaptionContainer"] { color: #333; }' in PRESENTER_CSS

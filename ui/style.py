@@ -18,6 +18,8 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 [data-testid="stMain"] h2 { font-size: 1.55rem !important; padding: 0.5rem 0 0.1rem 0 !important; }
 [data-testid="stMain"] h3 { font-size: 1.25rem !important; }
 [data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal !important; overflow-wrap: anywhere; }
+[data-testid="stCaptionContainer"] { opacity: 1; color: #4d4d4d; }  /* Streamlit draws a caption at 60 % opacity,
+                                                                    which fades on a projector: grey, but read */
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
 .st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
@@ -55,6 +57,7 @@ html { font-size: 18px; }
 body:has([class*="st-key-"][class*="_btn_"]:hover) [role="tooltip"] { display: none !important; }
 [role="tooltip"], [role="tooltip"] * { pointer-events: none !important; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
+[data-testid="stCaptionContainer"] { color: #333; }  /* read from the back row */
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.35rem !important; line-height: 1.2; }
 </style>"""
 PRESENTER_SCALE = 1.35
