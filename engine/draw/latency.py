@@ -155,7 +155,7 @@ def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
 
 
 def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[StepTrace], scale: float = 1.0,
-                         note: str | None = None) -> go.Figure:
+                         note: str | None = None, height: int = 380) -> go.Figure:
     """Positions computed (q_len) at every step, with and without the cache: flat vs a climbing staircase; and the
     measured ms of each step as a line over them (right axis), so the time is read beside the work. `note`
     (engine.measure.caveats.compare_note) is said in the title when the times contradict the work."""
@@ -172,7 +172,8 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     step_axis(fig, [t.step for t in nocache_traces])
     fig.update_yaxes(title="positions computed (q_len)", secondary_y=False)
     fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
-    fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", scale=scale)
+    fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", height=height,
+                 scale=scale)
     if note:
         note_box(fig, note, scale, chars=64)
     return fig
