@@ -154,3 +154,43 @@ def test_a_caption_is_drawn_whole_not_at_streamlits_sixty_percent():
 
     assert '[data-testid="stCaptionContainer"] { opacity: 1;' in COMPACT_CSS
     assert '[data-testid="stCaptionContainer"] { color: #333; }' in PRESENTER_CSS
+
+
+# ---------------------------------------------------------------- TTFT against TPOT, side by side
+
+
+def call(ttft: float, tpot: float | None, n: int) -> dict:
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "prompt_tokens": n, "prefill_ms_per_token": ttft / n}
+
+
+def test_the_ttft_sentence_says_each_clause_only_where_its_numbers_hold():
+    from engine.draw.latency import LONG_PROMPT_SCENARIO, ttft_tpot_sentence
+
+    short = ttft_tpot_sentence(call(6.0, 6.0, 5))  # the bundled model, a 5-token prompt: the two alike
+    assert "×1.0 one decode step" in short and "TTFT ≈ TPOT here" in short and LONG_PROMPT_SCENARIO in short
+    assert "a prompt token cost 1.20 ms, a generated one 6.00 ms (×5)" in short
+    long = ttft_tpot_sentence(call(40.0, 4.0, 136))  # a long prompt: parted, and per token the other way round
+    assert "×10.0 one decode step" in long and "≈" not in long and LONG_PROMPT_SCENARIO not in long
+    assert "a prompt token cost 0.29 ms, a generated one 4.00 ms (×14)" in long
+    busy = ttft_tpot_sentence(call(2.0, 0.1, 5))  # a decode step measured faster than a prompt token's share
+    assert "runs the other way" not in busy and "≈" not in busy
+    assert ttft_tpot_sentence(call(5.0, None, 5)) is None  # no decode step yet: nothing to set beside TTFT
+
+
+def test_a_scenario_parts_ttft_and_tpot_with_a_long_prompt_on_the_latency_view(bundled_lm):
+    from engine import Stepper
+    from engine.draw.latency import LONG_PROMPT_SCENARIO
+    from ui.presets import SCENARIOS
+
+    scenario = next(s for s in SCENARIOS if s["title"] == LONG_PROMPT_SCENARIO)
+    assert scenario["view"] == "Latency" and scenario["link"]["cache"] == "on"
+    s = Stepper(bundled_lm, scenario["link"]["prompt"], max_new_tokens=2)
+    s.prefill()
+    assert s.traces[0].q_len >= 128 and f"A {s.traces[0].q_len}-token prompt" in scenario["why"]
+
+
+def test_the_latency_views_metrics_fit_three_across():
+    from engine.draw.views import ms3
+
+    assert [ms3(x) for x in (1234.5, 106.1, 10.55, 7.237, 0.375, 0.0123)] == ["1234", "106", "10.6", "7.24", "0.38",
+                                                                              "0.012"]
