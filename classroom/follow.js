@@ -46,6 +46,53 @@ function plotly() {  // plotly's own bundle, served by this server, loaded the f
   return plotlyLoading;
 }
 
+function fitChart(spec, width) {
+  // A follower's chart is drawn by plotly.js alone, without the Streamlit theme the lecturer's page has: each axis
+  // makes room for its tick labels and its title (automargin: nothing cut, no title over the ticks). On a phone
+  // the text is a little smaller, a long title wraps instead of running off both sides, and a short chart gets the
+  // height its legend and margins need.
+  const layout = JSON.parse(JSON.stringify(spec.layout || {}));
+  const narrow = width < 600, shrink = narrow ? 0.82 : 1;
+  const smaller = (font, size) => Object.assign(font || {}, { size: Math.round((font && font.size || size) * shrink) });
+  layout.font = smaller(layout.font, 12);
+  for (const key of Object.keys(layout)) {
+    if (!/^[xy]axis\d*$/.test(key)) continue;
+    const axis = layout[key];
+    axis.automargin = true;
+    if (typeof axis.title === "string") axis.title = { text: axis.title };
+    if (axis.title && axis.title.text) axis.title.standoff = 6;
+    if (narrow && axis.title && axis.title.text && axis.title.text.length > 24) {  // "KV cache bytes (measured)"
+      axis.title.font = smaller(axis.title.font, layout.font.size);
+    }
+  }
+  if (layout.legend) layout.legend.font = smaller(layout.legend.font, layout.font.size);
+  const title = layout.title && (typeof layout.title === "string" ? { text: layout.title } : layout.title);
+  let extra = 0;
+  if (narrow && title && title.text) {
+    title.font = smaller(title.font, 17);
+    const chars = Math.max(16, Math.floor(width / (title.font.size * 0.56)));
+    const lines = wrapWords(title.text.replace(/<br>/g, " "), chars);
+    title.text = lines.join("<br>");
+    extra = (lines.length - 1) * title.font.size * 1.25;
+    layout.title = title;
+  }
+  if (narrow) {
+    layout.margin = Object.assign({}, layout.margin, { l: 4, r: 4, t: Math.round(((layout.margin || {}).t || 40) + extra) });
+    layout.height = Math.round(Math.max(layout.height || 300, 300) + extra);
+  }
+  return layout;
+}
+
+function wrapWords(text, width) {
+  // words in lines of at most `width` characters (a plotly title has no wrapping of its own)
+  const lines = [];
+  for (const word of text.split(/\s+/).filter(Boolean)) {
+    if (lines.length && lines[lines.length - 1].length + 1 + word.length <= width) lines[lines.length - 1] += " " + word;
+    else lines.push(word);
+  }
+  return lines;
+}
+
 class Follower {
   constructor(root, data, setTrigger) {
     this.root = root;
@@ -320,7 +367,7 @@ class Follower {
       if (b.kind === "figure") {
         const div = el("div", { class: "dlf-figure" });
         into.append(div);
-        const draw = () => plotly().then((P) => P.newPlot(div, b.spec.data || [], b.spec.layout || {},
+        const draw = () => plotly().then((P) => P.newPlot(div, b.spec.data || [], fitChart(b.spec, div.clientWidth),
           { displayModeBar: false, responsive: true })).catch(() => div.append("(the chart could not be drawn)"));
         if (later) later.push(draw); else draw();
       } else {

@@ -1,4 +1,7 @@
-"""Lesson 5. Without the cache"""
+"""Lesson 5. Without the cache
+
+Its first screen (1280x720, presenter mode) holds the claim, the stage of the slider's last step with the cache off
+and the work per step beside it; what the cache saves and why the cost is quadratic fold below."""
 
 from __future__ import annotations
 
@@ -16,12 +19,17 @@ from ui.text import plain
 TITLE = '5. Without the cache'
 
 
+WORK_HEIGHT = 290  # the work-per-step chart beside the stage, before scale: both fit a projector's first screen
+
+
 def show(course: Course) -> None:
     st.markdown("Without the cache nothing is kept between steps, so every decode step recomputes keys and values "
-                "for **all** positions so far. The tokens come out the same; the work does not. On the stage, the "
-                "red columns and rows are work done again.")
-    steps = st.slider("try it: decode steps (the stage shows the last one)", 5, 60, 30, 5, key="lesson5_steps",
-                      persist_state="session")
+                "for **all** positions so far. **The tokens come out the same; the work does not.** On the stage, "
+                "the red columns and rows are work done again.")
+    stage, work = st.columns([0.92, 1.08], gap="medium")
+    with work:
+        steps = st.slider("try it: decode steps (the stage shows the last one)", 5, 60, 30, 5, key="lesson5_steps",
+                          persist_state="session")
     prompt = PROMPTS[0]["prompt"]
     rep = course.compare(prompt, steps + 1, 0)  # prefill + `steps` decode steps, each mode
     cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
@@ -30,8 +38,12 @@ def show(course: Course) -> None:
         rep = course.compare(prompt, steps + 1, 1)
         cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
         note = caveats.compare_note(cache, nocache)
-    # the slider's last step, drawn: its passes timed once each (the measured comparison is `rep`, above)
-    show_stage(course.greedy_run(prompt, decode_steps=steps, use_cache=False, repeats=1), steps)
+    with stage:  # the slider's last step, drawn: its passes timed once each (the measured comparison is `rep`, above)
+        show_stage(course.greedy_run(prompt, decode_steps=steps, use_cache=False, repeats=1), steps)
+    with work:
+        fig = work_per_step_figure(cache, nocache, scale=scale(), note=note, height=WORK_HEIGHT)
+        fig.update_layout(title_text="Work per step, and the time it took")  # whole in half the width
+        st.plotly_chart(fig, key="lesson5_work")
     sum_q = {name: sum(t.q_len for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     flops = {name: sum(t.flops_estimate for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     sp = rep["speedup"]
@@ -41,13 +53,13 @@ def show(course: Course) -> None:
                 f"**{sum_q['nocache']}**. Total work (estimate): {flops['nocache'] / flops['cache']:.1f}× more without "
                 f"the cache. Measured decode time: {sp['nocache_total_ms']:.0f} ms without the cache, "
                 f"{sp['cache_total_ms']:.0f} ms with it (×{sp['total_ratio']:.1f}).")
-    st.plotly_chart(work_per_step_figure(cache, nocache, scale=scale(), note=note), key="lesson5_work")
     if note:
         st.warning(note + " (Measured twice.)", icon=":material/speed:")
-    rule = cache_rule(race_frame(rep), sp["total_ratio"], device_roof(), roofline.h100())
-    if rule:
-        st.markdown(plain(cache_rule_sentence(rule)))
-    st.markdown("Step *i* without the cache computes about *s + i* positions, so *n* steps cost about "
-                "*n·s + n²/2* position-passes: **quadratic** in n. With the cache each step computes one: "
-                "**linear**. On a model this small, fixed per-step costs hide part of the gap in the measured times; "
-                "the Race page measures it at longer lengths.")
+    with st.expander("What the cache saves on this device and on an H100, and why the work grows as n²"):
+        rule = cache_rule(race_frame(rep), sp["total_ratio"], device_roof(), roofline.h100())
+        if rule:
+            st.markdown(plain(cache_rule_sentence(rule)))
+        st.markdown("Step *i* without the cache computes about *s + i* positions, so *n* steps cost about "
+                    "*n·s + n²/2* position-passes: **quadratic** in n. With the cache each step computes one: "
+                    "**linear**. On a model this small, fixed per-step costs hide part of the gap in the measured "
+                    "times; the Race page measures it at longer lengths.")

@@ -1,5 +1,9 @@
 """Lesson 9. Speculative decoding: one pass per token is slow because each pass reads every weight for one row;
-guess several, check them in one pass. Its pictures are the speculative page's (topics/speculative/)."""
+guess several, check them in one pass. Its pictures are the speculative page's (topics/speculative/).
+
+Its first screen (1280x720, presenter mode) holds the claim, the rounds and the verify pass of a round with a cut,
+side by side; the bet measured, why the output is exact, and lookahead decoding fold below, each fold saying what
+it holds."""
 
 from __future__ import annotations
 
@@ -33,14 +37,13 @@ def _one_row_ms(_lm, model: tuple, ids: tuple[int, ...]) -> float:
 
 def show(course: Course) -> None:
     lm, model = course.lm, course.model
-    st.markdown("A decode step reads **every weight** to compute **one** row. Where reading the weights is what takes "
-                "the time, a pass over k+1 rows takes about as long as a pass over 1. **Speculative decoding** bets "
-                "on that: a cheap **drafter** guesses k tokens; the model checks all of them in **one pass** of k+1 "
-                "rows on its KV cache (a small prefill); the longest agreeing prefix is kept, the first disagreement "
-                "is replaced by the model's own token, and the cache columns of the rejected guesses are **cut** off "
-                "again. Greedy output is exactly the model's own; with sampling, accepting a guess with probability "
-                "min(1, p/q) and otherwise resampling from max(0, p − q) keeps the model's distribution exactly.")
-    k = st.slider("try it: k (guesses per round)", 1, 8, 4, key="lesson9_k", persist_state="session")
+    st.markdown("A decode step reads **every weight** to compute **one** row. **Speculative decoding** bets that a "
+                "pass over k+1 rows takes about as long as a pass over 1: a cheap **drafter** guesses k tokens, the "
+                "model checks all of them in **one pass** on its KV cache, keeps the longest agreeing prefix and its "
+                "own next token, and **cuts** the cache columns of the rejected guesses.")
+    stage, rounds = st.columns([0.42, 0.58], gap="medium")  # a round on one line each, beside the stage
+    with rounds:
+        k = st.slider("try it: k (guesses per round)", 1, 8, 4, key="lesson9_k", persist_state="session")
     try:
         speculator = _lesson_run(lm, model, k, course.settings)
     except DecodeLabError as e:
@@ -48,19 +51,31 @@ def show(course: Course) -> None:
         return
     shown = next((r.round for r in speculator.rounds if r.cut), len(speculator.rounds) - 1)
     r = speculator.rounds[shown]
-    st.html(rounds_html(speculator, len(speculator.rounds) - 1))
-    st.markdown(f"Round {shown} below: {r.q_len} rows went through the model in one pass; "
+    with rounds:
+        st.html(rounds_html(speculator, len(speculator.rounds) - 1, dense=True))
+    with stage:
+        st.html(verify_stage(speculator, shown))
+    st.markdown(f"On the stage, round {shown}: {r.q_len} rows went through the model in one pass; "
                 f"{r.cut} of the columns it wrote were cut again.")
-    st.html(verify_stage(speculator, shown))
-    if r.round:  # the bet, checked on this page's own numbers: the verify pass above against a one-row pass
-        one = _one_row_ms(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
-        st.markdown(rows_cost_sentence(r.q_len, r.target.forward_ms, one))
     totals(speculator)
+    if r.round:  # the bet, checked on this page's own numbers: the verify pass against a one-row pass
+        one = _one_row_ms(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
+        with st.expander(f"The bet, measured here: {r.q_len} rows in one pass cost ×{r.target.forward_ms / one:.2f} "
+                         "one row"):
+            st.markdown(rows_cost_sentence(r.q_len, r.target.forward_ms, one))
+    with st.expander("Why the output is exactly the model's own, greedy or sampled"):
+        st.markdown("Every kept token is one the model itself would have chosen at that position: the verify pass "
+                    "computes the model's own next-token distribution at every fed row, and the first disagreement "
+                    "is replaced by the model's token. Greedy output is exactly the model's own; with sampling, "
+                    "accepting a guess with probability min(1, p/q) and otherwise resampling from max(0, p − q) "
+                    "keeps the model's distribution exactly.")
     plan = Lookahead()
-    st.markdown("**Next idea: lookahead decoding** (Fu et al. 2024) needs no drafter at all. In the same pass that "
-                "verifies, it also guesses: a *lookahead* branch refines a window of future tokens by Jacobi "
-                "iteration (each position re-guessed from the previous guesses), n-grams that appear along the way "
-                "go into a pool, and a *verification* branch checks pool n-grams that start with the current token, "
-                f"as the verify pass above does. One pass of {plan.rows} rows, three branches, each with its own "
-                "attention mask:")
-    st.html(lookahead_html(plan))
+    with st.expander(f"Next idea: lookahead decoding, no drafter at all (one pass of {plan.rows} rows, three "
+                     "branches)"):
+        st.markdown("**Lookahead decoding** (Fu et al. 2024) needs no drafter at all. In the same pass that "
+                    "verifies, it also guesses: a *lookahead* branch refines a window of future tokens by Jacobi "
+                    "iteration (each position re-guessed from the previous guesses), n-grams that appear along the way "
+                    "go into a pool, and a *verification* branch checks pool n-grams that start with the current "
+                    f"token, as the verify pass on the stage does. One pass of {plan.rows} rows, three branches, each "
+                    "with its own attention mask:")
+        st.html(lookahead_html(plan))

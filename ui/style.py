@@ -18,13 +18,19 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 [data-testid="stMain"] h2 { font-size: 1.55rem !important; padding: 0.5rem 0 0.1rem 0 !important; }
 [data-testid="stMain"] h3 { font-size: 1.25rem !important; }
 [data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal !important; overflow-wrap: anywhere; }
+[data-testid="stCaptionContainer"] { opacity: 1; color: #4d4d4d; }  /* Streamlit draws a caption at 60 % opacity,
+                                                                    which fades on a projector: grey, but read */
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
 .st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
 .st-key-dl_keys_back { display: none; }      /* a script with nothing to show: see keys_back */
 @media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
-  .dl-stage img { min-width: 520px; direction: ltr; }  /* the picture scrolls sideways; its text stays legible */
-  .dl-stage { direction: rtl; }                /* ...and starts at its right end: the new K/V column, the next token */
+  .dl-stage img, .dl-stage > svg { min-width: 520px; }  /* the picture scrolls sideways; its text stays legible */
+  .dl-stage {                                  /* ...and opens at its left edge, where it is read from (the phase and */
+    background: linear-gradient(to left, #fff 40%, rgba(255,255,255,0)) right / 28px 100% no-repeat local,
+      radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.22), rgba(0,0,0,0)) right / 12px 100% no-repeat scroll;
+  }                                            /* step, the strip); a shadow at its right edge, gone at the end, says
+                                                  there is more: the new K/V column and the next token */
   .modebar-container, [data-testid="stElementToolbar"] { display: none !important; }  /* never over a chart's title */
   .katex-display { font-size: 0.8em; }         /* a formula fits the width instead of running off it */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
@@ -32,6 +38,8 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   .dl-serve .dl-stage img { min-width: 0; }    /* a serving picture shows whole: a pool, a pass... */
   .st-key-serve_timeline .dl-serve .dl-stage img { min-width: 760px; }  /* ...but the timeline scrolls, from the
                                                                            newest step at its right end */
+  .st-key-serve_timeline .dl-serve .dl-stage { direction: rtl; }
+  .st-key-serve_timeline .dl-serve .dl-stage img { direction: ltr; }
   .dl-text { display: none; }                  /* the stage's token strip already shows the text */
   [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
   button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */
@@ -49,6 +57,7 @@ html { font-size: 18px; }
 body:has([class*="st-key-"][class*="_btn_"]:hover) [role="tooltip"] { display: none !important; }
 [role="tooltip"], [role="tooltip"] * { pointer-events: none !important; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
+[data-testid="stCaptionContainer"] { color: #333; }  /* read from the back row */
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * { font-size: 2.35rem !important; line-height: 1.2; }
 </style>"""
 PRESENTER_SCALE = 1.35

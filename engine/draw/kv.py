@@ -21,14 +21,29 @@ def kv_frame(t: StepTrace) -> pd.DataFrame:
                          for x in t.layers])
 
 
+LAYER_GREYS = ("#555555", "#8a8a8a", "#b0b0b0")  # a layer has no colour of its own meaning: greys, and dashes
+LAYER_DASHES = ("dot", "dash", "dashdot", "longdash")
+
+
 def kv_growth_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
+    """The cache's bytes after each step: the total (each marker coloured by the phase that wrote that step's
+    positions: prefill blue, decode orange), and per layer in greys. Layers that hold the same bytes at every step
+    (every full-attention layer) are one line, said so, not lines drawn over each other."""
     steps = [t.step for t in traces]
-    fig = go.Figure(go.Scatter(x=steps, y=[t.kv_bytes for t in traces], mode="lines+markers", name="total",
-                               line=dict(color=DECODE, width=3)))
+    fig = go.Figure(go.Scatter(
+        x=steps, y=[t.kv_bytes for t in traces], mode="lines+markers", name="all layers",
+        line=dict(color="#444", width=3),
+        marker=dict(size=9 * scale, color=[PREFILL if t.phase == "prefill" else DECODE for t in traces])))
     if traces and len(traces[-1].layers) <= 12:
+        groups: dict[tuple, list[int]] = {}
         for layer in range(len(traces[-1].layers)):
-            fig.add_trace(go.Scatter(x=steps, y=[t.layers[layer].kv_bytes for t in traces], mode="lines",
-                                     name=f"layer {layer}", line=dict(width=1, dash="dot")))
+            groups.setdefault(tuple(t.layers[layer].kv_bytes for t in traces), []).append(layer)
+        for i, (series, layers) in enumerate(groups.items()):
+            name = (f"each layer (all {len(layers)} the same)" if len(groups) == 1 and len(layers) > 1 else
+                    f"layer {layers[0]}" if len(layers) == 1 else f"layers {', '.join(map(str, layers))} (each)")
+            fig.add_trace(go.Scatter(x=steps, y=list(series), mode="lines", name=name,
+                                     line=dict(width=2, color=LAYER_GREYS[i % len(LAYER_GREYS)],
+                                               dash=LAYER_DASHES[i % len(LAYER_DASHES)])))
     step_axis(fig, steps)
     fig.update_yaxes(title="KV cache bytes (measured)", rangemode="tozero")
     return layout(fig, "KV cache size after each step", scale=scale)

@@ -144,6 +144,31 @@ def timing_callout(traces: list[StepTrace]) -> dict | None:
             "tpot_ms": float(np.median(dec)) if dec else None, "decode_steps": len(dec)}
 
 
+LONG_PROMPT_SCENARIO = "TTFT vs TPOT: a long prompt"  # assets/scenarios.json: where the two part
+NEAR = 1.5  # TTFT within this factor of TPOT (either way): "about the same"
+SHORT_PROMPT = 32  # fewer prompt tokens than this: the sentence points to the long-prompt scenario
+
+
+def ttft_tpot_sentence(call: dict) -> str | None:
+    """TTFT against TPOT, whole and per token, read off the numbers shown beside it (`timing_callout`): a short
+    prompt's prefill is little more work than a decode step (TTFT ≈ TPOT); a long prompt parts them, and per token
+    the order flips. Each clause is said only where the numbers say it."""
+    if not call or not call["tpot_ms"]:
+        return None
+    n, ttft, tpot, per = call["prompt_tokens"], call["ttft_ms"], call["tpot_ms"], call["prefill_ms_per_token"]
+    said = (f"The first token took {ttft:.1f} ms, ×{ttft / tpot:.1f} one decode step ({tpot:.1f} ms): the prefill "
+            f"pushed all {n} prompt token{'s' if n != 1 else ''} through in one pass.")
+    if tpot > per and n > 1:
+        said += (f" Per token it runs the other way: a prompt token cost {per:.2f} ms, a generated one {tpot:.2f} ms "
+                 f"(×{tpot / per:.0f}), because the prefill shares each weight it reads among its {n} rows and a "
+                 "decode step reads every weight for one.")
+    if n < SHORT_PROMPT:
+        near = ", so TTFT ≈ TPOT here" if 1 / NEAR < ttft / tpot < NEAR else ""
+        said += (f" With only {n} prompt token{'s' if n != 1 else ''} the prefill is a short pass{near}; a long "
+                 f"prompt (the scenario *{LONG_PROMPT_SCENARIO}*, under More) parts the two.")
+    return said
+
+
 def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
     """One row per step: what the CSV export and the step tables show."""
     return pd.DataFrame([{
@@ -155,7 +180,7 @@ def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
 
 
 def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[StepTrace], scale: float = 1.0,
-                         note: str | None = None) -> go.Figure:
+                         note: str | None = None, height: int = 380) -> go.Figure:
     """Positions computed (q_len) at every step, with and without the cache: flat vs a climbing staircase; and the
     measured ms of each step as a line over them (right axis), so the time is read beside the work. `note`
     (engine.measure.caveats.compare_note) is said in the title when the times contradict the work."""
@@ -172,7 +197,8 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     step_axis(fig, [t.step for t in nocache_traces])
     fig.update_yaxes(title="positions computed (q_len)", secondary_y=False)
     fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
-    fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", scale=scale)
+    fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", height=height,
+                 scale=scale)
     if note:
         note_box(fig, note, scale, chars=64)
     return fig

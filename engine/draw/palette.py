@@ -26,12 +26,24 @@ LEGEND = {"prefill (initiation phase)": PREFILL, "decode (generation phase)": DE
           "recomputed (cache off)": RECOMPUTED, "masked": MASKED, "estimate": ESTIMATE}  # the articles' two names
 
 
+INK = "#222"  # a chart's text: its title, axis titles, ticks and legend (a pale grey fades on a projector)
+TICK = 13  # tick labels' size before scale (a theme's 12 px grey is hard to read from the back row)
+MODEBAR_KEEPS = ("toImage", "resetScale")  # a chart's hover toolbar: a picture to save, and back to its own range
+MODEBAR_REMOVES = ["zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale"]  # dragging still zooms
+
+
 def layout(fig: go.Figure, title: str, height: int = 380, scale: float = 1.0) -> go.Figure:
-    # The title sits at the very top and the legend in its own row below it, so they never overlap.
-    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top", font=dict(size=17 * scale)),
-                      height=int(height * scale), font=dict(size=15 * scale),
+    # The title sits at the very top and the legend in its own row below it, so they never overlap. The hover
+    # toolbar keeps two buttons (MODEBAR_KEEPS), so it no longer covers a title in a side column.
+    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top", font=dict(size=17 * scale, color=INK)),
+                      height=int(height * scale), font=dict(size=15 * scale, color=INK),
                       margin=dict(l=10, r=10, t=int(70 * scale), b=10),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0))
+                      legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0, font=dict(color=INK)),
+                      modebar=dict(remove=MODEBAR_REMOVES, bgcolor="rgba(255,255,255,0.85)"))
+    for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:  # dark, and larger unless a picture sized its own
+        axis.update(tickfont_color=INK, title_font_color=INK)
+        if axis.tickfont.size is None:
+            axis.tickfont.size = TICK * scale
     return fig
 
 

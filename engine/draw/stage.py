@@ -24,8 +24,8 @@ from html import escape
 
 from engine.draw.attention import visible
 from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from engine.draw.svg import (FONT, GRID_X0, GRID_X1, INK, LABEL_X, MONO, QCOL, SOFT, TEXT, W, arrow, data_uri, defs,
-                             mono_fit, mono_width, shape_text)
+from engine.draw.svg import (FONT, GRID_X0, GRID_X1, INK, LABEL_X, LOOP_X, MONO, QCOL, SOFT, TEXT, W, arrow, data_uri,
+                             defs, mono_fit, mono_width, shape_text)
 from engine.draw.svg import blues as _blues
 from engine.draw.svg import text as _t
 from engine.forward.trace import StepTrace
@@ -34,15 +34,8 @@ from engine.units import human_bytes, human_flops
 # ---------------------------------------------------------------- the token strip
 
 CHOSEN_MIN_W = 84  # the "next:" chip is never a sliver, even for one character (a stop string's "."): id beside it
+SHORT_SIZE = 24.0  # a one- or two-character token is drawn larger, so "next: ." is not a nearly empty box
 PHASE_NAMES = {"prefill": "Prefill (initiation phase)", "decode": "Decode (generation phase)"}  # the articles' words
-
-
-def _chosen_size(token: str, size: float, width: float) -> float:
-    """A one- or two-character token is drawn larger, so "next: ." is not a nearly empty box; a long one shrinks
-    to fit its chip."""
-    shown = show_piece(token)
-    return 24.0 if len(shown) <= 2 else mono_fit(shown, size, width)
-
 
 
 def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_from: int | None) -> tuple[str, float, tuple]:
@@ -52,12 +45,17 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     fed = set(range(t.past, t.past + t.q_len))
     size, pad = 17, 12
     widths = [min(190, mono_width(show_piece(p), size) + pad) for p in pieces[:n]]
-    chosen_w = min(230, max(CHOSEN_MIN_W, mono_width(show_piece(t.token), size) + pad))  # <|endoftext|> whole
+    short = len(show_piece(t.token)) <= 2  # ".", "·a": drawn large, with its id beside it, so the chip is not empty
+    id_text = f"id {t.token_id}"
+    if short:  # the token, a gap, its id: side by side, never one over the other ("·a" over "id 259")
+        chosen_w = max(CHOSEN_MIN_W, pad + mono_width(show_piece(t.token), SHORT_SIZE) + 8 + mono_width(id_text, 11))
+    else:
+        chosen_w = min(230, max(CHOSEN_MIN_W, mono_width(show_piece(t.token), size) + pad))  # <|endoftext|> whole
     avail = W - chosen_w - 90
     # keep the start and the end of the sequence; elide the middle if it does not fit on two lines
     shown = list(range(n))
     if sum(widths) + 4 * n > 2 * avail:
-        head, tail, room = [], [], 2 * avail - 90
+        head, tail, room = [], [], 2 * avail - 110  # 110: the gap's words
         for p in range(min(3, n)):
             head.append(p)
             room -= widths[p] + 4
@@ -69,14 +67,15 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
         shown = head + [-1] + tail
     x, row, rows_y = 0.0, 0, [y, y + 40]
     chips = []
+    gap = f"… {shown[shown.index(-1) + 1] - shown[shown.index(-1) - 1] - 1} more …" if -1 in shown else ""
+    gap_w = len(gap) * 0.55 * 12 * TEXT + 8  # its own width (a proportional font): it never runs over a chip
     for p in shown:
-        w = 70 if p == -1 else widths[p]
+        w = gap_w if p == -1 else widths[p]
         if x + w > avail and row == 0:
             x, row = 0.0, 1
         cy = rows_y[row]
         if p == -1:
-            chips.append(_t(x + w / 2, cy + 22, f"… {shown[shown.index(-1) + 1] - shown[shown.index(-1) - 1] - 1} more …",
-                            12, "middle", SOFT))
+            chips.append(_t(x + w / 2, cy + 22, gap, 12, "middle", SOFT))
         else:
             colour = PREFILL if p < prompt_len else DECODE
             is_fed = p in fed
@@ -95,14 +94,13 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     out += chips
     # the chosen token: dashed, it is not in the sequence yet; it will be fed next step
     cx, cy = W - chosen_w - 10, rows_y[0]
-    short = len(show_piece(t.token)) <= 2  # ".", "!": drawn large, with its id beside it, so the chip is not empty
-    text_x = cx + (chosen_w * 0.3 if short else chosen_w / 2)
+    token = (_t(cx + pad / 2, cy + 23, show_piece(t.token), SHORT_SIZE, "start", family=MONO, weight="bold")
+             + _t(cx + chosen_w - 5, cy + 21, id_text, 11, "end", SOFT, family=MONO)) if short else \
+        _t(cx + chosen_w / 2, cy + 23, show_piece(t.token), mono_fit(show_piece(t.token), size, chosen_w - pad), "middle",
+           family=MONO)
     out.append(f'<g data-role="chosen-chip"><rect x="{cx:.1f}" y="{cy:.1f}" width="{chosen_w:.1f}" height="32" rx="5" '
                f'fill="{NEW}" fill-opacity="0.15" stroke="{NEW}" stroke-width="2.5" stroke-dasharray="5 3"/>'
-               + _t(text_x, cy + 23, show_piece(t.token), _chosen_size(t.token, size, chosen_w - pad), "middle",
-                    family=MONO, weight="bold" if short else "normal")
-               + (_t(cx + chosen_w - 5, cy + 21, f"id {t.token_id}", 11, "end", SOFT, family=MONO) if short else "")
-               + '</g>')
+               + token + '</g>')
     out.append(_t(cx - 8, cy + 22, "next:", 13, "end", NEW, weight="bold"))
     height = 40 * (row + 1)
     fed_txt = f"fed: {t.q_len} position{'s' if t.q_len != 1 else ''} (q_len = {t.q_len}) · kv_len = {t.kv_len}"
@@ -358,7 +356,7 @@ def _head(t: StepTrace, y: float, chosen_xy: tuple) -> str:
         chosen = c.token_id == t.token_id
         label = f"{show_piece(c.token)} {c.logit:.1f}"
         w = min(170, mono_width(label, 14) + 14)
-        if x + w > W - rule_w - chosen_w - 40:  # the rule and the chosen token always fit after the chips
+        if x + w > LOOP_X - rule_w - chosen_w - 30:  # the rule and the chosen token always fit after the chips
             break
         out.append(f'<g data-role="logit" data-chosen="{int(chosen)}"><rect x="{x:.1f}" y="{y + 3:.1f}" width="{w:.1f}" '
                    f'height="30" rx="4" fill="{NEW if chosen else "#eee"}" fill-opacity="{0.25 if chosen else 1}" '
@@ -367,15 +365,16 @@ def _head(t: StepTrace, y: float, chosen_xy: tuple) -> str:
         x += w + 6
     out.append(_t(x + 4, y + 24, f"→ {rule} →", 14, fill=SOFT))
     tx = x + 10 + rule_w
-    size = mono_fit(chosen_text, 17, W - 14 - tx)  # inside the picture, whole: never "<|end"
+    size = mono_fit(chosen_text, 17, LOOP_X - 16 - tx)  # before the loop's lane, whole: never "<|end"
     out.append('<g data-role="chosen">' + _t(tx, y + 24, chosen_text, size, weight="bold", fill=NEW, family=MONO)
                + '</g>')
-    # the loop: the chosen token goes back to the end of the strip, to be fed next step
-    cx, cy = chosen_xy
-    start = min(W - 6, tx + mono_width(chosen_text, size) + 6)
-    out.append(f'<path data-role="loop" d="M {start:.1f} {y + 18:.1f} C {W - 2:.1f} {y + 18:.1f}, {W - 2:.1f} {cy + 30:.1f}, '
-               f'{cx:.1f} {cy + 4:.1f}" fill="none" stroke="{NEW}" stroke-width="2.5" stroke-dasharray="7 4" '
-               f'marker-end="url(#arrow-new)"/>')
+    # the loop: the chosen token goes back to the end of the strip, to be fed next step. It runs right, then straight
+    # up its own lane (LOOP_X, right of the key columns, their labels and "keys read") into the "next:" chip's bottom
+    _, chip_bottom = chosen_xy
+    start = min(LOOP_X - 12, tx + mono_width(chosen_text, size) + 6)
+    out.append(f'<path data-role="loop" d="M {start:.1f} {y + 18:.1f} L {LOOP_X - 10} {y + 18:.1f} '
+               f'Q {LOOP_X} {y + 18:.1f} {LOOP_X} {y + 8:.1f} L {LOOP_X} {chip_bottom + 3:.1f}" fill="none" '
+               f'stroke="{NEW}" stroke-width="2.5" stroke-dasharray="7 4" marker-end="url(#arrow-new)"/>')
     return "".join(out)
 
 

@@ -16,7 +16,9 @@ MONO = "ui-monospace, Menlo, Consolas, monospace"
 INK, SOFT = "#222", "#666"
 QCOL = "#8c6bb1"  # queries: used once
 LABEL_X = 140  # the opened layer's labels start here
-GRID_X0, GRID_X1 = 420, 975  # where the key columns live (K, V and the scores share them)
+GRID_X0, GRID_X1 = 420, 945  # where the key columns live (K, V and the scores share them)
+LOOP_X = 980  # the lane the chosen token takes back up to the strip: right of the columns, their tilted labels
+              # (up to ~30 past GRID_X1) and "keys read", so the dashed loop crosses none of them
 
 
 def text(x, y, text, size=18, anchor="start", fill=INK, weight="normal", family=FONT, extra=""):

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from engine.draw.attention import heads_figure, look_back
 from engine.draw.heads import heads_svg
 from engine.draw.kv import kv_frame, kv_grid_figure, kv_growth_figure
-from engine.draw.latency import CLIMB, latency_figure, latency_trend, timing_callout, traces_frame
+from engine.draw.latency import (CLIMB, latency_figure, latency_trend, timing_callout, traces_frame,
+                                 ttft_tpot_sentence)
 from engine.draw.matmuls import gpt2_shapes_frame, matmul_figure, shapes_frame
 from engine.draw.palette import axis_labels, show_piece
 from engine.draw.svg import picture_html
@@ -188,21 +189,31 @@ def kv_cache(c: StepContext) -> list[Block]:
                      Block("figure", kv_growth_figure(list(c.traces), scale=c.scale), "kv_growth")]
 
 
+def ms3(x: float) -> str:
+    """Milliseconds in at most four characters (106, 10.6, 7.24, 0.38): a metric that fits a third of a side column."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}" if x >= 1 else f"{x:.2g}"
+
+
 def latency(c: StepContext) -> list[Block]:
     traces = list(c.traces)
     call = timing_callout(traces)
     note = latency_note(traces)  # a busy server's contradiction, said on the chart and under it
-    blocks = [Block("metrics", [("TTFT: first token", f"{call['ttft_ms']:.1f} ms",
-                                 "Time to first token: the prefill pass (initiation phase) plus choosing its token"),
-                                ("TPOT: per token", f"{call['tpot_ms']:.1f} ms" if call["tpot_ms"] else "—",
-                                 "Time per output token: the median decode step (generation phase)")], "ttft_tpot"),
+    n = call["prompt_tokens"]
+    # three across a side column in presenter mode: short labels (the help says each in full), three figures each
+    blocks = [Block("metrics", [("TTFT", f"{ms3(call['ttft_ms'])} ms",
+                                 f"Time to first token: the prefill pass (initiation phase) over all {n} prompt tokens, "
+                                 "plus choosing its token"),
+                                ("TPOT", f"{ms3(call['tpot_ms'])} ms" if call["tpot_ms"] else "—",
+                                 "Time per output token: the median decode step (generation phase), one per token"),
+                                ("prompt token", f"{ms3(call['prefill_ms_per_token'])} ms",
+                                 f"What one prompt token cost: the prefill's time over its {n} tokens (one pass "
+                                 "computes them all). Beside TPOT, a token's cost in each phase")], "ttft_tpot"),
               Block("figure", latency_figure(traces, scale=c.scale, note=note), "latency")]
     if note:
         blocks.append(Block("warn", note, "noise"))
-    if call["tpot_ms"]:
-        blocks.append(Block("caption", f"Prefill: {call['prefill_ms_per_token']:.2f} ms per prompt token "
-                                       f"({call['prompt_tokens']} tokens in one pass); decode: {call['tpot_ms']:.2f} ms "
-                                       "per token, one pass each."))
+    said = ttft_tpot_sentence(call)
+    if said:
+        blocks.append(Block("caption", said, "ttft_vs_tpot"))
     trend = latency_trend(traces)
     if trend["climbs"] is None:
         what = "Take six or more decode steps to see how their time changes."

@@ -217,7 +217,7 @@ def rows_cost_sentence(rows: int, rows_ms: float, one_ms: float) -> str:
     """What the measured times say about the bet speculative decoding makes: are extra rows nearly free here?"""
     ratio = rows_ms / one_ms if one_ms > 0 else float("inf")
     digits = 2 if max(rows_ms, one_ms) < 10 else 1  # enough figures that the two times give the ratio beside them
-    said = (f"Measured here: the verify pass below fed {rows} rows in {rows_ms:.{digits}f} ms; one plain decode step "
+    said = (f"Measured here: the verify pass on the stage fed {rows} rows in {rows_ms:.{digits}f} ms; one plain decode step "
             f"on the same cache feeds 1 row in {one_ms:.{digits}f} ms (×{ratio:.2f}).")
     if ratio <= ROWS_FREE:
         return said + (" The extra rows cost about nothing: the fixed cost of a pass dominates, so checking several "

@@ -6,6 +6,7 @@ Not a page of its own (app.py's navigation lists the pages); the page and the le
 from __future__ import annotations
 
 import html
+from functools import partial
 
 import pandas as pd
 import streamlit as st
@@ -32,35 +33,38 @@ def drafter_for(choice: str, settings):
 DRAFTERS = ["draft model", "prompt lookup (n-gram ≤ 3)", "prompt lookup (n-gram ≤ 2)"]
 
 
-def _chip(text: str, style: str, title: str) -> str:
+def _chip(text: str, style: str, title: str, size: str = "1.05rem") -> str:
     return (f'<span title="{html.escape(title)}" style="display:inline-block;margin:2px;padding:2px 7px;'
-            f'border-radius:6px;font-family:monospace;font-size:1.05rem;{style}">{html.escape(show_piece(text))}</span>')
+            f'border-radius:6px;font-family:monospace;font-size:{size};{style}">{html.escape(show_piece(text))}</span>')
 
 
-def rounds_html(run: Speculator, upto: int) -> str:
+def rounds_html(run: Speculator, upto: int, dense: bool = False) -> str:
     """Every round so far on one line each: proposals pale, accepted solid, the rejected tail struck out,
-    and the target's own token (the correction, or the bonus after all k were kept)."""
+    and the target's own token (the correction, or the bonus after all k were kept). `dense`: smaller lines, for a
+    list beside a stage (lesson 9's first screen)."""
+    size, text, line_h = ("0.92rem", "0.9em", 1.45) if dense else ("1.05rem", "1em", 2)
+    chip = partial(_chip, size=size)
     lines = []
     for r in run.rounds[: upto + 1]:
         chips = []
         if r.round == 0:
-            chips.append(_chip(r.token, f"background:{PREFILL}33", "the prefill's token"))
+            chips.append(chip(r.token, f"background:{PREFILL}33", "the prefill's token"))
         for tok, outcome in zip(r.proposed_tokens, r.outcomes):
             if outcome == "accepted":
-                chips.append(_chip(tok, f"background:{DECODE}55;border:2px solid {DECODE}", "proposed and accepted"))
+                chips.append(chip(tok, f"background:{DECODE}55;border:2px solid {DECODE}", "proposed and accepted"))
             elif outcome == "rejected":
-                chips.append(_chip(tok, f"background:#fff;border:2px solid {RECOMPUTED};color:{RECOMPUTED};"
-                                        "text-decoration:line-through", "proposed and rejected"))
+                chips.append(chip(tok, f"background:#fff;border:2px solid {RECOMPUTED};color:{RECOMPUTED};"
+                                       "text-decoration:line-through", "proposed and rejected"))
             else:
-                chips.append(_chip(tok, "background:#f3f3f3;color:#999;text-decoration:line-through",
-                                   "proposed, never checked (after a rejection)"))
+                chips.append(chip(tok, "background:#f3f3f3;color:#999;text-decoration:line-through",
+                                  "proposed, never checked (after a rejection)"))
         if r.round:
-            chips.append(_chip(r.token, f"background:{NEW}33;border:2px solid {NEW}",
-                               f"the target's own token ({r.token_kind})"))
+            chips.append(chip(r.token, f"background:{NEW}33;border:2px solid {NEW}",
+                              f"the target's own token ({r.token_kind})"))
         label = "prefill" if r.round == 0 else f"round {r.round}: {r.accepted}/{r.proposed} kept + {r.token_kind}"
         lines.append(f"<div style='margin:2px 0'><span style='display:inline-block;width:13em;color:#555'>"
                      f"{html.escape(label)}</span>{''.join(chips)}</div>")
-    return "<div style='line-height:2'>" + "".join(lines) + "</div>"
+    return f"<div style='line-height:{line_h};font-size:{text}'>" + "".join(lines) + "</div>"
 
 
 def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:

@@ -1,0 +1,130 @@
+"""Readable on a projector (1280x720, presenter mode) and on a phone (390x844), in a real browser (#35, items 11-14):
+the stage opens at its left edge on a phone, a follower's charts keep their ticks and titles apart, a chart's hover
+toolbar leaves its title alone, captions are drawn whole, and lessons 2, 5 and 9 show their key picture on the first
+projector screen. What the record can say without a browser is in tests/test_readable.py.
+
+One app server with a lecturer key for the module (the follower needs a class; every other test uses it as any app).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.test_browser import idle, open_page
+from tests.test_follow import start_class
+
+PRESENTER, PHONE = (1280, 720), (390, 844)
+
+
+def settled(pg, selector: str):
+    """Wait for a selector, then for Streamlit to finish running (a lesson's first run takes a while)."""
+    pg.locator(selector).first.wait_for(timeout=120_000)
+    pg.wait_for_function("() => !document.querySelector('[data-testid=stSpinner]')", timeout=120_000)
+    idle(pg)
+    return pg.locator(selector).first
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
+        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+def test_a_phone_opens_the_stage_at_its_left_edge_and_nothing_scrolls_sideways(keyed_server, browser):
+    """It opened scrolled right, its left edge cut ('ase) · step 3')."""
+    pg = open_page(browser, keyed_server + "/?steps=3", *PHONE)
+    stage = settled(pg, "[data-testid=dl-stage] img")
+    box, frame = stage.bounding_box(), pg.locator("[data-testid=dl-stage]").first.bounding_box()
+    assert pg.evaluate("document.documentElement.scrollWidth") == PHONE[0]
+    assert pg.locator("[data-testid=dl-stage]").first.evaluate("e => [e.scrollLeft, getComputedStyle(e).direction]") \
+        == [0, "ltr"]
+    assert abs(box["x"] - frame["x"]) <= 1 and box["width"] > frame["width"]  # its start on screen, the rest scrolls
+    assert stage.get_attribute("alt").startswith("this pass")
+    pg.close()
+
+
+def test_a_followers_charts_on_a_phone_keep_ticks_and_axis_titles_apart(keyed_server, browser):
+    """Drawn by plotly.js without Streamlit's theme, a follower's y ticks were cut and axis titles lay on them."""
+    lect = open_page(browser, keyed_server, *PRESENTER)
+    expect(lect.get_by_role("button", name="Prefill")).to_be_enabled()
+    link = start_class(lect)
+    lect.keyboard.press("p")
+    expect(lect.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    for i in range(1, 4):
+        lect.keyboard.press("n")
+        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+    phone = open_page(browser, link, *PHONE)
+    phone.locator("[data-testid=dl-follow-stage][data-step='3']").wait_for(timeout=30_000)
+    for view in ("Next token", "KV cache", "Latency"):
+        phone.locator(".dlf-btn", has_text=view).first.click()
+        chart = phone.locator(".dlf-view .dlf-figure .main-svg").first
+        chart.wait_for(timeout=30_000)
+        phone.wait_for_timeout(800)
+        found = phone.evaluate("""() => {
+          const out = [];
+          for (const fig of document.querySelectorAll('.dlf-view .dlf-figure')) {
+            const box = fig.getBoundingClientRect();
+            const ticks = [...fig.querySelectorAll('.ytick text, .xtick text')].map(t => t.getBoundingClientRect())
+              .filter(r => r.width);
+            for (const r of ticks) if (r.left < box.left - 1 || r.right > box.right + 1) out.push('tick cut');
+            for (const t of fig.querySelectorAll('.g-ytitle text, .g-xtitle text, .g-y2title text')) {
+              const r = t.getBoundingClientRect();
+              if (!r.width) continue;
+              if (r.left < box.left - 1 || r.right > box.right + 1) out.push('axis title cut: ' + t.textContent);
+              for (const k of ticks) if (r.left < k.right && k.left < r.right && r.top < k.bottom && k.top < r.bottom)
+                { out.push('axis title on a tick: ' + t.textContent); break; }
+            }
+            const title = fig.querySelector('.gtitle');
+            if (title) { const r = title.getBoundingClientRect();
+              if (r.width && (r.left < box.left - 1 || r.right > box.right + 1)) out.push('title cut'); }
+          }
+          return out;
+        }""")
+        assert not found, (view, found)
+        assert phone.evaluate("document.documentElement.scrollWidth") == PHONE[0], view
+    phone.close()
+    lect.close()
+
+
+def test_a_charts_hover_toolbar_leaves_its_title_alone_and_captions_are_drawn_whole(keyed_server, browser):
+    pg = open_page(browser, keyed_server + "/?presenter=on&steps=6&view=KV%20cache", *PRESENTER)
+    settled(pg, "[data-testid=stPlotlyChart] .gtitle")
+    for i in range(pg.locator("[data-testid=stPlotlyChart]").count()):
+        chart = pg.locator("[data-testid=stPlotlyChart]").nth(i)
+        chart.scroll_into_view_if_needed()
+        chart.hover()
+        pg.wait_for_timeout(500)
+        title = chart.locator(".gtitle").first.bounding_box()
+        for bar in chart.locator(".modebar").all():
+            box = bar.bounding_box()
+            assert box is None or not overlap(title, box), (chart.locator(".gtitle").first.text_content(), box)
+    caption = pg.locator("[data-testid=stCaptionContainer]").filter(has_text="Per layer").first
+    assert caption.evaluate("e => [getComputedStyle(e).opacity, getComputedStyle(e).color]") == ["1", "rgb(51, 51, 51)"]
+    pg.close()
+
+
+LESSON_PICTURES = {  # the key picture(s) of a lesson, each whole on the first 1280x720 screen
+    2: ["[data-testid=dl-stage] img", ".st-key-lesson2_att, [data-testid=stPlotlyChart]"],
+    5: ["[data-testid=dl-stage] img"],
+    9: ["[data-testid=dl-stage] img"],
+}
+
+
+@pytest.mark.parametrize("number", sorted(LESSON_PICTURES))
+def test_a_lessons_key_picture_and_claim_fit_the_first_projector_screen(keyed_server, browser, number):
+    """Lessons 2, 5 and 9 ran three to four screens, their pictures a screen or more down."""
+    pg = open_page(browser, keyed_server + f"/lessons?presenter=on&lesson={number}", *PRESENTER)
+    settled(pg, "[data-testid=dl-stage] img")
+    for selector in LESSON_PICTURES[number]:
+        box = pg.locator(selector).first.bounding_box()
+        assert box and box["y"] >= 0 and box["y"] + box["height"] <= PRESENTER[1] + 1, (number, selector, box)
+    claim = pg.locator("[data-testid=stMarkdownContainer]").filter(has_text=re.compile("Prefill|cache|Speculative")) \
+        .first.bounding_box()
+    assert claim["y"] + claim["height"] <= PRESENTER[1]
+    assert pg.locator("[data-testid=stExpander]").count() >= 1  # the rest folds
+    if number == 2:  # the causal mask's why, beside the masked picture
+        why = pg.get_by_text(re.compile("Why a mask")).first.bounding_box()
+        assert why["y"] < PRESENTER[1]
+    pg.close()
