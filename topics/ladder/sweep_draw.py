@@ -25,7 +25,7 @@ SHORT = {"memory-bound": "memory", "compute-bound": "compute", "memory side": "m
          "compute side": "comp. side", "overhead-bound": "overhead"}  # each s's label on the chart, short
 
 
-def sweep_figure(sweep: PrefillSweep, scale: float = 1.0, height: int = 380) -> go.Figure:
+def sweep_figure(sweep: PrefillSweep, scale: float = 1.0, height: int = 430) -> go.Figure:
     """ms per prompt token against s, with both bounds per token and the ridge; each point hovers its label."""
     pts = sweep.points
     xs = [p.s for p in pts]
@@ -44,6 +44,10 @@ def sweep_figure(sweep: PrefillSweep, scale: float = 1.0, height: int = 380) -> 
         error_y=dict(type="data", symmetric=False, thickness=2, array=[(p.high_ms - p.median_ms) / p.s for p in pts],
                      arrayminus=[(p.median_ms - p.low_ms) / p.s for p in pts]),
         hovertemplate="s = %{x}: %{y:.3g} ms per prompt token (median; bar: min–max)<br>%{text}<extra></extra>"))
+    last = pts[-1]
+    for y, words in ((last.memory_ms / last.s, "memory bound"), (last.compute_ms / last.s, "compute bound")):
+        fig.add_annotation(x=math.log10(last.s), y=math.log10(y), text=words, showarrow=False, xanchor="right",
+                           yanchor="top", font=dict(size=12 * scale, color=ESTIMATE))  # each bound named on its line
     crossing = sweep.crossing_s
     if crossing:
         fig.add_vline(x=crossing, line=dict(color=GREY, width=2, dash="dot"))
@@ -60,7 +64,8 @@ def sweep_figure(sweep: PrefillSweep, scale: float = 1.0, height: int = 380) -> 
     layout(fig, f"Prefill across the ridge: {sweep.rung}", height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(
         text=f"{sweep.weights} · {short_device(sweep.device)}, {sweep.dtype}<br>{sweep.how}",
-        font=dict(size=12 * scale))), margin=dict(t=int(116 * scale)), legend=dict(y=1.0, traceorder="normal"))
+        font=dict(size=12 * scale))), margin=dict(t=int(116 * scale), b=int(40 * scale)),
+        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, traceorder="normal"))
     note = sweep_note(sweep)
     if note:  # a busy server said under the chart, with the spread that shows it (STYLE 24)
         note_box(fig, note, scale, chars=64)
