@@ -8,10 +8,7 @@ import pytest
 
 from ui.apptest import ROOT, app_test, page
 from tests.test_app import click, fresh_app, new_tokens, run_text
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import NOT_OFFERED
 from tests.safety import messages, prefill_works
 
 pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
