@@ -132,30 +132,58 @@ def test_the_stage_draws_prefill_cached_decode_and_cache_off_differently():
     assert f"positions recomputed that were already known: {n - 1}" in svg
 
 
+def on_screen(at: AppTest) -> tuple:
+    """What a reader of the step page sees of a run: the step shown, the tokens made, the text and the stage (its
+    measured time left out: the same pass made again takes another time)."""
+    stage = re.sub(r"[\d.]+ ms \([^)]*\) measured", "(time) measured", stage_svg(at))
+    assert stage.count("(time) measured") == 2  # the stage's caption and its aria-label: nothing else was timed
+    return shown_step(at), new_tokens(at), run_text(at), stage
+
+
+def opened(link: dict) -> AppTest:
+    """A second browser opening a copied link."""
+    other = app_test()
+    other.query_params = link
+    other.run()  # the only warning a link may bring is an honest timing note (the suite runs on two workers)
+    assert not other.exception and all(noise.is_note(w.value) for w in other.warning), [w.value for w in other.warning]
+    return other
+
+
 def test_back_and_forward_replay_recorded_steps_and_the_link_carries_the_step():
     at = click(fresh_app(), "step_btn_prefill")
     for _ in range(3):
         click(at, "step_btn_next")
-    open_view(at, "Next token")
-    newest_token = at.markdown[-1].value if at.markdown else ""
+    newest = on_screen(at)
     click(at, "step_btn_back")
     click(at, "step_btn_back")
     assert shown_step(at) == 1 and new_tokens(at) == 4  # shown step moved back; nothing was recomputed or lost
     assert dict(at.query_params)["at"] == "1" and dict(at.query_params)["steps"] == "3"
     assert "data-step=\"1\"" in stage_svg(at)  # the stage follows the scrubber
-    link = dict(at.query_params)
+    assert newest[2].startswith(run_text(at)) and len(run_text(at)) < len(newest[2])  # the text as it was at step 1
+    link, at_step_1 = dict(at.query_params), on_screen(at)
     click(at, "step_btn_forward")
     assert shown_step(at) == 2
     click(at, "step_btn_forward")
+    assert on_screen(at) == newest  # replayed from the record: the same text and stage
     click(at, "step_btn_forward")  # at the newest step, → computes the next token
     assert shown_step(at) == 4 and new_tokens(at) == 5
-    del newest_token
 
-    other = app_test()
-    other.query_params = link
-    other.run()  # the only warning a link may bring is an honest timing note (the suite runs on two workers)
-    assert not other.exception and all(noise.is_note(w.value) for w in other.warning), [w.value for w in other.warning]
-    assert shown_step(other) == 1 and new_tokens(other) == 4
+    assert on_screen(opened(link)) == at_step_1  # the link shows the same step, text and stage
+
+
+def test_a_sampled_runs_link_reproduces_its_text_and_stage():
+    at = fresh_app()
+    at.sidebar.radio(key="side_mode").set_value("sample").run()
+    at.sidebar.slider(key="side_temperature").set_value(1.3).run()
+    at.sidebar.number_input(key="side_seed").set_value(7).run()
+    click(at, "step_btn_prefill")
+    for _ in range(6):
+        click(at, "step_btn_next")
+    link, seen = dict(at.query_params), on_screen(at)
+    assert (link["rule"], link["seed"], link["temperature"]) == ("sample", "7", "1.3")
+    assert on_screen(opened(link)) == seen
+    other_seed = opened({**link, "seed": "8"})  # the seed is what makes it the same: another one, another text
+    assert run_text(other_seed) != seen[2]
 
 
 def test_the_cache_switch_keeps_the_run_makes_it_again_without_the_cache_and_says_so():
