@@ -259,13 +259,59 @@ def test_bad_prompt_shows_a_clear_message_and_the_app_keeps_working():
     assert new_tokens(at) == 1
 
 
+def view_as_built(at: AppTest, view: str, step: int) -> list:
+    """What the view shows at `step`, built from the page's own run record (engine/draw/views.py), as the page
+    sends it: (kind, value) for each text, table, picture and chart data."""
+    import plotly.io
+
+    from engine.draw.views import StepContext, view_blocks
+    from ui.text import plain
+
+    run = at.session_state["step_run"]
+    t, ids = run.traces[step], run.tokens
+    c = StepContext(traces=tuple(run.traces[: step + 1]), ids=tuple(ids), pieces=tuple(run.pieces()),
+                    prompt_len=run.prompt_len, prompt=run.prompt, spec=run.lm.spec,
+                    text=run.lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True))
+    out = []
+    for b in view_blocks(view, c):
+        if b.kind == "figure":
+            out.append(("chart", json.loads(plotly.io.to_json(b.value, validate=False))["data"]))
+        elif b.kind == "table":
+            out.append(("table", b.value.astype(str).values.tolist()))
+        elif b.kind == "latex":
+            out.append(("text", f"$$\n{b.value}\n$$"))
+        elif b.kind in ("text", "md", "caption", "note", "warn", "html"):
+            out.append(("text", plain(b.value) if b.kind == "text" else b.value))
+        elif b.kind == "metrics":
+            out += [("metric", (label, value)) for label, value, _ in b.value]
+    return out
+
+
+def page_shows(at: AppTest) -> list:
+    """Everything on the page, in the same terms as view_as_built."""
+    shown = [("chart", json.loads(c.proto.spec)["data"]) for c in at.get("plotly_chart")]
+    shown += [("table", t.value.reset_index(drop=True).astype(str).values.tolist()) for t in at.table]
+    shown += [("table", d.value.astype(str).values.tolist()) for d in at.dataframe]
+    shown += [("text", e.value) for kind in ("markdown", "caption", "info", "warning", "latex") for e in at.get(kind)]
+    shown += [("text", h.proto.body) for h in at.get("html")]
+    shown += [("metric", (m.label, m.value)) for m in at.metric]
+    return shown
+
+
 @pytest.mark.parametrize("view", ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"])
-def test_every_view_renders_at_prefill_and_at_a_scrubbed_step(view):
+def test_every_view_shows_the_step_the_scrubber_is_on(view):
+    """Prefill, two steps, one back: each view shows step 1 (every text, table and chart built from the record up
+    to step 1) and not step 2."""
     at = open_view(click(fresh_app(), "step_btn_prefill"), view)
+    assert all(item in page_shows(at) for item in view_as_built(at, view, 0)), view
     for _ in range(2):
         click(at, "step_btn_next")
     click(at, "step_btn_back")
-    assert not at.exception and not at.error
+    assert not at.exception and not at.error and shown_step(at) == 1
+    shown = page_shows(at)
+    missing = [item for item in view_as_built(at, view, 1) if item not in shown]
+    assert not missing, missing
+    assert any(item not in shown for item in view_as_built(at, view, 2))  # step 2 would look different
 
 
 def test_all_heads_are_labelled_with_token_pieces_and_the_look_back_head_is_named():
