@@ -367,11 +367,31 @@ def test_a_lesson_the_lecturer_opens_is_published_with_its_slider_and_the_step_p
         server.reset()
 
 
+def key_number(at, name: str) -> str:
+    """The figure a student must see on the class's copy of each page, read off the lecturer's own page."""
+    import re
+
+    if name == "race":
+        return f"tokens: <b>{at.number_input(key='race_steps').value}</b>"  # how long a race the lecturer set
+    if name == "serving":  # the pool the run has
+        return re.search(r"\d+ blocks", next(c.value for c in at.caption if " blocks" in c.value)).group()
+    if name == "speculative":
+        return f"k: <b>{at.session_state['spec_k']}</b>"  # proposals a round
+    if name == "scale":
+        return at.code[0].value  # the KV formula with its total, as the lecturer shows it
+    if name == "model_info":  # the parameter count from the model's table
+        table = at.table[0].value
+        return next(str(v) for i, v in table["value"].items() if "param" in str(i))
+    raise ValueError(name)
+
+
 @pytest.mark.parametrize("name, title", [("race", "Race: cache vs no cache"), ("serving", "Serving: many requests"),
                                          ("speculative", "Speculative decoding"),
                                          ("scale", "Scale: KV memory and roofline"), ("model_info", "Model")])
 @pytest.mark.slow
-def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, title):
+def test_every_page_the_lecturer_opens_becomes_the_classs_frame_with_its_figures(key_set, name, title):
+    import html
+
     from ui.apptest import app_test, page
 
     at = ok(app_test().run())
@@ -383,6 +403,9 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, t
     frame = room.frame(code, room.live(code)["frame"])
     assert (frame["kind"], frame["page"]) == ("page", title) and frame["nodes"]
     assert KEY not in json.dumps(frame)
+    number = key_number(at, name)
+    copied = html.unescape(json.dumps(frame["nodes"], ensure_ascii=False))
+    assert number and html.unescape(number) in copied, (name, number)
 
 
 def test_a_page_run_cut_short_or_overtaken_by_a_newer_run_is_never_the_classs_frame(monkeypatch):

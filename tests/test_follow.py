@@ -215,13 +215,19 @@ def test_a_follower_sees_the_lecturers_steps_without_running_the_model(bundled_l
     assert shared.ids == s.ids[0].tolist() and shared.pieces() == s.pieces()
     assert shared.texts[-1] == s.text
     assert other.read(lecture.code) is shared  # one decode per update, shared by this server's followers
-    for t in shared.traces:  # everything a follower draws
-        stage_svg(t, shared.pieces(), shared.prompt_len, 1, 2)
-        heads_figure(t, 1, axis_labels(shared.pieces()))
-        next_token_figure(t)
-        matmul_frame(t, shared.spec, 1)
-    latency_figure(shared.traces)
-    kv_grid_figure(shared.traces, shared.spec.layers)
+    def same(a, b) -> bool:  # two plotly figures draw the same thing
+        return a.to_json() == b.to_json()
+
+    labels = axis_labels(s.pieces())
+    for i, t in enumerate(shared.traces):  # everything a follower draws is the lecturer's step i, as the lecturer's
+        mine = s.traces[i]  # run draws it
+        svg = stage_svg(t, shared.pieces(), shared.prompt_len, 1, 2)
+        assert f'data-step="{i}"' in svg and svg == stage_svg(mine, s.pieces(), s.prompt_len, 1, 2)
+        assert same(heads_figure(t, 1, axis_labels(shared.pieces())), heads_figure(mine, 1, labels))
+        assert same(next_token_figure(t), next_token_figure(mine))
+        assert matmul_frame(t, shared.spec, 1).equals(matmul_frame(mine, bundled_lm.spec, 1))
+    assert same(latency_figure(shared.traces), latency_figure(s.traces))
+    assert same(kv_grid_figure(shared.traces, shared.spec.layers), kv_grid_figure(s.traces, bundled_lm.spec.layers))
     assert shared.spec == bundled_lm.spec
 
 
