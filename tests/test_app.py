@@ -78,14 +78,22 @@ def click(at: AppTest, key: str) -> AppTest:
     return at
 
 
-def test_every_page_renders_with_the_bundled_model():
+def test_every_page_renders_with_the_bundled_model_and_asks_the_network_for_nothing(no_network):
+    """With the hub's offline switch off, the default setup makes no request: every page works on the bundled model."""
     at = fresh_app()
     assert at.button(key="step_btn_prefill").disabled is False
     assert at.button(key="step_btn_next").disabled is True  # before prefill only Prefill is enabled
-    for name in ("lessons", "race", "speculative", "scale", "model_info"):
+    click(at, "step_btn_prefill")
+    for _ in range(3):
+        click(at, "step_btn_next")
+    for name in ("lessons", "race", "speculative", "serving", "scale", "model_info"):
         at.switch_page(page(name)).run()
         assert not at.exception, (name, [e.value for e in at.exception])
     assert any("tinystories-llama" in str(t.value) for t in at.table)
+    assert no_network == []
+    icon = re.search(r"page_icon=([^,]+),", (ROOT / "app.py").read_text()).group(1)
+    assert ":material/" not in icon and "http" not in icon  # a local file: no favicon from a font CDN
+    assert (ROOT / "assets" / "icon.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_prefill_then_five_next_tokens_with_measured_shapes():

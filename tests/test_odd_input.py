@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from ui.apptest import ROOT, app_test, page
+from ui.apptest import app_test
 from tests.test_app import click, fresh_app, new_tokens, run_text
 from tests.models import NOT_OFFERED
 from tests.safety import messages, prefill_works
@@ -73,20 +71,6 @@ def test_two_sessions_never_see_each_others_tokens():
     assert run_text(a).startswith("Tom had a red ball.") and "The sun was hot." not in run_text(a)
     assert run_text(b).startswith("The sun was hot.") and "Tom had" not in run_text(b)
     assert new_tokens(a) == new_tokens(b) == 4
-
-
-def test_no_connection_leaves_the_machine_with_the_bundled_model(no_network):
-    """With the hub's offline switch off, the default setup still makes no request: every page works."""
-    at = click(fresh_app(), "step_btn_prefill")
-    for _ in range(3):
-        click(at, "step_btn_next")
-    for name in ("lessons", "race", "scale", "model_info"):
-        at.switch_page(page(name)).run()
-        assert not at.exception, name
-    assert no_network == []
-    icon = re.search(r"page_icon=([^,]+),", (ROOT / "app.py").read_text()).group(1)
-    assert ":material/" not in icon and "http" not in icon  # a local file: no favicon from a font CDN
-    assert (ROOT / "assets" / "icon.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_malformed_link_is_refused_value_by_value_and_the_good_values_still_apply():
