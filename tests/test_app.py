@@ -15,8 +15,6 @@ from engine.measure import caveats as noise
 from ui.apptest import ROOT, app_test, page
 from ui.controller import STOPPED
 
-pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
-
 
 def fresh_app() -> AppTest:
     at = app_test().run()
@@ -78,6 +76,7 @@ def click(at: AppTest, key: str) -> AppTest:
     return at
 
 
+@pytest.mark.slow  # every page once, the Scale page's device probe and demo run among them: 12 s
 def test_every_page_renders_with_the_bundled_model_and_asks_the_network_for_nothing(no_network):
     """With the hub's offline switch off, the default setup makes no request: every page works on the bundled model."""
     at = fresh_app()
@@ -438,3 +437,72 @@ def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
     assert 'data-phase="verify"' in svg
     cut = int(re.search(r"(\d+) columns? cut", svg).group(1))
     assert len(re.findall(r'data-role="k-col" data-pos="\d+" data-kind="cut"', svg)) == cut
+
+
+def test_the_layer_and_head_pickers_choose_what_the_stage_and_the_attention_view_draw():
+    from engine.draw.stage import stage_svg as engine_stage
+
+    at = open_view(click(fresh_app(), "step_btn_prefill"), "Attention")
+    click(at, "step_btn_next")
+    run = at.session_state["step_run"]
+    at.segmented_control(key="step_layer").set_value(2).run()
+    at.session_state["step_head"] = 5  # the head number box, in the More popover
+    at.run()
+    assert not at.exception
+    t = run.traces[1]
+    drawn = stage_svg(at)
+    assert drawn == engine_stage(t, run.pieces(), run.prompt_len, layer=2, head=5)  # layer 2, head 5, nothing else
+    assert drawn != engine_stage(t, run.pieces(), run.prompt_len, layer=0, head=0)
+    assert 'data-layer="2" data-open="1"' in drawn and "head 5 (reads kv_head 1)" in drawn  # 4 query heads a K/V head
+    roles = next(m.value for m in at.markdown if "for the newest query" in m.value)
+    assert roles.startswith("Layer 2")  # the view follows the layer picked
+
+
+def test_the_exports_hold_the_run_on_screen(monkeypatch):
+    """Trace as JSON and Steps as CSV, as a click on each would download them (the page defers building them)."""
+    import csv
+    import io
+
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    made = {}
+    real = MediaFileManager.add_deferred
+
+    def keep(self, data_callable, mimetype, coordinates, file_name=None, **kw):
+        made[file_name] = data_callable
+        return real(self, data_callable, mimetype, coordinates, file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", keep)
+    at = click(fresh_app(), "step_btn_prefill")
+    for _ in range(3):
+        click(at, "step_btn_next")
+    trace = json.loads(made["decode-lab-trace.json"]())
+    rows = list(csv.DictReader(io.StringIO(made["decode-lab-steps.csv"]())))
+    run = at.session_state["step_run"]
+    assert trace["text"] == run_text(at) and trace["prompt"] == at.text_input(key="step_prompt").value
+    assert trace["model"]["name"] == "tinystories-llama" and trace["model"]["dtype"] == "float32"
+    assert [s["phase"] for s in trace["steps"]] == ["prefill", "decode", "decode", "decode"]
+    assert [r["phase"] for r in rows] == ["prefill", "decode", "decode", "decode"]
+    assert "".join(s["token"] for s in trace["steps"]) == trace["generated_text"] == run.generated_text
+    assert [r["token"] for r in rows] == [s["token"] for s in trace["steps"]]
+    assert [int(r["kv_len"]) for r in rows] == [run.prompt_len + i for i in range(4)]
+    assert int(rows[-1]["kv_bytes"]) == trace["steps"][-1]["kv_bytes"] == kv_bytes(at)  # what the status line says
+
+
+def test_the_dtype_chosen_is_the_one_the_model_runs_in_and_a_missing_device_is_said():
+    at = click(fresh_app(), "step_btn_prefill")
+    full = kv_bytes(at)
+    at.sidebar.selectbox(key="side_dtype").set_value("bfloat16").run()
+    assert any("bfloat16 on cpu" in c.value for c in at.sidebar.caption)
+    click(at, "step_btn_prefill")
+    assert kv_bytes(at) * 2 == full  # 2 bytes an element instead of 4: the cache is measured, not derived
+    assert at.session_state["step_run"].lm.dtype_name == "bfloat16"
+    import torch
+
+    missing = "mps" if torch.cuda.is_available() else "cuda"  # a device this machine does not have
+    at.sidebar.selectbox(key="side_device").set_value(missing).run()
+    assert not at.exception and any(f"{missing.upper()} was requested but" in e.value for e in at.error)
+    at.sidebar.selectbox(key="side_device").set_value("auto").run()
+    at.sidebar.selectbox(key="side_dtype").set_value("auto").run()
+    click(at, "step_btn_prefill")
+    assert kv_bytes(at) == full

@@ -9,8 +9,6 @@ from tests.test_app import click, fresh_app, new_tokens, run_text
 from tests.models import NOT_OFFERED
 from tests.safety import messages, prefill_works
 
-pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
-
 
 # ------------------------------------------------------------------ the pages under odd input
 

@@ -10,8 +10,6 @@ import pytest
 from engine.generate.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
 
-pytestmark = pytest.mark.slow  # every test here drives the Serving page or lesson 10 in AppTest
-
 SCENARIO_TITLES = [s["title"] for s in SCENARIOS.values()]  # the engine's own list, in the picker's order
 
 
