@@ -502,8 +502,15 @@ class Streams:
     def close(self) -> None:
         for job in self._jobs:
             job.cancel()
+        for job in self._jobs:  # each stream's own clean-up runs before the loop stops
+            try:
+                job.result(5)
+            except BaseException:  # noqa: BLE001 - cancelled, or ended by the class's end
+                pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())  # close every stream's generator here
+        self.loop.close()
 
 
 def live_versions(events: list[bytes]) -> list[int]:
