@@ -125,6 +125,49 @@ def test_left_arrow_returns_to_the_previous_step_and_the_views_follow(server, br
     pg.close()
 
 
+def new_steps(pg) -> int:
+    return int(re.search(r"\((\d+) from Next token\)", status_text(pg)).group(1))
+
+
+def test_a_double_click_on_next_token_takes_one_step(server, browser):
+    """A double click is one intention: one step, every time (it took one or two, by timing: its two clicks reach
+    the server as one rerun, or as a second that interrupted the first before it drew its step)."""
+    pg = open_page(browser, server, 1280, 720)
+    expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
+    pg.keyboard.press("p")
+    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    idle(pg)
+    for i in range(1, 6):
+        pg.get_by_role("button", name="Next token").dblclick()
+        expect(pg.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        idle(pg)
+        pg.wait_for_timeout(500)  # a second step, had one been taken, would be drawn by now
+        idle(pg)
+        assert new_steps(pg) == i, (i, status_text(pg))
+    pg.get_by_role("button", name="Next token").click()  # and a single click after it still takes its step
+    expect(pg.get_by_text(re.compile(r"\(6 from Next token\)"))).to_be_visible()
+    pg.close()
+
+
+def test_e_runs_to_the_end_and_x_resets(server, browser):
+    pg = open_page(browser, server + "/?max_new_tokens=12", 1280, 720)
+    expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
+    pg.keyboard.press("p")
+    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    idle(pg)
+    pg.keyboard.press("e")  # Run to end
+    expect(pg.get_by_text(re.compile(r"^Finished"))).to_be_visible()
+    idle(pg)
+    assert "12 new tokens" in status_text(pg) and "step 11 of 11" in status_text(pg)
+    expect(pg.get_by_role("button", name="Next token")).to_be_disabled()
+    pg.keyboard.press("x")  # Reset
+    expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
+    expect(pg.get_by_text(re.compile("from Next token"))).to_have_count(0)
+    expect(pg.get_by_role("button", name="Next token")).to_be_disabled()
+    assert "steps=" not in pg.url  # the link no longer replays a run
+    pg.close()
+
+
 def test_prefill_five_tokens_cache_toggle_and_every_page(server, browser):
     pg = open_page(browser, server)
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()

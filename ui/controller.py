@@ -25,6 +25,7 @@ from engine import DecodeLabError
 from engine.errors import Busy
 from engine.load.device import release_memory
 
+DOUBLE_CLICK_S = 0.2  # a click handled this soon after the page drew its step was made before anyone could see it
 BUSY_WAITS = (0.5, 1, 2, 4, 8)  # seconds between retries when the server is busy: back off, never spin
 STOPPED = {  # a run's stop reason, in words
     "eos": "the model chose its end-of-text token",
@@ -126,7 +127,10 @@ class Controller:
         return ok
 
     def next(self) -> None:
-        """One more step, shown (from wherever the cursor was)."""
+        """One more step, shown (from wherever the cursor was). A click made before the page had drawn the step the
+        last click took is the second half of a double click: it takes no step (see `drawn`)."""
+        if self._too_soon():
+            return
         if self.done:
             self.say(f"This run has finished: {self.stopped()}. Press Reset to start again.")
             return
@@ -155,6 +159,21 @@ class Controller:
 
     def ask_run_to_end(self) -> None:
         st.session_state[self._key("to_end")] = True
+
+    def drawn(self) -> None:
+        """The page has drawn the newest step (call at the end of a page run). A double click's two clicks reach the
+        server as one rerun; or the second interrupts the run the first started, before it drew its step; or it waits
+        for that run and starts the moment it ends. Without this the same double click took one step or two."""
+        st.session_state[self._key("drawn")] = (self.latest, time.monotonic())
+
+    def _too_soon(self) -> bool:
+        """Was this click made before the step the last one took was on screen (a double click's second half)?"""
+        drawn = st.session_state.get(self._key("drawn"))
+        if drawn is None:  # a page that does not say when it has drawn
+            return False
+        step, at = drawn
+        st.session_state[self._key("drawn")] = (self.latest, 0.0)  # at most one click is ignored: nothing can stick
+        return step < self.latest or time.monotonic() - at < DOUBLE_CLICK_S
 
     # ------------------------------------------------------------ runs made again
 
