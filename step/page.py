@@ -190,7 +190,6 @@ def show() -> None:
             show_view(view, c, run)
         st.html(legend_html())
         export(run)
-        steps.drawn()  # the newest step is on screen: the next click may take another (a double click takes one)
         steps.autoplay_tick()
 
 

@@ -79,20 +79,16 @@ def test_a_malformed_link_is_refused_value_by_value_and_the_good_values_still_ap
     prefill_works(at)
 
 
-def test_a_click_handled_the_moment_the_page_drew_the_last_step_takes_no_step(monkeypatch):
-    """A double click's second click, queued behind the run its first one started, is handled as soon as that run
-    has drawn its step: it takes none. A click a moment later (someone saw the step) takes one. (The browser's own
-    double click is tests/test_browser.py's.)"""
-    import time
-
-    import ui.controller
-
+def test_a_click_made_before_the_last_step_reached_the_screen_takes_no_step():
+    """Every click sends the address its browser shows, and the step page's link counts the steps taken. A double
+    click's second click was made before the first one's step (and its link) arrived: its link says the step before,
+    and it takes no step. (The browser's own double click is tests/test_browser.py's: AppTest folds two clicks
+    before a run into one.)"""
     at = click(fresh_app(), "step_btn_prefill")
-    monkeypatch.setattr(ui.controller, "DOUBLE_CLICK_S", 5.0)  # every click now comes "at once" after the last run
-    for _ in range(2):
-        click(at, "step_btn_next")
-        assert new_tokens(at) == 1  # handled the moment the run before had drawn its step
-    monkeypatch.setattr(ui.controller, "DOUBLE_CLICK_S", 0.05)
-    time.sleep(0.1)
     click(at, "step_btn_next")
-    assert new_tokens(at) == 2  # a click after the step was on screen takes its step
+    assert new_tokens(at) == 2 and at.query_params["steps"] == "1"  # the address the browser now shows
+    at.query_params["steps"] = "0"  # a browser still on the prefill's address, as the second click's was
+    click(at, "step_btn_next")
+    assert new_tokens(at) == 2 and at.query_params["steps"] == "1"
+    click(at, "step_btn_next")  # made on a screen whose link says step 1: it takes step 2
+    assert new_tokens(at) == 3

@@ -137,7 +137,7 @@ def link_forgets_seed() -> None:
 
 
 def double_click_steps_twice() -> None:
-    """Next token takes a step for a click handled before the page drew the last one (a double click: two steps)."""
+    """Next token takes a step for a click made before the last step reached the screen (a double click: two)."""
     from ui.controller import Controller
 
     Controller._too_soon = lambda self: False
@@ -160,7 +160,7 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "link-forgets-seed": (link_forgets_seed,
                           ["tests/test_app.py::test_a_sampled_runs_link_reproduces_its_text_and_stage"]),
     "double-click-two-steps": (double_click_steps_twice, [
-        "tests/test_odd_input.py::test_a_click_handled_the_moment_the_page_drew_the_last_step_takes_no_step"]),
+        "tests/test_odd_input.py::test_a_click_made_before_the_last_step_reached_the_screen_takes_no_step"]),
 }
 
 

@@ -27,11 +27,6 @@ _LAUNCHER.write_text(
 
 
 def app_test(timeout: float = 120) -> AppTest:
-    """The app, to drive. Its clicks come one finished run at a time with nobody looking in between, so none is the
-    second half of a double click (ui/controller.py: DOUBLE_CLICK_S; tests/test_browser.py double-clicks for real)."""
-    import ui.controller
-
-    ui.controller.DOUBLE_CLICK_S = 0.0
     return AppTest.from_file(str(_LAUNCHER), default_timeout=timeout)
 
 

@@ -25,7 +25,6 @@ from engine import DecodeLabError
 from engine.errors import Busy
 from engine.load.device import release_memory
 
-DOUBLE_CLICK_S = 0.2  # a click handled this soon after the page drew its step was made before anyone could see it
 BUSY_WAITS = (0.5, 1, 2, 4, 8)  # seconds between retries when the server is busy: back off, never spin
 STOPPED = {  # a run's stop reason, in words
     "eos": "the model chose its end-of-text token",
@@ -46,10 +45,11 @@ def rerun_here() -> None:
 class Controller:
     """The run of one page in one browser session, and the buttons that step it."""
 
-    def __init__(self, prefix: str, make: Callable[[], object], noun: str = "step"):
+    def __init__(self, prefix: str, make: Callable[[], object], noun: str = "step", link_steps: str | None = None):
         self.prefix = prefix
         self.make = make  # a new run with the page's current settings (may raise DecodeLabError)
         self.noun = noun  # "step", "round", "engine step": what one click of Next makes
+        self.link_steps = link_steps  # the link parameter in which the page writes its steps taken, if it does
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}_{name}"
@@ -127,8 +127,8 @@ class Controller:
         return ok
 
     def next(self) -> None:
-        """One more step, shown (from wherever the cursor was). A click made before the page had drawn the step the
-        last click took is the second half of a double click: it takes no step (see `drawn`)."""
+        """One more step, shown (from wherever the cursor was). A click made on a screen that did not show the step
+        the last click took is the second half of a double click: it takes no step (see `_too_soon`)."""
         if self._too_soon():
             return
         if self.done:
@@ -160,20 +160,18 @@ class Controller:
     def ask_run_to_end(self) -> None:
         st.session_state[self._key("to_end")] = True
 
-    def drawn(self) -> None:
-        """The page has drawn the newest step (call at the end of a page run). A double click's two clicks reach the
-        server as one rerun; or the second interrupts the run the first started, before it drew its step; or it waits
-        for that run and starts the moment it ends. Without this the same double click took one step or two."""
-        st.session_state[self._key("drawn")] = (self.latest, time.monotonic())
-
     def _too_soon(self) -> bool:
-        """Was this click made before the step the last one took was on screen (a double click's second half)?"""
-        drawn = st.session_state.get(self._key("drawn"))
-        if drawn is None:  # a page that does not say when it has drawn
+        """Was this click made on a screen that did not show the newest step yet (a double click's second half)?
+
+        A double click's two clicks reach the server folded into one rerun; or the second interrupts the run the
+        first started; or it waits and is handled the moment that run ends. The second was made before the first's
+        step reached the browser, and every click sends the address its browser shows: that link still counts the
+        steps before (`link_steps`), so it takes no step. (Timing alone cannot tell it from a press made on seeing
+        the step: both can come a few milliseconds after the run.)"""
+        if not self.link_steps:
             return False
-        step, at = drawn
-        st.session_state[self._key("drawn")] = (self.latest, 0.0)  # at most one click is ignored: nothing can stick
-        return step < self.latest or time.monotonic() - at < DOUBLE_CLICK_S
+        shown = st.query_params.get(self.link_steps)
+        return shown is not None and shown.isdigit() and int(shown) < self.latest
 
     # ------------------------------------------------------------ runs made again
 
