@@ -120,15 +120,19 @@ def lecturer_panel(where) -> None:
     lecture = ss.get("follow_lead")
     box = where.expander("Lead a class", icon=":material/cast_for_education:", expanded=lecture is not None)
     if lecture is None or ss.get("follow_again"):
-        box.text_input("lecturer key", type="password", key="follow_key", autocomplete="off",
-                       help="The key the person who started the server set (DECODE_LAB_LECTURER_KEY). It drives "
-                            "the class; it is never shown, never put in a link. After a reload, type it again: "
-                            "your class comes back with the same code.")
+        # one form: the key and the click reach the server together. Typed into a plain box, the key reran the page
+        # when the box lost focus, and the Start click that took the focus could land in that rerun and be lost
+        form = box.form("follow_start_form", border=False)
+        form.text_input("lecturer key", type="password", key="follow_key", autocomplete="off",
+                        help="The key the person who started the server set (DECODE_LAB_LECTURER_KEY). It drives "
+                             "the class; it is never shown, never put in a link. After a reload, type it again: "
+                             "your class comes back with the same code.")
         if ss.get("follow_again"):
-            box.button("Start a new class", key="follow_start_new", type="primary", on_click=_start_new)
+            form.form_submit_button("Start a new class", key="follow_start_new", type="primary", on_click=_start_new)
         else:
-            box.button("Start a class", key="follow_start", on_click=_start, type="primary",
-                       help="Opens a class, or gives you back the one running (same code, students still there)")
+            form.form_submit_button("Start a class", key="follow_start", on_click=_start, type="primary",
+                                    help="Opens a class, or gives you back the one running (same code, students "
+                                         "still there)")
     else:
         link = follow_link(lecture.code)
         box.markdown(f"Class **{lecture.code}**: students open")

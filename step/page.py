@@ -30,6 +30,9 @@ from ui.style import scale
 from ui.text import error, warning
 
 
+NO_SCENARIO = "a ready-made scenario…"  # the scenario box before a pick
+
+
 def show() -> None:
     """The step page, drawn (pages/step_through.py is its door)."""
     settings, lm = page_setup("step_through", need_model=True)
@@ -85,9 +88,10 @@ def show() -> None:
         """Scenarios, preset prompts, the head on the stage and autoplay, folded away so the bar stays short."""
         st.session_state.setdefault("step_head", 0)
         with where.popover("More", icon=":material/tune:"):
-            st.selectbox("scenario", [x["title"] for x in SCENARIOS], index=None, key="step_scenario",
-                         persist_state="session",
-                         on_change=load_scenario, placeholder="a ready-made scenario…")
+            # a first entry, not index=None: a box with no default is clearable, and Escape (folding the popover
+            # away) then cleared the pick just made, before it reached the server
+            st.selectbox("scenario", [NO_SCENARIO] + [x["title"] for x in SCENARIOS], key="step_scenario",
+                         persist_state="session", on_change=load_scenario)
             st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset",
                          persist_state="session", on_change=pick_preset,
                          placeholder="(your own prompt)")

@@ -8,10 +8,7 @@ import re
 from streamlit.testing.v1 import AppTest
 
 from tests.test_app import click, new_tokens
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import GOOD
 
 
 # ------------------------------------------------------------------ what the user sees

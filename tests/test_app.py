@@ -15,8 +15,6 @@ from engine.measure import caveats as noise
 from ui.apptest import ROOT, app_test, page
 from ui.controller import STOPPED
 
-pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
-
 
 def fresh_app() -> AppTest:
     at = app_test().run()
@@ -78,14 +76,23 @@ def click(at: AppTest, key: str) -> AppTest:
     return at
 
 
-def test_every_page_renders_with_the_bundled_model():
+@pytest.mark.slow  # every page once, the Scale page's device probe and demo run among them: 12 s
+def test_every_page_renders_with_the_bundled_model_and_asks_the_network_for_nothing(no_network):
+    """With the hub's offline switch off, the default setup makes no request: every page works on the bundled model."""
     at = fresh_app()
     assert at.button(key="step_btn_prefill").disabled is False
     assert at.button(key="step_btn_next").disabled is True  # before prefill only Prefill is enabled
-    for name in ("lessons", "race", "speculative", "scale", "model_info"):
+    click(at, "step_btn_prefill")
+    for _ in range(3):
+        click(at, "step_btn_next")
+    for name in ("lessons", "race", "speculative", "serving", "scale", "model_info"):
         at.switch_page(page(name)).run()
         assert not at.exception, (name, [e.value for e in at.exception])
     assert any("tinystories-llama" in str(t.value) for t in at.table)
+    assert no_network == []
+    icon = re.search(r"page_icon=([^,]+),", (ROOT / "app.py").read_text()).group(1)
+    assert ":material/" not in icon and "http" not in icon  # a local file: no favicon from a font CDN
+    assert (ROOT / "assets" / "icon.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_prefill_then_five_next_tokens_with_measured_shapes():
@@ -132,30 +139,58 @@ def test_the_stage_draws_prefill_cached_decode_and_cache_off_differently():
     assert f"positions recomputed that were already known: {n - 1}" in svg
 
 
+def on_screen(at: AppTest) -> tuple:
+    """What a reader of the step page sees of a run: the step shown, the tokens made, the text and the stage (its
+    measured time left out: the same pass made again takes another time)."""
+    stage = re.sub(r"[\d.]+ ms \([^)]*\) measured", "(time) measured", stage_svg(at))
+    assert stage.count("(time) measured") == 2  # the stage's caption and its aria-label: nothing else was timed
+    return shown_step(at), new_tokens(at), run_text(at), stage
+
+
+def opened(link: dict) -> AppTest:
+    """A second browser opening a copied link."""
+    other = app_test()
+    other.query_params = link
+    other.run()  # the only warning a link may bring is an honest timing note (the suite runs on two workers)
+    assert not other.exception and all(noise.is_note(w.value) for w in other.warning), [w.value for w in other.warning]
+    return other
+
+
 def test_back_and_forward_replay_recorded_steps_and_the_link_carries_the_step():
     at = click(fresh_app(), "step_btn_prefill")
     for _ in range(3):
         click(at, "step_btn_next")
-    open_view(at, "Next token")
-    newest_token = at.markdown[-1].value if at.markdown else ""
+    newest = on_screen(at)
     click(at, "step_btn_back")
     click(at, "step_btn_back")
     assert shown_step(at) == 1 and new_tokens(at) == 4  # shown step moved back; nothing was recomputed or lost
     assert dict(at.query_params)["at"] == "1" and dict(at.query_params)["steps"] == "3"
     assert "data-step=\"1\"" in stage_svg(at)  # the stage follows the scrubber
-    link = dict(at.query_params)
+    assert newest[2].startswith(run_text(at)) and len(run_text(at)) < len(newest[2])  # the text as it was at step 1
+    link, at_step_1 = dict(at.query_params), on_screen(at)
     click(at, "step_btn_forward")
     assert shown_step(at) == 2
     click(at, "step_btn_forward")
+    assert on_screen(at) == newest  # replayed from the record: the same text and stage
     click(at, "step_btn_forward")  # at the newest step, → computes the next token
     assert shown_step(at) == 4 and new_tokens(at) == 5
-    del newest_token
 
-    other = app_test()
-    other.query_params = link
-    other.run()  # the only warning a link may bring is an honest timing note (the suite runs on two workers)
-    assert not other.exception and all(noise.is_note(w.value) for w in other.warning), [w.value for w in other.warning]
-    assert shown_step(other) == 1 and new_tokens(other) == 4
+    assert on_screen(opened(link)) == at_step_1  # the link shows the same step, text and stage
+
+
+def test_a_sampled_runs_link_reproduces_its_text_and_stage():
+    at = fresh_app()
+    at.sidebar.radio(key="side_mode").set_value("sample").run()
+    at.sidebar.slider(key="side_temperature").set_value(1.3).run()
+    at.sidebar.number_input(key="side_seed").set_value(7).run()
+    click(at, "step_btn_prefill")
+    for _ in range(6):
+        click(at, "step_btn_next")
+    link, seen = dict(at.query_params), on_screen(at)
+    assert (link["rule"], link["seed"], link["temperature"]) == ("sample", "7", "1.3")
+    assert on_screen(opened(link)) == seen
+    other_seed = opened({**link, "seed": "8"})  # the seed is what makes it the same: another one, another text
+    assert run_text(other_seed) != seen[2]
 
 
 def test_a_step_link_opens_the_view_layer_and_head_on_screen():
@@ -239,6 +274,9 @@ def test_a_scenario_keeps_presenter_mode():
     at = app_test()
     at.query_params = {"presenter": "on"}
     at.run()
+    # the box has a default entry: a box without one is clearable, and the Escape that folds the popover away then
+    # cleared a pick before it reached the server (tests/test_browser.py picks every scenario that way)
+    assert at.selectbox(key="step_scenario").proto.HasField("default")
     at.selectbox(key="step_scenario").set_value(SCENARIOS[0]["title"]).run()
     assert not at.exception
     assert at.sidebar.toggle(key="side_presenter").value is True
@@ -275,13 +313,59 @@ def test_bad_prompt_shows_a_clear_message_and_the_app_keeps_working():
     assert new_tokens(at) == 1
 
 
+def view_as_built(at: AppTest, view: str, step: int) -> list:
+    """What the view shows at `step`, built from the page's own run record (engine/draw/views.py), as the page
+    sends it: (kind, value) for each text, table, picture and chart data."""
+    import plotly.io
+
+    from engine.draw.views import StepContext, view_blocks
+    from ui.text import plain
+
+    run = at.session_state["step_run"]
+    t, ids = run.traces[step], run.tokens
+    c = StepContext(traces=tuple(run.traces[: step + 1]), ids=tuple(ids), pieces=tuple(run.pieces()),
+                    prompt_len=run.prompt_len, prompt=run.prompt, spec=run.lm.spec,
+                    text=run.lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True))
+    out = []
+    for b in view_blocks(view, c):
+        if b.kind == "figure":
+            out.append(("chart", json.loads(plotly.io.to_json(b.value, validate=False))["data"]))
+        elif b.kind == "table":
+            out.append(("table", b.value.astype(str).values.tolist()))
+        elif b.kind == "latex":
+            out.append(("text", f"$$\n{b.value}\n$$"))
+        elif b.kind in ("text", "md", "caption", "note", "warn", "html"):
+            out.append(("text", plain(b.value) if b.kind == "text" else b.value))
+        elif b.kind == "metrics":
+            out += [("metric", (label, value)) for label, value, _ in b.value]
+    return out
+
+
+def page_shows(at: AppTest) -> list:
+    """Everything on the page, in the same terms as view_as_built."""
+    shown = [("chart", json.loads(c.proto.spec)["data"]) for c in at.get("plotly_chart")]
+    shown += [("table", t.value.reset_index(drop=True).astype(str).values.tolist()) for t in at.table]
+    shown += [("table", d.value.astype(str).values.tolist()) for d in at.dataframe]
+    shown += [("text", e.value) for kind in ("markdown", "caption", "info", "warning", "latex") for e in at.get(kind)]
+    shown += [("text", h.proto.body) for h in at.get("html")]
+    shown += [("metric", (m.label, m.value)) for m in at.metric]
+    return shown
+
+
 @pytest.mark.parametrize("view", ["Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"])
-def test_every_view_renders_at_prefill_and_at_a_scrubbed_step(view):
+def test_every_view_shows_the_step_the_scrubber_is_on(view):
+    """Prefill, two steps, one back: each view shows step 1 (every text, table and chart built from the record up
+    to step 1) and not step 2."""
     at = open_view(click(fresh_app(), "step_btn_prefill"), view)
+    assert all(item in page_shows(at) for item in view_as_built(at, view, 0)), view
     for _ in range(2):
         click(at, "step_btn_next")
     click(at, "step_btn_back")
-    assert not at.exception and not at.error
+    assert not at.exception and not at.error and shown_step(at) == 1
+    shown = page_shows(at)
+    missing = [item for item in view_as_built(at, view, 1) if item not in shown]
+    assert not missing, missing
+    assert any(item not in shown for item in view_as_built(at, view, 2))  # step 2 would look different
 
 
 def test_all_heads_are_labelled_with_token_pieces_and_the_look_back_head_is_named():
@@ -430,3 +514,72 @@ def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
     assert 'data-phase="verify"' in svg
     cut = int(re.search(r"(\d+) columns? cut", svg).group(1))
     assert len(re.findall(r'data-role="k-col" data-pos="\d+" data-kind="cut"', svg)) == cut
+
+
+def test_the_layer_and_head_pickers_choose_what_the_stage_and_the_attention_view_draw():
+    from engine.draw.stage import stage_svg as engine_stage
+
+    at = open_view(click(fresh_app(), "step_btn_prefill"), "Attention")
+    click(at, "step_btn_next")
+    run = at.session_state["step_run"]
+    at.segmented_control(key="step_layer").set_value(2).run()
+    at.session_state["step_head"] = 5  # the head number box, in the More popover
+    at.run()
+    assert not at.exception
+    t = run.traces[1]
+    drawn = stage_svg(at)
+    assert drawn == engine_stage(t, run.pieces(), run.prompt_len, layer=2, head=5)  # layer 2, head 5, nothing else
+    assert drawn != engine_stage(t, run.pieces(), run.prompt_len, layer=0, head=0)
+    assert 'data-layer="2" data-open="1"' in drawn and "head 5 (reads kv_head 1)" in drawn  # 4 query heads a K/V head
+    roles = next(m.value for m in at.markdown if "for the newest query" in m.value)
+    assert roles.startswith("Layer 2")  # the view follows the layer picked
+
+
+def test_the_exports_hold_the_run_on_screen(monkeypatch):
+    """Trace as JSON and Steps as CSV, as a click on each would download them (the page defers building them)."""
+    import csv
+    import io
+
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    made = {}
+    real = MediaFileManager.add_deferred
+
+    def keep(self, data_callable, mimetype, coordinates, file_name=None, **kw):
+        made[file_name] = data_callable
+        return real(self, data_callable, mimetype, coordinates, file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", keep)
+    at = click(fresh_app(), "step_btn_prefill")
+    for _ in range(3):
+        click(at, "step_btn_next")
+    trace = json.loads(made["decode-lab-trace.json"]())
+    rows = list(csv.DictReader(io.StringIO(made["decode-lab-steps.csv"]())))
+    run = at.session_state["step_run"]
+    assert trace["text"] == run_text(at) and trace["prompt"] == at.text_input(key="step_prompt").value
+    assert trace["model"]["name"] == "tinystories-llama" and trace["model"]["dtype"] == "float32"
+    assert [s["phase"] for s in trace["steps"]] == ["prefill", "decode", "decode", "decode"]
+    assert [r["phase"] for r in rows] == ["prefill", "decode", "decode", "decode"]
+    assert "".join(s["token"] for s in trace["steps"]) == trace["generated_text"] == run.generated_text
+    assert [r["token"] for r in rows] == [s["token"] for s in trace["steps"]]
+    assert [int(r["kv_len"]) for r in rows] == [run.prompt_len + i for i in range(4)]
+    assert int(rows[-1]["kv_bytes"]) == trace["steps"][-1]["kv_bytes"] == kv_bytes(at)  # what the status line says
+
+
+def test_the_dtype_chosen_is_the_one_the_model_runs_in_and_a_missing_device_is_said():
+    at = click(fresh_app(), "step_btn_prefill")
+    full = kv_bytes(at)
+    at.sidebar.selectbox(key="side_dtype").set_value("bfloat16").run()
+    assert any("bfloat16 on cpu" in c.value for c in at.sidebar.caption)
+    click(at, "step_btn_prefill")
+    assert kv_bytes(at) * 2 == full  # 2 bytes an element instead of 4: the cache is measured, not derived
+    assert at.session_state["step_run"].lm.dtype_name == "bfloat16"
+    import torch
+
+    missing = "mps" if torch.cuda.is_available() else "cuda"  # a device this machine does not have
+    at.sidebar.selectbox(key="side_device").set_value(missing).run()
+    assert not at.exception and any(f"{missing.upper()} was requested but" in e.value for e in at.error)
+    at.sidebar.selectbox(key="side_device").set_value("auto").run()
+    at.sidebar.selectbox(key="side_dtype").set_value("auto").run()
+    click(at, "step_btn_prefill")
+    assert kv_bytes(at) == full

@@ -19,7 +19,6 @@ from tests.test_browser import idle, inside, open_page
 
 PRESENTER = (1280, 720)
 PHONE = (390, 844)
-ARTICLE = "A red jacket compliments any outfit."
 
 
 def stepped(pg, steps: int = 1, prompt: str | None = None) -> None:
@@ -143,16 +142,6 @@ def test_lesson_9_draws_its_lookahead_figure(server, browser):
     pg.close()
 
 
-def test_the_gpt2_column_shows_the_articles_shapes(server, browser):
-    pg = open_page(browser, server, *PRESENTER)
-    stepped(pg, 1, prompt=ARTICLE)
-    pick(pg, "Shapes")
-    table = views_column(pg).locator("[data-testid='stTable']").filter(has_text="GPT-2 (124M)")
-    for shape in ("[1, 12, 7, 64]", "[1, 12, 1, 64]", "[1, 12, 8, 64]"):
-        expect(table.get_by_text(shape, exact=True).first).to_be_visible()
-    pg.close()
-
-
 def _stage_svg(pg) -> str:
     src = pg.locator("[data-testid='dl-stage'] img").first.get_attribute("src")
     return base64.b64decode(src.split("base64,", 1)[1]).decode()
@@ -201,17 +190,17 @@ def test_lesson_6_comes_back_within_a_second_on_a_warm_server(server, browser):
     expect(pg.get_by_text(re.compile(r"reason: eos"))).to_be_visible(timeout=120_000)  # made once, with a bar
     idle(pg)
     seed = pg.locator("[data-testid='stMain'] [data-testid='stNumberInput']").filter(has_text="seed")
-    for _ in range(2):  # each new seed: the page reruns with the story kept
+    for n in (1, 2):  # each new seed: the page reruns with the story kept, and shows the new seed's draw
         t0 = time.perf_counter()
         seed.get_by_role("button", name=re.compile("increment", re.I)).click()
-        last_running = None
-        while time.perf_counter() - t0 < 15:
-            if pg.evaluate("() => !!document.querySelector('[data-testid=stStatusWidget]')"):
-                last_running = time.perf_counter()
-            elif last_running is not None or time.perf_counter() - t0 > 1.5:
+        took = None
+        while time.perf_counter() - t0 < 15:  # until this seed's draw is on screen and the app has stopped running
+            if pg.evaluate("n => !document.querySelector('[data-testid=stStatusWidget]') && "
+                           "document.querySelector('[data-testid=stMain]').innerText.includes(`, seed ${n})`)", n):
+                took = time.perf_counter() - t0
                 break
             time.sleep(0.03)
-        took = 0.0 if last_running is None else last_running - t0
+        assert took is not None, f"seed {n}'s draw never showed: the click was lost"  # never counted as 0 s
         assert took < 1.0, took
         idle(pg)
     expect(pg.get_by_text(re.compile(r"reason: eos"))).to_be_visible()

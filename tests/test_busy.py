@@ -10,10 +10,7 @@ import pytest
 from engine import Stepper
 from engine.errors import Busy
 from tests.test_app import click, fresh_app, new_tokens
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import GOOD
 from tests.safety import messages
 
 

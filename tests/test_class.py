@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from classroom import Classroom, MemoryKV, Refused
+from classroom import Classroom, Limits, MemoryKV, Refused
 from classroom.http import TOO_LONG, ClassRoutes
 from classroom.hub import END, Hub
 from classroom.lectures import MAX_FRAMES
@@ -393,13 +393,31 @@ def test_a_revealed_question_leaves_every_students_screen_when_the_lecturer_open
     assert not [b for b in at.button if b.key == "follow_reveal"]
     assert [b for b in at.button if b.key == "follow_ask_next"]  # a new question can be asked
     assert not [c for c in at.get("container") if getattr(c, "key", None) == "follow_poll_panel"]
+def key_number(at, name: str) -> str:
+    """The figure a student must see on the class's copy of each page, read off the lecturer's own page."""
+    import re
+
+    if name == "race":
+        return f"tokens: <b>{at.number_input(key='race_steps').value}</b>"  # how long a race the lecturer set
+    if name == "serving":  # the pool the run has
+        return re.search(r"\d+ blocks", next(c.value for c in at.caption if " blocks" in c.value)).group()
+    if name == "speculative":
+        return f"k: <b>{at.session_state['speculative_k']}</b>"  # proposals a round
+    if name == "scale":
+        return at.code[0].value  # the KV formula with its total, as the lecturer shows it
+    if name == "model_info":  # the parameter count from the model's table
+        table = at.table[0].value
+        return next(str(v) for i, v in table["value"].items() if "param" in str(i))
+    raise ValueError(name)
 
 
 @pytest.mark.parametrize("name, title", [("race", "Race: cache vs no cache"), ("serving", "Serving: many requests"),
                                          ("speculative", "Speculative decoding"),
                                          ("scale", "Scale: KV memory and roofline"), ("model_info", "Model")])
 @pytest.mark.slow
-def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, title):
+def test_every_page_the_lecturer_opens_becomes_the_classs_frame_with_its_figures(key_set, name, title):
+    import html
+
     from ui.apptest import app_test, page
 
     at = ok(app_test().run())
@@ -411,6 +429,9 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame(key_set, name, t
     frame = room.frame(code, room.live(code)["frame"])
     assert (frame["kind"], frame["page"]) == ("page", title) and frame["nodes"]
     assert KEY not in json.dumps(frame)
+    number = key_number(at, name)
+    copied = html.unescape(json.dumps(frame["nodes"], ensure_ascii=False))
+    assert number and html.unescape(number) in copied, (name, number)
 
 
 def test_a_page_run_cut_short_or_overtaken_by_a_newer_run_is_never_the_classs_frame(monkeypatch):
@@ -472,3 +493,213 @@ def _flat(nodes):
             yield from _flat(n["nodes"])
         else:
             yield n
+
+
+# ---------------------------------------------------------------- End class and a new class, for every student at once
+
+
+class Streams:
+    """Followers' event streams (Hub.events), read in one event loop of their own, as the ASGI server reads them."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.got: dict[str, list[bytes]] = {}
+        self._jobs = []
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def open(self, name: str, hub, code: str, who: str) -> None:
+        self.got[name] = []
+
+        async def read():
+            async for event in hub.events(code, who):
+                self.got[name].append(event)
+
+        self._jobs.append(asyncio.run_coroutine_threadsafe(read(), self.loop))
+
+    def wait(self, done, timeout: float = 5.0) -> float:
+        """Seconds until done(got) holds (fails after `timeout`)."""
+        t0 = time.monotonic()
+        while not done(self.got):
+            assert time.monotonic() - t0 < timeout, {k: [e[:60] for e in v] for k, v in self.got.items()}
+            time.sleep(0.01)
+        return time.monotonic() - t0
+
+    def close(self) -> None:
+        for job in self._jobs:
+            job.cancel()
+        for job in self._jobs:  # each stream's own clean-up runs before the loop stops
+            try:
+                job.result(5)
+            except BaseException:  # noqa: BLE001 - cancelled, or ended by the class's end
+                pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())  # close every stream's generator here
+        self.loop.close()
+
+
+def live_versions(events: list[bytes]) -> list[int]:
+    return [json.loads(e.split(b"data: ", 1)[1])["v"] for e in events if b"event: live" in e]
+
+
+def test_end_class_reaches_every_follower_on_every_replica_at_once(store):
+    """Five followers on two replicas (two hubs on one store): a version reaches all five, then End ends all five
+    streams within a second; the class's code stops working."""
+    room = room_of(store)
+    replica = Classroom(room.kv, key=KEY, clock=room.clock)  # another server process on the same store
+    hubs = [Hub(room), Hub(replica)]
+    lecture = room.start(KEY, "lect")
+    room.publish(lecture, frame={"id": "waiting", "kind": "waiting", "timeline": False})  # as a class bar does
+    whos = [f"{i:04x}" * 4 for i in range(5)]
+    for who in whos:
+        room.join(lecture.code, who)
+    streams = Streams()
+    try:
+        for i, who in enumerate(whos):
+            streams.open(who, hubs[i % 2], lecture.code, who)
+        streams.wait(lambda got: all(got.get(w) for w in whos))  # each has the whole state
+        time.sleep(0.3 if store[2] == "redis" else 0)  # the replicas' subscriptions are made by their threads
+        v = room.publish(lecture, frame={"id": "x", "kind": "page", "label": "x", "nodes": []})
+        streams.wait(lambda got: all(v in live_versions(got[w]) for w in whos))
+        room.end(lecture)
+        took = streams.wait(lambda got: all(got[w][-1] == END for w in whos))
+        assert took < 1.0
+    finally:
+        streams.close()
+    assert room.version(lecture.code) is None and replica.version(lecture.code) is None
+    with pytest.raises(Refused):
+        room.join(lecture.code, "ffff0000ffff0000")
+
+
+def test_a_new_class_leaves_the_old_one_running_for_its_students_and_gets_its_own(store):
+    """'Start a new class' (new=True, after a reload gave the lecturer the running class back): a new code; the
+    students of the old class keep it (no end, nothing of the new one), those who open the new link get the new one."""
+    room = room_of(store)
+    hub = Hub(room)
+    old = room.start(KEY, "tab1")
+    room.publish(old, frame={"id": "waiting", "kind": "waiting", "timeline": False})
+    room.join(old.code, "aaaa0000aaaa0000")
+    streams = Streams()
+    try:
+        streams.open("old", hub, old.code, "aaaa0000aaaa0000")
+        streams.wait(lambda got: got["old"])
+        again = room.start(KEY, "tab2")
+        assert again.resumed and again.code == old.code
+        new = room.start(KEY, "tab2", new=True)
+        assert new.code != old.code and not new.resumed
+        room.publish(new, frame={"id": "waiting", "kind": "waiting", "timeline": False})
+        room.join(new.code, "bbbb1111bbbb1111")
+        streams.open("new", hub, new.code, "bbbb1111bbbb1111")
+        streams.wait(lambda got: got["new"])
+        time.sleep(0.3 if store[2] == "redis" else 0)
+        v = room.publish(new, frame={"id": "n", "kind": "page", "label": "new", "nodes": []})
+        streams.wait(lambda got: v in live_versions(got["new"]))
+        time.sleep(0.2)
+        assert END not in streams.got["old"] and live_versions(streams.got["old"]) == [1]
+        assert room.version(old.code) == 1  # the old class runs on until it idles out
+    finally:
+        streams.close()
+
+
+# ---------------------------------------------------------------- a class's limits, as the server was started
+
+
+def test_the_servers_settings_set_a_classs_limits_and_a_bad_number_keeps_the_default(monkeypatch):
+    monkeypatch.setattr("classroom.lectures.connect", lambda url: MemoryKV())
+    env = {"DECODE_LAB_LECTURER_KEY": "from-the-environment-key", "DECODE_LAB_MAX_CLASSES": "2",
+           "DECODE_LAB_MAX_FOLLOWERS": "3", "DECODE_LAB_CLASS_IDLE_HOURS": "0.5"}
+    room = Classroom.from_settings([], env)
+    assert (room.limits.max_classes, room.limits.max_followers, room.limits.idle_s) == (2, 3, 1800)
+    assert room.start("from-the-environment-key", "s1").code
+    flagged = Classroom.from_settings(["--lecturer-key", "from-the-command-line"], env)  # the flag wins
+    with pytest.raises(Refused, match="not the lecturer key"):
+        flagged.start("from-the-environment-key", "s1")
+    assert flagged.start("from-the-command-line", "s1").code
+    odd = Classroom.from_settings([], {**env, "DECODE_LAB_MAX_CLASSES": "many", "DECODE_LAB_MAX_FOLLOWERS": ""})
+    assert (odd.limits.max_classes, odd.limits.max_followers) == (Limits().max_classes, Limits().max_followers)
+    assert not Classroom.from_settings([], {}).enabled  # no key: follow is off
+
+
+def test_a_page_starts_at_most_three_classes_a_minute(store):
+    room = room_of(store, max_classes=10)
+    for _ in range(3):
+        room.start(KEY, "tab", new=True)
+    with pytest.raises(Refused, match="started from this page too often"):
+        room.start(KEY, "tab", new=True)
+    assert room.start(KEY, "another tab", new=True).code  # the limit is the page's, not the server's
+    store[1].now += 61
+    assert room.start(KEY, "tab", new=True).code
+
+
+def test_a_class_takes_at_most_120_vote_tries_a_minute_however_many_followers_try(asked):
+    """Each follower may try 10 times a minute; the class as a whole max(120, 3 x its size) (here a class of 3)."""
+    room, lecture, qid, q, _ = asked
+    whos = [f"{i:016x}" for i in range(13)]
+    for who in whos:
+        room.seen(lecture.code, who)
+    said = []
+    for who in whos[:12]:  # 12 followers x 10 tries: the class's 120
+        for _ in range(10):
+            with pytest.raises(VoteRefused) as e:
+                room.polls.vote(lecture.code, who, qid, word="<b>")
+            said.append(str(e.value))
+    assert "Too many votes" not in " ".join(said)
+    with pytest.raises(VoteRefused, match="Too many votes from here"):  # a 13th follower's first try
+        room.polls.vote(lecture.code, whos[12], qid, choice=q["choices"][0])
+    room.clock.now += 61
+    assert "vote is in" in room.polls.vote(lecture.code, whos[12], qid, choice=q["choices"][0])
+
+
+# ---------------------------------------------------------------- the poll on the lecturer's page (AppTest)
+
+
+@pytest.mark.parametrize("move", ["▶ onto the held step", "Next token", "Reset"])
+def test_an_open_question_is_revealed_by_moving_onto_its_step_and_dropped_by_moving_past_it(key_set, move):
+    """Ask holds the next step back (the lecturer's screen and the class stay on the step before). ▶ onto the held
+    step reveals it; Next token past it, or Reset, drops the question: it leaves every student's screen."""
+    from tests.test_follow import lecturer
+
+    lect = lecturer(2)
+    code = lect.session_state["follow_lead"].code
+    room = key_set.classroom()
+    ok(lect.button(key="follow_ask_next").click().run())
+    steps = lect.session_state["step_run"]
+    assert len(steps.traces) == 4 and lect.session_state["step_at"] == 2  # step 3 taken, step 2 on screen
+    question = room.polls.current(code)
+    assert question["open"] and room.frame(code, room.live(code)["frame"])["at"] == 2  # the class sees step 2
+    assert room.polls.public(code)["choices"] == question["choices"] and "answer" not in room.polls.public(code)
+    button = {"▶ onto the held step": "step_btn_forward", "Next token": "step_btn_next", "Reset": "step_btn_reset"}
+    ok(lect.button(key=button[move]).click().run())
+    now = room.polls.current(code)
+    if move == "▶ onto the held step":
+        assert lect.session_state["step_at"] == 3 and len(steps.traces) == 4  # shown, not computed again
+        assert not now["open"] and now["answer"] == question["answer"]  # revealed
+        assert room.frame(code, room.live(code)["frame"])["at"] == 3 and "model" in room.polls.public(code)
+        assert any("✓" in h.proto.body for h in lect.get("html"))  # the answer beside the votes, on the projector
+    else:
+        assert now is None and room.polls.public(code) is None  # dropped: gone from every student's screen
+        assert "follow_q" not in lect.session_state
+        assert room.live(code)["poll"] is None
+
+
+def test_the_lecturers_end_class_button_ends_every_students_stream(key_set):
+    from tests.test_follow import lecturer
+
+    lect = lecturer(1)
+    code = lect.session_state["follow_lead"].code
+    room, hub = key_set.classroom(), key_set.hub()
+    whos = [f"{i:016x}" for i in range(3)]
+    for who in whos:
+        room.join(code, who)
+    streams = Streams()
+    try:
+        for who in whos:
+            streams.open(who, hub, code, who)
+        streams.wait(lambda got: all(got.get(w) for w in whos))
+        ok(lect.button(key="follow_end").click().run())
+        assert streams.wait(lambda got: all(got[w][-1] == END for w in whos)) < 1.0
+    finally:
+        streams.close()
+    assert "follow_lead" not in lect.session_state and room.version(code) is None
+    assert lect.button(key="follow_start")  # the panel offers a new class again

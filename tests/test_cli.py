@@ -7,10 +7,7 @@ from pathlib import Path
 import pytest
 
 import engine.load.load
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import GOOD
 
 
 # ------------------------------------------------------------------ the command line

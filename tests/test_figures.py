@@ -8,7 +8,7 @@ from engine import Stepper
 from engine.draw.attention import assembled_attention, attention_heatmap
 from engine.draw.kv import kv_grid_figure
 from engine.draw.latency import latency_figure, traces_frame
-from engine.draw.matmuls import gpt2_shapes_frame, matmul_figure
+from engine.draw.matmuls import matmul_figure
 from engine.draw.palette import CHOSEN
 from engine.draw.tokens import next_token_figure, token_chips_html
 
@@ -121,14 +121,6 @@ def test_the_matmul_table_numbers_the_five_and_fits_its_height(tiny_lm):
     assert [n[0] for n in names[:5]] == ["①", "②", "③", "④", "⑤"] and len(names) == 7
     assert not any("<br>" in c for col in f.data[0].cells.values for c in col)  # one line a row: the height is exact
     assert f.layout.height >= (len(names) + 1) * f.data[0].cells.height  # every row fits: nothing scrolls inside
-
-
-def test_the_articles_gpt2_shapes_come_first_whatever_the_prompt(tiny_lm):
-    t = Stepper(tiny_lm, "Tom had a big red ball and a small blue car.").prefill()
-    table = gpt2_shapes_frame(t, tiny_lm.spec, t.q_len).set_index("tensor")
-    assert list(table.columns) == ["GPT-2 (124M)", "this model"]
-    assert table.loc["q at prefill [batch, head, pos, head_dim]", "GPT-2 (124M)"] == "[1, 12, 7, 64]"  # the article's
-    assert table.loc["K cache after decode step 1", "GPT-2 (124M)"] == "[1, 12, 8, 64]"
 
 
 def test_the_heatmap_labels_every_key_up_to_40_positions():

@@ -215,13 +215,19 @@ def test_a_follower_sees_the_lecturers_steps_without_running_the_model(bundled_l
     assert shared.ids == s.ids[0].tolist() and shared.pieces() == s.pieces()
     assert shared.texts[-1] == s.text
     assert other.read(lecture.code) is shared  # one decode per update, shared by this server's followers
-    for t in shared.traces:  # everything a follower draws
-        stage_svg(t, shared.pieces(), shared.prompt_len, 1, 2)
-        heads_figure(t, 1, axis_labels(shared.pieces()))
-        next_token_figure(t)
-        matmul_frame(t, shared.spec, 1)
-    latency_figure(shared.traces)
-    kv_grid_figure(shared.traces, shared.spec.layers)
+    def same(a, b) -> bool:  # two plotly figures draw the same thing
+        return a.to_json() == b.to_json()
+
+    labels = axis_labels(s.pieces())
+    for i, t in enumerate(shared.traces):  # everything a follower draws is the lecturer's step i, as the lecturer's
+        mine = s.traces[i]  # run draws it
+        svg = stage_svg(t, shared.pieces(), shared.prompt_len, 1, 2)
+        assert f'data-step="{i}"' in svg and svg == stage_svg(mine, s.pieces(), s.prompt_len, 1, 2)
+        assert same(heads_figure(t, 1, axis_labels(shared.pieces())), heads_figure(mine, 1, labels))
+        assert same(next_token_figure(t), next_token_figure(mine))
+        assert matmul_frame(t, shared.spec, 1).equals(matmul_frame(mine, bundled_lm.spec, 1))
+    assert same(latency_figure(shared.traces), latency_figure(s.traces))
+    assert same(kv_grid_figure(shared.traces, shared.spec.layers), kv_grid_figure(s.traces, bundled_lm.spec.layers))
     assert shared.spec == bundled_lm.spec
 
 
@@ -250,14 +256,42 @@ def test_a_click_sends_one_new_step_and_a_reset_starts_a_new_run(bundled_lm, sto
     assert sent[-1] == ([0], True) and len(shared.traces) == 1 and shared.traces[0] == s2.traces[0]
 
 
+def qr_modules(svg: str) -> list[list[int]]:
+    """The dark modules a segno SVG draws, read back from its path ('M x y' moves to a row's centre line, 'hN' draws
+    N dark modules, 'mdx dy' moves relatively): the picture as a matrix of 0 and 1, its quiet border included."""
+    size = int(re.search(r'<path fill="#fff" d="M0 0h(\d+)v', svg).group(1))
+    grid = [[0] * size for _ in range(size)]
+    d = re.search(r'<path class="qrline" stroke="#111" d="([^"]+)"', svg).group(1)
+    x = y = 0.0
+    for op, args in re.findall(r"([Mmh])([-\d. ]+)", d):
+        nums = [float(n) for n in args.split()]
+        if op == "M":
+            x, y = nums
+        elif op == "m":
+            x, y = x + nums[0], y + nums[1]
+        else:
+            for col in range(int(x), int(x + nums[0])):
+                grid[int(y)][col] = 1
+            x += nums[0]
+    return grid
+
+
 def test_the_qr_code_is_a_picture_of_the_link():
-    uri = qr_data_uri("http://10.0.0.5:8501/?follow=K7QX2M")
-    assert uri.startswith("data:image/svg+xml;base64,")
+    """Module for module, the picture is the QR code of the link (error correction M), encoded apart by segno."""
     import base64
 
+    import segno
+
+    link = "http://10.0.0.5:8501/?follow=K7QX2M"
+    uri = qr_data_uri(link)
+    assert uri.startswith("data:image/svg+xml;base64,")
     svg = base64.b64decode(uri.split(",", 1)[1]).decode()
     assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and "<script" not in svg  # an <img> needs xmlns
-    assert svg.count("<path") >= 1 and 'stroke="#111"' in svg
+    expected = segno.make_qr(link, error="m")
+    want = [[int(bool(v)) for v in row] for row in expected.matrix_iter(border=2)]
+    drawn = qr_modules(svg)
+    assert drawn == want
+    assert drawn != [[int(bool(v)) for v in row] for row in segno.make_qr(link[:-1] + "N", error="m").matrix_iter(border=2)]
 
 
 # ---------------------------------------------------------------- the pages (AppTest)
@@ -280,10 +314,16 @@ def ok(at):
     return at
 
 
-def lecturer(clicks: int):
+def lecturer(clicks: int, sampled: bool = False):
+    """The lecturer's page with a class started, prefilled and `clicks` Next tokens on (sampled: temperature 1.3,
+    seed 7)."""
     from ui.apptest import app_test
 
     at = ok(app_test().run())
+    if sampled:
+        ok(at.sidebar.radio(key="side_mode").set_value("sample").run())
+        ok(at.sidebar.slider(key="side_temperature").set_value(1.3).run())
+        ok(at.sidebar.number_input(key="side_seed").set_value(7).run())
     at.sidebar.text_input(key="follow_key").input(KEY)
     ok(at.button(key="follow_start").click().run())
     assert at.session_state["follow_key"] == ""  # the key is not kept once the class has started
@@ -369,14 +409,19 @@ def test_a_wrong_code_gets_a_plain_message_and_a_box_to_type_the_code(key_set):
     assert len(fol.error) == 1 and "evil" not in fol.error[0].value
 
 
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 @pytest.mark.slow
-def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_alone(key_set):
-    lect = lecturer(5)
+def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_alone(key_set, sampled):
+    from tests.test_app import on_screen
+
+    lect = lecturer(5, sampled)
     s = lect.session_state["step_run"]
     ok(lect.button(key="step_btn_back").click().run())
     ok(lect.button(key="step_btn_back").click().run())  # the lecturer shows step 3 of 5
     code = lect.session_state["follow_lead"].code
     lecturer_ids, lecturer_traces = s.ids.tolist(), list(s.traces)
+    step, tokens, text, stage = on_screen(lect)
+    assert (step, tokens) == (3, 6)
 
     fol = follower(code, visited_first=True)
     run_id = key_set.classroom().read(code).run
@@ -384,12 +429,14 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
     ok(fol.run())
     mine = fol.session_state["step_run"]
     assert (mine.use_cache, mine.max_new_tokens) == (s.use_cache, s.max_new_tokens)  # the lecturer's settings
+    assert mine.sampling == s.sampling
     assert mine is not s and len(mine.traces) == 4  # prefill + 3 steps, replayed in the student's session
     assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]
+    assert on_screen(fol) == (3, 4, text, stage)  # the step the lecturer showed: its text and its stage
     assert "follow_code" not in fol.session_state and "follow" not in fol.query_params
     for _ in range(2):
         ok(fol.button(key="step_btn_next").click().run())
-    assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]  # the lecturer's next tokens, greedy
+    assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]  # the lecturer's next tokens
     assert mine.generated_ids == s.generated_ids
     assert lect.session_state["step_run"] is s and s.ids.tolist() == lecturer_ids  # untouched
     assert s.traces == lecturer_traces
@@ -405,18 +452,8 @@ def start_class(pg) -> str:
     pg.get_by_text("Lead a class").click()
     box = pg.get_by_label("lecturer key", exact=True)
     box.fill(KEY)
-    qr = pg.locator("[data-testid=stSidebar] [data-testid=dl-follow-qr]")
-    for again in (False, True):
-        pg.get_by_role("button", name="Start a class").click()
-        try:
-            expect(qr).to_be_visible(timeout=60_000 if again else 30_000)
-            break
-        except AssertionError:
-            # Start clears the key from its box when it runs: a key still there means the click was lost (on a
-            # busy machine it can land while the page reruns for the key just typed): press it again, as a
-            # lecturer would. A Start that ran and showed no class still fails here
-            if again or box.input_value() != KEY:
-                raise
+    pg.get_by_role("button", name="Start a class").click()  # one click: the key and Start are one form
+    expect(pg.locator("[data-testid=stSidebar] [data-testid=dl-follow-qr]")).to_be_visible()
     pg.wait_for_function("() => { const i = document.querySelector('[data-testid=stSidebar] [data-testid=dl-follow-qr]');"
                          " return i && i.complete && i.naturalWidth > 0 }")  # the QR picture really shows
     return re.search(r"https?://[^\s<\"]+/\?follow=[A-Z2-9]{6}", pg.content()).group(0)

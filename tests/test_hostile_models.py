@@ -16,10 +16,7 @@ import engine.load.load
 from engine.errors import DecodeLabError, ModelLoadError, NotACausalLM, UnsafeWeights
 from ui.apptest import ROOT, page
 from tests.test_app import fresh_app
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import OTHER
 from tests.safety import seen, shown, messages, prefill_works
 
 

@@ -17,8 +17,6 @@ from engine.measure import caveats as noise
 from tests.test_app import fresh_app
 from ui.apptest import app_test, page
 
-pytestmark = pytest.mark.slow  # every test here drives the lessons page in AppTest
-
 
 def page_lessons() -> list[str]:
     """The titles of `LESSONS` in lessons/page.py, in order: the page module only defines, so it is imported."""

@@ -43,13 +43,25 @@ def test_pickle_only_weights_are_refused_unread(tiny_dirs, tmp_path):
         load_model(str(folder))
 
 
-def test_remote_code_is_refused(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "my-custom-arch", "auto_map": {"AutoConfig": "configuration_custom.CustomConfig"},
+def test_remote_code_is_refused_and_never_runs(tmp_path):
+    """A folder whose config names its own code: the code would leave a marker file the moment it ran (transformers
+    copies it elsewhere before importing it, so the marker's path is written into it)."""
+    marker = tmp_path / "the-code-ran"
+    model = tmp_path / "custom"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "my-custom-arch", "architectures": ["CustomForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_custom.CustomConfig",
+                     "AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"},
     }))
-    with pytest.raises((RemoteCodeRequired, NotACausalLM)) as e:
-        load_model(str(tmp_path))
-    assert "code" in str(e.value) or "recognise" in str(e.value)
+    side_effect = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+    (model / "configuration_custom.py").write_text(side_effect + (
+        "from transformers import PretrainedConfig\n\n\n"
+        "class CustomConfig(PretrainedConfig):\n    model_type = 'my-custom-arch'\n"))
+    (model / "modeling_custom.py").write_text(side_effect)
+    with pytest.raises(RemoteCodeRequired, match="never runs downloaded code"):
+        load_model(str(model))
+    assert not marker.exists()
 
 
 def test_encoder_model_is_not_a_causal_lm(tmp_path):

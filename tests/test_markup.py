@@ -11,10 +11,7 @@ from streamlit.testing.v1 import AppTest
 from engine import Stepper
 from ui.apptest import ROOT, app_test, page
 from tests.test_app import click, fresh_app, run_text
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import NOT_OFFERED
 from tests.safety import seen, shown, messages, inert, inert_html
 
 

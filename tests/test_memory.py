@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine import Stepper
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import GOOD
 
 
 # ------------------------------------------------------------------ memory goes back after a big run

@@ -10,10 +10,7 @@ from engine.errors import ModelNotOffered
 from engine.load.policy import from_settings
 from ui.apptest import app_test
 from tests.test_app import click, fresh_app, new_tokens
-
-GOOD = "Once upon a time"
-OTHER = "Other: Hugging Face id or folder…"
-NOT_OFFERED = "link parameter model ignored: that model is not offered by this server"
+from tests.models import OTHER, NOT_OFFERED
 from tests.safety import messages, prefill_works
 
 

@@ -79,13 +79,36 @@ def test_prefill_of_128_tokens_sits_right_of_a_decode_step(bundled_lm):
     assert all(pre["intensity"] > 10 * d["intensity"] for d in dec)
 
 
-def test_device_probe_reports_positive_figures():
-    roof = roofline.probe(torch.device("cpu"), budget_s=0.3)
-    assert roof.peak_flops > 1e8 and roof.bandwidth > 1e8 and roof.measured
-    assert roof.ridge == roof.peak_flops / roof.bandwidth
-    # bandwidth probed at every size, smallest first, from cache-sized to past any cache; the best is the headline
-    assert [b for b, _ in roof.bandwidths] == [m * 2**20 for m in roofline.COPY_MIB["cpu"]]
+def test_device_probe_counts_the_work_it_times(monkeypatch):
+    """With a clock that moves 2 ms per reading, every timed run takes exactly 2 ms: the probe must then report a
+    1024² matmul's 2·1024³ FLOPs and each buffer's bytes over 2 ms, no more and no less."""
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(roofline.time, "perf_counter", lambda: next(ticks) * 0.002)
+    monkeypatch.setitem(roofline.COPY_MIB, "cpu", (1, 2))
+    roof = roofline.probe(torch.device("cpu"), budget_s=0.1)
+    assert roof.peak_flops == pytest.approx(2 * 1024**3 / 0.002) and roof.measured
+    assert [b for b, _ in roof.bandwidths] == [2**20, 2 * 2**20]  # every size, smallest first
+    assert [r for _, r in roof.bandwidths] == pytest.approx([2**20 / 0.002, 2 * 2**20 / 0.002])
     assert roof.bandwidth == max(r for _, r in roof.bandwidths) and roof.dram_bandwidth == roof.bandwidths[-1][1]
+    assert roof.ridge == roof.peak_flops / roof.bandwidth
+
+
+def test_device_probe_reads_this_machines_matmul_rate(monkeypatch):
+    """The probe's peak against a matmul timed here, apart from it (best of several): the same within ×3."""
+    import time
+
+    monkeypatch.setitem(roofline.COPY_MIB, "cpu", (16,))  # the bandwidth's sizes are the test above's: one is enough
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    best = 0.0
+    for _ in range(8):
+        t0 = time.perf_counter()
+        a @ b
+        best = max(best, 2 * 1024**3 / (time.perf_counter() - t0))
+    roof = roofline.probe(torch.device("cpu"), budget_s=0.3)
+    assert best / 3 < roof.peak_flops < 3 * best, (roof.peak_flops, best)
+    assert roof.bandwidth > 1e8
 
 
 def test_the_memory_roof_is_the_faster_of_a_copy_and_a_matrix_vector_read_at_every_size(monkeypatch):
@@ -125,15 +148,70 @@ def test_a_steps_memory_bound_uses_the_bandwidth_its_own_bytes_get():
     assert best.peak_flops == 2e12 and best.bandwidths == ((16 * mib, 50e9), (1024 * mib, 22e9))
 
 
+def formula_value(text: str) -> tuple[float, float]:
+    """The calculator's formula done again from its text: each term's factors multiplied (a sliding term's kept count
+    already has the window's − 1 in it), the terms summed, times the batch; and the total it states."""
+    import re
+
+    left, right = text.split(" = ")
+    left, batch = left.rsplit(" × batch ", 1)
+    number = re.compile(r"\d[\d,]*(?:\.\d+)?")
+    total = 0.0
+    for term in left.split(" + "):
+        product = 1.0
+        for factor in re.sub(r"\(window [\d,]+ − 1\)", "", term).split(" × "):
+            (n,) = number.findall(factor)
+            product *= float(n.replace(",", ""))
+        total += product
+    stated = float(number.match(right).group().replace(",", ""))
+    return total * int(batch), stated
+
+
+@pytest.mark.parametrize("name", list(kvcalc.table()["name"]))
+def test_the_formula_shown_adds_up_to_the_calculators_bytes(name):
+    a = kvcalc.from_table(name)
+    for tokens, batch, elem in ((8192, 1, 2.0), (300, 7, 0.5), (100_000, 2, 4.0)):
+        done, stated = formula_value(kvcalc.formula(a, tokens, batch, elem))
+        assert done == stated == a.kv_bytes(tokens, batch, elem), (name, tokens, batch, elem)
+
+
+def test_does_it_fit_with_the_weights_resident():
+    """Llama-3-8B (8.0 B parameters) on an 80 GB card in fp16: 64 GB left for the cache, 2³⁰ bytes a sequence of
+    8,192 tokens (131,072 a token), and the model reads at most 8,192 positions."""
+    llama = kvcalc.from_table("Llama-3-8B")
+    fit = kvcalc.largest_fit(llama, 80e9, 2, 2, 8192)
+    assert fit == {"free_for_kv": 64e9, "max_batch": 59, "max_tokens_batch1": 488_281, "context_limit": 8192}
+    # a sliding model stops growing past its window: gemma-3-270m keeps 15 x 511 positions of 1,024 bytes and grows
+    # by its 3 full layers' 3,072 bytes a token
+    gemma = kvcalc.from_table("gemma-3-270m")
+    free = 1e9 - gemma.parameters * 2
+    fit = kvcalc.largest_fit(gemma, 1e9, 2, 2, 8192)
+    assert fit["max_tokens_batch1"] == (free - 15 * 1024 * 511) // 3072 and fit["max_batch"] == free // 33_014_784
+    assert kvcalc.largest_fit(kvcalc.from_table("Llama-3.1-405B"), 80e9, 2, 2, 8192)["free_for_kv"] < 0
+    assert kvcalc.largest_fit(kvcalc.from_table("Llama-3.1-405B"), 80e9, 2, 2, 8192)["max_batch"] == 0
+
+
 @pytest.mark.slow
-def test_scale_page_renders_for_live_and_table_models():
+def test_the_scale_page_shows_each_models_formula_and_whether_it_fits():
+    """The formula on the page, done again, against the bytes each model's published shape gives by hand."""
     at = app_test().run()
     at.switch_page(page("scale")).run()
     assert not at.exception, [e.value for e in at.exception]
-    for name in ("live model (sidebar)", "gpt2", "falcon-7b", "DeepSeek-V3"):
+    by_hand = {  # 8,192 tokens, batch 1, fp16 (the page's defaults)
+        "live model (sidebar)": 2 * 4 * 2 * 32 * 2 * 8192,  # tinystories-llama: 4 layers, 2 KV heads, head_dim 32
+        "gpt2": 36_864 * 8192, "falcon-7b": 8192 * 8192, "DeepSeek-V3": 61 * 576 * 2 * 8192,
+        "gemma-3-270m": 33_014_784, "Llama-3-8B": 2**30,
+    }
+    for name, expected in by_hand.items():
         at.selectbox(key="scale_model").set_value(name).run()
         assert not at.exception, (name, [e.value for e in at.exception])
-        assert any("×" in c.value and "=" in c.value for c in at.code)
+        (shown,) = [c.value for c in at.code]
+        assert formula_value(shown) == (expected, expected), (name, shown)
+    fits = next(m.value for m in at.markdown if "Largest batch" in m.value)  # Llama-3-8B on an H100 (80 GB), fp16
+    assert "Largest batch at 8,192 tokens: **59**" in fits and "longest context at batch 1: **488,281 tokens**" in fits
+    assert "reads at most **8,192**" in fits
+    at.selectbox(key="scale_model").set_value("Llama-3.1-405B").run()
+    assert any("do not fit in 80 GB" in e.value for e in at.error)
 
 
 def test_gemma_3_270m_at_8192_tokens_counts_its_sliding_layers():

@@ -425,3 +425,81 @@ def test_the_shared_prefix_scenario_wastes_between_none_and_all_and_saves_by_sha
     positions = sum(n for s in run.steps if s.forward_ms is not None for _, n in s.held)  # each request's own count
     assert mem["sharing"]["served"] == positions and mem["sharing"]["saved"] > 0
     assert mem["sharing"]["stored"] < positions
+
+
+# ---------------------------------------------------------------- topics/serving/measure.py: what the page measures
+
+
+def test_memory_counts_what_one_request_holds_each_step_three_ways(family_model):
+    """One request of P prompt positions and N new tokens, pages of 4: after the prefill it holds P positions, after
+    decode k P + k, and the pass that makes its last token gives everything back. Paged memory holds whole pages;
+    reserving the context holds the model's whole length while the request is in; a static batch holds P + N."""
+    import math
+
+    from topics.serving.measure import memory, serving_run
+
+    lm = family_model("llama")  # 2 layers, 2 K/V heads of 8, float32: 2 x 2 x 2 x 8 x 4 = 256 bytes a position
+    n = 6
+    run = serving_run(lm, [RequestSpec("Once upon a time", n, 0)], record=True, page_size=4, num_blocks=16,
+                      max_batch_tokens=64)
+    p, most = run.requests[0].prompt_len, lm.spec.max_positions
+    lengths = [p + k for k in range(n - 1)]  # after each pass but the last
+    assert [dict(s.held).get("r0", 0) for s in run.steps if s.forward_ms is not None] == lengths + [0]
+    used = sum(lengths)
+    m = memory(run)
+    assert m["position_bytes"] == 256 and m["max_length"] == most
+    paged = [math.ceil(x / 4) * 4 for x in lengths]
+    assert m["paged"]["wasted"] == pytest.approx(1 - used / sum(paged))
+    assert m["paged"]["peak_bytes"] == max(paged) * 256
+    assert m["reserve_max_length"]["wasted"] == pytest.approx(1 - used / ((n - 1) * most))
+    assert m["reserve_max_length"]["peak_bytes"] == most * 256
+    assert m["static_padding"]["wasted"] == pytest.approx(1 - used / (n * (p + n)))
+    assert m["static_padding"]["peak_bytes"] == (p + n) * 256
+    assert m["paged"]["source"].startswith("measured") and m["static_padding"]["source"].startswith("computed")
+
+
+@pytest.mark.parametrize("lengths", [4, [4, 2, 6]], ids=["same length", "mixed lengths"])
+def test_throughput_is_the_tokens_asked_for_over_each_ways_median_time_and_every_way_makes_the_same_tokens(
+        family_model, lengths):
+    import statistics
+
+    from topics.serving.measure import PROMPTS, throughput
+
+    lm = family_model("llama")
+    res = throughput(lm, PROMPTS[:3], new_tokens=lengths, rounds=2, log=lambda *a: None)
+    total = 12  # 3 x 4, or 4 + 2 + 6: only the tokens asked for count, however long a padded row ran
+    ways = ["continuous", "one_at_a_time", "static_batch", "traced"] + (["generate_batch"] if lengths == 4 else [])
+    assert sorted(res["ms"]) == sorted(ways) and all(len(res["ms"][w]) == 2 for w in ways)  # the warm-up dropped
+    median = {w: statistics.median(res["ms"][w]) for w in ways}
+    for w in ways:
+        assert res[f"{w}_tokens_per_s"] == pytest.approx(total / (median[w] / 1e3), rel=1e-3), w
+    assert res["continuous_over_one_at_a_time"] == pytest.approx(median["one_at_a_time"] / median["continuous"],
+                                                                 rel=1e-3)
+    assert res["traced_over_untraced"] == pytest.approx(median["traced"] / median["continuous"], rel=1e-3)
+    assert res["same_tokens"] == {w: True for w in ways if w != "traced"}  # each way, each request's own tokens
+    if lengths != 4:
+        assert res["generate_batch_tokens_per_s"] is None  # transformers' generate_batch takes one length
+
+
+def test_step_time_vs_batch_times_one_pass_for_each_batch_size(family_model, monkeypatch):
+    from engine.generate.serving import run as serving_module
+    from topics.serving.measure import step_time_vs_batch
+
+    rows_fed = []
+    real = serving_module.ServingRun.step
+
+    def step(self):
+        record = real(self)
+        rows_fed.append((len(self.requests), sum(1 for r in self.requests if r.decoding)))
+        return record
+
+    monkeypatch.setattr(serving_module.ServingRun, "step", step)
+    out = step_time_vs_batch(family_model("llama"), sizes=(1, 2, 4), steps=3, context=8)
+    assert [r["batch"] for r in out] == [1, 2, 4]
+    base = out[0]["decode_ms"]
+    for r in out:
+        assert r["over_batch_1"] == pytest.approx(r["decode_ms"] / base)
+        assert r["per_sequence_ms"] == pytest.approx(r["decode_ms"] / r["batch"])
+        assert r["spread"][0] <= round(r["decode_ms"], 3) <= r["spread"][1]
+    for b in (1, 2, 4):  # the timed passes: b requests, every one of them decoding
+        assert rows_fed.count((b, b)) >= 3

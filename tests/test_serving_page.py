@@ -10,8 +10,6 @@ import pytest
 from engine.generate.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
 
-pytestmark = pytest.mark.slow  # every test here drives the Serving page or lesson 10 in AppTest
-
 SCENARIO_TITLES = [s["title"] for s in SCENARIOS.values()]  # the engine's own list, in the picker's order
 
 
@@ -327,3 +325,58 @@ def test_the_serving_page_draws_the_measured_batch_passes_on_the_roofline():
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
     rows = at.session_state["serve_measured"][1]
     assert f"at B = {rows[-1]['batch']}" in said.replace("\\", "")
+
+
+def typed(at, key: str, edits: dict):
+    """Type into a data editor as the browser reports it: {edited_rows, added_rows, deleted_rows} for the widget
+    (AppTest has no editing of its own); Streamlit applies the edits to the table the page gets back."""
+    import json
+
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+    (editor,) = {d.proto.id: d for d in at.data_editor if d.key == key}.values()
+    states = at._tree.get_widget_states()
+    states.widgets.append(WidgetState(id=editor.proto.id, string_value=json.dumps(edits)))
+    at._run(states)
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_your_own_requests_are_what_was_typed_into_the_table():
+    from engine.generate.serving import RequestSpec
+
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value("Your own requests").run()
+    first = list(at.data_editor[0].value.itertuples(index=False))
+    typed(at, "serve_own_editor", {
+        "edited_rows": {"0": {"prompt": "Tom had a red ball.", "max_new_tokens": 5}, "2": {"max_new_tokens": 4}},
+        "added_rows": [{"prompt": "The sun was hot.", "max_new_tokens": 3, "arrive": 6},
+                       {"prompt": "   ", "max_new_tokens": 4, "arrive": 0}],  # a blank prompt: not a request
+        "deleted_rows": [1]})
+    assert not at.error
+    kept = first[2]
+    assert at.session_state["serve_own_requests"] == [
+        RequestSpec("Tom had a red ball.", 5, 0), RequestSpec(kept.prompt, 4, int(kept.arrive)),
+        RequestSpec("The sun was hot.", 3, 6)]
+    for _ in range(20):  # ▶ step until every request is done (Run to end is issue 35's crash, fixed apart)
+        at.button(key="serve_btn_forward").click().run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        run = at.session_state["serve_run"]
+        if run.done:
+            break
+    assert [(r.prompt, len(r.generated_ids)) for r in run.requests] == [
+        ("Tom had a red ball.", 5), (kept.prompt, 4), ("The sun was hot.", 3)]
+
+
+@pytest.mark.parametrize("edits, said", [
+    ({"added_rows": [{"prompt": "Tom"}]}, "needs a whole number of max new tokens"),  # the other cells left blank
+    ({"added_rows": [{"prompt": f"request {i}", "max_new_tokens": 2, "arrive": 0} for i in range(14)]},
+     "17 requests is more than one run may serve"),
+], ids=["blank cells", "too many rows"])
+def test_a_table_typed_wrong_gets_a_message_and_keeps_the_last_good_requests(edits, said):
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value("Your own requests").run()
+    before = at.session_state.get("serve_own_requests")
+    typed(at, "serve_own_editor", edits)
+    assert any(said in e.value for e in at.error), [e.value for e in at.error]
+    assert at.session_state.get("serve_own_requests") == before

@@ -466,3 +466,39 @@ def test_the_speculative_page_shows_the_papers_formula_and_its_correction_beside
     assert shown["with this pass's costs"] == f"×{m['predicted_with_overhead']:.2f}"
     assert any(f"its own c = {m['cost_ratio_c']:.3f}" in c.value and f"r = {m['verify_cost_r']:.2f}" in c.value
                for c in at.caption)
+@pytest.mark.slow  # the page, a draft model, and 8 timed runs: 6 s
+def test_the_speculative_pages_measured_comparison_shows_what_it_measured_and_a_verdict_it_supports():
+    """Measure on the page (8 tokens, the draft model, k = 4): the four numbers are the measured medians and the
+    formula on the measured α and c; the verdict's first sentence follows the medians and the runs' spread."""
+    import statistics
+
+    from ui.apptest import app_test, page
+    from ui.text import plain
+
+    at = app_test().run()
+    at.switch_page(page("speculative")).run()
+    at.number_input(key="speculative_measure_steps").set_value(8).run()
+    at.button(key="speculative_measure").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    m = at.session_state["speculative_measured"]
+    plain_runs, spec_runs = m["plain_ms_per_token_runs"], m["speculative_ms_per_token_runs"]
+    assert len(plain_runs) == len(spec_runs) == m["repeats"] == 3
+    assert m["plain_ms_per_token"] == statistics.median(plain_runs)
+    assert m["speculative_ms_per_token"] == statistics.median(spec_runs)
+    assert m["speedup"] == pytest.approx(m["plain_ms_per_token"] / m["speculative_ms_per_token"])
+    assert m["identical"] and m["generated_ids"] == m["plain_ids"]  # greedy: the same tokens, only faster or not
+    assert m["alpha"] == pytest.approx(m["accepted"] / m["checked"])
+    assert m["predicted_speedup"] == pytest.approx(predicted_speedup(m["alpha"], m["k"], m["cost_ratio_c"]))
+    shown = {x.label: x.value for x in at.metric}
+    assert shown["plain: ms per token"] == f"{m['plain_ms_per_token']:.2f}"
+    assert shown["speculative: ms per token"] == f"{m['speculative_ms_per_token']:.2f}"
+    assert shown["measured speed-up"] == f"×{m['speedup']:.2f}"
+    assert shown["paper's formula"] == f"×{m['predicted_speedup']:.2f}"
+    said = verdict(m)
+    assert any(x.value == plain(said) for x in at.markdown)
+    overlap = min(plain_runs) <= max(spec_runs) and min(spec_runs) <= max(plain_runs)
+    s = m["speedup"]
+    first = ("No clear difference" if overlap and (s >= 1.05 or s <= 0.95) else "Speculative decoding paid" if
+             s >= 1.05 else "About break-even" if s > 0.95 else "Speculative decoding did not pay")
+    assert said.startswith(first), said
+    assert f"x{s:.2f}" in said and f"x{m['predicted_speedup']:.2f}" in said  # the measured and the paper's, as shown

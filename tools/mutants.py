@@ -1,6 +1,6 @@
 """Plant the bugs the fast tier must catch, one at a time, and say which test caught each. Run it before you stop.
 
-    python -m tools.mutants              every mutant (about two minutes on a quiet 2-core machine)
+    python -m tools.mutants              every mutant (about three minutes on a quiet 2-core machine)
     python -m tools.mutants NAME ...     only these
     python -m tools.mutants --list       what each one plants, and the tests meant to kill it
 
@@ -95,6 +95,54 @@ def top_k_ignored() -> None:
     _without("TopKLogitsWarper")
 
 
+def remote_code_trusted() -> None:
+    """A model's config is read with trust_remote_code on: the code in its folder runs."""
+    from transformers import AutoConfig
+
+    read = AutoConfig.from_pretrained.__func__
+    AutoConfig.from_pretrained = classmethod(lambda cls, *a, **kw: read(cls, *a, **{**kw, "trust_remote_code": True}))
+
+
+def probe_counts_half_the_flops() -> None:
+    """The device probe counts a matmul's n³ multiply-adds as n³ FLOPs, not 2·n³: the roofline's peak halves."""
+    from engine.measure import roofline
+
+    rate = roofline._best_rate
+    roofline._best_rate = lambda fn, work, device, budget_s: rate(fn, work / 2 if work == 2 * 1024**3 else work,
+                                                                   device, budget_s)
+
+
+def overhead_rule_at_8x() -> None:
+    """A step up to 8x its larger bound is still labelled bound by it (the rule says 3x)."""
+    from engine.measure import roofline
+
+    roofline.OVERHEAD = 8.0
+
+
+def race_headline_untold() -> None:
+    """The race's headline says "cannot be told apart" when the cached run's growth was measurably steeper."""
+    from topics.race import measure
+
+    said = measure.headline
+    measure.headline = lambda s: re.sub(r"Here the cached run's time grew measurably faster.*Run again\.",
+                                        "At this length the two growth rates cannot be told apart: run longer.",
+                                        said(s))
+
+
+def link_forgets_seed() -> None:
+    """A copied link no longer carries the seed: a sampled run opened from it draws other tokens."""
+    from ui import links
+
+    links.LINK_KEYS.pop("seed")
+
+
+def double_click_steps_twice() -> None:
+    """Next token takes a step for a click made before the last step reached the screen (a double click: two)."""
+    from ui.controller import Controller
+
+    Controller._too_soon = lambda self: False
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
@@ -102,6 +150,17 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "residual-is-p": (residual_is_p, SPECULATIVE_SAMPLING_TESTS),
     "temperature-ignored": (temperature_ignored, SAMPLING_TESTS),
     "top-k-ignored": (top_k_ignored, SAMPLING_TESTS),
+    "remote-code-trusted": (remote_code_trusted, ["tests/test_loading.py::test_remote_code_is_refused_and_never_runs"]),
+    "probe-half-flops": (probe_counts_half_the_flops,
+                         ["tests/test_scale.py::test_device_probe_counts_the_work_it_times"]),
+    "overhead-rule-8x": (overhead_rule_at_8x, [
+        "tests/test_fidelity.py::test_no_step_is_labelled_memory_bound_when_its_time_is_more_than_3x_its_memory_bound"]),
+    "race-headline-untold": (race_headline_untold,
+                             ["tests/test_race.py::test_the_headline_never_claims_more_than_the_fit"]),
+    "link-forgets-seed": (link_forgets_seed,
+                          ["tests/test_app.py::test_a_sampled_runs_link_reproduces_its_text_and_stage"]),
+    "double-click-two-steps": (double_click_steps_twice, [
+        "tests/test_odd_input.py::test_a_click_made_before_the_last_step_reached_the_screen_takes_no_step"]),
 }
 
 

@@ -45,10 +45,11 @@ def rerun_here() -> None:
 class Controller:
     """The run of one page in one browser session, and the buttons that step it."""
 
-    def __init__(self, prefix: str, make: Callable[[], object], noun: str = "step"):
+    def __init__(self, prefix: str, make: Callable[[], object], noun: str = "step", link_steps: str | None = None):
         self.prefix = prefix
         self.make = make  # a new run with the page's current settings (may raise DecodeLabError)
         self.noun = noun  # "step", "round", "engine step": what one click of Next makes
+        self.link_steps = link_steps  # the link parameter in which the page writes its steps taken, if it does
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}_{name}"
@@ -133,7 +134,10 @@ class Controller:
         return ok
 
     def next(self) -> None:
-        """One more step, shown (from wherever the cursor was)."""
+        """One more step, shown (from wherever the cursor was). A click made on a screen that did not show the step
+        the last click took is the second half of a double click: it takes no step (see `_too_soon`)."""
+        if self._too_soon():
+            return
         if self.done:
             self.say(f"This run has finished: {self.stopped()}. Press Reset to start again.")
             return
@@ -165,6 +169,19 @@ class Controller:
 
     def ask_run_to_end(self) -> None:
         st.session_state[self._key("to_end")] = True
+
+    def _too_soon(self) -> bool:
+        """Was this click made on a screen that did not show the newest step yet (a double click's second half)?
+
+        A double click's two clicks reach the server folded into one rerun; or the second interrupts the run the
+        first started; or it waits and is handled the moment that run ends. The second was made before the first's
+        step reached the browser, and every click sends the address its browser shows: that link still counts the
+        steps before (`link_steps`), so it takes no step. (Timing alone cannot tell it from a press made on seeing
+        the step: both can come a few milliseconds after the run.)"""
+        if not self.link_steps:
+            return False
+        shown = st.query_params.get(self.link_steps)
+        return shown is not None and shown.isdigit() and int(shown) < self.latest
 
     # ------------------------------------------------------------ runs made again
 

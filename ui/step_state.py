@@ -27,7 +27,7 @@ PREFIX = "step"  # the step page's session-state keys: step_run, step_at, step_v
 
 def step_controller(make: Callable[[], object]) -> Controller:
     """The step page's controller: `make` is a new run of the prompt on screen with the sidebar's settings."""
-    return Controller(PREFIX, make, noun="step")
+    return Controller(PREFIX, make, noun="step", link_steps="steps")  # the page's link counts its steps
 
 
 def on_screen() -> Controller:

@@ -99,6 +99,9 @@ def headline(s: dict) -> str:
              f"n^{kn:.2f} without it ({ln:.2f}–{hn:.2f})."]
     if ln > hc:
         parts.append("Without the cache it measurably grows faster.")
+    elif lc > hn:  # against the lesson, and the ranges do not overlap: say what was measured, and why it can be
+        parts.append("Here the cached run's time grew measurably faster, against the lesson (its work grows more "
+                     "slowly, estimate): timing noise, most likely a busy server. Run again.")
     else:
         parts.append("At this length the two growth rates cannot be told apart: run longer.")
     if hn < 1.9:
