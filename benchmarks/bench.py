@@ -107,7 +107,7 @@ def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list
             continue
         cache_ms, cache_run = engine_step_ms(lm, new, record=False, use_cache=True)
         nocache_ms, nocache_run = engine_step_ms(lm, new, record=False, use_cache=False)
-        flops = {name: sum(t.flops_estimate for t in run.traces if t.phase == "decode")
+        flops = {name: sum(t.flops_estimate for t in run.records if t.phase == "decode")
                  for name, run in (("cache", cache_run), ("nocache", nocache_run))}
         row = {
             "tokens": total,

@@ -94,15 +94,15 @@ def step_frame(run: str, at: int, t, *, model: str, text: str, layers: int, head
 
 
 def step_context(shared, at: int, layer: int, head: int = 0) -> StepContext:
-    t = shared.traces[at]
+    t = shared.records[at]
     layer = max(0, min(int(layer), len(t.layers) - 1))
-    return StepContext(traces=tuple(shared.traces[: at + 1]), ids=tuple(shared.ids), pieces=tuple(shared.pieces()),
+    return StepContext(records=tuple(shared.records[: at + 1]), ids=tuple(shared.ids), pieces=tuple(shared.pieces()),
                        prompt_len=shared.prompt_len, prompt=str(shared.fork.get("prompt", "")), spec=shared.spec,
                        text=shared.texts[at], layer=layer, head=head, pictures=True)
 
 
 def stage_part(shared, at: int, layer: int, head: int) -> bytes:
-    t = shared.traces[at]
+    t = shared.records[at]
     return stage_svg(t, shared.pieces(), shared.prompt_len, layer=layer, head=head).encode()
 
 

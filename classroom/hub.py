@@ -145,9 +145,9 @@ class Hub:
             return None
         run, at, kind, a, b = m.group(1), int(m.group(2)), m.group(3), int(m.group(4)), int(m.group(5))
         shared = self.room.read(code)
-        if shared is None or shared.run != run or at >= len(shared.traces):
+        if shared is None or shared.run != run or at >= len(shared.records):
             return None  # another run by now, or a step not published
-        layers = len(shared.traces[at].layers)
+        layers = len(shared.records[at].layers)
         if kind == "stage":
             heads = shared.spec.heads if shared.spec is not None else 1
             return stage_part(shared, at, min(a, layers - 1), min(b, heads - 1))

@@ -249,7 +249,7 @@ def fork(code: str, at, run: str | None = None) -> None:
     except StoreDown as e:
         ss["follow_msg"] = str(e)
         return
-    if shared is None or shared.run is None or not shared.traces:
+    if shared is None or shared.run is None or not shared.records:
         ss["follow_msg"] = "There is no run to fork yet: wait for the lecturer's Prefill."
         return
     if run is not None and run != shared.run:

@@ -47,7 +47,7 @@ def _ask(kind: str) -> None:
     if steps.at != steps.latest:
         _say("Go to the newest step first (▶): a question is about the step after it.")
         return
-    before = run.traces[-1]
+    before = run.records[-1]
     try:
         held = run.step()
     except DecodeLabError as e:
@@ -57,7 +57,7 @@ def _ask(kind: str) -> None:
     question = next_token_question(held, context) if kind == "next" else shape_question(held, before)
     try:
         qid = classroom().polls.ask(lecture, question)
-        st.session_state["follow_q"] = {"run": id(run), "held": len(run.traces) - 1, "qid": qid, "revealed": False}
+        st.session_state["follow_q"] = {"run": id(run), "held": len(run.records) - 1, "qid": qid, "revealed": False}
         pub.again()  # the screen is the same; the question is new: every follower hears of it now
     except (Refused, StoreDown) as e:
         _say(str(e))
@@ -101,7 +101,7 @@ def held(run, at: int) -> int | None:
     lecture, pub = _lead()
     if q is None or lecture is None:
         return None
-    if run is None or q["run"] != id(run) or len(run.traces) <= q["held"] or at > q["held"] or \
+    if run is None or q["run"] != id(run) or len(run.records) <= q["held"] or at > q["held"] or \
             (q["revealed"] and at != q["held"]) or not _still_asked(lecture, q["qid"]):
         _close(lecture)
         if pub is not None:

@@ -50,7 +50,7 @@ class Publisher:
         hold: steps from this index on stay unpublished (a question about the next token is open).
         Returns the new version, or None when nothing had changed.
         """
-        visible = 0 if s is None else len(s.traces) if hold is None else min(len(s.traces), hold)
+        visible = 0 if s is None else len(s.records) if hold is None else min(len(s.records), hold)
         fresh = False
         if not visible:
             if self._run is not None:
@@ -69,25 +69,25 @@ class Publisher:
         ids = s.ids[0].tolist()
         new = {}
         for i in range(self._sent, visible):
-            t = s.traces[i]
+            t = s.records[i]
             text = s.lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True)
             self._texts.append(text)
             new[i] = wire.trace_to_wire(t, text=text)
         if len(self._pieces) != len(ids):
             self._pieces = s.pieces()
         at = max(0, min(int(at), visible - 1))
-        done = s.done and visible == len(s.traces)
+        done = s.done and visible == len(s.records)
         key = (self._run, at, visible, done, tuple(sorted(picks.items())))
         if not new and not fresh and key == self._last:
             return None
         spec = s.lm.spec
         model = f"{spec.architecture} · {int(spec.parameters):,} params · {spec.attention}"
-        shown_ids = ids[: s.traces[visible - 1].kv_len + 1]  # nothing of a held step: not even its token
+        shown_ids = ids[: s.records[visible - 1].kv_len + 1]  # nothing of a held step: not even its token
         shared = wire.SharedRun(
             version=0, run=self._run, at=at, view=view, layer=int(layer), head=int(head), ids=shown_ids,
             piece_list=self._pieces[: len(shown_ids)], prompt_len=s.prompt_len, use_cache=s.use_cache, done=done,
             stop_reason=s.stop_reason if done else None, spec=spec, fork=dict(fork), model=model)
-        t = s.traces[at]
+        t = s.records[at]
         frame = step_frame(self._run, at, t, model=model, text=self._texts[at], layers=len(t.layers),
                            heads=spec.heads, new_tokens=len(shown_ids) - s.prompt_len, done=done,
                            stop=s.stop_reason if done else None)

@@ -122,7 +122,7 @@ def spec_from_wire(d: dict) -> ModelSpec:
 class SharedRun:
     """What a follower draws: the lecturer's recorded steps and where the lecturer is, read-only.
 
-    The page's views use the same names as a Stepper's (traces, prompt_len, pieces(), use_cache), so a
+    The page's views use the same names as a Stepper's (records, prompt_len, pieces(), use_cache), so a
     picture drawn for a follower is drawn by the same functions from the same record.
     """
 
@@ -132,7 +132,7 @@ class SharedRun:
     view: str = "Attention"
     layer: int = 0
     head: int = 0
-    traces: list[StepTrace] = field(default_factory=list)
+    records: list[StepTrace] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)  # the text so far after each step
     ids: list[int] = field(default_factory=list)  # every position so far: prompt and generated
     piece_list: list[str] = field(default_factory=list)  # the text of each position
@@ -146,7 +146,7 @@ class SharedRun:
     updated: float = 0.0
 
     def latest(self) -> int:
-        return len(self.traces) - 1
+        return len(self.records) - 1
 
     def pieces(self) -> list[str]:
         return self.piece_list
@@ -175,4 +175,4 @@ def run_from(head: dict, traces: list[StepTrace], texts: list[str]) -> SharedRun
         spec = spec_from_wire(head["spec"]) if head.get("spec") else None
     except (KeyError, TypeError) as e:
         raise WireError(f"not a published run: {e}") from None
-    return SharedRun(**kwargs, spec=spec, traces=list(traces), texts=list(texts))
+    return SharedRun(**kwargs, spec=spec, records=list(traces), texts=list(texts))

@@ -42,7 +42,7 @@ def _run(args) -> int:
     stepper.run()
     print(stepper.text)
     print()
-    print(step_table(stepper.traces))
+    print(step_table(stepper.records))
     print(f"stop reason: {stepper.stop_reason}")
     if args.json:
         write_json(args.json, stepper.report(attention=args.attention))

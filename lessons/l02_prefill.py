@@ -24,7 +24,7 @@ def show(course: Course) -> None:
     with pick:
         prompt = prompt_picker("lesson2_prompt", default=2)
     run = course.greedy_run(prompt, decode_steps=1)
-    pre, dec = run.traces[0], run.traces[1]
+    pre, dec = run.records[0], run.records[1]
     stage, mask, why = st.columns([1.0, 0.9, 0.55], gap="small")
     with stage:
         show_stage(run, 0)
@@ -49,4 +49,4 @@ def show(course: Course) -> None:
                     f"{dec.intensity_estimate:.1f} FLOPs per byte. A longer prompt does more arithmetic per weight it "
                     "reads, and moves right.")
         course.physics("prefill")
-    busy(run.traces)
+    busy(run.records)

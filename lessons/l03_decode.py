@@ -20,7 +20,7 @@ def show(course: Course) -> None:
     steps = st.slider("try it: decode steps (move it back and forth to replay them)", 1, 12, 5, key="lesson3_steps",
                       persist_state="session")
     run = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=12)
-    pre, t = run.traces[0], run.traces[steps]
+    pre, t = run.records[0], run.records[steps]
     show_stage(run, steps)
     st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
                 f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): `[1, 1, {course.spec.d_model}]` in, "
@@ -29,8 +29,8 @@ def show(course: Course) -> None:
                 f"{t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
                 + course.bound_sentence(t, "A decode step"))
     course.physics("decode")
-    busy(run.traces[: steps + 1])
-    z = assembled_attention(run.traces[: steps + 1], 0, 0)
+    busy(run.records[: steps + 1])
+    z = assembled_attention(run.records[: steps + 1], 0, 0)
     st.plotly_chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],
                                           "layer 0, head 0: the prefill square plus one row per decode step",
                                           scale=scale()), key="lesson3_att")

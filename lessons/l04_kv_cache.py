@@ -20,7 +20,7 @@ def show(course: Course) -> None:
                 "needs an old query again.")
     steps = st.slider("try it: decode steps", 0, 20, 8, key="lesson4_steps", persist_state="session")
     run = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=steps)
-    t = run.traces[-1]
+    t = run.records[-1]
     batch, kv_heads, pos, head_dim = t.layers[0].shapes["kv.keys"]
     elem = course.lm.elem_bytes
     formula = course.spec.kv_bytes(t.kv_len, batch, elem)  # the ModelSpec's formula, from the config
@@ -40,4 +40,4 @@ def show(course: Course) -> None:
                     "are exactly what a full recomputation would give. And every step's q was "
                     f"`[1, {course.spec.heads}, 1, {course.spec.head_dim}]` after prefill: one row, its own, used once.")
     st.table(kv_frame(t).set_index("layer"))
-    st.plotly_chart(kv_growth_figure(run.traces, scale=scale()), key="lesson4_growth")
+    st.plotly_chart(kv_growth_figure(run.records, scale=scale()), key="lesson4_growth")

@@ -32,11 +32,11 @@ def show(course: Course) -> None:
                           persist_state="session")
     prompt = PROMPTS[0]["prompt"]
     rep = course.compare(prompt, steps + 1, 0)  # prefill + `steps` decode steps, each mode
-    cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
+    cache, nocache = rep["steppers"]["cache"].records, rep["steppers"]["nocache"].records
     note = caveats.compare_note(cache, nocache)
     if note:  # a busy server flipped the comparison: measure once more (a second or two), then say what remains
         rep = course.compare(prompt, steps + 1, 1)
-        cache, nocache = rep["steppers"]["cache"].traces, rep["steppers"]["nocache"].traces
+        cache, nocache = rep["steppers"]["cache"].records, rep["steppers"]["nocache"].records
         note = caveats.compare_note(cache, nocache)
     with stage:  # the slider's last step, drawn: its passes timed once each (the measured comparison is `rep`, above)
         show_stage(course.greedy_run(prompt, decode_steps=steps, use_cache=False, repeats=1), steps)

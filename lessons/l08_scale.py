@@ -16,7 +16,7 @@ def show(course: Course) -> None:
     st.markdown("The cache that was a few kilobytes here is the main memory cost of serving big models. The formula "
                 "is the same: 2 × layers × kv_heads × head_dim × bytes per element, per token (a sliding-window "
                 "layer stops growing at its window).")
-    t = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=4).traces[-1]
+    t = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=4).records[-1]
     live = t.kv_bytes / t.kv_len
     tokens = st.select_slider("try it: context length", [1024, 4096, 8192, 32768], 8192, key="lesson8_tokens",
                               persist_state="session")

@@ -49,10 +49,10 @@ def show(course: Course) -> None:
     except DecodeLabError as e:
         error(str(e))
         return
-    shown = next((r.round for r in speculator.rounds if r.cut), len(speculator.rounds) - 1)
-    r = speculator.rounds[shown]
+    shown = next((r.round for r in speculator.records if r.cut), len(speculator.records) - 1)
+    r = speculator.records[shown]
     with rounds:
-        st.html(rounds_html(speculator, len(speculator.rounds) - 1, dense=True))
+        st.html(rounds_html(speculator, len(speculator.records) - 1, dense=True))
     with stage:
         st.html(verify_stage(speculator, shown))
     st.markdown(f"On the stage, round {shown}: {r.q_len} rows went through the model in one pass; "

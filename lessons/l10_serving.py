@@ -32,7 +32,7 @@ def show(course: Course) -> None:
     run = _lesson_run(lm)  # the whole scenario, served once: the slider walks its record
     if run is None:
         return
-    last = len(run.steps) - 1
+    last = len(run.records) - 1
     at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, last,
                    min(7, last), key="lesson10_steps", persist_state="session")
     st.markdown(summary(run, at))  # "step 7 of {last}": the same run the slider walks; the engine's numbers only

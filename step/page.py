@@ -118,7 +118,7 @@ def show() -> None:
 
 
     def status(run: Stepper, at: int) -> None:
-        t = run.traces[at]
+        t = run.records[at]
         new_tokens = len(run.generated_ids)
         showing = "newest" if at == steps.latest else f"{steps.latest - at} newer recorded"
         st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({max(0, new_tokens - 1)} from Next "
@@ -128,9 +128,9 @@ def show() -> None:
 
 
     def context(run: Stepper, at: int) -> StepContext:
-        t = run.traces[at]
+        t = run.records[at]
         ids = run.tokens
-        return StepContext(traces=tuple(run.traces[: at + 1]), ids=tuple(ids), pieces=tuple(run.pieces()),
+        return StepContext(records=tuple(run.records[: at + 1]), ids=tuple(ids), pieces=tuple(run.pieces()),
                            prompt_len=run.prompt_len, prompt=run.prompt, spec=spec,
                            text=lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True),
                            layer=st.session_state.get("step_layer") or 0, head=st.session_state.get("step_head", 0),
@@ -149,7 +149,7 @@ def show() -> None:
         # callables: the files are only built when a button is clicked, never on a Next-token click
         c.download_button("Trace as JSON", lambda: json.dumps(run.report(), default=str, indent=1), "decode-lab-trace.json",
                           "application/json", key="step_export_json", on_click="ignore")
-        c.download_button("Steps as CSV", lambda: traces_frame(run.traces).to_csv(index=False), "decode-lab-steps.csv",
+        c.download_button("Steps as CSV", lambda: traces_frame(run.records).to_csv(index=False), "decode-lab-steps.csv",
                           "text/csv", key="step_export_csv", on_click="ignore")
         c.caption("The JSON holds every step's phase, q_len, kv_len, token, per-layer shapes, KV bytes, timings and FLOPs "
                   "estimate; the link in the address bar replays this run and shows this step.")
@@ -164,7 +164,7 @@ def show() -> None:
         prompt = st.session_state.get("step_prompt", "")
         steps.sync((settings, prompt))
         if steps.replay_queued() and st.session_state.pop("step_focus", None) == "look_back" and steps.started:
-            found = hardest_look_back(steps.run.traces[steps.at], steps.run.tokens)  # computed from this run
+            found = hardest_look_back(steps.run.records[steps.at], steps.run.tokens)  # computed from this run
             if found:
                 st.session_state["step_layer"], st.session_state["step_head"] = found[0], found[1]
         control_bar()

@@ -71,7 +71,7 @@ def one_head_every_step(c: StepContext, key: str) -> None:
     if st.toggle("one head, every step so far", key=f"{key}_att_assembled", persist_state="session",
                  help="The prefill square plus one row per decode step"):  # built only when asked: a click stays cheap
         labels = c.axis_labels()
-        z = assembled_attention(list(c.traces), c.layer, c.head)
+        z = assembled_attention(list(c.records), c.layer, c.head)
         st.plotly_chart(attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
                                               f"layer {c.layer}, head {c.head}", scale=c.scale), key=f"{key}_att_all")
 

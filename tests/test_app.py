@@ -322,8 +322,8 @@ def view_as_built(at: AppTest, view: str, step: int) -> list:
     from ui.text import plain
 
     run = at.session_state["step_run"]
-    t, ids = run.traces[step], run.tokens
-    c = StepContext(traces=tuple(run.traces[: step + 1]), ids=tuple(ids), pieces=tuple(run.pieces()),
+    t, ids = run.records[step], run.tokens
+    c = StepContext(records=tuple(run.records[: step + 1]), ids=tuple(ids), pieces=tuple(run.pieces()),
                     prompt_len=run.prompt_len, prompt=run.prompt, spec=run.lm.spec,
                     text=run.lm.tokenizer.decode(ids[: t.kv_len + 1], skip_special_tokens=True))
     out = []
@@ -526,7 +526,7 @@ def test_the_layer_and_head_pickers_choose_what_the_stage_and_the_attention_view
     at.session_state["step_head"] = 5  # the head number box, in the More popover
     at.run()
     assert not at.exception
-    t = run.traces[1]
+    t = run.records[1]
     drawn = stage_svg(at)
     assert drawn == engine_stage(t, run.pieces(), run.prompt_len, layer=2, head=5)  # layer 2, head 5, nothing else
     assert drawn != engine_stage(t, run.pieces(), run.prompt_len, layer=0, head=0)

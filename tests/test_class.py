@@ -133,7 +133,7 @@ def test_votes_are_capped_at_the_class_size_and_rate_limited_like_codes(asked):
 
 def test_the_shape_question_is_answered_from_the_trace(bundled_lm):
     s = run(bundled_lm)
-    before = s.traces[-1]
+    before = s.records[-1]
     held = s.step()
     q = shape_question(held, before)
     batch, kv_heads, pos, head_dim = held.layers[0].shapes["kv.keys"]
@@ -665,7 +665,7 @@ def test_an_open_question_is_revealed_by_moving_onto_its_step_and_dropped_by_mov
     room = key_set.classroom()
     ok(lect.button(key="follow_ask_next").click().run())
     steps = lect.session_state["step_run"]
-    assert len(steps.traces) == 4 and lect.session_state["step_at"] == 2  # step 3 taken, step 2 on screen
+    assert len(steps.records) == 4 and lect.session_state["step_at"] == 2  # step 3 taken, step 2 on screen
     question = room.polls.current(code)
     assert question["open"] and room.frame(code, room.live(code)["frame"])["at"] == 2  # the class sees step 2
     assert room.polls.public(code)["choices"] == question["choices"] and "answer" not in room.polls.public(code)
@@ -673,7 +673,7 @@ def test_an_open_question_is_revealed_by_moving_onto_its_step_and_dropped_by_mov
     ok(lect.button(key=button[move]).click().run())
     now = room.polls.current(code)
     if move == "▶ onto the held step":
-        assert lect.session_state["step_at"] == 3 and len(steps.traces) == 4  # shown, not computed again
+        assert lect.session_state["step_at"] == 3 and len(steps.records) == 4  # shown, not computed again
         assert not now["open"] and now["answer"] == question["answer"]  # revealed
         assert room.frame(code, room.live(code)["frame"])["at"] == 3 and "model" in room.polls.public(code)
         assert any("✓" in h.proto.body for h in lect.get("html"))  # the answer beside the votes, on the projector

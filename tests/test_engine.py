@@ -113,7 +113,7 @@ def test_stop_reasons(tiny_lm):
 
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=50, stop_on_eos=False)
     s.prefill()
-    first_piece = tiny_lm.tokenizer.decode([s.traces[0].token_id])  # its text (a byte shows as ⟨hex⟩ on screen)
+    first_piece = tiny_lm.tokenizer.decode([s.records[0].token_id])  # its text (a byte shows as ⟨hex⟩ on screen)
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=50, stop_strings=[first_piece], stop_on_eos=False)
     s.run()
     assert s.stop_reason == "stop_string" and len(s.generated_ids) == 1
@@ -248,9 +248,9 @@ def test_the_exported_trace_round_trips_through_json(tiny_lm):
     s = Stepper(tiny_lm, "hello world", max_new_tokens=6)
     s.run()
     doc = json.loads(json.dumps(s.report(), default=str))
-    assert [st["token_id"] for st in doc["steps"]] == [t.token_id for t in s.traces]
+    assert [st["token_id"] for st in doc["steps"]] == [t.token_id for t in s.records]
     assert [[r["shape"] for r in st["shapes"]] for st in doc["steps"]] == \
-        [[list(r.shape) for r in t.shapes] for t in s.traces]
+        [[list(r.shape) for r in t.shapes] for t in s.records]
     assert doc["text"] == s.text and doc["stop_reason"] == "max_new_tokens"
     assert [st["q_len"] for st in doc["steps"]] == [s.prompt_len, 1, 1, 1, 1, 1]
 
@@ -274,4 +274,4 @@ def test_cached_keys_and_values_equal_a_full_recomputation_on_the_bundled_model(
     assert proof["positions"] == s.ids.shape[1] - 1 and len(proof["layers"]) == bundled_lm.spec.layers
     assert proof["max_key_diff"] < 1e-4 and proof["max_value_diff"] < 1e-4
     # and no step after the prefill computed a query for any position but its own new one
-    assert all(t.layers[0].shapes["attn.q"][2] == 1 for t in s.traces[1:])
+    assert all(t.layers[0].shapes["attn.q"][2] == 1 for t in s.records[1:])

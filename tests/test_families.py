@@ -107,7 +107,7 @@ def test_kv_shapes_keep_every_position_or_the_window(runs):
     lm, steppers, _ = runs
     m = lm.spec
     capped = 0
-    for t in steppers[True].traces:
+    for t in steppers[True].records:
         for layer in t.layers:
             kept, kv_len = layer_rule(layer.window, t.kv_len)
             assert m.kept(layer.layer, t.kv_len) == kept
@@ -138,7 +138,7 @@ def test_a_sliding_layer_keeps_the_last_positions_not_the_first(runs):
 
 def test_no_cache_holds_nothing_but_sliding_layers_still_read_only_their_window(runs):
     lm, steppers, _ = runs
-    for t in steppers[False].traces:
+    for t in steppers[False].records:
         assert t.kv_bytes == 0 and t.kv_shapes == ()
         assert all(layer.cached == 0 and layer.kv_len == layer_rule(layer.window, t.kv_len)[1] for layer in t.layers)
 
@@ -148,7 +148,7 @@ def test_kv_bytes_are_the_sum_over_layers_of_what_each_keeps(runs):
     lm, steppers, _ = runs
     m = lm.spec
     assert lm.elem_bytes == ELEM_BYTES
-    for t in steppers[True].traces:
+    for t in steppers[True].records:
         per_layer = [2 * m.kv_heads * m.head_dim * m.kept(layer, t.kv_len) * ELEM_BYTES for layer in range(m.layers)]
         assert list(t.kv_bytes_per_layer) == per_layer
         assert t.kv_bytes == sum(per_layer) == m.kv_bytes(t.kv_len, elem_bytes=ELEM_BYTES)
@@ -161,7 +161,7 @@ def test_attention_rows_sum_to_one_over_the_visible_keys(runs):
     """Every kept row: weight 1 over keys at or before the query and inside the layer's window, 0 elsewhere."""
     lm, steppers, _ = runs
     for use_cache, s in steppers.items():
-        for t in s.traces:
+        for t in s.records:
             for layer in t.layers:
                 att = layer.pattern.float()  # [head, query_pos, key_pos]
                 heads, rows, width = att.shape
@@ -192,7 +192,7 @@ def test_shapes_are_measured_where_attention_is_captured(runs):
     lm, steppers, _ = runs
     assert lm.captures == (family_of(lm) in CAPTURED)
     for s in steppers.values():
-        for t in s.traces:
+        for t in s.records:
             derived = [r.tensor for r in t.shapes if r.source == "derived"]
             if lm.captures:
                 assert derived == []

@@ -129,7 +129,7 @@ def test_no_step_is_labelled_memory_bound_when_its_time_is_more_than_3x_its_memo
     the larger (compute-bound)."""
     run = Stepper(bundled_lm, "Once upon a time", max_new_tokens=6)
     run.run()
-    for t in run.traces:
+    for t in run.records:
         seconds = t.forward_ms / 1e3
         tiny_flops = t.flops_estimate / (seconds * 1e-3)  # a peak that makes the compute bound 1000x below the time
         for over, expected in ((2.0, "memory-bound"), (2.9, "memory side"), (4.0, "overhead-bound")):
@@ -175,7 +175,7 @@ def test_the_stage_names_the_product_that_its_query_rows_make(tiny_lm, use_cache
     again (matrix-matrix, though it makes one token): the caption follows the rows the stage draws."""
     run = Stepper(tiny_lm, "Once upon a time there was", max_new_tokens=3, stop_on_eos=False, use_cache=use_cache)
     run.run()
-    for t in run.traces:
+    for t in run.records:
         svg = stage_svg(t, run.pieces(), run.prompt_len)
         rows = svg.count('data-role="query-row"')
         assert rows == t.q_len == (1 if use_cache and t.phase == "decode" else t.kv_len)
@@ -239,7 +239,7 @@ def test_the_batch_heatmap_draws_padding_and_the_future_as_masked_not_as_zero():
 def test_one_slow_repeat_does_not_set_the_latency_axis_and_is_marked(tiny_lm):
     run = Stepper(tiny_lm, "Once upon a time", max_new_tokens=8, stop_on_eos=False)
     run.run()
-    traces = list(run.traces)
+    traces = list(run.records)
     slow = traces[4]
     traces[4] = replace(slow, timing=Timing((slow.forward_ms, slow.forward_ms * 1.1, 240.0), None, slow.sample_ms))
     f = latency_figure(traces)
@@ -251,11 +251,11 @@ def test_one_slow_repeat_does_not_set_the_latency_axis_and_is_marked(tiny_lm):
 def test_every_whisker_is_drawn_or_named_and_the_prefill_always_fits(tiny_lm):
     run = Stepper(tiny_lm, "Once upon a time", max_new_tokens=8, stop_on_eos=False)
     run.run()
-    ceiling, outliers = latency_ceiling(run.traces)
-    tops = [t.latency_ms + t.timing.high_ms - t.forward_ms for t in run.traces]
+    ceiling, outliers = latency_ceiling(run.records)
+    tops = [t.latency_ms + t.timing.high_ms - t.forward_ms for t in run.records]
     marked = {step for step, _ in outliers}
-    assert all(top <= ceiling or t.step in marked for t, top in zip(run.traces, tops))  # drawn, or named
-    assert ceiling >= max(t.latency_ms for t in run.traces if t.phase == "prefill")
+    assert all(top <= ceiling or t.step in marked for t, top in zip(run.records, tops))  # drawn, or named
+    assert ceiling >= max(t.latency_ms for t in run.records if t.phase == "prefill")
 
 
 # ---------------------------------------------------------------- 10. the end-of-text chip fits its box
@@ -273,7 +273,7 @@ def _texts(svg: str, role: str) -> list[tuple[float, float, str]]:
 def test_an_end_of_text_token_fits_its_chip_and_the_picture(bundled_lm):
     run = Stepper(bundled_lm, "Once upon a time", max_new_tokens=3)
     run.run()
-    t = replace(run.traces[-1], token="<|endoftext|>")
+    t = replace(run.records[-1], token="<|endoftext|>")
     svg = stage_svg(t, run.pieces(), run.prompt_len)
     rect_w = float(re.search(r'<g data-role="chosen-chip"><rect x="[\d.]+" y="[\d.]+" width="([\d.]+)"', svg).group(1))
     (x, size, body), = _texts(svg, "chosen-chip")
@@ -372,9 +372,9 @@ for prompt in ("Tom had a red ball.", "Lily went to the park.", "The cat sat dow
     run = Stepper(lm, prompt, max_new_tokens=2, repeats=1)
     run.prefill()
     t0 = time.perf_counter()
-    stage_svg(run.traces[0], run.pieces(), run.prompt_len)
-    heads_figure(run.traces[0], 0, axis_labels(run.pieces()), cols=2, newest_only=True).to_json()
-    next_token_figure(run.traces[0]).to_json()
+    stage_svg(run.records[0], run.pieces(), run.prompt_len)
+    heads_figure(run.records[0], 0, axis_labels(run.pieces()), cols=2, newest_only=True).to_json()
+    next_token_figure(run.records[0]).to_json()
     took.append(time.perf_counter() - t0)
 print(json.dumps(took))
 """

@@ -18,9 +18,9 @@ PROMPT = "Once upon a time there was a cat"
 def test_assembled_attention_adds_one_row_per_decode_and_keeps_earlier_rows(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=10, stop_on_eos=False)
     s.prefill()
-    before = assembled_attention(s.traces, 1, 0)
+    before = assembled_attention(s.records, 1, 0)
     s.run(3)
-    after = assembled_attention(s.traces, 1, 0)
+    after = assembled_attention(s.records, 1, 0)
     n = s.prompt_len
     assert before.shape == (n, n)
     assert after.shape == (n + 3, n + 3)
@@ -31,7 +31,7 @@ def test_assembled_attention_adds_one_row_per_decode_and_keeps_earlier_rows(tiny
 def test_latency_figure_has_one_bar_per_step_and_estimate_is_labelled(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, use_cache=False, max_new_tokens=5, stop_on_eos=False)
     s.run()
-    f = latency_figure(s.traces)
+    f = latency_figure(s.records)
     bars = [t for t in f.data if t.type == "bar"][0]
     assert len(bars.y) == 5
     assert any("estimate" in (t.name or "") for t in f.data)
@@ -40,8 +40,8 @@ def test_latency_figure_has_one_bar_per_step_and_estimate_is_labelled(tiny_lm):
 def test_kv_grid_has_one_column_per_cached_position(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=4, stop_on_eos=False)
     s.run()
-    z = np.asarray(kv_grid_figure(s.traces, tiny_lm.spec.layers).data[0].customdata)
-    assert z.shape == (tiny_lm.spec.layers, s.traces[-1].kv_len)
+    z = np.asarray(kv_grid_figure(s.records, tiny_lm.spec.layers).data[0].customdata)
+    assert z.shape == (tiny_lm.spec.layers, s.records[-1].kv_len)
     assert list(z[0, -3:]) == [1, 2, 3]  # each decode step wrote one column
 
 
@@ -61,9 +61,9 @@ def test_token_chips_escape_html_and_mark_fed_tokens():
 def test_traces_frame_has_one_row_per_step(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=4, stop_on_eos=False)
     s.run()
-    df = traces_frame(s.traces)
+    df = traces_frame(s.records)
     assert list(df["phase"]) == ["prefill", "decode", "decode", "decode"]
-    assert list(df["kv_len"]) == [t.kv_len for t in s.traces]
+    assert list(df["kv_len"]) == [t.kv_len for t in s.records]
 
 
 # ---------------------------------------------------------------- issue #28: readable at 1280x720, honest under noise
@@ -87,7 +87,7 @@ def test_every_latency_bar_fits_its_axis_and_a_busy_server_is_said_on_the_chart(
 
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=8, stop_on_eos=False)
     s.run()
-    traces = _busy(s.traces)
+    traces = _busy(s.records)
     note = latency_note(traces)
     f = latency_figure(traces, note=note)
     top = f.layout.yaxis.range[1]
@@ -116,7 +116,7 @@ def test_the_next_token_axis_ends_a_little_above_its_tallest_bar(tiny_lm):
 def test_the_matmul_table_numbers_the_five_and_fits_its_height(tiny_lm):
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=3, stop_on_eos=False)
     s.run()
-    f = matmul_figure(s.traces[-1], tiny_lm.spec, 0)
+    f = matmul_figure(s.records[-1], tiny_lm.spec, 0)
     names = list(f.data[0].cells.values[0])
     assert [n[0] for n in names[:5]] == ["①", "②", "③", "④", "⑤"] and len(names) == 7
     assert not any("<br>" in c for col in f.data[0].cells.values for c in col)  # one line a row: the height is exact
@@ -139,7 +139,7 @@ def test_a_one_character_next_token_fills_its_chip_with_its_id(tiny_lm):
 
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=2, stop_on_eos=False)
     s.run()
-    t = replace(s.traces[-1], token=".", token_id=14)
+    t = replace(s.records[-1], token=".", token_id=14)
     chip = re.search(r'<g data-role="chosen-chip">(.*?)</g>', stage_svg(t, s.pieces(), s.prompt_len)).group(1)
     assert float(re.search(r'width="([\d.]+)"', chip).group(1)) >= CHOSEN_MIN_W
     assert ">.</text>" in chip and ">id 14</text>" in chip

@@ -48,7 +48,7 @@ def run(lm, steps: int = 3, **kw) -> Stepper:
 def test_a_trace_read_back_from_json_is_the_same_trace_and_draws_the_same_stage(bundled_lm, use_cache):
     s = run(bundled_lm, 3, use_cache=use_cache)
     pieces = s.pieces()
-    for t in s.traces:
+    for t in s.records:
         back = wire.trace_from_wire(wire.loads(wire.dumps(wire.trace_to_wire(t, text="x"))))
         assert back == t
         assert back.to_dict(attention=True) == t.to_dict(attention=True)
@@ -66,7 +66,7 @@ def test_the_followers_heads_picture_prints_each_heads_weights_for_the_newest_qu
     from engine.draw.heads import heads_svg
 
     s = run(bundled_lm, 2)
-    for t in s.traces:  # a prefill (its last query row) and decode steps
+    for t in s.records:  # a prefill (its last query row) and decode steps
         for layer in (0, len(t.layers) - 1):
             svg = heads_svg(t, layer, s.pieces())
             printed = [float("0" + v) for v in re.findall(r">(\.\d\d|1\.00)</text>", svg)]
@@ -78,12 +78,12 @@ def test_the_followers_heads_picture_prints_each_heads_weights_for_the_newest_qu
 
 def test_every_family_round_trips(tiny_lm):
     s = run(tiny_lm, 2)
-    for t in s.traces:
+    for t in s.records:
         assert wire.trace_from_wire(wire.loads(wire.dumps(wire.trace_to_wire(t)))) == t
 
 
 def test_the_wire_refuses_what_is_not_a_trace(bundled_lm):
-    d = wire.trace_to_wire(run(bundled_lm, 0).traces[0])
+    d = wire.trace_to_wire(run(bundled_lm, 0).records[0])
     bad = dict(d, layers=[dict(d["layers"][0], pattern={"shape": [8, 1, 5], "f16": "AAAA"})])
     with pytest.raises(WireError):
         wire.trace_from_wire(bad)
@@ -211,7 +211,7 @@ def test_a_follower_sees_the_lecturers_steps_without_running_the_model(bundled_l
     monkeypatch.setattr(bundled_lm.model, "forward", no_pass)
     other = Classroom(store[0], key=KEY, clock=store[1])  # another replica on the same store
     shared = other.read(lecture.code)
-    assert shared.traces == s.traces and shared.at == 3 and (shared.layer, shared.head) == (1, 2)
+    assert shared.records == s.records and shared.at == 3 and (shared.layer, shared.head) == (1, 2)
     assert shared.ids == s.ids[0].tolist() and shared.pieces() == s.pieces()
     assert shared.texts[-1] == s.text
     assert other.read(lecture.code) is shared  # one decode per update, shared by this server's followers
@@ -219,15 +219,15 @@ def test_a_follower_sees_the_lecturers_steps_without_running_the_model(bundled_l
         return a.to_json() == b.to_json()
 
     labels = axis_labels(s.pieces())
-    for i, t in enumerate(shared.traces):  # everything a follower draws is the lecturer's step i, as the lecturer's
-        mine = s.traces[i]  # run draws it
+    for i, t in enumerate(shared.records):  # everything a follower draws is the lecturer's step i, as the lecturer's
+        mine = s.records[i]  # run draws it
         svg = stage_svg(t, shared.pieces(), shared.prompt_len, 1, 2)
         assert f'data-step="{i}"' in svg and svg == stage_svg(mine, s.pieces(), s.prompt_len, 1, 2)
         assert same(heads_figure(t, 1, axis_labels(shared.pieces())), heads_figure(mine, 1, labels))
         assert same(next_token_figure(t), next_token_figure(mine))
         assert matmul_frame(t, shared.spec, 1).equals(matmul_frame(mine, bundled_lm.spec, 1))
-    assert same(latency_figure(shared.traces), latency_figure(s.traces))
-    assert same(kv_grid_figure(shared.traces, shared.spec.layers), kv_grid_figure(s.traces, bundled_lm.spec.layers))
+    assert same(latency_figure(shared.records), latency_figure(s.records))
+    assert same(kv_grid_figure(shared.records, shared.spec.layers), kv_grid_figure(s.records, bundled_lm.spec.layers))
     assert shared.spec == bundled_lm.spec
 
 
@@ -253,7 +253,7 @@ def test_a_click_sends_one_new_step_and_a_reset_starts_a_new_run(bundled_lm, sto
     s2 = run(bundled_lm, 0)
     pub.update(s2, 0, "Latency", 0, 0, {})
     shared = room.read(lecture.code)
-    assert sent[-1] == ([0], True) and len(shared.traces) == 1 and shared.traces[0] == s2.traces[0]
+    assert sent[-1] == ([0], True) and len(shared.records) == 1 and shared.records[0] == s2.records[0]
 
 
 def qr_modules(svg: str) -> list[list[int]]:
@@ -388,7 +388,7 @@ def test_a_follower_page_mounts_the_live_view_has_no_run_controls_and_never_the_
     frame = room.frame(code, live["frame"])
     assert (frame["kind"], frame["at"], frame["text"]) == ("step", 3, s.text)
     path = f"p/{frame['run']}/3/stage/{live['picks']['layer']}/{live['picks']['head']}"
-    assert hub.part(code, path).decode() == stage_svg(s.traces[3], s.pieces(), s.prompt_len)  # the step page's
+    assert hub.part(code, path).decode() == stage_svg(s.records[3], s.pieces(), s.prompt_len)  # the step page's
     view = hub.part(code, f"p/{frame['run']}/3/view/{VIEWS.index('Attention')}/0")
     assert b'data-testid=\\"dl-follow-heads\\"' in view  # every head as a picture, not a chart
     assert hub.part(code, f"p/{frame['run']}/4/stage/0/0") is None  # a step not taken is not there
@@ -419,7 +419,7 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
     ok(lect.button(key="step_btn_back").click().run())
     ok(lect.button(key="step_btn_back").click().run())  # the lecturer shows step 3 of 5
     code = lect.session_state["follow_lead"].code
-    lecturer_ids, lecturer_traces = s.ids.tolist(), list(s.traces)
+    lecturer_ids, lecturer_traces = s.ids.tolist(), list(s.records)
     step, tokens, text, stage = on_screen(lect)
     assert (step, tokens) == (3, 6)
 
@@ -430,7 +430,7 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
     mine = fol.session_state["step_run"]
     assert (mine.use_cache, mine.max_new_tokens) == (s.use_cache, s.max_new_tokens)  # the lecturer's settings
     assert mine.sampling == s.sampling
-    assert mine is not s and len(mine.traces) == 4  # prefill + 3 steps, replayed in the student's session
+    assert mine is not s and len(mine.records) == 4  # prefill + 3 steps, replayed in the student's session
     assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]
     assert on_screen(fol) == (3, 4, text, stage)  # the step the lecturer showed: its text and its stage
     assert "follow_code" not in fol.session_state and "follow" not in fol.query_params
@@ -439,7 +439,7 @@ def test_fork_continues_with_the_lecturers_tokens_and_leaves_the_lecturers_run_a
     assert mine.ids.tolist() == [lecturer_ids[0][: mine.ids.shape[1]]]  # the lecturer's next tokens
     assert mine.generated_ids == s.generated_ids
     assert lect.session_state["step_run"] is s and s.ids.tolist() == lecturer_ids  # untouched
-    assert s.traces == lecturer_traces
+    assert s.records == lecturer_traces
 
 
 # ---------------------------------------------------------------- a real browser: the acceptance run

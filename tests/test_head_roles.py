@@ -66,7 +66,7 @@ def test_every_head_of_the_bundled_model_gets_a_role_from_its_pattern(bundled_lm
     run = Stepper(bundled_lm, "Tom had a red ball. Tom liked to play with the ball. One day, Tom",
                   max_new_tokens=8, stop_on_eos=False)
     run.run(steps + 1)
-    t = run.traces[-1]
+    t = run.records[-1]
     for layer in range(bundled_lm.spec.layers):
         roles = head_roles(t, layer, run.ids[0].tolist())
         assert [r.head for r in roles] == list(range(bundled_lm.spec.heads))
@@ -83,8 +83,8 @@ def test_the_attention_picture_names_each_head_by_its_role_beside_its_number(bun
     run = Stepper(bundled_lm, "Tom had a red ball. Tom liked to play with the ball. One day, Tom",
                   max_new_tokens=4, stop_on_eos=False)
     run.run(2)
-    t = run.traces[-1]
-    c = StepContext(traces=tuple(run.traces), ids=tuple(run.ids[0].tolist()), pieces=tuple(run.pieces()),
+    t = run.records[-1]
+    c = StepContext(records=tuple(run.records), ids=tuple(run.ids[0].tolist()), pieces=tuple(run.pieces()),
                     prompt_len=run.prompt_len, prompt=run.prompt, spec=bundled_lm.spec, layer=1)
     heat = next(b.value for b in view_blocks("Attention", c) if b.kind == "figure")
     names = list(heat.data[0].y)

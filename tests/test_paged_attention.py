@@ -48,4 +48,4 @@ def test_a_batch_of_32_serves_each_request_its_own_tokens(bundled_lm):
     alone = Stepper(bundled_lm, prompt, max_new_tokens=8, stop_on_eos=False, record=False, repeats=1)
     alone.run()
     assert all(r.generated_ids == alone.generated_ids for r in run.requests)
-    assert max(len(s.rows) for s in run.steps) == 32
+    assert max(len(s.rows) for s in run.records) == 32

@@ -118,7 +118,7 @@ def test_the_playback_of_a_real_race_ends_at_each_runs_own_measured_total(tiny_l
     df = race.race_frame(rep)
     total = race.progress_at(df, float("inf"))
     for mode in race_draw.MODES:
-        times = [t.latency_ms for t in rep["steppers"][mode].traces]
+        times = [t.latency_ms for t in rep["steppers"][mode].records]
         assert total[mode]["total_ms"] == pytest.approx(sum(times), abs=1e-3) and total[mode]["finished"]
         cumulative = list(df[df["mode"] == mode]["cumulative_ms"])  # rounded to 0.1 µs, as the CSV has it
         half = race.progress_at(df, cumulative[5])[mode]

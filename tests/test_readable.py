@@ -63,7 +63,7 @@ def stage_of(lm, prompt: str, decodes: int = 1, **token) -> str:
     s.prefill()
     for _ in range(decodes):
         s.decode()
-    return stage_svg(replace(s.traces[-1], **token), s.pieces(), s.prompt_len)
+    return stage_svg(replace(s.records[-1], **token), s.pieces(), s.prompt_len)
 
 
 def texts(svg: str) -> list[dict]:
@@ -130,11 +130,11 @@ def test_the_kv_growth_chart_uses_only_the_palettes_meanings_and_greys(bundled_l
 
     s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=4)
     s.run()
-    fig = kv_growth_figure(s.traces)
+    fig = kv_growth_figure(s.records)
     total, *layers = fig.data
-    assert list(total.marker.color) == [PREFILL] + [DECODE] * (len(s.traces) - 1)  # who wrote that step's positions
+    assert list(total.marker.color) == [PREFILL] + [DECODE] * (len(s.records) - 1)  # who wrote that step's positions
     assert all(tr.line.color in LAYER_GREYS for tr in layers)
-    assert [tr.name for tr in layers] == [f"each layer (all {len(s.traces[-1].layers)} the same)"]  # not 4 lines on one
+    assert [tr.name for tr in layers] == [f"each layer (all {len(s.records[-1].layers)} the same)"]  # not 4 lines on one
 
 
 def test_a_charts_text_is_dark_and_its_toolbar_keeps_two_buttons():
@@ -186,7 +186,7 @@ def test_a_scenario_parts_ttft_and_tpot_with_a_long_prompt_on_the_latency_view(b
     assert scenario["view"] == "Latency" and scenario["link"]["cache"] == "on"
     s = Stepper(bundled_lm, scenario["link"]["prompt"], max_new_tokens=2)
     s.prefill()
-    assert s.traces[0].q_len >= 128 and f"A {s.traces[0].q_len}-token prompt" in scenario["why"]
+    assert s.records[0].q_len >= 128 and f"A {s.records[0].q_len}-token prompt" in scenario["why"]
 
 
 def test_the_latency_views_metrics_fit_three_across():

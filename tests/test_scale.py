@@ -48,7 +48,7 @@ def test_live_model_figure_equals_measured_kv_bytes(tiny_lm):
     s.prefill()
     checked = 0
     for _ in range(3):
-        t = s.traces[-1]
+        t = s.records[-1]
         assert arch.kv_bytes(t.kv_len, 1, elem) == t.kv_bytes
         checked += 1
         s.run(5)
@@ -72,7 +72,7 @@ def test_prefill_of_128_tokens_sits_right_of_a_decode_step(bundled_lm):
     ids = bundled_lm.tokenizer(prompt)["input_ids"][:128]
     s = Stepper(bundled_lm, bundled_lm.tokenizer.decode(ids, skip_special_tokens=True), max_new_tokens=3)
     s.run()
-    pts = roofline.place(s.traces)
+    pts = roofline.place(s.records)
     pre = next(p for p in pts if p["kind"] == "prefill")
     dec = [p for p in pts if p["kind"] == "decode (cache)"]
     assert s.prompt_len >= 120
@@ -292,20 +292,20 @@ def test_a_datacenter_roof_predicts_the_same_passes_in_its_own_dtype_and_judges_
     run = Stepper(bundled_lm, "Once upon a time, there was a little girl named Lily. She", max_new_tokens=3)
     run.run()
     h100 = roofline.h100()
-    pts = roofline.predicted_points(run.traces, bundled_lm.spec, h100)
-    for t, p in zip(run.traces, pts):
+    pts = roofline.predicted_points(run.records, bundled_lm.spec, h100)
+    for t, p in zip(run.records, pts):
         assert p["intensity"] == pytest.approx(2 * t.intensity_estimate)  # bf16: 2 bytes an element, not 4
         assert p["achieved"] <= h100.peak_flops * (1 + 1e-9)
         assert p["achieved"] == pytest.approx(min(h100.peak_flops, p["intensity"] * h100.bandwidth), rel=1e-9)
     fig = scale_draw.roofline_figure(h100, pts, predicted=True)
     assert {t.name for t in fig.data if t.mode == "markers"} == {"prefill (predicted)", "decode (cache) (predicted)"}
     assert fig.layout.title.text.startswith("Predicted: NVIDIA H100 SXM, bf16")
-    frame = roofline.prediction_frame(run.traces, bundled_lm.spec, h100)
+    frame = roofline.prediction_frame(run.records, bundled_lm.spec, h100)
     assert not any("measured" in c or "shows" in c for c in frame.columns)
     assert list(frame["FLOP/byte in bf16 (estimate)"]) == pytest.approx([round(2 * t.intensity_estimate, 1)
-                                                                          for t in run.traces], abs=0.051)
+                                                                          for t in run.records], abs=0.051)
     here = roofline.DeviceRoof("cpu (measured here, float32 matmul)", 1e11, 2e10, True)
-    pre = run.traces[0]
+    pre = run.records[0]
     said = scale_draw.prefill_sentence(pre, bundled_lm.spec, here, h100)
     v, p = roofline.step_verdict(pre, here), roofline.predict_step(pre, bundled_lm.spec, h100)
     assert f"{pre.forward_ms:.3g} ms against bounds of {v['memory_ms']:.3g} ms (memory)" in said

@@ -52,7 +52,7 @@ def serve(lm, specs, check=None, **kw) -> ServingRun:
 def check_books(run: ServingRun) -> None:
     """After every step: every block is free or held; a block in several tables is shared and its ref count says
     how many hold it; a free block is in no table; used + free = the pool."""
-    last = run.steps[-1]
+    last = run.records[-1]
     holders = last.owners()
     for block, refs in enumerate(last.ref_counts):
         assert refs == len(holders.get(block, ())), (block, refs, holders.get(block))
@@ -106,10 +106,10 @@ def test_every_request_gets_its_own_greedy_tokens_whatever_the_server_did(bundle
         assert r.generated_ids == alone(lm, r.prompt, NEW), (how, r.id)
         assert_transformers_alone(MODELS_DIR / model, r, chosen_logits[r.id])
     if how == "pool too small (preemption)":
-        assert run.preemptions > 0 and any(s.preempted for s in run.steps)
-        assert any(row.phase == "recompute" for s in run.steps for row in s.rows)  # drawn, not hidden
+        assert run.preemptions > 0 and any(s.preempted for s in run.records)
+        assert any(row.phase == "recompute" for s in run.records for row in s.rows)  # drawn, not hidden
     if how == "tiny budget (chunked prefill)":
-        assert all(s.tokens <= 5 for s in run.steps)
+        assert all(s.tokens <= 5 for s in run.records)
         assert max(r.chunks for r in run.requests) > 1  # a prompt was split across passes
 
 
@@ -119,12 +119,12 @@ def test_a_long_prompt_is_chunked_while_the_others_keep_decoding(bundled_lm):
     off = serve(bundled_lm, sc["requests"], **{**sc["sizing"], "chunking": False})
     long_id = on.requests[-1].id
     budget = sc["sizing"]["max_batch_tokens"]
-    prefilling = [s for s in on.steps if any(r.id == long_id and r.phase == "prefill" for r in s.rows)]
-    assert len(prefilling) > 1 and all(s.tokens <= budget for s in on.steps)
+    prefilling = [s for s in on.records if any(r.id == long_id and r.phase == "prefill" for r in s.rows)]
+    assert len(prefilling) > 1 and all(s.tokens <= budget for s in on.records)
     for s in prefilling:  # every request still decoding got its token in the same pass
         decoding = [rid for rid, status in s.statuses if status == "running" and rid != long_id]
         assert {r.id for r in s.rows if r.phase == "decode"} >= set(decoding) - set(s.admitted)
-    stalls = [s for s in off.steps if any(r.id == long_id and r.phase == "prefill" for r in s.rows)]
+    stalls = [s for s in off.records if any(r.id == long_id and r.phase == "prefill" for r in s.rows)]
     assert len(stalls) == 1 and [r.id for r in stalls[0].rows] == [long_id]  # the decodes waited that step
     for a, b in zip(on.requests, off.requests):
         assert a.generated_ids == b.generated_ids == alone(bundled_lm, a.prompt, a.max_new_tokens)[:len(a.generated_ids)]
@@ -143,8 +143,8 @@ def test_a_shared_prefix_is_computed_once_and_counted(bundled_lm, page_size):
     assert first.prefix_hit_tokens == 0
     assert [r.prefix_hit_tokens for r in later] == [skipped] * len(later)
     assert run.prefix_hit_tokens == skipped * len(later) > 0
-    shared_steps = [s for s in run.steps if s.blocks_shared]
-    assert shared_steps and max(s.blocks_shared for s in run.steps) == skipped // page_size
+    shared_steps = [s for s in run.records if s.blocks_shared]
+    assert shared_steps and max(s.blocks_shared for s in run.records) == skipped // page_size
     step = shared_steps[0]
     tables = dict(step.tables)
     assert len({tuple(t[: skipped // page_size]) for t in tables.values()}) == 1  # the same blocks, in every table
@@ -152,8 +152,8 @@ def test_a_shared_prefix_is_computed_once_and_counted(bundled_lm, page_size):
         assert r.generated_ids == alone(bundled_lm, r.prompt, r.max_new_tokens)
     off = serve(bundled_lm, sc["requests"], **{**sc["sizing"], "page_size": page_size, "num_blocks": 256,
                                                "prefix_sharing": False})
-    assert off.prefix_hit_tokens == 0 and all(s.blocks_shared == 0 for s in off.steps)
-    assert sum(s.tokens for s in off.steps) - sum(s.tokens for s in run.steps) == run.prefix_hit_tokens
+    assert off.prefix_hit_tokens == 0 and all(s.blocks_shared == 0 for s in off.records)
+    assert sum(s.tokens for s in off.records) - sum(s.tokens for s in run.records) == run.prefix_hit_tokens
 
 
 def test_prefix_hashes_cover_the_whole_prefix():
@@ -166,9 +166,9 @@ def test_blocks_are_freed_when_a_request_ends_and_reused(bundled_lm):
     specs = [RequestSpec(PROMPTS[0], 6, 0), RequestSpec(PROMPTS[1], 6, 12)]
     run = serve(bundled_lm, specs, page_size=4, num_blocks=8)
     r0_end = run.requests[0].finish_step
-    assert run.steps[r0_end].blocks_used == 0 or "r0" not in dict(run.steps[r0_end].tables)
-    assert run.steps[-1].blocks_used == 0 and run.steps[-1].blocks_free == 8
-    idle = [s for s in run.steps if s.forward_ms is None]
+    assert run.records[r0_end].blocks_used == 0 or "r0" not in dict(run.records[r0_end].tables)
+    assert run.records[-1].blocks_used == 0 and run.records[-1].blocks_free == 8
+    idle = [s for s in run.records if s.forward_ms is None]
     assert idle  # the engine waited for r1's arrival with nothing to run
 
 
@@ -210,15 +210,15 @@ def test_sampled_requests_draw_what_they_would_alone(bundled_lm):
 
 def test_the_record_says_what_each_step_did(bundled_lm):
     run = serve(bundled_lm, [RequestSpec(p, 8, 3 * i) for i, p in enumerate(PROMPTS[:3])], page_size=4)
-    first = run.steps[0]
+    first = run.records[0]
     assert [r.id for r in first.rows] == ["r0"] and first.rows[0].phase == "prefill"
     assert first.rows[0].q_len == run.requests[0].prompt_len == first.tokens
     assert first.status("r1") == "not arrived" and first.status("r0") == "running"
-    decode = run.steps[1]
+    decode = run.records[1]
     assert decode.rows[0].phase == "decode" and decode.rows[0].q_len == 1
     assert decode.rows[0].token_id == run.requests[0].generated_ids[1]  # the token this pass chose, recorded
     assert first.rows[0].token_id == run.requests[0].generated_ids[0]
-    assert all(s.forward_ms is None or s.forward_ms > 0 for s in run.steps)
+    assert all(s.forward_ms is None or s.forward_ms > 0 for s in run.records)
     assert all(r.finish_step is not None and len(r.generated_ids) == 8 for r in run.requests)
     lat = run.latency(run.requests[1])
     assert lat["ttft_steps"] == 1 and lat["ttft_ms"] > 0 and lat["tpot_ms"] > 0
@@ -400,7 +400,7 @@ def test_paged_waste_is_a_share_and_sharing_is_said_as_saved():
 
     step = SimpleNamespace(forward_ms=1.0, tables=(("r0", (0, 1)), ("r1", (0, 2))), held=(("r0", 6), ("r1", 6)),
                            blocks_used=3)
-    run = SimpleNamespace(page_size=4, kv=SimpleNamespace(bytes_per_block=4 * 10), steps=[step],
+    run = SimpleNamespace(page_size=4, kv=SimpleNamespace(bytes_per_block=4 * 10), records=[step],
                           lm=SimpleNamespace(spec=SimpleNamespace(max_positions=16)),
                           requests=[SimpleNamespace(prompt_len=5, max_new_tokens=3)] * 2)
     mem = memory(run)
@@ -422,7 +422,7 @@ def test_the_shared_prefix_scenario_wastes_between_none_and_all_and_saves_by_sha
     mem = memory(run)
     for k in ("paged", "reserve_max_length", "static_padding"):
         assert 0.0 <= mem[k]["wasted"] <= 1.0, (k, mem[k]["wasted"])
-    positions = sum(n for s in run.steps if s.forward_ms is not None for _, n in s.held)  # each request's own count
+    positions = sum(n for s in run.records if s.forward_ms is not None for _, n in s.held)  # each request's own count
     assert mem["sharing"]["served"] == positions and mem["sharing"]["saved"] > 0
     assert mem["sharing"]["stored"] < positions
 
@@ -444,7 +444,7 @@ def test_memory_counts_what_one_request_holds_each_step_three_ways(family_model)
                       max_batch_tokens=64)
     p, most = run.requests[0].prompt_len, lm.spec.max_positions
     lengths = [p + k for k in range(n - 1)]  # after each pass but the last
-    assert [dict(s.held).get("r0", 0) for s in run.steps if s.forward_ms is not None] == lengths + [0]
+    assert [dict(s.held).get("r0", 0) for s in run.records if s.forward_ms is not None] == lengths + [0]
     used = sum(lengths)
     m = memory(run)
     assert m["position_bytes"] == 256 and m["max_length"] == most

@@ -68,7 +68,7 @@ def test_the_prefix_cache_scenario_draws_cached_blocks_and_hits_them_after_their
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
     assert not at.exception and not at.error
-    steps = at.session_state["serve_run"].steps  # the controller's run (ui/controller.py: "{prefix}_run")
+    steps = at.session_state["serve_run"].records  # the controller's run (ui/controller.py: "{prefix}_run")
     arrive = SCENARIOS["prefix_cache"]["requests"][1].arrive
     between = next(s for s in steps if s.step == arrive - 1)  # r0 done, r1 not arrived: only cached blocks remain
     assert between.status("r0") == "done" and between.status("r1") == NOT_ARRIVED and between.blocks_cached > 0

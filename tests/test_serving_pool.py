@@ -57,17 +57,17 @@ def test_a_request_after_an_identical_prefix_finished_takes_its_blocks_back(bund
     assert r0.finish_step < r1.arrive  # r0 was done: nobody held its blocks when r1 came
     hits = common_prefix(bundled_lm, prompts) // page * page
     assert hits >= 5 * page and r1.prefix_hit_tokens == hits and r0.prefix_hit_tokens == 0
-    before = run.steps[r1.arrive - 1]
+    before = run.records[r1.arrive - 1]
     assert before.blocks_used == 0 and before.blocks_cached >= hits // page  # r0's full blocks, kept
-    taken = dict(run.steps[r1.arrive].tables)["r1"][: hits // page]
+    taken = dict(run.records[r1.arrive].tables)["r1"][: hits // page]
     assert all(before.block_states[b] == BlockState.CACHED for b in taken)  # taken back from the cache
-    assert run.steps[r1.arrive].prefix_hits == (("r1", hits),) and run.report()["blocks_evicted"] == 0
+    assert run.records[r1.arrive].prefix_hits == (("r1", hits),) and run.report()["blocks_evicted"] == 0
     for r in run.requests:
         assert r.generated_ids == alone(bundled_lm, r.prompt, 6)
     off = serve(bundled_lm, [RequestSpec(prompts[0], 6, 0), RequestSpec(prompts[1], 6, 20)], page_size=page,
                 num_blocks=32, max_batch_tokens=64, prefix_sharing=False)
-    assert off.prefix_hit_tokens == 0 and all(s.blocks_cached == 0 for s in off.steps)
-    assert sum(s.tokens for s in off.steps) - sum(s.tokens for s in run.steps) == hits  # computed once, not twice
+    assert off.prefix_hit_tokens == 0 and all(s.blocks_cached == 0 for s in off.records)
+    assert sum(s.tokens for s in off.records) - sum(s.tokens for s in run.records) == hits  # computed once, not twice
 
 
 def test_the_same_prompt_again_later_reuses_every_full_block_of_it(bundled_lm):
@@ -102,7 +102,7 @@ def test_the_prefix_cache_scenario_shows_cached_blocks_and_hits(bundled_lm):
     first, *later = run.requests
     assert all(a.finish_step < b.arrive for a, b in zip(run.requests, later))  # never two at once
     assert first.prefix_hit_tokens == 0 and all(r.prefix_hit_tokens >= 40 for r in later)
-    assert any(s.blocks_cached for s in run.steps)
+    assert any(s.blocks_cached for s in run.records)
     for r in run.requests:
         assert r.generated_ids == alone(bundled_lm, r.prompt, r.max_new_tokens)
 
@@ -157,7 +157,7 @@ def test_a_pool_too_small_evicts_and_still_serves_every_token(bundled_lm):
                "One day, a little girl named Amy found a baby bird.", LONG]
     specs = [RequestSpec(p, 8, 10 * i) for i, p in enumerate(prompts)]
     run = serve(bundled_lm, specs, page_size=4, num_blocks=12, max_batch_tokens=32)
-    assert run.report()["blocks_evicted"] > 0 and any(s.blocks_evicted for s in run.steps)
+    assert run.report()["blocks_evicted"] > 0 and any(s.blocks_evicted for s in run.records)
     for r in run.requests:
         assert r.generated_ids == alone(bundled_lm, r.prompt, 8), r.id
 
@@ -172,8 +172,8 @@ def test_each_preemption_policy_picks_its_victim_and_tokens_stay_exact(bundled_l
     preempts r0 itself, the one holding the most."""
     specs = [RequestSpec(LONG, 16, 0), RequestSpec("Tom had a red ball.", 16, 1)]
     run = serve(bundled_lm, specs, page_size=4, num_blocks=10, max_batch_tokens=64, preemption=policy)
-    first = next(s for s in run.steps if s.preempted)
-    held = {rid: len(t) for rid, t in run.steps[first.step - 1].tables}
+    first = next(s for s in run.records if s.preempted)
+    held = {rid: len(t) for rid, t in run.records[first.step - 1].tables}
     assert (first.step, held) == (7, {"r0": 7, "r1": 3}) and first.preempted == (victim,)
     assert run.report()["preemption"] == policy
     for r in run.requests:

@@ -55,7 +55,7 @@ def assert_the_targets_logits_are_transformers(s: Speculator, theirs: reference.
     """Each round's own token (the prefill's, a correction, a bonus) was chosen from one row of the target's pass,
     whose logits the round records (its top candidates, the largest among them): transformers' at that position."""
     at = 0  # generated tokens before the round
-    for r in s.rounds:
+    for r in s.records:
         ids = [c.token_id for c in r.target.top]
         mine = torch.tensor([c.logit for c in r.target.top])
         reference.assert_logits_close(mine, theirs.logits[at + r.accepted][ids], f"round {r.round}, {r.phase}")
@@ -106,7 +106,7 @@ def test_greedy_speculation_gives_the_targets_own_greedy_tokens_and_logits(targe
     assert_the_targets_logits_are_transformers(s, theirs)
     # the run really speculated: some proposals kept, some rejected (so caches were cropped)
     assert s.accepted > 0
-    assert any("rejected" in r.outcomes for r in s.rounds)
+    assert any("rejected" in r.outcomes for r in s.records)
     assert s.target_passes < len(s.generated_ids)
 
 
@@ -260,9 +260,9 @@ def test_a_sampled_round_decides_with_the_rule_checked_above(targets, draft_lm, 
     s = Speculator(targets["default"], PROMPT, DraftModel(draft_lm), k=K, max_new_tokens=STEPS, record=False,
                    sampling=Sampling(greedy=False, temperature=1.0, seed=3))
     s.run()
-    assert calls["accept"] == s.accepted + sum(r.outcomes.count("rejected") for r in s.rounds)
-    assert calls["residual"] == sum(r.outcomes.count("rejected") for r in s.rounds) > 0
-    assert all(0.0 <= a <= 1.0 for r in s.rounds for a in r.accept_probs)
+    assert calls["accept"] == s.accepted + sum(r.outcomes.count("rejected") for r in s.records)
+    assert calls["residual"] == sum(r.outcomes.count("rejected") for r in s.records) > 0
+    assert all(0.0 <= a <= 1.0 for r in s.records for a in r.accept_probs)
     assert len(s.generated_ids) == STEPS or s.stop_reason == "eos"
 
 
@@ -310,7 +310,7 @@ def test_rejections_crop_both_caches_to_the_kept_positions(targets, draft_lm, ki
         else:
             assert r.draft_cache_after is None
     assert s.acceptance_rate == s.accepted / s.proposed
-    assert s.tokens_per_target_pass == (len(s.generated_ids) - 1) / (len(s.rounds) - 1)
+    assert s.tokens_per_target_pass == (len(s.generated_ids) - 1) / (len(s.records) - 1)
 
 
 # ---------------------------------------------------------------- the measured comparison and the CLI

@@ -30,14 +30,14 @@ def warm_pictures(lm) -> float:
     except DecodeLabError:  # a model this prompt does not suit: its first click simply pays the cost
         return 0.0
     pieces, labels = run.pieces(), axis_labels(run.pieces())
-    for t in run.traces:
+    for t in run.records:
         stage_html(stage_svg(t, pieces, run.prompt_len), caption(t))
-    t = run.traces[-1]
-    figures = [next_token_figure(t), latency_figure(run.traces), kv_growth_figure(run.traces),
-               kv_grid_figure(run.traces, lm.spec.layers)]
+    t = run.records[-1]
+    figures = [next_token_figure(t), latency_figure(run.records), kv_growth_figure(run.records),
+               kv_grid_figure(run.records, lm.spec.layers)]
     if t.layers and t.layers[0].pattern is not None:
         figures.append(heads_figure(t, 0, labels, cols=2, newest_only=True))
-        z = assembled_attention(run.traces, 0, 0)
+        z = assembled_attention(run.records, 0, 0)
         figures.append(attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]], "warm-up"))
     for f in figures:
         f.to_json()  # what a page does with it: serialising builds plotly's validators once per process

@@ -46,7 +46,7 @@ class Block:
 class StepContext:
     """What a view needs to know about the run around the step on screen."""
 
-    traces: tuple  # every recorded step up to and including the one shown
+    records: tuple  # every recorded step up to and including the one shown
     ids: tuple[int, ...]  # the run's token ids so far (prompt and generated)
     pieces: tuple[str, ...]  # the text of each of them
     prompt_len: int
@@ -61,7 +61,7 @@ class StepContext:
 
     @property
     def t(self):
-        return self.traces[-1]
+        return self.records[-1]
 
     def axis_labels(self) -> list[str]:
         return list(self.labels) or axis_labels(list(self.pieces))
@@ -185,8 +185,8 @@ def kv_cache(c: StepContext) -> list[Block]:
                                        "decode step recomputes keys and values for all positions.")]
     layers = c.spec.layers if c.spec is not None else len(t.layers)
     return blocks + [Block("table", kv_frame(t).set_index("layer"), "kv_table"),
-                     Block("figure", kv_grid_figure(list(c.traces), layers, scale=c.scale), "kv_grid"),
-                     Block("figure", kv_growth_figure(list(c.traces), scale=c.scale), "kv_growth")]
+                     Block("figure", kv_grid_figure(list(c.records), layers, scale=c.scale), "kv_grid"),
+                     Block("figure", kv_growth_figure(list(c.records), scale=c.scale), "kv_growth")]
 
 
 def ms3(x: float) -> str:
@@ -195,7 +195,7 @@ def ms3(x: float) -> str:
 
 
 def latency(c: StepContext) -> list[Block]:
-    traces = list(c.traces)
+    traces = list(c.records)
     call = timing_callout(traces)
     note = latency_note(traces)  # a busy server's contradiction, said on the chart and under it
     n = call["prompt_tokens"]

@@ -34,7 +34,7 @@ def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | 
         if a.last_logits is not None and b.last_logits is not None and first_divergence is None:
             max_diff = max(max_diff, float((a.last_logits - b.last_logits).abs().max()))
         if not same_so_far and first_divergence is None:
-            first_divergence = len(a.traces) - 1
+            first_divergence = len(a.records) - 1
     cache, nocache = runs["cache"], runs["nocache"]
     identical = cache.generated_ids == nocache.generated_ids
     return {
@@ -43,9 +43,9 @@ def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | 
         "max_logit_diff": max_diff,
         "tokens": {"cache": cache.generated_ids, "nocache": nocache.generated_ids},
         "text": {"cache": cache.generated_text, "nocache": nocache.generated_text},
-        "latency_ms": {m: [round(t.latency_ms, 4) for t in s.traces] for m, s in runs.items()},
-        "phase": [t.phase for t in cache.traces],
-        "speedup": speedup(cache.traces, nocache.traces),
+        "latency_ms": {m: [round(t.latency_ms, 4) for t in s.records] for m, s in runs.items()},
+        "phase": [t.phase for t in cache.records],
+        "speedup": speedup(cache.records, nocache.records),
         "stop_reason": {m: s.stop_reason for m, s in runs.items()},
         "steppers": runs,
     }

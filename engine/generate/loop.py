@@ -134,7 +134,7 @@ class Run(ABC):
         run(n)    step until done, or n more steps
         free()    drop caches and records (Reset, or a session ending)
 
-    Each keeps its records under its own name too: Stepper.traces, Speculator.rounds, ServingRun.steps.
+    Each keeps its records under its own name too: Stepper.records, Speculator.records, ServingRun.records.
     """
 
     records: list

@@ -212,10 +212,6 @@ class Speculator(Sequence, Run):
         self.cache = None
         self.records: list[RoundTrace] = []  # round 0 is the prefill
 
-    @property
-    def rounds(self) -> list[RoundTrace]:
-        """The records by their name on the pages: one RoundTrace per round."""
-        return self.records
 
     # ------------------------------------------------------------ the two phases
 
@@ -280,11 +276,11 @@ class Speculator(Sequence, Run):
 
     @property
     def proposed(self) -> int:
-        return sum(r.proposed for r in self.rounds)
+        return sum(r.proposed for r in self.records)
 
     @property
     def accepted(self) -> int:
-        return sum(r.accepted for r in self.rounds)
+        return sum(r.accepted for r in self.records)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -293,17 +289,17 @@ class Speculator(Sequence, Run):
 
     @property
     def verify_passes(self) -> int:
-        return max(0, len(self.rounds) - 1)
+        return max(0, len(self.records) - 1)
 
     @property
     def tokens_per_target_pass(self) -> float | None:
         """Tokens appended per verify pass (plain decoding: exactly 1 per pass); the prefill is left out."""
-        made = sum(len(r.new_ids) for r in self.rounds[1:])
+        made = sum(len(r.new_ids) for r in self.records[1:])
         return made / self.verify_passes if self.verify_passes else None
 
     @property
     def target_passes(self) -> int:
-        return len(self.rounds)
+        return len(self.records)
 
     @property
     def target_passes_saved(self) -> int:
@@ -321,7 +317,7 @@ class Speculator(Sequence, Run):
                 "sampling": self.sampling.__dict__, "max_new_tokens": self.max_new_tokens,
                 "stop_strings": list(self.stop_strings), "text": self.text, "generated_ids": self.generated_ids,
                 "stop_reason": self.stop_reason, **self.totals(),
-                "rounds": [r.to_dict(attention=attention) for r in self.rounds]}
+                "rounds": [r.to_dict(attention=attention) for r in self.records]}
 
     def free(self) -> None:
         """Drop the caches and records (Reset, or a session ending)."""

@@ -38,10 +38,6 @@ class Stepper(Sequence, Run):
         self.records: list[StepTrace] = []  # one per forward pass
         self.last_logits = None  # [vocab] float32 on the CPU, for comparisons
 
-    @property
-    def traces(self) -> list[StepTrace]:
-        """The records by their name on the pages: one StepTrace per forward pass."""
-        return self.records
 
     # ------------------------------------------------------------ the two phases
 
@@ -95,7 +91,7 @@ class Stepper(Sequence, Run):
                 "steps": [t.to_dict(attention=attention) for t in self.records]}
 
     def free(self) -> None:
-        """Drop the cache and traces (Reset, or a session ending)."""
+        """Drop the cache and records (Reset, or a session ending)."""
         self.cache = None
         self.records = []
         self.last_logits = None

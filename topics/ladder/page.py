@@ -187,7 +187,7 @@ def show() -> None:
 
 
     run = st.session_state.get("step_run")
-    traces = run.traces if run is not None and run.traces else []
+    traces = run.records if run is not None and run.records else []
     spec = run.lm.spec if traces else (lm.spec if lm is not None else None)
     shown = None
     if lm is not None:
@@ -220,7 +220,7 @@ def show() -> None:
     st.subheader("Where does a decode step's time go?")
     st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
                "of the whole step. Shown for the demo run until you measure the next step of your own run.")
-    if run is not None and run.traces and not run.done and st.button(
+    if run is not None and run.records and not run.done and st.button(
             "Take the next step of my run apart", key="scale_profile"):
         try:
             st.session_state["scale_breakdown"] = decode_breakdown(run, here.bandwidth)

@@ -34,7 +34,7 @@ def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> dict:
     from engine.forward.run import run_pass
 
     lm = stepper.lm
-    if not stepper.traces:
+    if not stepper.records:
         raise ValueError("run prefill first")
     cache = stepper.cache if stepper.use_cache else None
     ids = stepper.ids[:, -1:] if cache is not None else stepper.ids
@@ -105,7 +105,7 @@ def where_time_goes(lm, bandwidth: float, repeats: int = 5) -> dict:
     """The demo run's steps (for the roofline) and its next decode step taken apart (`decode_breakdown`)."""
     run = demo_run(lm)
     breakdown = decode_breakdown(run, bandwidth, repeats)
-    traces = list(run.traces)
+    traces = list(run.records)
     run.free()
     return {"traces": traces, "breakdown": breakdown}
 

@@ -44,7 +44,7 @@ def race_frame(report: dict) -> pd.DataFrame:
     rows = []
     for mode, stepper in report["steppers"].items():
         cumulative = 0.0
-        for t in stepper.traces:
+        for t in stepper.records:
             cumulative += t.latency_ms
             rows.append({"mode": mode, "step": t.step, "phase": t.phase, "kv_len": t.kv_len, "q_len": t.q_len,
                          "token_id": t.token_id, "token": t.token, "latency_ms": round(t.latency_ms, 4),
@@ -175,7 +175,7 @@ def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sa
     for i, (n, r) in enumerate(jobs):
         rep = compare(lm, prompt, new_tokens=n, sampling=sampling, stop_on_eos=False)
         for mode, stepper in rep["steppers"].items():
-            ms = [t.latency_ms for t in stepper.traces if t.phase == "decode"]
+            ms = [t.latency_ms for t in stepper.records if t.phase == "decode"]
             rows.append({"tokens": n, "repeat": r, "mode": mode, "total_ms": sum(ms),
                          "ms_per_token": sum(ms) / max(1, len(ms))})
         if on_progress:
@@ -214,7 +214,7 @@ class LeanStep:
 class LeanRun:
     """One mode of a lean race: its steps and tokens (what compare's report keeps of a Stepper)."""
 
-    traces: list
+    records: list
     generated_ids: list
     generated_text: str = ""
 
@@ -275,7 +275,7 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
                                  token=lm.tokenizer.decode([token]), timing=timing,
                                  flops_estimate=step_flops(lm.spec, q_len, past),
                                  bytes_estimate=step_bytes(lm.spec, q_len, past, lm.elem_bytes))
-                run.traces.append(trace)
+                run.records.append(trace)
                 run.generated_ids.append(token)
                 seq[mode] = torch.cat([seq[mode], torch.tensor([[token]])], dim=1)
                 if on_step:
@@ -294,9 +294,9 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
         "max_logit_diff": max_diff,
         "tokens": {"cache": cache.generated_ids, "nocache": nocache.generated_ids},
         "text": {"cache": cache.generated_text, "nocache": nocache.generated_text},
-        "latency_ms": {m: [round(t.latency_ms, 4) for t in r.traces] for m, r in runs.items()},
-        "phase": [t.phase for t in cache.traces],
-        "speedup": speedup(cache.traces, nocache.traces),
+        "latency_ms": {m: [round(t.latency_ms, 4) for t in r.records] for m, r in runs.items()},
+        "phase": [t.phase for t in cache.records],
+        "speedup": speedup(cache.records, nocache.records),
         "stop_reason": {m: "max_new_tokens" for m in runs},
         "how": {"cache": on.how, "nocache": off.describe("recompute")},
         "compile_ms": {"cache": dict(on.compile_ms), "nocache": dict(off.compile_ms)},

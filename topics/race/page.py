@@ -78,7 +78,7 @@ def show() -> None:
         precision = race.precision_note(report.get("dtype", lm.dtype_name))
         df = race.race_frame(report)
         runs = report.pop("steppers")  # traces are summarised in df; free them once the noise rule has read them
-        note = caveats.compare_note(runs["cache"].traces, runs["nocache"].traces)
+        note = caveats.compare_note(runs["cache"].records, runs["nocache"].records)
         del runs
         release_memory()
         summary = race.summary(report, df)

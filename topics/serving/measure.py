@@ -156,7 +156,7 @@ def memory(run: ServingRun) -> dict:
     served_total = stored_total = steps = 0
     peak = dict.fromkeys(held, 0)
     longest = max(r.prompt_len for r in run.requests) + max(r.max_new_tokens for r in run.requests)
-    for s in run.steps:
+    for s in run.records:
         if s.forward_ms is None:
             continue
         in_pool = [rid for rid, _ in s.tables]
@@ -286,12 +286,12 @@ def decode_stall(run: ServingRun, long_id: str) -> dict:
     measured ms (the time between their tokens); and the long request's own time to first token. Read off the
     recorded run's steps: the same records its timeline is drawn from."""
     long = run.requests[int(long_id[1:])]
-    start, end = long.arrive, long.first_token_step if long.first_token_step is not None else len(run.steps) - 1
+    start, end = long.arrive, long.first_token_step if long.first_token_step is not None else len(run.records) - 1
     worst_steps, worst_ms, sat_out = 0, 0.0, {}
     for r in run.requests:
         if r.id == long_id or r.first_token_step is None or r.first_token_step >= long.arrive:
             continue  # only those already decoding when the long prompt arrived
-        made = [s.step for s in run.steps if any(row.id == r.id and row.token_id is not None for row in s.rows)]
+        made = [s.step for s in run.records if any(row.id == r.id and row.token_id is not None for row in s.rows)]
         for a, b in zip(made, made[1:]):
             if a <= end and b >= start:  # the gap between these two tokens overlaps the long prompt's prefill
                 if b - a > 1:
@@ -325,8 +325,8 @@ def policy_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: dict
     for policy in PREEMPTION:
         run = ServingRun(lm, requests, sampling=sampling, record=True, **{**sizing, "preemption": policy})
         run.run()
-        out[policy] = {"steps": len(run.steps), "preemptions": run.preemptions,
-                       "preempted": [(s.step, rid) for s in run.steps for rid in s.preempted],
+        out[policy] = {"steps": len(run.records), "preemptions": run.preemptions,
+                       "preempted": [(s.step, rid) for s in run.records for rid in s.preempted],
                        "recomputed": sum(r.recomputed_tokens for r in run.requests),
                        "same_as_alone": same_as_alone(run)}
         run.free()
@@ -349,7 +349,7 @@ def chunking_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: di
         long_id = max(run.requests, key=lambda r: r.prompt_len).id
         out["on" if chunking else "off"] = {**decode_stall(run, long_id), "long_id": long_id,
                                             "same_tokens": None, "tokens": [r.generated_ids for r in run.requests],
-                                            "steps": list(run.steps), "ids": [r.id for r in run.requests]}
+                                            "steps": list(run.records), "ids": [r.id for r in run.requests]}
         run.free()  # the pool goes; the records copied above stay
     same = out["on"].pop("tokens") == out["off"].pop("tokens")
     out["on"]["same_tokens"] = out["off"]["same_tokens"] = same
@@ -365,7 +365,7 @@ def roomy_check(run: ServingRun, requests: list[RequestSpec], sizing: dict, samp
                        **{**sizing, "num_blocks": max(sizing["num_blocks"], need)})
     roomy.run()
     tokens = [r.generated_ids for r in roomy.requests]
-    preempted = sorted({rid for s in run.steps for rid in s.preempted}, key=lambda rid: int(rid[1:]))
+    preempted = sorted({rid for s in run.records for rid in s.preempted}, key=lambda rid: int(rid[1:]))
     out = {"same_tokens": tokens == [r.generated_ids for r in run.requests], "preempted": preempted,
            "roomy_blocks": roomy.num_blocks, "blocks": run.num_blocks}
     roomy.free()

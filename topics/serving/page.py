@@ -138,7 +138,7 @@ def show() -> None:
     row.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
     if run.done:
         st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again. {exactness(run)}")
-        if any(s.preempted for s in run.steps):  # exactness, checked once per run, not only said in prose
+        if any(s.preempted for s in run.records):  # exactness, checked once per run, not only said in prose
             kept = st.session_state.get("serve_roomy")
             if kept is None or kept[0] != id(run):
                 with st.spinner("Serving the same requests in a pool big enough for all of them, to compare…"):

@@ -19,15 +19,15 @@ MAX_PAGE_REQUESTS = 16  # a browser session serves at most this many requests in
 
 def pictures(run: ServingRun, at: int) -> None:
     """The block pool and tables beside the step's one pass and the queue; the timeline under both."""
-    step = run.steps[at]
+    step = run.records[at]
     left, right = st.columns([1, 1], gap="small")
     with left:
         st.html(_whole(draw.pool_svg(step, run.num_blocks, run.page_size), pool_alt(step, run), "dl-pool"))
     with right:
         st.html(_whole(draw.pass_svg(step, run.lm.spec.d_model), pass_alt(step), "dl-pass"))
     with st.container(key="serve_timeline"):
-        st.html(_whole(draw.timeline_svg(run.steps, [r.id for r in run.requests], at),
-                       f"timeline of {len(run.steps)} engine steps, step {at} marked", "dl-timeline"))
+        st.html(_whole(draw.timeline_svg(run.records, [r.id for r in run.requests], at),
+                       f"timeline of {len(run.records)} engine steps, step {at} marked", "dl-timeline"))
 
 
 def chunking_result(result: dict) -> None:
@@ -61,11 +61,11 @@ def pass_alt(step) -> str:
 
 def summary(run: ServingRun, at: int) -> str:
     """One line for the status bar: what the run has done up to the step shown."""
-    step = run.steps[at]
+    step = run.records[at]
     done = sum(1 for _, s in step.statuses if s == "done")
-    skipped = sum(n for s in run.steps[: at + 1] for rid, n in s.prefix_hits)
-    preempted = sum(len(s.preempted) for s in run.steps[: at + 1])
-    return (f"step **{at}** of {len(run.steps) - 1} · {done}/{len(run.requests)} requests done · prompt tokens "
+    skipped = sum(n for s in run.records[: at + 1] for rid, n in s.prefix_hits)
+    preempted = sum(len(s.preempted) for s in run.records[: at + 1])
+    return (f"step **{at}** of {len(run.records) - 1} · {done}/{len(run.requests)} requests done · prompt tokens "
             f"skipped by sharing: **{skipped}** · preemptions: **{preempted}**")
 
 

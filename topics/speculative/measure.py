@@ -84,13 +84,13 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
     plain_ms = [per_token(*x) for x in timed[plain]]
     speculative_ms = [per_token(*x) for x in timed[speculative]]
     # time outside the forward passes: sampling, bookkeeping, judging, cropping (wall - passes, per pass)
-    plain_overhead = statistics.median((ms - sum(t.forward_ms for t in run.traces[1:])) / max(1, len(run.traces) - 1)
+    plain_overhead = statistics.median((ms - sum(t.forward_ms for t in run.records[1:])) / max(1, len(run.records) - 1)
                                        for run, ms in timed[plain])
-    speculative_overhead = statistics.median((ms - sum(sum(r.draft_ms) + r.verify_ms for r in run.rounds[1:]))
-                                      / max(1, len(run.rounds) - 1) for run, ms in timed[speculative])
+    speculative_overhead = statistics.median((ms - sum(sum(r.draft_ms) + r.verify_ms for r in run.records[1:]))
+                                      / max(1, len(run.records) - 1) for run, ms in timed[speculative])
     plain_runs, speculative_runs = [run for run, _ in timed[plain]], [run for run, _ in timed[speculative]]
     base, last = plain_runs[-1], speculative_runs[-1]
-    rounds = [r for run in speculative_runs for r in run.rounds[1:]]
+    rounds = [r for run in speculative_runs for r in run.records[1:]]
     proposed = sum(r.proposed for r in rounds)
     accepted = sum(r.accepted for r in rounds)
     checked = sum(r.checked for r in rounds)
@@ -98,8 +98,8 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
     # never looked at, so accepted / proposed would understate it
     alpha = accepted / checked if checked else 0.0
     verify_ms = statistics.median(r.verify_ms for r in rounds) if rounds else 0.0
-    decode_ms = statistics.median(t.forward_ms for run in plain_runs for t in run.traces if t.phase == "decode") \
-        if any(len(run.traces) > 1 for run in plain_runs) else 0.0
+    decode_ms = statistics.median(t.forward_ms for run in plain_runs for t in run.records if t.phase == "decode") \
+        if any(len(run.records) > 1 for run in plain_runs) else 0.0
     draft_per_token = sum(sum(r.draft_ms) for r in rounds) / proposed if proposed else 0.0
     step_ms = decode_ms or verify_ms  # one ONE-ROW target step: the paper's unit (the verify pass where none ran)
     c = draft_per_token / step_ms if step_ms else 0.0  # Leviathan et al.'s c: a draft step over a one-row step
@@ -116,8 +116,8 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
         "proposals_per_round": proposed / len(rounds) if rounds else 0.0,
         "tokens_per_target_pass": made / len(rounds) if rounds else None,
         "expected_tokens_per_pass": expected_tokens_per_pass(alpha, k),
-        "target_passes": last.target_passes, "plain_target_passes": len(base.traces),
-        "target_passes_saved": len(base.traces) - last.target_passes,
+        "target_passes": last.target_passes, "plain_target_passes": len(base.records),
+        "target_passes_saved": len(base.records) - last.target_passes,
         "plain_ms_per_token": statistics.median(plain_ms), "speculative_ms_per_token": statistics.median(speculative_ms),
         "plain_ms_per_token_runs": plain_ms, "speculative_ms_per_token_runs": speculative_ms,
         "speedup": statistics.median(plain_ms) / statistics.median(speculative_ms),
@@ -131,7 +131,7 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
                                                      speculative_overhead / step_ms if step_ms else 0.0,
                                                      plain_overhead / step_ms if step_ms else 0.0),
         "repeats": max(1, repeats), "warmup": "one run of each before timing, excluded",
-        "rounds": [r.to_dict() for r in last.rounds],
+        "rounds": [r.to_dict() for r in last.records],
     }
     out["verdict"] = verdict(out)
     return out

@@ -45,7 +45,7 @@ def rounds_html(run: Speculator, upto: int, dense: bool = False) -> str:
     size, text, line_h = ("0.92rem", "0.9em", 1.45) if dense else ("1.05rem", "1em", 2)
     chip = partial(_chip, size=size)
     lines = []
-    for r in run.rounds[: upto + 1]:
+    for r in run.records[: upto + 1]:
         chips = []
         if r.round == 0:
             chips.append(chip(r.token, f"background:{PREFILL}33", "the prefill's token"))
@@ -69,7 +69,7 @@ def rounds_html(run: Speculator, upto: int, dense: bool = False) -> str:
 
 def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
     """The stage of round i's target pass: k+1 rows in, the columns of rejected guesses written and then cut."""
-    r = run.rounds[i]
+    r = run.records[i]
     known = token_pieces(run.lm.tokenizer, run.ids[0, : r.past].tolist())
     pieces = known + list(r.target.fed_tokens)
     if r.round == 0:
@@ -120,7 +120,7 @@ def rounds_frame(run: Speculator) -> pd.DataFrame:
                           "kept": r.accepted, "target's token": show_piece(r.token), "kind": r.token_kind,
                           "q_len": r.q_len, "cache before (past)": r.past, "after verify": r.cache_after_verify,
                           "after crop": r.cache_after_crop, "draft ms": round(sum(r.draft_ms), 3),
-                          "verify ms": round(r.verify_ms, 3)} for r in run.rounds])
+                          "verify ms": round(r.verify_ms, 3)} for r in run.records])
 
 
 def measured_comparison(lm, prompt: str, new_tokens: int, choice: str, k: int, settings) -> dict | None:

@@ -88,11 +88,6 @@ class ServingRun(Run):
         self.step_index = 0
 
     @property
-    def steps(self) -> list[ServingStep]:
-        """The records by their name on the pages: one ServingStep per engine step."""
-        return self.records
-
-    @property
     def done(self) -> bool:
         return all(r.status == Status.DONE for r in self.requests)
 
