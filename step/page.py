@@ -17,7 +17,7 @@ from engine.draw.attention import hardest_look_back
 from engine.draw.first_draw import blank_figure
 from engine.draw.latency import traces_frame
 from engine.draw.palette import legend_html
-from engine.draw.stage import caption, stage_html, stage_svg
+from engine.draw.stage import caption, stage_heading, stage_html, stage_svg
 from engine.draw.views import VIEWS, StepContext
 from engine.links import MAX_PROMPT_CHARS, read_link
 from step.page_views import show_view
@@ -139,7 +139,7 @@ def show() -> None:
 
     def stage(c: StepContext, run: Stepper) -> None:
         svg = stage_svg(c.t, list(c.pieces), run.prompt_len, layer=c.layer, head=c.head)
-        st.html(stage_html(svg, caption(c.t)))
+        st.html(stage_html(svg, caption(c.t), heading=stage_heading(c.t)))
         st.html(f'<div class="dl-text" data-testid="dl-text">{html.escape(c.text)}</div>')  # the text so far
 
 

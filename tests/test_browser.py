@@ -52,7 +52,7 @@ def inside(pg, locator) -> bool:
 
 
 PAGE_TITLES = ["Step through", "Lessons", "Race: cache vs no cache", "Speculative decoding", "Serving: many requests",
-               "Scale: KV memory and roofline", "Model"]
+               "Scale: KV memory and roofline", "KV cache on a budget", "Model"]
 
 
 def sidebar_links(pg) -> list[str]:

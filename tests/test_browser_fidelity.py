@@ -133,6 +133,7 @@ def test_presenter_mode_grows_the_metric_values_with_the_rest(server, browser):
 
 def test_lesson_9_draws_its_lookahead_figure(server, browser):
     pg = open_page(browser, server + "/lessons?lesson=9&presenter=on", *PRESENTER)
+    pg.get_by_text("Next idea: lookahead decoding").first.click()  # it folds under the lesson's first screen
     picture = pg.locator("[data-testid='dl-lookahead'] img")
     expect(picture).to_be_visible()
     picture.scroll_into_view_if_needed()

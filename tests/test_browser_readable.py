@@ -1,5 +1,5 @@
 """Readable on a projector (1280x720, presenter mode) and on a phone (390x844), in a real browser (#35, items 11-14):
-the stage opens at its left edge on a phone, a follower's charts keep their ticks and titles apart, a chart's hover
+the stage opens at its newest column on a phone with its first line whole above it, a follower's charts keep their ticks and titles apart, a chart's hover
 toolbar leaves its title alone, captions are drawn whole, and lessons 2, 5 and 9 show their key picture on the first
 projector screen. What the record can say without a browser is in tests/test_readable.py.
 
@@ -32,15 +32,20 @@ def overlap(a: dict, b: dict) -> bool:
         a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
 
 
-def test_a_phone_opens_the_stage_at_its_left_edge_and_nothing_scrolls_sideways(keyed_server, browser):
-    """It opened scrolled right, its left edge cut ('ase) · step 3')."""
+def test_a_phone_opens_the_stage_at_its_newest_column_with_its_first_line_whole_and_nothing_scrolls_sideways(
+        keyed_server, browser):
+    """It opened scrolled right with its first line cut ('ase) · step 3'). It still opens at its right end (the new
+    K/V column and the next token are the step's point: tests/test_browser_fidelity.py), and its first line is
+    written whole above it, in words."""
     pg = open_page(browser, keyed_server + "/?steps=3", *PHONE)
     stage = settled(pg, "[data-testid=dl-stage] img")
     box, frame = stage.bounding_box(), pg.locator("[data-testid=dl-stage]").first.bounding_box()
     assert pg.evaluate("document.documentElement.scrollWidth") == PHONE[0]
-    assert pg.locator("[data-testid=dl-stage]").first.evaluate("e => [e.scrollLeft, getComputedStyle(e).direction]") \
-        == [0, "ltr"]
-    assert abs(box["x"] - frame["x"]) <= 1 and box["width"] > frame["width"]  # its start on screen, the rest scrolls
+    assert abs(box["x"] + box["width"] - frame["x"] - frame["width"]) <= 2 and box["width"] > frame["width"]
+    head = pg.locator(".dl-stage-head").first
+    assert head.is_visible() and head.inner_text() == "Decode (generation phase) · step 3 · cache on"
+    hb = head.bounding_box()
+    assert hb["x"] >= 0 and hb["x"] + hb["width"] <= PHONE[0]  # whole, on screen
     assert stage.get_attribute("alt").startswith("this pass")
     pg.close()
 

@@ -405,6 +405,9 @@ def key_number(at, name: str) -> str:
         return f"k: <b>{at.session_state['speculative_k']}</b>"  # proposals a round
     if name == "scale":
         return at.code[0].value  # the KV formula with its total, as the lecturer shows it
+    if name == "budget":  # the bytes the chosen policy's cache holds, measured
+        said = next(m.value for m in at.markdown if m.value.startswith("Holds "))
+        return re.search(r"Holds \*\*([^*]+)\*\*", said).group(1)
     if name == "model_info":  # the parameter count from the model's table
         table = at.table[0].value
         return next(str(v) for i, v in table["value"].items() if "param" in str(i))
@@ -413,7 +416,8 @@ def key_number(at, name: str) -> str:
 
 @pytest.mark.parametrize("name, title", [("race", "Race: cache vs no cache"), ("serving", "Serving: many requests"),
                                          ("speculative", "Speculative decoding"),
-                                         ("scale", "Scale: KV memory and roofline"), ("model_info", "Model")])
+                                         ("scale", "Scale: KV memory and roofline"), ("model_info", "Model"),
+                                         ("budget", "KV cache on a budget")])
 @pytest.mark.slow
 def test_every_page_the_lecturer_opens_becomes_the_classs_frame_with_its_figures(key_set, name, title):
     import html

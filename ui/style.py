@@ -24,13 +24,15 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 .dl-stage img { display: block; width: 100%; height: auto; }
 .st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
 .st-key-dl_keys_back { display: none; }      /* a script with nothing to show: see keys_back */
+.dl-stage-head { display: none; }            /* the stage's first line again, in words: a phone's only (below) */
 @media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
-  .dl-stage img, .dl-stage > svg { min-width: 520px; }  /* the picture scrolls sideways; its text stays legible */
-  .dl-stage {                                  /* ...and opens at its left edge, where it is read from (the phase and */
-    background: linear-gradient(to left, #fff 40%, rgba(255,255,255,0)) right / 28px 100% no-repeat local,
-      radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.22), rgba(0,0,0,0)) right / 12px 100% no-repeat scroll;
-  }                                            /* step, the strip); a shadow at its right edge, gone at the end, says
-                                                  there is more: the new K/V column and the next token */
+  .dl-stage img, .dl-stage > svg { min-width: 520px; direction: ltr; }  /* it scrolls sideways; text stays legible */
+  .dl-stage {                                  /* ...and opens at its right end, the step's point: the new K/V column */
+    direction: rtl;                            /* and the next token; a shadow at its left edge says there is more */
+    background: linear-gradient(to right, #fff 40%, rgba(255,255,255,0)) left / 28px 100% no-repeat local,
+      radial-gradient(farthest-side at 0% 50%, rgba(0,0,0,.22), rgba(0,0,0,0)) left / 12px 100% no-repeat scroll;
+  }
+  .dl-stage-head { display: block !important; font-weight: 700; font-size: 0.95rem; }  /* its first line, whole */
   .modebar-container, [data-testid="stElementToolbar"] { display: none !important; }  /* never over a chart's title */
   .katex-display { font-size: 0.8em; }         /* a formula fits the width instead of running off it */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */

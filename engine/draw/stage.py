@@ -397,9 +397,18 @@ def caption(t: StepTrace) -> str:
     return " — ".join(caption_lines(t))
 
 
-def stage_html(svg: str, alt: str) -> str:
-    """The stage as an <img> of the SVG: a picture can run no script and fetch nothing, whatever it shows."""
-    return f'<div class="dl-stage" data-testid="dl-stage"><img alt="{escape(alt)}" src="{data_uri(svg)}"/></div>'
+def stage_heading(t: StepTrace) -> str:
+    """The stage's own first line, in words: what a phone shows above the picture, which opens at its newest
+    column and so past its left edge."""
+    return f"{PHASE_NAMES.get(t.phase, t.phase.capitalize())} · step {t.step} · cache {'on' if t.use_cache else 'off'}"
+
+
+def stage_html(svg: str, alt: str, heading: str | None = None) -> str:
+    """The stage as an <img> of the SVG: a picture can run no script and fetch nothing, whatever it shows.
+    `heading`: its first line again as text, shown on a phone only (ui/style.py), where the picture scrolls."""
+    head = f'<div class="dl-stage-head">{escape(heading)}</div>' if heading else ""
+    return (f'{head}<div class="dl-stage" data-testid="dl-stage"><img alt="{escape(alt)}" '
+            f'src="{data_uri(svg)}"/></div>')
 
 
 def stage_svg(t: StepTrace, pieces: list[str], prompt_len: int, layer: int = 0, head: int = 0,
@@ -415,8 +424,7 @@ def stage_svg(t: StepTrace, pieces: list[str], prompt_len: int, layer: int = 0, 
     heads = q_shape[1] if q_shape else (lt.pattern.shape[0] if lt.pattern is not None else 1)
     head = max(0, min(head, heads - 1))
     y = 6
-    phase = PHASE_NAMES.get(t.phase, t.phase.capitalize())
-    header = title or f"{phase} · step {t.step} · cache {'on' if t.use_cache else 'off'}"
+    header = title or stage_heading(t)
     body = [_t(0, y + 20, header, 18, weight="bold")]
     y += 34
     strip, sh, chosen_xy = _strip(t, pieces, prompt_len, y, rejected_from)

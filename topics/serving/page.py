@@ -25,7 +25,7 @@ from ui.style import keys_back, picked, scale
 from ui.text import error, plain
 
 
-POLICY_NAMES = {"newest": "preempt the newest", "most_blocks": "preempt the most blocks"}
+POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
 
 
 def exactness(run) -> str:
@@ -78,7 +78,7 @@ def show() -> None:
         st.session_state.pop("serve_measured", None)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.selectbox("scenario", CHOICES, key="serve_scenario", persist_state="session", label_visibility="collapsed",
-                  width=380, on_change=picked)
+                  width=330, on_change=picked)  # narrow enough that the preemption knob and More share its row
     keys_back()  # after a pick, E and → are shortcuts again, not letters typed into the box
     if name == "preemption":  # which running request goes when the pool runs out: switch it and compare
         st.session_state.setdefault("serve_preemption", sizing.get("preemption", PREEMPTION[0]))
@@ -107,7 +107,7 @@ def show() -> None:
     st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
                f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
-               + (f"preemption: {sizing['preemption']} · " if "preemption" in sizing else "") + "timings measured")
+               + "timings measured")
     if said := steps.said():
         error(said)
     if notice := steps.notice():
