@@ -18,7 +18,7 @@ import streamlit as st
 
 from engine import Sampling, Stepper, compare
 from engine.draw.palette import axis_labels
-from engine.draw.stage import caption, stage_html, stage_svg
+from engine.draw.stage import caption, stage_heading, stage_html, stage_svg
 from engine.generate.batch import run_batch, same_as_alone
 from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces
@@ -168,7 +168,8 @@ def prompt_picker(key: str, default: int = 0) -> str:
 
 def show_stage(run: Stepper, step: int, layer: int = 0) -> None:
     t = run.records[step]
-    st.html(stage_html(stage_svg(t, run.pieces(), run.prompt_len, layer=layer), caption(t)))
+    svg = stage_svg(t, run.pieces(), run.prompt_len, layer=layer)
+    st.html(stage_html(svg, caption(t), heading=stage_heading(t)))
 
 
 def busy(traces) -> None:

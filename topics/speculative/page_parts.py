@@ -78,7 +78,7 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
         title = (f"Verify · round {r.round} · {r.q_len} rows checked in one pass · "
                  f"{r.cut} column{'s' if r.cut != 1 else ''} cut")
     return stage_html(stage_svg(r.target, pieces, run.prompt_len, layer=layer, head=head,
-                                rejected_from=r.rejected_from, title=title), caption(r.target))
+                                rejected_from=r.rejected_from, title=title), caption(r.target), heading=title)
 
 
 def totals(run: Speculator) -> None:
