@@ -35,10 +35,15 @@ def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | 
             max_diff = max(max_diff, float((a.last_logits - b.last_logits).abs().max()))
         if not same_so_far and first_divergence is None:
             first_divergence = len(a.records) - 1
+    return race_report(runs, first_divergence, max_diff, {m: s.stop_reason for m, s in runs.items()})
+
+
+def race_report(runs: dict, first_divergence: int | None, max_diff: float, stop_reason: dict) -> dict:
+    """What a race of the two modes reports, from its two runs ({"cache": ..., "nocache": ...}: each with records,
+    generated_ids, generated_text): the proof, the tokens, each step's time and the speed-up."""
     cache, nocache = runs["cache"], runs["nocache"]
-    identical = cache.generated_ids == nocache.generated_ids
     return {
-        "identical": identical,
+        "identical": cache.generated_ids == nocache.generated_ids,
         "first_divergence_step": first_divergence,
         "max_logit_diff": max_diff,
         "tokens": {"cache": cache.generated_ids, "nocache": nocache.generated_ids},
@@ -46,7 +51,7 @@ def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | 
         "latency_ms": {m: [round(t.latency_ms, 4) for t in s.records] for m, s in runs.items()},
         "phase": [t.phase for t in cache.records],
         "speedup": speedup(cache.records, nocache.records),
-        "stop_reason": {m: s.stop_reason for m, s in runs.items()},
+        "stop_reason": stop_reason,
         "steppers": runs,
     }
 

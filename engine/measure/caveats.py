@@ -173,12 +173,7 @@ def ladder_note(ladder) -> str | None:
     if not passes:
         return None
     label, m = max(passes, key=lambda p: p[1].high_ms / p[1].low_ms)
-    ratio = m.high_ms / m.low_ms
-    if ratio <= WIDE:
-        return None
-    return (f"{BUSY}: {label}'s {m.what} ranged {m.low_ms:.1f}–{m.high_ms:.1f} ms over its {m.runs} timed runs "
-            f"(×{ratio:.1f}). A median that far from its fastest run is other work's time as much as the "
-            "hardware's, and so is its label: measure again when the server is quiet.")
+    return _wide(f"{label}'s {m.what}", m)
 
 
 def sweep_note(sweep) -> str | None:
@@ -188,9 +183,14 @@ def sweep_note(sweep) -> str | None:
     if not points:
         return None
     p = max(points, key=lambda p: p.high_ms / p.low_ms)
-    ratio = p.high_ms / p.low_ms
+    return _wide(f"the prefill of {p.s} tokens", p)
+
+
+def _wide(what: str, m) -> str | None:
+    """The busy note for a measurement (low_ms, high_ms, runs) whose timed runs spread wider than WIDE, else None."""
+    ratio = m.high_ms / m.low_ms
     if ratio <= WIDE:
         return None
-    return (f"{BUSY}: the prefill of {p.s} tokens ranged {p.low_ms:.1f}–{p.high_ms:.1f} ms over its {p.runs} timed "
-            f"runs (×{ratio:.1f}). A median that far from its fastest run is other work's time as much as the "
-            "hardware's, and so is its label: measure again when the server is quiet.")
+    return (f"{BUSY}: {what} ranged {m.low_ms:.1f}–{m.high_ms:.1f} ms over its {m.runs} timed runs (×{ratio:.1f}). "
+            "A median that far from its fastest run is other work's time as much as the hardware's, and so is its "
+            "label: measure again when the server is quiet.")

@@ -20,7 +20,7 @@ import pandas as pd
 from dataclasses import dataclass
 
 from engine.forward.run import Timing
-from engine.generate.compare import compare, speedup
+from engine.generate.compare import compare, race_report
 
 MODES = ("cache", "nocache")  # the two runs of a race, in the order they are drawn
 
@@ -287,21 +287,9 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
                 first_divergence = step
     for run in runs.values():
         run.generated_text = lm.tokenizer.decode(run.generated_ids)
-    cache, nocache = runs["cache"], runs["nocache"]
-    return {
-        "identical": cache.generated_ids == nocache.generated_ids,
-        "first_divergence_step": first_divergence,
-        "max_logit_diff": max_diff,
-        "tokens": {"cache": cache.generated_ids, "nocache": nocache.generated_ids},
-        "text": {"cache": cache.generated_text, "nocache": nocache.generated_text},
-        "latency_ms": {m: [round(t.latency_ms, 4) for t in r.records] for m, r in runs.items()},
-        "phase": [t.phase for t in cache.records],
-        "speedup": speedup(cache.records, nocache.records),
-        "stop_reason": {m: "max_new_tokens" for m in runs},
+    return race_report(runs, first_divergence, max_diff, {m: "max_new_tokens" for m in runs}) | {
         "how": {"cache": on.how, "nocache": off.describe("recompute")},
-        "compile_ms": {"cache": dict(on.compile_ms), "nocache": dict(off.compile_ms)},
-        "steppers": runs,
-    }
+        "compile_ms": {"cache": dict(on.compile_ms), "nocache": dict(off.compile_ms)}}
 
 
 # ---------------------------------------------------------------- a race at a rung
