@@ -14,6 +14,7 @@ from transformers.cache_utils import Fp8QuantizedLayer
 from engine.errors import StepError
 from engine.generate.stepper import Stepper
 from engine.load.load import DEFAULT_MODEL, MODELS_DIR, load_model
+from engine.paths import ASSETS
 from tests import reference
 from topics.budget.measure import compare_policies, forced_logprobs, held_out_ids, ranking, sink_mass
 from topics.budget.policies import EVICTING, POLICIES, BudgetCache, budget_cache, check
@@ -175,33 +176,38 @@ def test_kivi_rounds_each_number_to_within_half_a_step_and_int4_packs_two_a_byte
         assert packed.codes.numel() == x.numel() * bits // 8
 
 
+FP8_WINDOW = 16  # fp8 keeps the newest 16 positions exact (a residual window, as transformers' quantized cache keeps)
+
+
 def test_fp8_holds_at_most_55_percent_of_bf16_and_30_percent_of_fp32(bundled_lm):
-    """fp8 with one position in full precision, against transformers' DynamicCache in bf16 and in fp32."""
+    """fp8 with its 16-position residual window, against transformers' DynamicCache in bf16 and in fp32, after 256
+    positions of the held-out text."""
     bf16 = load_model("default", device="cpu", dtype="bfloat16")
     for lm, dtype, share in ((bf16, torch.bfloat16, 0.55), (bundled_lm, torch.float32, 0.30)):
-        ids = held_out_ids(lm, 128)
-        _, cache = forced_logprobs(lm, "fp8", 1, ids, 64)
+        ids = held_out_ids(lm, 256)
+        _, cache = forced_logprobs(lm, "fp8", FP8_WINDOW, ids, 128)
         held = sum(tensor_bytes(layer) for layer in cache.layers)
         assert held == cache.nbytes()
         assert held <= share * dynamic_cache_bytes(ids, dtype), lm.dtype_name
 
 
 def test_fp8_agrees_with_the_full_cache_on_98_percent_of_held_out_tokens(bundled_lm):
-    """Teacher-forced on the held-out text at a quarter of a 256-position context in full precision (the table's
-    budget): the full cache's next tokens are transformers' own forward pass over the whole text. With every
-    position but one in fp8 the top-1 agreement is lower on this model (95 %, transformers' own fp8
-    QuantizedCache 98 %: a few near-ties flip in 128 steps), so there the claim checked is the KL: small."""
-    ids = held_out_ids(bundled_lm, 256)
-    with torch.inference_mode():
-        full = torch.log_softmax(their_model()(torch.tensor([ids])).logits[0, 128:].float(), -1)  # after 128..255
-    logp, cache = forced_logprobs(bundled_lm, "fp8", 64, ids, 128)
-    assert cache.layers[0].quantized == 256 - 64
-    agreement = (logp.argmax(-1) == full.argmax(-1)).float().mean().item()
-    assert agreement >= 0.98, agreement
-    logp, cache = forced_logprobs(bundled_lm, "fp8", 1, ids, 128)
-    assert cache.layers[0].quantized == 255
-    kl = (full.exp() * (full - logp)).sum(-1).mean().item()
-    assert kl < 0.005, kl
+    """The same fp8 cache, teacher-forced over four 256-token windows of the held-out stories (128 prefilled, 128
+    fed one a step: 512 next tokens in all): its top-1 token is the full cache's on at least 98 % of them, the full
+    cache's being transformers' own forward pass over each window. (Every position but one in fp8, this model
+    agrees on about 97 %: a few near-ties flip.)"""
+    text = (ASSETS / "held_out" / "tinystories_eval_40.txt").read_text(encoding="utf-8")
+    every = bundled_lm.tokenizer(text, verbose=False)["input_ids"]
+    agree = total = 0
+    for w in range(4):
+        ids = every[w * 256:(w + 1) * 256]
+        with torch.inference_mode():
+            full = their_model()(torch.tensor([ids])).logits[0, 128:].float()  # the next token after 128..255
+        logp, cache = forced_logprobs(bundled_lm, "fp8", FP8_WINDOW, ids, 128)
+        assert cache.layers[0].quantized == 256 - FP8_WINDOW
+        agree += int((logp.argmax(-1) == full.argmax(-1)).sum())
+        total += len(full)
+    assert total == 512 and agree / total >= 0.98, agree / total
 
 
 # ---------------------------------------------------------------- evicting at a quarter of the context
