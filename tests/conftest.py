@@ -320,15 +320,10 @@ def family_lm(request, family_model):
 @pytest.fixture
 def open_policy(monkeypatch):
     """A single-user machine: `streamlit run app.py -- --open-models`."""
-    import sys
-
     import ui.model
 
     policy = ModelPolicy(offered=tuple(bundled_models()), open=True)
-    was = ui.model.POLICY
-    for module in list(sys.modules.values()):  # and every page that bound the name at its import (topics/ladder/page.py)
-        if getattr(module, "POLICY", None) is was:
-            monkeypatch.setattr(module, "POLICY", policy)
+    monkeypatch.setattr(ui.model, "POLICY", policy)  # every page reads ui.model.POLICY when it draws
     return policy
 
 

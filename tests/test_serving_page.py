@@ -86,7 +86,7 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     assert at.session_state["serve_preemption"] == "newest"
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
-    assert any("preemption: newest" in c.value for c in at.caption)
+    assert any("preemption: newest goes" in c.value for c in at.caption)
     at.button(key="serve_policy_compare").click().run()
     assert not at.exception and not at.error
     table = next(t.value for t in at.table if "same tokens as alone" in t.value.columns)
@@ -99,7 +99,7 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     at.segmented_control(key="serve_preemption").set_value("most_blocks").run()  # a new run, under the other policy
     assert not at.exception
     at.button(key="serve_btn_forward").click().run()
-    assert any("preemption: most_blocks" in c.value for c in at.caption)
+    assert any("preemption: most blocks go" in c.value for c in at.caption)  # the caption names the policy that ran
 
 
 def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():

@@ -9,7 +9,8 @@ from engine.units import human_bytes
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.page_ladder import grow_the_model
 from topics.ladder.profile import breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
-from ui.model import POLICY, device_roof
+from ui import model
+from ui.model import device_roof
 from ui.setup import page_setup
 from ui.style import scale
 from ui.text import error, plain, warning
@@ -67,13 +68,13 @@ def show() -> None:
             arch = kvcalc.from_live(lm)
         elif choice in set(table["name"]):
             arch = _spec(choice)
-        elif POLICY.open:
+        elif model.POLICY.open:
             src = st.text_input("Hugging Face id or local folder (only config.json is read)", key="scale_src")
             if src.strip():
-                arch = config_spec(POLICY.check(src.strip()))
+                arch = config_spec(model.POLICY.check(src.strip()))
         else:
-            src = st.selectbox("model offered by this server", list(POLICY.offered), key="scale_src_offered")
-            arch = config_spec(POLICY.check(src))
+            src = st.selectbox("model offered by this server", list(model.POLICY.offered), key="scale_src_offered")
+            arch = config_spec(model.POLICY.check(src))
     except DecodeLabError as e:
         arch = e
     if isinstance(arch, DecodeLabError):

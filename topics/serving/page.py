@@ -107,7 +107,8 @@ def show() -> None:
     st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
                f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
-               + "timings measured")
+               + (f"preemption: {POLICY_NAMES.get(sizing['preemption'], sizing['preemption'])} · "
+                  if "preemption" in sizing else "") + "timings measured")
     if said := steps.said():
         error(said)
     if notice := steps.notice():
