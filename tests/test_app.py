@@ -421,7 +421,7 @@ def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():
         click(at, "step_btn_next")
     open_view(at, "Matmuls")
     table = next(d for c in at.get("plotly_chart") for d in json.loads(c.proto.spec)["data"] if d["type"] == "table")
-    names, shapes, on, off = table["cells"]["values"]  # one readable table on the first screen (issue #28)
+    names, shapes, on, off = table["cells"]["values"]  # one readable table on the first screen
     q, scores = names.index("① Q = x·W_q"), names.index("④ scores = Q·Kᵀ")
     assert float(off[q].split("×")[1]) > 1  # the cache removes the old positions' projections
     shade = table["cells"]["fill"]["color"][0]

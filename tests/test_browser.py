@@ -274,8 +274,10 @@ def test_a_200_token_race_plays_back_with_the_cached_run_finishing_first(server,
     # the run without the cache shows exactly the tokens it had made by then (±2 for the clock's rounding)
     assert abs(done_nc - expected) <= 2 and done_nc < total_nc
     cache_total = max(float(r["cumulative_ms"]) for r in rows if r["mode"] == "cache")
-    # the cached run had finished by then (the two boxes are redrawn every 50 ms, one just after the other)
-    assert clock * 1000 >= cache_total - 60
+    # the cached run had finished by then. The two boxes are redrawn one after the other every 50 ms plus the time a
+    # redraw takes, so the box without the cache may still show the frame before: on a loaded 2-core machine a frame
+    # has taken up to ~200 ms, and a run that finished later than that shows as wrong here
+    assert clock * 1000 >= cache_total - 300
     pg.close()
 
 

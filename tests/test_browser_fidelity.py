@@ -1,5 +1,5 @@
 """The back row and the phone, in a real browser: nothing clips, the figures start on the first screen, the big
-numbers are big, the newest column is on a phone's screen, and a lesson comes back fast (issue #23).
+numbers are big, the newest column is on a phone's screen, and a lesson comes back fast.
 
 System Chromium via Playwright against `streamlit run app.py`, as in tests/test_browser.py (fixtures in
 tests/conftest.py).
@@ -90,7 +90,7 @@ def projector(server, browser):
 
 @pytest.mark.parametrize("view", VIEWS)
 def test_nothing_in_the_view_clips_or_scrolls_sideways_at_1280x720_presenter(projector, view):
-    """The Matmuls table and the KV-cache formula first among them (issue #23, item 7)."""
+    """The Matmuls table and the KV-cache formula first among them."""
     pg = projector
     pick(pg, view)
     pg.wait_for_timeout(1000)  # the view before it is gone, not only dimmed

@@ -1,4 +1,4 @@
-"""Readable on a projector (1280x720, presenter mode) and on a phone (390x844), in a real browser (#35, items 11-14):
+"""Readable on a projector (1280x720, presenter mode) and on a phone (390x844), in a real browser:
 the stage opens at its newest column on a phone with its first line whole above it, a follower's charts keep their ticks and titles apart, a chart's hover
 toolbar leaves its title alone, captions are drawn whole, and lessons 2, 5 and 9 show their key picture on the first
 projector screen. What the record can say without a browser is in tests/test_readable.py.

@@ -1,4 +1,4 @@
-"""A lecturer's second walk-through (issue #28), in a real browser at 1280x720 in presenter mode.
+"""A lecturer's walk-through, in a real browser at 1280x720 in presenter mode.
 
 Nothing on any page clips or scrolls sideways; the step page's views fit the first screen (TTFT/TPOT with the
 latency chart, the matmul table, every key labelled on the attention heatmap, the next-token chart); the race's

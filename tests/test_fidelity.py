@@ -1,4 +1,4 @@
-"""What a lecturer projects is true to its own numbers: the claims of issue #23, checked on the engine and the pages.
+"""What a lecturer projects is true to its own numbers: its claims, checked on the engine and the pages.
 
 The browser half (clipping, fonts, the first screen, the phone) is tests/test_browser_fidelity.py.
 """

@@ -66,7 +66,7 @@ def test_traces_frame_has_one_row_per_step(tiny_lm):
     assert list(df["kv_len"]) == [t.kv_len for t in s.records]
 
 
-# ---------------------------------------------------------------- issue #28: readable at 1280x720, honest under noise
+# ---------------------------------------------------------------- readable at 1280x720, honest under noise
 
 
 def _busy(traces):

@@ -1,5 +1,5 @@
 """Readable on a projector (1280x720, presenter mode) and on a phone (390x844): what a picture or a table shows on its
-first screen, checked from the record that draws it (#35, items 10-14). The browser's view of the same claims is in
+first screen, checked from the record that draws it. The browser's view of the same claims is in
 tests/test_browser_readable.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from topics.ladder.record import Ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# ---------------------------------------------------------------- the ladder's table (item 10)
+# ---------------------------------------------------------------- the ladder's table
 
 STORY = ["size", "weights", "prefill ms (min–max)", "prefill is (× its bound)", "decode ms (min–max)",
          "decode is (× its bound)", "decode ÷ prefill per token", "cache saves ×"]
@@ -46,7 +46,7 @@ def test_the_ladder_table_loses_no_number_when_its_verdicts_are_shortened():
         assert row["prefill compute bound ms"] == round(r.prefill.compute_ms, 3)
 
 
-# ---------------------------------------------------------------- the stage (item 11)
+# ---------------------------------------------------------------- the stage
 
 LILY = "One day, a little girl named Lily went to the park with her dog."  # 17 positions: tilted column labels
 LONG = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to explore. "
@@ -119,7 +119,7 @@ def test_a_short_next_token_and_its_id_sit_side_by_side_in_their_chip(bundled_lm
         assert left < word["x"] and word_end + 4 <= id_start and ident["x"] < right
 
 
-# ---------------------------------------------------------------- colour and contrast (item 13)
+# ---------------------------------------------------------------- colour and contrast
 
 
 def test_the_kv_growth_chart_uses_only_the_palettes_meanings_and_greys(bundled_lm):
