@@ -53,8 +53,9 @@ def test_three_followers_follow_the_lecturer_across_step_through_lessons_and_ser
     assert max(wait_for_step(followers, 2, 5)) < 5
 
     sidebar_page(lect, "Lessons")  # the lecturer opens lesson 4 and moves its slider
-    for _ in range(3):
+    for n in (2, 3, 4):  # as a lecturer does: the next press once the new lesson is on screen
         lect.get_by_role("button", name="Next").click()
+        expect(lect.get_by_role("heading", level=2).filter(has_text=re.compile(rf"^{n}\. "))).to_be_visible()
         idle(lect)
     shown_page(followers, "Lessons · 4. The KV cache")
     for pg in followers:
