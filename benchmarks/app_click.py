@@ -1,4 +1,5 @@
-"""What one "Next token" click costs in the step-through page (engine + script), via AppTest.
+"""What one "Next token" click costs in the step-through page (engine + script), via AppTest, and what a new
+seed costs in lesson 6 once its story is made (the story is kept, so a seed reruns one sampled prefill).
 
 Run by `python -m engine bench` (or alone: `python -m benchmarks.app_click`). The
 context is brought to about 100 tokens first; the first click is a warm-up and
@@ -15,7 +16,7 @@ import sys
 import time
 
 from engine.draw.views import VIEWS  # the step page's seven views, default first: defined once
-from ui.apptest import app_test
+from ui.apptest import app_test, page
 
 TEXT = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to "
         "explore. Every morning he put on his green hat and walked to the river to look for frogs. One sunny day, "
@@ -40,6 +41,23 @@ def clicks_with_view(prompt: str, view: str, clicks: int) -> list[float]:
     return times
 
 
+def lesson6_seeds(seeds: int = 6) -> list[float]:
+    """Lesson 6 opened (its story generated once, not timed), then a new seed set `seeds` times, each timed."""
+    from lessons.page import TITLES
+
+    at = app_test().run()
+    at.switch_page(page("lessons"))
+    at.session_state["lesson_pick"] = TITLES[5]
+    at.run()
+    times = []
+    for seed in range(1, seeds + 1):
+        t0 = time.perf_counter()
+        at.number_input(key="lesson6_seed").set_value(seed).run()
+        times.append((time.perf_counter() - t0) * 1e3)
+    assert not at.exception, [e.value for e in at.exception]
+    return times
+
+
 def measure(context: int = 100, clicks: int = 11) -> dict:
     from engine import load_model
 
@@ -53,7 +71,8 @@ def measure(context: int = 100, clicks: int = 11) -> dict:
     default = by_view[VIEWS[0]]
     return {"context_tokens": len(ids) + 1 + clicks // 2, "click_ms_median": default["median_ms"],
             "warmup_click_ms": default["warmup_click_ms"], "by_view": by_view,
-            "slowest_view": max(by_view, key=lambda v: by_view[v]["median_ms"])}
+            "slowest_view": max(by_view, key=lambda v: by_view[v]["median_ms"]),
+            "lesson6_seed_ms": round(statistics.median(lesson6_seeds()[1:]), 1)}
 
 
 if __name__ == "__main__":

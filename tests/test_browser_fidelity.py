@@ -1,5 +1,5 @@
 """The back row and the phone, in a real browser: nothing clips, the figures start on the first screen, the big
-numbers are big, the newest column is on a phone's screen, and a lesson comes back fast.
+numbers are big, the newest column is on a phone's screen, and a lesson keeps what it made once.
 
 System Chromium via Playwright against `streamlit run app.py`, as in tests/test_browser.py (fixtures in
 tests/conftest.py).
@@ -186,24 +186,28 @@ def test_a_pages_title_is_larger_than_its_section_headers(server, browser, prese
     pg.close()
 
 
-def test_lesson_6_comes_back_within_a_second_on_a_warm_server(server, browser):
+def test_lesson_6_keeps_its_story_when_the_seed_changes(server, browser):
+    """A new seed draws anew at once and the story below is the one already made: the page never generates it again
+    (its bar never shows). What a seed costs is timed by `python -m engine bench` (lesson 6, target <= 1 s)."""
     pg = open_page(browser, server + "/lessons?lesson=6", *PRESENTER)
     expect(pg.get_by_text(re.compile(r"reason: eos"))).to_be_visible(timeout=120_000)  # made once, with a bar
     idle(pg)
+    story = pg.locator("[data-testid='stMain'] [data-testid='stText']").last.inner_text()
     seed = pg.locator("[data-testid='stMain'] [data-testid='stNumberInput']").filter(has_text="seed")
     for n in (1, 2):  # each new seed: the page reruns with the story kept, and shows the new seed's draw
         t0 = time.perf_counter()
         seed.get_by_role("button", name=re.compile("increment", re.I)).click()
-        took = None
-        while time.perf_counter() - t0 < 15:  # until this seed's draw is on screen and the app has stopped running
-            if pg.evaluate("n => !document.querySelector('[data-testid=stStatusWidget]') && "
-                           "document.querySelector('[data-testid=stMain]').innerText.includes(`, seed ${n})`)", n):
-                took = time.perf_counter() - t0
+        shown = False
+        while time.perf_counter() - t0 < 30:  # until this seed's draw is on screen and the app has stopped running
+            main = pg.evaluate("() => document.querySelector('[data-testid=stMain]').innerText")
+            assert "Generating a story" not in main, f"seed {n}: the story was generated again"
+            if f", seed {n})" in main and pg.evaluate("() => !document.querySelector('[data-testid=stStatusWidget]')"):
+                shown = True
                 break
             time.sleep(0.03)
-        assert took is not None, f"seed {n}'s draw never showed: the click was lost"  # never counted as 0 s
-        assert took < 1.0, took
+        assert shown, f"seed {n}'s draw never showed: the click was lost"
         idle(pg)
+        assert pg.locator("[data-testid='stMain'] [data-testid='stText']").last.inner_text() == story
     expect(pg.get_by_text(re.compile(r"reason: eos"))).to_be_visible()
     assert pg.locator("[data-testid='stException']").count() == 0
     pg.close()
