@@ -26,6 +26,14 @@ from ui.text import error, plain
 
 
 POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
+COMPARISONS = {  # scenario: its button, the button's key, what the spinner says, the result's kind, the measurement
+    "preemption": ("Compare both preemption policies", "serve_policy_compare",
+                   "Serving these requests under each policy, to the end, and each request alone…", "policies",
+                   measure.policy_comparison),
+    "long_prompt": ("Compare chunked prefill on and off", "serve_chunk_compare",
+                    "Serving these requests twice, chunked prefill on and off (after a short warm-up)…", "chunking",
+                    measure.chunking_comparison),
+}
 
 
 def exactness(run) -> str:
@@ -167,17 +175,11 @@ def show() -> None:
                "positions), or waited in one padded batch for the longest.")
     if sizing["prefix_sharing"]:
         st.markdown(draw.sharing_sentence(memory))
-    if name == "preemption":
-        if st.button("Compare both preemption policies", key="serve_policy_compare"):
-            with st.spinner("Serving these requests under each policy, to the end, and each request alone…"):
-                st.session_state["serve_measured"] = ("policies", measure.policy_comparison(
-                    lm, requests, sizing, settings.sampling))
-            release_memory()
-    if name == "long_prompt":
-        if st.button("Compare chunked prefill on and off", key="serve_chunk_compare"):
-            with st.spinner("Serving these requests twice, chunked prefill on and off (after a short warm-up)…"):
-                st.session_state["serve_measured"] = ("chunking", measure.chunking_comparison(
-                    lm, requests, sizing, settings.sampling))
+    if name in COMPARISONS:  # the scenario's own question, answered by serving its requests again
+        label, key, doing, kind, compare = COMPARISONS[name]
+        if st.button(label, key=key):
+            with st.spinner(doing):
+                st.session_state["serve_measured"] = (kind, compare(lm, requests, sizing, settings.sampling))
             release_memory()
     c = st.container(horizontal=True, vertical_alignment="bottom")
     rounds = c.number_input("rounds", 1, 5, 1, key="serve_tp_rounds", persist_state="session", width=100,
