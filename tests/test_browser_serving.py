@@ -17,7 +17,7 @@ def test_pool_and_timeline_fit_the_first_screen_of_a_projector(server, browser, 
     pg.locator("[data-testid=stMain] [data-testid=stSelectbox]").first.click()
     pg.get_by_role("option", name=scenario).click()
     idle(pg)
-    pg.get_by_text("Serving many requests on one model").click()  # focus leaves the scenario box, as a person's would
+    pg.get_by_text("Serving many requests", exact=True).click()  # focus leaves the scenario box, as a person's would
     for _ in range(steps):  # the → key, once the buttons are there
         pg.keyboard.press("ArrowRight")
         idle(pg)

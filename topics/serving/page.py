@@ -112,8 +112,8 @@ def show() -> None:
     write_link(settings, scenario=name, steps=steps.latest if steps.started and name and not own_sizing else None,
                at=steps.at if steps.started and name and not own_sizing and steps.at != steps.latest else None)
 
-    st.caption(f"**Serving many requests on one model** · page {sizing['page_size']} positions · {sizing['num_blocks']} "
-               f"blocks · {sizing['max_batch_tokens']} tokens per pass · prefix sharing "
+    st.caption(f"**Serving many requests** · {sizing['num_blocks']} blocks of {sizing['page_size']} positions · "
+               f"{sizing['max_batch_tokens']} tokens a pass · prefix sharing "
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
                + (f"preemption: {POLICY_NAMES.get(sizing['preemption'], sizing['preemption'])} · "
                   if "preemption" in sizing else "") + "timings measured")
