@@ -471,11 +471,15 @@ def test_throughput_is_the_tokens_asked_for_over_each_ways_median_time_and_every
     ways = ["continuous", "one_at_a_time", "static_batch", "traced"] + (["generate_batch"] if lengths == 4 else [])
     assert sorted(res["ms"]) == sorted(ways) and all(len(res["ms"][w]) == 2 for w in ways)  # the warm-up dropped
     median = {w: statistics.median(res["ms"][w]) for w in ways}
+    half = 0.005  # the times are reported to 0.01 ms: each median is within this of the one the ratios used
+
+    def within(value, top, bottom):  # top / bottom, each known to within `half`
+        return (top - half) / (bottom + half) <= value <= (top + half) / (bottom - half)
+
     for w in ways:
-        assert res[f"{w}_tokens_per_s"] == pytest.approx(total / (median[w] / 1e3), rel=1e-3), w
-    assert res["continuous_over_one_at_a_time"] == pytest.approx(median["one_at_a_time"] / median["continuous"],
-                                                                 rel=1e-3)
-    assert res["traced_over_untraced"] == pytest.approx(median["traced"] / median["continuous"], rel=1e-3)
+        assert within(res[f"{w}_tokens_per_s"], total * 1e3, median[w]), w
+    assert within(res["continuous_over_one_at_a_time"], median["one_at_a_time"], median["continuous"])
+    assert within(res["traced_over_untraced"], median["traced"], median["continuous"])
     assert res["same_tokens"] == {w: True for w in ways if w != "traced"}  # each way, each request's own tokens
     if lengths != 4:
         assert res["generate_batch_tokens_per_s"] is None  # transformers' generate_batch takes one length
