@@ -247,7 +247,7 @@ def plan(lm: LoadedModel, sizes=None, tokens: int = 128, dtype: torch.dtype | No
     positions = tokens + 2  # the prompt, the decode step's position, one spare
     rungs, counter = [], None
     for size in map(str, sizes):
-        if not _is_count(size) and _names_a_shape(size):
+        if not _reads(parse_size, size) and _reads(lookup, size):
             name = lookup(size)
             config = shape_config(name, min_positions=positions)
             rungs.append(Rung(size, estimate_parameters(config), own_shape(config), own=False, config=config,
@@ -271,17 +271,10 @@ def plan(lm: LoadedModel, sizes=None, tokens: int = 128, dtype: torch.dtype | No
     return [r for r in rungs if r not in too_big], [r.size for r in too_big]
 
 
-def _is_count(size: str) -> bool:
+def _reads(parse, size: str) -> bool:
+    """Does `parse` (parse_size: a count like '110M'; lookup: a published model's name) accept `size`?"""
     try:
-        parse_size(size)
-        return True
-    except StepError:
-        return False
-
-
-def _names_a_shape(size: str) -> bool:
-    try:
-        lookup(size)
+        parse(size)
         return True
     except StepError:
         return False
