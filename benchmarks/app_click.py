@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 
-from engine.draw.views import VIEWS  # the step page's seven views, default first: defined once
+from drawing.views import VIEWS  # the step page's seven views, default first: defined once
 from ui.apptest import app_test, page
 
 TEXT = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to "

@@ -27,7 +27,7 @@ from transformers.utils import logging as hf_logging
 from engine.forward.run import StepClock, generate
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
-from engine.load import device as dev
+from engine import device as dev
 from engine.load.loaded import LoadedModel
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
@@ -190,7 +190,7 @@ def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[dict]:
 def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: bool = True, log=print,
               ladder_sizes=LADDER_SIZES) -> dict:
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/load/device.py)
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
         dev.use_serving_threads(int(lm.spec.parameters))
     log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {dev.describe(lm.device)}; "
         f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")

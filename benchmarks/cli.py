@@ -7,7 +7,7 @@ from engine.cli_args import check_json_path, load_from, model_args, positive, wr
 
 
 def add_parser(sub) -> None:
-    """`python -m engine bench` and `gpu-check`: their options (engine/cli.py finds them by name)."""
+    """`python -m engine bench` and `gpu-check`: their options (commands/main.py finds them by name)."""
     b = sub.add_parser("bench", help="engine vs generate overhead; cache vs no-cache")
     b.add_argument("--json")
     b.add_argument("--lengths", type=positive, nargs="+", default=[64, 256, 512])

@@ -83,7 +83,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     """A real shape (bf16, random weights) raced on the lean path: where, on a GPU, the cache pays."""
     import torch
 
-    from engine.load import device as dev
+    from engine import device as dev
     from engine.load.rungs import rung_model
     from engine.load.rungs import timing_dtype
     from topics.race.measure import lean_compare

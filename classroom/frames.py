@@ -2,7 +2,7 @@
 
     step_frame(run, at, ...)              one step of the lecturer's step run: what it is (no pictures)
     stage_part(shared, at, layer, head)   its stage for one layer and head: SVG
-    view_part(shared, at, view, layer)    one of its seven views: engine/draw/views.py's blocks, as JSON
+    view_part(shared, at, view, layer)    one of its seven views: drawing/views.py's blocks, as JSON
     block_json(block)                     a Block as {"kind", "html"} or {"kind": "figure", "spec"}
     md_html(text)                         engine-made markdown as HTML (markdown-it, raw HTML off)
 
@@ -20,8 +20,8 @@ from html import escape
 
 from markdown_it import MarkdownIt
 
-from engine.draw.stage import stage_svg
-from engine.draw.views import VIEWS, Block, StepContext, view_blocks
+from drawing.stage import stage_svg
+from drawing.views import VIEWS, Block, StepContext, view_blocks
 
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 _COLOURED = re.compile(r":(blue|red|green|orange|violet|gray|grey|rainbow|primary)\[(.*?)\]")

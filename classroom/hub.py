@@ -24,7 +24,7 @@ from collections import OrderedDict
 from classroom import wire
 from classroom.frames import stage_part, view_part
 from classroom.store import StoreDown, subscribe
-from engine.draw.views import VIEWS
+from drawing.views import VIEWS
 
 _LOG = logging.getLogger(__name__)
 KEEPALIVE_S = 20.0  # a comment on an idle stream, so that proxies and the browser keep it open

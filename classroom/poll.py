@@ -26,7 +26,7 @@ import secrets
 from classroom import wire
 from classroom.poll_draw import poll_html
 from classroom.store import StoreDown
-from engine.draw.palette import show_piece
+from drawing.palette import show_piece
 
 CHOICES = 5  # candidates offered for the next token
 MAX_WORD = 40  # characters in a typed word
@@ -41,7 +41,7 @@ class Refused(Exception):
 
 
 def _piece(token: str) -> str:
-    """A candidate as a student reads it: the token's text, spaces shown (engine.draw.palette.show_piece)."""
+    """A candidate as a student reads it: the token's text, spaces shown (drawing.palette.show_piece)."""
     return show_piece(token)
 
 

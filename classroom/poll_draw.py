@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.draw.palette import DECODE, NEW
+from drawing.palette import DECODE, NEW
 
 CLASS, MODEL = "#6a51a3", DECODE  # the class's votes, the model's probability
 

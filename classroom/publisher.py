@@ -19,7 +19,7 @@ import segno
 from classroom import wire
 from classroom.frames import step_frame
 from classroom.lectures import Classroom, Lecture
-from engine.draw.svg import data_uri
+from drawing.svg import data_uri
 
 WAITING = {"id": "waiting", "kind": "waiting", "page": "Step through", "label": "waiting for Prefill",
            "timeline": False}

@@ -11,15 +11,14 @@ The core thinks; nothing here imports streamlit, and nothing here imports a topi
                 rounds, padded batches, cache on vs off, serving (continuous batching over a paged cache)
     measure/    what more than one topic measures: the roofline and its verdicts, KV sizes of real models,
                 what a head does, one request's life, the caveats a busy server earns
-    draw/       what more than one page draws: one palette, the stage (SVG), the step's views and figures
 
-Each topic keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative,
-race, budget). The command line is the one file here that sits above them (cli.py): it finds a topic's
-command by name, so importing the engine never imports a topic.
+The core draws nothing: drawing/ (beside it, one layer up) turns its records into pictures, and each topic
+keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative, race, budget).
+The command line (commands/, `python -m engine ...`) sits above them all.
 
 Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
 
-    errors, units, paths, links, device  <  forward  <  load  <  generate  <  measure  <  draw  <  cli, cli_args, __main__
+    errors, units, paths, links, device  <  forward  <  load  <  generate  <  measure  <  cli_args, __main__
 
 forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it
 builds a model's spec and warms it up); the device helpers it needs live below both, in device.py.

@@ -1,4 +1,4 @@
-"""`python -m engine ...`: see engine/cli.py."""
-from engine.cli import main
+"""`python -m engine ...`: the command line, which sits above the core (commands/main.py)."""
+from commands.main import main
 
 raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Where tensors live, how to wait for them, and how much memory is free.
 
 Below every layer (it imports nothing from engine/): forward/ times its passes with `sync`, load/ picks the
-device and dtype, measure/ describes the machine. `engine.load.device` re-exports these names."""
+device and dtype, measure/ describes the machine."""
 
 from __future__ import annotations
 

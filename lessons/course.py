@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from engine import Sampling, Stepper, compare
-from engine.draw.palette import axis_labels
-from engine.draw.stage import caption, stage_heading, stage_html, stage_svg
+from drawing.palette import axis_labels
+from drawing.stage import caption, stage_heading, stage_html, stage_svg
 from engine.generate.batch import run_batch, same_as_alone
 from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.draw.palette import show_piece
-from engine.draw.request import request_html
-from engine.draw.tokens import token_chips_html
+from drawing.palette import show_piece
+from drawing.request import request_html
+from drawing.tokens import token_chips_html
 from engine.generate.loop import token_pieces
 from engine.generate.next_word import ARTICLE_PROMPT
 from lessons.course import Course

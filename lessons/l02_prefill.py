@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from engine.draw.attention import attention_heatmap, attention_rows
+from drawing.attention import attention_heatmap, attention_rows
 from lessons.course import Course, busy, prompt_picker, show_stage
 from ui.style import scale
 

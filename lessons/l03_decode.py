@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.draw.attention import assembled_attention, attention_heatmap
+from drawing.attention import assembled_attention, attention_heatmap
 from lessons.course import Course, busy, show_stage
 from ui.presets import PROMPTS
 from ui.style import scale

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.draw.kv import kv_frame, kv_growth_figure
+from drawing.kv import kv_frame, kv_growth_figure
 from engine.measure import kvcalc
 from lessons.course import Course
 from ui.presets import PROMPTS

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.draw.latency import work_per_step_figure
+from drawing.latency import work_per_step_figure
 from engine.measure import caveats, roofline
 from lessons.course import Course, show_stage
 from topics.race.measure import cache_rule, cache_rule_sentence, race_frame

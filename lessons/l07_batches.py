@@ -6,9 +6,9 @@ import numpy as np
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.draw.attention import attention_heatmap
-from engine.draw.palette import axis_labels
-from engine.draw.tokens import batch_shapes_frame, padded_batch_html
+from drawing.attention import attention_heatmap
+from drawing.palette import axis_labels
+from drawing.tokens import batch_shapes_frame, padded_batch_html
 from lessons.course import Course
 from ui.presets import PROMPTS
 from ui.style import scale

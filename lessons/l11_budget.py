@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.draw.svg import picture_html
+from drawing.svg import picture_html
 from engine.units import human_bytes
 from lessons.course import Course
 from topics.budget import draw, measure

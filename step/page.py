@@ -1,7 +1,7 @@
 """Step through: prefill once, then one click per token, and watch each forward pass on the stage.
 
 Thin page: read state -> call engine -> render. The run, its cursor and its buttons are ui/controller.py's;
-the stage is engine.draw.stage (trace in, SVG out); the seven views are engine/draw/views.py, placed by
+the stage is drawing.stage (trace in, SVG out); the seven views are drawing/views.py, placed by
 step/page_views.py. Any recorded step can be put back on screen (the scrubber, ← →), and the link in the address
 bar carries it.
 """
@@ -13,12 +13,12 @@ import streamlit as st
 
 from classroom.page import class_bar
 from engine import Stepper
-from engine.draw.attention import hardest_look_back
-from engine.draw.first_draw import blank_figure
-from engine.draw.latency import traces_frame
-from engine.draw.palette import legend_html
-from engine.draw.stage import caption, stage_heading, stage_html, stage_svg
-from engine.draw.views import VIEWS, StepContext
+from drawing.attention import hardest_look_back
+from drawing.first_draw import blank_figure
+from drawing.latency import traces_frame
+from drawing.palette import legend_html
+from drawing.stage import caption, stage_heading, stage_html, stage_svg
+from drawing.views import VIEWS, StepContext
 from engine.links import MAX_PROMPT_CHARS, read_link
 from step.page_views import show_view
 from ui.links import apply_values, write_link

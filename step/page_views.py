@@ -1,4 +1,4 @@
-"""The step page's views: the blocks of engine/draw/views.py placed on the page, plus what only a live run adds.
+"""The step page's views: the blocks of drawing/views.py placed on the page, plus what only a live run adds.
 
 The blocks are the same for the lecturer's page and a class's published pictures; what is added here needs
 a widget (every query row, one head over every step) or a forward pass (the check that cached K and V equal
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.draw.attention import assembled_attention, attention_heatmap, heads_figure
-from engine.draw.views import VIEWS, Block, StepContext, role_names, view_blocks
+from drawing.attention import assembled_attention, attention_heatmap, heads_figure
+from drawing.views import VIEWS, Block, StepContext, role_names, view_blocks
 from engine.generate.compare import kv_reuse
 from topics.ladder.page_ladder import latency_claim
 from ui.text import plain

@@ -50,7 +50,7 @@ def inert(body: str) -> bool:
 
 def inert_html(body: str) -> bool:
     """An st.html body (never parsed as markdown): no tag made from user text. The stage's own <img> of
-    its SVG is the app's, and carries the SVG base64-encoded (its text escaped by engine/draw/stage.py)."""
+    its SVG is the app's, and carries the SVG base64-encoded (its text escaped by drawing/stage.py)."""
     return not re.search(r"<img(?! alt=)|<a\s", body)
 
 

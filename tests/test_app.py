@@ -314,11 +314,11 @@ def test_bad_prompt_shows_a_clear_message_and_the_app_keeps_working():
 
 
 def view_as_built(at: AppTest, view: str, step: int) -> list:
-    """What the view shows at `step`, built from the page's own run record (engine/draw/views.py), as the page
+    """What the view shows at `step`, built from the page's own run record (drawing/views.py), as the page
     sends it: (kind, value) for each text, table, picture and chart data."""
     import plotly.io
 
-    from engine.draw.views import StepContext, view_blocks
+    from drawing.views import StepContext, view_blocks
     from ui.text import plain
 
     run = at.session_state["step_run"]
@@ -517,7 +517,7 @@ def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
 
 
 def test_the_layer_and_head_pickers_choose_what_the_stage_and_the_attention_view_draw():
-    from engine.draw.stage import stage_svg as engine_stage
+    from drawing.stage import stage_svg as engine_stage
 
     at = open_view(click(fresh_app(), "step_btn_prefill"), "Attention")
     click(at, "step_btn_next")

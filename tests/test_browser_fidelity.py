@@ -14,7 +14,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from engine.draw.views import VIEWS  # the step page's seven views, default first: defined once
+from drawing.views import VIEWS  # the step page's seven views, default first: defined once
 from tests.test_browser import idle, inside, open_page
 
 PRESENTER = (1280, 720)

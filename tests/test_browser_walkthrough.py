@@ -13,7 +13,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from engine.draw.views import VIEWS  # the step page's seven views, default first: defined once
+from drawing.views import VIEWS  # the step page's seven views, default first: defined once
 from tests.test_browser import idle, open_page
 
 PRESENTER = (1280, 720)

@@ -270,7 +270,7 @@ def test_sliding_window_layers_are_refused_in_plain_words(family_model, policy):
 
 def test_the_cli_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, monkeypatch):
     import engine.load.load
-    from engine.cli import main
+    from commands.main import main
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the refusal")
@@ -284,7 +284,7 @@ def test_the_cli_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, mo
 
 
 def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
-    from engine.cli import main
+    from commands.main import main
 
     assert main(["budget", "--policy", "window", "--budget", "100000"]) == 2  # over this model's 512 positions
     assert "context window (512 positions)" in capsys.readouterr().err

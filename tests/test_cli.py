@@ -14,7 +14,7 @@ from tests.models import GOOD
 
 
 def _cli(argv, capsys):
-    from engine.cli import main as engine_main
+    from commands.main import main as engine_main
     from tools.train import main as train_main
 
     main = (lambda a: train_main(a[1:])) if argv[:1] == ["train"] else engine_main  # python -m tools.train ...

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from engine.cli import main as cli_main
+from commands.main import main as cli_main
 from engine.forward import estimates
 from engine.forward.spec import from_config
 from engine.measure import kvcalc, roofline

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from engine.forward import capture
-from engine.cli import main as cli_main
+from commands.main import main as cli_main
 from engine.load.load import load_model, read_config
 from engine.generate.stepper import Stepper
 from tests import reference

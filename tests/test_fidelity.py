@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from engine import Stepper
-from engine.draw.latency import latency_ceiling, latency_figure
-from engine.draw.palette import PREFILL, RECOMPUTED
-from engine.draw.stage import stage_svg
-from engine.draw.svg import MONO_EM, TEXT, W
+from drawing.latency import latency_ceiling, latency_figure
+from drawing.palette import PREFILL, RECOMPUTED
+from drawing.stage import stage_svg
+from drawing.svg import MONO_EM, TEXT, W
 from engine.forward.run import Timing
 from engine.load import gpt2
 from engine.measure import roofline
@@ -362,11 +362,11 @@ WARM_PROBE = """
 import json, sys, time
 sys.path.insert(0, {root!r})
 from engine import Stepper, load_model
-from engine.draw.stage import stage_svg
-from engine.draw.attention import heads_figure
-from engine.draw.first_draw import warm_pictures
-from engine.draw.palette import axis_labels
-from engine.draw.tokens import next_token_figure
+from drawing.stage import stage_svg
+from drawing.attention import heads_figure
+from drawing.first_draw import warm_pictures
+from drawing.palette import axis_labels
+from drawing.tokens import next_token_figure
 
 lm = load_model("default", device="cpu")
 if {warm}:
@@ -398,7 +398,7 @@ def _first_and_later(warm: bool) -> tuple[float, list[float]]:
 
 @pytest.mark.slow
 def test_after_the_load_warm_up_a_first_step_draws_as_fast_as_a_later_one():
-    """ui/model.py warms every picture when it loads the model (engine.draw.first_draw): without it, the first step's
+    """ui/model.py warms every picture when it loads the model (drawing.first_draw): without it, the first step's
     figures of a process take many times longer than the next step's."""
     import statistics
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from engine import Stepper
-from engine.draw.attention import assembled_attention, attention_heatmap
-from engine.draw.kv import kv_grid_figure
-from engine.draw.latency import latency_figure, traces_frame
-from engine.draw.matmuls import matmul_figure
-from engine.draw.palette import CHOSEN
-from engine.draw.tokens import next_token_figure, token_chips_html
+from drawing.attention import assembled_attention, attention_heatmap
+from drawing.kv import kv_grid_figure
+from drawing.latency import latency_figure, traces_frame
+from drawing.matmuls import matmul_figure
+from drawing.palette import CHOSEN
+from drawing.tokens import next_token_figure, token_chips_html
 
 PROMPT = "Once upon a time there was a cat"
 
@@ -135,7 +135,7 @@ def test_a_one_character_next_token_fills_its_chip_with_its_id(tiny_lm):
     import re
     from dataclasses import replace
 
-    from engine.draw.stage import CHOSEN_MIN_W, stage_svg
+    from drawing.stage import CHOSEN_MIN_W, stage_svg
 
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=2, stop_on_eos=False)
     s.run()

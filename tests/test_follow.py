@@ -16,13 +16,13 @@ from classroom import Classroom, Lecture, Limits, MemoryKV, Refused, WireError, 
 from classroom.lectures import ALPHABET, CODE_RE, NO_CLASS, new_code
 from classroom.publisher import Publisher, qr_data_uri
 from engine import Stepper
-from engine.draw.attention import heads_figure
-from engine.draw.kv import kv_grid_figure
-from engine.draw.latency import latency_figure
-from engine.draw.matmuls import matmul_frame
-from engine.draw.palette import axis_labels
-from engine.draw.stage import stage_svg
-from engine.draw.tokens import next_token_figure
+from drawing.attention import heads_figure
+from drawing.kv import kv_grid_figure
+from drawing.latency import latency_figure
+from drawing.matmuls import matmul_frame
+from drawing.palette import axis_labels
+from drawing.stage import stage_svg
+from drawing.tokens import next_token_figure
 from tests.appserver import KEY  # the fixtures `store` and `keyed_server`: tests/conftest.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_the_followers_heads_picture_prints_each_heads_weights_for_the_newest_qu
     """The picture a follower sees instead of the heatmap: one row per head, the newest query's weights, read back."""
     import re
 
-    from engine.draw.heads import heads_svg
+    from drawing.heads import heads_svg
 
     s = run(bundled_lm, 2)
     for t in s.records:  # a prefill (its last query row) and decode steps
@@ -364,8 +364,8 @@ def live_view(at) -> dict:
 
 @pytest.mark.slow
 def test_a_follower_page_mounts_the_live_view_has_no_run_controls_and_never_the_key(key_set):
-    from engine.draw.stage import stage_svg
-    from engine.draw.views import VIEWS
+    from drawing.stage import stage_svg
+    from drawing.views import VIEWS
 
     lect = lecturer(3)
     code = lect.session_state["follow_lead"].code

@@ -78,7 +78,7 @@ def test_the_attention_picture_names_each_head_by_its_role_beside_its_number(bun
     """The roles are on the heatmap's head axis, so a projector shows them with the picture (the sentence under it
     fell below the first screen at 1280x720)."""
     from engine import Stepper
-    from engine.draw.views import StepContext, view_blocks
+    from drawing.views import StepContext, view_blocks
 
     run = Stepper(bundled_lm, "Tom had a red ball. Tom liked to play with the ball. One day, Tom",
                   max_new_tokens=4, stop_on_eos=False)

@@ -19,7 +19,7 @@ import torch
 
 from engine.errors import StepError, TooLarge
 from engine.generate.stepper import Stepper
-from engine.load import device as dev
+from engine import device as dev
 from engine.load import rungs
 from engine.load.load import load_model
 from engine.measure import roofline
@@ -289,7 +289,7 @@ def test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper(measured)
 
 @pytest.mark.slow
 def test_cli_ladder_json_writes_the_documented_keys(tmp_path, capsys):
-    from engine.cli import main
+    from commands.main import main
 
     path = tmp_path / "ladder.json"
     code = main(["ladder", "--sizes", "own", "1M", "--tokens", "16", "--repeats", "1", "--json", str(path)])
@@ -300,7 +300,7 @@ def test_cli_ladder_json_writes_the_documented_keys(tmp_path, capsys):
 
 
 def test_cli_ladder_refuses_a_rung_over_the_limit_in_one_line(capsys, monkeypatch):
-    from engine.cli import main
+    from commands.main import main
 
     monkeypatch.setenv("DECODE_LAB_MEMORY_LIMIT", str(60 * 2**20))
     code = main(["ladder", "--sizes", "110M"])

@@ -16,17 +16,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # the layers, lowest first: a module may import its own layer and those below it
 LAYERS = [
-    ("engine",),  # the core: load, forward, generate, and the shared drawing and measuring pieces
+    ("engine",),  # the core: load, forward, generate, measure (it thinks; it draws nothing)
+    ("drawing",),  # what several pages draw from the core's records: palette, the stage, the step's views
     ("ui",),  # what every page shares: the controller, the sidebar, the style, links, the step page's API
     ("classroom", "topics"),  # the classroom wing; one folder per topic (ladder, serving, speculative, race, budget)
     ("step", "lessons"),  # the step page and the lessons, which quote the topics
-    ("pages", "app", "benchmarks", "engine.cli", "engine.__main__", "deploy", "tools"),  # doors and commands
+    ("pages", "app", "benchmarks", "commands", "engine.__main__", "deploy", "tools"),  # doors and commands
 ]
 # inside the core, its own order (engine/__init__.py states it)
 CORE = [("errors", "units", "paths", "links", "device"), ("forward",), ("load",), ("generate",), ("measure",),
-        ("draw",), ("cli", "cli_args", "__main__")]
+        ("cli_args", "__main__")]
 PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named page*.py: a page file
-PACKAGES = ("engine", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
+PACKAGES = ("engine", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
@@ -54,7 +55,7 @@ def graph() -> dict[str, list[tuple[int, str]]]:
 
 
 def layer(module: str) -> int:
-    """engine.cli -> the doors' layer; engine.forward.run -> the core's; topics.serving.page -> the topics'."""
+    """engine.__main__ -> the doors' layer; engine.forward.run -> the core's; topics.serving.page -> the topics'."""
     for i, names in reversed(list(enumerate(LAYERS))):
         if any(module == n or module.startswith(n + ".") for n in names):
             return i
@@ -168,11 +169,65 @@ def test_the_cores_order_is_the_one_engine_init_states():
     assert stated in " ".join(engine.__doc__.split())
 
 
-def test_a_topic_command_is_found_by_name_and_exists():
-    from engine.cli import COMMANDS_ELSEWHERE
+DRAWING_LIBRARIES = ("plotly", "matplotlib")
 
-    for name in COMMANDS_ELSEWHERE:
-        assert (ROOT / (name.replace(".", "/") + ".py")).is_file(), name
+
+def draws_in_the_core(g_all) -> list[str]:
+    """The core thinks: no module of engine/ imports a drawing library (drawing/ and the topics' draw.py do)."""
+    return [f"{m}:{line} imports {to}" for m, found in g_all.items() if m.split(".")[0] == "engine"
+            for line, to in found if to.split(".")[0] in DRAWING_LIBRARIES]
+
+
+def imports_by_name(sources_of: dict[str, str]) -> list[str]:
+    """A module imported from a string (importlib.import_module, __import__) is an edge the graph cannot see."""
+    return [m for m, text in sources_of.items() if "import_module(" in text or "__import__(" in text]
+
+
+def reexport_shims(sources_of: dict[str, str]) -> list[str]:
+    """A module that only hands on names imported from elsewhere (besides a package's __init__): two names for
+    one thing."""
+    out = []
+    for m, text in sources_of.items():
+        if m.endswith("__init__"):
+            continue
+        body = [n for n in ast.parse(text).body
+                if not (isinstance(n, ast.Expr) and isinstance(getattr(n, "value", None), ast.Constant))]
+        if body and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in body):
+            out.append(m)
+    return out
+
+
+def all_imports() -> dict[str, list[tuple[int, str]]]:
+    files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    return {module_of(p): imports(p) for p in files}
+
+
+def house_sources() -> dict[str, str]:
+    files = [ROOT / "app.py"] + [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    return {module_of(p): p.read_text(encoding="utf-8") for p in files}
+
+
+def test_the_core_imports_no_drawing_library():
+    assert not draws_in_the_core(all_imports())
+
+
+def test_no_module_is_imported_from_a_string():
+    assert not imports_by_name(house_sources())
+
+
+def test_no_module_only_re_exports_another():
+    assert not reexport_shims(house_sources())
+
+
+def test_a_core_that_draws_an_import_by_name_and_a_shim_are_caught():
+    g = all_imports()
+    g["engine.measure.roofline"] = g["engine.measure.roofline"] + [(1, "plotly.graph_objects")]
+    assert draws_in_the_core(g) == ["engine.measure.roofline:1 imports plotly.graph_objects"]
+    src = house_sources()
+    src["commands.main"] += "\nimportlib.import_module('topics.ladder.cli')\n"
+    assert imports_by_name(src) == ["commands.main"]
+    src["engine.load.device"] = '"""Shim."""\nfrom engine.device import sync  # noqa: F401\n'
+    assert reexport_shims(src) == ["engine.load.device"]
 
 
 # ------------------------------------------------------------------ each rule catches what it guards against
@@ -184,7 +239,10 @@ def test_a_topic_command_is_found_by_name_and_exists():
     ("engine.generate.loop", "topics.ladder.record", core_imports_a_topic),
     ("topics.race.measure", "topics.ladder.record", topics_import_each_other),
     ("topics.race.measure", "streamlit", streamlit_outside_pages),
-    ("engine.draw.stage", "streamlit", streamlit_outside_pages),
+    ("drawing.stage", "streamlit", streamlit_outside_pages),
+    ("engine.measure.roofline", "drawing.stage", runs_back_up),
+    ("drawing.stage", "ui.style", runs_back_up),
+    ("topics.ladder.cli", "commands.main", runs_back_up),
     ("topics.race.page", "torch", torch_in_pages),
     ("ui.sidebar", "classroom.page", runs_back_up),
 ])

@@ -9,7 +9,7 @@ import torch
 
 from engine import load_model
 from engine.errors import ModelNotFound, NoTokenizer, NotACausalLM, RemoteCodeRequired, TooLarge, UnsafeWeights
-from engine.load.device import pick_device, pick_dtype
+from engine.device import pick_device, pick_dtype
 
 
 def test_spec_describes_the_model(tiny_dirs):

@@ -72,7 +72,7 @@ def test_sweep_at_builds_a_rung_checked_first_and_names_it(bundled_lm):
 def test_gpu_check_without_a_gpu_is_one_line_and_exit_status_2(capsys, monkeypatch):
     import torch
 
-    from engine.cli import main
+    from commands.main import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a GPU machine runs it as a laptop would
     code = main(["gpu-check"])

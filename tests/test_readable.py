@@ -57,7 +57,7 @@ def stage_of(lm, prompt: str, decodes: int = 1, **token) -> str:
     from dataclasses import replace
 
     from engine import Stepper
-    from engine.draw.stage import stage_svg
+    from drawing.stage import stage_svg
 
     s = Stepper(lm, prompt, max_new_tokens=decodes + 2)
     s.prefill()
@@ -84,7 +84,7 @@ def test_the_loop_back_to_the_strip_runs_in_its_own_lane_clear_of_the_columns_an
     import math
     import re
 
-    from engine.draw.svg import LOOP_X, MONO_EM
+    from drawing.svg import LOOP_X, MONO_EM
 
     for prompt in (LILY, LONG):
         svg = stage_of(bundled_lm, prompt)
@@ -105,7 +105,7 @@ def test_a_short_next_token_and_its_id_sit_side_by_side_in_their_chip(bundled_lm
     """'·a' was drawn over 'id 259'."""
     import re
 
-    from engine.draw.svg import MONO_EM
+    from drawing.svg import MONO_EM
 
     for token, token_id in ((" a", 259), (".", 14), ("!", 5)):
         svg = stage_of(bundled_lm, "Once upon a time", token=token, token_id=token_id)
@@ -125,8 +125,8 @@ def test_a_short_next_token_and_its_id_sit_side_by_side_in_their_chip(bundled_lm
 def test_the_kv_growth_chart_uses_only_the_palettes_meanings_and_greys(bundled_lm):
     """Its layers were drawn in the theme's red and pink: red means recomputed, and the two were hard to tell apart."""
     from engine import Stepper
-    from engine.draw.kv import LAYER_GREYS, kv_growth_figure
-    from engine.draw.palette import DECODE, PREFILL
+    from drawing.kv import LAYER_GREYS, kv_growth_figure
+    from drawing.palette import DECODE, PREFILL
 
     s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=4)
     s.run()
@@ -141,7 +141,7 @@ def test_a_charts_text_is_dark_and_its_toolbar_keeps_two_buttons():
     """Small grey ticks faded on a projector; the hover toolbar covered the chart's title."""
     import plotly.graph_objects as go
 
-    from engine.draw.palette import INK, MODEBAR_REMOVES, TICK, layout
+    from drawing.palette import INK, MODEBAR_REMOVES, TICK, layout
 
     fig = layout(go.Figure(go.Scatter(x=[0, 1], y=[1, 2])), "KV cache size after each step", scale=1.35)
     assert fig.layout.xaxis.tickfont.color == fig.layout.yaxis.tickfont.color == INK
@@ -164,7 +164,7 @@ def call(ttft: float, tpot: float | None, n: int) -> dict:
 
 
 def test_the_ttft_sentence_says_each_clause_only_where_its_numbers_hold():
-    from engine.draw.latency import LONG_PROMPT_SCENARIO, ttft_tpot_sentence
+    from drawing.latency import LONG_PROMPT_SCENARIO, ttft_tpot_sentence
 
     short = ttft_tpot_sentence(call(6.0, 6.0, 5))  # the bundled model, a 5-token prompt: the two alike
     assert "×1.0 one decode step" in short and "TTFT ≈ TPOT here" in short and LONG_PROMPT_SCENARIO in short
@@ -179,7 +179,7 @@ def test_the_ttft_sentence_says_each_clause_only_where_its_numbers_hold():
 
 def test_a_scenario_parts_ttft_and_tpot_with_a_long_prompt_on_the_latency_view(bundled_lm):
     from engine import Stepper
-    from engine.draw.latency import LONG_PROMPT_SCENARIO
+    from drawing.latency import LONG_PROMPT_SCENARIO
     from ui.presets import SCENARIOS
 
     scenario = next(s for s in SCENARIOS if s["title"] == LONG_PROMPT_SCENARIO)
@@ -190,7 +190,7 @@ def test_a_scenario_parts_ttft_and_tpot_with_a_long_prompt_on_the_latency_view(b
 
 
 def test_the_latency_views_metrics_fit_three_across():
-    from engine.draw.views import ms3
+    from drawing.views import ms3
 
     assert [ms3(x) for x in (1234.5, 106.1, 10.55, 7.237, 0.375, 0.0123)] == ["1234", "106", "10.6", "7.24", "0.38",
                                                                               "0.012"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine import Stepper
-from engine.cli import main as cli_main
+from commands.main import main as cli_main
 from engine.measure import kvcalc, roofline
 from ui.apptest import app_test, page
 

@@ -268,7 +268,7 @@ def test_block_manager_shares_only_whole_computed_blocks():
 
 
 def test_cli_serve_writes_the_documented_json(tmp_path, capsys):
-    from engine.cli import main
+    from commands.main import main
 
     path, out = tmp_path / "requests.json", tmp_path / "run.json"
     path.write_text(json.dumps([{"prompt": p, "max_new_tokens": 6, "arrive": i} for i, p in enumerate(PROMPTS[:3])]))
@@ -292,7 +292,7 @@ def test_cli_serve_writes_the_documented_json(tmp_path, capsys):
                                                 "forward in time"),
 ])
 def test_cli_serve_refuses_bad_request_files_in_one_line(tmp_path, capsys, content, words):
-    from engine.cli import main
+    from commands.main import main
 
     path = tmp_path / "requests.json"
     path.write_text(content)
@@ -302,7 +302,7 @@ def test_cli_serve_refuses_bad_request_files_in_one_line(tmp_path, capsys, conte
 
 
 def test_cli_serve_runs_a_scenario(capsys):
-    from engine.cli import main
+    from commands.main import main
 
     assert main(["serve", "--scenario", "preemption"]) == 0
     out = capsys.readouterr().out
@@ -365,7 +365,7 @@ def test_statuses_and_phases_are_enums_that_write_the_same_strings():
 
 def test_cli_serve_json_has_the_same_keys_and_plain_string_values(tmp_path):
     """`python -m engine serve --json`: the keys of every level, and statuses and phases as plain strings."""
-    from engine.cli import main
+    from commands.main import main
 
     out = tmp_path / "run.json"
     assert main(["serve", "--scenario", "preemption", "--json", str(out)]) == 0

@@ -80,7 +80,7 @@ def test_the_same_prompt_again_later_reuses_every_full_block_of_it(bundled_lm):
 
 def test_cli_serve_requests_counts_hits_across_time(tmp_path, bundled_lm):
     """The same two requests through `python -m engine serve --requests FILE --json`."""
-    from engine.cli import main
+    from commands.main import main
 
     prompts = [SYSTEM + "A cat named Tom", SYSTEM + "The big brown bear"]
     path, out = tmp_path / "requests.json", tmp_path / "run.json"

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from engine.cli import main as cli_main
+from commands.main import main as cli_main
 from engine.errors import StepError
 from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.forward.run import run_pass

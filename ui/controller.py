@@ -23,7 +23,7 @@ from streamlit.errors import StreamlitAPIException
 
 from engine import DecodeLabError
 from engine.errors import Busy
-from engine.load.device import release_memory
+from engine.device import release_memory
 
 BUSY_WAITS = (0.5, 1, 2, 4, 8)  # seconds between retries when the server is busy: back off, never spin
 STOPPED = {  # a run's stop reason, in words

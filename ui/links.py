@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.draw.views import VIEWS
+from drawing.views import VIEWS
 from engine.generate.serving.scenarios import SCENARIOS as SERVING_SCENARIOS
 from engine.links import make_link, read_link
 from ui import model

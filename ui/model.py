@@ -13,9 +13,9 @@ import sys
 import streamlit as st
 
 from engine import DecodeLabError, LoadedModel, load_model
-from engine.draw.first_draw import warm_pictures
+from drawing.first_draw import warm_pictures
 from engine.load.checks import hub_reachable
-from engine.load.device import release_memory, use_serving_threads
+from engine.device import release_memory, use_serving_threads
 from engine.load.policy import from_settings
 from ui.presets import SMALL_MODELS
 
@@ -33,7 +33,7 @@ def _load(source: str, device: str, dtype: str) -> LoadedModel | DecodeLabError:
         release_memory()
         return e
     if lm.device.type == "cpu":
-        use_serving_threads(int(lm.spec.parameters))  # see engine/load/device.py: the browser needs a core too
+        use_serving_threads(int(lm.spec.parameters))  # see engine/device.py: the browser needs a core too
     warm_pictures(lm)  # every picture of a step drawn once now: a class's first Prefill costs what later ones do
     gc.freeze()  # the loaded libraries and weights live for the whole server: keep them out of every GC pass
     return lm

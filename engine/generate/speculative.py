@@ -167,7 +167,7 @@ class RoundTrace:
 
     @property
     def rejected_from(self) -> int | None:
-        """First fed position whose K/V was cut (for engine.draw.stage.stage_svg), None when nothing was."""
+        """First fed position whose K/V was cut (for drawing.stage.stage_svg), None when nothing was."""
         return self.cache_after_crop if self.cut else None
 
     def to_dict(self, attention: bool = False) -> dict:

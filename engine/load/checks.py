@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import torch
 
 from engine.errors import NotACausalLM, TooLarge, UnsafeWeights
-from engine.load import device as dev
+from engine import device as dev
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 MEMORY_HEADROOM = 1.3  # weights x this must fit: activations, cache and the copy made while loading

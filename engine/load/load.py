@@ -36,7 +36,7 @@ from engine.errors import (
 )
 from engine.forward import capture
 from engine.forward.spec import from_config
-from engine.load import device as dev
+from engine import device as dev
 from engine.load.checks import (
     WEIGHT_SHARE,
     check_causal_lm,

@@ -16,7 +16,7 @@ figures and vocabulary, random weights, labelled with the model whose shape it i
 real shapes; a grown shape keeps a CPU's ladder comparable with its recorded figures.
 
 Check, then commit: every rung's exact parameter count comes from a build on the meta device (no memory),
-and a rung that would not fit (`engine.load.device.available_bytes`, which `DECODE_LAB_MEMORY_LIMIT` caps)
+and a rung that would not fit (`engine.device.available_bytes`, which `DECODE_LAB_MEMORY_LIMIT` caps)
 is refused before any weight is allocated.
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from engine.errors import StepError, TooLarge
-from engine.load import device as dev
+from engine import device as dev
 from engine.load.checks import MAX_LAYERS, MAX_WIDTH, MEMORY_HEADROOM, estimate_parameters
 from engine.load.loaded import MAX_WAITING, LoadedModel
 from engine.load.shapes import lookup, shape_config, weights_words

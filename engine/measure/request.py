@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.load import device as dev
+from engine import device as dev
 from engine.load.loaded import LoadedModel
 
 

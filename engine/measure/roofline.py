@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.load import device as dev
+from engine import device as dev
 
 
 # bytes each bandwidth probe moves, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)

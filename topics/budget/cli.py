@@ -5,7 +5,7 @@
 
 Prints the bytes held against the full cache's, the teacher-forced top-1 agreement and mean KL on the held-out
 text, the first step where free-running greedy parts from the full cache (with both texts), and ms per decode
-step. Bad input is one line on stderr and exit status 2 (engine/cli.py finds this command by name).
+step. Bad input is one line on stderr and exit status 2 (commands/main.py finds this command by name).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main(args) -> int:
         check_words(policy, None if policy == "full" else args.budget)
     lm = load_from(args)
     if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
-        from engine.load import device as dev
+        from engine import device as dev
 
         dev.use_serving_threads(int(lm.spec.parameters))
     from transformers.utils import logging as hf_logging

@@ -18,8 +18,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.draw.palette import DECODE, GREY, PREFILL, RECOMPUTED, layout, show_piece
-from engine.draw.svg import FONT, INK, SOFT, W, text
+from drawing.palette import DECODE, GREY, PREFILL, RECOMPUTED, layout, show_piece
+from drawing.svg import FONT, INK, SOFT, W, text
 from engine.units import human_bytes
 
 EVICTED = "#eeeeee"  # a position the cache dropped: an empty slot, outlined

@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.draw.svg import picture_html
+from drawing.svg import picture_html
 from engine.units import human_bytes
 from topics.budget import draw, measure
 from topics.budget.policies import POLICIES

@@ -9,7 +9,7 @@ from engine.units import human_bytes
 
 
 def add_parser(sub) -> None:
-    """`python -m engine ladder`: its options (engine/cli.py finds it by name)."""
+    """`python -m engine ladder`: its options (commands/main.py finds it by name)."""
     g = sub.add_parser("ladder", help="grow the model: prefill and decode timed at several sizes on this device's "
                                       "roofline (random weights, timing only)")
     g.add_argument("--sizes", nargs="+", help="parameter counts or published shapes, e.g. own 25M 110M 1.1B "

@@ -16,8 +16,8 @@ import math
 import plotly.graph_objects as go
 
 # ---------------------------------------------------------------- axes and notes
-from engine.draw.latency import note_box
-from engine.draw.palette import DECODE, GREY, PREFILL, layout
+from drawing.latency import note_box
+from drawing.palette import DECODE, GREY, PREFILL, layout
 from engine.measure import roofline
 from engine.measure.caveats import ladder_note
 from topics.ladder import scale_draw as scale_draw

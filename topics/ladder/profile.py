@@ -23,7 +23,7 @@ import time
 import torch
 
 from engine.forward.cache import roll_back
-from engine.load import device as dev
+from engine import device as dev
 
 
 def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> dict:

@@ -7,7 +7,7 @@ import math
 
 import plotly.graph_objects as go
 
-from engine.draw.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout
+from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout
 from engine.forward.spec import ModelSpec
 from engine.measure import roofline
 from engine.measure.roofline import DeviceRoof

@@ -180,7 +180,7 @@ def prefill_sweep(lm, lengths=LENGTHS, repeats: int = REPEATS, budget_s: float =
     `name` and `weights` label the rung (default: lm's spec name and source).
     """
     from engine.forward.compiled import Lean, _timed
-    from engine.load import device as dev
+    from engine import device as dev
     from engine.measure.roofline import probe
     from topics.ladder.measure import serving_cores, versions
 
@@ -229,7 +229,7 @@ def sweep_at(lm, shape: str | None = None, dtype: torch.dtype | None = None, see
     ladder's (engine.load.rungs.timing_dtype: bf16 on a GPU). Checked against free memory before any
     weight is allocated (rungs.plan), refused in one message (TooLarge) if it would not fit.
     """
-    from engine.load import device as dev
+    from engine import device as dev
     from engine.load.rungs import build, plan
     from engine.load.rungs import timing_dtype
 

@@ -14,8 +14,8 @@ import math
 
 import plotly.graph_objects as go
 
-from engine.draw.latency import note_box
-from engine.draw.palette import ESTIMATE, GREY, PREFILL, layout
+from drawing.latency import note_box
+from drawing.palette import ESTIMATE, GREY, PREFILL, layout
 from engine.measure.caveats import sweep_note
 from topics.ladder.draw import log_ticks, short_device
 from topics.ladder.sweep import PrefillSweep

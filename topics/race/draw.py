@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.draw.latency import note_box
-from engine.draw.palette import PREFILL, RECOMPUTED, layout, step_axis
+from drawing.latency import note_box
+from drawing.palette import PREFILL, RECOMPUTED, layout, step_axis
 
 MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUTED)}
 

@@ -311,7 +311,7 @@ def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=
     the readable path would be launch-bound; on a CPU it runs the Stepper's readable path (`compare`). The report
     gains `at` (whose shape, which weights) and keeps `how` where the lean path ran.
     """
-    from engine.load import device as dev
+    from engine import device as dev
     from engine.load.rungs import RANDOM_WEIGHTS, rung_model, timing_dtype
 
     rlm = rung_model(lm, size, dtype=timing_dtype(lm))

@@ -6,9 +6,9 @@ import time
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.draw.palette import show_piece
+from drawing.palette import show_piece
 from engine.generate.compare import compare
-from engine.load.device import release_memory
+from engine.device import release_memory
 from engine.measure import caveats, roofline
 from topics.race import draw as race_draw
 from topics.race import measure as race

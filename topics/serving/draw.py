@@ -10,14 +10,14 @@
 
 Phases keep the app's colours (prefill blue, decode orange, recomputed red); requests get their own hues, away
 from those, and are always named too ("r3"), so nothing relies on colour alone. Every element a test may count
-carries data-role. Text goes through engine.draw.svg.text, which escapes it.
+carries data-role. Text goes through drawing.svg.text, which escapes it.
 """
 
 from __future__ import annotations
 
-from engine.draw.palette import DECODE, MASKED, PREFILL, RECOMPUTED
-from engine.draw.svg import FONT, INK, MONO, SOFT, W
-from engine.draw.svg import text as _t
+from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
+from drawing.svg import FONT, INK, MONO, SOFT, W
+from drawing.svg import text as _t
 
 HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
 from engine.generate.serving.blocks import BlockState
@@ -417,7 +417,7 @@ def throughput_figure(same: dict, mixed: dict | None, scale: float = 1.0):
     prompts asking for different lengths (dark); each bar says its measured tokens/s."""
     import plotly.graph_objects as go
 
-    from engine.draw.palette import layout
+    from drawing.palette import layout
 
     fig = go.Figure()
     for (name, colour), res in zip(WORKLOADS, (same, mixed)):
@@ -484,7 +484,7 @@ def batch_time_figure(rows: list[dict], scale: float = 1.0):
     """The decode pass's measured time against how many sequences share it, and the time per sequence."""
     import plotly.graph_objects as go
 
-    from engine.draw.palette import layout
+    from drawing.palette import layout
 
     xs = [r["batch"] for r in rows]
     fig = go.Figure([
@@ -517,7 +517,7 @@ def batch_roofline_figure(br: dict, scale: float = 1.0):
 
     import plotly.graph_objects as go
 
-    from engine.draw.palette import ESTIMATE, layout
+    from drawing.palette import ESTIMATE, layout
 
     here, gpu, rows = br["here"], br["gpu"], br["measured"]
     gpu_name = gpu.name.split(" (")[0]

@@ -30,7 +30,7 @@ from engine.generate.serving.reference import generate_batch, reference_model
 from engine.generate.serving.requests import RequestSpec
 from engine.generate.serving.run import DEFAULTS, ServingRun
 from engine.generate.stepper import Stepper
-from engine.load import device as dev
+from engine import device as dev
 from engine.load.loaded import LoadedModel
 
 PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",

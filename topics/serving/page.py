@@ -11,7 +11,7 @@ from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
 from engine.generate.serving.run import PREEMPTION
 from engine.generate.serving.scenarios import SCENARIOS
-from engine.load.device import release_memory
+from engine.device import release_memory
 from engine.measure import roofline
 from topics.serving import draw as draw
 from topics.serving import measure as measure

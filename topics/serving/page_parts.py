@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine.draw.stage import stage_html
+from drawing.stage import stage_html
 from engine.generate.serving import RequestSpec, ServingRun
 from engine.generate.serving.run import MAX_REQUESTS
 from topics.serving import draw as draw

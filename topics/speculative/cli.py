@@ -6,7 +6,7 @@ from engine.cli_args import check_json_path, load_from, model_args, new_tokens_a
 
 
 def add_parser(sub) -> None:
-    """`python -m engine speculate`: its options (engine/cli.py finds it by name)."""
+    """`python -m engine speculate`: its options (commands/main.py finds it by name)."""
     s = sub.add_parser("speculate", help="speculative decoding vs plain decoding: same tokens? faster?")
     s.add_argument("--prompt", required=True)
     new_tokens_arg(s, 40, "new tokens at most")

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.draw.palette import DECODE, NEW, PREFILL
-from engine.draw.svg import INK, SOFT, W, arrow, defs, picture_html, text
+from drawing.palette import DECODE, NEW, PREFILL
+from drawing.svg import INK, SOFT, W, arrow, defs, picture_html, text
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from engine.draw.stage import caption, stage_html, stage_svg
+from drawing.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
+from drawing.stage import caption, stage_html, stage_svg
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.loop import token_pieces
 from engine.generate.speculative import Speculator

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.draw.palette import MASKED, layout, show_piece
+from drawing.palette import MASKED, layout, show_piece
 from engine.forward.trace import StepTrace
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.draw.palette import DECODE, MASKED, PREFILL, layout, step_axis
+from drawing.palette import DECODE, MASKED, PREFILL, layout, step_axis
 from engine.forward.trace import StepTrace
 
 

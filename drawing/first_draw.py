@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 
-from engine.draw.attention import assembled_attention, attention_heatmap, heads_figure
-from engine.draw.kv import kv_grid_figure, kv_growth_figure
-from engine.draw.latency import latency_figure
-from engine.draw.matmuls import matmul_frame
-from engine.draw.palette import axis_labels
-from engine.draw.stage import caption, stage_html, stage_svg
-from engine.draw.tokens import next_token_figure
+from drawing.attention import assembled_attention, attention_heatmap, heads_figure
+from drawing.kv import kv_grid_figure, kv_growth_figure
+from drawing.latency import latency_figure
+from drawing.matmuls import matmul_frame
+from drawing.palette import axis_labels
+from drawing.stage import caption, stage_html, stage_svg
+from drawing.tokens import next_token_figure
 from engine.errors import DecodeLabError
 
 

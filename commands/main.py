@@ -2,14 +2,13 @@
 (training: `python -m tools.train`).
 
 The core's commands live here; a topic's live in its folder (topics/*/cli.py, benchmarks/cli.py), each an
-`add_parser(sub)` and a `main(args)`. Every refusal is one line on stderr and exit status 2: a bad --json path
+`add_parser(sub)` and a `main(args)`, imported below by name: this file sits above all of them. Every refusal is one line on stderr and exit status 2: a bad --json path
 is refused before the run starts, so a long run is never lost at the end (engine/cli_args.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 
@@ -18,9 +17,13 @@ from engine.cli_args import (BadPath, check_json_path, load_from, model_args, ne
 from engine.errors import DecodeLabError
 from engine.units import human_bytes
 
-# The commands that belong to a topic or to the benchmarks live with them; this file sits below them and finds
-# each by name, so importing the engine never imports a topic (tests/test_layers.py).
-COMMANDS_ELSEWHERE = ("benchmarks.cli", "topics.ladder.cli", "topics.speculative.cli", "topics.budget.cli")
+import benchmarks.cli
+import topics.budget.cli
+import topics.ladder.cli
+import topics.speculative.cli
+
+# The commands that belong to a topic or to the benchmarks live with them, each its own add_parser(sub)
+COMMANDS_ELSEWHERE = (benchmarks.cli, topics.ladder.cli, topics.speculative.cli, topics.budget.cli)
 
 
 def step_table(traces) -> str:
@@ -209,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", action="store_true", help="print JSON instead of text")
     k.set_defaults(func=_kv_size)
 
-    for name in COMMANDS_ELSEWHERE:  # bench, ladder, speculate
-        importlib.import_module(name).add_parser(sub)
+    for module in COMMANDS_ELSEWHERE:  # bench and gpu-check, ladder, speculate, budget
+        module.add_parser(sub)
 
     v = sub.add_parser("serve", help="many requests on one model: continuous batching over a paged KV cache")
     what = v.add_mutually_exclusive_group(required=True)

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.draw.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout, step_axis
+from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout, step_axis
 from engine.forward.trace import StepTrace
 
 

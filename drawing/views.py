@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.draw.attention import heads_figure, look_back
-from engine.draw.heads import heads_svg
-from engine.draw.kv import kv_frame, kv_grid_figure, kv_growth_figure
-from engine.draw.latency import (CLIMB, latency_figure, latency_trend, timing_callout, traces_frame,
+from drawing.attention import heads_figure, look_back
+from drawing.heads import heads_svg
+from drawing.kv import kv_frame, kv_grid_figure, kv_growth_figure
+from drawing.latency import (CLIMB, latency_figure, latency_trend, timing_callout, traces_frame,
                                  ttft_tpot_sentence)
-from engine.draw.matmuls import gpt2_shapes_frame, matmul_figure, shapes_frame
-from engine.draw.palette import axis_labels, show_piece
-from engine.draw.svg import picture_html
-from engine.draw.tokens import next_token_figure, token_chips_html
+from drawing.matmuls import gpt2_shapes_frame, matmul_figure, shapes_frame
+from drawing.palette import axis_labels, show_piece
+from drawing.svg import picture_html
+from drawing.tokens import next_token_figure, token_chips_html
 from engine.load.pieces import split_characters
 from engine.measure.attention import earlier_copies, head_roles, roles_sentence
 from engine.measure.caveats import latency_note
@@ -57,7 +57,7 @@ class StepContext:
     head: int = 0
     scale: float = 1.0
     labels: tuple[str, ...] = field(default=(), compare=False)
-    pictures: bool = False  # a class's follower: every head drawn as a picture (engine/draw/heads.py), not a chart
+    pictures: bool = False  # a class's follower: every head drawn as a picture (drawing/heads.py), not a chart
 
     @property
     def t(self):

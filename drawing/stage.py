@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.draw.attention import visible
-from engine.draw.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from engine.draw.svg import (FONT, GRID_X0, GRID_X1, INK, LABEL_X, LOOP_X, MONO, QCOL, SOFT, TEXT, W, arrow, data_uri,
+from drawing.attention import visible
+from drawing.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
+from drawing.svg import (FONT, GRID_X0, GRID_X1, INK, LABEL_X, LOOP_X, MONO, QCOL, SOFT, TEXT, W, arrow, data_uri,
                              defs, mono_fit, mono_width, shape_text)
-from engine.draw.svg import blues as _blues
-from engine.draw.svg import text as _t
+from drawing.svg import blues as _blues
+from drawing.svg import text as _t
 from engine.forward.trace import StepTrace
 from engine.units import human_bytes, human_flops
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from engine.draw.attention import newest_query
-from engine.draw.palette import show_piece
-from engine.draw.svg import INK, MONO, SOFT, TEXT, blues, defs, mono_fit, text
+from drawing.attention import newest_query
+from drawing.palette import show_piece
+from drawing.svg import INK, MONO, SOFT, TEXT, blues, defs, mono_fit, text
 from engine.forward.trace import StepTrace
 
 W = 560  # viewBox width: drawn for a side column, so that its text reads at the stage's size

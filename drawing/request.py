@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.draw.palette import DECODE, GREY, PREFILL
-from engine.draw.svg import INK, SOFT, W, arrow, defs, picture_html, text
+from drawing.palette import DECODE, GREY, PREFILL
+from drawing.svg import INK, SOFT, W, arrow, defs, picture_html, text
 from engine.measure.request import RequestStep
 
 COLOURS = {"prefill": PREFILL, "decode loop": DECODE}

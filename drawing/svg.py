@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.draw.palette import MASKED, NEW, RECOMPUTED
+from drawing.palette import MASKED, NEW, RECOMPUTED
 
 W = 1000  # viewBox width; the browser scales it to the column
 TEXT = 1.22  # every font size below is multiplied by this: the stage is read from the back of a room

@@ -10,7 +10,7 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.draw.palette import DECODE, GREY, MASKED, NEW, PREFILL, layout, show_piece
+from drawing.palette import DECODE, GREY, MASKED, NEW, PREFILL, layout, show_piece
 from engine.forward.trace import StepTrace
 
 
