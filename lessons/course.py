@@ -150,9 +150,9 @@ class Course:
         return (f"{what} does about **{t.intensity_estimate:.1f} FLOPs per byte** it moves (estimate). This device's "
                 f"measured ridge is {here.ridge:.1f} FLOP/byte, so the roofline puts it on "
                 f"**{roofline.side(t.intensity_estimate, here)}**. Measured, it took "
-                f"{t.forward_ms:.3g} ms against a memory bound of {v['memory_ms']:.3g} ms and a compute bound of "
-                f"{v['compute_ms']:.3g} ms: **{v['label']}**. On an {roofline.short_name(h100)} at batch 1 (nothing "
-                f"ran there) the same pass is {roofline.prediction_words(p, h100)}.")
+                f"{t.forward_ms:.3g} ms against a memory bound of {v.memory_ms:.3g} ms and a compute bound of "
+                f"{v.compute_ms:.3g} ms: **{v.label}**. On an {roofline.short_name(h100)} at batch 1 (nothing "
+                f"ran there) the same pass is {p.words()}.")
 
     def physics(self, phase: str) -> None:
         """The lesson's claim in the size ladder's measured numbers: the bundled model is too small to show it."""

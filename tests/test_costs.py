@@ -154,8 +154,8 @@ def test_a_400_token_prefill_is_predicted_on_the_compute_side_of_an_h100_in_bf16
     h100 = roofline.h100()
     assert (h100.elem_bytes, h100.dtype) == (2.0, "bf16") and h100.ridge == pytest.approx(989 / 3.35)
     p = roofline.predict(s, 400, 0, h100)
-    assert p["predicted"] and p["intensity"] == pytest.approx(bf16) and p["side"] == "the compute side"
-    assert p["label"].startswith("predicted: the compute side") and "bf16" in p["label"]
+    assert p.intensity == pytest.approx(bf16) and p.side == "the compute side" and p.dtype == "bf16"
+    assert p.label.startswith("predicted: the compute side") and "bf16" in p.label
     assert estimates.intensity(s, 400, 0, 4.0) == pytest.approx(fp32)  # what the CPU trace says, in fp32
     assert roofline.side(fp32, h100) == "the memory side"  # the old, wrong-dtype answer
 

@@ -100,17 +100,28 @@ ROOF = DeviceRoof("test", peak_flops=1e12, bandwidth=1e10, measured=True)  # rid
 
 
 @pytest.mark.parametrize("ms, flops, moved, label", [
-    (1.5, 1e6, 1e7, "memory-bound"),  # memory bound 1 ms, compute bound 0.001 ms
-    (12.0, 1e6, 1e7, "overhead-bound (×12 above both bounds)"),
-    (3.5, 1e6, 1e7, "overhead-bound (×3.5 above both bounds)"),
-    (2.5, 2e9, 1e7, "compute-bound"),  # compute bound 2 ms, memory bound 1 ms
-    (2.0, 1e6, 1e7, "memory-bound"),  # the bound is half the time: still most of it
-    # the bound a third to a half of the time: the side of the ridge, and how much of the time is above the bound
-    (2.5, 1e6, 1e7, "on the memory side, not memory-bound: ×2.5 its bound, 60% of the time above it"),
-    (5.5, 2e9, 1e7, "on the compute side, not compute-bound: ×2.8 its bound, 64% of the time above it"),
+    (1.5, 1e6, 1e7, "memory-bound: 67% of the bandwidth (MBU)"),  # memory bound 1 ms, compute bound 0.001 ms
+    (12.0, 1e6, 1e7, "overhead-bound: 8% of the bandwidth (MBU), <0.1% of the matmul peak"),
+    (3.5, 1e6, 1e7, "overhead-bound: 29% of the bandwidth (MBU), <0.1% of the matmul peak"),
+    (2.5, 2e9, 1e7, "compute-bound: 80% of the matmul peak (MFU)"),  # compute bound 2 ms, memory bound 1 ms
+    (2.0, 1e6, 1e7, "memory-bound: 50% of the bandwidth (MBU)"),  # the bound is half the time: still most of it
+    # the bound a third to a half of the time: the side of the ridge, and how near its roof it ran
+    (2.5, 1e6, 1e7, "on the memory side, not memory-bound: 40% of the bandwidth (MBU)"),
+    (5.5, 2e9, 1e7, "on the compute side, not compute-bound: 36% of the matmul peak (MFU)"),
 ])
 def test_a_step_is_labelled_by_its_measured_time_against_both_bounds(ms, flops, moved, label):
-    assert roofline.verdict(ms, flops, moved, ROOF)["label"] == label
+    assert roofline.verdict(ms, flops, moved, ROOF).label == label
+
+
+def test_which_side_of_the_ridge_is_a_prediction_that_no_measured_time_moves():
+    """The side comes from the intensity against the ridge alone: the same pass timed fast or slow (a busy minute)
+    keeps its side; only how near its roof it ran moves."""
+    low, high = 0.5 * ROOF.ridge, 2 * ROOF.ridge
+    for intensity in (low, high):
+        sides = {roofline.verdict(ms, intensity * 1e7, 1e7, ROOF).side for ms in (0.01, 1.0, 100.0)}
+        assert sides == {"memory" if intensity < ROOF.ridge else "compute"}
+    fast, slow = (roofline.verdict(ms, 1e6, 1e7, ROOF) for ms in (1.0, 10.0))
+    assert slow.share == pytest.approx(fast.share / 10)
 
 
 def label_from(row_ms: float, memory_ms: float, compute_ms: float) -> str:
@@ -135,11 +146,11 @@ def test_no_step_is_labelled_memory_bound_when_its_time_is_more_than_3x_its_memo
         for over, expected in ((1.9, "memory-bound"), (2.9, "memory side"), (4.0, "overhead-bound")):
             roof = DeviceRoof("test", peak_flops=tiny_flops, bandwidth=t.bytes_estimate / (seconds / over), measured=True)
             v = roofline.step_verdict(t, roof)
-            assert v["kind"] == expected, (t.step, over, v)
-            assert v["memory_ms"] == pytest.approx(t.forward_ms / over)
+            assert v.kind == expected, (t.step, over, v)
+            assert v.memory_ms == pytest.approx(t.forward_ms / over)
         roof = DeviceRoof("test", peak_flops=t.flops_estimate / (seconds / 1.5), bandwidth=t.bytes_estimate / (seconds / 2),
                           measured=True)  # the arithmetic bound (2/3 of the time) above the memory bound (1/2)
-        assert roofline.step_verdict(t, roof)["kind"] == "compute-bound"
+        assert roofline.step_verdict(t, roof).kind == "compute-bound"
 
 
 @pytest.mark.slow

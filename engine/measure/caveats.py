@@ -11,6 +11,7 @@ the traces alone, whether the chart needs a sentence and write it, with the spre
                                     total, or at steps where it does several times the work
     ladder_note(ladder)             a size ladder: a grown rung whose label flipped back against the lesson, or
                                     a pass whose repeats spread wide
+    curve_note(curve)               one pass over n rows: more rows measured faster than fewer, or a wide spread
 
 Pure functions of StepTraces (timing.samples_ms, latency_ms, flops_estimate): no clock is read here.
 """
@@ -18,6 +19,7 @@ Pure functions of StepTraces (timing.samples_ms, latency_ms, flops_estimate): no
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 WIDE = 2.0  # a step whose slowest timed repeat took more than this many times its fastest: the server was busy
 MORE_WORK = 2.0  # a comparison is only a contradiction where the slower-looking side does this much less work
@@ -176,14 +178,33 @@ def ladder_note(ladder) -> str | None:
     return _wide(f"{label}'s {m.what}", m)
 
 
-def sweep_note(sweep) -> str | None:
-    """A prefill sweep (topics.ladder.sweep.PrefillSweep): the length whose timed runs spread the widest,
-    when wider than WIDE (its label is then the server's noise as much as the hardware's); None when all held."""
-    points = [p for p in sweep.points if p.runs > 1 and p.low_ms > 0]
+ORDER_SLACK = 1.1  # a pass over more rows measured this many times faster than one over fewer contradicts physics
+
+
+def curve_note(curve) -> str | None:
+    """One pass over n rows (topics.ladder.curve.Curve): where a pass over more rows measured faster than one over
+    fewer (by more than ORDER_SLACK: more rows read the same weights and do more arithmetic, so that order is the
+    server's noise), or else the pass whose timed runs spread the widest, when wider than WIDE; None when all held."""
+    for kind in ("prefill", "batch"):
+        pts = curve.of(kind)
+        for a, b in zip(pts, pts[1:]):
+            if b.median_ms * ORDER_SLACK < a.median_ms:
+                what = "prefill of" if kind == "prefill" else "batch of"
+                return (f"{BUSY}: the {what} {b.rows} took {b.median_ms:.1f} ms, less than the {what} {a.rows} "
+                        f"({a.median_ms:.1f} ms), though it reads the same weights and does more arithmetic: other "
+                        "work's time as much as the hardware's. Measure again when the server is quiet.")
+    points = [p for p in curve.points if len(p.samples_ms) > 1 and p.low_ms > 0]
     if not points:
         return None
     p = max(points, key=lambda p: p.high_ms / p.low_ms)
-    return _wide(f"the prefill of {p.s} tokens", p)
+    return _wide(f"the pass over {p.rows} rows ({p.kind})", _Spread(p.low_ms, p.high_ms, len(p.samples_ms)))
+
+
+@dataclass(frozen=True)
+class _Spread:
+    low_ms: float
+    high_ms: float
+    runs: int
 
 
 def _wide(what: str, m) -> str | None:

@@ -9,14 +9,24 @@ decode step reads every weight for one position (far left: the memory side). Whi
 sits on is the roofline's prediction; `verdict` says what the measured time shows (a small model's
 step is often neither: overhead-bound, many times above both bounds).
 
-Memory is a hierarchy, so bandwidth depends on how many bytes a step moves: a 16 MB model that
-fits the processor's last-level cache is read from it, many times faster than a 450 MB model
-streaming from DRAM every step. The probe moves buffers of several sizes (`COPY_MIB`) two ways, a copy
-(read one buffer, write the other) and a matrix-vector product (read a matrix once: what a decode step
-does to its weights), and keeps the faster at each size; `DeviceRoof.bandwidth_for(bytes)` is that rate at
-that many bytes, so each step's memory bound uses the bandwidth its own size gets on this device. (A copy
-alone reads low on a CPU, since it writes as much as it reads: with it as the roof, a decode step can measure
-faster than its own "bound". docs/measurements.md has the figures.)
+One ridge per device and dtype: the device's matmul peak over its DRAM bandwidth (`DeviceRoof.ridge`), in
+FLOP/byte, or in tokens (`ridge_tokens`: a pass over n rows reads its weights once and does about 2n FLOPs per
+weight, so it meets the ridge near ridge × bytes per weight / 2 rows). Every page, lesson and the race quote
+that one figure.
+
+Memory is a hierarchy, so a step's memory bound uses the bandwidth its own bytes get: a 16 MB model that
+fits the processor's last-level cache is read from it, several times faster than a 450 MB model streaming
+from DRAM every step. That faster rate is the cache's own roof (`cache_bandwidth`), named as such wherever a
+step fits the cache, and never the ridge. The probe moves buffers of several sizes (`COPY_MIB`) three ways, a
+plain read (a sum: each byte read once, what a decode step does to its weights), a copy (read one buffer, write
+the other) and a matrix-vector product, and keeps the fastest at each size; `DeviceRoof.bandwidth_for(bytes)`
+is that rate at that many bytes.
+
+What a measured pass is said to be is two statements, kept apart (`Verdict`):
+    which side of the ridge   its intensity against the ridge: a prediction from FLOPs and bytes, which a slow
+                              minute never moves
+    how near its roof         the share of the bandwidth it used (memory side: MBU, as inference engineers call
+                              it) or of the matmul peak (compute side: MFU), measured
 """
 
 from __future__ import annotations
@@ -52,35 +62,37 @@ class DeviceRoof:
         return DTYPE_NAMES.get(self.elem_bytes, f"{self.elem_bytes:g}-byte")
 
     @property
-    def ridge_tokens(self) -> float:
-        """The ridge in tokens: a pass over n tokens that reads its weights once does 2 FLOPs per weight per token
-        over elem_bytes per weight (intensity ~ 2n / elem_bytes), so it reaches the ridge at n ~ ridge x elem / 2
-        (an H100 in bf16: ~295 tokens; this CPU in fp32: ~2 x its ridge)."""
-        return self.ridge * self.elem_bytes / 2
-
-    def ridge_tokens_at(self, bytes_moved: float) -> float:
-        """The ridge in tokens for a pass that moves this many bytes: at the bandwidth those bytes get here (a model
-        that streams from DRAM meets a lower bandwidth, so a later ridge, than one a cache holds)."""
-        return self.peak_flops / self.bandwidth_for(bytes_moved) * self.elem_bytes / 2
-
-    @property
-    def ridge(self) -> float:
-        """Arithmetic intensity (FLOP/byte) where the memory roof meets the compute roof."""
-        return self.peak_flops / self.bandwidth
-
-    @property
     def dram_bandwidth(self) -> float:
-        """The rate with the largest buffers probed: data that no cache holds, streaming from memory."""
+        """The rate with the largest buffers probed: data that no cache holds, streaming from memory (a datasheet's
+        one figure)."""
         return self.bandwidths[-1][1] if self.bandwidths else self.bandwidth
 
     @property
-    def dram_ridge(self) -> float:
+    def ridge(self) -> float:
+        """THE ridge: arithmetic intensity (FLOP/byte) where the DRAM roof meets the compute roof, in this roof's
+        dtype. The one figure every page quotes for this device."""
         return self.peak_flops / self.dram_bandwidth
 
     @property
+    def ridge_tokens(self) -> float:
+        """The ridge in tokens (rows of one pass): a pass over n rows reads its weights once and does 2 FLOPs per
+        weight per row over elem_bytes per weight (intensity ~ 2n / elem_bytes), so it reaches the ridge at
+        n ~ ridge x elem_bytes / 2 (an H200 in bf16: ~180 tokens; this project's CPU in fp32: ~7)."""
+        return self.ridge * self.elem_bytes / 2
+
+    @property
+    def cache_bandwidth(self) -> float:
+        """The best rate probed: data a cache holds (on a CPU, its last-level cache). The cache's own roof."""
+        return self.bandwidth
+
+    @property
     def cache_roof(self) -> bool:
-        """The probe found a cache much faster than DRAM (CACHE_GAP): pictures draw two memory roofs."""
+        """The probe found a cache much faster than DRAM (CACHE_GAP): pictures draw the cache's roof too."""
         return self.dram_bandwidth < CACHE_GAP * self.bandwidth
+
+    def in_cache(self, bytes_moved: float) -> bool:
+        """A pass that moves this many bytes reads them faster than DRAM allows: the cache's roof bounds it."""
+        return self.cache_roof and self.bandwidth_for(bytes_moved) > self.dram_bandwidth / CACHE_GAP
 
     def bandwidth_for(self, bytes_moved: float) -> float:
         """The bandwidth measured at this many bytes (log-linear between probed sizes, the ends beyond them).
@@ -127,9 +139,10 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     """Measure matmul FLOP/s and memory bandwidth on this device, each within about budget_s seconds.
 
     Bandwidth is probed at every size of COPY_MIB that free memory allows (twice over), the time shared
-    between the sizes and two ways of moving the bytes, the faster kept at each size:
+    between the sizes and three ways of moving the bytes, the fastest kept at each size:
+        read            sums a buffer: every byte read once, as a decode step reads its weights
         copy            reads one buffer and writes the other (both count as bytes moved)
-        matrix-vector   reads a [rows, 4096] matrix once, as a decode step reads its weights
+        matrix-vector   reads a [rows, 4096] matrix once
     """
     n = 1024 if device.type == "cpu" else 4096
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -141,9 +154,12 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     free = dev.available_bytes(device)
     sizes = [m * 2**20 for m in COPY_MIB["cpu" if device.type == "cpu" else "gpu"] if 2 * m * 2**20 <= free]
     sizes = sizes or [COPY_MIB["cpu"][0] * 2**20]  # the smallest, even where memory is short
-    rates, each = [], budget_s / len(sizes) / 2
+    rates, each = [], budget_s / len(sizes) / 3
     for total in sizes:
-        src = torch.empty(total // 8, device=device, dtype=torch.float32).fill_(1.0)  # half the bytes, 4 per element
+        whole = torch.empty(total // 4, device=device, dtype=torch.float32).fill_(1.0)  # 4 bytes an element
+        read = _best_rate(lambda: whole.sum(), total, device, each)
+        del whole
+        src = torch.empty(total // 8, device=device, dtype=torch.float32).fill_(1.0)  # half the bytes each
         dst = torch.empty_like(src)
         copy = _best_rate(lambda: dst.copy_(src), total, device, each)
         del src, dst
@@ -152,7 +168,7 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
         vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
         stream = _best_rate(lambda: torch.mv(matrix, vector), matrix.numel() * 4, device, each)
         del matrix, vector
-        rates.append((total, max(copy, stream)))
+        rates.append((total, max(read, copy, stream)))
     if on_progress:
         on_progress(1.0, "done")
     return DeviceRoof(name=f"{device.type} (measured here, {str(dtype).removeprefix('torch.')} matmul)",
@@ -190,7 +206,31 @@ def side(intensity: float, roof: DeviceRoof) -> str:
     return "the compute side" if intensity >= roof.ridge else "the memory side"
 
 
-def predict(spec, q_len: int, past: int, roof: DeviceRoof) -> dict:
+@dataclass(frozen=True)
+class Prediction:
+    """What a roof PREDICTS for a pass nothing ran there for, in the roof's own dtype."""
+
+    dtype: str
+    flops: float  # estimate
+    bytes: float  # estimate, counted in `dtype`
+    intensity: float  # FLOP/byte
+    ridge: float  # the roof's ridge, FLOP/byte
+    side: str  # 'the memory side' / 'the compute side': intensity against the ridge
+    compute_ms: float  # FLOPs / peak
+    memory_ms: float  # bytes / bandwidth
+    label: str
+
+    @property
+    def predicted_ms(self) -> float:
+        """The larger bound: the least time the pass can take there."""
+        return max(self.compute_ms, self.memory_ms)
+
+    def words(self) -> str:
+        """Inside a sentence: 'predicted on the memory side (126 vs 295 FLOP/byte in bf16)'."""
+        return f"predicted on {self.side} ({self.intensity:,.0f} vs {self.ridge:,.0f} FLOP/byte in {self.dtype})"
+
+
+def predict(spec, q_len: int, past: int, roof: DeviceRoof) -> Prediction:
     """What `roof` PREDICTS for a pass of this model (nothing ran there), counted in the roof's own dtype
     (roof.elem_bytes: bf16 on a datacenter datasheet), never in the dtype this CPU ran:
 
@@ -203,26 +243,20 @@ def predict(spec, q_len: int, past: int, roof: DeviceRoof) -> dict:
     return _predicted(step_flops(spec, q_len, past), step_bytes(spec, q_len, past, roof.elem_bytes), roof)
 
 
-def predict_counts(flops: float, bytes_moved: float, elem_bytes: float, roof: DeviceRoof) -> dict:
+def predict_counts(flops: float, bytes_moved: float, elem_bytes: float, roof: DeviceRoof) -> Prediction:
     """`predict` for a pass known by its counts (a recorded ladder's FLOPs and bytes, counted in elem_bytes per
     element): the bytes are counted again in the roof's own dtype (every byte a pass moves is a weight or a K/V
     element, so they scale with the element size), the FLOPs are the same."""
     return _predicted(flops, bytes_moved * roof.elem_bytes / elem_bytes, roof)
 
 
-def _predicted(flops: float, moved: float, roof: DeviceRoof) -> dict:
+def _predicted(flops: float, moved: float, roof: DeviceRoof) -> Prediction:
     ai = flops / moved
-    compute_ms, memory_ms = flops / roof.peak_flops * 1e3, moved / roof.bandwidth_for(moved) * 1e3
     where = side(ai, roof)
-    return {"predicted": True, "dtype": roof.dtype, "flops": flops, "bytes": moved, "intensity": ai, "side": where,
-            "compute_ms": compute_ms, "memory_ms": memory_ms, "predicted_ms": max(compute_ms, memory_ms),
-            "label": f"predicted: {where} of the {short_name(roof)}'s ridge ({ai:,.0f} vs {roof.ridge:,.0f} "
-                     f"FLOP/byte in {roof.dtype})"}
-
-
-def prediction_words(p: dict, roof: DeviceRoof) -> str:
-    """`predict`'s answer inside a sentence: 'predicted on the memory side (126 vs 295 FLOP/byte in bf16)'."""
-    return f"predicted on {p['side']} ({p['intensity']:,.0f} vs {roof.ridge:,.0f} FLOP/byte in {p['dtype']})"
+    return Prediction(dtype=roof.dtype, flops=flops, bytes=moved, intensity=ai, ridge=roof.ridge, side=where,
+                      compute_ms=flops / roof.peak_flops * 1e3, memory_ms=moved / roof.bandwidth_for(moved) * 1e3,
+                      label=f"predicted: {where} of the {short_name(roof)}'s ridge ({ai:,.0f} vs {roof.ridge:,.0f} "
+                            f"FLOP/byte in {roof.dtype})")
 
 
 def short_name(roof: DeviceRoof) -> str:
@@ -230,7 +264,7 @@ def short_name(roof: DeviceRoof) -> str:
     return roof.name.split(" (")[0]
 
 
-def predict_step(t, spec, roof: DeviceRoof) -> dict:
+def predict_step(t, spec, roof: DeviceRoof) -> Prediction:
     """`predict` for a traced step (its q_len and past), e.g. the bundled prefill on an H100's datasheet."""
     return predict(spec, t.q_len, t.past, roof)
 
@@ -273,41 +307,103 @@ EXPLAINS = 2.0  # measured within this many times its larger bound: the bound is
 OVERHEAD = 3.0  # measured more than this many times the larger bound: neither roof explains the time
 
 
-def verdict(forward_ms: float, flops: float, bytes_moved: float, roof: DeviceRoof) -> dict:
-    """What a measured time says about a step: compute-bound, memory-bound, on one side of the ridge, or
-    overhead-bound.
+def percent(share: float) -> str:
+    """0.62 -> '62%', 0.006 -> '0.6%', 0.0004 -> '<0.1%': a share a class can read, never a false 0%."""
+    if share >= 0.01:
+        return f"{share:.0%}"
+    return f"{share:.1%}" if share >= 0.001 else "<0.1%"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a measured time says about a pass: two statements kept apart, and the label that joins them.
+
+        side    which side of the ridge its intensity (estimate) puts it: a prediction, never moved by the time
+        share   how near its roof it ran: the larger bound over the measured time (MBU on the memory side, MFU on
+                the compute side), measured
+    """
+
+    measured_ms: float
+    intensity: float  # FLOP/byte (estimate)
+    ridge: float  # the device's ridge (FLOP/byte)
+    memory_ms: float  # bytes moved / the bandwidth those bytes get here
+    compute_ms: float  # FLOPs / peak
+    in_cache: bool  # the bytes fit a cache faster than DRAM: the memory bound is the cache's roof
+    matmul_share: float | None = None  # the pass's matrix products' share of its time, where timed alone
+
+    @property
+    def side(self) -> str:
+        """'memory' or 'compute': the intensity against the ridge (the prediction)."""
+        return "compute" if self.intensity >= self.ridge else "memory"
+
+    @property
+    def bound(self) -> str:
+        """'memory' or 'compute': the larger of the two bounds (at the bandwidth the pass's own bytes get)."""
+        return "memory" if self.memory_ms >= self.compute_ms else "compute"
+
+    @property
+    def ratio(self) -> float:
+        """Measured over the larger bound."""
+        larger = max(self.memory_ms, self.compute_ms)
+        return self.measured_ms / larger if larger > 0 else float("inf")
+
+    @property
+    def share(self) -> float:
+        """The larger bound over the measured time: the share of its roof the pass used."""
+        return 1 / self.ratio if self.ratio > 0 else 0.0
+
+    @property
+    def roof_words(self) -> str:
+        """What the share is a share of: 'the bandwidth (MBU)', 'the cache's bandwidth', 'the matmul peak (MFU)'."""
+        if self.bound == "compute":
+            return "the matmul peak (MFU)"
+        return "the cache's bandwidth (the data fits the cache)" if self.in_cache else "the bandwidth (MBU)"
+
+    @property
+    def kind(self) -> str:
+        """memory-bound · memory side · compute-bound · compute side · overhead-bound (thresholds: EXPLAINS, OVERHEAD)."""
+        if self.ratio > OVERHEAD:
+            return "overhead-bound"
+        if self.ratio > EXPLAINS:
+            return f"{self.bound} side"
+        return f"{self.bound}-bound"
+
+    @property
+    def label(self) -> str:
+        """The verdict in words: its kind, and the share of its roof it used ('memory-bound: 62% of the
+        bandwidth (MBU)'); overhead-bound with both shares, and the matmuls' share of the time where known."""
+        share = percent(self.share)
+        if self.kind == "overhead-bound":
+            other = self.compute_ms if self.bound == "memory" else self.memory_ms
+            theirs = f"; its matrix products {self.matmul_share:.0%} of the time" if self.matmul_share is not None else ""
+            return (f"overhead-bound: {share} of {self.roof_words}, {percent(other / self.measured_ms)} of the "
+                    f"{'matmul peak' if self.bound == 'memory' else 'bandwidth'}{theirs}")
+        if self.kind.endswith("side"):
+            return f"on the {self.bound} side, not {self.bound}-bound: {share} of {self.roof_words}"
+        return f"{self.bound}-bound: {share} of {self.roof_words}"
+
+
+def verdict(forward_ms: float, flops: float, bytes_moved: float, roof: DeviceRoof,
+            matmul_share: float | None = None) -> Verdict:
+    """What a measured time says about a pass (see `Verdict`).
 
         memory bound  = bytes moved / bandwidth      (the least time reading and writing them can take;
                                                       the bandwidth this device gets at that many bytes)
         compute bound = FLOPs / peak FLOP/s          (the least time the arithmetic can take)
 
-    The larger bound names the side of the ridge the step is on (at the bandwidth its own bytes get). A step is
-    labelled by that bound only when the bound explains most of its time: within EXPLAINS (×2) of it, the bound
-    is half the time or more ('memory-bound'). Between ×2 and OVERHEAD (×3) the bound is a third to a half of the
-    time: the step is on that side of the ridge, and the label says how much of its time is above the bound
-    ('on the memory side, not memory-bound: ×2.6 its bound, 62% of the time above it'), so a 26 M decode step whose matmuls are 45 % of
-    it is not called memory-bound. Further above both, what the step waits on is neither: the fixed cost of
-    launching many small ops and the Python around them ('overhead-bound, ×N above both bounds').
+    A pass is labelled by its larger bound only when that bound explains most of its time: within EXPLAINS (×2),
+    half the time or more ('memory-bound: 62% of the bandwidth (MBU)'). From ×2 to OVERHEAD (×3) it is on that
+    side, not bound by it ('on the memory side, not memory-bound: 41% of the bandwidth'). Further above both, it
+    waits on neither: the fixed cost of launching many small operations and the Python around them
+    ('overhead-bound', both shares small, the matmuls' share of the time beside them where it was timed).
     """
-    memory_ms = bytes_moved / roof.bandwidth_for(bytes_moved) * 1e3
-    compute_ms = flops / roof.peak_flops * 1e3
-    larger = max(memory_ms, compute_ms)
-    ratio = forward_ms / larger if larger > 0 else float("inf")
-    bound = "memory" if memory_ms >= compute_ms else "compute"
-    if ratio > OVERHEAD:
-        kind = "overhead-bound"
-        label = f"overhead-bound (×{ratio:.0f} above both bounds)" if ratio >= 10 else \
-            f"overhead-bound (×{ratio:.1f} above both bounds)"
-    elif ratio > EXPLAINS:
-        kind = f"{bound} side"
-        label = f"on the {bound} side, not {bound}-bound: ×{ratio:.1f} its bound, {1 - 1 / ratio:.0%} of the time above it"
-    else:
-        kind = label = f"{bound}-bound"
-    return {"kind": kind, "label": label, "memory_ms": memory_ms, "compute_ms": compute_ms, "ratio": ratio,
-            "bound": bound, "over_memory": forward_ms / memory_ms if memory_ms > 0 else float("inf")}
+    return Verdict(measured_ms=forward_ms, intensity=flops / bytes_moved if bytes_moved else 0.0, ridge=roof.ridge,
+                   memory_ms=bytes_moved / roof.bandwidth_for(bytes_moved) * 1e3,
+                   compute_ms=flops / roof.peak_flops * 1e3, in_cache=roof.in_cache(bytes_moved),
+                   matmul_share=matmul_share)
 
 
-def step_verdict(t, roof: DeviceRoof) -> dict:
+def step_verdict(t, roof: DeviceRoof) -> Verdict:
     """`verdict` for one traced step: its measured median forward time against its estimated FLOPs and bytes."""
     return verdict(t.forward_ms, t.flops_estimate, t.bytes_estimate, roof)
 
@@ -322,29 +418,42 @@ def h100() -> DeviceRoof:
     return from_datasheet(rows.loc[name].to_dict() | {"name": name})
 
 
-def place(traces) -> list[dict]:
+@dataclass(frozen=True)
+class RoofPoint:
+    """One pass placed on a roofline picture: x its intensity, y the FLOP/s it achieved (or is predicted to)."""
+
+    step: int
+    kind: str  # 'prefill', 'decode (cache)', 'decode (no cache)'
+    intensity: float  # FLOP/byte (estimate)
+    achieved: float  # FLOP/s: FLOPs (estimate) over the measured (or predicted) time
+    ms: float  # the measured median, or the predicted time
+    bytes_estimate: float
+    predicted: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"step {self.step}, predicted: {self.ms:.3g} ms" if self.predicted else f"step {self.step}"
+
+
+def _kind(t) -> str:
+    return t.phase if t.phase == "prefill" else ("decode (cache)" if t.use_cache else "decode (no cache)")
+
+
+def place(traces) -> list[RoofPoint]:
     """Each step's arithmetic intensity and achieved FLOP/s (from estimates and measured time)."""
-    out = []
-    for t in traces:
-        if t.forward_ms <= 0:
-            continue
-        kind = t.phase if t.phase == "prefill" else ("decode (cache)" if t.use_cache else "decode (no cache)")
-        out.append({"step": t.step, "kind": kind, "intensity": t.intensity_estimate,
-                    "achieved": t.flops_estimate / (t.forward_ms / 1e3), "forward_ms": t.forward_ms,
-                    "bytes_estimate": t.bytes_estimate})
-    return out
+    return [RoofPoint(step=t.step, kind=_kind(t), intensity=t.intensity_estimate,
+                      achieved=t.flops_estimate / (t.forward_ms / 1e3), ms=t.forward_ms, bytes_estimate=t.bytes_estimate)
+            for t in traces if t.forward_ms > 0]
 
 
-def predicted_points(traces, spec, roof: DeviceRoof) -> list[dict]:
+def predicted_points(traces, spec, roof: DeviceRoof) -> list[RoofPoint]:
     """`place` on a roof nothing ran on: each step's pass PREDICTED there (`predict_step`, in the roof's dtype), placed
     at its intensity and on the roof itself (FLOPs over the predicted time), labelled 'predicted'."""
     out = []
     for t in traces:
         p = predict_step(t, spec, roof)
-        kind = t.phase if t.phase == "prefill" else ("decode (cache)" if t.use_cache else "decode (no cache)")
-        out.append({"step": t.step, "kind": kind, "intensity": p["intensity"],
-                    "achieved": p["flops"] / (p["predicted_ms"] / 1e3), "predicted_ms": p["predicted_ms"],
-                    "label": f"step {t.step}, predicted: {p['predicted_ms']:.3g} ms"})
+        out.append(RoofPoint(step=t.step, kind=_kind(t), intensity=p.intensity, achieved=p.flops / (p.predicted_ms / 1e3),
+                             ms=p.predicted_ms, bytes_estimate=p.bytes, predicted=True))
     return out
 
 
@@ -356,10 +465,10 @@ def prediction_frame(traces, spec, roof: DeviceRoof):
     rows = []
     for t in traces:
         p = predict_step(t, spec, roof)
-        rows.append({"step": t.step, "phase": t.phase, "predicted": p["side"].removeprefix("the "),
-                     "predicted ms": round(p["predicted_ms"], 4), "memory bound ms": round(p["memory_ms"], 4),
-                     "compute bound ms": round(p["compute_ms"], 4),
-                     f"FLOP/byte in {roof.dtype} (estimate)": round(p["intensity"], 1)})
+        rows.append({"step": t.step, "phase": t.phase, "predicted": p.side.removeprefix("the "),
+                     "predicted ms": round(p.predicted_ms, 4), "memory bound ms": round(p.memory_ms, 4),
+                     "compute bound ms": round(p.compute_ms, 4),
+                     f"FLOP/byte in {roof.dtype} (estimate)": round(p.intensity, 1)})
     return pd.DataFrame(rows)
 
 
@@ -370,9 +479,10 @@ def bound_frame(traces, roof: DeviceRoof):
     rows = []
     for t in traces:
         v = step_verdict(t, roof)
-        rows.append({"step": t.step, "phase": t.phase, "what the measurement shows": v["label"],
+        rows.append({"step": t.step, "phase": t.phase, "side of the ridge (predicted)": v.side,
+                     "what the measurement shows": v.label,
                      "measured ms (median)": round(t.forward_ms, 3),
-                     "memory bound ms (bytes / bandwidth)": round(v["memory_ms"], 4),
-                     "compute bound ms (FLOPs / peak)": round(v["compute_ms"], 4),
-                     "measured / larger bound": round(v["ratio"], 1), "FLOP/byte (estimate)": round(t.intensity_estimate, 2)})
+                     "memory bound ms (bytes / bandwidth)": round(v.memory_ms, 4),
+                     "compute bound ms (FLOPs / peak)": round(v.compute_ms, 4),
+                     "measured / larger bound": round(v.ratio, 1), "FLOP/byte (estimate)": round(t.intensity_estimate, 2)})
     return pd.DataFrame(rows)

@@ -12,10 +12,10 @@ plain tick labels only (no minor labels), and every figure says which rungs have
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-# ---------------------------------------------------------------- axes and notes
 from drawing.latency import note_box
 from drawing.palette import DECODE, GREY, PREFILL, layout
 from engine.measure import roofline
@@ -23,6 +23,18 @@ from engine.measure.caveats import ladder_note
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.record import Ladder, RungResult
 
+
+@dataclass(frozen=True)
+class RungPoint:
+    """One rung's pass on the roofline picture."""
+
+    kind: str  # 'prefill', 'decode (cache)', 'decode (no cache)'
+    intensity: float
+    achieved: float
+    label: str
+
+
+# ---------------------------------------------------------------- axes and notes
 
 def log_ticks(lo: float, hi: float, steps=(1, 2, 5)) -> tuple[list[float], list[str]]:
     """Tick values 1-2-5 × 10^k between lo and hi, with plain labels ('0.2', '50', '1,000')."""
@@ -146,20 +158,14 @@ def per_token_caption(ladder: Ladder) -> str:
     return text
 
 
-def ridge_tokens(ladder: Ladder, r: RungResult) -> float:
-    """The ladder's device's ridge in tokens for rung r's decode step: at the bandwidth its bytes get here (a model that
-    streams from DRAM meets a later ridge than one the cache holds), in the dtype the ladder ran."""
-    return ladder.roof.ridge_tokens_at(r.decode.bytes_moved)
-
-
 def gap_rule(ladder: Ladder) -> str:
     """Why decode costs more per token than prefill, as a rule that holds beyond this device: the per-token gap is
     about min(s, the ridge in tokens) (roofline.decode_prefill_gap), with this device's ridge and an H100's."""
     top, s, h100 = ladder.rungs[-1], ladder.tokens, roofline.h100()
-    here = ridge_tokens(ladder, top)
+    here = ladder.roof.ridge_tokens
     return (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
             f"s = {s} positions, but once s passes the ridge it is compute-bound and stops getting cheaper per token. "
-            f"The ridge of the device it was measured on is ~{here:.0f} tokens at {top.label} ({_dtype(ladder)}), so "
+            f"The ridge of the device it was measured on is ~{here:.0f} tokens ({_dtype(ladder)}), so "
             f"the rule gives ×{roofline.decode_prefill_gap(s, here):.0f} there (measured "
             f"×{top.decode_vs_prefill_per_token:.1f}); "
             f"on an {roofline.short_name(h100)} in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) it predicts "
@@ -182,9 +188,9 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     for attr, kind in kinds:
         for r in ladder.rungs:
             m = getattr(r, attr)
-            points.append({"kind": kind, "intensity": m.intensity, "achieved": m.achieved,
-                           "label": f"{r.label}: {m.label}, {m.spread()} ms"})
-    fig = scale_draw.roofline_figure(ladder.roof, points, scale=scale, dram_ridge=True)
+            points.append(RungPoint(kind=kind, intensity=m.intensity, achieved=m.achieved,
+                                    label=f"{r.label}: {m.label}, {m.spread()} ms"))
+    fig = scale_draw.roofline_figure(ladder.roof, points, scale=scale)
     ends = {ladder.rungs[0].label, ladder.rungs[-1].label}
     for tr in (t for t in fig.data if t.mode == "markers"):  # each kind's points, in rung order (not the roofs)
         tr.mode = "lines+markers+text"
@@ -201,8 +207,8 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                                  line=dict(color=DECODE, width=2, dash="dash"),
                                  marker=dict(color=DECODE, size=11, symbol="diamond")))
     roof = ladder.roof
-    xs = [p["intensity"] for p in points] + [roof.ridge, roof.dram_ridge]
-    ys = [p["achieved"] for p in points] + [roof.peak_flops]
+    xs = [p.intensity for p in points] + [roof.ridge]
+    ys = [p.achieved for p in points] + [roof.peak_flops]
     fig.update_xaxes(tickmode="array", range=_log_range(min(xs), max(xs), 2.5),
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
@@ -211,17 +217,12 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
 
 
 def bound_words(m, matmul_share: float | None = None) -> str:
-    """'memory-bound, ×1.4 its memory bound'; 'on the memory side, not memory-bound: ×2.6 its bound, 62% of the time
-    above it' with, where the matmuls were timed alone, how much of the step is overhead; or the verdict's own
-    'overhead-bound (×4.0 above both bounds)'."""
-    if m.kind == "overhead-bound":
-        return m.label
-    if m.kind.endswith("side"):
-        if matmul_share is None:
-            return m.label
-        return (f"{m.label} (its matmuls alone {matmul_share:.0%} of the pass, the other {1 - matmul_share:.0%} "
-                "overhead: small ops and Python)")
-    return f"{m.label}, ×{m.ratio:.1f} its {m.kind.removesuffix('-bound')} bound"
+    """The verdict's own words ('memory-bound: 74% of the bandwidth (MBU)') and how many times its bound it took; on
+    the side of a ridge, not bound by it, how much of the pass its matmuls were where they were timed alone."""
+    said = f"{m.label}, ×{m.ratio:.1f} its bound" if m.kind != "overhead-bound" else m.label
+    if m.kind.endswith("side") and matmul_share is not None:
+        said += f"; its matmuls alone {matmul_share:.0%} of the pass"
+    return said
 
 
 def roofline_caption(ladder: Ladder) -> str:
@@ -244,12 +245,12 @@ def prefill_condition(ladder: Ladder) -> str:
     """'A 128-token prefill is compute-bound' holds on a device whose ridge is below 128 tokens: said with this
     device's ridge and the H100's prediction (in bf16, at batch 1) for the same prefill."""
     top, s, h100 = ladder.rungs[-1], ladder.tokens, roofline.h100()
-    here = ladder.roof.ridge_tokens_at(top.prefill.bytes_moved)
+    here = ladder.roof.ridge_tokens
     p = roofline.predict_counts(top.prefill.flops, top.prefill.bytes_moved, ladder.roof.elem_bytes, h100)
     past = "past" if s >= here else "short of"
-    return (f"A {s}-token prefill is {past} the ridge of the device it was measured on (~{here:.0f} tokens at {top.label}, "
+    return (f"A {s}-token prefill is {past} the ridge of the device it was measured on (~{here:.0f} tokens, "
             f"{_dtype(ladder)}); on an {roofline.short_name(h100)} at batch 1 (ridge ~{h100.ridge_tokens:.0f} tokens "
-            f"in {h100.dtype}) the same prefill is {roofline.prediction_words(p, h100)}.")
+            f"in {h100.dtype}) the same prefill is {p.words()}.")
 
 
 def prefill_matmul_words(r: RungResult) -> str:
@@ -341,7 +342,7 @@ def phase_claim(ladder: Ladder, phase: str) -> str:
         return f"{said} {prefill_condition(ladder)}"
     h100 = roofline.h100()
     p = roofline.predict_counts(m.flops, m.bytes_moved, ladder.roof.elem_bytes, h100)
-    return f"{said} On an {roofline.short_name(h100)} at batch 1 the same step is {roofline.prediction_words(p, h100)}."
+    return f"{said} On an {roofline.short_name(h100)} at batch 1 the same step is {p.words()}."
 
 
 def per_token_claim(ladder: Ladder) -> str:

@@ -136,11 +136,12 @@ def show() -> None:
     # ------------------------------------------------------------------ roofline
     st.header("Roofline")
     st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves, both estimates): right of the "
-               "device's ridge is the compute side, left of it the memory side. The roof is min(peak FLOP/s, intensity × "
-               "bandwidth). Times are measured here (medians), so what a step is bound by is read off its time against "
-               "THIS device's bounds: compute- or memory-bound when that bound is most of the time (within ×2), the side "
-               "of the ridge and how much of the time is above the bound from ×2 to ×3, overhead-bound beyond. A "
-               "datasheet roof is a card nothing ran on: its points are predictions, in its own dtype.")
+               "device's ridge is the compute side, left of it the memory side (a prediction). The roof is min(peak "
+               "FLOP/s, intensity × bandwidth). Times are measured here (medians), and each says how near its roof it "
+               "ran: the share of the bandwidth (MBU) or of the matmul peak (MFU). Compute- or memory-bound when that "
+               "bound is most of the time (half or more), that side but not bound by it from a third to a half, "
+               "overhead-bound below a third. A datasheet roof is a card nothing ran on: its points are predictions, "
+               "in its own dtype.")
 
     BOUND_COLUMNS = {  # short headers a projector shows whole; the long names stay in the help and in the CSV
         "what the measurement shows": st.column_config.TextColumn("shows", width="large"),
@@ -160,11 +161,12 @@ def show() -> None:
     card = roof_choice.removesuffix(BESIDE)
     gpu = None if roof_choice == HERE else roofline.from_datasheet(sheets.set_index("name").loc[card].to_dict()
                                                                    | {"name": card})
-    dram = (f" ({here.dram_bandwidth / 1e9:,.1f} GB/s for data larger than its cache, from DRAM: ridge "
-            f"{here.dram_ridge:.1f}; each step's memory bound uses the rate measured at its own bytes)"
-            if here.cache_roof else "")
-    st.write(plain(f"{here.name}: peak {here.peak_flops / 1e9:,.1f} GFLOP/s, bandwidth {here.bandwidth / 1e9:,.1f} GB/s, "
-                   f"ridge at {here.ridge:.1f} FLOP/byte{dram}."))
+    cache = (f" Data that fits its cache reads at {here.cache_bandwidth / 1e9:,.1f} GB/s: the cache's own roof, "
+             "which bounds a step whose bytes fit it (the bundled model's); it is not the ridge."
+             if here.cache_roof else "")
+    st.write(plain(f"{here.name}: peak {here.peak_flops / 1e9:,.1f} GFLOP/s, DRAM bandwidth "
+                   f"{here.dram_bandwidth / 1e9:,.1f} GB/s: the ridge at {here.ridge:.1f} FLOP/byte (~"
+                   f"{here.ridge_tokens:.0f} rows in {here.dtype}).{cache}"))
     if gpu is not None:
         st.write(plain(f"{gpu.name}: peak {gpu.peak_flops / 1e12:,.0f} TFLOP/s in {gpu.dtype}, bandwidth "
                        f"{gpu.bandwidth / 1e12:,.2f} TB/s, ridge at {gpu.ridge:.0f} FLOP/byte (~{gpu.ridge_tokens:.0f} "

@@ -26,24 +26,25 @@ def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_b
     return layout(fig, "KV-cache size against context length", height=420, scale=scale)
 
 
-def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0, dram_ridge: bool = False,
-                    predicted: bool = False) -> go.Figure:
-    """The device's roof and each point placed on it (a point's "label" names it on hover; else its step).
+def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicted: bool = False) -> go.Figure:
+    """The device's roof and each point placed on it (roofline.RoofPoint, or a ladder's: kind, intensity,
+    achieved, label).
 
-    Where the probe found a cache much faster than DRAM, two memory roofs: a step's bound uses the one its
-    bytes get (DeviceRoof.bandwidth_for); the compute roof is shared. The ridge drawn is the cache's, or with
-    `dram_ridge` DRAM's (models too big for the cache: the ladder). predicted=True: a roof nothing ran on (a
-    datasheet's), its roof drawn as an estimate (purple, dashed) and its points open, named 'predicted'."""
+    The roof is DRAM's, and its ridge THE ridge (one per device and dtype). Where the probe found a cache much
+    faster than DRAM, the cache's own roof is drawn too, dashed and named: a step whose bytes fit the cache is
+    bounded by it (DeviceRoof.bandwidth_for), but it is never the ridge. predicted=True: a roof nothing ran on (a
+    datasheet's), drawn as an estimate (purple, dashed), its points open, named 'predicted'."""
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
     two = roof.cache_roof
     line = dict(color=ESTIMATE, width=3, dash="dash") if predicted else dict(color="#333", width=3)
-    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.bandwidth) for x in xs], showlegend=False,
-                               name="roof (data in cache)" if two else "roofline", line=line))
-    roofs = [(roof.bandwidth, "in cache" if two else "memory", "right", "bottom")]  # above-left of its line
+    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs], showlegend=False,
+                               name="roofline (DRAM)", line=line))
+    roofs = [(roof.dram_bandwidth, "from DRAM" if two else "memory", "left", "top")]  # below-right of its line
     if two:
-        fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs], showlegend=False,
-                                 name="roof (data from DRAM)", line=dict(color="#333", width=3, dash="dash")))
-        roofs.append((roof.dram_bandwidth, "from DRAM", "left", "top"))  # below-right of its line
+        fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.cache_bandwidth) for x in xs],
+                                 showlegend=False, name="the cache's roof",
+                                 line=dict(color="#333", width=2, dash="dash")))
+        roofs.append((roof.cache_bandwidth, "the cache's roof", "right", "bottom"))  # above-left of its line
     for bandwidth, where, xanchor, yanchor in roofs:  # each memory roof named on itself (a legend of five rows
         # covered a phone's title); on the slope, left of where it meets the compute roof
         x = roof.peak_flops / bandwidth / 6
@@ -52,20 +53,19 @@ def roofline_figure(roof: DeviceRoof, points: list[dict], scale: float = 1.0, dr
                            font=dict(size=12 * scale, color="#333"), bgcolor="rgba(255,255,255,0.8)")
     colours = {"prefill": PREFILL, "decode (cache)": DECODE, "decode (no cache)": RECOMPUTED}
     for kind, colour in colours.items():
-        pts = [p for p in points if p["kind"] == kind]
+        pts = [p for p in points if p.kind == kind]
         if pts:
             marker = dict(color=colour, size=11) if not predicted else \
                 dict(color=colour, size=12, symbol="circle-open", line=dict(width=3))
-            fig.add_trace(go.Scatter(x=[p["intensity"] for p in pts], y=[p["achieved"] for p in pts], mode="markers",
+            fig.add_trace(go.Scatter(x=[p.intensity for p in pts], y=[p.achieved for p in pts], mode="markers",
                                      name=f"{kind} (predicted)" if predicted else kind, marker=marker,
-                                     text=[p.get("label", f"step {p.get('step')}") for p in pts],
+                                     text=[p.label for p in pts],
                                      hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     # the ridge's words placed by hand: add_vline's own annotation takes x as log10 on a log axis (plotly), so
     # "ridge 19.4" was drawn at 10^19.4 FLOP/byte and stretched the axis until the roof filled a third of it
-    ridge, which = (roof.dram_ridge, " (DRAM)") if dram_ridge and two else (roof.ridge, "")
-    fig.add_vline(x=ridge, line_dash="dot")
-    fig.add_annotation(x=math.log10(ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
-                       text=f"ridge {ridge:.1f} FLOP/byte{which}", font=dict(size=13 * scale))
+    fig.add_vline(x=roof.ridge, line_dash="dot")
+    fig.add_annotation(x=math.log10(roof.ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
+                       text=f"ridge {roof.ridge:.1f} FLOP/byte", font=dict(size=13 * scale))
     # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector
     if predicted:
         fig.update_xaxes(type="log", dtick=1, title=f"FLOP per byte moved in {roof.dtype} (estimate)")
@@ -82,7 +82,7 @@ def prefill_sentence(pre, spec, here, gpu) -> str:
     v, p = roofline.step_verdict(pre, here), roofline.predict_step(pre, spec, gpu)
     return (f"The prefill of {pre.q_len} tokens, measured here: {pre.intensity_estimate:.1f} FLOP/byte (estimate, "
             f"{here.dtype}), {roofline.side(pre.intensity_estimate, here)} of this device's ridge ({here.ridge:.1f}); "
-            f"{pre.forward_ms:.3g} ms against bounds of {v['memory_ms']:.3g} ms (memory) and {v['compute_ms']:.3g} ms "
-            f"(compute): {v['label']}. On an {roofline.short_name(gpu)} nothing ran: the same pass is "
-            f"{roofline.prediction_words(p, gpu)}, {p['predicted_ms']:.3g} ms (the larger of {p['memory_ms']:.3g} ms "
-            f"memory and {p['compute_ms']:.3g} ms compute).")
+            f"{pre.forward_ms:.3g} ms against bounds of {v.memory_ms:.3g} ms (memory) and {v.compute_ms:.3g} ms "
+            f"(compute): {v.label}. On an {roofline.short_name(gpu)} nothing ran: the same pass is "
+            f"{p.words()}, {p.predicted_ms:.3g} ms (the larger of {p.memory_ms:.3g} ms memory and "
+            f"{p.compute_ms:.3g} ms compute).")

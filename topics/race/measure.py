@@ -117,8 +117,8 @@ def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> dic
         time         measured here (compare's total_ratio)
         the rule     by the roofline a cache-off step over n positions costs about max(1, n / R) cached steps
                      (roofline.cache_off_steps), R the device's ridge in tokens: below it both passes wait on
-                     reading the same weights. Averaged over the race's steps, for this device (R at the bytes a
-                     cached step moves, in the dtype it ran) and for `gpu`, a datasheet roof, in its own dtype.
+                     reading the same weights. Averaged over the race's steps, for this device (its one ridge, in
+                     the dtype it ran) and for `gpu`, a datasheet roof, in its own dtype.
     None when a mode has no decode step."""
     from engine.measure.roofline import cache_off_steps
 
@@ -126,7 +126,7 @@ def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> dic
     off = df[(df["mode"] == "nocache") & (df["phase"] == "decode")]
     if on.empty or off.empty:
         return None
-    ridge_here = here.ridge_tokens_at(float(on["bytes_estimate"].median()))
+    ridge_here = here.ridge_tokens
     ns = [int(n) for n in off["q_len"]]
 
     def rule(ridge: float) -> float:
