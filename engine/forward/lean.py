@@ -1,0 +1,242 @@
+"""The lean pass: gpt-fast's Llama in about 150 lines, over the very weights students step through.
+
+The readable path (run_pass) records Q, K, V and attention through transformers' own modules; it is the one
+the class reads. A serving engine runs something else: a short forward, compiled whole, over a static KV cache
+written in place. This is that forward, written the way gpt-fast writes it (`model.py`: Transformer, Attention,
+FeedForward, RMSNorm, a KVCache written with `index_copy_`), for the Llama family:
+
+    x        = embed[ids]                                   [batch, n, d_model]
+    per layer:
+      q, k, v = split(wqkv · rmsnorm(x))                    one fused matrix: [(head + 2·kv_head)·head_dim, d_model]
+      q, k    = rope(q, k at input_pos)                     transformers' rotate-half convention, its own inv_freq
+      cache[layer][:, :, input_pos] = k, v                  written in place: [batch, kv_head, max_len, head_dim]
+      x      += wo · sdpa(q, cache k, cache v, mask)        GQA without repeating K/V (enable_gqa)
+      x      += w2 · (silu(w1 · h) * w3 · h), h = rmsnorm(x)  w1 and w3 fused: [2·d_ff, d_model]
+    logits   = lm_head · rmsnorm(x)[:, -1]                  [batch, vocab]
+
+One pass over n rows: `forward(ids [batch, n], input_pos [n])`. A prefill of n tokens is batch = 1 with
+input_pos = 0 .. n-1; a decode step over a batch of n sequences is batch = n, n = 1, every sequence at the same
+position (equal contexts: the batched step of a static batch). Either way every weight is read once and the
+arithmetic is 2 · parameters · rows FLOPs: the experiment that shows the roofline (topics/ladder/curve.py).
+
+Shared, not copied: the fused matrices are made once, and the readable model's own q/k/v and gate/up
+Parameters are then re-pointed to slices of them (same values, same memory), so the lean pass and the readable
+one read one set of weights. (On a CPU a pass over several rows reads a packed copy of each matrix, made once:
+oneDNN's layout, what a compiled CPU engine pays in memory for a multi-row kernel that reads each weight once.)
+
+Families it covers: Llama-style decoders (`supports`): RMSNorm, RoPE (default or Llama-3 scaling, read from the
+model's own inv_freq), GQA, SiLU-gated MLP, no biases. Others keep engine.forward.compiled (transformers' own
+code compiled), and the ladder says which ran. Tests hold its logits to the readable path's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from engine import device as dev
+from engine import torch_internals
+from engine.forward.run import Timing
+
+
+def supports(model) -> str | None:
+    """None when the lean pass runs this model exactly; otherwise why not, in words."""
+    c = model.config
+    if getattr(c, "model_type", None) != "llama":
+        return f"the lean pass is written for the Llama family; this is {getattr(c, 'model_type', '?')}"
+    if getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False):
+        return "the lean pass has no biases, and this Llama has some"
+    if getattr(c, "hidden_act", "silu") != "silu":
+        return f"the lean pass's MLP is SiLU-gated; this one uses {c.hidden_act}"
+    rope = getattr(c, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") not in ("default", "llama3"):
+        return f"the lean pass takes default or Llama-3 RoPE; this model's is {rope.get('rope_type')}"
+    return None
+
+
+def _fuse(*linears: torch.nn.Linear) -> torch.Tensor:
+    """One [sum of outs, in] matrix over these Linears' weights, shared, not copied: made once (a concatenation),
+    then each Linear's weight Parameter is pointed at its slice of it (the same object, its storage moved). Asked again, the slices are found adjacent in one
+    storage and the same matrix is handed back."""
+    weights = [lin.weight for lin in linears]
+    first = weights[0]
+    rows = sum(w.shape[0] for w in weights)
+    offsets = [first.storage_offset() + sum(w.numel() for w in weights[:i]) for i in range(len(weights))]
+    if all(w.is_contiguous() and w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+           and w.storage_offset() == o for w, o in zip(weights, offsets)):
+        return first.detach().as_strided((rows, first.shape[1]), (first.shape[1], 1))
+    with torch.no_grad():
+        fused = torch.cat([w.detach() for w in weights], dim=0).contiguous()
+        start = 0
+        for lin in linears:  # the same Parameter objects (every holder of one sees the change), on the new storage
+            n = lin.weight.shape[0]
+            lin.weight.data = fused[start:start + n]
+            start += n
+    return fused
+
+
+class LeanLlama(torch.nn.Module):
+    """gpt-fast's forward over a transformers Llama's weights, with a static KV cache of its own."""
+
+    def __init__(self, model, max_batch: int, max_len: int):
+        super().__init__()
+        why = supports(model)
+        if why:
+            raise ValueError(why)
+        c, inner = model.config, model.model
+        self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
+        self.eps, self.max_batch, self.max_len = c.rms_norm_eps, max_batch, max_len
+        weight = inner.embed_tokens.weight
+        shared = lambda t: t if isinstance(t, torch.nn.Parameter) else torch.nn.Parameter(t, requires_grad=False)
+        params = lambda ts: torch.nn.ParameterList([shared(t) for t in ts])
+        # the readable model's own Parameters (the same objects), and the fused matrices its q/k/v and gate/up are
+        # slices of: module attributes, so a compiler sees them as the model's weights
+        self.embed = shared(weight)
+        self.lm_head = shared(model.get_output_embeddings().weight)
+        self.norm = shared(inner.norm.weight)
+        blocks = list(inner.layers)
+        self.wqkv = params(_fuse(b.self_attn.q_proj, b.self_attn.k_proj, b.self_attn.v_proj) for b in blocks)
+        self.w13 = params(_fuse(b.mlp.gate_proj, b.mlp.up_proj) for b in blocks)
+        self.wo = params(b.self_attn.o_proj.weight for b in blocks)
+        self.w2 = params(b.mlp.down_proj.weight for b in blocks)
+        self.attn_norm = params(b.input_layernorm.weight for b in blocks)
+        self.mlp_norm = params(b.post_attention_layernorm.weight for b in blocks)
+        self.d_ff = self.w2[0].shape[1]
+        # on a CPU, every matrix also in oneDNN's packed layout (a copy): the kernel a pass over several rows needs
+        self.packed: dict[int, int] = {}  # id(weight) -> its packed copy's key (engine.torch_internals)
+        if weight.device.type == "cpu":
+            for w in (*self.wqkv, *self.wo, *self.w13, *self.w2, self.lm_head):
+                self.packed[id(w)] = torch_internals.pack_weight(w)
+        rotary = inner.rotary_emb  # the model's own inv_freq (Llama-3 scaling included) and attention_scaling
+        pos = torch.arange(max_len, device=weight.device, dtype=torch.float32)
+        freqs = torch.outer(pos, rotary.inv_freq.to(weight.device, torch.float32))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self.register_buffer("cos", (emb.cos() * scale).to(weight.dtype), persistent=False)  # [pos, head_dim]
+        self.register_buffer("sin", (emb.sin() * scale).to(weight.dtype), persistent=False)
+        self.register_buffer("causal", torch.tril(torch.ones(max_len, max_len, dtype=torch.bool,
+                                                             device=weight.device)), persistent=False)
+        shape = (max_batch, self.kv_heads, max_len, self.head_dim)  # [batch, kv_head, key_pos, head_dim]
+        for layer in range(len(blocks)):
+            self.register_buffer(f"k_cache_{layer}", torch.zeros(shape, dtype=weight.dtype, device=weight.device),
+                                 persistent=False)
+            self.register_buffer(f"v_cache_{layer}", torch.zeros(shape, dtype=weight.dtype, device=weight.device),
+                                 persistent=False)
+        self.k_cache = [getattr(self, f"k_cache_{layer}") for layer in range(len(blocks))]
+        self.v_cache = [getattr(self, f"v_cache_{layer}") for layer in range(len(blocks))]
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """x [..., in] · wᵀ, w [out, in], with the kernel that reads w best here:
+
+            GPU                the matrix multiply (cuBLAS)
+            CPU, one row       one dot product per output row of w, which inductor compiles to a single loop that
+                               streams w once (oneDNN's and MKL's one-row kernels read some shapes at a third of
+                               the rate)
+            CPU, several rows  oneDNN's multiply on w's packed copy: w read once for all the rows
+        """
+        if x.device.type != "cpu":
+            return F.linear(x, w)
+        if x.shape[:-1].numel() == 1:
+            return (w * x.reshape(1, -1)).sum(-1).view(*x.shape[:-1], w.shape[0])
+        return torch_internals.packed_linear(x, self.packed[id(w)], w.shape[0])
+
+    def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """transformers' LlamaRMSNorm: in float32, then back to x's dtype, times the weight."""
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * h.to(x.dtype)
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [batch, head, n, head_dim] rotated by its positions' angles (transformers' rotate_half)."""
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def forward(self, ids: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        """One pass: ids [batch, n] at positions input_pos [n] (the same for every sequence); logits of the last
+        row of each sequence, [batch, vocab]."""
+        batch, n = ids.shape
+        hd, q_size, kv_size = self.head_dim, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        x = F.embedding(ids, self.embed)  # [batch, n, d_model]
+        cos, sin = self.cos[input_pos], self.sin[input_pos]  # [n, head_dim]
+        mask = self.causal[input_pos]  # [n, key_pos]: each row sees the positions up to its own
+        for layer in range(len(self.wqkv)):
+            h = self.rms(x, self.attn_norm[layer])
+            q, k, v = self.linear(h, self.wqkv[layer]).split([q_size, kv_size, kv_size], dim=-1)
+            q = self.rope(q.view(batch, n, self.heads, hd).transpose(1, 2), cos, sin)  # [batch, head, n, head_dim]
+            k = self.rope(k.view(batch, n, self.kv_heads, hd).transpose(1, 2), cos, sin)  # [batch, kv_head, n, hd]
+            v = v.view(batch, n, self.kv_heads, hd).transpose(1, 2)
+            # written in place, in the module's own buffers (a compiler sees them as fixed addresses: CUDA graphs)
+            k_all = getattr(self, f"k_cache_{layer}")[:batch].index_copy_(2, input_pos, k)
+            v_all = getattr(self, f"v_cache_{layer}")[:batch].index_copy_(2, input_pos, v)
+            y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
+            x = x + self.linear(y.transpose(1, 2).reshape(batch, n, q_size), self.wo[layer])
+            h = self.rms(x, self.mlp_norm[layer])
+            gate, up = self.linear(h, self.w13[layer]).split([self.d_ff, self.d_ff], dim=-1)
+            x = x + self.linear(F.silu(gate) * up, self.w2[layer])
+        return self.linear(self.rms(x[:, -1], self.norm), self.lm_head)  # [batch, vocab]
+
+    def __del__(self):
+        torch_internals.unpack(getattr(self, "packed", {}).values())
+
+    def weight_bytes(self) -> int:
+        """Bytes one pass reads of weights: every matrix once (the embedding: one row per token, not counted)."""
+        mats = [*self.wqkv, *self.wo, *self.w13, *self.w2, self.lm_head]
+        return sum(w.numel() * w.element_size() for w in mats)
+
+
+# ---------------------------------------------------------------- compiled, and timed
+
+
+def compile_settings(device: torch.device) -> dict:
+    """How the pass is compiled on this device (gpt-fast's settings): inductor's options and the words a page shows.
+
+    GPU: CUDA graphs (what `mode="reduce-overhead"` turns on: one launch a step); the matrix products are cuBLAS's.
+    CPU: frozen weights (`freezing`: the weights become constants the compiled loops read directly); the
+    multi-row products call oneDNN on packed copies made once (`LeanLlama.linear`). The options go to this
+    compile only (torch.compile's `options`), never to inductor's global config.
+    """
+    if device.type == "cuda":
+        return {"options": {"triton.cudagraphs": True},
+                "words": "gpt-fast's Llama, torch.compile whole (CUDA graphs)"}
+    return {"options": {"freezing": True},
+            "words": "gpt-fast's Llama, torch.compile whole (inductor, frozen weights; several rows: oneDNN on "
+                     "packed weights)"}
+
+
+def compiled_pass(lean: LeanLlama):
+    """The lean forward compiled whole (fullgraph), with this device's settings: one graph per shape, or one for
+    every n ≥ 2 once the caller marks that dimension dynamic (torch._dynamo.mark_dynamic)."""
+    torch_internals.allow_recompiles()
+    return torch.compile(lean, fullgraph=True, options=compile_settings(lean.embed.device)["options"])
+
+
+def time_pass(fn, ids: torch.Tensor, input_pos: torch.Tensor, repeats: int, warmups: int = 2) -> tuple[Timing, float]:
+    """`repeats` timed calls of fn(ids, input_pos) after `warmups` (the first compiles): perf_counter around a
+    device sync. Returns the timing (its first timed run apart as the warm-up) and the warm-up calls' ms."""
+    device = ids.device
+    with torch.no_grad():
+        dev.sync(device)
+        t0 = time.perf_counter()
+        for _ in range(warmups):
+            _mark_step(device)
+            fn(ids, input_pos)
+        dev.sync(device)
+        warm_ms = (time.perf_counter() - t0) * 1e3
+        times = []
+        for _ in range(repeats + 1):
+            _mark_step(device)
+            dev.sync(device)
+            t0 = time.perf_counter()
+            fn(ids, input_pos)
+            dev.sync(device)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return Timing(samples_ms=tuple(times[1:]), warmup_ms=times[0]), warm_ms
+
+
+def _mark_step(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.compiler.cudagraph_mark_step_begin()
