@@ -18,14 +18,14 @@ def add_parser(sub) -> None:
     model_args(b)
     b.set_defaults(func=main)
 
-    gc = sub.add_parser("gpu-check", help="on a CUDA GPU: the gpu tests, the ladder, the prefill sweep and the races, "
-                                          "each target beside its measured figure (about 5 minutes)")
+    gc = sub.add_parser("gpu-check", help="on a CUDA GPU: the ladder at a real 8 B shape, its lean pass over n rows and "
+                                          "transformers' recipe, each target beside its measured figure (≤ 5 min)")
     gc.add_argument("--json", help="write the ladder with every figure here (ship it as assets/ladder_gpu.json)")
-    gc.add_argument("--sizes", nargs="+", help="the ladder's rungs (default: own TinyLlama-1.1B Llama-3-8B)")
-    gc.add_argument("--sweep-shape", dest="sweep_shape", help="the rung the prefill sweep runs at (default Llama-3-8B)")
+    gc.add_argument("--sizes", nargs="+", help="the ladder's rungs (default: own Llama-3-8B)")
+    gc.add_argument("--tokens", type=positive, default=None, help="s: the prefill's length and the decode's context")
     gc.add_argument("--race-shape", dest="race_shape", default="TinyLlama-1.1B", help="the rung the lean race runs at")
-    gc.add_argument("--no-tests", dest="no_tests", action="store_true", help="skip the gpu tests")
-    gc.add_argument("--no-races", dest="no_races", action="store_true", help="skip both races")
+    gc.add_argument("--tests", action="store_true", help="also run the gpu tests (tests/test_gpu.py)")
+    gc.add_argument("--races", action="store_true", help="also run both races")
     gc.set_defaults(func=gpu_check_main)
 
 
@@ -47,8 +47,8 @@ def gpu_check_main(args) -> int:
 
     check_json_path(args.json)
     require_cuda()
-    doc, rows = gpu_check(sizes=args.sizes, sweep_shape=args.sweep_shape, race_shape=args.race_shape,
-                          tests=not args.no_tests, races=not args.no_races, log=lambda text: print(text, flush=True))
+    doc, rows = gpu_check(sizes=args.sizes, race_shape=args.race_shape, tests=args.tests, races=args.races,
+                          log=lambda text: print(text, flush=True), json_path=args.json, tokens=args.tokens)
     print()
     print(table(rows))
     if args.json:

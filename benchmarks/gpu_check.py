@@ -1,20 +1,21 @@
-"""`python -m engine gpu-check --json OUT`: every GPU figure issue 34 asks for, in one run, each beside its target.
+"""`python -m engine gpu-check --json OUT`: every GPU figure the physics asks for, in one run, each beside its target.
 
 On a CUDA machine, in this order (each part's wall time printed):
 
-    tests         the gpu tier in a subprocess (tests/test_gpu.py: lean tokens equal the readable path's, the
-                  decode step captured as a CUDA graph, the race exact at the defaults over 512 tokens)
-    race          the bundled model in fp32 at the Race page's defaults, cache on and off over its 512 positions
-    ladder        `engine ladder --device cuda`: real shapes in bf16, the lean path compiled, transformers' recipe
-                  beside it at the largest rung; the prefill sweep runs inside it at the sweep's rung (one build,
-                  one compile), and its time is not the ladder's
-    race at a rung  a real shape on the lean path, cache on and off
+    ladder        `engine ladder --device cuda` at real shapes in bf16 (default: the bundled model and Llama-3-8B):
+                  the readable path at every rung; at the largest, the lean pass (engine.forward.lean: gpt-fast's
+                  Llama over the rung's weights, compiled whole) over n = 1 … rows, a prefill of n tokens
+                  (topics/ladder/curve.py: the decode step for n sequences is the CPU ladder's; here one compile
+                  fewer), its decode step, and transformers' own recipe beside it, timed in the same run on one
+                  reused static cache
+    tests         (--tests) the gpu tier in a subprocess (tests/test_gpu.py)
+    races         (--races) the bundled model at the Race page's defaults, and a real shape on the compiled path
 
 The JSON is the ladder's (topics/ladder/record.py's keys, so it can be shipped as assets/ladder_gpu.json
-and read back by ladder.recorded()) with one more key, "gpu_check": the sweep, both races, the tests, every
-target with its figure, the device, date and versions. Exit status: 0 when every target holds, 1 when one
-does not, 2 when it cannot run (no GPU). These are benchmarks: a target that does not hold is reported, not
-hidden, and the figures are kept.
+and read back by recorded_ladders()) with one more key, "gpu_check": every target with its figure, the races and
+tests where run, the device, date and versions. Exit status: 0 when every target holds, 1 when one does not, 2
+when it cannot run (no GPU). These are benchmarks: a target that does not hold is reported, not hidden, and the
+figures are kept. The JSON is written as soon as the ladder is measured, then again with the rest.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from engine.paths import ROOT
 
 LADDER_BUDGET_S = 240.0  # the whole GPU ladder, compile included
 CHECK_BUDGET_S = 300.0  # all of gpu-check
-SWEEP_BUDGET_S = 30.0  # the sweep's timed passes (its compile apart)
+SIZES = ("own", "Llama-3-8B")  # the bundled model (overhead-bound: what the class steps through) and a real 8 B shape
 RACE_RUNG = "TinyLlama-1.1B"
 RACE_RUNG_TOKENS = 256
 
@@ -112,48 +113,47 @@ def _target(what: str, measured: str, holds: bool | None) -> dict:
     return {"target": what, "measured": measured, "holds": holds}
 
 
-def targets(lad, sweep, ladder_s: float, race: dict | None, rung_race: dict | None, tests: dict | None,
+def targets(lad, ladder_s: float, race: dict | None, rung_race: dict | None, tests: dict | None,
             total_s: float | None) -> list[dict]:
-    """Issue 34's GPU acceptance, each with this run's figure (None: not measured in this run)."""
+    """The GPU acceptance, each with this run's figure (None: not measured in this run)."""
+    from topics.ladder.curve import KNEE
+
     out = []
-    big = [r for r in lad.rungs if r.shape_of and r.parameters >= 7e9]
-    one = [r for r in lad.rungs if r.shape_of and 0.8e9 <= r.parameters < 2e9]
-    for rungs, bound, name in ((big, 1.5, "≥ 7 B"), (one, 2.0, "~1 B")):
-        for r in rungs or [None]:
-            what = f"{name} real shape{f' ({r.label})' if r else ''}: lean decode ≤ ×{bound} its memory bound, " \
-                   "labelled memory-bound"
-            if r is None or r.lean is None:
-                out.append(_target(what, "not measured (no such rung, or no lean path)", None))
-                continue
-            out.append(_target(what, f"×{r.lean.ratio:.2f}, {r.lean.label} ({r.lean.median_ms:.2f} ms; bound "
-                                     f"{r.lean.memory_ms:.2f} ms)", r.lean.ratio <= bound and r.lean.kind == "memory-bound"))
-    for r in big or [None]:
-        what = f"≥ 7 B{f' ({r.label})' if r else ''}: lean decode no slower than transformers' recipe, same run"
-        if r is None or r.lean_over_recipe is None:
-            out.append(_target(what, "not measured", None))
-        else:
-            out.append(_target(what, f"lean {r.lean.spread()} ms, recipe {r.recipe.spread()} ms: "
-                                     f"×{r.lean_over_recipe:.3f}", r.lean_over_recipe <= 1.0))
-    if sweep is None or sweep.parameters < 1e9:
-        out.append(_target("≥ 1 B: a prefill with s ≥ 2× the ridge ≤ ×1.5 its compute bound, compute-bound",
-                           "not measured (no sweep at ≥ 1 B)", None))
-        out.append(_target("≥ 1 B: a prefill with s ≤ half the ridge labelled memory-bound", "not measured", None))
+    roof = lad.roof
+    big = next((r for r in reversed(lad.rungs) if r.parameters >= 7e9), None)
+    label = f" ({big.label})" if big else ""
+    what = f"≥ 7 B{label}: lean decode ≤ ×1.5 its memory bound"
+    if big is None or big.lean is None:
+        out.append(_target(what, "not measured (no such rung, or no lean path)", None))
     else:
-        ridge = sweep.ridge
-        high = [p for p in sweep.points if p.intensity >= 2 * ridge]
-        low = [p for p in sweep.points if p.intensity <= ridge / 2]
-        words = ", ".join(f"s={p.s} ×{p.ratio:.2f} {p.kind}" for p in high) or "no s that far right was timed"
-        out.append(_target(f"≥ 1 B ({sweep.rung}): a prefill with s ≥ 2× the ridge ({ridge:.0f} FLOP/byte) ≤ ×1.5 "
-                           "its compute bound, compute-bound", words,
-                           bool(high) and all(p.kind == "compute-bound" for p in high)
-                           and min(p.ratio for p in high) <= 1.5))
-        words = ", ".join(f"s={p.s} ×{p.ratio:.2f} {p.kind}" for p in low) or "no s that far left was timed"
-        out.append(_target(f"≥ 1 B ({sweep.rung}): a prefill with s ≤ half the ridge labelled memory-bound", words,
-                           bool(low) and all(p.kind == "memory-bound" for p in low)))
-        crossing = sweep.crossing_s
-        out.append(_target("the crossing: where intensity meets the ridge (an H200 in bf16: s ≈ 180)",
-                           f"predicted s ≈ {crossing:.0f}" if crossing else "not between two timed lengths", None)
-                   | {"measured_crossing_s": sweep.measured_crossing_s})
+        out.append(_target(what, f"×{big.lean.ratio:.2f}: {big.lean.label} ({big.lean.spread()} ms; bound "
+                                 f"{big.lean.memory_ms:.2f} ms)", big.lean.ratio <= 1.5))
+    what = f"≥ 7 B{label}: lean decode faster than transformers' recipe timed beside it"
+    if big is None or big.lean_over_recipe is None:
+        out.append(_target(what, "not measured", None))
+    else:
+        out.append(_target(what, f"lean {big.lean.spread()} ms, recipe {big.recipe.spread()} ms: "
+                                 f"×{big.lean_over_recipe:.3f}", big.lean_over_recipe < 1.0))
+    curve = big.curve if big else None
+    knee = curve.predicted_knee("prefill", roof) if curve else None
+    for kind in ("prefill",):
+        far = [p for p in (curve.of(kind) if curve else ()) if knee and p.rows >= 4 * knee]
+        what = f"≥ 7 B{label}: a {kind} pass of n ≥ 4× the ridge in rows ≤ ×1.3 its compute bound"
+        if not far:
+            out.append(_target(what, "not measured (no such n timed)", None))
+        else:
+            p = far[0]
+            out.append(_target(what, f"n = {p.rows}: ×{p.median_ms / p.compute_ms:.2f} ({p.median_ms:.2f} ms; bound "
+                                     f"{p.compute_ms:.2f} ms)", p.median_ms / p.compute_ms <= 1.3))
+    for kind in ("prefill",):
+        m = curve.measured_knee(kind) if curve else None
+        what = f"≥ 7 B{label}: the {kind}'s measured knee (first n at ×{KNEE:g} the one-row time) within ×3 of the " \
+               f"predicted ridge in rows"
+        if m is None or not knee:
+            out.append(_target(what, "not measured" if curve is None else f"no knee within the rows timed "
+                                                                          f"(predicted ~{knee or 0:.0f})", None))
+        else:
+            out.append(_target(what, f"measured n = {m}, predicted ~{knee:.0f}", 1 / 3 <= m / knee <= 3))
     out.append(_target(f"the whole GPU ladder, compile included, ≤ {LADDER_BUDGET_S / 60:.0f} min",
                        f"{ladder_s:.0f} s (compile {lad.compile_s:.0f} s of it)", ladder_s <= LADDER_BUDGET_S))
     if race is not None:
@@ -161,7 +161,7 @@ def targets(lad, sweep, ladder_s: float, race: dict | None, rung_race: dict | No
                            f"{race['total_tokens']} tokens", f"identical {race['identical']}; cache saves "
                            f"×{race['speedup_total']:.1f}", race["identical"]))
     if rung_race is not None:
-        out.append(_target(f"the race at a rung ({rung_race['shape']}, lean path): the cache pays",
+        out.append(_target(f"the race at a rung ({rung_race['shape']}, compiled path): the cache pays",
                            f"×{rung_race['speedup_total']:.1f} in total, identical {rung_race['identical']}",
                            rung_race["speedup_total"] > 1.0))
     if tests is not None:
@@ -181,53 +181,43 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def gpu_check(sizes=None, sweep_shape: str | None = None, race_shape: str = RACE_RUNG, tests: bool = True,
-              races: bool = True, log=print, device: str = "cuda", race_tokens: int = RACE_RUNG_TOKENS,
-              sweep_lengths=None) -> tuple[dict, list[dict]]:
+def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, races: bool = False, log=print,
+              device: str = "cuda", race_tokens: int = RACE_RUNG_TOKENS, json_path: str | None = None,
+              tokens: int | None = None, compile: bool | None = None, curve_passes=None) -> tuple[dict, list[dict]]:
     """Run everything (see the module docstring); return the JSON document and the targets.
 
-    device="cpu" is a dry run of the same code with small sizes (a test's, or before a GPU session).
+    device="cpu" (with compile=False) is a dry run of the same code with small sizes (a test's, or before a GPU
+    session). json_path: where the document is written as soon as the ladder is measured (a later part that runs
+    out of time keeps it).
     """
-    import torch
-
     from engine.load.load import load_model
     from topics.ladder.measure import measure_ladder, versions
-    from topics.ladder.sweep import SWEEP_SHAPE, prefill_sweep
 
     if device == "cuda":
         require_cuda()
     started = time.perf_counter()
-    test_result = run_tests(log) if tests else None
     lm = load_model("default", device=device)  # fp32: the bundled models' default on every device
-    race = race_at_defaults(lm, log) if races else None
-    want = sweep_shape or SWEEP_SHAPE["cuda"]
-    swept = {}
-
-    def sweep_here(rung, rlm, roof) -> None:
-        if want.lower() in (rung.label.lower(), str(rung.size).lower()):
-            t0 = time.perf_counter()
-            log(f"prefill sweep at {rung.label} ({rlm.dtype_name})…")
-            swept["sweep"] = prefill_sweep(rlm, roof=roof, name=rung.label, weights=rung.weights,
-                                           budget_s=SWEEP_BUDGET_S, **({"lengths": sweep_lengths} if sweep_lengths else {}))
-            swept["wall_s"] = time.perf_counter() - t0
-        torch._dynamo.reset()  # this rung's compiled graphs go with its weights
-
-    sizes = list(sizes) if sizes else None
-    if sizes and want not in [str(s) for s in sizes]:
-        log(f"(the sweep's rung {want} is not among --sizes: no sweep)")
-    log("ladder (real shapes, bf16, the lean path compiled at every rung)…")
+    log("ladder (real shapes, bf16; the lean pass over n rows and the recipe at the largest rung)…")
     t0 = time.perf_counter()
-    lad = measure_ladder(lm, sizes, also=sweep_here, lean=True,
+    lad = measure_ladder(lm, list(sizes) if sizes else list(SIZES), tokens=tokens, lean=False, recipe=None,
+                         compile=compile, curve_passes=curve_passes, curve_kinds=("prefill",),
                          on_progress=lambda f, text: log(f"  {f:4.0%} {text}"))
-    ladder_s = time.perf_counter() - t0 - swept.get("wall_s", 0.0)
-    sweep = swept["sweep"].on(lad.roof) if "sweep" in swept else None
+    ladder_s = time.perf_counter() - t0
     log(lad.text_table())
+
+    def document(race=None, rung_race=None, test_result=None, total_s=None) -> tuple[dict, list[dict]]:
+        rows = targets(lad, ladder_s, race, rung_race, test_result, total_s)
+        return lad.to_dict() | {"gpu_check": {
+            "device": lad.device, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "versions": versions(), "wall_s": total_s, "ladder_wall_s": ladder_s, "race": race,
+            "race_at_rung": rung_race, "tests": test_result, "targets": rows}}, rows
+
+    if json_path:
+        from engine.cli_args import write_json
+
+        write_json(json_path, document()[0])
+        log(f"(the ladder is written to {json_path}; the rest follows)")
+    race = race_at_defaults(lm, log) if races else None
     rung_race = race_at_rung(lm, race_shape, race_tokens, log=log) if races else None
-    total_s = time.perf_counter() - started
-    rows = targets(lad, sweep, ladder_s, race, rung_race, test_result, total_s)
-    doc = lad.to_dict() | {"gpu_check": {
-        "device": lad.device, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "versions": versions(), "wall_s": total_s, "ladder_wall_s": ladder_s,
-        "sweep": sweep.to_dict() if sweep else None, "sweep_wall_s": swept.get("wall_s"),
-        "race": race, "race_at_rung": rung_race, "tests": test_result, "targets": rows}}
-    return doc, rows
+    test_result = run_tests(log) if tests else None
+    return document(race, rung_race, test_result, time.perf_counter() - started)

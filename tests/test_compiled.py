@@ -89,7 +89,7 @@ def test_transformers_recipe_is_timed_beside_it_and_says_whether_it_compiled(bun
     ids, _ = steppers_tokens(bundled_lm, new_tokens=2)
     timing, warm_ms, how = compiled.time_recipe(bundled_lm, ids, steps=4, repeats=2)
     assert timing.repeats == 2 and warm_ms > 0 and all(ms >= 0 for ms in timing.samples_ms)
-    assert how.startswith("transformers' recipe: generate(cache_implementation='static') + SDPA")
+    assert how.startswith("transformers' recipe: generate on one reused StaticCache + SDPA")
     assert how.endswith("not compiled here")  # generate compiles on a GPU only
 
 

@@ -32,6 +32,44 @@ def label_rule() -> str:
             f"to x{OVERHEAD:g} (that side of the ridge, not bound by it); overhead-bound above x{OVERHEAD:g}")
 
 
+def curve_table(curve, roof) -> str:
+    """The pass over n rows, for a terminal: per n, each kind's median (min-max), its ratio to the one-row pass,
+    and its share of the roof; then the knees and the figures the lean path is held to."""
+    from topics.ladder.curve import KNEE
+
+    lines = [f"one pass, n rows: {curve.rung} on the lean path ({curve.path}); compile "
+             f"{curve.compile_s:.1f} s apart; context {curve.context} for the batched decode",
+             f"{'n':>6} {'prefill ms (min-max)':>24} {'x n=1':>6} {'share':>12} {'batch ms (min-max)':>24} "
+             f"{'x n=1':>6} {'share':>12}"]
+    rows = sorted({p.rows for p in curve.points})
+    for n in rows:
+        cells = []
+        for kind in ("prefill", "batch"):
+            p = next((p for p in curve.of(kind) if p.rows == n), None)
+            if p is None:
+                cells.append(f"{'-':>24} {'-':>6} {'-':>12}")
+                continue
+            share = f"{p.share:.0%} {'MBU' if p.side == 'memory' else 'MFU'}"
+            cells.append(f"{p.median_ms:>9.2f} ({p.low_ms:.2f}-{p.high_ms:.2f}) "
+                         f"{curve.ratio(kind, n):>6.2f} {share:>12}")
+        lines.append(f"{n:>6} " + " ".join(cells))
+    knee = curve.predicted_knee("prefill", roof)
+    lines.append(f"knee (first n at x{KNEE:g} the one-row time): prefill {curve.measured_knee('prefill')}, batch "
+                 f"{curve.measured_knee('batch')}; predicted from the ridge: "
+                 + (f"~{knee:.1f} rows" if knee else "past the rows timed"))
+    one = next((p for p in curve.of("batch") if p.rows == 1), None)
+    if one is not None:
+        lines.append(f"lean decode (n = 1, context {curve.context}): {one.median_ms:.2f} ms, "
+                     f"x{one.median_ms / one.memory_ms:.2f} its DRAM memory bound ({one.memory_ms:.2f} ms)")
+    for kind in ("prefill", "batch"):
+        far = [p for p in curve.of(kind) if knee and p.rows >= 4 * knee]
+        if far:
+            p = far[0]
+            lines.append(f"{kind} n = {p.rows} (>= 4x the ridge in rows): x{p.median_ms / p.compute_ms:.2f} its "
+                         "compute bound")
+    return "\n".join(lines)
+
+
 def main(args) -> int:
     """Grow the model: prefill and decode timed at several sizes, each placed on this device's roofline."""
     from tqdm import tqdm
@@ -58,13 +96,18 @@ def main(args) -> int:
           f"medians of {lad.repeats} after a warm-up run (excluded), min-max beside them")
     rates = ", ".join(f"{b / 2**20:,.0f} MiB {v / 1e9:,.1f}" for b, v in r.bandwidths) or f"{r.bandwidth / 1e9:,.1f}"
     print(f"roofline measured here: matmul {r.peak_flops / 1e9:,.1f} GFLOP/s; memory bandwidth GB/s by bytes moved "
-          f"(the better of a copy and a matrix-vector read): {rates} (ridge {r.ridge:.1f} FLOP/byte in cache, "
-          f"{r.dram_ridge:.1f} from DRAM); each step's memory bound uses the bandwidth at its own bytes; bounds are "
-          f"estimates, labels from roofline.verdict")
+          f"(the best of a read, a copy and a matrix-vector product): {rates}; the ridge {r.ridge:.1f} FLOP/byte "
+          f"(peak over DRAM's {r.dram_bandwidth / 1e9:,.1f} GB/s), ~{r.ridge_tokens:.0f} rows in {r.dtype}; a step "
+          f"whose bytes fit the cache is bounded by the cache's roof; bounds are estimates, labels from "
+          f"roofline.verdict")
     print(f"rungs other than the model itself: {lad.weights_note}")
     print()
     print(lad.text_table())
     print(label_rule())
+    curve = next((rung.curve for rung in lad.rungs if rung.curve), None)
+    if curve is not None:
+        print()
+        print(curve_table(curve, r))
     print()
     for said in (draw.roofline_caption(lad), draw.per_token_caption(lad)):
         print(textwrap.fill(said, 118))

@@ -13,8 +13,13 @@ median and min-max of `repeats` runs):
     decode (no cache)  the same step with the cache off                   [batch=1, s + 1], nothing cached
     matmuls alone      the decode step's weight matrices, nothing else    topics.ladder.profile.matmuls_alone
                        (and the prefill's, s rows each: how far the arithmetic alone sits above the compute bound)
-    lean path          CUDA by default: the rung compiled (engine.forward.compiled: static cache, SDPA,
-                       torch.compile with CUDA graphs): its prefill and its decode step, compile time apart
+    one pass, n rows   at the curve's rung (`curve_rung`: the first of at least 100 M parameters on a CPU, the
+                       largest on a GPU), the lean pass (engine.forward.lean: gpt-fast's Llama over the rung's own
+                       weights, compiled whole) over n = 1, 2, 4, … rows, a prefill of n tokens and a decode step
+                       for n sequences (topics/ladder/curve.py): the roofline by experiment. Its one-row decode at
+                       context s is the rung's lean decode, its prefill of s tokens the lean prefill
+    lean path          CUDA, every other rung: the lean decode and prefill, compile time apart (a family the lean
+                       pass does not cover: engine.forward.compiled, transformers' own code compiled)
     the recipe         CUDA, the largest rung: transformers' own generate(cache_implementation="static"),
                        auto-compiled, timed beside the lean decode in the same run
 
@@ -64,6 +69,7 @@ REPEATS = 5  # timed runs per pass, after one warm-up run
 PROBE_S = 1.5  # seconds for each half of a roofline probe (matmul, copy): the probe's own default
 PROBE_SHARE = 0.05  # of the progress bar, for each of the two probes
 RETIME_SPREAD = 1.4  # a rung whose prefill or decode repeats spread wider (slowest / fastest) is timed again...
+CURVE_MIN = 100e6  # the curve's rung has at least this many parameters (a smaller step is launch- and Python-bound)
 RETIMES = 1  # ...at most this many more times (a ladder on a busy server takes twice as long, not more), and its
 #               steadiest measurement kept
 
@@ -131,7 +137,8 @@ def best_roof(a, b):
 
 
 def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, lean: bool,
-                 build_ms: float, recipe: bool = False, compile: bool | None = None) -> RungResult:
+                 build_ms: float, recipe: bool = False, compile: bool | None = None, curve: bool = False,
+                 on_progress=None) -> RungResult:
     """The passes of one rung (see the module docstring), each labelled by roofline.verdict."""
     from engine.generate.stepper import Stepper
     from topics.ladder.profile import matmuls_alone
@@ -148,9 +155,9 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
     off.repeats = repeats
     nc = off.decode()  # [batch, s + 1]: every position again
     s = pre.q_len
-    lean_pass = lean_prefill = recipe_pass = compile_ms = None
-    if lean:
-        from engine.forward.compiled import Lean, time_decode, time_prefill, time_recipe
+    lean_pass = lean_prefill = compile_ms = None
+    if lean and lean_supports(rlm) is not None:  # a family gpt-fast's pass does not cover: transformers' own, compiled
+        from engine.forward.compiled import Lean, time_decode, time_prefill
 
         ids = on.ids[:, :s]
         run = Lean(rlm, s + 2, compile)
@@ -161,11 +168,6 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
         lean_pass = Measured.of("decode (lean)", 1, s, 1, timing, dec.flops_estimate, dec.bytes_estimate, roof, run.how)
         compile_ms = dict(run.compile_ms)
         del run
-        if recipe:
-            timing, warm_ms, how = time_recipe(rlm, ids, repeats=repeats)
-            recipe_pass = Measured.of("decode (recipe)", 1, s, 1, timing, dec.flops_estimate, dec.bytes_estimate, roof,
-                                      how)
-            compile_ms["recipe"] = warm_ms
     shape = rung.shape
     return RungResult(
         size=rung.size, label=rung.label, parameters=rung.parameters, weight_bytes=rung.weight_bytes(rlm.dtype),
@@ -176,8 +178,60 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
         nocache=Measured.of("decode (no cache)", nc.q_len, 0, 1, nc.timing, nc.flops_estimate, nc.bytes_estimate,
                             roof, eager),
         lean=lean_pass, matmul_ms=matmul_ms, build_ms=build_ms, same_token=dec.token_id == nc.token_id,
-        prefill_matmul_ms=prefill_matmul_ms, shape_of=rung.shape_of, lean_prefill=lean_prefill, recipe=recipe_pass,
+        prefill_matmul_ms=prefill_matmul_ms, shape_of=rung.shape_of, lean_prefill=lean_prefill,
         compile_ms=compile_ms)
+
+
+def lean_passes(result: RungResult, rlm: LoadedModel, prompt: str, roof, repeats: int, curve: bool, lean: bool,
+                recipe: bool, on_point=None, compile: bool | None = None, passes=None,
+                kinds=("prefill", "batch")) -> RungResult:
+    """The rung's lean passes, added to its result, measured once (never timed again with the readable ones):
+
+        gpt-fast's pass (engine.forward.lean), where it covers the family: over n = 1, 2, 4, … rows where `curve`
+            (topics/ladder/curve.py), else over 1 and s rows; its one-row decode at context s is the rung's lean
+            decode, its prefill of s tokens the lean prefill
+        transformers' recipe (engine.forward.compiled.time_recipe) beside the lean decode, where `recipe`
+    """
+    from topics.ladder.curve import measure_curve
+
+    s, dec, pre = result.decode.past, result.decode, result.prefill
+    out = {}
+    compile_ms = dict(result.compile_ms or {})
+    if (curve or lean) and lean_supports(rlm) is None:
+        rows = measure_curve(rlm, result.label, roof, s, repeats, passes=passes if curve else [("batch", 1), ("prefill", s)],
+                             on_point=on_point, weights=result.weights, compile=compile is not False, kinds=kinds)
+        one = next(p for p in rows.of("batch") if p.rows == 1)
+        full = next((p for p in rows.of("prefill") if p.rows == s), None)
+        out["lean"] = Measured.of("decode (lean)", 1, s, 1, one.timing(), dec.flops, dec.bytes_moved, roof, rows.path)
+        if full is not None:
+            out["lean_prefill"] = Measured.of("prefill (lean)", s, 0, s, full.timing(), pre.flops, pre.bytes_moved,
+                                              roof, rows.path)
+        compile_ms |= rows.compile_ms
+        out["curve"] = rows if curve else None
+    if recipe and (out.get("lean") or result.lean):
+        from engine.forward.compiled import time_recipe
+
+        tokens = rlm.tokenizer(prompt, return_tensors="pt")["input_ids"][:, :s]
+        timing, warm_ms, how = time_recipe(rlm, tokens, repeats=repeats)
+        out["recipe"] = Measured.of("decode (recipe)", 1, s, 1, timing, dec.flops, dec.bytes_moved, roof, how)
+        compile_ms["recipe"] = warm_ms
+    return replace(result, **out, compile_ms=compile_ms or None)
+
+
+def lean_supports(rlm: LoadedModel) -> str | None:
+    """None when gpt-fast's lean pass (engine.forward.lean) runs this rung's family, else why not."""
+    from engine.forward.lean import supports
+
+    return supports(rlm.model)
+
+
+def curve_rung(rungs: list[Rung], device: torch.device) -> Rung | None:
+    """Where the curve runs: the first rung of at least CURVE_MIN parameters on a CPU (one thread: its passes
+    and compile stay within the ladder's minutes), the largest on a GPU."""
+    big = [r for r in rungs if r.parameters >= CURVE_MIN]
+    if not big:
+        return None
+    return max(big, key=lambda r: r.parameters) if device.type == "cuda" else min(big, key=lambda r: r.parameters)
 
 
 def steady(measure: Callable[[], RungResult], say: Callable[[str], None] = lambda text: None,
@@ -198,15 +252,17 @@ def steady(measure: Callable[[], RungResult], say: Callable[[str], None] = lambd
 
 def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats: int = REPEATS, on_progress=None,
                    seed: int = 0, lean: bool | None = None, planned=None, dtype: torch.dtype | None = None,
-                   recipe: bool | None = None, compile: bool | None = None, also=None) -> Ladder:
+                   recipe: bool | None = None, compile: bool | None = None, curve: bool = True,
+                   curve_passes=None, curve_kinds=("prefill", "batch")) -> Ladder:
     """Plan every rung (refusing what would not fit), probe the roofline, then build, measure and free each rung.
 
-    on_progress(fraction, text) is called before each part; lean defaults to on for CUDA only, compiled there
-    (engine.forward.compiled.default_compile); recipe (transformers' own, beside the lean decode) defaults to
-    the largest rung on CUDA. tokens defaults to default_tokens(device), dtype to timing_dtype(lm). `planned` is
-    rungs.plan's answer when the caller has already asked (the CLI refuses before its progress bar starts).
-    also(rung, rlm, roof), where given, runs at each rung while it is built and compiled (gpu-check's prefill
-    sweep: no second build, no second compile).
+    on_progress(fraction, text) is called before each part; lean (the lean decode and prefill at every rung)
+    defaults to on for CUDA only; `curve` times the lean pass over n rows at `curve_rung` (on every device);
+    recipe (transformers' own, beside the lean decode) defaults to the largest rung on CUDA. tokens defaults to
+    default_tokens(device), dtype to timing_dtype(lm). `planned` is rungs.plan's answer when the caller has
+    already asked (the CLI refuses before its progress bar starts). curve_passes: the curve's (kind, n) passes
+    where not its own choice (topics.ladder.curve.every_pass), e.g. a test's few; curve_kinds: which kinds it
+    times over n (gpu-check: the prefill alone, and the one-row decode).
     """
     from engine.measure.roofline import probe
 
@@ -217,6 +273,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
     prompt = prompt_text(lm, tokens)
     largest = max(r.parameters for r in rungs)
     lean = lm.device.type == "cuda" if lean is None else lean
+    at_curve = curve_rung(rungs, lm.device) if curve else None
     say = on_progress or (lambda fraction, text: None)
     work = [r.parameters + 5e6 for r in rungs]  # a rung's passes take time in proportion to its size, plus a floor
     share = (1 - 2 * PROBE_SHARE) / sum(work)
@@ -233,14 +290,17 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
             rlm = build(rung, lm, seed, dtype)
             build_ms = (time.perf_counter() - t0) * 1e3
             timed = recipe if recipe is not None else lm.device.type == "cuda" and rung.parameters == largest
+            rows = rung is at_curve
             try:
-                say(done + 0.1 * w * share, f"{rung.label}: prefill of {tokens} tokens, decode with the cache on and off"
-                                            + (", the lean path" if lean else "") + "…")
-                results.append(steady(partial(measure_rung, rung, rlm, prompt, first, repeats, lean, build_ms,
-                                              recipe=lean and timed, compile=compile),
-                                      partial(say, done + 0.5 * w * share)))
-                if also:
-                    also(rung, rlm, first)
+                say(done + 0.1 * w * share, f"{rung.label}: prefill of {tokens} tokens, decode with the cache on and "
+                                            "off…")
+                result = steady(partial(measure_rung, rung, rlm, prompt, first, repeats, lean, build_ms,
+                                        compile=compile), partial(say, done + 0.3 * w * share))
+                if rows or lean or timed:
+                    result = lean_passes(result, rlm, prompt, first, repeats, curve=rows, lean=lean, recipe=timed,
+                                         on_point=partial(say, done + 0.5 * w * share), compile=compile,
+                                         passes=curve_passes, kinds=curve_kinds)
+                results.append(result)
             finally:
                 del rlm
                 dev.release_memory()  # the next rung, and every student, gets the memory back

@@ -1,9 +1,9 @@
-"""Grow the model: the size ladder on the Scale page, the prefill across the ridge beside it, and the ladders the
-lessons quote.
+"""Grow the model: the size ladder on the Scale page, one pass over n rows beside it (the roofline by experiment),
+and the ladders the lessons quote.
 
-The ladder measures (topics/ladder/measure.py, sweep.py), keeps (topics/ladder/store.py: once per server, in a
-thread of its own so a click elsewhere does not end it) and draws (topics/ladder/draw.py, sweep_draw.py); this
-module places the pictures, the buttons and each measurement's progress. Until this server has measured its own,
+The ladder measures (topics/ladder/measure.py, curve.py), keeps (topics/ladder/store.py: once per server, in a
+thread of its own so a click elsewhere does not end it) and draws (topics/ladder/draw.py, curve_draw.py); this
+module places the pictures, the button and the measurement's progress. Until this server has measured its own,
 the ones recorded in assets/ are shown, each naming its device and date; a recording made on the other kind of
 device (a GPU's on a laptop, a CPU's on a GPU server) can be shown beside, so a student on a laptop sees what a
 datacenter GPU does.
@@ -16,11 +16,10 @@ import streamlit as st
 from engine import DecodeLabError
 from engine.links import LADDER_VIEWS
 from engine.measure.caveats import ladder_note
+from topics.ladder import curve_draw
 from topics.ladder import draw as draw
-from topics.ladder import sweep_draw
-from topics.ladder.store import (kept_ladder, kept_sweep, ladder_failed, ladder_job, recorded_ladders, recorded_on,
-                                  recorded_sweeps, start_ladder, start_sweep, sweep_failed, sweep_job)
 from topics.ladder.record import Ladder
+from topics.ladder.store import kept_ladder, ladder_failed, ladder_job, recorded_ladders, recorded_on, start_ladder
 from ui.links import write_link
 from ui.style import scale
 from ui.text import error, plain, warning
@@ -36,8 +35,10 @@ def _kind(lm) -> str:
 
 
 def recorded_words(rec) -> str:
+    """'a recording: AMD EPYC …, 2026-11-27': a recording is named as one wherever it stands in for this server."""
     code = (getattr(rec, "versions", None) or {}).get("code")
-    return f"recorded on {rec.device}, {rec.measured_at[:10]}" + (f", by this project's code at {code}" if code else "")
+    return (f"a recording made on {rec.device}, {rec.measured_at[:10]}"
+            + (f", by this project's code at {code}" if code else ""))
 
 
 def shown_ladder(lm) -> tuple[Ladder | None, str]:
@@ -66,16 +67,30 @@ def gpu_claim(lm, phase: str) -> str | None:
     return f"On a datacenter GPU ({recorded_words(other)}): {draw.phase_claim(other, phase)}"
 
 
+def curve_of(ladder: Ladder | None):
+    """The ladder's pass over n rows (at its curve rung), or None."""
+    return next((r.curve for r in ladder.rungs if r.curve), None) if ladder is not None else None
+
+
 def lesson_claim(lm, phase: str) -> str | None:
-    """A lesson's claim (prefill compute-bound, decode memory-bound) in the ladder's numbers, with where they come
-    from, and what the bundled model is bound by; None when no ladder exists at all."""
+    """A lesson's claim (prefill compute-bound, decode memory-bound) in the numbers of the big rung's pass over n
+    rows on this device (else the ladder's largest rung), with where they come from, and why the bundled model does
+    not show it; None when no ladder exists at all."""
     shown, source = shown_ladder(lm)
     if shown is None:
         return None
     own = draw.bundled_sentence(shown)
     gpu = gpu_claim(lm, phase)
-    return (f"{draw.phase_claim(shown, phase)} ({source}; the Scale page's *Grow the model* shows every rung.)"
+    curve = curve_of(shown)
+    said = (curve_draw.curve_claim(curve, shown.roof, phase, where_words(shown)) if curve
+            else draw.phase_claim(shown, phase))
+    return (f"{said} ({source}; the Scale page's *Grow the model* shows every rung and the pass over n rows.)"
             + (f" {own}" if own else "") + (f"\n\n{gpu}" if gpu else ""))
+
+
+def where_words(ladder: Ladder) -> str:
+    """The device a ladder ran on, short: 'AMD EPYC 7B13 (cpu, 1 thread)' -> 'AMD EPYC 7B13'."""
+    return draw.short_device(ladder.device)
 
 
 def latency_claim(lm) -> str | None:
@@ -89,10 +104,10 @@ def latency_claim(lm) -> str | None:
 
 
 @st.fragment(run_every=1.0)
-def _progress(lm, which: str = "ladder") -> None:
+def _progress(lm) -> None:
     """While this server measures (in a thread of its own: LadderStore.start), every page run of every session
     shows how far it got, each second; when it is done the whole page is drawn again, with the result."""
-    job = ladder_job(lm) if which == "ladder" else sweep_job(lm)
+    job = ladder_job(lm)
     if job is None:
         st.rerun()  # finished since the last tick: the page draws the new ladder (or says why it failed)
     fraction, text = job.progress
@@ -102,15 +117,17 @@ def _progress(lm, which: str = "ladder") -> None:
 
 def grow_the_model(lm, settings) -> None:
     """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures."""
-    st.header("Grow the model", help="The bundled model is tiny: its decode step is overhead-bound (Python and hundreds "
-                                      "of small operations set its time). Grown in its own family, the hardware "
-                                      "starts to set the time: decode memory-bound, and a prefill compute-bound where "
-                                      "its tokens outnumber the device's ridge in tokens (a few dozen on a CPU in "
-                                      "fp32; ~295 on an H100 in bf16, so there a 128-token prefill is memory-bound). "
-                                      "**Measure** builds each rung from the model's config with random weights (no "
-                                      "download), times its prefill and decode steps on the threads the app serves a "
-                                      "model that size with (the browser keeps a core), times again a rung whose "
-                                      "repeats spread wide, then gives the memory back. Once per server: every "
+    st.header("Grow the model", help="The bundled model is too small to show the physics: its decode step is "
+                                      "overhead-bound (Python and hundreds of small operations set its time). Grown "
+                                      "in its own family, the hardware sets the time. The proof is an experiment: one "
+                                      "pass over n rows (a prefill of n tokens, or one decode step for n sequences) "
+                                      "reads every weight once and does n times the arithmetic, so its time stays "
+                                      "flat while the weights' bytes set it (memory-bound) and grows with n once "
+                                      "the arithmetic does (compute-bound); the knee is the device's ridge in rows "
+                                      "(~7 on a CPU in fp32, ~180 on an H200 in bf16). **Measure** builds each rung "
+                                      "from the model's config with random weights (no download), times its passes "
+                                      "on the threads the app serves a model that size with, times the big rung's "
+                                      "lean pass over n rows, then gives the memory back. Once per server: every "
                                       "session sees the result. Students' steps wait while it runs.")
     live = kept_ladder(lm)
     other = other_ladder(lm)
@@ -123,7 +140,7 @@ def grow_the_model(lm, settings) -> None:
                               default=THIS_SERVER, label_visibility="collapsed",
                               help="This server's ladder (measured here, or recorded on a device like it), or the "
                                    f"one recorded on {other.device}: the same code, another machine.")
-    row.button("Measure again on this server" if live else "Measure on this server (about a minute)",
+    row.button("Measure again on this server" if live else "Measure on this server (a few minutes)",
                key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None,
                on_click=start_ladder, args=(lm, live is not None))  # in the background: a click elsewhere keeps it
     if ladder_job(lm) is not None:
@@ -137,13 +154,13 @@ def grow_the_model(lm, settings) -> None:
         shown, source = other, recorded_words(other)
     else:
         shown, source = shown_ladder(lm)
+    if shown is None:
+        st.info("No ladder has been measured here yet: press the button to time one.")
+        return
     left, right = st.columns([1, 1], gap="medium")
-    with right:
-        across_the_ridge(lm)
     with left:
-        if shown is None:
-            st.info("No ladder has been measured here yet: press the button to time one.")
-            return
+        one_pass_n_rows(shown, source)
+    with right:
         ladder_picture(shown, source, settings)
 
 
@@ -180,33 +197,14 @@ def ladder_picture(shown: Ladder, source: str, settings) -> None:
         st.caption(plain(f"Left out: {', '.join(shown.left_out)} (would not fit this device's memory)."))
 
 
-def shown_sweep(lm):
-    """The prefill sweep to draw: this server's when measured, else one recorded on this kind of device, else any."""
-    live = kept_sweep(lm) if lm is not None else None
-    if live is not None:
-        return live, f"measured on this server ({live.device})"
-    for rec in recorded_on(_kind(lm), recorded_sweeps()):
-        return rec, f"recorded on {rec.device}, {rec.measured_at[:10]}"
-    return None, ""
-
-
-def across_the_ridge(lm) -> None:
-    """One rung's prefill over a sweep of prompt lengths s: time per prompt token against s, the ridge marked."""
-    shown, source = shown_sweep(lm)
-    busy = sweep_job(lm) is not None
-    st.button("Sweep s on this server" if shown is None or not source.startswith("measured") else "Sweep again",
-              key="scale_sweep_measure", icon=":material/swap_horiz:", disabled=busy, on_click=start_sweep,
-              args=(lm, kept_sweep(lm) is not None),
-              help="Builds one rung of a published shape with random weights (SmolLM2-135M on a CPU, Llama-3-8B on "
-                   "a GPU) and times its prefill at s = 8, 16, 32, … until a minute is spent, then gives the "
-                   "memory back. Once per server.")
-    if busy:
-        _progress(lm, "sweep")
-    failed = sweep_failed(lm)
-    if failed is not None:
-        error(str(failed) if isinstance(failed, DecodeLabError) else f"The sweep stopped: {failed}")
-    if shown is None:
-        st.info("No prefill sweep is recorded for this kind of device: press the button to time one.")
+def one_pass_n_rows(shown: Ladder, source: str) -> None:
+    """The big rung's lean pass over n rows: time per pass against n, the bounds and the knees, and its words."""
+    curve = curve_of(shown)
+    if curve is None:
+        st.info(plain(f"This ladder ({source}) has no pass over n rows: it was measured without the lean pass. "
+                      "Measure on this server to time one."))
         return
-    st.plotly_chart(sweep_draw.sweep_figure(shown, scale=scale()), key="scale_sweep")
-    st.markdown(plain(sweep_draw.sweep_caption(shown)) + f" ({plain(source)}.)")
+    st.plotly_chart(curve_draw.curve_figure(curve, shown.roof, where_words(shown), scale=scale()), key="scale_curve")
+    st.markdown(plain(curve_draw.curve_caption(curve, shown.roof)))
+    st.caption(plain(f"{source}. {curve.path}; compile {curve.compile_s:.0f} s, apart from every timing; medians "
+                     f"of {len(curve.points[0].samples_ms)} runs after a warm-up, min–max as bars."))

@@ -20,6 +20,9 @@ import pandas as pd
 
 from engine.measure.roofline import DeviceRoof, verdict
 from engine.units import human_bytes
+from topics.ladder.curve import Curve
+
+ELEM_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}  # a recorded ladder's dtype, in bytes per element
 
 # the JSON's keys, documented once (tests check a written file has them)
 LADDER_KEYS = ("model", "family", "device", "dtype", "threads", "tokens", "prompt", "repeats", "weights_note", "roof",
@@ -27,11 +30,11 @@ LADDER_KEYS = ("model", "family", "device", "dtype", "threads", "tokens", "promp
                "versions")
 RUNG_KEYS = ("size", "label", "parameters", "weight_bytes", "trained", "weights", "layers", "d_model", "heads",
              "kv_heads", "head_dim", "d_ff", "prefill", "decode", "nocache", "lean", "matmul_ms", "build_ms",
-             "same_token", "prefill_matmul_ms", "shape_of", "lean_prefill", "recipe", "compile_ms", "timed",
+             "same_token", "prefill_matmul_ms", "shape_of", "lean_prefill", "recipe", "compile_ms", "timed", "curve",
              "decode_vs_prefill_per_token", "matmul_share", "cache_saves")
 PASSES = ("prefill", "decode", "nocache", "lean", "lean_prefill", "recipe")  # a rung's Measured fields
 PASS_KEYS = ("what", "q_len", "past", "tokens", "median_ms", "low_ms", "high_ms", "runs", "warmup_ms", "flops",
-             "bytes_moved", "memory_ms", "compute_ms", "kind", "label", "ratio", "path")
+             "bytes_moved", "memory_ms", "compute_ms", "kind", "label", "ratio", "path", "side")
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class Measured:
     kind: str  # compute-bound · memory-bound · compute side · memory side · overhead-bound (roofline.verdict)
     label: str  # roofline.verdict's words, e.g. "overhead-bound (×4.0 above both bounds)"
     ratio: float  # measured / the larger bound
-    path: str  # how it ran: the Stepper's eager pass, the lean path (engine.forward.compiled's `how`), the recipe
+    path: str  # how it ran: the Stepper's eager pass, the lean path (engine.forward.lean), the recipe
+    side: str = ""  # 'memory' / 'compute': its intensity against the device's ridge (a prediction; roofline.Verdict)
 
     @classmethod
     def of(cls, what: str, q_len: int, past: int, tokens: int, timing, flops: float, bytes_moved: float,
@@ -63,14 +67,19 @@ class Measured:
         v = verdict(timing.forward_ms, flops, bytes_moved, roof)
         return cls(what=what, q_len=q_len, past=past, tokens=tokens, median_ms=timing.forward_ms,
                    low_ms=timing.low_ms, high_ms=timing.high_ms, runs=timing.repeats, warmup_ms=timing.warmup_ms,
-                   flops=flops, bytes_moved=bytes_moved, memory_ms=v["memory_ms"], compute_ms=v["compute_ms"],
-                   kind=v["kind"], label=v["label"], ratio=v["ratio"], path=path)
+                   flops=flops, bytes_moved=bytes_moved, memory_ms=v.memory_ms, compute_ms=v.compute_ms,
+                   kind=v.kind, label=v.label, ratio=v.ratio, path=path, side=v.side)
 
-    def on(self, roof: DeviceRoof) -> "Measured":
+    def on(self, roof: DeviceRoof, matmul_share: float | None = None) -> "Measured":
         """The same measurement placed on another roof (the ladder's final one): bounds and label again."""
-        v = verdict(self.median_ms, self.flops, self.bytes_moved, roof)
-        return replace(self, memory_ms=v["memory_ms"], compute_ms=v["compute_ms"], kind=v["kind"], label=v["label"],
-                       ratio=v["ratio"])
+        v = verdict(self.median_ms, self.flops, self.bytes_moved, roof, matmul_share)
+        return replace(self, memory_ms=v.memory_ms, compute_ms=v.compute_ms, kind=v.kind, label=v.label,
+                       ratio=v.ratio, side=v.side)
+
+    @property
+    def share(self) -> float:
+        """The larger bound over the measured time: the share of its roof it used (MBU, or MFU)."""
+        return 1 / self.ratio if self.ratio else 0.0
 
     @property
     def per_token_ms(self) -> float:
@@ -132,6 +141,7 @@ class RungResult:
     recipe: Measured | None = None  # transformers' own recipe's decode step (static cache + torch.compile), where timed
     compile_ms: dict | None = None  # pass -> its compile and warm-up ms (never in a step's time), where compiled
     timed: int = 1  # times the rung was measured: more than 1 when its repeats spread wide and it was timed again
+    curve: Curve | None = None  # the lean pass over n = 1, 2, 4, … rows (topics/ladder/curve.py), where timed
 
     @property
     def spread(self) -> float:
@@ -159,8 +169,10 @@ class RungResult:
         return self.nocache.median_ms / self.decode.median_ms
 
     def on(self, roof: DeviceRoof) -> "RungResult":
-        """Every pass of the rung placed on `roof`."""
-        return replace(self, **{name: getattr(self, name).on(roof) for name in PASSES if getattr(self, name)})
+        """Every pass of the rung placed on `roof` (the readable decode step's label with its matmuls' share)."""
+        moved = {name: getattr(self, name).on(roof) for name in PASSES if getattr(self, name)}
+        moved["decode"] = self.decode.on(roof, self.matmul_share)
+        return replace(self, **moved, curve=self.curve.on(roof) if self.curve else None)
 
     @property
     def lean_over_recipe(self) -> float | None:
@@ -171,6 +183,7 @@ class RungResult:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         for name in PASSES:
             d[name] = None if d[name] is None else asdict(d[name])
+        d["curve"] = self.curve.to_dict() if self.curve else None
         return d | {"decode_vs_prefill_per_token": self.decode_vs_prefill_per_token,
                     "matmul_share": self.matmul_share, "cache_saves": self.cache_saves}
 
@@ -210,15 +223,18 @@ class Ladder:
         """A ladder read back from its JSON (a recorded one in assets/, or a --json file); every pass labelled again
         from its measured times and the ladder's roof, so a file recorded under an older rule says what the rule
         says now."""
+        elem = d["roof"].get("elem_bytes") or ELEM_BYTES.get(d.get("dtype"), 4.0)  # older files: the ladder's dtype
         roof = DeviceRoof(**{k: d["roof"][k] for k in ("name", "peak_flops", "bandwidth", "measured")},
                           bandwidths=tuple((int(b), float(r)) for b, r in d["roof"].get("bandwidths", ())),
-                          elem_bytes=float(d["roof"].get("elem_bytes", 4.0)))
+                          elem_bytes=float(elem))
         keep = {f.name for f in fields(RungResult)}
+        passes = {f.name for f in fields(Measured)}
         rungs = []
         for r in d["rungs"]:
             r = {k: v for k, v in r.items() if k in keep}
             for name in PASSES:
-                r[name] = None if r.get(name) is None else Measured(**r[name])
+                r[name] = None if r.get(name) is None else Measured(**{k: v for k, v in r[name].items() if k in passes})
+            r["curve"] = None if r.get("curve") is None else Curve.from_dict(r["curve"], roof)
             rungs.append(RungResult(**r).on(roof))  # labelled by today's rule (roofline.verdict), not the file's
         later = {"compile_s", "versions"}  # fields a ladder recorded before them lacks: their defaults
         top = {f.name: d[f.name] for f in fields(cls) if f.name not in {"roof", "rungs", "left_out"} | later}

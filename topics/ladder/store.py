@@ -1,8 +1,7 @@
-"""Measured once per server, shared by every session: a class of 30 costs one ladder, and one sweep.
+"""Measured once per server, shared by every session: a class of 30 costs one ladder (its pass over n rows too).
 
     start_ladder(lm) / ladder_job(lm) / kept_ladder(lm)   the Scale page's button, its progress, its result
-    start_sweep(lm)  / sweep_job(lm)  / kept_sweep(lm)    the same for the prefill across the ridge
-    recorded_ladders(), recorded_sweeps()                 what assets/ ships, each naming its device and date
+    recorded_ladders()                                    what assets/ ships, each naming its device and date
 
 A measurement runs in a thread of its own, not a page's: a click elsewhere reruns the page, never ends it.
 """
@@ -17,7 +16,7 @@ from engine.load.rungs import timing_dtype
 from engine.paths import ASSETS
 from topics.ladder.measure import REPEATS, default_tokens, measure_ladder
 from topics.ladder.record import Ladder
-from topics.ladder.sweep import PrefillSweep, sweep_at
+
 
 class _Job:
     """A ladder being measured: its latest progress, and an event its waiters wait on."""
@@ -159,42 +158,6 @@ def recorded_ladders() -> list[Ladder]:
     return [Ladder.from_dict(json.loads(p.read_text(encoding="utf-8"))) for p in sorted(ASSETS.glob("ladder_*.json"))]
 
 
-def recorded_sweeps() -> list[PrefillSweep]:
-    """Prefill sweeps shipped in assets/: sweep_*.json, and the one inside a GPU ladder that gpu-check recorded."""
-    out = []
-    for p in sorted(ASSETS.glob("sweep_*.json")):
-        out.append(PrefillSweep.from_dict(json.loads(p.read_text(encoding="utf-8"))))
-    for p in sorted(ASSETS.glob("ladder_*.json")):
-        sweep = (json.loads(p.read_text(encoding="utf-8")).get("gpu_check") or {}).get("sweep")
-        if sweep:
-            out.append(PrefillSweep.from_dict(sweep))
-    return out
-
-
 def recorded_on(kind: str, recorded: list) -> list:
     """The recordings made on a device of this kind ('cpu', 'cuda'), first: a CPU server shows a CPU's first."""
     return sorted(recorded, key=lambda r: ("cuda" in r.device) != (kind == "cuda"))
-
-
-# ---------------------------------------------------------------- the prefill across the ridge, once per server
-
-
-def sweep_key(lm: LoadedModel) -> tuple:
-    return ("sweep", lm.spec.name, str(lm.device), str(timing_dtype(lm)))
-
-
-def start_sweep(lm: LoadedModel, again: bool = False, store: LadderStore = STORE):
-    """Sweep the prefill of this device's default rung in the background (the Scale page's button)."""
-    return store.start(sweep_key(lm), lambda progress: sweep_at(lm, on_progress=progress), again=again)
-
-
-def sweep_job(lm: LoadedModel, store: LadderStore = STORE):
-    return store.running(sweep_key(lm))
-
-
-def sweep_failed(lm: LoadedModel, store: LadderStore = STORE) -> BaseException | None:
-    return store.failed(sweep_key(lm))
-
-
-def kept_sweep(lm: LoadedModel, store: LadderStore = STORE) -> PrefillSweep | None:
-    return store.kept(sweep_key(lm))
