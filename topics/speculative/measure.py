@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from engine.errors import StepError
+from engine.forward.run import Timing
 from engine.forward.sampling import Sampling
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.speculative import Speculator
@@ -321,12 +322,9 @@ def verdict(m: Comparison) -> str:
     return " ".join(parts)
 
 
-ROWS_FREE = 1.15  # a pass over k+1 rows "costs about what one row costs" up to this many times the one-row time
-
-
-def one_row_ms(lm: LoadedModel, ids) -> float:
-    """A plain decode step's forward time, measured now: every id but the last in the cache, the last fed as one
-    row (median of the timed repeats every recorded step gets; warm-up excluded). ids: [batch=1, pos], or a list."""
+def one_row_timing(lm: LoadedModel, ids) -> Timing:
+    """A plain decode step's forward pass, timed now: every id but the last in the cache, the last fed as one row
+    (the timed repeats every recorded step gets; warm-up excluded). ids: [batch=1, pos], or a list."""
     import torch
 
     from engine.forward.cache import new_cache
@@ -336,18 +334,26 @@ def one_row_ms(lm: LoadedModel, ids) -> float:
     ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([list(ids)])
     cache = new_cache(lm.config)
     run_pass(lm, ids[:, :-1], cache)
-    return run_pass(lm, ids[:, -1:], cache, repeats=TIMED_REPEATS).timing.forward_ms
+    return run_pass(lm, ids[:, -1:], cache, repeats=TIMED_REPEATS).timing
 
 
-def rows_cost_sentence(rows: int, rows_ms: float, one_ms: float) -> str:
-    """What the measured times say about the bet speculative decoding makes: are extra rows nearly free here?"""
-    ratio = rows_ms / one_ms if one_ms > 0 else float("inf")
-    digits = 2 if max(rows_ms, one_ms) < 10 else 1  # enough figures that the two times give the ratio beside them
-    said = (f"Measured here: the verify pass on the stage fed {rows} rows in {rows_ms:.{digits}f} ms; one plain decode step "
-            f"on the same cache feeds 1 row in {one_ms:.{digits}f} ms (×{ratio:.2f}).")
-    if ratio <= ROWS_FREE:
-        return said + (" The extra rows cost about nothing: the fixed cost of a pass dominates, so checking several "
-                       "guesses in one pass is nearly free, as speculative decoding assumes.")
-    return said + (f" So here {rows} rows do not cost 'little more' than one: this small model's passes are not "
-                   "held up by reading the weights (see lesson 3), every row adds real work, and a round pays only "
-                   "if enough of its guesses are kept. On a large model on a GPU the ratio is close to 1.")
+def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: float | None) -> str:
+    """The bet speculative decoding makes (a pass over several rows costs about what one row costs), read off two
+    measured passes: the ratio of their medians, how far it moves across their timed runs, and what it implies for
+    a round (the tokens a verify pass must yield to beat plain decoding). The same words whatever the ratio: only
+    the numbers change, so no wording flips when a busy minute moves the ratio."""
+    ratio = verify.forward_ms / one.forward_ms
+    digits = 2 if max(verify.forward_ms, one.forward_ms) < 10 else 1  # figures enough that the times give the ratio
+    said = (f"Measured here: the verify pass on the stage fed {rows} rows in {verify.forward_ms:.{digits}f} ms; one "
+            f"plain decode step on the same cache feeds 1 row in {one.forward_ms:.{digits}f} ms (×{ratio:.2f}")
+    if verify.repeats > 1 and one.repeats > 1:
+        said += (f"; medians of {verify.repeats} and {one.repeats} timed runs, warm-up excluded: across their fastest "
+                 f"and slowest runs the ratio lies between ×{verify.low_ms / one.high_ms:.2f} and "
+                 f"×{verify.high_ms / one.low_ms:.2f}")
+    said += (f"). A round costs a verify pass, ×{ratio:.2f} a plain step, plus its drafting, and plain decoding makes "
+             f"one token a step: so a round pays only if its verify pass yields more than {ratio:.2f} tokens, and "
+             "more again to cover the drafting.")
+    if tokens_per_pass is not None:
+        said += f" This run's verify passes yielded {tokens_per_pass:.2f} tokens each."
+    return said + (" Speculative decoding bets on a ratio near ×1: a pass held up by reading every weight (lesson 3), "
+                   "as on a large model on a GPU, costs about the same for a few rows as for one.")
