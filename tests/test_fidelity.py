@@ -21,6 +21,7 @@ from drawing.svg import MONO_EM, TEXT, W
 from engine.forward.run import Timing
 from engine.load import gpt2
 from engine.measure import roofline
+from engine.measure.caveats import BUSY
 from engine.measure.roofline import DeviceRoof
 from tests.test_app import click, fresh_app, open_view
 from tests.test_lessons import lesson, text
@@ -213,6 +214,9 @@ def test_the_extra_rows_sentence_says_the_ratio_and_its_implication_in_the_same_
         assert (f"between ×{verify.low_ms / one.high_ms:.2f} and ×{verify.high_ms / one.low_ms:.2f}") in text
         assert "yielded 2.40 tokens each" in text
     assert len({re.sub(r"[\d.]+", "#", text) for text in said.values()}) == 1, said  # the same words every time
+    assert BUSY not in said[1.21]  # every pass's timed runs within x2 of each other
+    busy = rows_cost_sentence(5, Timing(samples_ms=(4.7, 5.0, 9.9), warmup_ms=9.0), one, 2.4)
+    assert f"{BUSY}: the verify pass's 3 timed runs ranged 4.7–9.9 ms (×2.1)" in busy  # the spread that says so
 
 
 # ---------------------------------------------------------------- 5. the batch heatmap: masked, not zero

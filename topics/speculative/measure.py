@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from engine.errors import StepError
 from engine.forward.run import Timing
+from engine.measure.caveats import BUSY, WIDE
 from engine.forward.sampling import Sampling
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.speculative import Speculator
@@ -355,5 +356,11 @@ def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: 
              "more again to cover the drafting.")
     if tokens_per_pass is not None:
         said += f" This run's verify passes yielded {tokens_per_pass:.2f} tokens each."
+    wide = [(name, t) for name, t in (("verify", verify), ("one-row", one))
+            if t.repeats > 1 and t.low_ms > 0 and t.high_ms / t.low_ms > WIDE]
+    if wide:  # the project's one rule for a busy machine (engine.measure.caveats), with the spread that shows it
+        said += (f" {BUSY}: " + "; ".join(f"the {name} pass's {t.repeats} timed runs ranged {t.low_ms:.1f}–"
+                                          f"{t.high_ms:.1f} ms (×{t.high_ms / t.low_ms:.1f})" for name, t in wide)
+                 + ", so read the ratio as rough.")
     return said + (" Speculative decoding bets on a ratio near ×1: a pass held up by reading every weight (lesson 3), "
                    "as on a large model on a GPU, costs about the same for a few rows as for one.")
