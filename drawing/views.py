@@ -106,14 +106,15 @@ def attention(c: StepContext) -> list[Block]:
 
 
 def role_names(c: StepContext, roles=None) -> dict[int, str]:
-    """head -> its role in a few words ('previous token', 'looks at ·upon', 'previous token (3 rows)' when averaged
-    over several rows), for the picture's head labels. `roles`: head_roles already read (else the newest row's)."""
+    """head -> its role in a few words ('previous token', 'looks at ·upon'; 'previous token<br>mean of 3 rows' when
+    averaged over several rows, a second line under a panel's title), for the picture's head labels. `roles`:
+    head_roles already read (else the newest row's)."""
     if roles is None:
         roles = head_roles(c.t, c.layer, list(c.ids[: c.t.kv_len]))
 
     def name(r) -> str:
         said = f"looks at {show_piece(c.pieces[r.key_pos])}"[:24] if r.role == "looks at" else r.role
-        return said + (f" ({r.rows} rows)" if r.rows > 1 else "")
+        return said + (f"<br>mean of {r.rows} rows" if r.rows > 1 else "")
 
     return {r.head: name(r) for r in roles}
 
@@ -139,10 +140,12 @@ def look_back_blocks(c: StepContext, roles, newest=None) -> list[Block]:
             after = [r for r in (newest or []) if r.role == AFTER_COPY]
             if after:
                 which = ("Head " if len(after) == 1 else "Heads ") + ", ".join(str(r.head) for r in after)
-                keys = ", ".join(f"{pieces[p]} at {p}" for p in after_copies(ids, q))
+                keys = [f"{p} ({pieces[p]})" for p in after_copies(ids, q)]
+                at = ", ".join(keys[:-1]) + " and " + keys[-1] if len(keys) > 1 else keys[0]
                 said += (f" {which} ('{AFTER_COPY}') {'looks' if len(after) == 1 else 'look'} instead at the token "
-                         f"that followed an earlier "
-                         f"{pieces[q]}: {keys} ({', '.join(f'{r.weight:.2f}' for r in after)}).")
+                         f"that followed an earlier {pieces[q]}, at position{'s' if len(keys) > 1 else ''} {at}, "
+                         f"with weight{'s' if len(after) > 1 else ''} {', '.join(f'{r.weight:.2f}' for r in after)} "
+                         "there.")
             blocks.append(Block("text", said, "look_back"))
     return blocks
 

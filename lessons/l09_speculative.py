@@ -66,8 +66,8 @@ def show(course: Course) -> None:
     if r.round:  # the bet, checked on this page's own numbers: the verify pass against a one-row pass
         one = _one_row(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
         verify = r.target.timing
-        with st.expander(f"The bet, measured here: {r.q_len} rows in one pass cost ×{verify.forward_ms / one.forward_ms:.2f} "
-                         "one row"):
+        ratio = verify.forward_ms / one.forward_ms
+        with st.expander(f"The bet, measured here: {r.q_len} rows in one pass cost ×{ratio:.2f} one row"):
             st.markdown(rows_cost_sentence(r.q_len, verify, one, speculator.tokens_per_target_pass))
     with st.expander("Why the output is exactly the model's own, greedy or sampled"):
         st.markdown("Every kept token is one the model itself would have chosen at that position: the verify pass "

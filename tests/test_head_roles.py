@@ -170,7 +170,7 @@ def test_at_a_prefill_each_heads_label_says_where_the_row_drawn_beside_it_peaks(
         assert said.startswith(f"Layer {layer}, for the newest query")
     at.toggle(key="step_att_every").set_value(True).run()  # every query row, one panel per head
     panels = [a["text"] for a in json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["annotations"]]
-    counted = [re.search(r"\((\d+) rows\)$", p) for p in panels]
+    counted = [re.search(r"<br>mean of (\d+) rows$", p) for p in panels]
     assert all(counted) and all(1 < int(m.group(1)) <= q + 1 for m in counted), panels
     said = shown(at, "Layer ")
     assert f"averaged over its {q + 1} query rows" in said
@@ -198,10 +198,10 @@ def test_a_head_named_after_a_copy_is_said_to_weigh_what_followed_the_copy_not_t
         if copy_heads:
             found += 1
             m = re.search(r"Heads? ([\d, ]+) \('after a copy'\) looks? instead at the token that followed an earlier "
-                          r"\S+: (.*) \(([\d., ]+)\)\.$", said)
+                          r"\S+, at positions? (.*), with weights? ([\d., ]+) there\.$", said)
             assert m, said
             assert [int(h) for h in m.group(1).split(", ")] == copy_heads
-            assert [int(k.rsplit(" at ", 1)[1]) for k in m.group(2).split(", ")] == after
+            assert [int(k) for k in re.findall(r"(\d+) \(", m.group(2))] == after
             assert m.group(3) == ", ".join(f"{np.nansum(z[h][after]):.2f}" for h in copy_heads)
             for h in copy_heads:
                 assert agrees(labels[h], z[h], q, ids, keys)

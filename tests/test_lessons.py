@@ -199,7 +199,8 @@ def test_lesson_9_says_the_measured_ratio_of_its_bet_and_what_it_implies_without
     ×1.14, "do not cost 'little more'" at ×1.16)."""
     at = lesson_9
     title = next(e.label for e in at.expander if e.label.startswith("The bet, measured here"))
-    rows, ratio = re.fullmatch(r"The bet, measured here: (\d+) rows in one pass cost ×([\d.]+) one row", title).groups()
+    rows, ratio = re.fullmatch(r"The bet, measured here: (\d+) rows in one pass cost ×([\d.]+) one row",
+                               title).groups()
     said = next(m.value for m in at.markdown if m.value.startswith("Measured here: the verify pass"))
     found = re.search(r"fed (\d+) rows in ([\d.]+) ms; one plain decode step on the same cache feeds 1 row in "
                       r"([\d.]+) ms \(×([\d.]+); medians of (\d+) and (\d+) timed runs, warm-up excluded: across "
