@@ -149,7 +149,7 @@ def roles_sentence(roles: list[HeadRole], pieces: list[str], layer: int, rows: i
         which = ("head " if len(heads) == 1 else "heads ") + ", ".join(str(h.head) for h in heads)
         weights = ", ".join(f"{h.weight:.2f}" for h in heads)
         counts = sorted({h.rows for h in heads})
-        over = "" if counts == [1] else f"; mean over {'/'.join(map(str, counts))} row{'s' if counts != [1] else ''}"
+        over = "" if counts == [1] else f"; mean over {'/'.join(map(str, counts))} rows"
         parts.append(f"{name}: {which} ({'largest weight ' if name in ('broad', 'mixed') else ''}{weights}{over})")
     q = roles[0].query_pos
     if all(r.rows == 1 for r in roles):
