@@ -21,7 +21,7 @@ from drawing.palette import axis_labels, show_piece
 from drawing.svg import picture_html
 from drawing.tokens import next_token_figure, token_chips_html
 from engine.load.pieces import split_characters
-from engine.measure.attention import earlier_copies, head_roles, roles_sentence
+from engine.measure.attention import AFTER_COPY, after_copies, earlier_copies, head_roles, roles_sentence
 from engine.measure.caveats import latency_note
 
 VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
@@ -58,6 +58,7 @@ class StepContext:
     scale: float = 1.0
     labels: tuple[str, ...] = field(default=(), compare=False)
     pictures: bool = False  # a class's follower: every head drawn as a picture (drawing/heads.py), not a chart
+    every_row: bool = False  # Attention at a prefill: every query row, one panel per head (not the newest row only)
 
     @property
     def t(self):
@@ -79,49 +80,73 @@ def attention(c: StepContext) -> list[Block]:
     t, layer = c.t, c.layer
     if t.layers[layer].pattern is None:
         return [Block("note", t.attention_note)]
-    roles = head_roles(t, layer, list(c.ids[: t.kv_len]))  # read once: the picture's labels and the sentence
+    ids = list(c.ids[: t.kv_len])
+    newest = head_roles(t, layer, ids)  # the newest query's row alone: what a picture of one row per head draws
     if c.pictures:  # the same weights, printed in the cells: a follower's tab shows a picture in a few ms
         blocks = [Block("html", picture_html(heads_svg(t, layer, list(c.pieces)),
                                              f"layer {layer}: every head's attention for the newest query",
                                              "dl-follow-heads"), "heads")]
+        roles = newest
+    elif c.every_row and t.pattern_rows > 1:  # every recorded row, one panel per head: roles averaged over them
+        roles = head_roles(t, layer, ids, every_row=True)
+        blocks = [Block("figure", heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False,
+                                               roles=role_names(c, roles)), "att_rows")]
     else:
+        roles = newest
         blocks = [Block("figure", heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2,
                                                    newest_only=True, roles=role_names(c, roles)), "heads")]
-    blocks += look_back_blocks(c, roles)
+    blocks += look_back_blocks(c, roles, newest)
+    drawn = ("One panel per head, every query row of this pass; each head's role is averaged over the rows where it "
+             "can be told apart (the count beside it)." if c.every_row and t.pattern_rows > 1 else
+             "One row per head for the newest query, so the head that looks back at a name stands out; each head's "
+             "role is read from that row alone.")
     return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
-                                      "is masked (the future, or outside a sliding window): masked, not zero. One "
-                                      "row per head for the newest query, so the head that looks back at a name "
-                                      "stands out.")]
+                                      "is masked (the future, or outside a sliding window): masked, not zero. "
+                                      + drawn)]
 
 
 def role_names(c: StepContext, roles=None) -> dict[int, str]:
-    """head -> its role in a few words ('previous token', 'looks at ·upon'), for the picture's head labels.
-    `roles`: head_roles already read for this step and layer (else read here)."""
+    """head -> its role in a few words ('previous token', 'looks at ·upon'; 'previous token<br>mean of 3 rows' when
+    averaged over several rows, a second line under a panel's title), for the picture's head labels. `roles`:
+    head_roles already read (else the newest row's)."""
     if roles is None:
         roles = head_roles(c.t, c.layer, list(c.ids[: c.t.kv_len]))
-    return {r.head: (f"looks at {show_piece(c.pieces[r.key_pos])}"[:24] if r.role == "looks at" else r.role)
-            for r in roles}
+
+    def name(r) -> str:
+        said = f"looks at {show_piece(c.pieces[r.key_pos])}"[:24] if r.role == "looks at" else r.role
+        return said + (f"<br>mean of {r.rows} rows" if r.rows > 1 else "")
+
+    return {r.head: name(r) for r in roles}
 
 
-def look_back_blocks(c: StepContext, roles) -> list[Block]:
-    """Which head does what at this step (`roles`: head_roles), and who looks back at an earlier copy of the
-    newest token."""
+def look_back_blocks(c: StepContext, roles, newest=None) -> list[Block]:
+    """Which head does what at this step (`roles`: head_roles, as the picture labels them), and who looks back at an
+    earlier copy of the newest token: the head giving that copy the most weight, and the heads whose newest row
+    (`newest`: head_roles of the newest row) reads 'after a copy', which weigh the token that followed it instead."""
     t, layer = c.t, c.layer
     ids = list(c.ids[: t.kv_len])
+    pieces = [show_piece(p) for p in c.pieces]
     blocks = []
     if roles:
-        blocks.append(Block("text", roles_sentence(roles, [show_piece(p) for p in c.pieces], layer, t.pattern_rows),
-                            "roles"))
-    newest = t.kv_len - 1
-    earlier = earlier_copies(ids, newest)
+        blocks.append(Block("text", roles_sentence(roles, pieces, layer, t.pattern_rows), "roles"))
+    q = t.kv_len - 1
+    earlier = earlier_copies(ids, q)
     if earlier:
         ranked = look_back(t, layer, earlier[-1])
         if ranked:
             head, weight = ranked[0]
-            piece = show_piece(c.pieces[newest])
-            blocks.append(Block("text", f"The newest query {piece} appeared before, at position {earlier[-1]}: in "
-                                        f"layer {layer}, head {head} gives that earlier copy the most weight of any "
-                                        f"head ({weight:.2f}).", "look_back"))
+            said = (f"The newest query {pieces[q]} appeared before, at position {earlier[-1]}: in layer {layer}, head "
+                    f"{head} gives that earlier {pieces[q]} the most weight of any head ({weight:.2f}).")
+            after = [r for r in (newest or []) if r.role == AFTER_COPY]
+            if after:
+                which = ("Head " if len(after) == 1 else "Heads ") + ", ".join(str(r.head) for r in after)
+                keys = [f"{p} ({pieces[p]})" for p in after_copies(ids, q)]
+                at = ", ".join(keys[:-1]) + " and " + keys[-1] if len(keys) > 1 else keys[0]
+                said += (f" {which} ('{AFTER_COPY}') {'looks' if len(after) == 1 else 'look'} instead at the token "
+                         f"that followed an earlier {pieces[q]}, at position{'s' if len(keys) > 1 else ''} {at}, "
+                         f"with weight{'s' if len(after) > 1 else ''} {', '.join(f'{r.weight:.2f}' for r in after)} "
+                         "there.")
+            blocks.append(Block("text", said, "look_back"))
     return blocks
 
 

@@ -7,15 +7,20 @@ it holds."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
 from engine import DecodeLabError
 from engine.generate.speculative import Speculator
 from lessons.course import Course
 from topics.speculative.lookahead import Lookahead, lookahead_html
-from topics.speculative.measure import one_row_ms, rows_cost_sentence
+from topics.speculative.measure import one_row_timing, rows_cost_sentence
 from topics.speculative.page_parts import drafter_for, rounds_html, totals, verify_stage
 from ui.text import error
+
+if TYPE_CHECKING:
+    from engine.forward.run import Timing
 
 TITLE = "9. Speculative decoding"
 LESSON_PROMPT = "One day, a little girl named Lily went to the park with her dog."
@@ -31,8 +36,8 @@ def _lesson_run(_lm, model: tuple, k: int, settings) -> Speculator:
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
-def _one_row_ms(_lm, model: tuple, ids: tuple[int, ...]) -> float:
-    return one_row_ms(_lm, ids)
+def _one_row(_lm, model: tuple, ids: tuple[int, ...]) -> Timing:
+    return one_row_timing(_lm, ids)
 
 
 def show(course: Course) -> None:
@@ -59,10 +64,11 @@ def show(course: Course) -> None:
                 f"{r.cut} of the columns it wrote were cut again.")
     totals(speculator)
     if r.round:  # the bet, checked on this page's own numbers: the verify pass against a one-row pass
-        one = _one_row_ms(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
-        with st.expander(f"The bet, measured here: {r.q_len} rows in one pass cost ×{r.target.forward_ms / one:.2f} "
-                         "one row"):
-            st.markdown(rows_cost_sentence(r.q_len, r.target.forward_ms, one))
+        one = _one_row(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
+        verify = r.target.timing
+        ratio = verify.forward_ms / one.forward_ms
+        with st.expander(f"The bet, measured here: {r.q_len} rows in one pass cost ×{ratio:.2f} one row"):
+            st.markdown(rows_cost_sentence(r.q_len, verify, one, speculator.tokens_per_target_pass))
     with st.expander("Why the output is exactly the model's own, greedy or sampled"):
         st.markdown("Every kept token is one the model itself would have chosen at that position: the verify pass "
                     "computes the model's own next-token distribution at every fed row, and the first disagreement "

@@ -7,10 +7,12 @@ a recomputation), so it lives with the page.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
-from drawing.attention import assembled_attention, attention_heatmap, heads_figure
-from drawing.views import VIEWS, Block, StepContext, role_names, view_blocks
+from drawing.attention import assembled_attention, attention_heatmap
+from drawing.views import VIEWS, Block, StepContext, view_blocks
 from engine.generate.compare import kv_reuse
 from topics.ladder.page_ladder import latency_claim
 from ui.text import plain
@@ -51,12 +53,8 @@ def show_view(view: str, c: StepContext, run=None, key: str = "step") -> None:
     """One view of the step `c` shows; `run` is the live Stepper when there is one (the lecturer's own page)."""
     if view == "Attention" and c.t.pattern_rows > 1 and c.t.layers[c.layer].pattern is not None and \
             st.toggle("every query row (one panel per head)", key=f"{key}_att_every", persist_state="session"):
-        st.plotly_chart(heads_figure(c.t, c.layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False,
-                                         roles=role_names(c)),
-                        key=f"{key}_att_rows")
-        place([b for b in view_blocks(view, c) if b.kind != "figure"], key)
-    else:
-        place(view_blocks(view, c), key)
+        c = replace(c, every_row=True)
+    place(view_blocks(view, c), key)
     if view == "Attention" and c.t.layers[c.layer].pattern is not None:
         one_head_every_step(c, key)
     elif view == "Latency" and run is not None:

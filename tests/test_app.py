@@ -412,7 +412,7 @@ def test_the_look_back_scenario_opens_on_the_layer_and_head_that_look_back_harde
     assert (at.session_state["step_layer"], at.session_state["step_head"]) == (layer, head)
     assert at.segmented_control(key="step_layer").value == layer  # what the page shows, not only its state
     named = next(m.value for m in at.markdown if "the most weight of any head" in m.value)
-    assert f"in layer {layer}, head {head} gives that earlier copy" in named
+    assert f"in layer {layer}, head {head} gives that earlier ·Tom the most weight" in named
 
 
 def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():

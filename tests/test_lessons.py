@@ -179,14 +179,47 @@ def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():
     assert int(re.search(r"caches of \*\*([\d,]+) sequences", note).group(1).replace(",", "")) > 0
 
 
-def test_the_speculative_lesson_shows_a_round_with_a_cut_and_the_totals():
-    at = lesson(9)
+@pytest.fixture(scope="module")
+def lesson_9() -> AppTest:
+    """Lesson 9 rendered once for the tests that read it (a speculative run and a timed one-row pass: 4 s)."""
+    return lesson(9)
+
+
+def test_the_speculative_lesson_shows_a_round_with_a_cut_and_the_totals(lesson_9):
+    at = lesson_9
     t = text(at)
     assert re.search(r"(\d+) of the columns it wrote were cut again", t)
     labels = [m.label for m in at.metric]
     assert "acceptance rate" in labels and "tokens per verify pass" in labels
     passes = float(next(m.value for m in at.metric if m.label == "tokens per verify pass"))
     assert passes >= 1.0  # a verify pass always yields at least the target's own token
+
+
+def test_lesson_9_says_the_measured_ratio_of_its_bet_and_what_it_implies_without_a_cut_off(lesson_9):
+    """'5 rows in one pass cost ×1.21 one row' is read off the page's two timed passes, and so is what it implies:
+    a round beats plain decoding only when a verify pass yields more tokens than that ratio; beside it the tokens
+    per verify pass the page's own metric shows. No verdict that a busy minute flips ("cost about nothing" at
+    ×1.14, "do not cost 'little more'" at ×1.16)."""
+    at = lesson_9
+    title = next(e.label for e in at.expander if e.label.startswith("The bet, measured here"))
+    rows, ratio = re.fullmatch(r"The bet, measured here: (\d+) rows in one pass cost ×([\d.]+) one row",
+                               title).groups()
+    said = next(m.value for m in at.markdown if m.value.startswith("Measured here: the verify pass"))
+    found = re.search(r"fed (\d+) rows in ([\d.]+) ms; one plain decode step on the same cache feeds 1 row in "
+                      r"([\d.]+) ms \(×([\d.]+); medians of (\d+) and (\d+) timed runs, warm-up excluded: across "
+                      r"their fastest and slowest runs the ratio lies between ×([\d.]+) and ×([\d.]+)\)", said)
+    assert found, said
+    many, one = float(found.group(2)), float(found.group(3))
+    assert found.group(1) == rows and found.group(4) == ratio
+    assert abs(many / one - float(ratio)) < 0.01 * float(ratio) + 0.006  # the times printed give the ratio printed
+    low, high = float(found.group(7)), float(found.group(8))
+    assert low <= float(ratio) <= high
+    breakeven = re.search(r"a round pays only if its verify pass yields more than ([\d.]+) tokens", said)
+    assert breakeven and breakeven.group(1) == ratio, said  # the ratio, read as what it implies
+    yielded = re.search(r"This run's verify passes yielded ([\d.]+) tokens each", said)
+    assert yielded and yielded.group(1) == next(m.value for m in at.metric if m.label == "tokens per verify pass")
+    for verdict in ("cost about nothing", "do not cost", "little more", "nearly free", "not here"):
+        assert verdict not in said
 
 
 def _stage_steps(at: AppTest) -> list[int]:

@@ -50,3 +50,66 @@ def test_a_sampled_token_is_drawn_from_the_rule_written_by_hand(case):
                             minlength=LOGITS.numel())
     assert int(counts[~kept].sum()) == 0, f"{case}: drew a token the rule cuts"
     assert_drawn_from(counts[kept], want[kept], case)
+
+
+# ---------------------------------------------------------------- the repetition penalty
+
+# Three tokens, so every outcome is counted (2 degrees of freedom): token 0 seen with a positive logit, token 1 seen
+# with a negative one (each twice: a penalty applies once per token, however often it came), token 2 never seen.
+PENALTY_LOGITS = torch.tensor([2.0, -1.0, 1.0])
+SEEN = torch.tensor([[0, 1, 1, 0]])
+
+
+def penalised_by_hand(logits: torch.Tensor, seen: list[int], penalty: float) -> torch.Tensor:
+    """CTRL's rule (Keskar et al. 2019), as transformers applies it: a token already in the sequence has a positive
+    logit divided by the penalty and a negative one multiplied by it (both push it down); any other is untouched."""
+    out = logits.clone().double()
+    for token in set(seen):
+        out[token] = out[token] / penalty if out[token] > 0 else out[token] * penalty
+    return out
+
+
+def test_the_repetition_penalty_is_transformers_own_processor_on_the_ids_given():
+    """The chooser's distribution is softmax of what transformers' RepetitionPenaltyLogitsProcessor makes of the same
+    ids and logits, and of the rule written by hand; the penalty pushes the seen tokens down and leaves the rest."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    for penalty in (1.3, 2.0, 0.7):  # below 1 it favours the seen tokens instead: the same rule, the other way
+        chooser = Chooser(Sampling(greedy=False, repetition_penalty=penalty, seed=3))
+        theirs = RepetitionPenaltyLogitsProcessor(penalty)(SEEN, PENALTY_LOGITS[None, :].clone())[0]
+        want = torch.softmax(penalised_by_hand(PENALTY_LOGITS, SEEN[0].tolist(), penalty), dim=-1)
+        torch.testing.assert_close(theirs.double(), penalised_by_hand(PENALTY_LOGITS, SEEN[0].tolist(), penalty))
+        torch.testing.assert_close(chooser.distribution(SEEN, PENALTY_LOGITS), want, rtol=0, atol=1e-6)
+        torch.testing.assert_close(chooser.choose(SEEN, PENALTY_LOGITS).probs_after.double(), want, rtol=0, atol=1e-6)
+    greedy = Chooser(Sampling(greedy=True, repetition_penalty=2.0))  # 2.0 / 2 = 1.0 falls below the unseen 1.5
+    assert greedy.choose(torch.tensor([[0]]), torch.tensor([2.0, 1.5, -1.0])).token_id == 1
+    assert greedy.choose(torch.tensor([[2]]), torch.tensor([2.0, 1.5, -1.0])).token_id == 0
+
+
+def test_a_token_drawn_under_a_repetition_penalty_follows_the_rule_written_by_hand_by_frequency():
+    penalty = 2.0
+    want = torch.softmax(penalised_by_hand(PENALTY_LOGITS, SEEN[0].tolist(), penalty), dim=-1)
+    plain = torch.softmax(PENALTY_LOGITS.double(), dim=-1)
+    assert want[0] < plain[0] and want[1] < plain[1] and want[2] > plain[2]  # the seen lose, the unseen gains
+    chooser = Chooser(Sampling(greedy=False, repetition_penalty=penalty, seed=4))
+    counts = torch.bincount(torch.tensor([chooser.choose(SEEN, PENALTY_LOGITS).token_id for _ in range(DRAWS)]),
+                            minlength=3)
+    assert_drawn_from(counts, want, f"repetition penalty {penalty}")
+
+
+def test_a_penalised_greedy_run_reads_every_id_so_far_as_transformers_generate_does(bundled_lm, bundled_dir):
+    """The loop hands the penalty the prompt and every generated id (not only the fed rows), so a greedy run with a
+    penalty chooses what transformers' generate chooses with the same penalty, on its own copy of the model."""
+    from engine import Stepper
+    from tests import reference
+
+    prompt = "Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom"
+    penalised = Stepper(bundled_lm, prompt, sampling=Sampling(repetition_penalty=1.3), max_new_tokens=12,
+                        stop_on_eos=False, record=False)
+    penalised.run()
+    plain = Stepper(bundled_lm, prompt, max_new_tokens=12, stop_on_eos=False, record=False)
+    plain.run()
+    assert penalised.generated_ids != plain.generated_ids  # the penalty changed the story: the check can tell
+    theirs = reference.greedy(bundled_dir / "tinystories-llama", penalised.ids[:, :penalised.prompt_len], 12,
+                              repetition_penalty=1.3)
+    assert penalised.generated_ids == theirs.tokens

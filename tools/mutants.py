@@ -143,6 +143,86 @@ def double_click_steps_twice() -> None:
     Controller._too_soon = lambda self: False
 
 
+# ---- texts
+
+
+def penalty_multiplies_positive() -> None:
+    """The repetition penalty multiplies a seen token's positive logit (and divides a negative one): seen tokens
+    gain where they should lose."""
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    from engine.forward.sampling import Sampling
+
+    build = Sampling.processors
+    Sampling.processors = lambda self: LogitsProcessorList(
+        RepetitionPenaltyLogitsProcessor(1.0 / p.penalty) if isinstance(p, RepetitionPenaltyLogitsProcessor) else p
+        for p in build(self))
+
+
+def penalty_on_unseen_tokens() -> None:
+    """The repetition penalty is applied to every token of the vocabulary, seen or not."""
+    import torch
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    from engine.forward.sampling import Sampling
+
+    class Everywhere:
+        def __init__(self, penalty: float):
+            self.penalty = penalty
+
+        def __call__(self, input_ids, scores):
+            return torch.where(scores < 0, scores * self.penalty, scores / self.penalty)
+
+    build = Sampling.processors
+    Sampling.processors = lambda self: LogitsProcessorList(
+        Everywhere(p.penalty) if isinstance(p, RepetitionPenaltyLogitsProcessor) else p for p in build(self))
+
+
+def penalty_reads_the_newest_token_only() -> None:
+    """The generation loop hands the processors only the newest token, not every id so far: a repetition penalty
+    forgets the prompt and all but the last token."""
+    from engine.generate.loop import Sequence
+
+    Sequence.choose = lambda self, logits, probs=True: self.chooser.choose(self.ids[:, -1:], logits, probs=probs)
+
+
+def ladder_gap_per_prompt_token_twice() -> None:
+    """The ladder's decode ÷ prefill per token divides the prefill's time by its prompt tokens twice (×s too big)."""
+    from topics.ladder.record import RungResult
+
+    RungResult.decode_vs_prefill_per_token = property(
+        lambda r: r.decode.per_token_ms / (r.prefill.per_token_ms / r.prefill.tokens))
+
+
+def rows_verdict_at_a_cut_off() -> None:
+    """Lesson 9's reading of its bet gets back a verdict that flips at a cut-off (x1.15) a busy minute crosses."""
+    from topics.speculative import measure
+
+    said = measure.rows_cost_sentence
+
+    def flipping(rows, verify, one, tokens_per_pass):
+        ratio = verify.forward_ms / one.forward_ms
+        return said(rows, verify, one, tokens_per_pass) + (" The extra rows cost about nothing." if ratio <= 1.15
+                                                           else f" So here {rows} rows do not cost 'little more'.")
+
+    measure.rows_cost_sentence = flipping
+
+
+def head_labels_averaged() -> None:
+    """The Attention view labels the newest query's row with each head's role averaged over every prefill row."""
+    from drawing import views
+    from engine.measure.attention import head_roles
+
+    views.head_roles = lambda t, layer, ids, every_row=False: head_roles(t, layer, ids, every_row=True)
+
+
+def c_over_the_verify_pass() -> None:
+    """Speculative decoding's c is taken over the verify pass of k + 1 rows, not over a one-row target step."""
+    from topics.speculative.measure import Comparison
+
+    Comparison.cost_ratio_c = property(lambda m: m.draft_ms_per_proposed_token / m.verify_ms if m.verify_ms else 0.0)
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
@@ -161,6 +241,22 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
                           ["tests/test_app.py::test_a_sampled_runs_link_reproduces_its_text_and_stage"]),
     "double-click-two-steps": (double_click_steps_twice, [
         "tests/test_odd_input.py::test_a_click_made_before_the_last_step_reached_the_screen_takes_no_step"]),
+    # texts
+    "penalty-multiplies-positive": (penalty_multiplies_positive, SAMPLING_TESTS),
+    "penalty-on-unseen-tokens": (penalty_on_unseen_tokens, SAMPLING_TESTS),
+    "penalty-reads-newest-only": (penalty_reads_the_newest_token_only, [
+        "tests/test_sampling.py::test_a_penalised_greedy_run_reads_every_id_so_far_as_transformers_generate_does"]),
+    "ladder-gap-twice-per-token": (ladder_gap_per_prompt_token_twice, [
+        "tests/test_ladder.py::test_the_decode_prefill_gap_is_said_as_a_rule_with_this_devices_ridge_and_the_gpus",
+        "tests/test_ladder.py::test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper"]),
+    "rows-verdict-cut-off": (rows_verdict_at_a_cut_off, [
+        "tests/test_fidelity.py::test_the_extra_rows_sentence_says_the_ratio_and_its_implication_in_the_same_words_"
+        "whatever_the_ratio",
+        "tests/test_lessons.py::test_lesson_9_says_the_measured_ratio_of_its_bet_and_what_it_implies_without_a_cut_off"]),
+    "head-labels-averaged": (head_labels_averaged, [
+        "tests/test_head_roles.py::test_at_a_prefill_each_heads_label_says_where_the_row_drawn_beside_it_peaks"]),
+    "c-over-verify-pass": (c_over_the_verify_pass, [
+        "tests/test_speculative.py::test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_run"]),
 }
 
 

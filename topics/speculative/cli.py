@@ -32,32 +32,32 @@ def main(args) -> int:
     else:
         drafter = DraftModel(load_model(args.draft or DRAFT_MODEL, device=args.device, dtype=args.dtype))
     m = measure(lm, args.prompt, args.new_tokens, drafter, k=args.k, stop_strings=args.stop or ())
-    alpha = "n/a (nothing proposed)" if m["acceptance_rate"] is None else \
-        f"{m['acceptance_rate']:.1%} of proposals ({m['accepted']} of {m['proposed']}); α = {m['alpha']:.1%} of " \
-        f"the {m['checked']} the target checked"
-    print(f"target {m['target']} · drafter {m['drafter']} · k = {m['k']} · {len(m['generated_ids'])} tokens · "
-          f"{m['device']}")
-    print(m["text"])
+    alpha = "n/a (nothing proposed)" if m.acceptance_rate is None else \
+        f"{m.acceptance_rate:.1%} of proposals ({m.accepted} of {m.proposed}); α = {m.alpha:.1%} of " \
+        f"the {m.checked} the target checked"
+    print(f"target {m.target} · drafter {m.drafter} · k = {m.k} · {len(m.generated_ids)} tokens · "
+          f"{m.device}")
+    print(m.text)
     print()
-    print(f"same tokens as plain greedy decoding: {m['identical']}")
+    print(f"same tokens as plain greedy decoding: {m.identical}")
     print(f"acceptance rate:              {alpha}")
-    print(f"tokens per verify pass:       {m['tokens_per_target_pass'] or 0:.2f} (formula E = "
-          f"{m['expected_tokens_per_pass']:.2f}; plain decoding 1; the prefill left out)")
-    print(f"target passes:                {m['target_passes']} = 1 prefill + {m['target_passes'] - 1} verify (plain "
-          f"decoding {m['plain_target_passes']} = 1 prefill + {m['plain_target_passes'] - 1} decode; saved "
-          f"{m['target_passes_saved']})")
-    print(f"time per token (decode):      plain {m['plain_ms_per_token']:.2f} ms, speculative "
-          f"{m['speculative_ms_per_token']:.2f} ms (medians of {m['repeats']} alternated runs, warm-up excluded)")
-    print(f"measured speed-up:            x{m['speedup']:.2f}")
-    print(f"cost ratio c:                 {m['cost_ratio_c']:.3f} (draft ms per proposed token / one-row target step "
+    print(f"tokens per verify pass:       {m.tokens_per_target_pass or 0:.2f} (formula E = "
+          f"{m.expected_tokens_per_pass:.2f}; plain decoding 1; the prefill left out)")
+    print(f"target passes:                {m.target_passes} = 1 prefill + {m.target_passes - 1} verify (plain "
+          f"decoding {m.plain_target_passes} = 1 prefill + {m.plain_target_passes - 1} decode; saved "
+          f"{m.target_passes_saved})")
+    print(f"time per token (decode):      plain {m.plain_ms_per_token:.2f} ms, speculative "
+          f"{m.speculative_ms_per_token:.2f} ms (medians of {m.repeats} alternated runs, warm-up excluded)")
+    print(f"measured speed-up:            x{m.speedup:.2f}")
+    print(f"cost ratio c:                 {m.cost_ratio_c:.3f} (draft ms per proposed token / one-row target step "
           f"ms: Leviathan et al.'s c)")
-    print(f"verify pass r:                {m['verify_cost_r']:.2f} one-row steps ({m['k'] + 1} rows in one pass; the "
+    print(f"verify pass r:                {m.verify_cost_r:.2f} one-row steps ({m.k + 1} rows in one pass; the "
           "paper assumes 1)")
-    print(f"paper's formula:              x{m['predicted_speedup']:.2f} (E / (k·c + 1), Leviathan et al. 2023; E from α)")
-    print(f"  with the verify pass's cost: x{m['predicted_with_verify']:.2f} (E / (k·c + r))")
-    print(f"  and the time outside passes: x{m['predicted_with_overhead']:.2f} ({m['overhead_ms_per_round']:.2f} ms per "
-          f"round, {m['plain_overhead_ms_per_step']:.2f} ms per plain step; measured x{m['speedup']:.2f})")
-    print(f"verdict: {m['verdict']}")
+    print(f"paper's formula:              x{m.predicted_speedup:.2f} (E / (k·c + 1), Leviathan et al. 2023; E from α)")
+    print(f"  with the verify pass's cost: x{m.predicted_with_verify:.2f} (E / (k·c + r))")
+    print(f"  and the time outside passes: x{m.predicted_with_overhead:.2f} ({m.overhead_ms_per_round:.2f} ms per "
+          f"round, {m.plain_overhead_ms_per_step:.2f} ms per plain step; measured x{m.speedup:.2f})")
+    print(f"verdict: {m.verdict}")
     if args.json:
-        write_json(args.json, m)
+        write_json(args.json, m.to_dict())
     return 0

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 
 from engine.errors import StepError
+from engine.forward.run import Timing
+from engine.measure.caveats import BUSY, WIDE
 from engine.forward.sampling import Sampling
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.speculative import Speculator
@@ -44,8 +47,170 @@ def corrected_speedup(alpha: float, k: int, c: float, r: float = 1.0, round_extr
     return expected_tokens_per_pass(alpha, k) * (1.0 + step_extra) / (k * c + r + round_extra)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """Plain decoding against speculative decoding of one prompt, measured in this process (`measure`).
+
+    The fields are what was measured or counted; every ratio (the speed-up, c, r, the formula's predictions) is a
+    property computed from them, so a page, the CLI and a test all read one definition. `to_dict()` is the JSON the
+    CLI writes."""
+
+    target: str
+    drafter: str
+    k: int
+    prompt: str
+    new_tokens: int
+    stop_strings: tuple[str, ...]
+    stop_reason: str | None  # the last speculative run's
+    device: str
+    sampling: str  # Sampling.describe()
+    text: str  # the last speculative run's
+    generated_ids: tuple[int, ...]  # the last speculative run's
+    plain_ids: tuple[int, ...]  # the last plain run's
+    proposed: int  # over every timed speculative run's rounds
+    checked: int  # proposals the target judged: the accepted ones and each round's first rejected one
+    accepted: int
+    rounds_timed: int  # verify rounds over every timed speculative run
+    tokens_made: int  # tokens those rounds appended
+    target_passes: int  # the last speculative run's: 1 prefill + its verify passes
+    plain_target_passes: int  # the last plain run's: 1 prefill + one decode pass per token
+    plain_ms_per_token_runs: tuple[float, ...]  # each timed plain run: decode wall time per generated token
+    speculative_ms_per_token_runs: tuple[float, ...]
+    draft_ms_total: float  # every draft pass (or lookup) of every timed round
+    verify_ms: float  # median verify pass over every timed round
+    plain_decode_ms: float  # median one-row decode pass of the plain runs (0.0: none ran)
+    overhead_ms_per_round: float  # median, per round: wall time outside the draft and verify passes
+    plain_overhead_ms_per_step: float  # median, per plain step: wall time outside its pass
+    repeats: int
+    warmup: str
+    rounds: tuple  # the last speculative run's RoundTraces (engine.generate.speculative), prefill first
+
+    # ---- counted
+    @property
+    def identical(self) -> bool:
+        return self.generated_ids == self.plain_ids
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.proposed if self.proposed else None
+
+    @property
+    def alpha(self) -> float | None:
+        """The formula's α: the chance that a proposal the target looks at is kept. Proposals after a rejection are
+        never looked at, so accepted / proposed would understate it."""
+        return self.accepted / self.checked if self.checked else None
+
+    @property
+    def proposals_per_round(self) -> float:
+        return self.proposed / self.rounds_timed if self.rounds_timed else 0.0
+
+    @property
+    def tokens_per_target_pass(self) -> float | None:
+        return self.tokens_made / self.rounds_timed if self.rounds_timed else None
+
+    @property
+    def expected_tokens_per_pass(self) -> float:
+        return expected_tokens_per_pass(self.alpha or 0.0, self.k)
+
+    @property
+    def target_passes_saved(self) -> int:
+        return self.plain_target_passes - self.target_passes
+
+    # ---- measured, then divided
+    @property
+    def plain_ms_per_token(self) -> float:
+        return statistics.median(self.plain_ms_per_token_runs)
+
+    @property
+    def speculative_ms_per_token(self) -> float:
+        return statistics.median(self.speculative_ms_per_token_runs)
+
+    @property
+    def speedup(self) -> float:
+        return self.plain_ms_per_token / self.speculative_ms_per_token
+
+    @property
+    def spread(self) -> float:
+        """The wider of the two sides' timed runs: slowest over fastest."""
+        return max(max(x) / min(x) for x in (self.plain_ms_per_token_runs, self.speculative_ms_per_token_runs))
+
+    @property
+    def draft_ms_per_proposed_token(self) -> float:
+        return self.draft_ms_total / self.proposed if self.proposed else 0.0
+
+    @property
+    def verify_vs_decode(self) -> float | None:
+        return self.verify_ms / self.plain_decode_ms if self.plain_decode_ms else None
+
+    @property
+    def step_ms(self) -> float:
+        """One ONE-ROW target step: the paper's unit (the verify pass where no plain decode pass ran)."""
+        return self.plain_decode_ms or self.verify_ms
+
+    @property
+    def cost_ratio_c(self) -> float:
+        """Leviathan et al.'s c: a draft step over a one-row target step."""
+        return self.draft_ms_per_proposed_token / self.step_ms if self.step_ms else 0.0
+
+    @property
+    def verify_cost_r(self) -> float:
+        """The verify pass over k + 1 rows, in one-row steps (the paper assumes 1)."""
+        return self.verify_ms / self.step_ms if self.step_ms else 1.0
+
+    # ---- the formula's predictions, from the measured α, c and r (computed, not measured)
+    @property
+    def predicted_speedup(self) -> float:
+        return predicted_speedup(self.alpha or 0.0, self.k, self.cost_ratio_c)
+
+    @property
+    def predicted_with_verify(self) -> float:
+        return corrected_speedup(self.alpha or 0.0, self.k, self.cost_ratio_c, self.verify_cost_r)
+
+    @property
+    def predicted_with_overhead(self) -> float:
+        step = self.step_ms
+        return corrected_speedup(self.alpha or 0.0, self.k, self.cost_ratio_c, self.verify_cost_r,
+                                 self.overhead_ms_per_round / step if step else 0.0,
+                                 self.plain_overhead_ms_per_step / step if step else 0.0)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self)
+
+    def to_dict(self) -> dict:
+        """The JSON the CLI writes (`python -m engine speculate --json`)."""
+        return {
+            "target": self.target, "drafter": self.drafter, "k": self.k, "prompt": self.prompt,
+            "new_tokens": self.new_tokens, "stop_strings": list(self.stop_strings), "stop_reason": self.stop_reason,
+            "device": self.device, "sampling": self.sampling,
+            "text": self.text, "generated_ids": list(self.generated_ids), "plain_ids": list(self.plain_ids),
+            "identical": self.identical,
+            "acceptance_rate": self.acceptance_rate, "alpha": self.alpha,
+            "proposed": self.proposed, "checked": self.checked, "accepted": self.accepted,
+            "proposals_per_round": self.proposals_per_round,
+            "tokens_per_target_pass": self.tokens_per_target_pass,
+            "expected_tokens_per_pass": self.expected_tokens_per_pass,
+            "target_passes": self.target_passes, "plain_target_passes": self.plain_target_passes,
+            "target_passes_saved": self.target_passes_saved,
+            "plain_ms_per_token": self.plain_ms_per_token, "speculative_ms_per_token": self.speculative_ms_per_token,
+            "plain_ms_per_token_runs": list(self.plain_ms_per_token_runs),
+            "speculative_ms_per_token_runs": list(self.speculative_ms_per_token_runs),
+            "speedup": self.speedup,
+            "draft_ms_per_proposed_token": self.draft_ms_per_proposed_token, "verify_ms": self.verify_ms,
+            "plain_decode_ms": self.plain_decode_ms, "verify_vs_decode": self.verify_vs_decode,
+            "overhead_ms_per_round": self.overhead_ms_per_round,
+            "plain_overhead_ms_per_step": self.plain_overhead_ms_per_step,
+            "spread": self.spread, "cost_ratio_c": self.cost_ratio_c, "predicted_speedup": self.predicted_speedup,
+            "verify_cost_r": self.verify_cost_r, "predicted_with_verify": self.predicted_with_verify,
+            "predicted_with_overhead": self.predicted_with_overhead,
+            "repeats": self.repeats, "warmup": self.warmup,
+            "rounds": [r.to_dict() for r in self.rounds],
+            "verdict": self.verdict,
+        }
+
+
 def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftModel | PromptLookup, k: int = 4,
-            repeats: int = 3, sampling: Sampling | None = None, stop_strings: tuple[str, ...] = ()) -> dict:
+            repeats: int = 3, sampling: Sampling | None = None, stop_strings: tuple[str, ...] = ()) -> Comparison:
     """Plain decoding vs speculative decoding of the same prompt and length, in this process, alternated.
 
     One untimed run of each first (warm-up, excluded), then `repeats` runs of each in alternating order, so
@@ -81,8 +246,6 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
     def per_token(run, ms):
         return ms / max(1, len(run.generated_ids) - 1)  # the first token came from the prefill
 
-    plain_ms = [per_token(*x) for x in timed[plain]]
-    speculative_ms = [per_token(*x) for x in timed[speculative]]
     # time outside the forward passes: sampling, bookkeeping, judging, cropping (wall - passes, per pass)
     plain_overhead = statistics.median((ms - sum(t.forward_ms for t in run.records[1:])) / max(1, len(run.records) - 1)
                                        for run, ms in timed[plain])
@@ -91,67 +254,36 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
     plain_runs, speculative_runs = [run for run, _ in timed[plain]], [run for run, _ in timed[speculative]]
     base, last = plain_runs[-1], speculative_runs[-1]
     rounds = [r for run in speculative_runs for r in run.records[1:]]
-    proposed = sum(r.proposed for r in rounds)
-    accepted = sum(r.accepted for r in rounds)
-    checked = sum(r.checked for r in rounds)
-    # the formula's α is the chance that a proposal the target looks at is kept; proposals after a rejection are
-    # never looked at, so accepted / proposed would understate it
-    alpha = accepted / checked if checked else 0.0
-    verify_ms = statistics.median(r.verify_ms for r in rounds) if rounds else 0.0
     decode_ms = statistics.median(t.forward_ms for run in plain_runs for t in run.records if t.phase == "decode") \
         if any(len(run.records) > 1 for run in plain_runs) else 0.0
-    draft_per_token = sum(sum(r.draft_ms) for r in rounds) / proposed if proposed else 0.0
-    step_ms = decode_ms or verify_ms  # one ONE-ROW target step: the paper's unit (the verify pass where none ran)
-    c = draft_per_token / step_ms if step_ms else 0.0  # Leviathan et al.'s c: a draft step over a one-row step
-    verify_steps = verify_ms / step_ms if step_ms else 1.0  # the verify pass over k + 1 rows, in one-row steps
-    made = sum(len(r.new_ids) for r in rounds)
-    out = {
-        "target": target.spec.name, "drafter": drafter.name, "k": k, "prompt": prompt,
-        "new_tokens": new_tokens, "stop_strings": list(stop_strings), "stop_reason": last.stop_reason,
-        "device": str(target.device), "sampling": sampling.describe(),
-        "text": last.text, "generated_ids": last.generated_ids, "plain_ids": base.generated_ids,
-        "identical": last.generated_ids == base.generated_ids,
-        "acceptance_rate": accepted / proposed if proposed else None, "alpha": alpha if checked else None,
-        "proposed": proposed, "checked": checked, "accepted": accepted,
-        "proposals_per_round": proposed / len(rounds) if rounds else 0.0,
-        "tokens_per_target_pass": made / len(rounds) if rounds else None,
-        "expected_tokens_per_pass": expected_tokens_per_pass(alpha, k),
-        "target_passes": last.target_passes, "plain_target_passes": len(base.records),
-        "target_passes_saved": len(base.records) - last.target_passes,
-        "plain_ms_per_token": statistics.median(plain_ms), "speculative_ms_per_token": statistics.median(speculative_ms),
-        "plain_ms_per_token_runs": plain_ms, "speculative_ms_per_token_runs": speculative_ms,
-        "speedup": statistics.median(plain_ms) / statistics.median(speculative_ms),
-        "draft_ms_per_proposed_token": draft_per_token, "verify_ms": verify_ms, "plain_decode_ms": decode_ms,
-        "verify_vs_decode": verify_ms / decode_ms if decode_ms else None,
-        "overhead_ms_per_round": speculative_overhead, "plain_overhead_ms_per_step": plain_overhead,
-        "spread": max(max(x) / min(x) for x in (plain_ms, speculative_ms)),
-        "cost_ratio_c": c, "predicted_speedup": predicted_speedup(alpha, k, c),
-        "verify_cost_r": verify_steps, "predicted_with_verify": corrected_speedup(alpha, k, c, verify_steps),
-        "predicted_with_overhead": corrected_speedup(alpha, k, c, verify_steps,
-                                                     speculative_overhead / step_ms if step_ms else 0.0,
-                                                     plain_overhead / step_ms if step_ms else 0.0),
-        "repeats": max(1, repeats), "warmup": "one run of each before timing, excluded",
-        "rounds": [r.to_dict() for r in last.records],
-    }
-    out["verdict"] = verdict(out)
-    return out
+    return Comparison(
+        target=target.spec.name, drafter=drafter.name, k=k, prompt=prompt, new_tokens=new_tokens,
+        stop_strings=tuple(stop_strings), stop_reason=last.stop_reason, device=str(target.device),
+        sampling=sampling.describe(), text=last.text, generated_ids=tuple(last.generated_ids),
+        plain_ids=tuple(base.generated_ids), proposed=sum(r.proposed for r in rounds),
+        checked=sum(r.checked for r in rounds), accepted=sum(r.accepted for r in rounds), rounds_timed=len(rounds),
+        tokens_made=sum(len(r.new_ids) for r in rounds), target_passes=last.target_passes,
+        plain_target_passes=len(base.records),
+        plain_ms_per_token_runs=tuple(per_token(*x) for x in timed[plain]),
+        speculative_ms_per_token_runs=tuple(per_token(*x) for x in timed[speculative]),
+        draft_ms_total=sum(sum(r.draft_ms) for r in rounds),
+        verify_ms=statistics.median(r.verify_ms for r in rounds) if rounds else 0.0, plain_decode_ms=decode_ms,
+        overhead_ms_per_round=speculative_overhead, plain_overhead_ms_per_step=plain_overhead,
+        repeats=max(1, repeats), warmup="one run of each before timing, excluded", rounds=tuple(last.records))
 
 
-def formula_words(m: dict) -> str:
+def formula_words(m: Comparison) -> str:
     """The paper's prediction, then each correction the measurement makes to it, then what was measured."""
-    said = f"The paper's formula E/(k·c+1) predicts x{m['predicted_speedup']:.2f}"
-    if m.get("predicted_with_verify") is not None:
-        said += (f"; counting the verify pass's real cost, E/(k·c+r) with r = {m['verify_cost_r']:.2f}, "
-                 f"x{m['predicted_with_verify']:.2f}; adding the time each round and each plain step spend outside "
-                 f"their passes ({m['overhead_ms_per_round']:.2f} and {m['plain_overhead_ms_per_step']:.2f} ms), "
-                 f"x{m['predicted_with_overhead']:.2f}")
-    return said + f". Measured: x{m['speedup']:.2f}."
+    return (f"The paper's formula E/(k·c+1) predicts x{m.predicted_speedup:.2f}; counting the verify pass's real cost, "
+            f"E/(k·c+r) with r = {m.verify_cost_r:.2f}, x{m.predicted_with_verify:.2f}; adding the time each round "
+            f"and each plain step spend outside their passes ({m.overhead_ms_per_round:.2f} and "
+            f"{m.plain_overhead_ms_per_step:.2f} ms), x{m.predicted_with_overhead:.2f}. Measured: x{m.speedup:.2f}.")
 
 
-def verdict(m: dict) -> str:
+def verdict(m: Comparison) -> str:
     """A plain-English reading of `measure`'s numbers: did it pay, and which number says why."""
-    speedup, k = m["speedup"], m["k"]
-    plain, speculative = m.get("plain_ms_per_token_runs") or [], m.get("speculative_ms_per_token_runs") or []
+    speedup, k = m.speedup, m.k
+    plain, speculative = m.plain_ms_per_token_runs, m.speculative_ms_per_token_runs
     overlap = len(plain) > 1 and len(speculative) > 1 and min(plain) <= max(speculative) and min(speculative) <= max(plain)
     if overlap and (speedup >= 1.05 or speedup <= 0.95):
         parts = [f"No clear difference here: the medians give x{speedup:.2f}, but the runs overlap (plain "
@@ -163,44 +295,37 @@ def verdict(m: dict) -> str:
     else:
         parts = [f"Speculative decoding did not pay here: each token took x{1 / speedup:.2f} as long as with plain "
                  "decoding."]
-    if not m["proposed"]:
+    if not m.proposed:
         parts.append("The drafter proposed nothing (no earlier n-gram matched), so every round was a plain decode "
                      "step plus bookkeeping.")
         return " ".join(parts)
-    a, tpp, e = m["alpha"], m["tokens_per_target_pass"], m["expected_tokens_per_pass"]
-    parts.append(f"The target kept {m['acceptance_rate']:.0%} of all proposals and {a:.0%} of those it checked "
+    a, tpp, e = m.alpha, m.tokens_per_target_pass, m.expected_tokens_per_pass
+    parts.append(f"The target kept {m.acceptance_rate:.0%} of all proposals and {a:.0%} of those it checked "
                  f"(α), so one verify pass made {tpp:.2f} tokens (the formula expects {e:.2f} from α = {a:.2f} "
                  f"and k = {k}).")
-    if m["proposals_per_round"] < k - 0.5:
-        parts.append(f"The drafter proposed {m['proposals_per_round']:.1f} tokens per round on average, not k = {k}: "
+    if m.proposals_per_round < k - 0.5:
+        parts.append(f"The drafter proposed {m.proposals_per_round:.1f} tokens per round on average, not k = {k}: "
                      "the formula assumes k every round.")
-    c, r = m["cost_ratio_c"], m.get("verify_cost_r", m["verify_vs_decode"])
+    c, r = m.cost_ratio_c, m.verify_cost_r
     parts.append(f"Drafting cost c = {c:.3f} of a one-row target step per proposed token (Leviathan et al.'s c), so "
                  f"k proposals cost {k * c:.2f} steps per round.")
-    if r is not None and r > ROWS_FREE:
-        parts.append(f"A verify pass over {k + 1} rows took x{r:.2f} as long as a one-row decode pass: the formula "
-                     "assumes extra rows are free, which holds when a pass is bound by reading the weights (a large "
-                     "model on a GPU), not here.")
-    elif r is not None:
-        parts.append(f"A verify pass over {k + 1} rows cost about what a one-row decode pass costs (x{r:.2f}): the "
-                     "fixed cost of a pass dominates, as the formula assumes.")
+    parts.append(f"A verify pass over {k + 1} rows took x{r:.2f} as long as a one-row decode pass (r); the formula "
+                 "takes r = 1, extra rows free, as when a pass is held up by reading the weights (a large model on "
+                 "a GPU).")
     parts.append(formula_words(m))
-    extra, plain_extra = m["overhead_ms_per_round"], m["plain_overhead_ms_per_step"]
-    if extra > 1.5 * plain_extra and extra > 0.1 * m["verify_ms"]:
+    extra, plain_extra = m.overhead_ms_per_round, m.plain_overhead_ms_per_step
+    if extra > 1.5 * plain_extra and extra > 0.1 * m.verify_ms:
         parts.append(f"The formula counts forward passes only; each round also spent {extra:.2f} ms outside them "
                      f"(judging, cropping both caches, bookkeeping) against {plain_extra:.2f} ms per plain step.")
-    if m["spread"] > 1.3:
-        parts.append(f"The timed runs varied by up to x{m['spread']:.2f} from one another (other work on the "
+    if m.spread > 1.3:
+        parts.append(f"The timed runs varied by up to x{m.spread:.2f} from one another (other work on the "
                      "machine does this), so read these times as rough.")
     return " ".join(parts)
 
 
-ROWS_FREE = 1.15  # a pass over k+1 rows "costs about what one row costs" up to this many times the one-row time
-
-
-def one_row_ms(lm: LoadedModel, ids) -> float:
-    """A plain decode step's forward time, measured now: every id but the last in the cache, the last fed as one
-    row (median of the timed repeats every recorded step gets; warm-up excluded). ids: [batch=1, pos], or a list."""
+def one_row_timing(lm: LoadedModel, ids) -> Timing:
+    """A plain decode step's forward pass, timed now: every id but the last in the cache, the last fed as one row
+    (the timed repeats every recorded step gets; warm-up excluded). ids: [batch=1, pos], or a list."""
     import torch
 
     from engine.forward.cache import new_cache
@@ -210,18 +335,32 @@ def one_row_ms(lm: LoadedModel, ids) -> float:
     ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([list(ids)])
     cache = new_cache(lm.config)
     run_pass(lm, ids[:, :-1], cache)
-    return run_pass(lm, ids[:, -1:], cache, repeats=TIMED_REPEATS).timing.forward_ms
+    return run_pass(lm, ids[:, -1:], cache, repeats=TIMED_REPEATS).timing
 
 
-def rows_cost_sentence(rows: int, rows_ms: float, one_ms: float) -> str:
-    """What the measured times say about the bet speculative decoding makes: are extra rows nearly free here?"""
-    ratio = rows_ms / one_ms if one_ms > 0 else float("inf")
-    digits = 2 if max(rows_ms, one_ms) < 10 else 1  # enough figures that the two times give the ratio beside them
-    said = (f"Measured here: the verify pass on the stage fed {rows} rows in {rows_ms:.{digits}f} ms; one plain decode step "
-            f"on the same cache feeds 1 row in {one_ms:.{digits}f} ms (×{ratio:.2f}).")
-    if ratio <= ROWS_FREE:
-        return said + (" The extra rows cost about nothing: the fixed cost of a pass dominates, so checking several "
-                       "guesses in one pass is nearly free, as speculative decoding assumes.")
-    return said + (f" So here {rows} rows do not cost 'little more' than one: this small model's passes are not "
-                   "held up by reading the weights (see lesson 3), every row adds real work, and a round pays only "
-                   "if enough of its guesses are kept. On a large model on a GPU the ratio is close to 1.")
+def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: float | None) -> str:
+    """The bet speculative decoding makes (a pass over several rows costs about what one row costs), read off two
+    measured passes: the ratio of their medians, how far it moves across their timed runs, and what it implies for
+    a round (the tokens a verify pass must yield to beat plain decoding). The same words whatever the ratio: only
+    the numbers change, so no wording flips when a busy minute moves the ratio."""
+    ratio = verify.forward_ms / one.forward_ms
+    digits = 2 if max(verify.forward_ms, one.forward_ms) < 10 else 1  # figures enough that the times give the ratio
+    said = (f"Measured here: the verify pass on the stage fed {rows} rows in {verify.forward_ms:.{digits}f} ms; one "
+            f"plain decode step on the same cache feeds 1 row in {one.forward_ms:.{digits}f} ms (×{ratio:.2f}")
+    if verify.repeats > 1 and one.repeats > 1:
+        said += (f"; medians of {verify.repeats} and {one.repeats} timed runs, warm-up excluded: across their fastest "
+                 f"and slowest runs the ratio lies between ×{verify.low_ms / one.high_ms:.2f} and "
+                 f"×{verify.high_ms / one.low_ms:.2f}")
+    said += (f"). A round costs a verify pass, ×{ratio:.2f} a plain step, plus its drafting, and plain decoding makes "
+             f"one token a step: so a round pays only if its verify pass yields more than {ratio:.2f} tokens, and "
+             "more again to cover the drafting.")
+    if tokens_per_pass is not None:
+        said += f" This run's verify passes yielded {tokens_per_pass:.2f} tokens each."
+    wide = [(name, t) for name, t in (("verify", verify), ("one-row", one))
+            if t.repeats > 1 and t.low_ms > 0 and t.high_ms / t.low_ms > WIDE]
+    if wide:  # the project's one rule for a busy machine (engine.measure.caveats), with the spread that shows it
+        said += (f" {BUSY}: " + "; ".join(f"the {name} pass's {t.repeats} timed runs ranged {t.low_ms:.1f}–"
+                                          f"{t.high_ms:.1f} ms (×{t.high_ms / t.low_ms:.1f})" for name, t in wide)
+                 + ", so read the ratio as rough.")
+    return said + (" Speculative decoding bets on a ratio near ×1: a pass held up by reading every weight (lesson 3), "
+                   "as on a large model on a GPU, costs about the same for a few rows as for one.")

@@ -18,7 +18,7 @@ from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.loop import token_pieces
 from engine.generate.speculative import Speculator
 from engine.load.load import DRAFT_MODEL
-from topics.speculative.measure import measure, verdict
+from topics.speculative.measure import Comparison, measure
 from ui.model import get_model
 from ui.text import error, plain
 
@@ -96,22 +96,22 @@ def totals(run: Speculator) -> None:
                "in all) and chose the first token, so it is in neither.")
 
 
-def comparison(m: dict) -> None:
+def comparison(m: Comparison) -> None:
     c = st.columns(5)
-    c[0].metric("plain: ms per token", f"{m['plain_ms_per_token']:.2f}")
-    c[1].metric("speculative: ms per token", f"{m['speculative_ms_per_token']:.2f}")
-    c[2].metric("measured speed-up", f"×{m['speedup']:.2f}")
-    c[3].metric("paper's formula", f"×{m['predicted_speedup']:.2f}",
+    c[0].metric("plain: ms per token", f"{m.plain_ms_per_token:.2f}")
+    c[1].metric("speculative: ms per token", f"{m.speculative_ms_per_token:.2f}")
+    c[2].metric("measured speed-up", f"×{m.speedup:.2f}")
+    c[3].metric("paper's formula", f"×{m.predicted_speedup:.2f}",
                 help="Leviathan et al. 2023: E / (k·c + 1), E = (1 − α^(k+1)) / (1 − α), c = a draft step over a "
                      "one-row target step; from the measured α and c")
-    c[4].metric("with this pass's costs", f"×{m['predicted_with_overhead']:.2f}",
+    c[4].metric("with this pass's costs", f"×{m.predicted_with_overhead:.2f}",
                 help="E·(1 + o_step) / (k·c + r + o_round): r the verify pass in one-row steps, o the measured time "
                      "outside the passes per round and per plain step, in one-row steps")
-    st.markdown(plain(verdict(m)))
-    st.caption(f"Same prompt, same length, in this process, alternated {m['repeats']} times after a warm-up of each "
+    st.markdown(plain(m.verdict))
+    st.caption(f"Same prompt, same length, in this process, alternated {m.repeats} times after a warm-up of each "
                "(excluded); medians. The paper's formula (Leviathan et al. 2023) uses the measured α (kept / checked) "
-               f"= {m['alpha']:.2f} and its own c = {m['cost_ratio_c']:.3f} (a draft step over a one-row target step); "
-               f"it assumes the verify pass over k + 1 rows costs one step (here r = {m['verify_cost_r']:.2f}) and "
+               f"= {m.alpha:.2f} and its own c = {m.cost_ratio_c:.3f} (a draft step over a one-row target step); "
+               f"it assumes the verify pass over k + 1 rows costs one step (here r = {m.verify_cost_r:.2f}) and "
                "counts passes, not the time between them.")
 
 
@@ -123,7 +123,7 @@ def rounds_frame(run: Speculator) -> pd.DataFrame:
                           "verify ms": round(r.verify_ms, 3)} for r in run.records])
 
 
-def measured_comparison(lm, prompt: str, new_tokens: int, choice: str, k: int, settings) -> dict | None:
+def measured_comparison(lm, prompt: str, new_tokens: int, choice: str, k: int, settings) -> Comparison | None:
     try:
         return measure(lm, prompt, new_tokens, drafter_for(choice, settings), k=k, sampling=settings.sampling,
                        stop_strings=settings.stop_strings)
