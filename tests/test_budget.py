@@ -514,6 +514,28 @@ def test_at_a_quarter_of_128_positions_the_eviction_policies_are_measured_and_ra
     assert len({hand[p] for p in CAPPED}) == len(CAPPED)  # no two policies tie: the order is the figures'
 
 
+def test_the_recorded_charts_hold_every_policy_and_say_what_this_code_measures(bundled_lm):
+    """The page's first screen draws a recording (assets/budget_sweep_default.json): it holds every policy at every
+    budget the page offers, both heavy scores and both SnapKVs drawn as lines of their own, and a point measured now
+    (heavy-avg at 64, teacher-forced, against transformers' own full pass) is the recorded one."""
+    from topics.budget.draw import divergence_fig
+    from topics.budget.measure import SWEEP_BUDGETS, recorded_sweep
+
+    recorded = recorded_sweep(bundled_lm)
+    assert recorded is not None and recorded.context == 256 and recorded.command.startswith("python -m engine budget")
+    assert {(p.policy, p.budget) for p in recorded.points} == {(p, b) for p in POLICIES if p != "full"
+                                                                for b in SWEEP_BUDGETS}
+    named = {t.name for t in divergence_fig(recorded.points).data}
+    assert {"heavy", "heavy-avg", "snap", "snap-capped"} <= named
+    ids = held_out_ids(bundled_lm, 256)
+    with torch.inference_mode():
+        full = torch.log_softmax(their_model()(torch.tensor([ids])).logits[0, 128:].float(), -1)
+    logp, _ = forced_logprobs(bundled_lm, "heavy-avg", 64, ids, 128)
+    point = next(p for p in recorded.points if (p.policy, p.budget) == ("heavy-avg", 64))
+    assert point.agreement == float((logp.argmax(-1) == full.argmax(-1)).float().mean())
+    assert point.kl_mean == pytest.approx(float((full.exp() * (full - logp)).sum(-1).mean()), rel=1e-3)
+
+
 # ---------------------------------------------------------------- the free run starts where the text does
 
 
