@@ -50,11 +50,12 @@ def show(course: Course) -> None:
         st.html(picture_html(draw.cache_svg(row.cache), f"the {pick} cache per layer after the held-out story",
                              "lesson11-cache"))
     with right:
-        st.dataframe(draw.policy_table(rows), hide_index=True)
+        st.dataframe(draw.policy_table(rows, short=True), hide_index=True)
     fp8, window = by_policy["fp8"], by_policy["window"]
     heavy, avg = by_policy["heavy"], by_policy["heavy-avg"]
     st.markdown(
-        f"Here fp8 holds **{fp8.cache.ratio:.0%}** of the bytes of this model's full {fp8.cache.dtype} cache "
+        f"Here fp8 holds **{fp8.cache.ratio:.0%}** of the bytes of this model's full "
+        f"{draw.SHORT_DTYPE.get(fp8.cache.dtype, fp8.cache.dtype)} cache "
         f"({fp8.cache.ratio_bf16:.0%} of a bf16 server's, counted) and agrees on **{fp8.forced.agreement:.1%}** of the "
         f"next tokens: rounded numbers, nothing forgotten. A window of {BUDGET} holds {window.cache.ratio:.0%} of the "
         f"bytes and agrees on **{window.forced.agreement:.1%}**: what fell out of the window is gone, and a name the "

@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from drawing.palette import DECODE, GREY, PREFILL, RECOMPUTED, layout, show_piece
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, RECOMPUTED, layout, show_piece
 from drawing.svg import FONT, INK, SOFT, W, text
 from engine.units import human_bytes
 
@@ -110,8 +110,7 @@ def legend_row(x: float, y: float) -> str:
 
 def divergence_fig(points, scale: float = 1.0) -> go.Figure:
     """Agreement (left) and mean KL (right) against the budget, one line per policy; points: SweepPoint records."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("top-1 agreement with the full cache",
-                                                        "mean KL(full ‖ policy), nats"), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.17)  # each panel named by its y axis
     for policy in dict.fromkeys(p.policy for p in points):
         mine = sorted((p for p in points if p.policy == policy), key=lambda p: p.budget)
         style = dict(color=POLICY_COLOURS.get(policy, GREY), dash=QUANTIZED_DASH.get(policy, "dash"))
@@ -121,12 +120,12 @@ def divergence_fig(points, scale: float = 1.0) -> go.Figure:
         fig.add_trace(go.Scatter(x=budgets, y=[p.kl_mean for p in mine], name=policy, mode="lines+markers",
                                  line=style, legendgroup=policy, showlegend=False), row=1, col=2)
     fig.update_xaxes(title="budget (positions)", type="log", dtick=0.30103, tickformat="d")  # ticks at powers of 2
-    fig.update_yaxes(title="%", ticksuffix="", row=1, col=1)
-    fig.update_yaxes(title="nats", row=1, col=2)
-    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=420, scale=scale)
-    # the legend under the title, so the lines are named on the first screen; the subplot titles below it
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.12, x=0, font=dict(size=12 * scale)),
-                      title=dict(font=dict(size=15 * scale)), margin=dict(t=int(110 * scale), b=int(40 * scale)))
+    fig.update_yaxes(title="top-1 agreement, %", ticksuffix="", row=1, col=1)
+    fig.update_yaxes(title="mean KL(full ‖ policy), nats", row=1, col=2)
+    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=360, scale=scale)
+    # the legend under the title, so the lines are named on the first screen
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=12 * scale)),
+                      title=dict(font=dict(size=15 * scale)), margin=dict(t=int(84 * scale), b=int(36 * scale)))
     return fig
 
 
@@ -159,18 +158,18 @@ def texts_html(row) -> str:
 
 
 def sink_fig(rows, model: str, scale: float = 1.0) -> go.Figure:
-    """Per layer: the heads' mean attention on position 0 (bars), each head's (dots), a uniform reader's (dashes)."""
-    layers = [f"layer {r.layer}" for r in rows]
-    heads_x = [f"layer {r.layer}" for r in rows for _ in r.head_mass]
+    """Per layer: the heads' mean attention on position 0 (bars), each head's (dots), a uniform reader's (dashes,
+    computed: the estimate colour). Each layer's label carries its mean's multiple of the uniform reader's."""
+    layers = [f"layer {r.layer} (×{r.ratio:.1f})" for r in rows]
+    heads_x = [label for label, r in zip(layers, rows) for _ in r.head_mass]
     fig = go.Figure([
-        go.Bar(x=layers, y=[r.mass for r in rows], name="the heads' mean", marker_color=PREFILL,
-               text=[f"×{r.ratio:.1f}" for r in rows], textposition="outside", opacity=0.75),
+        go.Bar(x=layers, y=[r.mass for r in rows], name="the heads' mean", marker_color=PREFILL, opacity=0.75),
         go.Scatter(x=heads_x, y=[m for r in rows for m in r.head_mass], name="each head", mode="markers",
                    marker=dict(color=INK, size=8 * scale, symbol="circle-open", line=dict(width=2)),
                    text=[f"head {h}: ×{x:.1f}" for r in rows for h, x in enumerate(r.head_ratios)],
                    hovertemplate="%{x}, %{text}<extra></extra>"),
         go.Scatter(x=layers, y=[r.uniform for r in rows], name="a uniform reader: 1/(query_pos+1)",
-                   mode="markers", marker=dict(symbol="line-ew-open", size=34, color=RECOMPUTED, line=dict(width=3))),
+                   mode="markers", marker=dict(symbol="line-ew-open", size=34, color=ESTIMATE, line=dict(width=3))),
     ])
     fig.update_yaxes(title="attention weight on position 0", rangemode="tozero")
     return layout(fig, f"The attention sink, measured on {model}", height=320, scale=scale)
@@ -194,17 +193,20 @@ def sink_words(rows) -> str:
 # ---------------------------------------------------------------- the numbers
 
 
-def policy_table(rows) -> pd.DataFrame:
-    """One row per policy (PolicyRows): what the CLI prints, as a table narrow enough for half a 1280-px screen."""
+def policy_table(rows, short: bool = False) -> pd.DataFrame:
+    """One row per policy (PolicyRows): what the CLI prints, as a table. `short` leaves out the budget and the
+    bytes themselves (a text beside it says both), so it fits half a 1280-px screen in presenter mode."""
     out = []
     for r in rows:
         d = r.summary()
         own = SHORT_DTYPE.get(d.dtype, d.dtype)
-        out.append({"policy": r.policy, "B": "—" if r.budget is None else str(r.budget),
-                    "bytes": human_bytes(d.bytes_held), f"of {own}": f"{d.bytes_ratio:.0%}",
-                    "at bf16": f"{d.bytes_ratio_bf16:.0%}", "agree": f"{d.agreement:.1%}",
-                    "mean KL": f"{d.kl_mean:.4f}", "parts at": "never" if r.parting_step is None else str(r.parting_step),
-                    "ms/step": f"{d.ms_per_step:.1f}"})
+        row = {"policy": r.policy, "B": "—" if r.budget is None else str(r.budget), "bytes": human_bytes(d.bytes_held),
+               f"of {own}": f"{d.bytes_ratio:.0%}", "at bf16": f"{d.bytes_ratio_bf16:.0%}",
+               "agree": f"{d.agreement:.1%}", "mean KL": f"{d.kl_mean:.4f}",
+               "parts at": "never" if r.parting_step is None else str(r.parting_step), "ms/step": f"{d.ms_per_step:.1f}"}
+        if short:
+            del row["B"], row["bytes"]
+        out.append(row)
     return pd.DataFrame(out)
 
 
@@ -232,5 +234,6 @@ def step_words(row, full) -> str:
                  f"×{moved:.2f} the full cache's bytes a step (estimate). Only a fused kernel, reading the packed "
                  "bytes inside attention, turns fewer bytes held into fewer bytes read.")
     else:
-        said += " On a small model a step is overhead-bound: the bytes a step reads barely set its time."
+        said += (" On a small model a step is overhead-bound: reading fewer bytes barely changes its time, and what a "
+                 "policy does besides (scoring by attention, evicting) can cost more than it saves.")
     return said

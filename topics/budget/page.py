@@ -17,12 +17,12 @@ from ui.style import scale
 from ui.text import error
 
 SCENARIOS = {  # one click: (policy, budget, what to look at); the numbers beside it are measured, never written here
-    "fp8 rounds, forgets nothing": ("fp8", 64, "The older positions are rounded to 8 bits, not forgotten. Read the "
+    "fp8 forgets nothing": ("fp8", 64, "The older positions are rounded to 8 bits, not forgotten. Read the "
                                                "bytes twice: against this model's fp32 cache, and against the bf16 "
                                                "cache a server would hold."),
     "a window forgets the name": ("window", 64, "The window holds the last 64 positions: what the story said "
                                                 "before them is gone. Watch where the two texts part."),
-    "heavy hitters, two scores": ("heavy", 64, "H2O's plain sum favours the oldest positions (more queries have "
+    "two heavy scores": ("heavy", 64, "H2O's plain sum favours the oldest positions (more queries have "
                                                "read them). Switch the policy to heavy-avg, kvpress's score per "
                                                "query that could see a position, and compare: the same rule, two "
                                                "scores. The chart holds both lines."),
@@ -68,7 +68,7 @@ def show() -> None:
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.selectbox("policy", list(POLICIES), key="budget_policy", width=150,
                   help="\n\n".join(f"**{k}**: {v}" for k, v in POLICIES.items()))
-    bar.slider("budget B (positions)", 1, limit, key="budget_budget", width=300)
+    bar.slider("budget B (positions)", 1, limit, key="budget_budget", width=260)
     for name in SCENARIOS:
         bar.button(name, key=f"budget_scenario_{name}", on_click=pick, args=(name,))
     policy, budget = st.session_state["budget_policy"], int(st.session_state["budget_budget"])
@@ -110,8 +110,6 @@ def show() -> None:
             points = kept.points
             source = (f"recorded on {kept.device}, {kept.measured_at[:10]}: agreement and KL are teacher-forced "
                       "on a fixed text, so they do not depend on the machine")
-            st.button("Measure them on this server", key="budget_sweep_go",
-                      on_click=lambda: st.session_state.update(budget_sweep=True))
         if points is not None:
             st.plotly_chart(draw.divergence_fig(points, scale=scale()), key="budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
@@ -119,6 +117,9 @@ def show() -> None:
                        " > ".join(measure.ranking(points, CAPPED, budget=at)) +
                        f" (the CLI's `--policy all` ranks the same way; snap, SnapKV as published, holds {at} "
                        f"prompt positions plus every decoded one); {source}.")
+        if kept is not None and not measured_here:  # under the chart: the recording first, measuring it again second
+            st.button("Measure them on this server", key="budget_sweep_go",
+                      on_click=lambda: st.session_state.update(budget_sweep=True))
 
     st.html(draw.texts_html(row))
     st.caption(draw.step_words(row, full))
