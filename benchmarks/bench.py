@@ -217,12 +217,15 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     log("the KV cache on a budget (topics/budget/measure.py): every policy against the full cache, one run:")
     from topics.budget import measure as budget
 
-    res["budget"] = budget.bench_rows(lm)
-    for r in res["budget"]:
-        parts = "never" if r["parting_step"] is None else f"step {r['parting_step']}"
-        log(f"  {r['policy']:<7} budget {r['budget'] or '-':>3}: {r['bytes_ratio']:6.1%} of the full cache's bytes, "
-            f"agreement {r['agreement']:6.1%}, mean KL {r['kl_mean']:.4f}, texts part {parts}, "
-            f"{r['ms_per_step']:.2f} ms/step (IQR {r['ms_p25']:.2f}-{r['ms_p75']:.2f})")
+    rows = budget.bench_rows(lm)
+    res["budget"] = [r.to_dict() for r in rows]  # the JSON edge
+    for r in rows:
+        parts = "never" if r.parting_step is None else f"step {r.parting_step}"
+        dq = "" if r.dequant_ms is None else f", {r.dequant_ms:.2f} of it dequantizing"
+        log(f"  {r.policy:<11} budget {r.budget or '-':>3}: {r.bytes_ratio:6.1%} of the full {r.dtype} cache's "
+            f"bytes ({r.bytes_ratio_bf16:6.1%} counted at bf16), agreement {r.agreement:6.1%}, mean KL "
+            f"{r.kl_mean:.4f}, texts part {parts}, {r.ms_per_step:.2f} ms/step (IQR {r.ms_p25:.2f}-{r.ms_p75:.2f}"
+            f"{dq})")
     if app:
         log("step-through page:")
         res["app_click"] = app_click(log=log)

@@ -7,17 +7,19 @@ from __future__ import annotations
 import streamlit as st
 
 from drawing.svg import picture_html
+from engine.measure import kvcalc
 from engine.units import human_bytes
 from lessons.course import Course
 from topics.budget import draw, measure
 from ui.style import scale
 
 TITLE = "11. The KV cache on a budget: quantize it, evict from it"
-POLICIES = ("full", "fp8", "int4", "window", "heavy")
+POLICIES = ("full", "fp8", "int4", "window", "heavy", "heavy-avg")
 BUDGET = 64  # a quarter of the held-out context
+LONG = "Llama-3.1-8B"  # a published model whose context window is long (assets/model_configs.csv)
 
 
-@st.cache_resource(max_entries=4, show_spinner="Measuring four budgets against the full cache (once, then kept)…")
+@st.cache_resource(max_entries=4, show_spinner="Measuring five policies against the full cache (once, then kept)…")
 def _rows(_lm, model: tuple):
     return measure.compare_policies(_lm, POLICIES, BUDGET, new_tokens=48)
 
@@ -29,11 +31,14 @@ def _sinks(_lm, model: tuple):
 
 def show(course: Course) -> None:
     lm = course.lm
+    long = kvcalc.from_table(LONG)
+    tokens = long.max_positions
     st.markdown(
-        f"Lesson 8's caches do not fit: Llama-3-8B at 128 K tokens holds 16 GiB of keys and values. Servers answer in "
-        f"two ways. **Quantize**: store each number in fewer bits (8, or 4), keeping the newest positions exact. "
+        f"Lesson 8's caches do not fit: {long.name} filling its {tokens // 1024} K-token context holds "
+        f"{human_bytes(long.kv_bytes(tokens, 1, 2.0))} of keys and values in bf16 (an estimate from its config), a "
+        f"sequence. Servers answer in two ways. **Quantize**: store each number in fewer bits (8, or 4), keeping the newest positions exact. "
         f"**Evict**: hold at most B positions and forget the rest: the last B (a *window*), or the ones attention "
-        f"kept reading (*heavy hitters*). Below, each with a budget of {BUDGET} positions, measured against the full "
+        f"kept reading (*heavy hitters*, scored two published ways). Below, each with a budget of {BUDGET} positions, measured against the full "
         "cache on a story this model never trained on: bytes from the tensors, and the damage as the share of next "
         "tokens that agree when both read the same text (teacher-forced).")
     rows = _rows(lm, course.model)
@@ -45,21 +50,27 @@ def show(course: Course) -> None:
         st.html(picture_html(draw.cache_svg(row.cache), f"the {pick} cache per layer after the held-out story",
                              "lesson11-cache"))
     with right:
-        st.dataframe(draw.policy_table(rows), hide_index=True)
+        st.dataframe(draw.policy_table(rows, short=True), hide_index=True)
     fp8, window = by_policy["fp8"], by_policy["window"]
+    heavy, avg = by_policy["heavy"], by_policy["heavy-avg"]
     st.markdown(
-        f"Here fp8 holds **{human_bytes(fp8.cache.bytes_held)}** against the full cache's "
-        f"{human_bytes(fp8.cache.bytes_full)} ({fp8.cache.ratio:.0%}) and agrees on **{fp8.forced.agreement:.1%}** of "
-        f"the next tokens: rounded numbers, nothing forgotten. A window of {BUDGET} holds "
-        f"{window.cache.ratio:.0%} of the bytes and agrees on **{window.forced.agreement:.1%}**: what fell out of the "
-        "window is gone, and a name the story gave early can go with it. "
+        f"Here fp8 holds **{fp8.cache.ratio:.0%}** of the bytes of this model's full "
+        f"{draw.SHORT_DTYPE.get(fp8.cache.dtype, fp8.cache.dtype)} cache "
+        f"({fp8.cache.ratio_bf16:.0%} of a bf16 server's, counted) and agrees on **{fp8.forced.agreement:.1%}** of the "
+        f"next tokens: rounded numbers, nothing forgotten. A window of {BUDGET} holds {window.cache.ratio:.0%} of the "
+        f"bytes and agrees on **{window.forced.agreement:.1%}**: what fell out of the window is gone, and a name the "
+        "story gave early can go with it. "
         + ("Run free, the window's text parts from the full cache's at step "
-           f"**{window.parting_step}**." if window.parting_step is not None else
-           "Run free, the two texts never part in these tokens."))
-    st.plotly_chart(draw.sink_fig(_sinks(lm, course.model), lm.spec.name, scale=scale()), key="lesson11_sinks")
+           f"**{window.parting_step}**. " if window.parting_step is not None else
+           "Run free, the two texts never part in these tokens. ")
+        + f"Heavy hitters agree on **{heavy.forced.agreement:.1%}** with H2O's plain sum and "
+        f"**{avg.forced.agreement:.1%}** with the sum per query that could see each position (kvpress's score): "
+        "which positions count as heavy depends on how you score them.")
+    sink_rows = _sinks(lm, course.model)
+    st.plotly_chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), key="lesson11_sinks")
     st.caption("The first position: big trained models (GPT-2, Llama) pour attention onto it, a *sink*, and collapse "
                "when a window evicts it (StreamingLLM keeps 4 sink positions beside the window for this). The chart "
-               "shows how much of its attention each layer of this model pays position 0, beside what a uniform "
-               "reader would: on the bundled models there is no sink.")
+               "shows how much each layer of this model pays position 0 (a bar: the heads' mean; a dot: each head) "
+               "beside what a uniform reader would. " + draw.sink_words(sink_rows))
     st.page_link(str(course.pages / "budget.py"), label="Open the budget page: every policy, any budget, both texts",
                  icon=":material/compress:")

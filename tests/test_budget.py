@@ -1,10 +1,15 @@
 """The KV cache on a budget (topics/budget): each claim checked against a reference the code under test did not
 compute: transformers' own copy of the model (tests/reference.py: its own eager attention, no engine in it), its
-generate, forward pass and DynamicCache, its fp8 cache layer, and the tensors themselves."""
+generate, forward pass and DynamicCache, its fp8 cache layer, hand-written H2O, SnapKV and KIVI (below, from their
+papers' rules), KL and agreement recomputed by hand, and the tensors themselves."""
 
 from __future__ import annotations
 
 import dataclasses
+import html
+import math
+import re
+import statistics
 
 import pytest
 import torch
@@ -12,13 +17,14 @@ from transformers import DynamicCache
 from transformers.cache_utils import Fp8QuantizedLayer
 
 from engine.errors import StepError
+from engine.forward.run import run_pass
 from engine.generate.stepper import Stepper
 from engine.load.load import DEFAULT_MODEL, MODELS_DIR, load_model
 from engine.paths import ASSETS
 from tests import reference
-from topics.budget.measure import compare_policies, forced_logprobs, held_out_ids, ranking, sink_mass
-from topics.budget.policies import EVICTING, POLICIES, BudgetCache, budget_cache, check
-from topics.budget.quant import GROUP, Fp8, Kivi
+from topics.budget.measure import compare_forced, compare_policies, forced_logprobs, held_out_ids, ranking, sink_mass
+from topics.budget.policies import CAPPED, EVICTING, POLICIES, BudgetCache, budget_cache, check
+from topics.budget.quant import GROUP, Fp8, Kivi, QuantizedLayer
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 NEW = 24
@@ -67,6 +73,126 @@ def full_run(bundled_lm):
     return ids.shape[1], reference.greedy(BUNDLED, ids, NEW)
 
 
+# ---------------------------------------------------------------- hand-written references: H2O, SnapKV, KIVI
+
+SINKS, OBSERVATION, KERNEL = 4, 16, 5  # StreamingLLM's 4 sinks; SnapKV's window (scaled) and kvpress's kernel
+
+
+def snap_window(budget: int, prompt: int) -> int:
+    """The observation window the module docstring promises: 16 queries, at most half the budget, before the end."""
+    return max(1, min(OBSERVATION, budget // 2, prompt - 1))
+
+
+def hand_snap_scores(att: torch.Tensor, heads: range, prefix: int, window: int) -> list[float]:
+    """SnapKV's score of each prefix position, by its paper's rule: for each head, the last `window` queries'
+    attention to the prefix averaged over those queries, then the mean over KERNEL neighbours with zero padding
+    counted (avg_pool1d's default in FasterDecoding/SnapKV and kvpress), written out here in plain Python, then the
+    mean over the heads that share the kv_head."""
+    per_head = []
+    for h in heads:
+        seen = att[h, -window:, :prefix].mean(dim=0).tolist()  # the observation window's queries, averaged
+        per_head.append([sum(seen[k] for k in range(j - KERNEL // 2, j + KERNEL // 2 + 1) if 0 <= k < prefix) / KERNEL
+                         for j in range(prefix)])
+    return [sum(column) / len(heads) for column in zip(*per_head)]
+
+
+@dataclasses.dataclass
+class HandRun:
+    logp: torch.Tensor  # [passes, vocab] log-probs of each pass's last row: the prefill's, then each decode's
+    held: list  # per pass: [layer][kv_head] -> the positions held after it, sorted
+
+
+def hand_evict(rule: str, ids: list[int], prompt: int, budget: int) -> HandRun:
+    """Each eviction rule written out from its paper, run on transformers' own copy of the model.
+
+    The model's own DynamicCache holds the keys and values; after each pass this loop reads every layer's attention
+    (output_attentions, transformers' eager function), scores the positions in plain Python, keeps what the rule
+    keeps, and gathers the cache down to those rows; the next pass is told its true positions (position_ids).
+
+        window       the last B
+        sinks        positions 0-3, then the newest
+        heavy        H2O: the attention each position has received, summed over every query and every head that
+                     shares its kv_head; the newest B/2 protected, then the highest sums (ties: the newer)
+        heavy-avg    the same, the sum averaged over those heads and divided by the queries that could see the
+                     position (kvpress's ObservedAttentionPress)
+        snap         SnapKV at the prefill (its window always kept, the rest by hand_snap_scores), never after
+        snap-capped  the same prefill, then at most B: decoded positions protected, the prompt's lowest scores out
+    """
+    m = their_model()
+    cfg = m.config
+    layers, kv_heads = cfg.num_hidden_layers, cfg.num_key_value_heads
+    group = cfg.num_attention_heads // kv_heads
+    cache = DynamicCache(config=cfg)
+    held = [[[] for _ in range(kv_heads)] for _ in range(layers)]
+    score = [[{} for _ in range(kv_heads)] for _ in range(layers)]
+    seen, logps, states = 0, [], []
+    for chunk in [ids[:prompt]] + [[t] for t in ids[prompt:]]:
+        new = list(range(seen, seen + len(chunk)))
+        with torch.inference_mode():
+            out = m(torch.tensor([chunk]), past_key_values=cache, position_ids=torch.tensor([new]),
+                    output_attentions=True, use_cache=True)
+        seen += len(chunk)
+        logps.append(torch.log_softmax(out.logits[0, -1].float(), dim=-1))
+        for layer in range(layers):
+            att = out.attentions[layer][0].float()  # [head, query_pos, key_pos]: the held rows, then the new
+            rows = []
+            for g in range(kv_heads):
+                cols, s = held[layer][g] + new, score[layer][g]
+                heads = range(g * group, (g + 1) * group)
+                if rule in ("heavy", "heavy-avg"):  # every query of every head in the group, on each column
+                    got = att[g * group:(g + 1) * group].sum(dim=(0, 1)).tolist()
+                    for p, a in zip(cols, got):
+                        s[p] = s.get(p, 0.0) + (a if rule == "heavy" else a / group)
+                if rule in ("snap", "snap-capped") and seen == prompt:
+                    window = snap_window(budget, prompt)
+                    s.update(zip(cols, hand_snap_scores(att, heads, prompt - window, window)))
+                    s.update({p: math.inf for p in cols[prompt - window:]})
+                cap = len(cols) if rule == "snap" and seen > prompt else budget
+                if len(cols) > cap:
+                    protect = {"window": [], "sinks": [p for p in cols if p < SINKS],
+                               "heavy": [p for p in cols if p >= seen - budget // 2],
+                               "heavy-avg": [p for p in cols if p >= seen - budget // 2]}.get(
+                        rule, [p for p in cols if p >= prompt])[-budget:]
+                    value = (lambda p: s[p] / (seen - p)) if rule == "heavy-avg" else (lambda p: s.get(p, 0.0))
+                    rest = sorted((p for p in cols if p not in protect), key=lambda p: (value(p), p), reverse=True)
+                    kept = sorted(protect + rest[:budget - len(protect)])
+                else:
+                    kept = cols
+                rows.append([cols.index(p) for p in kept])
+                held[layer][g] = kept
+            index = torch.tensor(rows)[None, :, :, None]
+            lay = cache.layers[layer]
+            lay.keys = lay.keys.gather(2, index.expand(-1, -1, -1, lay.keys.shape[-1]))
+            lay.values = lay.values.gather(2, index.expand(-1, -1, -1, lay.values.shape[-1]))
+        states.append([[list(h) for h in layer] for layer in held])
+    return HandRun(torch.stack(logps), states)
+
+
+def hand_kivi(x: torch.Tensor, bits: int, keys: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KIVI's grouping written out (arXiv:2402.02750): keys per channel over each GROUP positions, values per position
+    over its channels; asymmetric, scale (max - min) / (2^bits - 1) and zero point min in fp16, codes rounded and
+    clipped. Returns (codes [.., pos, head_dim] as integers, the dequantized rows, the step each number had)."""
+    levels = 2**bits - 1
+    b, h, n, d = x.shape
+    codes, back, step = torch.zeros(b, h, n, d, dtype=torch.long), torch.zeros(b, h, n, d), torch.zeros(b, h, n, d)
+    for i in range(b):
+        for j in range(h):
+            if keys:
+                groups = [(slice(g, g + GROUP), slice(c, c + 1)) for g in range(0, n, GROUP) for c in range(d)]
+            else:
+                groups = [(slice(p, p + 1), slice(0, d)) for p in range(n)]
+            for rows, channels in groups:
+                block = x[i, j, rows, channels].float()
+                low, high = block.min(), block.max()
+                scale = ((high - low) / levels).clamp(min=1e-6).half().float()
+                zero = low.half().float()
+                c = ((block - zero) / scale).round().clamp(0, levels)
+                codes[i, j, rows, channels] = c.long()
+                back[i, j, rows, channels] = c * scale + zero
+                step[i, j, rows, channels] = (high - low) / levels
+    return codes, back, step
+
+
 # ---------------------------------------------------------------- a budget with room for everything changes nothing
 
 
@@ -100,6 +226,25 @@ def test_evicting_on_learned_positions_too_gpt2(family_model, family_dirs, polic
 # ---------------------------------------------------------------- what the policies hold
 
 
+@pytest.mark.parametrize("rule", list(EVICTING))
+def test_every_eviction_rule_keeps_what_its_hand_written_paper_rule_keeps(bundled_lm, rule):
+    """A 40-position prompt under a budget of 16, then 8 decode steps: after every pass, each layer and kv_head holds
+    exactly the positions hand_evict's plain-Python rule keeps (H2O's sum and kvpress's averaged score, SnapKV as
+    published and capped, the window, the sinks), and the next-token log-probs are the reference's."""
+    ids = held_out_ids(bundled_lm, 48)
+    hand = hand_evict(rule, ids, 40, 16)
+    cache = budget_cache(bundled_lm, rule, 16)(bundled_lm.config)
+    for step, chunk in enumerate([ids[:40]] + [[t] for t in ids[40:]]):
+        logits = run_pass(bundled_lm, torch.tensor([chunk]), cache).logits[0, -1].float()
+        held = [[layer.positions[0, g].tolist() for g in range(layer.positions.shape[1])] for layer in cache.layers]
+        assert held == hand.held[step], f"{rule}, pass {step}"
+        assert torch.allclose(torch.log_softmax(logits, -1), hand.logp[step], atol=1e-4), f"{rule}, pass {step}"
+    if rule == "snap":  # as published: the prompt cut to 16 once, every decoded position kept
+        assert all(len(h) == 16 + 8 for layer in held for h in layer)
+    else:
+        assert all(len(h) == 16 for layer in held for h in layer)
+
+
 def test_each_eviction_rule_holds_the_positions_it_names(bundled_lm):
     ids = held_out_ids(bundled_lm, 96)
     budget = 32
@@ -107,26 +252,28 @@ def test_each_eviction_rule_holds_the_positions_it_names(bundled_lm):
         _, cache = forced_logprobs(bundled_lm, policy, budget, ids, 64)
         for layer in cache.layers:
             held = layer.positions[0]  # [kv_head, held]
-            assert held.shape[-1] == budget and layer.keys.shape[-2] == budget
+            size = budget + 32 if policy == "snap" else budget  # snap never evicts a decoded position
+            assert held.shape[-1] == size and layer.keys.shape[-2] == size
             for head in held.tolist():
                 assert head == sorted(head)
-                if policy == "window":
+                if policy in ("window", "snap-capped"):  # 32 decoded positions fill a capped snap's budget
                     assert head == list(range(96 - budget, 96))
                 if policy == "sinks":
                     assert head == [0, 1, 2, 3] + list(range(96 - budget + 4, 96))
-                if policy == "heavy":  # the recent half, whatever the scores
+                if policy in ("heavy", "heavy-avg"):  # the recent half, whatever the scores
                     assert set(range(96 - budget // 2, 96)) <= set(head)
-                if policy == "snap":  # every position decoded after the 64-position prefill is newer than the budget
-                    assert head == list(range(96 - budget, 96))
+                if policy == "snap":  # 32 of the prompt's 64 (its last 16, the window, among them), then 64..95
+                    assert set(range(48, 96)) <= set(head) and len([p for p in head if p < 64]) == 32
 
 
 def test_snap_keeps_its_observation_window_and_every_position_decoded_after_it(bundled_lm):
     ids = held_out_ids(bundled_lm, 70)
-    _, cache = forced_logprobs(bundled_lm, "snap", 32, ids, 64)  # a 64-position prefill, then 6 decode steps
-    for layer in cache.layers:
-        for head in layer.positions[0].tolist():
-            assert set(range(64 - 16, 70)) <= set(head)  # the last 16 prompt positions (the window) and 64..69
-            assert len(head) == 32
+    for policy, size in (("snap", 32 + 6), ("snap-capped", 32)):
+        _, cache = forced_logprobs(bundled_lm, policy, 32, ids, 64)  # a 64-position prefill, then 6 decode steps
+        for layer in cache.layers:
+            for head in layer.positions[0].tolist():
+                assert set(range(64 - 16, 70)) <= set(head)  # the last 16 prompt positions (the window) and 64..69
+                assert len(head) == size
 
 
 def test_held_keys_keep_their_original_rotation(bundled_lm):
@@ -146,6 +293,32 @@ def test_held_keys_keep_their_original_rotation(bundled_lm):
     assert mine.get_seq_length() == 80  # the next position is numbered 80, not 24
 
 
+# ---------------------------------------------------------------- the damage, by hand
+
+
+def test_kl_and_agreement_are_the_textbook_ones_recomputed_by_hand():
+    """Two steps of a 3-token vocabulary: KL(full || policy) = Σ p_full (log p_full − log p_policy), summed here in
+    plain Python, is not KL(policy || full); agreement is the share of steps with the same top token."""
+    full_logits = [[4.0, 0.0, -2.0], [0.0, 3.0, 0.1]]  # peaked where the policy is flat: the two KLs differ ×2
+    policy_logits = [[0.5, 1.0, 0.0], [0.2, 2.5, 0.0]]  # step 0 picks another token, step 1 the same
+
+    def softmax(row):
+        z = sum(math.exp(v) for v in row)
+        return [math.exp(v) / z for v in row]
+
+    def kl(p, q):
+        return sum(a * (math.log(a) - math.log(b)) for a, b in zip(p, q))
+
+    f = compare_forced("x", 8, 4, torch.log_softmax(torch.tensor(full_logits, dtype=torch.float64), -1).float(),
+                       torch.log_softmax(torch.tensor(policy_logits, dtype=torch.float64), -1).float())
+    forward = [kl(softmax(a), softmax(b)) for a, b in zip(full_logits, policy_logits)]
+    backward = [kl(softmax(b), softmax(a)) for a, b in zip(full_logits, policy_logits)]
+    assert f.agree == (False, True) and f.agreement == 0.5
+    assert f.kl == pytest.approx(forward, rel=1e-5)
+    assert abs(forward[0] - backward[0]) > 0.5 and f.kl[0] != pytest.approx(backward[0], rel=0.1)  # the direction
+    assert f.kl_mean == pytest.approx(sum(forward) / 2, rel=1e-5)
+
+
 # ---------------------------------------------------------------- quantized: bytes and damage
 
 
@@ -162,18 +335,55 @@ def test_the_fp8_codec_rounds_as_transformers_fp8_layer_does():
     assert not torch.equal(mine_k, torch.cat([keys, keys[:, :, :1] * 0.5], dim=2))  # it did round
 
 
+@pytest.mark.parametrize("budget", [128, 192])
+def test_fp8_rounds_a_run_within_1_5x_of_transformers_fp8_layer_on_the_same_tensors(bundled_lm, budget):
+    """The keys and values of 256 held-out positions, as transformers' own model caches them, fed to both fp8 caches
+    as a run feeds them (a 128-position prefill, then one row a step): transformers' Fp8QuantizedLayer (its scale
+    set by its first update, the prompt) and ours with `budget` positions in full precision. On the rows ours
+    quantized, its mean round-trip error is within ×1.5 of transformers' on the same rows, layer by layer, K and V."""
+    ids = held_out_ids(bundled_lm, 256)
+    full = DynamicCache(config=their_model().config)
+    with torch.inference_mode():
+        their_model()(torch.tensor([ids]), past_key_values=full, use_cache=True)
+    for i, layer in enumerate(full.layers):
+        k, v = layer.keys, layer.values  # [batch, kv_head, 256, head_dim]
+        theirs, mine = Fp8QuantizedLayer(), QuantizedLayer("fp8", budget)
+        for start, end in [(0, 128)] + [(p, p + 1) for p in range(128, 256)]:
+            their_k, their_v = theirs.update(k[:, :, start:end], v[:, :, start:end])
+            mine.update(k[:, :, start:end], v[:, :, start:end])
+            mine.observe()
+        n = mine.quantized
+        assert n == 256 - budget
+        my_k = mine.codec.unpack(mine.packed_keys, torch.float32)
+        my_v = mine.codec.unpack(mine.packed_values, torch.float32)
+        for name, exact, their, my in (("K", k, their_k, my_k), ("V", v, their_v, my_v)):
+            their_error = (their[:, :, :n] - exact[:, :, :n]).abs().mean()
+            my_error = (my - exact[:, :, :n]).abs().mean()
+            assert my_error <= 1.5 * their_error, f"layer {i} {name}: {my_error:.3g} vs transformers' {their_error:.3g}"
+
+
 @pytest.mark.parametrize("bits", [8, 4])
 def test_kivi_rounds_each_number_to_within_half_a_step_and_int4_packs_two_a_byte(bits):
+    """Against hand_kivi (KIVI's grouping written out): the same codes, the same numbers back, each within half of
+    the step its own group's range gives (computed here from the raw numbers, not read off the packed scale), and
+    int4's byte i holding channel 2i in its low four bits and 2i + 1 in its high four."""
     torch.manual_seed(0)
     x = torch.randn(1, 2, 2 * GROUP, 32)
+    x[..., 5] *= 20  # an outlier channel: KIVI gives keys a range per channel so it does not swamp the others
     codec = Kivi(bits)
     for keys in (True, False):
         packed = codec.pack(x, keys)
         back = codec.unpack(packed, torch.float32)
-        step = packed.scale.float()
-        step = step.expand(1, 2, 2, GROUP, 32).reshape(x.shape) if keys else step.expand_as(x)
-        assert ((back - x).abs() <= step / 2 + 2e-3 * x.abs().max()).all()  # fp16 scales and zero points
-        assert packed.codes.numel() == x.numel() * bits // 8
+        codes, expected, step = hand_kivi(x, bits, keys)
+        assert torch.allclose(back, expected, rtol=0, atol=1e-5), "keys" if keys else "values"
+        assert ((back - x).abs() <= step / 2 + 2e-3 * step + 1e-6).all()  # + fp16's rounding of the scale
+        raw = packed.codes.long()
+        if bits == 4:
+            assert packed.codes.shape[-1] == x.shape[-1] // 2
+            assert torch.equal(raw & 0x0F, codes[..., 0::2]) and torch.equal(raw >> 4, codes[..., 1::2])
+        else:
+            assert torch.equal(raw, codes)
+        assert packed.codes.numel() * packed.codes.element_size() == x.numel() * bits // 8
 
 
 FP8_WINDOW = 16  # fp8 keeps the newest 16 positions exact (a residual window, as transformers' quantized cache keeps)
@@ -181,14 +391,24 @@ FP8_WINDOW = 16  # fp8 keeps the newest 16 positions exact (a residual window, a
 
 def test_fp8_holds_at_most_55_percent_of_bf16_and_30_percent_of_fp32(bundled_lm):
     """fp8 with its 16-position residual window, against transformers' DynamicCache in bf16 and in fp32, after 256
-    positions of the held-out text."""
+    positions of the held-out text; and the bf16 share the page counts from the fp32 run (the same tensors at 2
+    bytes a full-precision number) is the share a bf16 run measures."""
+    from topics.budget.measure import cache_map
+
     bf16 = load_model("default", device="cpu", dtype="bfloat16")
-    for lm, dtype, share in ((bf16, torch.bfloat16, 0.55), (bundled_lm, torch.float32, 0.30)):
+    counted = None
+    for lm, dtype, share in ((bundled_lm, torch.float32, 0.30), (bf16, torch.bfloat16, 0.55)):
         ids = held_out_ids(lm, 256)
         _, cache = forced_logprobs(lm, "fp8", FP8_WINDOW, ids, 128)
         held = sum(tensor_bytes(layer) for layer in cache.layers)
         assert held == cache.nbytes()
-        assert held <= share * dynamic_cache_bytes(ids, dtype), lm.dtype_name
+        theirs = dynamic_cache_bytes(ids, dtype)
+        assert held <= share * theirs, lm.dtype_name
+        cmap = cache_map(lm, cache, "fp8", FP8_WINDOW, 256, theirs, 128)
+        if counted is None:
+            counted = (cmap.bytes_held_at(2), cmap.bytes_full_at(2), cmap.ratio_bf16)
+        else:
+            assert counted == (held, theirs, pytest.approx(held / theirs))
 
 
 def test_fp8_agrees_with_the_full_cache_on_98_percent_of_held_out_tokens(bundled_lm):
@@ -196,51 +416,164 @@ def test_fp8_agrees_with_the_full_cache_on_98_percent_of_held_out_tokens(bundled
     fed one a step: 512 next tokens in all): its top-1 token is the full cache's on at least 98 % of them, the full
     cache's being transformers' own forward pass over each window. (Every position but one in fp8, this model
     agrees on about 97 %: a few near-ties flip.)"""
+    assert forced_agreement(bundled_lm, "fp8", windows=4)[0] >= 0.98
+
+
+def forced_agreement(lm, policy: str, windows: int) -> tuple[float, list[int], object]:
+    """Top-1 agreement with transformers' own forward pass over `windows` 256-token windows of the held-out stories,
+    the policy keeping FP8_WINDOW positions in full precision; and the first window's ids and cache."""
     text = (ASSETS / "held_out" / "tinystories_eval_40.txt").read_text(encoding="utf-8")
-    every = bundled_lm.tokenizer(text, verbose=False)["input_ids"]
+    every = lm.tokenizer(text, verbose=False)["input_ids"]
     agree = total = 0
-    for w in range(4):
+    first = None
+    for w in range(windows):
         ids = every[w * 256:(w + 1) * 256]
         with torch.inference_mode():
             full = their_model()(torch.tensor([ids])).logits[0, 128:].float()  # the next token after 128..255
-        logp, cache = forced_logprobs(bundled_lm, "fp8", FP8_WINDOW, ids, 128)
-        assert cache.layers[0].quantized == 256 - FP8_WINDOW
+        logp, cache = forced_logprobs(lm, policy, FP8_WINDOW, ids, 128)
+        assert cache.layers[0].quantized == (256 - FP8_WINDOW) // cache.layers[0].codec.group * \
+            cache.layers[0].codec.group
         agree += int((logp.argmax(-1) == full.argmax(-1)).sum())
         total += len(full)
-    assert total == 512 and agree / total >= 0.98, agree / total
+        first = first or (ids, cache)
+    assert total == 128 * windows
+    return agree / total, *first
+
+
+@pytest.mark.parametrize("policy, bits, fp32_share, bf16_share", [("int8", 8, 0.35, 0.65), ("int4", 4, 0.25, 0.40)])
+def test_kivi_agrees_on_98_percent_and_holds_the_bytes_its_format_says(bundled_lm, policy, bits, fp32_share,
+                                                                       bf16_share):
+    """int8 and int4 with a 16-position residual window: on two 256-token held-out windows the top-1 token is
+    transformers' own on at least 98 % of the 256 teacher-forced steps; the bytes held are KIVI's format counted by
+    hand (codes at `bits` a number; an fp16 scale and zero point per channel per 16 key positions and per value
+    position; the tail in fp32), and under the shares of transformers' fp32 and bf16 DynamicCache named here."""
+    agreement, ids, cache = forced_agreement(bundled_lm, policy, windows=2)
+    assert agreement >= 0.98
+    s = bundled_lm.spec
+    quantized = (256 - FP8_WINDOW) // GROUP * GROUP
+    tail = 256 - quantized
+    per_layer = (2 * quantized * s.kv_heads * s.head_dim * bits // 8  # K and V codes
+                 + 2 * 2 * (quantized // GROUP) * s.kv_heads * s.head_dim  # keys: scale and zero, fp16, per channel
+                 + 2 * 2 * quantized * s.kv_heads  # values: scale and zero, fp16, per position
+                 + 2 * tail * s.kv_heads * s.head_dim * 4)  # the full-precision tail
+    assert sum(tensor_bytes(layer) for layer in cache.layers) == cache.nbytes() == s.layers * per_layer
+    assert cache.nbytes() <= fp32_share * dynamic_cache_bytes(ids)
+    assert cache.nbytes() - s.layers * 2 * tail * s.kv_heads * s.head_dim * 2 <= \
+        bf16_share * dynamic_cache_bytes(ids, torch.bfloat16)  # the tail counted at bf16's 2 bytes
+
+
+def test_a_quantized_step_says_what_its_dequantize_took_and_what_it_moves(bundled_lm):
+    """The time of each fp8 decode step includes the dequantize the page names (timed inside the step, never more
+    than it), the page's median is the median of those records, and the bytes a step moves (an estimate) are
+    counted by hand from the cache's shapes: the quantized rows read packed, written back in fp32 and read again,
+    the tail read once."""
+    from topics.budget.draw import step_words
+
+    full, row = compare_policies(bundled_lm, ("full", "fp8"), 16, context=64, new_tokens=6)
+    assert len(row.greedy.dequant_ms) == len(row.greedy.step_ms) == 5 and full.greedy.dequant_ms == ()
+    assert all(0 < d < ms for d, ms in zip(row.greedy.dequant_ms, row.greedy.step_ms))
+    said = step_words(row, full)
+    median = statistics.median(row.greedy.dequant_ms[row.greedy.warmup_steps:])
+    assert f"{median:.2f} ms" in said
+    s = bundled_lm.spec
+    quantized = 64 - 16
+    packed = 2 * quantized * s.kv_heads * s.head_dim * 1 + 2 * 4  # fp8 codes, K and V, and their two fp32 scales
+    moved = s.layers * (packed + 2 * 2 * quantized * s.kv_heads * s.head_dim * 4 + 2 * 16 * s.kv_heads * s.head_dim * 4)
+    assert f"×{moved / row.cache.bytes_full:.2f} the full cache's bytes a step (estimate)" in said
+    assert moved > row.cache.bytes_full  # this implementation moves more than the full cache, and says so
 
 
 # ---------------------------------------------------------------- evicting at a quarter of the context
 
 
-def test_at_a_quarter_of_256_positions_the_eviction_policies_are_measured_and_ranked(bundled_lm):
-    rows = compare_policies(bundled_lm, ("full", *EVICTING), budget=64, context=256, new_tokens=4)
+def test_at_a_quarter_of_96_positions_the_eviction_policies_are_measured_and_ranked(bundled_lm):
+    """96 tokens of held-out text, 48 prefilled and 48 teacher-forced, every eviction policy at a budget of 24 (a
+    quarter), against hand_evict's rules on transformers' own model: each policy's agreement and mean KL equal the
+    ones recomputed here by hand from the reference's log-probs and transformers' own full forward pass, the bytes
+    are a quarter of transformers' DynamicCache's (snap: its 24 prompt positions plus the 48 decoded), and the
+    ranking (most agreement first, ties the lower KL) is the one these hand figures give."""
+    ids = held_out_ids(bundled_lm, 96)
+    rows = compare_policies(bundled_lm, ("full", *EVICTING), budget=24, context=96, new_tokens=2)
     by = {r.policy: r for r in rows}
-    full_bytes = dynamic_cache_bytes(held_out_ids(bundled_lm, 256))
+    with torch.inference_mode():
+        full = torch.log_softmax(their_model()(torch.tensor([ids])).logits[0, 48:].float(), -1)  # after 48..95
+    full_bytes = dynamic_cache_bytes(ids)
     assert by["full"].cache.bytes_held == full_bytes and by["full"].forced.agreement == 1.0
+    hand = {}
     for policy in EVICTING:
+        logp = hand_evict(policy, ids, 48, 24).logp[1:]  # the decode steps' predictions (the prefill's is the full's)
+        agree = [int(a) == int(b) for a, b in zip(logp.argmax(-1), full.argmax(-1))]
+        kl = [float((p.exp() * (p - q)).sum()) for p, q in zip(full, logp)]
+        hand[policy] = (sum(agree) / len(agree), sum(kl) / len(kl))
         r = by[policy]
-        assert r.cache.bytes_held * 4 == full_bytes  # 64 of 256 positions, measured
-        assert len(r.forced.agree) == 128 and r.forced.agreement < 1.0 and r.forced.kl_mean > 0
-    order = ranking(rows)
-    assert sorted(order) == sorted(EVICTING)
-    agreement = [by[p].forced.agreement for p in order]
-    assert agreement == sorted(agreement, reverse=True)
+        assert len(r.forced.agree) == 48
+        assert r.forced.agreement == hand[policy][0], policy
+        assert r.forced.kl_mean == pytest.approx(hand[policy][1], rel=1e-3, abs=1e-6), policy
+        assert r.cache.bytes_held * 96 == full_bytes * (24 + 48 if policy == "snap" else 24), policy
+    by_hand = sorted(CAPPED, key=lambda p: (-hand[p][0], hand[p][1]))
+    assert ranking(rows) == by_hand
+    assert len({hand[p] for p in CAPPED}) == len(CAPPED)  # no two policies tie: the order is the figures'
+
+
+def test_the_recorded_charts_hold_every_policy_and_say_what_this_code_measures(bundled_lm):
+    """The page's first screen draws a recording (assets/budget_sweep_default.json): it holds every policy at every
+    budget the page offers, both heavy scores and both SnapKVs drawn as lines of their own, and a point measured now
+    (heavy-avg at 64, teacher-forced, against transformers' own full pass) is the recorded one."""
+    from topics.budget.draw import divergence_fig
+    from topics.budget.measure import SWEEP_BUDGETS, recorded_sweep
+
+    recorded = recorded_sweep(bundled_lm)
+    assert recorded is not None and recorded.context == 256 and recorded.command.startswith("python -m engine budget")
+    assert {(p.policy, p.budget) for p in recorded.points} == {(p, b) for p in POLICIES if p != "full"
+                                                                for b in SWEEP_BUDGETS}
+    named = {t.name for t in divergence_fig(recorded.points).data}
+    assert {"heavy", "heavy-avg", "snap", "snap-capped"} <= named
+    ids = held_out_ids(bundled_lm, 256)
+    with torch.inference_mode():
+        full = torch.log_softmax(their_model()(torch.tensor([ids])).logits[0, 128:].float(), -1)
+    logp, _ = forced_logprobs(bundled_lm, "heavy-avg", 64, ids, 128)
+    point = next(p for p in recorded.points if (p.policy, p.budget) == ("heavy-avg", 64))
+    assert point.agreement == float((logp.argmax(-1) == full.argmax(-1)).float().mean())
+    assert point.kl_mean == pytest.approx(float((full.exp() * (full - logp)).sum(-1).mean()), rel=1e-3)
+
+
+# ---------------------------------------------------------------- the free run starts where the text does
+
+
+def test_the_free_run_starts_from_the_held_out_texts_first_half_with_one_start_token(bundled_lm):
+    rows = compare_policies(bundled_lm, ("full", "window"), 16, context=48, new_tokens=2)
+    ids = held_out_ids(bundled_lm, 48)
+    assert ids[0] == bundled_lm.tokenizer.bos_token_id and ids[1] != ids[0]  # the text has it once
+    for r in rows:
+        assert r.greedy.prompt_ids == tuple(ids[:24]), r.policy
 
 
 # ---------------------------------------------------------------- the attention sink
 
 
-def test_the_sink_is_measured_per_layer_from_the_models_own_attention(bundled_lm):
+def test_the_sink_is_measured_per_layer_and_per_head_from_the_models_own_attention(bundled_lm):
+    from topics.budget.draw import sink_words
+
     rows = sink_mass(bundled_lm, context=128, from_pos=32)
     assert [r.layer for r in rows] == list(range(bundled_lm.spec.layers))
     ids = held_out_ids(bundled_lm, 128)
     with torch.inference_mode():
         attentions = their_model()(torch.tensor([ids]), output_attentions=True).attentions
+    uniform = sum(1 / (q + 1) for q in range(32, 128)) / 96
+    strongest = (0.0, None, None)
     for r, a in zip(rows, attentions):
         assert r.mass == pytest.approx(a[0, :, 32:, 0].float().mean().item(), rel=1e-4)
-        assert r.uniform == pytest.approx(sum(1 / (q + 1) for q in range(32, 128)) / 96)
+        assert r.uniform == pytest.approx(uniform)
         assert r.rows == 96
+        heads = [a[0, h, 32:, 0].float().mean().item() for h in range(a.shape[1])]
+        assert r.head_mass == pytest.approx(heads, rel=1e-4)
+        for h, m in enumerate(heads):
+            strongest = max(strongest, (m / uniform, r.layer, h), key=lambda t: t[0])
+    said = sink_words(rows)
+    ratio, layer, head = strongest
+    assert f"the strongest single head (layer {layer}, head {head}) ×{ratio:.1f}" in said
+    lows = [a[0, :, 32:, 0].float().mean().item() / uniform for a in attentions]
+    assert f"×{min(lows):.1f} to ×{max(lows):.1f}" in said
 
 
 # ---------------------------------------------------------------- refused in plain words
@@ -284,34 +617,82 @@ def test_the_cli_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, mo
 
 
 def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
+    """`--policy all` prints a line for every policy, the same figures `--json` writes (bytes over the full cache's
+    recomputed from the written bytes), and ranks the policies that hold B positions as the written figures do."""
+    import json
+
     from commands.main import main
 
     assert main(["budget", "--policy", "window", "--budget", "100000"]) == 2  # over this model's 512 positions
     assert "context window (512 positions)" in capsys.readouterr().err
     out = tmp_path / "b.json"
-    assert main(["budget", "--policy", "int8", "--budget", "16", "--context", "48", "--new-tokens", "4",
+    assert main(["budget", "--policy", "all", "--budget", "8", "--context", "32", "--new-tokens", "2",
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "int8" in text and "bytes held" in text and "agree" in text
-    assert out.exists()
+    doc = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in doc["rows"]}
+    assert list(rows) == list(POLICIES)
+    old = {"policy", "budget", "bytes_held", "bytes_full", "bytes_ratio", "agreement", "kl_mean", "steps_compared",
+           "parting_step", "ms_per_step", "ms_p25", "ms_p75", "timed_steps", "text", "full_text"}
+    assert all(old <= set(r) for r in rows.values())  # what it always wrote, and more
+    table = text.split("\n\n")[0].splitlines()[1:]  # under the header, up to the first blank line
+    lines = {line.split()[0]: line for line in table}
+    assert set(lines) == set(POLICIES) and "of fp32" in text and "at bf16" in text
+    for name, r in rows.items():
+        assert f"{r['bytes_held'] / r['bytes_full']:.1%}" in lines[name] and f"{r['agreement']:.1%}" in lines[name]
+    by_hand = sorted(CAPPED, key=lambda p: (-rows[p]["agreement"], rows[p]["kl_mean"]))
+    assert f"by agreement (ties: the lower KL): {' > '.join(by_hand)}" in text
+    assert doc["ranking"] == by_hand
 
 
 # ---------------------------------------------------------------- the pictures say what the record says
 
 
+def picture_cells(svg: str, layers: int, positions: int) -> list[list[tuple[str, float]]]:
+    """Each layer's cells as the SVG draws them: (state, opacity) per position, read off its rectangles' runs."""
+    cells = []
+    for attrs, state, start, length in re.findall(
+            r'<rect ([^>]*)data-state="(\w+)" data-start="(\d+)" data-length="(\d+)"', svg):
+        if int(start) == 0:
+            cells.append([])
+        opacity = re.search(r'fill-opacity="([\d.]+)"', attrs)
+        cells[-1].extend([(state, float(opacity.group(1)) if opacity else 1.0)] * int(length))
+    assert len(cells) == layers and all(len(row) == positions for row in cells)
+    return cells
+
+
 def test_the_cache_picture_greys_what_was_evicted_and_hatches_what_was_quantized(bundled_lm):
+    """96 positions (64 prefilled) at a budget of 32. The picture's cells say, position by position, what the rules
+    say independently of the cache: the window drops 0..63; heavy hitters drop what hand_evict's H2O drops, and a
+    position only one of the two kv_heads holds is drawn pale; int8 (KIVI, 16-position key groups) has rounded
+    0..63. Its title's bytes are the tensors' own (counted here) and transformers' DynamicCache's."""
+    from engine.units import human_bytes
     from topics.budget.draw import cache_svg
-    from topics.budget.measure import cache_map, full_bytes
+    from topics.budget.measure import cache_map
 
     ids = held_out_ids(bundled_lm, 96)
-    _, full = forced_logprobs(bundled_lm, "full", None, ids, 64)
-    for policy, state, first in (("window", "evicted", 64), ("int8", "quantized", 96 - 32)):
+    full = dynamic_cache_bytes(ids)
+    layers, kv_heads = bundled_lm.spec.layers, bundled_lm.spec.kv_heads
+    hand = hand_evict("heavy", ids, 64, 32).held[-1]
+    expected = {
+        "window": [[("evicted" if p < 64 else "held", kv_heads) for p in range(96)]] * layers,
+        "heavy": [[("held", n) if (n := sum(p in h for h in layer)) else ("evicted", 0) for p in range(96)]
+                  for layer in hand],
+        "int8": [[("quantized" if p < (96 - 32) // GROUP * GROUP else "held", kv_heads) for p in range(96)]] * layers,
+    }
+    assert any(n == 1 for layer in expected["heavy"] for _, n in layer)  # some positions held by one kv_head only
+    for policy, want in expected.items():
         _, cache = forced_logprobs(bundled_lm, policy, 32, ids, 64)
-        cmap = cache_map(bundled_lm, cache, policy, 32, 96, full_bytes(full), 64)
-        svg = cache_svg(cmap)
-        # one run of cells per layer: positions 0 .. first-1 in that state
-        assert svg.count(f'data-state="{state}" data-start="0" data-length="{first}"') == bundled_lm.spec.layers
-        assert cmap.bytes_held == cache.nbytes() and cmap.bytes_full == full_bytes(full)
+        svg = cache_svg(cache_map(bundled_lm, cache, policy, 32, 96, full, 64))
+        drawn = picture_cells(svg, layers, 96)
+        for layer, (row, wanted) in enumerate(zip(drawn, want)):
+            assert [state for state, _ in row] == [state for state, _ in wanted], f"{policy}, layer {layer}"
+            for (state, opacity), (_, n) in zip(row, wanted):
+                if state != "evicted":
+                    assert opacity == pytest.approx(0.35 + 0.65 * n / kv_heads, abs=0.006), (policy, layer)
+        held = sum(tensor_bytes(layer) for layer in cache.layers)
+        title = f"{human_bytes(held)} held of the fp32 cache's {human_bytes(full)} ({held / full:.0%})"
+        assert title in html.unescape(svg), policy
 
 
 @pytest.mark.slow
@@ -327,7 +708,8 @@ def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_s
     assert not at.exception and not at.error
     at.button(key="budget_scenario_a window forgets the name").click().run()
     said = next(m.value for m in at.markdown if m.value.startswith("Holds "))
-    assert "Holds **128.0 KiB** of the full cache's 512.0 KiB (**25%**" in said and "texts part at step" in said
+    assert "Holds **128.0 KiB** of the full fp32 cache's 512.0 KiB (**25%**, measured)" in said
+    assert "a bf16 server would hold 64.0 KiB of 256.0 KiB (25%" in said and "texts part at step" in said
     charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
     assert any("Damage against the budget" in c for c in charts)  # on the first screen, before any button
     at.selectbox(key="budget_policy").set_value("sinks")

@@ -179,6 +179,33 @@ def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():
     assert int(re.search(r"caches of \*\*([\d,]+) sequences", note).group(1).replace(",", "")) > 0
 
 
+def test_the_budget_lesson_sizes_a_long_cache_within_that_models_own_context_and_says_what_each_policy_measured():
+    """Lesson 11 opens with a published model's cache at a long context: the model is in the app's table, the
+    context is one it can read, and the bytes are 2 (K and V) x layers x kv_heads x head_dim x 2 bytes (bf16) x
+    tokens, multiplied out here from the table's row. Its heavy-hitter sentence quotes both scores' agreement as
+    the table beside it shows them, and its sink caption the strongest head's figure."""
+    import pandas as pd
+
+    from engine.paths import ASSETS
+    from engine.units import human_bytes
+
+    at = lesson(11)
+    opening = text(at)
+    table = pd.read_csv(ASSETS / "model_configs.csv")
+    said = re.search(r"(\S+) filling its (\d+) K-token context holds ([\d.]+ \w+) of keys and values in bf16", opening)
+    assert said, opening[:300]
+    row = table[table["name"] == said.group(1)].iloc[0]
+    tokens = int(said.group(2)) * 1024
+    assert tokens <= int(row["max_position_embeddings"]), (said.group(1), tokens, row["max_position_embeddings"])
+    head_dim = int(row["head_dim"])
+    kv = 2 * int(row["num_layers"]) * int(row["num_key_value_heads"]) * head_dim * 2 * tokens
+    assert said.group(3) == human_bytes(kv)
+    shown = {r["policy"]: r for r in at.dataframe[0].value.to_dict("records")}
+    assert f"**{shown['heavy']['agree']}** with H2O's plain sum" in opening
+    assert f"**{shown['heavy-avg']['agree']}** with the sum per query" in opening
+    assert re.search(r"the strongest single head \(layer \d+, head \d+\) ×[\d.]+", " ".join(c.value for c in at.caption))
+
+
 @pytest.fixture(scope="module")
 def lesson_9() -> AppTest:
     """Lesson 9 rendered once for the tests that read it (a speculative run and a timed one-row pass: 4 s)."""

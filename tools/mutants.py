@@ -221,6 +221,103 @@ def c_over_the_verify_pass() -> None:
     from topics.speculative.measure import Comparison
 
     Comparison.cost_ratio_c = property(lambda m: m.draft_ms_per_proposed_token / m.verify_ms if m.verify_ms else 0.0)
+# ---- budget
+BUDGET_TESTS = "tests/test_budget.py::"
+
+
+def fp8_scale_from_first_rows_out() -> None:
+    """fp8's scale is set by the first rows that leave the full-precision window, not by the prompt (at B >= 128:
+    one row, the start token, and later keys saturate)."""
+    from topics.budget import quant
+
+    calibrate, pack = quant.Fp8.calibrate, quant.Fp8.pack
+    quant.Fp8.calibrate = lambda self, x, keys: None  # the prefill's call sets nothing
+
+    def first_rows(self, x, keys):
+        calibrate(self, x, keys)
+        return pack(self, x, keys)
+
+    quant.Fp8.pack = first_rows
+
+
+def snap_pools_its_window() -> None:
+    """SnapKV smooths over the observation window's own columns too, padding left out of the mean."""
+    import torch
+
+    from topics.budget import evict
+
+    def pooled_with_window(grouped, window):
+        b, kv_heads, group, q_len, k_len = grouped.shape
+        seen = grouped[:, :, :, -window:, :].mean(dim=3)
+        pooled = torch.nn.functional.avg_pool1d(seen.reshape(-1, 1, k_len), evict.KERNEL, stride=1,
+                                                padding=evict.KERNEL // 2, count_include_pad=False)
+        scores = pooled.view(b, kv_heads, group, k_len).mean(dim=2)
+        scores[..., k_len - window:] = scores.max()
+        return scores
+
+    evict.snap_scores = pooled_with_window
+
+
+def h2o_protects_the_oldest_half() -> None:
+    """Heavy hitters protect the oldest B/2 positions instead of the newest."""
+    from topics.budget import evict
+
+    protected = evict.EvictingLayer.protected
+
+    def oldest(self):
+        if self.rule in ("heavy", "heavy-avg"):
+            return self.positions < max(1, self.budget // 2)
+        return protected(self)
+
+    evict.EvictingLayer.protected = oldest
+
+
+def heavy_avg_ranks_by_the_sum() -> None:
+    """heavy-avg ranks by H2O's plain sum: never divided by the queries that could see a position."""
+    from topics.budget import evict
+
+    evict.EvictingLayer.ranked = lambda self: self.scores
+
+
+def snap_evicts_while_decoding() -> None:
+    """SnapKV as published keeps evicting while decoding (capped at B): it becomes snap-capped."""
+    from topics.budget import evict
+
+    observe = evict.EvictingLayer.observe
+
+    def capped(self, weights):
+        rule = self.rule
+        self.rule = "snap-capped" if rule == "snap" else rule
+        try:
+            observe(self, weights)
+        finally:
+            self.rule = rule
+
+    evict.EvictingLayer.observe = capped
+
+
+def kl_the_wrong_way_round() -> None:
+    """The damage's KL is KL(policy || full) instead of KL(full || policy)."""
+    from topics.budget import measure
+    from topics.budget.records import Forced
+
+    def backwards(policy, budget, prompt_tokens, full, other):
+        agree = (full.argmax(-1) == other.argmax(-1)).tolist()
+        kl = (other.exp() * (other - full)).sum(-1).clamp(min=0).tolist()
+        return Forced(policy, budget, prompt_tokens, tuple(bool(a) for a in agree), tuple(kl))
+
+    measure.compare_forced = backwards
+
+
+def kivi_values_per_channel() -> None:
+    """KIVI groups values as it groups keys (per channel over 16 positions) instead of per position."""
+    import dataclasses
+
+    from topics.budget import quant
+
+    pack, unpack = quant.Kivi.pack, quant.Kivi.unpack
+    quant.Kivi.pack = lambda self, x, keys: dataclasses.replace(pack(self, x, True), keys=keys)
+    quant.Kivi.unpack = lambda self, p, dtype: unpack(self, dataclasses.replace(p, keys=True), dtype)
 
 
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
@@ -257,6 +354,21 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_head_roles.py::test_at_a_prefill_each_heads_label_says_where_the_row_drawn_beside_it_peaks"]),
     "c-over-verify-pass": (c_over_the_verify_pass, [
         "tests/test_speculative.py::test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_run"]),
+    # budget
+    "fp8-scale-first-rows-out": (fp8_scale_from_first_rows_out, [
+        BUDGET_TESTS + "test_fp8_rounds_a_run_within_1_5x_of_transformers_fp8_layer_on_the_same_tensors"]),
+    "snap-pools-its-window": (snap_pools_its_window, [
+        BUDGET_TESTS + "test_every_eviction_rule_keeps_what_its_hand_written_paper_rule_keeps"]),
+    "h2o-protects-oldest-half": (h2o_protects_the_oldest_half, [
+        BUDGET_TESTS + "test_every_eviction_rule_keeps_what_its_hand_written_paper_rule_keeps"]),
+    "heavy-avg-ranks-by-sum": (heavy_avg_ranks_by_the_sum, [
+        BUDGET_TESTS + "test_every_eviction_rule_keeps_what_its_hand_written_paper_rule_keeps"]),
+    "snap-evicts-while-decoding": (snap_evicts_while_decoding, [
+        BUDGET_TESTS + "test_every_eviction_rule_keeps_what_its_hand_written_paper_rule_keeps"]),
+    "kl-wrong-way-round": (kl_the_wrong_way_round, [
+        BUDGET_TESTS + "test_kl_and_agreement_are_the_textbook_ones_recomputed_by_hand"]),
+    "kivi-values-per-channel": (kivi_values_per_channel, [
+        BUDGET_TESTS + "test_kivi_rounds_each_number_to_within_half_a_step_and_int4_packs_two_a_byte"]),
 }
 
 

@@ -2,7 +2,7 @@
 
     policies.py   the policies by name, the checks that refuse bad input, and `budget_cache` (the cache itself)
     quant.py      fp8 / int8 / int4: the newest B positions in full precision, the older ones rounded
-    evict.py      window / sinks / heavy / snap: at most B positions held, a score says which
+    evict.py      window / sinks / heavy / heavy-avg / snap / snap-capped: which positions are held, a score says
     records.py    what a measurement returns: plain frozen records (no torch), what the pictures read
     measure.py    side by side with the full cache: bytes, teacher-forced agreement and KL, the parting step,
                   ms per decode step, the attention sink; `bench_rows` for `python -m engine bench`

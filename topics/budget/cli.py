@@ -1,11 +1,13 @@
 """`python -m engine budget`: one policy (or all) side by side with the full cache, in numbers.
 
     python -m engine budget --policy heavy --budget 64 [--prompt TEXT] [--json OUT]
-    python -m engine budget --policy all --budget 64 --sinks        # the README's table, and the attention sink
+    python -m engine budget --policy all --budget 64 --sinks        # docs/measurements.md's table, and the sink
+    python -m engine budget --policy all --sweep assets/budget_sweep_default.json   # the page's recorded charts
 
-Prints the bytes held against the full cache's, the teacher-forced top-1 agreement and mean KL on the held-out
-text, the first step where free-running greedy parts from the full cache (with both texts), and ms per decode
-step. Bad input is one line on stderr and exit status 2 (commands/main.py finds this command by name).
+Prints the bytes held against the full cache's (in the model's own dtype, measured, and counted at bf16), the
+teacher-forced top-1 agreement and mean KL on the held-out text, the first step where free-running greedy parts
+from the full cache (with both texts), and ms per decode step (for a quantized cache, the part of it spent
+dequantizing). Bad input is one line on stderr and exit status 2 (commands/main.py finds this command by name).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"free-running greedy steps (default {NEW_TOKENS})")
     p.add_argument("--sinks", action="store_true", help="also measure the attention each layer pays position 0")
     p.add_argument("--json", help="write every number (and both texts) here")
+    p.add_argument("--sweep", metavar="OUT", help="also measure every policy at budgets 8, 16, 32, 64 and 128 "
+                                                  "(the page's divergence charts) and record them here")
     model_args(p)
     p.set_defaults(func=main)
     return p
@@ -42,10 +46,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     from engine.errors import StepError
-    from topics.budget.measure import compare_policies, ranking, sink_mass
-    from topics.budget.policies import POLICIES, check, check_words
+    from topics.budget.measure import compare_policies, ranking, record_sweep, sink_mass
+    from topics.budget.policies import CAPPED, POLICIES, check, check_words
 
     check_json_path(args.json)  # every refusal that needs no model comes before loading one
+    if args.sweep:
+        check_json_path(args.sweep)
     if args.new_tokens is None or args.new_tokens < 1:
         raise StepError(f"--new-tokens must be at least 1 (got {args.new_tokens}).")
     policies = tuple(POLICIES) if str(args.policy).strip().lower() == ALL else (args.policy,)
@@ -68,40 +74,67 @@ def main(args) -> int:
           file=sys.stderr)
     rows = compare_policies(lm, shown, args.budget, args.context, args.prompt, args.new_tokens,
                             on_policy=lambda p: print(f"  measuring {p}…", file=sys.stderr))
-    print(table(rows))
+    summaries = [r.summary() for r in rows]
+    print(table(summaries))
+    print(notes(summaries))
     full = next(r for r in rows if r.policy == "full")
-    print(f"\nfull   : {full.greedy.text!r}")
+    print(f"\n{'full':<11}: {full.greedy.text!r}")
     for r in rows:
         if r.policy != "full":
             at = "never parts" if r.parting_step is None else f"parts at step {r.parting_step}"
-            print(f"{r.policy:<7}: {r.greedy.text!r}  ({at})")
-    evicting = ranking(rows)
+            print(f"{r.policy:<11}: {r.greedy.text!r}  ({at})")
+    evicting = ranking(rows, CAPPED)
     if len(evicting) > 1:
-        print("\neviction policies by agreement: " + " > ".join(evicting))
+        print(f"\neviction policies holding {args.budget} positions, by agreement (ties: the lower KL): "
+              + " > ".join(evicting))
     sinks = sink_mass(lm, args.context) if args.sinks else []
     if sinks:
         print("\nattention on position 0, per layer (query rows from position "
-              f"{args.context - sinks[0].rows}): measured vs a uniform reader")
+              f"{args.context - sinks[0].rows}): measured vs a uniform reader, the heads' mean and the strongest head")
         for s in sinks:
-            print(f"  layer {s.layer}: {s.mass:.4f} vs {s.uniform:.4f}  (x{s.ratio:.2f})")
+            h = s.strongest_head
+            print(f"  layer {s.layer}: {s.mass:.4f} vs {s.uniform:.4f}  (x{s.ratio:.2f}; head {h}: "
+                  f"x{s.head_ratios[h]:.2f})")
     if args.json:
         write_json(args.json, {"model": lm.spec.name, "dtype": lm.dtype_name, "device": str(lm.device),
                                 "context": args.context, "budget": args.budget, "new_tokens": args.new_tokens,
-                                "prompt": rows[0].greedy.prompt, "rows": [r.as_dict() for r in rows],
-                                "ranking": evicting, "sinks": [s.__dict__ for s in sinks]})
+                                "prompt": rows[0].greedy.prompt, "rows": [r.to_dict() for r in rows],
+                                "ranking": evicting, "sinks": [s.to_dict() for s in sinks]})
+    if args.sweep:
+        command = f"python -m engine budget --policy all --sweep {args.sweep}"
+        recorded = record_sweep(lm, context=args.context, command=command,
+                                on_point=lambda p, b: print(f"  sweep: {p} at {b}…", file=sys.stderr))
+        write_json(args.sweep, recorded.to_dict())
     return 0
 
 
 def table(rows) -> str:
-    """One line a policy: bytes, share of the full cache, agreement, KL, parting step, ms per decode step."""
-    head = (f"{'policy':<7} {'budget':>6} {'bytes held':>11} {'of full':>8} {'agree':>7} {'mean KL':>8} "
-            f"{'parts at':>8}  {'ms/step (median, IQR)':<22}")
+    """One line a policy (Summary records): bytes against the full cache's (own dtype, and counted at bf16),
+    agreement, KL, parting step, ms per decode step and the part of it spent dequantizing."""
+    dtype = rows[0].dtype if rows else ""
+    own = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+    head = (f"{'policy':<11} {'budget':>6} {'bytes held':>11} {'of ' + own:>8} {'at bf16':>8} {'agree':>7} "
+            f"{'mean KL':>8} {'parts at':>8}  {'ms/step (median, IQR)':<22} {'dequant ms':>10}")
     lines = [head]
     for r in rows:
-        d = r.as_dict()
         parts = "never" if r.parting_step is None else str(r.parting_step)
         budget = "-" if r.budget is None else str(r.budget)
-        lines.append(f"{r.policy:<7} {budget:>6} {human_bytes(d['bytes_held']):>11} {d['bytes_ratio']:>8.1%} "
-                     f"{d['agreement']:>7.1%} {d['kl_mean']:>8.4f} {parts:>8}  "
-                     f"{d['ms_per_step']:.1f} ({d['ms_p25']:.1f}–{d['ms_p75']:.1f})")
+        dq = "-" if r.dequant_ms is None else f"{r.dequant_ms:.2f}"
+        lines.append(f"{r.policy:<11} {budget:>6} {human_bytes(r.bytes_held):>11} {r.bytes_ratio:>8.1%} "
+                     f"{r.bytes_ratio_bf16:>8.1%} {r.agreement:>7.1%} {r.kl_mean:>8.4f} {parts:>8}  "
+                     f"{f'{r.ms_per_step:.2f} ({r.ms_p25:.2f}–{r.ms_p75:.2f})':<22} {dq:>10}")
     return "\n".join(lines)
+
+
+def notes(rows) -> str:
+    """What the columns are, said under the table."""
+    dtype = rows[0].dtype if rows else "the model's dtype"
+    out = [f"\nbytes: measured from the tensors against the full cache in {dtype} (the model's own dtype); 'at bf16' "
+           "counts the same tensors at 2 bytes a full-precision number against a bf16 full cache (counted, not run)."]
+    quantized = [r for r in rows if r.dequant_ms is not None]
+    if quantized:
+        worst = max(quantized, key=lambda r: r.moved_ratio_estimate)
+        out.append("quantized: every step dequantizes every older row into a full-precision copy ('dequant ms', "
+                   "measured inside the step), so a step moves more bytes than the full cache's (estimate: up to "
+                   f"x{worst.moved_ratio_estimate:.2f}, {worst.policy}); a fused kernel would read fewer instead.")
+    return "\n".join(out)

@@ -4,8 +4,10 @@
                      (grey, empty), quantized (hatched); a position some kv_heads hold and others dropped is pale
     divergence_fig   agreement and KL against the budget, one line per policy, side by side
     texts_html       the full cache's text and the policy's, the step where they part marked
-    sink_fig         the attention each layer pays position 0, against a uniform reader's
+    sink_fig         the attention each layer pays position 0 (the heads' mean, and each head), against a uniform
+                     reader's; sink_words says what it shows
     policy_table     the side-by-side numbers as a DataFrame
+    bytes_words      the bytes held, against the cache's own dtype and against bf16; step_words, the time
 
 Nothing here imports torch or streamlit: the same record draws in the app, a notebook and a test.
 """
@@ -18,14 +20,18 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from drawing.palette import DECODE, GREY, PREFILL, RECOMPUTED, layout, show_piece
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, RECOMPUTED, layout, show_piece
 from drawing.svg import FONT, INK, SOFT, W, text
 from engine.units import human_bytes
 
 EVICTED = "#eeeeee"  # a position the cache dropped: an empty slot, outlined
 POLICY_COLOURS = {"full": INK, "fp8": "#17becf", "int8": "#1f9e89", "int4": "#6a3d9a", "window": "#e377c2",
-                  "sinks": "#8c564b", "heavy": "#bcbd22", "snap": "#7f7f7f"}
-QUANTIZED_DASH = {"fp8": "solid", "int8": "solid", "int4": "solid"}  # evicting policies are dashed
+                  "sinks": "#8c564b", "heavy": "#bcbd22", "heavy-avg": "#6b6b00", "snap": "#7f7f7f",
+                  "snap-capped": "#3f3f3f"}
+# quantized policies solid, evicting ones dashed; of each pair of variants (H2O's two scores, SnapKV published and
+# capped) the second dotted
+QUANTIZED_DASH = {"fp8": "solid", "int8": "solid", "int4": "solid", "heavy-avg": "dot", "snap-capped": "dot"}
+SHORT_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 LEGEND = {"held (prompt, prefill)": PREFILL, "held (decoded)": DECODE, "evicted": EVICTED}
 
 
@@ -48,8 +54,9 @@ def cache_svg(cmap, title: str | None = None) -> str:
     n = max(1, cmap.positions)
     cell = (right - left) / n
     height = top + len(cmap.layers) * (row_h + gap) + 46
+    own = SHORT_DTYPE.get(cmap.dtype, cmap.dtype)
     title = title or (f"{cmap.policy}" + ("" if cmap.budget is None else f", budget {cmap.budget}") +
-                      f": {human_bytes(cmap.bytes_held)} held of {human_bytes(cmap.bytes_full)} "
+                      f": {human_bytes(cmap.bytes_held)} held of the {own} cache's {human_bytes(cmap.bytes_full)} "
                       f"({cmap.ratio:.0%})")
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" font-family="{FONT}">',
              '<defs><pattern id="quantized" width="7" height="7" patternUnits="userSpaceOnUse" '
@@ -103,8 +110,7 @@ def legend_row(x: float, y: float) -> str:
 
 def divergence_fig(points, scale: float = 1.0) -> go.Figure:
     """Agreement (left) and mean KL (right) against the budget, one line per policy; points: SweepPoint records."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("top-1 agreement with the full cache",
-                                                        "mean KL(full ‖ policy), nats"), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.17)  # each panel named by its y axis
     for policy in dict.fromkeys(p.policy for p in points):
         mine = sorted((p for p in points if p.policy == policy), key=lambda p: p.budget)
         style = dict(color=POLICY_COLOURS.get(policy, GREY), dash=QUANTIZED_DASH.get(policy, "dash"))
@@ -114,12 +120,12 @@ def divergence_fig(points, scale: float = 1.0) -> go.Figure:
         fig.add_trace(go.Scatter(x=budgets, y=[p.kl_mean for p in mine], name=policy, mode="lines+markers",
                                  line=style, legendgroup=policy, showlegend=False), row=1, col=2)
     fig.update_xaxes(title="budget (positions)", type="log", dtick=0.30103, tickformat="d")  # ticks at powers of 2
-    fig.update_yaxes(title="%", ticksuffix="", row=1, col=1)
-    fig.update_yaxes(title="nats", row=1, col=2)
-    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=420, scale=scale)
-    # the legend under the title, so the lines are named on the first screen; the subplot titles below it
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.12, x=0, font=dict(size=12 * scale)),
-                      title=dict(font=dict(size=15 * scale)), margin=dict(t=int(110 * scale), b=int(40 * scale)))
+    fig.update_yaxes(title="top-1 agreement, %", ticksuffix="", row=1, col=1)
+    fig.update_yaxes(title="mean KL(full ‖ policy), nats", row=1, col=2)
+    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=360, scale=scale)
+    # the legend under the title, so the lines are named on the first screen
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=12 * scale)),
+                      title=dict(font=dict(size=15 * scale)), margin=dict(t=int(84 * scale), b=int(36 * scale)))
     return fig
 
 
@@ -152,29 +158,82 @@ def texts_html(row) -> str:
 
 
 def sink_fig(rows, model: str, scale: float = 1.0) -> go.Figure:
-    """Per layer: the mean attention on position 0 (bars) against a uniform reader's (markers)."""
-    layers = [f"layer {r.layer}" for r in rows]
+    """Per layer: the heads' mean attention on position 0 (bars), each head's (dots), a uniform reader's (dashes,
+    computed: the estimate colour). Each layer's label carries its mean's multiple of the uniform reader's."""
+    layers = [f"layer {r.layer} (×{r.ratio:.1f})" for r in rows]
+    heads_x = [label for label, r in zip(layers, rows) for _ in r.head_mass]
     fig = go.Figure([
-        go.Bar(x=layers, y=[r.mass for r in rows], name="measured on position 0", marker_color=PREFILL,
-               text=[f"×{r.ratio:.1f}" for r in rows], textposition="outside"),
+        go.Bar(x=layers, y=[r.mass for r in rows], name="the heads' mean", marker_color=PREFILL, opacity=0.75),
+        go.Scatter(x=heads_x, y=[m for r in rows for m in r.head_mass], name="each head", mode="markers",
+                   marker=dict(color=INK, size=8 * scale, symbol="circle-open", line=dict(width=2)),
+                   text=[f"head {h}: ×{x:.1f}" for r in rows for h, x in enumerate(r.head_ratios)],
+                   hovertemplate="%{x}, %{text}<extra></extra>"),
         go.Scatter(x=layers, y=[r.uniform for r in rows], name="a uniform reader: 1/(query_pos+1)",
-                   mode="markers", marker=dict(symbol="line-ew-open", size=34, color=INK, line=dict(width=3))),
+                   mode="markers", marker=dict(symbol="line-ew-open", size=34, color=ESTIMATE, line=dict(width=3))),
     ])
     fig.update_yaxes(title="attention weight on position 0", rangemode="tozero")
     return layout(fig, f"The attention sink, measured on {model}", height=320, scale=scale)
 
 
+def sink_words(rows) -> str:
+    """What the sink chart shows, in words read off its records: the heads' mean against a uniform reader's, and
+    the strongest single head (one head can be a sink while its layer's mean is not)."""
+    if not rows:
+        return ""
+    low, high = min(r.ratio for r in rows), max(r.ratio for r in rows)
+    said = (f"Averaged over the heads, the layers pay position 0 ×{low:.1f} to ×{high:.1f} of what a uniform reader "
+            "would")
+    best = max((r for r in rows if r.head_mass), key=lambda r: max(r.head_ratios), default=None)
+    if best is None:
+        return said + "."
+    h = best.strongest_head
+    return said + f"; the strongest single head (layer {best.layer}, head {h}) ×{best.head_ratios[h]:.1f}."
+
+
 # ---------------------------------------------------------------- the numbers
 
 
-def policy_table(rows) -> pd.DataFrame:
-    """One row per policy: what the CLI prints, as a table."""
+def policy_table(rows, short: bool = False) -> pd.DataFrame:
+    """One row per policy (PolicyRows): what the CLI prints, as a table. `short` leaves out the budget and the
+    bytes themselves (a text beside it says both), so it fits half a 1280-px screen in presenter mode."""
     out = []
     for r in rows:
-        d = r.as_dict()
-        out.append({"policy": r.policy, "budget": "—" if r.budget is None else str(r.budget),
-                    "bytes held": human_bytes(d["bytes_held"]), "of full": f"{d['bytes_ratio']:.0%}",
-                    "agreement": f"{d['agreement']:.1%}", "mean KL": f"{d['kl_mean']:.4f}",
-                    "parts at step": "never" if r.parting_step is None else str(r.parting_step),
-                    "ms/step": f"{d['ms_per_step']:.1f} ({d['ms_p25']:.1f}–{d['ms_p75']:.1f})"})
+        d = r.summary()
+        own = SHORT_DTYPE.get(d.dtype, d.dtype)
+        row = {"policy": r.policy, "B": "—" if r.budget is None else str(r.budget), "bytes": human_bytes(d.bytes_held),
+               f"of {own}": f"{d.bytes_ratio:.0%}", "at bf16": f"{d.bytes_ratio_bf16:.0%}",
+               "agree": f"{d.agreement:.1%}", "mean KL": f"{d.kl_mean:.4f}",
+               "parts at": "never" if r.parting_step is None else str(r.parting_step), "ms/step": f"{d.ms_per_step:.1f}"}
+        if short:
+            del row["B"], row["bytes"]
+        out.append(row)
     return pd.DataFrame(out)
+
+
+def bytes_words(row) -> str:
+    """The bytes a policy holds, against the full cache in its own dtype (measured) and at bf16 (counted)."""
+    c = row.cache
+    own = SHORT_DTYPE.get(c.dtype, c.dtype)
+    return (f"Holds **{human_bytes(c.bytes_held)}** of the full {own} cache's {human_bytes(c.bytes_full)} "
+            f"(**{c.ratio:.0%}**, measured); a bf16 server would hold {human_bytes(c.bytes_held_at(2))} of "
+            f"{human_bytes(c.bytes_full_at(2))} ({c.ratio_bf16:.0%}, counted from the same tensors)")
+
+
+def step_words(row, full) -> str:
+    """Time per decode step of a policy and of the full cache, measured, and what the quantized cache's includes."""
+    ms, low, high = row.greedy.timing()
+    fms, flow, fhigh = full.greedy.timing()
+    timed = len(row.greedy.step_ms) - row.greedy.warmup_steps
+    said = (f"Time per decode step, median of {timed} steps after {row.greedy.warmup_steps} warm-up (quartiles): "
+            f"{row.policy} {ms:.1f} ms ({low:.1f}–{high:.1f}), full {fms:.1f} ms ({flow:.1f}–{fhigh:.1f}).")
+    dq = row.greedy.dequant_timing()
+    if dq is not None:
+        moved = row.summary().moved_ratio_estimate
+        said += (f" Of each {row.policy} step, {dq[0]:.2f} ms ({dq[1]:.2f}–{dq[2]:.2f}) went to dequantizing every "
+                 f"older row into a full-precision copy, which attention then reads: this implementation moves "
+                 f"×{moved:.2f} the full cache's bytes a step (estimate). Only a fused kernel, reading the packed "
+                 "bytes inside attention, turns fewer bytes held into fewer bytes read.")
+    else:
+        said += (" On a small model a step is overhead-bound: reading fewer bytes barely changes its time, and what a "
+                 "policy does besides (scoring by attention, evicting) can cost more than it saves.")
+    return said

@@ -1,15 +1,18 @@
 """Each policy side by side with the full cache: bytes held, the damage two ways, the time, the attention sink.
 
     bytes        numel * element_size over the tensors the cache holds, against the full cache's at the same
-                 positions (measured, never derived)
+                 positions, both in the model's own dtype (measured, never derived); beside them what a bf16
+                 server would hold, counted from the same tensors at 2 bytes a full-precision number
     forced       teacher-forced on a held-out text (assets/held_out/tinystories_eval_40.txt: the models never
                  trained on it): prefill the first half of a CONTEXT-token slice, then feed the rest one token a
                  decode step; at each step the policy's next-token distribution against the full cache's: top-1
                  agreement, and KL(full || policy)
     greedy       free-running from a prompt: the first step where the tokens part, and both texts
     ms/step      each decode step's forward pass, perf_counter around a device sync (engine/forward/run.py),
-                 the first WARMUP steps excluded; median and quartiles
-    sinks        the attention each layer pays position 0, against a uniform reader's
+                 the first WARMUP steps excluded; median and quartiles; for a quantized cache, also the part of
+                 each step spent dequantizing the older rows (timed inside the pass, quant.py)
+    sinks        the attention each layer pays position 0, against a uniform reader's, averaged over the heads
+                 and head by head
 
 Every policy goes through the one generation loop (the Stepper with `make_cache`) or `run_pass`, as the full
 cache does; the full cache is measured in the same run, on the same tokens.
@@ -26,9 +29,10 @@ from engine.forward.cache import layer_bytes
 from engine.forward.run import run_pass
 from engine.generate.stepper import Stepper
 from topics.budget.evict import EvictingLayer
-from topics.budget.policies import POLICIES, budget_cache, check
+from topics.budget.policies import CAPPED, POLICIES, budget_cache, check
 from topics.budget.quant import QuantizedLayer
-from topics.budget.records import CacheMap, Forced, Greedy, LayerMap, PolicyRow, SinkRow, SweepPoint
+from topics.budget.records import (CacheMap, Forced, Greedy, LayerMap, PolicyRow, RecordedSweep, SinkRow, Summary,
+                                   SweepPoint)
 
 EVAL_TEXT = ASSETS / "held_out" / "tinystories_eval_40.txt"
 CONTEXT = 256  # tokens of the held-out text: the first half prefilled, the second teacher-forced
@@ -64,14 +68,22 @@ def cache_map(lm, cache, policy: str, budget: int | None, positions: int, bytes_
     for i, layer in enumerate(cache.layers):
         held = [kv_heads] * positions
         quantized = [False] * positions
+        packed = dequantized = 0
         if isinstance(layer, EvictingLayer) and layer.positions is not None:
             held = [0] * positions
             for p in layer.positions[0].flatten().tolist():  # [kv_head, held] of batch 0
                 held[p] += 1
         if isinstance(layer, QuantizedLayer):
             quantized = [p < layer.quantized for p in range(positions)]
-        layers.append(LayerMap(i, tuple(held), tuple(quantized), kv_heads, layer_bytes(layer)))
-    return CacheMap(policy, budget, positions, tuple(layers), sum(m.nbytes for m in layers), bytes_full, prefilled)
+            full, packed, dequantized = layer.tail_numel(), layer.packed_nbytes(), layer.quantized_numel()
+        else:
+            keys = getattr(layer, "keys", None)
+            full = 0 if keys is None else keys.numel() + layer.values.numel()
+        layers.append(LayerMap(i, tuple(held), tuple(quantized), kv_heads, layer_bytes(layer), full, packed,
+                               dequantized))
+    element = torch.empty((), dtype=lm.dtype).element_size()
+    return CacheMap(policy, budget, positions, tuple(layers), sum(m.nbytes for m in layers), bytes_full, prefilled,
+                    str(lm.dtype).removeprefix("torch."), element)
 
 
 def full_bytes(cache) -> int:
@@ -94,7 +106,10 @@ def forced_logprobs(lm, policy: str, budget: int | None, ids: list[int], prompt_
 
 def compare_forced(policy: str, budget: int | None, prompt_tokens: int, full: torch.Tensor,
                    other: torch.Tensor) -> Forced:
-    """Top-1 agreement and KL(full || policy) at every step, from two [steps, vocab] log-prob tensors."""
+    """Top-1 agreement and KL(full || policy) at every step, from two [steps, vocab] log-prob tensors.
+
+    KL(full || policy) = Σ_token p_full · (log p_full − log p_policy): the nats lost by reading the full cache's
+    next token through the policy's distribution (zero only where the two agree)."""
     agree = (full.argmax(-1) == other.argmax(-1)).tolist()
     kl = (full.exp() * (full - other)).sum(-1).clamp(min=0).tolist()
     return Forced(policy, budget, prompt_tokens, tuple(bool(a) for a in agree), tuple(kl))
@@ -103,26 +118,36 @@ def compare_forced(policy: str, budget: int | None, prompt_tokens: int, full: to
 # ---------------------------------------------------------------- free-running greedy, timed
 
 
-def greedy(lm, runs: dict[str, int | None], prompt: str, new_tokens: int = NEW_TOKENS) -> dict[str, Greedy]:
-    """Greedy decoding from `prompt` under each policy {name: budget}, through the Stepper with its cache.
+def dequant_ms(cache) -> float:
+    """Time a quantized cache has spent dequantizing its older rows so far (0 for any other cache)."""
+    return sum(getattr(layer, "dequant_ms", 0.0) for layer in getattr(cache, "layers", ()))
+
+
+def greedy(lm, runs: tuple[tuple[str, int | None], ...], prompt: str, new_tokens: int = NEW_TOKENS
+           ) -> tuple[Greedy, ...]:
+    """Greedy decoding from `prompt` under each (policy, budget), through the Stepper with its cache.
 
     The runs step in alternation (one decode each, in turn), so a busy machine slows them alike and their
     times compare; every decode pass is timed once, the first WARMUP steps excluded from the median.
     """
-    steppers = {name: Stepper(lm, prompt, make_cache=budget_cache(lm, name, budget), max_new_tokens=new_tokens,
-                              record=False, stop_on_eos=False, repeats=1) for name, budget in runs.items()}
-    for run in steppers.values():
+    steppers = [Stepper(lm, prompt, make_cache=budget_cache(lm, name, budget), max_new_tokens=new_tokens,
+                        record=False, stop_on_eos=False, repeats=1) for name, budget in runs]
+    spent: list[list[float]] = [[] for _ in runs]  # per run, per decode step: ms spent dequantizing
+    for run in steppers:
         run.prefill()
-    while not all(run.done for run in steppers.values()):
-        for run in steppers.values():
+    while not all(run.done for run in steppers):
+        for run, dq in zip(steppers, spent):
             if not run.done:
+                before = dequant_ms(run.cache)
                 run.decode()
-    out = {}
-    for name, run in steppers.items():
+                dq.append(dequant_ms(run.cache) - before)
+    out = []
+    for (name, budget), run, dq in zip(runs, steppers, spent):
         ms = tuple(t.timing.samples_ms[0] for t in run.records if t.phase == "decode")
         pieces = tuple(lm.tokenizer.decode([i]) for i in run.generated_ids)
-        out[name] = Greedy(name, runs[name], prompt, tuple(run.generated_ids), pieces, ms, WARMUP)
-    return out
+        out.append(Greedy(name, budget, prompt, tuple(run.generated_ids), pieces, ms, WARMUP,
+                          tuple(run.tokens[:run.prompt_len]), tuple(dq) if any(dq) else ()))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- side by side
@@ -133,17 +158,18 @@ def compare_policies(lm, policies=tuple(POLICIES), budget: int = BUDGET, context
     """Every policy against the full cache, measured in one run on the same tokens: one PolicyRow each.
 
     The teacher-forced text is the first `context` tokens of the held-out text (half prefilled, half fed one a
-    step); the free run starts from `prompt` (default: the same first half, as text). on_policy(name) before each.
+    step); the free run starts from `prompt` (default: the same first half, as text, its start token left to the
+    tokenizer, which adds it once). on_policy(name) before each.
     """
     for policy in policies:
         check(lm, policy, None if policy == "full" else budget)
     ids = held_out_ids(lm, context)
     half = context // 2
-    prompt = prompt if prompt is not None else lm.tokenizer.decode(ids[:half])
+    prompt = prompt if prompt is not None else lm.tokenizer.decode(ids[:half], skip_special_tokens=True)
     ref, ref_cache = forced_logprobs(lm, "full", None, ids, half)
     bytes_full = full_bytes(ref_cache)
     budgets = {policy: None if policy == "full" else budget for policy in ("full", *policies)}
-    runs = greedy(lm, budgets, prompt, new_tokens)
+    runs = {g.policy: g for g in greedy(lm, tuple(budgets.items()), prompt, new_tokens)}
     rows = []
     for policy in policies:
         if on_policy:
@@ -180,15 +206,17 @@ def sweep(lm, budgets=(16, 32, 64, 128), policies=tuple(p for p in POLICIES if p
 
 
 def bench_rows(lm, budget: int = BUDGET, context: int = CONTEXT, new_tokens: int = NEW_TOKENS,
-               policies=tuple(POLICIES), log=None) -> list[dict]:
+               policies=tuple(POLICIES), log=None) -> list[Summary]:
     """A row per policy at one budget for `python -m engine bench`: bytes, agreement, KL, parting step, ms/step."""
     rows = compare_policies(lm, policies, budget, context, new_tokens=new_tokens,
                             on_policy=(lambda p: log(f"  budget {budget}: {p}")) if log else None)
-    return [{k: v for k, v in r.as_dict().items() if k not in ("text", "full_text")} for r in rows]
+    return [r.summary() for r in rows]
 
 
-def ranking(rows, policies=("window", "sinks", "heavy", "snap"), budget: int | None = None) -> list[str]:
-    """The eviction policies from the most to the least agreement (ties: the lower KL first).
+def ranking(rows, policies=CAPPED, budget: int | None = None) -> list[str]:
+    """The eviction policies that hold B positions, from the most to the least agreement (ties: the lower KL first).
+
+    snap (SnapKV as published) holds B plus every decoded position, so it is left out unless named.
 
     rows: PolicyRows (the CLI's table) or SweepPoints (the page's charts, at `budget`): one ordering rule for both.
     """
@@ -202,10 +230,12 @@ def ranking(rows, policies=("window", "sinks", "heavy", "snap"), budget: int | N
 
 
 def sink_mass(lm, context: int = CONTEXT, from_pos: int = SINK_FROM) -> list[SinkRow]:
-    """Per layer: the mean weight the query rows at positions >= from_pos put on position 0, against 1/(pos+1).
+    """Per layer: the mean weight the query rows at positions >= from_pos put on position 0, against 1/(pos+1),
+    averaged over the heads and head by head.
 
     One recorded prefill of the held-out text's first `context` tokens, no cache; attention read off the real
-    weights (engine/forward/capture.py). A layer with a sink puts far more than a uniform reader on position 0.
+    weights (engine/forward/capture.py). A layer with a sink puts far more than a uniform reader on position 0; a
+    single head can be one while the layer's average is not.
     """
     ids = held_out_ids(lm, context)
     from_pos = min(from_pos, context - 1)
@@ -214,7 +244,8 @@ def sink_mass(lm, context: int = CONTEXT, from_pos: int = SINK_FROM) -> list[Sin
     for layer, pattern in enumerate(result.patterns()):
         w = pattern[0, :, from_pos:, 0].float()  # [head, query_pos] weight on position 0
         q = torch.arange(from_pos, from_pos + w.shape[1], dtype=torch.float32)
-        rows.append(SinkRow(layer, float(w.mean()), float((1.0 / (q + 1)).mean()), int(w.shape[1])))
+        rows.append(SinkRow(layer, float(w.mean()), float((1.0 / (q + 1)).mean()), int(w.shape[1]),
+                            tuple(float(h) for h in w.mean(dim=1))))
     if not rows:
         raise StepError(f"{lm.spec.name}'s attention weights are not recorded, so the sink cannot be measured.")
     return rows
@@ -222,18 +253,39 @@ def sink_mass(lm, context: int = CONTEXT, from_pos: int = SINK_FROM) -> list[Sin
 
 # ---------------------------------------------------------------- recorded sweeps, for a page's first screen
 
+SWEEP_BUDGETS = (8, 16, 32, 64, 128)  # the divergence charts' budgets
 
-def recorded_sweep(lm) -> tuple[list[SweepPoint], dict] | None:
+
+def sweep_path(lm):
+    """assets/budget_sweep_<model>.json: the bundled default model under its short name."""
+    from engine.load.load import DEFAULT_MODEL
+
+    name = "default" if lm.spec.name == DEFAULT_MODEL else lm.spec.name  # one model under two names
+    return ASSETS / f"budget_sweep_{name}.json"
+
+
+def record_sweep(lm, budgets=SWEEP_BUDGETS, context: int = CONTEXT, command: str = "", on_point=None) -> RecordedSweep:
+    """Every policy at every budget (`sweep`), as a recording that names its machine, date and command."""
+    import time
+    from datetime import datetime, timezone
+
+    from engine import device as dev
+    from engine.load.load import DEFAULT_MODEL
+
+    t0 = time.perf_counter()
+    points = sweep(lm, budgets, context=context, on_point=on_point)
+    return RecordedSweep("default" if lm.spec.name == DEFAULT_MODEL else lm.spec.name, dev.describe(lm.device),
+                         lm.dtype_name, context, datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                         round(time.perf_counter() - t0, 1), tuple(points), command)
+
+
+def recorded_sweep(lm) -> RecordedSweep | None:
     """The divergence charts' points recorded for this model (assets/budget_sweep_<model>.json) and where they were
     measured, or None. Agreement and KL are teacher-forced on a fixed text: they do not depend on the machine's
     speed, so a page can show them before it measures its own (`sweep`, a minute on a laptop)."""
     import json
 
-    from engine.load.load import DEFAULT_MODEL
-
-    name = "default" if lm.spec.name == DEFAULT_MODEL else lm.spec.name  # one model under two names
-    path = ASSETS / f"budget_sweep_{name}.json"
+    path = sweep_path(lm)
     if not path.is_file():
         return None
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    return [SweepPoint(**p) for p in doc["points"]], {k: v for k, v in doc.items() if k != "points"}
+    return RecordedSweep.from_dict(json.loads(path.read_text(encoding="utf-8")))

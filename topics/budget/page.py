@@ -10,24 +10,24 @@ import streamlit as st
 
 from engine import DecodeLabError
 from drawing.svg import picture_html
-from engine.units import human_bytes
 from topics.budget import draw, measure
-from topics.budget.policies import POLICIES
+from topics.budget.policies import CAPPED, POLICIES
 from ui.setup import page_setup
 from ui.style import scale
 from ui.text import error
 
-SCENARIOS = {  # one click: (policy, budget, what to look at); measured on the bundled model's held-out story
-    "fp8 halves it for free": ("fp8", 64, "Bytes fall to under half and the texts never part: the older positions "
-                                          "are rounded to 8 bits, not forgotten."),
-    "a window forgets the name": ("window", 64, "The window holds the last 64 positions: the girl the story named "
-                                                "early has fallen out, and a few tokens in the window's text gives "
-                                                "her line to someone else."),
-    "heavy hitters keep it": ("heavy", 64, "Heavy hitters keep the positions the model kept reading, next to a "
-                                           "recent window: the name is still there, and the texts agree for longer. "
-                                           "Teacher-forced, though, it agrees least: two measures, two verdicts."),
+SCENARIOS = {  # one click: (policy, budget, what to look at); the numbers beside it are measured, never written here
+    "fp8 forgets nothing": ("fp8", 64, "The older positions are rounded to 8 bits, not forgotten. Read the "
+                                               "bytes twice: against this model's fp32 cache, and against the bf16 "
+                                               "cache a server would hold."),
+    "a window forgets the name": ("window", 64, "The window holds the last 64 positions: what the story said "
+                                                "before them is gone. Watch where the two texts part."),
+    "two heavy scores": ("heavy", 64, "H2O's plain sum favours the oldest positions (more queries have "
+                                               "read them). Switch the policy to heavy-avg, kvpress's score per "
+                                               "query that could see a position, and compare: the same rule, two "
+                                               "scores. The chart holds both lines."),
 }
-SWEEP_BUDGETS = (8, 16, 32, 64, 128)
+SWEEP_BUDGETS = measure.SWEEP_BUDGETS
 
 
 def pick(name: str) -> None:
@@ -68,7 +68,7 @@ def show() -> None:
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.selectbox("policy", list(POLICIES), key="budget_policy", width=150,
                   help="\n\n".join(f"**{k}**: {v}" for k, v in POLICIES.items()))
-    bar.slider("budget B (positions)", 1, limit, key="budget_budget", width=300)
+    bar.slider("budget B (positions)", 1, limit, key="budget_budget", width=260)
     for name in SCENARIOS:
         bar.button(name, key=f"budget_scenario_{name}", on_click=pick, args=(name,))
     policy, budget = st.session_state["budget_policy"], int(st.session_state["budget_budget"])
@@ -89,12 +89,10 @@ def show() -> None:
         st.html(picture_html(draw.cache_svg(row.cache), f"the {policy} cache per layer after the held-out text",
                              "budget-cache"))
         parts = "never" if row.parting_step is None else f"at step **{row.parting_step}**"
-        st.markdown(f"Holds **{human_bytes(row.cache.bytes_held)}** of the full cache's "
-                    f"{human_bytes(row.cache.bytes_full)} (**{row.cache.ratio:.0%}**, measured) · top-1 agreement "
-                    f"**{row.forced.agreement:.1%}** · mean KL **{row.forced.kl_mean:.4f}** nats · the free-running "
-                    f"texts part {parts}",
+        st.markdown(f"{draw.bytes_words(row)} · top-1 agreement **{row.forced.agreement:.1%}** · mean KL "
+                    f"**{row.forced.kl_mean:.4f}** nats · the free-running texts part {parts}",
                     help=f"Agreement and KL are teacher-forced: each next token against the full cache's, over "
-                         f"{len(row.forced.agree)} steps of a held-out story; KL(full ‖ policy).")
+                         f"{len(row.forced.agree)} steps of a held-out story; KL(full ‖ policy). {POLICIES[policy]}.")
     with right:
         measured_here = st.session_state.get("budget_sweep")
         kept = None if measured_here else measure.recorded_sweep(lm)
@@ -109,25 +107,22 @@ def show() -> None:
                     points = every_policy(lm, lm.spec.name)
                 source = "measured on this server"
         else:
-            points, about = kept
-            source = (f"recorded on {about['device']}, {about['measured_at'][:10]}: agreement and KL are teacher-forced "
+            points = kept.points
+            source = (f"recorded on {kept.device}, {kept.measured_at[:10]}: agreement and KL are teacher-forced "
                       "on a fixed text, so they do not depend on the machine")
-            st.button("Measure them on this server", key="budget_sweep_go",
-                      on_click=lambda: st.session_state.update(budget_sweep=True))
         if points is not None:
             st.plotly_chart(draw.divergence_fig(points, scale=scale()), key="budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
-            st.caption(f"Eviction policies by agreement at a budget of {at}: " +
-                       " > ".join(measure.ranking(points, budget=at)) +
-                       f" (the CLI's `--policy all` ranks the same way); {source}.")
+            st.caption(f"Eviction policies holding {at} positions, by agreement at that budget: " +
+                       " > ".join(measure.ranking(points, CAPPED, budget=at)) +
+                       f" (the CLI's `--policy all` ranks the same way; snap, SnapKV as published, holds {at} "
+                       f"prompt positions plus every decoded one); {source}.")
+        if kept is not None and not measured_here:  # under the chart: the recording first, measuring it again second
+            st.button("Measure them on this server", key="budget_sweep_go",
+                      on_click=lambda: st.session_state.update(budget_sweep=True))
 
     st.html(draw.texts_html(row))
-    ms, low, high = row.greedy.timing()
-    fms, flow, fhigh = full.greedy.timing()
-    st.caption(f"Time per decode step, median of {len(row.greedy.step_ms) - row.greedy.warmup_steps} steps after "
-               f"{row.greedy.warmup_steps} warm-up (quartiles): {policy} {ms:.1f} ms ({low:.1f}–{high:.1f}), full "
-               f"{fms:.1f} ms ({flow:.1f}–{fhigh:.1f}). On a small model a step is overhead-bound: rounding and "
-               "scoring cost time here; on a big one, reading fewer bytes is what makes a step faster.")
+    st.caption(draw.step_words(row, full))
 
     with st.expander("Positions keep their rotation; the attention sink, measured"):
         st.markdown(
@@ -137,7 +132,8 @@ def show() -> None:
             "in the cache, so the model never sees a distance longer than its window.\n\n"
             "Large trained models (GPT-2, Llama) pour attention onto the first position, a **sink**, and collapse "
             "when it is evicted: on Llama-2-13B StreamingLLM measured a perplexity of 5,158 with a window alone and "
-            "5.40 with 4 sinks kept. The bundled models have no sink: below, the weight on position 0 is about what "
-            "a uniform reader would give it, so *sinks* behaves like a plain *window* on them. A model loaded from "
-            "the hub shows its own measurement here.")
-        st.plotly_chart(draw.sink_fig(sinks(lm, lm.spec.name), lm.spec.name, scale=scale()), key="budget_sinks")
+            "5.40 with 4 sinks kept. Below, this model's own measurement: a bar per layer (the heads' mean) and a "
+            "dot per head, against a uniform reader's weight. A model loaded from the hub shows its own.")
+        sink_rows = sinks(lm, lm.spec.name)
+        st.plotly_chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), key="budget_sinks")
+        st.caption(draw.sink_words(sink_rows))

@@ -5,7 +5,9 @@ One knob for every policy, the budget B, in positions:
     full                   the reference: every position in the model's dtype (transformers' DynamicCache)
     fp8 · int8 · int4      the newest B positions in full precision, every older one quantized (quant.py)
     window · sinks ·       at most B positions held between passes; which ones is the policy's rule (evict.py)
-    heavy · snap
+    heavy · heavy-avg ·
+    snap-capped
+    snap                   SnapKV as published: the prompt cut to B positions once, every decoded one kept
 
 So with B at least the sequence's length every policy is the full cache, token for token; below it, the
 quantized ones round the older positions and the evicting ones drop them.
@@ -19,21 +21,29 @@ from transformers.cache_utils import Cache
 
 from engine.errors import StepError
 from engine.forward.cache import new_cache
-from topics.budget.evict import SINKS, EvictingLayer
+from topics.budget.evict import RULES, SINKS, EvictingLayer
 from topics.budget.quant import CODECS, QuantizedLayer
 
 POLICIES = {
     "full": "every position in the model's dtype: the reference",
-    "fp8": "older positions in fp8 (e4m3, one scale per layer), the newest B in full precision",
+    "fp8": "older positions in fp8 (e4m3, one scale per layer for K and one for V, set on the prompt), the newest B "
+           "in full precision",
     "int8": "older positions in int8 (KIVI: keys per channel, values per position), the newest B in full precision",
     "int4": "older positions in int4 (KIVI, two codes a byte), the newest B in full precision",
     "window": "the last B positions",
     "sinks": f"the first {SINKS} positions (attention sinks) and the last B − {SINKS}",
-    "heavy": "the last B/2 positions and the B/2 most attended of the rest (H2O's heavy hitters)",
-    "snap": "the prompt positions its last queries attend to most (SnapKV), then every new one",
+    "heavy": "the last B/2 positions and the B/2 of the rest with the most attention summed over every query so "
+             "far (H2O's heavy hitters, its plain sum)",
+    "heavy-avg": "the last B/2 positions and the B/2 of the rest with the most attention per query that could see "
+                 "them (H2O's rule with kvpress's averaged score)",
+    "snap": "B of the prompt's positions, the ones its last queries attend to most (SnapKV as published: the prompt "
+            "compressed once), then every decoded position too: it holds B plus the new ones",
+    "snap-capped": "SnapKV's B prompt positions, then at most B held: each decoded position pushes out a prompt one, "
+                   "so after B decode steps it holds the last B (a window)",
 }
 QUANTIZED = ("fp8", "int8", "int4")
-EVICTING = ("window", "sinks", "heavy", "snap")
+EVICTING = ("window", "sinks", "heavy", "heavy-avg", "snap", "snap-capped")
+CAPPED = tuple(p for p in EVICTING if p != "snap")  # the evicting policies that hold at most B positions
 
 
 class BudgetCache(Cache):
@@ -119,4 +129,5 @@ def budget_cache(lm, policy: str, budget: int | None):
     return lambda config: BudgetCache(policy, budget, layers)
 
 
-assert set(QUANTIZED) == set(CODECS) and set(POLICIES) == {"full", *QUANTIZED, *EVICTING}
+assert set(QUANTIZED) == set(CODECS) and set(EVICTING) == set(RULES)
+assert set(POLICIES) == {"full", *QUANTIZED, *EVICTING}

@@ -1,8 +1,11 @@
 """Quantized caches: the newest `budget` positions in full precision, every older one stored in fewer bits.
 
-    fp8    e4m3 (1 byte), one scale per layer for K and one for V, set on the first positions stored and then
-           frozen, values past it saturating at ±448·scale: what transformers' Fp8QuantizedLayer and vLLM's
-           fp8 KV cache do (tests/test_budget.py checks the codec against transformers' own)
+    fp8    e4m3 (1 byte), one scale per layer for K and one for V, calibrated on the prefill (max |x| / 448 over
+           every prompt position, the rule of transformers' Fp8QuantizedLayer, which freezes its scale on its first
+           update) and then frozen: a row decoded later whose numbers pass ±448·scale saturates there, as in
+           transformers (tests/test_budget.py checks the codec, and the round-trip error at B >= 128, against
+           transformers' own layer). vLLM differs: its fp8 KV cache takes the scale from the checkpoint (1.0 when
+           there is none), and its computed scales leave headroom (max / 200 for keys, max / 100 for values)
     int8   KIVI (arXiv:2402.02750): asymmetric integers, keys with one scale and zero point per channel over a
     int4   group of GROUP positions (outlier channels keep their own range), values one per position (each
            token's row its own range); scales and zero points in fp16, two int4 codes packed in a byte
@@ -12,14 +15,23 @@ the dequantized older rows plus that tail, and only then the oldest rows of the 
 quantized, once, and never re-quantized. With a budget at least as long as the sequence nothing is ever quantized.
 transformers' own QuantizedCache quantizes the whole prompt at once and keeps a residual only for decoded rows;
 here the budget is one knob for both kinds of policy: B positions in full precision, the rest rounded or dropped.
+
+What a step costs: every pass dequantizes every older row into a full-precision copy (`update`), which attention
+then reads. So this implementation moves more bytes a step than the full cache (the packed rows, the copy written,
+the copy read), and `dequant_ms` measures the time it spends doing so. A fused kernel (KIVI's, vLLM's fp8 attention)
+reads the packed bytes inside attention instead: there, fewer bytes held is fewer bytes read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import time
+
 import torch
 from transformers.cache_utils import DynamicLayer
+
+from engine import device as dev
 
 GROUP = 16  # KIVI's key group along the positions (the paper uses 32 or 128 on 7B models)
 FP8 = torch.float8_e4m3fn
@@ -56,20 +68,27 @@ class Codec:
 
     group = 1
 
+    def calibrate(self, x: torch.Tensor, keys: bool) -> None:
+        """Shown the prefill's rows before anything is packed (a codec with a frozen scale sets it here)."""
+
     def pack(self, x: torch.Tensor, keys: bool) -> Packed: ...
 
     def unpack(self, p: Packed, dtype: torch.dtype) -> torch.Tensor: ...
 
 
 class Fp8(Codec):
-    """e4m3 with one per-tensor scale, frozen at the first rows stored (transformers' Fp8QuantizedLayer's rule)."""
+    """e4m3 with one per-tensor scale, calibrated on the prefill and frozen (transformers' Fp8QuantizedLayer's rule:
+    its scale is set by its first update, the whole prompt). A codec used alone calibrates on its first rows."""
 
     def __init__(self):
         self.frozen = {True: None, False: None}  # the scale of K and of V
 
-    def pack(self, x: torch.Tensor, keys: bool) -> Packed:
+    def calibrate(self, x: torch.Tensor, keys: bool) -> None:
         if self.frozen[keys] is None:
             self.frozen[keys] = (x.abs().amax().float() / FP8_MAX).clamp(min=torch.finfo(torch.float32).tiny)
+
+    def pack(self, x: torch.Tensor, keys: bool) -> Packed:
+        self.calibrate(x, keys)  # a no-op once the prefill has set the scale
         scale = self.frozen[keys]
         return Packed((x.float() / scale).to(FP8), scale, None, keys)  # the cast saturates at ±448
 
@@ -123,18 +142,25 @@ class QuantizedLayer(DynamicLayer):
         self.packed_keys: Packed | None = None
         self.packed_values: Packed | None = None
         self.cumulative_length = 0
+        self.dequant_ms = 0.0  # time spent dequantizing the older rows, over every pass so far
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Append the fed rows to the tail; return the older rows dequantized plus the tail (this pass reads them)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+            self.codec.calibrate(key_states, keys=True)  # the prefill: every prompt position sets the scale
+            self.codec.calibrate(value_states, keys=False)
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
         self.cumulative_length += key_states.shape[-2]
         if self.packed_keys is None:
             return self.keys, self.values
+        dev.sync(self.device)  # perf_counter around a device sync: the dequantize, timed on its own
+        t0 = time.perf_counter()
         old_k = self.codec.unpack(self.packed_keys, self.dtype)
         old_v = self.codec.unpack(self.packed_values, self.dtype)
+        dev.sync(self.device)
+        self.dequant_ms += (time.perf_counter() - t0) * 1e3
         return torch.cat([old_k, self.keys], dim=-2), torch.cat([old_v, self.values], dim=-2)
 
     def observe(self, weights=None) -> None:
@@ -163,9 +189,22 @@ class QuantizedLayer(DynamicLayer):
         """Positions held in fewer bits (the oldest ones)."""
         return 0 if self.packed_keys is None else self.packed_keys.positions
 
+    def tail_numel(self) -> int:
+        """Numbers held in full precision (K and V of the newest rows)."""
+        return 0 if self.keys is None or self.keys.numel() == 0 else self.keys.numel() + self.values.numel()
+
+    def quantized_numel(self) -> int:
+        """Numbers (K and V) in the quantized rows: what every pass dequantizes into a full-precision copy."""
+        if self.packed_keys is None:
+            return 0
+        b, h, _, d = self.keys.shape
+        return 2 * b * h * self.quantized * d
+
+    def packed_nbytes(self) -> int:
+        """Bytes of the quantized rows: codes, scales, zero points."""
+        return 0 if self.packed_keys is None else self.packed_keys.nbytes() + self.packed_values.nbytes()
+
     def nbytes(self) -> int:
         """Bytes held, from the tensors: codes, scales, zero points, and the full-precision tail."""
-        tail = 0 if self.keys is None or self.keys.numel() == 0 else \
-            self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
-        packed = 0 if self.packed_keys is None else self.packed_keys.nbytes() + self.packed_values.nbytes()
-        return tail + packed
+        tail = 0 if not self.tail_numel() else self.tail_numel() * self.keys.element_size()
+        return tail + self.packed_nbytes()

@@ -1,13 +1,16 @@
 """What a budget measurement returns: small frozen records of plain numbers and strings (no torch here).
 
 The pictures (draw.py) and the page read only these, so a figure is a pure function of a record and the page
-never needs torch to draw one.
+never needs torch to draw one. A record becomes a dict only at the JSON edge (`to_dict`: the CLI's --json, the
+bench, a recorded sweep).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+
+BF16_BYTES = 2  # what a bf16 server stores a number in
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,9 @@ class LayerMap:
     quantized: tuple[bool, ...]  # per position: held in fewer bits (fp8 / int8 / int4)
     kv_heads: int
     nbytes: int  # K and V bytes this layer holds, from its tensors
+    full_numel: int = 0  # numbers (K and V) held in the cache's own dtype: the held rows, or a quantized tail
+    packed_nbytes: int = 0  # bytes of the quantized rows: codes, scales, zero points
+    quantized_numel: int = 0  # numbers (K and V) in the quantized rows: what each pass dequantizes
 
 
 @dataclass(frozen=True)
@@ -32,10 +38,35 @@ class CacheMap:
     bytes_held: int  # measured: numel * element_size over the tensors it holds
     bytes_full: int  # the full cache at the same positions, in the model's dtype (measured on the full run)
     prefilled: int = 0  # positions written by the prefill (the rest by decode steps); 0: not said
+    dtype: str = "float32"  # the cache's own dtype: the model's, what "full precision" means here
+    element_size: int = 4  # bytes a number in that dtype
 
     @property
     def ratio(self) -> float:
+        """Bytes held over the full cache's, both in the cache's own dtype (measured)."""
         return self.bytes_held / self.bytes_full if self.bytes_full else 1.0
+
+    def bytes_held_at(self, element_size: int) -> int:
+        """What the same cache would hold if its full-precision numbers took `element_size` bytes (counted from
+        its tensors: the full-precision numbers times that size, plus the quantized rows' bytes as they are)."""
+        return sum(m.full_numel * element_size + m.packed_nbytes for m in self.layers)
+
+    def bytes_full_at(self, element_size: int) -> int:
+        return self.bytes_full // self.element_size * element_size
+
+    @property
+    def ratio_bf16(self) -> float:
+        """Bytes held over the full cache's if both were a bf16 server's: counted, not run."""
+        full = self.bytes_full_at(BF16_BYTES)
+        return self.bytes_held_at(BF16_BYTES) / full if full else 1.0
+
+    @property
+    def moved_per_step_estimate(self) -> int:
+        """Bytes a decode step of this implementation moves through the cache (an estimate, from the tensors held):
+        the full-precision rows read once; the quantized rows read packed, written back as a full-precision copy
+        and that copy read by attention (quant.py dequantizes every older row, every pass)."""
+        return sum(m.full_numel * self.element_size + m.packed_nbytes + 2 * m.quantized_numel * self.element_size
+                   for m in self.layers)
 
 
 @dataclass(frozen=True)
@@ -79,6 +110,8 @@ class Greedy:
     pieces: tuple[str, ...]  # the text of each generated token
     step_ms: tuple[float, ...]  # every decode step's forward pass (perf_counter around a device sync)
     warmup_steps: int = 1  # the first decode steps, excluded from the median (one-off costs)
+    prompt_ids: tuple[int, ...] = ()  # the prompt's token ids, as the run fed them
+    dequant_ms: tuple[float, ...] = ()  # per decode step: the part of step_ms spent dequantizing (quantized only)
 
     @property
     def text(self) -> str:
@@ -86,14 +119,57 @@ class Greedy:
 
     def timing(self) -> tuple[float, float, float]:
         """(median, 25th, 75th percentile) of the decode steps after the warm-up, in ms."""
-        timed = sorted(self.step_ms[self.warmup_steps:]) or [0.0]
-        q = statistics.quantiles(timed, n=4) if len(timed) > 1 else [timed[0]] * 3
-        return statistics.median(timed), q[0], q[2]
+        return spread(self.step_ms[self.warmup_steps:])
+
+    def dequant_timing(self) -> tuple[float, float, float] | None:
+        """The same for the dequantize inside each step; None for a cache that holds nothing quantized."""
+        timed = self.dequant_ms[self.warmup_steps:]
+        return spread(timed) if any(timed) else None
+
+
+def spread(samples) -> tuple[float, float, float]:
+    """(median, 25th, 75th percentile) of `samples` in ms; (0, 0, 0) for none."""
+    timed = sorted(samples) or [0.0]
+    q = statistics.quantiles(timed, n=4) if len(timed) > 1 else [timed[0]] * 3
+    return statistics.median(timed), q[0], q[2]
 
 
 def parting(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     """The first step (0 = the first generated token) where the two runs chose different tokens; None if never."""
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One policy's figures in one flat record: what the CLI prints, the bench shows and `--json` writes."""
+
+    policy: str
+    budget: int | None
+    dtype: str  # the cache's own dtype (the full cache's and the full-precision rows')
+    bytes_held: int  # measured, in that dtype
+    bytes_full: int
+    bytes_ratio: float
+    bytes_ratio_bf16: float  # the same cache counted at 2 bytes a full-precision number, against a bf16 full cache
+    moved_ratio_estimate: float  # bytes a decode step moves through the cache over the full cache's (an estimate)
+    agreement: float
+    kl_mean: float
+    steps_compared: int
+    parting_step: int | None
+    ms_per_step: float
+    ms_p25: float
+    ms_p75: float
+    timed_steps: int
+    dequant_ms: float | None  # median of the dequantize inside each timed step (quantized policies), measured
+
+    def to_dict(self) -> dict:
+        """The JSON edge: rounded as the CLI and the bench always wrote them."""
+        d = asdict(self)
+        d.update(bytes_ratio=round(self.bytes_ratio, 4), bytes_ratio_bf16=round(self.bytes_ratio_bf16, 4),
+                 moved_ratio_estimate=round(self.moved_ratio_estimate, 4), agreement=round(self.agreement, 4),
+                 kl_mean=round(self.kl_mean, 5), ms_per_step=round(self.ms_per_step, 3),
+                 ms_p25=round(self.ms_p25, 3), ms_p75=round(self.ms_p75, 3),
+                 dequant_ms=None if self.dequant_ms is None else round(self.dequant_ms, 3))
+        return d
 
 
 @dataclass(frozen=True)
@@ -111,27 +187,68 @@ class PolicyRow:
     def __post_init__(self):
         object.__setattr__(self, "parting_step", parting(self.greedy.tokens, self.full.tokens))
 
-    def as_dict(self) -> dict:
-        """One flat row: what the CLI prints, `--json` writes and the bench shows."""
+    def summary(self) -> Summary:
         ms, low, high = self.greedy.timing()
-        return {"policy": self.policy, "budget": self.budget, "bytes_held": self.cache.bytes_held,
-                "bytes_full": self.cache.bytes_full, "bytes_ratio": round(self.cache.ratio, 4),
-                "agreement": round(self.forced.agreement, 4), "kl_mean": round(self.forced.kl_mean, 5),
-                "steps_compared": len(self.forced.agree), "parting_step": self.parting_step,
-                "ms_per_step": round(ms, 3), "ms_p25": round(low, 3), "ms_p75": round(high, 3),
-                "timed_steps": max(0, len(self.greedy.step_ms) - self.greedy.warmup_steps),
-                "text": self.greedy.text, "full_text": self.full.text}
+        dq = self.greedy.dequant_timing()
+        full = self.cache.bytes_full  # the full cache's step reads each of its rows once
+        return Summary(self.policy, self.budget, self.cache.dtype, self.cache.bytes_held, full,
+                       self.cache.ratio, self.cache.ratio_bf16,
+                       self.cache.moved_per_step_estimate / full if full else 1.0,
+                       self.forced.agreement, self.forced.kl_mean, len(self.forced.agree), self.parting_step,
+                       ms, low, high, max(0, len(self.greedy.step_ms) - self.greedy.warmup_steps),
+                       None if dq is None else dq[0])
+
+    def to_dict(self) -> dict:
+        """The JSON edge: the summary, and both free-running texts."""
+        return {**self.summary().to_dict(), "text": self.greedy.text, "full_text": self.full.text}
 
 
 @dataclass(frozen=True)
 class SinkRow:
-    """The attention one layer pays position 0, against what a uniform reader would pay it."""
+    """The attention one layer pays position 0, against what a uniform reader would pay it: averaged over the
+    heads, and head by head (one head can be a sink while the average is not)."""
 
     layer: int
     mass: float  # mean over heads and over the query rows read of the weight on position 0
     uniform: float  # the same mean if every row spread its weight evenly: 1 / (query_pos + 1)
     rows: int  # query rows averaged
+    head_mass: tuple[float, ...] = ()  # per head: the mean over the query rows read
 
     @property
     def ratio(self) -> float:
         return self.mass / self.uniform if self.uniform else 0.0
+
+    @property
+    def head_ratios(self) -> tuple[float, ...]:
+        return tuple(m / self.uniform if self.uniform else 0.0 for m in self.head_mass)
+
+    @property
+    def strongest_head(self) -> int | None:
+        return max(range(len(self.head_mass)), key=self.head_mass.__getitem__) if self.head_mass else None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratio": self.ratio, "head_ratios": list(self.head_ratios)}
+
+
+@dataclass(frozen=True)
+class RecordedSweep:
+    """The divergence charts' points recorded for a model (assets/budget_sweep_<model>.json), and where."""
+
+    model: str
+    device: str
+    dtype: str
+    context: int
+    measured_at: str  # ISO time
+    wall_s: float
+    points: tuple[SweepPoint, ...]
+    command: str = ""  # what made it
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "RecordedSweep":
+        return cls(doc["model"], doc["device"], doc["dtype"], int(doc["context"]), doc["measured_at"],
+                   float(doc["wall_s"]), tuple(SweepPoint(**p) for p in doc["points"]), doc.get("command", ""))
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "device": self.device, "dtype": self.dtype, "context": self.context,
+                "measured_at": self.measured_at, "wall_s": self.wall_s, "command": self.command,
+                "points": [asdict(p) for p in self.points]}
