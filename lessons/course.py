@@ -24,6 +24,7 @@ from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces
 from engine.generate.next_word import next_word_odds
 from engine.load.load import bundled_models
+from engine.load.rungs import short_count
 from engine.measure import caveats, roofline
 from engine.measure.request import request_timeline
 from engine.paths import ROOT
@@ -154,11 +155,27 @@ class Course:
                 f"{v.compute_ms:.3g} ms: **{v.label}**. On an {roofline.short_name(h100)} at batch 1 (nothing "
                 f"ran there) the same pass is {p.words()}.")
 
-    def physics(self, phase: str) -> None:
-        """The lesson's claim in the size ladder's measured numbers: the bundled model is too small to show it."""
+    def physics(self, phase: str, t=None) -> None:
+        """The lesson's claim proven where it holds: the big rung's pass over n rows on this device (or a recording
+        named as one); then, plainly, that the bundled model is too small to show it, with its own step's verdict."""
         said = lesson_claim(self.lm, phase)
         if said:
             st.markdown(said)
+        if t is not None:
+            st.markdown(self.too_small(t, phase))
+
+    def too_small(self, t, phase: str) -> str:
+        """The bundled model's own step, said plainly as too small to show the physics, with its verdict and why."""
+        v = roofline.step_verdict(t, device_roof())
+        said = (f"The bundled {short_count(self.spec.parameters)} model is too small to show it: measured here, its "
+                f"{phase} step took {t.forward_ms:.3g} ms, **{v.label}**.")
+        if v.kind == "overhead-bound":
+            return said + (" Python and the fixed cost of hundreds of small operations set its time, not its bytes "
+                           "or its arithmetic.")
+        if v.in_cache:
+            return said + (" Its weights fit the processor's cache, so what bounds it is the cache's roof, not the "
+                           "memory a large model streams from.")
+        return said
 
 
 def prompt_picker(key: str, default: int = 0) -> str:

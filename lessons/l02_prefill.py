@@ -48,5 +48,5 @@ def show(course: Course) -> None:
         st.markdown(course.bound_sentence(pre, "This prefill") + f" The decode step after it: "
                     f"{dec.intensity_estimate:.1f} FLOPs per byte. A longer prompt does more arithmetic per weight it "
                     "reads, and moves right.")
-        course.physics("prefill")
+        course.physics("prefill", pre)
     busy(run.records)

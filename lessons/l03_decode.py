@@ -25,10 +25,13 @@ def show(course: Course) -> None:
     st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
                 f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): `[1, 1, {course.spec.d_model}]` in, "
                 f"against `[1, {pre.q_len}, {course.spec.d_model}]` at prefill. Every weight matrix now multiplies a single "
-                "row, a **matrix-vector** product: each weight is read from memory for one row of arithmetic. It took "
-                f"{t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
-                + course.bound_sentence(t, "A decode step"))
-    course.physics("decode")
+                "row, a **matrix-vector** product: each weight is read from memory for one row of arithmetic, so the "
+                "weights' bytes, not the arithmetic, should set a decode step's time. Measured on a model big enough "
+                "to show it:")
+    course.physics("decode", t)
+    with st.expander("The numbers: this step on the roofline"):
+        st.markdown(f"It took {t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
+                    + course.bound_sentence(t, "A decode step"))
     busy(run.records[: steps + 1])
     z = assembled_attention(run.records[: steps + 1], 0, 0)
     st.plotly_chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],

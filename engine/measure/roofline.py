@@ -32,6 +32,7 @@ What a measured pass is said to be is two statements, kept apart (`Verdict`):
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 
@@ -124,14 +125,39 @@ class DeviceRoof:
                           bandwidths=rates, elem_bytes=self.elem_bytes)
 
 
-def probe_device(device_name: str, dtype_name: str | None = None, budget_s: float = 0.6) -> DeviceRoof:
-    """`probe` by names, as a page holds them: 'auto', 'cpu' or 'cuda', and 'float32' / 'bfloat16' (None: the
+_roofs: dict[tuple[str, str], DeviceRoof] = {}  # (device, dtype) -> this process's roof: one ridge each
+_roofs_lock = threading.Lock()
+
+
+def remember(roof: DeviceRoof, device: torch.device, dtype: torch.dtype) -> DeviceRoof:
+    """Keep `roof` as this process's roof for the device and dtype, merged with the one kept (DeviceRoof.best: a
+    later probe can only tighten it), and return the roof kept. Every page, lesson, ladder and race reads this one,
+    so they all quote one ridge per device and dtype."""
+    key = (device.type, str(dtype))
+    with _roofs_lock:
+        kept = _roofs.get(key)
+        _roofs[key] = roof if kept is None else kept.best(roof)
+        return _roofs[key]
+
+
+def device_roof(device: torch.device, dtype: torch.dtype, budget_s: float = 0.6, again: bool = False) -> DeviceRoof:
+    """This process's roof for a device and dtype: probed the first time it is asked for (or `again`), then kept."""
+    with _roofs_lock:
+        kept = _roofs.get((device.type, str(dtype)))
+    if kept is not None and not again:
+        return kept
+    return remember(probe(device, dtype, budget_s=budget_s), device, dtype)
+
+
+def probe_device(device_name: str, dtype_name: str | None = None, budget_s: float = 0.6,
+                 again: bool = False) -> DeviceRoof:
+    """`device_roof` by names, as a page holds them: 'auto', 'cpu' or 'cuda', and 'float32' / 'bfloat16' (None: the
     device's own fast dtype). A step is judged against the roof of the dtype it ran in."""
     from engine.device import pick_device, pick_dtype
 
     device = pick_device(device_name)
     dtype = getattr(torch, dtype_name) if dtype_name else pick_dtype(device)
-    return probe(device, dtype, budget_s=budget_s)
+    return device_roof(device, dtype, budget_s=budget_s, again=again)
 
 
 def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: float = 1.5,

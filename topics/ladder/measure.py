@@ -264,7 +264,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
     where not its own choice (topics.ladder.curve.every_pass), e.g. a test's few; curve_kinds: which kinds it
     times over n (gpu-check: the prefill alone, and the one-row decode).
     """
-    from engine.measure.roofline import probe
+    from engine.measure.roofline import probe, remember
 
     started, rss_before = time.perf_counter(), rss_bytes()
     tokens = tokens or default_tokens(lm.device)
@@ -307,7 +307,8 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
         done += w * share
     say(done, "measuring the roofline again: the roof is the best of the two probes…")
     with lm.turn(), serving_cores(largest):
-        roof = best_roof(first, probe(lm.device, dtype, budget_s=PROBE_S))
+        # the best of the two probes, kept as this server's roof (every page quotes it: one ridge per device)
+        roof = remember(best_roof(first, probe(lm.device, dtype, budget_s=PROBE_S)), lm.device, dtype)
     dev.release_memory()  # the probe's buffers too (128 MiB on a CPU)
     results = [r.on(roof) for r in results]
     say(1.0, "done")

@@ -161,12 +161,7 @@ def show() -> None:
     card = roof_choice.removesuffix(BESIDE)
     gpu = None if roof_choice == HERE else roofline.from_datasheet(sheets.set_index("name").loc[card].to_dict()
                                                                    | {"name": card})
-    cache = (f" Data that fits its cache reads at {here.cache_bandwidth / 1e9:,.1f} GB/s: the cache's own roof, "
-             "which bounds a step whose bytes fit it (the bundled model's); it is not the ridge."
-             if here.cache_roof else "")
-    st.write(plain(f"{here.name}: peak {here.peak_flops / 1e9:,.1f} GFLOP/s, DRAM bandwidth "
-                   f"{here.dram_bandwidth / 1e9:,.1f} GB/s: the ridge at {here.ridge:.1f} FLOP/byte (~"
-                   f"{here.ridge_tokens:.0f} rows in {here.dtype}).{cache}"))
+    st.write(plain(scale_draw.roof_sentence(here)))
     if gpu is not None:
         st.write(plain(f"{gpu.name}: peak {gpu.peak_flops / 1e12:,.0f} TFLOP/s in {gpu.dtype}, bandwidth "
                        f"{gpu.bandwidth / 1e12:,.2f} TB/s, ridge at {gpu.ridge:.0f} FLOP/byte (~{gpu.ridge_tokens:.0f} "

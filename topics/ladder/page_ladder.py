@@ -46,6 +46,11 @@ def shown_ladder(lm) -> tuple[Ladder | None, str]:
     where it comes from."""
     live = kept_ladder(lm) if lm is not None else None
     if live is not None:
+        from ui.model import device_roof
+
+        here = device_roof()  # this server's roof as it stands: the one every page quotes
+        if here.dtype == live.roof.dtype and here.name == live.roof.name:
+            live = live.on(here)
         return live, f"measured on this server ({live.device})"
     for rec in recorded_on(_kind(lm), recorded_ladders()):
         return rec, recorded_words(rec)
@@ -59,12 +64,15 @@ def other_ladder(lm) -> Ladder | None:
 
 
 def gpu_claim(lm, phase: str) -> str | None:
-    """A lesson's claim in the recorded GPU ladder's numbers, beside this device's (None on a GPU server, or when
-    none is shipped)."""
+    """A lesson's claim in the recorded GPU ladder's numbers (its pass over n rows where it has one), beside this
+    device's (None on a GPU server, or when none is shipped)."""
     other = other_ladder(lm)
     if other is None or "cuda" not in other.device:
         return None
-    return f"On a datacenter GPU ({recorded_words(other)}): {draw.phase_claim(other, phase)}"
+    curve = curve_of(other)
+    said = (curve_draw.curve_claim(curve, other.roof, phase, where_words(other)) if curve
+            else draw.phase_claim(other, phase))
+    return f"On a datacenter GPU ({recorded_words(other)}): {said}"
 
 
 def curve_of(ladder: Ladder | None):
@@ -79,13 +87,12 @@ def lesson_claim(lm, phase: str) -> str | None:
     shown, source = shown_ladder(lm)
     if shown is None:
         return None
-    own = draw.bundled_sentence(shown)
     gpu = gpu_claim(lm, phase)
     curve = curve_of(shown)
     said = (curve_draw.curve_claim(curve, shown.roof, phase, where_words(shown)) if curve
             else draw.phase_claim(shown, phase))
     return (f"{said} ({source}; the Scale page's *Grow the model* shows every rung and the pass over n rows.)"
-            + (f" {own}" if own else "") + (f"\n\n{gpu}" if gpu else ""))
+            + (f"\n\n{gpu}" if gpu else ""))
 
 
 def where_words(ladder: Ladder) -> str:

@@ -211,6 +211,10 @@ class Ladder:
     compile_s: float = 0.0  # of wall_s: compiling the lean path and the recipe (every rung's compile_ms)
     versions: dict | None = None  # python, torch, transformers, CUDA where it ran (a recorded ladder says them)
 
+    def on(self, roof: DeviceRoof) -> "Ladder":
+        """Every rung placed on `roof` (this server's roof as it stands now: a later probe may have tightened it)."""
+        return replace(self, roof=roof, rungs=tuple(r.on(roof) for r in self.rungs))
+
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["roof"] = asdict(self.roof) | {"ridge": self.roof.ridge}

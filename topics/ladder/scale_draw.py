@@ -76,6 +76,16 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
     return layout(fig, f"Roofline: {roof.name}", height=460, scale=scale)
 
 
+def roof_sentence(here: DeviceRoof) -> str:
+    """This device's roof in one sentence: its peak, its DRAM bandwidth, THE ridge (FLOP/byte and rows), and the
+    cache's own roof where the probe found one (never called the ridge)."""
+    cache = (f" Data that fits its cache reads at {here.cache_bandwidth / 1e9:,.1f} GB/s: the cache's own roof, "
+             "which bounds a step whose bytes fit it (the bundled model's); it is not the ridge."
+             if here.cache_roof else "")
+    return (f"{here.name}: peak {here.peak_flops / 1e9:,.1f} GFLOP/s, DRAM bandwidth {here.dram_bandwidth / 1e9:,.1f} "
+            f"GB/s: the ridge at {here.ridge:.1f} FLOP/byte (~{here.ridge_tokens:.0f} rows in {here.dtype}).{cache}")
+
+
 def prefill_sentence(pre, spec, here, gpu) -> str:
     """The prefill measured here, judged against this device's bounds only; beside it, what `gpu` (a datasheet roof:
     nothing ran there) PREDICTS for the same pass in its own dtype (roofline.predict_step)."""

@@ -132,7 +132,12 @@ def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> dic
     def rule(ridge: float) -> float:
         return sum(cache_off_steps(n, ridge) for n in ns) / len(ns)
 
+    from engine.measure.roofline import verdict
+
+    cached = verdict(float(on["latency_ms"].median()), float(on["flops_estimate"].median()),
+                     float(on["bytes_estimate"].median()), here)
     return {"flop_ratio": float(off["flops_estimate"].sum() / on["flops_estimate"].sum()), "measured": measured_ratio,
+            "cached_kind": cached.kind, "cached_label": cached.label,
             "positions": (min(ns), max(ns)), "ridge_here": ridge_here, "dtype_here": here.dtype,
             "rule_here": rule(ridge_here), "gpu": gpu.name.split(" (")[0], "ridge_gpu": gpu.ridge_tokens,
             "dtype_gpu": gpu.dtype, "rule_gpu": rule(gpu.ridge_tokens)}
@@ -145,7 +150,12 @@ def cache_rule_sentence(r: dict) -> str:
     return (f"What the cache saved over these {lo}–{hi}-position steps: ×{r['flop_ratio']:.0f} in arithmetic (FLOP "
             f"estimates), {measured}. The roofline's rule: a cache-off step over n positions costs about max(1, n / R) "
             f"cached steps, R the ridge in tokens, because below it both passes wait on reading the same weights. Here "
-            f"R ≈ {r['ridge_here']:.0f} tokens ({r['dtype_here']}), so the rule gives ×{r['rule_here']:.1f}; on an "
+            f"R ≈ {r['ridge_here']:.0f} tokens ({r['dtype_here']}), so the rule gives ×{r['rule_here']:.1f}"
+            + (f" where bytes and arithmetic set the time, and this model's cached step is {r['cached_label']}: the "
+               "rule does not reach a model this small (the Scale page's big rung shows it)"
+               if r.get("cached_kind") == "overhead-bound" and r["measured"]
+               and not 0.5 <= r["measured"] / r["rule_here"] <= 2 else "")
+            + f"; on an "
             f"{r['gpu']} at batch 1, R ≈ {r['ridge_gpu']:.0f} tokens ({r['dtype_gpu']}) and it predicts "
             f"×{r['rule_gpu']:.1f}" + (": there the cache would save little time at these lengths (it pays in time "
                                          f"past ~{r['ridge_gpu']:.0f} positions), though it always saves the arithmetic."
