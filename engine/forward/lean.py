@@ -143,6 +143,19 @@ class LeanLlama(torch.nn.Module):
             return (w * x.reshape(1, -1)).sum(-1).view(*x.shape[:-1], w.shape[0])
         return torch_internals.packed_linear(x, self.packed[id(w)], w.shape[0])
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """softmax(q·kᵀ / √head_dim, masked)·v for q [batch, head, n, head_dim] against k, v [batch, kv_head, key_pos,
+        head_dim], each kv_head serving head / kv_head query heads (GQA) without repeating K/V. Several rows: torch's
+        fused kernel (SDPA). One row on a CPU: the same arithmetic written out, which the compiler fuses into the
+        step's loops (the fused kernel's own set-up costs a one-row step more than its arithmetic)."""
+        if q.device.type != "cpu" or q.shape[0] * q.shape[2] != 1:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        group = q.shape[1] // k.shape[1]
+        qg = q.reshape(k.shape[1], group, q.shape[-1])  # [kv_head, group, head_dim]: batch = n = 1
+        scores = torch.einsum("kgd,kld->kgl", qg, k[0]) * q.shape[-1] ** -0.5  # [kv_head, group, key_pos]
+        scores = scores.masked_fill(~mask[0], float("-inf")).softmax(-1)
+        return torch.einsum("kgl,kld->kgd", scores, v[0]).reshape(q.shape)
+
     def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """transformers' LlamaRMSNorm: in float32, then back to x's dtype, times the weight."""
         h = x.float()
@@ -172,7 +185,7 @@ class LeanLlama(torch.nn.Module):
             # written in place, in the module's own buffers (a compiler sees them as fixed addresses: CUDA graphs)
             k_all = getattr(self, f"k_cache_{layer}")[:batch].index_copy_(2, input_pos, k)
             v_all = getattr(self, f"v_cache_{layer}")[:batch].index_copy_(2, input_pos, v)
-            y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
+            y = self.attend(q, k_all, v_all, mask)
             x = x + self.linear(y.transpose(1, 2).reshape(batch, n, q_size), self.wo[layer])
             h = self.rms(x, self.mlp_norm[layer])
             gate, up = self.linear(h, self.w13[layer]).split([self.d_ff, self.d_ff], dim=-1)
@@ -180,7 +193,8 @@ class LeanLlama(torch.nn.Module):
         return self.linear(self.rms(x[:, -1], self.norm), self.lm_head)  # [batch, vocab]
 
     def __del__(self):
-        torch_internals.unpack(getattr(self, "packed", {}).values())
+        if torch_internals is not None:  # None at interpreter exit, when module globals are gone first
+            torch_internals.unpack(getattr(self, "packed", {}).values())
 
     def weight_bytes(self) -> int:
         """Bytes one pass reads of weights: every matrix once (the embedding: one row per token, not counted)."""
