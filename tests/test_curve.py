@@ -63,6 +63,27 @@ def test_a_pass_knows_its_side_and_how_near_its_roof_it_ran():
     assert far.side == "compute" and far.share == pytest.approx((2 * 100e6 * 64 / 1e11 * 1e3) / 128.0)
 
 
+def test_a_pass_over_n_rows_is_charged_n_rows_of_arithmetic_and_its_weights_once():
+    """Estimates written again from the model's figures: a pass over n rows does 2 FLOPs per weight per row (plus its
+    attention) and reads every weight once, plus the K/V each sequence reads: FLOPs grow with n, weight bytes do not."""
+    from engine.measure.kvcalc import from_table
+
+    spec = from_table("Llama-3-8B")
+    head = spec.vocab * spec.d_model  # the LM head (untied here): only a sequence's last row reaches it
+    matrices = spec.parameters - head  # every weight a row multiplies (the embedding is looked up, not multiplied)
+    for kind in ("prefill", "batch"):
+        (f1, b1), (f8, b8) = (curves.estimates(spec, kind, n, 128, 2.0) for n in (1, 8))
+        assert f1 == pytest.approx(2 * matrices, rel=0.05)
+        # eight rows: eight rows through the body; the LM head once for a prefill, once per sequence for a batch
+        want = 8 * 2 * (matrices - head) + (1 if kind == "prefill" else 8) * 2 * head
+        assert f8 == pytest.approx(want, rel=0.05)
+        assert b1 == pytest.approx(matrices * 2.0, rel=0.05)  # bf16: 2 bytes a weight, read once
+        kv = 2 * spec.layers * spec.kv_heads * spec.head_dim * 2.0  # K and V of one position, every layer
+        rows = 7 * spec.d_model * 2.0  # 7 more tokens' rows of the (untied) embedding, looked up
+        extra = rows + (7 * (128 + 1) * kv if kind == "batch" else 7 * kv)  # 7 more sequences' caches, or positions
+        assert b8 - b1 == pytest.approx(extra, rel=0.05)
+
+
 def test_the_record_survives_its_json_and_keeps_every_timed_run():
     c = synthetic(PHYSICS)
     back = curves.Curve.from_dict(json.loads(json.dumps(c.to_dict())), ROOF)

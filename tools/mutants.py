@@ -320,6 +320,75 @@ def kivi_values_per_channel() -> None:
     quant.Kivi.unpack = lambda self, p, dtype: unpack(self, dataclasses.replace(p, keys=True), dtype)
 
 
+# ---- physics
+
+
+def ridge_from_the_cache() -> None:
+    """The ridge read off the cache's rate (the fastest probed) instead of DRAM's: the in-cache roof called the ridge."""
+    from engine.measure.roofline import DeviceRoof
+
+    DeviceRoof.ridge = property(lambda self: self.peak_flops / self.bandwidth)
+
+
+def knee_one_row_early() -> None:
+    """The measured knee reported one timed row count before the first that reached ×1.5 the one-row time."""
+    from topics.ladder.curve import Curve
+
+    knee = Curve.measured_knee
+
+    def early(self, kind):
+        n = knee(self, kind)
+        rows = [p.rows for p in self.of(kind)]
+        return rows[rows.index(n) - 1] if n in rows and rows.index(n) > 0 else n
+
+    Curve.measured_knee = early
+
+
+def recording_read_as_fp32() -> None:
+    """A recorded ladder read back with 4 bytes an element, whatever dtype it records (the H200's bf16 read as fp32)."""
+    from topics.ladder.record import Ladder
+
+    read = Ladder.from_dict.__func__
+    Ladder.from_dict = classmethod(lambda cls, d: read(cls, d | {"roof": d["roof"] | {"elem_bytes": 4.0}}))
+
+
+def rope_from_theta_alone() -> None:
+    """The lean pass's RoPE built from rope_theta alone, ignoring the model's own inv_freq (Llama-3's scaling lost)."""
+    from engine.forward import lean
+
+    build = lean.LeanLlama.__init__
+
+    def init(self, model, max_batch, max_len):
+        rotary = model.model.rotary_emb
+        saved = rotary.inv_freq
+        c = model.config
+        theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        rotary.inv_freq = 1.0 / theta ** (torch_arange(0, hd, 2) / hd)
+        try:
+            build(self, model, max_batch, max_len)
+        finally:
+            rotary.inv_freq = saved
+
+    lean.LeanLlama.__init__ = init
+
+
+def torch_arange(*args):
+    import torch
+
+    return torch.arange(*args, dtype=torch.float32)
+
+
+def batch_flops_of_one_sequence() -> None:
+    """A decode step for n sequences charged one sequence's FLOPs: its intensity, and its knee, n times too low."""
+    from topics.ladder import curve
+
+    estimate = curve.estimates
+    curve.estimates = lambda spec, kind, rows, context, elem: (
+        (estimate(spec, kind, 1, context, elem)[0], estimate(spec, kind, rows, context, elem)[1]) if kind == "batch"
+        else estimate(spec, kind, rows, context, elem))
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
@@ -354,6 +423,17 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_head_roles.py::test_at_a_prefill_each_heads_label_says_where_the_row_drawn_beside_it_peaks"]),
     "c-over-verify-pass": (c_over_the_verify_pass, [
         "tests/test_speculative.py::test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_run"]),
+    # physics
+    "ridge-from-the-cache": (ridge_from_the_cache, [
+        "tests/test_ridge.py::test_the_scale_page_and_the_lessons_quote_one_ridge_for_this_device"]),
+    "knee-one-row-early": (knee_one_row_early, [
+        "tests/test_curve.py::test_the_knees_and_ratios_are_read_off_the_timed_runs"]),
+    "recording-read-as-fp32": (recording_read_as_fp32, [
+        "tests/test_curve.py::test_the_recorded_gpu_ladder_is_read_back_in_bfloat16"]),
+    "rope-from-theta-alone": (rope_from_theta_alone, [
+        "tests/test_lean.py::test_llama_3_rope_scaling_is_read_from_the_models_own_frequencies"]),
+    "batch-flops-of-one-sequence": (batch_flops_of_one_sequence, [
+        "tests/test_curve.py::test_a_pass_over_n_rows_is_charged_n_rows_of_arithmetic_and_its_weights_once"]),
     # budget
     "fp8-scale-first-rows-out": (fp8_scale_from_first_rows_out, [
         BUDGET_TESTS + "test_fp8_rounds_a_run_within_1_5x_of_transformers_fp8_layer_on_the_same_tensors"]),
