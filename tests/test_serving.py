@@ -162,6 +162,40 @@ def test_prefix_hashes_cover_the_whole_prefix():
     assert a[0] != b[0] and a[1] != b[1]  # the same second block after a different first is another prefix
 
 
+def colliding(monkeypatch):
+    """Plant a hash collision: every sequence's b-th block gets the same prefix hash, whatever its tokens."""
+    from engine.generate.serving import blocks
+
+    monkeypatch.setattr(blocks, "block_hash", lambda before, token_ids, block, page_size: hash((before, block)))
+
+
+def test_a_prefix_hit_is_checked_against_the_blocks_token_ids(monkeypatch):
+    """Two prompts whose prefix hashes collide share no block: a hit is trusted only when the block holds the very
+    token ids asked for (nano-vllm's check); the same tokens still hit, block by block from the first."""
+    colliding(monkeypatch)
+    bm = BlockManager(num_blocks=8, page_size=4)
+    a, mine, other = [], list(range(10)), [7, 7, 7, 7, 8, 8, 8, 8, 9, 9]
+    bm.grow(a, 10)
+    bm.register_full(a, mine, computed=10)
+    assert prefix_hashes(other, 4, 2) == prefix_hashes(mine, 4, 2)  # the planted collision is there
+    assert bm.cached_prefix(other) == 0 and bm.cached_prefix(mine) == 8
+    half = mine[:4] + other[4:]  # the first block is really the same, the second only collides
+    assert bm.cached_prefix(half) == 4
+
+
+def test_a_request_whose_prefix_hash_collides_computes_its_own_keys(family_model, monkeypatch):
+    """End to end under a planted collision: the second request, while the first holds its blocks, skips no prompt
+    token and gets the tokens it gets alone (not the first request's keys and values under its own name)."""
+    colliding(monkeypatch)
+    lm = family_model("llama")
+    prompts = ["Once upon a time there was a little cat", "The dog and the bird were friends and"]
+    run = serve(lm, [RequestSpec(prompts[0], 6, 0), RequestSpec(prompts[1], 6, 1)], page_size=4, num_blocks=16)
+    assert [r.prefix_hit_tokens for r in run.requests] == [0, 0]
+    assert all(not s.prefix_hits and not s.blocks_shared for s in run.records)
+    for r in run.requests:
+        assert r.generated_ids == alone(lm, r.prompt, 6), r.id
+
+
 def test_blocks_are_freed_when_a_request_ends_and_reused(bundled_lm):
     specs = [RequestSpec(PROMPTS[0], 6, 0), RequestSpec(PROMPTS[1], 6, 12)]
     run = serve(bundled_lm, specs, page_size=4, num_blocks=8)

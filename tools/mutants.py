@@ -143,6 +143,16 @@ def double_click_steps_twice() -> None:
     Controller._too_soon = lambda self: False
 
 
+# ---- serving
+
+
+def prefix_hit_unchecked() -> None:
+    """The prefix cache trusts a 64-bit hash: a block found by its prefix hash is taken whatever tokens it holds."""
+    from engine.generate.serving.blocks import BlockManager
+
+    BlockManager.holds = lambda self, block_id, token_ids: True
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
@@ -161,6 +171,10 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
                           ["tests/test_app.py::test_a_sampled_runs_link_reproduces_its_text_and_stage"]),
     "double-click-two-steps": (double_click_steps_twice, [
         "tests/test_odd_input.py::test_a_click_made_before_the_last_step_reached_the_screen_takes_no_step"]),
+    # serving
+    "prefix-hit-unchecked": (prefix_hit_unchecked, [
+        "tests/test_serving.py::test_a_prefix_hit_is_checked_against_the_blocks_token_ids",
+        "tests/test_serving.py::test_a_request_whose_prefix_hash_collides_computes_its_own_keys"]),
 }
 
 
