@@ -242,6 +242,56 @@ def test_sampled_requests_draw_what_they_would_alone(bundled_lm):
         assert r.generated_ids == s.generated_ids
 
 
+# ---------------------------------------------------------------- latencies and keys read, by their textbook definitions
+
+
+def plain_steps(steps) -> list[dict]:
+    """A run's steps as plain data, from its records or from its `--json` document: what the references below read."""
+    out = []
+    for s in steps:
+        if isinstance(s, dict):  # the JSON edge
+            rows = [(r["id"], r["q_len"], r["start"], r["token_id"]) for r in s["scheduled"]]
+            out.append({"ms": s["step_ms"], "rows": rows, "hits": dict(s["prefix_hits"]), "preempted": s["preempted"],
+                        "kv_read": s["kv_read"]})
+        else:
+            out.append({"ms": s.step_ms, "rows": [(r.id, r.q_len, r.start, r.token_id) for r in s.rows],
+                        "hits": dict(s.prefix_hits), "preempted": list(s.preempted), "kv_read": s.kv_read})
+    return out
+
+
+def textbook_latency(steps: list[dict], rid: str, arrive: int) -> tuple[int, float, float | None]:
+    """TTFT (steps, ms) and TPOT of one request from the steps' wall times alone: a token is made at the end of the
+    step whose pass chose it; TTFT runs from the start of its arrival step to its first token; TPOT is the mean of
+    the gaps between its consecutive tokens."""
+    ends, t = [], 0.0
+    for s in steps:
+        t += s["ms"]
+        ends.append(t)
+    made = [k for k, s in enumerate(steps) if any(r[0] == rid and r[3] is not None for r in s["rows"])]
+    start = ends[arrive - 1] if arrive else 0.0
+    gaps = [ends[b] - ends[a] for a, b in zip(made, made[1:])]
+    return made[0] - arrive + 1, ends[made[0]] - start, (sum(gaps) / len(gaps) if gaps else None)
+
+
+def textbook_keys_read(steps: list[dict]) -> list[int]:
+    """Keys each pass reads, counted from what the requests hold: a request's rows attend to every position it holds
+    once they are written. Positions held start at 0, at its prefix hit when it is admitted onto shared blocks, fall
+    to 0 when it is preempted, and grow by every row it feeds; nothing here reads a row's `start`."""
+    held: dict[str, int] = {}
+    out = []
+    for s in steps:
+        for rid in s["preempted"]:
+            held[rid] = 0
+        held.update(s["hits"])
+        keys = 0
+        for rid, q_len, start, _ in s["rows"]:
+            assert start == held.get(rid, 0), (rid, start, held.get(rid, 0))  # it starts where its positions end
+            keys += held.get(rid, 0) + q_len
+            held[rid] = held.get(rid, 0) + q_len
+        out.append(keys)
+    return out
+
+
 def test_the_record_says_what_each_step_did(bundled_lm):
     run = serve(bundled_lm, [RequestSpec(p, 8, 3 * i) for i, p in enumerate(PROMPTS[:3])], page_size=4)
     first = run.records[0]
@@ -254,8 +304,36 @@ def test_the_record_says_what_each_step_did(bundled_lm):
     assert first.rows[0].token_id == run.requests[0].generated_ids[0]
     assert all(s.forward_ms is None or s.forward_ms > 0 for s in run.records)
     assert all(r.finish_step is not None and len(r.generated_ids) == 8 for r in run.requests)
-    lat = run.latency(run.requests[1])
-    assert lat["ttft_steps"] == 1 and lat["ttft_ms"] > 0 and lat["tpot_ms"] > 0
+    steps = plain_steps(run.records)
+    assert [s.kv_read for s in run.records] == textbook_keys_read(steps)
+    assert first.kv_read == run.requests[0].prompt_len and decode.kv_read == run.requests[0].prompt_len + 1
+    for r in run.requests:
+        lat = run.latency(r)
+        ttft_steps, ttft_ms, tpot_ms = textbook_latency(steps, r.id, r.arrive)
+        assert lat.ttft_steps == ttft_steps and lat.ttft_ms == pytest.approx(ttft_ms, rel=1e-9), r.id
+        assert lat.tpot_ms == pytest.approx(tpot_ms, rel=1e-9), r.id
+    assert run.latency(run.requests[1]).ttft_steps == 1  # it arrived to an idle engine: prefilled at once
+
+
+def test_keys_read_count_shared_and_recomputed_positions_as_their_requests_hold_them(bundled_lm):
+    """Prefix hits (the shared system prompt) and preemptions (a pool too small): each pass's keys read are still
+    every position each of its requests holds once its rows are written."""
+    for name in ("shared_prefix", "preemption"):
+        sc = SCENARIOS[name]
+        run = serve(bundled_lm, sc["requests"], **sc["sizing"])
+        assert [s.kv_read for s in run.records] == textbook_keys_read(plain_steps(run.records)), name
+        assert any(s.prefix_hits for s in run.records)  # blocks shared, or taken back from the cache
+        assert name != "preemption" or run.preemptions > 0
+
+
+def test_an_unfinished_request_has_a_tpot_from_the_tokens_it_has_made(bundled_lm):
+    run = ServingRun(bundled_lm, [RequestSpec(PROMPTS[0], 20, 0), RequestSpec(PROMPTS[1], 20, 2)], stop_on_eos=False)
+    run.run(6)
+    steps = plain_steps(run.records)
+    for r in run.requests:
+        lat = run.latency(r)
+        assert r.finish_step is None and (lat.ttft_steps, lat.tpot_ms) == (
+            textbook_latency(steps, r.id, r.arrive)[0], pytest.approx(textbook_latency(steps, r.id, r.arrive)[2]))
 
 
 @pytest.mark.parametrize("specs, kw, words", [
@@ -421,6 +499,17 @@ def test_cli_serve_json_has_the_same_keys_and_plain_string_values(tmp_path):
     assert phases == {"prefill", "decode", "recompute"}
     assert '"phase": "recompute"' in text and '"r4": "not arrived"' in text and "Status." not in text
     assert doc["preemption"] == "newest" and "BlockState." not in text and "Preemption." not in text
+    # the figures, not only their keys: keys read, TTFT and TPOT by their definitions, from the document's own steps
+    steps = plain_steps(doc["steps"])
+    assert [s["kv_read"] for s in steps] == textbook_keys_read(steps)
+    rounding = 5e-5 * len(steps)  # each step_ms is written to 4 decimals
+    for r in doc["requests"]:
+        ttft_steps, ttft_ms, tpot_ms = textbook_latency(steps, r["id"], r["arrive"])
+        assert r["ttft_steps"] == ttft_steps, r["id"]
+        assert r["ttft_ms"] == pytest.approx(ttft_ms, abs=rounding) and r["tpot_ms"] == pytest.approx(tpot_ms, abs=rounding)
+    assert doc["wall_ms"] == pytest.approx(sum(s["ms"] for s in steps), abs=rounding)
+    assert doc["tokens_per_s"] == pytest.approx(doc["generated_tokens"] / doc["wall_ms"] * 1e3)
+    assert doc["generated_tokens"] == sum(len(r["generated_ids"]) for r in doc["requests"])
 
 
 def test_paged_waste_is_a_share_and_sharing_is_said_as_saved():

@@ -153,6 +153,31 @@ def prefix_hit_unchecked() -> None:
     BlockManager.holds = lambda self, block_id, token_ids: True
 
 
+def tpot_counts_first_gap() -> None:
+    """TPOT counts the wait for the first token as one more gap: (last token - arrival) / tokens made."""
+    from dataclasses import replace
+
+    from engine.generate.serving.run import ServingRun
+
+    latency = ServingRun.latency
+
+    def mutant(self, r):
+        lat = latency(self, r)
+        if lat.tpot_ms is None:
+            return lat
+        made = len(r.token_steps)
+        return replace(lat, tpot_ms=(lat.ttft_ms + lat.tpot_ms * (made - 1)) / made)
+
+    ServingRun.latency = mutant
+
+
+def keys_read_without_new_rows() -> None:
+    """A pass's keys read leave out the rows it writes: only the positions already in the pool are counted."""
+    from engine.generate.serving.record import keys_read
+
+    _replace(keys_read, lambda rows: sum(r.start for r in rows))
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
@@ -175,6 +200,13 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "prefix-hit-unchecked": (prefix_hit_unchecked, [
         "tests/test_serving.py::test_a_prefix_hit_is_checked_against_the_blocks_token_ids",
         "tests/test_serving.py::test_a_request_whose_prefix_hash_collides_computes_its_own_keys"]),
+    "tpot-counts-first-gap": (tpot_counts_first_gap, [
+        "tests/test_serving.py::test_the_record_says_what_each_step_did",
+        "tests/test_serving.py::test_cli_serve_json_has_the_same_keys_and_plain_string_values"]),
+    "keys-read-without-new-rows": (keys_read_without_new_rows, [
+        "tests/test_serving.py::test_the_record_says_what_each_step_did",
+        "tests/test_serving.py::test_keys_read_count_shared_and_recomputed_positions_as_their_requests_hold_them",
+        "tests/test_serving.py::test_cli_serve_json_has_the_same_keys_and_plain_string_values"]),
 }
 
 

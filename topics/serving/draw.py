@@ -287,9 +287,9 @@ def latency_frame(run):
         lat = run.latency(r)
         rows.append({"request": r.id, "arrives": r.arrive, "prompt tokens": r.prompt_len,
                      "first token (step)": r.first_token_step,
-                     "TTFT (steps)": lat["ttft_steps"],
-                     "TTFT ms": None if lat["ttft_ms"] is None else round(lat["ttft_ms"], 1),
-                     "TPOT ms": None if lat["tpot_ms"] is None else round(lat["tpot_ms"], 2),
+                     "TTFT (steps)": lat.ttft_steps,
+                     "TTFT ms": None if lat.ttft_ms is None else round(lat.ttft_ms, 1),
+                     "TPOT ms": None if lat.tpot_ms is None else round(lat.tpot_ms, 2),
                      "new tokens": len(r.generated_ids), "preempted": r.preemptions,
                      "prefix hits": r.prefix_hit_tokens, "status": r.status})
     return pd.DataFrame(rows)

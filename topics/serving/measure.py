@@ -299,8 +299,8 @@ def decode_stall(run: ServingRun, long_id: str) -> dict:
                 worst_steps = max(worst_steps, b - a - 1)
                 worst_ms = max(worst_ms, run.clock_ms(b) - run.clock_ms(a))
     lat = run.latency(long)
-    return {"skipped_steps": worst_steps, "longest_gap_ms": worst_ms, "long_ttft_steps": lat["ttft_steps"],
-            "long_ttft_ms": lat["ttft_ms"], "prefill_passes": long.chunks, "long_prompt_tokens": long.prompt_len,
+    return {"skipped_steps": worst_steps, "longest_gap_ms": worst_ms, "long_ttft_steps": lat.ttft_steps,
+            "long_ttft_ms": lat.ttft_ms, "prefill_passes": long.chunks, "long_prompt_tokens": long.prompt_len,
             "sat_out": sat_out}
 
 

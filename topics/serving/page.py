@@ -160,8 +160,8 @@ def show() -> None:
     st.subheader("Each request: time to first token, time per output token")
     st.dataframe(draw.latency_frame(run), hide_index=True, width="stretch")
     st.caption("TTFT counts engine steps from the one the request arrives at to the one that chose its first token, and "
-               "the measured time of those steps; TPOT is the measured time between its first and last tokens over the "
-               "tokens in between. Arrivals are in engine steps.")
+               "the measured time of those steps; TPOT is the mean measured gap between its consecutive tokens (the wait "
+               "for the first is TTFT's). Arrivals are in engine steps.")
     if name:
         st.caption(SCENARIOS[name]["why"])
 

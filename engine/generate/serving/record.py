@@ -6,17 +6,42 @@
                 (free · cached, free to evict · in use · shared: engine/generate/serving/blocks.py)
     counts      blocks used / free (of them cached) / shared, evicted this step, tokens fed (T), keys read
     time        the pass, measured (perf_counter around a device sync), and the whole step's wall time
+
+and what a client sees of one request (`Latency`), by the textbook definitions, from the steps' wall times:
+
+    TTFT        time to first token: from the start of the step it arrives at to the end of the step that chose
+                its first token (in engine steps, and in measured ms)
+    TPOT        time per output token: the mean of the measured gaps between its consecutive tokens (the wait for
+                the first token is TTFT's, not TPOT's)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.requests import Status
 from engine.generate.serving.scheduler import Phase
 
 NOT_ARRIVED = Status.NOT_ARRIVED  # the status of a request before its arrival step (topics/serving/draw.py reads it)
+
+
+def keys_read(rows) -> int:
+    """Keys a pass reads, all requests together: each request's rows attend to every position it holds once they
+    are written, the `start` positions already in the pool and its `q_len` new rows (its own keys only: the mask)."""
+    return sum(r.start + r.q_len for r in rows)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """What a client sees of one request (see the module docstring); None where it has no such token yet."""
+
+    ttft_steps: int | None  # engine steps from its arrival step to the one that chose its first token, both counted
+    ttft_ms: float | None
+    tpot_ms: float | None  # the mean gap between consecutive tokens (None before its second token)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

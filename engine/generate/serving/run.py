@@ -23,13 +23,14 @@ generate and transformers' own continuous batching, generate_batch).
 from __future__ import annotations
 
 import time
+from itertools import accumulate
 
 from engine.errors import StepError
 from engine.forward.paged import PagedKV, Row, run_paged
 from engine.forward.sampling import Sampling
 from engine.generate.loop import Run, token_pieces
 from engine.generate.serving.blocks import BlockManager
-from engine.generate.serving.record import RowRecord, ServingStep
+from engine.generate.serving.record import Latency, RowRecord, ServingStep, keys_read
 from engine.generate.serving.requests import Request, RequestSpec, Status
 from engine.generate.serving.scheduler import Phase, Plan, Preemption, Scheduler
 from engine.load.loaded import LoadedModel
@@ -153,7 +154,7 @@ class ServingRun(Run):
             ref_counts=self.blocks.ref_counts() if full else (), block_states=self.blocks.states() if full else (),
             blocks_used=self.blocks.num_used, blocks_free=self.blocks.num_free, blocks_shared=self.blocks.num_shared,
             blocks_cached=self.blocks.num_cached, blocks_evicted=evicted,
-            tokens=plan.tokens, kv_read=sum(s.start + s.q_len for s in plan.rows),
+            tokens=plan.tokens, kv_read=keys_read(plan.rows),
             forward_ms=forward_ms, step_ms=self.step_ms[-1],
         )
 
@@ -163,17 +164,16 @@ class ServingRun(Run):
         """Milliseconds from the start of the run to the end of `step` (the sum of measured step times)."""
         return sum(self.step_ms[: step + 1])
 
-    def latency(self, r: Request) -> dict:
-        """Time to first token and time per output token, in steps and in measured milliseconds."""
-        out = {"ttft_steps": None, "ttft_ms": None, "tpot_ms": None}
-        if r.first_token_step is not None:
-            arrived_at = self.clock_ms(r.arrive - 1) if r.arrive > 0 else 0.0
-            out["ttft_steps"] = r.first_token_step - r.arrive + 1
-            out["ttft_ms"] = self.clock_ms(r.first_token_step) - arrived_at
-        made = len(r.generated_ids)
-        if r.finish_step is not None and made > 1:
-            out["tpot_ms"] = (self.clock_ms(r.finish_step) - self.clock_ms(r.first_token_step)) / (made - 1)
-        return out
+    def latency(self, r: Request) -> Latency:
+        """Time to first token and time per output token (record.py: their definitions), in steps and measured ms."""
+        if r.first_token_step is None:
+            return Latency(None, None, None)
+        clock = list(accumulate(self.step_ms))  # ms from the run's start to the end of each step
+        arrived_at = clock[r.arrive - 1] if r.arrive > 0 else 0.0  # the start of its arrival step
+        made = [clock[step] for step in r.token_steps]  # when each of its tokens was chosen
+        gaps = [b - a for a, b in zip(made, made[1:])]
+        return Latency(r.first_token_step - r.arrive + 1, made[0] - arrived_at,
+                       sum(gaps) / len(gaps) if gaps else None)
 
     @property
     def generated_tokens(self) -> int:
@@ -204,7 +204,7 @@ class ServingRun(Run):
                           "first_token_step": r.first_token_step, "finish_step": r.finish_step,
                           "stop_reason": r.stop_reason, "preemptions": r.preemptions,
                           "prefix_hit_tokens": r.prefix_hit_tokens, "recomputed_tokens": r.recomputed_tokens,
-                          **self.latency(r)} for r in self.requests],
+                          **self.latency(r).to_dict()} for r in self.requests],
             "steps": [s.to_dict() for s in self.records],
             "prefix_hit_tokens": self.prefix_hit_tokens, "preemptions": self.preemptions,
             "blocks_evicted": self.blocks.evicted,
