@@ -347,6 +347,8 @@ def test_an_unfinished_request_has_a_tpot_from_the_tokens_it_has_made(bundled_lm
     ([RequestSpec("Once upon a time", 8, 0)] * 65, {}, "more than one run"),
     ([RequestSpec("", 8, 0)], {}, "empty"),
     ([RequestSpec("Once upon a time", 0, 0)], {}, "at least 1"),
+    ([RequestSpec("Once upon a time", 8, 0)], {"batching": "eager"}, "batching must be one of continuous, static"),
+    ([RequestSpec("Once upon a time", 8, 0)], {"max_seqs": 0}, "batch slots"),
 ])
 def test_bad_requests_get_a_clear_message(bundled_lm, specs, kw, words):
     with pytest.raises(StepError, match=words):
@@ -484,7 +486,7 @@ def test_cli_serve_json_has_the_same_keys_and_plain_string_values(tmp_path):
     text = out.read_text()
     doc = json.loads(text)
     assert set(doc) == {"model", "device", "dtype", "page_size", "num_blocks", "max_batch_tokens", "prefix_sharing",
-                        "chunking", "preemption", "block_bytes", "pool_bytes", "requests", "steps", "prefix_hit_tokens",
+                        "chunking", "preemption", "batching", "max_seqs", "block_bytes", "pool_bytes", "requests", "steps", "prefix_hit_tokens",
                         "preemptions", "blocks_evicted", "generated_tokens", "engine_steps", "wall_ms", "tokens_per_s",
                         "timing"}
     assert set(doc["steps"][0]) == {"step", "scheduled", "arrived", "admitted", "preempted", "finished", "prefix_hits",
@@ -630,3 +632,49 @@ def test_step_time_vs_batch_times_one_pass_for_each_batch_size(family_model, mon
         assert r["spread"][0] <= round(r["decode_ms"], 3) <= r["spread"][1]
     for b in (1, 2, 4):  # the timed passes: b requests, every one of them decoding
         assert rows_fed.count((b, b)) >= 3
+
+
+# ---------------------------------------------------------------- batch slots: continuous against static batching
+
+
+QUEUE = [("Once upon a time there was a cat", 6), ("The dog", 2), ("One day, a girl", 2), ("The bird sang", 5),
+         ("Tom had a red ball", 2), ("A big fish", 3)]
+
+
+def test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_slot_the_next_pass(family_model):
+    """Six requests for two batch slots. Static: a request enters only when every request admitted before it is done
+    (the batch waited for its longest member), so slots sit idle while others wait. Continuous: a slot freed by a
+    request's last token is taken by the front of the queue in the very next pass. Never more than two in the pool;
+    every request's tokens its own either way. Read off the step records, not the scheduler's state."""
+    lm = family_model("llama")
+    specs = [RequestSpec(p, n, a) for (p, n), a in zip(QUEUE, [0, 0, 1, 2, 3, 4])]
+    runs = {b: serve(lm, specs, page_size=4, num_blocks=32, max_seqs=2, batching=b) for b in ("static", "continuous")}
+    for b, run in runs.items():
+        for s in run.records:
+            in_pool = {r.id for r in s.rows} | {rid for rid, st in s.statuses if st == "running"}
+            assert len(in_pool) <= 2, (b, s.step, in_pool)
+        for r in run.requests:
+            assert r.generated_ids == alone(lm, r.prompt, r.max_new_tokens), (b, r.id)
+    static = runs["static"].records
+    for k, s in enumerate(static):
+        if s.admitted and k:
+            before = [rid for t in static[:k] for rid in t.admitted]
+            assert all(static[k - 1].status(rid) == "done" for rid in before), (k, before)  # the whole batch done
+    idle_waiting = [s.step for s in static if len({r.id for r in s.rows}) < 2
+                    and any(st == "waiting" for _, st in s.statuses)]
+    assert idle_waiting, "a static batch leaves a slot idle while a request waits"
+    cont = runs["continuous"].records
+    for k, s in enumerate(cont[:-1]):
+        if s.finished and any(st == "waiting" for _, st in s.statuses):
+            assert cont[k + 1].admitted, f"a slot freed at step {k} while a request waited, not refilled at {k + 1}"
+    assert len(cont) < len(static)
+    from engine.generate.serving.record import slot_use
+
+    idle = {}
+    for b, run in runs.items():  # the slots a picture draws: idle ones while requests wait, counted by hand
+        by_hand = [min(2 - len({r.id for r in s.rows} | {rid for rid, st in s.statuses if st == "running"}),
+                       sum(st in ("waiting", "preempted") for _, st in s.statuses)) for s in run.records]
+        assert [u.idle_while_waiting for u in slot_use(run.records, 2)] == by_hand, b
+        assert all(len(u.slots) == 2 for u in slot_use(run.records, 2))
+        idle[b] = sum(by_hand)
+    assert idle["continuous"] == 0 < idle["static"]

@@ -178,6 +178,13 @@ def keys_read_without_new_rows() -> None:
     _replace(keys_read, lambda rows: sum(r.start for r in rows))
 
 
+def static_batch_does_not_wait() -> None:
+    """Static batching refills a freed slot at once, as continuous batching does: no batch waits for its longest."""
+    from engine.generate.serving.scheduler import Scheduler
+
+    Scheduler.has_slot = lambda self, r: self.max_seqs is None or len(self.running) < self.max_seqs
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
@@ -207,6 +214,8 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_serving.py::test_the_record_says_what_each_step_did",
         "tests/test_serving.py::test_keys_read_count_shared_and_recomputed_positions_as_their_requests_hold_them",
         "tests/test_serving.py::test_cli_serve_json_has_the_same_keys_and_plain_string_values"]),
+    "static-batch-does-not-wait": (static_batch_does_not_wait, [
+        "tests/test_serving.py::test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_slot_the_next_pass"]),
 }
 
 

@@ -108,3 +108,58 @@ class ServingStep:
             "forward_ms": None if self.forward_ms is None else round(self.forward_ms, 4),
             "step_ms": round(self.step_ms, 4),
         }
+
+
+# ---------------------------------------------------------------- read off a run's steps: one definition each
+
+
+def sat_out(steps) -> dict[str, tuple[int, ...]]:
+    """Request id -> the steps it sat out: in the pool (running) after the step, but not in its pass. The one
+    definition the timeline draws ("sat out a step") and every count of steps sat out reads."""
+    out: dict[str, list[int]] = {}
+    for s in steps:
+        ran = {r.id for r in s.rows}
+        for rid, status in s.statuses:
+            if status == Status.RUNNING and rid not in ran:
+                out.setdefault(rid, []).append(s.step)
+    return {rid: tuple(v) for rid, v in out.items()}
+
+
+@dataclass(frozen=True)
+class SlotStep:
+    """The batch slots during one step's pass: who held each, and how many requests waited in the queue."""
+
+    step: int
+    slots: tuple[str | None, ...]  # the request in each slot (None: idle); a request keeps its slot while in the pool
+    waiting: int  # requests in the queue after the step: arrived (or preempted) and not in the pool
+
+    @property
+    def idle(self) -> int:
+        return sum(1 for rid in self.slots if rid is None)
+
+    @property
+    def idle_while_waiting(self) -> int:
+        """Slots left idle while requests waited for one: the waste a queue makes visible."""
+        return min(self.idle, self.waiting)
+
+
+def slot_use(steps, slots: int | None) -> tuple[SlotStep, ...]:
+    """Each step's batch slots, read off the records: a slot is held by a request from the pass it is admitted in to
+    the pass that makes its last token (or until it is preempted), running in the pass or sitting it out; a request
+    takes the lowest free slot. `slots` None: as many as were ever held at once."""
+    held = [[r.id for r in s.rows] + [rid for rid, st in s.statuses if st == Status.RUNNING
+                                      and rid not in {r.id for r in s.rows}] for s in steps]
+    n = slots or max((len(h) for h in held), default=0)
+    where: dict[str, int] = {}
+    out = []
+    for s, ids in zip(steps, held):
+        where = {rid: k for rid, k in where.items() if rid in ids}
+        for rid in ids:
+            if rid not in where:
+                where[rid] = min(set(range(max(n, len(ids)))) - set(where.values()))
+        row = [None] * max(n, len(ids))
+        for rid, k in where.items():
+            row[k] = rid
+        waiting = sum(1 for _, st in s.statuses if st in (Status.WAITING, Status.PREEMPTED))
+        out.append(SlotStep(s.step, tuple(row), waiting))
+    return tuple(out)

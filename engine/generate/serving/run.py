@@ -32,7 +32,7 @@ from engine.generate.loop import Run, token_pieces
 from engine.generate.serving.blocks import BlockManager
 from engine.generate.serving.record import Latency, RowRecord, ServingStep, keys_read
 from engine.generate.serving.requests import Request, RequestSpec, Status
-from engine.generate.serving.scheduler import Phase, Plan, Preemption, Scheduler
+from engine.generate.serving.scheduler import Batching, Phase, Plan, Preemption, Scheduler
 from engine.load.loaded import LoadedModel
 
 MAX_REQUESTS = 64  # per run: what one session may ask of a shared server
@@ -46,6 +46,7 @@ MAX_POOL_BYTES = 2 * 2**30
 # and on this CPU it ran 8 requests x64 tokens x3 slower than eight generate calls.
 DEFAULTS = {"page_size": 16, "num_blocks": 128, "max_batch_tokens": 256}
 PREEMPTION = tuple(p.value for p in Preemption)  # the policies a run may name: "newest" (vLLM's), "most_blocks"
+BATCHING = tuple(b.value for b in Batching)  # how a freed batch slot is refilled: "continuous", "static"
 
 
 class ServingRun(Run):
@@ -54,6 +55,7 @@ class ServingRun(Run):
     def __init__(self, lm: LoadedModel, requests: list[RequestSpec], *, page_size: int = DEFAULTS["page_size"],
                  num_blocks: int = DEFAULTS["num_blocks"], max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
                  prefix_sharing: bool = True, chunking: bool = True, preemption: str = Preemption.NEWEST,
+                 max_seqs: int | None = None, batching: str = Batching.CONTINUOUS,
                  sampling: Sampling | None = None, stop_on_eos: bool = True, record: bool = True,
                  max_requests: int = MAX_REQUESTS):
         if not lm.captures:
@@ -63,11 +65,16 @@ class ServingRun(Run):
         if preemption not in PREEMPTION:
             raise StepError(f"The preemption policy must be one of {', '.join(PREEMPTION)} "
                             f"(got {str(preemption)[:40]!r}).")
+        if batching not in BATCHING:
+            raise StepError(f"The batching must be one of {', '.join(BATCHING)} (got {str(batching)[:40]!r}).")
+        if max_seqs is not None:
+            _whole(max_seqs, "The number of batch slots", 1, MAX_REQUESTS)
         check_requests(requests, max_requests)
         self.lm = lm
         self.page_size, self.num_blocks, self.max_batch_tokens = page_size, num_blocks, max_batch_tokens
         self.prefix_sharing, self.chunking, self.record = prefix_sharing, chunking, record
         self.preemption = Preemption(preemption)
+        self.max_seqs, self.batching = max_seqs, Batching(batching)
         self.requests = [_request(lm, i, spec, sampling, stop_on_eos) for i, spec in enumerate(requests)]
         for r in self.requests:  # a pool that could never hold a request alone would stall for ever
             need = -(-min(r.prompt_len + r.max_new_tokens, lm.spec.max_positions) // page_size)
@@ -83,7 +90,8 @@ class ServingRun(Run):
                             f"{MAX_POOL_BYTES / 2**30:.0f} GiB.")
         self.blocks = BlockManager(num_blocks, page_size)
         self.scheduler = Scheduler(self.blocks, self.requests, max_batch_tokens, chunking=chunking,
-                                   prefix_sharing=prefix_sharing, preemption=self.preemption)
+                                   prefix_sharing=prefix_sharing, preemption=self.preemption, max_seqs=max_seqs,
+                                   batching=self.batching)
         self.records: list[ServingStep] = []  # every step's record (record=False: the last one only)
         self.step_ms: list[float] = []  # every step's wall time, recorded or not: the clock of TTFT and TPOT
         self.step_index = 0
@@ -198,6 +206,7 @@ class ServingRun(Run):
             "model": self.lm.spec.name, "device": str(self.lm.device), "dtype": self.lm.dtype_name,
             "page_size": self.page_size, "num_blocks": self.num_blocks, "max_batch_tokens": self.max_batch_tokens,
             "prefix_sharing": self.prefix_sharing, "chunking": self.chunking, "preemption": self.preemption,
+            "batching": self.batching, "max_seqs": self.max_seqs,
             "block_bytes": self.kv.bytes_per_block, "pool_bytes": self.kv.bytes,
             "requests": [{"id": r.id, "prompt": r.prompt, "prompt_ids": r.tokens[: r.prompt_len],
                           "generated_ids": r.generated_ids, "text": r.generated_text, "arrive": r.arrive,

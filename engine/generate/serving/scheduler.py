@@ -12,6 +12,15 @@ Every engine step fills ONE forward pass under a token budget (max_batch_tokens)
     if a waiting prompt fits, the pass prefills whole prompts only and every decode waits a step (the
     decode stall); otherwise the pass decodes every running request.
 
+Batch slots (max_seqs, nano-vllm's max_num_seqs): at most this many requests run at once; the rest wait in the
+queue. How a slot is refilled is the batching (`Batching`):
+
+    continuous    a request that finishes gives its slot back at once: the next pass admits the front of the queue
+                  (Orca's iteration-level scheduling, vLLM's)
+    static        a batch is formed from the front of the queue when the one before has finished, every member;
+                  a member that finishes leaves its slot idle until the batch's longest member is done, however
+                  many requests wait (a server that batches whole requests, like one padded generate call)
+
 Blocks are checked, then committed (nano-vllm's can_allocate, then allocate). A request new to the pool is
 first checked: how many of its leading full blocks others hold or the pool still caches (prefix sharing:
 those tokens are skipped), and whether the free blocks cover the rest of what it feeds. Only when both
@@ -45,6 +54,13 @@ class Preemption(StrEnum):
 
     NEWEST = "newest"  # the most recently admitted (vLLM: recompute the last to arrive)
     MOST_BLOCKS = "most_blocks"  # the one holding the most blocks (the newest among equals)
+
+
+class Batching(StrEnum):
+    """How a freed batch slot is refilled (see the module docstring)."""
+
+    CONTINUOUS = "continuous"  # the next pass: a finished request's slot goes to the front of the queue
+    STATIC = "static"  # when the whole batch has finished: its slots wait for its longest member
 
 
 class Phase(StrEnum):
@@ -85,15 +101,19 @@ class Plan:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, requests: list[Request], max_batch_tokens: int, chunking: bool = True,
-                 prefix_sharing: bool = True, preemption: Preemption | str = Preemption.NEWEST):
+                 prefix_sharing: bool = True, preemption: Preemption | str = Preemption.NEWEST,
+                 max_seqs: int | None = None, batching: Batching | str = Batching.CONTINUOUS):
         self.blocks = blocks
         self.max_batch_tokens = max_batch_tokens
         self.chunking = chunking
         self.prefix_sharing = prefix_sharing
         self.preemption = Preemption(preemption)
+        self.max_seqs = max_seqs  # batch slots: None, as many as the budget and the pool allow
+        self.batching = Batching(batching)
         self.not_arrived: deque[Request] = deque(requests)  # in order of arrival
         self.waiting: deque[Request] = deque()  # arrived and not in the pool: preempted ones at the front
         self.running: deque[Request] = deque()  # in the pool, in the order they were admitted
+        self.batch: list[Request] = []  # static batching: the members of the batch now served (their slots)
 
     def schedule(self, step: int) -> Plan:
         """Arrivals join the queue, then ONE pass is filled under the token budget (see the module docstring)."""
@@ -103,6 +123,8 @@ class Scheduler:
             r.status = Status.WAITING
             self.waiting.append(r)
             plan.arrived.append(r.id)
+        if self.batching == Batching.STATIC and all(r.status == Status.DONE for r in self.batch):
+            self.batch = list(self.waiting)[: self.max_seqs]  # the next batch: the front of the queue, slots full
         if self.chunking:
             self._continue_running(plan, self.max_batch_tokens)
             self._admit_waiting(plan, self.max_batch_tokens - plan.tokens)
@@ -150,6 +172,8 @@ class Scheduler:
         """Waiting requests, front first, while the budget and the free blocks last: each checked, then committed."""
         while self.waiting and not plan.preempted:  # after a preemption, nobody new comes in this step
             r = self.waiting[0]
+            if not self.has_slot(r):
+                return  # every slot is taken (or, static, kept for the batch's own members)
             cached = self.blocks.cached_prefix(r.tokens) if self.prefix_sharing else 0  # held by others: skipped
             n = self._admit_tokens(len(r.tokens) - cached, budget, plan)
             if n <= 0 or self.blocks.can_allocate(r.tokens, cached + n, cached) < 0:
@@ -166,6 +190,13 @@ class Scheduler:
             plan.admitted.append(r.id)
             plan.rows.append(self._scheduled(r, n))
             budget -= n
+
+    def has_slot(self, r: Request) -> bool:
+        """May this waiting request take a batch slot now? Continuous: while fewer than max_seqs run. Static: only a
+        member of the batch now served (a new batch is formed when every member of the last one is done)."""
+        if self.batching == Batching.STATIC:
+            return r in self.batch
+        return self.max_seqs is None or len(self.running) < self.max_seqs
 
     def _admit_tokens(self, need: int, budget: int, plan: Plan) -> int:
         """Tokens a waiting request may feed this pass: a chunk as big as the budget allows, or (chunking off) its
