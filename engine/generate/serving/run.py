@@ -94,6 +94,7 @@ class ServingRun(Run):
                                    batching=self.batching)
         self.records: list[ServingStep] = []  # every step's record (record=False: the last one only)
         self.step_ms: list[float] = []  # every step's wall time, recorded or not: the clock of TTFT and TPOT
+        self.passes = 0  # steps that ran a forward pass (a step waiting for arrivals runs none)
         self.step_index = 0
 
     @property
@@ -137,6 +138,7 @@ class ServingRun(Run):
         step = self.step_index
         self.step_index += 1
         self.step_ms.append((time.perf_counter() - t0) * 1e3)
+        self.passes += forward_ms is not None
         record = self._record(step, plan, chosen, forward_ms, evicted)
         if self.record or not self.records:
             self.records.append(record)
