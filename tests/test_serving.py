@@ -718,3 +718,25 @@ def test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_s
         assert all(len(u.slots) == 2 for u in slot_use(run.records, 2))
         idle[b] = sum(by_hand)
     assert idle["continuous"] == 0 < idle["static"]
+
+
+# ---------------------------------------------------------------- engine/measure/request.py: one request, start to finish
+
+
+def test_one_requests_timeline_is_a_frozen_record_of_its_steps_in_order(family_model):
+    import dataclasses
+
+    from drawing.request import request_svg
+    from engine.measure.request import request_timeline
+
+    lm = family_model("llama")
+    t = request_timeline(lm, "Once upon a time", new_tokens=4)
+    assert [s.name for s in t.steps] == ["load the weights", "tokenize", "copy to the device", "prefill",
+                                         "decode loop", "copy back", "detokenize"]
+    assert t.prompt_tokens == len(lm.tokenizer("Once upon a time")["input_ids"]) and t.new_tokens == 4
+    assert t.per_request_ms == pytest.approx(sum(s.ms for s in t.steps[1:]))  # loading the weights is once per server
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.new_tokens = 5
+    doc = json.loads(json.dumps(t.to_dict()))
+    assert [s["name"] for s in doc["steps"]] == [s.name for s in t.steps] and doc["device"] == "cpu"
+    assert "one request: " in request_svg(t) and 'data-step="decode loop"' in request_svg(t)
