@@ -740,3 +740,30 @@ def test_one_requests_timeline_is_a_frozen_record_of_its_steps_in_order(family_m
     doc = json.loads(json.dumps(t.to_dict()))
     assert [s["name"] for s in doc["steps"]] == [s.name for s in t.steps] and doc["device"] == "cpu"
     assert "one request: " in request_svg(t) and 'data-step="decode loop"' in request_svg(t)
+
+
+@pytest.mark.slow  # a CLI run: it loads the bundled model and serves the queue six times
+def test_cli_serve_compares_continuous_and_static_batching_on_a_queue(tmp_path, capsys):
+    """`python -m engine serve --compare-batching`: the same queue both ways; each way's tokens/s is its tokens over
+    the median of its timed rounds (recomputed here from the JSON's own rounds), the same tokens either way."""
+    import statistics
+
+    from commands.main import main
+
+    path, out = tmp_path / "queue.json", tmp_path / "q.json"
+    lengths = [10, 2, 2, 2, 2, 2]
+    path.write_text(json.dumps([{"prompt": p, "max_new_tokens": n, "arrive": 0} for p, n in zip(PROMPTS + PROMPTS,
+                                                                                                    lengths)]))
+    assert main(["serve", "--requests", str(path), "--slots", "2", "--compare-batching", "--rounds", "2",
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["slots"] == 2 and doc["lengths"] == lengths and doc["same_tokens"] is True
+    for way in ("continuous", "static"):
+        w = doc[way]
+        assert len(w["ms"]) == 2 and w["tokens"] == sum(lengths)
+        assert w["tokens_per_s"] == pytest.approx(w["tokens"] / statistics.median(w["ms"]) * 1e3, rel=1e-3)
+    assert doc["static"]["engine_steps"] > doc["continuous"]["engine_steps"]
+    assert doc["static"]["idle_slot_steps"] > 0 == doc["continuous"]["idle_slot_steps"]
+    assert doc["continuous_over_static"] == pytest.approx(doc["continuous"]["tokens_per_s"] / doc["static"]["tokens_per_s"])
+    printed = capsys.readouterr().out
+    assert f"continuous / static = x{doc['continuous_over_static']:.2f} (target >= 1.5)" in printed
