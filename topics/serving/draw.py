@@ -15,6 +15,9 @@ carries data-role. Text goes through drawing.svg.text, which escapes it.
 
 from __future__ import annotations
 
+import math
+import re
+
 from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
 from drawing.svg import FONT, INK, MONO, SOFT, W
 from drawing.svg import text as _t
@@ -48,6 +51,32 @@ def _svg(height: float, body: str, title: str, width: int = W) -> str:
             f'<rect width="{width}" height="{height:.0f}" fill="#fff"/>{body}</svg>')
 
 
+# ---------------------------------------------------------------- titles, and how wide a picture must be to read
+
+
+def pool_title(num_blocks: int, page_size: int) -> str:
+    return f"KV block pool: {num_blocks} blocks × {page_size} positions"
+
+
+def pass_title(step: ServingStep) -> str:
+    n = len(step.rows)
+    return (f"step {step.step}: ONE forward pass, {n} request{'s' if n != 1 else ''}" if n
+            else f"step {step.step}: no pass (waiting for arrivals)")
+
+
+def timeline_title(slots: int | None = None) -> str:
+    return "timeline: x = engine step, one row per request" + (f", then the {slots} batch slots" if slots else "")
+
+
+def readable_width(svg: str, px: float = 11.0) -> int:
+    """The narrowest width, in CSS pixels, at which every text of this picture is drawn at least `px` high: its
+    viewBox width scaled so that its smallest font-size comes out at `px`. A phone gives the picture this width
+    and lets it scroll sideways (ui/style.py) rather than shrink its text below legibility."""
+    width = float(re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1))
+    smallest = min(float(f) for f in re.findall(r'font-size="([\d.]+)"', svg))
+    return math.ceil(width * px / smallest)
+
+
 # ---------------------------------------------------------------- the pool and the block tables
 
 
@@ -64,7 +93,7 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
     x0, y0 = 4, 30
     cw = (HALF - 8) / cols
     ch = min(40.0, cw * 0.8)
-    out = [_t(x0, 20, f"KV block pool: {num_blocks} blocks × {page_size} positions", 15, weight="bold")]
+    out = [_t(x0, 20, pool_title(num_blocks, page_size), 15, weight="bold")]
     states = dict(enumerate(step.block_states))  # free · cached · in use · shared (empty: a record without them)
     for b in range(num_blocks):
         x, y = x0 + (b % cols) * cw, y0 + (b // cols) * ch
@@ -91,7 +120,7 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
             label = who[0] if len(who) == 1 else f"×{len(who)}"
             out.append(_t(x + cw / 2, y + ch / 2 + 6, label, 13, "middle", INK, "bold", MONO))
         else:
-            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 9, "middle", "#aaa", family=MONO))
+            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 10, "middle", "#999", family=MONO))
         out.append("</g>")
     y = y0 + -(-num_blocks // cols) * ch + 4
     saved = sum(len(t) for t in tables.values()) - step.blocks_used
@@ -153,9 +182,7 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
     out = []
     x0, x1 = 4, HALF - 4
     n = len(step.rows)
-    title = (f"step {step.step}: ONE forward pass, {n} request{'s' if n != 1 else ''}" if n
-             else f"step {step.step}: no pass (waiting for arrivals)")
-    out.append(_t(x0, 20, title, 15, weight="bold"))
+    out.append(_t(x0, 20, pass_title(step), 15, weight="bold"))
     y = 32
     if step.rows:
         total = sum(r.q_len for r in step.rows)
@@ -233,8 +260,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
     x0, x1 = 50, W - 10
     cw = (x1 - x0) / max(n, 1)
     rh = 17
-    out = [_t(10, 15, "timeline: x = engine step, one row per request"
-              + (f", then the {slots} batch slots" if slots else ""), 12, weight="bold")]
+    out = [_t(10, 15, timeline_title(slots), 12, weight="bold")]
     y0 = 24
     rows_by_step = [{r.id: r for r in s.rows} for s in steps]
     sat = {(rid, k) for rid, ks in sat_out(steps[:n]).items() for k in ks}
@@ -268,7 +294,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
         use = slot_use(steps[:n], slots)
         hatched = [set([j for j, q in enumerate(u.slots) if q is None][: u.idle_while_waiting]) for u in use]
         for j in range(max((len(u.slots) for u in use), default=slots)):
-            out.append(_t(10, y + 13, f"slot {j}", 10, weight="bold", fill=INK, family=MONO))
+            out.append(_t(6, y + 13, f"slot {j}", 11, weight="bold", fill=INK, family=MONO))
             for k, u in enumerate(use):
                 x = x0 + k * cw
                 rid = u.slots[j] if j < len(u.slots) else None
@@ -287,22 +313,22 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
                    f'height="{y - y0 + 6}" fill="none" stroke="#111" stroke-width="2"/>')
     every = max(1, round(n / 12))
     for k in range(0, n, every):
-        out.append(_t(x0 + k * cw + cw / 2, y + 13, str(k), 10, "middle", SOFT, family=MONO))
+        out.append(_t(x0 + k * cw + cw / 2, y + 13, str(k), 11, "middle", SOFT, family=MONO))
     y += 20
     key = [("prefill chunk", PREFILL), ("decode", DECODE), ("recompute", RECOMPUTED), ("waiting", MASKED)]
     x = x0
     for name, colour in key:
-        out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="{colour}"/>' + _t(x + 16, y + 10, name, 10))
-        x += 24 + len(name) * 7.4
+        out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="{colour}"/>' + _t(x + 16, y + 10, name, 11))
+        x += 24 + len(name) * 8.2
     out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="#fff" stroke="{DECODE}" stroke-dasharray="3 2"/>'
-               + _t(x + 16, y + 10, "sat out a step", 10))
-    x += 24 + 14 * 7.4
+               + _t(x + 16, y + 10, "sat out a step", 11))
+    x += 24 + 14 * 8.2
     out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="#fff" stroke="{RECOMPUTED}"/>'
-               + _t(x + 16, y + 10, "preempted (waits to be recomputed)", 10))
+               + _t(x + 16, y + 10, "preempted (waits to be recomputed)", 11))
     if slots:
         y += 18
         out.append(f'<rect x="{x0}" y="{y}" width="12" height="11" fill="url(#idle-slot)" stroke="{RECOMPUTED}" '
-                   f'stroke-width="0.8"/>' + _t(x0 + 16, y + 10, "slot idle while a request waits in the queue", 10))
+                   f'stroke-width="0.8"/>' + _t(x0 + 16, y + 10, "slot idle while a request waits in the queue", 11))
     return _svg(y + 18, "".join(out), "timeline of the serving run")
 
 
