@@ -313,7 +313,7 @@ def test_the_queue_scenario_switched_to_static_batching_shows_its_idle_slots_on_
     for _ in range(12):
         at.button(key="serve_btn_forward").click().run()
     assert not at.exception and not at.error
-    assert any("4 batch slots, static batching" in c.value for c in at.caption)
+    assert any("4 slots, static batching" in c.value for c in at.caption)
     run = at.session_state["serve_run"]
     assert run.batching == "static" and len(run.records) == 12
     (timeline,) = svgs(at, "dl-timeline")
@@ -509,3 +509,32 @@ def test_a_table_typed_wrong_gets_a_message_and_keeps_the_last_good_requests(edi
     typed(at, "serve_own_editor", edits)
     assert any(said in e.value for e in at.error), [e.value for e in at.error]
     assert at.session_state.get("serve_own_requests") == before
+
+
+def _queue_record(c_ms, s_ms, c_steps=72, s_steps=176, c_idle=0, s_idle=324):
+    from topics.serving.record import BatchingComparison, BatchingWay
+
+    def way(name, ms, steps, idle):
+        return BatchingWay(batching=name, tokens_per_s=264 / (sorted(ms)[len(ms) // 2] / 1e3), ms=tuple(ms),
+                           engine_steps=steps, passes=steps, tokens=264, idle_slot_steps=idle)
+
+    return BatchingComparison(requests=12, slots=4, lengths=(64, 8), arrivals=(0, 16), rounds=len(c_ms),
+                              continuous=way("continuous", c_ms, c_steps, c_idle),
+                              static=way("static", s_ms, s_steps, s_idle), same_tokens=True, ids=())
+
+
+@pytest.mark.parametrize("c_ms, s_ms, busy", [((800, 820, 810), (1700, 1750, 1720), False),
+                                              ((800, 1600, 900), (1700, 1750, 1720), True)], ids=["steady", "busy"])
+def test_the_queue_comparison_says_its_table_and_flags_rounds_that_spread(c_ms, s_ms, busy):
+    from topics.serving.draw import batching_frame, batching_sentence
+
+    q = _queue_record(c_ms, s_ms)
+    said = batching_sentence(q)
+    table = batching_frame(q).set_index("batching")
+    assert table.loc["static", "slot-steps idle while a request waited"] == 324
+    c, s = q.continuous.tokens_per_s, q.static.tokens_per_s
+    assert f"continuous batching made {c:,.0f} tokens/s, static batching {s:,.0f} (continuous ×{c / s:.2f} faster" in said
+    assert "Static batching took 176 engine steps to continuous batching's 72" in said and "324 slot-steps idle" in said
+    assert ("server was busy" in said) == busy
+    if busy:
+        assert "continuous batching's rounds ranged 800–1,600 ms" in said

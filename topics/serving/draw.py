@@ -257,7 +257,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
     the slots left idle while a request waited (hatched), the waste of a static batch."""
     last = max(len(steps) - 1, 0) if last is None else last
     n = last + 1
-    x0, x1 = 50, W - 10
+    x0, x1 = (68 if slots else 50), W - 10  # room for the slot rows' names
     cw = (x1 - x0) / max(n, 1)
     rh = 17
     out = [_t(10, 15, timeline_title(slots), 12, weight="bold")]
@@ -282,7 +282,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
                 out.append(f'<rect data-role="cell-preempted" {box} y="{y + 4}" height="{rh - 8}" fill="#fff" '
                            f'stroke="{RECOMPUTED}" stroke-width="1.5"/>')
             elif status == "waiting":
-                out.append(f'<rect data-role="cell-waiting" {box} y="{y + 8}" height="{rh - 16}" fill="{MASKED}"/>')
+                out.append(f'<rect data-role="cell-waiting" {box} y="{y + 7}" height="3" fill="{MASKED}"/>')
             elif (rid, k) in sat:  # in the pool but left out of this pass: it sat out a step
                 out.append(f'<rect data-role="cell-idle" {box} y="{y + 5.5}" height="{rh - 12}" fill="#fff" '
                            f'stroke="{DECODE}" stroke-width="1.5" stroke-dasharray="3 2"/>')
@@ -389,8 +389,8 @@ def sharing_sentence(mem) -> str:
                 f"request finished), " + memory)
     if sh.saved > 0:
         return "Prefix sharing: no prompt token was skipped, " + memory
-    return (f"Prefix sharing found nothing to share here: no prompt token was skipped and no block was held by two "
-            f"requests at once ({sh.served_per_held:.2f} positions served per position held).")
+    return ("Prefix sharing found nothing to share here: no prompt token was skipped and no block was held by two "
+            "requests at once.")
 
 
 def chunking_frame(result):
@@ -518,6 +518,12 @@ def batching_sentence(q) -> str:
             f"waited for its longest member, leaving {s.idle_slot_steps} slot-steps idle while a request waited "
             f"(hatched on its timeline), against {c.idle_slot_steps} for continuous batching, which gave each freed "
             "slot to the queue's front the next pass.")
+    wide = [w for w in (c, s) if len(w.ms) > 1 and max(w.ms) > BUSY_RATIO * min(w.ms)]
+    if wide:
+        said += (" The server was busy while these ran: " + " and ".join(
+            f"{w.batching} batching's rounds ranged {min(w.ms):,.0f}–{max(w.ms):,.0f} ms" for w in wide)
+            + " for the same work, so the ratio moves with it; `python -m engine serve --scenario queue "
+            "--compare-batching` takes the median of more rounds.")
     if c.engine_steps < s.engine_steps and c.tokens_per_s < s.tokens_per_s:
         said += (" Yet continuous batching measured slower here, in fewer steps: the server was busy while these ran; "
                  "run it again, or `python -m engine serve --scenario queue --compare-batching` for more rounds.")

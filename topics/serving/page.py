@@ -26,7 +26,7 @@ from ui.text import error, plain
 
 
 POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
-BATCHING_NAMES = {"continuous": "continuous batching", "static": "static batching"}
+BATCHING_NAMES = {"continuous": "continuous", "static": "static"}  # how a freed slot is refilled: short, for the bar
 
 
 def queue_comparison(lm, requests, sizing, sampling):
@@ -136,7 +136,7 @@ def show() -> None:
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
                + (f"preemption: {POLICY_NAMES.get(sizing['preemption'], sizing['preemption'])} · "
                   if "preemption" in sizing else "")
-               + (f"{sizing['max_seqs']} batch slots, {BATCHING_NAMES.get(sizing.get('batching'), 'continuous batching')} · "
+               + (f"{sizing['max_seqs']} slots, {sizing.get('batching', 'continuous')} batching · "
                   if sizing.get("max_seqs") else "") + "timings measured")
     if said := steps.said():
         error(said)

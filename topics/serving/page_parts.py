@@ -23,14 +23,13 @@ def pictures(run: ServingRun, at: int) -> None:
     step = run.records[at]
     left, right = st.columns([1, 1], gap="small")
     with left:
-        st.html(_whole(draw.pool_svg(step, run.num_blocks, run.page_size), pool_alt(step, run), "dl-pool",
-                       draw.pool_title(run.num_blocks, run.page_size)))
+        st.html(_whole(draw.pool_svg(step, run.num_blocks, run.page_size), pool_alt(step, run), "dl-pool"))
     with right:
-        st.html(_whole(draw.pass_svg(step, run.lm.spec.d_model), pass_alt(step), "dl-pass", draw.pass_title(step)))
+        st.html(_whole(draw.pass_svg(step, run.lm.spec.d_model), pass_alt(step), "dl-pass"))
     with st.container(key="serve_timeline"):
         st.html(_whole(draw.timeline_svg(run.records, [r.id for r in run.requests], at, slots=run.max_seqs),
                        f"timeline of {len(run.records)} engine steps, step {at} marked", "dl-timeline",
-                       draw.timeline_title(run.max_seqs)))
+                       draw.timeline_title(run.max_seqs)))  # on a phone it opens at its newest step: title above
 
 
 def chunking_result(result: dict) -> None:
@@ -41,8 +40,7 @@ def chunking_result(result: dict) -> None:
         st.markdown(f"**Chunked prefill {way}**")
         steps = getattr(result, way).steps
         st.html(_whole(draw.timeline_svg(list(steps), list(getattr(result, way).ids), -1),
-                       f"timeline of {len(steps)} engine steps, chunked prefill {way}", f"dl-timeline-{way}",
-                       draw.timeline_title()))
+                       f"timeline of {len(steps)} engine steps, chunked prefill {way}", f"dl-timeline-{way}"))
     st.caption(draw.chunking_sentence(result))
 
 
@@ -56,13 +54,14 @@ def batching_result(result) -> None:
                     f"{way.tokens_per_s:,.0f} tokens/s")
         st.html(_whole(draw.timeline_svg(list(way.steps), list(result.ids), -1, slots=result.slots),
                        f"timeline of {len(way.steps)} engine steps, {way.batching} batching, {result.slots} batch slots",
-                       f"dl-timeline-{way.batching}", draw.timeline_title(result.slots)))
+                       f"dl-timeline-{way.batching}"))
 
 
-def _whole(svg: str, alt: str, testid: str, title: str) -> str:
+def _whole(svg: str, alt: str, testid: str, title: str | None = None) -> str:
     """A serving picture as an <img>, like the stage: the column's width on a wide screen; on a phone (ui/style.py)
-    never narrower than draw.readable_width (its smallest text at 11 px), scrolling sideways, with its title
-    written above it in words."""
+    never narrower than draw.readable_width (its smallest text at 11 px), scrolling sideways from its left edge,
+    where its title is. `title`: for a picture that opens at its right end instead (the run's timeline, at its
+    newest step), its title written above it in words, shown on a phone only."""
     return (f'<div class="dl-serve" data-testid="{testid}" style="--dl-phone-width: {draw.readable_width(svg)}px">'
             f'{stage_html(svg, alt, title)}</div>')
 
