@@ -65,7 +65,7 @@ def pass_title(step: ServingStep) -> str:
 
 
 def timeline_title(slots: int | None = None) -> str:
-    return "timeline: x = engine step, one row per request" + (f", then the {slots} batch slots" if slots else "")
+    return "timeline: x = engine step, one row per request" + (", then each batch slot" if slots else "")
 
 
 def readable_width(svg: str, px: float = 11.0) -> int:
@@ -260,7 +260,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
     x0, x1 = (68 if slots else 50), W - 10  # room for the slot rows' names
     cw = (x1 - x0) / max(n, 1)
     rh = 17
-    out = [_t(10, 15, timeline_title(slots), 12, weight="bold")]
+    out = [_t(10, 15, timeline_title(), 12, weight="bold")]  # the slots, where drawn, have a line of their own
     y0 = 24
     rows_by_step = [{r.id: r for r in s.rows} for s in steps]
     sat = {(rid, k) for rid, ks in sat_out(steps[:n]).items() for k in ks}
@@ -290,7 +290,9 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
                 out.append(_t(x + cw / 2, y + 15, "✓", 12, "middle", SOFT))
     y = y0 + len(request_ids) * rh + 4
     if slots:
-        y += 6
+        out.append(_t(x0, y + 13, f"{slots} batch slots: the request in each, and each slot left idle while a request "
+                                  "waited (hatched)", 11, weight="bold"))
+        y += 20
         use = slot_use(steps[:n], slots)
         hatched = [set([j for j, q in enumerate(u.slots) if q is None][: u.idle_while_waiting]) for u in use]
         for j in range(max((len(u.slots) for u in use), default=slots)):
@@ -402,7 +404,7 @@ def chunking_frame(result):
         v = getattr(result, way).stall
         return {"chunked prefill": way, "steps sat out": v.skipped_steps,
                 "which (who sat out)": "; ".join(f"{k} ({_requests(v.who(k))})" for k in v.steps) or "none",
-                "longest wait between two tokens": f"{v.longest_gap_ms:.1f} ms",
+                "longest wait between two tokens, while the long prompt was prefilled": f"{v.longest_gap_ms:.1f} ms",
                 "long prompt's prefill passes": v.prefill_passes,
                 "long prompt's first token": f"{v.long_ttft_steps} step{'s' if v.long_ttft_steps != 1 else ''}, "
                                              f"{v.long_ttft_ms:.1f} ms"}
@@ -435,8 +437,8 @@ def chunking_sentence(result) -> str:
     n = off.skipped_steps
     if n:
         said = (f"With chunked prefill off, requests in the pool sat out {n} step{'s' if n != 1 else ''} (dashed on "
-                f"its timeline): {_stall_words(off)}. The longest wait between two tokens of one request "
-                f"was {off.longest_gap_ms:.1f} ms.")
+                f"its timeline): {_stall_words(off)}. While {long} was prefilled, the longest wait between two "
+                f"tokens of another request was {off.longest_gap_ms:.1f} ms.")
     else:
         said = f"With chunked prefill off, no request in the pool sat out a step while {long} was prefilled."
     m = on.skipped_steps

@@ -358,17 +358,19 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
 def decode_stall(run: ServingRun, long_id: str) -> Stall:
     """What the requests in the pool lived through while `long_id` (the longest prompt) was served: the steps each
     sat out (engine.generate.serving.record.sat_out, the very cells the timeline draws dashed), what each such
-    step's pass held instead, the longest measured wait between two consecutive tokens of one request, and the long
-    request's own time to first token. Read off the recorded run's steps: the same records its timeline is drawn
-    from."""
+    step's pass held instead, the longest measured wait between two consecutive tokens of another request while the
+    long prompt was prefilled (from its arrival to its first token), and the long request's own time to first token.
+    Read off the recorded run's steps: the same records its timeline is drawn from."""
     long = run.requests[int(long_id[1:])]
     out = sat_out(run.records)
     steps = {k for v in out.values() for k in v}
     filled = {s.step: tuple((r.id, r.q_len) for r in s.rows) for s in run.records if s.step in steps}
+    start, end = long.arrive, long.first_token_step if long.first_token_step is not None else len(run.records) - 1
     longest = 0.0
-    for r in run.requests:
-        made = [run.clock_ms(k) for k in r.token_steps]
-        longest = max([longest] + [b - a for a, b in zip(made, made[1:])])
+    for r in run.requests:  # the others' waits between two tokens that overlap the long prompt's prefill
+        if r is not long:
+            gaps = zip(r.token_steps, r.token_steps[1:])
+            longest = max([longest] + [run.clock_ms(b) - run.clock_ms(a) for a, b in gaps if a <= end and b >= start])
     lat = run.latency(long)
     return Stall(sat_out=out, filled_by=filled, longest_gap_ms=longest, long_id=long_id,
                  long_ttft_steps=lat.ttft_steps, long_ttft_ms=lat.ttft_ms, prefill_passes=long.chunks,

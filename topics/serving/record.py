@@ -181,7 +181,8 @@ class Stall:
 
     sat_out: dict[str, tuple[int, ...]]  # request -> the steps it sat out
     filled_by: dict[int, tuple[tuple[str, int], ...]]  # each such step -> the (request, q_len) rows its pass held
-    longest_gap_ms: float  # the longest measured wait between two consecutive tokens of one request
+    longest_gap_ms: float  # the longest measured wait between two tokens of another request while the long prompt
+    #                        was prefilled (a gap that overlaps its arrival .. first token)
     long_id: str  # the request with the longest prompt
     long_ttft_steps: int | None
     long_ttft_ms: float | None
