@@ -470,7 +470,7 @@ def test_statuses_and_phases_are_enums_that_write_the_same_strings():
     from engine.generate.serving.scheduler import Phase
 
     assert [s.value for s in Status] == ["not arrived", "waiting", "running", "preempted", "done"]
-    assert [p.value for p in Phase] == ["prefill", "decode", "recompute"]
+    assert [p.value for p in Phase] == ["prefill", "decode", "recompute", "padding"]
     for member in [*Status, *Phase]:
         assert member == member.value and f"{member}" == member.value and str(member) == member.value
         assert json.dumps({member: member}) == json.dumps({member.value: member.value})
@@ -683,9 +683,10 @@ QUEUE = [("Once upon a time there was a cat", 6), ("The dog", 2), ("One day, a g
 
 def test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_slot_the_next_pass(family_model):
     """Six requests for two batch slots. Static: a request enters only when every request admitted before it is done
-    (the batch waited for its longest member), so slots sit idle while others wait. Continuous: a slot freed by a
-    request's last token is taken by the front of the queue in the very next pass. Never more than two in the pool;
-    every request's tokens its own either way. Read off the step records, not the scheduler's state."""
+    (the batch waited for its longest member), and meanwhile each finished member's row stays in every pass as
+    padding (its blocks held until the batch ends, no token made), while others wait. Continuous: a slot freed by a
+    request's last token is taken by the front of the queue in the very next pass. Never more than two rows of
+    requests in the pool; every request's tokens its own either way. Read off the step records."""
     lm = family_model("llama")
     specs = [RequestSpec(p, n, a) for (p, n), a in zip(QUEUE, [0, 0, 1, 2, 3, 4])]
     runs = {b: serve(lm, specs, page_size=4, num_blocks=32, max_seqs=2, batching=b) for b in ("static", "continuous")}
@@ -696,28 +697,40 @@ def test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_s
         for r in run.requests:
             assert r.generated_ids == alone(lm, r.prompt, r.max_new_tokens), (b, r.id)
     static = runs["static"].records
+    batch: list[str] = []
     for k, s in enumerate(static):
-        if s.admitted and k:
+        if s.admitted:
             before = [rid for t in static[:k] for rid in t.admitted]
-            assert all(static[k - 1].status(rid) == "done" for rid in before), (k, before)  # the whole batch done
-    idle_waiting = [s.step for s in static if len({r.id for r in s.rows}) < 2
-                    and any(st == "waiting" for _, st in s.statuses)]
-    assert idle_waiting, "a static batch leaves a slot idle while a request waits"
+            assert all(static[k - 1].status(rid) == "done" for rid in before) if k else True, (k, before)
+            batch = list(s.admitted)  # the whole batch done before the next came in
+        done_before = [rid for rid in batch if k and static[k - 1].status(rid) == "done"]
+        padding = [r.id for r in s.rows if r.phase == "padding"]
+        assert padding == (done_before if len(done_before) < len(batch) else []), (k, padding, done_before)
+        assert all(r.token_id is None and r.q_len == 1 for r in s.rows if r.phase == "padding")
+        if any(s.status(rid) != "done" for rid in batch):  # until its batch is done, a padded row holds its blocks
+            assert set(padding) <= set(dict(s.tables)), k
+    padded_waiting = [s.step for s in static if any(r.phase == "padding" for r in s.rows)
+                      and any(st == "waiting" for _, st in s.statuses)]
+    assert padded_waiting, "a static batch computes padding while a request waits"
     cont = runs["continuous"].records
+    assert not any(r.phase == "padding" for s in cont for r in s.rows)
     for k, s in enumerate(cont[:-1]):
         if s.finished and any(st == "waiting" for _, st in s.statuses):
             assert cont[k + 1].admitted, f"a slot freed at step {k} while a request waited, not refilled at {k + 1}"
     assert len(cont) < len(static)
     from engine.generate.serving.record import slot_use
 
-    idle = {}
-    for b, run in runs.items():  # the slots a picture draws: idle ones while requests wait, counted by hand
-        by_hand = [min(2 - len({r.id for r in s.rows} | {rid for rid, st in s.statuses if st == "running"}),
-                       sum(st in ("waiting", "preempted") for _, st in s.statuses)) for s in run.records]
-        assert [u.idle_while_waiting for u in slot_use(run.records, 2)] == by_hand, b
+    wasted = {}
+    for b, run in runs.items():  # the slots a picture draws: wasted ones while requests wait, counted by hand
+        by_hand = []
+        for s in run.records:
+            in_pool = {r.id for r in s.rows} | {rid for rid, st in s.statuses if st == "running"}
+            padding = sum(r.phase == "padding" for r in s.rows)
+            by_hand.append(min(2 - len(in_pool) + padding, sum(st in ("waiting", "preempted") for _, st in s.statuses)))
+        assert [u.wasted_while_waiting for u in slot_use(run.records, 2)] == by_hand, b
         assert all(len(u.slots) == 2 for u in slot_use(run.records, 2))
-        idle[b] = sum(by_hand)
-    assert idle["continuous"] == 0 < idle["static"]
+        wasted[b] = sum(by_hand)
+    assert wasted["continuous"] == 0 < wasted["static"]
 
 
 # ---------------------------------------------------------------- engine/measure/request.py: one request, start to finish

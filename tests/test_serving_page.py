@@ -272,19 +272,21 @@ def test_the_prefix_sharing_sentence_counts_the_tokens_the_status_line_says_were
     assert skipped == 0 and "no prompt token was skipped" in said
 
 
-def idle_while_waiting_by_hand(records, slots: int) -> int:
-    """Slot-steps left idle while a request waited, counted from each step's rows and statuses."""
-    total = 0
+def slots_by_hand(records, slots: int) -> tuple[int, int]:
+    """(rows computing padding, empty slots while a request waited), counted from each step's rows and statuses."""
+    padding = empty = 0
     for s in records:
         in_pool = {r.id for r in s.rows} | {rid for rid, st in s.statuses if st == "running"}
-        total += min(slots - len(in_pool), sum(st in ("waiting", "preempted") for _, st in s.statuses))
-    return total
+        padding += sum(r.phase == "padding" for r in s.rows)
+        if any(st in ("waiting", "preempted") for _, st in s.statuses):
+            empty += slots - len(in_pool)
+    return padding, empty
 
 
-def test_the_timeline_hatches_exactly_the_slots_a_static_batch_left_idle_while_requests_waited(family_model):
-    """Six requests for two slots, static and continuous batching: the hatched slot cells are the slot-steps left idle
-    while a request waited (none for continuous batching), and every slot drawn held is a request in the pass or
-    sitting it out."""
+def test_the_timeline_hatches_the_slots_a_static_batch_wasted(family_model):
+    """Six requests for two slots, static and continuous batching: each slot whose row computed padding is hatched
+    grey, each slot left empty while a request waited hatched red (none of either for continuous batching), and
+    every other slot drawn is a request in the pass or sitting it out."""
     from engine.generate.serving import RequestSpec, ServingRun
     from topics.serving.draw import timeline_svg
 
@@ -295,16 +297,17 @@ def test_the_timeline_hatches_exactly_the_slots_a_static_batch_left_idle_while_r
         run = ServingRun(lm, specs, page_size=4, num_blocks=32, max_seqs=2, batching=way, stop_on_eos=False)
         run.run()
         svg = timeline_svg(run.records, [r.id for r in run.requests], -1, slots=2)
-        hatched = svg.count('data-role="slot-idle-waiting"')
-        assert hatched == idle_while_waiting_by_hand(run.records, 2) and (hatched > 0) == (way == "static")
-        assert svg.count('data-role="slot-held"') == sum(len(s.rows) for s in run.records) + sum(
-            len(v) for v in drawn_idle(svg).values())  # a held slot: in the pass, or sitting it out
-        assert "slot idle while a request waits" in svg  # the key says what the hatching means
+        padding, empty = slots_by_hand(run.records, 2)
+        assert svg.count('data-role="slot-padding"') == padding and svg.count('data-role="slot-idle-waiting"') == empty
+        assert (padding > 0) == (way == "static") and svg.count('data-role="cell-padding"') == padding
+        assert svg.count('data-role="slot-held"') == sum(r.phase != "padding" for s in run.records for r in s.rows) + \
+            sum(len(v) for v in drawn_idle(svg).values())  # a held slot: in the pass, or sitting it out
+        assert "padding: a finished request" in svg and "computed and thrown away" in svg  # the key says so
 
 
-def test_the_queue_scenario_switched_to_static_batching_shows_its_idle_slots_on_the_page():
+def test_the_queue_scenario_switched_to_static_batching_shows_its_wasted_slots_on_the_page():
     """Scenario 6: 12 requests for 4 batch slots. The knob starts a static run; by step 11 its first batch's short
-    members are done, and their slots are drawn idle while the queue waits."""
+    members are done, and their rows are drawn as padding while the queue waits."""
     at = serving_page()
     sc = SCENARIOS["queue"]
     at.selectbox(key="serve_scenario").set_value(sc["title"]).run()
@@ -317,7 +320,9 @@ def test_the_queue_scenario_switched_to_static_batching_shows_its_idle_slots_on_
     run = at.session_state["serve_run"]
     assert run.batching == "static" and len(run.records) == 12
     (timeline,) = svgs(at, "dl-timeline")
-    assert timeline.count('data-role="slot-idle-waiting"') == idle_while_waiting_by_hand(run.records, 4) > 0
+    padding, _ = slots_by_hand(run.records, 4)
+    assert timeline.count('data-role="slot-padding"') == padding > 0
+    assert any(st == "waiting" for _, st in run.records[-1].statuses)  # the queue waits behind the padding
 
 
 def throughput_record(new_tokens, continuous, static, one, generate=None, passes=None):
@@ -531,10 +536,10 @@ def test_the_queue_comparison_says_its_table_and_flags_rounds_that_spread(c_ms, 
     q = _queue_record(c_ms, s_ms)
     said = batching_sentence(q)
     table = batching_frame(q).set_index("batching")
-    assert table.loc["static", "slot-steps idle while a request waited"] == 324
+    assert table.loc["static", "slot-steps wasted while a request waited"] == 324
     c, s = q.continuous.tokens_per_s, q.static.tokens_per_s
     assert f"continuous batching made {c:,.0f} tokens/s, static batching {s:,.0f} (continuous ×{c / s:.2f} faster" in said
-    assert "Static batching took 176 engine steps to continuous batching's 72" in said and "324 slot-steps idle" in said
+    assert "Static batching took 176 engine steps to continuous batching's 72" in said and "324 slot-steps" in said
     assert ("server was busy" in said) == busy
     if busy:
         assert "continuous batching's rounds ranged 800–1,600 ms" in said

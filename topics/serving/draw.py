@@ -29,8 +29,10 @@ from engine.generate.serving.record import NOT_ARRIVED, ServingStep, sat_out, sl
 # one hue per request, chosen away from the phase colours (blue, orange, green, red, grey, purple)
 REQUEST_COLOURS = ("#17becf", "#e377c2", "#bcbd22", "#8c564b", "#5254a3", "#e7ba52", "#9edae5", "#ad494a",
                    "#637939", "#ce6dbd", "#843c39", "#7b4173")
-PHASE_COLOURS = {"prefill": PREFILL, "decode": DECODE, "recompute": RECOMPUTED}
-PHASE_WORDS = {"prefill": "prefill chunk", "decode": "decode", "recompute": "recompute"}
+PADDING = "#8a8a8a"  # static batching's padding rows: grey, hatched (computed, and thrown away)
+PHASE_COLOURS = {"prefill": PREFILL, "decode": DECODE, "recompute": RECOMPUTED, "padding": PADDING}
+PHASE_FILLS = {**PHASE_COLOURS, "recompute": "url(#recomputed-s)", "padding": "url(#padding)"}  # what a cell is filled by
+PHASE_WORDS = {"prefill": "prefill chunk", "decode": "decode", "recompute": "recompute", "padding": "padding"}
 
 
 def request_colour(request_id: str) -> str:
@@ -47,7 +49,10 @@ def _svg(height: float, body: str, title: str, width: int = W) -> str:
             f'<line x1="0" y1="0" x2="0" y2="6" stroke="{RECOMPUTED}" stroke-width="3"/></pattern>'
             f'<pattern id="idle-slot" width="5" height="5" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
             f'<rect width="5" height="5" fill="#fff"/><line x1="0" y1="0" x2="0" y2="5" stroke="{RECOMPUTED}" '
-            f'stroke-width="1.6" stroke-opacity="0.7"/></pattern></defs>'
+            f'stroke-width="1.6" stroke-opacity="0.7"/></pattern>'
+            f'<pattern id="padding" width="5" height="5" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)">'
+            f'<rect width="5" height="5" fill="#e6e6e6"/><line x1="0" y1="0" x2="0" y2="5" stroke="{PADDING}" '
+            f'stroke-width="2"/></pattern></defs>'
             f'<rect width="{width}" height="{height:.0f}" fill="#fff"/>{body}</svg>')
 
 
@@ -191,12 +196,13 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
         x = x0
         for r in step.rows:
             w = minw + free * r.q_len / total
-            fill = "url(#recomputed-s)" if r.phase == "recompute" else PHASE_COLOURS[r.phase]
+            fill = PHASE_FILLS[r.phase]
+            ink = {"recompute": RECOMPUTED, "padding": INK}.get(r.phase, "#fff")
             out.append(f'<g data-role="row-{r.phase}" data-request="{r.id}" data-q-len="{r.q_len}">'
                        f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{w - 2:.1f}" height="30" rx="4" fill="{fill}" '
                        f'stroke="{request_colour(r.id)}" stroke-width="4"/>'
                        + _t(x + w / 2, y + 21, f"{r.id}·{r.q_len}" if w < 70 else f"{r.id} · {r.q_len}", 13,
-                            "middle", "#fff" if r.phase != "recompute" else RECOMPUTED, "bold", MONO) + "</g>")
+                            "middle", ink, "bold", MONO) + "</g>")
             x += w
         y += 48
         ms = "" if step.forward_ms is None else f", {step.forward_ms:.1f} ms measured"
@@ -205,8 +211,9 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
         out.append(_t(x0, y, f"keys read: {step.kv_read}, each request its own (mask)", 12, fill=SOFT))
         for r in step.rows[:6]:
             y += 20
-            what = PHASE_WORDS[r.phase] + (f" {r.chunk}" if r.phase != "decode" else "")
-            made = f"→ {r.token!r}" if r.token_id is not None else "(prompt goes on)"
+            what = PHASE_WORDS[r.phase] + (f" {r.chunk}" if r.phase in ("prefill", "recompute") else "")
+            made = (f"→ {r.token!r}" if r.token_id is not None else
+                    "(done: computed, thrown away)" if r.phase == "padding" else "(prompt goes on)")
             out.append(f'<rect x="{x0}" y="{y - 12}" width="11" height="11" rx="2" fill="{PHASE_COLOURS[r.phase]}"/>')
             out.append(_t(x0 + 16, y, f"{r.id} {what}, q_len {r.q_len}  {made}", 12, family=MONO))
         if n > 6:
@@ -274,8 +281,8 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
             cell = f'data-request="{rid}" data-step="{k}"'
             box = f'{cell} x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
             if row is not None:
-                fill = "url(#recomputed-s)" if row.phase == "recompute" else PHASE_COLOURS[row.phase]
-                h = rh - 6 if row.phase != "decode" else rh - 12
+                fill = PHASE_FILLS[row.phase]
+                h = rh - 12 if row.phase in ("decode", "padding") else rh - 6
                 out.append(f'<rect data-role="cell-{row.phase}" {box} y="{y + (rh - 2 - h) / 2 + 2:.1f}" height="{h}" '
                            f'fill="{fill}"/>')
             elif rid in s.preempted or status == "preempted":
@@ -290,11 +297,10 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
                 out.append(_t(x + cw / 2, y + 15, "✓", 12, "middle", SOFT))
     y = y0 + len(request_ids) * rh + 4
     if slots:
-        out.append(_t(x0, y + 13, f"{slots} batch slots: the request in each, and each slot left idle while a request "
-                                  "waited (hatched)", 11, weight="bold"))
+        out.append(_t(x0, y + 13, f"{slots} batch slots: the request in each (hatched: padding, or idle while a "
+                                  "request waited)", 11, weight="bold"))
         y += 20
         use = slot_use(steps[:n], slots)
-        hatched = [set([j for j, q in enumerate(u.slots) if q is None][: u.idle_while_waiting]) for u in use]
         for j in range(max((len(u.slots) for u in use), default=slots)):
             out.append(_t(6, y + 13, f"slot {j}", 11, weight="bold", fill=INK, family=MONO))
             for k, u in enumerate(use):
@@ -302,9 +308,14 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
                 rid = u.slots[j] if j < len(u.slots) else None
                 box = f'data-slot="{j}" data-step="{k}" x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
                 if rid is not None:
-                    out.append(f'<rect data-role="slot-held" data-request="{rid}" {box} y="{y + 2}" height="{rh - 4}" '
-                               f'fill="{request_colour(rid)}" fill-opacity="0.8"/>')
-                elif j in hatched[k]:
+                    padding = rid in u.padding  # a finished request's row, computed and thrown away
+                    out.append(f'<rect data-role="{"slot-padding" if padding else "slot-held"}" data-request="{rid}" '
+                               f'{box} y="{y + 2}" height="{rh - 4}" fill="{request_colour(rid)}" '
+                               f'fill-opacity="{0.35 if padding else 0.8}"/>')
+                    if padding:
+                        out.append(f'<rect {box} y="{y + 2}" height="{rh - 4}" fill="url(#padding)" '
+                                   f'fill-opacity="0.8"/>')
+                elif u.waiting:  # nobody in it while a request waits in the queue
                     out.append(f'<rect data-role="slot-idle-waiting" {box} y="{y + 2}" height="{rh - 4}" '
                                f'fill="url(#idle-slot)" stroke="{RECOMPUTED}" stroke-width="0.8"/>')
             y += rh
@@ -327,10 +338,12 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
     x += 24 + 14 * 8.2
     out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="#fff" stroke="{RECOMPUTED}"/>'
                + _t(x + 16, y + 10, "preempted (waits to be recomputed)", 11))
-    if slots:
+    if slots or any(r.phase == "padding" for s in steps[:n] for r in s.rows):
         y += 18
-        out.append(f'<rect x="{x0}" y="{y}" width="12" height="11" fill="url(#idle-slot)" stroke="{RECOMPUTED}" '
-                   f'stroke-width="0.8"/>' + _t(x0 + 16, y + 10, "slot idle while a request waits in the queue", 11))
+        out.append(f'<rect x="{x0}" y="{y}" width="12" height="11" fill="url(#padding)"/>'
+                   + _t(x0 + 16, y + 10, "padding: a finished request's row, computed and thrown away", 11))
+        out.append(f'<rect x="{x0 + 470}" y="{y}" width="12" height="11" fill="url(#idle-slot)" stroke="{RECOMPUTED}" '
+                   f'stroke-width="0.8"/>' + _t(x0 + 486, y + 10, "slot idle while a request waits", 11))
     return _svg(y + 18, "".join(out), "timeline of the serving run")
 
 
@@ -504,7 +517,7 @@ def batching_frame(q):
     for way in (q.continuous, q.static):
         rows.append({"batching": way.batching, "tokens/s (median, measured)": f"{way.tokens_per_s:,.0f}",
                      "engine steps": way.engine_steps, "tokens": way.tokens,
-                     "slot-steps idle while a request waited": way.idle_slot_steps,
+                     "slot-steps wasted while a request waited": way.idle_slot_steps,
                      "each round (ms)": ", ".join(f"{x:,.0f}" for x in way.ms)})
     return pd.DataFrame(rows)
 
@@ -517,9 +530,10 @@ def batching_sentence(q) -> str:
             f"tokens/s, static batching {s.tokens_per_s:,.0f} ({_faster(c.tokens_per_s, s.tokens_per_s, 'continuous', 'static')}; "
             f"{'median of ' + str(q.rounds) + ' alternated rounds' if q.rounds > 1 else 'one round'} after a warm-up). "
             f"Static batching took {s.engine_steps} engine steps to continuous batching's {c.engine_steps}: each batch "
-            f"waited for its longest member, leaving {s.idle_slot_steps} slot-steps idle while a request waited "
-            f"(hatched on its timeline), against {c.idle_slot_steps} for continuous batching, which gave each freed "
-            "slot to the queue's front the next pass.")
+            f"kept its finished members' rows as padding until its longest member was done, {s.idle_slot_steps} "
+            f"slot-steps computed for nothing (or left empty) while a request waited (hatched on its timeline), "
+            f"against {c.idle_slot_steps} for continuous batching, which gave each freed slot to the queue's front the "
+            "next pass.")
     wide = [w for w in (c, s) if len(w.ms) > 1 and max(w.ms) > BUSY_RATIO * min(w.ms)]
     if wide:
         said += (" The server was busy while these ran: " + " and ".join(

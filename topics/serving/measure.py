@@ -306,8 +306,8 @@ def _log_ways(res: Throughput, log) -> None:
     for k, label in (("continuous", "continuous batching (ours)"), ("one_at_a_time", "one request at a time"),
                      ("static_batch", "static batch (padded)"), ("generate_batch", "transformers generate_batch")):
         if res.tokens_per_s(k) is not None:
-            log(f"    {label:32s} {res.tokens_per_s(k):8.0f} tokens/s   same tokens: {res.same_tokens.get(k)}   "
-                f"{res.passes[k]} passes")
+            passes = f"   {res.passes[k]} passes" if k in res.passes else ""  # generate_batch's are its own
+            log(f"    {label:32s} {res.tokens_per_s(k):8.0f} tokens/s   same tokens: {res.same_tokens.get(k)}{passes}")
 
 
 def log_queue(q: BatchingComparison, log=print) -> None:
@@ -316,7 +316,7 @@ def log_queue(q: BatchingComparison, log=print) -> None:
         f"{min(q.arrivals)}-{max(q.arrivals)}, {q.slots} batch slots; medians of {q.rounds} alternated rounds:")
     for way in (q.continuous, q.static):
         log(f"    {way.batching + ' batching':24s} {way.tokens_per_s:8.0f} tokens/s   {way.engine_steps} engine steps, "
-            f"{way.idle_slot_steps} slot-steps idle while a request waited")
+            f"{way.idle_slot_steps} slot-steps wasted (padding or empty) while a request waited")
     log(f"    continuous / static = x{q.ratio:.2f} (target >= {TARGET_QUEUE}); same tokens either way: {q.same_tokens}")
 
 
@@ -490,7 +490,7 @@ def batching_comparison(lm: LoadedModel, requests: list[RequestSpec] | None = No
         return BatchingWay(batching=name, tokens_per_s=run.generated_tokens / (statistics.median(ms[name]) / 1e3),
                            ms=tuple(round(x, 2) for x in ms[name]), engine_steps=run.step_index, passes=run.passes,
                            tokens=run.generated_tokens,
-                           idle_slot_steps=sum(u.idle_while_waiting for u in slot_use(run.records, slots)),
+                           idle_slot_steps=sum(u.wasted_while_waiting for u in slot_use(run.records, slots)),
                            steps=tuple(run.records) if record else ())
 
     out = BatchingComparison(requests=len(requests), slots=slots, lengths=tuple(q.max_new_tokens for q in requests),

@@ -246,7 +246,7 @@ class BatchingWay:
     engine_steps: int
     passes: int  # steps that ran a forward pass
     tokens: int
-    idle_slot_steps: int  # slot-steps left idle while a request waited (record.slot_use)
+    idle_slot_steps: int  # slot-steps idle or computing padding while a request waited (record.slot_use)
     steps: tuple = field(default=(), repr=False)  # the last round's ServingStep records, where recorded (the timeline)
 
     def to_dict(self) -> dict:

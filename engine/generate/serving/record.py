@@ -1,6 +1,7 @@
 """The frozen record of one serving step, like a StepTrace is of one pass: what the Serving page draws.
 
-    rows        which requests shared the pass: each one's phase, first position, q_len, and the token it chose
+    rows        which requests shared the pass: each one's phase (prefill, decode, recompute, or padding: a finished
+                request's row in a static batch), first position, q_len, and the token it chose
     queue       every request's status after the step: not arrived · waiting · running · preempted · done
     tables      every block table after the step (request id -> block ids), every block's ref count and state
                 (free · cached, free to evict · in use · shared: engine/generate/serving/blocks.py)
@@ -127,10 +128,12 @@ def sat_out(steps) -> dict[str, tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class SlotStep:
-    """The batch slots during one step's pass: who held each, and how many requests waited in the queue."""
+    """The batch slots during one step's pass: who held each, who of them only computed padding, and how many
+    requests waited in the queue."""
 
     step: int
     slots: tuple[str | None, ...]  # the request in each slot (None: idle); a request keeps its slot while in the pool
+    padding: tuple[str, ...]  # requests whose row in this pass was padding (static batching: finished, still in)
     waiting: int  # requests in the queue after the step: arrived (or preempted) and not in the pool
 
     @property
@@ -138,15 +141,16 @@ class SlotStep:
         return sum(1 for rid in self.slots if rid is None)
 
     @property
-    def idle_while_waiting(self) -> int:
-        """Slots left idle while requests waited for one: the waste a queue makes visible."""
-        return min(self.idle, self.waiting)
+    def wasted_while_waiting(self) -> int:
+        """Slots idle or computing padding while requests waited for one: the waste a queue makes visible."""
+        return min(self.idle + len(self.padding), self.waiting)
 
 
 def slot_use(steps, slots: int | None) -> tuple[SlotStep, ...]:
     """Each step's batch slots, read off the records: a slot is held by a request from the pass it is admitted in to
-    the pass that makes its last token (or until it is preempted), running in the pass or sitting it out; a request
-    takes the lowest free slot. `slots` None: as many as were ever held at once."""
+    the pass that makes its last token (or until it is preempted), running in the pass or sitting it out, and under
+    static batching while its row computes padding; a request takes the lowest free slot. `slots` None: as many as
+    were ever held at once."""
     held = [[r.id for r in s.rows] + [rid for rid, st in s.statuses if st == Status.RUNNING
                                       and rid not in {r.id for r in s.rows}] for s in steps]
     n = slots or max((len(h) for h in held), default=0)
@@ -161,5 +165,6 @@ def slot_use(steps, slots: int | None) -> tuple[SlotStep, ...]:
         for rid, k in where.items():
             row[k] = rid
         waiting = sum(1 for _, st in s.statuses if st in (Status.WAITING, Status.PREEMPTED))
-        out.append(SlotStep(s.step, tuple(row), waiting))
+        padding = tuple(r.id for r in s.rows if r.phase == Phase.PADDING)
+        out.append(SlotStep(s.step, tuple(row), padding, waiting))
     return tuple(out)

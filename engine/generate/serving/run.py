@@ -149,7 +149,7 @@ class ServingRun(Run):
     def _record(self, step: int, plan: Plan, chosen: dict[str, int], forward_ms, evicted: int) -> ServingStep:
         tok = self.lm.tokenizer
         rows = tuple(RowRecord(s.request.id, s.phase, s.start, s.q_len,
-                               0 if s.phase == Phase.DECODE else s.request.chunks,
+                               0 if s.phase in (Phase.DECODE, Phase.PADDING) else s.request.chunks,
                                chosen.get(s.request.id) if s.emits else None,
                                token_pieces(tok, [chosen[s.request.id]])[0] if s.emits and self.record else "")
                      for s in plan.rows)

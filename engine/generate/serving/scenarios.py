@@ -89,8 +89,9 @@ SCENARIOS: dict[str, dict] = {
         "why": "Twelve requests of mixed lengths (8 to 64 tokens) arrive over time for 4 batch slots, so a queue "
                "forms. Continuous batching gives a slot back the pass its request finishes: the next in the queue "
                "is prefilled in the very next pass, beside the decodes. Switch to static batching: a batch starts "
-               "only when the one before has finished, so its short requests' slots sit idle (hatched) until its "
-               "longest member is done, while the queue waits. Compare both: the same tokens, measured side by side.",
+               "only when the one before has finished, so its short requests' rows are padding (hatched: computed "
+               "and thrown away) until its longest member is done, while the queue waits. Compare both: the same "
+               "tokens, measured side by side.",
         "requests": [RequestSpec(p, n, a) for p, n, a in zip(QUEUE, QUEUE_LENGTHS, QUEUE_ARRIVALS)],
         "sizing": {"page_size": 8, "num_blocks": 48, "max_batch_tokens": 64, "prefix_sharing": True,
                    "chunking": True, "max_seqs": 4, "batching": "continuous"},

@@ -18,8 +18,10 @@ queue. How a slot is refilled is the batching (`Batching`):
     continuous    a request that finishes gives its slot back at once: the next pass admits the front of the queue
                   (Orca's iteration-level scheduling, vLLM's)
     static        a batch is formed from the front of the queue when the one before has finished, every member;
-                  a member that finishes leaves its slot idle until the batch's longest member is done, however
-                  many requests wait (a server that batches whole requests, like one padded generate call)
+                  a member that finishes keeps its row in every pass until the batch's longest member is done,
+                  computing padding (its last token fed again, its keys written to its own blocks and never
+                  read by anyone, no token chosen), however many requests wait: what one padded generate call
+                  over a batch does. The batch's blocks are given back when the whole batch is done
 
 Blocks are checked, then committed (nano-vllm's can_allocate, then allocate). A request new to the pool is
 first checked: how many of its leading full blocks others hold or the pool still caches (prefix sharing:
@@ -69,6 +71,7 @@ class Phase(StrEnum):
     PREFILL = "prefill"  # a chunk of its prompt
     DECODE = "decode"  # its newest token
     RECOMPUTE = "recompute"  # its tokens again, after a preemption dropped their keys and values
+    PADDING = "padding"  # static batching: a finished member's row, computed and thrown away until its batch ends
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class Scheduled:
 
     @property
     def fed(self) -> tuple[int, ...]:
+        if self.phase == Phase.PADDING:  # a finished request's row in a static batch: its last token, again
+            return (self.request.tokens[-1],) * self.q_len
         return tuple(self.request.tokens[self.start:self.start + self.q_len])
 
 
@@ -132,6 +137,8 @@ class Scheduler:
             self._admit_waiting(plan, self.max_batch_tokens)  # whole prompts first: decodes wait this step
             if not plan.rows:
                 self._continue_running(plan, self.max_batch_tokens)
+        if self.batching == Batching.STATIC:
+            self._pad(plan)
         if not plan.rows and not self.not_arrived and (self.waiting or self.running):
             raise StepError("Nothing can run and nothing else will arrive: the pool is too small for what waits.")
         return plan
@@ -142,6 +149,9 @@ class Scheduler:
         (its full ones stay cached for a later request with the same prefix)."""
         for s in plan.rows:
             r = s.request
+            if s.phase == Phase.PADDING:  # its keys are written to its own blocks and never read: nothing else
+                r.computed += s.q_len
+                continue
             r.recomputed_tokens += max(0, min(s.start + s.q_len, r.reached) - s.start)  # fed before a preemption
             r.computed += s.q_len
             r.reached = max(r.reached, r.computed)
@@ -152,8 +162,13 @@ class Scheduler:
             if s.emits:
                 r.take(chosen[r.id], step)
                 if r.status == Status.DONE:
-                    self.blocks.free(r.table)
+                    if self.batching != Batching.STATIC:
+                        self.blocks.free(r.table)
                     self.running.remove(r)
+        if self.batching == Batching.STATIC and self.batch and all(m.status == Status.DONE for m in self.batch):
+            for m in self.batch:  # the whole batch is done: its rows, padding and all, give their blocks back
+                self.blocks.free(m.table)
+            self.batch = []
 
     # ------------------------------------------------------------ the two halves of a pass
 
@@ -190,6 +205,16 @@ class Scheduler:
             plan.admitted.append(r.id)
             plan.rows.append(self._scheduled(r, n))
             budget -= n
+
+    def _pad(self, plan: Plan) -> None:
+        """Static batching: every finished member of an unfinished batch keeps its row in the pass (padding, one
+        position each, in its own blocks; none is taken from a running request: a row with no room is left out)."""
+        if all(m.status == Status.DONE for m in self.batch):
+            return
+        for m in self.batch:
+            if m.status == Status.DONE and self.blocks.can_grow(m.table, m.computed + 1):
+                self.blocks.grow(m.table, m.computed + 1)
+                plan.rows.append(Scheduled(m, Phase.PADDING, m.computed, 1))
 
     def has_slot(self, r: Request) -> bool:
         """May this waiting request take a batch slot now? Continuous: while fewer than max_seqs run. Static: only a
