@@ -185,6 +185,31 @@ def static_batch_does_not_wait() -> None:
     Scheduler.has_slot = lambda self, r: self.max_seqs is None or len(self.running) < self.max_seqs
 
 
+def batch_order_unchecked() -> None:
+    """A decode pass of more sequences timed faster than one of fewer is drawn as it came, neither re-timed nor
+    flagged (issue 42: B = 2 at 5 ms beside B = 1 at 9.3 ms, no word of a busy server)."""
+    from topics.serving import measure
+
+    measure._against_physics = lambda sizes, times: []
+
+
+def sat_out_during_the_long_prompt_only() -> None:
+    """The steps sat out are counted only from the long prompt's arrival on, while the timeline draws every one."""
+    from dataclasses import replace
+
+    from topics.serving import measure
+
+    decode_stall = measure.decode_stall
+
+    def mutant(run, long_id):
+        stall = decode_stall(run, long_id)
+        arrive = run.requests[int(long_id[1:])].arrive
+        kept = {rid: tuple(k for k in v if k >= arrive) for rid, v in stall.sat_out.items()}
+        return replace(stall, sat_out={rid: v for rid, v in kept.items() if v})
+
+    measure.decode_stall = mutant
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
@@ -216,6 +241,10 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_serving.py::test_cli_serve_json_has_the_same_keys_and_plain_string_values"]),
     "static-batch-does-not-wait": (static_batch_does_not_wait, [
         "tests/test_serving.py::test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_slot_the_next_pass"]),
+    "batch-order-unchecked": (batch_order_unchecked, [
+        "tests/test_serving.py::test_a_batch_timed_faster_than_a_smaller_one_is_timed_again_and_flagged_if_it_stays_so"]),
+    "sat-out-during-the-long-prompt-only": (sat_out_during_the_long_prompt_only, [
+        "tests/test_serving_page.py::test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records"]),
 }
 
 
