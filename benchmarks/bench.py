@@ -10,7 +10,9 @@
    weights, prefill, decode and cache-off decode placed on this device's roofline (`--ladder-sizes`).
 4. Serving (topics/serving/measure.py): continuous batching against one request
    at a time, a static padded batch and transformers' generate_batch on the same
-   requests; KV memory paged vs reserved; a decode pass shared by B sequences.
+   requests; a queue (more requests than batch slots, mixed lengths, arriving over
+   time) with continuous against static batching; KV memory paged vs reserved; a
+   decode pass shared by B sequences.
 
 Wall time is `perf_counter` around a device sync. Nothing here is a test: the
 targets are printed beside the figures, not asserted.
@@ -213,7 +215,7 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     log("serving: many requests on one model (topics/serving/measure.py):")
     from topics.serving import measure as serving
 
-    res["serving"] = serving.run_all(lm, log=log)
+    res["serving"] = serving.run_all(lm, log=log).to_dict()  # the JSON edge
     log("the KV cache on a budget (topics/budget/measure.py): every policy against the full cache, one run:")
     from topics.budget import measure as budget
 

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from engine.cli_args import (BadPath, check_json_path, load_from, model_args, new_tokens_arg, sampling_args,
+from engine.cli_args import (BadPath, check_json_path, load_from, model_args, new_tokens_arg, positive, sampling_args,
                              sampling_from, write_json)
 from engine.errors import DecodeLabError
 from engine.units import human_bytes
@@ -128,11 +128,29 @@ def _serve(args) -> int:
         sizing["chunking"] = False
     if args.preemption:
         sizing["preemption"] = args.preemption
+    if args.slots is not None:
+        sizing["max_seqs"] = args.slots
+    if args.batching:
+        sizing["batching"] = args.batching
     lm = load_from(args)
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
+        from engine import device as dev
+
+        dev.use_serving_threads(int(lm.spec.parameters))
+    if args.compare_batching:  # the same requests with continuous and with static batching, measured side by side
+        from topics.serving.measure import batching_comparison, log_queue
+
+        q = batching_comparison(lm, specs, sizing, rounds=args.rounds)
+        log_queue(q)
+        if args.json:
+            write_json(args.json, q.to_dict())
+        return 0
     run = ServingRun(lm, specs, **sizing)
+    slots = f", {run.max_seqs} batch slots" if run.max_seqs else ""
     print(f"{lm.spec.name} on {lm.device}: {len(specs)} requests, page {run.page_size}, {run.num_blocks} blocks, "
           f"{run.max_batch_tokens} tokens per pass, prefix sharing {'on' if run.prefix_sharing else 'off'}, "
-          f"chunked prefill {'on' if run.chunking else 'off'}, preemption {run.preemption}")
+          f"chunked prefill {'on' if run.chunking else 'off'}, preemption {run.preemption}{slots}, "
+          f"{run.batching} batching")
     print(f"{'step':>4}  {'pass: request phase q_len':<58} {'used':>4} {'free':>4} {'shared':>6} {'ms':>8}")
     for st in run.run():
         rows = " ".join(f"{r.id}:{r.phase[0]}{r.q_len}" for r in st.rows) or "(waiting for arrivals)"
@@ -219,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     what = v.add_mutually_exclusive_group(required=True)
     what.add_argument("--requests", help='JSON list of {"prompt": str, "max_new_tokens": int, "arrive": step}')
     what.add_argument("--scenario", help="one of the Serving page's scenarios: arrivals, shared_prefix, "
-                                         "long_prompt, preemption, prefix_cache")
+                                         "long_prompt, preemption, prefix_cache, queue")
     v.add_argument("--page-size", dest="page_size", type=int, help="positions per block (default 16)")
     v.add_argument("--blocks", dest="num_blocks", type=int, help="blocks in the pool (default 128)")
     v.add_argument("--max-batch-tokens", dest="max_batch_tokens", type=int, help="tokens per pass (default 256)")
@@ -227,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--no-chunking", dest="no_chunking", action="store_true", help="prefill whole prompts only")
     v.add_argument("--preemption", choices=["newest", "most_blocks"],
                    help="which running request is preempted when blocks run out (default newest, as vLLM)")
+    v.add_argument("--slots", type=int, help="batch slots: requests running at once (default: as many as fit)")
+    v.add_argument("--batching", choices=["continuous", "static"],
+                   help="how a freed batch slot is refilled: the next pass (continuous, the default) or when the whole "
+                        "batch has finished (static)")
+    v.add_argument("--compare-batching", dest="compare_batching", action="store_true",
+                   help="serve the requests with continuous and with static batching, alternated rounds after a "
+                        "warm-up, and print each way's tokens/s (every request makes all its tokens)")
+    v.add_argument("--rounds", type=positive, default=5, help="timed rounds of --compare-batching (default 5)")
     v.add_argument("--json", help="write the run (requests, every step, totals) here")
     model_args(v)
     v.set_defaults(func=_serve)

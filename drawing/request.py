@@ -10,7 +10,7 @@ from html import escape
 
 from drawing.palette import DECODE, GREY, PREFILL
 from drawing.svg import INK, SOFT, W, arrow, defs, picture_html, text
-from engine.measure.request import RequestStep
+from engine.measure.request import RequestTimeline
 
 COLOURS = {"prefill": PREFILL, "decode loop": DECODE}
 
@@ -30,7 +30,8 @@ def _ms(ms: float) -> str:
     return f"{ms / 1000:.2f} s" if ms >= 1000 else (f"{ms:.1f} ms" if ms >= 1 else f"{ms:.3f} ms")
 
 
-def request_svg(steps: list[RequestStep]) -> str:
+def request_svg(timeline: RequestTimeline) -> str:
+    steps = timeline.steps
     n = len(steps)
     gap = 12
     bw = (W - 20 - gap * (n - 1)) / n
@@ -54,7 +55,7 @@ def request_svg(steps: list[RequestStep]) -> str:
             out.append(arrow(x + bw + 1, y + 160, x + bw + gap - 1, y + 160, width=2))
     # the request's own time (loading happens once per server, not per request): one bar, shared out by step
     per = [s for s in steps if s.per_request]
-    total = sum(s.ms for s in per) or 1.0
+    total = timeline.per_request_ms or 1.0
     y += 200
     out.append(text(10, y + 4, f"one request: {_ms(total)} measured here (loading the weights is once per server)",
                     14, weight="bold"))
@@ -71,6 +72,6 @@ def request_svg(steps: list[RequestStep]) -> str:
             f'data-role="request">' + "".join(out) + '</svg>')
 
 
-def request_html(steps: list[RequestStep]) -> str:
-    alt = "One request, measured: " + "; ".join(f"{s.name} {_ms(s.ms)}" for s in steps)
-    return picture_html(request_svg(steps), alt, "dl-request")
+def request_html(timeline: RequestTimeline) -> str:
+    alt = "One request, measured: " + "; ".join(f"{s.name} {_ms(s.ms)}" for s in timeline.steps)
+    return picture_html(request_svg(timeline), alt, "dl-request")

@@ -148,8 +148,11 @@ def test_a_one_character_next_token_fills_its_chip_with_its_id(tiny_lm):
 def test_the_serving_memory_table_says_units_and_which_figure_is_averaged():
     from topics.serving.draw import memory_frame
 
-    mem = {k: {"peak_bytes": 6291456, "wasted": 0.5, "source": "x"} for k in
-           ("paged", "reserve_max_length", "static_padding")}
+    from topics.serving.record import Held, Memory, Sharing
+
+    held = Held(peak_bytes=6291456, wasted=0.5, source="x")
+    mem = Memory(position_bytes=4, max_length=16, sharing=Sharing(1, 1, 1, 1, 0, 1.0), paged=held,
+                 reserve_max_length=held, static_padding=held)
     df = memory_frame(mem)
     assert list(df.columns) == ["allocator", "peak KV held", "wasted (held, no token), averaged", "source"]
     assert df["peak KV held"][0] == "6.0 MiB (6,291,456 B)"  # not a bare 6291456

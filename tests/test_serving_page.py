@@ -92,10 +92,10 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     table = next(t.value for t in at.table if "same tokens as alone" in t.value.columns)
     assert len(table) == 2 and all(v.startswith("yes") for v in table["same tokens as alone"])
     result = at.session_state["serve_measured"][1]
-    assert set(result) == {"newest", "most_blocks"} and all(v["preemptions"] > 0 for v in result.values())
-    for policy, v in result.items():  # the table says what the runs did
-        row = table.loc[next(i for i in table.index if i.startswith(policy.replace("_", " ")))]
-        assert int(row["preemptions"]) == v["preemptions"] and int(row["positions computed again"]) == v["recomputed"]
+    assert [v.policy for v in result] == ["newest", "most_blocks"] and all(v.preemptions > 0 for v in result)
+    for v in result:  # the table says what the runs did
+        row = table.loc[next(i for i in table.index if i.startswith(v.policy.replace("_", " ")))]
+        assert int(row["preemptions"]) == v.preemptions and int(row["positions computed again"]) == v.recomputed
     at.segmented_control(key="serve_preemption").set_value("most_blocks").run()  # a new run, under the other policy
     assert not at.exception
     at.button(key="serve_btn_forward").click().run()
@@ -206,59 +206,188 @@ def test_lesson_10_shows_the_pool_and_the_pass():
         assert re.search(rf'data-role="cell-(prefill|decode)" data-request="r{r}"', timeline), f"r{r}'s row is empty"
 
 
-def test_the_chunked_off_row_reports_the_stall_its_own_run_shows():
-    """Scenario 3, chunked prefill on vs off: the table is read off the two runs whose timelines are drawn beside it,
-    so with chunking off the requests already decoding sit out the long prompt's one prefill pass, in both."""
+def drawn_idle(svg: str, pattern: str = "cell-idle") -> dict[int, set[str]]:
+    """Step -> the requests drawn sitting it out (dashed) on a timeline picture."""
+    out: dict[int, set[str]] = {}
+    for rid, step in re.findall(rf'data-role="{pattern}" data-request="(r\d+)" data-step="(\d+)"', svg):
+        out.setdefault(int(step), set()).add(rid)
+    return out
+
+
+def test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records():
+    """Scenario 3, chunked prefill on vs off (issue 42): the table said 'sat out: 1' and the text 'step 6' while the
+    'off' timeline also showed r0 and r1 sitting out step 1. Now the table's count, the steps it lists and the
+    sentence's steps are exactly the steps drawn dashed on each way's own timeline."""
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[2]).run()
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
     at.button(key="serve_chunk_compare").click().run()
     assert not at.exception and not at.error
-    table = next(t.value for t in at.table if "decode steps sat out" in t.value.columns)  # index: chunked prefill
-    assert len(svgs(at, "dl-timeline-on")) == len(svgs(at, "dl-timeline-off")) == 1
-    arrives = SCENARIOS["long_prompt"]["requests"][3].arrive  # the long prompt, r3
-    sat_out = {way: [(rid, int(step)) for svg in svgs(at, f"dl-timeline-{way}")
-                     for rid, step in re.findall(r'data-role="cell-idle" data-request="(r[0-2])" data-step="(\d+)"', svg)
-                     if int(step) >= arrives] for way in ("on", "off")}
-    assert sat_out["off"], "with chunking off the decoding requests must sit out the long prompt's pass"
-    assert {rid for rid, _ in sat_out["off"]} == {"r0", "r1", "r2"}
-    assert int(table.loc["off", "decode steps sat out"]) == 1 == len({step for _, step in sat_out["off"]})
-    assert float(table.loc["off", "longest wait between two tokens"].split()[0]) > 0
-    assert int(table.loc["on", "decode steps sat out"]) == 0 and not sat_out["on"]
+    table = next(t.value for t in at.table if "steps sat out" in t.value.columns)  # index: chunked prefill
     said = next(c.value for c in at.caption if "With chunked prefill off" in c.value)
-    step = sat_out["off"][0][1]
-    assert f"r0–r2 sat out step {step} while one pass prefilled" in said
+    arrives = SCENARIOS["long_prompt"]["requests"][3].arrive  # the long prompt, r3
+    for way in ("on", "off"):
+        (svg,) = svgs(at, f"dl-timeline-{way}")
+        drawn = drawn_idle(svg)
+        assert int(table.loc[way, "steps sat out"]) == len(drawn), (way, drawn)
+        listed = dict(re.findall(r"(\d+) \(([^)]*)\)", table.loc[way, "which (who sat out)"]))
+        assert sorted(map(int, listed)) == sorted(drawn), (way, listed, drawn)
+        for step, who in drawn.items():
+            first, last = sorted(who, key=lambda r: int(r[1:]))[0], sorted(who, key=lambda r: int(r[1:]))[-1]
+            assert first in listed[str(step)] and last in listed[str(step)], (way, step, who)
+            if way == "off":
+                assert f"step {step} (" in said
+    off = drawn_idle(svgs(at, "dl-timeline-off")[0])
+    assert any(step >= arrives for step in off) and {"r0", "r1", "r2"} <= off[max(off)]  # the long prompt's stall
+    assert f"sat out {len(off)} step{'s' if len(off) != 1 else ''}" in said
+    assert not drawn_idle(svgs(at, "dl-timeline-on")[0]) and "With it on, they sat out no steps" in said
 
 
-SAME = {"continuous_tokens_per_s": 492, "one_at_a_time_tokens_per_s": 130, "static_batch_tokens_per_s": 498,
-        "generate_batch_tokens_per_s": 300, "requests": 8, "new_tokens": 32}
-MIXED = {"continuous_tokens_per_s": 450, "one_at_a_time_tokens_per_s": 128, "static_batch_tokens_per_s": 260,
-         "new_tokens": [64, 8, 16, 64, 8, 32, 16, 48]}
+def test_the_prefix_sharing_sentence_counts_the_tokens_the_status_line_says_were_skipped(bundled_lm):
+    """Scenario 5 (issue 42): the status line said 'prompt tokens skipped by sharing: 80' and the sentence under the
+    memory table 'Prefix sharing saved nothing here'. Both now say the same count: the system prompt's whole blocks,
+    skipped by each request after the first (counted here from the prompts' own token ids)."""
+    at = serving_page()
+    sc = SCENARIOS["prefix_cache"]
+    at.selectbox(key="serve_scenario").set_value(sc["title"]).run()
+    at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_run").click().run()
+    assert not at.exception and not at.error
+    ids = [bundled_lm.tokenizer(r.prompt)["input_ids"] for r in sc["requests"]]
+    common = next(i for i in range(min(map(len, ids))) if len({tuple(x[: i + 1]) for x in ids}) > 1)
+    page_size = sc["sizing"]["page_size"]
+    expected = (len(ids) - 1) * (common // page_size * page_size)
+
+    def both() -> tuple[int, str]:
+        line = next(m.value for m in at.markdown if m.value.startswith("step **"))
+        said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
+        return int(re.search(r"skipped by sharing: \*\*(\d+)\*\*", line).group(1)), said
+
+    skipped, said = both()
+    assert skipped == expected > 0
+    assert f"{expected} prompt tokens were never computed" in said and "saved nothing" not in said
+    at.slider(key="serve_at").set_value(sc["requests"][1].arrive - 1).run()  # before the first hit: none yet
+    skipped, said = both()
+    assert skipped == 0 and "no prompt token was skipped" in said
 
 
-def test_throughput_is_a_chart_of_both_workloads_and_says_why_static_batching_can_win():
+def slots_by_hand(records, slots: int) -> tuple[int, int]:
+    """(rows computing padding, empty slots while a request waited), counted from each step's rows and statuses."""
+    padding = empty = 0
+    for s in records:
+        in_pool = {r.id for r in s.rows} | {rid for rid, st in s.statuses if st == "running"}
+        padding += sum(r.phase == "padding" for r in s.rows)
+        if any(st in ("waiting", "preempted") for _, st in s.statuses):
+            empty += slots - len(in_pool)
+    return padding, empty
+
+
+def test_the_timeline_hatches_the_slots_a_static_batch_wasted(family_model):
+    """Six requests for two slots, static and continuous batching: each slot whose row computed padding is hatched
+    grey, each slot left empty while a request waited hatched red (none of either for continuous batching), and
+    every other slot drawn is a request in the pass or sitting it out."""
+    from engine.generate.serving import RequestSpec, ServingRun
+    from topics.serving.draw import timeline_svg
+
+    lm = family_model("llama")
+    specs = [RequestSpec(p, n, a) for p, n, a in zip(["Once upon a time", "The dog", "One day", "The bird sang", "Tom",
+                                                      "A big fish"], [6, 2, 2, 5, 2, 3], [0, 0, 1, 2, 3, 4])]
+    for way in ("static", "continuous"):
+        run = ServingRun(lm, specs, page_size=4, num_blocks=32, max_seqs=2, batching=way, stop_on_eos=False)
+        run.run()
+        svg = timeline_svg(run.records, [r.id for r in run.requests], -1, slots=2)
+        padding, empty = slots_by_hand(run.records, 2)
+        assert svg.count('data-role="slot-padding"') == padding and svg.count('data-role="slot-idle-waiting"') == empty
+        assert (padding > 0) == (way == "static") and svg.count('data-role="cell-padding"') == padding
+        assert svg.count('data-role="slot-held"') == sum(r.phase != "padding" for s in run.records for r in s.rows) + \
+            sum(len(v) for v in drawn_idle(svg).values())  # a held slot: in the pass, or sitting it out
+        assert "padding: a finished request" in svg and "computed and thrown away" in svg  # the key says so
+
+
+def test_the_queue_scenario_switched_to_static_batching_shows_its_wasted_slots_on_the_page():
+    """Scenario 6: 12 requests for 4 batch slots. The knob starts a static run; by step 11 its first batch's short
+    members are done, and their rows are drawn as padding while the queue waits."""
+    at = serving_page()
+    sc = SCENARIOS["queue"]
+    at.selectbox(key="serve_scenario").set_value(sc["title"]).run()
+    assert at.session_state["serve_batching"] == "continuous"
+    at.segmented_control(key="serve_batching").set_value("static").run()
+    for _ in range(12):
+        at.button(key="serve_btn_forward").click().run()
+    assert not at.exception and not at.error
+    assert any("4 slots, static batching" in c.value for c in at.caption)
+    run = at.session_state["serve_run"]
+    assert run.batching == "static" and len(run.records) == 12
+    (timeline,) = svgs(at, "dl-timeline")
+    padding, _ = slots_by_hand(run.records, 4)
+    assert timeline.count('data-role="slot-padding"') == padding > 0
+    assert any(st == "waiting" for _, st in run.records[-1].statuses)  # the queue waits behind the padding
+
+
+def throughput_record(new_tokens, continuous, static, one, generate=None, passes=None):
+    """A Throughput record of given rates (the texts are functions of the record: no server needed)."""
+    from topics.serving.record import Throughput
+
+    lengths = new_tokens if isinstance(new_tokens, tuple) else (new_tokens,) * 8
+    longest = max(lengths)
+    return Throughput(requests=8, new_tokens=new_tokens, rounds=1, sizing={}, ms={},
+                      passes=passes or {"continuous": longest, "static_batch": longest, "one_at_a_time": sum(lengths)},
+                      same_tokens={}, continuous_tokens_per_s=continuous, one_at_a_time_tokens_per_s=one,
+                      static_batch_tokens_per_s=static, generate_batch_tokens_per_s=generate)
+
+
+MIXED_LENGTHS = (64, 8, 16, 64, 8, 32, 16, 48)
+SAME = throughput_record(32, 492, 498, 130, 300)
+MIXED = throughput_record(MIXED_LENGTHS, 450, 260, 128)
+
+
+def test_throughput_is_a_chart_of_both_workloads_and_says_which_way_was_faster():
     from topics.serving.draw import throughput_figure, throughput_sentence
 
     f = throughput_figure(SAME, MIXED)
     assert [t.name for t in f.data] == ["same length, all at once", "mixed lengths"]
     assert len(f.data[0].y) == 4 and len(f.data[1].y) == 3  # generate_batch takes one length only
     said = throughput_sentence(SAME, MIXED)
-    assert "static batch made 498 tokens/s against continuous batching's 492 (it won)" in said
-    assert "static batch's best case" in said and "50% wasted" in said and "(×1.7)" in said
+    assert "continuous batching made 492 tokens/s, the static batch 498 (static ×1.01 faster)" in said
+    assert "50% wasted" in said and "450 tokens/s against 260 (continuous ×1.73 faster)" in said
     assert "busy" not in said
     assert "its two bars should match: 130 and 128 tokens/s." in said  # the same work either way, said so
     assert "generate_batch has no mixed-lengths bar" in said  # a bar left out is said to be left out
 
 
-def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
+@pytest.mark.parametrize("same, mixed", [
+    (throughput_record(32, 517, 426, 130, 300), throughput_record(MIXED_LENGTHS, 262, 259, 128)),  # issue 42's run
+    (throughput_record(32, 400, 520, 130, 300), throughput_record(MIXED_LENGTHS, 240, 262, 128)),  # static faster
+], ids=["continuous faster", "static faster"])
+def test_the_throughput_texts_say_what_the_run_shows_whichever_way_it_came_out(same, mixed):
+    """Issue 42: the same-length workload was called 'a static batch's best case' while static lost (426 against
+    517), and mixed lengths at ×1.0 were explained by a waste the run did not show. The text says which way was
+    faster by how much, and what the workload allowed: with every request in the first pass and no queue, both take
+    as many passes as the longest request, so there is no freed slot to refill."""
     from topics.serving.draw import throughput_sentence
 
-    noisy = {**MIXED, "static_batch_tokens_per_s": 700}  # more padded work, yet faster: the server moved
+    said = throughput_sentence(same, mixed)
+    c, s = same.continuous_tokens_per_s, same.static_batch_tokens_per_s
+    faster = f"continuous ×{c / s:.2f} faster" if c >= s else f"static ×{s / c:.2f} faster"
+    assert f"the static batch {s:,.0f} ({faster})" in said
+    assert "best case" not in said and "(it won)" not in said
+    mc, ms = mixed.continuous_tokens_per_s, mixed.static_batch_tokens_per_s
+    faster = f"continuous ×{mc / ms:.2f} faster" if mc >= ms else f"static ×{ms / mc:.2f} faster"
+    assert f"{mc:,.0f} tokens/s against {ms:,.0f} ({faster})" in said
+    assert "both took 32 passes" in said and "both took 64 passes, as many as the longest request makes" in said
+    assert "hid that waste" not in said and "queue waits for batch slots (scenario 6)" in said
+
+
+def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
+    from dataclasses import replace
+
+    from topics.serving.draw import throughput_sentence
+
+    noisy = replace(MIXED, static_batch_tokens_per_s=700)  # more padded work, yet faster: the server moved
     said = throughput_sentence(SAME, noisy)
     assert "The server was busy while these ran: the static batch measured more than ×1.3 faster" in said
-    assert "hid that waste" not in said  # no cause claimed that the numbers do not show
-    apart = throughput_sentence(SAME, {**MIXED, "one_at_a_time_tokens_per_s": 65})  # the same work, half the rate
+    apart = throughput_sentence(SAME, replace(MIXED, one_at_a_time_tokens_per_s=65))  # the same work, half the rate
     assert "130 and 65 tokens/s, ×2.0 apart: the server was busy" in apart
 
 
@@ -269,13 +398,15 @@ def _measured_rows(lm, sizes=(1, 2, 4, 8, 16), context=68, ms=(3.0, 3.5, 4.5, 6.
     """A small fixture record of step_time_vs_batch: its intensities from estimates.batched_decode, its times given."""
     from engine.forward.estimates import batched_decode
 
+    from topics.serving.record import BatchPass, BatchSweep
+
     rows = []
     for b, t in zip(sizes, ms):
         w = batched_decode(lm.spec, b, context, lm.elem_bytes)
-        rows.append({"batch": b, "decode_ms": t, "over_batch_1": t / ms[0], "per_sequence_ms": t / b,
-                     "spread": [t, t], "context": context, "flops": w["flops"], "bytes": w["bytes"],
-                     "intensity": w["intensity"], "achieved": w["flops"] / (t / 1e3)})
-    return rows
+        rows.append(BatchPass(batch=b, decode_ms=t, over_batch_1=t / ms[0], per_sequence_ms=t / b, spread=(t, t),
+                              context=context, flops=w["flops"], bytes=w["bytes"], intensity=w["intensity"],
+                              achieved=w["flops"] / (t / 1e3)))
+    return BatchSweep(rows=tuple(rows), warmup_ms=1.0, note=None)
 
 
 def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labelled_so(bundled_lm):
@@ -287,15 +418,16 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     from topics.serving.draw import batch_roofline_figure, batch_roofline_sentence
     from topics.serving.measure import batch_roofline
 
-    rows = _measured_rows(bundled_lm)
+    sweep = _measured_rows(bundled_lm)
+    rows = sweep.rows
     here = roofline.DeviceRoof("cpu (measured here, float32 matmul)", 1.6e11, 2.8e10, True)
     h100 = roofline.h100()
-    br = batch_roofline(rows, bundled_lm, here, h100)
+    br = batch_roofline(sweep, bundled_lm, here, h100)
     fig = batch_roofline_figure(br)
     by = {t.name: t for t in fig.data}
     measured = by["measured here (fp32)"]
-    assert list(measured.x) == pytest.approx([r["intensity"] for r in rows])
-    assert list(measured.y) == pytest.approx([r["flops"] / (r["decode_ms"] / 1e3) for r in rows])
+    assert list(measured.x) == pytest.approx([r.intensity for r in rows])
+    assert list(measured.y) == pytest.approx([r.flops / (r.decode_ms / 1e3) for r in rows])
     ours = by["tinystories-llama, H100 predicted"]
     assert list(ours.x) == pytest.approx([p["intensity"] for p in roofline.batch_roofline(bundled_lm.spec, 68, h100)])
     assert ours.marker.symbol == "circle-open"  # a prediction is drawn open, on a dashed roof
@@ -304,10 +436,10 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     assert real.x[0] == pytest.approx(1.0, rel=0.05) and real.x[5] == pytest.approx(32, rel=0.05)  # about B FLOP/byte
     said = batch_roofline_sentence(br)
     first, last = rows[0], rows[-1]
-    assert (f"from {first['intensity']:.1f} at B = 1 to {last['intensity']:.1f} at B = 16 (fp32, estimates)"
+    assert (f"from {first.intensity:.1f} at B = 1 to {last.intensity:.1f} at B = 16 (fp32, estimates)"
             in said)
     assert f"this device's ridge of {here.ridge:.1f}" in said
-    assert f"(×{last['achieved'] / first['achieved']:.1f} for ×16 the work)" in said
+    assert f"(×{last.achieved / first.achieved:.1f} for ×16 the work)" in said
     sat_here = saturating_batch(bundled_lm.spec, 68, 4.0, here.ridge)
     assert f"ridge is reached at B ≈ {sat_here}" in said
     sat_real = saturating_batch(kvcalc.from_table("Llama-3-8B"), 68, 2.0, h100.ridge)
@@ -323,8 +455,10 @@ def test_the_serving_page_draws_the_measured_batch_passes_on_the_roofline():
     charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
     assert any("Batch size on the roofline: here, and H100 (bf16) predicted" in c for c in charts)
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
-    rows = at.session_state["serve_measured"][1]
-    assert f"at B = {rows[-1]['batch']}" in said.replace("\\", "")
+    rows = at.session_state["serve_measured"][1].rows
+    assert f"at B = {rows[-1].batch}" in said.replace("\\", "")
+    caption = next(c.value for c in at.caption if "sequences in one decode pass took" in c.value)
+    assert f"({rows[-1].decode_ms:.1f} ms against {rows[0].decode_ms:.1f} ms)" in caption and "warm-up" in caption
 
 
 def typed(at, key: str, edits: dict):
@@ -380,3 +514,32 @@ def test_a_table_typed_wrong_gets_a_message_and_keeps_the_last_good_requests(edi
     typed(at, "serve_own_editor", edits)
     assert any(said in e.value for e in at.error), [e.value for e in at.error]
     assert at.session_state.get("serve_own_requests") == before
+
+
+def _queue_record(c_ms, s_ms, c_steps=72, s_steps=176, c_idle=0, s_idle=324):
+    from topics.serving.record import BatchingComparison, BatchingWay
+
+    def way(name, ms, steps, idle):
+        return BatchingWay(batching=name, tokens_per_s=264 / (sorted(ms)[len(ms) // 2] / 1e3), ms=tuple(ms),
+                           engine_steps=steps, passes=steps, tokens=264, idle_slot_steps=idle)
+
+    return BatchingComparison(requests=12, slots=4, lengths=(64, 8), arrivals=(0, 16), rounds=len(c_ms),
+                              continuous=way("continuous", c_ms, c_steps, c_idle),
+                              static=way("static", s_ms, s_steps, s_idle), same_tokens=True, ids=())
+
+
+@pytest.mark.parametrize("c_ms, s_ms, busy", [((800, 820, 810), (1700, 1750, 1720), False),
+                                              ((800, 1600, 900), (1700, 1750, 1720), True)], ids=["steady", "busy"])
+def test_the_queue_comparison_says_its_table_and_flags_rounds_that_spread(c_ms, s_ms, busy):
+    from topics.serving.draw import batching_frame, batching_sentence
+
+    q = _queue_record(c_ms, s_ms)
+    said = batching_sentence(q)
+    table = batching_frame(q).set_index("batching")
+    assert table.loc["static", "slot-steps wasted while a request waited"] == 324
+    c, s = q.continuous.tokens_per_s, q.static.tokens_per_s
+    assert f"continuous batching made {c:,.0f} tokens/s, static batching {s:,.0f} (continuous ×{c / s:.2f} faster" in said
+    assert "Static batching took 176 engine steps to continuous batching's 72" in said and "324 slot-steps" in said
+    assert ("server was busy" in said) == busy
+    if busy:
+        assert "continuous batching's rounds ranged 800–1,600 ms" in said

@@ -387,6 +387,71 @@ def batch_flops_of_one_sequence() -> None:
     curve.estimates = lambda spec, kind, rows, context, elem: (
         (estimate(spec, kind, 1, context, elem)[0], estimate(spec, kind, rows, context, elem)[1]) if kind == "batch"
         else estimate(spec, kind, rows, context, elem))
+# ---- serving
+
+
+def prefix_hit_unchecked() -> None:
+    """The prefix cache trusts a 64-bit hash: a block found by its prefix hash is taken whatever tokens it holds."""
+    from engine.generate.serving.blocks import BlockManager
+
+    BlockManager.holds = lambda self, block_id, token_ids: True
+
+
+def tpot_counts_first_gap() -> None:
+    """TPOT counts the wait for the first token as one more gap: (last token - arrival) / tokens made."""
+    from dataclasses import replace
+
+    from engine.generate.serving.run import ServingRun
+
+    latency = ServingRun.latency
+
+    def mutant(self, r):
+        lat = latency(self, r)
+        if lat.tpot_ms is None:
+            return lat
+        made = len(r.token_steps)
+        return replace(lat, tpot_ms=(lat.ttft_ms + lat.tpot_ms * (made - 1)) / made)
+
+    ServingRun.latency = mutant
+
+
+def keys_read_without_new_rows() -> None:
+    """A pass's keys read leave out the rows it writes: only the positions already in the pool are counted."""
+    from engine.generate.serving.record import keys_read
+
+    _replace(keys_read, lambda rows: sum(r.start for r in rows))
+
+
+def static_batch_does_not_wait() -> None:
+    """Static batching refills a freed slot at once, as continuous batching does: no batch waits for its longest."""
+    from engine.generate.serving.scheduler import Scheduler
+
+    Scheduler.has_slot = lambda self, r: self.max_seqs is None or len(self.running) < self.max_seqs
+
+
+def batch_order_unchecked() -> None:
+    """A decode pass of more sequences timed faster than one of fewer is drawn as it came, neither re-timed nor
+    flagged (issue 42: B = 2 at 5 ms beside B = 1 at 9.3 ms, no word of a busy server)."""
+    from topics.serving import measure
+
+    measure._against_physics = lambda sizes, times: []
+
+
+def sat_out_during_the_long_prompt_only() -> None:
+    """The steps sat out are counted only from the long prompt's arrival on, while the timeline draws every one."""
+    from dataclasses import replace
+
+    from topics.serving import measure
+
+    decode_stall = measure.decode_stall
+
+    def mutant(run, long_id):
+        stall = decode_stall(run, long_id)
+        arrive = run.requests[int(long_id[1:])].arrive
+        kept = {rid: tuple(k for k in v if k >= arrive) for rid, v in stall.sat_out.items()}
+        return replace(stall, sat_out={rid: v for rid, v in kept.items() if v})
+
+    measure.decode_stall = mutant
 
 
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
@@ -449,6 +514,23 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         BUDGET_TESTS + "test_kl_and_agreement_are_the_textbook_ones_recomputed_by_hand"]),
     "kivi-values-per-channel": (kivi_values_per_channel, [
         BUDGET_TESTS + "test_kivi_rounds_each_number_to_within_half_a_step_and_int4_packs_two_a_byte"]),
+    # serving
+    "prefix-hit-unchecked": (prefix_hit_unchecked, [
+        "tests/test_serving.py::test_a_prefix_hit_is_checked_against_the_blocks_token_ids",
+        "tests/test_serving.py::test_a_request_whose_prefix_hash_collides_computes_its_own_keys"]),
+    "tpot-counts-first-gap": (tpot_counts_first_gap, [
+        "tests/test_serving.py::test_the_record_says_what_each_step_did",
+        "tests/test_serving.py::test_cli_serve_json_has_the_same_keys_and_plain_string_values"]),
+    "keys-read-without-new-rows": (keys_read_without_new_rows, [
+        "tests/test_serving.py::test_the_record_says_what_each_step_did",
+        "tests/test_serving.py::test_keys_read_count_shared_and_recomputed_positions_as_their_requests_hold_them",
+        "tests/test_serving.py::test_cli_serve_json_has_the_same_keys_and_plain_string_values"]),
+    "static-batch-does-not-wait": (static_batch_does_not_wait, [
+        "tests/test_serving.py::test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_slot_the_next_pass"]),
+    "batch-order-unchecked": (batch_order_unchecked, [
+        "tests/test_serving.py::test_a_batch_timed_faster_than_a_smaller_one_is_timed_again_and_flagged_if_it_stays_so"]),
+    "sat-out-during-the-long-prompt-only": (sat_out_during_the_long_prompt_only, [
+        "tests/test_serving_page.py::test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records"]),
 }
 
 

@@ -37,10 +37,10 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   .katex-display { font-size: 0.8em; }         /* a formula fits the width instead of running off it */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
   .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage */
-  .dl-serve .dl-stage img { min-width: 0; }    /* a serving picture shows whole: a pool, a pass... */
-  .st-key-serve_timeline .dl-serve .dl-stage img { min-width: 760px; }  /* ...but the timeline scrolls, from the
-                                                                           newest step at its right end */
-  .st-key-serve_timeline .dl-serve .dl-stage { direction: rtl; }
+  .dl-serve .dl-stage img { min-width: var(--dl-phone-width, 0); }  /* a serving picture keeps its smallest text
+                                      at 11 px (topics/serving/draw.py readable_width) and scrolls sideways... */
+  .dl-serve .dl-stage { direction: ltr; }     /* ...from its left edge: a pool, a pass, a comparison's timeline... */
+  .st-key-serve_timeline .dl-serve .dl-stage { direction: rtl; }  /* ...the run's timeline from its newest step */
   .st-key-serve_timeline .dl-serve .dl-stage img { direction: ltr; }
   .dl-text { display: none; }                  /* the stage's token strip already shows the text */
   [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }

@@ -11,12 +11,13 @@
 Prefill and the decode loop are the one generation loop (a Stepper, timed once per pass, recording
 off); the copies and the tokenizer calls are timed around a device sync, as every time in the engine is.
 On a CPU there is nothing to copy: those two steps come out near zero, and the picture says so.
+`request_timeline` returns a frozen RequestTimeline (its RequestSteps in order); `to_dict()` only for JSON.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -33,6 +34,25 @@ class RequestStep:
     per_request: bool = True  # loading the weights happens once per server
 
 
+@dataclass(frozen=True)
+class RequestTimeline:
+    """One request measured from text in to text out: its steps in order, and what it was."""
+
+    steps: tuple[RequestStep, ...]
+    device: str  # where the passes ran, as torch names it ("cpu", "cuda:0", "mps")
+    prompt_tokens: int
+    new_tokens: int  # tokens it generated
+
+    @property
+    def per_request_ms(self) -> float:
+        """The request's own time: every step but loading the weights (once per server)."""
+        return sum(s.ms for s in self.steps if s.per_request)
+
+    def to_dict(self) -> dict:
+        return {"steps": [asdict(s) for s in self.steps], "device": self.device, "prompt_tokens": self.prompt_tokens,
+                "new_tokens": self.new_tokens, "per_request_ms": self.per_request_ms}
+
+
 def _timed(fn, device) -> tuple[object, float]:
     dev.sync(device)
     t0 = time.perf_counter()
@@ -41,7 +61,7 @@ def _timed(fn, device) -> tuple[object, float]:
     return out, (time.perf_counter() - t0) * 1e3
 
 
-def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16) -> list[RequestStep]:
+def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16) -> RequestTimeline:
     """Measure every step of one greedy request for `prompt` on `lm`'s device (`new_tokens` new tokens)."""
     from engine.generate.stepper import Stepper
 
@@ -55,15 +75,16 @@ def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16) -> list
     on_device = torch.tensor(run.generated_ids).to(lm.device)
     _, back_ms = _timed(lambda: on_device.cpu(), lm.device)
     _, detok_ms = _timed(lambda: lm.tokenizer.decode(run.generated_ids, skip_special_tokens=True), lm.device)
+    generated = list(run.generated_ids)
     run.free()
     copy = "nothing to copy on a CPU" if lm.device.type == "cpu" else "host ↔ device transfer"
-    return [
+    return RequestTimeline(steps=(
         RequestStep("load the weights", "disk → memory", lm.load_ms,
                     f"{int(lm.spec.parameters):,} parameters, once per server", per_request=False),
         RequestStep("tokenize", "CPU", tok_ms, f"{len(prompt)} characters → {len(ids)} ids"),
         RequestStep("copy to the device", where, to_ms, f"{len(ids)} ids; {copy}"),
         RequestStep("prefill", where, prefill.latency_ms, f"one pass over {prefill.q_len} positions"),
         RequestStep("decode loop", where, decode_ms, f"{len(decode)} passes, one per new token"),
-        RequestStep("copy back", where, back_ms, f"{len(run.generated_ids)} new ids; {copy}"),
-        RequestStep("detokenize", "CPU", detok_ms, f"{len(run.generated_ids)} ids → text"),
-    ]
+        RequestStep("copy back", where, back_ms, f"{len(generated)} new ids; {copy}"),
+        RequestStep("detokenize", "CPU", detok_ms, f"{len(generated)} ids → text"),
+    ), device=str(lm.device), prompt_tokens=len(ids), new_tokens=len(generated))

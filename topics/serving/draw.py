@@ -15,19 +15,24 @@ carries data-role. Text goes through drawing.svg.text, which escapes it.
 
 from __future__ import annotations
 
+import math
+import re
+
 from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
 from drawing.svg import FONT, INK, MONO, SOFT, W
 from drawing.svg import text as _t
 
 HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
 from engine.generate.serving.blocks import BlockState
-from engine.generate.serving.record import NOT_ARRIVED, ServingStep
+from engine.generate.serving.record import NOT_ARRIVED, ServingStep, sat_out, slot_use
 
 # one hue per request, chosen away from the phase colours (blue, orange, green, red, grey, purple)
 REQUEST_COLOURS = ("#17becf", "#e377c2", "#bcbd22", "#8c564b", "#5254a3", "#e7ba52", "#9edae5", "#ad494a",
                    "#637939", "#ce6dbd", "#843c39", "#7b4173")
-PHASE_COLOURS = {"prefill": PREFILL, "decode": DECODE, "recompute": RECOMPUTED}
-PHASE_WORDS = {"prefill": "prefill chunk", "decode": "decode", "recompute": "recompute"}
+PADDING = "#8a8a8a"  # static batching's padding rows: grey, hatched (computed, and thrown away)
+PHASE_COLOURS = {"prefill": PREFILL, "decode": DECODE, "recompute": RECOMPUTED, "padding": PADDING}
+PHASE_FILLS = {**PHASE_COLOURS, "recompute": "url(#recomputed-s)", "padding": "url(#padding)"}  # what a cell is filled by
+PHASE_WORDS = {"prefill": "prefill chunk", "decode": "decode", "recompute": "recompute", "padding": "padding"}
 
 
 def request_colour(request_id: str) -> str:
@@ -41,8 +46,40 @@ def _svg(height: float, body: str, title: str, width: int = W) -> str:
             f'<line x1="0" y1="0" x2="0" y2="8" stroke="#fff" stroke-width="3" stroke-opacity="0.75"/></pattern>'
             f'<pattern id="recomputed-s" width="6" height="6" patternUnits="userSpaceOnUse" '
             f'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f7c9c9"/>'
-            f'<line x1="0" y1="0" x2="0" y2="6" stroke="{RECOMPUTED}" stroke-width="3"/></pattern></defs>'
+            f'<line x1="0" y1="0" x2="0" y2="6" stroke="{RECOMPUTED}" stroke-width="3"/></pattern>'
+            f'<pattern id="idle-slot" width="5" height="5" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+            f'<rect width="5" height="5" fill="#fff"/><line x1="0" y1="0" x2="0" y2="5" stroke="{RECOMPUTED}" '
+            f'stroke-width="1.6" stroke-opacity="0.7"/></pattern>'
+            f'<pattern id="padding" width="5" height="5" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)">'
+            f'<rect width="5" height="5" fill="#e6e6e6"/><line x1="0" y1="0" x2="0" y2="5" stroke="{PADDING}" '
+            f'stroke-width="2"/></pattern></defs>'
             f'<rect width="{width}" height="{height:.0f}" fill="#fff"/>{body}</svg>')
+
+
+# ---------------------------------------------------------------- titles, and how wide a picture must be to read
+
+
+def pool_title(num_blocks: int, page_size: int) -> str:
+    return f"KV block pool: {num_blocks} blocks × {page_size} positions"
+
+
+def pass_title(step: ServingStep) -> str:
+    n = len(step.rows)
+    return (f"step {step.step}: ONE forward pass, {n} request{'s' if n != 1 else ''}" if n
+            else f"step {step.step}: no pass (waiting for arrivals)")
+
+
+def timeline_title(slots: int | None = None) -> str:
+    return "timeline: x = engine step, one row per request" + (", then each batch slot" if slots else "")
+
+
+def readable_width(svg: str, px: float = 11.0) -> int:
+    """The narrowest width, in CSS pixels, at which every text of this picture is drawn at least `px` high: its
+    viewBox width scaled so that its smallest font-size comes out at `px`. A phone gives the picture this width
+    and lets it scroll sideways (ui/style.py) rather than shrink its text below legibility."""
+    width = float(re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1))
+    smallest = min(float(f) for f in re.findall(r'font-size="([\d.]+)"', svg))
+    return math.ceil(width * px / smallest)
 
 
 # ---------------------------------------------------------------- the pool and the block tables
@@ -61,7 +98,7 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
     x0, y0 = 4, 30
     cw = (HALF - 8) / cols
     ch = min(40.0, cw * 0.8)
-    out = [_t(x0, 20, f"KV block pool: {num_blocks} blocks × {page_size} positions", 15, weight="bold")]
+    out = [_t(x0, 20, pool_title(num_blocks, page_size), 15, weight="bold")]
     states = dict(enumerate(step.block_states))  # free · cached · in use · shared (empty: a record without them)
     for b in range(num_blocks):
         x, y = x0 + (b % cols) * cw, y0 + (b // cols) * ch
@@ -88,7 +125,7 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
             label = who[0] if len(who) == 1 else f"×{len(who)}"
             out.append(_t(x + cw / 2, y + ch / 2 + 6, label, 13, "middle", INK, "bold", MONO))
         else:
-            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 9, "middle", "#aaa", family=MONO))
+            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 10, "middle", "#999", family=MONO))
         out.append("</g>")
     y = y0 + -(-num_blocks // cols) * ch + 4
     saved = sum(len(t) for t in tables.values()) - step.blocks_used
@@ -150,9 +187,7 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
     out = []
     x0, x1 = 4, HALF - 4
     n = len(step.rows)
-    title = (f"step {step.step}: ONE forward pass, {n} request{'s' if n != 1 else ''}" if n
-             else f"step {step.step}: no pass (waiting for arrivals)")
-    out.append(_t(x0, 20, title, 15, weight="bold"))
+    out.append(_t(x0, 20, pass_title(step), 15, weight="bold"))
     y = 32
     if step.rows:
         total = sum(r.q_len for r in step.rows)
@@ -161,12 +196,13 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
         x = x0
         for r in step.rows:
             w = minw + free * r.q_len / total
-            fill = "url(#recomputed-s)" if r.phase == "recompute" else PHASE_COLOURS[r.phase]
+            fill = PHASE_FILLS[r.phase]
+            ink = {"recompute": RECOMPUTED, "padding": INK}.get(r.phase, "#fff")
             out.append(f'<g data-role="row-{r.phase}" data-request="{r.id}" data-q-len="{r.q_len}">'
                        f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{w - 2:.1f}" height="30" rx="4" fill="{fill}" '
                        f'stroke="{request_colour(r.id)}" stroke-width="4"/>'
                        + _t(x + w / 2, y + 21, f"{r.id}·{r.q_len}" if w < 70 else f"{r.id} · {r.q_len}", 13,
-                            "middle", "#fff" if r.phase != "recompute" else RECOMPUTED, "bold", MONO) + "</g>")
+                            "middle", ink, "bold", MONO) + "</g>")
             x += w
         y += 48
         ms = "" if step.forward_ms is None else f", {step.forward_ms:.1f} ms measured"
@@ -175,8 +211,9 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
         out.append(_t(x0, y, f"keys read: {step.kv_read}, each request its own (mask)", 12, fill=SOFT))
         for r in step.rows[:6]:
             y += 20
-            what = PHASE_WORDS[r.phase] + (f" {r.chunk}" if r.phase != "decode" else "")
-            made = f"→ {r.token!r}" if r.token_id is not None else "(prompt goes on)"
+            what = PHASE_WORDS[r.phase] + (f" {r.chunk}" if r.phase in ("prefill", "recompute") else "")
+            made = (f"→ {r.token!r}" if r.token_id is not None else
+                    "(done: computed, thrown away)" if r.phase == "padding" else "(prompt goes on)")
             out.append(f'<rect x="{x0}" y="{y - 12}" width="11" height="11" rx="2" fill="{PHASE_COLOURS[r.phase]}"/>')
             out.append(_t(x0 + 16, y, f"{r.id} {what}, q_len {r.q_len}  {made}", 12, family=MONO))
         if n > 6:
@@ -219,16 +256,21 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
 # ---------------------------------------------------------------- the timeline
 
 
-def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int, last: int | None = None) -> str:
-    """One row per request, one column per engine step (up to `last`): what each request did in each pass."""
+def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int, last: int | None = None,
+                 slots: int | None = None) -> str:
+    """One row per request, one column per engine step (up to `last`): what each request did in each pass. A request
+    in the pool but not in a pass "sat out a step" (record.sat_out: the one definition every count of it reads).
+    `slots`: the run's batch slots, drawn under the requests (record.slot_use): who held each slot at each step, and
+    the slots left idle while a request waited (hatched), the waste of a static batch."""
     last = max(len(steps) - 1, 0) if last is None else last
     n = last + 1
-    x0, x1 = 50, W - 10
+    x0, x1 = (68 if slots else 50), W - 10  # room for the slot rows' names
     cw = (x1 - x0) / max(n, 1)
     rh = 17
-    out = [_t(10, 14, "timeline: x = engine step, one row per request", 11, weight="bold")]
-    y0 = 22
+    out = [_t(10, 15, timeline_title(), 12, weight="bold")]  # the slots, where drawn, have a line of their own
+    y0 = 24
     rows_by_step = [{r.id: r for r in s.rows} for s in steps]
+    sat = {(rid, k) for rid, ks in sat_out(steps[:n]).items() for k in ks}
     for i, rid in enumerate(request_ids):
         y = y0 + i * rh
         out.append(_t(10, y + 13, rid, 11, weight="bold", fill=request_colour(rid), family=MONO))
@@ -239,40 +281,70 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
             cell = f'data-request="{rid}" data-step="{k}"'
             box = f'{cell} x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
             if row is not None:
-                fill = "url(#recomputed-s)" if row.phase == "recompute" else PHASE_COLOURS[row.phase]
-                h = rh - 6 if row.phase != "decode" else rh - 12
+                fill = PHASE_FILLS[row.phase]
+                h = rh - 12 if row.phase in ("decode", "padding") else rh - 6
                 out.append(f'<rect data-role="cell-{row.phase}" {box} y="{y + (rh - 2 - h) / 2 + 2:.1f}" height="{h}" '
                            f'fill="{fill}"/>')
             elif rid in s.preempted or status == "preempted":
                 out.append(f'<rect data-role="cell-preempted" {box} y="{y + 4}" height="{rh - 8}" fill="#fff" '
                            f'stroke="{RECOMPUTED}" stroke-width="1.5"/>')
             elif status == "waiting":
-                out.append(f'<rect data-role="cell-waiting" {box} y="{y + 8}" height="{rh - 16}" fill="{MASKED}"/>')
-            elif status == "running":  # in the pool but left out of this pass: it sits out a decode step
+                out.append(f'<rect data-role="cell-waiting" {box} y="{y + 7}" height="3" fill="{MASKED}"/>')
+            elif (rid, k) in sat:  # in the pool but left out of this pass: it sat out a step
                 out.append(f'<rect data-role="cell-idle" {box} y="{y + 5.5}" height="{rh - 12}" fill="#fff" '
                            f'stroke="{DECODE}" stroke-width="1.5" stroke-dasharray="3 2"/>')
             elif status != NOT_ARRIVED and rid in s.finished:
                 out.append(_t(x + cw / 2, y + 15, "✓", 12, "middle", SOFT))
     y = y0 + len(request_ids) * rh + 4
+    if slots:
+        out.append(_t(x0, y + 13, f"{slots} batch slots: the request in each (hatched: padding, or idle while a "
+                                  "request waited)", 11, weight="bold"))
+        y += 20
+        use = slot_use(steps[:n], slots)
+        for j in range(max((len(u.slots) for u in use), default=slots)):
+            out.append(_t(6, y + 13, f"slot {j}", 11, weight="bold", fill=INK, family=MONO))
+            for k, u in enumerate(use):
+                x = x0 + k * cw
+                rid = u.slots[j] if j < len(u.slots) else None
+                box = f'data-slot="{j}" data-step="{k}" x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
+                if rid is not None:
+                    padding = rid in u.padding  # a finished request's row, computed and thrown away
+                    out.append(f'<rect data-role="{"slot-padding" if padding else "slot-held"}" data-request="{rid}" '
+                               f'{box} y="{y + 2}" height="{rh - 4}" fill="{request_colour(rid)}" '
+                               f'fill-opacity="{0.35 if padding else 0.8}"/>')
+                    if padding:
+                        out.append(f'<rect {box} y="{y + 2}" height="{rh - 4}" fill="url(#padding)" '
+                                   f'fill-opacity="0.8"/>')
+                elif u.waiting:  # nobody in it while a request waits in the queue
+                    out.append(f'<rect data-role="slot-idle-waiting" {box} y="{y + 2}" height="{rh - 4}" '
+                               f'fill="url(#idle-slot)" stroke="{RECOMPUTED}" stroke-width="0.8"/>')
+            y += rh
+        y += 4
     if 0 <= current <= last:
         cx = x0 + current * cw
         out.append(f'<rect data-role="current-step" x="{cx:.1f}" y="{y0 - 4}" width="{max(cw, 2):.1f}" '
                    f'height="{y - y0 + 6}" fill="none" stroke="#111" stroke-width="2"/>')
     every = max(1, round(n / 12))
     for k in range(0, n, every):
-        out.append(_t(x0 + k * cw + cw / 2, y + 12, str(k), 9, "middle", SOFT, family=MONO))
-    y += 18
+        out.append(_t(x0 + k * cw + cw / 2, y + 13, str(k), 11, "middle", SOFT, family=MONO))
+    y += 20
     key = [("prefill chunk", PREFILL), ("decode", DECODE), ("recompute", RECOMPUTED), ("waiting", MASKED)]
     x = x0
     for name, colour in key:
-        out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="{colour}"/>' + _t(x + 16, y + 9, name, 9))
-        x += 26 + len(name) * 7
-    out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="#fff" stroke="{DECODE}" stroke-dasharray="3 2"/>'
-               + _t(x + 16, y + 9, "sat out a step", 9))
-    x += 26 + 14 * 7
-    out.append(f'<rect x="{x}" y="{y}" width="12" height="10" fill="#fff" stroke="{RECOMPUTED}"/>'
-               + _t(x + 16, y + 9, "preempted (waits to be recomputed)", 9))
-    return _svg(y + 16, "".join(out), "timeline of the serving run")
+        out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="{colour}"/>' + _t(x + 16, y + 10, name, 11))
+        x += 24 + len(name) * 8.2
+    out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="#fff" stroke="{DECODE}" stroke-dasharray="3 2"/>'
+               + _t(x + 16, y + 10, "sat out a step", 11))
+    x += 24 + 14 * 8.2
+    out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="#fff" stroke="{RECOMPUTED}"/>'
+               + _t(x + 16, y + 10, "preempted (waits to be recomputed)", 11))
+    if slots or any(r.phase == "padding" for s in steps[:n] for r in s.rows):
+        y += 18
+        out.append(f'<rect x="{x0}" y="{y}" width="12" height="11" fill="url(#padding)"/>'
+                   + _t(x0 + 16, y + 10, "padding: a finished request's row, computed and thrown away", 11))
+        out.append(f'<rect x="{x0 + 470}" y="{y}" width="12" height="11" fill="url(#idle-slot)" stroke="{RECOMPUTED}" '
+                   f'stroke-width="0.8"/>' + _t(x0 + 486, y + 10, "slot idle while a request waits", 11))
+    return _svg(y + 18, "".join(out), "timeline of the serving run")
 
 
 # ---------------------------------------------------------------- tables and the batch chart
@@ -287,124 +359,191 @@ def latency_frame(run):
         lat = run.latency(r)
         rows.append({"request": r.id, "arrives": r.arrive, "prompt tokens": r.prompt_len,
                      "first token (step)": r.first_token_step,
-                     "TTFT (steps)": lat["ttft_steps"],
-                     "TTFT ms": None if lat["ttft_ms"] is None else round(lat["ttft_ms"], 1),
-                     "TPOT ms": None if lat["tpot_ms"] is None else round(lat["tpot_ms"], 2),
+                     "TTFT (steps)": lat.ttft_steps,
+                     "TTFT ms": None if lat.ttft_ms is None else round(lat.ttft_ms, 1),
+                     "TPOT ms": None if lat.tpot_ms is None else round(lat.tpot_ms, 2),
                      "new tokens": len(r.generated_ids), "preempted": r.preemptions,
                      "prefix hits": r.prefix_hit_tokens, "status": r.status})
     return pd.DataFrame(rows)
 
 
-def memory_frame(mem: dict):
+def memory_frame(mem):
     """Per allocator: the most KV memory it held at any step (in binary units, then exact bytes) and the share of
-    what it held that held no token, averaged over the run's steps."""
+    what it held that held no token, averaged over the run's steps (topics.serving.record.Memory)."""
     import pandas as pd
 
     from engine.units import human_bytes
 
     names = {"paged": "paged blocks (this run)", "reserve_max_length": "reserve the max length per request",
              "static_padding": "one static padded batch"}
-    return pd.DataFrame([{"allocator": names[k],
-                          "peak KV held": f"{human_bytes(mem[k]['peak_bytes'])} ({mem[k]['peak_bytes']:,} B)",
-                          "wasted (held, no token), averaged": f"{mem[k]['wasted']:.0%}", "source": mem[k]["source"]}
-                         for k in names])
+    rows = []
+    for k, name in names.items():
+        held = getattr(mem, k)
+        rows.append({"allocator": name, "peak KV held": f"{human_bytes(held.peak_bytes)} ({held.peak_bytes:,} B)",
+                     "wasted (held, no token), averaged": f"{held.wasted:.0%}", "source": held.source})
+    return pd.DataFrame(rows)
 
 
-def sharing_sentence(mem: dict) -> str:
-    """What prefix sharing saved in this run, from the same steps the table averages (topics.serving.measure.memory):
-    the positions the requests read per position the paged pool held."""
-    sh = mem["sharing"]
-    if not sh["steps"]:
+def sharing_sentence(mem) -> str:
+    """What prefix sharing did over the same steps the table averages (topics.serving.measure.memory): the prompt
+    tokens it kept from being computed (the status line's "skipped by sharing", the same count), and the positions
+    the requests read per position the paged pool held (memory: only while two requests hold a block at once)."""
+    sh = mem.sharing
+    if not sh.steps:
         return ""
-    per_step = sh["saved"] / sh["steps"]
-    if sh["saved"] <= 0:
-        return (f"Prefix sharing saved nothing here: every position the requests read was stored for them alone "
-                f"({sh['served_per_held']:.2f} positions served per position held).")
-    return (f"Prefix sharing: the requests read {sh['served']:,} positions' keys and values over the run's "
-            f"{sh['steps']} steps, from {sh['stored']:,} stored, so {sh['served_per_held']:.2f} positions served "
-            f"per position held (whole blocks); about {per_step:,.0f} positions per step not stored twice.")
+    tokens = f"{sh.skipped:,} prompt token{'s' if sh.skipped != 1 else ''}"
+    if sh.saved > 0:
+        memory = (f"and the requests read {sh.served:,} positions' keys and values over the run's {sh.steps} steps, "
+                  f"from {sh.stored:,} stored, so {sh.served_per_held:.2f} positions served per position held (whole "
+                  f"blocks): about {sh.saved / sh.steps:,.0f} positions per step not stored twice.")
+    else:
+        memory = ("but no block was held by two requests at the same step, so it stored nothing once for two: "
+                  f"{sh.served_per_held:.2f} positions served per position held (whole blocks).")
+    if sh.skipped:
+        return (f"Prefix sharing: {tokens} were never computed (their blocks were found held, or cached after their "
+                f"request finished), " + memory)
+    if sh.saved > 0:
+        return "Prefix sharing: no prompt token was skipped, " + memory
+    return ("Prefix sharing found nothing to share here: no prompt token was skipped and no block was held by two "
+            "requests at once.")
 
 
-def chunking_frame(result: dict):
-    """The chunked-prefill comparison, one row per way, read off the same two runs whose timelines are drawn."""
+def chunking_frame(result):
+    """The chunked-prefill comparison, one row per way, read off the same two runs whose timelines are drawn: the
+    steps a request in the pool sat out are the timeline's dashed cells (engine.generate.serving.record.sat_out)."""
     import pandas as pd
 
     def row(way: str) -> dict:
-        v = result[way]
-        return {"chunked prefill": way, "decode steps sat out": v["skipped_steps"],
-                "longest wait between two tokens": f"{v['longest_gap_ms']:.1f} ms",
-                "long prompt's prefill passes": v["prefill_passes"],
-                "long prompt's first token": f"{v['long_ttft_steps']} step{'s' if v['long_ttft_steps'] != 1 else ''}, "
-                                             f"{v['long_ttft_ms']:.1f} ms"}
+        v = getattr(result, way).stall
+        return {"chunked prefill": way, "steps sat out": v.skipped_steps,
+                "which (who sat out)": "; ".join(f"{k} ({_requests(v.who(k))})" for k in v.steps) or "none",
+                "longest wait between two tokens, while the long prompt was prefilled": f"{v.longest_gap_ms:.1f} ms",
+                "long prompt's prefill passes": v.prefill_passes,
+                "long prompt's first token": f"{v.long_ttft_steps} step{'s' if v.long_ttft_steps != 1 else ''}, "
+                                             f"{v.long_ttft_ms:.1f} ms"}
 
     return pd.DataFrame([row("on"), row("off")])
 
 
 def _requests(ids) -> str:
     ids = sorted(ids, key=lambda r: int(r[1:]))
-    return ids[0] if len(ids) == 1 else (f"{ids[0]}–{ids[-1]}" if len(ids) > 2 else " and ".join(ids))
+    return ids[0] if len(ids) == 1 else (f"{ids[0]}–{ids[-1]}" if len(ids) > 2 and
+                                         int(ids[-1][1:]) - int(ids[0][1:]) == len(ids) - 1 else
+                                         ", ".join(ids[:-1]) + " and " + ids[-1])
 
 
-def chunking_sentence(result: dict) -> str:
+def _stall_words(v) -> str:
+    """Each step the requests sat out, who, and what that step's one pass held instead (from the same records)."""
+    parts = []
+    for k in v.steps:
+        rows = v.filled_by.get(k, ())
+        held = ", ".join(f"{rid}'s {q}-token prompt, whole" if q == v.prompt_tokens.get(rid) else f"{q} tokens of {rid}"
+                         for rid, q in rows) or "nothing"
+        parts.append(f"step {k} ({_requests(v.who(k))}), its pass holding {held}")
+    return "; ".join(parts)
+
+
+def chunking_sentence(result) -> str:
     """What the two timelines show, in the table's own numbers (never more than they show)."""
-    on, off = result["on"], result["off"]
-    steps = sorted({s for sat in off["sat_out"].values() for s in sat})
-    long = f"{off['long_id']}'s {off['long_prompt_tokens']}-token prompt"
-    if off["sat_out"]:
-        said = (f"With chunked prefill off, {_requests(off['sat_out'])} sat out step"
-                f"{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} while one pass prefilled {long}: "
-                f"{off['longest_gap_ms']:.1f} ms between two of their tokens.")
+    on, off = result.on.stall, result.off.stall
+    long = f"{off.long_id}'s {off.long_prompt_tokens}-token prompt"
+    n = off.skipped_steps
+    if n:
+        said = (f"With chunked prefill off, requests in the pool sat out {n} step{'s' if n != 1 else ''} (dashed on "
+                f"its timeline): {_stall_words(off)}. While {long} was prefilled, the longest wait between two "
+                f"tokens of another request was {off.longest_gap_ms:.1f} ms.")
     else:
-        said = f"With chunked prefill off, no decoding request sat out a step while {long} was prefilled."
-    said += (f" With it on, they sat out {on['skipped_steps'] or 'no'} step{'s' if on['skipped_steps'] != 1 else ''} "
-             f"(longest wait {on['longest_gap_ms']:.1f} ms), and the prompt took {on['prefill_passes']} passes: its "
-             f"first token came {on['long_ttft_steps']} steps after it arrived instead of {off['long_ttft_steps']}.")
-    if on["longest_gap_ms"] >= off["longest_gap_ms"] and off["skipped_steps"] > on["skipped_steps"]:
+        said = f"With chunked prefill off, no request in the pool sat out a step while {long} was prefilled."
+    m = on.skipped_steps
+    said += (f" With it on, they sat out {m or 'no'} step{'s' if m != 1 else ''}"
+             + (f" ({_stall_words(on)})" if m else "")
+             + f" (longest wait {on.longest_gap_ms:.1f} ms), and {long} took {on.prefill_passes} passes: its first "
+             f"token came {on.long_ttft_steps} steps after it arrived instead of {off.long_ttft_steps}.")
+    if on.longest_gap_ms >= off.longest_gap_ms and n > m:
         said += (" Measured in ms the chunked run waited as long or longer: the server was busy, so the steps sat "
                  "out are the number to read here.")
-    same = result["on"]["same_tokens"]
-    return said + f" Same tokens either way: {'yes' if same else 'no'}."
+    return said + f" Same tokens either way: {'yes' if result.same_tokens else 'no'}."
 
 
 POLICY_WORDS = {"newest": "newest (vLLM's: the last admitted goes)", "most_blocks": "most blocks (the biggest holder goes)"}
 
 
-def policy_frame(result: dict):
+def policy_frame(result):
     """The preemption policies side by side (topics.serving.measure.policy_comparison), one row per policy."""
     import pandas as pd
 
     rows = []
-    for policy, v in result.items():
-        same = v["same_as_alone"]
-        rows.append({"policy": POLICY_WORDS.get(policy, policy), "engine steps": v["steps"],
-                     "preemptions": v["preemptions"],
-                     "who, at which step": ", ".join(f"{rid} at {step}" for step, rid in v["preempted"]) or "nobody",
-                     "positions computed again": v["recomputed"],
+    for v in result:
+        same = v.same_as_alone
+        rows.append({"policy": POLICY_WORDS.get(v.policy, v.policy), "engine steps": v.steps,
+                     "preemptions": v.preemptions,
+                     "who, at which step": ", ".join(f"{rid} at {step}" for step, rid in v.preempted) or "nobody",
+                     "positions computed again": v.recomputed,
                      "same tokens as alone": f"{'yes' if all(same.values()) else 'NO'} ({sum(same.values())} of "
                                              f"{len(same)})"})
     return pd.DataFrame(rows)
 
 
-def policy_sentence(result: dict) -> str:
+def policy_sentence(result) -> str:
     """What the two policies did differently, in the table's numbers."""
-    (a, va), (b, vb) = list(result.items())[:2]
-    exact = all(all(v["same_as_alone"].values()) for v in result.values())
-    said = (f"Policy '{a}' preempted {va['preemptions']} time{'s' if va['preemptions'] != 1 else ''} and computed "
-            f"{va['recomputed']} positions again, finishing in {va['steps']} engine steps; '{b}' preempted "
-            f"{vb['preemptions']} time{'s' if vb['preemptions'] != 1 else ''}, computed {vb['recomputed']} again, "
-            f"{vb['steps']} steps.")
-    if (va["preemptions"], va["recomputed"], va["steps"]) == (vb["preemptions"], vb["recomputed"], vb["steps"]) and \
-            va["preempted"] != vb["preempted"]:
+    va, vb = result[:2]
+    a, b = va.policy, vb.policy
+    exact = all(all(v.same_as_alone.values()) for v in result)
+    said = (f"Policy '{a}' preempted {va.preemptions} time{'s' if va.preemptions != 1 else ''} and computed "
+            f"{va.recomputed} positions again, finishing in {va.steps} engine steps; '{b}' preempted "
+            f"{vb.preemptions} time{'s' if vb.preemptions != 1 else ''}, computed {vb.recomputed} again, "
+            f"{vb.steps} steps.")
+    if (va.preemptions, va.recomputed, va.steps) == (vb.preemptions, vb.recomputed, vb.steps) and \
+            va.preempted != vb.preempted:
         said += " The counts are the same here; the policies differ in who went when (the table's 'who' column)."
     return said + (" Either way every request's tokens are exactly the ones it gets alone: a policy changes who "
                    "waits and what is computed twice, never what anyone is answered." if exact else
                    " Some request's tokens differ from its tokens alone: that is a bug, not a policy.")
-def roomy_sentence(check: dict) -> str:
+
+
+def roomy_sentence(check) -> str:
     """topics.serving.measure.roomy_check in one line, ending on the same check the chunking comparison shows."""
-    who = _requests(check["preempted"]) if check["preempted"] else "no request"
-    return (f"{who} {'was' if len(check['preempted']) <= 1 else 'were'} preempted and recomputed in this pool of "
-            f"{check['blocks']} blocks; the same requests in a pool of {check['roomy_blocks']} blocks, where nobody "
-            f"is preempted: same tokens either way: **{'yes' if check['same_tokens'] else 'no'}**.")
+    who = _requests(check.preempted) if check.preempted else "no request"
+    return (f"{who} {'was' if len(check.preempted) <= 1 else 'were'} preempted and recomputed in this pool of "
+            f"{check.blocks} blocks; the same requests in a pool of {check.roomy_blocks} blocks, where nobody "
+            f"is preempted: same tokens either way: **{'yes' if check.same_tokens else 'no'}**.")
+
+
+def batching_frame(q):
+    """The queue served both ways (topics.serving.measure.batching_comparison), one row per way."""
+    import pandas as pd
+
+    rows = []
+    for way in (q.continuous, q.static):
+        rows.append({"batching": way.batching, "tokens/s (median, measured)": f"{way.tokens_per_s:,.0f}",
+                     "engine steps": way.engine_steps, "tokens": way.tokens,
+                     "slot-steps wasted while a request waited": way.idle_slot_steps,
+                     "each round (ms)": ", ".join(f"{x:,.0f}" for x in way.ms)})
+    return pd.DataFrame(rows)
+
+
+def batching_sentence(q) -> str:
+    """The queue comparison in the table's own numbers: which way was faster, and what the timelines show of why."""
+    c, s = q.continuous, q.static
+    said = (f"{q.requests} requests of {min(q.lengths)} to {max(q.lengths)} tokens for {q.slots} batch slots, "
+            f"arriving over steps {min(q.arrivals)} to {max(q.arrivals)}: continuous batching made {c.tokens_per_s:,.0f} "
+            f"tokens/s, static batching {s.tokens_per_s:,.0f} ({_faster(c.tokens_per_s, s.tokens_per_s, 'continuous', 'static')}; "
+            f"{'median of ' + str(q.rounds) + ' alternated rounds' if q.rounds > 1 else 'one round'} after a warm-up). "
+            f"Static batching took {s.engine_steps} engine steps to continuous batching's {c.engine_steps}: each batch "
+            f"kept its finished members' rows as padding until its longest member was done, {s.idle_slot_steps} "
+            f"slot-steps computed for nothing (or left empty) while a request waited (hatched on its timeline), "
+            f"against {c.idle_slot_steps} for continuous batching, which gave each freed slot to the queue's front the "
+            "next pass.")
+    wide = [w for w in (c, s) if len(w.ms) > 1 and max(w.ms) > BUSY_RATIO * min(w.ms)]
+    if wide:
+        said += (" The server was busy while these ran: " + " and ".join(
+            f"{w.batching} batching's rounds ranged {min(w.ms):,.0f}–{max(w.ms):,.0f} ms" for w in wide)
+            + " for the same work, so the ratio moves with it; `python -m engine serve --scenario queue "
+            "--compare-batching` takes the median of more rounds.")
+    if c.engine_steps < s.engine_steps and c.tokens_per_s < s.tokens_per_s:
+        said += (" Yet continuous batching measured slower here, in fewer steps: the server was busy while these ran; "
+                 "run it again, or `python -m engine serve --scenario queue --compare-batching` for more rounds.")
+    return said + f" Same tokens either way: {'yes' if q.same_tokens else 'no'}."
 
 
 WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
@@ -412,9 +551,9 @@ WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "s
 WORKLOADS = (("same length, all at once", "#9e9e9e"), ("mixed lengths", "#37474f"))  # neutral: not a phase colour
 
 
-def throughput_figure(same: dict, mixed: dict | None, scale: float = 1.0):
-    """Tokens/s of the same requests served each way: every request asking for one length (grey), and the same
-    prompts asking for different lengths (dark); each bar says its measured tokens/s."""
+def throughput_figure(same, mixed=None, scale: float = 1.0):
+    """Tokens/s of the same requests served each way (topics.serving.record.Throughput): every request asking for one
+    length (grey), and the same prompts asking for different lengths (dark); each bar says its measured tokens/s."""
     import plotly.graph_objects as go
 
     from drawing.palette import layout
@@ -423,9 +562,9 @@ def throughput_figure(same: dict, mixed: dict | None, scale: float = 1.0):
     for (name, colour), res in zip(WORKLOADS, (same, mixed)):
         if res is None:
             continue
-        ways = [k for k in WAYS if res.get(f"{k}_tokens_per_s")]
-        fig.add_trace(go.Bar(x=[WAYS[k] for k in ways], y=[res[f"{k}_tokens_per_s"] for k in ways], name=name,
-                             marker_color=colour, text=[f"{res[f'{k}_tokens_per_s']:,.0f}" for k in ways],
+        ways = [k for k in WAYS if res.tokens_per_s(k)]
+        fig.add_trace(go.Bar(x=[WAYS[k] for k in ways], y=[res.tokens_per_s(k) for k in ways], name=name,
+                             marker_color=colour, text=[f"{res.tokens_per_s(k):,.0f}" for k in ways],
                              textposition="outside", cliponaxis=False,
                              hovertemplate="%{x}: %{y:,.0f} tokens/s<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group")
@@ -434,41 +573,54 @@ def throughput_figure(same: dict, mixed: dict | None, scale: float = 1.0):
     return layout(fig, "Tokens per second, four ways", height=340, scale=scale)  # whole on a phone too
 
 
-def throughput_sentence(same: dict, mixed: dict | None) -> str:
-    """What the throughput chart shows, from its own numbers: why static batching can win the uniform case."""
-    c, s = same["continuous_tokens_per_s"], same["static_batch_tokens_per_s"]
-    lengths = same["new_tokens"] if isinstance(same["new_tokens"], list) else [same["new_tokens"]] * same["requests"]
-    out = [f"Same length, all at once ({same['requests']} requests × {lengths[0]} tokens, arriving together): the "
-           f"static batch made {s:,.0f} tokens/s against continuous batching's {c:,.0f}"
-           + (" (it won)" if s > c else "") + ". That workload is a static batch's best case: no row waits for a "
-           "longer one and nobody arrives later, so nothing is wasted, and it pays for no scheduler and no block "
-           "tables."]
+def _faster(a: float, b: float, a_name: str, b_name: str) -> str:
+    """'A ×1.21 faster' from two measured rates, whichever way it came out."""
+    return f"{a_name} ×{a / b:.2f} faster" if a >= b else f"{b_name} ×{b / a:.2f} faster"
+
+
+def _passes(res) -> str:
+    c, s = res.passes.get("continuous"), res.passes.get("static_batch")
+    return f"both took {c} passes" if c == s else f"continuous batching took {c} passes, the static batch {s}"
+
+
+def throughput_sentence(same, mixed=None) -> str:
+    """What the throughput chart shows, from its own numbers, and no more: which way was faster by how much, and what
+    the workload lets continuous batching do (no queue: nothing to refill)."""
+    c, s = same.continuous_tokens_per_s, same.static_batch_tokens_per_s
+    lengths = same.lengths
+    out = [f"Same length, all at once ({same.requests} requests × {lengths[0]} tokens): continuous batching made "
+           f"{c:,.0f} tokens/s, the static batch {s:,.0f} ({_faster(c, s, 'continuous', 'static')}). Every request is "
+           f"in the first pass and all finish together, so no slot ever frees for continuous batching to refill and "
+           f"{_passes(same)}: the gap is what a pass costs each way here (one padded tensor, against a paged pass "
+           "with its block tables), not scheduling."]
     if mixed is not None:
-        mc, ms = mixed["continuous_tokens_per_s"], mixed["static_batch_tokens_per_s"]
-        asked = mixed["new_tokens"]
+        mc, ms = mixed.continuous_tokens_per_s, mixed.static_batch_tokens_per_s
+        asked = mixed.lengths
         padded = len(asked) * max(asked)
         # the same total of tokens either way: a static batch of mixed lengths does more padded work than one of equal
         # lengths, and one request at a time the same work, so either coming out far faster is the server's noise
         quick = [(ms, s, "the static batch")]
         flipped = [who for m_, s_, who in quick if m_ and s_ and m_ > BUSY_RATIO * s_]
-        out.append(f"Mixed lengths ({min(asked)} to {max(asked)} tokens, {sum(asked)} in all): the static batch runs "
-                   f"every row to the longest, {padded} token slots for {sum(asked)} tokens "
-                   f"({1 - sum(asked) / padded:.0%} wasted), while continuous batching drops a finished request "
-                   f"from the next pass: {mc:,.0f} tokens/s against {ms:,.0f} (×{mc / ms:.1f})"
-                   + ("." if mc > ms or flipped else "; here the fixed cost of each pass still hid that waste."))
+        out.append(f"Mixed lengths, all at once ({min(asked)} to {max(asked)} tokens, {sum(asked)} in all): the static "
+                   f"batch runs every row to the longest, {padded} token slots for {sum(asked)} tokens "
+                   f"({1 - sum(asked) / padded:.0%} wasted); continuous batching drops a finished request from the "
+                   f"next pass, but with every request already in, nobody waits for the freed slot, and "
+                   f"{_passes(mixed)}, as many as the longest request makes. Measured: {mc:,.0f} tokens/s against "
+                   f"{ms:,.0f} ({_faster(mc, ms, 'continuous', 'static')}): all that dropping finished rows from a pass "
+                   "buys here. Continuous batching wins where a queue waits for batch slots (scenario 6).")
         if flipped:
             out.append(f"The server was busy while these ran: {' and '.join(flipped)} measured more than ×{BUSY_RATIO:g} "
                        "faster on the mixed lengths though that is as much work or more, so single rounds here are "
                        "noise; `python -m engine bench` takes medians of several.")
         out.append(one_at_a_time_words(same, mixed))
-        if not mixed.get("generate_batch_tokens_per_s"):
+        if not mixed.generate_batch_tokens_per_s:
             out.append("transformers' generate_batch has no mixed-lengths bar: it serves one length for every request.")
     return " ".join(out)
 
 
-def one_at_a_time_words(same: dict, mixed: dict) -> str:
+def one_at_a_time_words(same, mixed) -> str:
     """Why one request at a time measures (about) the same for both workloads: it is the same work."""
-    a, b = same["one_at_a_time_tokens_per_s"], mixed["one_at_a_time_tokens_per_s"]
+    a, b = same.one_at_a_time_tokens_per_s, mixed.one_at_a_time_tokens_per_s
     said = ("One request at a time does the same work for both workloads (one pass per token, about the same "
             f"tokens in all), so its two bars should match: {a:,.0f} and {b:,.0f} tokens/s")
     ratio = max(a, b) / min(a, b) if a and b else 1.0
@@ -480,22 +632,39 @@ def one_at_a_time_words(same: dict, mixed: dict) -> str:
 BUSY_RATIO = 1.3  # one way measured this much faster on work that is no smaller: the server's noise, said
 
 
-def batch_time_figure(rows: list[dict], scale: float = 1.0):
-    """The decode pass's measured time against how many sequences share it, and the time per sequence."""
+def batch_time_figure(rows, scale: float = 1.0):
+    """The decode pass's measured time against how many sequences share it (BatchPass records), and per sequence."""
     import plotly.graph_objects as go
 
     from drawing.palette import layout
 
-    xs = [r["batch"] for r in rows]
+    xs = [r.batch for r in rows]
     fig = go.Figure([
-        go.Scatter(x=xs, y=[r["decode_ms"] for r in rows], name="one decode pass (median, measured)",
-                   mode="lines+markers", line=dict(color=DECODE, width=4), marker=dict(size=9)),
-        go.Scatter(x=xs, y=[r["per_sequence_ms"] for r in rows], name="per sequence", mode="lines+markers",
+        go.Scatter(x=xs, y=[r.decode_ms for r in rows], name="one decode pass (median, measured)",
+                   mode="lines+markers", line=dict(color=DECODE, width=4), marker=dict(size=9),
+                   error_y=dict(type="data", symmetric=False, array=[r.spread[1] - r.decode_ms for r in rows],
+                                arrayminus=[r.decode_ms - r.spread[0] for r in rows], color=DECODE, thickness=1.5)),
+        go.Scatter(x=xs, y=[r.per_sequence_ms for r in rows], name="per sequence", mode="lines+markers",
                    line=dict(color=DECODE, width=2, dash="dot"), marker=dict(size=7)),
     ])
     fig.update_xaxes(title="sequences sharing the pass (B)", type="log", tickvals=xs, ticktext=[str(x) for x in xs])
-    fig.update_yaxes(title="ms (measured)", rangemode="tozero")
+    fig.update_yaxes(title="ms (measured; bars: fastest–slowest)", rangemode="tozero")
     return layout(fig, "One decode pass shared by B sequences", height=380, scale=scale)  # beside the batch roofline
+
+
+def batch_time_caption(sweep) -> str:
+    """The sweep in one line, from its own rows; what it says of the server when its order contradicted physics."""
+    rows = sweep.rows
+    top, first = rows[-1], rows[0]
+    retimed = [r.batch for r in rows if r.timed > 1]
+    said = (f"{top.batch} sequences in one decode pass took ×{top.over_batch_1:.1f} the time of one "
+            f"({top.decode_ms:.1f} ms against {first.decode_ms:.1f} ms): {top.per_sequence_ms:.2f} ms per sequence. "
+            f"Medians of 8 passes, measured here; {sweep.warmup_ms:.0f} ms of warm-up passes before B = {first.batch} "
+            "left out.")
+    if retimed:
+        said += (f" B = {', '.join(map(str, retimed))} {'was' if len(retimed) == 1 else 'were'} timed again: a bigger "
+                 "batch had come out faster than a smaller one, which more rows of the same work cannot do.")
+    return said  # a note (sweep.note) is the page's warning, beside this
 
 
 # ---------------------------------------------------------------- batch size on the roofline
@@ -519,10 +688,10 @@ def batch_roofline_figure(br: dict, scale: float = 1.0):
 
     from drawing.palette import ESTIMATE, layout
 
-    here, gpu, rows = br["here"], br["gpu"], br["measured"]
+    here, gpu, rows = br.here, br.gpu, br.measured
     gpu_name = gpu.name.split(" (")[0]
     xs = [10 ** (i / 20) for i in range(-40, 81)]  # 0.01 .. 1e4 FLOP/byte
-    rate = here.bandwidth_for(rows[0]["bytes"])
+    rate = here.bandwidth_for(rows[0].bytes)
     fig = go.Figure([
         go.Scatter(x=xs, y=[min(here.peak_flops, x * rate) for x in xs], mode="lines", showlegend=False,
                    line=dict(color="#333", width=3), hoverinfo="skip", name="this device's roof (measured)"),
@@ -534,11 +703,12 @@ def batch_roofline_figure(br: dict, scale: float = 1.0):
     def every_other(points) -> list[str]:  # B = 1, 4, 16, ...: a name on every point would overlap at the top
         return [f"B={p['batch']}" if i % 2 == 0 else "" for i, p in enumerate(points)]
 
+    measured = [{"batch": r.batch, "intensity": r.intensity, "achieved": r.achieved} for r in rows]
     short = gpu_name.removeprefix("NVIDIA ").split(" ")[0]  # 'H100': the legend fits two rows of half a screen
-    series = [(rows, "achieved", f"measured here ({here.dtype})", dict(color=DECODE, size=11), "lines+markers+text"),
-              (br["predicted"], "attainable", f"{br['model']}, {short} predicted",
+    series = [(measured, "achieved", f"measured here ({here.dtype})", dict(color=DECODE, size=11), "lines+markers+text"),
+              (br.predicted, "attainable", f"{br.model}, {short} predicted",
                dict(color=DECODE, size=10, symbol="circle-open", line=dict(width=2.5)), "lines+markers"),
-              (br["predicted_real"], "attainable", f"{br['real']}, {short} predicted",
+              (br.predicted_real, "attainable", f"{br.real}, {short} predicted",
                dict(color=ESTIMATE, size=10, symbol="diamond-open", line=dict(width=2.5)), "lines+markers+text")]
     for points, y, name, marker, mode in series:
         fig.add_trace(go.Scatter(
@@ -547,7 +717,7 @@ def batch_roofline_figure(br: dict, scale: float = 1.0):
             text=every_other(points), textposition="top left", textfont=dict(size=11 * scale, color=marker["color"]),
             customdata=[p["batch"] for p in points],
             hovertemplate="B = %{customdata}: %{x:.1f} FLOP/byte, %{y:.3s}FLOP/s<extra>" + name + "</extra>"))
-    for ridge, colour, words, anchor in ((br["ridge_here"], "#333", f"ridge here {br['ridge_here']:.1f}", "right"),
+    for ridge, colour, words, anchor in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", "right"),
                                          (gpu.ridge, ESTIMATE, f"{gpu_name} ridge {gpu.ridge:.0f}", "right")):
         fig.add_vline(x=ridge, line_dash="dot", line_color=colour)
         fig.add_annotation(x=math.log10(ridge), y=0.0, yref="paper", xanchor=anchor, yanchor="bottom",
@@ -559,28 +729,28 @@ def batch_roofline_figure(br: dict, scale: float = 1.0):
     return fig
 
 
-def batch_roofline_sentence(br: dict) -> str:
+def batch_roofline_sentence(br) -> str:
     """What the batch roofline shows, in its own numbers: how far the measured passes walk toward this device's
     ridge, and at which batch a GPU's predicted passes reach its ridge (for this model and for a published one)."""
-    rows, here, gpu = br["measured"], br["here"], br["gpu"]
+    rows, here, gpu = br.measured, br.here, br.gpu
     first, last = rows[0], rows[-1]
     gpu_name = gpu.name.split(" (")[0]
-    side = ("still left of" if last["intensity"] < br["ridge_here"] else "past")
-    said = (f"Each filled point is one decode pass of B sequences at ~{br['context']} positions, measured here: the "
-            f"weights are read once for all B, so its FLOPs per byte grow with B, from {first['intensity']:.1f} at "
-            f"B = {first['batch']} to {last['intensity']:.1f} at B = {last['batch']} ({here.dtype}, estimates), "
-            f"{side} this device's ridge of {br['ridge_here']:.1f}; the pass went from {_flops(first['achieved'])} to "
-            f"{_flops(last['achieved'])} (×{last['achieved'] / first['achieved']:.1f} for ×{last['batch'] // first['batch']} "
+    side = ("still left of" if last.intensity < br.ridge_here else "past")
+    said = (f"Each filled point is one decode pass of B sequences at ~{br.context} positions, measured here: the "
+            f"weights are read once for all B, so its FLOPs per byte grow with B, from {first.intensity:.1f} at "
+            f"B = {first.batch} to {last.intensity:.1f} at B = {last.batch} ({here.dtype}, estimates), "
+            f"{side} this device's ridge of {br.ridge_here:.1f}; the pass went from {_flops(first.achieved)} to "
+            f"{_flops(last.achieved)} (×{last.achieved / first.achieved:.1f} for ×{last.batch // first.batch} "
             "the work).")
-    here_sat = br["saturates_here"]
+    here_sat = br.saturates_here
     said += (f" By the estimates this device's ridge is reached at B ≈ {here_sat}." if here_sat else
              " By the estimates no batch reaches this device's ridge at this context.")
-    model = (f"{br['model']} reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at B ≈ {br['saturates_gpu']}"
-             if br["saturates_gpu"] else
-             f"{br['model']} never reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at this context: its weights are "
+    model = (f"{br.model} reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at B ≈ {br.saturates_gpu}"
+             if br.saturates_gpu else
+             f"{br.model} never reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at this context: its weights are "
              "small beside each request's K/V reads, which grow with B as fast as the FLOPs")
-    real = (f"{br['real']} reaches it at B ≈ {br['saturates_real']}" if br["saturates_real"] else
-            f"{br['real']} does not reach it either")
+    real = (f"{br.real} reaches it at B ≈ {br.saturates_real}" if br.saturates_real else
+            f"{br.real} does not reach it either")
     return (said + f" Predicted on an {gpu_name} in {gpu.dtype} (open points: nothing ran there), {model}; {real}. "
             "Below that batch, on the GPU, more requests cost a pass almost nothing, since it waits on reading the "
             "weights; past it the pass is compute-bound. That is why servers batch.")

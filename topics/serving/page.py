@@ -9,14 +9,14 @@ import streamlit as st
 
 from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
-from engine.generate.serving.run import PREEMPTION
+from engine.generate.serving.run import BATCHING, PREEMPTION
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.device import release_memory
 from engine.measure import roofline
 from topics.serving import draw as draw
 from topics.serving import measure as measure
-from topics.serving.page_parts import (MAX_PAGE_REQUESTS, chunking_result, new_serving_run, pictures, requests_editor,
-                                       summary)
+from topics.serving.page_parts import (MAX_PAGE_REQUESTS, batching_result, chunking_result, new_serving_run, pictures,
+                                       requests_editor, summary)
 from ui.controller import Controller
 from ui.links import write_link
 from ui.model import device_roof
@@ -26,6 +26,13 @@ from ui.text import error, plain
 
 
 POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
+BATCHING_NAMES = {"continuous": "continuous", "static": "static"}  # how a freed slot is refilled: short, for the bar
+
+
+def queue_comparison(lm, requests, sizing, sampling):
+    """The queue served both ways, two alternated rounds after a warm-up, each way's last run recorded (drawn)."""
+    return measure.batching_comparison(lm, requests, sizing, sampling, rounds=2, record=True, log=lambda *a: None)
+
 COMPARISONS = {  # scenario: its button, the button's key, what the spinner says, the result's kind, the measurement
     "preemption": ("Compare both preemption policies", "serve_policy_compare",
                    "Serving these requests under each policy, to the end, and each request alone…", "policies",
@@ -33,6 +40,9 @@ COMPARISONS = {  # scenario: its button, the button's key, what the spinner says
     "long_prompt": ("Compare chunked prefill on and off", "serve_chunk_compare",
                     "Serving these requests twice, chunked prefill on and off (after a short warm-up)…", "chunking",
                     measure.chunking_comparison),
+    "queue": ("Compare continuous and static batching (measured)", "serve_batching_compare",
+              "Serving the queue with continuous and with static batching, alternated, after a warm-up round…",
+              "batching", queue_comparison),
 }
 
 
@@ -66,6 +76,8 @@ def show() -> None:
                 sizing[knob] = st.session_state[f"serve_{knob}"]
         if name == "preemption" and st.session_state.get("serve_preemption") in PREEMPTION:  # the policy knob
             sizing["preemption"] = st.session_state["serve_preemption"]
+        if name == "queue" and st.session_state.get("serve_batching") in BATCHING:  # how a freed slot is refilled
+            sizing["batching"] = st.session_state["serve_batching"]
         requests = SCENARIOS[name]["requests"] if name else st.session_state.get("serve_own_requests")
         return requests, sizing
 
@@ -95,6 +107,13 @@ def show() -> None:
                               help="Who is preempted when a running request needs a block and none is free: the "
                                    "newest admitted (vLLM's policy), or the one holding the most blocks. A change "
                                    "starts a new run.")
+    if name == "queue":  # how a freed batch slot is refilled: switch it and watch the slots
+        st.session_state.setdefault("serve_batching", sizing.get("batching", BATCHING[0]))
+        bar.segmented_control("batching", BATCHING, key="serve_batching", format_func=BATCHING_NAMES.get,
+                              persist_state="session", label_visibility="collapsed",
+                              help="Continuous: a finished request's slot goes to the front of the queue the next "
+                                   "pass. Static: a batch starts when the one before has finished, so its slots wait "
+                                   "for its longest member. A change starts a new run.")
     steps.buttons(bar, first=None, next_label=None, forward_label="▶ step")
     with bar.popover("More", icon=":material/tune:"):
         steps.autoplay(st)
@@ -116,7 +135,9 @@ def show() -> None:
                f"{sizing['max_batch_tokens']} tokens a pass · prefix sharing "
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
                + (f"preemption: {POLICY_NAMES.get(sizing['preemption'], sizing['preemption'])} · "
-                  if "preemption" in sizing else "") + "timings measured")
+                  if "preemption" in sizing else "")
+               + (f"{sizing['max_seqs']} slots, {sizing.get('batching', 'continuous')} batching · "
+                  if sizing.get("max_seqs") else "") + "timings measured")
     if said := steps.said():
         error(said)
     if notice := steps.notice():
@@ -160,19 +181,19 @@ def show() -> None:
     st.subheader("Each request: time to first token, time per output token")
     st.dataframe(draw.latency_frame(run), hide_index=True, width="stretch")
     st.caption("TTFT counts engine steps from the one the request arrives at to the one that chose its first token, and "
-               "the measured time of those steps; TPOT is the measured time between its first and last tokens over the "
-               "tokens in between. Arrivals are in engine steps.")
+               "the measured time of those steps; TPOT is the mean measured gap between its consecutive tokens (the wait "
+               "for the first is TTFT's). Arrivals are in engine steps.")
     if name:
         st.caption(SCENARIOS[name]["why"])
 
     st.subheader("Measured on this machine, side by side")
-    memory = measure.memory(run)
+    memory = measure.memory(run, upto=at)  # the steps up to the one on screen, like the status line above
     st.table(draw.memory_frame(memory).set_index("allocator"))
-    st.caption(f"KV memory of this run so far: the most each allocator held at any one step (peak), and the share of "
-               f"what it held that held no token's keys and values, averaged over the steps (wasted). Paged blocks are "
-               f"what this run really took (whole blocks; a shared block is held and stored once); the others are what "
-               f"the same requests would hold if each reserved the model's whole context ({memory['max_length']} "
-               "positions), or waited in one padded batch for the longest.")
+    st.caption(f"KV memory of this run up to step {at}: the most each allocator held at any one step (peak), and the "
+               f"share of what it held that held no token's keys and values, averaged over the steps (wasted). Paged "
+               f"blocks are what this run really took (whole blocks; a shared block is held and stored once); the "
+               f"others are what the same requests would hold if each reserved the model's whole context "
+               f"({memory.max_length} positions), or waited in one padded batch for the longest.")
     if sizing["prefix_sharing"]:
         st.markdown(draw.sharing_sentence(memory))
     if name in COMPARISONS:  # the scenario's own question, answered by serving its requests again
@@ -202,23 +223,24 @@ def show() -> None:
         same, mixed = result
         st.plotly_chart(draw.throughput_figure(same, mixed, scale=scale()), key="serve_tp_chart")
         st.markdown(draw.throughput_sentence(same, mixed))
-        n = same["rounds"]
-        st.caption(f"{same['requests']} prompts, {sum(mixed['new_tokens'])} new tokens in all either way; the same tokens "
+        n = same.rounds
+        st.caption(f"{same.requests} prompts, {sum(mixed.lengths)} new tokens in all either way; the same tokens "
                    f"every way (greedy). {'One round' if n == 1 else f'Medians of {n} rounds'} of every way of both "
                    "workloads, alternated, after a warm-up round: a busy server moves single rounds (more rounds under "
                    "the button, or `python -m engine bench`).")
     elif kind == "batch":
         br = measure.batch_roofline(result, lm, device_roof(), roofline.h100())  # this device's roof, a GPU's beside
         left, right = st.columns(2, gap="small")
-        left.plotly_chart(draw.batch_time_figure(result, scale=scale()), key="serve_batch_chart")
+        left.plotly_chart(draw.batch_time_figure(result.rows, scale=scale()), key="serve_batch_chart")
         right.plotly_chart(draw.batch_roofline_figure(br, scale=scale()), key="serve_batch_roofline")
-        top = result[-1]
-        st.caption(f"{top['batch']} sequences in one decode pass took ×{top['over_batch_1']:.1f} the time of one "
-                   f"({top['decode_ms']:.1f} ms against {result[0]['decode_ms']:.1f} ms): "
-                   f"{top['per_sequence_ms']:.2f} ms per sequence. Medians of 8 passes, measured here.")
+        st.caption(draw.batch_time_caption(result))
+        if result.note:  # a measurement whose order contradicts physics, said where the class reads the chart
+            st.warning(result.note, icon=":material/speed:")
         st.markdown(plain(draw.batch_roofline_sentence(br)))
     elif kind == "chunking":
         chunking_result(result)
+    elif kind == "batching":
+        batching_result(result)
     elif kind == "policies":
         st.table(draw.policy_frame(result).set_index("policy"))
         st.caption(draw.policy_sentence(result))

@@ -12,6 +12,7 @@ from drawing.stage import stage_html
 from engine.generate.serving import RequestSpec, ServingRun
 from engine.generate.serving.run import MAX_REQUESTS
 from topics.serving import draw as draw
+from topics.serving.measure import prefix_skipped
 from ui.text import error
 
 MAX_PAGE_REQUESTS = 16  # a browser session serves at most this many requests in one run (the engine caps at 64)
@@ -26,8 +27,9 @@ def pictures(run: ServingRun, at: int) -> None:
     with right:
         st.html(_whole(draw.pass_svg(step, run.lm.spec.d_model), pass_alt(step), "dl-pass"))
     with st.container(key="serve_timeline"):
-        st.html(_whole(draw.timeline_svg(run.records, [r.id for r in run.requests], at),
-                       f"timeline of {len(run.records)} engine steps, step {at} marked", "dl-timeline"))
+        st.html(_whole(draw.timeline_svg(run.records, [r.id for r in run.requests], at, slots=run.max_seqs),
+                       f"timeline of {len(run.records)} engine steps, step {at} marked", "dl-timeline",
+                       draw.timeline_title(run.max_seqs)))  # on a phone it opens at its newest step: title above
 
 
 def chunking_result(result: dict) -> None:
@@ -36,15 +38,32 @@ def chunking_result(result: dict) -> None:
     st.table(draw.chunking_frame(result).set_index("chunked prefill"))
     for way in ("on", "off"):
         st.markdown(f"**Chunked prefill {way}**")
-        steps = result[way]["steps"]
-        st.html(_whole(draw.timeline_svg(steps, result[way]["ids"], -1),
+        steps = getattr(result, way).steps
+        st.html(_whole(draw.timeline_svg(list(steps), list(getattr(result, way).ids), -1),
                        f"timeline of {len(steps)} engine steps, chunked prefill {way}", f"dl-timeline-{way}"))
     st.caption(draw.chunking_sentence(result))
 
 
-def _whole(svg: str, alt: str, testid: str) -> str:
-    """A serving picture as an <img>, like the stage, but never wider than the screen (see ui/style.py CSS)."""
-    return f'<div class="dl-serve" data-testid="{testid}">{stage_html(svg, alt)}</div>'
+def batching_result(result) -> None:
+    """The queue served with continuous and static batching (topics.serving.measure.batching_comparison): its table,
+    and both runs' timelines with their batch slots, so the idle slots the table counts are the ones drawn."""
+    st.table(draw.batching_frame(result).set_index("batching"))
+    st.markdown(draw.batching_sentence(result))
+    for way in (result.continuous, result.static):
+        st.markdown(f"**{way.batching.capitalize()} batching**: {way.engine_steps} engine steps, "
+                    f"{way.tokens_per_s:,.0f} tokens/s")
+        st.html(_whole(draw.timeline_svg(list(way.steps), list(result.ids), -1, slots=result.slots),
+                       f"timeline of {len(way.steps)} engine steps, {way.batching} batching, {result.slots} batch slots",
+                       f"dl-timeline-{way.batching}"))
+
+
+def _whole(svg: str, alt: str, testid: str, title: str | None = None) -> str:
+    """A serving picture as an <img>, like the stage: the column's width on a wide screen; on a phone (ui/style.py)
+    never narrower than draw.readable_width (its smallest text at 11 px), scrolling sideways from its left edge,
+    where its title is. `title`: for a picture that opens at its right end instead (the run's timeline, at its
+    newest step), its title written above it in words, shown on a phone only."""
+    return (f'<div class="dl-serve" data-testid="{testid}" style="--dl-phone-width: {draw.readable_width(svg)}px">'
+            f'{stage_html(svg, alt, title)}</div>')
 
 
 def pool_alt(step, run: ServingRun) -> str:
@@ -63,7 +82,7 @@ def summary(run: ServingRun, at: int) -> str:
     """One line for the status bar: what the run has done up to the step shown."""
     step = run.records[at]
     done = sum(1 for _, s in step.statuses if s == "done")
-    skipped = sum(n for s in run.records[: at + 1] for rid, n in s.prefix_hits)
+    skipped = prefix_skipped(run.records[: at + 1])  # the same count the sharing sentence says
     preempted = sum(len(s.preempted) for s in run.records[: at + 1])
     return (f"step **{at}** of {len(run.records) - 1} · {done}/{len(run.requests)} requests done · prompt tokens "
             f"skipped by sharing: **{skipped}** · preemptions: **{preempted}**")

@@ -4,7 +4,9 @@
     block table  a request's list of block ids: position p lives in block table[p // page_size]
     ref count    how many requests' tables hold the block; it is free when that falls to 0
     prefix hash  a full block's identity: hash(previous block's hash, its page_size token ids), so two
-                 blocks with the same hash hold the keys and values of the same whole prefix
+                 blocks with the same hash hold the keys and values of the same whole prefix, unless two prefixes
+                 collide (Python's `hash` is 64 bits): a hit is therefore checked against the token ids the block
+                 keeps, block by block from the first, before it is trusted (as nano-vllm does)
 
 A block is in one of four states (`BlockState`, what the pool picture draws):
 
@@ -47,11 +49,17 @@ class Block:
     id: int
     ref_count: int = 0
     hash: int | None = None  # set once the block is full (and computed); None while it fills, free or evicted
+    token_ids: tuple[int, ...] = ()  # the page_size token ids it holds, kept with its hash: what a hit is checked by
+
+
+def block_tokens(token_ids: list[int], block: int, page_size: int) -> tuple[int, ...]:
+    """The token ids of the `block`-th block of a sequence: positions block * page_size .. (block + 1) * page_size - 1."""
+    return tuple(token_ids[block * page_size:(block + 1) * page_size])
 
 
 def block_hash(before: int | None, token_ids: list[int], block: int, page_size: int) -> int:
     """A full block's prefix hash: the block before it (None for the first) and its own page_size token ids."""
-    return hash((before, tuple(token_ids[block * page_size:(block + 1) * page_size])))
+    return hash((before, block_tokens(token_ids, block, page_size)))
 
 
 def prefix_hashes(token_ids: list[int], page_size: int, blocks: int) -> list[int]:
@@ -110,13 +118,19 @@ class BlockManager:
     def cached_prefix(self, token_ids: list[int]) -> int:
         """Positions a new table for these tokens could take from full blocks held by other requests or cached
         after theirs finished (a whole number of blocks). At least one token is always left to compute: its logits
-        choose the next token."""
+        choose the next token. A block found by its prefix hash is taken only if it holds these very token ids (a
+        hash collision is a miss, not someone else's keys and values): checked from the first block on, so every
+        block before a hit was checked too, and the hit covers the whole prefix."""
         shared = 0
-        for h in prefix_hashes(token_ids, self.page_size, (len(token_ids) - 1) // self.page_size):
-            if h not in self._by_hash:
+        for b, h in enumerate(prefix_hashes(token_ids, self.page_size, (len(token_ids) - 1) // self.page_size)):
+            if h not in self._by_hash or not self.holds(self._by_hash[h], block_tokens(token_ids, b, self.page_size)):
                 break
             shared += 1
         return shared * self.page_size
+
+    def holds(self, block_id: int, token_ids: tuple[int, ...]) -> bool:
+        """Does this block hold exactly these token ids (the check a prefix hit must pass, nano-vllm's)?"""
+        return self.blocks[block_id].token_ids == token_ids
 
     def can_allocate(self, token_ids: list[int], positions: int, cached: int = 0) -> int:
         """The blocks no table holds that a new table for these tokens would take to hold `positions` positions, its
@@ -163,7 +177,7 @@ class BlockManager:
         block = self.blocks[block_id]
         if self._by_hash.get(block.hash) == block_id:
             del self._by_hash[block.hash]
-        block.hash = None
+        block.hash, block.token_ids = None, ()
         self.evicted += 1
         return block_id
 
@@ -178,6 +192,7 @@ class BlockManager:
                 continue
             before = self.blocks[table[b - 1]].hash if b else None
             block.hash = block_hash(before, token_ids, b, self.page_size)
+            block.token_ids = block_tokens(token_ids, b, self.page_size)
             self._by_hash.setdefault(block.hash, block.id)
 
     def free(self, table: list[int]) -> None:
@@ -191,7 +206,7 @@ class BlockManager:
                 if block.hash is not None and self._by_hash.get(block.hash) == block_id:
                     self._cached[block_id] = None  # the most recently used end
                 else:  # half full, or a duplicate of a prefix another block holds
-                    block.hash = None
+                    block.hash, block.token_ids = None, ()
                     heapq.heappush(self._free, block_id)
         table.clear()
 

@@ -1,22 +1,48 @@
 """The frozen record of one serving step, like a StepTrace is of one pass: what the Serving page draws.
 
-    rows        which requests shared the pass: each one's phase, first position, q_len, and the token it chose
+    rows        which requests shared the pass: each one's phase (prefill, decode, recompute, or padding: a finished
+                request's row in a static batch), first position, q_len, and the token it chose
     queue       every request's status after the step: not arrived · waiting · running · preempted · done
     tables      every block table after the step (request id -> block ids), every block's ref count and state
                 (free · cached, free to evict · in use · shared: engine/generate/serving/blocks.py)
     counts      blocks used / free (of them cached) / shared, evicted this step, tokens fed (T), keys read
     time        the pass, measured (perf_counter around a device sync), and the whole step's wall time
+
+and what a client sees of one request (`Latency`), by the textbook definitions, from the steps' wall times:
+
+    TTFT        time to first token: from the start of the step it arrives at to the end of the step that chose
+                its first token (in engine steps, and in measured ms)
+    TPOT        time per output token: the mean of the measured gaps between its consecutive tokens (the wait for
+                the first token is TTFT's, not TPOT's)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.requests import Status
 from engine.generate.serving.scheduler import Phase
 
 NOT_ARRIVED = Status.NOT_ARRIVED  # the status of a request before its arrival step (topics/serving/draw.py reads it)
+
+
+def keys_read(rows) -> int:
+    """Keys a pass reads, all requests together: each request's rows attend to every position it holds once they
+    are written, the `start` positions already in the pool and its `q_len` new rows (its own keys only: the mask)."""
+    return sum(r.start + r.q_len for r in rows)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """What a client sees of one request (see the module docstring); None where it has no such token yet."""
+
+    ttft_steps: int | None  # engine steps from its arrival step to the one that chose its first token, both counted
+    ttft_ms: float | None
+    tpot_ms: float | None  # the mean gap between consecutive tokens (None before its second token)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -83,3 +109,62 @@ class ServingStep:
             "forward_ms": None if self.forward_ms is None else round(self.forward_ms, 4),
             "step_ms": round(self.step_ms, 4),
         }
+
+
+# ---------------------------------------------------------------- read off a run's steps: one definition each
+
+
+def sat_out(steps) -> dict[str, tuple[int, ...]]:
+    """Request id -> the steps it sat out: in the pool (running) after the step, but not in its pass. The one
+    definition the timeline draws ("sat out a step") and every count of steps sat out reads."""
+    out: dict[str, list[int]] = {}
+    for s in steps:
+        ran = {r.id for r in s.rows}
+        for rid, status in s.statuses:
+            if status == Status.RUNNING and rid not in ran:
+                out.setdefault(rid, []).append(s.step)
+    return {rid: tuple(v) for rid, v in out.items()}
+
+
+@dataclass(frozen=True)
+class SlotStep:
+    """The batch slots during one step's pass: who held each, who of them only computed padding, and how many
+    requests waited in the queue."""
+
+    step: int
+    slots: tuple[str | None, ...]  # the request in each slot (None: idle); a request keeps its slot while in the pool
+    padding: tuple[str, ...]  # requests whose row in this pass was padding (static batching: finished, still in)
+    waiting: int  # requests in the queue after the step: arrived (or preempted) and not in the pool
+
+    @property
+    def idle(self) -> int:
+        return sum(1 for rid in self.slots if rid is None)
+
+    @property
+    def wasted_while_waiting(self) -> int:
+        """Slots idle or computing padding while requests waited for one: the waste a queue makes visible."""
+        return min(self.idle + len(self.padding), self.waiting)
+
+
+def slot_use(steps, slots: int | None) -> tuple[SlotStep, ...]:
+    """Each step's batch slots, read off the records: a slot is held by a request from the pass it is admitted in to
+    the pass that makes its last token (or until it is preempted), running in the pass or sitting it out, and under
+    static batching while its row computes padding; a request takes the lowest free slot. `slots` None: as many as
+    were ever held at once."""
+    held = [[r.id for r in s.rows] + [rid for rid, st in s.statuses if st == Status.RUNNING
+                                      and rid not in {r.id for r in s.rows}] for s in steps]
+    n = slots or max((len(h) for h in held), default=0)
+    where: dict[str, int] = {}
+    out = []
+    for s, ids in zip(steps, held):
+        where = {rid: k for rid, k in where.items() if rid in ids}
+        for rid in ids:
+            if rid not in where:
+                where[rid] = min(set(range(max(n, len(ids)))) - set(where.values()))
+        row = [None] * max(n, len(ids))
+        for rid, k in where.items():
+            row[k] = rid
+        waiting = sum(1 for _, st in s.statuses if st in (Status.WAITING, Status.PREEMPTED))
+        padding = tuple(r.id for r in s.rows if r.phase == Phase.PADDING)
+        out.append(SlotStep(s.step, tuple(row), padding, waiting))
+    return tuple(out)

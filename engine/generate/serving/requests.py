@@ -60,6 +60,7 @@ class Request:
         self.computed = 0
         self.table: list[int] = []
         self.first_token_step: int | None = None
+        self.token_steps: list[int] = []  # the engine step that chose each of its tokens, in order
         self.finish_step: int | None = None
         self.preemptions = 0
         self.prefix_hit_tokens = 0  # prompt positions it never computed: their blocks were shared
@@ -94,6 +95,7 @@ class Request:
     def take(self, token_id: int, step: int) -> None:
         """The token its last pass chose: appended through the loop's stop rule."""
         self.seq.append(token_id)
+        self.token_steps.append(step)
         if self.first_token_step is None:
             self.first_token_step = step
         if self.seq.done:

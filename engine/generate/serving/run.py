@@ -23,15 +23,16 @@ generate and transformers' own continuous batching, generate_batch).
 from __future__ import annotations
 
 import time
+from itertools import accumulate
 
 from engine.errors import StepError
 from engine.forward.paged import PagedKV, Row, run_paged
 from engine.forward.sampling import Sampling
 from engine.generate.loop import Run, token_pieces
 from engine.generate.serving.blocks import BlockManager
-from engine.generate.serving.record import RowRecord, ServingStep
+from engine.generate.serving.record import Latency, RowRecord, ServingStep, keys_read
 from engine.generate.serving.requests import Request, RequestSpec, Status
-from engine.generate.serving.scheduler import Phase, Plan, Preemption, Scheduler
+from engine.generate.serving.scheduler import Batching, Phase, Plan, Preemption, Scheduler
 from engine.load.loaded import LoadedModel
 
 MAX_REQUESTS = 64  # per run: what one session may ask of a shared server
@@ -45,6 +46,7 @@ MAX_POOL_BYTES = 2 * 2**30
 # and on this CPU it ran 8 requests x64 tokens x3 slower than eight generate calls.
 DEFAULTS = {"page_size": 16, "num_blocks": 128, "max_batch_tokens": 256}
 PREEMPTION = tuple(p.value for p in Preemption)  # the policies a run may name: "newest" (vLLM's), "most_blocks"
+BATCHING = tuple(b.value for b in Batching)  # how a freed batch slot is refilled: "continuous", "static"
 
 
 class ServingRun(Run):
@@ -53,6 +55,7 @@ class ServingRun(Run):
     def __init__(self, lm: LoadedModel, requests: list[RequestSpec], *, page_size: int = DEFAULTS["page_size"],
                  num_blocks: int = DEFAULTS["num_blocks"], max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
                  prefix_sharing: bool = True, chunking: bool = True, preemption: str = Preemption.NEWEST,
+                 max_seqs: int | None = None, batching: str = Batching.CONTINUOUS,
                  sampling: Sampling | None = None, stop_on_eos: bool = True, record: bool = True,
                  max_requests: int = MAX_REQUESTS):
         if not lm.captures:
@@ -62,11 +65,16 @@ class ServingRun(Run):
         if preemption not in PREEMPTION:
             raise StepError(f"The preemption policy must be one of {', '.join(PREEMPTION)} "
                             f"(got {str(preemption)[:40]!r}).")
+        if batching not in BATCHING:
+            raise StepError(f"The batching must be one of {', '.join(BATCHING)} (got {str(batching)[:40]!r}).")
+        if max_seqs is not None:
+            _whole(max_seqs, "The number of batch slots", 1, MAX_REQUESTS)
         check_requests(requests, max_requests)
         self.lm = lm
         self.page_size, self.num_blocks, self.max_batch_tokens = page_size, num_blocks, max_batch_tokens
         self.prefix_sharing, self.chunking, self.record = prefix_sharing, chunking, record
         self.preemption = Preemption(preemption)
+        self.max_seqs, self.batching = max_seqs, Batching(batching)
         self.requests = [_request(lm, i, spec, sampling, stop_on_eos) for i, spec in enumerate(requests)]
         for r in self.requests:  # a pool that could never hold a request alone would stall for ever
             need = -(-min(r.prompt_len + r.max_new_tokens, lm.spec.max_positions) // page_size)
@@ -82,9 +90,11 @@ class ServingRun(Run):
                             f"{MAX_POOL_BYTES / 2**30:.0f} GiB.")
         self.blocks = BlockManager(num_blocks, page_size)
         self.scheduler = Scheduler(self.blocks, self.requests, max_batch_tokens, chunking=chunking,
-                                   prefix_sharing=prefix_sharing, preemption=self.preemption)
+                                   prefix_sharing=prefix_sharing, preemption=self.preemption, max_seqs=max_seqs,
+                                   batching=self.batching)
         self.records: list[ServingStep] = []  # every step's record (record=False: the last one only)
         self.step_ms: list[float] = []  # every step's wall time, recorded or not: the clock of TTFT and TPOT
+        self.passes = 0  # steps that ran a forward pass (a step waiting for arrivals runs none)
         self.step_index = 0
 
     @property
@@ -128,6 +138,7 @@ class ServingRun(Run):
         step = self.step_index
         self.step_index += 1
         self.step_ms.append((time.perf_counter() - t0) * 1e3)
+        self.passes += forward_ms is not None
         record = self._record(step, plan, chosen, forward_ms, evicted)
         if self.record or not self.records:
             self.records.append(record)
@@ -138,7 +149,7 @@ class ServingRun(Run):
     def _record(self, step: int, plan: Plan, chosen: dict[str, int], forward_ms, evicted: int) -> ServingStep:
         tok = self.lm.tokenizer
         rows = tuple(RowRecord(s.request.id, s.phase, s.start, s.q_len,
-                               0 if s.phase == Phase.DECODE else s.request.chunks,
+                               0 if s.phase in (Phase.DECODE, Phase.PADDING) else s.request.chunks,
                                chosen.get(s.request.id) if s.emits else None,
                                token_pieces(tok, [chosen[s.request.id]])[0] if s.emits and self.record else "")
                      for s in plan.rows)
@@ -153,7 +164,7 @@ class ServingRun(Run):
             ref_counts=self.blocks.ref_counts() if full else (), block_states=self.blocks.states() if full else (),
             blocks_used=self.blocks.num_used, blocks_free=self.blocks.num_free, blocks_shared=self.blocks.num_shared,
             blocks_cached=self.blocks.num_cached, blocks_evicted=evicted,
-            tokens=plan.tokens, kv_read=sum(s.start + s.q_len for s in plan.rows),
+            tokens=plan.tokens, kv_read=keys_read(plan.rows),
             forward_ms=forward_ms, step_ms=self.step_ms[-1],
         )
 
@@ -163,17 +174,16 @@ class ServingRun(Run):
         """Milliseconds from the start of the run to the end of `step` (the sum of measured step times)."""
         return sum(self.step_ms[: step + 1])
 
-    def latency(self, r: Request) -> dict:
-        """Time to first token and time per output token, in steps and in measured milliseconds."""
-        out = {"ttft_steps": None, "ttft_ms": None, "tpot_ms": None}
-        if r.first_token_step is not None:
-            arrived_at = self.clock_ms(r.arrive - 1) if r.arrive > 0 else 0.0
-            out["ttft_steps"] = r.first_token_step - r.arrive + 1
-            out["ttft_ms"] = self.clock_ms(r.first_token_step) - arrived_at
-        made = len(r.generated_ids)
-        if r.finish_step is not None and made > 1:
-            out["tpot_ms"] = (self.clock_ms(r.finish_step) - self.clock_ms(r.first_token_step)) / (made - 1)
-        return out
+    def latency(self, r: Request) -> Latency:
+        """Time to first token and time per output token (record.py: their definitions), in steps and measured ms."""
+        if r.first_token_step is None:
+            return Latency(None, None, None)
+        clock = list(accumulate(self.step_ms))  # ms from the run's start to the end of each step
+        arrived_at = clock[r.arrive - 1] if r.arrive > 0 else 0.0  # the start of its arrival step
+        made = [clock[step] for step in r.token_steps]  # when each of its tokens was chosen
+        gaps = [b - a for a, b in zip(made, made[1:])]
+        return Latency(r.first_token_step - r.arrive + 1, made[0] - arrived_at,
+                       sum(gaps) / len(gaps) if gaps else None)
 
     @property
     def generated_tokens(self) -> int:
@@ -198,13 +208,14 @@ class ServingRun(Run):
             "model": self.lm.spec.name, "device": str(self.lm.device), "dtype": self.lm.dtype_name,
             "page_size": self.page_size, "num_blocks": self.num_blocks, "max_batch_tokens": self.max_batch_tokens,
             "prefix_sharing": self.prefix_sharing, "chunking": self.chunking, "preemption": self.preemption,
+            "batching": self.batching, "max_seqs": self.max_seqs,
             "block_bytes": self.kv.bytes_per_block, "pool_bytes": self.kv.bytes,
             "requests": [{"id": r.id, "prompt": r.prompt, "prompt_ids": r.tokens[: r.prompt_len],
                           "generated_ids": r.generated_ids, "text": r.generated_text, "arrive": r.arrive,
                           "first_token_step": r.first_token_step, "finish_step": r.finish_step,
                           "stop_reason": r.stop_reason, "preemptions": r.preemptions,
                           "prefix_hit_tokens": r.prefix_hit_tokens, "recomputed_tokens": r.recomputed_tokens,
-                          **self.latency(r)} for r in self.requests],
+                          **self.latency(r).to_dict()} for r in self.requests],
             "steps": [s.to_dict() for s in self.records],
             "prefix_hit_tokens": self.prefix_hit_tokens, "preemptions": self.preemptions,
             "blocks_evicted": self.blocks.evicted,

@@ -2,7 +2,8 @@
 
 Each is a plain dict: a title, why it is worth watching, the requests (prompt, max new tokens, arrival
 step), and the sizing (page size, blocks, token budget, prefix sharing, chunked prefill, and where it
-matters the preemption policy: "newest" or "most_blocks", a knob a page can switch to compare them). The
+matters the preemption policy: "newest" or "most_blocks", or the batch slots and how a freed one is refilled:
+"continuous" or "static", knobs a page can switch to compare them). The
 page and `python -m engine serve --scenario NAME` run them as they are.
 """
 
@@ -21,6 +22,13 @@ LONG = ("Once upon a time, in a small house near the woods, there lived a little
         "so happy. They named the puppy Max. Every day after that, Sam, Mia and Max")
 SHORT = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog", "Lily and Max went to the park",
          "One day, a little girl named Amy found a baby bird.", "Ben wanted a cookie, so he"]
+
+QUEUE = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog", "Lily and Max went to the park",
+         "One day, a little girl named Amy found a baby bird.", "Ben wanted a cookie, so he",
+         "The little cat was sad because", "Mia shared her cake with her friends.", "A big fish lived in the pond.",
+         "Sam and his dad built a boat.", "The old owl looked down at the", "It was raining, so Anna stayed"]
+QUEUE_LENGTHS = [64, 16, 8, 8, 64, 12, 8, 8, 48, 8, 12, 8]  # each four in a row: one long, three short
+QUEUE_ARRIVALS = [0, 0, 0, 0, 2, 4, 6, 8, 10, 12, 14, 16]  # a full first batch, then one request every other step
 
 SCENARIOS: dict[str, dict] = {
     "arrivals": {
@@ -75,6 +83,18 @@ SCENARIOS: dict[str, dict] = {
             ["A cat named Tom", "The big brown bear", "Two little birds"])],
         "sizing": {"page_size": 8, "num_blocks": 48, "max_batch_tokens": 64, "prefix_sharing": True,
                    "chunking": True},
+    },
+    "queue": {
+        "title": "6. A queue: more requests than batch slots",
+        "why": "Twelve requests of mixed lengths (8 to 64 tokens) arrive over time for 4 batch slots, so a queue "
+               "forms. Continuous batching gives a slot back the pass its request finishes: the next in the queue "
+               "is prefilled in the very next pass, beside the decodes. Switch to static batching: a batch starts "
+               "only when the one before has finished, so its short requests' rows are padding (hatched: computed "
+               "and thrown away) until its longest member is done, while the queue waits. Compare both: the same "
+               "tokens, measured side by side.",
+        "requests": [RequestSpec(p, n, a) for p, n, a in zip(QUEUE, QUEUE_LENGTHS, QUEUE_ARRIVALS)],
+        "sizing": {"page_size": 8, "num_blocks": 48, "max_batch_tokens": 64, "prefix_sharing": True,
+                   "chunking": True, "max_seqs": 4, "batching": "continuous"},
     },
 }
 

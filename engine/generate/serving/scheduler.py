@@ -12,6 +12,17 @@ Every engine step fills ONE forward pass under a token budget (max_batch_tokens)
     if a waiting prompt fits, the pass prefills whole prompts only and every decode waits a step (the
     decode stall); otherwise the pass decodes every running request.
 
+Batch slots (max_seqs, nano-vllm's max_num_seqs): at most this many requests run at once; the rest wait in the
+queue. How a slot is refilled is the batching (`Batching`):
+
+    continuous    a request that finishes gives its slot back at once: the next pass admits the front of the queue
+                  (Orca's iteration-level scheduling, vLLM's)
+    static        a batch is formed from the front of the queue when the one before has finished, every member;
+                  a member that finishes keeps its row in every pass until the batch's longest member is done,
+                  computing padding (its last token fed again, its keys written to its own blocks and never
+                  read by anyone, no token chosen), however many requests wait: what one padded generate call
+                  over a batch does. The batch's blocks are given back when the whole batch is done
+
 Blocks are checked, then committed (nano-vllm's can_allocate, then allocate). A request new to the pool is
 first checked: how many of its leading full blocks others hold or the pool still caches (prefix sharing:
 those tokens are skipped), and whether the free blocks cover the rest of what it feeds. Only when both
@@ -47,12 +58,20 @@ class Preemption(StrEnum):
     MOST_BLOCKS = "most_blocks"  # the one holding the most blocks (the newest among equals)
 
 
+class Batching(StrEnum):
+    """How a freed batch slot is refilled (see the module docstring)."""
+
+    CONTINUOUS = "continuous"  # the next pass: a finished request's slot goes to the front of the queue
+    STATIC = "static"  # when the whole batch has finished: its slots wait for its longest member
+
+
 class Phase(StrEnum):
     """What a request's part of a pass is; the values are what records, JSON and pictures show."""
 
     PREFILL = "prefill"  # a chunk of its prompt
     DECODE = "decode"  # its newest token
     RECOMPUTE = "recompute"  # its tokens again, after a preemption dropped their keys and values
+    PADDING = "padding"  # static batching: a finished member's row, computed and thrown away until its batch ends
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,8 @@ class Scheduled:
 
     @property
     def fed(self) -> tuple[int, ...]:
+        if self.phase == Phase.PADDING:  # a finished request's row in a static batch: its last token, again
+            return (self.request.tokens[-1],) * self.q_len
         return tuple(self.request.tokens[self.start:self.start + self.q_len])
 
 
@@ -85,15 +106,19 @@ class Plan:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, requests: list[Request], max_batch_tokens: int, chunking: bool = True,
-                 prefix_sharing: bool = True, preemption: Preemption | str = Preemption.NEWEST):
+                 prefix_sharing: bool = True, preemption: Preemption | str = Preemption.NEWEST,
+                 max_seqs: int | None = None, batching: Batching | str = Batching.CONTINUOUS):
         self.blocks = blocks
         self.max_batch_tokens = max_batch_tokens
         self.chunking = chunking
         self.prefix_sharing = prefix_sharing
         self.preemption = Preemption(preemption)
+        self.max_seqs = max_seqs  # batch slots: None, as many as the budget and the pool allow
+        self.batching = Batching(batching)
         self.not_arrived: deque[Request] = deque(requests)  # in order of arrival
         self.waiting: deque[Request] = deque()  # arrived and not in the pool: preempted ones at the front
         self.running: deque[Request] = deque()  # in the pool, in the order they were admitted
+        self.batch: list[Request] = []  # static batching: the members of the batch now served (their slots)
 
     def schedule(self, step: int) -> Plan:
         """Arrivals join the queue, then ONE pass is filled under the token budget (see the module docstring)."""
@@ -103,6 +128,8 @@ class Scheduler:
             r.status = Status.WAITING
             self.waiting.append(r)
             plan.arrived.append(r.id)
+        if self.batching == Batching.STATIC and all(r.status == Status.DONE for r in self.batch):
+            self.batch = list(self.waiting)[: self.max_seqs]  # the next batch: the front of the queue, slots full
         if self.chunking:
             self._continue_running(plan, self.max_batch_tokens)
             self._admit_waiting(plan, self.max_batch_tokens - plan.tokens)
@@ -110,6 +137,8 @@ class Scheduler:
             self._admit_waiting(plan, self.max_batch_tokens)  # whole prompts first: decodes wait this step
             if not plan.rows:
                 self._continue_running(plan, self.max_batch_tokens)
+        if self.batching == Batching.STATIC:
+            self._pad(plan)
         if not plan.rows and not self.not_arrived and (self.waiting or self.running):
             raise StepError("Nothing can run and nothing else will arrive: the pool is too small for what waits.")
         return plan
@@ -120,6 +149,9 @@ class Scheduler:
         (its full ones stay cached for a later request with the same prefix)."""
         for s in plan.rows:
             r = s.request
+            if s.phase == Phase.PADDING:  # its keys are written to its own blocks and never read: nothing else
+                r.computed += s.q_len
+                continue
             r.recomputed_tokens += max(0, min(s.start + s.q_len, r.reached) - s.start)  # fed before a preemption
             r.computed += s.q_len
             r.reached = max(r.reached, r.computed)
@@ -130,8 +162,13 @@ class Scheduler:
             if s.emits:
                 r.take(chosen[r.id], step)
                 if r.status == Status.DONE:
-                    self.blocks.free(r.table)
+                    if self.batching != Batching.STATIC:
+                        self.blocks.free(r.table)
                     self.running.remove(r)
+        if self.batching == Batching.STATIC and self.batch and all(m.status == Status.DONE for m in self.batch):
+            for m in self.batch:  # the whole batch is done: its rows, padding and all, give their blocks back
+                self.blocks.free(m.table)
+            self.batch = []
 
     # ------------------------------------------------------------ the two halves of a pass
 
@@ -150,6 +187,8 @@ class Scheduler:
         """Waiting requests, front first, while the budget and the free blocks last: each checked, then committed."""
         while self.waiting and not plan.preempted:  # after a preemption, nobody new comes in this step
             r = self.waiting[0]
+            if not self.has_slot(r):
+                return  # every slot is taken (or, static, kept for the batch's own members)
             cached = self.blocks.cached_prefix(r.tokens) if self.prefix_sharing else 0  # held by others: skipped
             n = self._admit_tokens(len(r.tokens) - cached, budget, plan)
             if n <= 0 or self.blocks.can_allocate(r.tokens, cached + n, cached) < 0:
@@ -166,6 +205,23 @@ class Scheduler:
             plan.admitted.append(r.id)
             plan.rows.append(self._scheduled(r, n))
             budget -= n
+
+    def _pad(self, plan: Plan) -> None:
+        """Static batching: every finished member of an unfinished batch keeps its row in the pass (padding, one
+        position each, in its own blocks; none is taken from a running request: a row with no room is left out)."""
+        if all(m.status == Status.DONE for m in self.batch):
+            return
+        for m in self.batch:
+            if m.status == Status.DONE and self.blocks.can_grow(m.table, m.computed + 1):
+                self.blocks.grow(m.table, m.computed + 1)
+                plan.rows.append(Scheduled(m, Phase.PADDING, m.computed, 1))
+
+    def has_slot(self, r: Request) -> bool:
+        """May this waiting request take a batch slot now? Continuous: while fewer than max_seqs run. Static: only a
+        member of the batch now served (a new batch is formed when every member of the last one is done)."""
+        if self.batching == Batching.STATIC:
+            return r in self.batch
+        return self.max_seqs is None or len(self.running) < self.max_seqs
 
     def _admit_tokens(self, need: int, budget: int, plan: Plan) -> int:
         """Tokens a waiting request may feed this pass: a chunk as big as the budget allows, or (chunking off) its
