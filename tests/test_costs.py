@@ -187,10 +187,10 @@ def test_batched_decode_is_about_b_flop_per_byte_in_bf16():
         weights = (8.0e9 - embedding + b * 4_096) * 2
         kv = b * 2 * 8 * 128 * 2 * 513 * 32  # each request reads its 512 cached positions and writes 1
         got = estimates.batched_decode(a, b, 512, 2.0)
-        assert got["flops"] == pytest.approx(b * per_token_flops, rel=1e-12)
-        assert got["bytes"] == pytest.approx(weights + kv, rel=1e-12)
-        assert got["intensity"] == pytest.approx(b * per_token_flops / (weights + kv), rel=1e-12)
-    short = [estimates.batched_decode(a, b, 1, 2.0)["intensity"] / b for b in (1, 4, 16)]
+        assert got.flops == pytest.approx(b * per_token_flops, rel=1e-12)
+        assert got.bytes == pytest.approx(weights + kv, rel=1e-12)
+        assert got.intensity == pytest.approx(b * per_token_flops / (weights + kv), rel=1e-12)
+    short = [estimates.batched_decode(a, b, 1, 2.0).intensity / b for b in (1, 4, 16)]
     assert all(0.95 < r < 1.05 for r in short)  # about B at a short context
 
 
@@ -236,9 +236,9 @@ def test_the_batch_roofline_is_predicted_on_the_h100_in_bf16():
     a = kvcalc.from_table("Llama-3-8B")
     points = roofline.batch_roofline(a, 64, roofline.h100())
     one, big = points[0], points[-1]
-    assert one["batch"] == 1 and one["predicted"] and one["dtype"] == "bf16" and one["side"] == "the memory side"
+    assert one.batch == 1 and one.side == "the memory side"
     embedding = 128_256 * 4_096
-    assert one["predicted_ms"] == pytest.approx(((8.0e9 - embedding + 4_096) * 2 + 2 * 8 * 128 * 2 * 65 * 32)
+    assert one.predicted_ms == pytest.approx(((8.0e9 - embedding + 4_096) * 2 + 2 * 8 * 128 * 2 * 65 * 32)
                                                 / 3.35e12 * 1e3, rel=1e-9)
-    assert big["batch"] == 512 and big["side"] == "the compute side" and big["attainable"] == 989e12
-    assert big["ms_per_token"] < one["ms_per_token"] / 100
+    assert big.batch == 512 and big.side == "the compute side" and big.attainable == 989e12
+    assert big.ms_per_token < one.ms_per_token / 100

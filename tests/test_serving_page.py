@@ -404,8 +404,8 @@ def _measured_rows(lm, sizes=(1, 2, 4, 8, 16), context=68, ms=(3.0, 3.5, 4.5, 6.
     for b, t in zip(sizes, ms):
         w = batched_decode(lm.spec, b, context, lm.elem_bytes)
         rows.append(BatchPass(batch=b, decode_ms=t, over_batch_1=t / ms[0], per_sequence_ms=t / b, spread=(t, t),
-                              context=context, flops=w["flops"], bytes=w["bytes"], intensity=w["intensity"],
-                              achieved=w["flops"] / (t / 1e3)))
+                              context=context, flops=w.flops, bytes=w.bytes, intensity=w.intensity,
+                              achieved=w.flops / (t / 1e3)))
     return BatchSweep(rows=tuple(rows), warmup_ms=1.0, note=None)
 
 
@@ -429,7 +429,7 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     assert list(measured.x) == pytest.approx([r.intensity for r in rows])
     assert list(measured.y) == pytest.approx([r.flops / (r.decode_ms / 1e3) for r in rows])
     ours = by["tinystories-llama, H100 predicted"]
-    assert list(ours.x) == pytest.approx([p["intensity"] for p in roofline.batch_roofline(bundled_lm.spec, 68, h100)])
+    assert list(ours.x) == pytest.approx([p.intensity for p in roofline.batch_roofline(bundled_lm.spec, 68, h100)])
     assert ours.marker.symbol == "circle-open"  # a prediction is drawn open, on a dashed roof
     assert by["NVIDIA H100 SXM's roof (datasheet)"].line.dash == "dash"
     real = by["Llama-3-8B, H100 predicted"]

@@ -29,6 +29,8 @@ The batch at which a pass reaches a device's ridge (`saturating_batch`) is where
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.forward.spec import ModelSpec
 
 
@@ -112,18 +114,31 @@ def intensity(spec: ModelSpec, q_len: int, past: int, elem_bytes: float) -> floa
     return step_flops(spec, q_len, past) / step_bytes(spec, q_len, past, elem_bytes)
 
 
-def batched_decode(spec: ModelSpec, batch: int, context: int, elem_bytes: float) -> dict:
-    """One decode pass for `batch` requests, each at `context` known positions, feeding one token each (estimates).
+@dataclass(frozen=True)
+class BatchedDecode:
+    """One decode pass for `batch` requests, each at `context` known positions, feeding one token each (estimates)."""
 
-        FLOPs     = batch × a one-token step's FLOPs (each request: the body, its own attention, its LM-head row)
-        bytes     = the weights read once for all (`weights_read` of batch tokens) + every request's own K/V
-        intensity = FLOPs / bytes: about batch FLOP/byte in bf16 while the weights dominate the bytes
-    """
-    flops = batch * step_flops(spec, 1, context)
-    weights = weights_read(spec, batch) * elem_bytes
-    kv = batch * kv_moved(spec, 1, context, elem_bytes)
-    return {"batch": batch, "context": context, "flops": flops, "weight_bytes": weights, "kv_bytes": kv,
-            "bytes": weights + kv, "intensity": flops / (weights + kv)}
+    batch: int
+    context: int
+    flops: float  # batch × a one-token step's FLOPs (each request: the body, its own attention, its LM-head row)
+    weight_bytes: float  # the weights read once for all (`weights_read` of batch tokens)
+    kv_bytes: float  # every request's own K/V
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs / bytes: about batch FLOP/byte in bf16 while the weights dominate the bytes."""
+        return self.flops / self.bytes
+
+
+def batched_decode(spec: ModelSpec, batch: int, context: int, elem_bytes: float) -> BatchedDecode:
+    """One decode pass for `batch` requests at `context` positions each (estimates): see `BatchedDecode`."""
+    return BatchedDecode(batch=batch, context=context, flops=batch * step_flops(spec, 1, context),
+                         weight_bytes=weights_read(spec, batch) * elem_bytes,
+                         kv_bytes=batch * kv_moved(spec, 1, context, elem_bytes))
 
 
 MAX_BATCH = 1 << 20
@@ -133,7 +148,7 @@ def saturating_batch(spec: ModelSpec, context: int, elem_bytes: float, ridge: fl
     """The smallest batch whose decode pass reaches `ridge` FLOP/byte (the compute side of a device's roofline);
     None when no batch does: at long contexts each request's K/V reads grow as fast as its FLOPs."""
     def reaches(b: int) -> bool:
-        return batched_decode(spec, b, context, elem_bytes)["intensity"] >= ridge
+        return batched_decode(spec, b, context, elem_bytes).intensity >= ridge
 
     hi = 1
     while not reaches(hi):  # intensity grows with the batch: double until it reaches the ridge, then bisect

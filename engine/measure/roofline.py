@@ -298,7 +298,22 @@ def predict_step(t, spec, roof: DeviceRoof) -> Prediction:
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-def batch_roofline(spec, context: int, roof: DeviceRoof, batches=BATCHES) -> list[dict]:
+@dataclass(frozen=True)
+class BatchPoint:
+    """Batched decode at batch size B, PREDICTED on a roof in its own dtype (nothing ran there)."""
+
+    batch: int
+    intensity: float  # FLOP/byte (estimate)
+    attainable: float  # FLOP/s the roof allows at that intensity
+    predicted_ms: float  # the larger of the two bounds
+    side: str  # 'the memory side' / 'the compute side'
+
+    @property
+    def ms_per_token(self) -> float:
+        return self.predicted_ms / self.batch
+
+
+def batch_roofline(spec, context: int, roof: DeviceRoof, batches=BATCHES) -> list[BatchPoint]:
     """Batched decode on `roof`, PREDICTED in its dtype (engine.forward.estimates.batched_decode): per batch size B,
     the pass's intensity (about B FLOP/byte in bf16), the FLOP/s the roof allows there, and the predicted time, the
     larger of the two bounds. `saturating_batch` names the B where the points reach the ridge."""
@@ -307,10 +322,10 @@ def batch_roofline(spec, context: int, roof: DeviceRoof, batches=BATCHES) -> lis
     out = []
     for b in batches:
         d = batched_decode(spec, b, context, roof.elem_bytes)
-        compute_ms, memory_ms = d["flops"] / roof.peak_flops * 1e3, d["bytes"] / roof.bandwidth_for(d["bytes"]) * 1e3
-        out.append(d | {"predicted": True, "dtype": roof.dtype, "side": side(d["intensity"], roof),
-                        "attainable": min(roof.peak_flops, d["intensity"] * roof.bandwidth_for(d["bytes"])),
-                        "predicted_ms": max(compute_ms, memory_ms), "ms_per_token": max(compute_ms, memory_ms) / b})
+        rate = roof.bandwidth_for(d.bytes)
+        compute_ms, memory_ms = d.flops / roof.peak_flops * 1e3, d.bytes / rate * 1e3
+        out.append(BatchPoint(batch=b, intensity=d.intensity, attainable=min(roof.peak_flops, d.intensity * rate),
+                              predicted_ms=max(compute_ms, memory_ms), side=side(d.intensity, roof)))
     return out
 
 

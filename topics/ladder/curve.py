@@ -171,7 +171,7 @@ def estimates(spec, kind: str, rows: int, context: int, elem_bytes: float) -> tu
     if kind == "prefill":
         return step_flops(spec, rows, 0), step_bytes(spec, rows, 0, elem_bytes)
     d = batched_decode(spec, rows, context, elem_bytes)
-    return d["flops"], d["bytes"]
+    return d.flops, d.bytes
 
 
 def row_counts(spec, roof: DeviceRoof, device: torch.device, context: int) -> list[int]:

@@ -678,7 +678,7 @@ def _flops(x: float) -> str:
     return f"{x:.3g} FLOP/s"
 
 
-def batch_roofline_figure(br: dict, scale: float = 1.0):
+def batch_roofline_figure(br, scale: float = 1.0):
     """topics.serving.measure.batch_roofline drawn: this device's roof with the measured passes at each batch size
     (filled), and a GPU's roof with its PREDICTED passes (open, on a dashed estimate roof) for the same model and a
     published 8B one. Each point is named by its B; both ridges drawn where they are."""
@@ -691,19 +691,23 @@ def batch_roofline_figure(br: dict, scale: float = 1.0):
     here, gpu, rows = br.here, br.gpu, br.measured
     gpu_name = gpu.name.split(" (")[0]
     xs = [10 ** (i / 20) for i in range(-40, 81)]  # 0.01 .. 1e4 FLOP/byte
-    rate = here.bandwidth_for(rows[0].bytes)
+    rate = here.bandwidth_for(rows[0].bytes)  # these passes' bytes: the cache's roof where they fit it
     fig = go.Figure([
-        go.Scatter(x=xs, y=[min(here.peak_flops, x * rate) for x in xs], mode="lines", showlegend=False,
-                   line=dict(color="#333", width=3), hoverinfo="skip", name="this device's roof (measured)"),
+        go.Scatter(x=xs, y=[min(here.peak_flops, x * here.dram_bandwidth) for x in xs], mode="lines",
+                   showlegend=False, line=dict(color="#333", width=3), hoverinfo="skip",
+                   name="this device's roof (measured)"),
+        *([go.Scatter(x=xs, y=[min(here.peak_flops, x * rate) for x in xs], mode="lines", showlegend=False,
+                      line=dict(color="#333", width=2, dash="dash"), hoverinfo="skip",
+                      name="the cache's roof (these passes fit it)")] if here.in_cache(rows[0].bytes) else []),
         go.Scatter(x=xs, y=[min(gpu.peak_flops, x * gpu.bandwidth) for x in xs], mode="lines", showlegend=False,
                    line=dict(color=ESTIMATE, width=3, dash="dash"), hoverinfo="skip",
                    name=f"{gpu_name}'s roof (datasheet)"),
     ])
 
     def every_other(points) -> list[str]:  # B = 1, 4, 16, ...: a name on every point would overlap at the top
-        return [f"B={p['batch']}" if i % 2 == 0 else "" for i, p in enumerate(points)]
+        return [f"B={p.batch}" if i % 2 == 0 else "" for i, p in enumerate(points)]
 
-    measured = [{"batch": r.batch, "intensity": r.intensity, "achieved": r.achieved} for r in rows]
+    measured = rows
     short = gpu_name.removeprefix("NVIDIA ").split(" ")[0]  # 'H100': the legend fits two rows of half a screen
     series = [(measured, "achieved", f"measured here ({here.dtype})", dict(color=DECODE, size=11), "lines+markers+text"),
               (br.predicted, "attainable", f"{br.model}, {short} predicted",
@@ -712,10 +716,10 @@ def batch_roofline_figure(br: dict, scale: float = 1.0):
                dict(color=ESTIMATE, size=10, symbol="diamond-open", line=dict(width=2.5)), "lines+markers+text")]
     for points, y, name, marker, mode in series:
         fig.add_trace(go.Scatter(
-            x=[p["intensity"] for p in points], y=[p[y] for p in points], name=name, mode=mode, marker=marker,
+            x=[p.intensity for p in points], y=[getattr(p, y) for p in points], name=name, mode=mode, marker=marker,
             line=dict(color=marker["color"], width=2, dash="solid" if y == "achieved" else "dot"),
             text=every_other(points), textposition="top left", textfont=dict(size=11 * scale, color=marker["color"]),
-            customdata=[p["batch"] for p in points],
+            customdata=[p.batch for p in points],
             hovertemplate="B = %{customdata}: %{x:.1f} FLOP/byte, %{y:.3s}FLOP/s<extra>" + name + "</extra>"))
     for ridge, colour, words, anchor in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", "right"),
                                          (gpu.ridge, ESTIMATE, f"{gpu_name} ridge {gpu.ridge:.0f}", "right")):

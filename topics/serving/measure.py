@@ -245,9 +245,9 @@ def step_time_vs_batch(lm: LoadedModel, sizes=(1, 2, 4, 8, 16, 32), steps: int =
         ms = statistics.median(times[b])
         work = batched_decode(lm.spec, b, context + steps // 2, lm.elem_bytes)  # the middle of the timed steps
         rows.append(BatchPass(batch=b, decode_ms=ms, over_batch_1=ms / base, per_sequence_ms=ms / b,
-                              spread=(round(min(times[b]), 3), round(max(times[b]), 3)), context=work["context"],
-                              flops=work["flops"], bytes=work["bytes"], intensity=work["intensity"],
-                              achieved=work["flops"] / (ms / 1e3), timed=timed[b]))
+                              spread=(round(min(times[b]), 3), round(max(times[b]), 3)), context=work.context,
+                              flops=work.flops, bytes=work.bytes, intensity=work.intensity,
+                              achieved=work.flops / (ms / 1e3), timed=timed[b]))
     note = None
     if wrong:
         small, big = wrong[0]
@@ -296,7 +296,7 @@ def batch_roofline(sweep: BatchSweep, lm: LoadedModel, here, gpu) -> BatchRoofli
 
     spec, elem_bytes, rows = lm.spec, lm.elem_bytes, sweep.rows
     context = rows[0].context
-    ridge_here = here.peak_flops / here.bandwidth_for(rows[0].bytes)  # at the bytes these passes move
+    ridge_here = here.ridge  # the device's one ridge (these passes may fit its cache: that is the cache's roof)
     real = kvcalc.from_table(REAL_MODEL)
     return BatchRoofline(
         measured=rows, here=here, gpu=gpu, context=context, ridge_here=ridge_here,

@@ -155,7 +155,7 @@ class BatchSweep:
 @dataclass(frozen=True)
 class BatchRoofline:
     """The measured passes on this device's roofline, and a GPU's PREDICTED passes for the same model and a published
-    one (engine.measure.roofline.batch_roofline's dicts, in the GPU's dtype: nothing ran there)."""
+    one (engine.measure.roofline.batch_roofline's points, in the GPU's dtype: nothing ran there)."""
 
     measured: tuple[BatchPass, ...]
     here: object  # engine.measure.roofline.DeviceRoof: this device, measured
@@ -163,11 +163,11 @@ class BatchRoofline:
     context: int
     ridge_here: float
     saturates_here: int | None
-    predicted: tuple[dict, ...]
+    predicted: tuple  # engine.measure.roofline.BatchPoint per batch size
     model: str
     saturates_gpu: int | None
     real: str
-    predicted_real: tuple[dict, ...]
+    predicted_real: tuple  # the same for the published model
     saturates_real: int | None
 
 
