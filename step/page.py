@@ -75,7 +75,9 @@ def show() -> None:
 
 
     def control_bar() -> None:
-        bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+        # one row at 1280x720, the sidebar open too (presenter mode's larger text included): narrow gaps, and the
+        # prompt box gives up width first (ui/style.py: it shrinks to 9rem before the row would wrap)
+        bar = st.container(horizontal=True, vertical_alignment="bottom", gap="xsmall")
         bar.text_input("prompt", key="step_prompt",
                        persist_state="session", placeholder="Type a prompt, then Prefill (P)",
                        label_visibility="collapsed", width=250)

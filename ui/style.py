@@ -20,6 +20,10 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 [data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal !important; overflow-wrap: anywhere; }
 [data-testid="stCaptionContainer"] { opacity: 1; color: #4d4d4d; }  /* Streamlit draws a caption at 60 % opacity,
                                                                     which fades on a projector: grey, but read */
+.st-key-step_prompt { flex: 1 1 8rem !important; width: auto !important; max-width: 250px; }  /* the control bar
+                                    stays one row (step/page.py): the prompt box gives up width before the row wraps */
+[data-testid="stPageLink-NavLink"] span, [data-testid="stPageLink-NavLink"] p {  /* a page's name wraps, never cut */
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
 .st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
