@@ -37,15 +37,14 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
     fig.update_xaxes(range=[-0.6, max(steps, default=0) + 0.6])  # the prefill's bar at 0, nothing left of it
     ceiling, outliers = latency_ceiling(traces)
     fig.update_yaxes(title="ms (measured)", secondary_y=False, range=[0, ceiling])
-    if outliers:  # whiskers cut by the robust range: a mark where each leaves the chart, the times said once
-        fig.add_trace(go.Scatter(x=[s for s, _ in outliers], y=[ceiling * 0.985] * len(outliers), mode="markers",
-                                 marker=dict(symbol="triangle-up", size=9 * scale, color=INK_OUTLIER),
-                                 showlegend=False, hoverinfo="skip"))
+    if outliers:  # whiskers cut by the robust range: a mark where each leaves the chart, the times said once, as the
+        # mark's legend entry: the legend lays its words out apart from every tick and title (as a note inside the
+        # plot, "▲ cut: step 1: 29 ms" lay over the right axis's tick labels)
         worst = sorted(outliers, key=lambda o: -o[1])[:3]  # the three tallest, in step order
         listed = ", ".join(f"step {s_}: {ms:.0f} ms" for s_, ms in sorted(worst)) + (" …" if len(outliers) > 3 else "")
-        fig.add_annotation(x=1, xref="paper", y=ceiling, yref="y", xanchor="right", yanchor="top", showarrow=False,
-                           text=f"▲ cut: {listed}", font=dict(color=INK_OUTLIER, size=11 * scale),
-                           bgcolor="rgba(255,255,255,0.85)")
+        fig.add_trace(go.Scatter(x=[s for s, _ in outliers], y=[ceiling * 0.985] * len(outliers), mode="markers",
+                                 marker=dict(symbol="triangle-up", size=9 * scale, color=INK_OUTLIER),
+                                 name=f"cut: {listed}", hoverinfo="skip"))
     call = timing_callout(traces)
     if call is not None:
         inside = call["ttft_ms"] > 0.25 * ceiling  # on the prefill's own bar, or just above a short one
