@@ -145,3 +145,38 @@ def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_li
     box = pg.evaluate("() => document.querySelector('#chart .main-svg').getBoundingClientRect().toJSON()")
     assert all(box["left"] - 1 <= w[2] and w[4] <= box["right"] + 1 for w in words), words  # nothing past its edge
     pg.close()
+
+
+# ---------------------------------------------------------------- the race plays on the first screen
+
+
+def test_at_1280x720_the_race_plays_on_the_first_screen_and_its_verdict_follows(keyed_server, browser):
+    """After Start race the lanes sat under the proof, the four numbers and a warning: below the fold."""
+    pg = open_page(browser, f"{keyed_server}/race?presenter=on", *PRESENTER)
+    expect(pg.get_by_role("button", name="Start race")).to_be_visible(timeout=120_000)
+    tokens = pg.get_by_label("tokens", exact=True)
+    tokens.fill("40")
+    tokens.press("Enter")
+    idle(pg)
+    pg.get_by_role("button", name="Start race").click()
+    lanes = [pg.get_by_test_id(f"race-progress-{mode}") for mode in ("cache", "nocache")]
+    lanes[1].wait_for(timeout=300_000)  # both runs are measured first, then played back
+    seen = None
+    for _ in range(400):  # while they play: the slower run not finished yet
+        if "finished" not in lanes[1].inner_text():
+            seen = [lane.bounding_box() for lane in lanes] + [
+                pg.get_by_test_id(f"race-bar-{mode}").bounding_box() for mode in ("cache", "nocache")]
+            proof = pg.locator("[data-testid=stAlert]").filter(has_text=re.compile("Identical tokens|The runs differ"))
+            ahead = [b.bounding_box() for b in proof.all()]
+            break
+        pg.wait_for_timeout(20)
+    assert seen, "the playback was never seen running"
+    assert pg.evaluate("window.scrollY") == 0
+    assert all(box and box["y"] >= 0 and box["y"] + box["height"] <= PRESENTER[1] for box in seen), seen
+    assert all(b is None or b["y"] > seen[0]["y"] for b in ahead), ahead  # no verdict above the lanes
+    idle(pg)
+    proof = pg.locator("[data-testid=stAlert]").filter(has_text=re.compile("Identical tokens|The runs differ")).first
+    expect(proof).to_be_visible()
+    assert proof.bounding_box()["y"] > lanes[0].bounding_box()["y"]  # the verdict follows the lanes
+    assert "finished" in lanes[0].inner_text() and "finished" in lanes[1].inner_text()
+    pg.close()
