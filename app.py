@@ -30,7 +30,7 @@ def home(name: str, title: str, icon: str) -> tuple[st.Page, st.Page]:
 
 
 def router() -> None:
-    from classroom.page import follow_route, lecturer_panel
+    from classroom.page import back_to_class, follow_route, lecturer_panel
     from classroom.page_copy import published
     from ui.links import apply_link, write_link
     from ui.setup import page_links, resume_page
@@ -68,6 +68,7 @@ def router() -> None:
     for problem in link_problems:
         warning(problem)
     if not following:  # a follower's address keeps its class code
+        back_to_class(follow)  # a student who forked: a way back to the class, on every page
         write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
     with published(current.title):  # leading a class: what this page draws is the class's frame (classroom/page_copy.py)
         current.run()

@@ -8,6 +8,7 @@ module only places it:
     class_bar        step page, for the lecturer: publish this screen to the class; the link, followers, QR; the poll
     follower_page    /?follow=CODE: join, then the live view (classroom/follow.js), which updates itself with no script run
     follow_route     app.py: a ?follow= link on any page opens the follower's page
+    back_to_class    app.py: on every page of a student who forked, a link back to the class's live screen
 
 The key is read once, by "Start a class", and then cleared from the session: what drives the class
 afterwards is a random token the page never shows. Other pages are published by classroom/page_copy.py.
@@ -75,7 +76,32 @@ def follow_route(current, follow_page) -> bool:
         st.session_state["link_read"] = True  # a follow link carries no settings to apply
         if current.url_path != FOLLOW_PATH:
             st.switch_page(follow_page, query_params={"follow": st.query_params.get("follow", "")})
-    return current.url_path == FOLLOW_PATH
+    following = current.url_path == FOLLOW_PATH
+    if following:
+        st.session_state.pop("follow_forked_from", None)  # back with the class: no way back to show any more
+    return following
+
+
+BACK_LABEL = "Back to the class"
+
+
+def back_to_class(follow_page) -> None:
+    """app.py, on every page of a student who forked: one link back to the class's live screen (the follow link
+    again: the same code, the live view at the lecturer's newest step). Nothing once the class has ended."""
+    code = st.session_state.get("follow_forked_from")
+    if not code:
+        return
+    try:
+        running = classroom().version(code) is not None
+    except StoreDown:
+        running = True  # unreachable for now: the link still leads back, and says so there if it must
+    if not running:
+        st.session_state.pop("follow_forked_from", None)
+        return
+    st.page_link(follow_page, label=f"{BACK_LABEL} {code}: the lecturer's live step", icon=":material/arrow_back:",
+                 query_params={"follow": code},
+                 help="You forked the class's run and carry it on here; this returns to what the lecturer shows now. "
+                      "Your own run stays on this page.")
 
 
 # ------------------------------------------------------------------ the lecturer
@@ -272,6 +298,7 @@ def fork(code: str, at, run: str | None = None) -> None:
         pass
     ss.pop("follow_code", None)
     ss["follow_forked"] = True
+    ss["follow_forked_from"] = code  # every page shows the way back (back_to_class)
 
 
 def follower_page() -> None:

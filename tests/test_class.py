@@ -707,3 +707,69 @@ def test_the_lecturers_end_class_button_ends_every_students_stream(key_set):
         streams.close()
     assert "follow_lead" not in lect.session_state and room.version(code) is None
     assert lect.button(key="follow_start")  # the panel offers a new class again
+
+
+# ---------------------------------------------------------------- a fork finds its way back to the class
+
+
+def forked_student(room, lecture, lm, at: int = 1):
+    """A student who opened the class's link and pressed Fork on step `at` of the lecturer's run (AppTest), the run
+    published as the lecturer's step page publishes it: (the student's session, the lecturer's run)."""
+    from engine.links import make_link
+    from tests.test_follow import follower
+    from ui import model
+
+    s = run(lm, at)
+    fork = {**make_link({"model": model.POLICY.offered[0], "rule": "greedy", "max_new_tokens": 20, "cache": "on"}),
+            "prompt": s.prompt, "device": "auto", "dtype": "auto"}
+    Publisher(room, lecture).update(s, at, "Attention", 0, 0, fork)
+    student = follower(lecture.code)
+    student.session_state["follow_fork"] = {"run": room.read(lecture.code).run, "at": at}  # the live view's Fork
+    return ok(student.run()), s
+
+
+def back_links(at) -> list:
+    """The page's links back to the class: (label, the page they open, their query string)."""
+    links = [e.proto for e in at.get("page_link")]
+    return [(p.label, p.page, p.query_string) for p in links if "Back to the class" in p.label]
+
+
+def test_a_forked_page_links_back_to_the_lecturers_live_step_until_the_class_ends(key_set, bundled_lm):
+    """A student who forked carried on alone for good: no way back but typing the code again. Every page they open
+    now says "Back to the class" and opens the class's follow link (the live view, at the lecturer's newest step);
+    once they are back, or the class has ended, the link is gone."""
+    from urllib.parse import parse_qs
+
+    from tests.test_follow import live_view
+    from ui.apptest import app_test, page
+
+    room = key_set.classroom()
+    lecture = room.start(KEY, "lect")
+    student, _ = forked_student(room, lecture, bundled_lm)
+    assert "step_run" in student.session_state  # forked: the step page, the student's own run
+    (label, target, query), = back_links(student)
+    assert label.startswith(f"Back to the class {lecture.code}") and target == "follow"
+    assert parse_qs(query) == {"follow": [lecture.code]}
+    ok(student.switch_page(page("lessons")).run())  # on any page the student opens
+    assert [q for _, _, q in back_links(student)] == [query]
+
+    copied = app_test()  # the link, opened (a click, or copied into another tab): the class's live view
+    copied.query_params.update({k: v[0] for k, v in parse_qs(query).items()})
+    ok(copied.run())
+    assert live_view(copied)["code"] == lecture.code and not back_links(copied)
+
+    student.query_params.update({k: v[0] for k, v in parse_qs(query).items()})  # the student clicks it
+    ok(student.switch_page(page("follow")).run())
+    assert live_view(student)["code"] == lecture.code and room.is_follower(lecture.code, live_view(student)["who"])
+    ok(student.switch_page(page("step_through")).run())
+    assert back_links(student) == []  # back with the class: nothing to go back to
+
+
+def test_a_forked_page_has_no_way_back_to_a_class_that_has_ended(key_set, bundled_lm):
+    room = key_set.classroom()
+    lecture = room.start(KEY, "lect")
+    student, _ = forked_student(room, lecture, bundled_lm)
+    assert back_links(student)
+    room.end(lecture)
+    ok(student.run())
+    assert back_links(student) == []
