@@ -773,3 +773,69 @@ def test_a_forked_page_has_no_way_back_to_a_class_that_has_ended(key_set, bundle
     room.end(lecture)
     ok(student.run())
     assert back_links(student) == []
+
+
+# ---------------------------------------------------------------- the class's link: the address the lecturer used
+
+
+@pytest.mark.parametrize("headers, browser, public, base, link", [
+    ({"Host": "10.0.0.5:8501"}, "http://10.0.0.5:8501/", "", "", "http://10.0.0.5:8501"),
+    ({}, "http://lab.example.edu/decode/lessons", "", "decode", "http://lab.example.edu/decode"),  # no headers: the bar
+    ({"Host": "127.0.0.1:8501", "X-Forwarded-Host": "lab.example.edu", "X-Forwarded-Proto": "https"},
+     "https://lab.example.edu/", "", "/decode/", "https://lab.example.edu/decode"),  # behind a proxy that says so
+    ({"Host": "127.0.0.1:8501"}, "https://lab.example.edu/", "", "", "https://lab.example.edu"),  # one that does not
+    ({"Host": "localhost:8501"}, "http://localhost:8501/", "http://10.0.0.5:8501/", "", "http://10.0.0.5:8501"),
+    ({"Host": "localhost:8501"}, "http://localhost:8501/", "", "", "http://localhost:8501"),
+    ({"Host": 'x"><script>'}, None, "", "", ""),  # not a host: no address at all rather than markup
+    ({}, None, "", "", ""),
+])
+def test_the_class_address_is_the_public_setting_else_the_host_the_lecturers_request_named(headers, browser, public,
+                                                                                           base, link):
+    from classroom.page import class_address
+
+    assert class_address(public, headers, browser, base) == link
+
+
+def lecturer_link(monkeypatch, url: str | None, public: str | None = None, base: str = ""):
+    """The sidebar of a lecturer whose browser shows `url`, once a class is started: (the link, its captions)."""
+    from streamlit import config
+
+    from ui.apptest import app_test
+
+    monkeypatch.setenv("DECODE_LAB_LECTURER_KEY", KEY)
+    if public is None:
+        monkeypatch.delenv("DECODE_LAB_PUBLIC_URL", raising=False)
+    else:
+        monkeypatch.setenv("DECODE_LAB_PUBLIC_URL", public)
+    old = config.get_option("server.baseUrlPath")
+    config.set_option("server.baseUrlPath", base)
+    try:
+        at = app_test()
+        if url:
+            at.context = {"url": url}
+        ok(at.run())
+        at.sidebar.text_input(key="follow_key").input(KEY)
+        ok(at.button(key="follow_start").click().run())
+    finally:
+        config.set_option("server.baseUrlPath", old)
+    code = at.session_state["follow_lead"].code
+    (link,) = [c.value for c in at.sidebar.code if f"follow={code}" in c.value]
+    return link, code, " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_a_lecturer_behind_a_path_gets_a_class_link_that_keeps_it_and_no_warning(key_set, monkeypatch):
+    """The link kept the host and dropped the server's path (http://lab.example.edu/?follow=...: not the app)."""
+    link, code, said = lecturer_link(monkeypatch, "http://lab.example.edu/decode/", base="decode")
+    assert link == f"http://lab.example.edu/decode/?follow={code}"
+    assert "only works on this machine" not in said
+
+
+def test_the_class_link_says_localhost_only_with_a_warning_and_the_setting_replaces_it(key_set, monkeypatch):
+    link, code, said = lecturer_link(monkeypatch, "http://localhost:8501/")
+    assert link == f"http://localhost:8501/?follow={code}" and "only works on this machine" in said
+    key_set.reset()
+    link, code, said = lecturer_link(monkeypatch, "http://localhost:8501/", public="http://10.0.0.5:8501")
+    assert link == f"http://10.0.0.5:8501/?follow={code}" and "only works on this machine" not in said
+    key_set.reset()
+    link, code, said = lecturer_link(monkeypatch, None)  # no address known at all: never a bare path without a word
+    assert link == f"/?follow={code}" and "only works on this machine" in said
