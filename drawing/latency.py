@@ -75,14 +75,15 @@ def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS) -
     from engine.measure.caveats import headline
 
     lines = wrap(headline(note), chars)
-    line_px = 10 * scale * 1.35
+    size = max(11.0, 10 * scale)  # never under 11 px, a phone's included
+    line_px = size * 1.35
     box_px = int(len(lines) * line_px + 10)
     below_axis = int(50 * scale)  # the x axis's tick labels and title
     margin = fig.layout.margin
     fig.update_layout(margin=dict(b=int((margin.b or 10) + box_px + below_axis)))
     fig.add_annotation(xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top", align="left",
                        yshift=-below_axis, showarrow=False, text="⚠ " + "<br>".join(lines),
-                       font=dict(size=10 * scale, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
+                       font=dict(size=size, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
                        bordercolor="#e0b040", borderwidth=1, borderpad=3)
 
 

@@ -180,3 +180,189 @@ def test_at_1280x720_the_race_plays_on_the_first_screen_and_its_verdict_follows(
     assert proof.bounding_box()["y"] > lanes[0].bounding_box()["y"]  # the verdict follows the lanes
     assert "finished" in lanes[0].inner_text() and "finished" in lanes[1].inner_text()
     pg.close()
+
+
+# ---------------------------------------------------------------- a phone: the stage whole, every word 11 px or more
+
+
+SMALL_WORDS = """(root) => {  // every visible word set under 11 px: [text, px] (an inline SVG's words at the size drawn)
+  const out = [];
+  const walker = document.createTreeWalker(root || document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const n = walker.currentNode, el = n.parentElement;
+    if (!el || !n.textContent.replace(/\\u200b/g, '').trim()) continue;
+    if (el.closest('.katex-mathml, [data-testid=stSidebar], script, style, .modebar-container')) continue;
+    const style = getComputedStyle(el), r = el.getBoundingClientRect();
+    if (style.display === 'none' || style.visibility === 'hidden' || r.width < 2 || r.height < 2) continue;
+    let px = parseFloat(style.fontSize);
+    const svg = el.closest('svg');
+    if (svg && svg.viewBox && svg.viewBox.baseVal && svg.viewBox.baseVal.width)
+      px *= svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    if (px < 10.95) out.push([n.textContent.trim().slice(0, 30), Math.round(px * 10) / 10]);
+  }
+  return out;
+}"""
+
+
+APART = """(svg) => {  // words of an inline SVG that leave it or overlap another word: [a, b]
+  const box = svg.getBoundingClientRect(), out = [];
+  const words = [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBoundingClientRect()])
+    .filter(([w, r]) => w.trim() && r.width > 0);
+  for (const [w, r] of words) if (r.left < box.left - 1 || r.right > box.right + 1) out.push([w, 'past the edge']);
+  for (let i = 0; i < words.length; i++) for (let j = i + 1; j < words.length; j++) {
+    const [a, r] = words[i], [b, q] = words[j];
+    if (r.left < q.right - 1 && q.left < r.right - 1 && r.top < q.bottom - 2 && q.top < r.bottom - 2) out.push([a, b]);
+  }
+  return out;
+}"""
+
+
+def picture_words(svg: str) -> list[tuple[str, float, float, float]]:
+    """(text, x, y, font size) of every <text> of an SVG, in its own units."""
+    return [(m.group(4), float(m.group(1)), float(m.group(2)), float(m.group(3))) for m in re.finditer(
+        r'<text x="([\d.-]+)" y="([\d.-]+)" font-size="([\d.]+)"[^>]*>([^<]*)</text>', svg)]
+
+
+def shown_at(box: dict, svg: str):
+    """Where a unit of the SVG lands on the screen, as the <img> of `box` shows it: (x, y) -> (left, top) in px."""
+    width = float(re.search(r'viewBox="0 0 ([\d.]+)', svg).group(1))
+    k = box["width"] / width
+    return k, (lambda x, y: (box["x"] + x * k, box["y"] + y * k))
+
+
+def role_box(svg: str, role: str, extra: str = "") -> tuple[float, float, float, float]:
+    """(x, y, width, height) of the first rect inside the first <g data-role=role ...extra>."""
+    m = re.search(rf'data-role="{role}"{extra}[^>]*><rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"',
+                  svg)
+    assert m, role
+    return tuple(float(v) for v in m.groups())
+
+
+def on_first_screen(place, x: float, y: float, w: float, h: float, size=PHONE) -> bool:
+    (left, top), (right, bottom) = place(x, y), place(x + w, y + h)
+    return left >= -1 and right <= size[0] + 1 and top >= -1 and bottom <= size[1] + 1
+
+
+def test_a_phone_opens_its_own_stage_with_title_layer_buttons_and_newest_column_on_screen_and_no_word_under_11_px(
+        keyed_server, browser):
+    """The stage opened scrolled to its right edge, its title and layer buttons cut until a swipe, its words 6-8 px.
+    On a phone it is now drawn for the phone's width: its title, its layer buttons, the new K/V column and the next
+    token all on the first screen, nothing to scroll sideways, no word under 11 px (in the picture or on the page)."""
+    import base64
+
+    pg = open_page(browser, f"{keyed_server}/?steps=3", *PHONE)
+    stage = pg.locator("[data-testid=dl-stage] img:visible")
+    expect(stage).to_be_visible(timeout=120_000)
+    idle(pg)
+    assert pg.evaluate("document.documentElement.scrollWidth") == PHONE[0]
+    assert pg.locator("[data-testid=dl-stage]").first.evaluate("e => e.scrollLeft") == 0
+    svg = base64.b64decode(stage.get_attribute("src").split("base64,", 1)[1]).decode()
+    k, place = shown_at(stage.bounding_box(), svg)
+    words = picture_words(svg)
+    title = words[0]
+    assert title[0].startswith("Decode") and on_first_screen(place, title[1], title[2] - title[3], 200, title[3])
+    for layer in range(4):  # the bundled model's four layers, each a button on screen
+        assert on_first_screen(place, *role_box(svg, "layer", f' data-layer="{layer}"')), layer
+    assert on_first_screen(place, *role_box(svg, "k-col", r' data-pos="\d+" data-kind="\w+" data-new="1"'))
+    assert on_first_screen(place, *role_box(svg, "chosen-chip"))
+    smallest = min(size for _, _, _, size in words) * k
+    assert smallest >= 11, smallest
+    for view in ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens"):
+        pg.locator("[data-testid='stRadio'] label").filter(has_text=re.compile(f"^{view}$")).first.click()
+        idle(pg)
+        assert pg.evaluate(SMALL_WORDS) == [], view
+    pg.close()
+
+
+def test_a_phone_following_the_class_sees_the_stage_whole_and_a_lesson_says_its_title_once_under_the_bar(
+        keyed_server, browser):
+    """A follower's phone: the stage opened at its right edge with 7 px words; a followed lesson said its title four
+    times ('Lessons · 4. The KV cache' twice, the lesson picker, the heading) under the page's own title."""
+    from tests.test_follow import start_class
+
+    lect = open_page(browser, keyed_server, *PRESENTER)
+    expect(lect.get_by_role("button", name="Prefill")).to_be_enabled(timeout=120_000)
+    link = start_class(lect)
+    lect.keyboard.press("p")
+    expect(lect.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    for i in (1, 2):
+        lect.keyboard.press("n")
+        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+    phone = open_page(browser, link, *PHONE)
+    stage = phone.locator("[data-testid=dl-follow-stage][data-step='2'] svg").first
+    stage.wait_for(timeout=30_000)
+    assert phone.evaluate("document.documentElement.scrollWidth") == PHONE[0]
+    for role in ("layer", "chosen-chip"):
+        box = stage.locator(f"[data-role={role}]").first.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE[0] and box["y"] + box["height"] <= PHONE[1], role
+    new = stage.locator("[data-role=k-col][data-new='1']").first.bounding_box()
+    assert new["x"] + new["width"] <= PHONE[0] and new["y"] + new["height"] <= PHONE[1]
+    title = stage.locator("text").first.bounding_box()
+    assert title["x"] >= 0 and title["y"] >= 0
+    assert stage.evaluate(APART) == []  # every word inside the picture, none over another
+    assert phone.evaluate(SMALL_WORDS) == []
+    for view in ("Next token", "KV cache", "Latency"):
+        phone.locator(".dlf-btn", has_text=view).first.click()
+        phone.locator(".dlf-view .dlf-block, .dlf-view .dlf-figure .main-svg").first.wait_for(timeout=30_000)
+        phone.wait_for_timeout(800)
+        assert phone.evaluate(SMALL_WORDS) == [], view
+
+    lect.locator("[data-testid=stSidebar] a").filter(has_text="Lessons").first.click()
+    idle(lect)
+    for n in (2, 3, 4):
+        lect.get_by_role("button", name="Next").click()
+        expect(lect.get_by_role("heading", level=2).filter(has_text=re.compile(rf"^{n}\. "))).to_be_visible()
+        idle(lect)
+    expect(phone.get_by_test_id("dl-follow-where")).to_contain_text("Lessons · 4. The KV cache", timeout=15_000)
+    page = phone.get_by_test_id("dl-follow-page")
+    expect(page).to_contain_text("try it: decode steps")
+    shown = phone.evaluate("() => document.querySelector('[data-testid=dl-follow]').innerText")
+    assert shown.count("The KV cache") == 2, shown[:400]  # once in the bar, once as the lesson's heading
+    assert "Lessons: how a language model generates text" not in shown  # the page's title: the bar names the page
+    phone.wait_for_timeout(1000)
+    assert phone.evaluate(SMALL_WORDS) == []
+    lect.close()
+    phone.close()
+
+
+def phone_cases(bundled_lm, family_model):
+    """Passes that stretch a phone's stage: a prefill, a cached step, 30 steps with the cache off over a long
+    prompt, a six-layer model with sliding windows (its layer buttons elided), a long token, a rejected guess."""
+    from engine import Stepper
+
+    out = []
+    s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=40)
+    out.append(("prefill", s.prefill(), s, {}))
+    for _ in range(3):
+        s.decode()
+    out.append(("decode", s.records[-1], s, {"layer": 3, "head": 5}))
+    out.append(("rejected", s.records[-1], s, {"rejected_from": s.records[-1].kv_len - 2,
+                                                 "title": "Verify · round 2 · 3 rows checked in one pass · 2 columns cut"}))
+    off = Stepper(bundled_lm, "Once upon a time there was a little girl named Lily. She loved to play in the park "
+                  "with her friends every day.", max_new_tokens=40, use_cache=False)
+    off.prefill()
+    for _ in range(30):
+        off.decode()
+    out.append(("cache off, 30 steps", off.records[-1], off, {"layer": 2}))
+    g = Stepper(family_model("gemma3"), "Once upon a time there was a cat", max_new_tokens=12)
+    g.prefill()
+    for _ in range(8):
+        g.decode()
+    out.append(("six sliding layers", g.records[-1], g, {"layer": 3, "head": 1}))
+    return out
+
+
+def test_the_phone_stage_keeps_every_word_inside_the_picture_and_apart_at_390_px(browser, bundled_lm, family_model):
+    from drawing.stage_phone import phone_stage_svg
+
+    pg = browser.new_page(viewport={"width": PHONE[0], "height": PHONE[1]})
+    for name, t, run, kw in phone_cases(bundled_lm, family_model):
+        pieces = run.pieces()
+        if name == "decode":
+            pieces = pieces[:-1] + ["<|endoftext|><|endoftext|>"]  # a long token in the strip
+        svg = phone_stage_svg(t, pieces, run.prompt_len, **kw)
+        pg.set_content(f"<body style='margin:10px'><div style='width:370px'>{svg}</div></body>")
+        found = pg.locator("svg").first.evaluate(APART)
+        assert found == [], (name, found)
+        assert pg.evaluate(SMALL_WORDS) == [], name
+    pg.close()
