@@ -89,12 +89,14 @@ def show() -> None:
     def playback(result: race.RaceResult, speed: float) -> None:
         """Both runs side by side, each advancing at its own measured wall-clock speed."""
         df = result.df
-        cols = st.columns(2)
+        # two rows: the lanes (name, bar, tokens and clock), then the texts, so that on a phone, where columns
+        # stack, both lanes are on screen together and a growing text pushes neither of them down
+        lanes, texts = st.columns(2), st.columns(2)
         boxes = {}
-        for col, mode in zip(cols, race_draw.MODES):
+        for lane, text, mode in zip(lanes, texts, race_draw.MODES):
             name, colour = race_draw.MODES[mode]
-            col.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
-            boxes[mode] = {"figure": col.empty(), "text": col.empty()}  # the bar is drawn in the run's own colour
+            lane.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
+            boxes[mode] = {"figure": lane.empty(), "text": text.empty()}  # the bar is drawn in the run's own colour
         tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race_draw.MODES}
         total = max(race.progress_at(df, float("inf")).of(m).total_ms for m in race_draw.MODES)
 
