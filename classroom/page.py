@@ -128,10 +128,9 @@ def back_to_class(follow_page) -> None:
     if not running:
         st.session_state.pop("follow_forked_from", None)
         return
+    # no help tooltip: the link appears where Fork was clicked, and a tooltip under the pointer covered the bar
     st.page_link(follow_page, label=f"{BACK_LABEL} {code}: the lecturer's live step", icon=":material/arrow_back:",
-                 query_params={"follow": code},
-                 help="You forked the class's run and carry it on here; this returns to what the lecturer shows now. "
-                      "Your own run stays on this page.")
+                 query_params={"follow": code})
 
 
 # ------------------------------------------------------------------ the lecturer
