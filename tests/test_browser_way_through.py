@@ -151,11 +151,13 @@ def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_li
 
 
 def test_at_1280x720_the_race_plays_on_the_first_screen_and_its_verdict_follows(keyed_server, browser):
-    """After Start race the lanes sat under the proof, the four numbers and a warning: below the fold."""
+    """After Start race the lanes sat under the proof, the four numbers and a warning: below the fold. They play on
+    the first screen now, and the verdict follows them, on the first screen too at 120 tokens (the lanes' texts
+    keep their newest lines)."""
     pg = open_page(browser, f"{keyed_server}/race?presenter=on", *PRESENTER)
     expect(pg.get_by_role("button", name="Start race")).to_be_visible(timeout=120_000)
     tokens = pg.get_by_label("tokens", exact=True)
-    tokens.fill("40")
+    tokens.fill("120")
     tokens.press("Enter")
     idle(pg)
     pg.get_by_role("button", name="Start race").click()
@@ -179,6 +181,15 @@ def test_at_1280x720_the_race_plays_on_the_first_screen_and_its_verdict_follows(
     expect(proof).to_be_visible()
     assert proof.bounding_box()["y"] > lanes[0].bounding_box()["y"]  # the verdict follows the lanes
     assert "finished" in lanes[0].inner_text() and "finished" in lanes[1].inner_text()
+    pg.evaluate("window.scrollTo(0, 0)")
+    for shown in (proof, pg.locator("[data-testid='stMetric']").first, *lanes):
+        box = shown.bounding_box()
+        assert box["y"] + box["height"] <= PRESENTER[1], box  # the lanes and the verdict, on one screen
+    for mode in ("cache", "nocache"):  # each lane's text shows its newest words (the earlier ones scroll in place)
+        end = pg.get_by_test_id(f"race-text-{mode}").evaluate("""e => { const r = e.getBoundingClientRect(),
+            words = e.querySelector('b').getClientRects(), last = words[words.length - 1];
+            return last.bottom <= r.bottom + 1 && last.top >= r.top - 1; }""")
+        assert end, mode
     pg.close()
 
 

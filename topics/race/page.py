@@ -108,8 +108,12 @@ def show() -> None:
                 box["figure"].markdown(race_draw.progress_html(mode, p.tokens, p.total, clock, p.finished),
                                        unsafe_allow_html=True)
                 words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p.tokens]))
-                box["text"].html(f"<div style='font-size:1.1rem;white-space:pre-wrap'>{html.escape(result.prompt)}"
-                                 f"<b>{words}</b></div>")  # html, not markdown: nothing typed is parsed as markup
+                # html, not markdown: nothing typed is parsed as markup. Three lines, the newest at the bottom (the
+                # rest scrolls in place), so the verdict under the lanes stays on the first screen at any length
+                box["text"].html(f"<div data-testid='race-text-{mode}' style='font-size:1.1rem;line-height:1.5;"
+                                 "max-height:4.5em;overflow-y:auto;display:flex;flex-direction:column-reverse'>"
+                                 f"<div style='white-space:pre-wrap'>{html.escape(result.prompt)}<b>{words}</b></div>"
+                                 "</div>")
 
         if st.session_state.pop("race_play", False):
             t0 = time.perf_counter()
