@@ -16,13 +16,21 @@ ROOT = Path(__file__).resolve().parent
 PAGES = ROOT / "pages"
 
 
-def page(name: str, title: str, icon: str, default: bool = False):
-    """pages/NAME.py, at /NAME (the default page at /)."""
-    return st.Page(PAGES / f"{name}.py", title=title, icon=icon, url_path=name, default=default)
+def page(name: str, title: str, icon: str) -> st.Page:
+    """pages/NAME.py, at /NAME."""
+    return st.Page(PAGES / f"{name}.py", title=title, icon=icon, url_path=name)
+
+
+def home(name: str, title: str, icon: str) -> tuple[st.Page, st.Page]:
+    """pages/NAME.py as the default page, at /, and again at /NAME (hidden from the list): Streamlit serves a default
+    page only at /, so its own address answered "Page not found". The entry at / comes first, so st.switch_page by
+    file (a fork, a test) lands there."""
+    return (st.Page(PAGES / f"{name}.py", title=title, icon=icon, url_path=f"{name}-home", default=True),
+            page(name, title, icon))
 
 
 def router() -> None:
-    from classroom.page import follow_route, lecturer_panel
+    from classroom.page import back_to_class, follow_route, lecturer_panel
     from classroom.page_copy import published
     from ui.links import apply_link, write_link
     from ui.setup import page_links, resume_page
@@ -33,8 +41,9 @@ def router() -> None:
     # the icon is a local file: a material-icon favicon would make every browser fetch it from a font CDN
     st.set_page_config(page_title="Decode Lab", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide",
                        initial_sidebar_state="collapsed" if presenting else "auto")
+    step, step_at_its_name = home("step_through", "Step through", ":material/footprint:")
     pages = [
-        page("step_through", "Step through", ":material/footprint:", default=True),
+        step,
         page("lessons", "Lessons", ":material/school:"),
         page("race", "Race: cache vs no cache", ":material/sports_score:"),
         page("speculative", "Speculative decoding", ":material/fast_forward:"),
@@ -44,8 +53,9 @@ def router() -> None:
         page("model_info", "Model", ":material/info:"),
     ]
     follow = page("follow", "Follow the lecturer", ":material/cast_for_education:")  # /?follow=CODE; not listed
-    current = st.navigation(pages + [follow], position="hidden")  # listed by page_links in the sidebar (config.toml)
-    resume_page(pages + [follow])  # a fresh server's first request was a deep link: go back to it
+    unlisted = [follow, step_at_its_name]
+    current = st.navigation(pages + unlisted, position="hidden")  # listed by page_links in the sidebar (config.toml)
+    resume_page(pages + unlisted)  # a fresh server's first request was a deep link: go back to it
     following = follow_route(current, follow)  # a ?follow=CODE link, on any page, opens the follower's page
     page_links(pages, st.sidebar)
     link_problems = apply_link()  # first run of a session only: settings from a shared link
@@ -58,6 +68,7 @@ def router() -> None:
     for problem in link_problems:
         warning(problem)
     if not following:  # a follower's address keeps its class code
+        back_to_class(follow)  # a student who forked: a way back to the class, on every page
         write_link(st.session_state["settings"])  # the URL always reproduces what is on screen
     with published(current.title):  # leading a class: what this page draws is the class's frame (classroom/page_copy.py)
         current.run()

@@ -95,10 +95,10 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     try:
         rep = lean_compare(rlm, prompts[0]["prompt"], new_tokens)
         out = {"shape": shape, "weights": rlm.spec.source, "dtype": rlm.dtype_name, "new_tokens": new_tokens,
-               "identical": rep["identical"], "first_divergence_step": rep["first_divergence_step"],
-               "speedup_total": rep["speedup"]["total_ratio"], "speedup_median_step": rep["speedup"]["median_ratio"],
-               "cache_total_ms": rep["speedup"]["cache_total_ms"], "nocache_total_ms": rep["speedup"]["nocache_total_ms"],
-               "how": rep["how"], "compile_ms": rep["compile_ms"]}
+               "identical": rep.identical, "first_divergence_step": rep.first_divergence_step,
+               "speedup_total": rep.speedup.total_ratio, "speedup_median_step": rep.speedup.median_ratio,
+               "cache_total_ms": rep.speedup.cache_total_ms, "nocache_total_ms": rep.speedup.nocache_total_ms,
+               "how": dict(rep.how), "compile_ms": dict(rep.compile_ms)}
     finally:
         del rlm
         dev.release_memory()

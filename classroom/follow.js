@@ -7,6 +7,7 @@
 // as markup; HTML comes only from the server, which made it and escaped what it holds.
 
 const VIEWS_WITH_LAYER = new Set(["Attention", "Matmuls"]);
+const PHONE = window.matchMedia("(max-width: 700px)");  // ui/style.py's phone: the page stacks
 
 function el(tag, attrs = {}, text) {
   const e = document.createElement(tag);
@@ -53,7 +54,8 @@ function fitChart(spec, width) {
   // height its legend and margins need.
   const layout = JSON.parse(JSON.stringify(spec.layout || {}));
   const narrow = width < 600, shrink = narrow ? 0.82 : 1;
-  const smaller = (font, size) => Object.assign(font || {}, { size: Math.round((font && font.size || size) * shrink) });
+  const smaller = (font, size) => Object.assign(font || {},
+    { size: Math.max(narrow ? 11 : 0, Math.round((font && font.size || size) * shrink)) });  // never under 11 px
   layout.font = smaller(layout.font, 12);
   for (const key of Object.keys(layout)) {
     if (!/^[xy]axis\d*$/.test(key)) continue;
@@ -66,6 +68,8 @@ function fitChart(spec, width) {
     }
   }
   if (layout.legend) layout.legend.font = smaller(layout.legend.font, layout.font.size);
+  for (const a of layout.annotations || []) if (narrow) a.font = Object.assign(a.font || {},
+    { size: Math.max(11, (a.font && a.font.size) || layout.font.size) });  // a note on the chart: 11 px at least
   const title = layout.title && (typeof layout.title === "string" ? { text: layout.title } : layout.title);
   let extra = 0;
   if (narrow && title && title.text) {
@@ -111,6 +115,8 @@ class Follower {
     this.drawn = 0;              // a counter: a newer draw wins over a slower older one
     this.build();
     this.connect();
+    this.onScreen = () => { if (this.live) this.render(); };  // turned, or resized past a phone's width
+    PHONE.addEventListener("change", this.onScreen);
   }
 
   build() {
@@ -151,6 +157,7 @@ class Follower {
 
   close() {
     this.gone = true;
+    PHONE.removeEventListener("change", this.onScreen);
     if (this.es) this.es.close();
   }
 
@@ -248,8 +255,7 @@ class Follower {
       return;
     }
     const box = el("div", { class: "dlf-page", "data-testid": "dl-follow-page", "data-frame": frame.id });
-    box.append(el("div", { class: "dlf-page-title" }, `${frame.page} · ${frame.label}`));
-    this.drawNodes(frame.nodes || [], box);
+    this.drawNodes(frame.nodes || [], box);  // the bar above names the page and its screen: said once there
     this.body.replaceChildren(box);
     this.step = null;
     this.stamp(box, frame, token);
@@ -320,7 +326,8 @@ class Follower {
     p.head = Math.min(p.head, frame.heads - 1);
     if (!frame.views.includes(p.view)) p.view = frame.views[0];
     const at = `p/${frame.run}/${frame.at}/`;
-    const [svg, view] = await Promise.all([this.part(`${at}stage/${p.layer}/${p.head}`),
+    const phone = PHONE.matches;  // the stage laid out for a phone: whole on the screen, no word under 11 px
+    const [svg, view] = await Promise.all([this.part(`${at}${phone ? "phone" : "stage"}/${p.layer}/${p.head}`),
       this.part(`${at}view/${frame.views.indexOf(p.view)}/${VIEWS_WITH_LAYER.has(p.view) ? p.layer : 0}`)]);
     if (token !== this.drawn) return;
     let viewBox = null, next = null;
@@ -339,6 +346,7 @@ class Follower {
     this.drawBar();
     this.drawPickers(frame);
     const n = this.stepNodes();
+    n.stage.classList.toggle("dl-stage-fits", phone);
     if (next !== null) {
       n.picture.replaceWith(next);  // parsed already: one swap, one layout
       n.picture = next;

@@ -21,6 +21,7 @@ from html import escape
 from markdown_it import MarkdownIt
 
 from drawing.stage import stage_svg
+from drawing.stage_phone import phone_stage_svg
 from drawing.views import VIEWS, Block, StepContext, view_blocks
 
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -101,9 +102,11 @@ def step_context(shared, at: int, layer: int, head: int = 0) -> StepContext:
                        text=shared.texts[at], layer=layer, head=head, pictures=True)
 
 
-def stage_part(shared, at: int, layer: int, head: int) -> bytes:
+def stage_part(shared, at: int, layer: int, head: int, phone: bool = False) -> bytes:
+    """The stage of step `at` (phone: laid out for a phone's width, drawing/stage_phone.py), as SVG bytes."""
     t = shared.records[at]
-    return stage_svg(t, shared.pieces(), shared.prompt_len, layer=layer, head=head).encode()
+    draw = phone_stage_svg if phone else stage_svg
+    return draw(t, shared.pieces(), shared.prompt_len, layer=layer, head=head).encode()
 
 
 def view_part(shared, at: int, view: str, layer: int) -> bytes:

@@ -1,7 +1,8 @@
 """The class's own web routes, answered before Streamlit sees the request (app.py mounts them in st.App).
 
     GET  /class/{code}/events?who=W           the event stream a follower's page opens (classroom/hub.py)
-    GET  /class/{code}/p/{run}/{at}/{...}     a picture of a step: stage/{layer}/{head} or view/{view}/{layer}
+    GET  /class/{code}/p/{run}/{at}/{...}     a picture of a step: stage/{layer}/{head}, phone/{layer}/{head} (the
+                                              stage laid out for a phone) or view/{view}/{layer}
     GET  /class/{code}/frame/{id}             a frame the class saw before (looking back)
     POST /class/{code}/vote                   {"who", "qid", "choice" | "word"}: one answer to the open question
     GET  /class/static/plotly.min.js          plotly's own bundle, from the installed package (nothing from a CDN)
@@ -96,7 +97,7 @@ class ClassRoutes:
             if body is None:
                 await _text(send, 404, "That picture is not part of this class (any more).")
             else:
-                ctype = "image/svg+xml" if "/stage/" in rest else "application/json"
+                ctype = "image/svg+xml" if "/stage/" in rest or "/phone/" in rest else "application/json"
                 await _send(send, 200, body, ctype, "private, max-age=86400, immutable")
         elif rest.startswith("frame/") and method == "GET" and FRAME_RE.match(rest[6:]):
             frame = await _in_thread(hub.room.frame, code, rest[6:])

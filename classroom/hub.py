@@ -3,7 +3,8 @@
     Hub(classroom)            subscribes to the classroom's news (classroom/store.py: Redis pub/sub, or a
                               call in this process); one per server process
     hub.events(code, who)     a follower's event stream: the whole state first, then one event per version
-    hub.part(code, path)      a picture of a step (stage, view) as bytes, built once per server, then kept
+    hub.part(code, path)      a picture of a step (stage, the stage laid out for a phone, view) as bytes, built once
+                              per server, then kept
 
 On the news of version v of a class, this server reads the live state once, builds the pictures the lecturer's
 picks need (the stage for the lecturer's layer and head, the lecturer's view) from the shared record, and
@@ -30,7 +31,7 @@ _LOG = logging.getLogger(__name__)
 KEEPALIVE_S = 20.0  # a comment on an idle stream, so that proxies and the browser keep it open
 MAX_QUEUED = 32  # events waiting for one slow follower before its stream is closed (it reconnects and catches up)
 MAX_PARTS = 512  # pictures kept per server (a step's stage is ~30 KB)
-PART_RE = re.compile(r"^p/([0-9a-f]{1,16})/(\d{1,5})/(stage|view)/(\d{1,3})/(\d{1,4})$")
+PART_RE = re.compile(r"^p/([0-9a-f]{1,16})/(\d{1,5})/(stage|phone|view)/(\d{1,3})/(\d{1,4})$")
 END = b"event: end\ndata: {}\n\n"
 
 
@@ -119,7 +120,8 @@ class Hub:
     # ------------------------------------------------------------ pictures
 
     def part(self, code: str, path: str) -> bytes | None:
-        """stage/{layer}/{head} (SVG) or view/{view}/{layer} (JSON) of step `at` of run `run`: built once here."""
+        """stage/{layer}/{head} or phone/{layer}/{head} (SVG: the stage, or laid out for a phone) or view/{view}/{layer}
+        (JSON) of step `at` of run `run`: built once here."""
         key = (code, path)
         with self._lock:
             if key in self._parts:
@@ -148,9 +150,9 @@ class Hub:
         if shared is None or shared.run != run or at >= len(shared.records):
             return None  # another run by now, or a step not published
         layers = len(shared.records[at].layers)
-        if kind == "stage":
+        if kind in ("stage", "phone"):
             heads = shared.spec.heads if shared.spec is not None else 1
-            return stage_part(shared, at, min(a, layers - 1), min(b, heads - 1))
+            return stage_part(shared, at, min(a, layers - 1), min(b, heads - 1), phone=kind == "phone")
         if a >= len(VIEWS):
             return None
         return view_part(shared, at, VIEWS[a], min(b, layers - 1))

@@ -8,6 +8,7 @@ module only places it:
     class_bar        step page, for the lecturer: publish this screen to the class; the link, followers, QR; the poll
     follower_page    /?follow=CODE: join, then the live view (classroom/follow.js), which updates itself with no script run
     follow_route     app.py: a ?follow= link on any page opens the follower's page
+    back_to_class    app.py: on every page of a student who forked, a link back to the class's live screen
 
 The key is read once, by "Start a class", and then cleared from the session: what drives the class
 afterwards is a random token the page never shows. Other pages are published by classroom/page_copy.py.
@@ -16,6 +17,7 @@ afterwards is a random token the page never shows. Other pages are published by 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from html import escape as plain_html
 from pathlib import Path
@@ -49,21 +51,50 @@ def who() -> str:
     return st.session_state.setdefault("follow_who", secrets.token_hex(8))
 
 
-def follow_link(code: str) -> str:
-    """The link students open: this server's address (as the lecturer's browser reached it) + ?follow=CODE.
+def class_address(public_url: str, headers, browser_url: str | None, base_path: str = "") -> str:
+    """Where students reach this server, as a link's start ("" when nothing says).
 
-    DECODE_LAB_PUBLIC_URL overrides the address, e.g. when the lecturer's own browser uses localhost.
-    """
-    base = os.environ.get("DECODE_LAB_PUBLIC_URL", "").strip()
-    if not base:
-        parts = urlsplit(st.context.url or "")
-        base = f"{parts.scheme or 'http'}://{parts.netloc}" if parts.netloc else ""
-    return f"{base.rstrip('/')}/?follow={code}"
+    DECODE_LAB_PUBLIC_URL (`public_url`) wins. Else the request's host: the one a proxy says it was asked for
+    (X-Forwarded-Host, X-Forwarded-Proto), else the Host header the lecturer's browser sent, else the address in the
+    browser's bar; with the server's base path (server.baseUrlPath), so a server behind a path keeps it."""
+    if public_url.strip():
+        return public_url.strip().rstrip("/")
+    seen = urlsplit(browser_url or "")
+
+    def header(name: str) -> str:
+        return (headers.get(name) or "").split(",")[0].strip()
+
+    host = header("X-Forwarded-Host") or header("Host") or seen.netloc
+    if _loopback(host) and seen.netloc and not _loopback(seen.netloc):
+        host = seen.netloc  # a proxy that passed on its own upstream address: the browser's bar says where it is
+    if not host or not HOST_RE.match(host):
+        return ""
+    scheme = header("X-Forwarded-Proto") or seen.scheme or "http"
+    scheme = scheme if scheme in ("http", "https") else "http"
+    path = "/".join(part for part in base_path.split("/") if part)
+    return f"{scheme}://{host}" + (f"/{path}" if path else "")
+
+
+HOST_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")  # a host[:port], nothing else
+
+
+def follow_link(code: str) -> str:
+    """The link students open: this server's address as the lecturer's request reached it + /?follow=CODE
+    (`class_address`). DECODE_LAB_PUBLIC_URL overrides it, e.g. when the lecturer's own browser uses localhost."""
+    base = class_address(os.environ.get("DECODE_LAB_PUBLIC_URL", ""), st.context.headers, st.context.url,
+                         str(st.get_option("server.baseUrlPath") or ""))
+    return f"{base}/?follow={code}"
+
+
+def _loopback(netloc: str) -> bool:
+    host = urlsplit(f"//{netloc}").hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _local(link: str) -> bool:
-    host = urlsplit(link).hostname or ""
-    return host in ("localhost", "::1") or host.startswith("127.")
+    """The link names this machine (or no machine at all): students on other machines cannot open it."""
+    netloc = urlsplit(link).netloc
+    return not netloc or _loopback(netloc)
 
 
 # ------------------------------------------------------------------ the router's part
@@ -75,7 +106,31 @@ def follow_route(current, follow_page) -> bool:
         st.session_state["link_read"] = True  # a follow link carries no settings to apply
         if current.url_path != FOLLOW_PATH:
             st.switch_page(follow_page, query_params={"follow": st.query_params.get("follow", "")})
-    return current.url_path == FOLLOW_PATH
+    following = current.url_path == FOLLOW_PATH
+    if following:
+        st.session_state.pop("follow_forked_from", None)  # back with the class: no way back to show any more
+    return following
+
+
+BACK_LABEL = "Back to the class"
+
+
+def back_to_class(follow_page) -> None:
+    """app.py, on every page of a student who forked: one link back to the class's live screen (the follow link
+    again: the same code, the live view at the lecturer's newest step). Nothing once the class has ended."""
+    code = st.session_state.get("follow_forked_from")
+    if not code:
+        return
+    try:
+        running = classroom().version(code) is not None
+    except StoreDown:
+        running = True  # unreachable for now: the link still leads back, and says so there if it must
+    if not running:
+        st.session_state.pop("follow_forked_from", None)
+        return
+    # no help tooltip: the link appears where Fork was clicked, and a tooltip under the pointer covered the bar
+    st.page_link(follow_page, label=f"{BACK_LABEL} {code}: the lecturer's live step", icon=":material/arrow_back:",
+                 query_params={"follow": code})
 
 
 # ------------------------------------------------------------------ the lecturer
@@ -141,7 +196,7 @@ def lecturer_panel(where) -> None:
                         "connected.")
         box.code(link, language=None, wrap_lines=True)
         box.html(_qr(link, 220))
-        if _local(link):
+        if _local(link):  # said only when the lecturer's own address names this machine, or no address is known
             box.caption("This address only works on this machine: open the app by its network address, or set "
                         "DECODE_LAB_PUBLIC_URL, so that students can reach it.")
         box.caption("Every page you open drives the class: students see your current step, lesson or round.")
@@ -272,6 +327,7 @@ def fork(code: str, at, run: str | None = None) -> None:
         pass
     ss.pop("follow_code", None)
     ss["follow_forked"] = True
+    ss["follow_forked_from"] = code  # every page shows the way back (back_to_class)
 
 
 def follower_page() -> None:

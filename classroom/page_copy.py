@@ -149,12 +149,36 @@ def _publish(run: _Run, page_title: str) -> None:
     if not nodes:
         return
     label = screen_name() or _first_heading(run.kept) or page_title
+    nodes = _unsaid(nodes, label)
     body = json.dumps(nodes, separators=(",", ":"))
     fid = "page:" + hashlib.sha1(f"{page_title}\n{label}\n{body}".encode()).hexdigest()[:16]
     try:
         run.pub.page({"id": fid, "kind": "page", "page": page_title, "label": label, "nodes": nodes})
     except (Refused, StoreDown) as e:  # the class bar says so on the lecturer's next step page
         _LOG.warning("a page was not published to the class: %s", e)
+
+
+def _unsaid(nodes: list[dict], label: str) -> list[dict]:
+    """The frame less what a follower's bar already says ("Following class … · live: Lessons · 4. The KV cache"):
+    the page's title (its h1) and a picker showing the screen's own name (the lesson picker), which on a phone
+    repeated the lesson's title four times; a row or column left empty goes with them."""
+    picked = f"<b>{escape(label)}</b></div>"
+    out = []
+    for n in nodes:
+        if (n["kind"] == "heading" and n["html"].startswith("<h1>")) or \
+                (n["kind"] == "widget" and n["html"].endswith(picked)):
+            continue
+        if n["kind"] == "row":
+            cols = [{**c, "nodes": _unsaid(c["nodes"], label)} for c in n["cols"]]
+            n = {**n, "cols": [c for c in cols if c["nodes"]]}
+            if not n["cols"]:
+                continue
+        elif n["kind"] in ("col", "group"):
+            n = {**n, "nodes": _unsaid(n["nodes"], label)}
+            if not n["nodes"]:
+                continue
+        out.append(n)
+    return out
 
 
 # ---------------------------------------------------------------- the page's tree, as the class's blocks

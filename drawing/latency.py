@@ -37,15 +37,14 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
     fig.update_xaxes(range=[-0.6, max(steps, default=0) + 0.6])  # the prefill's bar at 0, nothing left of it
     ceiling, outliers = latency_ceiling(traces)
     fig.update_yaxes(title="ms (measured)", secondary_y=False, range=[0, ceiling])
-    if outliers:  # whiskers cut by the robust range: a mark where each leaves the chart, the times said once
-        fig.add_trace(go.Scatter(x=[s for s, _ in outliers], y=[ceiling * 0.985] * len(outliers), mode="markers",
-                                 marker=dict(symbol="triangle-up", size=9 * scale, color=INK_OUTLIER),
-                                 showlegend=False, hoverinfo="skip"))
+    if outliers:  # whiskers cut by the robust range: a mark where each leaves the chart, the times said once, as the
+        # mark's legend entry: the legend lays its words out apart from every tick and title (as a note inside the
+        # plot, "▲ cut: step 1: 29 ms" lay over the right axis's tick labels)
         worst = sorted(outliers, key=lambda o: -o[1])[:3]  # the three tallest, in step order
         listed = ", ".join(f"step {s_}: {ms:.0f} ms" for s_, ms in sorted(worst)) + (" …" if len(outliers) > 3 else "")
-        fig.add_annotation(x=1, xref="paper", y=ceiling, yref="y", xanchor="right", yanchor="top", showarrow=False,
-                           text=f"▲ cut: {listed}", font=dict(color=INK_OUTLIER, size=11 * scale),
-                           bgcolor="rgba(255,255,255,0.85)")
+        fig.add_trace(go.Scatter(x=[s for s, _ in outliers], y=[ceiling * 0.985] * len(outliers), mode="markers",
+                                 marker=dict(symbol="triangle-up", size=9 * scale, color=INK_OUTLIER),
+                                 name=f"cut: {listed}", hoverinfo="skip"))
     call = timing_callout(traces)
     if call is not None:
         inside = call["ttft_ms"] > 0.25 * ceiling  # on the prefill's own bar, or just above a short one
@@ -76,14 +75,15 @@ def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS) -
     from engine.measure.caveats import headline
 
     lines = wrap(headline(note), chars)
-    line_px = 10 * scale * 1.35
+    size = max(11.0, 10 * scale)  # never under 11 px, a phone's included
+    line_px = size * 1.35
     box_px = int(len(lines) * line_px + 10)
     below_axis = int(50 * scale)  # the x axis's tick labels and title
     margin = fig.layout.margin
     fig.update_layout(margin=dict(b=int((margin.b or 10) + box_px + below_axis)))
     fig.add_annotation(xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top", align="left",
                        yshift=-below_axis, showarrow=False, text="⚠ " + "<br>".join(lines),
-                       font=dict(size=10 * scale, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
+                       font=dict(size=size, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
                        bordercolor="#e0b040", borderwidth=1, borderpad=3)
 
 

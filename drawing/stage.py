@@ -398,14 +398,23 @@ def caption(t: StepTrace) -> str:
 
 
 def stage_heading(t: StepTrace) -> str:
-    """The stage's own first line, in words: what a phone shows above the picture, which opens at its newest
-    column and so past its left edge."""
+    """The stage's own first line, in words: what a phone shows above a picture that scrolls (a page with no
+    phone layout of its stage)."""
     return f"{PHASE_NAMES.get(t.phase, t.phase.capitalize())} · step {t.step} · cache {'on' if t.use_cache else 'off'}"
 
 
-def stage_html(svg: str, alt: str, heading: str | None = None) -> str:
+def stage_html(svg: str, alt: str, heading: str | None = None, phone: str | None = None) -> str:
     """The stage as an <img> of the SVG: a picture can run no script and fetch nothing, whatever it shows.
-    `heading`: its first line again as text, shown on a phone only (ui/style.py), where the picture scrolls."""
+
+    `phone`: the same pass laid out for a phone (drawing/stage_phone.py), a second <img> that ui/style.py shows
+    instead where the screen is a phone's (a <picture>'s data-URI srcset does not survive st.html's sanitizer); it
+    fits the screen whole, so nothing scrolls and no first line is repeated.
+    `heading`: without a phone layout, the picture's first line again as text, shown on a phone only (ui/style.py),
+    where the picture scrolls."""
+    if phone is not None:
+        return (f'<div class="dl-stage dl-stage-fits" data-testid="dl-stage">'
+                f'<img class="dl-stage-wide" alt="{escape(alt)}" src="{data_uri(svg)}"/>'
+                f'<img class="dl-stage-phone" alt="{escape(alt)}" src="{data_uri(phone)}"/></div>')
     head = f'<div class="dl-stage-head">{escape(heading)}</div>' if heading else ""
     return (f'{head}<div class="dl-stage" data-testid="dl-stage"><img alt="{escape(alt)}" '
             f'src="{data_uri(svg)}"/></div>')

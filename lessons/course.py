@@ -18,7 +18,7 @@ import streamlit as st
 
 from engine import Sampling, Stepper, compare
 from drawing.palette import axis_labels
-from drawing.stage import caption, stage_heading, stage_html, stage_svg
+from drawing.stage_phone import stage_pictures
 from engine.generate.batch import run_batch, same_as_alone
 from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces
@@ -184,9 +184,7 @@ def prompt_picker(key: str, default: int = 0) -> str:
 
 
 def show_stage(run: Stepper, step: int, layer: int = 0) -> None:
-    t = run.records[step]
-    svg = stage_svg(t, run.pieces(), run.prompt_len, layer=layer)
-    st.html(stage_html(svg, caption(t), heading=stage_heading(t)))
+    st.html(stage_pictures(run.records[step], run.pieces(), run.prompt_len, layer=layer))  # a phone's layout too
 
 
 def busy(traces) -> None:

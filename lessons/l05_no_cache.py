@@ -10,7 +10,7 @@ import streamlit as st
 from drawing.latency import work_per_step_figure
 from engine.measure import caveats, roofline
 from lessons.course import Course, show_stage
-from topics.race.measure import cache_rule, cache_rule_sentence, race_frame
+from topics.race.measure import RaceReport, cache_rule, cache_rule_sentence, race_frame
 from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.style import scale
@@ -56,7 +56,7 @@ def show(course: Course) -> None:
     if note:
         st.warning(note + " (Measured twice.)", icon=":material/speed:")
     with st.expander("What the cache saves on this device and on an H100, and why the work grows as n²"):
-        rule = cache_rule(race_frame(rep), sp["total_ratio"], device_roof(), roofline.h100())
+        rule = cache_rule(race_frame(RaceReport.of(rep)), sp["total_ratio"], device_roof(), roofline.h100())
         if rule:
             st.markdown(plain(cache_rule_sentence(rule)))
         st.markdown("Step *i* without the cache computes about *s + i* positions, so *n* steps cost about "

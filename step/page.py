@@ -17,7 +17,7 @@ from drawing.attention import hardest_look_back
 from drawing.first_draw import blank_figure
 from drawing.latency import traces_frame
 from drawing.palette import legend_html
-from drawing.stage import caption, stage_heading, stage_html, stage_svg
+from drawing.stage_phone import stage_pictures
 from drawing.views import VIEWS, StepContext
 from engine.links import MAX_PROMPT_CHARS, read_link
 from step.page_views import show_view
@@ -75,7 +75,9 @@ def show() -> None:
 
 
     def control_bar() -> None:
-        bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
+        # one row at 1280x720, the sidebar open too (presenter mode's larger text included): narrow gaps, and the
+        # prompt box gives up width first (ui/style.py: it shrinks to 9rem before the row would wrap)
+        bar = st.container(horizontal=True, vertical_alignment="bottom", gap="xsmall")
         bar.text_input("prompt", key="step_prompt",
                        persist_state="session", placeholder="Type a prompt, then Prefill (P)",
                        label_visibility="collapsed", width=250)
@@ -138,8 +140,7 @@ def show() -> None:
 
 
     def stage(c: StepContext, run: Stepper) -> None:
-        svg = stage_svg(c.t, list(c.pieces), run.prompt_len, layer=c.layer, head=c.head)
-        st.html(stage_html(svg, caption(c.t), heading=stage_heading(c.t)))
+        st.html(stage_pictures(c.t, list(c.pieces), run.prompt_len, layer=c.layer, head=c.head))  # a phone's too
         st.html(f'<div class="dl-text" data-testid="dl-text">{html.escape(c.text)}</div>')  # the text so far
 
 

@@ -144,14 +144,15 @@ def test_lesson_9_draws_its_lookahead_figure(server, browser):
 
 
 def _stage_svg(pg) -> str:
-    src = pg.locator("[data-testid='dl-stage'] img").first.get_attribute("src")
+    """The stage picture the browser shows (on a phone, the phone's layout of it)."""
+    src = pg.locator("[data-testid='dl-stage'] img:visible").get_attribute("src")
     return base64.b64decode(src.split("base64,", 1)[1]).decode()
 
 
 def test_on_a_phone_the_new_kv_column_and_the_next_token_are_on_screen_and_no_toolbar_covers_a_title(server, browser):
     pg = open_page(browser, server, *PHONE)
     stepped(pg, 2)
-    img = pg.locator("[data-testid='dl-stage'] img").first
+    img = pg.locator("[data-testid='dl-stage'] img:visible")
     box = img.bounding_box()
     svg = _stage_svg(pg)
     width = float(re.search(r'viewBox="0 0 ([\d.]+)', svg).group(1))

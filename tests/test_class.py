@@ -20,6 +20,7 @@ from classroom.lectures import MAX_FRAMES
 from classroom.poll import Refused as VoteRefused
 from classroom.poll import next_token_question, shape_question
 from classroom.publisher import Publisher
+from drawing.stage import stage_svg
 from engine import Stepper
 from tests.test_follow import KEY, classroom, key_set, ok  # noqa: F401 - key_set: a fixture
 
@@ -219,20 +220,34 @@ def test_a_server_hears_each_version_by_publish_subscribe_and_never_asks_on_a_ti
 
 
 def test_a_stream_starts_with_the_whole_state_then_gets_each_version_pushed(bundled_lm):
+    """The first event holds the whole state and the pictures of the lecturer's picks (layer 2, head 5, Attention),
+    each drawn from the lecturer's own run; the next version, with new picks (layer 3, head 1, Matmuls), pushes
+    those; the end of the class ends the stream."""
+    from drawing.views import VIEWS, StepContext, view_blocks
+    from classroom.frames import blocks_json
+
     room = Classroom(MemoryKV(), key=KEY)
     hub = Hub(room)
     lecture = room.start(KEY, "lect")
     room.join(lecture.code, "aaaa0000aaaa0000")
     pub = Publisher(room, lecture)
     s = run(bundled_lm, 1)
-    pub.update(s, 1, "Attention", 0, 0, {})
+    pub.update(s, 1, "Attention", 2, 5, {})
+
+    def lecturers(step: int, view: str, layer: int, head: int) -> tuple[str, str]:
+        """The stage and the view the lecturer's own run draws for these picks (a follower's: pictures for charts)."""
+        t = s.records[step]
+        c = StepContext(records=tuple(s.records[: step + 1]), ids=tuple(s.tokens), pieces=tuple(s.pieces()),
+                        prompt_len=s.prompt_len, prompt=s.prompt, spec=bundled_lm.spec, text="", layer=layer,
+                        head=head, pictures=True)
+        return stage_svg(t, s.pieces(), s.prompt_len, layer, head), blocks_json(view_blocks(view, c)).decode()
 
     async def follow():
         stream = hub.events(lecture.code, "aaaa0000aaaa0000")
         first = await stream.__anext__()
         assert room.followers(lecture.code) == 1
         s.decode()
-        await asyncio.get_running_loop().run_in_executor(None, pub.update, s, 2, "Attention", 0, 0, {})
+        await asyncio.get_running_loop().run_in_executor(None, pub.update, s, 2, "Matmuls", 3, 1, {})
         second = await asyncio.wait_for(stream.__anext__(), 5)
         room.end(lecture)
         third = await asyncio.wait_for(stream.__anext__(), 5)
@@ -242,23 +257,33 @@ def test_a_stream_starts_with_the_whole_state_then_gets_each_version_pushed(bund
     first, second, third = asyncio.run(follow())
     one = json.loads(first.split(b"data: ", 1)[1])
     assert one["frame"]["at"] == 1 and one["timeline"] == [[f"{pub._run}:1", "step 1 (decode)"]]
-    assert set(one["parts"]) == {f"p/{pub._run}/1/stage/0/0", f"p/{pub._run}/1/view/0/0"}  # built here, once
+    assert one["picks"] == {"view": "Attention", "layer": 2, "head": 5}
+    stage, view = f"p/{pub._run}/1/stage/2/5", f"p/{pub._run}/1/view/{VIEWS.index('Attention')}/2"
+    assert set(one["parts"]) == {stage, view}  # built here, once, for the lecturer's picks
+    assert (one["parts"][stage], one["parts"][view]) == lecturers(1, "Attention", 2, 5)
+    assert one["parts"][stage] != lecturers(1, "Attention", 0, 0)[0]  # not what layer 0, head 0 would draw
     two = json.loads(second.split(b"data: ", 1)[1])
     assert two["v"] == one["v"] + 1 and two["frame"]["at"] == 2 and two["entry"][0] == f"{pub._run}:2"
+    stage, view = f"p/{pub._run}/2/stage/3/1", f"p/{pub._run}/2/view/{VIEWS.index('Matmuls')}/3"
+    assert set(two["parts"]) == {stage, view}
+    assert (two["parts"][stage], two["parts"][view]) == lecturers(2, "Matmuls", 3, 1)
     assert third == END
 
 
 def test_a_picture_asked_for_by_many_followers_at_once_is_built_once(bundled_lm, monkeypatch):
+    """Thirty followers ask for layer 2, head 3's stage at once (not the lecturer's picks): one build, the same bytes
+    for all, and they are that layer and head's picture of the lecturer's step."""
     import classroom.hub as hub_module
 
     room = Classroom(MemoryKV(), key=KEY)
     hub = Hub(room)
     lecture = room.start(KEY, "lect")
     pub = Publisher(room, lecture)
-    pub.update(run(bundled_lm, 1), 1, "Attention", 0, 0, {})
+    s = run(bundled_lm, 1)
+    pub.update(s, 1, "Attention", 1, 6, {})
     built = []
     real = hub_module.stage_part
-    monkeypatch.setattr(hub_module, "stage_part", lambda *a: built.append(a) or (time.sleep(0.2), real(*a))[1])
+    monkeypatch.setattr(hub_module, "stage_part", lambda *a, **k: built.append(a) or (time.sleep(0.2), real(*a, **k))[1])
     path = f"p/{pub._run}/1/stage/2/3"
     got = []
     threads = [threading.Thread(target=lambda: got.append(hub.part(lecture.code, path))) for _ in range(30)]
@@ -266,7 +291,9 @@ def test_a_picture_asked_for_by_many_followers_at_once_is_built_once(bundled_lm,
         t.start()
     for t in threads:
         t.join()
-    assert len(built) == 1 and len(set(got)) == 1 and got[0].startswith(b"<svg")
+    assert len(built) == 1 and len(got) == 30 and len(set(got)) == 1
+    assert got[0].decode() == stage_svg(s.records[1], s.pieces(), s.prompt_len, 2, 3)  # that layer and head
+    assert 'data-layer="2" data-open="1"' in got[0].decode() and "head 3 (reads kv_head 0)" in got[0].decode()
 
 
 # ---------------------------------------------------------------- the routes a follower's page uses
@@ -707,3 +734,199 @@ def test_the_lecturers_end_class_button_ends_every_students_stream(key_set):
         streams.close()
     assert "follow_lead" not in lect.session_state and room.version(code) is None
     assert lect.button(key="follow_start")  # the panel offers a new class again
+
+
+# ---------------------------------------------------------------- a fork finds its way back to the class
+
+
+def forked_student(room, lecture, lm, at: int = 1):
+    """A student who opened the class's link and pressed Fork on step `at` of the lecturer's run (AppTest), the run
+    published as the lecturer's step page publishes it: (the student's session, the lecturer's run)."""
+    from engine.links import make_link
+    from tests.test_follow import follower
+    from ui import model
+
+    s = run(lm, at)
+    fork = {**make_link({"model": model.POLICY.offered[0], "rule": "greedy", "max_new_tokens": 20, "cache": "on"}),
+            "prompt": s.prompt, "device": "auto", "dtype": "auto"}
+    Publisher(room, lecture).update(s, at, "Attention", 0, 0, fork)
+    student = follower(lecture.code)
+    student.session_state["follow_fork"] = {"run": room.read(lecture.code).run, "at": at}  # the live view's Fork
+    return ok(student.run()), s
+
+
+def back_links(at) -> list:
+    """The page's links back to the class: (label, the page they open, their query string)."""
+    links = [e.proto for e in at.get("page_link")]
+    return [(p.label, p.page, p.query_string) for p in links if "Back to the class" in p.label]
+
+
+def test_a_forked_page_links_back_to_the_lecturers_live_step_until_the_class_ends(key_set, bundled_lm):
+    """A student who forked carried on alone for good: no way back but typing the code again. Every page they open
+    now says "Back to the class" and opens the class's follow link (the live view, at the lecturer's newest step);
+    once they are back, or the class has ended, the link is gone."""
+    from urllib.parse import parse_qs
+
+    from tests.test_follow import live_view
+    from ui.apptest import app_test, page
+
+    room = key_set.classroom()
+    lecture = room.start(KEY, "lect")
+    student, _ = forked_student(room, lecture, bundled_lm)
+    assert "step_run" in student.session_state  # forked: the step page, the student's own run
+    (label, target, query), = back_links(student)
+    assert label.startswith(f"Back to the class {lecture.code}") and target == "follow"
+    assert parse_qs(query) == {"follow": [lecture.code]}
+    ok(student.switch_page(page("lessons")).run())  # on any page the student opens
+    assert [q for _, _, q in back_links(student)] == [query]
+
+    copied = app_test()  # the link, opened (a click, or copied into another tab): the class's live view
+    copied.query_params.update({k: v[0] for k, v in parse_qs(query).items()})
+    ok(copied.run())
+    assert live_view(copied)["code"] == lecture.code and not back_links(copied)
+
+    student.query_params.update({k: v[0] for k, v in parse_qs(query).items()})  # the student clicks it
+    ok(student.switch_page(page("follow")).run())
+    assert live_view(student)["code"] == lecture.code and room.is_follower(lecture.code, live_view(student)["who"])
+    ok(student.switch_page(page("step_through")).run())
+    assert back_links(student) == []  # back with the class: nothing to go back to
+
+
+def test_a_forked_page_has_no_way_back_to_a_class_that_has_ended(key_set, bundled_lm):
+    room = key_set.classroom()
+    lecture = room.start(KEY, "lect")
+    student, _ = forked_student(room, lecture, bundled_lm)
+    assert back_links(student)
+    room.end(lecture)
+    ok(student.run())
+    assert back_links(student) == []
+
+
+# ---------------------------------------------------------------- the class's link: the address the lecturer used
+
+
+@pytest.mark.parametrize("headers, browser, public, base, link", [
+    ({"Host": "10.0.0.5:8501"}, "http://10.0.0.5:8501/", "", "", "http://10.0.0.5:8501"),
+    ({}, "http://lab.example.edu/decode/lessons", "", "decode", "http://lab.example.edu/decode"),  # no headers: the bar
+    ({"Host": "127.0.0.1:8501", "X-Forwarded-Host": "lab.example.edu", "X-Forwarded-Proto": "https"},
+     "https://lab.example.edu/", "", "/decode/", "https://lab.example.edu/decode"),  # behind a proxy that says so
+    ({"Host": "127.0.0.1:8501"}, "https://lab.example.edu/", "", "", "https://lab.example.edu"),  # one that does not
+    ({"Host": "localhost:8501"}, "http://localhost:8501/", "http://10.0.0.5:8501/", "", "http://10.0.0.5:8501"),
+    ({"Host": "localhost:8501"}, "http://localhost:8501/", "", "", "http://localhost:8501"),
+    ({"Host": 'x"><script>'}, None, "", "", ""),  # not a host: no address at all rather than markup
+    ({}, None, "", "", ""),
+])
+def test_the_class_address_is_the_public_setting_else_the_host_the_lecturers_request_named(headers, browser, public,
+                                                                                           base, link):
+    from classroom.page import class_address
+
+    assert class_address(public, headers, browser, base) == link
+
+
+def lecturer_link(monkeypatch, url: str | None, public: str | None = None, base: str = ""):
+    """The sidebar of a lecturer whose browser shows `url`, once a class is started: (the link, its captions)."""
+    from streamlit import config
+
+    from ui.apptest import app_test
+
+    monkeypatch.setenv("DECODE_LAB_LECTURER_KEY", KEY)
+    if public is None:
+        monkeypatch.delenv("DECODE_LAB_PUBLIC_URL", raising=False)
+    else:
+        monkeypatch.setenv("DECODE_LAB_PUBLIC_URL", public)
+    old = config.get_option("server.baseUrlPath")
+    config.set_option("server.baseUrlPath", base)
+    try:
+        at = app_test()
+        if url:
+            at.context = {"url": url}
+        ok(at.run())
+        at.sidebar.text_input(key="follow_key").input(KEY)
+        ok(at.button(key="follow_start").click().run())
+    finally:
+        config.set_option("server.baseUrlPath", old)
+    code = at.session_state["follow_lead"].code
+    (link,) = [c.value for c in at.sidebar.code if f"follow={code}" in c.value]
+    return link, code, " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_a_lecturer_behind_a_path_gets_a_class_link_that_keeps_it_and_no_warning(key_set, monkeypatch):
+    """The link kept the host and dropped the server's path (http://lab.example.edu/?follow=...: not the app)."""
+    link, code, said = lecturer_link(monkeypatch, "http://lab.example.edu/decode/", base="decode")
+    assert link == f"http://lab.example.edu/decode/?follow={code}"
+    assert "only works on this machine" not in said
+
+
+def test_the_class_link_says_localhost_only_with_a_warning_and_the_setting_replaces_it(key_set, monkeypatch):
+    link, code, said = lecturer_link(monkeypatch, "http://localhost:8501/")
+    assert link == f"http://localhost:8501/?follow={code}" and "only works on this machine" in said
+    key_set.reset()
+    link, code, said = lecturer_link(monkeypatch, "http://localhost:8501/", public="http://10.0.0.5:8501")
+    assert link == f"http://10.0.0.5:8501/?follow={code}" and "only works on this machine" not in said
+    key_set.reset()
+    link, code, said = lecturer_link(monkeypatch, None)  # no address known at all: never a bare path without a word
+    assert link == f"/?follow={code}" and "only works on this machine" in said
+
+
+# ---------------------------------------------------------------- the class's pictures are the lecturer's own
+
+
+def lecturer_on(layer: int, head: int, view: str = "Attention"):
+    """A lecturer's step page (AppTest) leading a class, prefilled and one Next token on, showing `layer`, `head` and
+    `view`: (the session, the class's code)."""
+    at, code = lecturer_at_prefill()
+    at.session_state["step_layer"], at.session_state["step_head"], at.session_state["step_view"] = layer, head, view
+    ok(at.button(key="step_btn_next").click().run())
+    return at, code
+
+
+def lecturers_stage(at) -> tuple[str, str]:
+    """The stage on the lecturer's own page: (the wide picture's SVG, the phone's), as the <img>s hold them."""
+    import base64
+    import re as re_
+
+    body = next(h.proto.body for h in at.get("html") if 'data-testid="dl-stage"' in h.proto.body)
+    wide, phone = re_.findall(r"base64,([A-Za-z0-9+/=]+)", body)
+    return base64.b64decode(wide).decode(), base64.b64decode(phone).decode()
+
+
+def printed_weights(svg: str) -> list[float]:
+    import re as re_
+
+    return [float("0" + v) for v in re_.findall(r">(\.\d\d|1\.00)</text>", svg)]
+
+
+def test_a_followers_pictures_are_the_lecturers_own_at_the_layer_and_head_the_lecturer_picked(key_set):
+    """Publishing was tested at layer 0 and head 0 only, where a picture built for the wrong layer or head looks
+    right. The lecturer shows layer 2, head 5: the stage a follower is pushed (and the phone's, fetched) is the
+    lecturer's own picture, byte for byte, and the attention view prints the weights of the lecturer's own chart."""
+    import base64
+    import re as re_
+
+    from drawing.views import VIEWS
+
+    at, code = lecturer_on(2, 5)
+    wide, phone = lecturers_stage(at)
+    assert 'data-layer="2" data-open="1"' in wide and "head 5 (reads kv_head 1)" in wide  # what the lecturer sees
+    room, hub = key_set.classroom(), key_set.hub()
+    room.join(code, "aaaa0000aaaa0000")
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])  # what every follower's stream is sent
+    run_id, step = event["frame"]["run"], event["frame"]["at"]
+    stage_path, view_path = f"p/{run_id}/{step}/stage/2/5", f"p/{run_id}/{step}/view/{VIEWS.index('Attention')}/2"
+    assert set(event["parts"]) == {stage_path, view_path}
+    assert event["parts"][stage_path] == wide  # the lecturer's own stage
+    assert hub.part(code, f"p/{run_id}/{step}/phone/2/5").decode() == phone  # a phone's, fetched: the lecturer's too
+    import numpy as np
+
+    def values(z) -> np.ndarray:  # plotly's typed array, or a list
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]) if isinstance(z, dict) else \
+            np.asarray(z, dtype=float).flatten()
+
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "heatmap" in c.proto.spec)
+    assert chart["layout"]["title"]["text"].startswith("layer 2, every head")  # the lecturer's chart, layer 2
+    lecturers = [float(w) for tr in chart["data"] if tr["type"] == "heatmap" for w in values(tr["z"])
+                 if not np.isnan(w)]  # every head's weight for the newest query (the masked layer is all NaN)
+    view = json.loads(event["parts"][view_path])["blocks"][0]["html"]
+    heads = base64.b64decode(re_.search(r"base64,([A-Za-z0-9+/=]+)", view).group(1)).decode()
+    assert "layer 2, every head" in heads
+    assert printed_weights(heads) == pytest.approx(lecturers, abs=0.006)

@@ -99,15 +99,15 @@ def test_transformers_recipe_is_timed_beside_it_and_says_whether_it_compiled(bun
 def test_the_lean_race_is_exact_says_which_path_ran_and_draws_like_a_race(bundled_lm):
     report = race.lean_compare(bundled_lm, "Once upon a time", 24)
     readable = compare(bundled_lm, "Once upon a time", 24, stop_on_eos=False)
-    assert report["identical"] and report["tokens"]["cache"] == readable["tokens"]["cache"]
-    assert report["how"] == {"cache": "static cache + SDPA, not compiled",
-                             "nocache": "no cache, every position again, SDPA, not compiled"}
-    assert set(readable) <= set(report) and report["max_logit_diff"] < 1e-3
+    assert report.identical and list(report.tokens["cache"]) == readable["tokens"]["cache"]
+    assert report.how == {"cache": "static cache + SDPA, not compiled",
+                          "nocache": "no cache, every position again, SDPA, not compiled"}
+    assert set(readable) - {"steppers"} <= set(report.to_dict()) and report.max_logit_diff < 1e-3
     df = race.race_frame(report)
     s = len(bundled_lm.tokenizer("Once upon a time")["input_ids"])
     assert list(df[df["mode"] == "nocache"]["q_len"])[:4] == [s, s + 1, s + 2, s + 3]  # every position again
     assert set(df[(df["mode"] == "cache") & (df["phase"] == "decode")]["q_len"]) == {1}
-    assert race.summary(report, df)["identical"]
+    assert race.summary(report, df).identical
 
 
 def test_a_16_bit_race_explains_why_its_tokens_may_part_and_fp32_says_nothing():

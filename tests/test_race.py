@@ -22,12 +22,16 @@ def test_growth_exponent_recovers_linear_and_quadratic():
 
 
 def test_race_frame_has_one_row_per_step_per_mode(tiny_lm):
-    rep = compare(tiny_lm, "Once upon a time", new_tokens=8, stop_on_eos=False)
+    rep = race.RaceReport.of(compare(tiny_lm, "Once upon a time", new_tokens=8, stop_on_eos=False))
     df = race.race_frame(rep)
     assert len(df) == 16 and set(df["mode"]) == {"cache", "nocache"}
     assert (df[df["phase"] == "prefill"]["latency_ms"] > 0).all()  # prefill is timed, not recorded as zero
     s = race.summary(rep, df)
-    assert s["identical"] and s["nocache_flops_exponent"] > s["cache_flops_exponent"]
+    assert s.identical and s.nocache_flops_exponent > s.cache_flops_exponent
+    for mode in ("cache", "nocache"):  # the totals said are the sums of the table's decode rows
+        decode = df[(df["mode"] == mode) & (df["phase"] == "decode")]["latency_ms"].sum()
+        assert getattr(s.speedup, f"{mode}_total_ms") == pytest.approx(decode, abs=1e-3)
+    assert json.loads(json.dumps(s.to_dict()))["identical"] is True  # the JSON edge
 
 
 def test_what_the_cache_saves_is_said_three_ways_from_the_race_itself(bundled_lm):
@@ -38,28 +42,33 @@ def test_what_the_cache_saves_is_said_three_ways_from_the_race_itself(bundled_lm
 
     from engine.measure import roofline
 
-    rep = compare(bundled_lm, "Once upon a time", new_tokens=24, stop_on_eos=False)
+    rep = race.RaceReport.of(compare(bundled_lm, "Once upon a time", new_tokens=24, stop_on_eos=False))
     df = race.race_frame(rep)
     here = roofline.DeviceRoof("cpu", 1.5e11, 2.5e10, True, ((16 * 2**20, 2.5e10), (1024 * 2**20, 1.2e10)))
     h100 = roofline.h100()
-    rule = race.cache_rule(df, rep["speedup"]["total_ratio"], here, h100)
+    rule = race.cache_rule(df, rep.speedup.total_ratio, here, h100)
     on = df[(df["mode"] == "cache") & (df["phase"] == "decode")]
     off = df[(df["mode"] == "nocache") & (df["phase"] == "decode")]
     ridge = 1.5e11 / 1.2e10 * 4 / 2  # the one ridge in rows: peak over DRAM's rate (the last probed), fp32
-    assert rule["ridge_here"] == pytest.approx(ridge) and rule["ridge_gpu"] == pytest.approx(h100.ridge_tokens)
-    assert rule["rule_here"] == pytest.approx(sum(max(1, n / ridge) for n in off["q_len"]) / len(off))
-    assert rule["rule_gpu"] == 1.0  # every step here is far below an H100's ridge in tokens
+    assert rule.ridge_here == pytest.approx(ridge) and rule.ridge_gpu == pytest.approx(h100.ridge_tokens)
+    assert rule.rule_here == pytest.approx(sum(max(1, n / ridge) for n in off["q_len"]) / len(off))
+    assert rule.rule_gpu == 1.0  # every step here is far below an H100's ridge in tokens
     said = race.cache_rule_sentence(rule)
     m = re.search(r"over these (\d+)–(\d+)-position steps: ×(\d+) in arithmetic \(FLOP estimates\), ×([\d.]+) measured "
-                  r"here\. .* max\(1, n / R\) .* Here R ≈ (\d+) tokens \(fp32\), so the rule gives ×([\d.]+); on an "
+                  r"here\. .* max\(1, n / R\) .* Here R ≈ (\d+) tokens \(fp32\), so the rule gives ×([\d.]+)(?: where [^;]+)?; on an "
                   r"NVIDIA H100 SXM at batch 1, R ≈ (\d+) tokens \(bf16\) and it predicts ×([\d.]+): there the cache "
                   r"would save little time", said)
     assert m, said
     assert (int(m.group(1)), int(m.group(2))) == (off["q_len"].min(), off["q_len"].max())
     assert int(m.group(3)) == round(off["flops_estimate"].sum() / on["flops_estimate"].sum())
-    assert float(m.group(4)) == round(rep["speedup"]["total_ratio"], 1)
-    assert int(m.group(5)) == round(ridge) and float(m.group(6)) == round(rule["rule_here"], 1)
+    assert float(m.group(4)) == round(rep.speedup.total_ratio, 1)
+    assert int(m.group(5)) == round(ridge) and float(m.group(6)) == round(rule.rule_here, 1)
     assert int(m.group(7)) == round(h100.ridge_tokens) and float(m.group(8)) == 1.0
+    far = not 0.5 <= rep.speedup.total_ratio / rule.rule_here <= 2
+    # where the rule and the measurement part, the sentence says why: the cached step's own verdict
+    assert ("the rule does not reach a model this small" in said) == (far and rule.cached_kind == "overhead-bound")
+    if far and rule.cached_kind == "overhead-bound":
+        assert rule.cached_label in said
 
 
 def test_sweep_reports_medians_for_both_modes(tiny_lm):
@@ -78,12 +87,13 @@ def test_a_20_token_race_on_the_bundled_model():
     assert any("Identical tokens" in s.value and "same 20 tokens" in s.value for s in at.success)
     assert len(at.get("download_button")) == 1
     # the CSV offered for download: one row per forward pass per mode (prefill chose token 1, 19 decode steps)
-    df = pd.read_csv(io.StringIO(at.session_state["race_result"]["df"].to_csv(index=False)))
+    result = at.session_state["race_result"]
+    df = pd.read_csv(io.StringIO(result.df.to_csv(index=False)))
     assert len(df) == 40
     assert len(df[df["phase"] == "prefill"]) == 2 and (df[df["phase"] == "prefill"]["latency_ms"] > 0).all()
-    said = race.cache_rule_sentence(at.session_state["race_result"]["rule"])  # the rule, beside the measured ratio
+    said = race.cache_rule_sentence(result.rule)  # the rule, beside the measured ratio
     assert any(m.value.replace("\\", "") == said for m in at.markdown)
-    assert f"×{at.session_state['race_result']['summary']['total_ratio']:.1f} measured here" in said
+    assert f"×{result.summary.speedup.total_ratio:.1f} measured here" in said
 
 
 def measured(cache_ms: list[float], nocache_ms: list[float]) -> pd.DataFrame:
@@ -103,45 +113,45 @@ def test_playback_finishes_the_cached_run_first_in_proportion_to_the_measured_to
     finished, the other shows exactly the tokens it had made by then (10), and is not finished."""
     df = measured([2.0] + [1.0] * 29, [2.0] + [3.0] * 29)
     total = race.progress_at(df, float("inf"))
-    assert (total["cache"]["total_ms"], total["nocache"]["total_ms"]) == (31.0, 89.0)
+    assert (total.cache.total_ms, total.nocache.total_ms) == (31.0, 89.0)
     state = race.progress_at(df, 31.0)
-    assert state["cache"] == {"tokens": 30, "total": 30, "finished": True, "total_ms": 31.0}
-    assert state["nocache"]["tokens"] == 10 and not state["nocache"]["finished"]  # 2 + 3 x 9 = 29 <= 31 < 32
-    assert race.progress_at(df, 1.9)["cache"]["tokens"] == 0  # a token counts once the pass that chose it is done
+    assert state.cache == race.Lane(tokens=30, total=30, finished=True, total_ms=31.0)
+    assert state.nocache.tokens == 10 and not state.nocache.finished  # 2 + 3 x 9 = 29 <= 31 < 32
+    assert race.progress_at(df, 1.9).cache.tokens == 0  # a token counts once the pass that chose it is done
     # the playback follows the measurement, not the lesson: a busy machine that slowed the cached run shows it last
     flipped = race.progress_at(measured([2.0] + [3.0] * 29, [2.0] + [1.0] * 29), 31.0)
-    assert flipped["nocache"]["finished"] and flipped["cache"]["tokens"] == 10
+    assert flipped.nocache.finished and flipped.cache.tokens == 10
 
 
 def test_the_playback_of_a_real_race_ends_at_each_runs_own_measured_total(tiny_lm):
-    rep = compare(tiny_lm, "Once upon a time", new_tokens=12, stop_on_eos=False)
+    rep = race.RaceReport.of(compare(tiny_lm, "Once upon a time", new_tokens=12, stop_on_eos=False))
     df = race.race_frame(rep)
     total = race.progress_at(df, float("inf"))
     for mode in race_draw.MODES:
-        times = [t.latency_ms for t in rep["steppers"][mode].records]
-        assert total[mode]["total_ms"] == pytest.approx(sum(times), abs=1e-3) and total[mode]["finished"]
+        times = [t.latency_ms for t in rep.runs[mode].records]
+        assert total.of(mode).total_ms == pytest.approx(sum(times), abs=1e-3) and total.of(mode).finished
         cumulative = list(df[df["mode"] == mode]["cumulative_ms"])  # rounded to 0.1 µs, as the CSV has it
-        half = race.progress_at(df, cumulative[5])[mode]
-        assert half["tokens"] == 6 and not half["finished"]
+        half = race.progress_at(df, cumulative[5]).of(mode)
+        assert half.tokens == 6 and not half.finished
 
 
 def test_the_headline_never_claims_more_than_the_fit():
     n = list(range(1, 80))
     linear, steeper = [5 * x for x in n], [5 * x + 0.01 * x * x for x in n]
     fit = race.growth_fit
-    words = race.headline({"cache_fit": fit(n, linear), "nocache_fit": fit(n, steeper)})
+    words = race.headline(race.Growth(fit(n, linear), fit(n, steeper)))
     assert "n^1.00 with the cache" in words and "Without the cache it measurably grows faster." in words
     assert "cannot be told apart" not in words and "against the lesson" not in words
-    flat = race.headline({"cache_fit": fit(n, linear), "nocache_fit": fit(n, linear)})
+    flat = race.headline(race.Growth(fit(n, linear), fit(n, linear)))
     assert "cannot be told apart" in flat and "faster" not in flat
     # a busy server can make the cached run's time grow faster, with ranges that do not overlap: said as measured,
     # never "cannot be told apart" (they can) nor "without the cache it grows faster" (it did not)
-    backwards = race.headline({"cache_fit": fit(n, steeper), "nocache_fit": fit(n, linear)})
+    backwards = race.headline(race.Growth(fit(n, steeper), fit(n, linear)))
     assert "cached run's time grew measurably faster, against the lesson" in backwards
     assert "cannot be told apart" not in backwards and "Without the cache it measurably grows faster" not in backwards
-    k, lo, hi = race.growth_fit(n, [x**1.5 for x in n])
-    assert abs(k - 1.5) < 1e-9 and lo <= k <= hi
-    assert race.headline({"cache_fit": None, "nocache_fit": fit(n, linear)}) == "Too few steps to fit a growth rate."
+    f = race.growth_fit(n, [x**1.5 for x in n])
+    assert abs(f.k - 1.5) < 1e-9 and f.low <= f.k <= f.high
+    assert race.headline(race.Growth(None, fit(n, linear))) == "Too few steps to fit a growth rate."
 
 
 @pytest.mark.slow

@@ -452,6 +452,52 @@ def sat_out_during_the_long_prompt_only() -> None:
         return replace(stall, sat_out={rid: v for rid, v in kept.items() if v})
 
     measure.decode_stall = mutant
+# ---- class
+
+
+def class_picture_at_layer_zero() -> None:
+    """A follower's stage is built for layer 0, whatever layer the lecturer picked (the phone's layout too)."""
+    import classroom.hub as hub
+
+    real = hub.stage_part
+    hub.stage_part = lambda shared, at, layer, head, phone=False: real(shared, at, 0, head, phone)
+
+
+def class_told_head_zero() -> None:
+    """The class is told head 0 (its pictures drawn for it), whatever head the lecturer's stage draws."""
+    from classroom.publisher import Publisher
+
+    update = Publisher.update
+    Publisher.update = lambda self, s, at, view, layer, head, fork, hold=None: update(self, s, at, view, layer, 0,
+                                                                                      fork, hold)
+
+
+def link_drops_zeros() -> None:
+    """A link leaves out every zero (seed 0, top-k 0, temperature 0, step 0, layer 0, an empty stop list): opened,
+    the defaults come back instead of the values on screen."""
+    from engine import links as engine_links
+    from ui import links as ui_links
+
+    make = engine_links.make_link
+
+    def dropping(settings: dict) -> dict:
+        return make({k: v for k, v in settings.items() if v not in (0, "")})
+
+    engine_links.make_link = ui_links.make_link = dropping
+
+
+def fork_without_a_way_back() -> None:
+    """A forked page has no link back to the class: the student can return only by typing the code again."""
+    import classroom.page
+
+    classroom.page.back_to_class = lambda follow_page: None
+
+
+CLASS_PICTURE_TESTS = [
+    "tests/test_class.py::test_a_followers_pictures_are_the_lecturers_own_at_the_layer_and_head_the_lecturer_picked",
+    "tests/test_class.py::test_a_stream_starts_with_the_whole_state_then_gets_each_version_pushed",
+    "tests/test_class.py::test_a_picture_asked_for_by_many_followers_at_once_is_built_once",
+]
 
 
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
@@ -531,6 +577,12 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_serving.py::test_a_batch_timed_faster_than_a_smaller_one_is_timed_again_and_flagged_if_it_stays_so"]),
     "sat-out-during-the-long-prompt-only": (sat_out_during_the_long_prompt_only, [
         "tests/test_serving_page.py::test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records"]),
+    # class
+    "class-picture-layer-0": (class_picture_at_layer_zero, CLASS_PICTURE_TESTS),
+    "class-told-head-0": (class_told_head_zero, CLASS_PICTURE_TESTS[:2]),
+    "link-drops-zeros": (link_drops_zeros, ["tests/test_links.py"]),
+    "fork-without-way-back": (fork_without_a_way_back, [
+        "tests/test_class.py::test_a_forked_page_links_back_to_the_lecturers_live_step_until_the_class_ends"]),
 }
 
 

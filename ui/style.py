@@ -20,11 +20,17 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 [data-testid="stTable"] td, [data-testid="stTable"] th { white-space: normal !important; overflow-wrap: anywhere; }
 [data-testid="stCaptionContainer"] { opacity: 1; color: #4d4d4d; }  /* Streamlit draws a caption at 60 % opacity,
                                                                     which fades on a projector: grey, but read */
+.st-key-step_prompt { flex: 1 1 8rem !important; width: auto !important; max-width: 250px; }  /* the control bar
+                                    stays one row (step/page.py): the prompt box gives up width before the row wraps */
+[data-testid="stSidebar"][data-collapsed="false"] [data-testid="stPageLink-NavLink"] :is(span, p) {  /* a page's name
+  wraps in the open sidebar, never cut (folded away, it keeps one line: it has no width to wrap in) */
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
 .st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
 .st-key-dl_keys_back { display: none; }      /* a script with nothing to show: see keys_back */
 .dl-stage-head { display: none; }            /* the stage's first line again, in words: a phone's only (below) */
+.dl-stage img.dl-stage-phone { display: none; }  /* the stage laid out for a phone: a phone's only (below) */
 @media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
   .dl-stage img, .dl-stage > svg { min-width: 520px; direction: ltr; }  /* it scrolls sideways; text stays legible */
   .dl-stage {                                  /* ...and opens at its right end, the step's point: the new K/V column */
@@ -33,8 +39,14 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
       radial-gradient(farthest-side at 0% 50%, rgba(0,0,0,.22), rgba(0,0,0,0)) left / 12px 100% no-repeat scroll;
   }
   .dl-stage-head { display: block !important; font-weight: 700; font-size: 0.95rem; }  /* its first line, whole */
+  .dl-stage.dl-stage-fits { direction: ltr; background: none; overflow-x: visible; }  /* a stage with a phone layout
+                                               (drawing/stage_phone.py) shows it whole: title, layers, newest column */
+  .dl-stage.dl-stage-fits img { min-width: 0; }
+  .dl-stage.dl-stage-fits img.dl-stage-wide { display: none; }
+  .dl-stage.dl-stage-fits img.dl-stage-phone { display: block; }
   .modebar-container, [data-testid="stElementToolbar"] { display: none !important; }  /* never over a chart's title */
-  .katex-display { font-size: 0.8em; }         /* a formula fits the width instead of running off it */
+  .katex-display { font-size: 0.82em; }        /* a formula fits the width instead of running off it, its
+                                                  subscripts still 11 px */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
   .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage */
   .dl-serve .dl-stage img { min-width: var(--dl-phone-width, 0); }  /* a serving picture keeps its smallest text

@@ -13,11 +13,11 @@ readable path there is launch-bound and would hide what the cache saves; its rep
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-
-from dataclasses import dataclass
 
 from engine.forward.run import Timing
 from engine.generate.compare import compare, race_report
@@ -39,10 +39,174 @@ def precision_note(dtype_name: str) -> str | None:
 
 
 
-def race_frame(report: dict) -> pd.DataFrame:
+# ---------------------------------------------------------------- the records a race crosses the page in
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """Cache-off time over cache-on time, over the decode steps (engine.generate.compare.speedup); None without one."""
+
+    median_ratio: float | None  # the median decode step's
+    total_ratio: float | None  # the whole decode's
+    cache_total_ms: float
+    nocache_total_ms: float
+
+
+@dataclass(frozen=True)
+class RaceReport:
+    """What one race measured: both runs, whether they chose the same tokens, and what the cache saved.
+
+    `runs` holds each mode's run (a Stepper, or a LeanRun: its records, generated_ids and generated_text) until the
+    page has summarised them (`without_runs`); everything else is figures and words."""
+
+    identical: bool
+    first_divergence_step: int | None
+    max_logit_diff: float
+    tokens: Mapping[str, tuple[int, ...]]  # mode -> the ids it chose
+    text: Mapping[str, str]  # mode -> its generated text
+    stop_reason: Mapping[str, str | None]
+    latency_ms: Mapping[str, tuple[float, ...]]  # mode -> each pass's time, as measured
+    phase: tuple[str, ...]  # each pass's phase: prefill, then decode
+    speedup: Speedup
+    runs: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    how: Mapping[str, str] | None = None  # the lean path: what ran in each mode
+    compile_ms: Mapping[str, Mapping[str, float]] | None = None  # the lean path: compiling, never in a step's time
+    at: str = ""  # a rung: whose shape, which weights
+    dtype: str | None = None  # a rung's dtype (None: the model's own)
+
+    @classmethod
+    def of(cls, report: dict, **extra) -> RaceReport:
+        """engine.generate.compare's report (its `race_report`) as a record; `extra`: how, compile_ms, at, dtype."""
+        return cls(identical=bool(report["identical"]), first_divergence_step=report["first_divergence_step"],
+                   max_logit_diff=float(report["max_logit_diff"]),
+                   tokens={m: tuple(ids) for m, ids in report["tokens"].items()}, text=dict(report["text"]),
+                   stop_reason=dict(report["stop_reason"]),
+                   latency_ms={m: tuple(v) for m, v in report["latency_ms"].items()}, phase=tuple(report["phase"]),
+                   speedup=Speedup(**report["speedup"]),
+                   runs=report.get("steppers"), **extra)
+
+    def without_runs(self) -> RaceReport:
+        """The same figures, the runs' traces let go (the race table keeps what the page needs of them)."""
+        return replace(self, runs=None)
+
+    def to_dict(self) -> dict:
+        """The JSON edge: engine.generate.compare's report keys (less the runs), and the lean path's where it ran."""
+        out = {"identical": self.identical, "first_divergence_step": self.first_divergence_step,
+               "max_logit_diff": self.max_logit_diff, "tokens": {m: list(v) for m, v in self.tokens.items()},
+               "text": dict(self.text), "stop_reason": dict(self.stop_reason),
+               "latency_ms": {m: list(v) for m, v in self.latency_ms.items()}, "phase": list(self.phase),
+               "speedup": vars(self.speedup).copy()}
+        for name in ("how", "compile_ms", "at", "dtype"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        return out
+
+
+@dataclass(frozen=True)
+class GrowthFit:
+    """k in time ~ n^k, fitted in log-log space, and its 95 % range (± 1.96 standard errors of the slope)."""
+
+    k: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How each run's total decode time grew with the steps (None: too few steps to fit)."""
+
+    cache: GrowthFit | None
+    nocache: GrowthFit | None
+
+
+@dataclass(frozen=True)
+class RaceSummary:
+    """The race's proof and figures as the page says them: same tokens?, the speed-up, prefill apart, the growth."""
+
+    identical: bool
+    max_logit_diff: float
+    first_divergence_step: int | None
+    speedup: Speedup
+    cache_prefill_ms: float
+    nocache_prefill_ms: float
+    growth: Growth  # measured time
+    cache_flops_exponent: float | None  # the work (estimate), fitted the same way
+    nocache_flops_exponent: float | None
+
+    def to_dict(self) -> dict:
+        return {"identical": self.identical, "max_logit_diff": self.max_logit_diff,
+                "first_divergence_step": self.first_divergence_step, **vars(self.speedup),
+                "cache_prefill_ms": self.cache_prefill_ms, "nocache_prefill_ms": self.nocache_prefill_ms,
+                **{f"{m}_fit": None if f is None else [f.k, f.low, f.high]
+                   for m, f in (("cache", self.growth.cache), ("nocache", self.growth.nocache))},
+                "cache_flops_exponent": self.cache_flops_exponent,
+                "nocache_flops_exponent": self.nocache_flops_exponent}
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Where one run's playback stands at a moment: tokens made, of how many, finished, and its measured total."""
+
+    tokens: int
+    total: int
+    finished: bool
+    total_ms: float
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """Both runs at the same moment of the playback."""
+
+    cache: Lane
+    nocache: Lane
+
+    def of(self, mode: str) -> Lane:
+        return {"cache": self.cache, "nocache": self.nocache}[mode]
+
+
+@dataclass(frozen=True)
+class CacheRule:
+    """What the cache saved, three ways, for one race's decode steps (`cache_rule`)."""
+
+    flop_ratio: float  # cache-off FLOPs over cache-on FLOPs (estimates)
+    measured: float | None  # the measured time ratio (compare's total_ratio)
+    positions: tuple[int, int]  # the fewest and most positions a cache-off step recomputed
+    ridge_here: float  # this device's one ridge, in tokens
+    dtype_here: str
+    rule_here: float  # max(1, n / R) averaged over the steps, R = ridge_here
+    gpu: str  # the datasheet roof compared with
+    ridge_gpu: float
+    dtype_gpu: str
+    rule_gpu: float
+    cached_kind: str = ""  # what a cached step here is (roofline.verdict): the rule reaches only bound steps
+    cached_label: str = ""
+
+    def to_dict(self) -> dict:
+        return {**vars(self), "positions": list(self.positions)}
+
+
+@dataclass(frozen=True)
+class RaceResult:
+    """A finished race, as the page keeps it between reruns: the table it draws from and what it says."""
+
+    df: pd.DataFrame = field(compare=False)  # race_frame: one row per step per mode (also the CSV)
+    summary: RaceSummary
+    prompt: str
+    texts: Mapping[str, str]
+    note: str | None  # engine.measure.caveats.compare_note: the times contradict the work
+    at: str
+    rule: CacheRule | None
+    how: Mapping[str, str] | None
+    precision: str | None  # why a 16-bit race may part
+
+
+# ---------------------------------------------------------------- a race's table, fits and words
+
+
+def race_frame(report: RaceReport) -> pd.DataFrame:
     """One row per step per mode: the CSV export and the source of every race chart."""
     rows = []
-    for mode, stepper in report["steppers"].items():
+    for mode, stepper in report.runs.items():
         cumulative = 0.0
         for t in stepper.records:
             cumulative += t.latency_ms
@@ -56,11 +220,11 @@ def race_frame(report: dict) -> pd.DataFrame:
 def growth_exponent(positions, values) -> float | None:
     """k in values ~ positions^k, fitted by least squares in log-log space (None if too few points)."""
     fit = growth_fit(positions, values)
-    return None if fit is None else fit[0]
+    return None if fit is None else fit.k
 
 
-def growth_fit(positions, values) -> tuple[float, float, float] | None:
-    """(k, low, high): the log-log slope and its 95% range (± 1.96 standard errors of the slope)."""
+def growth_fit(positions, values) -> GrowthFit | None:
+    """The log-log slope and its 95% range (± 1.96 standard errors of the slope); None below three points."""
     pts = [(math.log(p), math.log(v)) for p, v in zip(positions, values) if p > 0 and v > 0]
     if len(pts) < 3:
         return None
@@ -69,32 +233,31 @@ def growth_fit(positions, values) -> tuple[float, float, float] | None:
     n = len(x)
     sxx = float(((x - x.mean()) ** 2).sum())
     if n <= 2 or sxx == 0:
-        return float(k), float(k), float(k)
+        return GrowthFit(float(k), float(k), float(k))
     resid = y - (k * x + c)
     se = math.sqrt(float((resid**2).sum()) / (n - 2) / sxx)
-    return float(k), float(k - 1.96 * se), float(k + 1.96 * se)
+    return GrowthFit(float(k), float(k - 1.96 * se), float(k + 1.96 * se))
 
 
-def progress_at(df: pd.DataFrame, elapsed_ms: float) -> dict:
+def progress_at(df: pd.DataFrame, elapsed_ms: float) -> Lanes:
     """Where each mode was `elapsed_ms` into its own measured run: tokens done, of how many, finished?
 
     A token counts once the forward pass that chose it has finished (prefill chooses the first).
     """
-    out = {}
+    lanes = {}
     for mode in MODES:
         d = df[df["mode"] == mode]
         done = int((d["cumulative_ms"] <= elapsed_ms).sum())
-        out[mode] = {"tokens": done, "total": len(d), "finished": done == len(d),
-                     "total_ms": float(d["cumulative_ms"].iloc[-1]) if len(d) else 0.0}
-    return out
+        lanes[mode] = Lane(tokens=done, total=len(d), finished=done == len(d),
+                           total_ms=float(d["cumulative_ms"].iloc[-1]) if len(d) else 0.0)
+    return Lanes(**lanes)
 
 
-def headline(s: dict) -> str:
+def headline(growth: Growth) -> str:
     """What the measured growth shows, in words that the fits support (never more)."""
-    fits = {m: s.get(f"{m}_fit") for m in MODES}
-    if not all(fits.values()):
+    if growth.cache is None or growth.nocache is None:
         return "Too few steps to fit a growth rate."
-    (kc, lc, hc), (kn, ln, hn) = fits["cache"], fits["nocache"]
+    (kc, lc, hc), (kn, ln, hn) = ((f.k, f.low, f.high) for f in (growth.cache, growth.nocache))
     parts = [f"Total decode time grows like n^{kc:.2f} with the cache (95% range {lc:.2f}–{hc:.2f}) and "
              f"n^{kn:.2f} without it ({ln:.2f}–{hn:.2f})."]
     if ln > hc:
@@ -110,7 +273,7 @@ def headline(s: dict) -> str:
     return " ".join(parts)
 
 
-def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> dict | None:
+def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> CacheRule | None:
     """What the cache saves, three ways, for the decode steps of one race (`race_frame`):
 
         arithmetic   the FLOP ratio, cache off over cache on (estimates): about n, the positions recomputed
@@ -136,44 +299,45 @@ def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> dic
 
     cached = verdict(float(on["latency_ms"].median()), float(on["flops_estimate"].median()),
                      float(on["bytes_estimate"].median()), here)
-    return {"flop_ratio": float(off["flops_estimate"].sum() / on["flops_estimate"].sum()), "measured": measured_ratio,
-            "cached_kind": cached.kind, "cached_label": cached.label,
-            "positions": (min(ns), max(ns)), "ridge_here": ridge_here, "dtype_here": here.dtype,
-            "rule_here": rule(ridge_here), "gpu": gpu.name.split(" (")[0], "ridge_gpu": gpu.ridge_tokens,
-            "dtype_gpu": gpu.dtype, "rule_gpu": rule(gpu.ridge_tokens)}
+    return CacheRule(flop_ratio=float(off["flops_estimate"].sum() / on["flops_estimate"].sum()),
+                     measured=measured_ratio, positions=(min(ns), max(ns)), ridge_here=ridge_here,
+                     dtype_here=here.dtype, rule_here=rule(ridge_here), gpu=gpu.name.split(" (")[0],
+                     ridge_gpu=gpu.ridge_tokens, dtype_gpu=gpu.dtype, rule_gpu=rule(gpu.ridge_tokens),
+                     cached_kind=cached.kind, cached_label=cached.label)
 
 
-def cache_rule_sentence(r: dict) -> str:
+def cache_rule_sentence(r: CacheRule) -> str:
     """`cache_rule` in words: the FLOP ratio, the measured ratio and the rule's prediction here and on a GPU."""
-    lo, hi = r["positions"]
-    measured = f"×{r['measured']:.1f} measured here" if r["measured"] else "not measured here"
-    return (f"What the cache saved over these {lo}–{hi}-position steps: ×{r['flop_ratio']:.0f} in arithmetic (FLOP "
+    lo, hi = r.positions
+    measured = f"×{r.measured:.1f} measured here" if r.measured else "not measured here"
+    return (f"What the cache saved over these {lo}–{hi}-position steps: ×{r.flop_ratio:.0f} in arithmetic (FLOP "
             f"estimates), {measured}. The roofline's rule: a cache-off step over n positions costs about max(1, n / R) "
             f"cached steps, R the ridge in tokens, because below it both passes wait on reading the same weights. Here "
-            f"R ≈ {r['ridge_here']:.0f} tokens ({r['dtype_here']}), so the rule gives ×{r['rule_here']:.1f}"
-            + (f" where bytes and arithmetic set the time, and this model's cached step is {r['cached_label']}: the "
+            f"R ≈ {r.ridge_here:.0f} tokens ({r.dtype_here}), so the rule gives ×{r.rule_here:.1f}"
+            + (f" where bytes and arithmetic set the time, and this model's cached step is {r.cached_label}: the "
                "rule does not reach a model this small (the Scale page's big rung shows it)"
-               if r.get("cached_kind") == "overhead-bound" and r["measured"]
-               and not 0.5 <= r["measured"] / r["rule_here"] <= 2 else "")
-            + f"; on an "
-            f"{r['gpu']} at batch 1, R ≈ {r['ridge_gpu']:.0f} tokens ({r['dtype_gpu']}) and it predicts "
-            f"×{r['rule_gpu']:.1f}" + (": there the cache would save little time at these lengths (it pays in time "
-                                         f"past ~{r['ridge_gpu']:.0f} positions), though it always saves the arithmetic."
-                                         if r["rule_gpu"] < 1.5 else
-                                         f": there it pays in time past ~{r['ridge_gpu']:.0f} positions."))
+               if r.cached_kind == "overhead-bound" and r.measured and not 0.5 <= r.measured / r.rule_here <= 2
+               else "")
+            + f"; on an {r.gpu} at batch 1, R ≈ {r.ridge_gpu:.0f} tokens ({r.dtype_gpu}) and it predicts "
+            f"×{r.rule_gpu:.1f}" + (": there the cache would save little time at these lengths (it pays in time "
+                                    f"past ~{r.ridge_gpu:.0f} positions), though it always saves the arithmetic."
+                                    if r.rule_gpu < 1.5 else
+                                    f": there it pays in time past ~{r.ridge_gpu:.0f} positions."))
 
 
-def summary(report: dict, df: pd.DataFrame) -> dict:
+def summary(report: RaceReport, df: pd.DataFrame) -> RaceSummary:
     """Speed-up, totals and fitted exponents of cumulative decode time vs steps."""
-    out = {"identical": report["identical"], "max_logit_diff": report["max_logit_diff"],
-           "first_divergence_step": report["first_divergence_step"], **report["speedup"]}
+    fits, flops, prefill = {}, {}, {}
     for mode in MODES:
         d = df[(df["mode"] == mode) & (df["phase"] == "decode")]
-        out[f"{mode}_prefill_ms"] = float(df[(df["mode"] == mode) & (df["phase"] == "prefill")]["latency_ms"].sum())
-        out[f"{mode}_fit"] = growth_fit(d["step"], d["latency_ms"].cumsum())
-        out[f"{mode}_exponent"] = out[f"{mode}_fit"][0] if out[f"{mode}_fit"] else None
-        out[f"{mode}_flops_exponent"] = growth_exponent(d["step"], d["flops_estimate"].cumsum())
-    return out
+        prefill[mode] = float(df[(df["mode"] == mode) & (df["phase"] == "prefill")]["latency_ms"].sum())
+        fits[mode] = growth_fit(d["step"], d["latency_ms"].cumsum())
+        flops[mode] = growth_exponent(d["step"], d["flops_estimate"].cumsum())
+    return RaceSummary(identical=report.identical, max_logit_diff=report.max_logit_diff,
+                       first_divergence_step=report.first_divergence_step, speedup=report.speedup,
+                       cache_prefill_ms=prefill["cache"], nocache_prefill_ms=prefill["nocache"],
+                       growth=Growth(fits["cache"], fits["nocache"]), cache_flops_exponent=flops["cache"],
+                       nocache_flops_exponent=flops["nocache"])
 
 
 def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sampling=None,
@@ -229,9 +393,9 @@ class LeanRun:
     generated_text: str = ""
 
 
-def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool | None = None) -> dict:
-    """The race on the lean path (engine.forward.compiled), greedy, in lockstep like `compare`; the same report
-    keys, plus `how` (which path ran) and `compile_ms` (each compiled pass's first calls, never in a step).
+def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool | None = None) -> RaceReport:
+    """The race on the lean path (engine.forward.compiled), greedy, in lockstep like `compare`; the same report,
+    plus `how` (which path ran) and `compile_ms` (each compiled pass's first calls, never in a step).
 
         cache on   the prefill fills a static cache, then one compiled step a token   [batch=1, 1]
         cache off  every position again at every step (the same model compiled)       [batch=1, n]
@@ -297,9 +461,9 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
                 first_divergence = step
     for run in runs.values():
         run.generated_text = lm.tokenizer.decode(run.generated_ids)
-    return race_report(runs, first_divergence, max_diff, {m: "max_new_tokens" for m in runs}) | {
-        "how": {"cache": on.how, "nocache": off.describe("recompute")},
-        "compile_ms": {"cache": dict(on.compile_ms), "nocache": dict(off.compile_ms)}}
+    return RaceReport.of(race_report(runs, first_divergence, max_diff, {m: "max_new_tokens" for m in runs}),
+                         how={"cache": on.how, "nocache": off.describe("recompute")},
+                         compile_ms={"cache": dict(on.compile_ms), "nocache": dict(off.compile_ms)})
 
 
 # ---------------------------------------------------------------- a race at a rung
@@ -314,7 +478,7 @@ def race_sizes(lm) -> tuple[str, ...]:
     return tuple(GPU_SIZES[1:]) if lm.device.type == "cuda" else CPU_RUNGS
 
 
-def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=None) -> dict:
+def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=None) -> RaceReport:
     """The race at a rung of lm's family (or a published shape), built now with random weights and freed after.
 
     On a GPU the rung runs in the device's fast dtype on the lean path (`lean_compare`: greedy, compiled), where
@@ -329,10 +493,10 @@ def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=
         if lm.device.type == "cuda":
             report = lean_compare(rlm, prompt, new_tokens, on_step=on_step)
         else:
-            report = compare(rlm, prompt, new_tokens, sampling=sampling, on_step=on_step, stop_on_eos=False)
-        report["at"] = f"{rlm.spec.name.rsplit(' ', 1)[-1]} parameters ({rlm.dtype_name}), {RANDOM_WEIGHTS}"
-        report["dtype"] = rlm.dtype_name
-        return report
+            report = RaceReport.of(compare(rlm, prompt, new_tokens, sampling=sampling, on_step=on_step,
+                                           stop_on_eos=False))
+        return replace(report, at=f"{rlm.spec.name.rsplit(' ', 1)[-1]} parameters ({rlm.dtype_name}), {RANDOM_WEIGHTS}",
+                       dtype=rlm.dtype_name)
     finally:
         del rlm
         dev.release_memory()

@@ -65,53 +65,55 @@ def show() -> None:
 
         try:
             if size == OWN:
-                report = compare(lm, prompt, int(steps), sampling=settings.sampling, on_step=on_step,
-                                 stop_on_eos=False)
+                report = race.RaceReport.of(compare(lm, prompt, int(steps), sampling=settings.sampling,
+                                                    on_step=on_step, stop_on_eos=False))
             else:
                 with st.spinner(f"Building {size} from its config, random weights (no download)…"):
                     report = race.race_at(lm, size, prompt, int(steps), settings.sampling, on_step)
         except DecodeLabError as e:
             error(str(e))
             st.stop()
-        at = report.get("at", "")
-        how = report.get("how")
-        precision = race.precision_note(report.get("dtype", lm.dtype_name))
         df = race.race_frame(report)
-        runs = report.pop("steppers")  # traces are summarised in df; free them once the noise rule has read them
-        note = caveats.compare_note(runs["cache"].records, runs["nocache"].records)
-        del runs
+        note = caveats.compare_note(report.runs["cache"].records, report.runs["nocache"].records)
+        report = report.without_runs()  # traces are summarised in df; free them once the noise rule has read them
         release_memory()
         summary = race.summary(report, df)
-        rule = race.cache_rule(df, summary["total_ratio"], device_roof(), roofline.h100())  # the roof it ran on
-        st.session_state["race_result"] = {"df": df, "summary": summary, "prompt": prompt,
-                                           "texts": report["text"], "note": note, "at": at, "rule": rule,
-                                           "how": how, "precision": precision}
+        rule = race.cache_rule(df, summary.speedup.total_ratio, device_roof(), roofline.h100())  # the roof it ran on
+        st.session_state["race_result"] = race.RaceResult(
+            df=df, summary=summary, prompt=prompt, texts=report.text, note=note, at=report.at, rule=rule,
+            how=report.how, precision=race.precision_note(report.dtype or lm.dtype_name))
         st.session_state["race_play"] = True
         bar.empty()
 
 
-    def playback(result: dict, speed: float) -> None:
+    def playback(result: race.RaceResult, speed: float) -> None:
         """Both runs side by side, each advancing at its own measured wall-clock speed."""
-        df = result["df"]
-        cols = st.columns(2)
+        df = result.df
+        # two rows: the lanes (name, bar, tokens and clock), then the texts, so that on a phone, where columns
+        # stack, both lanes are on screen together and a growing text pushes neither of them down
+        lanes, texts = st.columns(2), st.columns(2)
         boxes = {}
-        for col, mode in zip(cols, race_draw.MODES):
+        for lane, text, mode in zip(lanes, texts, race_draw.MODES):
             name, colour = race_draw.MODES[mode]
-            col.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
-            boxes[mode] = {"figure": col.empty(), "text": col.empty()}  # the bar is drawn in the run's own colour
+            lane.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
+            boxes[mode] = {"figure": lane.empty(), "text": text.empty()}  # the bar is drawn in the run's own colour
         tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race_draw.MODES}
-        total = max(race.progress_at(df, float("inf"))[m]["total_ms"] for m in race_draw.MODES)
+        total = max(race.progress_at(df, float("inf")).of(m).total_ms for m in race_draw.MODES)
 
         def draw(elapsed: float) -> None:
             state = race.progress_at(df, elapsed)
             for mode, box in boxes.items():
-                p = state[mode]
-                clock = min(elapsed, p["total_ms"])
-                box["figure"].markdown(race_draw.progress_html(mode, p["tokens"], p["total"], clock, p["finished"]),
+                p = state.of(mode)
+                clock = min(elapsed, p.total_ms)
+                box["figure"].markdown(race_draw.progress_html(mode, p.tokens, p.total, clock, p.finished),
                                        unsafe_allow_html=True)
-                words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p["tokens"]]))
-                box["text"].html(f"<div style='font-size:1.1rem;white-space:pre-wrap'>{html.escape(result['prompt'])}"
-                                 f"<b>{words}</b></div>")  # html, not markdown: nothing typed is parsed as markup
+                words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p.tokens]))
+                # html, not markdown: nothing typed is parsed as markup. Three lines, the newest at the bottom (the
+                # rest scrolls in place), so the verdict under the lanes stays on the first screen at any length
+                box["text"].html(f"<div data-testid='race-text-{mode}' style='font-size:1.1rem;line-height:1.5;"
+                                 "max-height:4.5em;overflow-y:auto;display:flex;flex-direction:column-reverse'>"
+                                 f"<div style='white-space:pre-wrap'>{html.escape(result.prompt)}<b>{words}</b></div>"
+                                 "</div>")
 
         if st.session_state.pop("race_play", False):
             t0 = time.perf_counter()
@@ -121,44 +123,51 @@ def show() -> None:
         draw(float("inf"))
 
 
+    def verdict(result: race.RaceResult) -> None:
+        """What the race proved and measured, said once the lanes have run: same tokens?, the speed-up, the note."""
+        df, summary = result.df, result.summary
+        tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
+        if summary.identical:
+            st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
+                       f"difference: {summary.max_logit_diff:.2g} (floating-point rounding; the computation order differs).",
+                       icon=":material/check_circle:")
+        else:
+            st.error(f"**The runs differ** from step {summary.first_divergence_step}. Largest logit difference "
+                     f"before that: {summary.max_logit_diff:.2g}. "
+                     + (result.precision or "In float32 they should not part: the tables below show both runs, "
+                        "step by step."), icon=":material/error:")
+        m = st.columns([1, 1, 1, 1, 0.6], vertical_alignment="bottom")
+        sp = summary.speedup
+        if sp.median_ratio:
+            m[0].metric("speed-up (total decode)", f"×{sp.total_ratio:.1f}")
+            m[1].metric("median decode step", f"×{sp.median_ratio:.1f}")
+        m[2].metric("cache on: decode", f"{sp.cache_total_ms:.0f} ms")
+        m[3].metric("cache off: decode", f"{sp.nocache_total_ms:.0f} ms")
+        m[4].button("Replay", key="race_replay", on_click=lambda: st.session_state.update(race_play=True),
+                    help="Play the measured race back again")
+        if result.note:
+            st.warning(result.note, icon=":material/speed:")
+
+
     if start:
         measure()
 
     result = st.session_state.get("race_result")
     if result:
-        df, summary = result["df"], result["summary"]
-        tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
-        if result.get("at"):
-            st.caption(f"Raced at {result['at']}: the times are the point, the text is not."
-                       + (f" Cache on: {result['how']['cache']}; cache off: {result['how']['nocache']} (compiling "
-                          "apart, never in a step's time)." if result.get("how") else ""))
-        if summary["identical"]:
-            st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
-                       f"difference: {summary['max_logit_diff']:.2g} (floating-point rounding; the computation order differs).",
-                       icon=":material/check_circle:")
-        else:
-            st.error(f"**The runs differ** from step {summary['first_divergence_step']}. Largest logit difference "
-                     f"before that: {summary['max_logit_diff']:.2g}. "
-                     + (result.get("precision") or "In float32 they should not part: the tables below show both runs, "
-                        "step by step."), icon=":material/error:")
-        m = st.columns([1, 1, 1, 1, 0.6], vertical_alignment="bottom")
-        if summary["median_ratio"]:
-            m[0].metric("speed-up (total decode)", f"×{summary['total_ratio']:.1f}")
-            m[1].metric("median decode step", f"×{summary['median_ratio']:.1f}")
-        m[2].metric("cache on: decode", f"{summary['cache_total_ms']:.0f} ms")
-        m[3].metric("cache off: decode", f"{summary['nocache_total_ms']:.0f} ms")
-        m[4].button("Replay", key="race_replay", on_click=lambda: st.session_state.update(race_play=True),
-                    help="Play the measured race back again")
-        if result.get("note"):
-            st.warning(result["note"], icon=":material/speed:")
-        playback(result, speed)
-        st.markdown(plain(race.headline(summary)))
-        if result.get("rule"):
-            st.markdown(plain(race.cache_rule_sentence(result["rule"])))
-        st.caption(f"Prefill is the same work in both modes and is timed separately: {summary['cache_prefill_ms']:.1f} ms "
-                   f"(cache on) and {summary['nocache_prefill_ms']:.1f} ms (cache off). Each pass was timed once, as generation "
+        df, summary = result.df, result.summary
+        if result.at:
+            st.caption(f"Raced at {result.at}: the times are the point, the text is not."
+                       + (f" Cache on: {result.how['cache']}; cache off: {result.how['nocache']} (compiling "
+                          "apart, never in a step's time)." if result.how else ""))
+        playback(result, speed)  # the two lanes first: on the first screen while they play (1280x720)
+        verdict(result)  # then what they proved: it follows the playback, on the screen and in time
+        st.markdown(plain(race.headline(summary.growth)))
+        if result.rule:
+            st.markdown(plain(race.cache_rule_sentence(result.rule)))
+        st.caption(f"Prefill is the same work in both modes and is timed separately: {summary.cache_prefill_ms:.1f} ms "
+                   f"(cache on) and {summary.nocache_prefill_ms:.1f} ms (cache off). Each pass was timed once, as generation "
                    "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")
-        st.plotly_chart(race_draw.latency_figure(df, scale=scale(), note=result.get("note")), key="race_latency")
+        st.plotly_chart(race_draw.latency_figure(df, scale=scale(), note=result.note), key="race_latency")
         c1, c2 = st.columns(2)
         c1.plotly_chart(race_draw.cumulative_figure(df, scale=scale()), key="race_cumulative")
         c2.plotly_chart(race_draw.flops_figure(df, scale=scale()), key="race_flops")

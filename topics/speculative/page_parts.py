@@ -13,7 +13,7 @@ import streamlit as st
 
 from engine import DecodeLabError
 from drawing.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from drawing.stage import caption, stage_html, stage_svg
+from drawing.stage_phone import stage_pictures
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.loop import token_pieces
 from engine.generate.speculative import Speculator
@@ -77,8 +77,8 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
     else:
         title = (f"Verify · round {r.round} · {r.q_len} rows checked in one pass · "
                  f"{r.cut} column{'s' if r.cut != 1 else ''} cut")
-    return stage_html(stage_svg(r.target, pieces, run.prompt_len, layer=layer, head=head,
-                                rejected_from=r.rejected_from, title=title), caption(r.target), heading=title)
+    return stage_pictures(r.target, pieces, run.prompt_len, layer=layer, head=head, rejected_from=r.rejected_from,
+                          title=title)  # a phone's layout too
 
 
 def totals(run: Speculator) -> None:
