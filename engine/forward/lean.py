@@ -77,6 +77,16 @@ def _fuse(*linears: torch.nn.Linear) -> torch.Tensor:
     return fused
 
 
+def _row_major(weight: torch.nn.Parameter) -> torch.nn.Parameter:
+    """The weight laid out [out, in] in memory, each output's row contiguous (a ladder rung on a CPU stores its
+    weights [in, out] for the readable path's matmuls, and a one-row product reads a row at a time): the same
+    Parameter, its storage moved if it must be, so the readable model reads the same weights as the lean pass."""
+    if not weight.is_contiguous():
+        with torch.no_grad():
+            weight.data = weight.data.contiguous()
+    return weight
+
+
 class LeanLlama(torch.nn.Module):
     """gpt-fast's forward over a transformers Llama's weights, with a static KV cache of its own."""
 
@@ -95,13 +105,13 @@ class LeanLlama(torch.nn.Module):
         # the readable model's own Parameters (the same objects), and the fused matrices its q/k/v and gate/up are
         # slices of: module attributes, so a compiler sees them as the model's weights
         self.embed = shared(weight)
-        self.lm_head = shared(model.get_output_embeddings().weight)
+        self.lm_head = shared(_row_major(model.get_output_embeddings().weight))
         self.norm = shared(inner.norm.weight)
         blocks = list(inner.layers)
         self.wqkv = params(_fuse(b.self_attn.q_proj, b.self_attn.k_proj, b.self_attn.v_proj) for b in blocks)
         self.w13 = params(_fuse(b.mlp.gate_proj, b.mlp.up_proj) for b in blocks)
-        self.wo = params(b.self_attn.o_proj.weight for b in blocks)
-        self.w2 = params(b.mlp.down_proj.weight for b in blocks)
+        self.wo = params(_row_major(b.self_attn.o_proj.weight) for b in blocks)
+        self.w2 = params(_row_major(b.mlp.down_proj.weight) for b in blocks)
         self.attn_norm = params(b.input_layernorm.weight for b in blocks)
         self.mlp_norm = params(b.post_attention_layernorm.weight for b in blocks)
         self.d_ff = self.w2[0].shape[1]
