@@ -102,7 +102,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     finally:
         del rlm
         dev.release_memory()
-        torch._dynamo.reset()  # the rung's compiled graphs hold its memory
+        torch.compiler.reset()  # the rung's compiled graphs hold its memory
     out["wall_s"] = time.perf_counter() - t0
     log(f"race at {shape} (lean, {out['dtype']}, {new_tokens} tokens): cache saves x{out['speedup_total']:.1f}, "
         f"identical {out['identical']} ({out['wall_s']:.0f} s, compile included)")
