@@ -100,4 +100,5 @@ def test_attention_config_and_hub_internals_are_there(tmp_path):
     assert kinds == ["full_attention"] * 2 and len(kwargs) == 2
     assert transformers_internals.hub_file(str(tmp_path), "config.json", local_only=True) is None  # absent: None
     (tmp_path / "config.json").write_text("{}")
-    assert transformers_internals.hub_file(str(tmp_path), "config.json", local_only=True) == str(tmp_path / "config.json")
+    found = transformers_internals.hub_file(str(tmp_path), "config.json", local_only=True)
+    assert found == str(tmp_path / "config.json")
