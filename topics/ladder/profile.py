@@ -4,7 +4,7 @@ A cached decode step must at least read every weight once: bytes moved / bandwid
 memory lower bound. A small model's measured step is many times that bound. To say why,
 the step is taken apart:
 
-    the whole step      the next decode-shaped pass, timed (median), through engine.forward.run_pass
+    the whole step      the next decode-shaped pass, timed (median), through engine.forward.run.run_pass
     its matmuls alone   every weight matrix of the model multiplied by a tensor of the step's shape,
                         timed in a tight loop: the arithmetic and weight reads, with no Python between
     the rest            the whole step minus its matmuls: attention's small ops, norms, RoPE, cache
