@@ -15,6 +15,7 @@ import statistics
 import sys
 import time
 
+from benchmarks.records import AppClick, ViewClicks
 from drawing.views import VIEWS  # the step page's seven views, default first: defined once
 from ui.apptest import app_test, page
 
@@ -58,7 +59,7 @@ def lesson6_seeds(seeds: int = 6) -> list[float]:
     return times
 
 
-def measure(context: int = 100, clicks: int = 11) -> dict:
+def measure(context: int = 100, clicks: int = 11) -> AppClick:
     from engine import load_model
 
     tok = load_model("default", warmup=False).tokenizer
@@ -67,13 +68,13 @@ def measure(context: int = 100, clicks: int = 11) -> dict:
     by_view = {}
     for view in VIEWS:
         times = clicks_with_view(prompt, view, clicks)
-        by_view[view] = {"median_ms": round(statistics.median(times[1:]), 1), "warmup_click_ms": round(times[0], 1)}
+        by_view[view] = ViewClicks(round(statistics.median(times[1:]), 1), round(times[0], 1))
     default = by_view[VIEWS[0]]
-    return {"context_tokens": len(ids) + 1 + clicks // 2, "click_ms_median": default["median_ms"],
-            "warmup_click_ms": default["warmup_click_ms"], "by_view": by_view,
-            "slowest_view": max(by_view, key=lambda v: by_view[v]["median_ms"]),
-            "lesson6_seed_ms": round(statistics.median(lesson6_seeds()[1:]), 1)}
+    return AppClick(context_tokens=len(ids) + 1 + clicks // 2, click_ms_median=default.median_ms,
+                    warmup_click_ms=default.warmup_click_ms, by_view=by_view,
+                    slowest_view=max(by_view, key=lambda v: by_view[v].median_ms),
+                    lesson6_seed_ms=round(statistics.median(lesson6_seeds()[1:]), 1))
 
 
 if __name__ == "__main__":
-    json.dump(measure(), sys.stdout)
+    json.dump(measure().to_dict(), sys.stdout)  # the JSON edge: the bench reads it back (AppClick.from_dict)

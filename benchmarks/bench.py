@@ -26,6 +26,7 @@ import time
 import torch
 from transformers.utils import logging as hf_logging
 
+from benchmarks.records import AppClick, Bench, CacheRow, LadderRow, MemoryBound, Overhead
 from engine.forward.run import StepClock, generate
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
@@ -59,7 +60,7 @@ def engine_step_ms(lm: LoadedModel, new_tokens: int, record: bool, use_cache: bo
     return times, stepper
 
 
-def overhead(lm: LoadedModel, new_tokens: int = 64, rounds: int = 7, log=print) -> dict:
+def overhead(lm: LoadedModel, new_tokens: int = 64, rounds: int = 7, log=print) -> Overhead:
     """Median decode-step latency of generate vs engine (untraced and traced), interleaved.
 
     Each round runs the three in a different order (so none always goes first), and the ratio of each round's
@@ -85,19 +86,19 @@ def overhead(lm: LoadedModel, new_tokens: int = 64, rounds: int = 7, log=print) 
         per_round["untraced"].append(statistics.median(got["engine"][0]) / g)
         per_round["traced"].append(statistics.median(got["engine_traced"][0]) / g)
     med = {k: statistics.median(v) for k, v in samples.items()}
-    return {
-        "generate_ms": med["generate"],
-        "engine_ms": med["engine"],
-        "engine_traced_ms": med["engine_traced"],
-        "ratio_untraced": med["engine"] / med["generate"],
-        "ratio_traced": med["engine_traced"] / med["generate"],
-        "ratio_untraced_rounds": [round(x, 3) for x in per_round["untraced"]],
-        "ratio_traced_rounds": [round(x, 3) for x in per_round["traced"]],
-        "steps_per_mode": len(samples["generate"]),
-    }
+    return Overhead(
+        generate_ms=med["generate"],
+        engine_ms=med["engine"],
+        engine_traced_ms=med["engine_traced"],
+        ratio_untraced=med["engine"] / med["generate"],
+        ratio_traced=med["engine_traced"] / med["generate"],
+        ratio_untraced_rounds=tuple(round(x, 3) for x in per_round["untraced"]),
+        ratio_traced_rounds=tuple(round(x, 3) for x in per_round["traced"]),
+        steps_per_mode=len(samples["generate"]),
+    )
 
 
-def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list[dict]:
+def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list[CacheRow]:
     """Total decode time with and without the cache at several total lengths (prompt + new tokens)."""
     prompt_len = len(lm.tokenizer(PROMPT)["input_ids"])
     rows = []
@@ -111,21 +112,21 @@ def cache_vs_nocache(lm: LoadedModel, lengths=(64, 256, 512), log=print) -> list
         nocache_ms, nocache_run = engine_step_ms(lm, new, record=False, use_cache=False)
         flops = {name: sum(t.flops_estimate for t in run.records if t.phase == "decode")
                  for name, run in (("cache", cache_run), ("nocache", nocache_run))}
-        row = {
-            "tokens": total,
-            "cache_ms": sum(cache_ms),
-            "nocache_ms": sum(nocache_ms),
-            "ratio": sum(nocache_ms) / sum(cache_ms),
-            "flops_ratio": flops["nocache"] / flops["cache"],
-            "identical": cache_run.generated_ids == nocache_run.generated_ids,
-        }
-        log(f"  {total:4d} tokens: cache {row['cache_ms']:9.1f} ms  no cache {row['nocache_ms']:9.1f} ms  "
-            f"measured x{row['ratio']:.1f}  FLOPs estimate x{row['flops_ratio']:.1f}  same tokens: {row['identical']}")
+        row = CacheRow(
+            tokens=total,
+            cache_ms=sum(cache_ms),
+            nocache_ms=sum(nocache_ms),
+            ratio=sum(nocache_ms) / sum(cache_ms),
+            flops_ratio=flops["nocache"] / flops["cache"],
+            identical=cache_run.generated_ids == nocache_run.generated_ids,
+        )
+        log(f"  {total:4d} tokens: cache {row.cache_ms:9.1f} ms  no cache {row.nocache_ms:9.1f} ms  "
+            f"measured x{row.ratio:.1f}  FLOPs estimate x{row.flops_ratio:.1f}  same tokens: {row.identical}")
         rows.append(row)
     return rows
 
 
-def app_click(log=print) -> dict | None:
+def app_click(log=print) -> AppClick | None:
     """The step-through page's cost per "Next token" click, measured with AppTest in a child process
     (the engine itself never imports streamlit)."""
     import json
@@ -137,18 +138,18 @@ def app_click(log=print) -> dict | None:
     if proc.returncode != 0:
         log(f"  app click benchmark failed: {proc.stderr.strip().splitlines()[-1:]}")
         return None
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    log(f"  Next token click (engine + script, AppTest) at {res['context_tokens']} tokens of context: "
-        f"median {res['click_ms_median']:.1f} ms with the default tab open (target <= 150; "
-        f"first click {res['warmup_click_ms']} ms excluded)")
-    for view, r in res["by_view"].items():
-        log(f"    with the {view!r} tab open: median {r['median_ms']:.1f} ms")
-    log(f"  Lesson 6, a new seed once its story is made: median {res['lesson6_seed_ms']:.1f} ms (target <= 1000; "
+    res = AppClick.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))  # the child's JSON, read back
+    log(f"  Next token click (engine + script, AppTest) at {res.context_tokens} tokens of context: "
+        f"median {res.click_ms_median:.1f} ms with the default tab open (target <= 150; "
+        f"first click {res.warmup_click_ms} ms excluded)")
+    for view, r in res.by_view.items():
+        log(f"    with the {view!r} tab open: median {r.median_ms:.1f} ms")
+    log(f"  Lesson 6, a new seed once its story is made: median {res.lesson6_seed_ms:.1f} ms (target <= 1000; "
         f"first seed excluded)")
     return res
 
 
-def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> dict:
+def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> MemoryBound:
     """A cached decode step's measured time against its memory lower bound: bytes moved / this device's bandwidth."""
     from engine.forward.estimates import step_bytes
     from engine.measure.roofline import probe
@@ -160,14 +161,13 @@ def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> 
     log(f"  measured memory bandwidth {bandwidth / 1e9:,.0f} GB/s at that many bytes, matmul {roof.peak_flops / 1e12:,.1f} TFLOP/s; "
         f"a cached decode step at {context} positions moves ~{step_bytes(lm.spec, 1, context, lm.elem_bytes) / 1e6:,.1f} MB "
         f"(estimate): lower bound {bound_ms:.3f} ms, measured {engine_ms:.3f} ms = x{engine_ms / bound_ms:.1f} the bound")
-    return {"bandwidth_gb_s": bandwidth / 1e9, "peak_tflops": roof.peak_flops / 1e12, "context": context,
-            "bound_ms": bound_ms, "measured_ms": engine_ms, "measured_over_bound": engine_ms / bound_ms}
+    return MemoryBound(bandwidth / 1e9, roof.peak_flops / 1e12, context, bound_ms, engine_ms, engine_ms / bound_ms)
 
 
 LADDER_SIZES = ("own", "110M")  # the bench's ladder: the model itself and one rung where the physics shows (~10 s)
 
 
-def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[dict]:
+def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[LadderRow]:
     """One `ladder` row per rung (topics/ladder/measure.py): params, weight bytes, the three passes, bounds, labels."""
     from topics.ladder.measure import measure_ladder
 
@@ -177,11 +177,11 @@ def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[dict]:
         f"{lad.repeats}; rungs other than the model itself: {lad.weights_note}")
     rows = []
     for r in lad.rungs:
-        row = {"size": r.label, "parameters": r.parameters, "weight_bytes": r.weight_bytes, "trained": r.trained,
-               "decode_ms": r.decode.median_ms, "prefill_ms": r.prefill.median_ms, "nocache_ms": r.nocache.median_ms,
-               "decode_memory_bound_ms": r.decode.memory_ms, "decode_compute_bound_ms": r.decode.compute_ms,
-               "prefill_memory_bound_ms": r.prefill.memory_ms, "prefill_compute_bound_ms": r.prefill.compute_ms,
-               "decode_label": r.decode.label, "prefill_label": r.prefill.label, "nocache_label": r.nocache.label}
+        row = LadderRow(size=r.label, parameters=r.parameters, weight_bytes=r.weight_bytes, trained=r.trained,
+                        decode_ms=r.decode.median_ms, prefill_ms=r.prefill.median_ms, nocache_ms=r.nocache.median_ms,
+                        decode_memory_bound_ms=r.decode.memory_ms, decode_compute_bound_ms=r.decode.compute_ms,
+                        prefill_memory_bound_ms=r.prefill.memory_ms, prefill_compute_bound_ms=r.prefill.compute_ms,
+                        decode_label=r.decode.label, prefill_label=r.prefill.label, nocache_label=r.nocache.label)
         log(f"  ladder {r.label:>6} ({r.weight_bytes / 2**20:,.0f} MiB): decode {r.decode.spread()} ms, memory bound "
             f"{r.decode.memory_ms:.3f}: {r.decode.label} · prefill {r.prefill.spread()} ms, compute bound "
             f"{r.prefill.compute_ms:.2f}: {r.prefill.label} · no cache {r.nocache.median_ms:.1f} ms: {r.nocache.label}")
@@ -190,37 +190,38 @@ def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[dict]:
 
 
 def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: bool = True, log=print,
-              ladder_sizes=LADDER_SIZES) -> dict:
+              ladder_sizes=LADDER_SIZES) -> Bench:
+    """Every part in the module docstring's order, logged as it goes; the record `--json` writes (`to_dict`)."""
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
     if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
         dev.use_serving_threads(int(lm.spec.parameters))
     log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {dev.describe(lm.device)}; "
         f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
     log("decode-step latency, median over interleaved rounds:")
-    res = overhead(lm, rounds=rounds, log=log)
-    log(f"  (a) model.generate          {res['generate_ms']:7.3f} ms/step")
-    spread = {k: f"per round {min(res[f'ratio_{k}_rounds']):.2f}–{max(res[f'ratio_{k}_rounds']):.2f}"
-              for k in ("untraced", "traced")}
-    log(f"  (b) engine, recording off   {res['engine_ms']:7.3f} ms/step   (b)/(a) = {res['ratio_untraced']:.3f}  "
+    o = overhead(lm, rounds=rounds, log=log)
+    log(f"  (a) model.generate          {o.generate_ms:7.3f} ms/step")
+    spread = {k: f"per round {min(each):.2f}–{max(each):.2f}"
+              for k, each in (("untraced", o.ratio_untraced_rounds), ("traced", o.ratio_traced_rounds))}
+    log(f"  (b) engine, recording off   {o.engine_ms:7.3f} ms/step   (b)/(a) = {o.ratio_untraced:.3f}  "
         f"({spread['untraced']})  target <= {TARGET_UNTRACED}")
-    log(f"  (c) engine, full traces     {res['engine_traced_ms']:7.3f} ms/step   (c)/(a) = {res['ratio_traced']:.3f}  "
+    log(f"  (c) engine, full traces     {o.engine_traced_ms:7.3f} ms/step   (c)/(a) = {o.ratio_traced:.3f}  "
         f"({spread['traced']})  target <= {TARGET_TRACED}")
     log("decode step against the memory bound:")
-    res["memory_bound"] = memory_bound(lm, res["engine_ms"], len(lm.tokenizer(PROMPT)["input_ids"]) + 32, log=log)
+    bound = memory_bound(lm, o.engine_ms, len(lm.tokenizer(PROMPT)["input_ids"]) + 32, log=log)
+    ladder = None
     if ladder_sizes:
         log("size ladder (python -m engine ladder): the same steps at bigger sizes, on this device's roofline:")
-        res["ladder"] = ladder_rows(lm, ladder_sizes, log=log)
+        ladder = tuple(ladder_rows(lm, ladder_sizes, log=log))
     log("cache off vs cache on, total decode time (one run each, same tokens):")
-    res["cache_vs_nocache"] = cache_vs_nocache(lm, lengths, log=log)
+    rows_cache = tuple(cache_vs_nocache(lm, lengths, log=log))
     log("serving: many requests on one model (topics/serving/measure.py):")
     from topics.serving import measure as serving
 
-    res["serving"] = serving.run_all(lm, log=log).to_dict()  # the JSON edge
+    served = serving.run_all(lm, log=log)
     log("the KV cache on a budget (topics/budget/measure.py): every policy against the full cache, one run:")
     from topics.budget import measure as budget
 
     rows = budget.bench_rows(lm)
-    res["budget"] = [r.to_dict() for r in rows]  # the JSON edge
     for r in rows:
         parts = "never" if r.parting_step is None else f"step {r.parting_step}"
         dq = "" if r.dequant_ms is None else f", {r.dequant_ms:.2f} of it dequantizing"
@@ -228,11 +229,9 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
             f"bytes ({r.bytes_ratio_bf16:6.1%} counted at bf16), agreement {r.agreement:6.1%}, mean KL "
             f"{r.kl_mean:.4f}, texts part {parts}, {r.ms_per_step:.2f} ms/step (IQR {r.ms_p25:.2f}-{r.ms_p75:.2f}"
             f"{dq})")
+    clicks = None
     if app:
         log("step-through page:")
-        res["app_click"] = app_click(log=log)
-    res["model"] = lm.spec.name
-    res["device"] = dev.describe(lm.device)
-    res["dtype"] = lm.dtype_name
-    res["torch_threads"] = torch.get_num_threads()
-    return res
+        clicks = app_click(log=log)
+    return Bench(o, bound, ladder, rows_cache, served, tuple(rows), clicks, app, lm.spec.name, dev.describe(lm.device),
+                 lm.dtype_name, torch.get_num_threads())

@@ -37,7 +37,7 @@ def main(args) -> int:
     res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds, app=not args.no_app,
                     ladder_sizes=tuple(args.ladder_sizes))
     if args.json:
-        write_json(args.json, res)
+        write_json(args.json, res.to_dict())  # the JSON edge
     return 0
 
 
@@ -47,10 +47,10 @@ def gpu_check_main(args) -> int:
 
     check_json_path(args.json)
     require_cuda()
-    doc, rows = gpu_check(sizes=args.sizes, race_shape=args.race_shape, tests=args.tests, races=args.races,
-                          log=lambda text: print(text, flush=True), json_path=args.json, tokens=args.tokens)
+    check = gpu_check(sizes=args.sizes, race_shape=args.race_shape, tests=args.tests, races=args.races,
+                      log=lambda text: print(text, flush=True), json_path=args.json, tokens=args.tokens)
     print()
-    print(table(rows))
+    print(table(check.targets))
     if args.json:
-        write_json(args.json, doc)
-    return 0 if all(r["holds"] is not False for r in rows) else 1
+        write_json(args.json, check.to_dict())  # the JSON edge
+    return 0 if all(r.holds is not False for r in check.targets) else 1

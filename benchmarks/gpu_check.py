@@ -26,6 +26,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from benchmarks.records import GpuCheck, RaceAtDefaults, RaceAtRung, Target, TestRun
 from engine.errors import StepError
 from engine.paths import ROOT
 
@@ -44,22 +45,21 @@ def require_cuda() -> None:
                         "(the CPU's figures come from `python -m engine ladder`).")
 
 
-def run_tests(log=print) -> dict:
+def run_tests(log=print) -> TestRun:
     """The gpu tier, in its own process (its GPU memory goes with it): passed or not, and pytest's last line."""
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", "-m", "gpu",
            "tests/test_gpu.py"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = [line for line in (proc.stdout + proc.stderr).strip().splitlines() if line.strip()]
-    out = {"command": " ".join(cmd[1:]), "passed": proc.returncode == 0, "summary": lines[-1] if lines else "",
-           "wall_s": time.perf_counter() - t0}
-    if not out["passed"]:
-        out["output_tail"] = "\n".join(lines[-40:])
-    log(f"tests: {out['summary']} ({out['wall_s']:.0f} s)")
+    passed = proc.returncode == 0
+    out = TestRun(" ".join(cmd[1:]), passed, lines[-1] if lines else "", time.perf_counter() - t0,
+                  None if passed else "\n".join(lines[-40:]))
+    log(f"tests: {out.summary} ({out.wall_s:.0f} s)")
     return out
 
 
-def race_at_defaults(lm, log=print) -> dict:
+def race_at_defaults(lm, log=print) -> RaceAtDefaults:
     """The Race page's defaults on the bundled model (its dtype: fp32), cache on and off, every position used."""
     from engine.forward.sampling import Sampling
     from engine.generate.compare import compare
@@ -70,17 +70,17 @@ def race_at_defaults(lm, log=print) -> dict:
     total = lm.spec.max_positions
     new = total - len(lm.tokenizer(prompt)["input_ids"])
     rep = compare(lm, prompt, new, sampling=Sampling(), stop_on_eos=False)
-    out = {"prompt": prompt, "total_tokens": total, "new_tokens": new, "dtype": lm.dtype_name,
-           "identical": rep["identical"], "first_divergence_step": rep["first_divergence_step"],
-           "max_logit_diff": rep["max_logit_diff"], "speedup_total": rep["speedup"]["total_ratio"],
-           "speedup_median_step": rep["speedup"]["median_ratio"], "path": "the Stepper's (readable)",
-           "wall_s": time.perf_counter() - t0}
-    log(f"race at the defaults ({lm.dtype_name}, {total} tokens): identical {out['identical']}, cache saves "
-        f"x{out['speedup_total']:.1f} in total ({out['wall_s']:.0f} s)")
+    out = RaceAtDefaults(prompt=prompt, total_tokens=total, new_tokens=new, dtype=lm.dtype_name,
+                         identical=rep["identical"], first_divergence_step=rep["first_divergence_step"],
+                         max_logit_diff=rep["max_logit_diff"], speedup_total=rep["speedup"]["total_ratio"],
+                         speedup_median_step=rep["speedup"]["median_ratio"], path="the Stepper's (readable)",
+                         wall_s=time.perf_counter() - t0)
+    log(f"race at the defaults ({lm.dtype_name}, {total} tokens): identical {out.identical}, cache saves "
+        f"x{out.speedup_total:.1f} in total ({out.wall_s:.0f} s)")
     return out
 
 
-def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS, log=print) -> dict:
+def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS, log=print) -> RaceAtRung:
     """A real shape (bf16, random weights) raced on the lean path: where, on a GPU, the cache pays."""
     import torch
 
@@ -93,28 +93,24 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     prompts = json.loads((ROOT / "assets" / "prompts.json").read_text(encoding="utf-8"))
     rlm = rung_model(lm, shape, dtype=timing_dtype(lm))
     try:
+        weights, dtype = rlm.spec.source, rlm.dtype_name
         rep = lean_compare(rlm, prompts[0]["prompt"], new_tokens)
-        out = {"shape": shape, "weights": rlm.spec.source, "dtype": rlm.dtype_name, "new_tokens": new_tokens,
-               "identical": rep.identical, "first_divergence_step": rep.first_divergence_step,
-               "speedup_total": rep.speedup.total_ratio, "speedup_median_step": rep.speedup.median_ratio,
-               "cache_total_ms": rep.speedup.cache_total_ms, "nocache_total_ms": rep.speedup.nocache_total_ms,
-               "how": dict(rep.how), "compile_ms": dict(rep.compile_ms)}
     finally:
         del rlm
         dev.release_memory()
-        torch._dynamo.reset()  # the rung's compiled graphs hold its memory
-    out["wall_s"] = time.perf_counter() - t0
-    log(f"race at {shape} (lean, {out['dtype']}, {new_tokens} tokens): cache saves x{out['speedup_total']:.1f}, "
-        f"identical {out['identical']} ({out['wall_s']:.0f} s, compile included)")
+        torch.compiler.reset()  # the rung's compiled graphs hold its memory
+    out = RaceAtRung(shape=shape, weights=weights, dtype=dtype, new_tokens=new_tokens, identical=rep.identical,
+                     first_divergence_step=rep.first_divergence_step, speedup_total=rep.speedup.total_ratio,
+                     speedup_median_step=rep.speedup.median_ratio, cache_total_ms=rep.speedup.cache_total_ms,
+                     nocache_total_ms=rep.speedup.nocache_total_ms, how=dict(rep.how),
+                     compile_ms=dict(rep.compile_ms), wall_s=time.perf_counter() - t0)
+    log(f"race at {shape} (lean, {out.dtype}, {new_tokens} tokens): cache saves x{out.speedup_total:.1f}, "
+        f"identical {out.identical} ({out.wall_s:.0f} s, compile included)")
     return out
 
 
-def _target(what: str, measured: str, holds: bool | None) -> dict:
-    return {"target": what, "measured": measured, "holds": holds}
-
-
-def targets(lad, ladder_s: float, race: dict | None, rung_race: dict | None, tests: dict | None,
-            total_s: float | None) -> list[dict]:
+def targets(lad, ladder_s: float, race: RaceAtDefaults | None, rung_race: RaceAtRung | None, tests: TestRun | None,
+            total_s: float | None) -> list[Target]:
     """The GPU acceptance, each with this run's figure (None: not measured in this run)."""
     from topics.ladder.curve import KNEE
 
@@ -124,67 +120,67 @@ def targets(lad, ladder_s: float, race: dict | None, rung_race: dict | None, tes
     label = f" ({big.label})" if big else ""
     what = f"≥ 7 B{label}: lean decode ≤ ×1.5 its memory bound"
     if big is None or big.lean is None:
-        out.append(_target(what, "not measured (no such rung, or no lean path)", None))
+        out.append(Target(what, "not measured (no such rung, or no lean path)", None))
     else:
-        out.append(_target(what, f"×{big.lean.ratio:.2f}: {big.lean.label} ({big.lean.spread()} ms; bound "
-                                 f"{big.lean.memory_ms:.2f} ms)", big.lean.ratio <= 1.5))
+        out.append(Target(what, f"×{big.lean.ratio:.2f}: {big.lean.label} ({big.lean.spread()} ms; bound "
+                                f"{big.lean.memory_ms:.2f} ms)", big.lean.ratio <= 1.5))
     what = f"≥ 7 B{label}: lean decode faster than transformers' recipe timed beside it"
     if big is None or big.lean_over_recipe is None:
-        out.append(_target(what, "not measured", None))
+        out.append(Target(what, "not measured", None))
     else:
-        out.append(_target(what, f"lean {big.lean.spread()} ms, recipe {big.recipe.spread()} ms: "
-                                 f"×{big.lean_over_recipe:.3f}", big.lean_over_recipe < 1.0))
+        out.append(Target(what, f"lean {big.lean.spread()} ms, recipe {big.recipe.spread()} ms: "
+                                f"×{big.lean_over_recipe:.3f}", big.lean_over_recipe < 1.0))
     curve = big.curve if big else None
     knee = curve.predicted_knee("prefill", roof) if curve else None
     for kind in ("prefill",):
         far = [p for p in (curve.of(kind) if curve else ()) if knee and p.rows >= 4 * knee]
         what = f"≥ 7 B{label}: a {kind} pass of n ≥ 4× the ridge in rows ≤ ×1.3 its compute bound"
         if not far:
-            out.append(_target(what, "not measured (no such n timed)", None))
+            out.append(Target(what, "not measured (no such n timed)", None))
         else:
             p = far[0]
-            out.append(_target(what, f"n = {p.rows}: ×{p.median_ms / p.compute_ms:.2f} ({p.median_ms:.2f} ms; bound "
-                                     f"{p.compute_ms:.2f} ms)", p.median_ms / p.compute_ms <= 1.3))
+            out.append(Target(what, f"n = {p.rows}: ×{p.median_ms / p.compute_ms:.2f} ({p.median_ms:.2f} ms; bound "
+                                    f"{p.compute_ms:.2f} ms)", p.median_ms / p.compute_ms <= 1.3))
     for kind in ("prefill",):
         m = curve.measured_knee(kind) if curve else None
         what = f"≥ 7 B{label}: the {kind}'s measured knee (first n at ×{KNEE:g} the one-row time) within ×3 of the " \
                f"predicted ridge in rows"
         if m is None or not knee:
-            out.append(_target(what, "not measured" if curve is None else f"no knee within the rows timed "
-                                                                          f"(predicted ~{knee or 0:.0f})", None))
+            out.append(Target(what, "not measured" if curve is None else f"no knee within the rows timed "
+                                                                         f"(predicted ~{knee or 0:.0f})", None))
         else:
-            out.append(_target(what, f"measured n = {m}, predicted ~{knee:.0f}", 1 / 3 <= m / knee <= 3))
-    out.append(_target(f"the whole GPU ladder, compile included, ≤ {LADDER_BUDGET_S / 60:.0f} min",
-                       f"{ladder_s:.0f} s (compile {lad.compile_s:.0f} s of it)", ladder_s <= LADDER_BUDGET_S))
+            out.append(Target(what, f"measured n = {m}, predicted ~{knee:.0f}", 1 / 3 <= m / knee <= 3))
+    out.append(Target(f"the whole GPU ladder, compile included, ≤ {LADDER_BUDGET_S / 60:.0f} min",
+                      f"{ladder_s:.0f} s (compile {lad.compile_s:.0f} s of it)", ladder_s <= LADDER_BUDGET_S))
     if race is not None:
-        out.append(_target(f"the race at the defaults ({race['dtype']}): identical tokens over "
-                           f"{race['total_tokens']} tokens", f"identical {race['identical']}; cache saves "
-                           f"×{race['speedup_total']:.1f}", race["identical"]))
+        out.append(Target(f"the race at the defaults ({race.dtype}): identical tokens over "
+                          f"{race.total_tokens} tokens", f"identical {race.identical}; cache saves "
+                          f"×{race.speedup_total:.1f}", race.identical))
     if rung_race is not None:
-        out.append(_target(f"the race at a rung ({rung_race['shape']}, compiled path): the cache pays",
-                           f"×{rung_race['speedup_total']:.1f} in total, identical {rung_race['identical']}",
-                           rung_race["speedup_total"] > 1.0))
+        out.append(Target(f"the race at a rung ({rung_race.shape}, compiled path): the cache pays",
+                          f"×{rung_race.speedup_total:.1f} in total, identical {rung_race.identical}",
+                          rung_race.speedup_total > 1.0))
     if tests is not None:
-        out.append(_target("the gpu tests pass (lean tokens, CUDA graph captured, the race exact)", tests["summary"],
-                           tests["passed"]))
+        out.append(Target("the gpu tests pass (lean tokens, CUDA graph captured, the race exact)", tests.summary,
+                          tests.passed))
     if total_s is not None:
-        out.append(_target(f"gpu-check ≤ {CHECK_BUDGET_S / 60:.0f} min", f"{total_s:.0f} s", total_s <= CHECK_BUDGET_S))
+        out.append(Target(f"gpu-check ≤ {CHECK_BUDGET_S / 60:.0f} min", f"{total_s:.0f} s", total_s <= CHECK_BUDGET_S))
     return out
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[Target]) -> str:
     """Each target beside its figure, for a terminal."""
     mark = {True: "yes", False: "NO", None: "-"}
-    width = max(len(r["target"]) for r in rows)
+    width = max(len(r.target) for r in rows)
     lines = [f"{'target':<{width}}  holds  measured"]
-    lines += [f"{r['target']:<{width}}  {mark[r['holds']]:<5}  {r['measured']}" for r in rows]
+    lines += [f"{r.target:<{width}}  {mark[r.holds]:<5}  {r.measured}" for r in rows]
     return "\n".join(lines)
 
 
 def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, races: bool = False, log=print,
               device: str = "cuda", race_tokens: int = RACE_RUNG_TOKENS, json_path: str | None = None,
-              tokens: int | None = None, compile: bool | None = None, curve_passes=None) -> tuple[dict, list[dict]]:
-    """Run everything (see the module docstring); return the JSON document and the targets.
+              tokens: int | None = None, compile: bool | None = None, curve_passes=None) -> GpuCheck:
+    """Run everything (see the module docstring); return its record (`to_dict()`: the JSON document).
 
     device="cpu" (with compile=False) is a dry run of the same code with small sizes (a test's, or before a GPU
     session). json_path: where the document is written as soon as the ladder is measured (a later part that runs
@@ -205,17 +201,15 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     ladder_s = time.perf_counter() - t0
     log(lad.text_table())
 
-    def document(race=None, rung_race=None, test_result=None, total_s=None) -> tuple[dict, list[dict]]:
+    def document(race=None, rung_race=None, test_result=None, total_s=None) -> GpuCheck:
         rows = targets(lad, ladder_s, race, rung_race, test_result, total_s)
-        return lad.to_dict() | {"gpu_check": {
-            "device": lad.device, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "versions": versions(), "wall_s": total_s, "ladder_wall_s": ladder_s, "race": race,
-            "race_at_rung": rung_race, "tests": test_result, "targets": rows}}, rows
+        return GpuCheck(lad, lad.device, datetime.now(timezone.utc).isoformat(timespec="seconds"), versions(), total_s,
+                        ladder_s, race, rung_race, test_result, tuple(rows))
 
     if json_path:
         from engine.cli_args import write_json
 
-        write_json(json_path, document()[0])
+        write_json(json_path, document().to_dict())  # the JSON edge
         log(f"(the ladder is written to {json_path}; the rest follows)")
     race = race_at_defaults(lm, log) if races else None
     rung_race = race_at_rung(lm, race_shape, race_tokens, log=log) if races else None

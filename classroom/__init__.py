@@ -1,9 +1,9 @@
 """Follow: a class watches one lecturer's screen, live, without running the model or a script per student.
 
-    classroom.py  codes, the lecturer key (a reload resumes the class), caps and rate limits; publish and read
+    lectures.py   codes, the lecturer key (a reload resumes the class), caps and rate limits; publish and read
     poll.py       the class predicts: questions built from the held step, votes (anonymous, one each), the reveal
     frames.py     what a follower is shown: a step's manifest, its stage and views as bytes (views.py's builders)
-    share.py      what the lecturer's step page publishes, and the QR code of a follow link
+    publisher.py  what the lecturer's step page publishes, and the QR code of a follow link
     wire.py       a StepTrace and the run around it as JSON, and back (never pickle)
     store.py      where the state lives: this process (MemoryKV) or Redis; publish/subscribe for the news
     hub.py        one server's side: hears each version, builds its pictures once, pushes one event to every stream

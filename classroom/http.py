@@ -59,7 +59,7 @@ class ClassRoutes:
 
     def __init__(self, app, hub_factory):
         self.app = app
-        self.hub_factory = hub_factory  # the process's Hub, made on first use (ui/serve.py)
+        self.hub_factory = hub_factory  # the process's Hub, made on first use (classroom/server.py)
         self._plotly: bytes | None = None
 
     async def __call__(self, scope, receive, send):

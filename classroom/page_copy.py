@@ -3,14 +3,14 @@
     with published():         app.py, around the page's run: while a lecturer leads a class, the elements the
                               page draws are kept too, and become one frame when the page is done
     ui.setup.class_label      a page's one line: what its frame is called when a student looks back
-    publishes_itself()        the step page: it publishes its own frame (ui/follow.class_bar), none is made here
+    publishes_itself()        the step page: it publishes its own frame (classroom/page.class_bar), none is made here
 
 Every element a page draws goes to its browser as a delta at a path in the page's tree. While the page runs,
 this keeps the newest element at each path of the main area; at the end the tree becomes a frame
 (classroom/frames.py's blocks): markdown and tables as HTML made here, pictures as they were, charts as
 plotly's JSON, a widget as its label and the value the lecturer chose (a lesson's slider at 12, the serving
 scenario), nothing the lecturer could click. The lecturer's page is not changed and not slowed by more than
-the copy; no follower runs it. The step page publishes itself (ui/follow.class_bar) and is left alone here.
+the copy; no follower runs it. The step page publishes itself (classroom/page.class_bar) and is left alone here.
 
 Only a run that the page ended is the screen: one that drew to the end, or stopped itself (st.stop(), st.rerun()).
 A run cut short because the lecturer moved on (a slider moved again, Next clicked again) is not: Streamlit's fast

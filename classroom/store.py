@@ -1,6 +1,6 @@
 """Where a class's shared state lives: this process (the default), or Redis (`DECODE_LAB_REDIS_URL`).
 
-The classroom (classroom/classroom.py) is written once, against the few Redis commands it uses.
+The classroom (classroom/lectures.py) is written once, against the few Redis commands it uses.
 `MemoryKV` is those commands on a dict, with Redis's expiry rules, for one server with nothing else to
 run; several replicas behind a proxy share one redis-server instead and see the same classes. Values
 are strings (JSON) in both: nothing is ever unpickled from the store.

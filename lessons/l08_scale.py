@@ -29,10 +29,10 @@ def show(course: Course) -> None:
                 f"{l2.heads} query heads use {l2.kv_heads} K/V heads, a cache {l2.heads // l2.kv_heads}× smaller "
                 f"than MHA; Llama-3-8B's cache is {l3.heads // l3.kv_heads}× smaller than it would be with MHA.")
     cards = kvcalc.cards_for(kvcalc.from_table("Llama-3-70B"), tokens)  # enough 80 GB cards, plus one for caches
-    st.caption(f"Why it matters: Llama-3-70B's fp16 weights alone are {human_bytes(cards['weights'])}, more than one "
-               f"80 GB accelerator holds. On {cards['cards']} of them ({cards['cards'] * 80} GB), what the weights "
-               f"leave holds the caches of **{cards['max_batch']:,} sequences** of {tokens:,} tokens "
-               f"({human_bytes(cards['per_sequence'])} each, estimate; activations not counted).")
+    st.caption(f"Why it matters: Llama-3-70B's fp16 weights alone are {human_bytes(cards.weights)}, more than one "
+               f"80 GB accelerator holds. On {cards.cards} of them ({cards.cards * 80} GB), what the weights "
+               f"leave holds the caches of **{cards.max_batch:,} sequences** of {tokens:,} tokens "
+               f"({human_bytes(cards.per_sequence)} each, estimate; activations not counted).")
     st.markdown("What comes next:\n"
                 "- **Paged KV cache** (vLLM's PagedAttention): store the cache in fixed-size blocks like virtual "
                 "memory pages, so many sequences share GPU memory without fragmentation.\n"

@@ -60,7 +60,7 @@ def sidebar_links(pg) -> list[str]:
 
 
 def test_a_deep_link_as_the_servers_first_request_gets_the_whole_app(fresh_server, browser):
-    """Streamlit serves a fresh server's first request in its old pages/-folder mode; /lessons must still get
+    """Streamlit serves a fresh server's first request in its old `pages/` folder mode; /lessons must still get
     app.py's frame, and the menu must never list a file name (checked while the first run is still going)."""
     pg = open_page(browser, f"{fresh_server}/lessons?seed=3")
     seen = set()

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from engine.forward import compiled
+from engine.transformers_internals import attn_implementation
 from engine.forward.run import run_pass
 from engine.generate.compare import compare
 from engine.generate.stepper import Stepper
@@ -31,8 +32,8 @@ def test_the_view_is_the_same_weights_on_sdpa_and_leaves_the_readable_attention_
     assert view is compiled.sdpa_view(bundled_lm.model)  # one view per model
     mine = dict(bundled_lm.model.named_parameters())
     assert all(p is mine[name] for name, p in view.named_parameters())  # shared, not copied
-    assert view.config._attn_implementation == "sdpa"
-    assert bundled_lm.model.config._attn_implementation == "decode_lab"  # students still step the recording path
+    assert attn_implementation(view.config) == "sdpa"
+    assert attn_implementation(bundled_lm.model.config) == "decode_lab"  # students still step the recording path
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "phi3", "gpt2"])

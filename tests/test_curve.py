@@ -232,12 +232,14 @@ def test_gpu_check_runs_dry_on_a_cpu_and_writes_its_ladder_first(bundled_lm, tmp
 
     quick_probe(monkeypatch)
     path = tmp_path / "gpu.json"
-    doc, rows = gpu_check.gpu_check(sizes=["own"], device="cpu", tokens=16, compile=False, json_path=str(path),
-                                    log=lambda text: None, curve_passes=[("batch", 1), ("prefill", 2), ("prefill", 16)])
+    check = gpu_check.gpu_check(sizes=["own"], device="cpu", tokens=16, compile=False, json_path=str(path),
+                                log=lambda text: None, curve_passes=[("batch", 1), ("prefill", 2), ("prefill", 16)])
+    doc, rows = check.to_dict(), check.targets
     written = json.loads(path.read_text(encoding="utf-8"))
     assert written["rungs"][0]["curve"] == json.loads(json.dumps(doc["rungs"][0]["curve"]))
-    targets = {r["target"] for r in rows}
+    targets = {r.target for r in rows}
     assert any("lean decode ≤ ×1.5 its memory bound" in t for t in targets)
     assert any("within ×3 of the predicted ridge" in t for t in targets)
-    assert doc["gpu_check"]["targets"] == rows
-    assert all(r["holds"] is None for r in rows if r["target"].startswith("≥ 7 B"))  # no 8 B rung: not measured
+    assert doc["gpu_check"]["targets"] == [{"target": r.target, "measured": r.measured, "holds": r.holds} for r in rows]
+    assert all(r.holds is None for r in rows if r.target.startswith("≥ 7 B"))  # no 8 B rung: not measured
+    assert set(doc["gpu_check"]) == set(json.loads((ASSETS / "ladder_gpu.json").read_text())["gpu_check"])  # its keys

@@ -438,6 +438,6 @@ def test_a_sliding_window_models_decode_step_is_taken_apart_without_changing_its
     taken.run(7)
     alone.run(7)
     breakdown = decode_breakdown(taken, bandwidth=1e10, repeats=2)
-    assert breakdown["wall_ms"] > 0
+    assert breakdown.wall_ms > 0
     a, b = taken.decode(), alone.decode()
     assert a.token_id == b.token_id and torch.allclose(taken.last_logits, alone.last_logits, atol=1e-5)

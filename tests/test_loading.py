@@ -10,6 +10,7 @@ import torch
 from engine import load_model
 from engine.errors import ModelNotFound, NoTokenizer, NotACausalLM, RemoteCodeRequired, TooLarge, UnsafeWeights
 from engine.device import pick_device, pick_dtype
+from engine.transformers_internals import attn_implementation
 
 
 def test_spec_describes_the_model(tiny_dirs):
@@ -20,7 +21,7 @@ def test_spec_describes_the_model(tiny_dirs):
     # the best device here, in its fast dtype (fp32 on a CPU, bf16 on a GPU): the same test passes on a GPU machine
     assert lm.device == pick_device() and lm.dtype == pick_dtype(lm.device)
     # attention runs through the layers' own eager code, wrapped so Q, K and V can be read (engine/forward/capture.py)
-    assert lm.model.config._attn_implementation == "decode_lab" and lm.captures
+    assert attn_implementation(lm.model.config) == "decode_lab" and lm.captures
 
 
 def test_unknown_id_offline_is_a_clear_error():

@@ -7,6 +7,7 @@ import torch
 
 from engine.forward import capture
 from engine.generate.stepper import Stepper
+from engine.transformers_internals import attn_implementation
 from tests import reference
 
 PROMPT = "Once upon a time there was a cat"
@@ -16,8 +17,8 @@ def test_the_reference_is_a_separate_model_with_transformers_own_attention(famil
     lm = family_model("llama")
     theirs = reference.model(family_dirs["llama"])
     assert theirs is not lm.model
-    assert lm.model.config._attn_implementation == capture.IMPLEMENTATION  # the engine's copy: recorded attention
-    assert theirs.config._attn_implementation == "eager"
+    assert attn_implementation(lm.model.config) == capture.IMPLEMENTATION  # the engine's copy: recorded attention
+    assert attn_implementation(theirs.config) == "eager"
     reference.assert_independent(theirs)  # "eager" is the modeling file's own function, no hook, nothing recorded
     for a, b in zip(lm.model.parameters(), theirs.parameters(), strict=True):  # the same weights, not shared
         assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()

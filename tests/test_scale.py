@@ -184,15 +184,15 @@ def test_does_it_fit_with_the_weights_resident():
     8,192 tokens (131,072 a token), and the model reads at most 8,192 positions."""
     llama = kvcalc.from_table("Llama-3-8B")
     fit = kvcalc.largest_fit(llama, 80e9, 2, 2, 8192)
-    assert fit == {"free_for_kv": 64e9, "max_batch": 59, "max_tokens_batch1": 488_281, "context_limit": 8192}
+    assert fit == kvcalc.Fit(free_for_kv=64e9, max_batch=59, max_tokens_batch1=488_281, context_limit=8192)
     # a sliding model stops growing past its window: gemma-3-270m keeps 15 x 511 positions of 1,024 bytes and grows
     # by its 3 full layers' 3,072 bytes a token
     gemma = kvcalc.from_table("gemma-3-270m")
     free = 1e9 - gemma.parameters * 2
     fit = kvcalc.largest_fit(gemma, 1e9, 2, 2, 8192)
-    assert fit["max_tokens_batch1"] == (free - 15 * 1024 * 511) // 3072 and fit["max_batch"] == free // 33_014_784
-    assert kvcalc.largest_fit(kvcalc.from_table("Llama-3.1-405B"), 80e9, 2, 2, 8192)["free_for_kv"] < 0
-    assert kvcalc.largest_fit(kvcalc.from_table("Llama-3.1-405B"), 80e9, 2, 2, 8192)["max_batch"] == 0
+    assert fit.max_tokens_batch1 == (free - 15 * 1024 * 511) // 3072 and fit.max_batch == free // 33_014_784
+    assert kvcalc.largest_fit(kvcalc.from_table("Llama-3.1-405B"), 80e9, 2, 2, 8192).free_for_kv < 0
+    assert kvcalc.largest_fit(kvcalc.from_table("Llama-3.1-405B"), 80e9, 2, 2, 8192).max_batch == 0
 
 
 @pytest.mark.slow
@@ -251,10 +251,10 @@ def test_a_decode_steps_time_is_taken_apart_without_changing_the_run(bundled_lm)
     held = s.cache.get_seq_length()
     b = decode_breakdown(s, bandwidth=20e9, repeats=2)
     assert s.cache.get_seq_length() == held  # every pass it made was rolled back
-    assert 0 < b["matmul_ms"] and b["ops"] > 10 * bundled_lm.spec.layers  # a step is many small ops, not one matmul
+    assert 0 < b.matmul_ms and b.ops > 10 * bundled_lm.spec.layers  # a step is many small ops, not one matmul
     # the bound is the next step's bytes (every weight + the cache read + one new K/V row) over the bandwidth given
     moved = step_bytes(bundled_lm.spec, 1, held, bundled_lm.elem_bytes)
-    assert b["memory_bound_ms"] == pytest.approx(moved / 20e9 * 1e3)
+    assert b.memory_bound_ms == pytest.approx(moved / 20e9 * 1e3)
     assert moved > bundled_lm.spec.parameters * bundled_lm.elem_bytes
     nxt = s.decode()  # the run continues exactly where it was
     assert nxt.kv_len == held + 1
@@ -262,13 +262,18 @@ def test_a_decode_steps_time_is_taken_apart_without_changing_the_run(bundled_lm)
 
 def test_the_time_split_never_shows_a_lower_bound_beaten_without_saying_so():
     """A matmul faster than its own memory bound contradicts the bound: the sentence says why, not 'x % of the step'."""
-    from topics.ladder.profile import breakdown_note
+    from dataclasses import replace
 
-    b = {"device": "cpu", "wall_ms": 10.0, "matmul_ms": 2.8, "memory_bound_ms": 5.6, "rest_ms": 7.2}
+    from topics.ladder.profile import Breakdown, breakdown_note
+
+    b = Breakdown(wall_ms=10.0, matmul_ms=2.8, rest_ms=7.2, ops=400, memory_bound_ms=5.6, runs=5, device="cpu",
+                  bandwidth=1e10)
     note = breakdown_note(b)
     assert "beat the memory bound" in note and "read low" in note and "72%" in note
-    fine = breakdown_note(b | {"memory_bound_ms": 1.0})
+    fine = breakdown_note(replace(b, memory_bound_ms=1.0))
     assert "beat" not in fine and "10% of the step" in fine
+    # a new bandwidth probe moves the bound only (bytes / bandwidth), and says which bandwidth it was made with
+    assert b.at_bandwidth(2e10).memory_bound_ms == pytest.approx(2.8) and b.at_bandwidth(2e10).bandwidth == 2e10
 
 
 def test_the_roofline_names_its_ridge_where_the_ridge_is():

@@ -1,4 +1,4 @@
-"""Plant the bugs the fast tier must catch, one at a time, and say which test caught each. Run it before you stop.
+"""Plant the bugs the fast tier must catch, one at a time, and say which test caught each.
 
     python -m tools.mutants              every mutant (about three minutes on a quiet 2-core machine)
     python -m tools.mutants NAME ...     only these
@@ -46,7 +46,7 @@ def _replace(original, patched) -> None:
 
 
 def attention_temperature() -> None:
-    """Bug A: the capture path's attention 1% too hot (queries x 1.01): logits off by ~1e-2, greedy tokens kept."""
+    """The capture path's attention 1% too hot (queries x 1.01): logits off by ~1e-2, greedy tokens kept."""
     from engine.forward import capture
 
     own = capture._eager
@@ -61,7 +61,7 @@ def cache_rolled_back_one_too_far() -> None:
 
 
 def inverted_keep() -> None:
-    """Bug B: a speculative proposal kept with chance 1 - min(1, p/q) when that chance is fractional."""
+    """A speculative proposal kept with chance 1 - min(1, p/q) when that chance is fractional."""
     from engine.forward.sampling import Chooser
 
     coin = Chooser.coin

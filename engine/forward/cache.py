@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from engine import transformers_internals
+
 SLIDING_KINDS = ("sliding_attention", "chunked_attention", "hybrid_sliding")
 
 
@@ -27,11 +29,7 @@ def new_cache(config) -> DynamicCache:
 
 def layer_windows(config) -> tuple[int | None, ...]:
     """Per layer: None for full attention, else the sliding window (transformers' own reading of the config)."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    kinds, kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
-    if isinstance(kwargs, dict):  # transformers < 5.2x returned one dict for every layer
-        kwargs = [kwargs] * len(kinds)
+    kinds, kwargs = transformers_internals.layer_kinds(config.get_text_config(decoder=True))
     return tuple(kw.get("sliding_window") if kind in SLIDING_KINDS else None for kind, kw in zip(kinds, kwargs))
 
 

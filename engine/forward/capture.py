@@ -17,17 +17,17 @@ attention does not go through transformers' attention interface is loaded with p
 
 from __future__ import annotations
 
-import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
 
+from engine import transformers_internals
+
 IMPLEMENTATION = "decode_lab"
 _active: ContextVar[list | None] = ContextVar("decode_lab_capture", default=None)
 _paged: ContextVar = ContextVar("decode_lab_paged", default=None)  # engine.forward.paged: many requests, one pass
 _observer: ContextVar = ContextVar("decode_lab_observer", default=None)  # a cache that scores positions by attention
-_eager_of: dict[type, object] = {}
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,8 @@ class Capture:
 
 
 def _eager(module):
-    fn = _eager_of.get(type(module))
-    if fn is None:
-        fn = _eager_of[type(module)] = sys.modules[type(module).__module__].eager_attention_forward
-    return fn
+    """The layer's own eager attention function (its modeling file's)."""
+    return transformers_internals.eager_attention(module)
 
 
 def recording_attention(module, query, key, value, attention_mask, **kwargs):
@@ -60,10 +58,10 @@ def recording_attention(module, query, key, value, attention_mask, **kwargs):
     out, weights = _eager(module)(module, query, key, value, attention_mask, **kwargs)
     captures = _active.get()
     if captures is not None:
-        captures.append(Capture(module.layer_idx, query, key, value, weights))
+        captures.append(Capture(transformers_internals.layer_index(module), query, key, value, weights))
     observer = _observer.get()
     if observer is not None:  # after this layer's attention: an evicting cache scores and drops positions now
-        observer(module.layer_idx, weights)
+        observer(transformers_internals.layer_index(module), weights)
     return out, weights
 
 
@@ -113,20 +111,9 @@ class observing:
 
 def register() -> None:
     """Make `decode_lab` a valid attn_implementation (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
-
-    AttentionInterface.register(IMPLEMENTATION, recording_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, eager_mask)
+    transformers_internals.register_attention(IMPLEMENTATION, recording_attention)
 
 
 def supports(config) -> bool:
     """Does this config's model family route attention through transformers' attention interface?"""
-    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
-
-    try:
-        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
-    except KeyError:
-        return False
-    module = sys.modules.get(cls.__module__)
-    return module is not None and hasattr(module, "eager_attention_forward") and hasattr(module, "ALL_ATTENTION_FUNCTIONS")
+    return transformers_internals.routes_attention(config)

@@ -44,11 +44,11 @@ import weakref
 import torch
 
 from engine import device as dev
+from engine import torch_internals, transformers_internals
 from engine.forward.run import Timing
 
 DECODE_MODE = "reduce-overhead"  # inductor + CUDA graphs on a GPU (on a CPU: inductor alone)
 FULL_MODE = "reduce-overhead"  # one CUDA graph per prompt length, recorded on its first calls
-RECOMPILE_LIMIT = 64  # torch's default (8) is per function: a ladder's rungs and cache sizes need more
 GRAPH_WARMUPS = 3  # calls before a CUDA-graph step is timed: compile, record, first replay
 EAGER_WARMUPS = 1
 
@@ -75,7 +75,7 @@ def sdpa_view(model: torch.nn.Module) -> torch.nn.Module:
     if view is None:
         shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
         view = copy.deepcopy(model, shared)
-        if getattr(view, "_supports_sdpa", False):
+        if transformers_internals.supports_sdpa(view):
             view.set_attn_implementation("sdpa")
         view.eval()
         _views[model] = view
@@ -83,24 +83,22 @@ def sdpa_view(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def attention_of(view) -> str:
-    return view.config._attn_implementation
+    return transformers_internals.attn_implementation(view.config)
 
 
 # ---------------------------------------------------------------- the three passes (compiled or not)
 
 
-def _prefill_pass(model, cache, ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """Every prompt position at once on the static cache: ids [batch=1, s], where [s]; logits [batch, vocab]."""
+def _cached_pass(model, cache, ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """ids [batch=1, q_len] at cache positions where [q_len], on the static cache; logits [batch, vocab]. The
+    prefill (q_len = s, run as it is) and the decode step (q_len = 1, compiled)."""
     out = model(input_ids=ids, cache_position=where, position_ids=where.unsqueeze(0), past_key_values=cache,
                 use_cache=True, logits_to_keep=1)
     return out.logits[:, -1]
 
 
-def _decode_pass(model, cache, ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """One new position on the static cache: ids [batch=1, 1], where [1]; logits [batch, vocab]."""
-    out = model(input_ids=ids, cache_position=where, position_ids=where.unsqueeze(0), past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
-    return out.logits[:, -1]
+# `_full_pass` and `_recompute_pass` share a body but stay two functions: torch.compile keeps its graphs (and its
+# recompile limit) per function, and the two are compiled in different modes (CUDA graphs per length, and none).
 
 
 def _full_pass(model, ids: torch.Tensor) -> torch.Tensor:
@@ -114,28 +112,19 @@ def _recompute_pass(model, ids: torch.Tensor) -> torch.Tensor:
     return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1]
 
 
-PASSES = {"decode": (_decode_pass, DECODE_MODE, False), "full": (_full_pass, FULL_MODE, True),
+PASSES = {"decode": (_cached_pass, DECODE_MODE, False), "full": (_full_pass, FULL_MODE, True),
           "recompute": (_recompute_pass, None, True)}
-# name -> (function, mode, dynamic in s); the cache-filling prefill is never compiled
+# name -> (function, mode, dynamic in s); the cache-filling prefill (the same _cached_pass) is never compiled
 
 
 def compiled(name: str):
     """One torch.compile wrapper per pass, shared by every model (torch keeps a compiled graph per shape)."""
     fn = _compiled.get(name)
     if fn is None:
-        import torch._dynamo
-
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        torch_internals.allow_recompiles()  # torch's default (8) is per function: a ladder's shapes need more
         function, mode, dynamic = PASSES[name]
         fn = _compiled[name] = torch.compile(function, mode=mode, fullgraph=True, dynamic=dynamic)
     return fn
-
-
-def graph_skips() -> int:
-    """How many times inductor has declined CUDA graphs in this process (a step then launches every kernel)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["inductor"]["cudagraph_skips"])
 
 
 # ---------------------------------------------------------------- one sequence on the lean path
@@ -155,7 +144,7 @@ class Lean:
         self.cache = StaticCache(config=self.view.config, max_cache_len=max_len)
         kv_heads, head_dim = kv_shape(self.view.config)
         # allocated here, outside any compiled region, so each K/V tensor is marked as a fixed address
-        self.cache.early_initialization(1, kv_heads, head_dim, lm.dtype, lm.device)
+        transformers_internals.allocate_static(self.cache, 1, kv_heads, head_dim, lm.dtype, lm.device)
         self.pos = 0  # positions written so far
         self.ids = torch.zeros(1, 1, dtype=torch.long, device=lm.device)  # the decode step's input, [batch, 1]
         self.where = torch.zeros(1, dtype=torch.long, device=lm.device)  # its cache position, [1]
@@ -204,14 +193,14 @@ class Lean:
         """
         if key in self.warm_ms:
             return
-        skips = graph_skips()
+        skips = torch_internals.graph_skips()
         dev.sync(self.lm.device)
         t0 = time.perf_counter()
         for _ in range(GRAPH_WARMUPS if self.graphs and PASSES[key[0]][1] else EAGER_WARMUPS):
             run()
         dev.sync(self.lm.device)
         self.warm_ms[key] = (time.perf_counter() - t0) * 1e3
-        self.graph_skipped[key[0]] = self.graph_skipped.get(key[0], False) or graph_skips() > skips
+        self.graph_skipped[key[0]] = self.graph_skipped.get(key[0], False) or torch_internals.graph_skips() > skips
         self.compile_ms.setdefault(key[0], self.warm_ms[key])
 
     # every pass below runs under the caller's turn on the model (greedy, time_*: lm.turn())
@@ -223,7 +212,7 @@ class Lean:
         if s + 1 > self.max_len:
             raise ValueError(f"a {s}-token prompt and one step do not fit a {self.max_len}-position static cache")
         rewind(self.cache, 0)
-        logits = _prefill_pass(self.view, self.cache, ids.to(self.lm.device), torch.arange(s, device=self.lm.device))
+        logits = _cached_pass(self.view, self.cache, ids.to(self.lm.device), torch.arange(s, device=self.lm.device))
         self.pos = s
         return int(logits.argmax(-1))
 
@@ -273,16 +262,9 @@ def kv_shape(config) -> tuple[int, int]:
 
 
 def rewind(cache, pos: int) -> None:
-    """Set where the static cache writes next to `pos`, so the same step can run again.
-
-    transformers 5.x keeps that position on each layer as a device tensor (`cumulative_length`) that every
-    update advances in place (a captured graph advances it on each replay too); older versions wrote where
-    `cache_position` said, which this path always passes.
-    """
-    for layer in getattr(cache, "layers", ()):
-        length = getattr(layer, "cumulative_length", None)
-        if isinstance(length, torch.Tensor):
-            length.fill_(pos)
+    """Set where the static cache writes next to `pos`, so the same step can run again (every pass here also
+    passes `cache_position`, which older transformers wrote at)."""
+    transformers_internals.set_write_position(cache, pos)
 
 
 # ---------------------------------------------------------------- what the ladder, the race and the tests call
@@ -370,7 +352,7 @@ def time_recipe(lm, ids: torch.Tensor, steps: int = 32, repeats: int = 5) -> tup
             timing, warm_ms = _recipe_runs(gen, steps, repeats)
     finally:
         hf_logging.set_verbosity(verbosity)
-    compiled_by_generate = getattr(view, "_compiled_call", None) is not None
+    compiled_by_generate = transformers_internals.compiled_by_generate(view)
     how = (f"transformers' recipe: generate on one reused StaticCache + {attention_of(view).upper()}, "
            + ("auto-compiled (torch.compile, reduce-overhead)" if compiled_by_generate else "not compiled here"))
     return timing, warm_ms, how

@@ -133,8 +133,6 @@ class Run(ABC):
         done      True once the run has stopped: no more steps
         run(n)    step until done, or n more steps
         free()    drop caches and records (Reset, or a session ending)
-
-    Each keeps its records under its own name too: Stepper.records, Speculator.records, ServingRun.records.
     """
 
     records: list

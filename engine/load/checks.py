@@ -291,15 +291,13 @@ def stored_numbers(files: list[Path], source: str) -> int:
 
 def _hub_file(repo: str, name: str) -> str | None:
     """A small file of a hub repository: from the local cache, else (if the hub answers) downloaded; None if absent."""
-    from transformers.utils.hub import cached_file
+    from engine.transformers_internals import hub_file
 
-    quiet = dict(_raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False,
-                 _raise_exceptions_for_gated_repo=False)
     for local_only in (True, False):
         if not local_only and not hub_reachable():
             return None
         try:
-            found = cached_file(repo, name, local_files_only=local_only, **quiet)
+            found = hub_file(repo, name, local_only)
         except Exception:  # noqa: BLE001 - no such repository or file: nothing to check
             found = None
         if found:

@@ -1,6 +1,6 @@
 """A loaded model, shared read-only by every session: the model, its tokenizer, its figures, and a lock.
 
-Nearly every part of the engine takes one: load it with engine.load.load_model.
+Nearly every part of the engine takes one: load it with engine.load.load.load_model.
 """
 
 from __future__ import annotations

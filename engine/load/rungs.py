@@ -326,13 +326,14 @@ def build(rung: Rung, lm: LoadedModel, seed: int = 0, dtype: torch.dtype | None 
         raise TooLarge(refusal([rung], lm, dtype))
     from transformers import AutoModelForCausalLM
 
+    from engine import transformers_internals
     from engine.forward import capture
     from engine.forward.spec import from_config
 
     captures = lm.captures if rung.shape_of is None else capture.supports(rung.config)
     if captures:
         capture.register()
-    attention = lm.config._attn_implementation if rung.shape_of is None else \
+    attention = transformers_internals.attn_implementation(lm.config) if rung.shape_of is None else \
         (capture.IMPLEMENTATION if captures else "eager")
     torch.manual_seed(seed)
     with torch.device(lm.device):

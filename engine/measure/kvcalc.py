@@ -11,7 +11,7 @@ per head: latent_dim × layers × bytes × tokens × batch.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -118,7 +118,28 @@ def weight_bytes(a: ModelSpec, elem_bytes: float) -> float:
     return a.parameters * elem_bytes
 
 
-def largest_fit(a: ModelSpec, memory_bytes: float, weight_elem: float, kv_elem: float, tokens: int) -> dict:
+@dataclass(frozen=True)
+class Fit:
+    """What fits beside a model's resident weights in one accelerator's memory (estimates from the config)."""
+
+    free_for_kv: float  # bytes left once the weights are in (negative: the weights alone do not fit)
+    max_batch: int  # sequences of the asked-for length whose caches fit
+    max_tokens_batch1: int  # the longest context whose cache fits, at batch 1
+    context_limit: int | None  # the model's max_position_embeddings: more is memory arithmetic only
+
+
+@dataclass(frozen=True)
+class Cards:
+    """Enough accelerators for a model's weights plus one for the caches (estimates; activations not counted)."""
+
+    weights: float  # bytes of the weights
+    cards: int
+    card_bytes: float  # memory of one card
+    max_batch: int  # sequences of the asked-for length whose caches fit beside the weights
+    per_sequence: float  # KV bytes of one such sequence
+
+
+def largest_fit(a: ModelSpec, memory_bytes: float, weight_elem: float, kv_elem: float, tokens: int) -> Fit:
     """With the weights resident, the largest batch at `tokens`, and the longest context at batch 1."""
     free = memory_bytes - weight_bytes(a, weight_elem)
     per_seq = a.kv_bytes(tokens, 1, kv_elem)
@@ -129,8 +150,7 @@ def largest_fit(a: ModelSpec, memory_bytes: float, weight_elem: float, kv_elem: 
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if a.kv_bytes(mid, 1, kv_elem) <= free else (lo, mid - 1)
         max_tokens = lo
-    return {"free_for_kv": free, "max_batch": int(free // per_seq) if free > 0 and per_seq > 0 else 0,
-            "max_tokens_batch1": max_tokens, "context_limit": a.max_positions}
+    return Fit(free, int(free // per_seq) if free > 0 and per_seq > 0 else 0, max_tokens, a.max_positions)
 
 
 def context_note(a: ModelSpec, tokens: int) -> str | None:
@@ -142,14 +162,13 @@ def context_note(a: ModelSpec, tokens: int) -> str | None:
     return None
 
 
-def cards_for(a: ModelSpec, tokens: int, card_bytes: float = 80e9, elem_bytes: float = 2.0) -> dict:
+def cards_for(a: ModelSpec, tokens: int, card_bytes: float = 80e9, elem_bytes: float = 2.0) -> Cards:
     """Accelerators of `card_bytes` each: enough for the weights plus one for the caches, and how many
     sequences of `tokens` then fit beside the weights (estimates; activations not counted)."""
     weights = weight_bytes(a, elem_bytes)
     cards = int(-(-weights // card_bytes)) + 1
     fit = largest_fit(a, cards * card_bytes, elem_bytes, elem_bytes, tokens)
-    return {"weights": weights, "cards": cards, "card_bytes": card_bytes, "max_batch": fit["max_batch"],
-            "per_sequence": a.kv_bytes(tokens, 1, elem_bytes)}
+    return Cards(weights, cards, card_bytes, fit.max_batch, a.kv_bytes(tokens, 1, elem_bytes))
 
 
 def compare_frame(names: list[str], tokens: int, elem_bytes: float = 2.0) -> pd.DataFrame:

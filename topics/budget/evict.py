@@ -37,7 +37,8 @@ never sees a distance longer than it trained on; here a distance is always the t
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicLayer
+
+from engine.transformers_internals import OwnLayer
 
 SINKS = 4  # StreamingLLM keeps the first four positions
 OBSERVATION = 16  # SnapKV's observation window: the prompt's last queries (kvpress: 64; scaled to a 64-position budget)
@@ -51,7 +52,7 @@ def snap_window(budget: int, prompt: int) -> int:
     return max(1, min(OBSERVATION, budget // 2, prompt - 1))
 
 
-class EvictingLayer(DynamicLayer):
+class EvictingLayer(OwnLayer):
     """One layer's keys and values under an eviction rule, each held row remembering its position.
 
         keys, values   [batch, kv_head, held, head_dim]   what the layer holds (held <= budget between passes,
@@ -65,7 +66,6 @@ class EvictingLayer(DynamicLayer):
         if rule not in RULES:
             raise ValueError(f"unknown eviction rule {rule!r}")
         self.rule, self.budget = rule, budget
-        self.cumulative_length = 0  # positions this layer has seen: the next one's position
         self.positions = self.scores = None
         self.passes = 0  # observed passes: the first is the prefill
         self.prefill_length = 0
@@ -83,22 +83,22 @@ class EvictingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         b, h, q_len = key_states.shape[:3]
-        new = torch.arange(self.cumulative_length, self.cumulative_length + q_len, device=self.device)
+        new = torch.arange(self.seen, self.seen + q_len, device=self.device)
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
         self.positions = torch.cat([self.positions, new.expand(b, h, q_len)], dim=-1)
         self.scores = torch.cat([self.scores, torch.zeros(b, h, q_len, device=self.device)], dim=-1)
-        self.cumulative_length += q_len
+        self.seen += q_len
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
         """Positions seen, not held: the next position's number, so its RoPE rotation is its true position."""
-        return self.cumulative_length
+        return self.seen
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """Keys a pass attends to (held + fed); the offset makes the fed rows the last, so they stay causal."""
         held = self.held
-        return held + query_length, self.cumulative_length - held
+        return held + query_length, self.seen - held
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove:
@@ -121,7 +121,7 @@ class EvictingLayer(DynamicLayer):
         self.passes += 1
         prefill = self.passes == 1
         if prefill:
-            self.prefill_length = self.cumulative_length
+            self.prefill_length = self.seen
         if weights is not None and self.rule in SCORED:
             self.scores = self.scores + score(self.rule, weights.float(), self.positions, prefill, self.budget)
         if self.rule == "snap" and not prefill:
@@ -131,8 +131,8 @@ class EvictingLayer(DynamicLayer):
 
     def ranked(self) -> torch.Tensor:
         """[batch, kv_head, held] what the rule ranks by: H2O's sum, or that sum per query that could see the row."""
-        if self.rule == "heavy-avg":  # queries at positions p .. cumulative_length - 1 could read position p
-            return self.scores / (self.cumulative_length - self.positions).clamp(min=1)
+        if self.rule == "heavy-avg":  # queries at positions p .. seen - 1 could read position p
+            return self.scores / (self.seen - self.positions).clamp(min=1)
         return self.scores
 
     def protected(self) -> torch.Tensor:
@@ -141,7 +141,7 @@ class EvictingLayer(DynamicLayer):
         if self.rule == "sinks":
             return p < SINKS
         if self.rule in ("heavy", "heavy-avg"):
-            return p >= self.cumulative_length - max(1, self.budget // 2)
+            return p >= self.seen - max(1, self.budget // 2)
         if self.rule == "snap-capped":  # rows decoded after the prefill (none at the prefill itself)
             return p >= self.prefill_length
         return torch.zeros_like(p, dtype=torch.bool)

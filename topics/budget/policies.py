@@ -17,7 +17,7 @@ quantized ones round the older positions and the evicting ones drop them.
 
 from __future__ import annotations
 
-from transformers.cache_utils import Cache
+from transformers import Cache
 
 from engine.errors import StepError
 from engine.forward.cache import new_cache

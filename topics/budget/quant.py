@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import time
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
 from engine import device as dev
+from engine.transformers_internals import OwnLayer
 
 GROUP = 16  # KIVI's key group along the positions (the paper uses 32 or 128 on 7B models)
 FP8 = torch.float8_e4m3fn
@@ -129,7 +129,7 @@ class Kivi(Codec):
 CODECS = {"fp8": Fp8, "int8": lambda: Kivi(8), "int4": lambda: Kivi(4)}
 
 
-class QuantizedLayer(DynamicLayer):
+class QuantizedLayer(OwnLayer):
     """One layer: quantized chunks of the older positions, and the newest ones in full precision.
 
         keys, values   [batch, kv_head, tail, head_dim]   the full-precision tail (budget <= tail < budget + group)
@@ -141,7 +141,6 @@ class QuantizedLayer(DynamicLayer):
         self.codec_name, self.codec, self.budget = codec, CODECS[codec](), budget
         self.packed_keys: Packed | None = None
         self.packed_values: Packed | None = None
-        self.cumulative_length = 0
         self.dequant_ms = 0.0  # time spent dequantizing the older rows, over every pass so far
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -152,7 +151,7 @@ class QuantizedLayer(DynamicLayer):
             self.codec.calibrate(value_states, keys=False)
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
-        self.cumulative_length += key_states.shape[-2]
+        self.seen += key_states.shape[-2]
         if self.packed_keys is None:
             return self.keys, self.values
         dev.sync(self.device)  # perf_counter around a device sync: the dequantize, timed on its own
@@ -175,10 +174,10 @@ class QuantizedLayer(DynamicLayer):
         self.keys, self.values = self.keys[:, :, n:].clone(), self.values[:, :, n:].clone()
 
     def get_seq_length(self) -> int:
-        return self.cumulative_length
+        return self.seen
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.cumulative_length + query_length, 0
+        return self.seen + query_length, 0
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove:

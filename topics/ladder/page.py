@@ -8,7 +8,7 @@ from engine.measure import kvcalc, roofline
 from engine.units import human_bytes
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.page_ladder import grow_the_model
-from topics.ladder.profile import breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
+from topics.ladder.profile import DemoRun, breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
 from ui import model
 from ui.model import device_roof
 from ui.setup import page_setup
@@ -118,15 +118,15 @@ def show() -> None:
         w_dtype = a3.selectbox("weights dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_w_dtype")
         fit = kvcalc.largest_fit(arch, mem_gb * 1e9, kvcalc.KV_DTYPES[w_dtype], elem, tokens)
         weights = kvcalc.weight_bytes(arch, kvcalc.KV_DTYPES[w_dtype])
-        if fit["free_for_kv"] <= 0:
+        if fit.free_for_kv <= 0:
             st.error(f"The weights alone ({human_bytes(weights)}) do not fit in {mem_gb:g} GB.")
         else:
             st.write(f"Weights {human_bytes(weights)} + KV {human_bytes(total)} = "
                      f"**{human_bytes(weights + total)}** of {mem_gb:g} GB. "
-                     f"Largest batch at {tokens:,} tokens: **{fit['max_batch']:,}**; longest context at batch 1: "
-                     f"**{fit['max_tokens_batch1']:,} tokens** (estimates; activations and fragmentation not counted)"
-                     + (f", though {arch.name} reads at most **{fit['context_limit']:,}**."
-                        if fit["context_limit"] and fit["max_tokens_batch1"] > fit["context_limit"] else "."))
+                     f"Largest batch at {tokens:,} tokens: **{fit.max_batch:,}**; longest context at batch 1: "
+                     f"**{fit.max_tokens_batch1:,} tokens** (estimates; activations and fragmentation not counted)"
+                     + (f", though {arch.name} reads at most **{fit.context_limit:,}**."
+                        if fit.context_limit and fit.max_tokens_batch1 > fit.context_limit else "."))
 
         compare = st.multiselect("compare growth with", list(table["name"]),
                                  ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
@@ -170,18 +170,12 @@ def show() -> None:
 
     @st.cache_resource(max_entries=4, show_spinner="Measuring a demo run and taking one of its decode steps apart "
                                                     "(once per server)…")
-    def demo(_lm, model: tuple, _bandwidth: float) -> dict:
+    def demo(_lm, model: tuple, _bandwidth: float) -> DemoRun:
         """topics.ladder.profile.where_time_goes: a 100-token prefill, 8 decode steps, the next step taken apart.
 
         Kept per model, not per bandwidth: a new device probe only moves the memory bound (see `at_bandwidth`), so
         it does not run the demo again."""
-        return {**where_time_goes(_lm, _bandwidth), "bandwidth": _bandwidth}
-
-
-    def at_bandwidth(b: dict, bandwidth: float) -> dict:
-        """A breakdown's memory bound (bytes moved / bandwidth) at this bandwidth instead of the one it was made with."""
-        made = b.get("bandwidth")
-        return b if not made else {**b, "memory_bound_ms": b["memory_bound_ms"] * made / bandwidth, "bandwidth": bandwidth}
+        return where_time_goes(_lm, _bandwidth)
 
 
     run = st.session_state.get("step_run")
@@ -191,7 +185,7 @@ def show() -> None:
     if lm is not None:
         shown = demo(lm, (settings.source, settings.device, settings.dtype), here.bandwidth)
         if not traces:
-            traces = shown["traces"]
+            traces = list(shown.traces)
             st.caption("This session has no steps yet, so the points are a demo run made on this server: a 100-token "
                        "prefill and 8 cached decode steps. Steps taken on the Step-through page replace them.")
     measured = scale_draw.roofline_figure(here, roofline.place(traces), scale=scale())
@@ -224,8 +218,7 @@ def show() -> None:
             st.session_state["scale_breakdown"] = decode_breakdown(run, here.bandwidth)
         except DecodeLabError as e:
             error(str(e))
-    b = st.session_state.get("scale_breakdown") or (at_bandwidth({**shown["breakdown"], "bandwidth": shown["bandwidth"]},
-                                                                    here.bandwidth) if shown else None)
+    b = st.session_state.get("scale_breakdown") or (shown.breakdown.at_bandwidth(here.bandwidth) if shown else None)
     if b:
         st.dataframe(breakdown_frame(b), hide_index=True)
         st.caption(plain(breakdown_note(b)))

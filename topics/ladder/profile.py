@@ -4,7 +4,7 @@ A cached decode step must at least read every weight once: bytes moved / bandwid
 memory lower bound. A small model's measured step is many times that bound. To say why,
 the step is taken apart:
 
-    the whole step      the next decode-shaped pass, timed (median), through engine.forward.run_pass
+    the whole step      the next decode-shaped pass, timed (median), through engine.forward.run.run_pass
     its matmuls alone   every weight matrix of the model multiplied by a tensor of the step's shape,
                         timed in a tight loop: the arithmetic and weight reads, with no Python between
     the rest            the whole step minus its matmuls: attention's small ops, norms, RoPE, cache
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -26,7 +27,33 @@ from engine.forward.cache import roll_back
 from engine import device as dev
 
 
-def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> dict:
+@dataclass(frozen=True)
+class Breakdown:
+    """One decode step taken apart: the whole step, its matmuls alone, the rest, and its memory bound."""
+
+    wall_ms: float  # the whole step, median of `runs` timed runs
+    matmul_ms: float  # every weight matrix multiplied once, alone (median)
+    rest_ms: float  # the whole step minus its matmuls, at least 0
+    ops: int  # aten operations the step issues (torch.profiler)
+    memory_bound_ms: float  # bytes moved / bandwidth (an estimate)
+    runs: int
+    device: str  # the device, in words
+    bandwidth: float  # bytes/s the memory bound was computed with
+
+    def at_bandwidth(self, bandwidth: float) -> "Breakdown":
+        """The same step, its memory bound at this bandwidth instead of the one it was made with."""
+        return replace(self, memory_bound_ms=self.memory_bound_ms * self.bandwidth / bandwidth, bandwidth=bandwidth)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """A run made to measure when a session has none: its steps (for the roofline) and its next step taken apart."""
+
+    traces: tuple  # StepTrace per pass
+    breakdown: Breakdown
+
+
+def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> Breakdown:
     """The next decode-shaped pass of `stepper`: whole, its matmuls alone, the rest, and its memory bound."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -51,8 +78,8 @@ def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> dict:
     wall = timed.timing.forward_ms
     matmul_ms = matmuls_alone(lm, ids.shape[1], repeats)
     bound_ms = step_bytes(lm.spec, ids.shape[1], past, lm.elem_bytes) / bandwidth * 1e3
-    return {"wall_ms": wall, "matmul_ms": matmul_ms, "rest_ms": max(0.0, wall - matmul_ms), "ops": ops,
-            "memory_bound_ms": bound_ms, "runs": repeats, "device": dev.describe(lm.device)}
+    return Breakdown(wall, matmul_ms, max(0.0, wall - matmul_ms), ops, bound_ms, repeats, dev.describe(lm.device),
+                     bandwidth)
 
 
 @torch.inference_mode()
@@ -101,40 +128,40 @@ def demo_run(lm, prompt_tokens: int = 100, decode_steps: int = 8):
     return run
 
 
-def where_time_goes(lm, bandwidth: float, repeats: int = 5) -> dict:
+def where_time_goes(lm, bandwidth: float, repeats: int = 5) -> DemoRun:
     """The demo run's steps (for the roofline) and its next decode step taken apart (`decode_breakdown`)."""
     run = demo_run(lm)
     breakdown = decode_breakdown(run, bandwidth, repeats)
     traces = list(run.records)
     run.free()
-    return {"traces": traces, "breakdown": breakdown}
+    return DemoRun(tuple(traces), breakdown)
 
 
-def breakdown_frame(b: dict):
+def breakdown_frame(b: Breakdown):
     """`decode_breakdown`'s numbers as the table a page shows: each part of one decode step, in ms."""
     import pandas as pd
 
     return pd.DataFrame([
-        {"part": "memory lower bound: bytes moved / measured bandwidth (estimate)", "ms": round(b["memory_bound_ms"], 3)},
-        {"part": "the step's matmuls alone, every weight matrix once (measured)", "ms": round(b["matmul_ms"], 3)},
-        {"part": f"the rest: {b['ops']} aten ops of attention, norms, RoPE, cache writes, and the Python around them",
-         "ms": round(b["rest_ms"], 3)},
-        {"part": f"the whole step (median of {b['runs']})", "ms": round(b["wall_ms"], 3)},
+        {"part": "memory lower bound: bytes moved / measured bandwidth (estimate)", "ms": round(b.memory_bound_ms, 3)},
+        {"part": "the step's matmuls alone, every weight matrix once (measured)", "ms": round(b.matmul_ms, 3)},
+        {"part": f"the rest: {b.ops} aten ops of attention, norms, RoPE, cache writes, and the Python around them",
+         "ms": round(b.rest_ms, 3)},
+        {"part": f"the whole step (median of {b.runs})", "ms": round(b.wall_ms, 3)},
     ])
 
 
-def breakdown_note(b: dict) -> str:
+def breakdown_note(b: Breakdown) -> str:
     """The table in one sentence: which share of the step each part is."""
-    wall = b["wall_ms"]
-    if b["matmul_ms"] >= wall:  # two timings taken apart disagree: say so rather than print "122 %"
-        return (f"On {b['device']}: the matmuls timed alone ({b['matmul_ms']:.2f} ms) took as long as the whole step "
+    wall = b.wall_ms
+    if b.matmul_ms >= wall:  # two timings taken apart disagree: say so rather than print "122 %"
+        return (f"On {b.device}: the matmuls timed alone ({b.matmul_ms:.2f} ms) took as long as the whole step "
                 f"({wall:.2f} ms) or longer, so here the step is about its matmuls and little else; timings taken "
                 "while other work shares the machine move about, so read these as rough and measure again.")
-    if b["matmul_ms"] < b["memory_bound_ms"]:  # a lower bound beaten: the bandwidth it was made with read low
-        return (f"On {b['device']}: the matmuls timed alone ({b['matmul_ms']:.2f} ms) beat the memory bound "
-                f"({b['memory_bound_ms']:.2f} ms, an estimate), so the bandwidth probe read low: it ran while other "
+    if b.matmul_ms < b.memory_bound_ms:  # a lower bound beaten: the bandwidth it was made with read low
+        return (f"On {b.device}: the matmuls timed alone ({b.matmul_ms:.2f} ms) beat the memory bound "
+                f"({b.memory_bound_ms:.2f} ms, an estimate), so the bandwidth probe read low: it ran while other "
                 f"work shared the machine, or these weights sit in a cache faster than the probe's copy. The other "
-                f"{b['rest_ms'] / wall:.0%} of the step is the many small operations around the matmuls.")
-    return (f"On {b['device']}: the memory bound is {b['memory_bound_ms'] / wall:.0%} of the step and the matmuls "
-            f"{b['matmul_ms'] / wall:.0%}; the other {b['rest_ms'] / wall:.0%} is the many small operations around "
+                f"{b.rest_ms / wall:.0%} of the step is the many small operations around the matmuls.")
+    return (f"On {b.device}: the memory bound is {b.memory_bound_ms / wall:.0%} of the step and the matmuls "
+            f"{b.matmul_ms / wall:.0%}; the other {b.rest_ms / wall:.0%} is the many small operations around "
             "them. A bigger model makes each matmul longer and that share smaller.")

@@ -1,7 +1,8 @@
 """transformers' own continuous batching, `generate_batch`: the reference our serving run is checked and timed against.
 
 Every call to its API is here, pinned to the transformers version in requirements.txt (5.23): it is young
-and its options move. Why the engine has its own scheduler and block manager instead of stepping this one:
+and its options move (what it does not make public, its logger and its request ids, is read through
+engine/transformers_internals.py). Why the engine has its own scheduler and block manager instead of stepping this one:
 it cannot run the shared model as loaded (it refuses the engine's attention, which reads Q/K/V and masks
 paged passes: it wants its own 'paged|sdpa'), it preempts by copying blocks to CPU memory rather than
 recomputing, and it schedules from a background loop whose state is not meant to be read between steps.
@@ -25,14 +26,15 @@ def generate_batch(lm: LoadedModel, prompts: list[list[int]], new_tokens: int, *
     in order, and the wall time in ms of the whole call (its setup included: that is what a caller pays).
 
     `model`: a copy made by `reference_model`, to time several calls without copying each time."""
-    from transformers import GenerationConfig
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    from engine.transformers_internals import BATCH_LOGGER, batch_tokens
 
     model = model or reference_model(lm)
     config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=-1,
                               pad_token_id=lm.tokenizer.eos_token_id or 0)
     cb = ContinuousBatchingConfig(page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens)
-    quiet = logging.getLogger("ContinuousBatchingLogger")
+    quiet = logging.getLogger(BATCH_LOGGER)
     level, quiet.level = quiet.level, logging.CRITICAL  # it logs that psutil is missing, on every call
     try:
         with lm.turn():
@@ -42,8 +44,7 @@ def generate_batch(lm: LoadedModel, prompts: list[list[int]], new_tokens: int, *
             ms = (time.perf_counter() - t0) * 1e3
     finally:
         quiet.level = level
-    by_index = sorted(out.values(), key=lambda o: int(o.request_id.rsplit("_", 1)[-1]))  # ids are req_0, req_1, ...
-    return [list(o.generated_tokens) for o in by_index], ms
+    return batch_tokens(out), ms
 
 
 def reference_model(lm: LoadedModel):

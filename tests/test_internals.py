@@ -1,0 +1,104 @@
+"""The libraries' internals live in one module each, written against one version (engine/torch_internals.py,
+engine/transformers_internals.py): these fail, saying what to check, when another version is installed, and
+name an internal that is gone or means something else, so an upgrade starts in one file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import torch_internals, transformers_internals
+
+MODULES = {"torch": torch_internals, "transformers": transformers_internals}
+
+
+@pytest.mark.parametrize("library", MODULES)
+def test_the_installed_library_is_the_one_its_internals_module_was_written_against(library):
+    problem = MODULES[library].version_problem()
+    assert problem is None, problem
+
+
+@pytest.mark.parametrize("library", MODULES)
+def test_another_version_is_refused_with_the_file_to_check(library, monkeypatch):
+    module = MODULES[library]
+    monkeypatch.setattr(module, "WRITTEN_FOR", "0.1")
+    problem = module.version_problem()
+    assert problem is not None
+    assert f"engine/{library}_internals.py" in problem and f"{library} 0.1" in problem and "WRITTEN_FOR" in problem
+
+
+def test_the_torch_internals_named_are_there():
+    missing = [name for name, found in [
+        ("torch.ops.mkldnn._reorder_linear_weight", lambda: torch.ops.mkldnn._reorder_linear_weight),
+        ("torch.ops.mkldnn._linear_pointwise", lambda: torch.ops.mkldnn._linear_pointwise),
+        ("torch._dynamo.config.recompile_limit", lambda: torch._dynamo.config.recompile_limit),
+    ] if not _there(found)]
+    assert not missing, f"gone from torch {torch.__version__}: {missing} (engine/torch_internals.py uses them)"
+    before = torch._dynamo.config.recompile_limit
+    torch_internals.allow_recompiles(before + 1)
+    try:
+        assert torch._dynamo.config.recompile_limit == before + 1
+    finally:
+        torch._dynamo.config.recompile_limit = before
+    assert torch_internals.graph_skips() >= 0
+
+
+def _there(get) -> bool:
+    try:
+        get()
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       num_key_value_heads=1, max_position_embeddings=32)
+
+
+def test_the_static_cache_is_allocated_early_and_rewound_by_its_write_position():
+    from transformers import StaticCache
+
+    cache = StaticCache(config=_tiny_llama(), max_cache_len=8)
+    transformers_internals.allocate_static(cache, 1, 1, 8, torch.float32, torch.device("cpu"))
+    assert all(layer.is_initialized and tuple(layer.keys.shape) == (1, 1, 8, 8) for layer in cache.layers)
+    k = torch.ones(1, 1, 3, 8)
+    for layer in cache.layers:
+        layer.update(k, k)
+    assert all(int(layer.cumulative_length) == 3 for layer in cache.layers), "StaticLayer no longer counts its writes"
+    transformers_internals.set_write_position(cache, 1)
+    for layer in cache.layers:
+        layer.update(2 * k[:, :, :1], 2 * k[:, :, :1])  # written at position 1, over the first update's row
+        assert layer.keys[0, 0, :, 0].tolist() == [1, 2, 1, 0, 0, 0, 0, 0]
+
+
+def test_a_cache_layer_of_our_own_keeps_what_it_has_seen_under_the_name_reset_zeroes():
+    layer = transformers_internals.OwnLayer()
+    layer.seen = 5
+    assert layer.cumulative_length == 5
+    layer.reset()
+    assert layer.seen == 0, "transformers' reset() no longer zeroes cumulative_length: OwnLayer.seen must say so"
+
+
+def test_attention_config_and_hub_internals_are_there(tmp_path):
+    from transformers import LlamaForCausalLM
+    from transformers.masking_utils import eager_mask  # noqa: F401 - registered beside our attention
+
+    config = _tiny_llama()
+    assert transformers_internals.routes_attention(config), "the Llama modeling file no longer has its eager attention"
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    attention = model.model.layers[1].self_attn
+    assert transformers_internals.layer_index(attention) == 1
+    assert callable(transformers_internals.eager_attention(attention))
+    assert transformers_internals.supports_sdpa(model)
+    assert transformers_internals.attn_implementation(model.config) in ("sdpa", "eager")
+    assert not transformers_internals.compiled_by_generate(model)
+    kinds, kwargs = transformers_internals.layer_kinds(config)
+    assert kinds == ["full_attention"] * 2 and len(kwargs) == 2
+    assert transformers_internals.hub_file(str(tmp_path), "config.json", local_only=True) is None  # absent: None
+    (tmp_path / "config.json").write_text("{}")
+    found = transformers_internals.hub_file(str(tmp_path), "config.json", local_only=True)
+    assert found == str(tmp_path / "config.json")
