@@ -100,7 +100,7 @@ def default_tokens(device: torch.device) -> int:
     return GPU_TOKENS if device.type == "cuda" else TOKENS
 
 
-def versions() -> dict:
+def versions() -> dict[str, str]:
     """What ran the ladder: a recorded one says it."""
     import platform
 
