@@ -121,7 +121,7 @@ def test_a_lessons_claim_quotes_the_curve_with_the_verdicts_own_label():
     one = c.of("batch")[0]
     v = roofline.verdict(one.median_ms, one.flops, one.bytes_moved, ROOF)
     assert f"**{v.label}**" in decode and "memory-bound" in v.label
-    assert f"took ×{c.ratio('batch', 8):.2f} that time, for ×8 the arithmetic" in decode
+    assert f"took ×{c.ratio('batch', 8):.2f} the time of one, for ×8 the arithmetic" in decode
     prefill = curve_draw.curve_claim(c, ROOF, "prefill", "this CPU")
     last = c.of("prefill")[-1]
     assert f"**{roofline.verdict(last.median_ms, last.flops, last.bytes_moved, ROOF).label}**" in prefill
@@ -201,14 +201,15 @@ def small_ladder(bundled_lm):
     with pytest.MonkeyPatch.context() as mp:
         quick_probe(mp)
         return measure.measure_ladder(bundled_lm, ["own"], tokens=16, repeats=2, compile=False,
-                                      curve_passes=[(k, n) for n in (1, 4, 16) for k in ("prefill", "batch")])
+                                      curve_passes=[("decode", 1)] + [(k, n) for n in (1, 4, 16)
+                                                                      for k in ("prefill", "batch")])
 
 
 def test_a_ladder_times_its_curve_rungs_passes_and_its_lean_decode_is_the_curves_one_row(small_ladder):
     (r,) = small_ladder.rungs
     c = r.curve
-    assert c is not None and {p.kind for p in c.points} == {"prefill", "batch"}
-    one = next(p for p in c.of("batch") if p.rows == 1)
+    assert c is not None and {p.kind for p in c.points} == {"prefill", "batch", "decode"}
+    (one,) = c.of("decode")  # the rung's decode step, on its one-row kernel: the ladder's lean decode
     assert r.lean.median_ms == pytest.approx(one.median_ms) and r.lean.past == small_ladder.tokens
     full = next(p for p in c.of("prefill") if p.rows == small_ladder.tokens)
     assert r.lean_prefill.median_ms == pytest.approx(full.median_ms)
@@ -223,7 +224,7 @@ def test_the_cli_prints_the_curve_and_the_figures_the_lean_pass_is_held_to(small
     table = curve_table(c, small_ladder.roof)
     for n in {p.rows for p in c.points}:
         assert re.search(rf"^\s+{n} ", table, re.MULTILINE), n
-    one = next(p for p in c.of("batch") if p.rows == 1)
+    (one,) = c.of("decode")
     assert f"x{one.median_ms / one.memory_ms:.2f} its DRAM memory bound" in table
 
 

@@ -90,11 +90,14 @@ def _row_major(weight: torch.nn.Parameter) -> torch.nn.Parameter:
 class LeanLlama(torch.nn.Module):
     """gpt-fast's forward over a transformers Llama's weights, with a static KV cache of its own."""
 
-    def __init__(self, model, max_batch: int, max_len: int):
+    def __init__(self, model, max_batch: int, max_len: int, one_row_kernel: bool = True):
+        """`one_row_kernel` False: a one-row pass on a CPU uses the multi-row kernel too (padded), as a pass over n
+        rows timed across n must, so that the row count is the only thing that moves (topics/ladder/curve.py)."""
         super().__init__()
         why = supports(model)
         if why:
             raise ValueError(why)
+        self.one_row_kernel = one_row_kernel
         c, inner = model.config, model.model
         self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
@@ -143,28 +146,31 @@ class LeanLlama(torch.nn.Module):
 
             GPU                the matrix multiply (cuBLAS)
             CPU, one row       one dot product per output row of w, which inductor compiles to a single loop that
-                               streams w once (oneDNN's and MKL's one-row kernels read some shapes at a third of
-                               the rate)
-            CPU, several rows  oneDNN's multiply on w's packed copy: w read once for all the rows
+                               streams w once at ~85 % of the read rate (oneDNN's and MKL's one-row kernels reach
+                               about half of it); with one_row_kernel False, the multi-row kernel below
+            CPU, several rows  oneDNN's multiply on w's packed copy: w read once for all the rows (at about half the
+                               read rate for a few rows, on the EPYC VM)
         """
         if x.device.type != "cpu":
             return F.linear(x, w)
-        if x.shape[:-1].numel() == 1:
+        if self.one_row_kernel and x.shape[:-1].numel() == 1:
             return (w * x.reshape(1, -1)).sum(-1).view(*x.shape[:-1], w.shape[0])
         return torch_internals.packed_linear(x, self.packed[id(w)], w.shape[0])
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """softmax(q·kᵀ / √head_dim, masked)·v for q [batch, head, n, head_dim] against k, v [batch, kv_head, key_pos,
-        head_dim], each kv_head serving head / kv_head query heads (GQA) without repeating K/V. Several rows: torch's
-        fused kernel (SDPA). One row on a CPU: the same arithmetic written out, which the compiler fuses into the
-        step's loops (the fused kernel's own set-up costs a one-row step more than its arithmetic)."""
-        if q.device.type != "cpu" or q.shape[0] * q.shape[2] != 1:
+        head_dim], each kv_head serving head / kv_head query heads (GQA) without repeating K/V. torch's fused kernel
+        (SDPA), except for one query row per sequence on a CPU (a decode step, alone or batched): the same arithmetic
+        written out, which the compiler fuses into the step's own loops (the fused kernel's set-up costs a one-row
+        step more than its arithmetic; a long prefill's scores are better never materialized)."""
+        if q.device.type != "cpu" or q.shape[2] != 1 or q.shape[0] != 1:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        group = q.shape[1] // k.shape[1]
-        qg = q.reshape(k.shape[1], group, q.shape[-1])  # [kv_head, group, head_dim]: batch = n = 1
-        scores = torch.einsum("kgd,kld->kgl", qg, k[0]) * q.shape[-1] ** -0.5  # [kv_head, group, key_pos]
-        scores = scores.masked_fill(~mask[0], float("-inf")).softmax(-1)
-        return torch.einsum("kgl,kld->kgd", scores, v[0]).reshape(q.shape)
+        batch, heads, n, hd = q.shape
+        kv_heads = k.shape[1]
+        qg = q.reshape(batch, kv_heads, heads // kv_heads, n, hd)  # [batch, kv_head, group, n, head_dim]
+        scores = torch.einsum("bkgnd,bkld->bkgnl", qg, k) * hd ** -0.5  # [batch, kv_head, group, n, key_pos]
+        scores = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        return torch.einsum("bkgnl,bkld->bkgnd", scores, v).reshape(batch, heads, n, hd)
 
     def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """transformers' LlamaRMSNorm: in float32, then back to x's dtype, times the weight."""
@@ -192,9 +198,14 @@ class LeanLlama(torch.nn.Module):
             q = self.rope(q.view(batch, n, self.heads, hd).transpose(1, 2), cos, sin)  # [batch, head, n, head_dim]
             k = self.rope(k.view(batch, n, self.kv_heads, hd).transpose(1, 2), cos, sin)  # [batch, kv_head, n, hd]
             v = v.view(batch, n, self.kv_heads, hd).transpose(1, 2)
-            # written in place, in the module's own buffers (a compiler sees them as fixed addresses: CUDA graphs)
-            k_all = getattr(self, f"k_cache_{layer}")[:batch].index_copy_(2, input_pos, k)
-            v_all = getattr(self, f"v_cache_{layer}")[:batch].index_copy_(2, input_pos, v)
+            # written in place into the module's own whole buffers (a compiler then writes them where they lie, and sees
+            # fixed addresses: CUDA graphs); a write through a slice would be copied whole, layer by layer
+            k_cache, v_cache = getattr(self, f"k_cache_{layer}"), getattr(self, f"v_cache_{layer}")
+            where = (torch.arange(batch, device=x.device)[:, None, None],
+                     torch.arange(self.kv_heads, device=x.device)[None, :, None], input_pos[None, None, :])
+            k_cache.index_put_(where, k)
+            v_cache.index_put_(where, v)
+            k_all, v_all = k_cache[:batch], v_cache[:batch]
             y = self.attend(q, k_all, v_all, mask)
             x = x + self.linear(y.transpose(1, 2).reshape(batch, n, q_size), self.wo[layer])
             h = self.rms(x, self.mlp_norm[layer])

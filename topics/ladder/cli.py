@@ -57,16 +57,16 @@ def curve_table(curve, roof) -> str:
     lines.append(f"knee (first n at x{KNEE:g} the one-row time): prefill {curve.measured_knee('prefill')}, batch "
                  f"{curve.measured_knee('batch')}; predicted from the ridge: "
                  + (f"~{knee:.1f} rows" if knee else "past the rows timed"))
-    one = next((p for p in curve.of("batch") if p.rows == 1), None)
+    one = next(iter(curve.of("decode")), None)
     if one is not None:
-        lines.append(f"lean decode (n = 1, context {curve.context}): {one.median_ms:.2f} ms, "
-                     f"x{one.median_ms / one.memory_ms:.2f} its DRAM memory bound ({one.memory_ms:.2f} ms)")
+        lines.append(f"lean decode (one sequence, context {curve.context}, its one-row kernel): {one.median_ms:.2f} ms "
+                     f"({one.low_ms:.2f}-{one.high_ms:.2f}), x{one.median_ms / one.memory_ms:.2f} its DRAM memory bound "
+                     f"({one.memory_ms:.2f} ms)")
     for kind in ("prefill", "batch"):
         far = [p for p in curve.of(kind) if knee and p.rows >= 4 * knee]
         if far:
-            p = far[0]
-            lines.append(f"{kind} n = {p.rows} (>= 4x the ridge in rows): x{p.median_ms / p.compute_ms:.2f} its "
-                         "compute bound")
+            lines.append(f"{kind}, n >= 4x the ridge in rows: " + ", ".join(
+                f"n = {p.rows} x{p.median_ms / p.compute_ms:.2f}" for p in far) + " its compute bound")
     return "\n".join(lines)
 
 

@@ -11,7 +11,10 @@ ridge: about ridge × elem_bytes / 2 rows (~7 on this project's CPU in fp32, ~18
 ratio to a roof depends on how good the kernel is; the shape of this curve does not (STYLE.md, 25).
 
 Every pass runs on the lean path (engine.forward.lean: gpt-fast's Llama over the rung's own weights, compiled
-whole), timed as every step here is: perf_counter around a device sync, warm-up calls apart (they compile: one
+whole). The curve's passes all use one matrix kernel, the multi-row one (on a CPU oneDNN on packed weights, a
+single row padded), so that the row count is the only thing that moves; the rung's decode step (`DECODE`) is
+timed apart on the kernel a one-row step runs best with (on a CPU a streamed dot product), and is the ladder's
+lean decode. Timed as every step here is: perf_counter around a device sync, warm-up calls apart (they compile: one
 graph for n = 1, one for every other n of each kind, the compile time kept in `compile_ms`), medians of
 `repeats` runs with their min-max. Each pass is placed on the ladder's roof (the same `DeviceRoof` every page
 quotes): its FLOPs and bytes are estimates (engine.forward.estimates), its bounds those over the roof's peak and
@@ -36,6 +39,7 @@ from engine.measure.roofline import DeviceRoof, verdict
 
 KNEE = 1.5  # the measured knee: the first n whose pass takes this many times the one-row pass
 KINDS = ("prefill", "batch")  # a prefill of n tokens; a decode step for a batch of n sequences
+DECODE = "decode"  # the rung's own decode step: one token, one sequence, on the kernel a one-row step runs best with
 REPEATS = 5
 MAX_ROWS = {"cpu": 128, "cuda": 4096}  # the longest pass timed on each kind of device
 PAST_KNEE = 5  # rows are doubled until n reaches this many times the predicted knee (the slope is then plain)
@@ -197,11 +201,11 @@ def _first_at_ridge(spec, roof: DeviceRoof, context: int) -> int:
 
 
 def every_pass(spec, roof: DeviceRoof, device: torch.device, context: int, kinds=KINDS) -> list[tuple[str, int]]:
-    """(kind, n) for n = 1, 2, 4, … (`row_counts`) of each of `kinds`, the decode step for one sequence (the rung's
-    lean decode) and the prefill of `context` tokens (the ladder's s)."""
+    """(kind, n) for n = 1, 2, 4, … (`row_counts`) of each of `kinds`, the rung's decode step (DECODE, one row) and
+    the prefill of `context` tokens (the ladder's s)."""
     rows = row_counts(spec, roof, device, context)
-    passes = {(kind, n) for n in rows for kind in kinds} | {("batch", 1), ("prefill", context)}
-    return sorted(passes, key=lambda p: (p[1], p[0] != "prefill"))
+    passes = {(kind, n) for n in rows for kind in kinds} | {(DECODE, 1), ("prefill", context)}
+    return sorted(passes, key=lambda p: (p[1], p[0] != DECODE, p[0] != "prefill"))
 
 
 def cache_bytes(spec, sequences: int, positions: int, elem_bytes: float) -> float:
@@ -239,12 +243,15 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     passes = fits
     longest = max([n for k, n in passes if k == "prefill"] + [context])
     batch = max([n for k, n in passes if k == "batch"] or [1])
-    lean = {"prefill": LeanLlama(rlm.model, max_batch=1, max_len=longest + 1),
-            "batch": LeanLlama(rlm.model, max_batch=batch, max_len=context + 2)}
+    lean = {"prefill": LeanLlama(rlm.model, max_batch=1, max_len=longest + 1, one_row_kernel=False),
+            "batch": LeanLlama(rlm.model, max_batch=batch, max_len=context + 2, one_row_kernel=False)}
+    # a GPU's one-row step is the same pass as the batch's at n = 1 (the same kernels): one graph for both
+    lean[DECODE] = LeanLlama(rlm.model, max_batch=1, max_len=context + 2) if device.type == "cpu" else lean["batch"]
     ids = torch.randint(0, min(spec.vocab, 32000), (1, longest), device=device,
                         generator=torch.Generator(device=device).manual_seed(0))
     with torch.no_grad():  # the context every batched sequence has: one prefill, copied to each
-        lean["batch"](ids[:, :context], torch.arange(context, device=device))
+        for kind in ("batch", DECODE):
+            lean[kind](ids[:, :context], torch.arange(context, device=device))
         for cache in (*lean["batch"].k_cache, *lean["batch"].v_cache):
             cache[1:, :, :context] = cache[:1, :, :context]
     fns = {}  # (kind, one row or many) -> the compiled pass
@@ -252,7 +259,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     for kind, n in passes:
         if kind == "prefill":  # n tokens of one sequence: ids [batch=1, n] at positions 0 .. n-1
             x, where = ids[:, :n], torch.arange(n, device=device)
-        else:  # one token for each of n sequences: ids [batch=n, 1], each at position `context`
+        else:  # one token for each of n sequences (the decode step: one): ids [batch=n, 1], at position `context`
             x, where = ids[0, :n].reshape(n, 1), torch.tensor([context], device=device)
         last = next((p for p in reversed(points) if p.kind == kind), None)
         if last is not None and spent + last.median_ms * n / last.rows * (repeats + 1) / 1e3 > budget_s:
@@ -264,9 +271,14 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
             torch._dynamo.mark_dynamic(x, 0 if kind == "batch" else 1)
             if kind == "prefill":
                 torch._dynamo.mark_dynamic(where, 0)
-        name = "n = 1 (both kinds: one token)" if n == 1 else f"{kind}, every n ≥ 2"
-        if name not in fns:  # one row is the same pass either way: one graph, on the batch's cache
-            module = lean["batch" if n == 1 else kind]
+        if n > 1:
+            name = f"{kind}, every n ≥ 2"
+        elif kind == DECODE and device.type == "cpu":
+            name = "the decode step (one-row kernel)"
+        else:  # one row is the same pass either way: one graph, on the batch's cache
+            name = "n = 1 (one token)"
+        if name not in fns:
+            module = lean[DECODE if name.startswith("the decode") else "batch" if n == 1 else kind]
             fns[name] = compiled_pass(module) if compile else module
         fn = fns[name]
         # a new graph compiles on its first call; on a GPU every new n is also run once and recorded as a CUDA graph

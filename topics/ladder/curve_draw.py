@@ -59,6 +59,11 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                          else "matmul peak"] for p in pts],
             hovertemplate="n = %{x}: %{y:.3g} ms (median; bar: min–max)<br>×%{customdata[0]:.2f} the one-row pass"
                           "<br>%{customdata[1]} of the %{customdata[2]}<extra>" + NAMES[kind] + "</extra>"))
+    for p in curve.of("decode"):  # the rung's own decode step, on the kernel a one-row step runs best with
+        fig.add_trace(go.Scatter(
+            x=[p.rows], y=[p.median_ms], name="the decode step, its one-row kernel", mode="markers",
+            marker=dict(color=DECODE, size=15, symbol="star", line=dict(color="#222", width=1)),
+            hovertemplate="one decode step: %{y:.3g} ms (median)<extra>its one-row kernel</extra>"))
     knee = curve.predicted_knee("prefill", roof)
     if knee:
         fig.add_vline(x=knee, line=dict(color=GREY, width=2, dash="dot"))
@@ -116,6 +121,11 @@ def curve_caption(curve: Curve, roof: DeviceRoof) -> str:
     found = [f"{m} rows ({'prefill' if k == 'prefill' else 'batch'})" for k, m in measured.items() if m]
     if found:
         said += f" Measured, the time first reached ×{KNEE:g} the one-row time at " + " and ".join(found) + "."
+    star, one = next(iter(curve.of("decode")), None), _at(curve, "batch", 1)
+    if star is not None and one is not None and star.median_ms < one.median_ms:
+        said += (f" Every pass here runs on the kernel that multiplies many rows; the rung's own decode step (the "
+                 f"star) runs a one-row kernel that streams its weights faster: {_ms(star.median_ms)} ms against "
+                 f"{_ms(one.median_ms)} ms for one row on the many-row kernel.")
     last = curve.of("prefill")[-1]
     said += (f" At {last.rows} rows the prefill took {_ms(last.median_ms)} ms, ×{last.median_ms / last.compute_ms:.2f} "
              f"its compute bound ({percent(last.compute_ms / last.median_ms)} of the matmul peak).")
@@ -137,12 +147,12 @@ def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str) -> str:
     knee = curve.predicted_knee("prefill", roof)
     weights = f"Measured on {where} at {curve.rung} ({curve.weights})"
     if phase == "decode":
-        one = _at(curve, "batch", 1) or _at(curve, "prefill", 1)
+        one = next(iter(curve.of("decode")), None) or _at(curve, "batch", 1) or _at(curve, "prefill", 1)
         v = verdict(one.median_ms, one.flops, one.bytes_moved, roof)
         r = curve.ratio("batch", n) or curve.ratio("prefill", n)
         return (f"{weights}: one decode step took {_ms(one.median_ms)} ms against {_ms(one.memory_ms)} ms to read "
-                f"its weights once at the bandwidth measured here: **{v.label}**. The same step for {n} sequences at "
-                f"once took ×{r:.2f} that time, for ×{n} the arithmetic"
+                f"its weights once at the bandwidth measured here: **{v.label}**. On the kernel that runs many rows, "
+                f"the same step for {n} sequences at once took ×{r:.2f} the time of one, for ×{n} the arithmetic"
                 + (f"; the ridge puts the knee near {knee:.0f} rows." if knee else "."))
     last = curve.of("prefill")[-1]
     v = verdict(last.median_ms, last.flops, last.bytes_moved, roof)

@@ -192,15 +192,15 @@ def lean_passes(result: RungResult, rlm: LoadedModel, prompt: str, roof, repeats
             decode, its prefill of s tokens the lean prefill
         transformers' recipe (engine.forward.compiled.time_recipe) beside the lean decode, where `recipe`
     """
-    from topics.ladder.curve import measure_curve
+    from topics.ladder.curve import DECODE, measure_curve
 
     s, dec, pre = result.decode.past, result.decode, result.prefill
     out = {}
     compile_ms = dict(result.compile_ms or {})
     if (curve or lean) and lean_supports(rlm) is None:
-        rows = measure_curve(rlm, result.label, roof, s, repeats, passes=passes if curve else [("batch", 1), ("prefill", s)],
+        rows = measure_curve(rlm, result.label, roof, s, repeats, passes=passes if curve else [(DECODE, 1), ("prefill", s)],
                              on_point=on_point, weights=result.weights, compile=compile is not False, kinds=kinds)
-        one = next(p for p in rows.of("batch") if p.rows == 1)
+        one = next(iter(rows.of(DECODE)), None) or next(p for p in rows.of("batch") if p.rows == 1)
         full = next((p for p in rows.of("prefill") if p.rows == s), None)
         out["lean"] = Measured.of("decode (lean)", 1, s, 1, one.timing(), dec.flops, dec.bytes_moved, roof, rows.path)
         if full is not None:
