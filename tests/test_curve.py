@@ -173,12 +173,19 @@ def test_the_recorded_gpu_ladder_is_read_back_in_bfloat16():
 
 
 def test_a_recording_is_named_as_one_with_its_device_and_date():
+    """Wherever a recording stands in for this server: its words, and the subtitle of every picture drawn from it."""
+    from topics.ladder import draw
     from topics.ladder.page_ladder import recorded_words
+    from topics.ladder.store import recorded_ladders
 
-    for path in sorted(ASSETS.glob("ladder_*.json")):
-        lad = Ladder.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    for lad in recorded_ladders():
         said = recorded_words(lad)
         assert said.startswith("a recording made on ") and lad.device in said and lad.measured_at[:10] in said
+        for fig in (draw.per_token_figure(lad), draw.roofline_figure(lad), draw.split_figure(lad)):
+            assert f"a recording: {draw.short_device(lad.device)}, {lad.measured_at[:10]}" in \
+                fig.layout.title.subtitle.text
+    live = Ladder.from_dict(json.loads((ASSETS / "ladder_cpu.json").read_text(encoding="utf-8")))  # as if measured
+    assert "a recording" not in draw.per_token_figure(live).layout.title.subtitle.text
 
 
 # ---------------------------------------------------------------- in a ladder, and in gpu-check's dry run

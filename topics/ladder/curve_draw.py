@@ -33,8 +33,8 @@ def _ms(x: float) -> str:
 
 
 def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0, height: int = 430) -> go.Figure:
-    """ms per pass against n, both kinds, with the prefill's two bounds and the knees. `where` names the device
-    ('this CPU', 'NVIDIA H200')."""
+    """ms per pass against n, both kinds, with the prefill's two bounds and the knees. `where` says where it was
+    measured, under the title ('measured on this server (…)', 'a recording made on …, 2026-11-28')."""
     fig = go.Figure()
     pre = curve.of("prefill")
     xs = sorted({p.rows for p in curve.points})
@@ -74,7 +74,8 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
         p = next((p for p in curve.of(kind) if p.rows == n), None)
         if p is not None:
             fig.add_annotation(x=math.log10(n), y=math.log10(p.median_ms), text=f"×{KNEE:g} at n = {n}",
-                               showarrow=True, arrowhead=2, ax=-40 * scale, ay=(-34 if kind == "prefill" else 34) * scale,
+                               showarrow=True, arrowhead=2, ax=(-46 if kind == "prefill" else 40) * scale,
+                               ay=(-30 if kind == "prefill" else 34) * scale,
                                font=dict(size=12 * scale, color=COLOURS[kind]))
     ys = [v for p in curve.points for v in (p.low_ms, p.high_ms, p.memory_ms, p.compute_ms)]
     lo, hi = min(ys), max(ys)
@@ -83,8 +84,9 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                      ticktext=texts, range=[math.log10(lo / 1.5), math.log10(hi * 1.5)])
     fig.update_xaxes(type="log", title="n: rows in one pass (log scale)", tickmode="array", tickvals=xs,
                      ticktext=[f"{n:,}" for n in xs], range=[math.log10(min(xs) / 1.4), math.log10(max(xs) * 1.4)])
-    layout(fig, f"One pass, n rows: {curve.rung} on {where}, {curve.dtype}", height=height, scale=scale)
-    fig.update_layout(margin=dict(t=int(64 * scale), b=int(40 * scale)),
+    layout(fig, f"One pass over n rows: {curve.rung}, {curve.dtype}", height=height, scale=scale)
+    fig.update_layout(title=dict(subtitle=dict(text=where, font=dict(size=12 * scale))),
+                      margin=dict(t=int(84 * scale), b=int(40 * scale)),
                       legend=dict(orientation="h", yanchor="top", y=-0.22, x=0, traceorder="normal",
                                   font=dict(size=12 * scale)))
     note = curve_note(curve)

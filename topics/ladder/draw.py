@@ -65,7 +65,9 @@ def weights_note(ladder: Ladder) -> str:
     """Which rung is the model itself and which are random: said on every figure (two short lines)."""
     trained = [r.label for r in ladder.rungs if r.trained]
     own = f"{trained[0]}: the model itself, trained · " if trained else ""
-    return f"{own}{short_device(ladder.device)}<br>other rungs: {ladder.weights_note}"
+    where = f"a recording: {short_device(ladder.device)}, {ladder.measured_at[:10]}" if ladder.recorded \
+        else short_device(ladder.device)
+    return f"{own}{where}<br>other rungs: {ladder.weights_note}"
 
 
 def short_device(device: str) -> str:

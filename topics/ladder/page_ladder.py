@@ -211,7 +211,9 @@ def one_pass_n_rows(shown: Ladder, source: str) -> None:
         st.info(plain(f"This ladder ({source}) has no pass over n rows: it was measured without the lean pass. "
                       "Measure on this server to time one."))
         return
-    st.plotly_chart(curve_draw.curve_figure(curve, shown.roof, where_words(shown), scale=scale()), key="scale_curve")
+    short = (f"a recording: {where_words(shown)}, {shown.measured_at[:10]}" if source.startswith("a recording")
+             else f"measured on this server: {where_words(shown)}")
+    st.plotly_chart(curve_draw.curve_figure(curve, shown.roof, short, scale=scale()), key="scale_curve")
     st.markdown(plain(curve_draw.curve_caption(curve, shown.roof)))
     st.caption(plain(f"{source}. {curve.path}; compile {curve.compile_s:.0f} s, apart from every timing; medians "
                      f"of {len(curve.points[0].samples_ms)} runs after a warm-up, min–max as bars."))

@@ -210,13 +210,14 @@ class Ladder:
     measured_at: str  # ISO time
     compile_s: float = 0.0  # of wall_s: compiling the lean path and the recipe (every rung's compile_ms)
     versions: dict | None = None  # python, torch, transformers, CUDA where it ran (a recorded ladder says them)
+    recorded: bool = False  # read back from a file (assets/): a recording of another machine, named as one
 
     def on(self, roof: DeviceRoof) -> "Ladder":
         """Every rung placed on `roof` (this server's roof as it stands now: a later probe may have tightened it)."""
         return replace(self, roof=roof, rungs=tuple(r.on(roof) for r in self.rungs))
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "recorded"}
         d["roof"] = asdict(self.roof) | {"ridge": self.roof.ridge}
         d["rungs"] = [r.to_dict() for r in self.rungs]
         d["left_out"] = list(self.left_out)
@@ -241,7 +242,7 @@ class Ladder:
             r["curve"] = None if r.get("curve") is None else Curve.from_dict(r["curve"], roof)
             rungs.append(RungResult(**r).on(roof))  # labelled by today's rule (roofline.verdict), not the file's
         later = {"compile_s", "versions"}  # fields a ladder recorded before them lacks: their defaults
-        top = {f.name: d[f.name] for f in fields(cls) if f.name not in {"roof", "rungs", "left_out"} | later}
+        top = {f.name: d[f.name] for f in fields(cls) if f.name not in {"roof", "rungs", "left_out", "recorded"} | later}
         top |= {name: d[name] for name in later if name in d}
         return cls(**top, roof=roof, rungs=tuple(rungs), left_out=tuple(d.get("left_out", ())))
 

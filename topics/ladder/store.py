@@ -155,7 +155,10 @@ def kept_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats:
 
 def recorded_ladders() -> list[Ladder]:
     """Ladders recorded on other devices and shipped in assets/ (ladder_*.json), to show beside a live one."""
-    return [Ladder.from_dict(json.loads(p.read_text(encoding="utf-8"))) for p in sorted(ASSETS.glob("ladder_*.json"))]
+    from dataclasses import replace
+
+    return [replace(Ladder.from_dict(json.loads(p.read_text(encoding="utf-8"))), recorded=True)
+            for p in sorted(ASSETS.glob("ladder_*.json"))]
 
 
 def recorded_on(kind: str, recorded: list) -> list:
