@@ -177,14 +177,27 @@ def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[LadderRo
         f"{lad.repeats}; rungs other than the model itself: {lad.weights_note}")
     rows = []
     for r in lad.rungs:
+        c = r.curve
+        lean = {} if c is None else dict(
+            lean_decode_ms=r.lean.median_ms, lean_decode_over_bound=r.lean.median_ms / r.lean.memory_ms,
+            rows8_over_one={kind: c.ratio(kind, 8) for kind in ("prefill", "batch") if c.ratio(kind, 8)},
+            knee={kind: c.measured_knee(kind) for kind in ("prefill", "batch")},
+            knee_predicted=c.predicted_knee("prefill", lad.roof))
         row = LadderRow(size=r.label, parameters=r.parameters, weight_bytes=r.weight_bytes, trained=r.trained,
                         decode_ms=r.decode.median_ms, prefill_ms=r.prefill.median_ms, nocache_ms=r.nocache.median_ms,
                         decode_memory_bound_ms=r.decode.memory_ms, decode_compute_bound_ms=r.decode.compute_ms,
                         prefill_memory_bound_ms=r.prefill.memory_ms, prefill_compute_bound_ms=r.prefill.compute_ms,
-                        decode_label=r.decode.label, prefill_label=r.prefill.label, nocache_label=r.nocache.label)
+                        decode_label=r.decode.label, prefill_label=r.prefill.label, nocache_label=r.nocache.label,
+                        **lean)
         log(f"  ladder {r.label:>6} ({r.weight_bytes / 2**20:,.0f} MiB): decode {r.decode.spread()} ms, memory bound "
             f"{r.decode.memory_ms:.3f}: {r.decode.label} · prefill {r.prefill.spread()} ms, compute bound "
             f"{r.prefill.compute_ms:.2f}: {r.prefill.label} · no cache {r.nocache.median_ms:.1f} ms: {r.nocache.label}")
+        if lean:
+            eight = ", ".join(f"{k} x{v:.2f}" for k, v in row.rows8_over_one.items())
+            knees = ", ".join(f"{k} {v}" for k, v in row.knee.items())
+            log(f"  lean pass at {r.label}: decode {r.lean.spread()} ms = x{row.lean_decode_over_bound:.2f} its DRAM "
+                f"memory bound (target <= 1.6); 8 rows in one pass over one row: {eight} (target <= 1.5); knee "
+                f"{knees} against ~{row.knee_predicted or 0:.1f} predicted (target within x3)")
         rows.append(row)
     return rows
 
