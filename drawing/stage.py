@@ -231,27 +231,18 @@ def _position_labels(pieces: list[str], n: int, y: float) -> tuple[str, float]:
     return "".join(out), 22 if cw >= 44 else 40
 
 
-def _scores(t: StepTrace, lt, head: int, kv_head: int, pieces: list[str], y: float, height: float,
-            rejected_from: int | None) -> tuple[str, float]:
-    """The query rows scoring every key: weights as intensity, masked pairs hatched, recomputed rows red."""
-    xs, cw = _columns(t.kv_len)
-    q_rows = list(range(t.past, t.kv_len))  # prefill: s rows; cached decode: 1; cache-off decode: all n
-    newest = show_piece(pieces[t.kv_len - 1]) if t.kv_len - 1 < len(pieces) else ""
-    lines = [("q·Kᵀ → softmax", 17, INK, FONT), (f"head {head} (reads kv_head {kv_head})", 12, SOFT, FONT)]
-    if len(q_rows) == 1:
-        lines.append((f"query: {newest[:14]}", 12, NEW, MONO))
-    elif t.recomputed:
-        lines.append((f"{t.recomputed} rows recomputed", 12, RECOMPUTED, FONT))
-    else:
-        lines.append((f"{len(q_rows)} query rows", 12, NEW, FONT))
-    out = [_label_block(lines, y - 4)]
+def score_rows(t: StepTrace, lt, head: int, q_rows: list[int], xs: list[float], cw: float, y: float, rh: float,
+               rejected_from: int | None) -> str:
+    """One row of cells per query row, one cell per key position: its measured weight as a blue, a masked pair
+    hatched (masked is not zero), a recomputed row red, a row a speculative round cut greyed. The wide stage and
+    the phone's draw their score rows with this one function (drawing/stage_phone.py)."""
     kept = {}
     if lt.pattern is not None:
         w = lt.pattern[head].float().numpy()
         first = t.kv_len - w.shape[0]
         for i in range(w.shape[0]):
             kept[first + i] = w[i]
-    rh = max(2.0, min(26.0, height / max(1, len(q_rows))))
+    out = []
     for i, q in enumerate(q_rows):
         ry = y + i * rh
         kind = "recomputed" if (not t.use_cache and t.phase == "decode" and q < t.kv_len - 1) else "new"
@@ -270,6 +261,25 @@ def _scores(t: StepTrace, lt, head: int, kv_head: int, pieces: list[str], y: flo
             cells.append(f'<rect x="{x + 0.5:.1f}" y="{ry:.1f}" width="{max(0.8, cw - 1):.1f}" '
                          f'height="{max(1.0, rh - 1):.1f}" fill="{fill}" data-masked="{masked}"/>')
         out.append(f'<g data-role="query-row" data-pos="{q}" data-kind="{kind}">' + "".join(cells) + '</g>')
+    return "".join(out)
+
+
+def _scores(t: StepTrace, lt, head: int, kv_head: int, pieces: list[str], y: float, height: float,
+            rejected_from: int | None) -> tuple[str, float]:
+    """The query rows scoring every key: weights as intensity, masked pairs hatched, recomputed rows red."""
+    xs, cw = _columns(t.kv_len)
+    q_rows = list(range(t.past, t.kv_len))  # prefill: s rows; cached decode: 1; cache-off decode: all n
+    newest = show_piece(pieces[t.kv_len - 1]) if t.kv_len - 1 < len(pieces) else ""
+    lines = [("q·Kᵀ → softmax", 17, INK, FONT), (f"head {head} (reads kv_head {kv_head})", 12, SOFT, FONT)]
+    if len(q_rows) == 1:
+        lines.append((f"query: {newest[:14]}", 12, NEW, MONO))
+    elif t.recomputed:
+        lines.append((f"{t.recomputed} rows recomputed", 12, RECOMPUTED, FONT))
+    else:
+        lines.append((f"{len(q_rows)} query rows", 12, NEW, FONT))
+    out = [_label_block(lines, y - 4)]
+    rh = max(2.0, min(26.0, height / max(1, len(q_rows))))
+    out.append(score_rows(t, lt, head, q_rows, xs, cw, y, rh, rejected_from))
     return "".join(out), max(len(q_rows) * rh, 66)
 
 

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 from html import escape
 
-from drawing.attention import visible
 from drawing.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from drawing.stage import _col_kind, caption, caption_lines, stage_heading, stage_html, stage_svg
+from drawing.stage import _col_kind, caption, caption_lines, score_rows, stage_heading, stage_html, stage_svg
 from drawing.svg import FONT, INK, MONO, QCOL, SOFT, TEXT, arrow, defs, mono_fit, mono_width, shape_text
-from drawing.svg import blues as _blues
 from drawing.svg import text as _t
 from engine.forward.trace import StepTrace
 
@@ -313,31 +311,8 @@ def _scores(t: StepTrace, lt, head: int, kv_head: int, pieces: list[str], y: flo
         who, colour, family = f"{len(q_rows)} query rows", NEW, FONT
     out.append(_t(0, y + 36, who, MIN_SIZE, fill=colour, family=family))
     y += 46
-    kept = {}
-    if lt.pattern is not None:
-        w = lt.pattern[head].float().numpy()
-        first = t.kv_len - w.shape[0]
-        for i in range(w.shape[0]):
-            kept[first + i] = w[i]
     rh = max(2.0, min(22.0, 100 / max(1, len(q_rows))))
-    for i, q in enumerate(q_rows):
-        ry = y + i * rh
-        kind = "recomputed" if (not t.use_cache and t.phase == "decode" and q < t.kv_len - 1) else "new"
-        if rejected_from is not None and q >= rejected_from:
-            kind = "cut"
-        cells = []
-        for p, x in enumerate(xs):
-            if not visible(q, p, lt.window):
-                fill, masked = "url(#masked)", 1
-            elif kind == "recomputed":
-                fill, masked = "url(#recomputed)", 0
-            elif q in kept and 0 <= p - lt.key_start < kept[q].shape[0]:
-                fill, masked = _blues(float(kept[q][p - lt.key_start])), 0
-            else:
-                fill, masked = "#f4f4f4", 0
-            cells.append(f'<rect x="{x + 0.5:.1f}" y="{ry:.1f}" width="{max(0.8, cw - 1):.1f}" '
-                         f'height="{max(1.0, rh - 1):.1f}" fill="{fill}" data-masked="{masked}"/>')
-        out.append(f'<g data-role="query-row" data-pos="{q}" data-kind="{kind}">' + "".join(cells) + '</g>')
+    out.append(score_rows(t, lt, head, q_rows, xs, cw, y, rh, rejected_from))  # the wide stage's own rows
     y += max(len(q_rows) * rh, 22) + 4
     return "".join(out), y
 
