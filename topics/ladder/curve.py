@@ -95,11 +95,11 @@ class RowsPass:
 
     @property
     def low_ms(self) -> float:
-        return min(self.samples_ms)
+        return self.timing().low_ms
 
     @property
     def high_ms(self) -> float:
-        return max(self.samples_ms)
+        return self.timing().high_ms
 
 
 @dataclass(frozen=True)
