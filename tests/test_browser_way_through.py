@@ -94,9 +94,17 @@ def drawn(browser, figure, width: int, height: int = 500):
     pg = browser.new_page(viewport={"width": width + 40, "height": height})
     pg.set_content(f'<div id="chart" style="width:{width}px"></div>')
     pg.add_script_tag(path=str(bundle))
-    pg.evaluate("spec => Plotly.newPlot('chart', spec.data, spec.layout, {displayModeBar: false})",
+    pg.evaluate("spec => Plotly.newPlot('chart', spec.data, spec.layout, {displayModeBar: false}).then(() => true)",
                 json.loads(figure.to_json()))
-    pg.wait_for_timeout(200)
+    # automargin redraws after the first drawing: read the words only once two looks 150 ms apart agree
+    # (a loaded machine caught the titles still sitting on the ticks after a fixed 200 ms)
+    before = None
+    for _ in range(40):
+        pg.wait_for_timeout(150)
+        now = pg.evaluate(WORDS)
+        if now == before:
+            break
+        before = now
     return pg
 
 
