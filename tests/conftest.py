@@ -16,16 +16,20 @@ import socket
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
 import pytest
-import torch
 
-from engine.load.load import MODELS_DIR, bundled_models, load_model
-from engine.load.policy import ModelPolicy
-from tools.train import train_tokenizer
 
-# Every model the tests run is small: one intra-op thread, as the app gives a small model (engine/device.py,
-# serving_threads). Two threads on a shared 2-core machine stall each other: measured here at load ~6, the fast
-# tier's engine modules took 107 s with 2 threads and 30 s with 1.
-torch.set_num_threads(1)
+def pytest_configure(config):
+    """Every model the tests run is small: one intra-op thread, as the app gives a small model (engine/device.py,
+    serving_threads). Two threads on a shared 2-core machine stall each other: measured here at load ~6, the fast
+    tier's engine modules took 107 s with 2 threads and 30 s with 1.
+
+    pytest-xdist's controller runs no test, so it does not import torch (or the engine) at all: the workers start
+    ~2 s sooner. Every process that runs tests sets the thread count before it collects a test module."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import torch
+
+    torch.set_num_threads(1)
 
 TINY_TEXT = [
     "Once upon a time there was a little cat named Tom. Tom liked to play in the sun.",
@@ -96,6 +100,8 @@ def chromium() -> str:
 @pytest.fixture(scope="session")
 def cuda() -> torch.device:
     """The CUDA GPU; on a machine without one, each gpu test fails at once with this one line."""
+    import torch
+
     if torch.cuda.is_available():
         return torch.device("cuda")
     pytest.fail("no CUDA GPU on this machine: the gpu tier runs on one (there: `python -m engine gpu-check`, "
@@ -211,11 +217,15 @@ def store(request):
 @pytest.fixture(scope="session")
 def bundled_lm():
     """The bundled default model: trained weights, real text."""
+    from engine.load.load import load_model
+
     return load_model("default", device="cpu")
 
 
 @pytest.fixture(scope="session")
 def bundled_dir():
+    from engine.load.load import MODELS_DIR
+
     return MODELS_DIR
 
 
@@ -277,6 +287,8 @@ def family_dirs(tmp_path_factory):
     """Family name -> a saved tiny random model folder (safetensors + the tiny tokenizer), built once a session."""
     import torch
 
+    from tools.train import train_tokenizer
+
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("families")
     tok = train_tokenizer(TINY_TEXT, 300)
@@ -292,6 +304,8 @@ def tiny_dirs(family_dirs):
 @pytest.fixture(scope="session")
 def family_model(family_dirs):
     """family_model(name): that family's tiny model, loaded through the real loader on the CPU once a session."""
+    from engine.load.load import load_model
+
     loaded = {}
 
     def load(family: str):
@@ -321,6 +335,8 @@ def family_lm(request, family_model):
 def open_policy(monkeypatch):
     """A single-user machine: `streamlit run app.py -- --open-models`."""
     import ui.model
+    from engine.load.load import bundled_models
+    from engine.load.policy import ModelPolicy
 
     policy = ModelPolicy(offered=tuple(bundled_models()), open=True)
     monkeypatch.setattr(ui.model, "POLICY", policy)  # every page reads ui.model.POLICY when it draws
