@@ -102,3 +102,23 @@ def test_attention_config_and_hub_internals_are_there(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     found = transformers_internals.hub_file(str(tmp_path), "config.json", local_only=True)
     assert found == str(tmp_path / "config.json")
+
+
+def test_apptests_scan_the_installed_packages_for_components_once_a_process(monkeypatch):
+    """ui/apptest.py keeps Streamlit's component scan for the process (an internal of streamlit 1.67, as a real
+    server scans once at start): a second AppTest finds the scan done. If Streamlit stops calling the scan through
+    `manifest_scanner.scan_component_manifests`, every AppTest scans again (0.13 s each) and this says so."""
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import AppTest
+
+    from ui import apptest
+
+    assert hasattr(manifest_scanner.scan_component_manifests, "scans"), "ui/apptest.py did not keep the scan"
+    scans = []
+    monkeypatch.setattr(manifest_scanner, "scan_component_manifests",
+                        apptest._scanned_once(lambda max_workers=None: scans.append(1) or []))
+    for _ in range(2):
+        at = AppTest.from_string("import streamlit as st\nst.write('hello')").run()
+        assert not at.exception and at.markdown[0].value == "hello"
+    assert scans == [1], f"streamlit scanned for components {len(scans)} times: ui/apptest.py's _scanned_once " \
+                         "no longer reaches the scan AppTest runs"
