@@ -28,6 +28,10 @@ def page_lessons() -> list[str]:
 TITLES = page_lessons()
 NUMBERS = range(1, len(TITLES) + 1)
 
+# One worker runs this module (pytest.ini's --dist loadgroup), so `shown` renders each lesson once in the whole
+# run: lesson 11 alone measures six cache policies (~5 s) for the two tests that read it.
+pytestmark = pytest.mark.xdist_group("lessons")
+
 
 def lesson(number: int) -> AppTest:
     """The lessons page with lesson `number` (1-based) picked in its selectbox, as a student picks it."""
