@@ -31,7 +31,11 @@ def svgs(at, testid: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("title", SCENARIO_TITLES)
+# Every scenario runs to the end in the slow tier; in the fast one the first does, and the tests below that run
+# scenarios 2 to 5 to the end (Run to end on a fresh scenario, the prefix cache, the steps sat out, the preemption
+# policy) check the same finished page with `drawn_to_the_end`.
+@pytest.mark.parametrize("title", [SCENARIO_TITLES[0]] + [pytest.param(t, marks=pytest.mark.slow)
+                                                          for t in SCENARIO_TITLES[1:]])
 def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(title).run()
@@ -39,6 +43,12 @@ def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
     pool = svgs(at, "dl-pool")[0]
     assert pool.count('data-role="block-used"') > 0  # step 0 prefilled someone: blocks taken
     at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, title)
+
+
+def drawn_to_the_end(at, title: str) -> None:
+    """A scenario run to the end, as the page draws it: every step on the timeline, the queue done, every block
+    given back (free, or cached), every request done with exactly the tokens it gets alone."""
     assert not at.exception and not at.error
     timeline = svgs(at, "dl-timeline")[0]
     assert timeline.count('data-role="cell-prefill"') >= 1 and timeline.count('data-role="cell-decode"') > 5
@@ -67,7 +77,7 @@ def test_the_prefix_cache_scenario_draws_cached_blocks_and_hits_them_after_their
     at.selectbox(key="serve_scenario").set_value(SCENARIOS["prefix_cache"]["title"]).run()
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
-    assert not at.exception and not at.error
+    drawn_to_the_end(at, SCENARIOS["prefix_cache"]["title"])
     steps = at.session_state["serve_run"].records  # the controller's run (ui/controller.py: "{prefix}_run")
     arrive = SCENARIOS["prefix_cache"]["requests"][1].arrive
     between = next(s for s in steps if s.step == arrive - 1)  # r0 done, r1 not arrived: only cached blocks remain
@@ -86,6 +96,7 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     assert at.session_state["serve_preemption"] == "newest"
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, SCENARIOS["preemption"]["title"])
     assert any("preemption: newest goes" in c.value for c in at.caption)
     at.button(key="serve_policy_compare").click().run()
     assert not at.exception and not at.error
@@ -109,7 +120,7 @@ def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
         at = serving_page()
         at.selectbox(key="serve_scenario").set_value(title).run()
         at.button(key="serve_btn_run").click().run()
-        assert not at.exception and not at.error
+        drawn_to_the_end(at, title)
         assert any(m.value.startswith("**Finished**") for m in at.markdown)
         requests = len(next(sc for sc in SCENARIOS.values() if sc["title"] == title)["requests"])
         assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
@@ -222,6 +233,7 @@ def test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records()
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[2]).run()
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, SCENARIO_TITLES[2])
     at.button(key="serve_chunk_compare").click().run()
     assert not at.exception and not at.error
     table = next(t.value for t in at.table if "steps sat out" in t.value.columns)  # index: chunked prefill
@@ -447,7 +459,22 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     assert "predicted" in said.lower() and "nothing ran there" in said
 
 
+@pytest.mark.slow  # the page's own sweep: B = 1 to 16, eight timed passes at ~64 positions each (~3 s)
 def test_the_serving_page_draws_the_measured_batch_passes_on_the_roofline():
+    draws_the_measured_batch_passes()
+
+
+def test_the_serving_page_draws_a_small_measured_sweep_on_the_roofline(monkeypatch):
+    """The same page, its sweep measured small (two timed passes at ~16 positions for each B): what the page draws
+    and says is read off the record it measured, whatever the sweep's size."""
+    from topics.serving import measure
+
+    sweep = measure.step_time_vs_batch
+    monkeypatch.setattr(measure, "step_time_vs_batch", lambda lm, sizes: sweep(lm, sizes=sizes, steps=2, context=16))
+    draws_the_measured_batch_passes()
+
+
+def draws_the_measured_batch_passes():
     at = serving_page()
     at.button(key="serve_btn_forward").click().run()  # the measurements sit under a started run
     at.button(key="serve_batch").click().run()
