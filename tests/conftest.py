@@ -53,6 +53,16 @@ TIER_OF_FIXTURE = {  # a test that uses one of these, itself or through another 
 ASKED_ONLY = ("gpu",)  # tiers that run only when -m names them: deselected from every other run
 
 
+def pytest_collection_finish(session):
+    """Everything collection imported (torch, transformers, Streamlit, the engine, every test module) lives until
+    the process ends: keep it out of every later garbage-collection pass, as the app does once its model is loaded
+    (ui/model.py). The engine collects after each big measurement (engine/device.py, release_memory), and each pass
+    over a heap this size takes a tenth of a second or more."""
+    import gc
+
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         tiers = sorted({TIER_OF_FIXTURE[name] for name in item.fixturenames if name in TIER_OF_FIXTURE})
