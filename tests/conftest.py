@@ -222,6 +222,22 @@ def store(request):
     return kv, clock, request.param
 
 
+# ---------------------------------------------------------------- this machine's roof, probed short
+
+@pytest.fixture(scope="session", autouse=True)
+def short_roof_probe():
+    """Pages quote the roof their process probed once (ui/model.py, device_roof: buffers of 16 MiB to 1 GiB, filled
+    and moved three ways, ~3.5 s on the 2-core reference machine, in each worker). What a test reads is which side of
+    that roof's ridge a step falls and that every page quotes the same one, not how fast this machine's DRAM is: its
+    buffers are 16 and 64 MiB here (the second past a 32 MiB last-level cache), as tests/test_curve.py's quick_probe
+    has it. tests/test_scale.py checks the probe itself, over sizes of its own."""
+    from engine.measure import roofline
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(roofline.COPY_MIB, "cpu", (16, 64))
+        yield
+
+
 # ---------------------------------------------------------------- models
 
 @pytest.fixture(scope="session")
