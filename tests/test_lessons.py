@@ -50,15 +50,33 @@ def text(at: AppTest) -> str:
 @pytest.fixture(scope="module")
 def shown():
     """shown(number): lesson `number` rendered once a module, for the tests that only read it (a test that moves a
-    slider or clicks renders its own with `lesson`)."""
+    slider or clicks renders its own with `lesson`). shown(11, small=True): lesson 11 measured small (below)."""
     rendered = {}
 
-    def get(number: int) -> AppTest:
-        if number not in rendered:
-            rendered[number] = lesson(number)
-        return rendered[number]
+    def get(number: int, small: bool = False) -> AppTest:
+        if (number, small) not in rendered:
+            rendered[number, small] = small_budget_lesson() if small else lesson(number)
+        return rendered[number, small]
 
     return get
+
+
+def small_budget_lesson() -> AppTest:
+    """Lesson 11 with its six cache policies measured by the same code on 128 held-out positions, each run 8 tokens
+    free, instead of 256 and 48 (~5 s on the 2-core reference machine): what a test reads is what the lesson says
+    of the table it measured, whatever the run's size. The slow tier opens the lesson as it is."""
+    from lessons import l11_budget
+    from topics.budget import measure
+
+    policies = measure.compare_policies
+    l11_budget._rows.clear()  # the lesson keeps its measurement for the server: measure again, small
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(measure, "compare_policies",
+                       lambda *args, **kw: policies(*args, **{**kw, "context": 128, "new_tokens": 8}))
+            return lesson(11)
+    finally:
+        l11_budget._rows.clear()  # and the next render measures in full
 
 
 def test_the_picker_offers_the_pages_lessons_numbered_in_order():
@@ -70,7 +88,7 @@ def test_the_picker_offers_the_pages_lessons_numbered_in_order():
 
 @pytest.mark.parametrize("number", NUMBERS)
 def test_every_lesson_renders_and_its_link_names_it(number, shown):
-    at = shown(number)
+    at = shown(number, small=number == 11)  # lesson 11 as it is: the slow test at the end of this module
     assert at.header[0].value == TITLES[number - 1]
     assert at.query_params["lesson"] == str(number)  # the link copied from here reopens this lesson
 
@@ -202,13 +220,24 @@ def test_the_budget_lesson_sizes_a_long_cache_within_that_models_own_context_and
     """Lesson 11 opens with a published model's cache at a long context: the model is in the app's table, the
     context is one it can read, and the bytes are 2 (K and V) x layers x kv_heads x head_dim x 2 bytes (bf16) x
     tokens, multiplied out here from the table's row. Its heavy-hitter sentence quotes both scores' agreement as
-    the table beside it shows them, and its sink caption the strongest head's figure."""
+    the table beside it shows them, and its sink caption the strongest head's figure (measured small: see
+    small_budget_lesson; as the lesson measures, in the slow test below)."""
+    budget_lesson_says_what_it_measured(shown(11, small=True))
+
+
+@pytest.mark.slow  # lesson 11 measuring as a student opens it: six policies on 256 positions, 48 free tokens (~5 s)
+def test_lesson_11_as_it_is_renders_and_says_what_each_policy_measured(shown):
+    at = shown(11)
+    assert at.header[0].value == TITLES[10] and at.query_params["lesson"] == "11"
+    budget_lesson_says_what_it_measured(at)
+
+
+def budget_lesson_says_what_it_measured(at: AppTest) -> None:
     import pandas as pd
 
     from engine.paths import ASSETS
     from engine.units import human_bytes
 
-    at = shown(11)
     opening = text(at)
     table = pd.read_csv(ASSETS / "model_configs.csv")
     said = re.search(r"(\S+) filling its (\d+) K-token context holds ([\d.]+ \w+) of keys and values in bf16", opening)
