@@ -30,6 +30,7 @@ from topics.ladder import store as stores
 from topics.ladder.record import LADDER_KEYS, PASS_KEYS, RUNG_KEYS, Ladder
 
 TINY = ["own", "1M"]  # the bundled model itself and a ~1 M rung: seconds, not minutes
+pytestmark = pytest.mark.xdist_group("ladder")  # one worker: `measured` (a ladder of its own) is measured once
 
 
 def short_probe_on(mp) -> None:
