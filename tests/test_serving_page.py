@@ -97,6 +97,7 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
     drawn_to_the_end(at, SCENARIOS["preemption"]["title"])
+    preempted_runs_match_a_roomy_pool(at)
     assert any("preemption: newest goes" in c.value for c in at.caption)
     at.button(key="serve_policy_compare").click().run()
     assert not at.exception and not at.error
@@ -113,32 +114,40 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     assert any("preemption: most blocks go" in c.value for c in at.caption)  # the caption names the policy that ran
 
 
-def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
+# Scenario 4 (preemption) run to the end is also the preemption knob's first half above, which checks its roomy
+# pool's "same tokens either way" with `preempted_runs_match_a_roomy_pool`; here it is slow.
+@pytest.mark.parametrize("title", [SCENARIO_TITLES[1], pytest.param(SCENARIO_TITLES[3], marks=pytest.mark.slow)])
+def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run(title):
     """Run to end (E) before any ▶ step: the run starts and finishes in one press, and the page draws it finished
     (it used to fail on Streamlit refusing a change to the already drawn Autoplay switch)."""
-    for title in (SCENARIO_TITLES[1], SCENARIO_TITLES[3]):
-        at = serving_page()
-        at.selectbox(key="serve_scenario").set_value(title).run()
-        at.button(key="serve_btn_run").click().run()
-        drawn_to_the_end(at, title)
-        assert any(m.value.startswith("**Finished**") for m in at.markdown)
-        requests = len(next(sc for sc in SCENARIOS.values() if sc["title"] == title)["requests"])
-        assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
-        assert at.button(key="serve_btn_run").disabled  # finished: nothing more to run
-        assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
-        wasted = at.table[0].value["wasted (held, no token), averaged"]  # read as a person reads the table
-        assert all(0 <= int(w.rstrip("%")) <= 100 for w in wasted), list(wasted)
-        if "preemption" in title:  # exactness checked, not only said: the same tokens as a pool that fits all
-            said = next(m.value for m in at.markdown if "same tokens either way" in m.value)
-            assert said.endswith("same tokens either way: **yes**.")
-            timeline = svgs(at, "dl-timeline")[0]
-            preempted = sorted(set(re.findall(r'data-role="cell-preempted" data-request="(r\d+)"', timeline)))
-            assert preempted and all(rid in said for rid in preempted[:1] + preempted[-1:])
-        if "shared system prompt" in title:
-            said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
-            served, stored = (int(x.replace(",", "")) for x in re.search(
-                r"read ([\d,]+) positions' keys and values over the run's \d+ steps, from ([\d,]+) stored", said).groups())
-            assert served > stored
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(title).run()
+    at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, title)
+    assert any(m.value.startswith("**Finished**") for m in at.markdown)
+    requests = len(next(sc for sc in SCENARIOS.values() if sc["title"] == title)["requests"])
+    assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
+    assert at.button(key="serve_btn_run").disabled  # finished: nothing more to run
+    assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
+    wasted = at.table[0].value["wasted (held, no token), averaged"]  # read as a person reads the table
+    assert all(0 <= int(w.rstrip("%")) <= 100 for w in wasted), list(wasted)
+    if "preemption" in title:
+        preempted_runs_match_a_roomy_pool(at)
+    if "shared system prompt" in title:
+        said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
+        served, stored = (int(x.replace(",", "")) for x in re.search(
+            r"read ([\d,]+) positions' keys and values over the run's \d+ steps, from ([\d,]+) stored", said).groups())
+        assert served > stored
+
+
+def preempted_runs_match_a_roomy_pool(at) -> None:
+    """Exactness checked, not only said: the finished preemption run's tokens are a pool that fits all's, and the
+    sentence names the requests preempted, first and last."""
+    said = next(m.value for m in at.markdown if "same tokens either way" in m.value)
+    assert said.endswith("same tokens either way: **yes**.")
+    timeline = svgs(at, "dl-timeline")[0]
+    preempted = sorted(set(re.findall(r'data-role="cell-preempted" data-request="(r\d+)"', timeline)))
+    assert preempted and all(rid in said for rid in preempted[:1] + preempted[-1:])
 
 
 def test_a_serving_link_opens_the_same_scenario_at_the_same_engine_step():
