@@ -226,15 +226,21 @@ def store(request):
 
 @pytest.fixture(scope="session", autouse=True)
 def short_roof_probe():
-    """Pages quote the roof their process probed once (ui/model.py, device_roof: buffers of 16 MiB to 1 GiB, filled
-    and moved three ways, ~3.5 s on the 2-core reference machine, in each worker). What a test reads is which side of
-    that roof's ridge a step falls and that every page quotes the same one, not how fast this machine's DRAM is: its
-    buffers are 16 and 64 MiB here (the second past a 32 MiB last-level cache), as tests/test_curve.py's quick_probe
-    has it. tests/test_scale.py checks the probe itself, over sizes of its own."""
+    """Pages quote the roof their process probed once (ui/model.py, device_roof: 0.6 s of matmuls, then buffers of
+    16 MiB to 1 GiB filled and moved three ways, ~3.5 s on the 2-core reference machine, in each worker). What a test
+    reads is which side of that roof's ridge a step falls and that every page quotes the same one, not how fast this
+    machine is: here the probe takes 0.2 s a half over buffers of 16 and 64 MiB (the second past a 32 MiB last-level
+    cache), as tests/test_curve.py's quick_probe shortens it. tests/test_scale.py checks the probe itself."""
     from engine.measure import roofline
+
+    probed = roofline.device_roof
+
+    def device_roof(device, dtype, budget_s: float = 0.6, again: bool = False):
+        return probed(device, dtype, budget_s=min(budget_s, 0.2), again=again)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(roofline.COPY_MIB, "cpu", (16, 64))
+        mp.setattr(roofline, "device_roof", device_roof)
         yield
 
 
