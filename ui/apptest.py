@@ -11,6 +11,12 @@ on its first run (0.13 s on the 2-core reference machine, and the fast tier
 builds hundreds of AppTests: ~16 s of its time). A real server scans once, when
 it starts; the installed packages do not change while tests run, so here too
 the scan runs once a process (`_scanned_once`).
+
+And AppTest waits for each run by polling every millisecond whether the run
+has emitted its SHUTDOWN event, scanning every event the run emitted so far:
+the poll takes the interpreter lock the script thread runs under (~14 % of an
+AppTest-heavy module's time on that machine). Here it waits on the script
+thread itself, which ends right after that event (`_wait_for_the_run`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from functools import cache
 from pathlib import Path
 
 from streamlit.components.v2 import manifest_scanner  # not Streamlit's public API: written against streamlit 1.67
-from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1 import AppTest, local_script_runner  # the second: not public API either
 
 ROOT = Path(__file__).resolve().parent.parent
 _LAUNCHER = Path(tempfile.mkdtemp(prefix="decode-lab-apptest-")) / "launch_app.py"
@@ -47,6 +53,21 @@ def _scanned_once(scan):
 
 if not hasattr(manifest_scanner.scan_component_manifests, "scans"):
     manifest_scanner.scan_component_manifests = _scanned_once(manifest_scanner.scan_component_manifests)
+
+
+def _wait_for_the_run(runner, timeout: float = 3) -> None:
+    """Streamlit's `require_widgets_deltas`, waiting on the script thread instead of polling: the run is done when
+    its thread ends (it emits SHUTDOWN as it ends); a run still going after `timeout` s is stopped and reported in
+    Streamlit's own words."""
+    runner._script_thread.join(timeout)
+    if runner.script_stopped():
+        return
+    runner.request_stop()
+    runner.join()
+    raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
+
+
+local_script_runner.require_widgets_deltas = _wait_for_the_run
 
 
 def app_test(timeout: float = 120) -> AppTest:
