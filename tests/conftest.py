@@ -16,16 +16,20 @@ import socket
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
 import pytest
-import torch
 
-from engine.load.load import MODELS_DIR, bundled_models, load_model
-from engine.load.policy import ModelPolicy
-from tools.train import train_tokenizer
 
-# Every model the tests run is small: one intra-op thread, as the app gives a small model (engine/device.py,
-# serving_threads). Two threads on a shared 2-core machine stall each other: measured here at load ~6, the fast
-# tier's engine modules took 107 s with 2 threads and 30 s with 1.
-torch.set_num_threads(1)
+def pytest_configure(config):
+    """Every model the tests run is small: one intra-op thread, as the app gives a small model (engine/device.py,
+    serving_threads). Two threads on a shared 2-core machine stall each other: measured here at load ~6, the fast
+    tier's engine modules took 107 s with 2 threads and 30 s with 1.
+
+    pytest-xdist's controller runs no test, so it does not import torch (or the engine) at all: the workers start
+    ~2 s sooner. Every process that runs tests sets the thread count before it collects a test module."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import torch
+
+    torch.set_num_threads(1)
 
 TINY_TEXT = [
     "Once upon a time there was a little cat named Tom. Tom liked to play in the sun.",
@@ -47,6 +51,16 @@ TIER_OF_FIXTURE = {  # a test that uses one of these, itself or through another 
     "cuda": "gpu",  # a CUDA GPU (tests/test_gpu.py): lean tokens, CUDA graphs, the exact race on the device
 }
 ASKED_ONLY = ("gpu",)  # tiers that run only when -m names them: deselected from every other run
+
+
+def pytest_collection_finish(session):
+    """Everything collection imported (torch, transformers, Streamlit, the engine, every test module) lives until
+    the process ends: keep it out of every later garbage-collection pass, as the app does once its model is loaded
+    (ui/model.py). The engine collects after each big measurement (engine/device.py, release_memory), and each pass
+    over a heap this size takes a tenth of a second or more."""
+    import gc
+
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -96,6 +110,8 @@ def chromium() -> str:
 @pytest.fixture(scope="session")
 def cuda() -> torch.device:
     """The CUDA GPU; on a machine without one, each gpu test fails at once with this one line."""
+    import torch
+
     if torch.cuda.is_available():
         return torch.device("cuda")
     pytest.fail("no CUDA GPU on this machine: the gpu tier runs on one (there: `python -m engine gpu-check`, "
@@ -206,16 +222,42 @@ def store(request):
     return kv, clock, request.param
 
 
+# ---------------------------------------------------------------- this machine's roof, probed short
+
+@pytest.fixture(scope="session", autouse=True)
+def short_roof_probe():
+    """Pages quote the roof their process probed once (ui/model.py, device_roof: 0.6 s of matmuls, then buffers of
+    16 MiB to 1 GiB filled and moved three ways, ~3.5 s on the 2-core reference machine, in each worker). What a test
+    reads is which side of that roof's ridge a step falls and that every page quotes the same one, not how fast this
+    machine is: here the probe takes 0.2 s a half over buffers of 16 and 64 MiB (the second past a 32 MiB last-level
+    cache), as tests/test_curve.py's quick_probe shortens it. tests/test_scale.py checks the probe itself."""
+    from engine.measure import roofline
+
+    probed = roofline.device_roof
+
+    def device_roof(device, dtype, budget_s: float = 0.6, again: bool = False):
+        return probed(device, dtype, budget_s=min(budget_s, 0.2), again=again)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(roofline.COPY_MIB, "cpu", (16, 64))
+        mp.setattr(roofline, "device_roof", device_roof)
+        yield
+
+
 # ---------------------------------------------------------------- models
 
 @pytest.fixture(scope="session")
 def bundled_lm():
     """The bundled default model: trained weights, real text."""
+    from engine.load.load import load_model
+
     return load_model("default", device="cpu")
 
 
 @pytest.fixture(scope="session")
 def bundled_dir():
+    from engine.load.load import MODELS_DIR
+
     return MODELS_DIR
 
 
@@ -277,6 +319,8 @@ def family_dirs(tmp_path_factory):
     """Family name -> a saved tiny random model folder (safetensors + the tiny tokenizer), built once a session."""
     import torch
 
+    from tools.train import train_tokenizer
+
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("families")
     tok = train_tokenizer(TINY_TEXT, 300)
@@ -292,6 +336,8 @@ def tiny_dirs(family_dirs):
 @pytest.fixture(scope="session")
 def family_model(family_dirs):
     """family_model(name): that family's tiny model, loaded through the real loader on the CPU once a session."""
+    from engine.load.load import load_model
+
     loaded = {}
 
     def load(family: str):
@@ -321,6 +367,8 @@ def family_lm(request, family_model):
 def open_policy(monkeypatch):
     """A single-user machine: `streamlit run app.py -- --open-models`."""
     import ui.model
+    from engine.load.load import bundled_models
+    from engine.load.policy import ModelPolicy
 
     policy = ModelPolicy(offered=tuple(bundled_models()), open=True)
     monkeypatch.setattr(ui.model, "POLICY", policy)  # every page reads ui.model.POLICY when it draws

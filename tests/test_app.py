@@ -435,7 +435,17 @@ SCENARIOS = json.loads((ROOT / "assets" / "scenarios.json").read_text())
 PROMPTS = json.loads((ROOT / "assets" / "prompts.json").read_text())
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["title"][:24] for s in SCENARIOS])
+def _tier(scenario: dict):
+    """A scenario with a way of its own (the cache off, sampling, another model, a stop string, an end of text) loads
+    in the fast tier; the plain greedy ones, which differ only in their prompt and steps, in the slow tier (the
+    look-back one loads fast in the head-label tests below)."""
+    link = scenario["link"]
+    own_way = (link["cache"] == "off" or link["rule"] != "greedy" or link["model"] != "tinystories-llama"
+               or "stop" in link or scenario.get("expect_stop"))
+    return pytest.param(scenario, id=scenario["title"][:24], marks=() if own_way else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("scenario", [_tier(s) for s in SCENARIOS])
 def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
     at = fresh_app()
     at.selectbox(key="step_scenario").set_value(scenario["title"]).run()

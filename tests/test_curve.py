@@ -17,6 +17,8 @@ from topics.ladder import curve as curves
 from topics.ladder import curve_draw
 from topics.ladder.record import Ladder
 
+pytestmark = pytest.mark.xdist_group("ladder")  # one worker: `small_ladder` is measured once, beside test_ladder's
+
 # a CPU-like roof: 100 GFLOP/s, DRAM 25 GB/s (a cache twice as fast): the ridge 4 FLOP/byte, ~8 rows in fp32
 MIB = 2**20
 ROOF = roofline.DeviceRoof("test cpu", peak_flops=1e11, bandwidth=50e9, measured=True,

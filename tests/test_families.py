@@ -31,6 +31,11 @@ from tests import reference
 from tests.conftest import FAMILIES, SLIDING_WINDOW
 from tests.reference import assert_logits_close
 
+# One worker runs this module (pytest.ini's --dist loadgroup), in pytest's order, which keeps the tests of each
+# family and prompt together: the module's `runs` (two engine runs and two of transformers' own, per family and
+# prompt) is then built once each, instead of again whenever the tests a worker was handed alternate.
+pytestmark = pytest.mark.xdist_group("families")
+
 NEW_TOKENS = 16
 PROMPTS = {
     "long": "Once upon a time there was a cat",  # 19 positions: the prefill already passes the window

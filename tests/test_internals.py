@@ -102,3 +102,40 @@ def test_attention_config_and_hub_internals_are_there(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     found = transformers_internals.hub_file(str(tmp_path), "config.json", local_only=True)
     assert found == str(tmp_path / "config.json")
+
+
+def test_apptests_scan_the_installed_packages_for_components_once_a_process(monkeypatch):
+    """ui/apptest.py keeps Streamlit's component scan for the process (an internal of streamlit 1.67, as a real
+    server scans once at start): a second AppTest finds the scan done. If Streamlit stops calling the scan through
+    `manifest_scanner.scan_component_manifests`, every AppTest scans again (0.13 s each) and this says so."""
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import AppTest
+
+    from ui import apptest
+
+    assert hasattr(manifest_scanner.scan_component_manifests, "scans"), "ui/apptest.py did not keep the scan"
+    scans = []
+    monkeypatch.setattr(manifest_scanner, "scan_component_manifests",
+                        apptest._scanned_once(lambda max_workers=None: scans.append(1) or []))
+    for _ in range(2):
+        at = AppTest.from_string("import streamlit as st\nst.write('hello')").run()
+        assert not at.exception and at.markdown[0].value == "hello"
+    assert scans == [1], f"streamlit scanned for components {len(scans)} times: ui/apptest.py's _scanned_once " \
+                         "no longer reaches the scan AppTest runs"
+
+
+def test_an_apptest_waits_for_its_run_on_the_script_thread_and_still_times_out():
+    """ui/apptest.py waits for each AppTest run on its script thread (Streamlit 1.67's LocalScriptRunner polls every
+    millisecond): a run is read when done, and one that outlasts the AppTest's timeout is stopped with Streamlit's
+    own message."""
+    from streamlit.testing.v1 import AppTest, local_script_runner
+
+    from ui import apptest
+
+    assert local_script_runner.require_widgets_deltas is apptest._wait_for_the_run, "ui/apptest.py's wait is not used"
+    at = AppTest.from_string("import time\nimport streamlit as st\ntime.sleep(0.2)\nst.write('done')").run()
+    assert not at.exception and at.markdown[0].value == "done"
+    slow = AppTest.from_string("import time\nimport streamlit as st\nfor _ in range(500):\n    time.sleep(0.01)\n"
+                               "    st.empty()  # a point where the stop asked for is taken", default_timeout=0.3)
+    with pytest.raises(RuntimeError, match=r"timed out after 0.3\(s\)"):
+        slow.run()

@@ -30,11 +30,18 @@ from topics.ladder import store as stores
 from topics.ladder.record import LADDER_KEYS, PASS_KEYS, RUNG_KEYS, Ladder
 
 TINY = ["own", "1M"]  # the bundled model itself and a ~1 M rung: seconds, not minutes
+pytestmark = pytest.mark.xdist_group("ladder")  # one worker: `measured` (a ladder of its own) is measured once
+
+
+def short_probe_on(mp) -> None:
+    """The roofline probe shortened: its length and buffer sizes change no structure a test reads."""
+    mp.setattr(ladder, "PROBE_S", 0.05)
+    mp.setitem(roofline.COPY_MIB, "cpu", (16, 64))  # not up to 1 GiB, twice over
 
 
 @pytest.fixture(autouse=True)
 def short_probe(monkeypatch):
-    monkeypatch.setattr(ladder, "PROBE_S", 0.05)  # the roofline probe's length does not change any structure
+    short_probe_on(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +53,10 @@ def gpt2_lm():
 def measured(bundled_lm):
     """One tiny ladder on the bundled model, with the lean path timed too, and every progress report."""
     seen = []
-    lad = ladder.measure_ladder(bundled_lm, TINY, tokens=16, repeats=2, lean=True, compile=False,
-                                on_progress=lambda f, t: seen.append((f, t)))
+    with pytest.MonkeyPatch.context() as mp:  # a module's fixture is set up before the function's short_probe
+        short_probe_on(mp)
+        lad = ladder.measure_ladder(bundled_lm, TINY, tokens=16, repeats=2, lean=True, compile=False,
+                                    on_progress=lambda f, t: seen.append((f, t)))
     return lad, seen
 
 

@@ -9,6 +9,7 @@ copy of the graph and see the rule catch it (the `planted` tests below).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -30,14 +31,20 @@ PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named p
 PACKAGES = ("engine", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
 
 
-def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import in the file, at the top or inside a function: both run."""
+@functools.cache
+def parsed(text: str) -> ast.Module:
+    """A source's syntax tree, parsed once per text (only read, never changed)."""
+    return ast.parse(text)
+
+
+def imports(module: str, text: str) -> list[tuple[int, str]]:
+    """(line, module) of every import in the module's source, at the top or inside a function: both run."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(text)):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path}:{node.lineno}: a relative import; write the module in full"
+            assert node.level == 0, f"{module}:{node.lineno}: a relative import; write the module in full"
             out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]  # a module or a name in it
     return out
 
@@ -46,12 +53,27 @@ def module_of(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
+def house_files() -> list[Path]:
+    return [ROOT / "app.py"] + [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+
+
+@functools.cache
+def _house_sources() -> dict[str, str]:
+    return {module_of(p): p.read_text(encoding="utf-8") for p in house_files()}
+
+
+@functools.cache
+def _imports_of_the_house() -> dict[str, tuple[tuple[int, str], ...]]:
+    """Every file of the house, read and parsed once a session (every rule and every planted test reads them)."""
+    return {m: tuple(imports(m, text)) for m, text in _house_sources().items()}
+
+
 def graph() -> dict[str, list[tuple[int, str]]]:
-    """Every source module of the house -> the modules of the house it imports (line, module)."""
-    files = [ROOT / "app.py"] + [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    """Every source module of the house -> the modules of the house it imports (line, module): a fresh copy, so a
+    test may plant a violation in it."""
     ours = set(PACKAGES) | {"app"}
-    return {module_of(p): [(line, m) for line, m in imports(p) if m.split(".")[0] in ours | {"streamlit", "torch"}]
-            for p in files}
+    return {m: [(line, to) for line, to in found if to.split(".")[0] in ours | {"streamlit", "torch"}]
+            for m, found in _imports_of_the_house().items()}
 
 
 def layer(module: str) -> int:
@@ -123,7 +145,7 @@ def classroom_around_the_api(g, sources: dict[str, str]) -> list[str]:
 
 
 def sources() -> dict[str, str]:
-    return {module_of(p): p.read_text(encoding="utf-8") for p in (ROOT / "classroom").rglob("*.py")}
+    return {m: text for m, text in house_sources().items() if m.split(".")[0] == "classroom"}
 
 
 # ------------------------------------------------------------------ the house as it is
@@ -190,7 +212,7 @@ def reexport_shims(sources_of: dict[str, str]) -> list[str]:
     for m, text in sources_of.items():
         if m.endswith("__init__"):
             continue
-        body = [n for n in ast.parse(text).body
+        body = [n for n in parsed(text).body
                 if not (isinstance(n, ast.Expr) and isinstance(getattr(n, "value", None), ast.Constant))]
         if body and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in body):
             out.append(m)
@@ -198,13 +220,13 @@ def reexport_shims(sources_of: dict[str, str]) -> list[str]:
 
 
 def all_imports() -> dict[str, list[tuple[int, str]]]:
-    files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-    return {module_of(p): imports(p) for p in files}
+    """Every import of every package's modules (app.py aside), the libraries' too: a fresh copy."""
+    return {m: list(found) for m, found in _imports_of_the_house().items() if m != "app"}
 
 
 def house_sources() -> dict[str, str]:
-    files = [ROOT / "app.py"] + [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-    return {module_of(p): p.read_text(encoding="utf-8") for p in files}
+    """Module -> its source text, read once a session: a fresh dict, so a test may plant a line in it."""
+    return dict(_house_sources())
 
 
 def test_the_core_imports_no_drawing_library():

@@ -28,6 +28,10 @@ def page_lessons() -> list[str]:
 TITLES = page_lessons()
 NUMBERS = range(1, len(TITLES) + 1)
 
+# One worker runs this module (pytest.ini's --dist loadgroup), so `shown` renders each lesson once in the whole
+# run: lesson 11 alone measures six cache policies (~5 s) for the two tests that read it.
+pytestmark = pytest.mark.xdist_group("lessons")
+
 
 def lesson(number: int) -> AppTest:
     """The lessons page with lesson `number` (1-based) picked in its selectbox, as a student picks it."""
@@ -43,6 +47,38 @@ def text(at: AppTest) -> str:
     return " ".join(m.value for m in at.markdown)
 
 
+@pytest.fixture(scope="module")
+def shown():
+    """shown(number): lesson `number` rendered once a module, for the tests that only read it (a test that moves a
+    slider or clicks renders its own with `lesson`). shown(11, small=True): lesson 11 measured small (below)."""
+    rendered = {}
+
+    def get(number: int, small: bool = False) -> AppTest:
+        if (number, small) not in rendered:
+            rendered[number, small] = small_budget_lesson() if small else lesson(number)
+        return rendered[number, small]
+
+    return get
+
+
+def small_budget_lesson() -> AppTest:
+    """Lesson 11 with its six cache policies measured by the same code on 128 held-out positions, each run 8 tokens
+    free, instead of 256 and 48 (~5 s on the 2-core reference machine): what a test reads is what the lesson says
+    of the table it measured, whatever the run's size. The slow tier opens the lesson as it is."""
+    from lessons import l11_budget
+    from topics.budget import measure
+
+    policies = measure.compare_policies
+    l11_budget._rows.clear()  # the lesson keeps its measurement for the server: measure again, small
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(measure, "compare_policies",
+                       lambda *args, **kw: policies(*args, **{**kw, "context": 128, "new_tokens": 8}))
+            return lesson(11)
+    finally:
+        l11_budget._rows.clear()  # and the next render measures in full
+
+
 def test_the_picker_offers_the_pages_lessons_numbered_in_order():
     at = fresh_app()
     at.switch_page(page("lessons")).run()
@@ -51,14 +87,14 @@ def test_the_picker_offers_the_pages_lessons_numbered_in_order():
 
 
 @pytest.mark.parametrize("number", NUMBERS)
-def test_every_lesson_renders_and_its_link_names_it(number):
-    at = lesson(number)
+def test_every_lesson_renders_and_its_link_names_it(number, shown):
+    at = shown(number, small=number == 11)  # lesson 11 as it is: the slow test at the end of this module
     assert at.header[0].value == TITLES[number - 1]
     assert at.query_params["lesson"] == str(number)  # the link copied from here reopens this lesson
 
 
-def test_the_prefill_lesson_shows_a_causal_mask_from_the_live_run():
-    at = lesson(2)
+def test_the_prefill_lesson_shows_a_causal_mask_from_the_live_run(shown):
+    at = shown(2)
     assert "add up to **0**" in text(at)
 
 
@@ -71,8 +107,8 @@ def test_the_kv_cache_lesson_formula_equals_the_measured_bytes():
     assert later > measured and "(the same)" in text(at)
 
 
-def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work():
-    at = lesson(5)
+def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work(shown):
+    at = shown(5)
     t = text(at)
     assert "Same tokens with and without the cache: **yes**" in t
     found = re.search(r"computed \*\*(\d+) positions\*\*; the uncached one \*\*(\d+)\*\*", t)
@@ -85,8 +121,8 @@ def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work():
     assert rule and rule.group(2) == measured, t
 
 
-def test_the_batch_lesson_pads_on_the_left_and_padding_gets_zero_attention():
-    at = lesson(7)
+def test_the_batch_lesson_pads_on_the_left_and_padding_gets_zero_attention(shown):
+    at = shown(7)
     t = text(at)
     assert "padding positions" in t and "a padded one is **0**" in t
     grid = next(h.proto.body for h in at.get("html") if "dl-batch" in h.proto.body)  # fits the page: no scrolling
@@ -140,14 +176,14 @@ def _bound_claims(t: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("number", [2, 3])
-def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured_time(number):
+def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured_time(number, shown):
     """A label is never a slogan: the ridge side comes from the step's intensity against the measured ridge, and
     the label from the measured time against both bounds: a bound named only when it is most of the time (within ×2),
     the side of the ridge between ×2 and ×3, overhead-bound beyond. An H100 is never judged by times taken here: its
     side is PREDICTED, from the same pass counted in bf16 (twice the fp32 intensity the trace reports)."""
     from engine.measure import roofline
 
-    claims = _bound_claims(text(lesson(number)))
+    claims = _bound_claims(text(shown(number)))
     assert claims
     h100 = roofline.h100()
     for intensity, ridge, side, ms, memory, compute, label, gpu_side, gpu_ai, gpu_ridge, dtype in claims:
@@ -169,8 +205,8 @@ def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured
         assert gpu_side == ("the compute side" if gpu_ai >= h100.ridge else "the memory side")
 
 
-def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():
-    at = lesson(8)
+def test_the_scale_lesson_says_how_many_accelerators_the_weights_need(shown):
+    at = shown(8)
     note = next(c.value for c in at.caption if "Llama-3-70B" in c.value)
     weights_gib = float(re.search(r"weights alone are ([\d.]+) GiB", note).group(1))
     gpus = int(re.search(r"On (\d+) of them", note).group(1))
@@ -179,17 +215,29 @@ def test_the_scale_lesson_says_how_many_accelerators_the_weights_need():
     assert int(re.search(r"caches of \*\*([\d,]+) sequences", note).group(1).replace(",", "")) > 0
 
 
-def test_the_budget_lesson_sizes_a_long_cache_within_that_models_own_context_and_says_what_each_policy_measured():
+def test_the_budget_lesson_sizes_a_long_cache_within_that_models_own_context_and_says_what_each_policy_measured(
+        shown):
     """Lesson 11 opens with a published model's cache at a long context: the model is in the app's table, the
     context is one it can read, and the bytes are 2 (K and V) x layers x kv_heads x head_dim x 2 bytes (bf16) x
     tokens, multiplied out here from the table's row. Its heavy-hitter sentence quotes both scores' agreement as
-    the table beside it shows them, and its sink caption the strongest head's figure."""
+    the table beside it shows them, and its sink caption the strongest head's figure (measured small: see
+    small_budget_lesson; as the lesson measures, in the slow test below)."""
+    budget_lesson_says_what_it_measured(shown(11, small=True))
+
+
+@pytest.mark.slow  # lesson 11 measuring as a student opens it: six policies on 256 positions, 48 free tokens (~5 s)
+def test_lesson_11_as_it_is_renders_and_says_what_each_policy_measured(shown):
+    at = shown(11)
+    assert at.header[0].value == TITLES[10] and at.query_params["lesson"] == "11"
+    budget_lesson_says_what_it_measured(at)
+
+
+def budget_lesson_says_what_it_measured(at: AppTest) -> None:
     import pandas as pd
 
     from engine.paths import ASSETS
     from engine.units import human_bytes
 
-    at = lesson(11)
     opening = text(at)
     table = pd.read_csv(ASSETS / "model_configs.csv")
     said = re.search(r"(\S+) filling its (\d+) K-token context holds ([\d.]+ \w+) of keys and values in bf16", opening)
@@ -207,9 +255,9 @@ def test_the_budget_lesson_sizes_a_long_cache_within_that_models_own_context_and
 
 
 @pytest.fixture(scope="module")
-def lesson_9() -> AppTest:
+def lesson_9(shown) -> AppTest:
     """Lesson 9 rendered once for the tests that read it (a speculative run and a timed one-row pass: 4 s)."""
-    return lesson(9)
+    return shown(9)
 
 
 def test_the_speculative_lesson_shows_a_round_with_a_cut_and_the_totals(lesson_9):

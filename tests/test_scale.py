@@ -123,6 +123,7 @@ def test_the_memory_roof_is_the_fastest_of_a_read_a_copy_and_a_matrix_vector_pro
         return 1e11 if len(calls) == 1 else rates[(len(calls) - 2) % 3]
 
     monkeypatch.setattr(roofline, "_best_rate", fake_rate)
+    monkeypatch.setitem(roofline.COPY_MIB, "cpu", (1, 2, 4))  # the rates are given: small buffers, not up to 1 GiB
     roof = roofline.probe(torch.device("cpu"), budget_s=0.1)
     assert len(calls) == 1 + 3 * len(roofline.COPY_MIB["cpu"])
     assert [r for _, r in roof.bandwidths] == [27e9] * len(roofline.COPY_MIB["cpu"])

@@ -29,10 +29,18 @@ SETTINGS = {  # the same requests served five ways
 }
 
 
+_ALONE: dict[tuple[int, str, int], tuple] = {}
+
+
 def alone(lm, prompt: str, new_tokens: int) -> list[int]:
-    s = Stepper(lm, prompt, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
-    s.run()
-    return s.generated_ids
+    """The prompt's greedy tokens decoded alone (a Stepper, no server): the reference every served request is held
+    to. Kept per model, prompt and length for the process: many tests serve the same scenarios' prompts."""
+    key = (id(lm), prompt, new_tokens)
+    if key not in _ALONE or _ALONE[key][0] is not lm:
+        s = Stepper(lm, prompt, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
+        s.run()
+        _ALONE[key] = (lm, tuple(s.generated_ids))  # the model held with it: its id is never another's
+    return list(_ALONE[key][1])
 
 
 def serve(lm, specs, check=None, **kw) -> ServingRun:

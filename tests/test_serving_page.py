@@ -31,7 +31,11 @@ def svgs(at, testid: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("title", SCENARIO_TITLES)
+# Every scenario runs to the end in the slow tier; in the fast one the first does, and the tests below that run
+# scenarios 2 to 5 to the end (Run to end on a fresh scenario, the prefix cache, the steps sat out, the preemption
+# policy) check the same finished page with `drawn_to_the_end`.
+@pytest.mark.parametrize("title", [SCENARIO_TITLES[0]] + [pytest.param(t, marks=pytest.mark.slow)
+                                                          for t in SCENARIO_TITLES[1:]])
 def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(title).run()
@@ -39,6 +43,12 @@ def test_each_scenario_runs_to_the_end_and_draws_every_step(title):
     pool = svgs(at, "dl-pool")[0]
     assert pool.count('data-role="block-used"') > 0  # step 0 prefilled someone: blocks taken
     at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, title)
+
+
+def drawn_to_the_end(at, title: str) -> None:
+    """A scenario run to the end, as the page draws it: every step on the timeline, the queue done, every block
+    given back (free, or cached), every request done with exactly the tokens it gets alone."""
     assert not at.exception and not at.error
     timeline = svgs(at, "dl-timeline")[0]
     assert timeline.count('data-role="cell-prefill"') >= 1 and timeline.count('data-role="cell-decode"') > 5
@@ -67,7 +77,7 @@ def test_the_prefix_cache_scenario_draws_cached_blocks_and_hits_them_after_their
     at.selectbox(key="serve_scenario").set_value(SCENARIOS["prefix_cache"]["title"]).run()
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
-    assert not at.exception and not at.error
+    drawn_to_the_end(at, SCENARIOS["prefix_cache"]["title"])
     steps = at.session_state["serve_run"].records  # the controller's run (ui/controller.py: "{prefix}_run")
     arrive = SCENARIOS["prefix_cache"]["requests"][1].arrive
     between = next(s for s in steps if s.step == arrive - 1)  # r0 done, r1 not arrived: only cached blocks remain
@@ -86,6 +96,8 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     assert at.session_state["serve_preemption"] == "newest"
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, SCENARIOS["preemption"]["title"])
+    preempted_runs_match_a_roomy_pool(at)
     assert any("preemption: newest goes" in c.value for c in at.caption)
     at.button(key="serve_policy_compare").click().run()
     assert not at.exception and not at.error
@@ -102,32 +114,40 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     assert any("preemption: most blocks go" in c.value for c in at.caption)  # the caption names the policy that ran
 
 
-def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run():
+# Scenario 4 (preemption) run to the end is also the preemption knob's first half above, which checks its roomy
+# pool's "same tokens either way" with `preempted_runs_match_a_roomy_pool`; here it is slow.
+@pytest.mark.parametrize("title", [SCENARIO_TITLES[1], pytest.param(SCENARIO_TITLES[3], marks=pytest.mark.slow)])
+def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run(title):
     """Run to end (E) before any ▶ step: the run starts and finishes in one press, and the page draws it finished
     (it used to fail on Streamlit refusing a change to the already drawn Autoplay switch)."""
-    for title in (SCENARIO_TITLES[1], SCENARIO_TITLES[3]):
-        at = serving_page()
-        at.selectbox(key="serve_scenario").set_value(title).run()
-        at.button(key="serve_btn_run").click().run()
-        assert not at.exception and not at.error
-        assert any(m.value.startswith("**Finished**") for m in at.markdown)
-        requests = len(next(sc for sc in SCENARIOS.values() if sc["title"] == title)["requests"])
-        assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
-        assert at.button(key="serve_btn_run").disabled  # finished: nothing more to run
-        assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
-        wasted = at.table[0].value["wasted (held, no token), averaged"]  # read as a person reads the table
-        assert all(0 <= int(w.rstrip("%")) <= 100 for w in wasted), list(wasted)
-        if "preemption" in title:  # exactness checked, not only said: the same tokens as a pool that fits all
-            said = next(m.value for m in at.markdown if "same tokens either way" in m.value)
-            assert said.endswith("same tokens either way: **yes**.")
-            timeline = svgs(at, "dl-timeline")[0]
-            preempted = sorted(set(re.findall(r'data-role="cell-preempted" data-request="(r\d+)"', timeline)))
-            assert preempted and all(rid in said for rid in preempted[:1] + preempted[-1:])
-        if "shared system prompt" in title:
-            said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
-            served, stored = (int(x.replace(",", "")) for x in re.search(
-                r"read ([\d,]+) positions' keys and values over the run's \d+ steps, from ([\d,]+) stored", said).groups())
-            assert served > stored
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(title).run()
+    at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, title)
+    assert any(m.value.startswith("**Finished**") for m in at.markdown)
+    requests = len(next(sc for sc in SCENARIOS.values() if sc["title"] == title)["requests"])
+    assert any(f"{requests}/{requests} requests done" in m.value for m in at.markdown)
+    assert at.button(key="serve_btn_run").disabled  # finished: nothing more to run
+    assert 'data-role="queue-done"' in svgs(at, "dl-pass")[0]
+    wasted = at.table[0].value["wasted (held, no token), averaged"]  # read as a person reads the table
+    assert all(0 <= int(w.rstrip("%")) <= 100 for w in wasted), list(wasted)
+    if "preemption" in title:
+        preempted_runs_match_a_roomy_pool(at)
+    if "shared system prompt" in title:
+        said = next(m.value for m in at.markdown if m.value.startswith("Prefix sharing"))
+        served, stored = (int(x.replace(",", "")) for x in re.search(
+            r"read ([\d,]+) positions' keys and values over the run's \d+ steps, from ([\d,]+) stored", said).groups())
+        assert served > stored
+
+
+def preempted_runs_match_a_roomy_pool(at) -> None:
+    """Exactness checked, not only said: the finished preemption run's tokens are a pool that fits all's, and the
+    sentence names the requests preempted, first and last."""
+    said = next(m.value for m in at.markdown if "same tokens either way" in m.value)
+    assert said.endswith("same tokens either way: **yes**.")
+    timeline = svgs(at, "dl-timeline")[0]
+    preempted = sorted(set(re.findall(r'data-role="cell-preempted" data-request="(r\d+)"', timeline)))
+    assert preempted and all(rid in said for rid in preempted[:1] + preempted[-1:])
 
 
 def test_a_serving_link_opens_the_same_scenario_at_the_same_engine_step():
@@ -222,6 +242,7 @@ def test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records()
     at.selectbox(key="serve_scenario").set_value(SCENARIO_TITLES[2]).run()
     at.button(key="serve_btn_forward").click().run()
     at.button(key="serve_btn_run").click().run()
+    drawn_to_the_end(at, SCENARIO_TITLES[2])
     at.button(key="serve_chunk_compare").click().run()
     assert not at.exception and not at.error
     table = next(t.value for t in at.table if "steps sat out" in t.value.columns)  # index: chunked prefill
@@ -447,7 +468,22 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     assert "predicted" in said.lower() and "nothing ran there" in said
 
 
+@pytest.mark.slow  # the page's own sweep: B = 1 to 16, eight timed passes at ~64 positions each (~3 s)
 def test_the_serving_page_draws_the_measured_batch_passes_on_the_roofline():
+    draws_the_measured_batch_passes()
+
+
+def test_the_serving_page_draws_a_small_measured_sweep_on_the_roofline(monkeypatch):
+    """The same page, its sweep measured small (two timed passes at ~16 positions for each B): what the page draws
+    and says is read off the record it measured, whatever the sweep's size."""
+    from topics.serving import measure
+
+    sweep = measure.step_time_vs_batch
+    monkeypatch.setattr(measure, "step_time_vs_batch", lambda lm, sizes: sweep(lm, sizes=sizes, steps=2, context=16))
+    draws_the_measured_batch_passes()
+
+
+def draws_the_measured_batch_passes():
     at = serving_page()
     at.button(key="serve_btn_forward").click().run()  # the measurements sit under a started run
     at.button(key="serve_batch").click().run()

@@ -181,6 +181,7 @@ def test_each_preemption_policy_picks_its_victim_and_tokens_stay_exact(bundled_l
 
 
 @pytest.mark.parametrize("policy", ["newest", "most_blocks"])
+@pytest.mark.slow  # the fast tier: tests/test_serving_page.py's preemption knob serves it under both, held to alone
 def test_the_preemption_scenario_runs_under_either_policy(bundled_lm, policy):
     sc = SCENARIOS["preemption"]
     assert sc["sizing"]["preemption"] == "newest"  # the knob a page switches
