@@ -27,10 +27,10 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from benchmarks.records import AppClick, Bench, CacheRow, LadderRow, MemoryBound, Overhead
+from engine import device as dev
 from engine.forward.run import StepClock, generate
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
-from engine import device as dev
 from engine.load.loaded import LoadedModel
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."

@@ -12,15 +12,23 @@ import argparse
 import json
 import sys
 
-from engine.cli_args import (BadPath, check_json_path, load_from, model_args, new_tokens_arg, positive, sampling_args,
-                             sampling_from, write_json)
-from engine.errors import DecodeLabError
-from engine.units import human_bytes
-
 import benchmarks.cli
 import topics.budget.cli
 import topics.ladder.cli
 import topics.speculative.cli
+from engine.cli_args import (
+    BadPath,
+    check_json_path,
+    load_from,
+    model_args,
+    new_tokens_arg,
+    positive,
+    sampling_args,
+    sampling_from,
+    write_json,
+)
+from engine.errors import DecodeLabError
+from engine.units import human_bytes
 
 # The commands that belong to a topic or to the benchmarks live with them, each its own add_parser(sub)
 COMMANDS_ELSEWHERE = (benchmarks.cli, topics.ladder.cli, topics.speculative.cli, topics.budget.cli)

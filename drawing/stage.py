@@ -24,8 +24,25 @@ from html import escape
 
 from drawing.attention import visible
 from drawing.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from drawing.svg import (FONT, GRID_X0, GRID_X1, INK, LABEL_X, LOOP_X, MONO, QCOL, SOFT, TEXT, W, arrow, data_uri,
-                             defs, mono_fit, mono_width, shape_text)
+from drawing.svg import (
+    FONT,
+    GRID_X0,
+    GRID_X1,
+    INK,
+    LABEL_X,
+    LOOP_X,
+    MONO,
+    QCOL,
+    SOFT,
+    TEXT,
+    W,
+    arrow,
+    data_uri,
+    defs,
+    mono_fit,
+    mono_width,
+    shape_text,
+)
 from drawing.svg import blues as _blues
 from drawing.svg import text as _t
 from engine.forward.trace import StepTrace

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from drawing.attention import heads_figure, look_back
 from drawing.heads import heads_svg
 from drawing.kv import kv_frame, kv_grid_figure, kv_growth_figure
-from drawing.latency import (CLIMB, latency_figure, latency_trend, timing_callout, traces_frame,
-                                 ttft_tpot_sentence)
+from drawing.latency import CLIMB, latency_figure, latency_trend, timing_callout, traces_frame, ttft_tpot_sentence
 from drawing.matmuls import gpt2_shapes_frame, matmul_figure, shapes_frame
 from drawing.palette import axis_labels, show_piece
 from drawing.svg import picture_html

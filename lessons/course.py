@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from engine import Sampling, Stepper, compare
 from drawing.palette import axis_labels
 from drawing.stage_phone import stage_pictures
+from engine import Sampling, Stepper, compare
 from engine.generate.batch import run_batch, same_as_alone
 from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces

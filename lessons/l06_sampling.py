@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine import Sampling
 from drawing.palette import show_piece
 from drawing.tokens import next_token_figure
+from engine import Sampling
 from engine.generate.next_word import until_end
 from lessons.course import ENDING, Course
 from ui.presets import PROMPTS

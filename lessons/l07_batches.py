@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from engine import DecodeLabError
 from drawing.attention import attention_heatmap
 from drawing.palette import axis_labels
 from drawing.tokens import batch_shapes_frame, padded_batch_html
+from engine import DecodeLabError
 from lessons.course import Course
 from ui.presets import PROMPTS
 from ui.style import scale

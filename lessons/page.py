@@ -11,8 +11,19 @@ from __future__ import annotations
 import streamlit as st
 
 from engine import DecodeLabError
-from lessons import (l01_tokens, l02_prefill, l03_decode, l04_kv_cache, l05_no_cache, l06_sampling, l07_batches,
-                     l08_scale, l09_speculative, l10_serving, l11_budget)
+from lessons import (
+    l01_tokens,
+    l02_prefill,
+    l03_decode,
+    l04_kv_cache,
+    l05_no_cache,
+    l06_sampling,
+    l07_batches,
+    l08_scale,
+    l09_speculative,
+    l10_serving,
+    l11_budget,
+)
 from lessons.course import Course
 from ui.setup import page_setup
 from ui.text import error, warning

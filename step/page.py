@@ -12,13 +12,13 @@ import json
 import streamlit as st
 
 from classroom.page import class_bar
-from engine import Stepper
 from drawing.attention import hardest_look_back
 from drawing.first_draw import blank_figure
 from drawing.latency import traces_frame
 from drawing.palette import legend_html
 from drawing.stage_phone import stage_pictures
 from drawing.views import VIEWS, StepContext
+from engine import Stepper
 from engine.links import MAX_PROMPT_CHARS, read_link
 from step.page_views import show_view
 from ui.links import apply_values, write_link
@@ -28,7 +28,6 @@ from ui.sidebar import DEFAULTS, cache_toggle
 from ui.step_state import step_controller
 from ui.style import scale
 from ui.text import error, warning
-
 
 NO_SCENARIO = "a ready-made scenario…"  # the scenario box before a pick
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
 import pytest
+
+if TYPE_CHECKING:
+    import torch
 
 
 def pytest_configure(config):

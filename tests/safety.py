@@ -7,9 +7,8 @@ import re
 
 from streamlit.testing.v1 import AppTest
 
-from tests.test_app import click, new_tokens
 from tests.models import GOOD
-
+from tests.test_app import click, new_tokens
 
 # ------------------------------------------------------------------ what the user sees
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Stepper, StepError, load_model
-from engine.generate.batch import same_as_alone, left_pad, run_batch
+from engine import StepError, Stepper, load_model
+from engine.generate.batch import left_pad, run_batch, same_as_alone
 
 PROMPTS = ["Tom had a red ball.", "One day, a little girl named Lily went to the park with her dog."]
 

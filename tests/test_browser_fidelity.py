@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from drawing.views import VIEWS  # the step page's seven views, default first: defined once
-from tests.test_browser import idle, inside, open_page
+from tests.test_browser import idle, open_page
 
 PRESENTER = (1280, 720)
 PHONE = (390, 844)

@@ -9,10 +9,9 @@ import pytest
 
 from engine import Stepper
 from engine.errors import Busy
-from tests.test_app import click, fresh_app, new_tokens
 from tests.models import GOOD
 from tests.safety import messages
-
+from tests.test_app import click, fresh_app, new_tokens
 
 # ------------------------------------------------------------------ busy means wait, visibly
 

@@ -22,9 +22,11 @@ from classroom.poll import next_token_question, shape_question
 from classroom.publisher import Publisher
 from drawing.stage import stage_svg
 from engine import Stepper
-from tests.test_follow import KEY, classroom, key_set, ok  # noqa: F401 - key_set: a fixture
+from tests import test_follow
+from tests.test_follow import KEY, classroom, ok
 
 room_of = classroom  # a Classroom on the test's store, with these limits
+key_set = test_follow.key_set  # the fixture: a server started with a lecturer key
 
 
 def run(lm, steps: int = 2) -> Stepper:
@@ -223,8 +225,8 @@ def test_a_stream_starts_with_the_whole_state_then_gets_each_version_pushed(bund
     """The first event holds the whole state and the pictures of the lecturer's picks (layer 2, head 5, Attention),
     each drawn from the lecturer's own run; the next version, with new picks (layer 3, head 1, Matmuls), pushes
     those; the end of the class ends the stream."""
-    from drawing.views import VIEWS, StepContext, view_blocks
     from classroom.frames import blocks_json
+    from drawing.views import VIEWS, StepContext, view_blocks
 
     room = Classroom(MemoryKV(), key=KEY)
     hub = Hub(room)

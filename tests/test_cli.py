@@ -9,7 +9,6 @@ import pytest
 import engine.load.load
 from tests.models import GOOD
 
-
 # ------------------------------------------------------------------ the command line
 
 

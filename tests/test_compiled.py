@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from engine.forward import compiled
-from engine.transformers_internals import attn_implementation
 from engine.forward.run import run_pass
 from engine.generate.compare import compare
 from engine.generate.stepper import Stepper
 from engine.load.load import model_dtype
+from engine.transformers_internals import attn_implementation
 from topics.race import measure as race
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She"

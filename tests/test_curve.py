@@ -5,7 +5,6 @@ recomputed by hand; the roofline's definitions written again here; the recorded 
 from __future__ import annotations
 
 import json
-import math
 import re
 
 import pytest

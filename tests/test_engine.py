@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from engine import Sampling, StepError, Stepper, compare
 from commands.main import main as cli_main
+from engine import Sampling, StepError, Stepper, compare
 
 PROMPT = "Once upon a time there was a cat"
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.forward import capture
 from commands.main import main as cli_main
-from engine.load.load import load_model, read_config
+from engine.forward import capture
 from engine.generate.stepper import Stepper
+from engine.load.load import load_model, read_config
 from tests import reference
 from tests.conftest import FAMILIES, SLIDING_WINDOW
 from tests.reference import assert_logits_close

@@ -13,11 +13,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from engine import Stepper
 from drawing.latency import latency_ceiling, latency_figure
 from drawing.palette import PREFILL, RECOMPUTED
 from drawing.stage import stage_svg
 from drawing.svg import MONO_EM, TEXT, W
+from engine import Stepper
 from engine.forward.run import Timing
 from engine.load import gpt2
 from engine.measure import roofline

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import Stepper
 from drawing.attention import assembled_attention, attention_heatmap
 from drawing.kv import kv_grid_figure
 from drawing.latency import latency_figure, traces_frame
 from drawing.matmuls import matmul_figure
 from drawing.palette import CHOSEN
 from drawing.tokens import next_token_figure, token_chips_html
+from engine import Stepper
 
 PROMPT = "Once upon a time there was a cat"
 
@@ -148,7 +148,6 @@ def test_a_one_character_next_token_fills_its_chip_with_its_id(tiny_lm):
 
 def test_the_serving_memory_table_says_units_and_which_figure_is_averaged():
     from topics.serving.draw import memory_frame
-
     from topics.serving.record import Held, Memory, Sharing
 
     held = Held(peak_bytes=6291456, wasted=0.5, source="x")

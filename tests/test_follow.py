@@ -15,7 +15,6 @@ import pytest
 from classroom import Classroom, Lecture, Limits, MemoryKV, Refused, WireError, wire
 from classroom.lectures import ALPHABET, CODE_RE, NO_CLASS, new_code
 from classroom.publisher import Publisher, qr_data_uri
-from engine import Stepper
 from drawing.attention import heads_figure
 from drawing.kv import kv_grid_figure
 from drawing.latency import latency_figure
@@ -23,6 +22,7 @@ from drawing.matmuls import matmul_frame
 from drawing.palette import axis_labels
 from drawing.stage import stage_svg
 from drawing.tokens import next_token_figure
+from engine import Stepper
 from tests.appserver import KEY  # the fixtures `store` and `keyed_server`: tests/conftest.py
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,11 +5,10 @@ peaks where it says: checked on the step page's own chart, against the drawn wei
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import base64
 import json
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -102,8 +101,8 @@ def test_every_head_of_the_bundled_model_gets_a_role_from_its_pattern(bundled_lm
 def test_the_attention_picture_names_each_head_by_its_role_beside_its_number(bundled_lm):
     """The roles are on the heatmap's head axis, so a projector shows them with the picture (the sentence under it
     fell below the first screen at 1280x720)."""
-    from engine import Stepper
     from drawing.views import StepContext, view_blocks
+    from engine import Stepper
 
     run = Stepper(bundled_lm, "Tom had a red ball. Tom liked to play with the ball. One day, Tom",
                   max_new_tokens=4, stop_on_eos=False)

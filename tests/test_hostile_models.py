@@ -14,11 +14,10 @@ from streamlit.testing.v1 import AppTest
 
 import engine.load.load
 from engine.errors import DecodeLabError, ModelLoadError, NotACausalLM, UnsafeWeights
-from ui.apptest import ROOT, page
-from tests.test_app import fresh_app
 from tests.models import OTHER
-from tests.safety import seen, shown, messages, prefill_works
-
+from tests.safety import messages, prefill_works, seen, shown
+from tests.test_app import fresh_app
+from ui.apptest import ROOT, page
 
 # ------------------------------------------------------------------ hostile folders
 

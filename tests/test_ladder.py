@@ -18,9 +18,9 @@ import weakref
 import pytest
 import torch
 
+from engine import device as dev
 from engine.errors import StepError, TooLarge
 from engine.generate.stepper import Stepper
-from engine import device as dev
 from engine.load import rungs
 from engine.load.load import load_model
 from engine.measure import roofline
@@ -315,15 +315,15 @@ def test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper(which):
     top, first = lad.rungs[-1], lad.rungs[0]
     slow_prefill = dataclasses.replace(top.prefill, median_ms=per_token(top.decode) * top.prefill.tokens * 4)
     flipped = dataclasses.replace(lad, rungs=(*lad.rungs[:-1], dataclasses.replace(top, prefill=slow_prefill)))
-    for ladder in (lad, flipped):
-        r = ladder.rungs[-1]
+    for shown in (lad, flipped):
+        r = shown.rungs[-1]
         gap = gap_from_times(r)
-        decode_ms, prefill_ms, factor, word = gap_said(draw.per_token_caption(ladder))
+        decode_ms, prefill_ms, factor, word = gap_said(draw.per_token_caption(shown))
         assert shown_ms(str(decode_ms), per_token(r.decode)) and shown_ms(str(prefill_ms), per_token(r.prefill))
         assert word == ("dearer" if gap >= 1 else "cheaper")
         assert factor == pytest.approx(gap if gap >= 1 else 1 / gap, rel=0.05, abs=0.05)  # as printed: ×18, ×4.0
         if first is not r:
-            said = re.search(rf"At {re.escape(first.label)} the gap is ×([\d.]+)\.", draw.per_token_caption(ladder))
+            said = re.search(rf"At {re.escape(first.label)} the gap is ×([\d.]+)\.", draw.per_token_caption(shown))
             assert said and float(said.group(1)) == round(gap_from_times(first), 1)
     assert gap_said(draw.per_token_caption(flipped))[2:] == (4.0, "cheaper")
     assert top.decode.label in draw.roofline_caption(lad) and top.prefill.label in draw.roofline_caption(lad)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from engine import load_model
-from engine.errors import ModelNotFound, NoTokenizer, NotACausalLM, RemoteCodeRequired, TooLarge, UnsafeWeights
 from engine.device import pick_device, pick_dtype
+from engine.errors import ModelNotFound, NotACausalLM, NoTokenizer, RemoteCodeRequired, TooLarge, UnsafeWeights
 from engine.transformers_internals import attn_implementation
 
 

@@ -9,11 +9,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import Stepper
-from ui.apptest import ROOT, app_test, page
-from tests.test_app import click, fresh_app, run_text
 from tests.models import NOT_OFFERED
-from tests.safety import seen, shown, messages, inert, inert_html
-
+from tests.safety import inert, inert_html, messages, seen, shown
+from tests.test_app import click, fresh_app, run_text
+from ui.apptest import ROOT, app_test, page
 
 # ------------------------------------------------------------------ nothing typed or linked is markup
 

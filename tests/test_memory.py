@@ -11,7 +11,6 @@ import pytest
 from engine import Stepper
 from tests.models import GOOD
 
-
 # ------------------------------------------------------------------ memory goes back after a big run
 
 

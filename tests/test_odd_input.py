@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ui.apptest import app_test
-from tests.test_app import click, fresh_app, new_tokens, run_text
 from tests.models import GOOD, NOT_OFFERED
 from tests.safety import messages, prefill_works
-
+from tests.test_app import click, fresh_app, new_tokens, run_text
+from ui.apptest import app_test
 
 # ------------------------------------------------------------------ the pages under odd input
 

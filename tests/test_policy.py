@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 import engine.load.load
 from engine.errors import ModelNotOffered
 from engine.load.policy import from_settings
-from ui.apptest import app_test
-from tests.test_app import click, fresh_app, new_tokens
-from tests.models import OTHER, NOT_OFFERED
+from tests.models import NOT_OFFERED, OTHER
 from tests.safety import messages, prefill_works
-
+from tests.test_app import click, fresh_app, new_tokens
+from ui.apptest import app_test
 
 # ------------------------------------------------------------------ the allow-list
 

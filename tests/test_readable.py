@@ -56,8 +56,8 @@ LONG = ("Once upon a time, in a small house near the woods, there lived a little
 def stage_of(lm, prompt: str, decodes: int = 1, **token) -> str:
     from dataclasses import replace
 
-    from engine import Stepper
     from drawing.stage import stage_svg
+    from engine import Stepper
 
     s = Stepper(lm, prompt, max_new_tokens=decodes + 2)
     s.prefill()
@@ -124,9 +124,9 @@ def test_a_short_next_token_and_its_id_sit_side_by_side_in_their_chip(bundled_lm
 
 def test_the_kv_growth_chart_uses_only_the_palettes_meanings_and_greys(bundled_lm):
     """Its layers were drawn in the theme's red and pink: red means recomputed, and the two were hard to tell apart."""
-    from engine import Stepper
     from drawing.kv import LAYER_GREYS, kv_growth_figure
     from drawing.palette import DECODE, PREFILL
+    from engine import Stepper
 
     s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=4)
     s.run()
@@ -178,8 +178,8 @@ def test_the_ttft_sentence_says_each_clause_only_where_its_numbers_hold():
 
 
 def test_a_scenario_parts_ttft_and_tpot_with_a_long_prompt_on_the_latency_view(bundled_lm):
-    from engine import Stepper
     from drawing.latency import LONG_PROMPT_SCENARIO
+    from engine import Stepper
     from ui.presets import SCENARIOS
 
     scenario = next(s for s in SCENARIOS if s["title"] == LONG_PROMPT_SCENARIO)

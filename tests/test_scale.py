@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from engine import Stepper
 from commands.main import main as cli_main
+from engine import Stepper
 from engine.measure import kvcalc, roofline
 from ui.apptest import app_test, page
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine import Stepper, StepError
+from engine import StepError, Stepper
 from engine.generate.serving import RequestSpec, ServingRun
 from engine.generate.serving.blocks import BlockManager, prefix_hashes
 from engine.generate.serving.reference import generate_batch

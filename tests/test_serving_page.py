@@ -418,7 +418,6 @@ def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
 def _measured_rows(lm, sizes=(1, 2, 4, 8, 16), context=68, ms=(3.0, 3.5, 4.5, 6.0, 9.0)):
     """A small fixture record of step_time_vs_batch: its intensities from estimates.batched_decode, its times given."""
     from engine.forward.estimates import batched_decode
-
     from topics.serving.record import BatchPass, BatchSweep
 
     rows = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from engine import Stepper, load_model
-from tools.train import main as train_main
 from tests.conftest import TINY_TEXT
+from tools.train import main as train_main
 
 
 def test_train_on_a_tiny_corpus_produces_a_loadable_model(tmp_path):

@@ -12,10 +12,10 @@ import sys
 
 import streamlit as st
 
-from engine import DecodeLabError, LoadedModel, load_model
 from drawing.first_draw import warm_pictures
-from engine.load.checks import hub_reachable
+from engine import DecodeLabError, LoadedModel, load_model
 from engine.device import release_memory, use_serving_threads
+from engine.load.checks import hub_reachable
 from engine.load.policy import from_settings
 from ui.presets import SMALL_MODELS
 

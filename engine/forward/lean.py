@@ -103,8 +103,13 @@ class LeanLlama(torch.nn.Module):
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
         self.eps, self.max_batch, self.max_len = c.rms_norm_eps, max_batch, max_len
         weight = inner.embed_tokens.weight
-        shared = lambda t: t if isinstance(t, torch.nn.Parameter) else torch.nn.Parameter(t, requires_grad=False)
-        params = lambda ts: torch.nn.ParameterList([shared(t) for t in ts])
+
+        def shared(t):
+            return t if isinstance(t, torch.nn.Parameter) else torch.nn.Parameter(t, requires_grad=False)
+
+        def params(ts):
+            return torch.nn.ParameterList([shared(t) for t in ts])
+
         # the readable model's own Parameters (the same objects), and the fused matrices its q/k/v and gate/up are
         # slices of: module attributes, so a compiler sees them as the model's weights
         self.embed = shared(weight)

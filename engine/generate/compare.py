@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from engine.load.loaded import LoadedModel
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
+from engine.load.loaded import LoadedModel
 
 
 def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | None = None,

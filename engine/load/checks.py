@@ -16,8 +16,8 @@ from urllib.parse import urlparse
 
 import torch
 
-from engine.errors import NotACausalLM, TooLarge, UnsafeWeights
 from engine import device as dev
+from engine.errors import NotACausalLM, TooLarge, UnsafeWeights
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 MEMORY_HEADROOM = 1.3  # weights x this must fit: activations, cache and the copy made while loading

@@ -25,18 +25,18 @@ from pathlib import Path
 
 import torch
 
+from engine import device as dev
 from engine.errors import (
     DecodeLabError,
     ModelLoadError,
     ModelNotFound,
-    NoTokenizer,
     NotACausalLM,
+    NoTokenizer,
     RemoteCodeRequired,
     UnsafeWeights,
 )
 from engine.forward import capture
 from engine.forward.spec import from_config
-from engine import device as dev
 from engine.load.checks import (
     WEIGHT_SHARE,
     check_causal_lm,

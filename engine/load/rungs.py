@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from engine.errors import StepError, TooLarge
 from engine import device as dev
+from engine.errors import StepError, TooLarge
 from engine.load.checks import MAX_LAYERS, MAX_WIDTH, MEMORY_HEADROOM, estimate_parameters
 from engine.load.loaded import MAX_WAITING, LoadedModel
 from engine.load.shapes import lookup, shape_config, weights_words

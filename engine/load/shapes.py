@@ -63,9 +63,9 @@ def published_parameters(name: str) -> float:
 def shape_config(name: str, min_positions: int = 0):
     """transformers' config of the row's family with the row's figures; the embeddings tied or not as the
     published parameter count says (see the module docstring)."""
-    from engine.load.checks import estimate_parameters
-
     import transformers
+
+    from engine.load.checks import estimate_parameters
 
     row = _rows()[lookup(name)]
     cls = getattr(transformers, FAMILIES[row["architecture"]])

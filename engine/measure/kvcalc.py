@@ -72,9 +72,9 @@ def from_live(lm) -> ModelSpec:
 
 def from_source(source: str) -> ModelSpec:
     """A Hugging Face id or local folder: its config only, never its weights."""
+    from engine.forward.spec import from_config
     from engine.load.checks import check_causal_lm, estimate_parameters, parameter_bound
     from engine.load.load import read_config
-    from engine.forward.spec import from_config
 
     cfg = read_config(source)  # checks the figures: a config of 20,000 layers never gets further
     check_causal_lm(cfg, source)

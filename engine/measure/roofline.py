@@ -35,11 +35,11 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from engine import device as dev
-
 
 # bytes each bandwidth probe moves, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
@@ -173,7 +173,7 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     n = 1024 if device.type == "cpu" else 4096
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    flops = _best_rate(lambda: a @ b, 2 * n**3, device, budget_s)
+    flops = _best_rate(partial(torch.matmul, a, b), 2 * n**3, device, budget_s)
     del a, b
     if on_progress:
         on_progress(0.5, "matmul done, measuring memory bandwidth…")
@@ -183,16 +183,16 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     rates, each = [], budget_s / len(sizes) / 3
     for total in sizes:
         whole = torch.empty(total // 4, device=device, dtype=torch.float32).fill_(1.0)  # 4 bytes an element
-        read = _best_rate(lambda: whole.sum(), total, device, each)
+        read = _best_rate(whole.sum, total, device, each)
         del whole
         src = torch.empty(total // 8, device=device, dtype=torch.float32).fill_(1.0)  # half the bytes each
         dst = torch.empty_like(src)
-        copy = _best_rate(lambda: dst.copy_(src), total, device, each)
+        copy = _best_rate(partial(dst.copy_, src), total, device, each)
         del src, dst
         rows = total // 4 // STREAM_COLUMNS  # float32: 4 bytes an element
         matrix = torch.empty(rows, STREAM_COLUMNS, device=device, dtype=torch.float32).fill_(1.0)
         vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
-        stream = _best_rate(lambda: torch.mv(matrix, vector), matrix.numel() * 4, device, each)
+        stream = _best_rate(partial(torch.mv, matrix, vector), matrix.numel() * 4, device, each)
         del matrix, vector
         rates.append((total, max(read, copy, stream)))
     if on_progress:

@@ -20,19 +20,27 @@ cache does; the full cache is measured in the same run, on the same tokens.
 
 from __future__ import annotations
 
-
 import torch
 
 from engine.errors import StepError
-from engine.paths import ASSETS
 from engine.forward.cache import layer_bytes
 from engine.forward.run import run_pass
 from engine.generate.stepper import Stepper
+from engine.paths import ASSETS
 from topics.budget.evict import EvictingLayer
 from topics.budget.policies import CAPPED, POLICIES, budget_cache, check
 from topics.budget.quant import QuantizedLayer
-from topics.budget.records import (CacheMap, Forced, Greedy, LayerMap, PolicyRow, RecordedSweep, SinkRow, Summary,
-                                   SweepPoint)
+from topics.budget.records import (
+    CacheMap,
+    Forced,
+    Greedy,
+    LayerMap,
+    PolicyRow,
+    RecordedSweep,
+    SinkRow,
+    Summary,
+    SweepPoint,
+)
 
 EVAL_TEXT = ASSETS / "held_out" / "tinystories_eval_40.txt"
 CONTEXT = 256  # tokens of the held-out text: the first half prefilled, the second teacher-forced

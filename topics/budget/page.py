@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine import DecodeLabError
 from drawing.svg import picture_html
+from engine import DecodeLabError
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED, POLICIES
 from ui.setup import page_setup

@@ -24,9 +24,8 @@ reads the packed bytes inside attention instead: there, fewer bytes held is fewe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import time
+from dataclasses import dataclass
 
 import torch
 

@@ -74,9 +74,8 @@ def main(args) -> int:
     """Grow the model: prefill and decode timed at several sizes, each placed on this device's roofline."""
     from tqdm import tqdm
 
-    from engine.load.rungs import plan
+    from engine.load.rungs import plan, timing_dtype
     from topics.ladder import draw as draw
-    from engine.load.rungs import timing_dtype
     from topics.ladder.measure import default_tokens, measure_ladder
 
     check_json_path(args.json)

@@ -56,8 +56,8 @@ from typing import Callable
 
 import torch
 
-from engine.errors import StepError
 from engine import device as dev
+from engine.errors import StepError
 from engine.load.loaded import LoadedModel
 from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
 from topics.ladder.record import Ladder, Measured, RungResult

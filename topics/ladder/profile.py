@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from engine.forward.cache import roll_back
 from engine import device as dev
+from engine.forward.cache import roll_back
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ import time
 
 import streamlit as st
 
-from engine import DecodeLabError
 from drawing.palette import show_piece
-from engine.generate.compare import compare
+from engine import DecodeLabError
 from engine.device import release_memory
+from engine.generate.compare import compare
 from engine.measure import caveats, roofline
 from topics.race import draw as race_draw
 from topics.race import measure as race

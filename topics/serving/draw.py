@@ -21,10 +21,10 @@ import re
 from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
 from drawing.svg import FONT, INK, MONO, SOFT, W
 from drawing.svg import text as _t
-
-HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
 from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.record import NOT_ARRIVED, ServingStep, sat_out, slot_use
+
+HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
 
 # one hue per request, chosen away from the phase colours (blue, orange, green, red, grey, purple)
 REQUEST_COLOURS = ("#17becf", "#e377c2", "#bcbd22", "#8c564b", "#5254a3", "#e7ba52", "#9edae5", "#ad494a",

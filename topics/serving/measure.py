@@ -29,6 +29,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from engine import device as dev
 from engine.forward.estimates import batched_decode
 from engine.generate.batch import run_batch
 from engine.generate.serving.record import sat_out, slot_use
@@ -37,11 +38,24 @@ from engine.generate.serving.requests import RequestSpec
 from engine.generate.serving.run import DEFAULTS, ServingRun
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.generate.stepper import Stepper
-from engine import device as dev
 from engine.load.loaded import LoadedModel
-from topics.serving.record import (BatchingComparison, BatchingWay, BatchPass, BatchRoofline, BatchSweep,
-                                   ChunkingComparison, ChunkingWay, Held, Memory, PolicyRun, RoomyCheck, ServingBench,
-                                   Sharing, Stall, Throughput)
+from topics.serving.record import (
+    BatchingComparison,
+    BatchingWay,
+    BatchPass,
+    BatchRoofline,
+    BatchSweep,
+    ChunkingComparison,
+    ChunkingWay,
+    Held,
+    Memory,
+    PolicyRun,
+    RoomyCheck,
+    ServingBench,
+    Sharing,
+    Stall,
+    Throughput,
+)
 
 PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",
            "Lily and Max went to the park to play with", "One day, a little girl named Amy found a baby bird.",

@@ -7,23 +7,29 @@ step can be put back on screen (◀ ▶, the scrubber); ▶ at the newest step c
 
 import streamlit as st
 
+from engine.device import release_memory
 from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
 from engine.generate.serving.run import BATCHING, PREEMPTION
 from engine.generate.serving.scenarios import SCENARIOS
-from engine.device import release_memory
 from engine.measure import roofline
 from topics.serving import draw as draw
 from topics.serving import measure as measure
-from topics.serving.page_parts import (MAX_PAGE_REQUESTS, batching_result, chunking_result, new_serving_run, pictures,
-                                       requests_editor, summary)
+from topics.serving.page_parts import (
+    MAX_PAGE_REQUESTS,
+    batching_result,
+    chunking_result,
+    new_serving_run,
+    pictures,
+    requests_editor,
+    summary,
+)
 from ui.controller import Controller
 from ui.links import write_link
 from ui.model import device_roof
 from ui.setup import class_label, page_setup
 from ui.style import keys_back, picked, scale
 from ui.text import error, plain
-
 
 POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
 BATCHING_NAMES = {"continuous": "continuous", "static": "static"}  # how a freed slot is refilled: short, for the bar

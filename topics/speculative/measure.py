@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from engine.errors import StepError
 from engine.forward.run import Timing
-from engine.measure.caveats import BUSY, WIDE
 from engine.forward.sampling import Sampling
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.speculative import Speculator
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
+from engine.measure.caveats import BUSY, WIDE
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:

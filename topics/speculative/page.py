@@ -6,10 +6,18 @@ lesson 9 share is topics/speculative/page_parts.py.
 
 import streamlit as st
 
-from engine.generate.speculative import Speculator
 from engine.device import release_memory
-from topics.speculative.page_parts import (DRAFTERS, comparison, drafter_for, measured_comparison, rounds_frame,
-                                           rounds_html, totals, verify_stage)
+from engine.generate.speculative import Speculator
+from topics.speculative.page_parts import (
+    DRAFTERS,
+    comparison,
+    drafter_for,
+    measured_comparison,
+    rounds_frame,
+    rounds_html,
+    totals,
+    verify_stage,
+)
 from ui.controller import Controller
 from ui.presets import PROMPTS
 from ui.setup import class_label, page_setup

@@ -11,9 +11,9 @@ from functools import partial
 import pandas as pd
 import streamlit as st
 
-from engine import DecodeLabError
 from drawing.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
 from drawing.stage_phone import stage_pictures
+from engine import DecodeLabError
 from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.loop import token_pieces
 from engine.generate.speculative import Speculator
