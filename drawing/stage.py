@@ -171,6 +171,25 @@ def _columns(kv_len: int):
     return [GRID_X0 + p * width for p in range(kv_len)], width
 
 
+CELL_FILLS = {"prefill": PREFILL, "decode": DECODE, "recomputed": "url(#recomputed)", "evicted": "#eeeeee",
+              "cut": "url(#recomputed)"}
+
+
+def cache_column(name: str, p: int, kind: str, new: bool, x: float, y: float, cw: float, ch: float,
+                 shown_heads: int, highlight: int) -> str:
+    """One position's column of the K or V cache: a cell per kv_head, filled by what the position is (`_col_kind`),
+    the highlighted head darker, outlined in green where this pass wrote it. The wide stage's and the phone's."""
+    cells = []
+    for h in range(shown_heads):
+        op = 0.9 if h == highlight or kind in ("recomputed", "evicted", "cut") else 0.4
+        cells.append(f'<rect x="{x + 0.5:.1f}" y="{y + h * ch:.1f}" width="{max(0.8, cw - 1):.1f}" '
+                     f'height="{ch - 2}" fill="{CELL_FILLS[kind]}" fill-opacity="{op}"/>')
+    outline = (f'<rect x="{x:.1f}" y="{y - 2:.1f}" width="{cw:.1f}" height="{shown_heads * ch + 2}" fill="none" '
+               f'stroke="{NEW}" stroke-width="2.5"/>') if new and kind in ("prefill", "decode") else ""
+    return (f'<g data-role="{name.lower()}-col" data-pos="{p}" data-kind="{kind}" data-new="{int(new)}">'
+            + "".join(cells) + outline + '</g>')
+
+
 def _col_kind(p: int, t: StepTrace, prompt_len: int, lt, rejected_from: int | None) -> tuple[str, bool]:
     """(what wrote position p's K/V, was it written by this pass) for the grids."""
     new = t.past <= p < t.kv_len
@@ -208,19 +227,9 @@ def _kv_grid(name: str, t: StepTrace, lt, prompt_len: int, y: float, kv_heads: i
         lines = [(f"{name}, no cache", 17, INK, FONT), ("computed for every", 12, RECOMPUTED, FONT),
                  ("position, then thrown away", 12, RECOMPUTED, FONT)]
     out = [_label_block(lines, y - 4)]
-    fills = {"prefill": PREFILL, "decode": DECODE, "recomputed": "url(#recomputed)", "evicted": "#eeeeee",
-             "cut": "url(#recomputed)"}
     for p, x in enumerate(xs):
         kind, new = _col_kind(p, t, prompt_len, lt, rejected_from)
-        cells = []
-        for h in range(shown_heads):
-            op = 0.9 if h == highlight or kind in ("recomputed", "evicted", "cut") else 0.4
-            cells.append(f'<rect x="{x + 0.5:.1f}" y="{y + h * ch:.1f}" width="{max(0.8, cw - 1):.1f}" height="{ch - 2}" '
-                         f'fill="{fills[kind]}" fill-opacity="{op}"/>')
-        outline = (f'<rect x="{x:.1f}" y="{y - 2:.1f}" width="{cw:.1f}" height="{shown_heads * ch + 2}" fill="none" '
-                   f'stroke="{NEW}" stroke-width="2.5"/>') if new and kind in ("prefill", "decode") else ""
-        out.append(f'<g data-role="{name.lower()}-col" data-pos="{p}" data-kind="{kind}" data-new="{int(new)}">'
-                   + "".join(cells) + outline + '</g>')
+        out.append(cache_column(name, p, kind, new, x, y, cw, ch, shown_heads, highlight))
     for h in range(shown_heads):
         out.append(_t(GRID_X0 - 6, y + h * ch + ch - 6, f"kv_head {h}", 11, "end", INK if h == highlight else SOFT))
     if kv_heads > shown_heads:

@@ -24,7 +24,16 @@ from __future__ import annotations
 from html import escape
 
 from drawing.palette import DECODE, NEW, PREFILL, RECOMPUTED, show_piece
-from drawing.stage import _col_kind, caption, caption_lines, score_rows, stage_heading, stage_html, stage_svg
+from drawing.stage import (
+    _col_kind,
+    cache_column,
+    caption,
+    caption_lines,
+    score_rows,
+    stage_heading,
+    stage_html,
+    stage_svg,
+)
 from drawing.svg import FONT, INK, MONO, QCOL, SOFT, TEXT, arrow, defs, mono_fit, mono_width, shape_text
 from drawing.svg import text as _t
 from engine.forward.trace import StepTrace
@@ -263,22 +272,12 @@ def _kv_grid(name: str, t: StepTrace, lt, prompt_len: int, y: float, kv_heads: i
         out.append(said)
         y += 20 + hh
     y += 10  # room for this pass's write marker
-    fills = {"prefill": PREFILL, "decode": DECODE, "recomputed": "url(#recomputed)", "evicted": "#eeeeee",
-             "cut": "url(#recomputed)"}
     new_cols = []
     for p, x in enumerate(xs):
         kind, new = _col_kind(p, t, prompt_len, lt, rejected_from)
-        cells = []
-        for h in range(shown_heads):
-            op = 0.9 if h == highlight or kind in ("recomputed", "evicted", "cut") else 0.4
-            cells.append(f'<rect x="{x + 0.5:.1f}" y="{y + h * ch:.1f}" width="{max(0.8, cw - 1):.1f}" '
-                         f'height="{ch - 2}" fill="{fills[kind]}" fill-opacity="{op}"/>')
-        outline = (f'<rect x="{x:.1f}" y="{y - 2:.1f}" width="{cw:.1f}" height="{shown_heads * ch + 2}" fill="none" '
-                   f'stroke="{NEW}" stroke-width="2.5"/>') if new and kind in ("prefill", "decode") else ""
         if new and kind in ("prefill", "decode", "recomputed", "cut"):
             new_cols.append(x)
-        out.append(f'<g data-role="{name.lower()}-col" data-pos="{p}" data-kind="{kind}" data-new="{int(new)}">'
-                   + "".join(cells) + outline + '</g>')
+        out.append(cache_column(name, p, kind, new, x, y, cw, ch, shown_heads, highlight))
     if t.kv_len:  # the columns this pass wrote: a green marker over them
         x0 = xs[t.past] if (t.use_cache or t.phase == "prefill") and t.past < len(xs) else xs[-1]
         x1 = xs[-1] + cw
