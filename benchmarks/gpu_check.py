@@ -137,9 +137,10 @@ def targets(lad, ladder_s: float, race: RaceAtDefaults | None, rung_race: RaceAt
         if not far:
             out.append(Target(what, "not measured (no such n timed)", None))
         else:
-            p = far[0]
-            out.append(Target(what, f"n = {p.rows}: ×{p.median_ms / p.compute_ms:.2f} ({p.median_ms:.2f} ms; bound "
-                                    f"{p.compute_ms:.2f} ms)", p.median_ms / p.compute_ms <= 1.3))
+            # every such n is said; the target asks for one such pass, so the nearest its bound decides
+            said = ", ".join(f"n = {p.rows}: ×{p.median_ms / p.compute_ms:.2f} ({p.median_ms:.2f} ms; bound "
+                             f"{p.compute_ms:.2f} ms)" for p in far)
+            out.append(Target(what, said, min(p.median_ms / p.compute_ms for p in far) <= 1.3))
     for kind in ("prefill",):
         m = curve.measured_knee(kind) if curve else None
         what = f"≥ 7 B{label}: the {kind}'s measured knee (first n at ×{KNEE:g} the one-row time) within ×3 of the " \

@@ -252,3 +252,29 @@ def test_gpu_check_runs_dry_on_a_cpu_and_writes_its_ladder_first(bundled_lm, tmp
     assert doc["gpu_check"]["targets"] == [{"target": r.target, "measured": r.measured, "holds": r.holds} for r in rows]
     assert all(r.holds is None for r in rows if r.target.startswith("≥ 7 B"))  # no 8 B rung: not measured
     assert set(doc["gpu_check"]) == set(json.loads((ASSETS / "ladder_gpu.json").read_text())["gpu_check"])  # its keys
+
+
+def test_gpu_checks_far_prefill_target_says_every_pass_past_four_ridges_and_holds_on_the_nearest():
+    """The H200 recording's only prefill past 4× the ridge (n = 1024) ran ×1.37 its compute bound: the target does
+    not hold. Add a pass at n = 2048 that ran ×1.28: both are said, and the target holds (it asks for one such pass)."""
+    import dataclasses
+
+    from benchmarks import gpu_check
+
+    lad = Ladder.from_dict(json.loads((ASSETS / "ladder_gpu.json").read_text(encoding="utf-8")))
+
+    def prefill_target(ladder):
+        rows = gpu_check.targets(ladder, 100.0, None, None, None, 150.0)
+        return next(t for t in rows if "prefill pass of n ≥ 4×" in t.target)
+
+    before = prefill_target(lad)
+    assert before.holds is False and re.findall(r"n = (\d+): ×([\d.]+)", before.measured) == [("1024", "1.37")]
+    big = lad.rungs[-1]
+    top = big.curve.of("prefill")[-1]
+    more = dataclasses.replace(top, rows=2 * top.rows, flops=2 * top.flops,
+                               samples_ms=tuple(1.28 * 2 * top.compute_ms for _ in top.samples_ms),
+                               compute_ms=2 * top.compute_ms)
+    grown = dataclasses.replace(big, curve=dataclasses.replace(big.curve, points=(*big.curve.points, more)))
+    after = prefill_target(dataclasses.replace(lad, rungs=(*lad.rungs[:-1], grown)))
+    assert re.findall(r"n = (\d+): ×([\d.]+)", after.measured) == [("1024", "1.37"), ("2048", "1.28")]
+    assert after.holds is True

@@ -42,7 +42,10 @@ KINDS = ("prefill", "batch")  # a prefill of n tokens; a decode step for a batch
 DECODE = "decode"  # the rung's own decode step: one token, one sequence, on the kernel a one-row step runs best with
 REPEATS = 5
 MAX_ROWS = {"cpu": 128, "cuda": 4096}  # the longest pass timed on each kind of device
-PAST_KNEE = 5  # rows are doubled until n reaches this many times the predicted knee (the slope is then plain)
+# rows are doubled until n reaches this many times the predicted knee: on a CPU the slope is plain by then; a GPU's
+# big matmuls still climb toward the peak (H200, Llama-3-8B: ×1.54 its compute bound at 384 rows, ×1.37 at
+# 1024), and a pass of a few thousand rows costs it tens of milliseconds
+PAST_KNEE = {"cpu": 5, "cuda": 20}
 BUDGET_S = 40.0  # the timed passes (compile apart): a row count whose predicted time would not fit is left out
 CACHE_SHARE = 0.5  # a batch's static K/V cache may take at most this share of the free memory
 CURVE_KEYS = ("rung", "parameters", "dtype", "context", "path", "compile_ms", "points", "left_out", "wall_s")
@@ -180,11 +183,12 @@ def estimates(spec, kind: str, rows: int, context: int, elem_bytes: float) -> tu
 
 def row_counts(spec, roof: DeviceRoof, device: torch.device, context: int) -> list[int]:
     """n = 1, 2, 4, … until PAST_KNEE times the predicted knee of the prefill (at least 16), at most MAX_ROWS."""
-    top = MAX_ROWS["cuda" if device.type == "cuda" else "cpu"]
+    where = "cuda" if device.type == "cuda" else "cpu"
+    top, past = MAX_ROWS[where], PAST_KNEE[where]
     n = 1
     while n < top:
         flops, moved = estimates(spec, "prefill", n, context, roof.elem_bytes)
-        if flops / moved >= roof.ridge and n >= 16 and n >= PAST_KNEE * _first_at_ridge(spec, roof, context):
+        if flops / moved >= roof.ridge and n >= 16 and n >= past * _first_at_ridge(spec, roof, context):
             break
         n *= 2
     return [2**i for i in range(int(math.log2(min(n, top))) + 1)]
