@@ -1,6 +1,6 @@
 """Plant the bugs the fast tier must catch, one at a time, and say which test caught each.
 
-    python -m tools.mutants              every mutant (about three minutes on a quiet 2-core machine)
+    python -m tools.mutants              every mutant (each a run of its fast tests: a few minutes on 2 cores)
     python -m tools.mutants NAME ...     only these
     python -m tools.mutants --list       what each one plants, and the tests meant to kill it
 
