@@ -40,8 +40,10 @@ def layout(fig: go.Figure, title: str, height: int = 380, scale: float = 1.0) ->
                       margin=dict(l=10, r=10, t=int(70 * scale), b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0, font=dict(color=INK)),
                       modebar=dict(remove=MODEBAR_REMOVES, bgcolor="rgba(255,255,255,0.85)"))
-    for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:  # dark, and larger unless a picture sized its own
-        axis.update(tickfont_color=INK, title_font_color=INK)
+    # dark, and larger unless a picture sized its own; automargin said here, not left to a template: importing
+    # streamlit makes its colour-only template the default, which has none, and the titles then sit on the ticks
+    for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
+        axis.update(tickfont_color=INK, title_font_color=INK, automargin=True)
         if axis.tickfont.size is None:
             axis.tickfont.size = TICK * scale
     return fig

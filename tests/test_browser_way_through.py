@@ -97,7 +97,6 @@ def drawn(browser, figure, width: int, height: int = 500):
     pg.evaluate("spec => Plotly.newPlot('chart', spec.data, spec.layout, {displayModeBar: false}).then(() => true)",
                 json.loads(figure.to_json()))
     # automargin redraws after the first drawing: read the words only once two looks 150 ms apart agree
-    # (a loaded machine caught the titles still sitting on the ticks after a fixed 200 ms)
     before = None
     for _ in range(40):
         pg.wait_for_timeout(150)
@@ -135,6 +134,8 @@ def collisions(words: list) -> list:
 def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_lies(browser, family_model, scale, width):
     """'▲ cut: step 1: 29 ms' lay over the right axis's tick labels: its words are still said, over nothing."""
     from dataclasses import replace
+
+    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
 
     from drawing.latency import latency_figure
     from engine import Stepper
