@@ -202,6 +202,34 @@ def test_at_1280x720_the_race_plays_on_the_first_screen_and_its_verdict_follows(
     pg.close()
 
 
+@pytest.mark.parametrize("size", [PHONE, PRESENTER], ids=["phone", "presenter"])
+def test_each_race_text_says_which_run_it_is_where_the_lanes_stack(keyed_server, browser, size):
+    """On a phone the columns stack: both lanes (name, bar, clock), then both texts, under the second lane's bar.
+    Each text there is named by its run, in that order; side by side, under their own lanes, they need no name."""
+    pg = open_page(browser, f"{keyed_server}/race", *size)
+    expect(pg.get_by_role("button", name="Start race")).to_be_visible(timeout=120_000)
+    tokens = pg.get_by_label("tokens", exact=True)
+    tokens.fill("16")
+    tokens.press("Enter")
+    idle(pg)
+    pg.get_by_role("button", name="Start race").click()
+    pg.get_by_test_id("race-text-nocache").wait_for(timeout=300_000)
+    idle(pg)
+    names = {m: pg.get_by_test_id(f"race-text-name-{m}") for m in ("cache", "nocache")}
+    texts = {m: pg.get_by_test_id(f"race-text-{m}") for m in ("cache", "nocache")}
+    if size == PRESENTER:
+        assert not names["cache"].is_visible() and not names["nocache"].is_visible()
+        assert texts["cache"].bounding_box()["x"] < texts["nocache"].bounding_box()["x"]  # side by side
+    else:
+        assert names["cache"].inner_text() == "KV cache on" and names["nocache"].inner_text() == "KV cache off"
+        order = [names["cache"], texts["cache"], names["nocache"], texts["nocache"]]
+        tops = [e.bounding_box()["y"] for e in order]
+        assert tops == sorted(tops), tops  # each name right above its own text
+        assert all(px >= 11 for px in (float(n.evaluate("e => getComputedStyle(e).fontSize")[:-2])
+                                       for n in names.values()))
+    pg.close()
+
+
 # ---------------------------------------------------------------- a phone: the stage whole, every word 11 px or more
 
 

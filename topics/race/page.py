@@ -98,6 +98,8 @@ def show() -> None:
             lane.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
             boxes[mode] = {"figure": lane.empty(), "text": text.empty()}  # the bar is drawn in the run's own colour
         tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race_draw.MODES}
+        names = {m: race_draw.MODES[m][0] for m in race_draw.MODES}
+        colours = {m: race_draw.MODES[m][1] for m in race_draw.MODES}
         total = max(race.progress_at(df, float("inf")).of(m).total_ms for m in race_draw.MODES)
 
         def draw(elapsed: float) -> None:
@@ -110,7 +112,13 @@ def show() -> None:
                 words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p.tokens]))
                 # html, not markdown: nothing typed is parsed as markup. Three lines, the newest at the bottom (the
                 # rest scrolls in place), so the verdict under the lanes stays on the first screen at any length
-                box["text"].html(f"<div data-testid='race-text-{mode}' style='font-size:1.1rem;line-height:1.5;"
+                # the lane's name above its text where the columns stack (a phone): both texts then sit under
+                # the second lane's bar, and would otherwise say nothing of which run each is
+                box["text"].html(f"<style>.dl-lane-name{{display:none}}@media (max-width:640px){{.dl-lane-name"
+                                 "{display:block}}</style>"
+                                 f"<div class='dl-lane-name' data-testid='race-text-name-{mode}' style='font-size:0.9rem;"
+                                 f"font-weight:600;color:{colours[mode]}'>{html.escape(names[mode])}</div>"
+                                 f"<div data-testid='race-text-{mode}' style='font-size:1.1rem;line-height:1.5;"
                                  "max-height:4.5em;overflow-y:auto;display:flex;flex-direction:column-reverse'>"
                                  f"<div style='white-space:pre-wrap'>{html.escape(result.prompt)}<b>{words}</b></div>"
                                  "</div>")
