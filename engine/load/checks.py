@@ -170,16 +170,22 @@ def parameter_bound(config) -> int:
     return int(t.num_hidden_layers * per_layer + 2 * t.vocab_size * d + positions * d)
 
 
+_COUNTED: dict[str, int] = {}  # a config's JSON -> its parameter count: the ladder and the calculator ask again
+
+
 def estimate_parameters(config) -> int:
-    """Exact parameter count from the config alone (built on the meta device: no memory used).
+    """Exact parameter count from the config alone (built on the meta device: no memory used), once per config.
 
     Only called once parameter_bound and the layer cap have passed, so the tree it builds is bounded.
     """
     from transformers import AutoModelForCausalLM
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    return sum(p.numel() for p in model.parameters())
+    key = f"{type(config).__name__}:{config.to_json_string(use_diff=False)}"
+    if key not in _COUNTED:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        _COUNTED[key] = sum(p.numel() for p in model.parameters())
+    return _COUNTED[key]
 
 
 def check_memory(config, source: str, device: torch.device, dtype: torch.dtype) -> int:
