@@ -36,12 +36,11 @@ from html import escape
 
 import streamlit as st
 from markdown_it import MarkdownIt
-from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
-from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from classroom import Refused, StoreDown
 from classroom.frames import latex_text, md_html, table_html
 from ui.setup import screen_name
+from ui.streamlit_internals import RUN_ENDINGS, arrow_table, script_context, widget_state
 
 MAIN = 0  # a delta path's first index: the main area (1 is the sidebar)
 MAX_ROWS = 60  # rows of a table sent to the class
@@ -99,7 +98,7 @@ def publishes_itself() -> None:
 def published(page_title: str):
     """Keep what the page draws; publish it as the class's frame when the page is done (leading a class only)."""
     pub = st.session_state.get("follow_pub")
-    ctx = get_script_run_ctx()
+    ctx = script_context()
     if pub is None or ctx is None:
         yield
         return
@@ -122,7 +121,7 @@ def published(page_title: str):
     try:
         yield
         finished = True
-    except (StopException, RerunException) as e:  # the page's st.stop(), autoplay's st.rerun() after a drawn step;
+    except RUN_ENDINGS as e:  # the page's st.stop(), autoplay's st.rerun() after a drawn step;
         finished = _ended_by_page(e)  # or the run was stopped because the lecturer moved on: not the screen
         raise
     finally:
@@ -283,10 +282,8 @@ def _markdown(md) -> list[dict]:
 
 
 def _table(data: bytes) -> list[dict]:
-    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
-
     try:
-        df = convert_arrow_bytes_to_pandas_df(data)
+        df = arrow_table(data)
     except Exception:  # noqa: BLE001 - a table that cannot be read back is left on the projector
         return []
     more = len(df) - MAX_ROWS
@@ -296,7 +293,7 @@ def _table(data: bytes) -> list[dict]:
 
 def _widget(w) -> list[dict]:
     """A control, as its label and the lecturer's value (a student reads the setting; nothing to click)."""
-    state = get_script_run_ctx().session_state._state  # read without a yield point: the page may have stopped
+    state = widget_state(script_context())  # read without a yield point: the page may have stopped
     key = w.id.rsplit("-", 1)[-1] if w.id.startswith("$$ID-") else "None"
     value = None
     for name in ((key, w.id) if key != "None" else (w.id,)):

@@ -487,7 +487,7 @@ def test_a_page_run_cut_short_or_overtaken_by_a_newer_run_is_never_the_classs_fr
     pub = Pub()
     now = SimpleNamespace(ctx=None)
     monkeypatch.setattr(cap, "st", SimpleNamespace(session_state={"follow_pub": pub}))
-    monkeypatch.setattr(cap, "get_script_run_ctx", lambda: now.ctx)
+    monkeypatch.setattr(cap, "script_context", lambda: now.ctx)
 
     def begin(ctx):
         now.ctx = ctx

@@ -1,5 +1,5 @@
 """The libraries' internals live in one module each, written against one version (engine/torch_internals.py,
-engine/transformers_internals.py): these fail, saying what to check, when another version is installed, and
+engine/transformers_internals.py, ui/streamlit_internals.py): these fail, saying what to check, when another version is installed, and
 name an internal that is gone or means something else, so an upgrade starts in one file."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from engine import torch_internals, transformers_internals
+from ui import streamlit_internals
 
-MODULES = {"torch": torch_internals, "transformers": transformers_internals}
+MODULES = {"torch": torch_internals, "transformers": transformers_internals, "streamlit": streamlit_internals}
+WHERE = {"torch": "engine/", "transformers": "engine/", "streamlit": "ui/"}
 
 
 @pytest.mark.parametrize("library", MODULES)
@@ -24,7 +26,7 @@ def test_another_version_is_refused_with_the_file_to_check(library, monkeypatch)
     monkeypatch.setattr(module, "WRITTEN_FOR", "0.1")
     problem = module.version_problem()
     assert problem is not None
-    assert f"engine/{library}_internals.py" in problem and f"{library} 0.1" in problem and "WRITTEN_FOR" in problem
+    assert f"{WHERE[library]}{library}_internals.py" in problem and f"{library} 0.1" in problem and "WRITTEN_FOR" in problem
 
 
 def test_the_torch_internals_named_are_there():
@@ -139,3 +141,33 @@ def test_an_apptest_waits_for_its_run_on_the_script_thread_and_still_times_out()
                                "    st.empty()  # a point where the stop asked for is taken", default_timeout=0.3)
     with pytest.raises(RuntimeError, match=r"timed out after 0.3\(s\)"):
         slow.run()
+
+
+def test_the_streamlit_internals_named_are_there():
+    """Each internal ui/streamlit_internals.py names, where it says: a page copied for the class reads the run's
+    context, its widget values and its tables; AppTest's scan and wait are replaced at the names it gives."""
+    import pandas as pd
+    import pyarrow as pa
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import AppTest, local_script_runner
+
+    assert streamlit_internals.script_context() is None  # outside a script run
+    at = AppTest.from_string(
+        "import streamlit as st\n"
+        "from ui import streamlit_internals as si\n"
+        "st.slider('n', 0, 9, 4, key='n')\n"
+        "ctx = si.script_context()\n"
+        "st.text(str(ctx is not None and si.widget_state(ctx)['n'] == 4 and callable(ctx.enqueue)))\n").run()
+    assert not at.exception and [t.value for t in at.text] == ["True"]
+    assert {(c.__module__, c.__name__) for c in streamlit_internals.RUN_ENDINGS} == {
+        ("streamlit.runtime.scriptrunner_utils.exceptions", "StopException"),
+        ("streamlit.runtime.scriptrunner_utils.exceptions", "RerunException")}
+    sink = pa.BufferOutputStream()
+    table = pa.Table.from_pandas(pd.DataFrame({"a": [1, 2]}))
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    assert streamlit_internals.arrow_table(sink.getvalue().to_pybytes())["a"].tolist() == [1, 2]
+    assert hasattr(manifest_scanner, "scan_component_manifests") and hasattr(local_script_runner,
+                                                                            "require_widgets_deltas")
+    runner = local_script_runner.LocalScriptRunner
+    assert all(callable(getattr(runner, name, None)) for name in ("script_stopped", "request_stop", "join"))

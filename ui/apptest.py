@@ -17,6 +17,8 @@ has emitted its SHUTDOWN event, scanning every event the run emitted so far:
 the poll takes the interpreter lock the script thread runs under (~14 % of an
 AppTest-heavy module's time on that machine). Here it waits on the script
 thread itself, which ends right after that event (`_wait_for_the_run`).
+
+Both replace internals of Streamlit's: ui/streamlit_internals.py names them.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from streamlit.components.v2 import manifest_scanner  # not Streamlit's public API: written against streamlit 1.67
-from streamlit.testing.v1 import AppTest, local_script_runner  # the second: not public API either
+from streamlit.testing.v1 import AppTest
+
+from ui import streamlit_internals
 
 ROOT = Path(__file__).resolve().parent.parent
 _LAUNCHER = Path(tempfile.mkdtemp(prefix="decode-lab-apptest-")) / "launch_app.py"
@@ -51,15 +54,14 @@ def _scanned_once(scan):
     return scan_once
 
 
-if not hasattr(manifest_scanner.scan_component_manifests, "scans"):
-    manifest_scanner.scan_component_manifests = _scanned_once(manifest_scanner.scan_component_manifests)
+streamlit_internals.keep_component_scan(_scanned_once)
 
 
 def _wait_for_the_run(runner, timeout: float = 3) -> None:
     """Streamlit's `require_widgets_deltas`, waiting on the script thread instead of polling: the run is done when
     its thread ends (it emits SHUTDOWN as it ends); a run still going after `timeout` s is stopped and reported in
     Streamlit's own words."""
-    runner._script_thread.join(timeout)
+    streamlit_internals.script_thread(runner).join(timeout)
     if runner.script_stopped():
         return
     runner.request_stop()
@@ -67,7 +69,7 @@ def _wait_for_the_run(runner, timeout: float = 3) -> None:
     raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
 
 
-local_script_runner.require_widgets_deltas = _wait_for_the_run
+streamlit_internals.wait_for_runs_with(_wait_for_the_run)
 
 
 def app_test(timeout: float = 120) -> AppTest:
