@@ -12,6 +12,8 @@ tests/test_internals.py fails with a clear message when another one is installed
                                               every kernel)
     torch._dynamo.config.recompile_limit      compiled graphs kept per function (a ladder's shapes need more
                                               than torch's default 8)
+    torch._dynamo.mark_dynamic                one graph for every size of a tensor's dimension (documented in
+                                              torch.compile's dynamic shapes, but under the private module)
 """
 
 from __future__ import annotations
@@ -95,3 +97,8 @@ def graph_skips() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["inductor"]["cudagraph_skips"])
+
+
+def mark_dynamic(t: torch.Tensor, dim: int) -> None:
+    """Compile one graph for every size of `t`'s dimension `dim` (a pass over n rows, for every n >= 2)."""
+    torch._dynamo.mark_dynamic(t, dim)

@@ -34,6 +34,7 @@ def test_the_torch_internals_named_are_there():
         ("torch.ops.mkldnn._reorder_linear_weight", lambda: torch.ops.mkldnn._reorder_linear_weight),
         ("torch.ops.mkldnn._linear_pointwise", lambda: torch.ops.mkldnn._linear_pointwise),
         ("torch._dynamo.config.recompile_limit", lambda: torch._dynamo.config.recompile_limit),
+        ("torch._dynamo.mark_dynamic", lambda: torch._dynamo.mark_dynamic),
     ] if not _there(found)]
     assert not missing, f"gone from torch {torch.__version__}: {missing} (engine/torch_internals.py uses them)"
     before = torch._dynamo.config.recompile_limit

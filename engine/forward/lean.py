@@ -249,7 +249,7 @@ def compile_settings(device: torch.device) -> dict:
 
 def compiled_pass(lean: LeanLlama):
     """The lean forward compiled whole (fullgraph), with this device's settings: one graph per shape, or one for
-    every n ≥ 2 once the caller marks that dimension dynamic (torch._dynamo.mark_dynamic)."""
+    every n ≥ 2 once the caller marks that dimension dynamic (torch_internals.mark_dynamic)."""
     torch_internals.allow_recompiles()
     return torch.compile(lean, fullgraph=True, options=compile_settings(lean.embed.device)["options"])
 

@@ -272,9 +272,9 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
         if on_point:
             on_point(f"{label}: one lean pass over {n} row{'s' if n > 1 else ''} ({kind})")
         if n > 1:  # one graph for every n ≥ 2 of this kind
-            torch._dynamo.mark_dynamic(x, 0 if kind == "batch" else 1)
+            torch_internals.mark_dynamic(x, 0 if kind == "batch" else 1)
             if kind == "prefill":
-                torch._dynamo.mark_dynamic(where, 0)
+                torch_internals.mark_dynamic(where, 0)
         if n > 1:
             name = f"{kind}, every n ≥ 2"
         elif kind == DECODE and device.type == "cpu":
@@ -301,7 +301,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     if torch_internals.graph_skips() > skips:
         path += "; inductor declined CUDA graphs for some passes (TORCH_LOGS=perf_hints says why)"
     del lean, fns
-    torch._dynamo.reset()  # the rung's compiled graphs hold its weights
+    torch.compiler.reset()  # the rung's compiled graphs hold its weights
     dev.release_memory()
     return Curve(rung=label, parameters=int(spec.parameters), dtype=str(rlm.dtype).removeprefix("torch."),
                  context=context, path=path,
