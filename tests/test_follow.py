@@ -449,6 +449,9 @@ def start_class(pg) -> str:
     """The lecturer, in the sidebar: the key, then Start a class; returns the follow link shown."""
     from playwright.sync_api import expect
 
+    from tests.test_browser import idle
+
+    idle(pg)  # the page drawn (a reloaded link replays its run first), as a lecturer waits for it
     pg.get_by_text("Lead a class").click()
     box = pg.get_by_label("lecturer key", exact=True)
     box.fill(KEY)
