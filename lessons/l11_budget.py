@@ -11,6 +11,7 @@ from engine.measure import kvcalc
 from engine.units import human_bytes
 from lessons.course import Course
 from topics.budget import draw, measure
+from topics.budget.records import SHORT_DTYPE
 from ui.style import scale
 
 TITLE = "11. The KV cache on a budget: quantize it, evict from it"
@@ -55,7 +56,7 @@ def show(course: Course) -> None:
     heavy, avg = by_policy["heavy"], by_policy["heavy-avg"]
     st.markdown(
         f"Here fp8 holds **{fp8.cache.ratio:.0%}** of the bytes of this model's full "
-        f"{draw.SHORT_DTYPE.get(fp8.cache.dtype, fp8.cache.dtype)} cache "
+        f"{SHORT_DTYPE.get(fp8.cache.dtype, fp8.cache.dtype)} cache "
         f"({fp8.cache.ratio_bf16:.0%} of a bf16 server's, counted) and agrees on **{fp8.forced.agreement:.1%}** of the "
         f"next tokens: rounded numbers, nothing forgotten. A window of {BUDGET} holds {window.cache.ratio:.0%} of the "
         f"bytes and agrees on **{window.forced.agreement:.1%}**: what fell out of the window is gone, and a name the "

@@ -159,17 +159,23 @@ def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_li
 # ---------------------------------------------------------------- the race plays on the first screen
 
 
+def start_race(browser, url: str, size: tuple[int, int], tokens: int):
+    """The race page at `size`: `tokens` new tokens asked for, then Start race pressed; the page, racing."""
+    pg = open_page(browser, url, *size)
+    expect(pg.get_by_role("button", name="Start race")).to_be_visible(timeout=120_000)
+    box = pg.get_by_label("tokens", exact=True)
+    box.fill(str(tokens))
+    box.press("Enter")
+    idle(pg)
+    pg.get_by_role("button", name="Start race").click()
+    return pg
+
+
 def test_at_1280x720_the_race_plays_on_the_first_screen_and_its_verdict_follows(keyed_server, browser):
     """After Start race the lanes sat under the proof, the four numbers and a warning: below the fold. They play on
     the first screen now, and the verdict follows them, on the first screen too at 120 tokens (the lanes' texts
     keep their newest lines)."""
-    pg = open_page(browser, f"{keyed_server}/race?presenter=on", *PRESENTER)
-    expect(pg.get_by_role("button", name="Start race")).to_be_visible(timeout=120_000)
-    tokens = pg.get_by_label("tokens", exact=True)
-    tokens.fill("120")
-    tokens.press("Enter")
-    idle(pg)
-    pg.get_by_role("button", name="Start race").click()
+    pg = start_race(browser, f"{keyed_server}/race?presenter=on", PRESENTER, tokens=120)
     lanes = [pg.get_by_test_id(f"race-progress-{mode}") for mode in ("cache", "nocache")]
     lanes[1].wait_for(timeout=300_000)  # both runs are measured first, then played back
     seen = None
@@ -206,13 +212,7 @@ def test_at_1280x720_the_race_plays_on_the_first_screen_and_its_verdict_follows(
 def test_each_race_text_says_which_run_it_is_where_the_lanes_stack(keyed_server, browser, size):
     """On a phone the columns stack: both lanes (name, bar, clock), then both texts, under the second lane's bar.
     Each text there is named by its run, in that order; side by side, under their own lanes, they need no name."""
-    pg = open_page(browser, f"{keyed_server}/race", *size)
-    expect(pg.get_by_role("button", name="Start race")).to_be_visible(timeout=120_000)
-    tokens = pg.get_by_label("tokens", exact=True)
-    tokens.fill("16")
-    tokens.press("Enter")
-    idle(pg)
-    pg.get_by_role("button", name="Start race").click()
+    pg = start_race(browser, f"{keyed_server}/race", size, tokens=16)
     pg.get_by_test_id("race-text-nocache").wait_for(timeout=300_000)
     idle(pg)
     names = {m: pg.get_by_test_id(f"race-text-name-{m}") for m in ("cache", "nocache")}

@@ -60,8 +60,8 @@ def test_a_pass_knows_its_side_and_how_near_its_roof_it_ran():
     c = synthetic(PHYSICS)
     one, far = c.of("prefill")[0], c.of("prefill")[-1]
     bound = WEIGHTS / ROOF.bandwidth_for(WEIGHTS) * 1e3  # the rate measured at that many bytes
-    assert one.side == "memory" and one.share == pytest.approx(bound / 20.0)
-    assert far.side == "compute" and far.share == pytest.approx((2 * 100e6 * 64 / 1e11 * 1e3) / 128.0)
+    assert one.bound == "memory" and one.share == pytest.approx(bound / 20.0)
+    assert far.bound == "compute" and far.share == pytest.approx((2 * 100e6 * 64 / 1e11 * 1e3) / 128.0)
 
 
 def test_a_pass_over_n_rows_is_charged_n_rows_of_arithmetic_and_its_weights_once():

@@ -31,6 +31,8 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 .st-key-dl_keys_back { display: none; }      /* a script with nothing to show: see keys_back */
 .dl-stage-head { display: none; }            /* the stage's first line again, in words: a phone's only (below) */
 .dl-stage img.dl-stage-phone { display: none; }  /* the stage laid out for a phone: a phone's only (below) */
+.dl-lane-name { display: none; }             /* a race text's run, said where the columns stack (below 640 px) */
+@media (max-width: 640px) { .dl-lane-name { display: block; } }  /* Streamlit's columns stack under 640 px */
 @media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
   .dl-stage img, .dl-stage > svg { min-width: 520px; direction: ltr; }  /* it scrolls sideways; text stays legible */
   .dl-stage {                                  /* ...and opens at its right end, the step's point: the new K/V column */

@@ -101,7 +101,7 @@ class LeanLlama(torch.nn.Module):
         c, inner = model.config, model.model
         self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads or c.num_attention_heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
-        self.eps, self.max_batch, self.max_len = c.rms_norm_eps, max_batch, max_len
+        self.eps = c.rms_norm_eps
         weight = inner.embed_tokens.weight
 
         def shared(t):
@@ -221,11 +221,6 @@ class LeanLlama(torch.nn.Module):
     def __del__(self):
         if torch_internals is not None:  # None at interpreter exit, when module globals are gone first
             torch_internals.unpack(getattr(self, "packed", {}).values())
-
-    def weight_bytes(self) -> int:
-        """Bytes one pass reads of weights: every matrix once (the embedding: one row per token, not counted)."""
-        mats = [*self.wqkv, *self.wo, *self.w13, *self.w2, self.lm_head]
-        return sum(w.numel() * w.element_size() for w in mats)
 
 
 # ---------------------------------------------------------------- compiled, and timed

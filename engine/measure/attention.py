@@ -85,15 +85,18 @@ def head_roles(t, layer: int, ids: list[int], every_row: bool = False) -> list[H
     if lt.pattern is None:
         return []
     pattern = lt.pattern.float()  # [head, query_pos, key_pos]
-    if every_row and pattern.shape[1] > 1:
-        return [_every_row(pattern[head], head, t.kv_len, ids, lt.key_start) for head in range(pattern.shape[0])]
-    return [_newest(pattern[head, -1], head, t.kv_len - 1, ids, lt.key_start) for head in range(pattern.shape[0])]
+    if every_row and pattern.shape[1] > 1:  # each row's role keys read once, for every head
+        keys = [_role_keys(q, ids) for q in range(t.kv_len - pattern.shape[1], t.kv_len)]
+        return [_every_row(pattern[head], head, t.kv_len, keys, lt.key_start) for head in range(pattern.shape[0])]
+    keys = _role_keys(t.kv_len - 1, ids)
+    return [_newest(pattern[head, -1], head, t.kv_len - 1, keys, lt.key_start) for head in range(pattern.shape[0])]
 
 
-def _newest(w: torch.Tensor, head: int, q: int, ids: list[int], start: int) -> HeadRole:
-    """One row: the role whose keys hold the most weight, if that is enough and they hold the row's peak."""
+def _newest(w: torch.Tensor, head: int, q: int, role_keys: dict, start: int) -> HeadRole:
+    """One row: the role whose keys hold the most weight, if that is enough and they hold the row's peak.
+    `role_keys`: _role_keys of the row's query position q."""
     peak = start + int(w.argmax())
-    scores = {role: (_weight_on(w, keys, start), keys) for role, keys in _role_keys(q, ids).items()}
+    scores = {role: (_weight_on(w, keys, start), keys) for role, keys in role_keys.items()}
     best = max(scores, key=lambda role: scores[role][0]) if scores else None
     if best is not None and scores[best][0] >= _needed(best) and peak in scores[best][1]:
         return HeadRole(head, best, scores[best][0], peak, 1, q)
@@ -102,8 +105,9 @@ def _newest(w: torch.Tensor, head: int, q: int, ids: list[int], start: int) -> H
     return HeadRole(head, "looks at", float(w.max()), peak, 1, q)
 
 
-def _every_row(pattern: torch.Tensor, head: int, kv_len: int, ids: list[int], start: int) -> HeadRole:
-    """A head's rows [query_pos, key_pos]: each role's weight averaged over the rows where it can be told apart."""
+def _every_row(pattern: torch.Tensor, head: int, kv_len: int, role_keys: list[dict], start: int) -> HeadRole:
+    """A head's rows [query_pos, key_pos]: each role's weight averaged over the rows where it can be told apart.
+    `role_keys`: _role_keys of each row's query position, in row order."""
     rows = pattern.shape[0]
     first_q = kv_len - rows
     sums: dict[str, list[float]] = {}
@@ -113,7 +117,7 @@ def _every_row(pattern: torch.Tensor, head: int, kv_len: int, ids: list[int], st
         w = pattern[r]
         if q >= 2:
             peaks.append(float(w.max()))
-        for role, keys in _role_keys(q, ids).items():
+        for role, keys in role_keys[r].items():
             sums.setdefault(role, []).append(_weight_on(w, keys, start))
     means = {role: sum(v) / len(v) for role, v in sums.items()}
     key_pos = start + int(pattern[-1].argmax())

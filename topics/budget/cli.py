@@ -111,8 +111,10 @@ def main(args) -> int:
 def table(rows) -> str:
     """One line a policy (Summary records): bytes against the full cache's (own dtype, and counted at bf16),
     agreement, KL, parting step, ms per decode step and the part of it spent dequantizing."""
+    from topics.budget.records import SHORT_DTYPE
+
     dtype = rows[0].dtype if rows else ""
-    own = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+    own = SHORT_DTYPE.get(dtype, dtype)
     head = (f"{'policy':<11} {'budget':>6} {'bytes held':>11} {'of ' + own:>8} {'at bf16':>8} {'agree':>7} "
             f"{'mean KL':>8} {'parts at':>8}  {'ms/step (median, IQR)':<22} {'dequant ms':>10}")
     lines = [head]

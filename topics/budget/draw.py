@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, RECOMPUTED, layout, show_piece
 from drawing.svg import FONT, INK, SOFT, W, text
 from engine.units import human_bytes
+from topics.budget.records import BF16_BYTES, SHORT_DTYPE
 
 EVICTED = "#eeeeee"  # a position the cache dropped: an empty slot, outlined
 POLICY_COLOURS = {"full": INK, "fp8": "#17becf", "int8": "#1f9e89", "int4": "#6a3d9a", "window": "#e377c2",
@@ -31,7 +32,6 @@ POLICY_COLOURS = {"full": INK, "fp8": "#17becf", "int8": "#1f9e89", "int4": "#6a
 # quantized policies solid, evicting ones dashed; of each pair of variants (H2O's two scores, SnapKV published and
 # capped) the second dotted
 QUANTIZED_DASH = {"fp8": "solid", "int8": "solid", "int4": "solid", "heavy-avg": "dot", "snap-capped": "dot"}
-SHORT_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 LEGEND = {"held (prompt, prefill)": PREFILL, "held (decoded)": DECODE, "evicted": EVICTED}
 
 
@@ -215,8 +215,8 @@ def bytes_words(row) -> str:
     c = row.cache
     own = SHORT_DTYPE.get(c.dtype, c.dtype)
     return (f"Holds **{human_bytes(c.bytes_held)}** of the full {own} cache's {human_bytes(c.bytes_full)} "
-            f"(**{c.ratio:.0%}**, measured); a bf16 server would hold {human_bytes(c.bytes_held_at(2))} of "
-            f"{human_bytes(c.bytes_full_at(2))} ({c.ratio_bf16:.0%}, counted from the same tensors)")
+            f"(**{c.ratio:.0%}**, measured); a bf16 server would hold {human_bytes(c.bytes_held_at(BF16_BYTES))} of "
+            f"{human_bytes(c.bytes_full_at(BF16_BYTES))} ({c.ratio_bf16:.0%}, counted from the same tensors)")
 
 
 def step_words(row, full) -> str:

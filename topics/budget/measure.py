@@ -89,9 +89,8 @@ def cache_map(lm, cache, policy: str, budget: int | None, positions: int, bytes_
             full = 0 if keys is None else keys.numel() + layer.values.numel()
         layers.append(LayerMap(i, tuple(held), tuple(quantized), kv_heads, layer_bytes(layer), full, packed,
                                dequantized))
-    element = torch.empty((), dtype=lm.dtype).element_size()
     return CacheMap(policy, budget, positions, tuple(layers), sum(m.nbytes for m in layers), bytes_full, prefilled,
-                    str(lm.dtype).removeprefix("torch."), element)
+                    lm.dtype_name, lm.elem_bytes)
 
 
 def full_bytes(cache) -> int:
@@ -131,6 +130,13 @@ def dequant_ms(cache) -> float:
     return sum(getattr(layer, "dequant_ms", 0.0) for layer in getattr(cache, "layers", ()))
 
 
+def time_dequantize(cache) -> None:
+    """From now on a quantized cache's layers time their dequantize (`dequant_ms`); other caches are left be."""
+    for layer in getattr(cache, "layers", ()):
+        if isinstance(layer, QuantizedLayer):
+            layer.timed = True
+
+
 def greedy(lm, runs: tuple[tuple[str, int | None], ...], prompt: str, new_tokens: int = NEW_TOKENS
            ) -> tuple[Greedy, ...]:
     """Greedy decoding from `prompt` under each (policy, budget), through the Stepper with its cache.
@@ -143,6 +149,7 @@ def greedy(lm, runs: tuple[tuple[str, int | None], ...], prompt: str, new_tokens
     spent: list[list[float]] = [[] for _ in runs]  # per run, per decode step: ms spent dequantizing
     for run in steppers:
         run.prefill()
+        time_dequantize(run.cache)
     while not all(run.done for run in steppers):
         for run, dq in zip(steppers, spent):
             if not run.done:
@@ -264,12 +271,16 @@ def sink_mass(lm, context: int = CONTEXT, from_pos: int = SINK_FROM) -> list[Sin
 SWEEP_BUDGETS = (8, 16, 32, 64, 128)  # the divergence charts' budgets
 
 
-def sweep_path(lm):
-    """assets/budget_sweep_<model>.json: the bundled default model under its short name."""
+def sweep_name(lm) -> str:
+    """The model a sweep is recorded for: the bundled default model under its short name (one model, two names)."""
     from engine.load.load import DEFAULT_MODEL
 
-    name = "default" if lm.spec.name == DEFAULT_MODEL else lm.spec.name  # one model under two names
-    return ASSETS / f"budget_sweep_{name}.json"
+    return "default" if lm.spec.name == DEFAULT_MODEL else lm.spec.name
+
+
+def sweep_path(lm):
+    """assets/budget_sweep_<model>.json (`sweep_name`)."""
+    return ASSETS / f"budget_sweep_{sweep_name(lm)}.json"
 
 
 def record_sweep(lm, budgets=SWEEP_BUDGETS, context: int = CONTEXT, command: str = "", on_point=None) -> RecordedSweep:
@@ -278,11 +289,10 @@ def record_sweep(lm, budgets=SWEEP_BUDGETS, context: int = CONTEXT, command: str
     from datetime import datetime, timezone
 
     from engine import device as dev
-    from engine.load.load import DEFAULT_MODEL
 
     t0 = time.perf_counter()
     points = sweep(lm, budgets, context=context, on_point=on_point)
-    return RecordedSweep("default" if lm.spec.name == DEFAULT_MODEL else lm.spec.name, dev.describe(lm.device),
+    return RecordedSweep(sweep_name(lm), dev.describe(lm.device),
                          lm.dtype_name, context, datetime.now(timezone.utc).isoformat(timespec="seconds"),
                          round(time.perf_counter() - t0, 1), tuple(points), command)
 

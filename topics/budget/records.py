@@ -11,6 +11,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 BF16_BYTES = 2  # what a bf16 server stores a number in
+SHORT_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # a dtype as a table or caption says it
 
 
 @dataclass(frozen=True)

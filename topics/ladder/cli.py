@@ -35,6 +35,7 @@ def label_rule() -> str:
 def curve_table(curve, roof) -> str:
     """The pass over n rows, for a terminal: per n, each kind's median (min-max), its ratio to the one-row pass,
     and its share of the roof; then the knees and the figures the lean path is held to."""
+    from engine.measure.roofline import percent
     from topics.ladder.curve import KNEE
 
     lines = [f"one pass, n rows: {curve.rung} on the lean path ({curve.path}); compile "
@@ -49,7 +50,7 @@ def curve_table(curve, roof) -> str:
             if p is None:
                 cells.append(f"{'-':>24} {'-':>6} {'-':>12}")
                 continue
-            share = f"{p.share:.0%} {'MBU' if p.side == 'memory' else 'MFU'}"
+            share = f"{percent(p.share)} {'MBU' if p.bound == 'memory' else 'MFU'}"
             cells.append(f"{p.median_ms:>9.2f} ({p.low_ms:.2f}-{p.high_ms:.2f}) "
                          f"{curve.ratio(kind, n):>6.2f} {share:>12}")
         lines.append(f"{n:>6} " + " ".join(cells))

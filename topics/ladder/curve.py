@@ -75,8 +75,8 @@ class RowsPass:
         return max(self.memory_ms, self.compute_ms)
 
     @property
-    def side(self) -> str:
-        """'memory' or 'compute': which bound is the larger, the prediction that never moves with a slow minute."""
+    def bound(self) -> str:
+        """'memory' or 'compute': which bound is the larger (as Verdict.bound), a prediction no slow minute moves."""
         return "memory" if self.memory_ms >= self.compute_ms else "compute"
 
     @property
@@ -212,10 +212,6 @@ def every_pass(spec, roof: DeviceRoof, device: torch.device, context: int, kinds
     return sorted(passes, key=lambda p: (p[1], p[0] != DECODE, p[0] != "prefill"))
 
 
-def cache_bytes(spec, sequences: int, positions: int, elem_bytes: float) -> float:
-    """The lean pass's static K/V cache: keys and values, every layer, `sequences` × `positions` slots."""
-    return 2 * spec.layers * spec.kv_heads * spec.head_dim * sequences * positions * elem_bytes
-
 
 def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int = REPEATS, passes=None,
                   budget_s: float = BUDGET_S, on_point=None, weights: str | None = None,
@@ -235,14 +231,14 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
 
     started = time.perf_counter()
     device, spec = rlm.device, rlm.spec
-    elem = float(torch.finfo(rlm.dtype).bits // 8)
+    elem = float(rlm.elem_bytes)
     passes = list(passes) if passes else every_pass(spec, roof, device, context, kinds)
     from engine import torch_internals
 
     skips = torch_internals.graph_skips()
     left_out = []
     room = CACHE_SHARE * dev.available_bytes(device)
-    fits = [(k, n) for k, n in passes if k == "prefill" or cache_bytes(spec, n, context + 2, elem) <= room]
+    fits = [(k, n) for k, n in passes if k == "prefill" or spec.kv_bytes_per_token(elem) * n * (context + 2) <= room]
     left_out += [f"batch n={n}: its K/V cache would not fit in memory" for k, n in passes if (k, n) not in fits]
     passes = fits
     longest = max([n for k, n in passes if k == "prefill"] + [context])
@@ -303,7 +299,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     del lean, fns
     torch.compiler.reset()  # the rung's compiled graphs hold its weights
     dev.release_memory()
-    return Curve(rung=label, parameters=int(spec.parameters), dtype=str(rlm.dtype).removeprefix("torch."),
+    return Curve(rung=label, parameters=int(spec.parameters), dtype=rlm.dtype_name,
                  context=context, path=path,
                  compile_ms=compile_ms,
                  points=tuple(points), left_out=tuple(left_out), wall_s=time.perf_counter() - started,

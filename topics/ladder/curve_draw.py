@@ -55,7 +55,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
             mode="lines+markers", line=dict(color=COLOURS[kind], width=4), marker=dict(size=10),
             error_y=dict(type="data", symmetric=False, thickness=2, array=[p.high_ms - p.median_ms for p in pts],
                          arrayminus=[p.median_ms - p.low_ms for p in pts]),
-            customdata=[[p.median_ms / pts[0].median_ms, percent(p.share), "bandwidth" if p.side == "memory"
+            customdata=[[p.median_ms / pts[0].median_ms, percent(p.share), "bandwidth" if p.bound == "memory"
                          else "matmul peak"] for p in pts],
             hovertemplate="n = %{x}: %{y:.3g} ms (median; bar: min–max)<br>×%{customdata[0]:.2f} the one-row pass"
                           "<br>%{customdata[1]} of the %{customdata[2]}<extra>" + NAMES[kind] + "</extra>"))

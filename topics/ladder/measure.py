@@ -137,8 +137,7 @@ def best_roof(a, b):
 
 
 def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, lean: bool,
-                 build_ms: float, recipe: bool = False, compile: bool | None = None, curve: bool = False,
-                 on_progress=None) -> RungResult:
+                 build_ms: float, compile: bool | None = None) -> RungResult:
     """The passes of one rung (see the module docstring), each labelled by roofline.verdict."""
     from engine.generate.stepper import Stepper
     from topics.ladder.profile import matmuls_alone

@@ -77,11 +77,6 @@ class Measured:
                        ratio=v.ratio, side=v.side)
 
     @property
-    def share(self) -> float:
-        """The larger bound over the measured time: the share of its roof it used (MBU, or MFU)."""
-        return 1 / self.ratio if self.ratio else 0.0
-
-    @property
     def per_token_ms(self) -> float:
         return self.median_ms / self.tokens
 

@@ -98,8 +98,6 @@ def show() -> None:
             lane.markdown(f"### :{'blue' if mode == 'cache' else 'red'}[{name}]")
             boxes[mode] = {"figure": lane.empty(), "text": text.empty()}  # the bar is drawn in the run's own colour
         tokens = {m: [show_piece(t) for t in df[df["mode"] == m]["token"]] for m in race_draw.MODES}
-        names = {m: race_draw.MODES[m][0] for m in race_draw.MODES}
-        colours = {m: race_draw.MODES[m][1] for m in race_draw.MODES}
         total = max(race.progress_at(df, float("inf")).of(m).total_ms for m in race_draw.MODES)
 
         def draw(elapsed: float) -> None:
@@ -109,15 +107,14 @@ def show() -> None:
                 clock = min(elapsed, p.total_ms)
                 box["figure"].markdown(race_draw.progress_html(mode, p.tokens, p.total, clock, p.finished),
                                        unsafe_allow_html=True)
+                name, colour = race_draw.MODES[mode]
                 words = html.escape("".join(t.replace("·", " ") for t in tokens[mode][: p.tokens]))
                 # html, not markdown: nothing typed is parsed as markup. Three lines, the newest at the bottom (the
                 # rest scrolls in place), so the verdict under the lanes stays on the first screen at any length
-                # the lane's name above its text where the columns stack (a phone): both texts then sit under
-                # the second lane's bar, and would otherwise say nothing of which run each is
-                box["text"].html(f"<style>.dl-lane-name{{display:none}}@media (max-width:640px){{.dl-lane-name"
-                                 "{display:block}}</style>"
-                                 f"<div class='dl-lane-name' data-testid='race-text-name-{mode}' style='font-size:0.9rem;"
-                                 f"font-weight:600;color:{colours[mode]}'>{html.escape(names[mode])}</div>"
+                # the lane's name above its text where the columns stack (a phone, ui/style.py): both texts then
+                # sit under the second lane's bar, and would otherwise say nothing of which run each is
+                box["text"].html(f"<div class='dl-lane-name' data-testid='race-text-name-{mode}' style='font-size:"
+                                 f"0.9rem;font-weight:600;color:{colour}'>{html.escape(name)}</div>"
                                  f"<div data-testid='race-text-{mode}' style='font-size:1.1rem;line-height:1.5;"
                                  "max-height:4.5em;overflow-y:auto;display:flex;flex-direction:column-reverse'>"
                                  f"<div style='white-space:pre-wrap'>{html.escape(result.prompt)}<b>{words}</b></div>"

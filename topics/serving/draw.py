@@ -707,9 +707,8 @@ def batch_roofline_figure(br, scale: float = 1.0):
     def every_other(points) -> list[str]:  # B = 1, 4, 16, ...: a name on every point would overlap at the top
         return [f"B={p.batch}" if i % 2 == 0 else "" for i, p in enumerate(points)]
 
-    measured = rows
     short = gpu_name.removeprefix("NVIDIA ").split(" ")[0]  # 'H100': the legend fits two rows of half a screen
-    series = [(measured, "achieved", f"measured here ({here.dtype})", dict(color=DECODE, size=11), "lines+markers+text"),
+    series = [(rows, "achieved", f"measured here ({here.dtype})", dict(color=DECODE, size=11), "lines+markers+text"),
               (br.predicted, "attainable", f"{br.model}, {short} predicted",
                dict(color=DECODE, size=10, symbol="circle-open", line=dict(width=2.5)), "lines+markers"),
               (br.predicted_real, "attainable", f"{br.real}, {short} predicted",

@@ -32,7 +32,6 @@ from ui.style import keys_back, picked, scale
 from ui.text import error, plain
 
 POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
-BATCHING_NAMES = {"continuous": "continuous", "static": "static"}  # how a freed slot is refilled: short, for the bar
 
 
 def queue_comparison(lm, requests, sizing, sampling):
@@ -115,7 +114,7 @@ def show() -> None:
                                    "starts a new run.")
     if name == "queue":  # how a freed batch slot is refilled: switch it and watch the slots
         st.session_state.setdefault("serve_batching", sizing.get("batching", BATCHING[0]))
-        bar.segmented_control("batching", BATCHING, key="serve_batching", format_func=BATCHING_NAMES.get,
+        bar.segmented_control("batching", BATCHING, key="serve_batching",
                               persist_state="session", label_visibility="collapsed",
                               help="Continuous: a finished request's slot goes to the front of the queue the next "
                                    "pass. Static: a batch starts when the one before has finished, so its slots wait "

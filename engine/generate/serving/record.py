@@ -114,15 +114,19 @@ class ServingStep:
 # ---------------------------------------------------------------- read off a run's steps: one definition each
 
 
+def sitting_out(step) -> list[str]:
+    """The requests that sat this step out: in the pool (running) after the step, but not in its pass."""
+    ran = {r.id for r in step.rows}
+    return [rid for rid, status in step.statuses if status == Status.RUNNING and rid not in ran]
+
+
 def sat_out(steps) -> dict[str, tuple[int, ...]]:
-    """Request id -> the steps it sat out: in the pool (running) after the step, but not in its pass. The one
-    definition the timeline draws ("sat out a step") and every count of steps sat out reads."""
+    """Request id -> the steps it sat out (`sitting_out`). The one definition the timeline draws ("sat out a
+    step"), every count of steps sat out reads, and the batch slots hold (`slot_use`)."""
     out: dict[str, list[int]] = {}
     for s in steps:
-        ran = {r.id for r in s.rows}
-        for rid, status in s.statuses:
-            if status == Status.RUNNING and rid not in ran:
-                out.setdefault(rid, []).append(s.step)
+        for rid in sitting_out(s):
+            out.setdefault(rid, []).append(s.step)
     return {rid: tuple(v) for rid, v in out.items()}
 
 
@@ -151,8 +155,7 @@ def slot_use(steps, slots: int | None) -> tuple[SlotStep, ...]:
     the pass that makes its last token (or until it is preempted), running in the pass or sitting it out, and under
     static batching while its row computes padding; a request takes the lowest free slot. `slots` None: as many as
     were ever held at once."""
-    held = [[r.id for r in s.rows] + [rid for rid, st in s.statuses if st == Status.RUNNING
-                                      and rid not in {r.id for r in s.rows}] for s in steps]
+    held = [[r.id for r in s.rows] + sitting_out(s) for s in steps]
     n = slots or max((len(h) for h in held), default=0)
     where: dict[str, int] = {}
     out = []
