@@ -15,7 +15,9 @@ FeedForward, RMSNorm, a KVCache written with `index_copy_`), for the Llama famil
     logits   = lm_head · rmsnorm(x)[:, -1]                  [batch, vocab]
 
 One pass over n rows: `forward(ids [batch, n], input_pos [n])`. A prefill of n tokens is batch = 1 with
-input_pos = 0 .. n-1; a decode step over a batch of n sequences is batch = n, n = 1, every sequence at the same
+input_pos = 0 .. n-1 (a pass over several tokens is always a prompt from position 0: it attends over its own
+keys with the causal kernel, where gpt-fast masks the whole static cache; on an H200 the masked kernel over a
+4,097-position cache made a 2-token prefill take ×1.9 a decode step); a decode step over a batch of n sequences is batch = n, n = 1, every sequence at the same
 position (equal contexts: the batched step of a static batch). Either way every weight is read once and the
 arithmetic is 2 · parameters · rows FLOPs: the experiment that shows the roofline (topics/ladder/curve.py).
 
@@ -162,12 +164,14 @@ class LeanLlama(torch.nn.Module):
             return (w * x.reshape(1, -1)).sum(-1).view(*x.shape[:-1], w.shape[0])
         return torch_internals.packed_linear(x, self.packed[id(w)], w.shape[0])
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """softmax(q·kᵀ / √head_dim, masked)·v for q [batch, head, n, head_dim] against k, v [batch, kv_head, key_pos,
         head_dim], each kv_head serving head / kv_head query heads (GQA) without repeating K/V. torch's fused kernel
         (SDPA), except for one query row per sequence on a CPU (a decode step, alone or batched): the same arithmetic
         written out, which the compiler fuses into the step's own loops (the fused kernel's set-up costs a one-row
         step more than its arithmetic; a long prefill's scores are better never materialized)."""
+        if mask is None:  # a prefill over its own keys: the fused causal kernel (flash attention on a GPU)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         if q.device.type != "cpu" or q.shape[2] != 1 or q.shape[0] != 1:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         batch, heads, n, hd = q.shape
@@ -210,8 +214,10 @@ class LeanLlama(torch.nn.Module):
                      torch.arange(self.kv_heads, device=x.device)[None, :, None], input_pos[None, None, :])
             k_cache.index_put_(where, k)
             v_cache.index_put_(where, v)
-            k_all, v_all = k_cache[:batch], v_cache[:batch]
-            y = self.attend(q, k_all, v_all, mask)
+            if n > 1:  # a prefill: the prompt's own keys, causal (the cache's empty rest is never read)
+                y = self.attend(q, k, v, None)
+            else:  # a decode step: every position the cache holds, up to its own
+                y = self.attend(q, k_cache[:batch], v_cache[:batch], mask)
             x = x + self.linear(y.transpose(1, 2).reshape(batch, n, q_size), self.wo[layer])
             h = self.rms(x, self.mlp_norm[layer])
             gate, up = self.linear(h, self.w13[layer]).split([self.d_ff, self.d_ff], dim=-1)
