@@ -255,26 +255,34 @@ def test_gpu_check_runs_dry_on_a_cpu_and_writes_its_ladder_first(bundled_lm, tmp
 
 
 def test_gpu_checks_far_prefill_target_says_every_pass_past_four_ridges_and_holds_on_the_nearest():
-    """The H200 recording's only prefill past 4× the ridge (n = 1024) ran ×1.37 its compute bound: the target does
-    not hold. Add a pass at n = 2048 that ran ×1.28: both are said, and the target holds (it asks for one such pass)."""
+    """The H200 recording's rung with its prefills past 4× the ridge planted: one pass at ×1.37 its compute bound
+    does not hold the target; a second at twice the rows and ×1.28 makes it hold (it asks for one such pass), and
+    both are said."""
     import dataclasses
 
     from benchmarks import gpu_check
 
     lad = Ladder.from_dict(json.loads((ASSETS / "ladder_gpu.json").read_text(encoding="utf-8")))
+    big = lad.rungs[-1]
+    far = [p for p in big.curve.of("prefill") if p.rows >= 4 * lad.roof.ridge_tokens]
+    assert far, "the recording reaches past four ridges"
+    near = [p for p in big.curve.points if p not in far]
 
-    def prefill_target(ladder):
-        rows = gpu_check.targets(ladder, 100.0, None, None, None, 150.0)
+    def ran(point, ratio, rows=None):
+        rows = rows or point.rows
+        scale = rows / point.rows
+        return dataclasses.replace(point, rows=rows, flops=scale * point.flops, compute_ms=scale * point.compute_ms,
+                                   samples_ms=tuple(ratio * scale * point.compute_ms for _ in point.samples_ms))
+
+    def prefill_target(points):
+        grown = dataclasses.replace(big, curve=dataclasses.replace(big.curve, points=tuple(points)))
+        rows = gpu_check.targets(dataclasses.replace(lad, rungs=(*lad.rungs[:-1], grown)), 100.0, None, None, None,
+                                 150.0)
         return next(t for t in rows if "prefill pass of n ≥ 4×" in t.target)
 
-    before = prefill_target(lad)
-    assert before.holds is False and re.findall(r"n = (\d+): ×([\d.]+)", before.measured) == [("1024", "1.37")]
-    big = lad.rungs[-1]
-    top = big.curve.of("prefill")[-1]
-    more = dataclasses.replace(top, rows=2 * top.rows, flops=2 * top.flops,
-                               samples_ms=tuple(1.28 * 2 * top.compute_ms for _ in top.samples_ms),
-                               compute_ms=2 * top.compute_ms)
-    grown = dataclasses.replace(big, curve=dataclasses.replace(big.curve, points=(*big.curve.points, more)))
-    after = prefill_target(dataclasses.replace(lad, rungs=(*lad.rungs[:-1], grown)))
-    assert re.findall(r"n = (\d+): ×([\d.]+)", after.measured) == [("1024", "1.37"), ("2048", "1.28")]
+    first = far[0].rows
+    before = prefill_target([*near, ran(far[0], 1.37)])
+    assert before.holds is False and re.findall(r"n = (\d+): ×([\d.]+)", before.measured) == [(str(first), "1.37")]
+    after = prefill_target([*near, ran(far[0], 1.37), ran(far[0], 1.28, rows=2 * first)])
+    assert re.findall(r"n = (\d+): ×([\d.]+)", after.measured) == [(str(first), "1.37"), (str(2 * first), "1.28")]
     assert after.holds is True

@@ -43,8 +43,8 @@ DECODE = "decode"  # the rung's own decode step: one token, one sequence, on the
 REPEATS = 5
 MAX_ROWS = {"cpu": 128, "cuda": 4096}  # the longest pass timed on each kind of device
 # rows are doubled until n reaches this many times the predicted knee: on a CPU the slope is plain by then; a GPU's
-# big matmuls still climb toward the peak (H200, Llama-3-8B: ×1.54 its compute bound at 384 rows, ×1.37 at
-# 1024), and a pass of a few thousand rows costs it tens of milliseconds
+# big matmuls still climb toward the peak (H200, Llama-3-8B, 2026-11-28: ×1.42 its compute bound at 384 rows,
+# ×1.29 at 1024, ×1.27 at 4096), and a pass of a few thousand rows costs it tens of milliseconds
 PAST_KNEE = {"cpu": 5, "cuda": 20}
 BUDGET_S = 40.0  # the timed passes (compile apart): a row count whose predicted time would not fit is left out
 CACHE_SHARE = 0.5  # a batch's static K/V cache may take at most this share of the free memory
