@@ -40,7 +40,6 @@ import torch.nn.functional as F
 
 from engine import device as dev
 from engine import torch_internals
-from engine.forward.run import Timing
 
 
 def supports(model) -> str | None:
@@ -255,27 +254,17 @@ def compiled_pass(lean: LeanLlama):
     return torch.compile(lean, fullgraph=True, options=compile_settings(lean.embed.device)["options"])
 
 
-def time_pass(fn, ids: torch.Tensor, input_pos: torch.Tensor, repeats: int, warmups: int = 2) -> tuple[Timing, float]:
-    """`repeats` timed calls of fn(ids, input_pos) after `warmups` (the first compiles): perf_counter around a
-    device sync. Returns the timing (its first timed run apart as the warm-up) and the warm-up calls' ms."""
+def run_once(fn, ids: torch.Tensor, input_pos: torch.Tensor) -> float:
+    """One call of fn(ids, input_pos), perf_counter around a device sync: its milliseconds. (The first call of a
+    new graph compiles: its time is a warm-up, never a pass's.)"""
     device = ids.device
     with torch.no_grad():
+        _mark_step(device)
         dev.sync(device)
         t0 = time.perf_counter()
-        for _ in range(warmups):
-            _mark_step(device)
-            fn(ids, input_pos)
+        fn(ids, input_pos)
         dev.sync(device)
-        warm_ms = (time.perf_counter() - t0) * 1e3
-        times = []
-        for _ in range(repeats + 1):
-            _mark_step(device)
-            dev.sync(device)
-            t0 = time.perf_counter()
-            fn(ids, input_pos)
-            dev.sync(device)
-            times.append((time.perf_counter() - t0) * 1e3)
-    return Timing(samples_ms=tuple(times[1:]), warmup_ms=times[0]), warm_ms
+        return (time.perf_counter() - t0) * 1e3
 
 
 def _mark_step(device: torch.device) -> None:

@@ -16,7 +16,8 @@ single row padded), so that the row count is the only thing that moves; the rung
 timed apart on the kernel a one-row step runs best with (on a CPU a streamed dot product), and is the ladder's
 lean decode. Timed as every step here is: perf_counter around a device sync, warm-up calls apart (they compile: one
 graph for n = 1, one for every other n of each kind, the compile time kept in `compile_ms`), medians of
-`repeats` runs with their min-max. Each pass is placed on the ladder's roof (the same `DeviceRoof` every page
+`repeats` runs with their min-max, timed in rounds (every pass once a round, so a slow minute falls on every n
+alike and the ratios between passes are measured side by side). Each pass is placed on the ladder's roof (the same `DeviceRoof` every page
 quotes): its FLOPs and bytes are estimates (engine.forward.estimates), its bounds those over the roof's peak and
 the bandwidth its bytes get.
 
@@ -227,7 +228,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     (a test's: the same arithmetic, no compile time).
     """
     from engine import device as dev
-    from engine.forward.lean import LeanLlama, compile_settings, compiled_pass, time_pass
+    from engine.forward.lean import LeanLlama, compile_settings, compiled_pass, run_once
 
     started = time.perf_counter()
     device, spec = rlm.device, rlm.spec
@@ -255,18 +256,18 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
         for cache in (*lean["batch"].k_cache, *lean["batch"].v_cache):
             cache[1:, :, :context] = cache[:1, :, :context]
     fns = {}  # (kind, one row or many) -> the compiled pass
-    points, compile_ms, spent = [], {}, 0.0
-    for kind, n in passes:
+    ready, compile_ms, spent = [], {}, 0.0  # the passes warmed up: (kind, n, fn, x, where, warm-up run ms)
+    for kind, n in passes:  # the warm-up round: each graph compiled, each pass run once more (excluded, labelled)
         if kind == "prefill":  # n tokens of one sequence: ids [batch=1, n] at positions 0 .. n-1
             x, where = ids[:, :n], torch.arange(n, device=device)
         else:  # one token for each of n sequences (the decode step: one): ids [batch=n, 1], at position `context`
             x, where = ids[0, :n].reshape(n, 1), torch.tensor([context], device=device)
-        last = next((p for p in reversed(points) if p.kind == kind), None)
-        if last is not None and spent + last.median_ms * n / last.rows * (repeats + 1) / 1e3 > budget_s:
+        last = next((r for r in reversed(ready) if r[0] == kind), None)
+        if last is not None and spent + last[5] * n / last[1] * (repeats + 1) / 1e3 > budget_s:
             left_out.append(f"{kind} n={n}: past the time budget ({budget_s:.0f} s)")
             continue
         if on_point:
-            on_point(f"{label}: one lean pass over {n} row{'s' if n > 1 else ''} ({kind})")
+            on_point(f"{label}: one lean pass over {n} row{'s' if n > 1 else ''} ({kind}): warming up")
         if n > 1:  # one graph for every n ≥ 2 of this kind
             torch_internals.mark_dynamic(x, 0 if kind == "batch" else 1)
             if kind == "prefill":
@@ -283,16 +284,26 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
         fn = fns[name]
         # a new graph compiles on its first call; on a GPU every new n is also run once and recorded as a CUDA graph
         warmups = 2 if name not in compile_ms or device.type == "cuda" else 1
-        timing, warm_ms = time_pass(fn, x, where, repeats, warmups=warmups)
-        spent += sum(timing.samples_ms) / 1e3
+        warm_ms = sum(run_once(fn, x, where) for _ in range(warmups))
         compile_ms.setdefault(name, warm_ms)
+        first = run_once(fn, x, where)
+        spent += first * (repeats + 1) / 1e3
+        ready.append((kind, n, fn, x, where, first))
+    # the timed rounds: every pass once a round, so a slow minute of a shared machine falls on every n alike and
+    # the ratios between passes are measured side by side
+    samples = [[] for _ in ready]
+    for _ in range(repeats):
+        for got, (kind, n, fn, x, where, first) in zip(samples, ready):
+            got.append(run_once(fn, x, where))
+    points = []
+    for got, (kind, n, fn, x, where, first) in zip(samples, ready):
+        timing = Timing(samples_ms=tuple(got), warmup_ms=first)
         flops, moved = estimates(spec, kind, n, context, roof.elem_bytes)
         v = verdict(timing.forward_ms, flops, moved, roof)
         points.append(RowsPass(kind=kind, rows=n, samples_ms=timing.samples_ms, warmup_ms=timing.warmup_ms,
                                flops=flops, bytes_moved=moved, memory_ms=v.memory_ms, compute_ms=v.compute_ms))
         if on_point:
-            on_point(f"{label}: {kind} n = {n}: {timing.describe(short=True)}, ×{v.ratio:.2f} its larger bound "
-                     f"(warm-up {warm_ms / 1e3:.1f} s)")
+            on_point(f"{label}: {kind} n = {n}: {timing.describe(short=True)}, ×{v.ratio:.2f} its larger bound")
     path = compile_settings(device)["words"] if compile else "gpt-fast's Llama, eager"
     if torch_internals.graph_skips() > skips:
         path += "; inductor declined CUDA graphs for some passes (TORCH_LOGS=perf_hints says why)"
