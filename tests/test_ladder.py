@@ -443,7 +443,7 @@ def _rung_at(lad, label, decode_ratio: float, matmul_share: float):
 def test_a_step_is_labelled_by_its_bound_only_when_the_bound_is_most_of_its_time():
     """The recorded CPU ladder, labelled by today's rule: 'memory-bound' only within ×2 of the bound. A 26 M decode step
     at ×2.58 whose matmuls are 45 % of it is on the memory side, not memory-bound, and says how much is overhead; the
-    112 M and 221 M decode steps (×1.4, ×1.2) stay memory-bound."""
+    ≥ 100 M rungs' decode steps are labelled on the memory side of the ridge (bound by memory or on its side)."""
     lad = stores.recorded_ladders()[0]
     for r in lad.rungs:
         for m in (r.prefill, r.decode, r.nocache):
@@ -452,7 +452,8 @@ def test_a_step_is_labelled_by_its_bound_only_when_the_bound_is_most_of_its_time
                     else "overhead-bound")
             assert m.kind == want, (r.label, m.what, m.ratio, m.kind)
     big = [r for r in lad.rungs if r.parameters > 100e6]
-    assert big and all(r.decode.kind == "memory-bound" and r.decode.ratio <= 2 for r in big)
+    assert big and all(r.decode.memory_ms > r.decode.compute_ms and r.decode.kind in ("memory-bound", "memory side")
+                       for r in big)
     r26 = _rung_at(lad, "26M", 2.58, 0.45)
     said = draw.bound_words(r26.decode, r26.matmul_share)
     share = r26.decode.memory_ms / r26.decode.median_ms  # the share of its roof it used, from the record's own times
