@@ -64,3 +64,32 @@ def test_the_race_is_exact_at_the_defaults_over_512_tokens(gpu_lm):
     report = compare(gpu_lm, prompt, room, sampling=sampling, stop_on_eos=False)
     assert len(report["tokens"]["cache"]) == room and gpu_lm.spec.max_positions == 512
     assert report["identical"], f"the runs parted at step {report['first_divergence_step']}"
+
+
+def interleaved_passes_match_eager(lm, device: str, rows=(1, 4, 8), rounds: int = 3) -> None:
+    """The curve times its passes in rounds (topics/ladder/curve.py): the compiled lean pass for n = 1 and the one
+    for every n ≥ 2 (on a GPU a CUDA graph recorded for each n), called in turn round after round, each give what
+    the same pass gives uncompiled."""
+    from engine import torch_internals
+    from engine.forward.lean import LeanLlama, compiled_pass
+
+    ids = lm.tokenizer(PROMPT, return_tensors="pt")["input_ids"].to(device)
+    lean = LeanLlama(lm.model, max_batch=1, max_len=ids.shape[1] + 1, one_row_kernel=False)
+    one, many = compiled_pass(lean), compiled_pass(lean)
+    with torch.no_grad():
+        want = {n: lean(ids[:, :n], torch.arange(n, device=device)).clone() for n in rows}
+        for _ in range(rounds):
+            for n in rows:
+                x, where = ids[:, :n], torch.arange(n, device=device)
+                if n > 1:
+                    torch_internals.mark_dynamic(x, 1)
+                    torch_internals.mark_dynamic(where, 0)
+                if device == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                got = (one if n == 1 else many)(x, where).clone()
+                torch.testing.assert_close(got, want[n], rtol=1e-3, atol=1e-3)
+    torch.compiler.reset()
+
+
+def test_the_curves_passes_timed_in_rounds_give_each_ns_own_logits_on_the_gpu(gpu_lm):
+    interleaved_passes_match_eager(gpu_lm, "cuda")
