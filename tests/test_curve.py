@@ -129,6 +129,23 @@ def test_a_lessons_claim_quotes_the_curve_with_the_verdicts_own_label():
     assert "compute-bound" in prefill
 
 
+def test_a_decode_claim_from_a_curve_without_batches_says_its_ratio_is_a_prefills():
+    """The H200 recording timed only prefills over n rows (gpu-check saves a compile): lesson 3 quotes that ratio as
+    a prefill's, never as the step for 8 sequences it did not time."""
+    import dataclasses
+
+    c = synthetic(PHYSICS)
+    only = dataclasses.replace(c, points=tuple(p for p in c.points if p.kind != "batch"))
+    said = curve_draw.curve_claim(only, ROOF, "decode", "an H200")
+    assert "sequences at once took" not in said
+    assert f"a prefill of 8 tokens; the step for 8 sequences was not timed here) took ×{c.ratio('prefill', 8):.2f}" \
+        in said
+    raw = json.loads((ASSETS / "ladder_gpu.json").read_text(encoding="utf-8"))
+    lad = Ladder.from_dict(raw)
+    gpu = curve_draw.curve_claim(lad.rungs[-1].curve, lad.roof, "decode", "an H200")
+    assert not lad.rungs[-1].curve.of("batch") and "sequences at once took" not in gpu
+
+
 def test_the_picture_draws_both_kinds_both_bounds_and_the_predicted_knee():
     c = synthetic(PHYSICS)
     fig = curve_draw.curve_figure(c, ROOF, "this CPU")

@@ -151,11 +151,13 @@ def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str) -> str:
     if phase == "decode":
         one = next(iter(curve.of("decode")), None) or _at(curve, "batch", 1) or _at(curve, "prefill", 1)
         v = verdict(one.median_ms, one.flops, one.bytes_moved, roof)
-        r = curve.ratio("batch", n) or curve.ratio("prefill", n)
+        batch = curve.ratio("batch", n)
+        many = (f"the same step for {n} sequences at once took ×{batch:.2f} the time of one" if batch else  # timed
+                f"one pass over {n} rows (a prefill of {n} tokens; the step for {n} sequences was not timed here) "
+                f"took ×{curve.ratio('prefill', n):.2f} the time of one row")
         return (f"{weights}: one decode step took {_ms(one.median_ms)} ms against {_ms(one.memory_ms)} ms to read "
                 f"its weights once at the bandwidth measured here: **{v.label}**. On the kernel that runs many rows, "
-                f"the same step for {n} sequences at once took ×{r:.2f} the time of one, for ×{n} the arithmetic"
-                + (f"; the ridge puts the knee near {knee:.0f} rows." if knee else "."))
+                f"{many}, for ×{n} the arithmetic" + (f"; the ridge puts the knee near {knee:.0f} rows." if knee else "."))
     last = curve.of("prefill")[-1]
     v = verdict(last.median_ms, last.flops, last.bytes_moved, roof)
     m = curve.measured_knee("prefill")

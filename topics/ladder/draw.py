@@ -315,8 +315,9 @@ def bundled_sentence(ladder: Ladder) -> str | None:
     own = next((r for r in ladder.rungs if r.trained), None)
     if own is None:
         return None
-    said = (f"The bundled {own.label} model's decode step is {own.decode.label} on {ladder.device}: its matmuls are "
-            f"{own.matmul_share:.0%} of the step")
+    said = f"On {ladder.device}, the bundled {own.label} model's decode step is {own.decode.label}"
+    if "matrix products" not in own.decode.label:  # an overhead-bound label says their share already
+        said += f": its matmuls are {own.matmul_share:.0%} of the step"
     if own.decode.kind == "overhead-bound":
         return (said + ", and the rest is the fixed cost of hundreds of small operations and the Python around "
                 "them, which does not shrink with the model. Bigger rungs show the physics.")

@@ -193,7 +193,7 @@ def ladder_picture(shown: Ladder, source: str, settings) -> None:
                    "the measured bandwidth, FLOPs over the measured peak).")
     st.caption(plain(f"{shown.model}'s ladder ({shown.family}), {source}: each rung's prefill of {shown.tokens} "
                      f"tokens and one decode step at that context, medians of {shown.repeats} runs after a warm-up, "
-                     f"on {shown.threads} threads, {shown.dtype}."))
+                     f"on {shown.threads} thread{'' if shown.threads == 1 else 's'}, {shown.dtype}."))
     said = draw.bundled_sentence(shown)
     if said:
         st.caption(said)
