@@ -67,22 +67,28 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
 NOTE_CHARS = 38  # a note's line on a chart in a side column (the sidebar open too), at presenter size, inside its plot
 
 
-def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS) -> None:
+def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS, above_px: float | None = None) -> None:
     """Say a note (engine.measure.caveats) on the chart itself: its headline in a box under the plot, below the x
     axis's title, in a bottom margin of its own (the box covers no bar, line, tick or legend, whatever the screen;
-    the figure keeps its height, so a chart that fits a projector's first screen still does). Call it after
-    `layout`."""
+    the figure keeps its height, so a chart that fits a projector's first screen still does). A chart whose legend
+    lies under its plot passes `above_px`: the box then goes over the plot instead, that many pixels above its top
+    (over the labels drawn there), in a top margin of its own. Call it after `layout`."""
     from engine.measure.caveats import headline
 
     lines = wrap(headline(note), chars)
     size = max(11.0, 10 * scale)  # never under 11 px, a phone's included
     line_px = size * 1.35
     box_px = int(len(lines) * line_px + 10)
-    below_axis = int(50 * scale)  # the x axis's tick labels and title
     margin = fig.layout.margin
-    fig.update_layout(margin=dict(b=int((margin.b or 10) + box_px + below_axis)))
-    fig.add_annotation(xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top", align="left",
-                       yshift=-below_axis, showarrow=False, text="⚠ " + "<br>".join(lines),
+    if above_px is not None:
+        fig.update_layout(margin=dict(t=int((margin.t or 10) + box_px + above_px)))
+        y, anchor, shift = 1.0, "bottom", above_px
+    else:
+        below_axis = int(50 * scale)  # the x axis's tick labels and title
+        fig.update_layout(margin=dict(b=int((margin.b or 10) + box_px + below_axis)))
+        y, anchor, shift = 0.0, "top", -below_axis
+    fig.add_annotation(xref="paper", yref="paper", x=0.0, y=y, xanchor="left", yanchor=anchor, align="left",
+                       yshift=shift, showarrow=False, text="⚠ " + "<br>".join(lines),
                        font=dict(size=size, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
                        bordercolor="#e0b040", borderwidth=1, borderpad=3)
 

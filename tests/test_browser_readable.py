@@ -135,3 +135,37 @@ def test_a_lessons_key_picture_and_claim_fit_the_first_projector_screen(keyed_se
         why = pg.get_by_text(re.compile("Why a mask")).first.bounding_box()
         assert why["y"] < PRESENTER[1]
     pg.close()
+
+
+@pytest.mark.parametrize("size", [PRESENTER, PHONE], ids=["projector-presenter", "phone"])
+def test_the_pass_over_n_rows_keeps_its_note_legend_ticks_and_axis_title_apart(keyed_server, browser, size):
+    """The H200 recording's curve carries a timing note: it lay on the legend under the plot, then (the note moved
+    over the plot) the legend lay on the x axis's title and its 1,024-row ticks turned on end. Every piece apart."""
+    pg = open_page(browser, keyed_server + "/scale" + ("?presenter=on" if size == PRESENTER else ""), *size)
+    settled(pg, "[data-testid=stPlotlyChart] .gtitle")
+    pg.get_by_text("NVIDIA H200 (cuda)").first.click()
+    idle(pg)
+    chart = pg.locator("[data-testid=stPlotlyChart]").filter(has_text="One pass over n rows: Llama-3-8B").first
+    chart.locator(".legend").first.wait_for(timeout=60_000)
+    pg.wait_for_timeout(800)
+    found = chart.evaluate("""fig => {
+      const out = [];
+      const box = e => { const r = e.getBoundingClientRect(); return r.width ? r : null; };
+      const hit = (a, b) => a && b && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+      const note = [...fig.querySelectorAll('.annotation')].find(a => a.textContent.startsWith('⚠'));
+      const parts = {note: note && box(note), legend: box(fig.querySelector('.legend')),
+                     xtitle: box(fig.querySelector('.g-xtitle text')), plot: box(fig.querySelector('.nsewdrag'))};
+      const texts = [...fig.querySelectorAll('.xtick text')];
+      if (texts.some(t => /rotate\\((?!0)/.test(t.getAttribute('transform') || ''))) out.push('ticks on end');
+      const ticks = texts.map(box).filter(Boolean);
+      if (!parts.note) out.push('no note');
+      for (const [a, b] of [['note', 'plot'], ['note', 'legend'], ['note', 'xtitle'], ['legend', 'xtitle'],
+                            ['legend', 'plot']])
+        if (hit(parts[a], parts[b])) out.push(a + ' on ' + b);
+      ticks.forEach((t, i) => { if (hit(t, parts.legend)) out.push('tick on legend');
+        if (hit(t, parts.xtitle)) out.push('tick on axis title');
+        if (i && hit(t, ticks[i - 1])) out.push('ticks on each other'); });
+      return out;
+    }""")
+    assert not found, found
+    pg.close()

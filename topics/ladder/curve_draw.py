@@ -79,20 +79,32 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                                font=dict(size=12 * scale, color=COLOURS[kind]))
     ys = [v for p in curve.points for v in (p.low_ms, p.high_ms, p.memory_ms, p.compute_ms)]
     lo, hi = min(ys), max(ys)
+    lo = max(lo, min(p.low_ms for p in curve.points) / 30)  # the compute bound may enter from below (an H200's
+    #                                                          one-row bound lies three decades under its pass)
     vals, texts = log_ticks(lo / 1.5, hi * 1.5)
     fig.update_yaxes(type="log", title="ms per pass (median, measured)", tickmode="array", tickvals=vals,
                      ticktext=texts, range=[math.log10(lo / 1.5), math.log10(hi * 1.5)])
-    fig.update_xaxes(type="log", title="n: rows in one pass (log scale)", tickmode="array", tickvals=xs,
-                     ticktext=[f"{n:,}" for n in xs], range=[math.log10(min(xs) / 1.4), math.log10(max(xs) * 1.4)])
+    ticks = [n for n in xs if n & (n - 1) == 0]  # the doublings; the context's own pass (384) keeps its point
+    fig.update_xaxes(type="log", title="n: rows in one pass (log scale)", tickmode="array", tickvals=ticks,
+                     ticktext=[tick(n) for n in ticks], tickangle=0, range=[math.log10(min(xs) / 1.4), math.log10(max(xs) * 1.4)])
     layout(fig, f"One pass over n rows: {curve.rung}, {curve.dtype}", height=height, scale=scale)
+    # the legend one entry a row at the figure's foot, under the x axis's ticks and title, in a margin sized for
+    # it: where it lies does not move with the plot's height (a note over the plot takes some of that)
+    entries = sum(1 for t in fig.data if t.name)
+    legend_px = entries * 20 * scale + 8
     fig.update_layout(title=dict(subtitle=dict(text=where, font=dict(size=12 * scale))),
-                      margin=dict(t=int(84 * scale), b=int(40 * scale)),
-                      legend=dict(orientation="h", yanchor="top", y=-0.22, x=0, traceorder="normal",
+                      margin=dict(t=int(84 * scale), b=int(56 * scale + legend_px)),
+                      legend=dict(orientation="v", yref="container", yanchor="bottom", y=0, x=0, traceorder="normal",
                                   font=dict(size=12 * scale)))
     note = curve_note(curve)
-    if note:  # a busy server said on the chart, with the figures that show it (STYLE 24)
-        note_box(fig, note, scale, chars=64)
+    if note:  # a busy server said on the chart, with the figures that show it (STYLE 24): over the plot and the
+        note_box(fig, note, scale, chars=64, above_px=22 * scale)  # ridge's label, since the legend lies under it
     return fig
+
+
+def tick(n: int) -> str:
+    """An x tick short enough to stay level beside its neighbours: 512, 1k, 4k."""
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
 
 def _at(curve: Curve, kind: str, rows: int):
