@@ -214,8 +214,18 @@ def test_every_scenario_picked_under_more_runs_its_steps_keeps_its_settings_and_
             pg.get_by_role("button", name="More").first.click()
             pg.get_by_label("scenario").click()
             pg.get_by_role("option", name=title).click()
-            pg.keyboard.press("Escape")  # fold the popover away, as a lecturer would: it folds, the pick stays
-            expect(pg.get_by_label("scenario")).to_be_hidden()
+            # fold the popover away, as a lecturer would: it folds, the pick stays. Where the fragment's rerun lands
+            # while the list closes, the focused box reopens its list (seen 1 run in 3 on a 2-core VM, the pick
+            # already made): the first Escape then closes the list, and a lecturer presses it again
+            box = pg.get_by_role("combobox", name="scenario")
+            for _ in range(3):
+                pg.keyboard.press("Escape")
+                try:
+                    expect(box).to_be_hidden(timeout=5_000)
+                    break
+                except AssertionError:
+                    continue
+            expect(box).to_be_hidden()
 
         def replayed(url: str) -> bool:  # this scenario's run is on screen: every setting and its steps in the link
             # (prompt and cache alone also match the scenario before: "MHA" and "Stop at the first full stop" share
