@@ -169,3 +169,13 @@ def test_the_pass_over_n_rows_keeps_its_note_legend_ticks_and_axis_title_apart(k
     }""")
     assert not found, found
     pg.close()
+
+
+def test_a_phone_sees_the_grow_the_model_header_whole_above_its_switches(keyed_server, browser):
+    """On a phone the Scale page's switches lay over the bottom of the 'Grow the model' header, its letters cut."""
+    pg = open_page(browser, keyed_server + "/scale", *PHONE)
+    settled(pg, "[data-testid=stButtonGroup]")
+    header = pg.locator("h2", has_text="Grow the model").first.bounding_box()
+    switches = pg.locator(".st-key-scale_ladder_row [data-testid=stButtonGroup]").first.bounding_box()
+    assert header and switches and header["y"] + header["height"] <= switches["y"], (header, switches)
+    pg.close()

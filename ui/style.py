@@ -27,6 +27,7 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
+.st-key-scale_ladder_row { margin-top: 1rem; }  /* the header's descenders above it stay whole (a phone's too) */
 .st-key-step_warm { height: 0; overflow: hidden; margin-top: -0.55rem; }  /* a chart drawn out of sight: see step_through */
 .st-key-dl_keys_back { display: none; }      /* a script with nothing to show: see keys_back */
 .dl-stage-head { display: none; }            /* the stage's first line again, in words: a phone's only (below) */

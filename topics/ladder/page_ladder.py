@@ -138,7 +138,7 @@ def grow_the_model(lm, settings) -> None:
                                       "session sees the result. Students' steps wait while it runs.")
     live = kept_ladder(lm)
     other = other_ladder(lm)
-    row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small", key="scale_ladder_row")
     st.session_state.setdefault("scale_ladder_view", "per_token")
     row.segmented_control("picture", list(PICTURES), key="scale_ladder_view", persist_state="session",
                           format_func=PICTURES.get, label_visibility="collapsed")
