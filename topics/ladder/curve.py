@@ -214,6 +214,18 @@ def every_pass(spec, roof: DeviceRoof, device: torch.device, context: int, kinds
 
 
 
+@dataclass(frozen=True)
+class _Warmed:
+    """A pass compiled and run once (its warm-up), waiting for the timed rounds."""
+
+    kind: str
+    rows: int
+    fn: object  # the compiled pass (or the module itself, uncompiled)
+    ids: torch.Tensor
+    input_pos: torch.Tensor
+    warmup_ms: float  # its first run after the compile: excluded, labelled
+
+
 def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int = REPEATS, passes=None,
                   budget_s: float = BUDGET_S, on_point=None, weights: str | None = None,
                   compile: bool = True, kinds=KINDS) -> Curve:
@@ -256,14 +268,15 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
         for cache in (*lean["batch"].k_cache, *lean["batch"].v_cache):
             cache[1:, :, :context] = cache[:1, :, :context]
     fns = {}  # (kind, one row or many) -> the compiled pass
-    ready, compile_ms, spent = [], {}, 0.0  # the passes warmed up: (kind, n, fn, x, where, warm-up run ms)
+    ready: list[_Warmed] = []  # the passes warmed up, in the order they are timed each round
+    compile_ms, spent = {}, 0.0
     for kind, n in passes:  # the warm-up round: each graph compiled, each pass run once more (excluded, labelled)
         if kind == "prefill":  # n tokens of one sequence: ids [batch=1, n] at positions 0 .. n-1
             x, where = ids[:, :n], torch.arange(n, device=device)
         else:  # one token for each of n sequences (the decode step: one): ids [batch=n, 1], at position `context`
             x, where = ids[0, :n].reshape(n, 1), torch.tensor([context], device=device)
-        last = next((r for r in reversed(ready) if r[0] == kind), None)
-        if last is not None and spent + last[5] * n / last[1] * (repeats + 1) / 1e3 > budget_s:
+        last = next((r for r in reversed(ready) if r.kind == kind), None)
+        if last is not None and spent + last.warmup_ms * n / last.rows * (repeats + 1) / 1e3 > budget_s:
             left_out.append(f"{kind} n={n}: past the time budget ({budget_s:.0f} s)")
             continue
         if on_point:
@@ -288,16 +301,17 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
         compile_ms.setdefault(name, warm_ms)
         first = run_once(fn, x, where)
         spent += first * (repeats + 1) / 1e3
-        ready.append((kind, n, fn, x, where, first))
+        ready.append(_Warmed(kind, n, fn, x, where, first))
     # the timed rounds: every pass once a round, so a slow minute of a shared machine falls on every n alike and
     # the ratios between passes are measured side by side
     samples = [[] for _ in ready]
     for _ in range(repeats):
-        for got, (kind, n, fn, x, where, first) in zip(samples, ready):
-            got.append(run_once(fn, x, where))
+        for got, r in zip(samples, ready):
+            got.append(run_once(r.fn, r.ids, r.input_pos))
     points = []
-    for got, (kind, n, fn, x, where, first) in zip(samples, ready):
-        timing = Timing(samples_ms=tuple(got), warmup_ms=first)
+    for got, r in zip(samples, ready):
+        kind, n = r.kind, r.rows
+        timing = Timing(samples_ms=tuple(got), warmup_ms=r.warmup_ms)
         flops, moved = estimates(spec, kind, n, context, roof.elem_bytes)
         v = verdict(timing.forward_ms, flops, moved, roof)
         points.append(RowsPass(kind=kind, rows=n, samples_ms=timing.samples_ms, warmup_ms=timing.warmup_ms,
