@@ -22,6 +22,8 @@ import itertools
 
 import torch
 
+from engine.pins import written_for_problem
+
 WRITTEN_FOR = "2.13"  # torch's major.minor
 RECOMPILE_LIMIT = 64
 
@@ -33,11 +35,7 @@ _keys = itertools.count()
 
 def version_problem() -> str | None:
     """None when the installed torch is the one this file was written against, else what to check."""
-    have = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    if have == WRITTEN_FOR:
-        return None
-    return (f"engine/torch_internals.py was written against torch {WRITTEN_FOR} and torch {torch.__version__} is "
-            "installed: check each internal it names still exists and means the same, then update WRITTEN_FOR.")
+    return written_for_problem("torch", torch.__version__, WRITTEN_FOR, "engine/torch_internals.py")
 
 
 def pack_weight(weight: torch.Tensor) -> int:

@@ -48,18 +48,16 @@ import sys
 import transformers
 from transformers.cache_utils import DynamicLayer
 
+from engine.pins import written_for_problem
+
 WRITTEN_FOR = "5.23"  # transformers' major.minor
 _eager_of: dict[type, object] = {}
 
 
 def version_problem() -> str | None:
     """None when the installed transformers is the one this file was written against, else what to check."""
-    have = ".".join(transformers.__version__.split("+")[0].split(".")[:2])
-    if have == WRITTEN_FOR:
-        return None
-    return (f"engine/transformers_internals.py was written against transformers {WRITTEN_FOR} and transformers "
-            f"{transformers.__version__} is installed: check each internal it names still exists and means the "
-            "same, then update WRITTEN_FOR.")
+    return written_for_problem("transformers", transformers.__version__, WRITTEN_FOR,
+                               "engine/transformers_internals.py")
 
 
 # ---------------------------------------------------------------- the attention a layer runs

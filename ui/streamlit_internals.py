@@ -41,17 +41,15 @@ from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, Stop
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 from streamlit.testing.v1 import local_script_runner
 
+from engine.pins import written_for_problem
+
 WRITTEN_FOR = "1.67"  # streamlit's major.minor
 RUN_ENDINGS = (StopException, RerunException)  # st.stop(), st.rerun(), and a run stopped at a yield point
 
 
 def version_problem() -> str | None:
     """None when the installed streamlit is the one this file was written against, else what to check."""
-    have = ".".join(streamlit.__version__.split("+")[0].split(".")[:2])
-    if have == WRITTEN_FOR:
-        return None
-    return (f"ui/streamlit_internals.py was written against streamlit {WRITTEN_FOR} and streamlit {have} is "
-            "installed: check each internal its docstring names against the new version, then set WRITTEN_FOR")
+    return written_for_problem("streamlit", streamlit.__version__, WRITTEN_FOR, "ui/streamlit_internals.py")
 
 
 def script_context():

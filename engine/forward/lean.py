@@ -17,9 +17,10 @@ FeedForward, RMSNorm, a KVCache written with `index_copy_`), for the Llama famil
 One pass over n rows: `forward(ids [batch, n], input_pos [n])`. A prefill of n tokens is batch = 1 with
 input_pos = 0 .. n-1 (a pass over several tokens is always a prompt from position 0: it attends over its own
 keys with the causal kernel, where gpt-fast masks the whole static cache; on an H200 the masked kernel over a
-4,097-position cache made a 2-token prefill take ×1.9 a decode step); a decode step over a batch of n sequences is batch = n, n = 1, every sequence at the same
-position (equal contexts: the batched step of a static batch). Either way every weight is read once and the
-arithmetic is 2 · parameters · rows FLOPs: the experiment that shows the roofline (topics/ladder/curve.py).
+4,097-position cache made a 2-token prefill take ×1.9 a decode step); a decode step over a batch of n sequences
+is batch = n, n = 1, every sequence at the same position (equal contexts: the batched step of a static batch).
+Either way every weight is read once and the arithmetic is 2 · parameters · rows FLOPs: the experiment that shows
+the roofline (topics/ladder/curve.py).
 
 Shared, not copied: the fused matrices are made once, and the readable model's own q/k/v and gate/up
 Parameters are then re-pointed to slices of them (same values, same memory), so the lean pass and the readable

@@ -213,7 +213,6 @@ def every_pass(spec, roof: DeviceRoof, device: torch.device, context: int, kinds
     return sorted(passes, key=lambda p: (p[1], p[0] != DECODE, p[0] != "prefill"))
 
 
-
 @dataclass(frozen=True)
 class _Warmed:
     """A pass compiled and run once (its warm-up), waiting for the timed rounds."""

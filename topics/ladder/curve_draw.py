@@ -86,7 +86,8 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                      ticktext=texts, range=[math.log10(lo / 1.5), math.log10(hi * 1.5)])
     ticks = [n for n in xs if n & (n - 1) == 0]  # the doublings; the context's own pass (384) keeps its point
     fig.update_xaxes(type="log", title="n: rows in one pass (log scale)", tickmode="array", tickvals=ticks,
-                     ticktext=[tick(n) for n in ticks], tickangle=0, range=[math.log10(min(xs) / 1.4), math.log10(max(xs) * 1.4)])
+                     ticktext=[tick(n) for n in ticks], tickangle=0,
+                     range=[math.log10(min(xs) / 1.4), math.log10(max(xs) * 1.4)])
     layout(fig, f"One pass over n rows: {curve.rung}, {curve.dtype}", height=height, scale=scale)
     # the legend one entry a row at the figure's foot, under the x axis's ticks and title, in a margin sized for
     # it: where it lies does not move with the plot's height (a note over the plot takes some of that)
@@ -169,7 +170,8 @@ def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str) -> str:
                 f"took ×{curve.ratio('prefill', n):.2f} the time of one row")
         return (f"{weights}: one decode step took {_ms(one.median_ms)} ms against {_ms(one.memory_ms)} ms to read "
                 f"its weights once at the bandwidth measured here: **{v.label}**. On the kernel that runs many rows, "
-                f"{many}, for ×{n} the arithmetic" + (f"; the ridge puts the knee near {knee:.0f} rows." if knee else "."))
+                f"{many}, for ×{n} the arithmetic"
+                + (f"; the ridge puts the knee near {knee:.0f} rows." if knee else "."))
     last = curve.of("prefill")[-1]
     v = verdict(last.median_ms, last.flops, last.bytes_moved, roof)
     m = curve.measured_knee("prefill")
