@@ -25,7 +25,7 @@ from ui.links import apply_values, write_link
 from ui.presets import PROMPTS, SCENARIOS
 from ui.setup import page_setup
 from ui.sidebar import DEFAULTS, cache_toggle
-from ui.step_state import step_controller
+from ui.step_state import SET_BY_CODE, set_by_code, step_controller
 from ui.style import scale
 from ui.text import error, warning
 
@@ -64,10 +64,14 @@ def show() -> None:
         steps.queue_replay(int(values.get("steps", 0)), values.get("at"))
 
 
-    def pick_preset() -> None:
-        preset = st.session_state.get("step_preset")
+    def pick_preset(widget: str) -> None:
+        preset = st.session_state["step_preset"] = st.session_state.get(widget)
         if preset is not None:
             st.session_state["step_prompt"] = next(p["prompt"] for p in PROMPTS if p["title"] == preset)
+
+
+    def pick_head(widget: str) -> None:
+        st.session_state["step_head"] = st.session_state.get(widget)
 
 
     # ------------------------------------------------------------------ the control bar and its rows
@@ -87,16 +91,26 @@ def show() -> None:
 
     def more(where) -> None:
         """Scenarios, preset prompts, the head on the stage and autoplay, folded away so the bar stays short."""
-        st.session_state.setdefault("step_head", 0)
+        ss = st.session_state
+        ss.setdefault("step_head", 0)
+        # The preset and the head are also set by code (a scenario, a link, a fork, the look-back focus), and a
+        # closed popover's widgets never hear of it: the browser kept the old preset and head and sent them back
+        # with the next click, so a scenario's prompt reverted to the old preset's. So their state lives in
+        # step_preset and step_head, and each widget's key carries `widgets_set_by_code` (ui/step_state.py): a
+        # value set by code makes a new widget, drawn with that value.
+        made = ss.get(SET_BY_CODE, 0)
+        titles = [p["title"] for p in PROMPTS]
         with where.popover("More", icon=":material/tune:"):
             # a first entry, not index=None: a box with no default is clearable, and Escape (folding the popover
             # away) then cleared the pick just made, before it reached the server
             st.selectbox("scenario", [NO_SCENARIO] + [x["title"] for x in SCENARIOS], key="step_scenario",
                          persist_state="session", on_change=load_scenario)
-            st.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="step_preset",
-                         persist_state="session", on_change=pick_preset,
+            preset = ss.get("step_preset")
+            st.selectbox("preset prompt", titles, index=titles.index(preset) if preset in titles else None,
+                         key=f"step_preset.{made}", on_change=pick_preset, args=(f"step_preset.{made}",),
                          placeholder="(your own prompt)")
-            st.number_input("head drawn on the stage", 0, spec.heads - 1, key="step_head", persist_state="session",
+            st.number_input("head drawn on the stage", 0, spec.heads - 1, value=int(ss["step_head"]),
+                            key=f"step_head.{made}", on_change=pick_head, args=(f"step_head.{made}",),
                             help="The head whose attention row(s) the stage draws")
             steps.autoplay(st)
 
@@ -167,13 +181,17 @@ def show() -> None:
             found = hardest_look_back(steps.run.records[steps.at], steps.run.tokens)  # computed from this run
             if found:
                 st.session_state["step_layer"], st.session_state["step_head"] = found[0], found[1]
+                set_by_code()
         control_bar()
         steps.run_to_end_if_asked(lambda: len(steps.run.generated_ids) / steps.run.max_new_tokens)
         run, at = steps.run, steps.at
         started = steps.started
         ss = st.session_state
         ss["step_layer"] = min(max(0, int(ss.get("step_layer") or 0)), spec.layers - 1)  # a link's, inside the model
-        ss["step_head"] = min(max(0, int(ss.get("step_head") or 0)), spec.heads - 1)
+        head = min(max(0, int(ss.get("step_head") or 0)), spec.heads - 1)  # a link's, inside the model
+        if head != ss.get("step_head"):
+            ss["step_head"] = head
+            set_by_code()
         view = ss.get("step_view", "Attention")
         write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None,
                    steps=steps.latest if started else None, at=at if started and at != steps.latest else None,

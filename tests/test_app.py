@@ -457,7 +457,7 @@ def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
     assert at.sidebar.selectbox(key="side_model").value == link["model"]
     assert at.toggle(key="bar_cache").value == (link["cache"] == "on")
     assert at.text_input(key="step_prompt").value == link["prompt"]
-    preset = at.selectbox(key="step_preset").value  # names the preset, or none for a prompt of its own
+    preset = next(b for b in at.selectbox if b.label == "preset prompt").value  # the preset, or none: its own
     assert preset is None or next(p["prompt"] for p in PROMPTS if p["title"] == preset) == link["prompt"]
     if "stop" in link:  # the run ends at the stop string, before all its steps
         assert STOPPED["stop_string"] in finished(at)
@@ -533,8 +533,7 @@ def test_the_layer_and_head_pickers_choose_what_the_stage_and_the_attention_view
     click(at, "step_btn_next")
     run = at.session_state["step_run"]
     at.segmented_control(key="step_layer").set_value(2).run()
-    at.session_state["step_head"] = 5  # the head number box, in the More popover
-    at.run()
+    next(n for n in at.number_input if n.label == "head drawn on the stage").set_value(5).run()  # in More
     assert not at.exception
     t = run.records[1]
     drawn = stage_svg(at)

@@ -204,8 +204,10 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(server, browser):
     pg.close()
 
 
-def test_every_scenario_picked_under_more_runs_its_steps_keeps_its_settings_and_presenter_mode(server, browser):
-    """The lecturer's walk-through: a scenario picked in the step page's fragment showed an empty page."""
+def test_every_scenario_picked_under_more_runs_its_steps_and_keeps_them_after_next_token_a_view_and_a_reload(
+        server, browser):
+    """The lecturer's walk-through: a scenario picked in the step page's fragment showed an empty page; then 5 of 9
+    lost their prompt (and their run) on the very next click."""
     pg = open_page(browser, server + "/?presenter=on", width=1280, height=720)
     for scenario in json.loads((ROOT / "assets" / "scenarios.json").read_text()):
         link, title = scenario["link"], scenario["title"]
@@ -249,7 +251,47 @@ def test_every_scenario_picked_under_more_runs_its_steps_keeps_its_settings_and_
             assert re.search(rf"\b{int(link['steps']) + 1} new tokens?", status_text(pg)), (title, status_text(pg))
             assert query.get("steps") == [link["steps"]], title  # the link reproduces the run on screen
         assert pg.locator("[data-testid='stException']").count() == 0, title
+        kept_after(pg, scenario)
     pg.close()
+
+
+def kept_after(pg, scenario: dict) -> None:
+    """The click after the pick: Next token, a view, then a reload of the page's own link each keep the scenario's
+    prompt, settings and steps (a scenario's prompt reverted to the old preset's on the very next click)."""
+    link, title = scenario["link"], scenario["title"]
+
+    def query() -> dict:
+        return {k: v[0] for k, v in parse_qs(urlparse(pg.url).query).items()}
+
+    def holds(after: str, steps: int) -> None:
+        q = query()
+        for key, value in link.items():
+            if key not in ("steps", "at"):
+                assert q.get(key) == value, (title, after, key, q.get(key), value)
+        assert q.get("steps") == str(steps), (title, after, q.get("steps"), steps)
+        box = pg.get_by_placeholder("Type a prompt, then Prefill (P)")
+        assert box.input_value() == link["prompt"], (title, after, box.input_value())
+        assert re.search(rf"\b{steps + 1} new tokens?", status_text(pg)), (title, after, status_text(pg))
+
+    steps = int(query()["steps"])
+    head = query().get("head")
+    nxt = pg.get_by_role("button", name="Next token")
+    if nxt.is_enabled():  # a run that stopped (end-of-text, a stop string) has no next token to take
+        nxt.click()
+        idle(pg)
+        steps += 1
+    holds("Next token", steps)
+    assert query().get("head") == head, (title, "Next token keeps the head on the stage")
+    view = "Matmuls" if scenario.get("view") != "Matmuls" else "Tokens"
+    pg.locator("[data-testid='stRadio'] label").filter(has_text=re.compile(f"^{view}$")).first.click()
+    idle(pg)
+    holds(f"the {view} view", steps)
+    assert query().get("view") == view, title
+    pg.reload(wait_until="networkidle")
+    expect(pg.get_by_text(re.compile(r"from Next token")).first).to_be_visible(timeout=120_000)
+    idle(pg)
+    holds("a reload", steps)
+    assert query().get("view") == view and query().get("head") == head, (title, "a reload keeps the view and head")
 
 
 def test_a_200_token_race_plays_back_with_the_cached_run_finishing_first(server, browser, tmp_path):

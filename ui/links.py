@@ -16,6 +16,7 @@ from engine.generate.serving.scenarios import SCENARIOS as SERVING_SCENARIOS
 from engine.links import make_link, read_link
 from ui import model
 from ui.presets import PROMPTS
+from ui.step_state import set_by_code
 
 # link setting -> sidebar widget key
 LINK_KEYS = {"rule": "side_mode", "temperature": "side_temperature", "top_k": "side_top_k", "top_p": "side_top_p",
@@ -74,7 +75,8 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         ss["step_prompt"] = values["prompt"]
         # the preset box names the preset this prompt is, or shows "(your own prompt)"
         same = next((x["title"] for x in PROMPTS if x["prompt"] == values["prompt"]), None)
-        ss["step_preset_used"] = ss["step_preset"] = same
+        ss["step_preset"] = same
+        set_by_code()
     if "scenario" in values:  # a Serving link: its scenario, and its engine steps replayed on that page
         title = SERVING_SCENARIOS.get(values["scenario"], {}).get("title")
         if title is None:
@@ -93,6 +95,7 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
     for name in ("layer", "head"):  # the step page keeps them inside the model it shows
         if name in values:
             ss[f"step_{name}"] = values[name]
+            set_by_code()
     if "lesson" in values:
         ss["lesson_wanted"] = values["lesson"]
     if "ladder" in values:

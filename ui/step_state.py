@@ -21,8 +21,14 @@ import streamlit as st
 from engine.paths import ROOT
 from ui.controller import Controller
 
+SET_BY_CODE = "widgets_set_by_code"  # counts the times code set a More widget's value (step/page.py says why)
 STEP_PAGE = str(ROOT / "pages" / "step_through.py")  # where st.switch_page takes a forked student
 PREFIX = "step"  # the step page's session-state keys: step_run, step_at, step_view, step_layer, step_head, …
+
+
+def set_by_code() -> None:
+    """Code set the step page's preset or head (a scenario, a link, a fork): its More widgets are made anew."""
+    st.session_state[SET_BY_CODE] = st.session_state.get(SET_BY_CODE, 0) + 1
 
 
 def step_controller(make: Callable[[], object]) -> Controller:
