@@ -241,6 +241,7 @@ class Follower {
     const id = this.shownId();
     const frame = id === null ? null : await this.frameOf(id);
     if (token !== this.drawn) return;  // the student (or the lecturer) moved on meanwhile
+    this.drawPoll();  // the question shows where its step does
     if (!frame || frame.kind !== "step") this.drawBar();
     if (!frame) {
       this.pickers.replaceChildren();
@@ -413,9 +414,19 @@ class Follower {
   drawPoll() {
     const q = this.live && this.live.poll;
     if (!q) { this.poll.replaceChildren(); this.poll.dataset.qid = ""; return; }
-    if (this.poll.dataset.qid === q.qid && this.poll.dataset.open === String(q.open)) return;
+    // a question stays with its step: looking back at another step shows the step, and where the question is
+    const shown = this.looking === null ? null : this.frames.get(this.looking);
+    const elsewhere = shown && q.at !== undefined && !(shown.kind === "step" && shown.at === q.at) ? "1" : "0";
+    if (this.poll.dataset.qid === q.qid && this.poll.dataset.open === String(q.open) &&
+        this.poll.dataset.elsewhere === elsewhere) return;
     this.poll.dataset.qid = q.qid;
     this.poll.dataset.open = String(q.open);
+    this.poll.dataset.elsewhere = elsewhere;
+    if (elsewhere === "1") {
+      this.poll.replaceChildren(el("div", { class: "dlf-note", "data-testid": "dl-follow-poll-elsewhere" },
+        `The class's question is about step ${q.at}` + (q.open ? ": press Live to answer it." : ": press Live to see it.")));
+      return;
+    }
     const box = el("div", { class: "dlf-question" });
     box.append(el("div", { class: "dlf-q-text" }, q.text));
     if (!q.open) {

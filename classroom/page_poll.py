@@ -55,6 +55,7 @@ def _ask(kind: str) -> None:
         return
     context = run.lm.tokenizer.decode(run.ids[0, : held.kv_len].tolist(), skip_special_tokens=True)
     question = next_token_question(held, context) if kind == "next" else shape_question(held, before)
+    question["at"] = len(run.records) - 1  # the step it is about: a follower looking back sees it only there
     try:
         qid = classroom().polls.ask(lecture, question)
         st.session_state["follow_q"] = {"run": id(run), "held": len(run.records) - 1, "qid": qid, "revealed": False}

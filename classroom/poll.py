@@ -122,7 +122,7 @@ class Polls:
         if q is None:
             return None
         if q["open"]:
-            return {k: q[k] for k in ("qid", "kind", "text", "context", "choices", "typed", "open")}
+            return {k: q[k] for k in ("qid", "kind", "text", "context", "choices", "typed", "open", "at") if k in q}
         return q
 
     def ask(self, lecture, question: dict) -> str:

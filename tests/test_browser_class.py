@@ -201,3 +201,33 @@ def test_a_prompt_written_as_markup_reaches_the_followers_stage_as_text_and_noth
     assert dialogs == []
     for p in (lect, pg):
         p.close()
+
+
+def test_a_follower_looking_back_after_two_polls_sees_no_question_about_another_step(keyed_server, browser):
+    """Two polls, then a follower goes back two steps: the step-2 stage sat under the step-4 question ('the model had
+    seen 8 positions… [1, 2, 9, 32] ✓'). A question stays with its step; Live brings both back."""
+    lect, link = lecture(browser, keyed_server, steps=2)
+    (pg,) = follow(browser, link, sizes=((1280, 800),))
+    assert max(wait_for_step([pg], 2, 10)) < 10
+    for held in (3, 4):
+        lect.get_by_role("button", name="Ask the class").click()
+        lect.get_by_role("button", name="K's shape after this step?").click()
+        idle(lect)
+        expect(pg.get_by_test_id("dl-follow-poll")).to_contain_text("K's shape")
+        lect.get_by_role("button", name="Reveal").click()
+        idle(lect)
+        assert max(wait_for_step([pg], held, 10)) < 10
+        expect(pg.get_by_test_id("dl-follow-poll")).to_contain_text("✓")
+    for _ in range(2):
+        pg.get_by_test_id("dl-follow-back").click()
+    expect(pg.locator("[data-testid=dl-follow-stage][data-step='2']")).to_be_visible()
+    poll = pg.get_by_test_id("dl-follow-poll")
+    expect(poll).to_contain_text("about step 4")
+    assert "K's shape" not in poll.inner_text() and "✓" not in poll.inner_text()
+    pg.get_by_test_id("dl-follow-forward").click()
+    pg.get_by_test_id("dl-follow-forward").click()
+    expect(pg.locator("[data-testid=dl-follow-stage][data-step='4']")).to_be_visible()
+    expect(poll).to_contain_text("✓")  # at its own step the question and its answer are back
+    for p in (lect, pg):
+        assert p.locator("[data-testid='stException']").count() == 0
+        p.close()
