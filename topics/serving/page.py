@@ -171,7 +171,10 @@ def show() -> None:
         row.slider("engine step", 0, steps.latest, key="serve_at",
                    persist_state="session", label_visibility="collapsed", width=300)
     row.markdown(summary(run, at))  # the engine's numbers only: nothing typed by a user
-    if run.done:
+    if run.done and at < steps.latest:  # a link's at=, or the scrubber: an earlier step of a finished run
+        st.markdown(f"Showing engine step {at}: the run went on to step {steps.latest}, where {steps.stopped()} "
+                    "(▶ or the scrubber to go there).")
+    elif run.done:
         st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to serve them again. {exactness(run)}")
         if any(s.preempted for s in run.records):  # exactness, checked once per run, not only said in prose
             kept = st.session_state.get("serve_roomy")

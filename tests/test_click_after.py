@@ -1,0 +1,54 @@
+"""The click after a change: a control that sets what a page shows keeps it through the next action (a click, the
+scrubber, the page's own link opened again). The step page's scenarios are held in a real browser
+(tests/test_browser.py); these run the pages in AppTest."""
+
+from __future__ import annotations
+
+import re
+
+from engine.generate.serving.scenarios import SCENARIOS
+from ui.apptest import app_test, page
+
+
+def serving_page():
+    at = app_test().run()
+    at.switch_page(page("serving")).run()
+    assert not at.exception
+    return at
+
+
+def said(at) -> list[str]:
+    return [m.value for m in at.markdown]
+
+
+def test_a_serving_link_at_an_earlier_step_of_a_finished_run_says_which_step_it_shows_not_finished():
+    """A Serving link with at= showed 'step 20 of 56 · 0/5 requests done' above 'Finished: every request has
+    finished.'"""
+    at = serving_page()
+    title = SCENARIOS["queue"]["title"]
+    at.selectbox(key="serve_scenario").set_value(title).run()
+    at.button(key="serve_btn_run").click().run()
+    latest = len(at.session_state["serve_run"].records) - 1
+    assert any(m.startswith("**Finished**") for m in said(at))
+    at.slider(key="serve_at").set_value(3).run()
+    link = dict(at.query_params)
+    assert link["at"] == "3" and link["steps"] == str(latest)
+    for screen in (at, opened(link)):
+        lines = said(screen)
+        status = next(m for m in lines if m.startswith("step **3** of"))
+        done = int(re.search(r"(\d+)/\d+ requests done", status).group(1))
+        assert done < len(SCENARIOS["queue"]["requests"])  # at step 3 the queue has not drained
+        assert not any(m.startswith("**Finished**") for m in lines), lines
+        assert any(f"went on to step {latest}" in m for m in lines), lines
+    at.button(key="serve_btn_forward").click().run()  # the click after: one step on, still not the end
+    assert any(m.startswith("step **4** of") for m in said(at))
+    assert not any(m.startswith("**Finished**") for m in said(at))
+
+
+def opened(link: dict):
+    other = app_test()
+    other.query_params = link
+    other.run()
+    other.switch_page(page("serving")).run()
+    assert not other.exception and not other.error
+    return other
