@@ -166,8 +166,9 @@ def ttft_tpot_sentence(call: dict) -> str | None:
             f"pushed all {n} prompt token{'s' if n != 1 else ''} through in one pass.")
     if tpot > per and n > 1:
         said += (f" Per token it runs the other way: a prompt token cost {per:.2f} ms, a generated one {tpot:.2f} ms "
-                 f"(×{tpot / per:.0f}), because the prefill shares each weight it reads among its {n} rows and a "
-                 "decode step reads every weight for one.")
+                 f"(×{tpot / per:.0f}), because a pass's fixed costs (reading every weight, launching its kernels, "
+                 f"the Python around them) are paid once for the prefill's {n} rows and once for a decode step's "
+                 "one.")
     if n < SHORT_PROMPT:
         near = ", so TTFT ≈ TPOT here" if 1 / NEAR < ttft / tpot < NEAR else ""
         said += (f" With only {n} prompt token{'s' if n != 1 else ''} the prefill is a short pass{near}; a long "

@@ -152,7 +152,7 @@ def look_back_blocks(c: StepContext, roles, newest=None) -> list[Block]:
 def next_token(c: StepContext) -> list[Block]:
     t = c.t
     return [Block("figure", next_token_figure(t, scale=c.scale), "next"),
-            Block("text", f"Chosen: {show_piece(t.token)} (id {t.token_id}) by {t.rule}.", "chosen"),
+            Block("text", f"Chosen: {show_piece(t.token)} (id {t.token_id}), {t.rule}.", "chosen"),
             Block("caption", "The last position's output is a score (logit, the numbers on the bars) for every token. "
                              "Softmax turns them into probabilities; the warpers (temperature, top-k, top-p, "
                              "repetition penalty) reshape them; then a rule picks one.")]

@@ -268,8 +268,9 @@ def headline(growth: Growth) -> str:
     else:
         parts.append("At this length the two growth rates cannot be told apart: run longer.")
     if hn < 1.9:
-        parts.append("The estimate for the work itself is n² without the cache; fixed per-step costs "
-                     "(Python, kernel launches) still dominate the measured time at this length.")
+        parts.append("The work itself grows like n² without the cache (estimate); the time grows slower while a "
+                     "cache-off pass is timed by what every pass pays (reading the weights, launching kernels) "
+                     "rather than by its arithmetic: the rule below says how far that lasts on this device.")
     return " ".join(parts)
 
 

@@ -575,6 +575,8 @@ def throughput_figure(same, mixed=None, scale: float = 1.0):
 
 def _faster(a: float, b: float, a_name: str, b_name: str) -> str:
     """'A ×1.21 faster' from two measured rates, whichever way it came out."""
+    if round(a / b, 2) == 1.0:
+        return f"{a_name} and {b_name} at the same rate (×1.00)"
     return f"{a_name} ×{a / b:.2f} faster" if a >= b else f"{b_name} ×{b / a:.2f} faster"
 
 
