@@ -15,7 +15,7 @@ from engine.forward.trace import StepTrace
 
 
 def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None = None,
-                   height: int = 218) -> go.Figure:
+                   height: int = 226) -> go.Figure:
     """Forward time per step: the median of its timed repeats, the bar's whisker its spread; FLOPs estimate dashed.
 
     TTFT is the prefill's bar (labelled), TPOT the dotted line at the median decode step. Every bar fits the axis;
@@ -27,7 +27,7 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
     repeats = traces[0].timing.repeats if traces else 1
     fig.add_trace(go.Bar(
         x=steps, y=[t.latency_ms for t in traces], marker_color=colours,
-        name=f"ms per step (median of {repeats})" if repeats > 1 else "ms per step",
+        name=f"ms (median of {repeats})" if repeats > 1 else "ms per step",
         error_y=dict(type="data", symmetric=False, array=[t.timing.high_ms - t.forward_ms for t in traces],
                      arrayminus=[t.forward_ms - t.timing.low_ms for t in traces], color="#444", thickness=1.5),
         hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>"))
@@ -58,7 +58,8 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
                                bgcolor="rgba(255,255,255,0.7)")
     fig.update_yaxes(title="FLOPs (estimate)", secondary_y=True, rangemode="tozero", showgrid=False)
     fig = layout(fig, "", height=height, scale=scale)  # no title: the TTFT and TPOT figures above name the chart
-    fig.update_layout(margin=dict(t=int(34 * scale)), legend=dict(y=1.0, yanchor="bottom"))
+    # the legend in rows across the top, not one entry a line: the bars keep the height (a projector's back row)
+    fig.update_layout(margin=dict(t=int(34 * scale)), legend=dict(y=1.0, yanchor="bottom", orientation="h", x=0))
     if note:
         note_box(fig, note, scale)
     return fig
