@@ -52,6 +52,15 @@ def assembled_attention(traces: list[StepTrace], layer: int, head: int) -> np.nd
 
 
 LABEL_EVERY = 40  # up to this many positions, every one is labelled (plotly would otherwise thin them out)
+KEYS_SIDE_BY_SIDE = 12  # key labels a side column holds at a projector's size: past 15 keys, every k-th one
+
+
+def every_kth(n: int, every: int) -> list[int]:
+    """Positions 0, k, 2k, … and the newest (n - 1), which takes the place of a last one too close to it."""
+    kept = list(range(0, n, every))
+    if kept and kept[-1] != n - 1:
+        kept[-1 if n - 1 - kept[-1] <= every / 2 and len(kept) > 1 else len(kept):] = [n - 1]
+    return kept
 
 
 def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: list[str], title: str,
@@ -65,16 +74,21 @@ def attention_heatmap(weights: np.ndarray, row_labels: list[str], col_labels: li
         go.Heatmap(z=masked, x=col_labels, y=row_labels, colorscale=[[0, MASKED], [1, MASKED]], showscale=False,
                    hovertemplate="query %{y}<br>key %{x}<br>masked<extra></extra>", xgap=1, ygap=1),
         go.Heatmap(z=weights, x=col_labels, y=row_labels, colorscale="Blues", zmin=0, zmax=1, xgap=1, ygap=1,
-                   colorbar=dict(title="weight", thickness=12),
+                   colorbar=dict(title=dict(text="weight", side="top"), thickness=10, len=0.8, xpad=4),
                    hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"),
     ])
     fig.update_yaxes(autorange="reversed", title="query_pos")
-    fig.update_xaxes(title="key_pos (grey: masked)", tickangle=-60)
+    # upright labels take a line's height each across the axis: side by side they never lie on each other
+    fig.update_xaxes(title="key_pos (grey: masked)", tickangle=-90 if len(col_labels) > 8 else -60)
     for axis, labels, chars in ((fig.update_xaxes, col_labels, 10), (fig.update_yaxes, row_labels, row_chars)):
         if len(labels) <= LABEL_EVERY:  # a long piece is cut on the axis ("0 <|endo…"), whole in the hover
-            axis(tickmode="array", tickvals=list(labels),
-                 ticktext=[x if len(x) <= chars else x[:chars - 1] + "…" for x in labels],
-                 tickfont=dict(size=max(7.0, min(11 * scale, 400 / max(1, len(labels))))))
+            # past 15 keys their labels would lie on each other in a side column: every k-th one
+            # (the newest always), each still readable; every key is in the hover
+            every = 1 if axis is fig.update_yaxes or len(labels) <= 15 else -(-len(labels) // KEYS_SIDE_BY_SIDE)
+            shown = [labels[i] for i in every_kth(len(labels), every)]
+            axis(tickmode="array", tickvals=shown,
+                 ticktext=[x if len(x) <= chars else x[:chars - 1] + "…" for x in shown],
+                 tickfont=dict(size=max(7.0, min(11 * scale, 400 / max(1, len(shown))))))
     fig = layout(fig, title, height=max(220, int(18 * len(row_labels)) + 120), scale=scale)
     fig.update_layout(margin=dict(t=int(40 * scale)))
     return fig
@@ -104,7 +118,7 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
         names = [f"head {h}" + (f" · {roles[h]}" if roles and roles.get(h) else "") for h in range(heads)]
         fig = attention_heatmap(z, names, labels[: t.kv_len],
                                 f"layer {layer}, every head: query {query}", scale=scale, row_chars=30)
-        fig.update_yaxes(title="head · its role in this row" if roles else "head")
+        fig.update_yaxes(title=None if roles else "head")  # "head 3 · previous token" says it: width for the keys
         return fig
     grids = [attention_rows(t, layer, h) for h in range(heads)]
     cols = min(cols, heads)

@@ -120,6 +120,25 @@ def test_the_matmul_table_and_the_next_token_chart_fit_the_first_screen(stepped)
     assert title == "probability"  # never cut to "raw log"
 
 
+def test_past_fifteen_keys_the_attention_axis_labels_lie_apart_and_the_newest_is_named(browser, server):
+    """A 25-key prompt on a projector: the key labels lay on each other past ~15 keys ('0 <|endof 2 upon 4 time…')."""
+    from urllib.parse import quote
+
+    prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun"
+    pg = presenter(browser, server, f"?prompt={quote(prompt)}&steps=3")
+    expect(pg.get_by_text(re.compile(r"\(3 from Next token\)"))).to_be_visible(timeout=120_000)
+    pick(pg, "Attention")
+    chart = views_column(pg).locator("[data-testid='stPlotlyChart']").first
+    ticks = chart.locator(".xtick text").all()
+    boxes = [t.bounding_box() for t in ticks]
+    texts = [t.text_content() for t in ticks]
+    assert len(ticks) >= 8 and texts[-1].startswith("24 "), texts  # the newest key, 24, always named
+    for (a, b) in zip(boxes, boxes[1:]):
+        assert a["x"] + a["width"] <= b["x"] + 0.5, (texts, "labels overlap")
+    assert bottom(chart) <= PRESENTER[1] + 1
+    pg.close()
+
+
 def test_the_attention_heatmap_labels_every_key_on_the_first_screen(stepped):
     pick(stepped, "Attention")
     chart = views_column(stepped).locator("[data-testid='stPlotlyChart']").first
