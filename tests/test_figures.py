@@ -124,11 +124,17 @@ def test_the_matmul_table_numbers_the_five_and_fits_its_height(tiny_lm):
     assert f.layout.height >= (len(names) + 1) * f.data[0].cells.height  # every row fits: nothing scrolls inside
 
 
-def test_the_heatmap_labels_every_key_up_to_40_positions():
+def test_the_heatmap_labels_every_key_up_to_15_then_evenly_spaced_ones_and_always_the_newest():
+    """Up to 15 keys every one is named; past that, side by side they lay on each other on a projector, so keys
+    spaced evenly (the labels chosen, not plotly's thinning) and the newest, which the query is."""
     z = np.full((2, 30), 0.5)
     labels = [f"{i} ·w" for i in range(30)]
-    f = attention_heatmap(z, ["head 0", "head 1"], labels, "t")
-    assert list(f.layout.xaxis.tickvals) == labels
+    assert list(attention_heatmap(z[:, :15], ["head 0", "head 1"], labels[:15], "t").layout.xaxis.tickvals) == \
+        labels[:15]
+    shown = list(attention_heatmap(z, ["head 0", "head 1"], labels, "t").layout.xaxis.tickvals)
+    assert shown[0] == labels[0] and shown[-1] == labels[-1] and 8 <= len(shown) <= 12
+    gaps = {labels.index(b) - labels.index(a) for a, b in zip(shown, shown[1:-1])}
+    assert gaps == {3}, gaps  # evenly spaced, up to the newest
 
 
 def test_a_one_character_next_token_fills_its_chip_with_its_id(tiny_lm):
