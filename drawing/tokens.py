@@ -67,11 +67,14 @@ def padded_batch_html(pieces: tuple[tuple[str, ...], ...], input_ids, attention_
             pad = int(attention_mask[b, p]) == 0
             text = "PAD" if pad else html.escape(show_piece(piece))
             colour = MASKED if pad else PREFILL + "22"
-            cells.append(f"<div data-role='{'pad' if pad else 'token'}' data-pos='{p}' data-row='{b}' "
-                         f"style='background:{colour}'>{text}<br><small>{tid}</small></div>")
+            cells.append(f"<div data-role='{'pad' if pad else 'token'}' data-pos='{p}' data-row='{b}' title='{text}' "
+                         f"style='background:{colour}'><span>{text}</span><br><small>{tid}</small></div>")
+    # a token on one line, cut with "…" where its column is narrow (whole in the tooltip): never broken mid-word
     style = ("<style>.dl-batch{overflow-x:auto}.dl-batch>div{display:grid;gap:2px;font-size:0.78rem;"
-             "line-height:1.25}.dl-batch>div>div{padding:3px 4px;border-radius:4px;overflow-wrap:anywhere;"
-             "font-family:monospace;min-width:0}.dl-batch small{color:#666}.dl-batch .dl-batch-h{color:#666;"
+             "line-height:1.25}.dl-batch>div>div{padding:3px 4px;border-radius:4px;white-space:nowrap;overflow:hidden;"
+             "text-overflow:ellipsis;font-family:monospace;min-width:0}.dl-batch>div>div>span{display:inline-block;"
+             "max-width:100%;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom}"
+             ".dl-batch small{color:#666}.dl-batch .dl-batch-h{color:#666;"
              "font-family:inherit;background:none}@media (max-width:700px){.dl-batch>div{min-width:"
              f"{60 + 52 * n}px}}}}</style>")
     grid = (f"<div style='grid-template-columns:4.2em repeat({n}, minmax(0, 1fr))'>"

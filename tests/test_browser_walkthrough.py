@@ -191,6 +191,11 @@ def test_nothing_clips_sideways_in_any_lesson(lessons, server, lesson):
         cells = pg.locator("[data-testid='dl-batch'] [data-pos]")
         assert cells.count() > 10
         assert max(c["x"] + c["width"] for c in (x.bounding_box() for x in cells.all())) <= PRESENTER[0]
+        broken = pg.evaluate("""() => [...document.querySelectorAll('[data-testid=dl-batch] [data-pos]')].filter((c) => {
+            const r = document.createRange(); r.selectNodeContents(c.querySelector('span') || c.firstChild);
+            return new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size > 1;  // lines it spans
+          }).map((c) => c.textContent)""")
+        assert broken == [], f"tokens broken across lines ('·littl e'): {broken}"
 
 
 def test_the_race_shows_its_proof_on_the_first_screen_and_nothing_clips(browser, server):
