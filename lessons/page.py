@@ -51,12 +51,16 @@ def show() -> None:
     c = st.container(horizontal=True, vertical_alignment="bottom")
     lesson = c.selectbox("lesson", TITLES, key="lesson_pick", persist_state="session", width=420)
     st.query_params["lesson"] = str(TITLES.index(lesson) + 1)  # the link reopens this lesson
-    c.button("Previous", on_click=move, args=(-1,), disabled=lesson == TITLES[0], key="lesson_prev", shortcut="left",
-             help="Previous lesson (←)")
-    c.button("Next", on_click=move, args=(1,), disabled=lesson == TITLES[-1], key="lesson_next", shortcut="right",
-             help="Next lesson (→)")
-    st.header(lesson)
-    try:
-        LESSONS[lesson](Course(lm, settings))
-    except DecodeLabError as e:
-        error(str(e))
+    # no tooltips: the buttons show their keys (← →), and a tooltip left under the pointer covered the title
+    c.button("Previous", on_click=move, args=(-1,), disabled=lesson == TITLES[0], key="lesson_prev", shortcut="left")
+    c.button("Next", on_click=move, args=(1,), disabled=lesson == TITLES[-1], key="lesson_next", shortcut="right")
+    # Two places, the lesson in the one its number's parity picks: → and ← draw the next lesson in the other place,
+    # and the place the last lesson held is emptied at once. (Streamlit keeps an element drawn before until the run
+    # draws over it or ends, so in one place the last lesson stood faded under the new one while it measured.)
+    places = [st.empty(), st.empty()]
+    with places[TITLES.index(lesson) % 2].container():
+        st.header(lesson)
+        try:
+            LESSONS[lesson](Course(lm, settings))
+        except DecodeLabError as e:
+            error(str(e))

@@ -9,6 +9,7 @@ does not cover the row under it. System Chromium via Playwright; `browser` and `
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -236,4 +237,29 @@ def test_nothing_clips_sideways_on_the_serving_page_with_the_chunked_prefill_com
     pg.get_by_role("button", name="Compare chunked prefill on and off").click()
     expect(pg.locator("[data-testid='dl-timeline-off']")).to_be_attached(timeout=120_000)
     no_sideways(pg, "serving")
+    pg.close()
+
+
+def test_next_lesson_replaces_the_last_one_at_once_and_no_tooltip_covers_the_title(browser, server):
+    """→ from lesson 1: lesson 2's heading stood for seconds above lesson 1's faded charts, and the 'Next lesson (→)'
+    tooltip, left under the pointer, covered the page's title."""
+    pg = presenter(browser, server, "lessons?lesson=1")
+    expect(pg.locator("h2").filter(has_text=re.compile(r"^1\.")).first).to_be_visible(timeout=120_000)
+    idle(pg)
+    nxt = pg.get_by_role("button", name=re.compile("^Next"))
+    nxt.click()
+    start, faded_under_new = time.monotonic(), []
+    while time.monotonic() - start < 60:
+        heads = [h.inner_text() for h in pg.locator("[data-testid=stMain] h2").all()]
+        stale = pg.evaluate("""() => [...document.querySelectorAll('[data-testid=stMain] [data-stale=true]')]
+            .filter((e) => e.getBoundingClientRect().height > 2).map((e) => e.innerText.slice(0, 40))""")  # seen
+        if any(h.startswith("2.") for h in heads) and stale:
+            faded_under_new.append(stale)
+        if any(h.startswith("2.") for h in heads) and not pg.locator("[data-testid=stStatusWidget]").count():
+            break
+        pg.wait_for_timeout(100)
+    assert faded_under_new == [], f"lesson 1's elements left faded under lesson 2's heading: {faded_under_new}"
+    nxt.hover()
+    pg.wait_for_timeout(1500)  # a tooltip shows after a pause
+    assert pg.locator("[data-testid=stTooltipContent], [role=tooltip]:visible").count() == 0
     pg.close()
