@@ -1,0 +1,120 @@
+"""The click after, in a real browser: each control that sets what the step page shows (a preset prompt, the layer,
+the head, the scrubber) keeps it through the next action (Next token, a view, a reload of the page's own link).
+A value set by code once reached the browser only in part and came back with the next click (step/page.py)."""
+
+from __future__ import annotations
+
+import base64
+import re
+from urllib.parse import parse_qs, urlparse
+
+from playwright.sync_api import expect
+
+from tests.test_browser import idle, open_page, status_text
+
+PRESENTER = (1280, 720)
+BOX = "Type a prompt, then Prefill (P)"
+
+
+def query(pg) -> dict:
+    return {k: v[0] for k, v in parse_qs(urlparse(pg.url).query).items()}
+
+
+def next_token(pg, steps: int) -> None:
+    pg.get_by_role("button", name="Next token").click()
+    expect(pg.get_by_text(re.compile(rf"\({steps} from Next token\)"))).to_be_visible()
+    idle(pg)
+
+
+def view(pg, name: str) -> None:
+    pg.locator("[data-testid='stRadio'] label").filter(has_text=re.compile(f"^{name}$")).first.click()
+    idle(pg)
+
+
+def reload(pg, steps: int) -> None:
+    pg.reload(wait_until="networkidle")
+    expect(pg.get_by_text(re.compile(rf"\({steps} from Next token\)"))).to_be_visible(timeout=120_000)
+    idle(pg)
+
+
+def more(pg):
+    pg.get_by_role("button", name="More").first.click()
+    return pg.get_by_test_id("stPopoverBody")
+
+
+def fold(pg) -> None:
+    for _ in range(3):  # a box focused in the popover may reopen its list: Escape until the popover folds
+        pg.keyboard.press("Escape")
+        pg.wait_for_timeout(300)
+        if not pg.get_by_test_id("stPopoverBody").is_visible():
+            return
+
+
+def test_a_preset_prompt_is_kept_after_prefill_next_token_a_view_and_a_reload(server, browser):
+    pg = open_page(browser, server + "/?presenter=on", *PRESENTER)
+    idle(pg)
+    more(pg).get_by_label("preset prompt").click()
+    pg.get_by_role("option", name="A girl and her dog").click()
+    fold(pg)
+    idle(pg)
+    prompt = "One day, a little girl named Lily went to the park with her dog."
+    assert pg.get_by_placeholder(BOX).input_value() == prompt
+    pg.get_by_role("button", name="Prefill").click()
+    expect(pg.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    idle(pg)
+    next_token(pg, 1)
+    view(pg, "Shapes")
+    reload(pg, 1)
+    for where in ("after a reload", ):
+        assert pg.get_by_placeholder(BOX).input_value() == prompt, where
+        assert query(pg)["prompt"] == prompt and query(pg)["view"] == "Shapes", where
+    pg.close()
+
+
+def test_the_layer_and_the_head_picked_are_kept_after_next_token_a_view_and_a_reload(server, browser):
+    pg = open_page(browser, server + "/?presenter=on&steps=2", *PRESENTER)
+    expect(pg.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible(timeout=120_000)
+    idle(pg)
+    pg.locator("[data-testid=stButtonGroup] button").filter(has_text="layer 2").first.click()
+    idle(pg)
+    head = more(pg).get_by_role("spinbutton", name="head drawn on the stage")
+    head.fill("3")
+    head.press("Enter")
+    idle(pg)
+    fold(pg)
+
+    def kept(after: str) -> None:
+        q = query(pg)
+        assert (q.get("layer"), q.get("head")) == ("2", "3"), (after, q)
+        src = pg.locator("[data-testid=dl-stage] img.dl-stage-wide").first.get_attribute("src")
+        stage = base64.b64decode(src.split("base64,", 1)[1]).decode()  # the stage as drawn
+        assert 'data-layer="2" data-open="1"' in stage and "head 3 (reads kv_head" in stage, after
+
+    kept("the pick")
+    next_token(pg, 3)
+    kept("Next token")
+    view(pg, "KV cache")
+    kept("a view")
+    reload(pg, 3)
+    kept("a reload")
+    pg.close()
+
+
+def test_a_step_scrubbed_back_to_is_kept_after_a_view_and_a_reload(server, browser):
+    pg = open_page(browser, server + "/?presenter=on&steps=4", *PRESENTER)
+    expect(pg.get_by_text(re.compile(r"\(4 from Next token\)"))).to_be_visible(timeout=120_000)
+    idle(pg)
+    for _ in range(3):
+        pg.get_by_role("button", name="◀").click()
+        idle(pg)
+
+    def kept(after: str) -> None:
+        assert query(pg).get("at") == "1" and query(pg).get("steps") == "4", (after, pg.url)
+        assert "step 1 of 4" in status_text(pg), (after, status_text(pg))
+
+    kept("◀ three times")
+    view(pg, "Matmuls")
+    kept("a view")
+    reload(pg, 4)
+    kept("a reload")
+    pg.close()
