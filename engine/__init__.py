@@ -18,7 +18,7 @@ The command line (commands/, `python -m engine ...`) sits above them all.
 
 Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
 
-    errors, units, paths, links, device, pins,
+    errors, units, paths, device, pins,
     torch_internals, transformers_internals  <  forward  <  load  <  generate  <  measure  <  cli_args, __main__
 
 forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it

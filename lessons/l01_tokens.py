@@ -8,8 +8,8 @@ from drawing.palette import show_piece
 from drawing.request import request_html
 from drawing.tokens import token_chips_html
 from engine.generate.loop import token_pieces
-from engine.generate.next_word import ARTICLE_PROMPT
 from lessons.course import Course
+from lessons.next_word import ARTICLE_PROMPT
 from ui.text import plain
 
 TITLE = '1. Text in, tokens out'

@@ -744,9 +744,9 @@ def test_the_lecturers_end_class_button_ends_every_students_stream(key_set):
 def forked_student(room, lecture, lm, at: int = 1):
     """A student who opened the class's link and pressed Fork on step `at` of the lecturer's run (AppTest), the run
     published as the lecturer's step page publishes it: (the student's session, the lecturer's run)."""
-    from engine.links import make_link
     from tests.test_follow import follower
     from ui import model
+    from ui.link_codec import make_link
 
     s = run(lm, at)
     fork = {**make_link({"model": model.POLICY.offered[0], "rule": "greedy", "max_new_tokens": 20, "cache": "on"}),

@@ -147,13 +147,13 @@ def test_prompt_longer_than_context_is_refused(tiny_lm):
 
 
 def test_one_prompt_limit_for_the_box_and_a_link_and_a_link_that_long_fits_nginx(tiny_lm):
-    """MAX_PROMPT_CHARS is defined once (engine/links.py): the prompt box and a link refuse the same length and
+    """MAX_PROMPT_CHARS is defined once (engine/generate/loop.py): the prompt box and a link refuse the same length and
     say the limit; a link with a prompt that long still fits nginx's default 8 KiB request line."""
     from urllib.parse import quote, urlencode
 
     from engine.generate import loop
     from engine.generate.serving.scenarios import LONG
-    from engine.links import MAX_PROMPT_CHARS, make_link, read_link
+    from ui.link_codec import MAX_PROMPT_CHARS, make_link, read_link
 
     assert loop.MAX_PROMPT_CHARS is MAX_PROMPT_CHARS
     too_long = "x" * (MAX_PROMPT_CHARS + 1)

@@ -475,15 +475,15 @@ def class_told_head_zero() -> None:
 def link_drops_zeros() -> None:
     """A link leaves out every zero (seed 0, top-k 0, temperature 0, step 0, layer 0, an empty stop list): opened,
     the defaults come back instead of the values on screen."""
-    from engine import links as engine_links
+    from ui import link_codec
     from ui import links as ui_links
 
-    make = engine_links.make_link
+    make = link_codec.make_link
 
     def dropping(settings: dict) -> dict:
         return make({k: v for k, v in settings.items() if v not in (0, "")})
 
-    engine_links.make_link = ui_links.make_link = dropping
+    link_codec.make_link = ui_links.make_link = dropping
 
 
 def fork_without_a_way_back() -> None:

@@ -7,8 +7,6 @@ generation loop, and reads the probability and rank of the articles' words off t
 
 from __future__ import annotations
 
-import torch
-
 from engine.load.loaded import LoadedModel
 
 ARTICLE_PROMPT = "Today's weather is so"
@@ -23,7 +21,7 @@ def next_word_odds(lm: LoadedModel, prompt: str = ARTICLE_PROMPT, words: tuple[s
 
     run = Stepper(lm, prompt, max_new_tokens=1, repeats=1)
     t = run.prefill()
-    probs = torch.softmax(run.last_logits.float(), dim=-1)
+    probs = run.last_logits.float().softmax(-1)
     odds = {}
     for word in words:
         ids = lm.tokenizer(word, add_special_tokens=False)["input_ids"]
