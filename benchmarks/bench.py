@@ -21,7 +21,6 @@ targets are printed beside the figures, not asserted.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 from transformers.utils import logging as hf_logging
@@ -32,6 +31,7 @@ from engine.forward.run import StepClock, generate
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
+from engine.timing import timed
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 TARGET_UNTRACED = 1.05
@@ -53,10 +53,7 @@ def engine_step_ms(lm: LoadedModel, new_tokens: int, record: bool, use_cache: bo
     stepper.prefill()
     times = []
     while not stepper.done:
-        t0 = time.perf_counter()
-        stepper.decode()
-        dev.sync(lm.device)
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append(timed(stepper.decode, lm.device, repeats=1, warmup=0).forward_ms)
     return times, stepper
 
 

@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 ENV = "DECODE_LAB_MUTANT"
 FAST = "not browser and not system and not slow"
@@ -608,6 +607,8 @@ def run_tests(tests: list[str], mutant: str | None) -> tuple[int, list[str], str
 
 
 def main(argv: list[str]) -> int:
+    from engine.timing import now
+
     if argv == ["--list"]:
         for name, (plant, tests) in MUTANTS.items():
             print(f"{name}: {plant.__doc__}\n    " + "\n    ".join(tests))
@@ -618,17 +619,17 @@ def main(argv: list[str]) -> int:
         print(f"unknown mutant(s) {unknown}; known: {', '.join(MUTANTS)}", file=sys.stderr)
         return 2
     every_test = list(dict.fromkeys(t for n in names for t in MUTANTS[n][1]))
-    t0 = time.perf_counter()
+    t0 = now()
     code, failed, out = run_tests(every_test, None)
     if code != 0:
         print(out[-3000:] + f"\nwith no bug planted the tests do not pass (exit {code}): fix them first.")
         return 2
-    print(f"{'(nothing planted)':24} all pass  ({time.perf_counter() - t0:.0f} s)")
+    print(f"{'(nothing planted)':24} all pass  ({now() - t0:.0f} s)")
     survivors = []
     for name in names:
-        t0 = time.perf_counter()
+        t0 = now()
         code, failed, out = run_tests(MUTANTS[name][1], name)
-        took = f"({time.perf_counter() - t0:.0f} s)"
+        took = f"({now() - t0:.0f} s)"
         if code == 1 and failed:
             print(f"{name:24} killed by {failed[0]}  {took}")
         else:

@@ -10,7 +10,6 @@ labelled so, then corrected step by step for what it assumes away (`corrected_sp
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 from engine.errors import StepError
@@ -225,9 +224,7 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
 
     def timed_decode(run):
         run.prefill()
-        t0 = time.perf_counter()
-        run.run()
-        return run, (time.perf_counter() - t0) * 1e3
+        return run, timed(run.run, target.device, repeats=1, warmup=0).forward_ms
 
     def plain():
         return timed_decode(Stepper(target, prompt, sampling=sampling, max_new_tokens=new_tokens,
