@@ -19,9 +19,9 @@ PROMPT = "Once upon a time there was a cat"
 
 def test_cache_and_no_cache_logits_agree_in_fp32(tiny_lm):
     rep = compare(tiny_lm, PROMPT, new_tokens=10)
-    assert rep["identical"]
-    assert rep["max_logit_diff"] < 1e-4
-    assert len(rep["latency_ms"]["cache"]) == len(rep["latency_ms"]["nocache"])
+    assert rep.identical
+    assert rep.max_logit_diff < 1e-4
+    assert len(rep.latency_ms["cache"]) == len(rep.latency_ms["nocache"])
 
 
 def test_prefill_attention_is_causal_and_rows_sum_to_one(tiny_lm):

@@ -156,10 +156,10 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
     s = pre.q_len
     lean_pass = lean_prefill = compile_ms = None
     if lean and lean_supports(rlm) is not None:  # a family gpt-fast's pass does not cover: transformers' own, compiled
-        from engine.forward.compiled import Lean, time_decode, time_prefill
+        from engine.forward.compiled import CompiledRecipe, time_decode, time_prefill
 
         ids = on.ids[:, :s]
-        run = Lean(rlm, s + 2, compile)
+        run = CompiledRecipe(rlm, s + 2, compile)
         timing, _ = time_prefill(rlm, ids, repeats, run=run)
         lean_prefill = Measured.of("prefill (lean)", s, 0, s, timing, pre.flops_estimate, pre.bytes_estimate, roof,
                                    run.describe("full"))
