@@ -43,5 +43,5 @@ def show(course: Course) -> None:
     said = "; ".join(f"'{w}' {o['p'] * 100:.2g}% (rank {o['rank']:,})" for w, o in odds["words"].items())
     why = (" It was trained only on TinyStories, short children's stories: it has read 'was so big' and 'so happy' in "
            "thousands of them, and hardly any weather reports." if course.bundled else "")
-    st.markdown(plain(f"The articles' example: after \"{ARTICLE_PROMPT}\" a model trained on web text predicts "
-                      f"'nice' or 'warm'. This model predicts {top}; the articles' words get {said}.{why}"))
+    st.markdown(plain(f"A web-text example: after \"{ARTICLE_PROMPT}\" a model trained on web text predicts "
+                      f"'nice' or 'warm'. This model predicts {top}; those two words get {said}.{why}"))

@@ -1,8 +1,8 @@
-"""What the live model predicts next for a prompt, beside what the articles say a big model predicts.
+"""What the live model predicts next for a prompt, beside what a big model predicts.
 
-The articles' example: "Today's weather is so" → "nice" or "warm". A model trained only on children's
+A web-text example: "Today's weather is so" → "nice" or "warm". A model trained only on children's
 stories (TinyStories) has other habits; `next_word_odds` measures them with one prefill pass of the one
-generation loop, and reads the probability and rank of the articles' words off the same logits.
+generation loop, and reads the probability and rank of those words off the same logits.
 """
 
 from __future__ import annotations

@@ -74,14 +74,14 @@ def test_the_lookahead_figure_is_drawn_from_its_figures():
 # ---------------------------------------------------------------- 2. GPT-2's own token count
 
 
-def test_gpt2s_bundled_tokenizer_counts_the_articles_prompt_as_7_tokens():
+def test_gpt2s_bundled_tokenizer_counts_the_worked_examples_prompt_as_7_tokens():
     assert gpt2.count(ARTICLE) == 7
     assert gpt2.pieces(ARTICLE) == ["A", " red", " jacket", " compliments", " any", " outfit", "."]
     assert gpt2.tokenizer().get_vocab_size() == 50257
 
 
 @pytest.mark.slow
-def test_the_gpt2_column_reads_the_articles_shapes_for_the_articles_prompt():
+def test_the_gpt2_column_reads_gpt2s_shapes_for_its_worked_example():
     at = fresh_app()
     at.text_input(key="step_prompt").set_value(ARTICLE).run()
     click(at, "step_btn_prefill")
@@ -353,7 +353,7 @@ def test_lesson_6_includes_a_run_that_stops_at_end_of_text_and_reruns_without_ge
     assert made == []
 
 
-# ---------------------------------------------------------------- concepts: a request's steps, the articles' example
+# ---------------------------------------------------------------- concepts: a request's steps, a web-text example
 
 
 @pytest.mark.slow
@@ -371,7 +371,7 @@ def test_lesson_1_draws_one_request_with_every_step_measured():
 @pytest.mark.slow
 def test_lesson_1_says_what_this_model_predicts_instead_of_nice_or_warm():
     at = lesson(1)
-    said = next(m.value for m in at.markdown if "The articles' example" in m.value)
+    said = next(m.value for m in at.markdown if "weather is so" in m.value)
     assert "nice" in said and "warm" in said and "TinyStories" in said
     assert re.search(r"nice' [\d.]+% \(rank [\d,]+\)", said.replace("\\", ""))
 
