@@ -130,8 +130,9 @@ class LeanLlama(torch.nn.Module):
             k = self.linear(h, self.wk[layer]).view(batch, n, self.kv_heads, hd).transpose(1, 2)
             v = self.linear(h, self.wv[layer]).view(batch, n, self.kv_heads, hd).transpose(1, 2)
             q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
-            k_cache, v_cache = self.k_cache[layer], self.v_cache[layer]
-            k_cache.index_put_(where, k)  # written in place into the whole buffer (fixed addresses: CUDA graphs)
+            # the module's own buffers, by name: a compiler sees fixed addresses (CUDA graphs) written in place
+            k_cache, v_cache = getattr(self, f"k_cache_{layer}"), getattr(self, f"v_cache_{layer}")
+            k_cache.index_put_(where, k)
             v_cache.index_put_(where, v)
             if n > 1:  # a prefill: the prompt's own keys, causal (the cache's empty rest is never read)
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
