@@ -1,7 +1,7 @@
 """The size ladder: rungs of the model's own family, refusals before any weight, one shared build, a record with
 every field labelled by the roofline's rule, figures with the traces they claim, the CLI's JSON, the lean path.
 
-Structure, labels and refusals only: no assert reads a timing (the benchmark targets live in the README).
+Structure, labels and refusals only: no assert reads a timing (the benchmarks print the figures: `python -m engine ladder`, `bench`).
 """
 
 from __future__ import annotations
