@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 
 from benchmarks.records import AppClick, ViewClicks
 from drawing.views import VIEWS  # the step page's seven views, default first: defined once
+from engine.timing import timed
 from ui.apptest import app_test, page
 
 TEXT = ("Once upon a time, in a small house near the woods, there lived a little boy named Sam. Sam loved to "
@@ -35,9 +35,7 @@ def clicks_with_view(prompt: str, view: str, clicks: int) -> list[float]:
     at.button(key="step_btn_prefill").click().run()
     times = []
     for _ in range(clicks):
-        t0 = time.perf_counter()
-        at.button(key="step_btn_next").click().run()
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append(timed(at.button(key="step_btn_next").click().run, repeats=1, warmup=0).forward_ms)
     assert not at.exception, [e.value for e in at.exception]
     return times
 
@@ -52,9 +50,7 @@ def lesson6_seeds(seeds: int = 6) -> list[float]:
     at.run()
     times = []
     for seed in range(1, seeds + 1):
-        t0 = time.perf_counter()
-        at.number_input(key="lesson6_seed").set_value(seed).run()
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append(timed(at.number_input(key="lesson6_seed").set_value(seed).run, repeats=1, warmup=0).forward_ms)
     assert not at.exception, [e.value for e in at.exception]
     return times
 

@@ -71,9 +71,9 @@ def race_at_defaults(lm, log=print) -> RaceAtDefaults:
     new = total - len(lm.tokenizer(prompt)["input_ids"])
     rep = compare(lm, prompt, new, sampling=Sampling(), stop_on_eos=False)
     out = RaceAtDefaults(prompt=prompt, total_tokens=total, new_tokens=new, dtype=lm.dtype_name,
-                         identical=rep["identical"], first_divergence_step=rep["first_divergence_step"],
-                         max_logit_diff=rep["max_logit_diff"], speedup_total=rep["speedup"]["total_ratio"],
-                         speedup_median_step=rep["speedup"]["median_ratio"], path="the Stepper's (readable)",
+                         identical=rep.identical, first_divergence_step=rep.first_divergence_step,
+                         max_logit_diff=rep.max_logit_diff, speedup_total=rep.speedup.total_ratio,
+                         speedup_median_step=rep.speedup.median_ratio, path="the Stepper's (readable)",
                          wall_s=time.perf_counter() - t0)
     log(f"race at the defaults ({lm.dtype_name}, {total} tokens): identical {out.identical}, cache saves "
         f"x{out.speedup_total:.1f} in total ({out.wall_s:.0f} s)")

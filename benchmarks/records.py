@@ -88,8 +88,8 @@ class LadderRow:
     prefill_label: str
     nocache_label: str
     lean_decode_ms: float | None = None  # the lean pass's decode step (engine/forward/lean.py), where timed
-    lean_decode_over_bound: float | None = None  # its time over its DRAM memory bound (target <= 1.6 on a CPU)
-    rows8_over_one: dict[str, float] | None = None  # kind -> 8 rows in one pass over one row (target <= 1.5)
+    lean_decode_over_bound: float | None = None  # its time over its DRAM memory bound
+    rows8_over_one: dict[str, float] | None = None  # kind -> 8 rows in one pass over one row
     knee: dict[str, int | None] | None = None  # kind -> the first n at x1.5 the one-row time
     knee_predicted: float | None = None  # the n where the pass's intensity meets the ridge
 

@@ -30,7 +30,7 @@ from classroom import page_poll as poll
 from classroom.lectures import NO_CLASS, normalize
 from classroom.page_copy import publishes_itself
 from classroom.publisher import Publisher, qr_data_uri
-from engine.links import read_link
+from ui.link_codec import read_link
 from ui.links import apply_values, link_values
 from ui.sidebar import DEFAULTS
 from ui.step_state import STEP_PAGE, prompt_on_screen, replay_steps, view_on_screen

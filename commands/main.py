@@ -66,15 +66,14 @@ def _compare(args) -> int:
     check_json_path(args.json)
     lm = load_from(args)
     rep = compare(lm, args.prompt, args.new_tokens, sampling=sampling_from(args))
-    rep.pop("steppers")
-    print(f"cache:    {rep['text']['cache']!r}")
-    print(f"no cache: {rep['text']['nocache']!r}")
-    print(f"identical tokens: {rep['identical']}   largest logit difference: {rep['max_logit_diff']:.3g}")
-    sp = rep["speedup"]
-    if sp["median_ratio"]:
-        print(f"decode speed-up with the cache: median step x{sp['median_ratio']:.2f}, total x{sp['total_ratio']:.2f}")
+    print(f"cache:    {rep.text['cache']!r}")
+    print(f"no cache: {rep.text['nocache']!r}")
+    print(f"identical tokens: {rep.identical}   largest logit difference: {rep.max_logit_diff:.3g}")
+    sp = rep.speedup
+    if sp.median_ratio:
+        print(f"decode speed-up with the cache: median step x{sp.median_ratio:.2f}, total x{sp.total_ratio:.2f}")
     if args.json:
-        write_json(args.json, rep)
+        write_json(args.json, rep.to_dict())
     return 0
 
 

@@ -7,8 +7,6 @@ tiny (a 4-token prompt, two decode steps, timed once) and is thrown away.
 
 from __future__ import annotations
 
-import time
-
 from drawing.attention import assembled_attention, attention_heatmap, heads_figure
 from drawing.kv import kv_grid_figure, kv_growth_figure
 from drawing.latency import latency_figure
@@ -17,13 +15,14 @@ from drawing.palette import axis_labels
 from drawing.stage import caption, stage_html, stage_svg
 from drawing.tokens import next_token_figure
 from engine.errors import DecodeLabError
+from engine.timing import now
 
 
 def warm_pictures(lm) -> float:
     """Build the stage and each view's figure for a tiny run; returns the ms it took (reported apart)."""
     from engine.generate.stepper import Stepper
 
-    t0 = time.perf_counter()
+    t0 = now()
     try:
         run = Stepper(lm, "Once upon a time", max_new_tokens=3, stop_on_eos=False, repeats=1)
         run.run()
@@ -43,7 +42,7 @@ def warm_pictures(lm) -> float:
         f.to_json()  # what a page does with it: serialising builds plotly's validators once per process
     matmul_frame(t, lm.spec).to_json()
     run.free()
-    return (time.perf_counter() - t0) * 1e3
+    return (now() - t0) * 1e3
 
 
 def blank_figure():

@@ -1,4 +1,4 @@
-"""The matmuls of one layer and every recorded tensor's shape, measured; the articles' GPT-2 shapes beside them.
+"""The matmuls of one layer and every recorded tensor's shape, measured; GPT-2 (124M)'s shapes beside them.
 
 Pure builders: records in, plotly Figures / pandas DataFrames / HTML out; pages place them.
 """
@@ -95,11 +95,11 @@ def matmul_figure(t: StepTrace, spec, layer: int = 0, scale: float = 1.0) -> go.
     return fig
 
 
-ARTICLE_SENTENCE = "A red jacket compliments any outfit."  # the articles' GPT-2 example: 7 GPT-2 tokens
+ARTICLE_SENTENCE = "A red jacket compliments any outfit."  # GPT-2's worked example: 7 GPT-2 tokens
 
 
 def gpt2_shapes_frame(t: StepTrace, spec, prompt_len: int) -> pd.DataFrame:
-    """The articles' own numbers first: GPT-2 (124M) on the articles' sentence, whatever the prompt on screen,
+    """The worked example's numbers first: GPT-2 (124M) on its sentence, whatever the prompt on screen,
     beside the live model on its own prompt (each counted by its own tokenizer).
 
     GPT-2's figures come from its published config (12 heads, head_dim 64), its token count from its own bundled

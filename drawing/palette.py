@@ -23,7 +23,7 @@ MASKED = "#d9d9d9"
 ESTIMATE = "#9467bd"
 GREY = "#9e9e9e"
 LEGEND = {"prefill (initiation phase)": PREFILL, "decode (generation phase)": DECODE, "this step": NEW,
-          "recomputed (cache off)": RECOMPUTED, "masked": MASKED, "estimate": ESTIMATE}  # the articles' two names
+          "recomputed (cache off)": RECOMPUTED, "masked": MASKED, "estimate": ESTIMATE}  # the two names write-ups use
 
 
 INK = "#222"  # a chart's text: its title, axis titles, ticks and legend (a pale grey fades on a projector)

@@ -52,7 +52,7 @@ from engine.units import human_bytes, human_flops
 
 CHOSEN_MIN_W = 84  # the "next:" chip is never a sliver, even for one character (a stop string's "."): id beside it
 SHORT_SIZE = 24.0  # a one- or two-character token is drawn larger, so "next: ." is not a nearly empty box
-PHASE_NAMES = {"prefill": "Prefill (initiation phase)", "decode": "Decode (generation phase)"}  # the articles' words
+PHASE_NAMES = {"prefill": "Prefill (initiation phase)", "decode": "Decode (generation phase)"}  # the phases' other names
 
 
 def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_from: int | None) -> tuple[str, float, tuple]:

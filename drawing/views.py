@@ -178,8 +178,8 @@ def matmuls(c: StepContext) -> list[Block]:
 def shapes(c: StepContext) -> list[Block]:
     t, spec = c.t, c.spec
     blocks = []
-    if spec is not None:  # the articles' own numbers first, whatever the prompt: one click from the step page
-        blocks += [Block("md", "**The articles' GPT-2 (124M)** on \"A red jacket compliments any outfit.\" (7 "
+    if spec is not None:  # GPT-2's worked example first, whatever the prompt: one click from the step page
+        blocks += [Block("md", "**GPT-2 (124M)** on \"A red jacket compliments any outfit.\" (7 "
                                "tokens), beside **this model** on this prompt:"),
                    Block("table", gpt2_shapes_frame(t, spec, c.prompt_len).set_index("tensor"), "gpt2")]
     blocks += [Block("caption", "The tensors of this pass, named by where they live; 'measured' shapes were read off "

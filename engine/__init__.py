@@ -14,15 +14,17 @@ The core thinks; nothing here imports streamlit, and nothing here imports a topi
 
 The core draws nothing: drawing/ (beside it, one layer up) turns its records into pictures, and each topic
 keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative, race, budget).
-The command line (commands/, `python -m engine ...`) sits above them all.
+The command line (commands/, `python -m commands ...` or its other name `python -m engine ...`) sits above them
+all; engine/__main__.py hands over to it without importing it.
 
 Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
 
-    errors, units, paths, links, device, pins,
+    errors, units, paths, device, timing, pins,
     torch_internals, transformers_internals  <  forward  <  load  <  generate  <  measure  <  cli_args, __main__
 
 forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it
-builds a model's spec and warms it up); the device helpers it needs live below both, in device.py.
+builds a model's spec and warms it up); the device helpers it needs live below both, in device.py, and the one
+clock every time is read from in timing.py (`timed`: perf_counter around a device sync, warm-up apart).
 
 Shape vocabulary (used in code comments, trace field names and UI labels alike):
 

@@ -22,12 +22,12 @@ from engine import Sampling, Stepper, compare
 from engine.generate.batch import run_batch, same_as_alone
 from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces
-from engine.generate.next_word import next_word_odds
 from engine.load.load import bundled_models
 from engine.load.rungs import short_count
 from engine.measure import caveats, roofline
 from engine.measure.request import request_timeline
 from engine.paths import ROOT
+from lessons.next_word import next_word_odds
 from topics.ladder.page_ladder import lesson_claim
 from ui.model import device_roof
 from ui.presets import PROMPTS

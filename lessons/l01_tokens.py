@@ -8,8 +8,8 @@ from drawing.palette import show_piece
 from drawing.request import request_html
 from drawing.tokens import token_chips_html
 from engine.generate.loop import token_pieces
-from engine.generate.next_word import ARTICLE_PROMPT
 from lessons.course import Course
+from lessons.next_word import ARTICLE_PROMPT
 from ui.text import plain
 
 TITLE = '1. Text in, tokens out'
@@ -43,5 +43,5 @@ def show(course: Course) -> None:
     said = "; ".join(f"'{w}' {o['p'] * 100:.2g}% (rank {o['rank']:,})" for w, o in odds["words"].items())
     why = (" It was trained only on TinyStories, short children's stories: it has read 'was so big' and 'so happy' in "
            "thousands of them, and hardly any weather reports." if course.bundled else "")
-    st.markdown(plain(f"The articles' example: after \"{ARTICLE_PROMPT}\" a model trained on web text predicts "
-                      f"'nice' or 'warm'. This model predicts {top}; the articles' words get {said}.{why}"))
+    st.markdown(plain(f"A web-text example: after \"{ARTICLE_PROMPT}\" a model trained on web text predicts "
+                      f"'nice' or 'warm'. This model predicts {top}; those two words get {said}.{why}"))

@@ -10,7 +10,7 @@ import streamlit as st
 from drawing.latency import work_per_step_figure
 from engine.measure import caveats, roofline
 from lessons.course import Course, show_stage
-from topics.race.measure import RaceReport, cache_rule, cache_rule_sentence, race_frame
+from topics.race.measure import cache_rule, cache_rule_sentence, race_frame
 from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.style import scale
@@ -32,11 +32,11 @@ def show(course: Course) -> None:
                           persist_state="session")
     prompt = PROMPTS[0]["prompt"]
     rep = course.compare(prompt, steps + 1, 0)  # prefill + `steps` decode steps, each mode
-    cache, nocache = rep["steppers"]["cache"].records, rep["steppers"]["nocache"].records
+    cache, nocache = rep.runs["cache"].records, rep.runs["nocache"].records
     note = caveats.compare_note(cache, nocache)
     if note:  # a busy server flipped the comparison: measure once more (a second or two), then say what remains
         rep = course.compare(prompt, steps + 1, 1)
-        cache, nocache = rep["steppers"]["cache"].records, rep["steppers"]["nocache"].records
+        cache, nocache = rep.runs["cache"].records, rep.runs["nocache"].records
         note = caveats.compare_note(cache, nocache)
     with stage:  # the slider's last step, drawn: its passes timed once each (the measured comparison is `rep`, above)
         show_stage(course.greedy_run(prompt, decode_steps=steps, use_cache=False, repeats=1), steps)
@@ -46,17 +46,17 @@ def show(course: Course) -> None:
         st.plotly_chart(fig, key="lesson5_work")
     sum_q = {name: sum(t.q_len for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     flops = {name: sum(t.flops_estimate for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
-    sp = rep["speedup"]
-    st.markdown(f"Same tokens with and without the cache: **{'yes' if rep['identical'] else 'no'}** (largest logit "
-                f"difference {rep['max_logit_diff']:.1g}). Over {len(cache)} forward passes (prefill and {steps} "
+    sp = rep.speedup
+    st.markdown(f"Same tokens with and without the cache: **{'yes' if rep.identical else 'no'}** (largest logit "
+                f"difference {rep.max_logit_diff:.1g}). Over {len(cache)} forward passes (prefill and {steps} "
                 f"decode steps) the cached run computed **{sum_q['cache']} positions**; the uncached one "
                 f"**{sum_q['nocache']}**. Total work (estimate): {flops['nocache'] / flops['cache']:.1f}× more without "
-                f"the cache. Measured decode time: {sp['nocache_total_ms']:.0f} ms without the cache, "
-                f"{sp['cache_total_ms']:.0f} ms with it (×{sp['total_ratio']:.1f}).")
+                f"the cache. Measured decode time: {sp.nocache_total_ms:.0f} ms without the cache, "
+                f"{sp.cache_total_ms:.0f} ms with it (×{sp.total_ratio:.1f}).")
     if note:
         st.warning(note + " (Measured twice.)", icon=":material/speed:")
     with st.expander("What the cache saves on this device and on an H100, and why the work grows as n²"):
-        rule = cache_rule(race_frame(RaceReport.of(rep)), sp["total_ratio"], device_roof(), roofline.h100())
+        rule = cache_rule(race_frame(rep), sp.total_ratio, device_roof(), roofline.h100())
         if rule:
             st.markdown(plain(cache_rule_sentence(rule)))
         st.markdown("Step *i* without the cache computes about *s + i* positions, so *n* steps cost about "

@@ -7,8 +7,8 @@ import streamlit as st
 from drawing.palette import show_piece
 from drawing.tokens import next_token_figure
 from engine import Sampling
-from engine.generate.next_word import until_end
 from lessons.course import ENDING, Course
+from lessons.next_word import until_end
 from ui.presets import PROMPTS
 from ui.style import scale
 from ui.text import plain

@@ -19,8 +19,8 @@ from drawing.palette import legend_html
 from drawing.stage_phone import stage_pictures
 from drawing.views import VIEWS, StepContext
 from engine import Stepper
-from engine.links import MAX_PROMPT_CHARS, read_link
 from step.page_views import show_view
+from ui.link_codec import MAX_PROMPT_CHARS, read_link
 from ui.links import apply_values, write_link
 from ui.presets import PROMPTS, SCENARIOS
 from ui.setup import page_setup

@@ -3,7 +3,8 @@ system parts the slower tiers need (system Chromium; redis-server and nginx).
 
 Tiers (README, "Install, run, test"): a test is marked `browser`, `system` or `gpu` here, from the fixtures it
 uses (TIER_OF_FIXTURE), so a new test lands in its tier by asking for what it needs; `slow` is marked by hand on
-the tests that take long on the 2-core reference machine. A missing system part fails the test that needs it
+the tests that take long on a 2-core machine, and `perf` on every test that asserts a time (how fast a probe,
+a draw or a refusal is): the other tiers assert behaviour only, whatever the minute. A missing system part fails the test that needs it
 with the one command that installs it. The `gpu` tier runs only when `-m` names it (`-m gpu`, or
 `python -m engine gpu-check`): a run that does not ask for it deselects it, on any machine.
 """

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from playwright.async_api import async_playwright
 
+from engine.timing import now
 from tests.appserver import free_port, start_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,10 +85,10 @@ async def student(browser, url: str, n: int, seconds: float, out: dict) -> None:
                 await asyncio.sleep(0.2)
                 continue
             before = int(STATUS.search(await page.get_by_text(STATUS).first.inner_text()).group(1))
-            t0 = time.perf_counter()
+            t0 = now()
             await nxt.click()
             await page.get_by_text(re.compile(rf"\({before + 1} from Next token\)")).first.wait_for()
-            lat.append((time.perf_counter() - t0) * 1e3)
+            lat.append((now() - t0) * 1e3)
             shown = await page.locator("[data-testid='dl-text']").first.inner_text()
             if not shown.startswith(prompt) or re.search(r"Student(?!%02d)\d\d" % n, shown):
                 foreign.append(shown[:120])

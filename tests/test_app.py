@@ -97,7 +97,7 @@ def test_every_page_renders_with_the_bundled_model_and_asks_the_network_for_noth
 
 def test_prefill_then_five_next_tokens_with_measured_shapes():
     at = open_view(click(fresh_app(), "step_btn_prefill"), "Shapes")
-    shapes = frame_with(at, "source").set_index("tensor")  # the measured table (the articles' GPT-2 sits above it)
+    shapes = frame_with(at, "source").set_index("tensor")  # the measured table (GPT-2's sits above it)
     s = int(shapes.loc["input_ids", "shape"].strip("[]").split(", ")[1])
     d_model = int(shapes.loc["blocks.{0..3}.resid_in", "shape"].strip("[]").split(", ")[2])
     assert shapes.loc["blocks.{0..3}.attn.q", "shape"] == f"[1, 8, {s}, 32]"  # [batch, head, query_pos, head_dim]

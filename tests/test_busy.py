@@ -9,6 +9,7 @@ import pytest
 
 from engine import Stepper
 from engine.errors import Busy
+from engine.timing import now
 from tests.models import GOOD
 from tests.safety import messages
 from tests.test_app import click, fresh_app, new_tokens
@@ -24,7 +25,7 @@ def busy_model(monkeypatch):
 
     class Full(threading.Semaphore):
         def acquire(self, *args, **kwargs):
-            tries.append(time.perf_counter())
+            tries.append(now())
             return super().acquire(*args, **kwargs)
 
     def sleep(seconds):

@@ -576,9 +576,10 @@ def live_versions(events: list[bytes]) -> list[int]:
     return [json.loads(e.split(b"data: ", 1)[1])["v"] for e in events if b"event: live" in e]
 
 
-def test_end_class_reaches_every_follower_on_every_replica_at_once(store):
+@pytest.mark.parametrize("within_s", [None, pytest.param(1.0, marks=pytest.mark.perf)])
+def test_end_class_reaches_every_follower_on_every_replica_at_once(store, within_s):
     """Five followers on two replicas (two hubs on one store): a version reaches all five, then End ends all five
-    streams within a second; the class's code stops working."""
+    streams (in the perf tier: within a second); the class's code stops working."""
     room = room_of(store)
     replica = Classroom(room.kv, key=KEY, clock=room.clock)  # another server process on the same store
     hubs = [Hub(room), Hub(replica)]
@@ -597,7 +598,7 @@ def test_end_class_reaches_every_follower_on_every_replica_at_once(store):
         streams.wait(lambda got: all(v in live_versions(got[w]) for w in whos))
         room.end(lecture)
         took = streams.wait(lambda got: all(got[w][-1] == END for w in whos))
-        assert took < 1.0
+        assert within_s is None or took < within_s
     finally:
         streams.close()
     assert room.version(lecture.code) is None and replica.version(lecture.code) is None
@@ -744,9 +745,9 @@ def test_the_lecturers_end_class_button_ends_every_students_stream(key_set):
 def forked_student(room, lecture, lm, at: int = 1):
     """A student who opened the class's link and pressed Fork on step `at` of the lecturer's run (AppTest), the run
     published as the lecturer's step page publishes it: (the student's session, the lecturer's run)."""
-    from engine.links import make_link
     from tests.test_follow import follower
     from ui import model
+    from ui.link_codec import make_link
 
     s = run(lm, at)
     fork = {**make_link({"model": model.POLICY.offered[0], "rule": "greedy", "max_new_tokens": 20, "cache": "on"}),

@@ -1,7 +1,7 @@
-"""The lean path is the model you have, compiled: the same weights, the Stepper's tokens and logits, compile time
-apart; the race at a rung can run on it and says which path ran; bundled models load in fp32 everywhere.
+"""The compiled recipe (engine/forward/compiled.py) is the model you have, compiled: the same weights, the Stepper's
+tokens and logits, compile time apart; the race at a rung can run on it and says which path ran; bundled models load in fp32 everywhere.
 
-On a CPU the lean path runs uncompiled by default (inductor takes tens of seconds); one tiny compiled decode
+On a CPU the compiled recipe runs uncompiled by default (inductor takes tens of seconds); one tiny compiled decode
 checks that the compiled code gives the same tokens. The GPU's claims (CUDA graphs) are tests/test_gpu.py's.
 """
 
@@ -37,11 +37,11 @@ def test_the_view_is_the_same_weights_on_sdpa_and_leaves_the_readable_attention_
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "phi3", "gpt2"])
-def test_lean_tokens_and_logits_equal_the_steppers_for_every_family_a_rung_takes(family, family_model):
+def test_compiled_tokens_and_logits_equal_the_steppers_for_every_family_a_rung_takes(family, family_model):
     lm = family_model(family)
     ids, tokens = steppers_tokens(lm)
     assert compiled.greedy(lm, ids, len(tokens), compile=False) == tokens
-    lean = compiled.Lean(lm, ids.shape[1] + 2, compile=False)
+    lean = compiled.CompiledRecipe(lm, ids.shape[1] + 2, compile=False)
     with lm.turn():
         token = lean.prefill(ids)
         step = lean.step(token)  # [batch, vocab] at position s
@@ -56,7 +56,7 @@ def test_lean_tokens_and_logits_equal_the_steppers_for_every_family_a_rung_takes
     torch.testing.assert_close(step, readable_step, rtol=1e-4, atol=1e-4)
 
 
-def test_the_bundled_models_lean_tokens_equal_the_steppers(bundled_lm):
+def test_the_bundled_models_compiled_tokens_equal_the_steppers(bundled_lm):
     ids, tokens = steppers_tokens(bundled_lm, new_tokens=48)
     assert compiled.greedy(bundled_lm, ids, 48, compile=False) == tokens
 
@@ -66,7 +66,7 @@ def test_a_compiled_decode_on_a_cpu_gives_the_steppers_tokens_and_keeps_its_comp
     """The same code torch.compile runs on a GPU, here with inductor on the CPU (a 2-layer model)."""
     lm = family_model("llama")
     ids, tokens = steppers_tokens(lm, new_tokens=12)
-    lean = compiled.Lean(lm, ids.shape[1] + 12, compile=True)
+    lean = compiled.CompiledRecipe(lm, ids.shape[1] + 12, compile=True)
     with lm.turn():
         out = [lean.prefill(ids)]
         while len(out) < 12:
@@ -77,7 +77,7 @@ def test_a_compiled_decode_on_a_cpu_gives_the_steppers_tokens_and_keeps_its_comp
     assert lean.graph_captured is None  # no CUDA graphs were asked for on a CPU
 
 
-def test_timing_the_lean_path_keeps_warm_up_and_compile_apart(bundled_lm):
+def test_timing_the_compiled_recipe_keeps_warm_up_and_compile_apart(bundled_lm):
     ids, _ = steppers_tokens(bundled_lm, new_tokens=2)
     timing, lean = compiled.time_decode(bundled_lm, ids, repeats=3, compile=False)
     assert timing.repeats == 3 and timing.warmup_ms is not None and "decode" in lean.compile_ms
@@ -94,16 +94,16 @@ def test_transformers_recipe_is_timed_beside_it_and_says_whether_it_compiled(bun
     assert how.endswith("not compiled here")  # generate compiles on a GPU only
 
 
-# ---------------------------------------------------------------- the race on the lean path
+# ---------------------------------------------------------------- the race on the compiled recipe
 
 
-def test_the_lean_race_is_exact_says_which_path_ran_and_draws_like_a_race(bundled_lm):
+def test_the_compiled_race_is_exact_says_which_path_ran_and_draws_like_a_race(bundled_lm):
     report = race.lean_compare(bundled_lm, "Once upon a time", 24)
     readable = compare(bundled_lm, "Once upon a time", 24, stop_on_eos=False)
-    assert report.identical and list(report.tokens["cache"]) == readable["tokens"]["cache"]
+    assert report.identical and report.tokens["cache"] == readable.tokens["cache"]
     assert report.how == {"cache": "static cache + SDPA, not compiled",
                           "nocache": "no cache, every position again, SDPA, not compiled"}
-    assert set(readable) - {"steppers"} <= set(report.to_dict()) and report.max_logit_diff < 1e-3
+    assert set(readable.to_dict()) <= set(report.to_dict()) and report.max_logit_diff < 1e-3
     df = race.race_frame(report)
     s = len(bundled_lm.tokenizer("Once upon a time")["input_ids"])
     assert list(df[df["mode"] == "nocache"]["q_len"])[:4] == [s, s + 1, s + 2, s + 3]  # every position again

@@ -19,9 +19,9 @@ PROMPT = "Once upon a time there was a cat"
 
 def test_cache_and_no_cache_logits_agree_in_fp32(tiny_lm):
     rep = compare(tiny_lm, PROMPT, new_tokens=10)
-    assert rep["identical"]
-    assert rep["max_logit_diff"] < 1e-4
-    assert len(rep["latency_ms"]["cache"]) == len(rep["latency_ms"]["nocache"])
+    assert rep.identical
+    assert rep.max_logit_diff < 1e-4
+    assert len(rep.latency_ms["cache"]) == len(rep.latency_ms["nocache"])
 
 
 def test_prefill_attention_is_causal_and_rows_sum_to_one(tiny_lm):
@@ -147,13 +147,13 @@ def test_prompt_longer_than_context_is_refused(tiny_lm):
 
 
 def test_one_prompt_limit_for_the_box_and_a_link_and_a_link_that_long_fits_nginx(tiny_lm):
-    """MAX_PROMPT_CHARS is defined once (engine/links.py): the prompt box and a link refuse the same length and
+    """MAX_PROMPT_CHARS is defined once (engine/generate/loop.py): the prompt box and a link refuse the same length and
     say the limit; a link with a prompt that long still fits nginx's default 8 KiB request line."""
     from urllib.parse import quote, urlencode
 
     from engine.generate import loop
     from engine.generate.serving.scenarios import LONG
-    from engine.links import MAX_PROMPT_CHARS, make_link, read_link
+    from ui.link_codec import MAX_PROMPT_CHARS, make_link, read_link
 
     assert loop.MAX_PROMPT_CHARS is MAX_PROMPT_CHARS
     too_long = "x" * (MAX_PROMPT_CHARS + 1)

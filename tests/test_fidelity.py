@@ -74,14 +74,14 @@ def test_the_lookahead_figure_is_drawn_from_its_figures():
 # ---------------------------------------------------------------- 2. GPT-2's own token count
 
 
-def test_gpt2s_bundled_tokenizer_counts_the_articles_prompt_as_7_tokens():
+def test_gpt2s_bundled_tokenizer_counts_the_worked_examples_prompt_as_7_tokens():
     assert gpt2.count(ARTICLE) == 7
     assert gpt2.pieces(ARTICLE) == ["A", " red", " jacket", " compliments", " any", " outfit", "."]
     assert gpt2.tokenizer().get_vocab_size() == 50257
 
 
 @pytest.mark.slow
-def test_the_gpt2_column_reads_the_articles_shapes_for_the_articles_prompt():
+def test_the_gpt2_column_reads_gpt2s_shapes_for_its_worked_example():
     at = fresh_app()
     at.text_input(key="step_prompt").set_value(ARTICLE).run()
     click(at, "step_btn_prefill")
@@ -353,7 +353,7 @@ def test_lesson_6_includes_a_run_that_stops_at_end_of_text_and_reruns_without_ge
     assert made == []
 
 
-# ---------------------------------------------------------------- concepts: a request's steps, the articles' example
+# ---------------------------------------------------------------- concepts: a request's steps, a web-text example
 
 
 @pytest.mark.slow
@@ -371,7 +371,7 @@ def test_lesson_1_draws_one_request_with_every_step_measured():
 @pytest.mark.slow
 def test_lesson_1_says_what_this_model_predicts_instead_of_nice_or_warm():
     at = lesson(1)
-    said = next(m.value for m in at.markdown if "The articles' example" in m.value)
+    said = next(m.value for m in at.markdown if "weather is so" in m.value)
     assert "nice" in said and "warm" in said and "TinyStories" in said
     assert re.search(r"nice' [\d.]+% \(rank [\d,]+\)", said.replace("\\", ""))
 
@@ -380,7 +380,7 @@ def test_lesson_1_says_what_this_model_predicts_instead_of_nice_or_warm():
 
 
 WARM_PROBE = """
-import json, sys, time
+import json, sys
 sys.path.insert(0, {root!r})
 from engine import Stepper, load_model
 from drawing.stage import stage_svg
@@ -388,6 +388,7 @@ from drawing.attention import heads_figure
 from drawing.first_draw import warm_pictures
 from drawing.palette import axis_labels
 from drawing.tokens import next_token_figure
+from engine.timing import now
 
 lm = load_model("default", device="cpu")
 if {warm}:
@@ -396,11 +397,11 @@ took = []
 for prompt in ("Tom had a red ball.", "Lily went to the park.", "The cat sat down.", "Ben saw a big dog."):
     run = Stepper(lm, prompt, max_new_tokens=2, repeats=1)
     run.prefill()
-    t0 = time.perf_counter()
+    t0 = now()
     stage_svg(run.records[0], run.pieces(), run.prompt_len)
     heads_figure(run.records[0], 0, axis_labels(run.pieces()), cols=2, newest_only=True).to_json()
     next_token_figure(run.records[0]).to_json()
-    took.append(time.perf_counter() - t0)
+    took.append(now() - t0)
 print(json.dumps(took))
 """
 
@@ -417,7 +418,7 @@ def _first_and_later(warm: bool) -> tuple[float, list[float]]:
     return first, later
 
 
-@pytest.mark.slow
+@pytest.mark.perf
 def test_after_the_load_warm_up_a_first_step_draws_as_fast_as_a_later_one():
     """ui/model.py warms every picture when it loads the model (drawing.first_draw): without it, the first step's
     figures of a process take ~40 ms more than the next step's (76 against 34 ms on the EPYC VM, quiet)."""

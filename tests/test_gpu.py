@@ -44,7 +44,7 @@ def test_lean_tokens_and_logits_equal_the_readable_paths_on_the_gpu(gpu_lm):
     run.run()
     ids = run.ids[:, :run.prompt_len]
     assert compiled.greedy(gpu_lm, ids, 64) == run.generated_ids  # compiled, CUDA graphs: the default on a GPU
-    lean = compiled.Lean(gpu_lm, ids.shape[1] + 2)
+    lean = compiled.CompiledRecipe(gpu_lm, ids.shape[1] + 2)
     with gpu_lm.turn(), torch.no_grad():
         readable = gpu_lm.model(input_ids=ids.to(gpu_lm.device)).logits[:, -1]
         torch.testing.assert_close(lean.full(ids), readable, rtol=1e-3, atol=1e-3)
@@ -62,8 +62,8 @@ def test_the_race_is_exact_at_the_defaults_over_512_tokens(gpu_lm):
     prompt, sampling = race_defaults()
     room = gpu_lm.spec.max_positions - len(gpu_lm.tokenizer(prompt)["input_ids"])
     report = compare(gpu_lm, prompt, room, sampling=sampling, stop_on_eos=False)
-    assert len(report["tokens"]["cache"]) == room and gpu_lm.spec.max_positions == 512
-    assert report["identical"], f"the runs parted at step {report['first_divergence_step']}"
+    assert len(report.tokens["cache"]) == room and gpu_lm.spec.max_positions == 512
+    assert report.identical, f"the runs parted at step {report.first_divergence_step}"
 
 
 def interleaved_passes_match_eager(lm, device: str, rows=(1, 4, 8), rounds: int = 3) -> None:

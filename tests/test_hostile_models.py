@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 import engine.load.load
 from engine.errors import DecodeLabError, ModelLoadError, NotACausalLM, UnsafeWeights
+from engine.timing import timed
 from tests.models import OTHER
 from tests.safety import messages, prefill_works, seen, shown
 from tests.test_app import fresh_app
@@ -121,15 +121,23 @@ def test_hostile_folders_are_refused_with_typed_errors_and_nothing_is_unpickled(
     server: no resolved path, no traceback, no library file.
     """
     for name, (folder, error, words) in hostile.items():
-        t0 = time.perf_counter()
         with pytest.raises(DecodeLabError) as e:
             engine.load.load.load_model(folder, device="cpu", warmup=False)
-        took = time.perf_counter() - t0
         assert type(e.value) is error, (name, type(e.value), str(e.value))
         assert words in str(e.value), (name, str(e.value))
         assert not server_paths_in(str(e.value), folder), (name, str(e.value))
-        assert took < 10, (name, took)
     assert no_unpickling == []
+
+
+@pytest.mark.perf
+def test_each_hostile_folder_is_refused_within_seconds(hostile, no_unpickling):
+    """Refused before any weight is read: a 20,000-layer config or a lying header costs seconds, not a load."""
+    for name, (folder, _, _) in hostile.items():
+        def load():
+            with pytest.raises(DecodeLabError):
+                engine.load.load.load_model(folder, device="cpu", warmup=False)
+
+        assert timed(load, repeats=1, warmup=0).forward_ms < 10_000, name
 
 
 def test_a_bundled_model_that_fails_names_itself_not_its_folder(tmp_path, monkeypatch, bundled_dir, no_unpickling):
@@ -238,9 +246,7 @@ def test_the_scale_page_refuses_a_hostile_config_once(tmp_path, bundled_dir, ope
     at.selectbox(key="scale_model").set_value(next(c for c in at.selectbox(key="scale_model").options
                                                    if "config only" in c)).run()
     folder = hostile_folders(tmp_path, bundled_dir / "tinystories-llama")["20,000 tiny layers"][0]
-    t0 = time.perf_counter()
-    at.text_input(key="scale_src").set_value(folder).run()
-    assert time.perf_counter() - t0 < 10
+    at.text_input(key="scale_src").set_value(folder).run()  # refused from its config (the perf tier times it)
     assert any("num_hidden_layers" in m and folder in m for m in messages(at)), messages(at)
     for tokens in (1024, 2048, 4096):  # every widget change reruns the page
         at.number_input(key="scale_tokens").set_value(tokens).run()

@@ -31,8 +31,6 @@ def test_another_version_is_refused_with_the_file_to_check(library, monkeypatch)
 
 def test_the_torch_internals_named_are_there():
     missing = [name for name, found in [
-        ("torch.ops.mkldnn._reorder_linear_weight", lambda: torch.ops.mkldnn._reorder_linear_weight),
-        ("torch.ops.mkldnn._linear_pointwise", lambda: torch.ops.mkldnn._linear_pointwise),
         ("torch._dynamo.config.recompile_limit", lambda: torch._dynamo.config.recompile_limit),
         ("torch._dynamo.mark_dynamic", lambda: torch._dynamo.mark_dynamic),
     ] if not _there(found)]

@@ -22,10 +22,10 @@ LAYERS = [
     ("ui",),  # what every page shares: the controller, the sidebar, the style, links, the step page's API
     ("classroom", "topics"),  # the classroom wing; one folder per topic (ladder, serving, speculative, race, budget)
     ("step", "lessons"),  # the step page and the lessons, which quote the topics
-    ("pages", "app", "benchmarks", "commands", "engine.__main__", "deploy", "tools"),  # doors and commands
+    ("pages", "app", "benchmarks", "commands", "deploy", "tools"),  # doors and commands
 ]
 # inside the core, its own order (engine/__init__.py states it)
-CORE = [("errors", "units", "paths", "links", "device", "pins", "torch_internals", "transformers_internals"), ("forward",),
+CORE = [("errors", "units", "paths", "device", "timing", "pins", "torch_internals", "transformers_internals"), ("forward",),
         ("load",), ("generate",), ("measure",), ("cli_args", "__main__")]
 PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named page*.py: a page file
 PACKAGES = ("engine", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")

@@ -55,7 +55,7 @@ def test_the_lean_pass_gives_a_tiny_llamas_logits_with_grouped_and_single_kv_hea
 
 def test_the_lean_pass_gives_a_grown_rungs_logits(bundled_lm):
     (rung,), _ = plan(bundled_lm, ["2M"], tokens=32)
-    rlm = build(rung, bundled_lm)  # random weights, stored [in, out] as the ladder stores them on a CPU
+    rlm = build(rung, bundled_lm)  # random weights, as the ladder grows them
     check_against_transformers(rlm.model, prompt_ids(bundled_lm))
 
 
@@ -85,24 +85,36 @@ def test_a_decode_step_for_a_batch_gives_each_sequence_its_own_single_step_logit
         assert torch.allclose(rows[i], want[0], atol=2e-4), i
 
 
-def test_the_lean_pass_reads_the_readable_models_own_weights_and_leaves_its_logits_alone(bundled_lm):
-    """Shared, not copied: q, k and v (and gate, up) are slices of one fused matrix, the readable model's Parameters
-    (the same objects) now read from it, and the readable model's logits are what they were."""
-    model, ids = bundled_lm.model, prompt_ids(bundled_lm)
-    before = reference(model, ids)
-    params = dict(model.named_parameters())
+def storage(model) -> dict[str, tuple]:
+    """Each Parameter of the readable model: the object, where its data lies, and how it is laid out."""
+    return {name: (p, p.data_ptr(), p.stride()) for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("which", ["bundled", "rung"])
+def test_building_the_lean_pass_leaves_every_readable_parameter_where_it_was(which, bundled_lm):
+    """No side effect on the model the class steps through: building the lean pass (and running it) moves no
+    Parameter's storage, changes no layout and no logit."""
+    if which == "bundled":
+        model = bundled_lm.model
+    else:
+        (rung,), _ = plan(bundled_lm, ["2M"], tokens=32)
+        model = build(rung, bundled_lm).model
+    ids = prompt_ids(bundled_lm)
+    before, logits = storage(model), reference(model, ids)
     lean = lean_pass.LeanLlama(model, max_batch=1, max_len=ids.shape[1] + 1)
-    assert dict(model.named_parameters()) == params  # the same Parameter objects
-    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
-    wqkv, w13 = lean.wqkv[0], lean.w13[0]
-    row = wqkv.stride(0) * wqkv.element_size()
-    assert attn.q_proj.weight.data_ptr() == wqkv.data_ptr()
-    assert attn.k_proj.weight.data_ptr() == wqkv.data_ptr() + attn.q_proj.weight.shape[0] * row
-    assert mlp.up_proj.weight.data_ptr() == w13.data_ptr() + mlp.gate_proj.weight.shape[0] * w13.stride(0) * 4
-    assert lean.wo[0] is attn.o_proj.weight and lean.embed is model.model.embed_tokens.weight
-    assert torch.equal(reference(model, ids), before)
-    again = lean_pass.LeanLlama(model, max_batch=1, max_len=8)  # asked again: the same fused matrices
-    assert again.wqkv[0].data_ptr() == wqkv.data_ptr()
+    with torch.no_grad():
+        lean(ids, torch.arange(ids.shape[1]))
+    assert storage(model) == before
+    assert torch.equal(reference(model, ids), logits)
+    attn = model.model.layers[0].self_attn  # shared, not copied: the lean pass holds the very Parameters
+    assert lean.wq[0] is attn.q_proj.weight and lean.wo[0] is attn.o_proj.weight
+    assert lean.embed is model.model.embed_tokens.weight
+
+
+def test_the_lean_pass_names_the_kernel_it_runs_its_products_with(bundled_lm):
+    lean = lean_pass.LeanLlama(bundled_lm.model, max_batch=1, max_len=8)
+    assert "streamed" in lean.kernel  # a CPU's one-row products
+    assert lean_pass.LeanLlama(bundled_lm.model, 1, 8, one_row_kernel=False).kernel == "F.linear"
 
 
 def test_a_family_the_lean_pass_does_not_cover_is_refused_in_words(family_model):
@@ -116,8 +128,8 @@ def test_a_family_the_lean_pass_does_not_cover_is_refused_in_words(family_model)
 
 @pytest.mark.slow
 def test_the_compiled_lean_pass_gives_the_same_logits_one_row_and_many(bundled_lm):
-    """Compiled whole (inductor; on a CPU the one-row products as streamed dot products, the multi-row ones on
-    oneDNN's packed weights): the same logits as transformers, one row and a prefill of many rows."""
+    """Compiled whole (inductor; on a CPU the one-row products as streamed dot products, the multi-row ones
+    F.linear): the same logits as transformers, one row and a prefill of many rows."""
     ids = prompt_ids(bundled_lm)
     s = ids.shape[1]
     lean = lean_pass.LeanLlama(bundled_lm.model, max_batch=1, max_len=s + 2)

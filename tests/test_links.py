@@ -12,7 +12,7 @@ import pytest
 
 from drawing.views import VIEWS
 from engine.generate.serving.scenarios import SCENARIOS
-from engine.links import FIELDS, LADDER_VIEWS, MAX_PROMPT_CHARS, make_link, read_link
+from ui.link_codec import FIELDS, LADDER_VIEWS, MAX_PROMPT_CHARS, make_link, read_link
 
 # field -> its zero (or lowest), the sidebar's default, its extreme (highest), and one more where it has one
 VALUES = {

@@ -20,8 +20,8 @@ def test_ruff_finds_nothing_in_the_repository():
 
 
 def test_the_lint_is_the_pinned_one_with_the_house_rules():
-    """requirements.txt pins the ruff the rules were written for; ruff.toml selects pyflakes' checks among them."""
-    pinned = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    """requirements-dev.txt pins the ruff the rules were written for; ruff.toml selects pyflakes' checks among them."""
+    pinned = [line.split("#")[0].strip() for line in (ROOT / "requirements-dev.txt").read_text().splitlines()]
     assert any(p.startswith("ruff==") for p in pinned), pinned
     config = (ROOT / "ruff.toml").read_text()
     assert '"F"' in config and "line-length = 120" in config

@@ -93,6 +93,7 @@ def test_device_probe_counts_the_work_it_times(monkeypatch):
     assert roof.ridge == roof.peak_flops / roof.dram_bandwidth  # THE ridge: DRAM's, whatever a cache reads
 
 
+@pytest.mark.perf
 def test_device_probe_reads_this_machines_matmul_rate(monkeypatch):
     """The probe's peak against a matmul timed here, apart from it (best of several): the same within ×3."""
     import time

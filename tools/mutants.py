@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 ENV = "DECODE_LAB_MUTANT"
 FAST = "not browser and not system and not slow"
@@ -475,15 +474,15 @@ def class_told_head_zero() -> None:
 def link_drops_zeros() -> None:
     """A link leaves out every zero (seed 0, top-k 0, temperature 0, step 0, layer 0, an empty stop list): opened,
     the defaults come back instead of the values on screen."""
-    from engine import links as engine_links
+    from ui import link_codec
     from ui import links as ui_links
 
-    make = engine_links.make_link
+    make = link_codec.make_link
 
     def dropping(settings: dict) -> dict:
         return make({k: v for k, v in settings.items() if v not in (0, "")})
 
-    engine_links.make_link = ui_links.make_link = dropping
+    link_codec.make_link = ui_links.make_link = dropping
 
 
 def fork_without_a_way_back() -> None:
@@ -608,6 +607,8 @@ def run_tests(tests: list[str], mutant: str | None) -> tuple[int, list[str], str
 
 
 def main(argv: list[str]) -> int:
+    from engine.timing import now
+
     if argv == ["--list"]:
         for name, (plant, tests) in MUTANTS.items():
             print(f"{name}: {plant.__doc__}\n    " + "\n    ".join(tests))
@@ -618,17 +619,17 @@ def main(argv: list[str]) -> int:
         print(f"unknown mutant(s) {unknown}; known: {', '.join(MUTANTS)}", file=sys.stderr)
         return 2
     every_test = list(dict.fromkeys(t for n in names for t in MUTANTS[n][1]))
-    t0 = time.perf_counter()
+    t0 = now()
     code, failed, out = run_tests(every_test, None)
     if code != 0:
         print(out[-3000:] + f"\nwith no bug planted the tests do not pass (exit {code}): fix them first.")
         return 2
-    print(f"{'(nothing planted)':24} all pass  ({time.perf_counter() - t0:.0f} s)")
+    print(f"{'(nothing planted)':24} all pass  ({now() - t0:.0f} s)")
     survivors = []
     for name in names:
-        t0 = time.perf_counter()
+        t0 = now()
         code, failed, out = run_tests(MUTANTS[name][1], name)
-        took = f"({time.perf_counter() - t0:.0f} s)"
+        took = f"({now() - t0:.0f} s)"
         if code == 1 and failed:
             print(f"{name:24} killed by {failed[0]}  {took}")
         else:

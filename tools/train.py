@@ -16,11 +16,12 @@ import math
 import os
 import platform
 import random
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from engine.timing import now
 
 EOS = "<|endoftext|>"
 
@@ -326,7 +327,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     )
     gen = torch.Generator().manual_seed(cfg.seed)
     history = []
-    t0 = time.perf_counter()
+    t0 = now()
     model.train()
     bar = tqdm(range(cfg.steps), desc=f"train {cfg.arch}", mininterval=5)
     for step in bar:
@@ -339,13 +340,13 @@ def train(cfg: TrainConfig, log=print) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        tok_s = (step + 1) * cfg.batch * seq_len / (time.perf_counter() - t0)
+        tok_s = (step + 1) * cfg.batch * seq_len / (now() - t0)
         bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_s:,.0f}")
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             held = mean_loss(model, held_ids, seq_len)
             history.append({"step": step + 1, "train_loss": round(loss.item(), 4), "heldout_loss": round(held, 4)})
             log(f"step {step + 1}: train loss {loss.item():.3f}, held-out loss {held:.3f}")
-    train_seconds = time.perf_counter() - t0
+    train_seconds = now() - t0
 
     metrics = {"heldout_loss": history[-1]["heldout_loss"], "train_loss": history[-1]["train_loss"]}
     if cfg.eval_file:

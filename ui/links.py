@@ -13,8 +13,8 @@ import streamlit as st
 
 from drawing.views import VIEWS
 from engine.generate.serving.scenarios import SCENARIOS as SERVING_SCENARIOS
-from engine.links import make_link, read_link
 from ui import model
+from ui.link_codec import make_link, read_link
 from ui.presets import PROMPTS
 from ui.step_state import set_by_code
 

@@ -1,4 +1,7 @@
-"""The lean path, for timing: the model you have, compiled (a static KV cache, SDPA attention, torch.compile).
+"""transformers' recipe, for timing: the model you have, compiled (a static KV cache, SDPA attention, torch.compile).
+
+This is not the lean pass (engine/forward/lean.py, gpt-fast's Llama written out): it compiles transformers' own
+modeling code, for every family, the lean pass's Llama included.
 
 Students step through the readable path (the Stepper through run_pass: eager attention that can be recorded,
 a cache that grows). On a GPU that path is launch-bound: Python and hundreds of small kernels per step. The
@@ -16,7 +19,7 @@ The passes, in the shape vocabulary of engine/__init__.py:
     decode   input_ids [batch=1, 1]  cache_position [pos]      one new position         compiled per cache size
     full     input_ids [batch=1, s]  no cache                  every position at once   compiled once for every s
 
-`full` is the lean prefill that is timed (the ladder's, the prefill sweep's) and the race's cache-off step:
+`full` is the compiled prefill that is timed (the ladder's, the prefill sweep's) and the race's cache-off step:
 the prefill's matmuls and attention (causal SDPA, the flash kernel on a GPU) with no cache to fill. The K/V it
 would write are a fraction of a percent of a prefill's bytes; what it saves is a compile per cache size (a
 prefill on a static cache attends over the whole cache, masked, so its graph depends on the cache's length).
@@ -25,10 +28,10 @@ The cache that a decode step reads is filled by `prefill`, uncompiled, as transf
 
 "Compile the model you have": the passes run `sdpa_view(model)`, the very modules and weights students step
 through (the parameters are shared, not copied), with the attention dispatch set to SDPA on the view's own
-config, so the readable model keeps its recording attention. Tests check the lean tokens and logits against
+config, so the readable model keeps its recording attention. Tests check the compiled tokens and logits against
 the Stepper's.
 
-Compile time is measured and kept apart (`Lean.compile_ms`): the first call of each pass compiles (and, with
+Compile time is measured and kept apart (`CompiledRecipe.compile_ms`): the first call of each pass compiles (and, with
 CUDA graphs, the next one records the graph); those warm-up calls are never a step's time. On a CPU the same
 code runs, compiled only when asked (`compile=True`: inductor takes tens of seconds on a small CPU; the eager
 static-cache pass gives the same tokens, and that is what a CPU checks). Greedy tokens only: timing needs no
@@ -38,14 +41,12 @@ more. Every pass holds the model's lock, as run_pass does.
 from __future__ import annotations
 
 import copy
-import time
 import weakref
 
 import torch
 
-from engine import device as dev
 from engine import torch_internals, transformers_internals
-from engine.forward.run import Timing
+from engine.timing import Timing, now, timed
 
 DECODE_MODE = "reduce-overhead"  # inductor + CUDA graphs on a GPU (on a CPU: inductor alone)
 FULL_MODE = "reduce-overhead"  # one CUDA graph per prompt length, recorded on its first calls
@@ -97,19 +98,22 @@ def _cached_pass(model, cache, ids: torch.Tensor, where: torch.Tensor) -> torch.
     return out.logits[:, -1]
 
 
-# `_full_pass` and `_recompute_pass` share a body but stay two functions: torch.compile keeps its graphs (and its
-# recompile limit) per function, and the two are compiled in different modes (CUDA graphs per length, and none).
+def _every_position(model, ids: torch.Tensor) -> torch.Tensor:
+    """Every position of ids [batch=1, s] at once, nothing kept; logits [batch, vocab]."""
+    return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1]
+
+
+# The one body above, entered two ways: torch.compile keeps its graphs (and its recompile limit) per entry function,
+# and the two are compiled in different modes: the prefill with a CUDA graph per length, the cache off (a race's
+# step, a new length every step) with none.
 
 
 def _full_pass(model, ids: torch.Tensor) -> torch.Tensor:
-    """The lean prefill: every position of ids [batch=1, s] at once, nothing kept; logits [batch, vocab]."""
-    return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1]
+    return _every_position(model, ids)
 
 
 def _recompute_pass(model, ids: torch.Tensor) -> torch.Tensor:
-    """The cache off, a race's step: every position of ids [batch=1, n] again, nothing kept (the same pass as
-    `_full_pass`, compiled without CUDA graphs: each step is a new length, and a graph is for one shape)."""
-    return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1]
+    return _every_position(model, ids)
 
 
 PASSES = {"decode": (_cached_pass, DECODE_MODE, False), "full": (_full_pass, FULL_MODE, True),
@@ -127,10 +131,10 @@ def compiled(name: str):
     return fn
 
 
-# ---------------------------------------------------------------- one sequence on the lean path
+# ---------------------------------------------------------------- one sequence on the compiled recipe
 
 
-class Lean:
+class CompiledRecipe:
     """One sequence on a static cache of `max_len` positions, on the model's SDPA view; greedy tokens only."""
 
     def __init__(self, lm, max_len: int, compile: bool | None = None):
@@ -158,7 +162,7 @@ class Lean:
         return self.describe("decode")
 
     def describe(self, name: str) -> str:
-        """Which path a pass ran: 'decode' (static cache), 'full' (the lean prefill), 'recompute' (cache off)."""
+        """Which path a pass ran: 'decode' (static cache), 'full' (the compiled prefill), 'recompute' (cache off)."""
         attention = attention_of(self.view).upper()
         base = {"decode": f"static cache + {attention}", "full": f"every position at once, {attention}",
                 "recompute": f"no cache, every position again, {attention}"}[name]
@@ -194,12 +198,8 @@ class Lean:
         if key in self.warm_ms:
             return
         skips = torch_internals.graph_skips()
-        dev.sync(self.lm.device)
-        t0 = time.perf_counter()
-        for _ in range(GRAPH_WARMUPS if self.graphs and PASSES[key[0]][1] else EAGER_WARMUPS):
-            run()
-        dev.sync(self.lm.device)
-        self.warm_ms[key] = (time.perf_counter() - t0) * 1e3
+        calls = GRAPH_WARMUPS if self.graphs and PASSES[key[0]][1] else EAGER_WARMUPS
+        self.warm_ms[key] = sum(timed(run, self.lm.device, repeats=calls, warmup=0).samples_ms)
         self.graph_skipped[key[0]] = self.graph_skipped.get(key[0], False) or torch_internals.graph_skips() > skips
         self.compile_ms.setdefault(key[0], self.warm_ms[key])
 
@@ -246,7 +246,7 @@ class Lean:
 
     @torch.no_grad()
     def full(self, ids: torch.Tensor) -> torch.Tensor:
-        """The lean prefill, and the cache off: the logits after ids [batch=1, s], every position computed,
+        """The compiled prefill, and the cache off: the logits after ids [batch=1, s], every position computed,
         nothing kept."""
         ids = ids.to(self.lm.device)
         self._warm(("full", ids.shape[1]), lambda: self._call("full", ids))
@@ -271,8 +271,8 @@ def rewind(cache, pos: int) -> None:
 
 
 def greedy(lm, ids: torch.Tensor, new_tokens: int, compile: bool | None = None) -> list[int]:
-    """`new_tokens` greedy tokens after the prompt ids [batch=1, s] on the lean path (the first from the prefill)."""
-    run = Lean(lm, ids.shape[1] + new_tokens, compile)
+    """`new_tokens` greedy tokens after the prompt ids [batch=1, s] on the compiled recipe (the first from the prefill)."""
+    run = CompiledRecipe(lm, ids.shape[1] + new_tokens, compile)
     with lm.turn():
         out = [run.prefill(ids)]
         while len(out) < new_tokens:
@@ -280,43 +280,32 @@ def greedy(lm, ids: torch.Tensor, new_tokens: int, compile: bool | None = None) 
     return out
 
 
-def _timed(lm, fn, repeats: int) -> Timing:
-    times = []
-    for _ in range(repeats + 1):
-        dev.sync(lm.device)
-        t0 = time.perf_counter()
-        fn()
-        dev.sync(lm.device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return Timing(samples_ms=tuple(times[1:]), warmup_ms=times[0])
-
-
 def time_decode(lm, ids: torch.Tensor, repeats: int = 5, compile: bool | None = None,
-                run: "Lean | None" = None) -> tuple[Timing, "Lean"]:
-    """A cached decode step at context s = ids.shape[1] on the lean path, timed like every step here.
+                run: "CompiledRecipe | None" = None) -> tuple[Timing, "CompiledRecipe"]:
+    """A cached decode step at context s = ids.shape[1] on the compiled recipe, timed like every step here.
 
     Prefill once (untimed), then the same step at the same position: its compile and graph recording are in
-    `lean.compile_ms`, then one more warm-up run (reported apart), then `repeats` timed runs; `perf_counter`
-    around a device sync. Returns the timing and the Lean (its `how` and `compile_ms`).
+    `run.compile_ms`, then one more warm-up run (reported apart), then `repeats` timed runs (engine.timing).
+    Returns the timing and the CompiledRecipe (its `how` and `compile_ms`).
     """
-    run = run or Lean(lm, ids.shape[1] + 2, compile)
+    run = run or CompiledRecipe(lm, ids.shape[1] + 2, compile)
     with lm.turn():
         token = run.prefill(ids)
-        timing = _timed(lm, lambda: run.step(token), repeats)
+        timing = timed(lambda: run.step(token), lm.device, repeats)
     return timing, run
 
 
 def time_prefill(lm, ids: torch.Tensor, repeats: int = 5, compile: bool | None = None,
-                 run: "Lean | None" = None) -> tuple[Timing, "Lean"]:
-    """The lean prefill of ids [batch=1, s] (the `full` pass), timed like `time_decode` (compile apart)."""
-    run = run or Lean(lm, ids.shape[1] + 2, compile)
+                 run: "CompiledRecipe | None" = None) -> tuple[Timing, "CompiledRecipe"]:
+    """The compiled prefill of ids [batch=1, s] (the `full` pass), timed like `time_decode` (compile apart)."""
+    run = run or CompiledRecipe(lm, ids.shape[1] + 2, compile)
     with lm.turn():
-        timing = _timed(lm, lambda: run.full(ids), repeats)
+        timing = timed(lambda: run.full(ids), lm.device, repeats)
     return timing, run
 
 
 def time_recipe(lm, ids: torch.Tensor, steps: int = 32, repeats: int = 5) -> tuple[Timing, float, str]:
-    """transformers' own recipe beside the lean path: `generate(cache_implementation="static")` on the SDPA
+    """transformers' own recipe as a user runs it: `generate(cache_implementation="static")` on the SDPA
     view, which compiles the decode forward itself on a GPU (mode "reduce-overhead", its CompileConfig).
 
     A decode step's time is (a run of 1 + steps new tokens − a run of 1) / steps: the prefill cancels, and
@@ -337,11 +326,8 @@ def time_recipe(lm, ids: torch.Tensor, steps: int = 32, repeats: int = 5) -> tup
         # a config of its own: exactly n tokens (no end-of-text stop), whatever the model's generation_config says
         config = GenerationConfig(max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=None)
         cache.reset()
-        dev.sync(lm.device)
-        t0 = time.perf_counter()
-        view.generate(input_ids=ids, attention_mask=mask, generation_config=config, past_key_values=cache)
-        dev.sync(lm.device)
-        return (time.perf_counter() - t0) * 1e3
+        return timed(lambda: view.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                                           past_key_values=cache), lm.device, repeats=1, warmup=0).forward_ms
 
     from transformers.utils import logging as hf_logging
 
@@ -360,10 +346,10 @@ def time_recipe(lm, ids: torch.Tensor, steps: int = 32, repeats: int = 5) -> tup
 
 def _recipe_runs(gen, steps: int, repeats: int) -> tuple[Timing, float]:
     """Warm-ups (generate compiles on its first decode steps), then `repeats` + 1 pairs of runs, 1 + steps and 1."""
-    t0 = time.perf_counter()
+    t0 = now()
     for _ in range(GRAPH_WARMUPS):
         gen(1 + steps)
-    warm_ms = (time.perf_counter() - t0) * 1e3
+    warm_ms = (now() - t0) * 1e3
     per_step = []
     for _ in range(repeats + 1):
         long, short = gen(1 + steps), gen(1)

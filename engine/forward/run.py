@@ -8,7 +8,7 @@ the speculative verifier, the warm-up and the benchmarks all come here, so a cha
 calling convention is a one-file fix. The compiled lean path (engine/forward/compiled.py) is the other
 caller: a compiled step may hold no clock reads or syncs, and a static cache needs explicit positions.
 
-Time is `perf_counter` around a device sync. A pass can be repeated to time it: the
+Time is `engine.timing.timed`: `perf_counter` around a device sync. A pass can be repeated to time it: the
 first run is the warm-up (one-off costs: allocations, kernel choice) and is reported
 apart; the others give a median and a spread. Repeats never change the result: a
 cached pass is rolled back before it runs again, and the logits kept are the last run's.
@@ -16,49 +16,15 @@ cached pass is rolled back before it runs again, and the logits kept are the las
 
 from __future__ import annotations
 
-import statistics
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from engine import device as dev
 from engine.forward import capture
 from engine.forward.cache import kv_length, roll_back
 from engine.forward.cache import trim as trim_cache
-
-
-@dataclass(frozen=True)
-class Timing:
-    """How long one forward pass took: every timed repeat, and the warm-up run apart."""
-
-    samples_ms: tuple[float, ...]  # timed runs of the same pass, each after a device sync
-    warmup_ms: float | None  # the first run when the pass was repeated: excluded from the median
-    sample_ms: float = 0.0  # choosing the token from the logits (after the pass)
-
-    @property
-    def forward_ms(self) -> float:
-        return statistics.median(self.samples_ms)
-
-    @property
-    def low_ms(self) -> float:
-        return min(self.samples_ms)
-
-    @property
-    def high_ms(self) -> float:
-        return max(self.samples_ms)
-
-    @property
-    def repeats(self) -> int:
-        return len(self.samples_ms)
-
-    def describe(self, short: bool = False) -> str:
-        """'5.1 ms (median of 3, 4.9–5.6; warm-up 7.0 excluded)' or '5.1 ms (one run)'."""
-        if self.repeats == 1:
-            return f"{self.forward_ms:.1f} ms (one run)"
-        warm = f"; warm-up {self.warmup_ms:.1f} excluded" if self.warmup_ms is not None and not short else ""
-        return f"{self.forward_ms:.1f} ms (median of {self.repeats}, {self.low_ms:.1f}–{self.high_ms:.1f}{warm})"
+from engine.timing import Timing, now, timed
 
 
 @dataclass
@@ -98,23 +64,22 @@ def run_pass(lm, input_ids: torch.Tensor, cache=None, *, record: bool = False, r
         kwargs["output_attentions"] = True
     if position_ids is not None:
         kwargs["position_ids"] = position_ids.to(lm.device)
-    runs = 1 if repeats <= 1 else repeats + 1  # the first of several is the warm-up
-    times = []
+    last = {}
     observe = getattr(cache, "observe", None)  # a cache that evicts by attention sees each layer's weights
+
+    def one():
+        with (capture.recording() if record else nullcontext([])) as captures:
+            last["out"] = lm.model(**kwargs)
+        last["captures"] = captures
+
     with lm.turn(), torch.inference_mode(), capture.observing(observe):
-        for run in range(runs):
-            with (capture.recording() if record else nullcontext([])) as captures:
-                dev.sync(lm.device)
-                t0 = time.perf_counter()
-                out = lm.model(**kwargs)
-                dev.sync(lm.device)
-                times.append((time.perf_counter() - t0) * 1e3)
-            if run < runs - 1:
-                roll_back(cache, q_len)  # undo this run's K/V: the next run repeats the same pass
+        # several runs: the first is the warm-up; each is rolled back so that the next repeats the same pass
+        timing = timed(one, lm.device, repeats=repeats, warmup=1 if repeats > 1 else 0,
+                       between=lambda: roll_back(cache, q_len))
         if trim and lm.spec.sliding_layers:  # only a sliding-window layer has anything to trim
             trim_cache(cache)
+    out, captures = last["out"], last["captures"]
     hidden = tuple(out.hidden_states[0].shape) if record and out.hidden_states else None
-    timing = Timing(samples_ms=tuple(times[1:] if runs > 1 else times), warmup_ms=times[0] if runs > 1 else None)
     attentions = out.attentions if record and not lm.captures else None
     return Pass(logits=out.logits, captures=captures, hidden_shape=hidden, timing=timing, attentions=attentions)
 
@@ -128,10 +93,10 @@ def warm_up(lm) -> float:
 
     ids = torch.tensor([[lm.tokenizer.eos_token_id or 0] * 4])
     cache = new_cache(lm.config)
-    t0 = time.perf_counter()
+    t0 = now()
     run_pass(lm, ids, cache, record=True)
     run_pass(lm, ids[:, :1], cache, record=True)
-    return (time.perf_counter() - t0) * 1e3
+    return (now() - t0) * 1e3
 
 
 class StepClock:
@@ -142,8 +107,7 @@ class StepClock:
         self.times: list[float] = []
 
     def put(self, value):
-        dev.sync(self.device)
-        self.times.append(time.perf_counter())
+        self.times.append(now(self.device))
 
     def end(self):
         pass

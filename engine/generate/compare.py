@@ -3,19 +3,76 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
 
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 
 
+@dataclass(frozen=True)
+class Speedup:
+    """Cache-off time over cache-on time, over the decode steps (engine.generate.compare.speedup); None without one."""
+
+    median_ratio: float | None  # the median decode step's
+    total_ratio: float | None  # the whole decode's
+    cache_total_ms: float
+    nocache_total_ms: float
+
+
+@dataclass(frozen=True)
+class RaceReport:
+    """What one race measured: both runs, whether they chose the same tokens, and what the cache saved.
+
+    `runs` holds each mode's run (a Stepper, or a LeanRun: its records, generated_ids and generated_text) until the
+    page has summarised them (`without_runs`); everything else is figures and words."""
+
+    identical: bool
+    first_divergence_step: int | None
+    max_logit_diff: float
+    tokens: Mapping[str, tuple[int, ...]]  # mode -> the ids it chose
+    text: Mapping[str, str]  # mode -> its generated text
+    stop_reason: Mapping[str, str | None]
+    latency_ms: Mapping[str, tuple[float, ...]]  # mode -> each pass's time, as measured
+    phase: tuple[str, ...]  # each pass's phase: prefill, then decode
+    speedup: Speedup
+    runs: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    how: Mapping[str, str] | None = None  # a compiled race: what ran in each mode
+    compile_ms: Mapping[str, Mapping[str, float]] | None = None  # a compiled race: compiling, never in a step's time
+    at: str = ""  # a rung: whose shape, which weights
+    dtype: str | None = None  # a rung's dtype (None: the model's own)
+
+    @classmethod
+    def of(cls, report: RaceReport, **extra) -> RaceReport:
+        """The report with what a topic adds: how, compile_ms, at, dtype."""
+        return replace(report, **extra)
+
+    def without_runs(self) -> RaceReport:
+        """The same figures, the runs' traces let go (the race table keeps what the page needs of them)."""
+        return replace(self, runs=None)
+
+    def to_dict(self) -> dict:
+        """The JSON edge: every figure (less the runs), and the compiled path's where it ran."""
+        out = {"identical": self.identical, "first_divergence_step": self.first_divergence_step,
+               "max_logit_diff": self.max_logit_diff, "tokens": {m: list(v) for m, v in self.tokens.items()},
+               "text": dict(self.text), "stop_reason": dict(self.stop_reason),
+               "latency_ms": {m: list(v) for m, v in self.latency_ms.items()}, "phase": list(self.phase),
+               "speedup": vars(self.speedup).copy()}
+        for name in ("how", "compile_ms", "at", "dtype"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        return out
+
+
+
 def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | None = None,
-            record: bool = False, on_step=None, stop_on_eos: bool = True) -> dict:
+            record: bool = False, on_step=None, stop_on_eos: bool = True) -> RaceReport:
     """Run both modes in lockstep (alternating steps, so neither has the machine to itself).
 
-    `new_tokens` is the number of new tokens each run makes. Returns identical tokens?, the largest logit
-    difference over the steps both took on the same tokens, per-step latencies of both
-    modes and the speed-up (median and total, warm-up excluded).
+    `new_tokens` is the number of new tokens each run makes. Returns a RaceReport: identical tokens?, the largest
+    logit difference over the steps both took on the same tokens, per-step latencies of both modes and the
+    speed-up (median and total, warm-up excluded), and the two runs.
     """
     sampling = sampling or Sampling()
     runs = {mode: Stepper(lm, prompt, use_cache=(mode == "cache"), sampling=sampling,
@@ -38,25 +95,19 @@ def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | 
     return race_report(runs, first_divergence, max_diff, {m: s.stop_reason for m, s in runs.items()})
 
 
-def race_report(runs: dict, first_divergence: int | None, max_diff: float, stop_reason: dict) -> dict:
+def race_report(runs: dict, first_divergence: int | None, max_diff: float, stop_reason: dict) -> RaceReport:
     """What a race of the two modes reports, from its two runs ({"cache": ..., "nocache": ...}: each with records,
     generated_ids, generated_text): the proof, the tokens, each step's time and the speed-up."""
     cache, nocache = runs["cache"], runs["nocache"]
-    return {
-        "identical": cache.generated_ids == nocache.generated_ids,
-        "first_divergence_step": first_divergence,
-        "max_logit_diff": max_diff,
-        "tokens": {"cache": cache.generated_ids, "nocache": nocache.generated_ids},
-        "text": {"cache": cache.generated_text, "nocache": nocache.generated_text},
-        "latency_ms": {m: [round(t.latency_ms, 4) for t in s.records] for m, s in runs.items()},
-        "phase": [t.phase for t in cache.records],
-        "speedup": speedup(cache.records, nocache.records),
-        "stop_reason": stop_reason,
-        "steppers": runs,
-    }
+    return RaceReport(
+        identical=cache.generated_ids == nocache.generated_ids, first_divergence_step=first_divergence,
+        max_logit_diff=float(max_diff), tokens={m: tuple(s.generated_ids) for m, s in runs.items()},
+        text={m: s.generated_text for m, s in runs.items()}, stop_reason=dict(stop_reason),
+        latency_ms={m: tuple(round(t.latency_ms, 4) for t in s.records) for m, s in runs.items()},
+        phase=tuple(t.phase for t in cache.records), speedup=speedup(cache.records, nocache.records), runs=runs)
 
 
-def speedup(cache_traces, nocache_traces) -> dict:
+def speedup(cache_traces, nocache_traces) -> Speedup:
     """No-cache time / cache time over the decode steps (prefill is identical work in both; the load's
     warm-up passes ran before either and are in neither)."""
     def decode_ms(traces):
@@ -64,13 +115,9 @@ def speedup(cache_traces, nocache_traces) -> dict:
 
     c, n = decode_ms(cache_traces), decode_ms(nocache_traces)
     if not c or not n:
-        return {"median_ratio": None, "total_ratio": None, "cache_total_ms": sum(c), "nocache_total_ms": sum(n)}
-    return {
-        "median_ratio": statistics.median(n) / statistics.median(c),
-        "total_ratio": sum(n) / sum(c),
-        "cache_total_ms": sum(c),
-        "nocache_total_ms": sum(n),
-    }
+        return Speedup(median_ratio=None, total_ratio=None, cache_total_ms=sum(c), nocache_total_ms=sum(n))
+    return Speedup(median_ratio=statistics.median(n) / statistics.median(c), total_ratio=sum(n) / sum(c),
+                   cache_total_ms=sum(c), nocache_total_ms=sum(n))
 
 
 def kv_reuse(lm, ids, cache) -> dict | None:

@@ -9,7 +9,6 @@ prompt lookup and for greedy drafting), which the judge (engine/generate/specula
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +18,7 @@ from engine.forward.cache import kv_length, new_cache, roll_back
 from engine.forward.run import run_pass
 from engine.forward.sampling import Chooser, one_hot
 from engine.load.loaded import LoadedModel
+from engine.timing import now
 
 MAX_NGRAM = 16
 
@@ -125,9 +125,9 @@ class PromptLookup:
         return ()
 
     def propose(self, ids: torch.Tensor, k: int, chooser: Chooser) -> Proposal:
-        t0 = time.perf_counter()
+        t0 = now()
         proposed = lookup(ids[0].tolist(), k, self.max_ngram, self.eos_token_id) if k else []
-        ms = (time.perf_counter() - t0) * 1e3
+        ms = (now() - t0) * 1e3
         return Proposal(tuple(proposed), tuple(one_hot(t, self.vocab) for t in proposed), (ms,) if k else ())
 
     def sync(self, ids: torch.Tensor) -> None:

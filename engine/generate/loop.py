@@ -35,7 +35,6 @@ from engine.forward.estimates import step_bytes, step_flops
 from engine.forward.run import Pass, Timing
 from engine.forward.sampling import Choice, Chooser, Sampling
 from engine.forward.trace import Candidate, LayerTrace, StepTrace
-from engine.links import MAX_PROMPT_CHARS
 from engine.load.loaded import LoadedModel
 from engine.load.pieces import piece
 
@@ -45,6 +44,13 @@ TOP_CANDIDATES = 10
 # each step's pass is timed this many times after a warm-up run: a median, with its spread. A server for a full
 # classroom can trade honesty of timings for throughput with DECODE_LAB_REPEATS=1 (one run, no warm-up).
 TIMED_REPEATS = max(1, min(9, int(os.environ.get("DECODE_LAB_REPEATS", "3") or 3)))
+
+# The one limit on a prompt's length, for the prompt box (refused here before tokenizing) and for a link
+# alike (ui/link_codec.py). A link carries the prompt in its address, and nginx's default buffers hold a
+# request line of at most 8 KiB (large_client_header_buffers 4 8k; longer gets "414 Request-URI Too Large"):
+# English text takes ~1.1 bytes a character once URL-encoded, so 4,000 characters leave a link near 4.5 KiB with
+# room for every other setting. (A bundled model sees 512 positions, about 2,000 characters of its stories.)
+MAX_PROMPT_CHARS = 4000
 
 
 class Sequence:

@@ -34,7 +34,6 @@ whether it pays is measured by topics/speculative/measure.py.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -47,6 +46,7 @@ from engine.forward.trace import StepTrace
 from engine.generate.drafters import DraftModel, PromptLookup, Proposal
 from engine.generate.loop import Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats, token_pieces
 from engine.load.loaded import LoadedModel
+from engine.timing import now
 
 MAX_K = 16  # proposals per round: beyond this almost every round is cut early anyway
 
@@ -223,10 +223,10 @@ class Speculator(Sequence, Run):
         self.cache = new_cache(self.lm.config)
         fed = self.ids  # [batch, s]
         result = run_pass(self.lm, fed, self.cache, record=self.record, repeats=self.repeats)
-        t0 = time.perf_counter()
+        t0 = now()
         p = self.chooser.distribution(self.ids, result.logits[0, -1])
         judged = Judgement(0, self.chooser.draw(p), ())
-        sample_ms = (time.perf_counter() - t0) * 1e3
+        sample_ms = (now() - t0) * 1e3
         return self._close(proposal, fed, result, 0, judged, p, sample_ms, "prefill")
 
     def round(self) -> RoundTrace:
@@ -239,12 +239,12 @@ class Speculator(Sequence, Run):
         past = kv_length(self.cache)
         fed = torch.cat([self.ids[:, -1:], torch.tensor([proposal.ids], dtype=torch.long).view(1, -1)], dim=1)
         result = self.verify(fed)  # fed [batch, k+1]
-        t0 = time.perf_counter()
+        t0 = now()
         ids = self.ids
         p_rows = [self.chooser.distribution(torch.cat([ids, fed[:, 1:i + 1]], dim=1), result.logits[0, i])
                   for i in range(fed.shape[1])]  # row i: the target's distribution after fed row i
         judged = judge(p_rows, list(proposal.q_rows), proposal.ids, self.chooser)
-        sample_ms = (time.perf_counter() - t0) * 1e3
+        sample_ms = (now() - t0) * 1e3
         kind = "plain" if not proposal.ids else ("bonus" if judged.accepted == len(proposal.ids) else "correction")
         return self._close(proposal, fed, result, past, judged, p_rows[judged.accepted], sample_ms, kind)
 

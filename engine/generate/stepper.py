@@ -11,8 +11,6 @@ run(n), free()); the record of each pass is the loop's `record_pass` (engine/gen
 
 from __future__ import annotations
 
-import time
-
 from engine.errors import StepError
 from engine.forward.cache import kv_length, new_cache
 from engine.forward.run import Pass, run_pass
@@ -20,6 +18,7 @@ from engine.forward.sampling import Sampling
 from engine.forward.trace import StepTrace
 from engine.generate.loop import Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats
 from engine.load.loaded import LoadedModel
+from engine.timing import now
 
 
 class Stepper(Sequence, Run):
@@ -100,9 +99,9 @@ class Stepper(Sequence, Run):
 
     def _close(self, phase: str, fed, result: Pass, past: int) -> StepTrace:
         """Choose the token, record the pass, append the token (the loop's stop rule decides if the run ends)."""
-        t0 = time.perf_counter()
+        t0 = now()
         choice = self.choose(result.logits[0, -1], probs=self.record)
-        sample_ms = (time.perf_counter() - t0) * 1e3
+        sample_ms = (now() - t0) * 1e3
         self.last_logits = choice.logits
         q_len, kv_len = fed.shape[1], past + fed.shape[1]
         rows = rows_kept(self.lm, q_len, kv_len, every_row=phase == "prefill") if self.record else 0

@@ -1,6 +1,6 @@
-"""GPT-2's own tokenizer, bundled, so a prompt is counted the way the articles' GPT-2 counts it.
+"""GPT-2's own tokenizer, bundled, so a prompt is counted the way GPT-2 counts it.
 
-The articles show GPT-2 (124M) shapes: "A red jacket compliments any outfit." is 7 GPT-2 tokens,
+The Shapes view shows GPT-2 (124M)'s shapes, the usual worked example: "A red jacket compliments any outfit." is 7 GPT-2 tokens,
 so prefill's q is [1, 12, 7, 64], a decode step's [1, 12, 1, 64], and the cache after it
 [1, 12, 8, 64]. The live model's tokenizer cuts the same text differently (and may add a start
 marker), so its count is not GPT-2's. assets/tokenizers/gpt2/README.md says where the file came

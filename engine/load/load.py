@@ -170,11 +170,11 @@ def _checked_load(source: str, device, dtype, warmup: bool) -> LoadedModel:
 
 def _build(path: str, source: str, config, params: int, torch_device, torch_dtype, warmup: bool) -> LoadedModel:
     """Tokenizer, weights, device and warm-up, once every check has passed."""
-    from time import perf_counter
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    started = perf_counter()
+    from engine.timing import now
+
+    started = now()
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
@@ -207,7 +207,7 @@ def _build(path: str, source: str, config, params: int, torch_device, torch_dtyp
 
     lm = LoadedModel(model=model, tokenizer=tokenizer, spec=from_config(model.config, source, params, "its config"),
                      device=torch_device, dtype=torch_dtype, captures=captures)
-    lm.load_ms = (perf_counter() - started) * 1e3  # before the warm-up, which is reported apart
+    lm.load_ms = (now() - started) * 1e3  # before the warm-up, which is reported apart
     if warmup:
         from engine.forward.run import warm_up
 

@@ -88,10 +88,6 @@ def piece_bytes(text: str) -> bytes:
     return bytes(out + text[at:].encode("utf-8"))
 
 
-def shows_bytes(text: str) -> bool:
-    return bool(_BYTES.search(text))
-
-
 def split_characters(pieces: list[str]) -> list[tuple[str, list[int], bytes]]:
     """The characters that took more than one token: (the character, the positions of its tokens, its UTF-8
     bytes), in order. Read from the pieces' bytes, so it holds for any tokenizer `piece` wrote them for."""

@@ -338,9 +338,7 @@ def build(rung: Rung, lm: LoadedModel, seed: int = 0, dtype: torch.dtype | None 
     torch.manual_seed(seed)
     with torch.device(lm.device):
         model = AutoModelForCausalLM.from_config(rung.config, dtype=dtype, attn_implementation=attention)
-    model.eval()
-    if lm.device.type == "cpu":
-        store_in_out(model)
+    model.eval()  # weights stored [out, in], as every checkpoint stores them: the lean pass streams them so
     name = f"{rung.shape_of}'s shape" if rung.shape_of else f"{model_name(lm)} grown to {rung.label}"
     spec = from_config(model.config, name, rung.parameters, rung.weights if rung.shape_of else RANDOM_WEIGHTS)
     if (spec.layers, spec.d_model, spec.heads, spec.kv_heads) != (rung.shape.layers, rung.shape.d_model,
@@ -348,21 +346,6 @@ def build(rung: Rung, lm: LoadedModel, seed: int = 0, dtype: torch.dtype | None 
         raise StepError(f"The ladder cannot grow a {spec.architecture}: its config did not take the new shape.")
     return LoadedModel(model=model, tokenizer=lm.tokenizer, spec=spec, device=lm.device, dtype=dtype,
                        captures=captures)
-
-
-def store_in_out(model) -> None:
-    """Lay every block's Linear weight out [in, out] in memory (as GPT-2's Conv1D stores its own): the same matrix.
-
-    nn.Linear computes x · Wᵀ. Stored [out, in], W reaches the CPU's matrix multiply (MKL) as a transposed operand;
-    stored [in, out], Wᵀ lies as the multiply reads it: a prefill about 10 % faster, a decode step no slower
-    (docs/measurements.md). Values, shapes and every result are the same; the LM head (often the embedding itself)
-    is left as it is. The model itself is measured as it was loaded.
-    """
-    head = model.get_output_embeddings()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear) and module is not head:
-                module.weight.data = module.weight.data.t().contiguous().t()
 
 
 def rung_model(lm: LoadedModel, size: str, seed: int = 0, dtype: torch.dtype | None = None) -> LoadedModel:

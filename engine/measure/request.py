@@ -16,13 +16,12 @@ On a CPU there is nothing to copy: those two steps come out near zero, and the p
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 
 import torch
 
-from engine import device as dev
 from engine.load.loaded import LoadedModel
+from engine.timing import timed
 
 
 @dataclass(frozen=True)
@@ -54,11 +53,9 @@ class RequestTimeline:
 
 
 def _timed(fn, device) -> tuple[object, float]:
-    dev.sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    dev.sync(device)
-    return out, (time.perf_counter() - t0) * 1e3
+    out = []
+    timing = timed(lambda: out.append(fn()), device, repeats=1, warmup=0)
+    return out[-1], timing.forward_ms
 
 
 def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16) -> RequestTimeline:

@@ -34,8 +34,8 @@ the same machine needs; one on a 2-core VM), so a rung's step costs what the app
 (Two threads on two shared cores let a matmul's median rate drift well below its best: docs/measurements.md has
 the figures.) The count is set only while the ladder holds
 the model's lock, and restored before it lets go: no student's pass runs beside a timing, or sees the change.
-On a CPU a random rung's weights are stored [in, out] (engine.load.rungs.store_in_out): its matmuls read them
-without a transpose, as an inference engine lays them out once at load.
+A random rung's weights are stored [out, in], as a checkpoint stores them: the layout the lean pass's one-row
+kernel streams (engine/forward/streamed.py), shared by the readable pass.
 
 The prompt is the profile's demo text repeated, its first s tokens: real text the model's
 tokenizer reads back (a random rung's own tokens are noise; the prompt's are not the point).
@@ -144,7 +144,7 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
 
     eager = "the Stepper's pass (eager, dynamic cache)"
     if not rung.own and rlm.device.type == "cpu":
-        eager = "the Stepper's pass (eager, dynamic cache; weights stored [in, out])"
+        eager = "the Stepper's pass (eager, dynamic cache)"
     on = Stepper(rlm, prompt, use_cache=True, record=False, repeats=repeats, max_new_tokens=2, stop_on_eos=False)
     pre, dec = on.prefill(), on.decode()  # [batch, s] on an empty cache; then [batch, 1] at context s
     matmul_ms = matmuls_alone(rlm, 1, repeats, loops=matmul_loops(rung.parameters))
@@ -156,10 +156,10 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
     s = pre.q_len
     lean_pass = lean_prefill = compile_ms = None
     if lean and lean_supports(rlm) is not None:  # a family gpt-fast's pass does not cover: transformers' own, compiled
-        from engine.forward.compiled import Lean, time_decode, time_prefill
+        from engine.forward.compiled import CompiledRecipe, time_decode, time_prefill
 
         ids = on.ids[:, :s]
-        run = Lean(rlm, s + 2, compile)
+        run = CompiledRecipe(rlm, s + 2, compile)
         timing, _ = time_prefill(rlm, ids, repeats, run=run)
         lean_prefill = Measured.of("prefill (lean)", s, 0, s, timing, pre.flops_estimate, pre.bytes_estimate, roof,
                                    run.describe("full"))

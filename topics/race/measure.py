@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-from engine.forward.run import Timing
-from engine.generate.compare import compare, race_report
+from engine.generate.compare import RaceReport, Speedup, compare, race_report  # noqa: F401 (the page's names)
+from engine.timing import Timing, timed
 
 MODES = ("cache", "nocache")  # the two runs of a race, in the order they are drawn
 
@@ -40,66 +40,6 @@ def precision_note(dtype_name: str) -> str | None:
 
 
 # ---------------------------------------------------------------- the records a race crosses the page in
-
-
-@dataclass(frozen=True)
-class Speedup:
-    """Cache-off time over cache-on time, over the decode steps (engine.generate.compare.speedup); None without one."""
-
-    median_ratio: float | None  # the median decode step's
-    total_ratio: float | None  # the whole decode's
-    cache_total_ms: float
-    nocache_total_ms: float
-
-
-@dataclass(frozen=True)
-class RaceReport:
-    """What one race measured: both runs, whether they chose the same tokens, and what the cache saved.
-
-    `runs` holds each mode's run (a Stepper, or a LeanRun: its records, generated_ids and generated_text) until the
-    page has summarised them (`without_runs`); everything else is figures and words."""
-
-    identical: bool
-    first_divergence_step: int | None
-    max_logit_diff: float
-    tokens: Mapping[str, tuple[int, ...]]  # mode -> the ids it chose
-    text: Mapping[str, str]  # mode -> its generated text
-    stop_reason: Mapping[str, str | None]
-    latency_ms: Mapping[str, tuple[float, ...]]  # mode -> each pass's time, as measured
-    phase: tuple[str, ...]  # each pass's phase: prefill, then decode
-    speedup: Speedup
-    runs: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
-    how: Mapping[str, str] | None = None  # the lean path: what ran in each mode
-    compile_ms: Mapping[str, Mapping[str, float]] | None = None  # the lean path: compiling, never in a step's time
-    at: str = ""  # a rung: whose shape, which weights
-    dtype: str | None = None  # a rung's dtype (None: the model's own)
-
-    @classmethod
-    def of(cls, report: dict, **extra) -> RaceReport:
-        """engine.generate.compare's report (its `race_report`) as a record; `extra`: how, compile_ms, at, dtype."""
-        return cls(identical=bool(report["identical"]), first_divergence_step=report["first_divergence_step"],
-                   max_logit_diff=float(report["max_logit_diff"]),
-                   tokens={m: tuple(ids) for m, ids in report["tokens"].items()}, text=dict(report["text"]),
-                   stop_reason=dict(report["stop_reason"]),
-                   latency_ms={m: tuple(v) for m, v in report["latency_ms"].items()}, phase=tuple(report["phase"]),
-                   speedup=Speedup(**report["speedup"]),
-                   runs=report.get("steppers"), **extra)
-
-    def without_runs(self) -> RaceReport:
-        """The same figures, the runs' traces let go (the race table keeps what the page needs of them)."""
-        return replace(self, runs=None)
-
-    def to_dict(self) -> dict:
-        """The JSON edge: engine.generate.compare's report keys (less the runs), and the lean path's where it ran."""
-        out = {"identical": self.identical, "first_divergence_step": self.first_divergence_step,
-               "max_logit_diff": self.max_logit_diff, "tokens": {m: list(v) for m, v in self.tokens.items()},
-               "text": dict(self.text), "stop_reason": dict(self.stop_reason),
-               "latency_ms": {m: list(v) for m, v in self.latency_ms.items()}, "phase": list(self.phase),
-               "speedup": vars(self.speedup).copy()}
-        for name in ("how", "compile_ms", "at", "dtype"):
-            if getattr(self, name):
-                out[name] = getattr(self, name)
-        return out
 
 
 @dataclass(frozen=True)
@@ -349,7 +289,7 @@ def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sa
     jobs = [(n, r) for n in lengths for r in range(repeats)]
     for i, (n, r) in enumerate(jobs):
         rep = compare(lm, prompt, new_tokens=n, sampling=sampling, stop_on_eos=False)
-        for mode, stepper in rep["steppers"].items():
+        for mode, stepper in rep.runs.items():
             ms = [t.latency_ms for t in stepper.records if t.phase == "decode"]
             rows.append({"tokens": n, "repeat": r, "mode": mode, "total_ms": sum(ms),
                          "ms_per_token": sum(ms) / max(1, len(ms))})
@@ -403,28 +343,23 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
 
     Random weights choose noise, but the same noise in both modes: identical tokens is still the check.
     """
-    import time
-
     import torch
 
-    from engine import device as dev
-    from engine.forward.compiled import Lean
+    from engine.forward.compiled import CompiledRecipe
     from engine.forward.estimates import step_bytes, step_flops
 
     ids = lm.tokenizer(prompt, return_tensors="pt")["input_ids"]
     s = ids.shape[1]
     new_tokens = max(1, min(new_tokens, lm.spec.max_positions - s))
-    on, off = Lean(lm, s + new_tokens, compile), Lean(lm, s + new_tokens, compile)
+    on, off = CompiledRecipe(lm, s + new_tokens, compile), CompiledRecipe(lm, s + new_tokens, compile)
     runs = {"cache": LeanRun([], []), "nocache": LeanRun([], [])}
     seq = {"cache": ids.clone(), "nocache": ids.clone()}
     logits = {}
 
-    def timed(fn):
-        dev.sync(lm.device)
-        t0 = time.perf_counter()
-        out = fn()
-        dev.sync(lm.device)
-        return out, Timing(samples_ms=((time.perf_counter() - t0) * 1e3,), warmup_ms=None)
+    def once(fn):  # one run, timed (engine.timing): (its result, its Timing)
+        out = []
+        timing = timed(lambda: out.append(fn()), lm.device, repeats=1, warmup=0)
+        return out[0], timing
 
     max_diff, first_divergence = 0.0, None
     with lm.turn():
@@ -434,14 +369,14 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
             for mode, run in runs.items():
                 n = seq[mode].shape[1]
                 if mode == "cache" and step == 0:
-                    token, timing = timed(lambda: on.prefill(seq[mode]))
+                    token, timing = once(lambda: on.prefill(seq[mode]))
                     out, q_len = None, n
                 elif mode == "cache":
-                    out, timing = timed(lambda: on.step(int(seq[mode][0, -1])))
+                    out, timing = once(lambda: on.step(int(seq[mode][0, -1])))
                     on.pos += 1
                     token, q_len = int(out.argmax(-1)), 1
                 else:
-                    out, timing = timed(lambda: off.recompute(seq[mode]))
+                    out, timing = once(lambda: off.recompute(seq[mode]))
                     token, q_len = int(out.argmax(-1)), n
                 logits[mode] = out
                 past = n - q_len

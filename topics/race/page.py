@@ -10,6 +10,7 @@ from engine import DecodeLabError
 from engine.device import release_memory
 from engine.generate.compare import compare
 from engine.measure import caveats, roofline
+from engine.timing import now
 from topics.race import draw as race_draw
 from topics.race import measure as race
 from ui.model import device_roof
@@ -121,8 +122,8 @@ def show() -> None:
                                  "</div>")
 
         if st.session_state.pop("race_play", False):
-            t0 = time.perf_counter()
-            while (elapsed := (time.perf_counter() - t0) * 1000 * speed) < total:
+            t0 = now()
+            while (elapsed := (now() - t0) * 1000 * speed) < total:
                 draw(elapsed)
                 time.sleep(0.05)
         draw(float("inf"))

@@ -10,7 +10,6 @@ labelled so, then corrected step by step for what it assumes away (`corrected_sp
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 from engine.errors import StepError
@@ -21,6 +20,7 @@ from engine.generate.speculative import Speculator
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 from engine.measure.caveats import BUSY, WIDE
+from engine.timing import timed
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
@@ -225,9 +225,7 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
 
     def timed_decode(run):
         run.prefill()
-        t0 = time.perf_counter()
-        run.run()
-        return run, (time.perf_counter() - t0) * 1e3
+        return run, timed(run.run, target.device, repeats=1, warmup=0).forward_ms
 
     def plain():
         return timed_decode(Stepper(target, prompt, sampling=sampling, max_new_tokens=new_tokens,
@@ -238,20 +236,20 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
                                        stop_strings=stop_strings, record=False, repeats=1))
 
     plain(), speculative()  # warm-up: first-call costs of both paths, excluded
-    timed = {plain: [], speculative: []}  # (run, decode wall ms) in the order they ran
+    done = {plain: [], speculative: []}  # (run, decode wall ms) in the order they ran
     for r in range(max(1, repeats)):
         for which in ((plain, speculative) if r % 2 == 0 else (speculative, plain)):
-            timed[which].append(which())
+            done[which].append(which())
 
     def per_token(run, ms):
         return ms / max(1, len(run.generated_ids) - 1)  # the first token came from the prefill
 
     # time outside the forward passes: sampling, bookkeeping, judging, cropping (wall - passes, per pass)
     plain_overhead = statistics.median((ms - sum(t.forward_ms for t in run.records[1:])) / max(1, len(run.records) - 1)
-                                       for run, ms in timed[plain])
+                                       for run, ms in done[plain])
     speculative_overhead = statistics.median((ms - sum(sum(r.draft_ms) + r.verify_ms for r in run.records[1:]))
-                                      / max(1, len(run.records) - 1) for run, ms in timed[speculative])
-    plain_runs, speculative_runs = [run for run, _ in timed[plain]], [run for run, _ in timed[speculative]]
+                                      / max(1, len(run.records) - 1) for run, ms in done[speculative])
+    plain_runs, speculative_runs = [run for run, _ in done[plain]], [run for run, _ in done[speculative]]
     base, last = plain_runs[-1], speculative_runs[-1]
     rounds = [r for run in speculative_runs for r in run.records[1:]]
     decode_ms = statistics.median(t.forward_ms for run in plain_runs for t in run.records if t.phase == "decode") \
@@ -264,8 +262,8 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
         checked=sum(r.checked for r in rounds), accepted=sum(r.accepted for r in rounds), rounds_timed=len(rounds),
         tokens_made=sum(len(r.new_ids) for r in rounds), target_passes=last.target_passes,
         plain_target_passes=len(base.records),
-        plain_ms_per_token_runs=tuple(per_token(*x) for x in timed[plain]),
-        speculative_ms_per_token_runs=tuple(per_token(*x) for x in timed[speculative]),
+        plain_ms_per_token_runs=tuple(per_token(*x) for x in done[plain]),
+        speculative_ms_per_token_runs=tuple(per_token(*x) for x in done[speculative]),
         draft_ms_total=sum(sum(r.draft_ms) for r in rounds),
         verify_ms=statistics.median(r.verify_ms for r in rounds) if rounds else 0.0, plain_decode_ms=decode_ms,
         overhead_ms_per_round=speculative_overhead, plain_overhead_ms_per_step=plain_overhead,

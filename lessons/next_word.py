@@ -1,13 +1,11 @@
-"""What the live model predicts next for a prompt, beside what the articles say a big model predicts.
+"""What the live model predicts next for a prompt, beside what a big model predicts.
 
-The articles' example: "Today's weather is so" → "nice" or "warm". A model trained only on children's
+A web-text example: "Today's weather is so" → "nice" or "warm". A model trained only on children's
 stories (TinyStories) has other habits; `next_word_odds` measures them with one prefill pass of the one
-generation loop, and reads the probability and rank of the articles' words off the same logits.
+generation loop, and reads the probability and rank of those words off the same logits.
 """
 
 from __future__ import annotations
-
-import torch
 
 from engine.load.loaded import LoadedModel
 
@@ -23,7 +21,7 @@ def next_word_odds(lm: LoadedModel, prompt: str = ARTICLE_PROMPT, words: tuple[s
 
     run = Stepper(lm, prompt, max_new_tokens=1, repeats=1)
     t = run.prefill()
-    probs = torch.softmax(run.last_logits.float(), dim=-1)
+    probs = run.last_logits.float().softmax(-1)
     odds = {}
     for word in words:
         ids = lm.tokenizer(word, add_special_tokens=False)["input_ids"]

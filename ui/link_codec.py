@@ -14,12 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# The one limit on a prompt's length, for the prompt box (engine/generate/loop.py refuses longer ones before
-# tokenizing) and for a link alike. A link carries the prompt in its address, and nginx's default buffers hold a
-# request line of at most 8 KiB (large_client_header_buffers 4 8k; longer gets "414 Request-URI Too Large"):
-# English text takes ~1.1 bytes a character once URL-encoded, so 4,000 characters leave a link near 4.5 KiB with
-# room for every other setting. (A bundled model sees 512 positions, about 2,000 characters of its stories.)
-MAX_PROMPT_CHARS = 4000
+from engine.generate.loop import MAX_PROMPT_CHARS
 
 
 @dataclass(frozen=True)

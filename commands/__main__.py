@@ -1,0 +1,4 @@
+"""`python -m commands ...` (and `python -m engine ...`, which forwards here): the command line."""
+from commands.main import main
+
+raise SystemExit(main())
