@@ -202,6 +202,41 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
                       elem_bytes=float(torch.finfo(dtype).bits // 8))
 
 
+class RoundRates:
+    """The two bounds' rates probed again, quickly, between rounds of timed passes (topics/ladder/curve.py): a plain
+    read of a buffer no cache holds (the largest of COPY_MIB that memory allows) and a square matmul in the passes'
+    dtype, each the best of `runs`. Calling it returns (read bytes/s, matmul FLOP/s) as they stand this minute."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, runs: int = 3):
+        cpu = device.type == "cpu"
+        free = dev.available_bytes(device)
+        mib = [m for m in COPY_MIB["cpu" if cpu else "gpu"] if 4 * m * 2**20 <= free] or [COPY_MIB["cpu"][0]]
+        self.device, self.runs = device, runs
+        self.buffer = torch.ones(mib[-1] * 2**20 // 4, device=device, dtype=torch.float32)
+        n = 1024 if cpu else 4096
+        self.n = n
+        self.a = torch.randn(n, n, device=device, dtype=dtype)
+        self.b = torch.randn(n, n, device=device, dtype=dtype)
+
+    def __call__(self) -> tuple[float, float]:
+        read = _best_runs(self.buffer.sum, self.buffer.numel() * 4, self.device, self.runs)
+        peak = _best_runs(partial(torch.matmul, self.a, self.b), 2 * self.n**3, self.device, self.runs)
+        return read, peak
+
+
+def _best_runs(fn, work: float, device: torch.device, runs: int) -> float:
+    """Best observed work/second over `runs` timed runs (after one warm-up)."""
+    fn()
+    dev.sync(device)
+    best = 0.0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        dev.sync(device)
+        best = max(best, work / (time.perf_counter() - t0))
+    return best
+
+
 def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
     """Best observed work/second over repeated timed runs (after one warm-up)."""
     fn()
