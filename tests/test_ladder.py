@@ -489,7 +489,7 @@ def test_the_decode_prefill_gap_is_said_as_a_rule_with_this_devices_ridge_and_th
     said = draw.per_token_caption(lad)
     here = lad.roof.peak_flops / lad.roof.dram_bandwidth * 4 / 2  # the ridge in rows, from the probe's own figures
     m = re.search(r"measured on is ~(\d+) tokens \((\w+)\), so the rule gives ×(\d+) there \(measured ×([\d.]+)\); "
-                  r"on an NVIDIA H100 SXM in bf16 \(ridge ~(\d+) tokens\) it predicts ×(\d+) at s = (\d+)", said)
+                  r"on an NVIDIA H100 SXM \(datasheet\) in bf16 \(ridge ~(\d+) tokens\) it predicts ×(\d+) at s = (\d+)", said)
     assert m, said
     assert int(m.group(1)) == round(here) and m.group(2) == lad.roof.dtype == "fp32"
     gap = (top.decode.median_ms / top.decode.tokens) / (top.prefill.median_ms / top.prefill.tokens)  # from the times

@@ -157,7 +157,33 @@ def per_token_caption(ladder: Ladder) -> str:
             f"the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. {gap_rule(ladder)}")
     if first is not top:
         text += f" At {first.label} the gap is ×{first.decode_vs_prefill_per_token:.1f}."
-    return text
+    lean = lean_sentence(ladder)
+    return text + (f" {lean}" if lean else "")
+
+
+def lean_rung(ladder: Ladder) -> RungResult | None:
+    """The largest rung whose lean decode and lean prefill were both timed (None: no such rung)."""
+    return next((r for r in reversed(ladder.rungs) if r.lean_gap is not None), None)
+
+
+def lean_sentence(ladder: Ladder) -> str | None:
+    """The per-token gap and what the cache saves, on the lean path where a rung has it: there the hardware sets
+    both passes' times; the readable path's figures at the same rung are overhead over overhead, said beside with
+    how far above their bounds they ran. Each figure with the rule's."""
+    r = lean_rung(ladder)
+    if r is None:
+        return None
+    here = ladder.roof.ridge_tokens
+    s = r.lean_prefill.tokens
+    return (f"On the lean path at {r.label} (compiled whole: the hardware sets both times), a decoded token costs "
+            f"{_ms(r.lean.per_token_ms)} ms and a prompt token {_ms(r.lean_prefill.per_token_ms)} ms: "
+            f"×{r.lean_gap:.0f} (the rule: ×{roofline.decode_prefill_gap(s, here):.0f}); the cache saves "
+            f"×{r.lean_cache_saves:.2f} there (its {s}-token prefill stands for the cache-off step; the rule: "
+            f"×{roofline.cache_off_steps(s + 1, here):.2f}). The readable path's ×{r.decode_vs_prefill_per_token:.0f} "
+            f"and ×{r.cache_saves:.1f} at {r.label} "
+            + ("are overhead over overhead" if "overhead-bound" in (r.decode.kind, r.nocache.kind) else
+               "are its own, further from the roofs")
+            + f": its decode took ×{r.decode.ratio:.1f} and its cache-off step ×{r.nocache.ratio:.1f} their bounds.")
 
 
 def gap_rule(ladder: Ladder) -> str:
@@ -165,14 +191,16 @@ def gap_rule(ladder: Ladder) -> str:
     about min(s, the ridge in tokens) (roofline.decode_prefill_gap), with this device's ridge and an H100's."""
     top, s, h100 = ladder.rungs[-1], ladder.tokens, roofline.h100()
     here = ladder.roof.ridge_tokens
-    return (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
+    said = (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
             f"s = {s} positions, but once s passes the ridge it is compute-bound and stops getting cheaper per token. "
             f"The ridge of the device it was measured on is ~{here:.0f} tokens ({_dtype(ladder)}), so "
             f"the rule gives ×{roofline.decode_prefill_gap(s, here):.0f} there (measured "
-            f"×{top.decode_vs_prefill_per_token:.1f}); "
-            f"on an {roofline.short_name(h100)} in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) it predicts "
-            f"×{roofline.decode_prefill_gap(s, h100.ridge_tokens):.0f} at s = {s}"
-            + (": both phases memory-bound." if s < h100.ridge_tokens else "."))
+            + (f"×{top.lean_gap:.0f} on the lean path, ×{top.decode_vs_prefill_per_token:.0f} on the readable one); "
+               if top.lean_gap else f"×{top.decode_vs_prefill_per_token:.1f}); ")
+            + f"on an {roofline.short_name(h100)} (datasheet) in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) "
+            f"it predicts ×{roofline.decode_prefill_gap(s, h100.ridge_tokens):.0f} at s = {s}"
+            + (": both phases predicted on the memory side." if s < h100.ridge_tokens else "."))
+    return said
 
 
 def _dtype(ladder: Ladder) -> str:
