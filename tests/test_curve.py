@@ -158,12 +158,13 @@ def test_each_ratio_to_a_bound_is_the_median_of_the_rounds_own():
     the ratio is the median of the per-round ratios, the spread their lowest and highest. A recording without
     rounds says it probed once."""
     rounds = ((25e9, 1e11), (12.5e9, 1e11), (25e9, 0.5e11))  # the second round's read at half speed
-    c = synthetic({"decode": {1: [20.0, 40.0, 20.0]}, "prefill": {64: [128.0, 128.0, 256.0]}}, rounds=rounds)
+    c = synthetic({"decode": {1: [24.0, 40.0, 20.0]}, "prefill": {64: [128.0, 128.0, 256.0]}}, rounds=rounds)
     star, far = c.of("decode")[0], c.at("prefill", 64)
     by_hand = [ms / (max(star.bytes_moved / r, star.flops / p) * 1e3) for ms, (r, p) in zip(star.samples_ms, rounds)]
     h = c.held(star)
     assert (h.median, h.low, h.high, h.rounds) == pytest.approx((sorted(by_hand)[1], min(by_hand), max(by_hand), 3))
-    assert h.high == pytest.approx(h.low)  # the slow round's pass and its bound moved together
+    # the slow round's pass (40 ms) and its bound (read at half speed) moved together: ×1.25 as in the third round
+    assert by_hand[1] == pytest.approx(by_hand[2]) == pytest.approx(h.median) and h.high == pytest.approx(1.5)
     assert c.held(far).median == pytest.approx(128.0 / (2 * 100e6 * 64 / 1e11 * 1e3))
     assert "over 3 rounds" in curve_draw.curve_claim(c, ROOF, "decode", "this CPU")
     assert synthetic(PHYSICS).held(star) is None
@@ -233,6 +234,14 @@ def test_a_bigger_pass_measured_faster_is_flagged_as_a_busy_server_or_as_noise()
     note = curve_note(synthetic(times))
     assert note and note.startswith(BUSY) and "batch of 4 took 9.5 ms, less than the batch of 2 (24.0 ms)" in note
     assert curve_note(synthetic(PHYSICS)) is None
+
+
+def test_a_wide_spread_on_any_pass_is_said_on_the_chart():
+    """No order flipped, but the 32-row batch's runs spread ×2.5: the note names that pass, wherever it sits."""
+    times = {k: dict(v) for k, v in PHYSICS.items()}
+    times["batch"][32] = [60.0, 76.8, 150.0]
+    note = curve_note(synthetic(times))
+    assert note and note.startswith(BUSY) and "the pass over 32 rows (batch) ranged 60.0–150.0 ms" in note
 
 
 def test_the_caption_says_the_curves_own_figures_and_reads_it_only_where_the_knee_agrees():
