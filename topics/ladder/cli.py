@@ -111,6 +111,9 @@ def main(args) -> int:
     tokens = args.tokens or default_tokens(lm.device)
     dtype = lm.dtype if args.dtype else timing_dtype(lm)  # a GPU's ladder in bf16 unless --dtype says otherwise
     planned = plan(lm, args.sizes, tokens, dtype)  # a rung that would not fit is refused before the bar starts
+    from topics.ladder.curve import compile_forecast
+
+    print(f"the curve's lean pass, before its compiles: {compile_forecast(lm.device.type)}")
     with tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}") as bar:
         def progress(fraction: float, text: str) -> None:
             bar.set_description_str(text[:70])

@@ -435,27 +435,28 @@ def graphs_for(passes, cpu: bool) -> list[str]:
     return names
 
 
-def compile_forecast(device_type: str, passes) -> str:
+def compile_forecast(device_type: str, passes=None) -> str:
     """'compiling 4 graphs; where the shipped recording was made (…) they took 37 s, on a first run …': said
     before the compiles start, from the recording of this kind of device (assets/), or that none is known."""
     import json
 
     from engine.paths import ASSETS
 
-    graphs = graphs_for(passes, device_type == "cpu")
     path = ASSETS / ("ladder_gpu.json" if device_type == "cuda" else "ladder_cpu.json")
-    known = []
+    known, graphs = [], graphs_for(passes or (), device_type == "cpu")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         curve = next((r["curve"] for r in raw["rungs"] if r.get("curve")), None) or {}
+        graphs = graphs or list(curve.get("compile_ms", {}))  # no passes given: the recording's own graphs
         known = [curve["compile_ms"][g] for g in graphs if g in curve.get("compile_ms", {})]
         where = raw["device"]
     except (OSError, ValueError, KeyError):
         where = None
     said = f"compiling {len(graphs)} graph{'s' if len(graphs) > 1 else ''} ({', '.join(graphs)})"
     if known:
-        said += (f"; on {where} {len(known)} of them took {sum(known) / 1e3:.0f} s on a first run (torch keeps "
-                 "compiled code on disk, so a later run on the same machine compiles faster)")
+        said += (f"; on {where} {len(known)} of them took {sum(known) / 1e3:.0f} s when the shipped recording was "
+                 "made (a first run on a fresh machine can take several times that; torch keeps compiled code on "
+                 "disk, so a later run on the same machine compiles faster)")
     else:
         said += "; no recording of this kind of device says how long: the first compile of each takes tens of seconds"
     return said
