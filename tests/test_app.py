@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.measure import caveats as noise
+from drawing import caveats as noise
 from ui.apptest import ROOT, app_test, page
 from ui.controller import STOPPED
 

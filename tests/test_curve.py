@@ -9,11 +9,12 @@ import re
 
 import pytest
 
+from drawing.caveats import BUSY, NOISE
 from engine.measure import roofline
-from engine.measure.caveats import BUSY, NOISE, curve_note
 from engine.paths import ASSETS
 from topics.ladder import curve as curves
 from topics.ladder import curve_draw
+from topics.ladder.notes import curve_note
 from topics.ladder.record import Ladder
 
 pytestmark = pytest.mark.xdist_group("ladder")  # one worker: `small_ladder` is measured once, beside test_ladder's

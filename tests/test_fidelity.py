@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from drawing.caveats import BUSY
 from drawing.latency import latency_ceiling, latency_figure
 from drawing.palette import PREFILL, RECOMPUTED
 from drawing.stage import stage_svg
@@ -21,7 +22,6 @@ from engine import Stepper
 from engine.forward.run import Timing
 from engine.load import gpt2
 from engine.measure import roofline
-from engine.measure.caveats import BUSY
 from engine.measure.roofline import DeviceRoof
 from tests.test_app import click, fresh_app, open_view
 from tests.test_lessons import lesson, text

@@ -378,7 +378,8 @@ def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
     and a steady ladder says nothing."""
     from dataclasses import replace
 
-    from engine.measure.caveats import BUSY, ladder_note
+    from drawing.caveats import BUSY
+    from topics.ladder.notes import ladder_note
 
     lad, _ = measured
     steady = replace(lad, rungs=tuple(replace(r, **{k: replace(getattr(r, k), low_ms=getattr(r, k).median_ms,
@@ -599,7 +600,8 @@ def test_a_label_that_flips_back_against_the_lesson_is_shown_with_its_spread_and
     with the spread; the recorded ladder as it is says nothing."""
     from dataclasses import replace
 
-    from engine.measure.caveats import BUSY, ladder_note
+    from drawing.caveats import BUSY
+    from topics.ladder.notes import ladder_note
 
     rec = stores.recorded_ladders()[0]
     assert ladder_note(rec) is None

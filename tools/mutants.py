@@ -431,15 +431,12 @@ def busy_note_from_one_pass() -> None:
     """The curve's busy/noise note judged from the first pass's spread alone."""
     import dataclasses
 
-    from engine.measure import caveats
+    from topics.ladder import curve_draw, notes
 
-    note = caveats.curve_note
-    caveats.curve_note = lambda curve: note(dataclasses.replace(curve, points=curve.points[:1])
-                                            if curve.points else curve)
-    _replace(note, caveats.curve_note)
-    from topics.ladder import curve_draw
-
-    curve_draw.curve_note = caveats.curve_note
+    note = notes.curve_note
+    notes.curve_note = lambda curve: note(dataclasses.replace(curve, points=curve.points[:1]) if curve.points
+                                          else curve)
+    curve_draw.curve_note = notes.curve_note
 
 
 def knee_check_one_sided() -> None:

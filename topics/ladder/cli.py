@@ -142,7 +142,7 @@ def main(args) -> int:
     for said in (draw.roofline_caption(lad), draw.per_token_caption(lad)):
         print(textwrap.fill(said, 118))
         print()
-    from engine.measure.caveats import ladder_note
+    from topics.ladder.notes import ladder_note
 
     if ladder_note(lad):
         print(ladder_note(lad))

@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 from drawing.latency import note_box
 from drawing.palette import DECODE, GREY, PREFILL, layout
 from engine.measure import roofline
-from engine.measure.caveats import ladder_note
 from topics.ladder import scale_draw as scale_draw
+from topics.ladder.notes import ladder_note
 from topics.ladder.record import Ladder, RungResult
 
 
@@ -86,7 +86,7 @@ def _ms(x: float) -> str:
 
 def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
     """The common look, the weights note under the title, and room for it above the legend; a busy server's
-    note (engine.measure.caveats.ladder_note) under the plot. Heights fit a
+    note (drawing.caveats.ladder_note) under the plot. Heights fit a
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),

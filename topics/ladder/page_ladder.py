@@ -15,9 +15,9 @@ import streamlit as st
 
 from engine import DecodeLabError
 from engine.links import LADDER_VIEWS
-from engine.measure.caveats import ladder_note
 from topics.ladder import curve_draw
 from topics.ladder import draw as draw
+from topics.ladder.notes import ladder_note
 from topics.ladder.record import Ladder
 from topics.ladder.store import kept_ladder, ladder_failed, ladder_job, recorded_ladders, recorded_on, start_ladder
 from ui.links import write_link
