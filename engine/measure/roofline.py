@@ -531,34 +531,3 @@ def predicted_points(traces, spec, roof: DeviceRoof) -> list[RoofPoint]:
         out.append(RoofPoint(step=t.step, kind=_kind(t), intensity=p.intensity, achieved=p.flops / (p.predicted_ms / 1e3),
                              ms=p.predicted_ms, bytes_estimate=p.bytes, predicted=True))
     return out
-
-
-def prediction_frame(traces, spec, roof: DeviceRoof):
-    """Per step: what `roof` PREDICTS for the same pass, in its own dtype (nothing ran there: no measured time, no
-    verdict), beside the table of this device's measured bounds (`bound_frame`)."""
-    import pandas as pd
-
-    rows = []
-    for t in traces:
-        p = predict_step(t, spec, roof)
-        rows.append({"step": t.step, "phase": t.phase, "predicted": p.side.removeprefix("the "),
-                     "predicted ms": round(p.predicted_ms, 4), "memory bound ms": round(p.memory_ms, 4),
-                     "compute bound ms": round(p.compute_ms, 4),
-                     f"FLOP/byte in {roof.dtype} (estimate)": round(p.intensity, 1)})
-    return pd.DataFrame(rows)
-
-
-def bound_frame(traces, roof: DeviceRoof):
-    """Per step: the measured time beside its two lower bounds, and what the measurement shows (see `verdict`)."""
-    import pandas as pd
-
-    rows = []
-    for t in traces:
-        v = step_verdict(t, roof)
-        rows.append({"step": t.step, "phase": t.phase, "side of the ridge (predicted)": v.side,
-                     "what the measurement shows": v.label,
-                     "measured ms (median)": round(t.forward_ms, 3),
-                     "memory bound ms (bytes / bandwidth)": round(v.memory_ms, 4),
-                     "compute bound ms (FLOPs / peak)": round(v.compute_ms, 4),
-                     "measured / larger bound": round(v.ratio, 1), "FLOP/byte (estimate)": round(t.intensity_estimate, 2)})
-    return pd.DataFrame(rows)

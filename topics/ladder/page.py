@@ -7,6 +7,7 @@ from engine import DecodeLabError
 from engine.measure import kvcalc, roofline
 from engine.units import human_bytes
 from topics.ladder import scale_draw as scale_draw
+from topics.ladder import tables
 from topics.ladder.page_ladder import grow_the_model
 from topics.ladder.profile import DemoRun, breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
 from ui import model
@@ -202,12 +203,12 @@ def show() -> None:
             st.markdown(plain(scale_draw.prefill_sentence(pre, spec, here, gpu or roofline.h100())))
         st.caption("Every step must at least move its bytes once (bytes / bandwidth) and do its arithmetic once "
                    "(FLOPs / peak): the larger of the two is a lower bound on its time.")
-        st.dataframe(roofline.bound_frame(traces, here), hide_index=True, height=240, width="stretch",
+        st.dataframe(tables.bound_frame(traces, here), hide_index=True, height=240, width="stretch",
                      column_config=BOUND_COLUMNS)
         if gpu is not None:
             st.caption(plain(f"Predicted on the {roofline.short_name(gpu)} ({gpu.dtype}, datasheet figures): the same "
                              "passes, nothing measured there, so no verdict."))
-            st.dataframe(roofline.prediction_frame(traces, spec, gpu), hide_index=True, height=240, width="stretch")
+            st.dataframe(tables.prediction_frame(traces, spec, gpu), hide_index=True, height=240, width="stretch")
 
     st.subheader("Where does a decode step's time go?")
     st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
