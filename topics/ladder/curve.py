@@ -5,15 +5,16 @@ A pass over n rows reads every weight once and does about 2 · parameters · n F
     a prefill of n tokens        ids [batch=1, n]     positions 0 .. n-1
     a decode step for n sequences  ids [batch=n, 1]   each at the same context s (a static batch's step)
 
-While the weights' bytes set the time (memory-bound), the time stays flat as n grows; once the FLOPs do
-(compute-bound), it grows in proportion to n. The knee sits where the pass's intensity meets the device's
-ridge: about ridge × elem_bytes / 2 rows (~7 on this project's CPU in fp32, ~180 on an H200 in bf16). A
-ratio to a roof depends on how good the kernel is; the shape of this curve does not (STYLE.md, 25).
+While the weights' bytes set the time (the memory side), the time stays flat as n grows; once the FLOPs do (the
+compute side), it grows in proportion to n. A prefill's knee sits where its intensity meets the device's ridge:
+about ridge × elem_bytes / 2 rows (~7 on this project's CPU in fp32, ~177 on the H200 recorded, both measured). A
+batch of decodes reads every sequence's K/V too, so its knee comes later. A ratio to a roof depends on how good
+the kernel is; the shape of this curve does not.
 
 Every pass runs on the lean path (engine.forward.lean: gpt-fast's Llama over the rung's own weights, compiled
-whole). The curve's passes all use one matrix kernel, the multi-row one (on a CPU oneDNN on packed weights, a
-single row padded), so that the row count is the only thing that moves; the rung's decode step (`DECODE`) is
-timed apart on the kernel a one-row step runs best with (on a CPU a streamed dot product), and is the ladder's
+whole). The curve's passes use the multi-row kernel (on a CPU oneDNN on packed weights, a single row padded), so
+that the row count is the only thing that moves; the rung's decode step (`DECODE`) is timed apart on the kernel a
+one-row step runs best with (on a CPU a streamed dot product; on a GPU the one-row graph), and is the ladder's
 lean decode. Timed as every step here is: perf_counter around a device sync, warm-up calls apart (they compile: one
 graph for n = 1, one for every other n of each kind, the compile time kept in `compile_ms`), medians of
 `repeats` runs with their min-max, timed in rounds (every pass once a round, so a slow minute falls on every n
@@ -36,7 +37,7 @@ the rung's decode step runs its own one-row kernel and is a labelled point of it
 the many-row passes.
 
 Bounds probed beside the passes: every round of the timed passes starts with a plain read of a buffer no cache
-holds and a square matmul (`roofline.round_rates`), so a slow minute lands on the bounds as on the passes; a pass's
+holds and a square matmul (`roofline.RoundRates`), so a slow minute lands on the bounds as on the passes; a pass's
 ratio to its bound is the median over rounds of that round's time over that round's bound (`Curve.held`), its
 spread the lowest and highest round. A curve recorded before this (`rounds` empty) was placed on one probe, made
 before the passes, and says so.

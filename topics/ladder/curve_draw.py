@@ -121,7 +121,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                       legend=dict(orientation="v", yref="container", yanchor="bottom", y=0, x=0, traceorder="normal",
                                   font=dict(size=12 * scale)))
     note = curve_note(curve)
-    if note:  # a busy server said on the chart, with the figures that show it (STYLE 24): over the plot and the
+    if note:  # a busy server said on the chart, with the figures that show it: over the plot and the
         note_box(fig, note, scale, chars=64, above_px=22 * scale)  # ridge's label, since the legend lies under it
     return fig
 
