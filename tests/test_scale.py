@@ -172,7 +172,7 @@ def formula_value(text: str) -> tuple[float, float]:
     return total * int(batch), stated
 
 
-@pytest.mark.parametrize("name", list(kvcalc.table()["name"]))
+@pytest.mark.parametrize("name", kvcalc.model_names())
 def test_the_formula_shown_adds_up_to_the_calculators_bytes(name):
     a = kvcalc.from_table(name)
     for tokens, batch, elem in ((8192, 1, 2.0), (300, 7, 0.5), (100_000, 2, 4.0)):

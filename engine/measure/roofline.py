@@ -250,15 +250,15 @@ def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
     return best
 
 
-def from_datasheet(row, dtype_bytes: int = 2) -> DeviceRoof:
-    """A roofline from an accelerators.csv row (fp16/bf16 dense peak, else fp32), in the dtype of its peak: a step
-    predicted on it counts its bytes in that dtype (`predict`)."""
-    peak = row.get("peak_tflops_fp16_bf16_dense") if dtype_bytes <= 2 else None
+def from_datasheet(card, dtype_bytes: int = 2) -> DeviceRoof:
+    """A roofline from a card's datasheet figures (kvcalc.Accelerator: fp16/bf16 dense peak, else fp32), in the dtype
+    of its peak: a step predicted on it counts its bytes in that dtype (`predict`)."""
+    peak = card.peak_tflops_bf16 if dtype_bytes <= 2 else None
     elem = float(dtype_bytes)
-    if peak is None or peak != peak:  # NaN
-        peak, elem = row.get("peak_tflops_fp32"), 4.0
-    return DeviceRoof(name=f"{row['name']} (datasheet)", peak_flops=float(peak) * 1e12,
-                      bandwidth=float(row["memory_bandwidth_gb_s"]) * 1e9, measured=False, elem_bytes=elem)
+    if peak is None:
+        peak, elem = card.peak_tflops_fp32, 4.0
+    return DeviceRoof(name=f"{card.name} (datasheet)", peak_flops=float(peak) * 1e12,
+                      bandwidth=float(card.bandwidth_gb_s) * 1e9, measured=False, elem_bytes=elem)
 
 
 def side(intensity: float, roof: DeviceRoof) -> str:
@@ -489,11 +489,9 @@ def step_verdict(t, roof: DeviceRoof) -> Verdict:
 def h100() -> DeviceRoof:
     """An H100's roofline from the bundled datasheet table, in bf16, to PREDICT a step on (`predict`); its steps'
     intensity is counted in bf16, not in the fp32 a CPU trace's intensity_estimate uses."""
-    from engine.measure.kvcalc import accelerators
+    from engine.measure.kvcalc import accelerator
 
-    rows = accelerators().set_index("name")
-    name = "NVIDIA H100 SXM"
-    return from_datasheet(rows.loc[name].to_dict() | {"name": name})
+    return from_datasheet(accelerator("NVIDIA H100 SXM"))
 
 
 @dataclass(frozen=True)

@@ -146,12 +146,10 @@ def datasheet_for(device: str) -> DeviceRoof | None:
     from engine.measure.kvcalc import accelerators
     from engine.measure.roofline import from_datasheet
 
-    rows = accelerators()
-    named = [r for r in rows.to_dict("records") if r["name"] and str(r["name"]) in device]
+    named = [a for a in accelerators() if a.name in device and a.has_roof]
     if not named:
         return None
-    row = max(named, key=lambda r: len(str(r["name"])))  # 'NVIDIA H100 SXM' over 'NVIDIA H100'
-    return from_datasheet(row)
+    return from_datasheet(max(named, key=lambda a: len(a.name)))  # 'NVIDIA H100 SXM' over 'NVIDIA H100'
 
 
 def share_words(p, roof: DeviceRoof, sheet: DeviceRoof | None = None) -> str:
