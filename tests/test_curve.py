@@ -614,3 +614,15 @@ def test_every_sentence_the_curve_writes_compares_one_kernel_gives_a_batch_its_o
             assert s[max(0, m.start() - 4):m.start()] == "not ", s
 
 
+
+
+@pytest.mark.parametrize("name", ["ladder_cpu.json", "ladder_gpu.json"])
+def test_the_docs_print_each_recordings_curve_table_as_generated(name):
+    """docs/measurements.md carries `python -m topics.ladder.docs assets/<file>` verbatim: the docs say what the
+    captions say, and one command regenerates them."""
+    from pathlib import Path
+
+    from topics.ladder.docs import table
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "measurements.md").read_text(encoding="utf-8")
+    assert table(str(ASSETS / name)) in doc
