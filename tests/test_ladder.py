@@ -517,9 +517,10 @@ def test_a_128_token_prefill_is_compute_bound_only_with_its_condition():
     lad = stores.recorded_ladders()[0]
     top, h100 = lad.rungs[-1], roofline.h100()
     said = draw.prefill_condition(lad)
-    m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge of the device it was measured on \(~(\d+) tokens, "
+    m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge measured on the device it ran on \(~(\d+) tokens, "
                   r"(fp32)\); "
-                  r"on an NVIDIA H100 SXM at batch 1 \(ridge ~(\d+) tokens in bf16\) the same prefill is predicted on "
+                  r"on an NVIDIA H100 SXM at batch 1 \(its datasheet's ridge ~(\d+) tokens in bf16\) the same prefill is "
+                  r"predicted on "
                   r"(the memory side|the compute side) \((\d+) vs (\d+) FLOP/byte in bf16\)", said)
     assert m, said
     here = lad.roof.peak_flops / lad.roof.dram_bandwidth * 4 / 2  # the ridge in rows, from the probe's own figures

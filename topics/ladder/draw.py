@@ -278,8 +278,9 @@ def prefill_condition(ladder: Ladder) -> str:
     here = ladder.roof.ridge_tokens
     p = roofline.predict_counts(top.prefill.flops, top.prefill.bytes_moved, ladder.roof.elem_bytes, h100)
     past = "past" if s >= here else "short of"
-    return (f"A {s}-token prefill is {past} the ridge of the device it was measured on (~{here:.0f} tokens, "
-            f"{_dtype(ladder)}); on an {roofline.short_name(h100)} at batch 1 (ridge ~{h100.ridge_tokens:.0f} tokens "
+    return (f"A {s}-token prefill is {past} the ridge measured on the device it ran on (~{here:.0f} tokens, "
+            f"{_dtype(ladder)}); on an {roofline.short_name(h100)} at batch 1 (its datasheet's ridge "
+            f"~{h100.ridge_tokens:.0f} tokens "
             f"in {h100.dtype}) the same prefill is {p.words()}.")
 
 
