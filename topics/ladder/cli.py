@@ -139,6 +139,11 @@ def main(args) -> int:
         print()
         print(curve_table(curve, r))
     print()
+    for r in lad.rungs:  # where the hardware sets both passes' times: the lean path's gap and cache saving
+        if r.lean_gap:
+            print(f"lean path at {r.label}: decode / prefill per token x{r.lean_gap:.0f}, the cache saves "
+                  f"x{r.lean_cache_saves:.2f} (readable path: x{r.decode_vs_prefill_per_token:.0f} and "
+                  f"x{r.cache_saves:.1f})")
     for said in (draw.roofline_caption(lad), draw.per_token_caption(lad)):
         print(textwrap.fill(said, 118))
         print()
