@@ -325,6 +325,12 @@ def test_the_rows_timed_reach_past_the_knee_on_each_device():
     assert rows[-1] >= 4 * h200.ridge_tokens  # far enough past ~180 rows for the slope to show
     passes = curves.every_pass(spec, h200, torch.device("cuda"), 384)
     assert ("prefill", 384) in passes and ("batch", 1) in passes
+    # the batched decode, which gpu-check times too, reaches twice its own knee (K/V counted: ~424 sequences at
+    # s = 384), where its K/V fits: measure_curve leaves out, and says, a batch whose cache would not
+    from engine.forward.estimates import saturating_batch
+
+    batch_knee = saturating_batch(spec, 384, 2.0, h200.ridge)
+    assert max(n for k, n in passes if k == "batch") >= 2 * batch_knee
 
 
 # ---------------------------------------------------------------- the recorded GPU ladder
