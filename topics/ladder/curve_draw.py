@@ -157,12 +157,12 @@ def share_words(p, roof: DeviceRoof, sheet: DeviceRoof | None = None) -> str:
     the roof probed here, and, where the device has a datasheet, its share of that too."""
     v = verdict(p.median_ms, p.flops, p.bytes_moved, roof)
     if v.bound == "memory":
-        said = f"{percent(v.share)} of the bandwidth measured here (MBU)"
+        said = f"{percent(v.share)} of {v.roof_words}"  # the bandwidth measured here (MBU), or the cache's
         if sheet is not None:
             said += (f"; {percent(p.bytes_moved / sheet.bandwidth * 1e3 / p.median_ms)} of the "
                      f"{short_name(sheet)} datasheet's {sheet.bandwidth / 1e12:.1f} TB/s")
         return said
-    said = f"{percent(v.share)} of the matmul peak measured here (MFU)"
+    said = f"{percent(v.share)} of {v.roof_words}"  # the matmul peak measured here (MFU)
     if sheet is not None:
         said += (f"; {percent(p.flops / sheet.peak_flops * 1e3 / p.median_ms)} of the {short_name(sheet)} "
                  f"datasheet's {sheet.peak_flops / 1e12:,.0f} TFLOP/s")
