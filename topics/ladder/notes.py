@@ -67,12 +67,15 @@ ORDER_SLACK = 1.1  # a pass over more rows measured this many times faster than 
 
 def curve_note(curve) -> str | None:
     """One pass over n rows (topics.ladder.curve.Curve): where a pass over more rows measured faster than one over
-    fewer (by more than ORDER_SLACK: more rows read the same weights and do more arithmetic, so that order is not
-    the hardware's; a busy server where either pass's repeats spread wider than WIDE, else timing noise), or else
-    the pass whose timed runs spread the widest, when wider than WIDE; None when all held."""
+    fewer by more than ORDER_SLACK (more rows read the same weights and do more arithmetic, so that order is not the
+    hardware's; a busy server where either pass's repeats spread wider than WIDE, else timing noise), or else the
+    pass whose timed runs spread the widest, when wider than WIDE; None when all held. The one-row pass is left out
+    of the order: it runs a graph of its own, and Curve.outlier names it where it is slower."""
     for kind in ("prefill", "batch"):
         pts = curve.of(kind)
         for a, b in zip(pts, pts[1:]):
+            if a.rows == 1:  # the one-row pass runs a graph of its own: Curve.outlier names it, the caption says so
+                continue
             if b.median_ms * ORDER_SLACK < a.median_ms:
                 what = "prefill of" if kind == "prefill" else "batch of"
                 flip = (f"the {what} {b.rows} took {b.median_ms:.1f} ms, less than the {what} {a.rows} "
@@ -80,9 +83,8 @@ def curve_note(curve) -> str | None:
                 if max(a.high_ms / a.low_ms, b.high_ms / b.low_ms) > WIDE:
                     return (f"{BUSY}: {flip}: other work's time as much as the hardware's. Measure again when the "
                             "server is quiet.")
-                graph = " (one row runs a compiled graph of its own)" if a.rows == 1 else ""
-                return (f"{NOISE}: {flip}; each pass's repeats agreed, so the two differ by how they ran{graph} and "
-                        "by the minute each was timed, not by the hardware's rule. Measure again.")
+                return (f"{NOISE}: {flip}; each pass's repeats agreed, so the two differ by how they ran and by "
+                        "the minute each was timed, not by the hardware's rule. Measure again.")
     points = [p for p in curve.points if len(p.samples_ms) > 1 and p.low_ms > 0]
     if not points:
         return None
