@@ -86,12 +86,11 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                                         " (prefill)" if kind == "prefill" else " (batch, K/V counted)")
             fig.add_vline(x=predicted, line=dict(color=GREY if kind == "prefill" else COLOURS[kind], width=2,
                                                  dash="dot"))
-            # the prefill's words left of its line, the batch's right of its own: two knees close on a log axis
-            # (the H200's ~190 and ~424) never write over each other
-            fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.92, yref="paper",
+            # each kind's words end at its own line, the batch's a row lower: two knees close on a log axis (the
+            # H200's ~190 and ~424) never write over each other, nor past the plot's right edge
+            fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.9, yref="paper",
                                yanchor="bottom", showarrow=False, text=f"{words} ≈ {_n(predicted)} rows",
-                               xanchor="center" if negligible else "right" if kind == "prefill" else "left",
-                               font=dict(size=12 * scale))
+                               xanchor="center" if negligible else "right", font=dict(size=12 * scale))
         if k is None or k.measured is None:
             continue
         lo, hi = max(xs[0], min(k.level_rows)), max(k.slope_rows)  # the two fitted lines, measured
