@@ -133,6 +133,19 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="right",
                        text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=-8)
     ys = [v for r in rungs for v in (r.decode.per_token_ms, r.prefill.per_token_ms)]
+    lean = lean_rung(ladder)
+    if lean is not None and not all(r.lean for r in rungs):  # the lean path's two passes at the rung that has them
+        ld, lp = lean.lean.per_token_ms, lean.lean_prefill.per_token_ms
+        fig.add_trace(go.Scatter(
+            x=[lean.parameters] * 2, y=[ld, lp], name=f"lean path at {lean.label}: decode, prefill per token",
+            mode="lines+markers", line=dict(color=GREY, width=2, dash="dash"),
+            marker=dict(color=[DECODE, PREFILL], size=13, symbol="diamond", line=dict(color="#222", width=1)),
+            hovertemplate="%{y:.3g} ms per token<extra>the lean path (compiled)</extra>"))
+        # low in its gap, under the readable gap's words (a third of the way up theirs)
+        fig.add_annotation(x=math.log10(lean.parameters), y=math.log10(lp) + 0.2 * (math.log10(ld) - math.log10(lp)),
+                           xanchor="right", xshift=-8, showarrow=False, font=dict(size=13 * scale, color="#444"),
+                           text=f"lean path ×{lean.lean_gap:.0f}")
+        ys += [ld, lp]
     lo, hi = min(min(ys), min(r.prefill.low_ms / r.prefill.tokens for r in rungs)), max(ys)
     vals, texts = log_ticks(lo / 1.6, hi * 1.6)
     fig.update_yaxes(type="log", title="ms per token (median, measured)", tickmode="array", tickvals=vals,
@@ -145,8 +158,11 @@ def gap_words(r: RungResult) -> str:
     """'decode<br>×12 dearer<br>per token' (or cheaper, if that is what was measured): narrow, for a phone."""
     ratio = r.decode_vs_prefill_per_token
     if ratio >= 1:
-        return f"decode<br>×{ratio:.0f} dearer<br>per token" if ratio >= 10 else f"decode<br>×{ratio:.1f} dearer<br>per token"
-    return f"decode<br>×{1 / ratio:.1f} cheaper<br>per token"
+        said = f"decode<br>×{ratio:.0f} dearer<br>per token" if ratio >= 10 else \
+            f"decode<br>×{ratio:.1f} dearer<br>per token"
+    else:
+        said = f"decode<br>×{1 / ratio:.1f} cheaper<br>per token"
+    return said + "<br>(readable path)"  # the Stepper's eager passes: the lean path's gap is said apart
 
 
 def per_token_caption(ladder: Ladder) -> str:
