@@ -178,7 +178,7 @@ def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[LadderRo
         lean = {} if c is None else dict(
             lean_decode_ms=r.lean.median_ms, lean_decode_over_bound=r.lean.median_ms / r.lean.memory_ms,
             rows8_over_one={kind: c.ratio(kind, 8) for kind in ("prefill", "batch") if c.ratio(kind, 8)},
-            knee={kind: c.measured_knee(kind) for kind in ("prefill", "batch")},
+            knee={kind: c.measured_knee(kind, lad.roof) for kind in ("prefill", "batch")},
             knee_predicted=c.predicted_knee("prefill", lad.roof))
         row = LadderRow(size=r.label, parameters=r.parameters, weight_bytes=r.weight_bytes, trained=r.trained,
                         decode_ms=r.decode.median_ms, prefill_ms=r.prefill.median_ms, nocache_ms=r.nocache.median_ms,

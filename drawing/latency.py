@@ -20,7 +20,7 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
 
     TTFT is the prefill's bar (labelled), TPOT the dotted line at the median decode step. Every bar fits the axis;
     a whisker that does not is cut at the top and listed once, in one line (labels never collide). `note` (from
-    engine.measure.caveats) is said on the chart when the measurements contradict the lesson (`note_box`)."""
+    drawing.caveats) is said on the chart when the measurements contradict the lesson (`note_box`)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steps = [t.step for t in traces]
     colours = [PREFILL if t.phase == "prefill" else (DECODE if t.use_cache else RECOMPUTED) for t in traces]
@@ -69,12 +69,12 @@ NOTE_CHARS = 38  # a note's line on a chart in a side column (the sidebar open t
 
 
 def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS, above_px: float | None = None) -> None:
-    """Say a note (engine.measure.caveats) on the chart itself: its headline in a box under the plot, below the x
+    """Say a note (drawing.caveats) on the chart itself: its headline in a box under the plot, below the x
     axis's title, in a bottom margin of its own (the box covers no bar, line, tick or legend, whatever the screen;
     the figure keeps its height, so a chart that fits a projector's first screen still does). A chart whose legend
     lies under its plot passes `above_px`: the box then goes over the plot instead, that many pixels above its top
     (over the labels drawn there), in a top margin of its own. Call it after `layout`."""
-    from engine.measure.caveats import headline
+    from drawing.caveats import headline
 
     lines = wrap(headline(note), chars)
     size = max(11.0, 10 * scale)  # never under 11 px, a phone's included
@@ -191,7 +191,7 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
                          note: str | None = None, height: int = 380) -> go.Figure:
     """Positions computed (q_len) at every step, with and without the cache: flat vs a climbing staircase; and the
     measured ms of each step as a line over them (right axis), so the time is read beside the work. `note`
-    (engine.measure.caveats.compare_note) is said in the title when the times contradict the work."""
+    (drawing.caveats.compare_note) is said in the title when the times contradict the work."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=[t.step for t in nocache_traces], y=[t.q_len for t in nocache_traces],
                          name="positions computed, cache off", marker_color=RECOMPUTED, opacity=0.75))

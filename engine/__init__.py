@@ -10,7 +10,7 @@ The core thinks; nothing here imports streamlit, and nothing here imports a topi
     generate/   generate: the one loop (loop.py: Sequence, Run), the Stepper (prefill, decode), speculative
                 rounds, padded batches, cache on vs off, serving (continuous batching over a paged cache)
     measure/    what more than one topic measures: the roofline and its verdicts, KV sizes of real models,
-                what a head does, one request's life, the caveats a busy server earns
+                what a head does, one request's life
 
 The core draws nothing: drawing/ (beside it, one layer up) turns its records into pictures, and each topic
 keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative, race, budget).

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from drawing import caveats
 from drawing.palette import axis_labels
 from drawing.stage_phone import stage_pictures
 from engine import Sampling, Stepper, compare
@@ -24,7 +25,7 @@ from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces
 from engine.load.load import bundled_models
 from engine.load.rungs import short_count
-from engine.measure import caveats, roofline
+from engine.measure import roofline
 from engine.measure.request import request_timeline
 from engine.paths import ROOT
 from lessons.next_word import next_word_odds
@@ -188,7 +189,7 @@ def show_stage(run: Stepper, step: int, layer: int = 0) -> None:
 
 
 def busy(traces) -> None:
-    """The measured times a lesson quotes, when the server's noise contradicts it (engine.measure.caveats)."""
+    """The measured times a lesson quotes, when the server's noise contradicts it (drawing.caveats)."""
     note = caveats.latency_note(traces)
     if note:
         st.warning(note, icon=":material/speed:")

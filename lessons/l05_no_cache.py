@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from drawing import caveats
 from drawing.latency import work_per_step_figure
-from engine.measure import caveats, roofline
+from engine.measure import roofline
 from lessons.course import Course, show_stage
 from topics.race.measure import cache_rule, cache_rule_sentence, race_frame
 from ui.model import device_roof

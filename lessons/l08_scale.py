@@ -7,6 +7,7 @@ import streamlit as st
 from engine.measure import kvcalc
 from engine.units import human_bytes
 from lessons.course import Course
+from topics.ladder.tables import compare_frame
 from ui.presets import PROMPTS
 
 TITLE = '8. Scale: the cache of big models'
@@ -22,7 +23,7 @@ def show(course: Course) -> None:
                               persist_state="session")
     st.markdown(f"Your live model stores **{live:,.0f} bytes per token** (measured, {course.lm.dtype_name}). Published "
                 f"configurations, computed from their figures (estimates, fp16, batch 1):")
-    st.dataframe(kvcalc.compare_frame(["Llama-2-7b", "Llama-3-8B", "Llama-2-70b", "Llama-3-70B", "Gemma-2-9b"], tokens),
+    st.dataframe(compare_frame(["Llama-2-7b", "Llama-3-8B", "Llama-2-70b", "Llama-3-70B", "Gemma-2-9b"], tokens),
                  hide_index=True, width="stretch")
     l2, l3 = kvcalc.from_table("Llama-2-70b"), kvcalc.from_table("Llama-3-8B")
     st.markdown(f"Grouped-query attention shares each K/V head among several query heads: Llama-2-70B's "

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.measure import caveats as noise
+from drawing import caveats as noise
 from ui.apptest import ROOT, app_test, page
 from ui.controller import STOPPED
 
@@ -450,7 +450,7 @@ def test_each_scenario_loads_in_one_click_and_replays_its_steps(scenario):
     at = fresh_app()
     at.selectbox(key="step_scenario").set_value(scenario["title"]).run()
     assert not at.exception and not at.error, [e.value for e in at.exception]
-    # the only warnings allowed are the honest ones about timing on a loaded machine (engine/measure/caveats.py):
+    # the only warnings allowed are the honest ones about timing on a loaded machine (drawing/caveats.py):
     # the server was busy, or a comparison flipped against the lesson (the suite runs on two workers)
     assert all(noise.is_note(w.value) for w in at.warning), [w.value for w in at.warning]
     link = scenario["link"]

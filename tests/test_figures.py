@@ -83,7 +83,7 @@ def _busy(traces):
 
 
 def test_every_latency_bar_fits_its_axis_and_a_busy_server_is_said_on_the_chart(tiny_lm):
-    from engine.measure.caveats import latency_note
+    from drawing.caveats import latency_note
 
     s = Stepper(tiny_lm, PROMPT, max_new_tokens=8, stop_on_eos=False)
     s.run()

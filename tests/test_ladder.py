@@ -370,7 +370,8 @@ def test_a_ladder_timed_on_a_busy_server_says_so_under_every_picture(measured):
     and a steady ladder says nothing."""
     from dataclasses import replace
 
-    from engine.measure.caveats import BUSY, ladder_note
+    from drawing.caveats import BUSY
+    from topics.ladder.notes import ladder_note
 
     lad, _ = measured
     steady = replace(lad, rungs=tuple(replace(r, **{k: replace(getattr(r, k), low_ms=getattr(r, k).median_ms,
@@ -481,7 +482,7 @@ def test_the_decode_prefill_gap_is_said_as_a_rule_with_this_devices_ridge_and_th
     said = draw.per_token_caption(lad)
     here = lad.roof.peak_flops / lad.roof.dram_bandwidth * 4 / 2  # the ridge in rows, from the probe's own figures
     m = re.search(r"measured on is ~(\d+) tokens \((\w+)\), so the rule gives ×(\d+) there \(measured ×([\d.]+)\); "
-                  r"on an NVIDIA H100 SXM in bf16 \(ridge ~(\d+) tokens\) it predicts ×(\d+) at s = (\d+)", said)
+                  r"on an NVIDIA H100 SXM \(datasheet\) in bf16 \(ridge ~(\d+) tokens\) it predicts ×(\d+) at s = (\d+)", said)
     assert m, said
     assert int(m.group(1)) == round(here) and m.group(2) == lad.roof.dtype == "fp32"
     gap = (top.decode.median_ms / top.decode.tokens) / (top.prefill.median_ms / top.prefill.tokens)  # from the times
@@ -508,9 +509,10 @@ def test_a_128_token_prefill_is_compute_bound_only_with_its_condition():
     lad = stores.recorded_ladders()[0]
     top, h100 = lad.rungs[-1], roofline.h100()
     said = draw.prefill_condition(lad)
-    m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge of the device it was measured on \(~(\d+) tokens, "
+    m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge measured on the device it ran on \(~(\d+) tokens, "
                   r"(fp32)\); "
-                  r"on an NVIDIA H100 SXM at batch 1 \(ridge ~(\d+) tokens in bf16\) the same prefill is predicted on "
+                  r"on an NVIDIA H100 SXM at batch 1 \(its datasheet's ridge ~(\d+) tokens in bf16\) the same prefill is "
+                  r"predicted on "
                   r"(the memory side|the compute side) \((\d+) vs (\d+) FLOP/byte in bf16\)", said)
     assert m, said
     here = lad.roof.peak_flops / lad.roof.dram_bandwidth * 4 / 2  # the ridge in rows, from the probe's own figures
@@ -591,7 +593,8 @@ def test_a_label_that_flips_back_against_the_lesson_is_shown_with_its_spread_and
     with the spread; the recorded ladder as it is says nothing."""
     from dataclasses import replace
 
-    from engine.measure.caveats import BUSY, ladder_note
+    from drawing.caveats import BUSY
+    from topics.ladder.notes import ladder_note
 
     rec = stores.recorded_ladders()[0]
     assert ladder_note(rec) is None

@@ -13,7 +13,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.measure import caveats as noise
+from drawing import caveats as noise
 from tests.test_app import fresh_app
 from ui.apptest import app_test, page
 

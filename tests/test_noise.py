@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from drawing.caveats import BUSY, compare_note, headline, latency_note
 from engine.forward.run import Timing
-from engine.measure.caveats import BUSY, compare_note, headline, latency_note
 
 
 @dataclass(frozen=True)

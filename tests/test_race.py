@@ -157,7 +157,7 @@ def test_the_headline_never_claims_more_than_the_fit():
 @pytest.mark.slow
 def test_the_race_says_when_a_busy_server_made_the_cache_off_run_look_faster(monkeypatch):
     """A comparison that flips against the lesson gets the noise rule's sentence on the chart and under it."""
-    from engine.measure import caveats as noise
+    from drawing import caveats as noise
 
     monkeypatch.setattr(noise, "compare_note", lambda cache, nocache: noise.BUSY + ": cached decode steps ranged "
                         "4.0–30.0 ms around a median of 4.0 ms; in total the cache-off decode steps took 40 ms. The "
@@ -203,7 +203,7 @@ def test_the_sweep_caption_says_what_its_own_numbers_did():
 
 
 def test_a_sweep_on_a_busy_server_says_so_with_the_spread():
-    from engine.measure.caveats import BUSY
+    from drawing.caveats import BUSY
     from topics.race.draw import sweep_caption
 
     wide = sweep_caption(sweep_frame([(32, 3.9, 8.0), (256, 4.0, 60.0)], spread=3.0))

@@ -173,7 +173,7 @@ def formula_value(text: str) -> tuple[float, float]:
     return total * int(batch), stated
 
 
-@pytest.mark.parametrize("name", list(kvcalc.table()["name"]))
+@pytest.mark.parametrize("name", kvcalc.model_names())
 def test_the_formula_shown_adds_up_to_the_calculators_bytes(name):
     a = kvcalc.from_table(name)
     for tokens, batch, elem in ((8192, 1, 2.0), (300, 7, 0.5), (100_000, 2, 4.0)):
@@ -312,7 +312,9 @@ def test_a_datacenter_roof_predicts_the_same_passes_in_its_own_dtype_and_judges_
     fig = scale_draw.roofline_figure(h100, pts, predicted=True)
     assert {t.name for t in fig.data if t.mode == "markers"} == {"prefill (predicted)", "decode (cache) (predicted)"}
     assert fig.layout.title.text.startswith("Predicted: NVIDIA H100 SXM, bf16")
-    frame = roofline.prediction_frame(run.records, bundled_lm.spec, h100)
+    from topics.ladder.tables import prediction_frame
+
+    frame = prediction_frame(run.records, bundled_lm.spec, h100)
     assert not any("measured" in c or "shows" in c for c in frame.columns)
     assert list(frame["FLOP/byte in bf16 (estimate)"]) == pytest.approx([round(2 * t.intensity_estimate, 1)
                                                                           for t in run.records], abs=0.051)

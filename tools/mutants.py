@@ -330,17 +330,21 @@ def ridge_from_the_cache() -> None:
 
 
 def knee_one_row_early() -> None:
-    """The measured knee reported one timed row count before the first that reached ×1.5 the one-row time."""
+    """The measured knee reported at the timed row count before the one where the flat level and the slope meet."""
+    import dataclasses
+
     from topics.ladder.curve import Curve
 
-    knee = Curve.measured_knee
+    knee = Curve.knee
 
-    def early(self, kind):
-        n = knee(self, kind)
-        rows = [p.rows for p in self.of(kind)]
-        return rows[rows.index(n) - 1] if n in rows and rows.index(n) > 0 else n
+    def early(self, kind, roof):
+        k = knee(self, kind, roof)
+        if k is None or k.measured is None:
+            return k
+        below = [p.rows for p in self.of(kind) if p.rows < k.measured]
+        return dataclasses.replace(k, measured=float(below[-1])) if below else k
 
-    Curve.measured_knee = early
+    Curve.knee = early
 
 
 def recording_read_as_fp32() -> None:
@@ -386,6 +390,117 @@ def batch_flops_of_one_sequence() -> None:
     curve.estimates = lambda spec, kind, rows, context, elem: (
         (estimate(spec, kind, 1, context, elem)[0], estimate(spec, kind, rows, context, elem)[1]) if kind == "batch"
         else estimate(spec, kind, rows, context, elem))
+def ratio_against_the_decode_step() -> None:
+    """A pass over n rows compared with the rung's decode step (another kernel) instead of its own kind's first pass:
+    the CPU recording's 8-row ratios read ×1.82 / ×2.08 instead of ×1.16 / ×1.33."""
+    from topics.ladder.curve import DECODE, Curve
+
+    Curve.base = lambda self, kind, rows: next(iter(self.of(DECODE)), None) if self.at(kind, rows) else None
+    Curve.compare = lambda self, a, b: None if a is None or b is None else a.median_ms / b.median_ms
+
+
+def batch_knee_from_the_prefill() -> None:
+    """The batched decode's predicted knee taken from the prefill's (the ridge in rows), every sequence's K/V
+    forgotten: a caption predicting the knee from the wrong kind."""
+    from topics.ladder.curve import Curve
+
+    Curve.batch_knee = lambda self, roof: Curve.predicted_knee(self, "prefill", roof)
+
+
+def warmup_among_the_samples() -> None:
+    """A pass's warm-up run (a compile's first call) counted among its timed runs."""
+    from engine.forward.run import Timing
+    from topics.ladder.curve import RowsPass
+
+    RowsPass.timing = lambda self: Timing(samples_ms=self.samples_ms + ((self.warmup_ms,) if self.warmup_ms else ()),
+                                          warmup_ms=self.warmup_ms)
+
+
+def curve_json_loses_its_rounds() -> None:
+    """A curve read back from JSON with its per-round probes and kernels at their defaults."""
+    from topics.ladder.curve import Curve
+
+    read = Curve.from_dict.__func__
+    Curve.from_dict = classmethod(lambda cls, d, roof: read(cls, {k: v for k, v in d.items() if k != "rounds"}
+                                                            | {"points": [{k: v for k, v in p.items() if k != "kernel"}
+                                                                          for p in d["points"]]}, roof))
+
+
+def busy_note_from_one_pass() -> None:
+    """The curve's busy/noise note judged from the first pass's spread alone."""
+    import dataclasses
+
+    from topics.ladder import curve_draw, notes
+
+    note = notes.curve_note
+    notes.curve_note = lambda curve: note(dataclasses.replace(curve, points=curve.points[:1]) if curve.points
+                                          else curve)
+    curve_draw.curve_note = notes.curve_note
+
+
+def knee_check_one_sided() -> None:
+    """gpu-check's knee target one-sided: a knee far before its prediction (n = 20 against ~190) reads 'yes'."""
+    from topics.ladder.curve import Knee
+
+    Knee.within = lambda self, factor: self.off is not None and self.off <= factor
+
+
+def far_prefill_decided_by_the_last() -> None:
+    """gpu-check's far-prefill target decided by the last pass past four knees, not the nearest its bound."""
+    import dataclasses
+
+    from benchmarks import gpu_check
+
+    targets = gpu_check.curve_targets
+
+    def last(curve, roof, label=""):
+        rows = targets(curve, roof, label)
+        knee = curve.predicted_knee("prefill", roof) if curve else None
+        far = [p for p in (curve.of("prefill") if curve else ()) if knee and p.rows >= 4 * knee]
+        return [dataclasses.replace(r, holds=gpu_check._over_compute(curve, far[-1]) <= gpu_check.FAR_BOUND)
+                if far and "prefill pass of n ≥ 4×" in r.target else r for r in rows]
+
+    gpu_check.curve_targets = last
+
+
+def bound_from_the_dram_ridge() -> None:
+    """The verdict names its bound from the intensity against DRAM's ridge, even where the bytes fit the cache."""
+    from engine.measure.roofline import Verdict
+
+    Verdict.bound = property(lambda self: "compute" if self.intensity >= self.ridge else "memory")
+
+
+def held_from_the_first_round() -> None:
+    """A pass's ratio to its bound read off the first round alone, not the median over rounds."""
+    from topics.ladder.curve import Curve, Held
+
+    def first(self, p):
+        ratios = p.round_ratios(self.rounds)
+        return Held(median=ratios[0], low=min(ratios), high=max(ratios), rounds=len(ratios)) if ratios else None
+
+    Curve.held = first
+
+
+def level_averaged_with_the_one_row_pass() -> None:
+    """The knee's flat level the mean of every pass below the predicted knee, the one-row outlier included."""
+    import dataclasses
+    import statistics
+
+    from topics.ladder.curve import Curve
+
+    knee = Curve.knee
+
+    def mean(self, kind, roof):
+        k = knee(self, kind, roof)
+        if k is None or not k.predicted or k.slope_ms is None:
+            return k
+        flat = [p for p in self.of(kind) if p.rows < k.predicted]
+        level = statistics.fmean(p.median_ms for p in flat)
+        return dataclasses.replace(k, level_ms=level, measured=(level - k.intercept_ms) / k.slope_ms)
+
+    Curve.knee = mean
+
+
 # ---- serving
 
 
@@ -537,13 +652,36 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "ridge-from-the-cache": (ridge_from_the_cache, [
         "tests/test_ridge.py::test_the_scale_page_and_the_lessons_quote_one_ridge_for_this_device"]),
     "knee-one-row-early": (knee_one_row_early, [
-        "tests/test_curve.py::test_the_knees_and_ratios_are_read_off_the_timed_runs"]),
+        "tests/test_curve.py::test_the_knee_is_where_the_flat_level_and_the_slope_meet"]),
     "recording-read-as-fp32": (recording_read_as_fp32, [
         "tests/test_curve.py::test_the_recorded_gpu_ladder_is_read_back_in_bfloat16"]),
     "rope-from-theta-alone": (rope_from_theta_alone, [
         "tests/test_lean.py::test_llama_3_rope_scaling_is_read_from_the_models_own_frequencies"]),
     "batch-flops-of-one-sequence": (batch_flops_of_one_sequence, [
         "tests/test_curve.py::test_a_pass_over_n_rows_is_charged_n_rows_of_arithmetic_and_its_weights_once"]),
+    "ratio-against-decode-step": (ratio_against_the_decode_step, [
+        "tests/test_curve.py::test_a_ratio_compares_passes_of_one_kernel_and_says_which",
+        "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned"]),
+    "batch-knee-from-prefill": (batch_knee_from_the_prefill, [
+        "tests/test_curve.py::test_a_batchs_knee_counts_every_sequences_kv_and_is_its_own",
+        "tests/test_curve.py::test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned"]),
+    "warmup-among-samples": (warmup_among_the_samples, [
+        "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned",
+        "tests/test_curve.py::test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned"]),
+    "curve-json-loses-rounds": (curve_json_loses_its_rounds, [
+        "tests/test_curve.py::test_the_whole_curve_survives_its_json"]),
+    "busy-note-from-one-pass": (busy_note_from_one_pass, [
+        "tests/test_curve.py::test_a_wide_spread_on_any_pass_is_said_on_the_chart"]),
+    "knee-check-one-sided": (knee_check_one_sided, [
+        "tests/test_curve.py::test_gpu_checks_targets_catch_the_passes_planted_in_the_h200_recording"]),
+    "far-prefill-by-last": (far_prefill_decided_by_the_last, [
+        "tests/test_curve.py::test_gpu_checks_targets_catch_the_passes_planted_in_the_h200_recording"]),
+    "bound-from-dram-ridge": (bound_from_the_dram_ridge, [
+        "tests/test_curve.py::test_a_verdict_whose_bytes_fit_the_cache_names_the_larger_bound_not_the_dram_ridges_side"]),
+    "held-from-first-round": (held_from_the_first_round, [
+        "tests/test_curve.py::test_each_ratio_to_a_bound_is_the_median_of_the_rounds_own"]),
+    "level-with-one-row-outlier": (level_averaged_with_the_one_row_pass, [
+        "tests/test_curve.py::test_a_one_row_outlier_is_drawn_and_named_and_never_the_level"]),
     # budget
     "fp8-scale-first-rows-out": (fp8_scale_from_first_rows_out, [
         BUDGET_TESTS + "test_fp8_rounds_a_run_within_1_5x_of_transformers_fp8_layer_on_the_same_tensors"]),

@@ -24,13 +24,51 @@ MAX_TOKENS = 100_000_000  # a calculator input beyond this is a typo, not a cont
 MAX_BATCH = 1_000_000
 
 
-def table() -> pd.DataFrame:
-    """The bundled table of published model figures; `source` links each row's config.json."""
+def _table() -> pd.DataFrame:
+    """The bundled table of published model figures (assets/model_configs.csv), read for `from_table`."""
     return pd.read_csv(ASSETS / "model_configs.csv")
 
 
-def accelerators() -> pd.DataFrame:
-    return pd.read_csv(ASSETS / "accelerators.csv")
+def model_names() -> tuple[str, ...]:
+    """The published models the bundled table has, in its order (each one `from_table` reads)."""
+    return tuple(str(n) for n in _table()["name"])
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One card's datasheet figures (assets/accelerators.csv); None where the table has none."""
+
+    name: str
+    memory_gb: float | None
+    bandwidth_gb_s: float | None
+    peak_tflops_fp32: float | None
+    peak_tflops_bf16: float | None  # dense fp16/bf16 tensor peak (no sparsity)
+
+    @property
+    def has_roof(self) -> bool:
+        """A bandwidth and a peak: a roofline can be drawn from it (roofline.from_datasheet)."""
+        return self.bandwidth_gb_s is not None and (self.peak_tflops_bf16 or self.peak_tflops_fp32) is not None
+
+
+def _num(value) -> float | None:
+    return None if pd.isna(value) else float(value)
+
+
+def accelerators() -> tuple[Accelerator, ...]:
+    """Every card of the bundled datasheet table, in its order."""
+    return tuple(Accelerator(name=str(r["name"]), memory_gb=_num(r["memory_gb"]),
+                             bandwidth_gb_s=_num(r["memory_bandwidth_gb_s"]),
+                             peak_tflops_fp32=_num(r["peak_tflops_fp32"]),
+                             peak_tflops_bf16=_num(r["peak_tflops_fp16_bf16_dense"]))
+                 for r in pd.read_csv(ASSETS / "accelerators.csv").to_dict("records"))
+
+
+def accelerator(name: str) -> Accelerator:
+    """One card by its name in the table ('NVIDIA H100 SXM')."""
+    found = next((a for a in accelerators() if a.name == name), None)
+    if found is None:
+        raise KeyError(f"'{name}' is not in the accelerators table")
+    return found
 
 
 def _int(value) -> int | None:
@@ -38,7 +76,7 @@ def _int(value) -> int | None:
 
 
 def from_table(name: str) -> ModelSpec:
-    rows = table()
+    rows = _table()
     row = rows[rows["name"].str.lower() == name.lower()]
     if row.empty:
         raise KeyError(f"'{name}' is not in the table; known: {', '.join(rows['name'])}")
@@ -169,19 +207,6 @@ def cards_for(a: ModelSpec, tokens: int, card_bytes: float = 80e9, elem_bytes: f
     cards = int(-(-weights // card_bytes)) + 1
     fit = largest_fit(a, cards * card_bytes, elem_bytes, elem_bytes, tokens)
     return Cards(weights, cards, card_bytes, fit.max_batch, a.kv_bytes(tokens, 1, elem_bytes))
-
-
-def compare_frame(names: list[str], tokens: int, elem_bytes: float = 2.0) -> pd.DataFrame:
-    """Published models side by side: their attention, KV bytes per token, at `tokens`, and as MHA (estimates)."""
-    rows = []
-    for name in names:
-        a = from_table(name)
-        rows.append({"model": name, "attention": f"{a.attention} ({a.heads} query / {a.kv_heads} KV heads)"
-                     + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else ""),
-                     "KV per token (fp16, estimate)": human_bytes(a.kv_bytes_per_token(elem_bytes)),
-                     f"KV for {tokens:,} tokens": human_bytes(a.kv_bytes(tokens, 1, elem_bytes)),
-                     f"same model as MHA, {tokens:,} tokens": human_bytes(a.as_mha().kv_bytes(tokens, 1, elem_bytes))})
-    return pd.DataFrame(rows)
 
 
 def formula_latex(a: ModelSpec, tokens: int, batch: int, elem_bytes: float) -> str:

@@ -202,6 +202,41 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
                       elem_bytes=float(torch.finfo(dtype).bits // 8))
 
 
+class RoundRates:
+    """The two bounds' rates probed again, quickly, between rounds of timed passes (topics/ladder/curve.py): a plain
+    read of a buffer no cache holds (the largest of COPY_MIB that memory allows) and a square matmul in the passes'
+    dtype, each the best of `runs`. Calling it returns (read bytes/s, matmul FLOP/s) as they stand this minute."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, runs: int = 3):
+        cpu = device.type == "cpu"
+        free = dev.available_bytes(device)
+        mib = [m for m in COPY_MIB["cpu" if cpu else "gpu"] if 4 * m * 2**20 <= free] or [COPY_MIB["cpu"][0]]
+        self.device, self.runs = device, runs
+        self.buffer = torch.ones(mib[-1] * 2**20 // 4, device=device, dtype=torch.float32)
+        n = 1024 if cpu else 4096
+        self.n = n
+        self.a = torch.randn(n, n, device=device, dtype=dtype)
+        self.b = torch.randn(n, n, device=device, dtype=dtype)
+
+    def __call__(self) -> tuple[float, float]:
+        read = _best_runs(self.buffer.sum, self.buffer.numel() * 4, self.device, self.runs)
+        peak = _best_runs(partial(torch.matmul, self.a, self.b), 2 * self.n**3, self.device, self.runs)
+        return read, peak
+
+
+def _best_runs(fn, work: float, device: torch.device, runs: int) -> float:
+    """Best observed work/second over `runs` timed runs (after one warm-up)."""
+    fn()
+    dev.sync(device)
+    best = 0.0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        dev.sync(device)
+        best = max(best, work / (time.perf_counter() - t0))
+    return best
+
+
 def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
     """Best observed work/second over repeated timed runs (after one warm-up)."""
     fn()
@@ -215,15 +250,15 @@ def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
     return best
 
 
-def from_datasheet(row, dtype_bytes: int = 2) -> DeviceRoof:
-    """A roofline from an accelerators.csv row (fp16/bf16 dense peak, else fp32), in the dtype of its peak: a step
-    predicted on it counts its bytes in that dtype (`predict`)."""
-    peak = row.get("peak_tflops_fp16_bf16_dense") if dtype_bytes <= 2 else None
+def from_datasheet(card, dtype_bytes: int = 2) -> DeviceRoof:
+    """A roofline from a card's datasheet figures (kvcalc.Accelerator: fp16/bf16 dense peak, else fp32), in the dtype
+    of its peak: a step predicted on it counts its bytes in that dtype (`predict`)."""
+    peak = card.peak_tflops_bf16 if dtype_bytes <= 2 else None
     elem = float(dtype_bytes)
-    if peak is None or peak != peak:  # NaN
-        peak, elem = row.get("peak_tflops_fp32"), 4.0
-    return DeviceRoof(name=f"{row['name']} (datasheet)", peak_flops=float(peak) * 1e12,
-                      bandwidth=float(row["memory_bandwidth_gb_s"]) * 1e9, measured=False, elem_bytes=elem)
+    if peak is None:
+        peak, elem = card.peak_tflops_fp32, 4.0
+    return DeviceRoof(name=f"{card.name} (datasheet)", peak_flops=float(peak) * 1e12,
+                      bandwidth=float(card.bandwidth_gb_s) * 1e9, measured=False, elem_bytes=elem)
 
 
 def side(intensity: float, roof: DeviceRoof) -> str:
@@ -395,10 +430,12 @@ class Verdict:
 
     @property
     def roof_words(self) -> str:
-        """What the share is a share of: 'the bandwidth (MBU)', 'the cache's bandwidth', 'the matmul peak (MFU)'."""
+        """What the share is a share of: the roof probed here, never a datasheet's ('the bandwidth measured here
+        (MBU)', 'the cache's bandwidth measured here', 'the matmul peak measured here (MFU)')."""
         if self.bound == "compute":
-            return "the matmul peak (MFU)"
-        return "the cache's bandwidth (the data fits the cache)" if self.in_cache else "the bandwidth (MBU)"
+            return "the matmul peak measured here (MFU)"
+        return ("the cache's bandwidth measured here (the data fits the cache)" if self.in_cache else
+                "the bandwidth measured here (MBU)")
 
     @property
     def kind(self) -> str:
@@ -412,7 +449,7 @@ class Verdict:
     @property
     def label(self) -> str:
         """The verdict in words: its kind, and the share of its roof it used ('memory-bound: 62% of the
-        bandwidth (MBU)'); overhead-bound with both shares, and the matmuls' share of the time where known."""
+        bandwidth measured here (MBU)'); overhead-bound with both shares, and the matmuls' share of the time where known."""
         share = percent(self.share)
         if self.kind == "overhead-bound":
             other = self.compute_ms if self.bound == "memory" else self.memory_ms
@@ -433,7 +470,7 @@ def verdict(forward_ms: float, flops: float, bytes_moved: float, roof: DeviceRoo
         compute bound = FLOPs / peak FLOP/s          (the least time the arithmetic can take)
 
     A pass is labelled by its larger bound only when that bound explains most of its time: within EXPLAINS (×2),
-    half the time or more ('memory-bound: 62% of the bandwidth (MBU)'). From ×2 to OVERHEAD (×3) it is on that
+    half the time or more ('memory-bound: 62% of the bandwidth measured here (MBU)'). From ×2 to OVERHEAD (×3) it is on that
     side, not bound by it ('on the memory side, not memory-bound: 41% of the bandwidth'). Further above both, it
     waits on neither: the fixed cost of launching many small operations and the Python around them
     ('overhead-bound', both shares small, the matmuls' share of the time beside them where it was timed).
@@ -452,11 +489,9 @@ def step_verdict(t, roof: DeviceRoof) -> Verdict:
 def h100() -> DeviceRoof:
     """An H100's roofline from the bundled datasheet table, in bf16, to PREDICT a step on (`predict`); its steps'
     intensity is counted in bf16, not in the fp32 a CPU trace's intensity_estimate uses."""
-    from engine.measure.kvcalc import accelerators
+    from engine.measure.kvcalc import accelerator
 
-    rows = accelerators().set_index("name")
-    name = "NVIDIA H100 SXM"
-    return from_datasheet(rows.loc[name].to_dict() | {"name": name})
+    return from_datasheet(accelerator("NVIDIA H100 SXM"))
 
 
 @dataclass(frozen=True)
@@ -496,34 +531,3 @@ def predicted_points(traces, spec, roof: DeviceRoof) -> list[RoofPoint]:
         out.append(RoofPoint(step=t.step, kind=_kind(t), intensity=p.intensity, achieved=p.flops / (p.predicted_ms / 1e3),
                              ms=p.predicted_ms, bytes_estimate=p.bytes, predicted=True))
     return out
-
-
-def prediction_frame(traces, spec, roof: DeviceRoof):
-    """Per step: what `roof` PREDICTS for the same pass, in its own dtype (nothing ran there: no measured time, no
-    verdict), beside the table of this device's measured bounds (`bound_frame`)."""
-    import pandas as pd
-
-    rows = []
-    for t in traces:
-        p = predict_step(t, spec, roof)
-        rows.append({"step": t.step, "phase": t.phase, "predicted": p.side.removeprefix("the "),
-                     "predicted ms": round(p.predicted_ms, 4), "memory bound ms": round(p.memory_ms, 4),
-                     "compute bound ms": round(p.compute_ms, 4),
-                     f"FLOP/byte in {roof.dtype} (estimate)": round(p.intensity, 1)})
-    return pd.DataFrame(rows)
-
-
-def bound_frame(traces, roof: DeviceRoof):
-    """Per step: the measured time beside its two lower bounds, and what the measurement shows (see `verdict`)."""
-    import pandas as pd
-
-    rows = []
-    for t in traces:
-        v = step_verdict(t, roof)
-        rows.append({"step": t.step, "phase": t.phase, "side of the ridge (predicted)": v.side,
-                     "what the measurement shows": v.label,
-                     "measured ms (median)": round(t.forward_ms, 3),
-                     "memory bound ms (bytes / bandwidth)": round(v.memory_ms, 4),
-                     "compute bound ms (FLOPs / peak)": round(v.compute_ms, 4),
-                     "measured / larger bound": round(v.ratio, 1), "FLOP/byte (estimate)": round(t.intensity_estimate, 2)})
-    return pd.DataFrame(rows)

@@ -33,41 +33,68 @@ def label_rule() -> str:
 
 
 def curve_table(curve, roof) -> str:
-    """The pass over n rows, for a terminal: per n, each kind's median (min-max), its ratio to the one-row pass,
-    and its share of the roof; then the knees and the figures the lean path is held to."""
+    """The pass over n rows, for a terminal: per n, each kind's median (min-max), its ratio to the pass it is
+    compared with (the same kind, the same kernel), its share of the roof measured here and, where the bounds were
+    probed each round, the median of per-round ratios with their spread; then each kind's knee, measured (where the
+    flat level and the slope meet) beside the predicted one, and the figures the lean path is held to."""
     from engine.measure.roofline import percent
-    from topics.ladder.curve import KNEE
 
     lines = [f"one pass, n rows: {curve.rung} on the lean path ({curve.path}); compile "
-             f"{curve.compile_s:.1f} s apart; context {curve.context} for the batched decode",
-             f"{'n':>6} {'prefill ms (min-max)':>24} {'x n=1':>6} {'share':>12} {'batch ms (min-max)':>24} "
-             f"{'x n=1':>6} {'share':>12}"]
-    rows = sorted({p.rows for p in curve.points})
+             f"{curve.compile_s:.1f} s apart; context {curve.context} for the batched decode; "
+             + (f"bounds probed in each of {len(curve.rounds)} rounds beside the passes" if curve.rounds else
+                "bounds probed once, before the passes (no per-round probes recorded)"),
+             f"{'n':>6} {'prefill ms (min-max)':>24} {'x base':>9} {'share':>9} {'x bound/round':>18} "
+             f"{'batch ms (min-max)':>24} {'x base':>9} {'share':>9} {'x bound/round':>18}"]
+    rows = sorted({p.rows for p in curve.points if p.kind != "decode"})
     for n in rows:
         cells = []
         for kind in ("prefill", "batch"):
-            p = next((p for p in curve.of(kind) if p.rows == n), None)
+            p = curve.at(kind, n)
             if p is None:
-                cells.append(f"{'-':>24} {'-':>6} {'-':>12}")
+                cells.append(f"{'-':>24} {'-':>9} {'-':>9} {'-':>18}")
                 continue
             share = f"{percent(p.share)} {'MBU' if p.bound == 'memory' else 'MFU'}"
-            cells.append(f"{p.median_ms:>9.2f} ({p.low_ms:.2f}-{p.high_ms:.2f}) "
-                         f"{curve.ratio(kind, n):>6.2f} {share:>12}")
+            base, ratio = curve.base(kind, n), curve.ratio(kind, n)
+            said = f"{ratio:.2f}/n={base.rows}" if ratio is not None else "-"
+            h = curve.held(p)
+            held = f"{h.median:.2f} ({h.low:.2f}-{h.high:.2f})" if h else "-"
+            cells.append(f"{p.median_ms:>9.2f} ({p.low_ms:.2f}-{p.high_ms:.2f}) {said:>9} {share:>9} {held:>18}")
         lines.append(f"{n:>6} " + " ".join(cells))
-    knee = curve.predicted_knee("prefill", roof)
-    lines.append(f"knee (first n at x{KNEE:g} the one-row time): prefill {curve.measured_knee('prefill')}, batch "
-                 f"{curve.measured_knee('batch')}; predicted from the ridge: "
-                 + (f"~{knee:.1f} rows" if knee else "past the rows timed"))
+    lines.append("x base: the n-row pass over the pass it is compared with (its kind, its kernel: "
+                 + "; ".join(sorted({f'{p.kind} n={p.rows} on {curve.kernel(p)}' for p in curve.points
+                                     if p.kind != 'decode' and p.rows <= 2})) + ")")
+    for kind in ("prefill", "batch"):
+        k = curve.knee(kind, roof)
+        if k is None:
+            predicted = curve.predicted_knee(kind, roof)
+            lines.append(f"knee ({kind}): not timed; predicted "
+                         + (f"~{predicted:.1f} rows (K/V counted)" if predicted else "none at this context"))
+            continue
+        lines.append(f"knee ({kind}): predicted "
+                     + (f"~{k.predicted:.1f} rows" if k.predicted else "past the rows timed")
+                     + (" (every sequence's K/V counted)" if kind == "batch" else "")
+                     + (f"; measured {k.measured:.1f} (level {k.level_ms:.2f} ms over n={list(k.level_rows)}, slope "
+                        f"{k.slope_ms:.4g} ms a row over n={list(k.slope_rows)}): x{k.off:.2f} the prediction"
+                        if k.measured and k.off else "; no measured knee (the passes do not place one)"))
+        out = curve.outlier(kind)
+        if out is not None:
+            lines.append(f"  outlier: the one-row {kind} {out.pass_.median_ms:.2f} ms, x{out.times:.2f} the "
+                         f"{out.faster.rows}-row pass (a graph of its own; not in the level)")
     one = next(iter(curve.of("decode")), None)
     if one is not None:
-        lines.append(f"lean decode (one sequence, context {curve.context}, its one-row kernel): {one.median_ms:.2f} ms "
+        h = curve.held(one)
+        lines.append(f"lean decode (one sequence, context {curve.context}, {curve.kernel(one)}): {one.median_ms:.2f} ms "
                      f"({one.low_ms:.2f}-{one.high_ms:.2f}), x{one.median_ms / one.memory_ms:.2f} its DRAM memory bound "
-                     f"({one.memory_ms:.2f} ms)")
-    for kind in ("prefill", "batch"):
+                     f"({one.memory_ms:.2f} ms)"
+                     + (f"; per round x{h.median:.2f} (x{h.low:.2f}-{h.high:.2f})" if h else ""))
+    for kind in ("prefill", "batch"):  # each kind past four of its own predicted knees (a batch's counts its K/V)
+        knee = curve.predicted_knee(kind, roof)
         far = [p for p in curve.of(kind) if knee and p.rows >= 4 * knee]
         if far:
-            lines.append(f"{kind}, n >= 4x the ridge in rows: " + ", ".join(
-                f"n = {p.rows} x{p.median_ms / p.compute_ms:.2f}" for p in far) + " its compute bound")
+            lines.append(f"{kind}, n >= 4x its own predicted knee: " + ", ".join(
+                f"n = {p.rows} x{p.median_ms / p.compute_ms:.2f}"
+                + (f" (per round x{curve.held(p).median:.2f})" if curve.held(p) else "") for p in far)
+                + " its compute bound")
     return "\n".join(lines)
 
 
@@ -84,6 +111,9 @@ def main(args) -> int:
     tokens = args.tokens or default_tokens(lm.device)
     dtype = lm.dtype if args.dtype else timing_dtype(lm)  # a GPU's ladder in bf16 unless --dtype says otherwise
     planned = plan(lm, args.sizes, tokens, dtype)  # a rung that would not fit is refused before the bar starts
+    from topics.ladder.curve import compile_forecast
+
+    print(f"the curve's lean pass, before its compiles: {compile_forecast(lm.device.type)}")
     with tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {elapsed}") as bar:
         def progress(fraction: float, text: str) -> None:
             bar.set_description_str(text[:70])
@@ -109,10 +139,15 @@ def main(args) -> int:
         print()
         print(curve_table(curve, r))
     print()
+    for r in lad.rungs:  # where the hardware sets both passes' times: the lean path's gap and cache saving
+        if r.lean_gap:
+            print(f"lean path at {r.label}: decode / prefill per token x{r.lean_gap:.0f}, the cache saves "
+                  f"x{r.lean_cache_saves:.2f} (readable path: x{r.decode_vs_prefill_per_token:.0f} and "
+                  f"x{r.cache_saves:.1f})")
     for said in (draw.roofline_caption(lad), draw.per_token_caption(lad)):
         print(textwrap.fill(said, 118))
         print()
-    from engine.measure.caveats import ladder_note
+    from topics.ladder.notes import ladder_note
 
     if ladder_note(lad):
         print(ladder_note(lad))

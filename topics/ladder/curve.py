@@ -5,15 +5,16 @@ A pass over n rows reads every weight once and does about 2 · parameters · n F
     a prefill of n tokens        ids [batch=1, n]     positions 0 .. n-1
     a decode step for n sequences  ids [batch=n, 1]   each at the same context s (a static batch's step)
 
-While the weights' bytes set the time (memory-bound), the time stays flat as n grows; once the FLOPs do
-(compute-bound), it grows in proportion to n. The knee sits where the pass's intensity meets the device's
-ridge: about ridge × elem_bytes / 2 rows (~7 on this project's CPU in fp32, ~180 on an H200 in bf16). A
-ratio to a roof depends on how good the kernel is; the shape of this curve does not (STYLE.md, 25).
+While the weights' bytes set the time (the memory side), the time stays flat as n grows; once the FLOPs do (the
+compute side), it grows in proportion to n. A prefill's knee sits where its intensity meets the device's ridge:
+about ridge × elem_bytes / 2 rows (~7 on this project's CPU in fp32, ~177 on the H200 recorded, both measured). A
+batch of decodes reads every sequence's K/V too, so its knee comes later. A ratio to a roof depends on how good
+the kernel is; the shape of this curve does not.
 
 Every pass runs on the lean path (engine.forward.lean: gpt-fast's Llama over the rung's own weights, compiled
-whole). The curve's passes all use one matrix kernel, the multi-row one (on a CPU oneDNN on packed weights, a
-single row padded), so that the row count is the only thing that moves; the rung's decode step (`DECODE`) is
-timed apart on the kernel a one-row step runs best with (on a CPU a streamed dot product), and is the ladder's
+whole). The curve's passes use the multi-row kernel (`F.linear`, a single row run as one of n), so
+that the row count is the only thing that moves; the rung's decode step (`DECODE`) is timed apart on the kernel a
+one-row step runs best with (on a CPU a streamed dot product; on a GPU the one-row graph), and is the ladder's
 lean decode. Timed as every step here is: perf_counter around a device sync, warm-up calls apart (they compile: one
 graph for n = 1, one for every other n of each kind, the compile time kept in `compile_ms`), medians of
 `repeats` runs with their min-max, timed in rounds (every pass once a round, so a slow minute falls on every n
@@ -21,14 +22,31 @@ alike and the ratios between passes are measured side by side). Each pass is pla
 quotes): its FLOPs and bytes are estimates (engine.forward.estimates), its bounds those over the roof's peak and
 the bandwidth its bytes get.
 
-Two figures read off the curve, each against a prediction made before anything ran:
-    measured knee    the smallest n whose time is at least KNEE (×1.5) the n = 1 time
-    predicted knee   the n where the pass's intensity (estimate) reaches the ridge (the roof's peak over DRAM's rate)
+Each kind's knee is read off the curve (`Curve.knee`), beside a prediction made before anything ran:
+    predicted knee   the n where the pass's intensity (estimate) reaches the ridge (the roof's peak over DRAM's
+                     rate). A prefill's bytes are its weights, so its knee is the ridge in rows; a decode step for
+                     n sequences also reads every sequence's K/V at the curve's context, so its bytes grow with n
+                     and its knee comes later, or never (`batch_knee`)
+    measured knee    where the flat level (the median of the passes of n ≥ 2 below the predicted knee) meets the
+                     slope (a straight line fitted to the passes past twice the predicted knee): the roofline's
+                     two lines, measured. The one-row pass runs a graph of its own: where it took longer than a
+                     pass over more rows of its kind (`OUTLIER`) it is an outlier, drawn and named, never the level
+
+Every ratio between two passes compares passes run by one kernel (`RowsPass.kernel`) and says which: on a CPU
+the rung's decode step runs its own one-row kernel and is a labelled point of its own, never the "one row" of
+the many-row passes.
+
+Bounds probed beside the passes: every round of the timed passes starts with a plain read of a buffer no cache
+holds and a square matmul (`roofline.RoundRates`), so a slow minute lands on the bounds as on the passes; a pass's
+ratio to its bound is the median over rounds of that round's time over that round's bound (`Curve.held`), its
+spread the lowest and highest round. A curve recorded before this (`rounds` empty) was placed on one probe, made
+before the passes, and says so.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -36,9 +54,11 @@ import torch
 
 from engine.forward.estimates import batched_decode, step_bytes, step_flops
 from engine.forward.run import Timing
-from engine.measure.roofline import DeviceRoof, verdict
+from engine.measure.roofline import DeviceRoof, RoundRates, verdict
 
-KNEE = 1.5  # the measured knee: the first n whose pass takes this many times the one-row pass
+OUTLIER = 1.05  # a one-row pass slower than a pass over more rows of its kind by more than this: an outlier
+PAST = 2.0  # the slope is fitted on the passes at this many times the predicted knee or more
+NEGLIGIBLE = 1.05  # a batch's predicted knee within this factor of the prefill's: its K/V bytes are negligible
 KINDS = ("prefill", "batch")  # a prefill of n tokens; a decode step for a batch of n sequences
 DECODE = "decode"  # the rung's own decode step: one token, one sequence, on the kernel a one-row step runs best with
 REPEATS = 5
@@ -51,6 +71,18 @@ BUDGET_S = 40.0  # the timed passes (compile apart): a row count whose predicted
 CACHE_SHARE = 0.5  # a batch's static K/V cache may take at most this share of the free memory
 CURVE_KEYS = ("rung", "parameters", "dtype", "context", "path", "compile_ms", "points", "left_out", "wall_s")
 POINT_KEYS = ("kind", "rows", "samples_ms", "warmup_ms", "flops", "bytes_moved", "memory_ms", "compute_ms")
+ONE_ROW_KERNEL = "the one-row kernel"  # a CPU's decode step: a streamed dot product over each weight row
+MANY_ROW_KERNEL = "the many-row kernel"  # a CPU's passes over n rows: `F.linear`, one row run as one of n
+ONE_ROW_GRAPH = "the one-row graph"  # a GPU's n = 1 (the decode step's and the one-token prefill's): its own kernels
+MANY_ROW_GRAPH = "the many-row graph"  # a GPU's n ≥ 2, one graph per kind
+
+
+def kernel_of(kind: str, rows: int, cpu: bool) -> str:
+    """The kernel a pass runs (see the module docstring): on a CPU the decode step's own one-row kernel, else the
+    many-row one (one row padded); on a GPU the one-row graph for n = 1, the many-row graph for more."""
+    if not cpu:
+        return ONE_ROW_GRAPH if rows == 1 else MANY_ROW_GRAPH
+    return ONE_ROW_KERNEL if kind == DECODE else MANY_ROW_KERNEL
 
 
 @dataclass(frozen=True)
@@ -65,6 +97,7 @@ class RowsPass:
     bytes_moved: float  # estimate: every weight once, and the K/V the pass reads and writes
     memory_ms: float  # bytes / the bandwidth they get on the roof
     compute_ms: float  # FLOPs / the roof's peak
+    kernel: str = ""  # the kernel it ran on (kernel_of); "" in a recording made before it was kept: Curve.kernel
 
     @property
     def intensity(self) -> float:
@@ -85,6 +118,14 @@ class RowsPass:
         """How near its roof it ran: the larger bound over the measured time (the bandwidth's share on the memory
         side, MBU; the matmul peak's on the compute side, MFU)."""
         return self.bound_ms / self.median_ms
+
+    def round_ratios(self, rounds) -> tuple[float, ...]:
+        """Each round's time over that round's larger bound (bytes over its read rate, FLOPs over its matmul rate):
+        () where the rounds were not probed."""
+        if len(rounds) != len(self.samples_ms):
+            return ()
+        return tuple(ms / (max(self.bytes_moved / read, self.flops / peak) * 1e3)
+                     for ms, (read, peak) in zip(self.samples_ms, rounds))
 
     def on(self, roof: DeviceRoof) -> "RowsPass":
         v = verdict(self.median_ms, self.flops, self.bytes_moved, roof)
@@ -121,32 +162,138 @@ class Curve:
     wall_s: float  # the whole curve, compile included
     elem_bytes: float = 4.0  # bytes per weight in `dtype`
     weights: str = "random weights: for timing only"  # the rung's weights, in words (rungs.Rung.weights)
+    # (read bytes/s, matmul FLOP/s) probed at the start of each timed round, in order; () = probed once, before
+    rounds: tuple[tuple[float, float], ...] = ()
 
     def of(self, kind: str) -> tuple[RowsPass, ...]:
         return tuple(p for p in self.points if p.kind == kind)
 
+    def at(self, kind: str, rows: int) -> RowsPass | None:
+        return next((p for p in self.of(kind) if p.rows == rows), None)
+
+    def kernel(self, p: RowsPass) -> str:
+        """The kernel `p` ran on: its own record's, or (a recording made before it was kept) the one the curve's
+        graphs name: a CPU curve compiled 'the decode step (one-row kernel)' apart."""
+        return p.kernel or kernel_of(p.kind, p.rows, any("one-row kernel" in g for g in self.compile_ms))
+
     def one_row_ms(self, kind: str) -> float | None:
-        return next((p.median_ms for p in self.of(kind) if p.rows == 1), None)
+        one = self.at(kind, 1)
+        return None if one is None else one.median_ms
+
+    def base(self, kind: str, rows: int) -> RowsPass | None:
+        """What the n-row pass of `kind` is compared with: the pass over the fewest rows of its kind on its kernel
+        (on a CPU the one-row pass of the many-row kernel; on a GPU the 2-row pass, n = 1 being a graph of its
+        own). None where the n-row pass was not timed, or is itself that pass."""
+        p = self.at(kind, rows)
+        if p is None:
+            return None
+        same = [q for q in self.of(kind) if self.kernel(q) == self.kernel(p) and q.rows < rows]
+        return same[0] if same else None
 
     def ratio(self, kind: str, rows: int) -> float | None:
-        """The n-row pass's time over the one-row pass's (None where either was not timed)."""
-        one = self.one_row_ms(kind)
-        p = next((p for p in self.of(kind) if p.rows == rows), None)
-        return None if one is None or p is None else p.median_ms / one
+        """The n-row pass's time over `base`'s: the same kind, the same kernel (None where either was not timed)."""
+        return self.compare(self.at(kind, rows), self.base(kind, rows))
 
-    def measured_knee(self, kind: str) -> int | None:
-        """The smallest n whose pass took at least KNEE times the one-row pass (None: no timed n did)."""
-        one = self.one_row_ms(kind)
-        return next((p.rows for p in self.of(kind) if one and p.median_ms >= KNEE * one), None)
+    def compare(self, a: RowsPass | None, b: RowsPass | None) -> float | None:
+        """a's time over b's, where both ran on one kernel; None where either is missing or the kernels differ: a
+        ratio across kernels measures the kernels, not the rows."""
+        if a is None or b is None or self.kernel(a) != self.kernel(b):
+            return None
+        return a.median_ms / b.median_ms
 
     def predicted_knee(self, kind: str, roof: DeviceRoof) -> float | None:
-        """The n where the pass's intensity (estimate) meets the ridge, log-interpolated between timed n."""
+        """The n where the pass's intensity (estimate) meets the ridge: a prefill's log-interpolated between timed
+        n; a batch's from its bytes, K/V counted (`batch_knee`). None where no n does, or none was timed."""
+        if kind == "batch":
+            return self.batch_knee(roof)
         pts = self.of(kind)
         for a, b in zip(pts, pts[1:]):
             if a.intensity < roof.ridge <= b.intensity:
                 t = math.log(roof.ridge / a.intensity) / math.log(b.intensity / a.intensity)
                 return math.exp(math.log(a.rows) + t * (math.log(b.rows) - math.log(a.rows)))
         return None
+
+    def batch_bytes(self) -> BatchBytes | None:
+        """A decode step for n sequences as n · flops FLOPs over one + (n - 1) · more bytes (estimates): from the
+        timed batches, or, where none were timed, from the decode step and the prefills of 1 and 2 tokens (each
+        sequence's K/V at the context, and its row of the embedding). None where neither is there."""
+        bat = [p for p in self.of("batch")]
+        if len(bat) >= 2:
+            a, b = bat[0], bat[-1]
+            more = (b.bytes_moved - a.bytes_moved) / (b.rows - a.rows)
+            return BatchBytes(flops=a.flops / a.rows, one=a.bytes_moved - (a.rows - 1) * more, more=more,
+                              kv=None, timed=True)
+        dec, p1, p2 = next(iter(self.of(DECODE)), None), self.at("prefill", 1), self.at("prefill", 2)
+        if dec is None or p1 is None or p2 is None or self.context < 1:
+            return None
+        per_position = (dec.bytes_moved - p1.bytes_moved) / self.context  # K and V of one position, every layer
+        row = p2.bytes_moved - p1.bytes_moved - per_position  # one token's row of an untied embedding (or 0)
+        kv = (self.context + 1) * per_position
+        return BatchBytes(flops=dec.flops, one=dec.bytes_moved, more=row + kv, kv=kv, timed=False)
+
+    def batch_knee(self, roof: DeviceRoof) -> float | None:
+        """The batch whose decode step's intensity meets the ridge, every sequence's K/V read counted:
+        n · flops / (one + (n - 1) · more) = ridge. None where no batch reaches it (each sequence's K/V weighs as
+        much as its FLOPs: estimates.saturating_batch says the same) or the curve cannot tell."""
+        b = self.batch_bytes()
+        if b is None or b.flops <= roof.ridge * b.more:
+            return None
+        return roof.ridge * (b.one - b.more) / (b.flops - roof.ridge * b.more)
+
+    def kv_negligible(self, roof: DeviceRoof) -> bool:
+        """The batch's predicted knee within NEGLIGIBLE of the prefill's: its K/V bytes change nothing a class sees."""
+        pre, bat = self.predicted_knee("prefill", roof), self.batch_knee(roof)
+        return bool(pre and bat and max(pre, bat) / min(pre, bat) <= NEGLIGIBLE)
+
+    def outlier(self, kind: str) -> Outlier | None:
+        """The one-row pass of `kind` where it took longer than a pass over more rows of its kind by more than
+        OUTLIER (more rows read the same weights and do more arithmetic: it runs a graph of its own)."""
+        one = self.at(kind, 1)
+        if one is None:
+            return None
+        faster = [p for p in self.of(kind) if p.rows > 1 and p.median_ms * OUTLIER < one.median_ms]
+        if not faster:
+            return None
+        best = min(faster, key=lambda p: p.median_ms)
+        return Outlier(pass_=one, faster=best)
+
+    def knee(self, kind: str, roof: DeviceRoof) -> Knee | None:
+        """The kind's knee, measured where its two lines meet (see the module docstring), beside the predicted one.
+        None where the kind was not timed; its `measured` None where the curve cannot place one."""
+        pts = self.of(kind)
+        if not pts:
+            return None
+        predicted = self.predicted_knee(kind, roof)
+        edge = predicted or 2 * pts[-1].rows  # no prediction: every pass is on the flat stretch
+        flat = [p for p in pts if 2 <= p.rows < edge] or [p for p in pts if p.rows < edge]
+        level = statistics.median(p.median_ms for p in flat) if flat else None
+        far = [p for p in pts if predicted and p.rows >= PAST * predicted]
+        if len(far) < 2:
+            far = [p for p in pts if predicted and p.rows > predicted][-2:]
+        slope = intercept = measured = None
+        if len(far) >= 2:
+            mx = statistics.fmean(p.rows for p in far)
+            my = statistics.fmean(p.median_ms for p in far)
+            slope = (sum((p.rows - mx) * (p.median_ms - my) for p in far)
+                     / sum((p.rows - mx) ** 2 for p in far))
+            intercept = my - slope * mx
+            if level is not None and slope > 0 and level > intercept:
+                measured = (level - intercept) / slope
+        return Knee(kind=kind, predicted=predicted, level_ms=level, level_rows=tuple(p.rows for p in flat),
+                    slope_ms=slope, intercept_ms=intercept, slope_rows=tuple(p.rows for p in far), measured=measured)
+
+    def measured_knee(self, kind: str, roof: DeviceRoof) -> float | None:
+        """Where the kind's flat level and its slope meet (`knee`), None where they cannot be placed."""
+        k = self.knee(kind, roof)
+        return None if k is None else k.measured
+
+    def held(self, p: RowsPass) -> Held | None:
+        """`p`'s time over its larger bound, as the median over rounds of each round's ratio (the bounds probed in
+        that round), with the lowest and highest; None where the rounds were not probed (an older recording)."""
+        ratios = p.round_ratios(self.rounds)
+        if not ratios:
+            return None
+        return Held(median=statistics.median(ratios), low=min(ratios), high=max(ratios), rounds=len(ratios))
 
     def on(self, roof: DeviceRoof) -> "Curve":
         return replace(self, points=tuple(p.on(roof) for p in self.points))
@@ -159,15 +306,80 @@ class Curve:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["points"] = [asdict(p) | {"median_ms": p.median_ms} for p in self.points]
         d["left_out"] = list(self.left_out)
+        d["rounds"] = [list(r) for r in self.rounds]
         return d
 
     @classmethod
     def from_dict(cls, d: dict, roof: DeviceRoof) -> "Curve":
+        """A curve read back from its JSON: a field a recording lacks (kernel, rounds) keeps its default, and the
+        words say what the recording lacks rather than invent it."""
         keep = {f.name for f in fields(cls)}
-        top = {k: v for k, v in d.items() if k in keep and k not in ("points", "left_out")}
-        points = tuple(RowsPass(**{k: p[k] for k in POINT_KEYS} | {"samples_ms": tuple(p["samples_ms"])})
+        top = {k: v for k, v in d.items() if k in keep and k not in ("points", "left_out", "rounds")}
+        points = tuple(RowsPass(**{k: p[k] for k in POINT_KEYS} | {"samples_ms": tuple(p["samples_ms"]),
+                                                                   "kernel": p.get("kernel", "")})
                        for p in d["points"])
-        return cls(**top, points=points, left_out=tuple(d.get("left_out", ()))).on(roof)
+        rounds = tuple((float(a), float(b)) for a, b in d.get("rounds") or ())
+        return cls(**top, points=points, left_out=tuple(d.get("left_out", ())), rounds=rounds).on(roof)
+
+
+@dataclass(frozen=True)
+class BatchBytes:
+    """A decode step for n sequences, in estimates: n · flops FLOPs over one + (n - 1) · more bytes."""
+
+    flops: float  # one sequence's FLOPs
+    one: float  # bytes of the step for one sequence (its weights, its K/V)
+    more: float  # bytes each more sequence adds (its K/V at the context, its embedding row)
+    kv: float | None  # of `more`, the K/V (None where read off timed batches, which do not split it)
+    timed: bool  # read off timed batches (True) or derived from the decode step and the prefills (False)
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A one-row pass slower than a pass over more rows of its kind: it runs a graph of its own."""
+
+    pass_: RowsPass
+    faster: RowsPass  # the fastest pass over more rows of its kind
+
+    @property
+    def times(self) -> float:
+        return self.pass_.median_ms / self.faster.median_ms
+
+
+@dataclass(frozen=True)
+class Knee:
+    """One kind's knee: the flat level and the slope measured, where they meet, and the prediction beside it."""
+
+    kind: str
+    predicted: float | None  # rows: where the intensity (estimate) meets the ridge
+    level_ms: float | None  # the median of the passes in level_rows
+    level_rows: tuple[int, ...]  # the passes below the predicted knee the level is the median of (n ≥ 2 where any)
+    slope_ms: float | None  # ms per row, fitted on slope_rows
+    intercept_ms: float | None
+    slope_rows: tuple[int, ...]  # the passes well past the predicted knee the slope is fitted on
+    measured: float | None  # rows: where the level meets the slope
+
+    @property
+    def off(self) -> float | None:
+        """Measured over predicted (None where either is missing)."""
+        return self.measured / self.predicted if self.measured and self.predicted else None
+
+    def within(self, factor: float) -> bool:
+        """The measured knee within `factor` of the predicted one, either way."""
+        return self.off is not None and 1 / factor <= self.off <= factor
+
+
+@dataclass(frozen=True)
+class Held:
+    """A pass's time over its bound, per round (the bounds probed in that round): median, lowest, highest."""
+
+    median: float
+    low: float
+    high: float
+    rounds: int
+
+    def words(self) -> str:
+        """'×1.30 (×1.25–1.41 over 5 rounds)'."""
+        return f"×{self.median:.2f} (×{self.low:.2f}–{self.high:.2f} over {self.rounds} rounds)"
 
 
 # ---------------------------------------------------------------- measuring
@@ -213,6 +425,44 @@ def every_pass(spec, roof: DeviceRoof, device: torch.device, context: int, kinds
     return sorted(passes, key=lambda p: (p[1], p[0] != DECODE, p[0] != "prefill"))
 
 
+def graphs_for(passes, cpu: bool) -> list[str]:
+    """The compiled graphs a list of (kind, n) passes needs, in measure_curve's names."""
+    names = []
+    for kind, n in passes:
+        name = (f"{kind}, every n ≥ 2" if n > 1 else "the decode step (one-row kernel)" if kind == DECODE and cpu
+                else "n = 1 (one token)")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def compile_forecast(device_type: str, passes=None) -> str:
+    """'compiling 4 graphs; where the shipped recording was made (…) they took 37 s, on a first run …': said
+    before the compiles start, from the recording of this kind of device (assets/), or that none is known."""
+    import json
+
+    from engine.paths import ASSETS
+
+    path = ASSETS / ("ladder_gpu.json" if device_type == "cuda" else "ladder_cpu.json")
+    known, graphs = [], graphs_for(passes or (), device_type == "cpu")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        curve = next((r["curve"] for r in raw["rungs"] if r.get("curve")), None) or {}
+        graphs = graphs or list(curve.get("compile_ms", {}))  # no passes given: the recording's own graphs
+        known = [curve["compile_ms"][g] for g in graphs if g in curve.get("compile_ms", {})]
+        where = raw["device"]
+    except (OSError, ValueError, KeyError):
+        where = None
+    said = f"compiling {len(graphs)} graph{'s' if len(graphs) > 1 else ''} ({', '.join(graphs)})"
+    if known:
+        said += (f"; on {where} {len(known)} of them took {sum(known) / 1e3:.0f} s when the shipped recording was "
+                 "made (a first run on a fresh machine can take several times that; torch keeps compiled code on "
+                 "disk, so a later run on the same machine compiles faster)")
+    else:
+        said += "; no recording of this kind of device says how long: the first compile of each takes tens of seconds"
+    return said
+
+
 @dataclass(frozen=True)
 class _Warmed:
     """A pass compiled and run once (its warm-up), waiting for the timed rounds."""
@@ -227,7 +477,7 @@ class _Warmed:
 
 def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int = REPEATS, passes=None,
                   budget_s: float = BUDGET_S, on_point=None, weights: str | None = None,
-                  compile: bool = True, kinds=KINDS) -> Curve:
+                  compile: bool = True, kinds=KINDS, probe_rounds: bool = True) -> Curve:
     """Time the lean pass over n rows on this rung (see the module docstring): every (kind, n) of `passes`
     (default `every_pass`: the curve; the ladder's other rungs ask for the decode at n = 1 and the prefill of s).
 
@@ -266,6 +516,8 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
             lean[kind](ids[:, :context], torch.arange(context, device=device))
         for cache in (*lean["batch"].k_cache, *lean["batch"].v_cache):
             cache[1:, :, :context] = cache[:1, :, :context]
+    if on_point and compile:  # before the first compile: how long the compiles took where this was recorded
+        on_point(f"{label}: {compile_forecast(device.type, passes)}")
     fns = {}  # (kind, one row or many) -> the compiled pass
     ready: list[_Warmed] = []  # the passes warmed up, in the order they are timed each round
     compile_ms, spent = {}, 0.0
@@ -304,9 +556,14 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     # the timed rounds: every pass once a round, so a slow minute of a shared machine falls on every n alike and
     # the ratios between passes are measured side by side
     samples = [[] for _ in ready]
+    rates = RoundRates(device, rlm.dtype) if probe_rounds else None
+    rounds = []
     for _ in range(repeats):
+        if rates is not None:  # the bounds probed in this round, beside its passes: a slow minute lands on both
+            rounds.append(rates())
         for got, r in zip(samples, ready):
             got.append(run_once(r.fn, r.ids, r.input_pos))
+    del rates
     points = []
     for got, r in zip(samples, ready):
         kind, n = r.kind, r.rows
@@ -314,7 +571,8 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
         flops, moved = estimates(spec, kind, n, context, roof.elem_bytes)
         v = verdict(timing.forward_ms, flops, moved, roof)
         points.append(RowsPass(kind=kind, rows=n, samples_ms=timing.samples_ms, warmup_ms=timing.warmup_ms,
-                               flops=flops, bytes_moved=moved, memory_ms=v.memory_ms, compute_ms=v.compute_ms))
+                               flops=flops, bytes_moved=moved, memory_ms=v.memory_ms, compute_ms=v.compute_ms,
+                               kernel=kernel_of(kind, n, device.type == "cpu")))
         if on_point:
             on_point(f"{label}: {kind} n = {n}: {timing.describe(short=True)}, ×{v.ratio:.2f} its larger bound")
     path = compile_settings(device)["words"] if compile else "gpt-fast's Llama, eager"
@@ -327,4 +585,4 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
                  context=context, path=path,
                  compile_ms=compile_ms,
                  points=tuple(points), left_out=tuple(left_out), wall_s=time.perf_counter() - started,
-                 elem_bytes=elem, **({"weights": weights} if weights else {}))
+                 elem_bytes=elem, rounds=tuple(rounds), **({"weights": weights} if weights else {}))

@@ -2,8 +2,8 @@
 
     curve_figure    ms per pass against n rows (both log scales): the prefill of n tokens and the decode step for
                     n sequences, measured (medians, min-max bars); the two lower bounds of the prefill, a flat line
-                    (bytes ÷ bandwidth) and a slope (FLOPs ÷ peak), estimates; the predicted knee (the ridge in
-                    rows) and each kind's measured knee marked
+                    (bytes ÷ bandwidth) and a slope (FLOPs ÷ peak), estimates; each kind's predicted knee (the
+                    batch's counting every sequence's K/V) and measured knee (its flat level and slope, drawn)
     curve_caption   the chart in sentences, every figure read off the same record
     curve_claim     what a lesson quotes of it
 
@@ -18,14 +18,16 @@ import plotly.graph_objects as go
 
 from drawing.latency import note_box
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout
-from engine.measure.caveats import curve_note
-from engine.measure.roofline import DeviceRoof, percent
-from topics.ladder.curve import KNEE, Curve
+from engine.measure.roofline import DeviceRoof, percent, short_name, verdict
+from topics.ladder.curve import DECODE as DECODE_KIND
+from topics.ladder.curve import Curve
 from topics.ladder.draw import log_ticks
+from topics.ladder.notes import curve_note
 
 NAMES = {"prefill": "prefill of n tokens", "batch": "decode step for n sequences"}
 COLOURS = {"prefill": PREFILL, "batch": DECODE}
 SHORT_DEVICE = {"cpu": "this CPU", "cuda": "this GPU"}
+KNEE_WITHIN = 1.5  # a measured knee within this factor of the predicted one, either way: the run shows the roofline
 
 
 def _ms(x: float) -> str:
@@ -33,8 +35,9 @@ def _ms(x: float) -> str:
 
 
 def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0, height: int = 430) -> go.Figure:
-    """ms per pass against n, both kinds, with the prefill's two bounds and the knees. `where` says where it was
-    measured, under the title ('measured on this server (…)', 'a recording made on …, 2026-11-28')."""
+    """ms per pass against n, both kinds, with the prefill's two bounds, each kind's predicted knee and its measured
+    one (the flat level and the fitted slope, drawn where they meet), and a one-row outlier ringed and named.
+    `where` says where it was measured, under the title ('measured on this server (…)', 'a recording made on …')."""
     fig = go.Figure()
     pre = curve.of("prefill")
     xs = sorted({p.rows for p in curve.points})
@@ -55,28 +58,50 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
             mode="lines+markers", line=dict(color=COLOURS[kind], width=4), marker=dict(size=10),
             error_y=dict(type="data", symmetric=False, thickness=2, array=[p.high_ms - p.median_ms for p in pts],
                          arrayminus=[p.median_ms - p.low_ms for p in pts]),
-            customdata=[[p.median_ms / pts[0].median_ms, percent(p.share), "bandwidth" if p.bound == "memory"
+            customdata=[[curve.kernel(p), percent(p.share), "bandwidth" if p.bound == "memory"
                          else "matmul peak"] for p in pts],
-            hovertemplate="n = %{x}: %{y:.3g} ms (median; bar: min–max)<br>×%{customdata[0]:.2f} the one-row pass"
-                          "<br>%{customdata[1]} of the %{customdata[2]}<extra>" + NAMES[kind] + "</extra>"))
-    for p in curve.of("decode"):  # the rung's own decode step, on the kernel a one-row step runs best with
+            hovertemplate="n = %{x}: %{y:.3g} ms (median; bar: min–max)<br>on %{customdata[0]}"
+                          "<br>%{customdata[1]} of the %{customdata[2]} measured here<extra>" + NAMES[kind]
+                          + "</extra>"))
+    for p in curve.of(DECODE_KIND):  # the rung's own decode step: a labelled point of its own
         fig.add_trace(go.Scatter(
-            x=[p.rows], y=[p.median_ms], name="the decode step, its one-row kernel", mode="markers",
+            x=[p.rows], y=[p.median_ms], name=f"the decode step ({curve.kernel(p)})", mode="markers",
             marker=dict(color=DECODE, size=15, symbol="star", line=dict(color="#222", width=1)),
-            hovertemplate="one decode step: %{y:.3g} ms (median)<extra>its one-row kernel</extra>"))
-    knee = curve.predicted_knee("prefill", roof)
-    if knee:
-        fig.add_vline(x=knee, line=dict(color=GREY, width=2, dash="dot"))
-        fig.add_annotation(x=math.log10(knee), y=1.0, yref="paper", yanchor="bottom", showarrow=False,
-                           text=f"ridge ≈ {knee:.0f} rows (predicted)", font=dict(size=12 * scale))
+            hovertemplate="one decode step: %{y:.3g} ms (median)<extra>" + curve.kernel(p) + "</extra>"))
+    for kind in ("prefill", "batch"):  # a one-row pass slower than more rows of its kind: ringed and named
+        out = curve.outlier(kind)
+        if out is not None:
+            p = out.pass_
+            fig.add_trace(go.Scatter(
+                x=[p.rows], y=[p.median_ms], name=f"outlier: the one-row {kind} (a graph of its own)",
+                mode="markers", marker=dict(color="rgba(0,0,0,0)", size=22, line=dict(color=COLOURS[kind], width=2)),
+                hovertemplate="%{y:.3g} ms: slower than the pass over " + f"{out.faster.rows} rows"
+                              "<extra>not part of the flat level</extra>"))
+    negligible = curve.kv_negligible(roof)
     for kind in ("prefill", "batch"):
-        n = curve.measured_knee(kind)
-        p = next((p for p in curve.of(kind) if p.rows == n), None)
-        if p is not None:
-            fig.add_annotation(x=math.log10(n), y=math.log10(p.median_ms), text=f"×{KNEE:g} at n = {n}",
-                               showarrow=True, arrowhead=2, ax=(-46 if kind == "prefill" else 40) * scale,
-                               ay=(-30 if kind == "prefill" else 34) * scale,
-                               font=dict(size=12 * scale, color=COLOURS[kind]))
+        k = curve.knee(kind, roof)
+        predicted = curve.predicted_knee(kind, roof)
+        if predicted and not (kind == "batch" and negligible) and xs[0] <= predicted <= xs[-1] * 1.4:
+            words = "predicted knee" + (" (both kinds: K/V bytes negligible)" if negligible else
+                                        " (prefill)" if kind == "prefill" else " (batch, K/V counted)")
+            fig.add_vline(x=predicted, line=dict(color=GREY if kind == "prefill" else COLOURS[kind], width=2,
+                                                 dash="dot"))
+            # each kind's words end at its own line, the batch's a row lower: two knees close on a log axis (the
+            # H200's ~190 and ~424) never write over each other, nor past the plot's right edge
+            fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.9, yref="paper",
+                               yanchor="bottom", showarrow=False, text=f"{words} ≈ {_n(predicted)} rows",
+                               xanchor="center" if negligible else "right", font=dict(size=12 * scale))
+        if k is None or k.measured is None:
+            continue
+        lo, hi = max(xs[0], min(k.level_rows)), max(k.slope_rows)  # the two fitted lines, measured
+        fig.add_trace(go.Scatter(
+            x=[lo, k.measured, hi], y=[k.level_ms, k.level_ms, k.intercept_ms + k.slope_ms * hi],
+            name=f"{kind}: flat level and slope, fitted", mode="lines", showlegend=False,
+            line=dict(color=COLOURS[kind], width=1.5, dash="dashdot"), hoverinfo="skip"))
+        fig.add_annotation(x=math.log10(k.measured), y=math.log10(k.level_ms),
+                           text=f"measured knee ≈ {_n(k.measured)}", showarrow=True, arrowhead=2,
+                           ax=(-46 if kind == "prefill" else 40) * scale, ay=(-30 if kind == "prefill" else 34) * scale,
+                           font=dict(size=12 * scale, color=COLOURS[kind]))
     ys = [v for p in curve.points for v in (p.low_ms, p.high_ms, p.memory_ms, p.compute_ms)]
     lo, hi = min(ys), max(ys)
     lo = max(lo, min(p.low_ms for p in curve.points) / 30)  # the compute bound may enter from below (an H200's
@@ -91,14 +116,14 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
     layout(fig, f"One pass over n rows: {curve.rung}, {curve.dtype}", height=height, scale=scale)
     # the legend one entry a row at the figure's foot, under the x axis's ticks and title, in a margin sized for
     # it: where it lies does not move with the plot's height (a note over the plot takes some of that)
-    entries = sum(1 for t in fig.data if t.name)
+    entries = sum(1 for t in fig.data if t.name and t.showlegend is not False)
     legend_px = entries * 20 * scale + 8
     fig.update_layout(title=dict(subtitle=dict(text=where, font=dict(size=12 * scale))),
                       margin=dict(t=int(84 * scale), b=int(56 * scale + legend_px)),
                       legend=dict(orientation="v", yref="container", yanchor="bottom", y=0, x=0, traceorder="normal",
                                   font=dict(size=12 * scale)))
     note = curve_note(curve)
-    if note:  # a busy server said on the chart, with the figures that show it (STYLE 24): over the plot and the
+    if note:  # a busy server said on the chart, with the figures that show it: over the plot and the
         note_box(fig, note, scale, chars=64, above_px=22 * scale)  # ridge's label, since the legend lies under it
     return fig
 
@@ -108,75 +133,248 @@ def tick(n: int) -> str:
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
 
-def _at(curve: Curve, kind: str, rows: int):
-    return next((p for p in curve.of(kind) if p.rows == rows), None)
-
-
 def eight(curve: Curve) -> int:
     """The n the captions quote for 'several rows in one pass': 8 where timed, else the nearest timed n above 1."""
     ns = [p.rows for p in curve.of("prefill") if p.rows > 1]
     return 8 if 8 in ns else min(ns, key=lambda n: abs(math.log2(n / 8)), default=1)
 
 
-def curve_caption(curve: Curve, roof: DeviceRoof) -> str:
-    """The chart in sentences: the flat stretch, the knee (predicted and measured), the slope; each a figure off the
-    record, and one sentence of reading that says whether this run showed the roofline or did not."""
-    n = eight(curve)
-    pre, bat = curve.ratio("prefill", n), curve.ratio("batch", n)
-    if pre is None:
-        return "Fewer than two row counts were timed: there is no curve to read."
-    said = (f"One pass over {n} rows took ×{pre:.2f} the one-row time as a prefill of {n} tokens"
-            + (f" and ×{bat:.2f} as a decode step for {n} sequences" if bat is not None else "")
-            + f", for ×{n} the arithmetic.")
-    knee = curve.predicted_knee("prefill", roof)
-    measured = {k: curve.measured_knee(k) for k in ("prefill", "batch")}
-    if knee:
-        said += (f" The roofline predicts the knee at ~{knee:.0f} rows, where the pass's intensity meets the "
-                 f"ridge ({roof.ridge:.1f} FLOP/byte in {roof.dtype}).")
-    found = [f"{m} rows ({'prefill' if k == 'prefill' else 'batch'})" for k, m in measured.items() if m]
-    if found:
-        said += f" Measured, the time first reached ×{KNEE:g} the one-row time at " + " and ".join(found) + "."
-    star, one = next(iter(curve.of("decode")), None), _at(curve, "batch", 1)
-    if star is not None and one is not None and star.median_ms < one.median_ms:
-        said += (f" Every pass here runs on the kernel that multiplies many rows; the rung's own decode step (the "
-                 f"star) runs a one-row kernel that streams its weights faster: {_ms(star.median_ms)} ms against "
-                 f"{_ms(one.median_ms)} ms for one row on the many-row kernel.")
-    last = curve.of("prefill")[-1]
-    said += (f" At {last.rows} rows the prefill took {_ms(last.median_ms)} ms, ×{last.median_ms / last.compute_ms:.2f} "
-             f"its compute bound ({percent(last.compute_ms / last.median_ms)} of the matmul peak).")
-    if knee and measured["prefill"] and 1 / 3 <= measured["prefill"] / knee <= 3:
-        said += (" The knee sits where the ridge puts it: below it a pass waits on reading its weights "
-                 "(memory-bound), past it on its arithmetic (compute-bound).")
-    elif knee:
-        said += (" The measured knee is not within ×3 of the predicted one: this run does not show the roofline "
-                 "cleanly (a busy machine, or kernels far from their roofs); measure again.")
+# ---------------------------------------------------------------- shares: of the roof measured here, and a datasheet's
+
+
+def datasheet_for(device: str) -> DeviceRoof | None:
+    """The datasheet roof (assets/accelerators.csv) of the card a ladder names ('NVIDIA H200 (cuda)'), in bf16; None
+    for a device the table does not have (a CPU)."""
+    from engine.measure.kvcalc import accelerators
+    from engine.measure.roofline import from_datasheet
+
+    named = [a for a in accelerators() if a.name in device and a.has_roof]
+    if not named:
+        return None
+    return from_datasheet(max(named, key=lambda a: len(a.name)))  # 'NVIDIA H100 SXM' over 'NVIDIA H100'
+
+
+def share_words(p, roof: DeviceRoof, sheet: DeviceRoof | None = None) -> str:
+    """'74% of the bandwidth measured here (MBU); 63% of the NVIDIA H200 datasheet's 4.8 TB/s': the pass's share of
+    the roof probed here, and, where the device has a datasheet, its share of that too."""
+    v = verdict(p.median_ms, p.flops, p.bytes_moved, roof)
+    if v.bound == "memory":
+        said = f"{percent(v.share)} of {v.roof_words}"  # the bandwidth measured here (MBU), or the cache's
+        if sheet is not None:
+            said += (f"; {percent(p.bytes_moved / sheet.bandwidth * 1e3 / p.median_ms)} of the "
+                     f"{short_name(sheet)} datasheet's {sheet.bandwidth / 1e12:.1f} TB/s")
+        return said
+    said = f"{percent(v.share)} of {v.roof_words}"  # the matmul peak measured here (MFU)
+    if sheet is not None:
+        said += (f"; {percent(p.flops / sheet.peak_flops * 1e3 / p.median_ms)} of the {short_name(sheet)} "
+                 f"datasheet's {sheet.peak_flops / 1e12:,.0f} TFLOP/s")
     return said
 
 
-def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str) -> str:
-    """What lessons 2 (prefill) and 3 (decode) quote: the pass over n rows at the big rung, in its own numbers, with
-    the verdict's own label (roofline.verdict), so it says what was measured, whatever the lesson expects."""
-    from engine.measure.roofline import verdict
+def verdict_words(p, roof: DeviceRoof, sheet: DeviceRoof | None = None) -> str:
+    """The verdict's kind in its own words (roofline.verdict: 'memory-bound' only within ×2 of the bound, 'on the
+    memory side, not memory-bound' from ×2 to ×3) and the shares (`share_words`)."""
+    v = verdict(p.median_ms, p.flops, p.bytes_moved, roof)
+    if v.kind == "overhead-bound":
+        return v.label
+    kind = v.kind if v.kind.endswith("-bound") else f"on the {v.bound} side, not {v.bound}-bound"
+    return f"{kind}: {share_words(p, roof, sheet)}"
 
+
+def held_words(curve: Curve, p) -> str:
+    """How many times its bound a pass took, as the median of per-round ratios (bounds probed each round), or, for
+    a recording without them, the ratio to the one probe, said as such."""
+    h = curve.held(p)
+    if h is not None:
+        return f"{h.words()} its {p.bound} bound probed in the same round"
+    return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound (this recording probed the bounds once, before the "
+            "passes)")
+
+
+# ---------------------------------------------------------------- the words
+
+
+def _n(x: float) -> str:
+    """A knee in rows: one decimal below 20 (7.3), whole above (209)."""
+    return f"{x:.1f}" if x < 20 else f"{x:.0f}"
+
+
+def _rows(ns) -> str:
+    ns = sorted(ns)
+    return f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]}"
+
+
+def ratio_sentence(curve: Curve, kind: str, n: int) -> str | None:
+    """'a prefill of 8 tokens took ×1.16 the 1-token prefill (32.0 ms) on the many-row kernel, for ×8 the
+    arithmetic': one kind, one kernel, and what it is compared with. None where not timed."""
+    p, b = curve.at(kind, n), curve.base(kind, n)
+    r = curve.ratio(kind, n)
+    if r is None or b is None:
+        return None
+    unit = "tokens" if kind == "prefill" else "sequences"
+    one = "token" if kind == "prefill" else "sequence"
+    what = f"a prefill of {n} {unit}" if kind == "prefill" else f"the decode step for {n} {unit}"
+    than = (f"the {b.rows}-{one} prefill" if kind == "prefill" else
+            f"the same step for {b.rows} {one if b.rows == 1 else unit}")
+    return (f"{what} took ×{r:.2f} {than} ({_ms(b.median_ms)} ms) on {curve.kernel(p)}, for ×{n // b.rows} the "
+            f"arithmetic")
+
+
+def knee_sentence(curve: Curve, roof: DeviceRoof, kind: str) -> str | None:
+    """The kind's knee: the flat level and the slope measured, where they meet, beside the prediction (which
+    counts, for a batch, every sequence's K/V at the context)."""
+    k = curve.knee(kind, roof)
+    if kind == "batch":
+        return batch_knee_sentence(curve, roof, k)
+    if k is None or k.predicted is None:
+        return None
+    said = (f"The prefill's knee is predicted at ~{_n(k.predicted)} rows (where its intensity meets the ridge measured "
+            f"here, {roof.ridge:.1f} FLOP/byte in {roof.dtype})")
+    if k.measured is None:
+        return said + ": the passes timed do not place a measured one."
+    return (said + f"; measured, the flat level ({_ms(k.level_ms)} ms, the median of {_rows(k.level_rows)}) and the "
+            f"slope ({k.slope_ms:.3g} ms a row, fitted on {_rows(k.slope_rows)}) meet at n ≈ {_n(k.measured)} "
+            f"(×{k.off:.2f} the prediction).")
+
+
+def batch_knee_sentence(curve: Curve, roof: DeviceRoof, k=None) -> str | None:
+    """A decode step for n sequences: each reads its own K/V, so its knee is its own (or none at this context);
+    it is given the prefill's only where the K/V bytes are negligible, and then the sentence says so."""
+    b = curve.batch_bytes()
+    if b is None:
+        return None
+    predicted = curve.batch_knee(roof)
+    pre = curve.predicted_knee("prefill", roof)
+    kv = f" ({b.kv / 1e6:,.3g} MB a sequence)" if b.kv else ""
+    if predicted is None:
+        said = (f"A decode step for n sequences reads every sequence's own K/V at context {curve.context}{kv}: at "
+                "this context no batch reaches the ridge, since each sequence's K/V bytes grow as fast as its "
+                "arithmetic")
+    elif curve.kv_negligible(roof):
+        said = (f"A decode step for n sequences also reads every sequence's own K/V at context {curve.context}{kv}, "
+                f"negligible here beside the weights: its knee is predicted at ~{_n(predicted)} sequences, with the "
+                f"prefill's ~{_n(pre)}")
+    else:
+        said = (f"A decode step for n sequences also reads every sequence's own K/V at context {curve.context}{kv}, "
+                f"so its intensity grows slower than n: its knee is predicted at ~{_n(predicted)} sequences "
+                f"(every sequence's K/V counted), not at the prefill's")
+    if k is None:
+        return said + "; no batch was timed here."
+    if k.measured is None:
+        return said + "; the batches timed do not place a measured knee."
+    return (said + f"; measured, its flat level ({_ms(k.level_ms)} ms) and slope ({k.slope_ms:.3g} ms a sequence) "
+            f"meet at n ≈ {_n(k.measured)}" + (f" (×{k.off:.2f} the prediction)." if k.off else "."))
+
+
+def outlier_sentence(curve: Curve, kind: str) -> str | None:
+    out = curve.outlier(kind)
+    if out is None:
+        return None
+    p, f = out.pass_, out.faster
+    what = "one-token prefill" if kind == "prefill" else "step for one sequence"
+    return (f"The {what} (a graph of its own) took {_ms(p.median_ms)} ms, ×{out.times:.2f} the pass over {f.rows} "
+            f"rows ({_ms(f.median_ms)} ms): more rows cannot be cheaper, so it is drawn and named as an outlier, "
+            "never the flat level.")
+
+
+def _kinds_words(curve: Curve, roof: DeviceRoof, passes, bound: str) -> str | None:
+    """What the verdict says of a stretch of passes, in its own words, with their ratios to the bound."""
+    if not passes:
+        return None
+    kinds = sorted({verdict(p.median_ms, p.flops, p.bytes_moved, roof).kind for p in passes})
+    words = [k if k.endswith("-bound") else f"on the {k.split()[0]} side (not {k.split()[0]}-bound)" for k in kinds]
+    ratios = [p.median_ms / (p.memory_ms if bound == "memory" else p.compute_ms) for p in passes]
+    span = f"×{min(ratios):.2f}" if f"{min(ratios):.2f}" == f"{max(ratios):.2f}" else \
+        f"×{min(ratios):.2f}–{max(ratios):.2f}"
+    return f"{' or '.join(words)}, {span} their {bound} bound"
+
+
+def curve_caption(curve: Curve, roof: DeviceRoof, device: str = "") -> str:
+    """The chart in sentences, every figure read off the same record: a ratio within one kernel and what it is
+    compared with, the decode step as its own point, each kind's knee (measured where the flat level and the slope
+    meet, beside its prediction), an outlier named, the far prefill, and what the verdict says of each stretch."""
     n = eight(curve)
-    knee = curve.predicted_knee("prefill", roof)
+    said = [r for r in (ratio_sentence(curve, "prefill", n), ratio_sentence(curve, "batch", n)) if r]
+    if not said:
+        return "Fewer than two row counts were timed: there is no curve to read."
+    out = [said[0][0].upper() + said[0][1:] + (f"; {said[1]}." if len(said) > 1 else ".")]
+    sheet = datasheet_for(device) if device else None
+    star = next(iter(curve.of(DECODE_KIND)), None)
+    if star is not None:
+        out.append(f"The rung's decode step (one sequence at context {curve.context}, the star) runs on "
+                   f"{curve.kernel(star)}: {_ms(star.median_ms)} ms, {held_words(curve, star)}; "
+                   f"{verdict_words(star, roof, sheet)}."
+                   + ("" if any(curve.kernel(p) == curve.kernel(star) for p in curve.points if p is not star) else
+                      " No other pass here runs that kernel, so no ratio is taken against it."))
+    out += [s for s in (knee_sentence(curve, roof, "prefill"), knee_sentence(curve, roof, "batch"),
+                        outlier_sentence(curve, "prefill"), outlier_sentence(curve, "batch")) if s]
+    last = curve.of("prefill")[-1]
+    out.append(f"At {last.rows} rows the prefill took {_ms(last.median_ms)} ms, ×{last.median_ms / last.compute_ms:.2f} "
+               f"its compute bound ({share_words(last, roof, sheet)}).")
+    k = curve.knee("prefill", roof)
+    if k is not None and k.predicted:
+        below = _kinds_words(curve, roof, [p for p in curve.of("prefill") if p.rows in k.level_rows], "memory")
+        past = _kinds_words(curve, roof, [p for p in curve.of("prefill") if p.rows in k.slope_rows], "compute")
+        if k.within(KNEE_WITHIN):
+            out.append("The knee sits where the ridge puts it: below it the prefills are " + (below or "not timed")
+                       + "; past it " + (past or "not timed") + ".")
+        elif k.measured is not None:
+            out.append(f"The measured knee is ×{k.off:.2f} the predicted one, outside ×{KNEE_WITHIN:g}: this run does "
+                       "not show the roofline cleanly (a busy machine, or kernels far from their roofs); measure again.")
+    return " ".join(out)
+
+
+def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str, device: str = "") -> str:
+    """What lessons 2 (prefill) and 3 (decode) quote: the pass over n rows at the big rung, in its own numbers, with
+    the verdict's own words, each ratio within one kernel and saying what it compares with."""
+    n = eight(curve)
+    sheet = datasheet_for(device) if device else None
     weights = f"Measured on {where} at {curve.rung} ({curve.weights})"
     if phase == "decode":
-        one = next(iter(curve.of("decode")), None) or _at(curve, "batch", 1) or _at(curve, "prefill", 1)
-        v = verdict(one.median_ms, one.flops, one.bytes_moved, roof)
-        batch = curve.ratio("batch", n)
-        many = (f"the same step for {n} sequences at once took ×{batch:.2f} the time of one" if batch else  # timed
-                f"one pass over {n} rows (a prefill of {n} tokens; the step for {n} sequences was not timed here) "
-                f"took ×{curve.ratio('prefill', n):.2f} the time of one row")
-        return (f"{weights}: one decode step took {_ms(one.median_ms)} ms against {_ms(one.memory_ms)} ms to read "
-                f"its weights once at the bandwidth measured here: **{v.label}**. On the kernel that runs many rows, "
-                f"{many}, for ×{n} the arithmetic"
-                + (f"; the ridge puts the knee near {knee:.0f} rows." if knee else "."))
+        one = next(iter(curve.of(DECODE_KIND)), None) or curve.at("batch", 1) or curve.at("prefill", 1)
+        batch = ratio_sentence(curve, "batch", n)
+        pre = ratio_sentence(curve, "prefill", n)
+        many = (batch if batch else f"the step for {n} sequences was not timed here; {pre}" if pre else
+                "no pass over more rows was timed")
+        knee = batch_knee_sentence(curve, roof, curve.knee("batch", roof))
+        return (f"{weights}: one decode step ({curve.kernel(one)}) took {_ms(one.median_ms)} ms against "
+                f"{_ms(one.memory_ms)} ms to read its weights once at the bandwidth measured here, "
+                f"{held_words(curve, one)}: **{verdict_words(one, roof, sheet)}**. Beside it, {many}."
+                + (f" {knee}" if knee else ""))
     last = curve.of("prefill")[-1]
-    v = verdict(last.median_ms, last.flops, last.bytes_moved, roof)
-    m = curve.measured_knee("prefill")
-    return (f"{weights}: a prefill of {n} tokens took ×{curve.ratio('prefill', n):.2f} the time of one token"
-            + (f"; the time first reached ×{KNEE:g} the one-token time at {m} tokens (the ridge predicts "
-               f"~{knee:.0f})" if m and knee else "")
-            + f". A prefill of {last.rows} tokens took {_ms(last.median_ms)} ms against a compute bound of "
-            f"{_ms(last.compute_ms)} ms: **{v.label}**.")
+    ratio = ratio_sentence(curve, "prefill", n)
+    knee = knee_sentence(curve, roof, "prefill")
+    return (f"{weights}: {ratio or 'no pass over more rows was timed'}."
+            + (f" {knee}" if knee else "")
+            + f" A prefill of {last.rows} tokens took {_ms(last.median_ms)} ms against a compute bound of "
+            f"{_ms(last.compute_ms)} ms, {held_words(curve, last)}: **{verdict_words(last, roof, sheet)}**.")
+
+
+def docs_table(curve: Curve, roof: DeviceRoof, device: str = "") -> str:
+    """The curve's figures as docs/measurements.md prints them (`python -m topics.ladder.docs FILE`): one row a
+    figure, each said as the captions say it (one kernel per ratio, each kind's knee beside its own prediction)."""
+    sheet = datasheet_for(device) if device else None
+    rows = ["| what | measured |", "|---|---|"]
+    star = next(iter(curve.of(DECODE_KIND)), None)
+    if star is not None:
+        rows.append(f"| lean decode, one sequence at context {curve.context} ({curve.kernel(star)}) | "
+                    f"{_ms(star.median_ms)} ms ({_ms(star.low_ms)}–{_ms(star.high_ms)}), {held_words(curve, star)}: "
+                    f"{verdict_words(star, roof, sheet)} |")
+    n = eight(curve)
+    for kind in ("prefill", "batch"):
+        said = ratio_sentence(curve, kind, n)
+        if said:
+            rows.append(f"| {n} rows in one pass, against the pass it is compared with | {said} |")
+    for kind in ("prefill", "batch"):
+        said = knee_sentence(curve, roof, kind)
+        if said:
+            rows.append(f"| the knee ({'prefill' if kind == 'prefill' else 'decode for n sequences'}) | {said} |")
+        out = outlier_sentence(curve, kind)
+        if out:
+            rows.append(f"| an outlier ({kind}) | {out} |")
+    knee = curve.predicted_knee("prefill", roof)
+    far = [p for p in curve.of("prefill") if knee and p.rows >= 4 * knee]
+    if far:
+        rows.append("| prefills past four predicted knees | " + "; ".join(
+            f"n = {p.rows}: {held_words(curve, p)} ({share_words(p, roof, sheet)})" for p in far) + " |")
+    return "\n".join(rows)

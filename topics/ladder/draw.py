@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 from drawing.latency import note_box
 from drawing.palette import DECODE, GREY, PREFILL, layout
 from engine.measure import roofline
-from engine.measure.caveats import ladder_note
 from topics.ladder import scale_draw as scale_draw
+from topics.ladder.notes import ladder_note
 from topics.ladder.record import Ladder, RungResult
 
 
@@ -86,7 +86,7 @@ def _ms(x: float) -> str:
 
 def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
     """The common look, the weights note under the title, and room for it above the legend; a busy server's
-    note (engine.measure.caveats.ladder_note) under the plot. Heights fit a
+    note (drawing.caveats.ladder_note) under the plot. Heights fit a
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),
@@ -133,6 +133,19 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="right",
                        text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=-8)
     ys = [v for r in rungs for v in (r.decode.per_token_ms, r.prefill.per_token_ms)]
+    lean = lean_rung(ladder)
+    if lean is not None and not all(r.lean for r in rungs):  # the lean path's two passes at the rung that has them
+        ld, lp = lean.lean.per_token_ms, lean.lean_prefill.per_token_ms
+        fig.add_trace(go.Scatter(
+            x=[lean.parameters] * 2, y=[ld, lp], name=f"lean path at {lean.label}: decode, prefill per token",
+            mode="lines+markers", line=dict(color=GREY, width=2, dash="dash"),
+            marker=dict(color=[DECODE, PREFILL], size=13, symbol="diamond", line=dict(color="#222", width=1)),
+            hovertemplate="%{y:.3g} ms per token<extra>the lean path (compiled)</extra>"))
+        # low in its gap, under the readable gap's words (a third of the way up theirs)
+        fig.add_annotation(x=math.log10(lean.parameters), y=math.log10(lp) + 0.2 * (math.log10(ld) - math.log10(lp)),
+                           xanchor="right", xshift=-8, showarrow=False, font=dict(size=13 * scale, color="#444"),
+                           text=f"lean path ×{lean.lean_gap:.0f}")
+        ys += [ld, lp]
     lo, hi = min(min(ys), min(r.prefill.low_ms / r.prefill.tokens for r in rungs)), max(ys)
     vals, texts = log_ticks(lo / 1.6, hi * 1.6)
     fig.update_yaxes(type="log", title="ms per token (median, measured)", tickmode="array", tickvals=vals,
@@ -145,8 +158,11 @@ def gap_words(r: RungResult) -> str:
     """'decode<br>×12 dearer<br>per token' (or cheaper, if that is what was measured): narrow, for a phone."""
     ratio = r.decode_vs_prefill_per_token
     if ratio >= 1:
-        return f"decode<br>×{ratio:.0f} dearer<br>per token" if ratio >= 10 else f"decode<br>×{ratio:.1f} dearer<br>per token"
-    return f"decode<br>×{1 / ratio:.1f} cheaper<br>per token"
+        said = f"decode<br>×{ratio:.0f} dearer<br>per token" if ratio >= 10 else \
+            f"decode<br>×{ratio:.1f} dearer<br>per token"
+    else:
+        said = f"decode<br>×{1 / ratio:.1f} cheaper<br>per token"
+    return said + "<br>(readable path)"  # the Stepper's eager passes: the lean path's gap is said apart
 
 
 def per_token_caption(ladder: Ladder) -> str:
@@ -157,7 +173,33 @@ def per_token_caption(ladder: Ladder) -> str:
             f"the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. {gap_rule(ladder)}")
     if first is not top:
         text += f" At {first.label} the gap is ×{first.decode_vs_prefill_per_token:.1f}."
-    return text
+    lean = lean_sentence(ladder)
+    return text + (f" {lean}" if lean else "")
+
+
+def lean_rung(ladder: Ladder) -> RungResult | None:
+    """The largest rung whose lean decode and lean prefill were both timed (None: no such rung)."""
+    return next((r for r in reversed(ladder.rungs) if r.lean_gap is not None), None)
+
+
+def lean_sentence(ladder: Ladder) -> str | None:
+    """The per-token gap and what the cache saves, on the lean path where a rung has it: there the hardware sets
+    both passes' times; the readable path's figures at the same rung are overhead over overhead, said beside with
+    how far above their bounds they ran. Each figure with the rule's."""
+    r = lean_rung(ladder)
+    if r is None:
+        return None
+    here = ladder.roof.ridge_tokens
+    s = r.lean_prefill.tokens
+    return (f"On the lean path at {r.label} (compiled whole: the hardware sets both times), a decoded token costs "
+            f"{_ms(r.lean.per_token_ms)} ms and a prompt token {_ms(r.lean_prefill.per_token_ms)} ms: "
+            f"×{r.lean_gap:.0f} (the rule: ×{roofline.decode_prefill_gap(s, here):.0f}); the cache saves "
+            f"×{r.lean_cache_saves:.2f} there (its {s}-token prefill stands for the cache-off step; the rule: "
+            f"×{roofline.cache_off_steps(s + 1, here):.2f}). The readable path's ×{r.decode_vs_prefill_per_token:.0f} "
+            f"and ×{r.cache_saves:.1f} at {r.label} "
+            + ("are overhead over overhead" if "overhead-bound" in (r.decode.kind, r.nocache.kind) else
+               "are its own, further from the roofs")
+            + f": its decode took ×{r.decode.ratio:.1f} and its cache-off step ×{r.nocache.ratio:.1f} their bounds.")
 
 
 def gap_rule(ladder: Ladder) -> str:
@@ -165,14 +207,16 @@ def gap_rule(ladder: Ladder) -> str:
     about min(s, the ridge in tokens) (roofline.decode_prefill_gap), with this device's ridge and an H100's."""
     top, s, h100 = ladder.rungs[-1], ladder.tokens, roofline.h100()
     here = ladder.roof.ridge_tokens
-    return (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
+    said = (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
             f"s = {s} positions, but once s passes the ridge it is compute-bound and stops getting cheaper per token. "
             f"The ridge of the device it was measured on is ~{here:.0f} tokens ({_dtype(ladder)}), so "
             f"the rule gives ×{roofline.decode_prefill_gap(s, here):.0f} there (measured "
-            f"×{top.decode_vs_prefill_per_token:.1f}); "
-            f"on an {roofline.short_name(h100)} in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) it predicts "
-            f"×{roofline.decode_prefill_gap(s, h100.ridge_tokens):.0f} at s = {s}"
-            + (": both phases memory-bound." if s < h100.ridge_tokens else "."))
+            + (f"×{top.lean_gap:.0f} on the lean path, ×{top.decode_vs_prefill_per_token:.0f} on the readable one); "
+               if top.lean_gap else f"×{top.decode_vs_prefill_per_token:.1f}); ")
+            + f"on an {roofline.short_name(h100)} (datasheet) in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) "
+            f"it predicts ×{roofline.decode_prefill_gap(s, h100.ridge_tokens):.0f} at s = {s}"
+            + (": both phases predicted on the memory side." if s < h100.ridge_tokens else "."))
+    return said
 
 
 def _dtype(ladder: Ladder) -> str:
@@ -250,8 +294,9 @@ def prefill_condition(ladder: Ladder) -> str:
     here = ladder.roof.ridge_tokens
     p = roofline.predict_counts(top.prefill.flops, top.prefill.bytes_moved, ladder.roof.elem_bytes, h100)
     past = "past" if s >= here else "short of"
-    return (f"A {s}-token prefill is {past} the ridge of the device it was measured on (~{here:.0f} tokens, "
-            f"{_dtype(ladder)}); on an {roofline.short_name(h100)} at batch 1 (ridge ~{h100.ridge_tokens:.0f} tokens "
+    return (f"A {s}-token prefill is {past} the ridge measured on the device it ran on (~{here:.0f} tokens, "
+            f"{_dtype(ladder)}); on an {roofline.short_name(h100)} at batch 1 (its datasheet's ridge "
+            f"~{h100.ridge_tokens:.0f} tokens "
             f"in {h100.dtype}) the same prefill is {p.words()}.")
 
 

@@ -62,9 +62,11 @@ from engine.load.loaded import LoadedModel
 from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
 from topics.ladder.record import Ladder, Measured, RungResult
 
-TOKENS = 128  # s: the prefill's length and the decode step's context (a CPU: its ridge is ~13 FLOP/byte)
-GPU_TOKENS = 384  # on a GPU: ≥ 2x an H100's or H200's bf16 ridge (~180-300 FLOP/byte; a bf16 prefill's
-# intensity is about s), so the prefill is on the compute side, and within the bundled model's 512 positions
+TOKENS = 128  # s: the prefill's length and the decode step's context (a CPU in fp32: its ridge ~3.4 FLOP/byte,
+# ~7 rows, measured on this project's 2-core EPYC; a prefill of 128 tokens sits far past it)
+GPU_TOKENS = 384  # on a GPU: about 2x an H200's measured bf16 ridge (~177 FLOP/byte; a bf16 prefill's intensity is
+# about s), past an H100's datasheet ridge (~295), so the prefill is on the compute side, and within the bundled
+# model's 512 positions
 REPEATS = 5  # timed runs per pass, after one warm-up run
 PROBE_S = 1.5  # seconds for each half of a roofline probe (matmul, copy): the probe's own default
 PROBE_SHARE = 0.05  # of the progress bar, for each of the two probes

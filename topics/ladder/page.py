@@ -1,12 +1,12 @@
 """Scale: what the KV cache costs for the models people serve, and where each step sits on the roofline."""
 
-import pandas as pd
 import streamlit as st
 
 from engine import DecodeLabError
 from engine.measure import kvcalc, roofline
 from engine.units import human_bytes
 from topics.ladder import scale_draw as scale_draw
+from topics.ladder import tables
 from topics.ladder.page_ladder import grow_the_model
 from topics.ladder.profile import DemoRun, breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
 from ui import model
@@ -33,7 +33,7 @@ def show() -> None:
     @st.cache_resource(show_spinner=False)
     def _table():
         """The bundled tables, read once per server (every rerun used to read each CSV again, once per model shown)."""
-        return kvcalc.table(), kvcalc.accelerators()
+        return kvcalc.model_names(), kvcalc.accelerators()
 
 
     @st.cache_resource(max_entries=256, show_spinner=False)
@@ -41,10 +41,10 @@ def show() -> None:
         return kvcalc.from_table(name)
 
 
-    table, _accelerators = _table()
+    names, _accelerators = _table()
     LIVE = "live model (sidebar)"
     CONFIG = "a model this server offers (config only)…"
-    choices = ([LIVE] if lm is not None else []) + list(table["name"]) + [CONFIG]
+    choices = ([LIVE] if lm is not None else []) + list(names) + [CONFIG]
     c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
     choice = c1.selectbox("model", choices, index=choices.index("Llama-3-8B"), key="scale_model")
     tokens = c2.number_input("context length (tokens)", 1, kvcalc.MAX_TOKENS, 8192, key="scale_tokens")
@@ -66,7 +66,7 @@ def show() -> None:
     try:
         if choice == LIVE:
             arch = kvcalc.from_live(lm)
-        elif choice in set(table["name"]):
+        elif choice in set(names):
             arch = _spec(choice)
         elif model.POLICY.open:
             src = st.text_input("Hugging Face id or local folder (only config.json is read)", key="scale_src")
@@ -108,12 +108,12 @@ def show() -> None:
             st.caption(plain(f"Source: {arch.source}"))
 
         st.subheader("Does it fit?")
-        acc = _accelerators
         a1, a2, a3 = st.columns([2, 1, 1])
-        acc_name = a1.selectbox("accelerator (datasheet figures)", list(acc["name"]) + ["custom"],
-                                index=int((acc["name"] == "NVIDIA H100 SXM").idxmax()), key="scale_acc")
-        mem = 80.0 if acc_name == "custom" else acc.set_index("name").loc[acc_name, "memory_gb"]
-        mem_gb = a2.number_input("memory (GB)", 0.1, 10_000.0, float(mem) if pd.notna(mem) else 16.0,
+        cards = [a.name for a in _accelerators]
+        acc_name = a1.selectbox("accelerator (datasheet figures)", cards + ["custom"],
+                                index=cards.index("NVIDIA H100 SXM"), key="scale_acc")
+        mem = 80.0 if acc_name == "custom" else kvcalc.accelerator(acc_name).memory_gb
+        mem_gb = a2.number_input("memory (GB)", 0.1, 10_000.0, float(mem) if mem is not None else 16.0,
                                  key=f"scale_mem_{acc_name}")
         w_dtype = a3.selectbox("weights dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_w_dtype")
         fit = kvcalc.largest_fit(arch, mem_gb * 1e9, kvcalc.KV_DTYPES[w_dtype], elem, tokens)
@@ -128,7 +128,7 @@ def show() -> None:
                      + (f", though {arch.name} reads at most **{fit.context_limit:,}**."
                         if fit.context_limit and fit.max_tokens_batch1 > fit.context_limit else "."))
 
-        compare = st.multiselect("compare growth with", list(table["name"]),
+        compare = st.multiselect("compare growth with", list(names),
                                  ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
         archs = [arch] + [_spec(n) for n in compare if n != arch.name]
         st.plotly_chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
@@ -153,14 +153,13 @@ def show() -> None:
     }
     HERE, BESIDE = "this device (measured)", " (predicted beside it)"
     r1, r2 = st.columns([2, 1])
-    sheets = _accelerators.dropna(subset=["memory_bandwidth_gb_s", "peak_tflops_fp32"])
-    roof_choice = r1.selectbox("roof", [HERE] + [f"{n}{BESIDE}" for n in sheets["name"]], key="scale_roof")
+    sheets = [a for a in _accelerators if a.bandwidth_gb_s is not None and a.peak_tflops_fp32 is not None]
+    roof_choice = r1.selectbox("roof", [HERE] + [f"{a.name}{BESIDE}" for a in sheets], key="scale_roof")
     if r2.button("Re-run device probe", key="scale_probe"):
         st.session_state["scale_nonce"] = st.session_state.get("scale_nonce", 0) + 1
     here = device_roof(st.session_state.get("scale_nonce", 0))
     card = roof_choice.removesuffix(BESIDE)
-    gpu = None if roof_choice == HERE else roofline.from_datasheet(sheets.set_index("name").loc[card].to_dict()
-                                                                   | {"name": card})
+    gpu = None if roof_choice == HERE else roofline.from_datasheet(kvcalc.accelerator(card))
     st.write(plain(scale_draw.roof_sentence(here)))
     if gpu is not None:
         st.write(plain(f"{gpu.name}: peak {gpu.peak_flops / 1e12:,.0f} TFLOP/s in {gpu.dtype}, bandwidth "
@@ -202,12 +201,12 @@ def show() -> None:
             st.markdown(plain(scale_draw.prefill_sentence(pre, spec, here, gpu or roofline.h100())))
         st.caption("Every step must at least move its bytes once (bytes / bandwidth) and do its arithmetic once "
                    "(FLOPs / peak): the larger of the two is a lower bound on its time.")
-        st.dataframe(roofline.bound_frame(traces, here), hide_index=True, height=240, width="stretch",
+        st.dataframe(tables.bound_frame(traces, here), hide_index=True, height=240, width="stretch",
                      column_config=BOUND_COLUMNS)
         if gpu is not None:
             st.caption(plain(f"Predicted on the {roofline.short_name(gpu)} ({gpu.dtype}, datasheet figures): the same "
                              "passes, nothing measured there, so no verdict."))
-            st.dataframe(roofline.prediction_frame(traces, spec, gpu), hide_index=True, height=240, width="stretch")
+            st.dataframe(tables.prediction_frame(traces, spec, gpu), hide_index=True, height=240, width="stretch")
 
     st.subheader("Where does a decode step's time go?")
     st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "

@@ -14,9 +14,9 @@ from __future__ import annotations
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.measure.caveats import ladder_note
 from topics.ladder import curve_draw
 from topics.ladder import draw as draw
+from topics.ladder.notes import ladder_note
 from topics.ladder.record import Ladder
 from topics.ladder.store import kept_ladder, ladder_failed, ladder_job, recorded_ladders, recorded_on, start_ladder
 from ui.link_codec import LADDER_VIEWS
@@ -28,6 +28,18 @@ PICTURES = dict(zip(LADDER_VIEWS, ("ms per token", "roofline", "time split", "ta
 
 
 THIS_SERVER = "this server"
+GROW_HELP = ("The bundled model is too small to show the physics: its decode step is overhead-bound (Python and "
+             "hundreds of small operations set its time). Grown in its own family, the hardware sets the time. The "
+             "proof is an experiment: one pass over n rows (a prefill of n tokens, or one decode step for n "
+             "sequences) reads every weight once and does n times the arithmetic, so its time stays flat while the "
+             "weights' bytes set it (on the memory side) and grows with n once the arithmetic does (on the compute "
+             "side); the verdict under the chart says how near each roof the passes ran. The knee is measured where "
+             "the flat level and the slope meet, beside the predicted one: a prefill's where its intensity meets "
+             "the device's ridge; a batch of decodes also reads every sequence's K/V cache, so its knee comes "
+             "later, or never at a long context. **Measure** builds each rung from the model's config with random "
+             "weights (no download), times its passes on the threads the app serves a model that size with, times "
+             "the big rung's lean pass over n rows, then gives the memory back. Once per server: every session "
+             "sees the result. Students' steps wait while it runs.")
 
 
 def _kind(lm) -> str:
@@ -70,7 +82,7 @@ def gpu_claim(lm, phase: str) -> str | None:
     if other is None or "cuda" not in other.device:
         return None
     curve = curve_of(other)
-    said = (curve_draw.curve_claim(curve, other.roof, phase, where_words(other)) if curve
+    said = (curve_draw.curve_claim(curve, other.roof, phase, where_words(other), other.device) if curve
             else draw.phase_claim(other, phase))
     return f"On a datacenter GPU ({recorded_words(other)}): {said}"
 
@@ -89,7 +101,7 @@ def lesson_claim(lm, phase: str) -> str | None:
         return None
     gpu = gpu_claim(lm, phase)
     curve = curve_of(shown)
-    said = (curve_draw.curve_claim(curve, shown.roof, phase, where_words(shown)) if curve
+    said = (curve_draw.curve_claim(curve, shown.roof, phase, where_words(shown), shown.device) if curve
             else draw.phase_claim(shown, phase))
     return (f"{said} ({source}; the Scale page's *Grow the model* shows every rung and the pass over n rows.)"
             + (f"\n\n{gpu}" if gpu else ""))
@@ -124,18 +136,7 @@ def _progress(lm) -> None:
 
 def grow_the_model(lm, settings) -> None:
     """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures."""
-    st.header("Grow the model", help="The bundled model is too small to show the physics: its decode step is "
-                                      "overhead-bound (Python and hundreds of small operations set its time). Grown "
-                                      "in its own family, the hardware sets the time. The proof is an experiment: one "
-                                      "pass over n rows (a prefill of n tokens, or one decode step for n sequences) "
-                                      "reads every weight once and does n times the arithmetic, so its time stays "
-                                      "flat while the weights' bytes set it (memory-bound) and grows with n once "
-                                      "the arithmetic does (compute-bound); the knee is the device's ridge in rows "
-                                      "(~7 on a CPU in fp32, ~180 on an H200 in bf16). **Measure** builds each rung "
-                                      "from the model's config with random weights (no download), times its passes "
-                                      "on the threads the app serves a model that size with, times the big rung's "
-                                      "lean pass over n rows, then gives the memory back. Once per server: every "
-                                      "session sees the result. Students' steps wait while it runs.")
+    st.header("Grow the model", help=GROW_HELP)
     live = kept_ladder(lm)
     other = other_ladder(lm)
     row = st.container(horizontal=True, vertical_alignment="center", gap="small", key="scale_ladder_row")
@@ -214,6 +215,6 @@ def one_pass_n_rows(shown: Ladder, source: str) -> None:
     short = (f"a recording: {where_words(shown)}, {shown.measured_at[:10]}" if source.startswith("a recording")
              else f"measured on this server: {where_words(shown)}")
     st.plotly_chart(curve_draw.curve_figure(curve, shown.roof, short, scale=scale()), key="scale_curve")
-    st.markdown(plain(curve_draw.curve_caption(curve, shown.roof)))
+    st.markdown(plain(curve_draw.curve_caption(curve, shown.roof, shown.device)))
     st.caption(plain(f"{source}. {curve.path}; compile {curve.compile_s:.0f} s, apart from every timing; medians "
                      f"of {len(curve.points[0].samples_ms)} runs after a warm-up, min–max as bars."))

@@ -170,6 +170,22 @@ class RungResult:
         return replace(self, **moved, curve=self.curve.on(roof) if self.curve else None)
 
     @property
+    def lean_gap(self) -> float | None:
+        """decode ÷ prefill per token on the lean path (its decode step, its prefill of s tokens), where both were
+        timed: the gap where the hardware, not Python, sets both times."""
+        if self.lean is None or self.lean_prefill is None:
+            return None
+        return self.lean.per_token_ms / self.lean_prefill.per_token_ms
+
+    @property
+    def lean_cache_saves(self) -> float | None:
+        """What the cache saves on the lean path: its prefill of s tokens (a cache-off step feeds s + 1 positions,
+        all at once) over its cached decode step, where both were timed."""
+        if self.lean is None or self.lean_prefill is None:
+            return None
+        return self.lean_prefill.median_ms / self.lean.median_ms
+
+    @property
     def lean_over_recipe(self) -> float | None:
         """The lean decode step's median over the recipe's, timed in the same run (≤ 1: no slower)."""
         return self.lean.median_ms / self.recipe.median_ms if self.lean and self.recipe else None
@@ -268,6 +284,8 @@ class Ladder:
                     "lean path": r.lean.path} if r.lean else {}),
                 **({"lean prefill ms (min–max)": r.lean_prefill.spread(),
                     "lean prefill is (× its bound)": short_verdict(r.lean_prefill)} if r.lean_prefill else {}),
+                **({"lean decode ÷ prefill per token": round(r.lean_gap, 1),
+                    "lean: cache saves ×": round(r.lean_cache_saves, 2)} if r.lean_gap else {}),
                 **({"recipe decode ms (min–max)": r.recipe.spread(), "lean ÷ recipe": round(r.lean_over_recipe, 2)}
                    if r.recipe and r.lean else {}),
                 **({"compile s": round(sum(r.compile_ms.values()) / 1e3, 1)} if r.compile_ms else {}),

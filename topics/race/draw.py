@@ -13,7 +13,7 @@ MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUT
 
 def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against position", scale: float = 1.0,
                    note: str | None = None) -> go.Figure:
-    """Each mode's measured ms per step against its position; `note` (engine.measure.caveats.compare_note) is said
+    """Each mode's measured ms per step against its position; `note` (drawing.caveats.compare_note) is said
     on the chart when the measured times contradict the work."""
     fig = go.Figure()
     for mode, (name, colour) in MODES.items():
@@ -69,9 +69,9 @@ FLAT = 1.25  # time per token that grew less than this many times over the sweep
 
 def sweep_caption(df: pd.DataFrame) -> str:
     """What the sweep's time-per-token chart shows, read off its own medians (never what it should show), and a busy
-    note when a point's repeats spread wider than engine.measure.caveats.WIDE or the cached time per token grew
+    note when a point's repeats spread wider than drawing.caveats.WIDE or the cached time per token grew
     faster than the cache-off one (the cache-off step does more work at every length: the server moved)."""
-    from engine.measure.caveats import BUSY, WIDE
+    from drawing.caveats import BUSY, WIDE
 
     lo, hi = int(df["tokens"].min()), int(df["tokens"].max())
     if lo == hi:

@@ -133,7 +133,7 @@ class RaceResult:
     summary: RaceSummary
     prompt: str
     texts: Mapping[str, str]
-    note: str | None  # engine.measure.caveats.compare_note: the times contradict the work
+    note: str | None  # drawing.caveats.compare_note: the times contradict the work
     at: str
     rule: CacheRule | None
     how: Mapping[str, str] | None

@@ -5,11 +5,12 @@ import time
 
 import streamlit as st
 
+from drawing import caveats
 from drawing.palette import show_piece
 from engine import DecodeLabError
 from engine.device import release_memory
 from engine.generate.compare import compare
-from engine.measure import caveats, roofline
+from engine.measure import roofline
 from engine.timing import now
 from topics.race import draw as race_draw
 from topics.race import measure as race

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from drawing.caveats import BUSY, WIDE
 from engine.errors import StepError
 from engine.forward.run import Timing
 from engine.forward.sampling import Sampling
@@ -19,7 +20,6 @@ from engine.generate.drafters import DraftModel, PromptLookup
 from engine.generate.speculative import Speculator
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
-from engine.measure.caveats import BUSY, WIDE
 from engine.timing import timed
 
 
@@ -356,7 +356,7 @@ def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: 
         said += f" This run's verify passes yielded {tokens_per_pass:.2f} tokens each."
     wide = [(name, t) for name, t in (("verify", verify), ("one-row", one))
             if t.repeats > 1 and t.low_ms > 0 and t.high_ms / t.low_ms > WIDE]
-    if wide:  # the project's one rule for a busy machine (engine.measure.caveats), with the spread that shows it
+    if wide:  # the project's one rule for a busy machine (drawing.caveats), with the spread that shows it
         said += (f" {BUSY}: " + "; ".join(f"the {name} pass's {t.repeats} timed runs ranged {t.low_ms:.1f}–"
                                           f"{t.high_ms:.1f} ms (×{t.high_ms / t.low_ms:.1f})" for name, t in wide)
                  + ", so read the ratio as rough.")

@@ -9,9 +9,9 @@ the traces alone, whether the chart needs a sentence and write it, with the spre
                                     slower than the prefill, cache-off decode steps getting faster
     compare_note(cache, nocache)    the same steps with the cache on and off: the cache-off run faster in
                                     total, or at steps where it does several times the work
-    ladder_note(ladder)             a size ladder: a grown rung whose label flipped back against the lesson, or
-                                    a pass whose repeats spread wide
-    curve_note(curve)               one pass over n rows: more rows measured faster than fewer, or a wide spread
+    wide_note(what, m)              one measurement whose timed runs spread wider than WIDE
+
+(A size ladder's and the pass over n rows' notes are the ladder's own: topics/ladder/notes.py.)
 
 Pure functions of StepTraces (timing.samples_ms, latency_ms, flops_estimate): no clock is read here.
 """
@@ -127,93 +127,14 @@ def compare_note(cache, nocache) -> str | None:
                     "The times are as measured; the work (estimate) is what the cache saves.")
 
 
-EXPECTED = {"prefill": "compute-bound", "decode": "memory-bound"}  # what a grown rung shows (the lesson)
-
-
-def on_lessons_side(kind: str, expected: str) -> bool:
-    """'memory side' (within ×3 of the memory bound, not within ×2) is weaker than 'memory-bound', not against it."""
-    return kind.split("-")[0].split(" ")[0] == expected.split("-")[0]
-
-
-def ladder_flips(ladder) -> list[tuple[object, str, object]]:
-    """Where a ladder contradicts its lesson: a grown rung (random weights) whose prefill is not compute-bound, or
-    whose decode is not memory-bound, though a smaller grown rung's was. A bigger model only moves further from
-    its overheads, so such a flip is a busy moment, not the hardware. [(rung, "prefill" | "decode", the smaller
-    rung that showed the lesson)], smallest first."""
-    grown = [r for r in ladder.rungs if not r.trained]
-    out = []
-    for i, r in enumerate(grown):
-        for phase, expected in EXPECTED.items():
-            if on_lessons_side(getattr(r, phase).kind, expected):
-                continue
-            showed = [s for s in grown[:i] if getattr(s, phase).kind == expected]
-            if showed:
-                out.append((r, phase, showed[-1]))
-    return out
-
-
-def _flip_words(r, phase: str, smaller) -> str:
-    m = getattr(r, phase)
-    retimed = f", timed {r.timed} times" if getattr(r, "timed", 1) > 1 else ""
-    return (f"{r.label}'s {phase} measured {m.median_ms:.1f} ms ({m.low_ms:.1f}–{m.high_ms:.1f} over its {m.runs} "
-            f"timed runs{retimed}) and reads {m.label}, though the smaller {smaller.label}'s was "
-            f"{EXPECTED[phase]}")
-
-
-def ladder_note(ladder) -> str | None:
-    """A size ladder (topics.ladder.record.Ladder): where it contradicts its lesson (`ladder_flips`), with the
-    spread, and the pass whose timed runs spread the widest, when wider than WIDE; its label is then the server's
-    noise as much as the hardware. None when every pass held steady and no label flipped."""
-    flips = ladder_flips(ladder)
-    if flips:
-        return (f"{BUSY}: " + "; ".join(_flip_words(*f) for f in flips) + ". A bigger model does not move back "
-                "towards its overheads: that label is other work's time as much as the hardware's. Measure again "
-                "when the server is quiet.")
-    passes = [(r.label, m) for r in ladder.rungs for m in (r.prefill, r.decode, r.nocache, r.lean, r.lean_prefill,
-                                                          r.recipe)
-              if m is not None and m.runs > 1 and m.low_ms > 0]
-    if not passes:
-        return None
-    label, m = max(passes, key=lambda p: p[1].high_ms / p[1].low_ms)
-    return _wide(f"{label}'s {m.what}", m)
-
-
-ORDER_SLACK = 1.1  # a pass over more rows measured this many times faster than one over fewer contradicts physics
-
-
-def curve_note(curve) -> str | None:
-    """One pass over n rows (topics.ladder.curve.Curve): where a pass over more rows measured faster than one over
-    fewer (by more than ORDER_SLACK: more rows read the same weights and do more arithmetic, so that order is not
-    the hardware's; a busy server where either pass's repeats spread wider than WIDE, else timing noise), or else
-    the pass whose timed runs spread the widest, when wider than WIDE; None when all held."""
-    for kind in ("prefill", "batch"):
-        pts = curve.of(kind)
-        for a, b in zip(pts, pts[1:]):
-            if b.median_ms * ORDER_SLACK < a.median_ms:
-                what = "prefill of" if kind == "prefill" else "batch of"
-                flip = (f"the {what} {b.rows} took {b.median_ms:.1f} ms, less than the {what} {a.rows} "
-                        f"({a.median_ms:.1f} ms), though it reads the same weights and does more arithmetic")
-                if max(a.high_ms / a.low_ms, b.high_ms / b.low_ms) > WIDE:
-                    return (f"{BUSY}: {flip}: other work's time as much as the hardware's. Measure again when the "
-                            "server is quiet.")
-                graph = " (one row runs a compiled graph of its own)" if a.rows == 1 else ""
-                return (f"{NOISE}: {flip}; each pass's repeats agreed, so the two differ by how they ran{graph} and "
-                        "by the minute each was timed, not by the hardware's rule. Measure again.")
-    points = [p for p in curve.points if len(p.samples_ms) > 1 and p.low_ms > 0]
-    if not points:
-        return None
-    p = max(points, key=lambda p: p.high_ms / p.low_ms)
-    return _wide(f"the pass over {p.rows} rows ({p.kind})", _Spread(p.low_ms, p.high_ms, len(p.samples_ms)))
-
-
 @dataclass(frozen=True)
-class _Spread:
+class Spread:
     low_ms: float
     high_ms: float
     runs: int
 
 
-def _wide(what: str, m) -> str | None:
+def wide_note(what: str, m) -> str | None:
     """The busy note for a measurement (low_ms, high_ms, runs) whose timed runs spread wider than WIDE, else None."""
     ratio = m.high_ms / m.low_ms
     if ratio <= WIDE:
