@@ -118,7 +118,7 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
         names = [f"head {h}" + (f" · {roles[h]}" if roles and roles.get(h) else "") for h in range(heads)]
         fig = attention_heatmap(z, names, labels[: t.kv_len],
                                 f"layer {layer}, every head: query {query}", scale=scale, row_chars=30)
-        fig.update_yaxes(title=None if roles else "head")  # "head 3 · previous token" says it: width for the keys
+        fig.update_yaxes(title="head · its role in this row" if roles else "head")
         return fig
     grids = [attention_rows(t, layer, h) for h in range(heads)]
     cols = min(cols, heads)
