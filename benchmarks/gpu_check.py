@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 
 from benchmarks.records import GpuCheck, RaceAtDefaults, RaceAtRung, Target, TestRun
 from engine.errors import StepError
 from engine.paths import ROOT
+from engine.timing import now
 
 LADDER_BUDGET_S = 240.0  # the whole GPU ladder, compile included
 CHECK_BUDGET_S = 300.0  # all of gpu-check
@@ -47,13 +47,13 @@ def require_cuda() -> None:
 
 def run_tests(log=print) -> TestRun:
     """The gpu tier, in its own process (its GPU memory goes with it): passed or not, and pytest's last line."""
-    t0 = time.perf_counter()
+    t0 = now()
     cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", "-m", "gpu",
            "tests/test_gpu.py"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = [line for line in (proc.stdout + proc.stderr).strip().splitlines() if line.strip()]
     passed = proc.returncode == 0
-    out = TestRun(" ".join(cmd[1:]), passed, lines[-1] if lines else "", time.perf_counter() - t0,
+    out = TestRun(" ".join(cmd[1:]), passed, lines[-1] if lines else "", now() - t0,
                   None if passed else "\n".join(lines[-40:]))
     log(f"tests: {out.summary} ({out.wall_s:.0f} s)")
     return out
@@ -64,7 +64,7 @@ def race_at_defaults(lm, log=print) -> RaceAtDefaults:
     from engine.forward.sampling import Sampling
     from engine.generate.compare import compare
 
-    t0 = time.perf_counter()
+    t0 = now()
     prompts = json.loads((ROOT / "assets" / "prompts.json").read_text(encoding="utf-8"))
     prompt = prompts[0]["prompt"]
     total = lm.spec.max_positions
@@ -74,7 +74,7 @@ def race_at_defaults(lm, log=print) -> RaceAtDefaults:
                          identical=rep.identical, first_divergence_step=rep.first_divergence_step,
                          max_logit_diff=rep.max_logit_diff, speedup_total=rep.speedup.total_ratio,
                          speedup_median_step=rep.speedup.median_ratio, path="the Stepper's (readable)",
-                         wall_s=time.perf_counter() - t0)
+                         wall_s=now() - t0)
     log(f"race at the defaults ({lm.dtype_name}, {total} tokens): identical {out.identical}, cache saves "
         f"x{out.speedup_total:.1f} in total ({out.wall_s:.0f} s)")
     return out
@@ -88,7 +88,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     from engine.load.rungs import rung_model, timing_dtype
     from topics.race.measure import lean_compare
 
-    t0 = time.perf_counter()
+    t0 = now()
     prompts = json.loads((ROOT / "assets" / "prompts.json").read_text(encoding="utf-8"))
     rlm = rung_model(lm, shape, dtype=timing_dtype(lm))
     try:
@@ -102,7 +102,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
                      first_divergence_step=rep.first_divergence_step, speedup_total=rep.speedup.total_ratio,
                      speedup_median_step=rep.speedup.median_ratio, cache_total_ms=rep.speedup.cache_total_ms,
                      nocache_total_ms=rep.speedup.nocache_total_ms, how=dict(rep.how),
-                     compile_ms=dict(rep.compile_ms), wall_s=time.perf_counter() - t0)
+                     compile_ms=dict(rep.compile_ms), wall_s=now() - t0)
     log(f"race at {shape} (lean, {out.dtype}, {new_tokens} tokens): cache saves x{out.speedup_total:.1f}, "
         f"identical {out.identical} ({out.wall_s:.0f} s, compile included)")
     return out
@@ -216,14 +216,14 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
 
     if device == "cuda":
         require_cuda()
-    started = time.perf_counter()
+    started = now()
     lm = load_model("default", device=device)  # fp32: the bundled models' default on every device
     log("ladder (real shapes, bf16; the lean pass over n rows and the recipe at the largest rung)…")
-    t0 = time.perf_counter()
+    t0 = now()
     lad = measure_ladder(lm, list(sizes) if sizes else list(SIZES), tokens=tokens, lean=False, recipe=None,
                          compile=compile, curve_passes=curve_passes, curve_kinds=("prefill", "batch"),
                          on_progress=lambda f, text: log(f"  {f:4.0%} {text}"))
-    ladder_s = time.perf_counter() - t0
+    ladder_s = now() - t0
     log(lad.text_table())
 
     def document(race=None, rung_race=None, test_result=None, total_s=None) -> GpuCheck:
@@ -239,4 +239,4 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     race = race_at_defaults(lm, log) if races else None
     rung_race = race_at_rung(lm, race_shape, race_tokens, log=log) if races else None
     test_result = run_tests(log) if tests else None
-    return document(race, rung_race, test_result, time.perf_counter() - started)
+    return document(race, rung_race, test_result, now() - started)

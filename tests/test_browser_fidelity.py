@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from drawing.views import VIEWS  # the step page's seven views, default first: defined once
+from engine.timing import now
 from tests.test_browser import idle, open_page
 
 PRESENTER = (1280, 720)
@@ -196,10 +197,10 @@ def test_lesson_6_keeps_its_story_when_the_seed_changes(server, browser):
     story = pg.locator("[data-testid='stMain'] [data-testid='stText']").last.inner_text()
     seed = pg.locator("[data-testid='stMain'] [data-testid='stNumberInput']").filter(has_text="seed")
     for n in (1, 2):  # each new seed: the page reruns with the story kept, and shows the new seed's draw
-        t0 = time.perf_counter()
+        t0 = now()
         seed.get_by_role("button", name=re.compile("increment", re.I)).click()
         shown = False
-        while time.perf_counter() - t0 < 30:  # until this seed's draw is on screen and the app has stopped running
+        while now() - t0 < 30:  # until this seed's draw is on screen and the app has stopped running
             main = pg.evaluate("() => document.querySelector('[data-testid=stMain]').innerText")
             assert "Generating a story" not in main, f"seed {n}: the story was generated again"
             if f", seed {n})" in main and pg.evaluate("() => !document.querySelector('[data-testid=stStatusWidget]')"):

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 
 from engine import device as dev
+from engine.timing import now
 
 # bytes each bandwidth probe moves, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
@@ -230,10 +230,10 @@ def _best_runs(fn, work: float, device: torch.device, runs: int) -> float:
     dev.sync(device)
     best = 0.0
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = now()
         fn()
         dev.sync(device)
-        best = max(best, work / (time.perf_counter() - t0))
+        best = max(best, work / (now() - t0))
     return best
 
 
@@ -241,12 +241,12 @@ def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
     """Best observed work/second over repeated timed runs (after one warm-up)."""
     fn()
     dev.sync(device)
-    best, t_end = 0.0, time.perf_counter() + budget_s
-    while time.perf_counter() < t_end:
-        t0 = time.perf_counter()
+    best, t_end = 0.0, now() + budget_s
+    while now() < t_end:
+        t0 = now()
         fn()
         dev.sync(device)
-        best = max(best, work / (time.perf_counter() - t0))
+        best = max(best, work / (now() - t0))
     return best
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
@@ -55,6 +54,7 @@ import torch
 from engine.forward.estimates import batched_decode, step_bytes, step_flops
 from engine.forward.run import Timing
 from engine.measure.roofline import DeviceRoof, RoundRates, verdict
+from engine.timing import now
 
 OUTLIER = 1.05  # a one-row pass slower than a pass over more rows of its kind by more than this: an outlier
 PAST = 2.0  # the slope is fitted on the passes at this many times the predicted knee or more
@@ -491,7 +491,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     from engine import device as dev
     from engine.forward.lean import LeanLlama, compile_settings, compiled_pass, run_once
 
-    started = time.perf_counter()
+    started = now()
     device, spec = rlm.device, rlm.spec
     elem = float(rlm.elem_bytes)
     passes = list(passes) if passes else every_pass(spec, roof, device, context, kinds)
@@ -584,5 +584,5 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     return Curve(rung=label, parameters=int(spec.parameters), dtype=rlm.dtype_name,
                  context=context, path=path,
                  compile_ms=compile_ms,
-                 points=tuple(points), left_out=tuple(left_out), wall_s=time.perf_counter() - started,
+                 points=tuple(points), left_out=tuple(left_out), wall_s=now() - started,
                  elem_bytes=elem, rounds=tuple(rounds), **({"weights": weights} if weights else {}))

@@ -86,7 +86,7 @@ def _ms(x: float) -> str:
 
 def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
     """The common look, the weights note under the title, and room for it above the legend; a busy server's
-    note (drawing.caveats.ladder_note) under the plot. Heights fit a
+    note (topics.ladder.notes.ladder_note) under the plot. Heights fit a
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),

@@ -47,7 +47,6 @@ asking at once share one build; `again=True` measures anew.
 from __future__ import annotations
 
 import os
-import time
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -60,6 +59,7 @@ from engine import device as dev
 from engine.errors import StepError
 from engine.load.loaded import LoadedModel
 from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
+from engine.timing import now
 from topics.ladder.record import Ladder, Measured, RungResult
 
 TOKENS = 128  # s: the prefill's length and the decode step's context (a CPU in fp32: its ridge ~3.4 FLOP/byte,
@@ -267,7 +267,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
     """
     from engine.measure.roofline import probe, remember
 
-    started, rss_before = time.perf_counter(), rss_bytes()
+    started, rss_before = now(), rss_bytes()
     tokens = tokens or default_tokens(lm.device)
     dtype = dtype or timing_dtype(lm)
     rungs, left_out = planned or plan(lm, sizes, tokens, dtype)  # every refusal comes here, before anything is built
@@ -287,9 +287,9 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
     for rung, w in zip(rungs, work):
         say(done, f"{rung.label}: building ({rung.weights})…")
         with lm.turn(), serving_cores(largest):
-            t0 = time.perf_counter()
+            t0 = now()
             rlm = build(rung, lm, seed, dtype)
-            build_ms = (time.perf_counter() - t0) * 1e3
+            build_ms = (now() - t0) * 1e3
             timed = recipe if recipe is not None else lm.device.type == "cuda" and rung.parameters == largest
             rows = rung is at_curve
             try:
@@ -318,6 +318,6 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
                   dtype=str(dtype).removeprefix("torch."),
                   threads=threads, tokens=tokens, prompt=f"the demo text repeated, its first {tokens} tokens",
                   repeats=repeats, weights_note=RANDOM_WEIGHTS, roof=roof, rungs=tuple(results),
-                  left_out=tuple(left_out), wall_s=time.perf_counter() - started, rss_before_bytes=rss_before,
+                  left_out=tuple(left_out), wall_s=now() - started, rss_before_bytes=rss_before,
                   rss_after_bytes=rss_bytes(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   compile_s=compile_s, versions=versions())

@@ -18,13 +18,13 @@ its own (a 100-token prefill and 8 cached decode steps), so a page can show it b
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, replace
 
 import torch
 
 from engine import device as dev
 from engine.forward.cache import roll_back
+from engine.timing import now
 
 
 @dataclass(frozen=True)
@@ -102,12 +102,12 @@ def matmuls_alone(lm, rows: int, repeats: int = 5, loops: int = 20) -> float:
 
     def once() -> float:
         dev.sync(lm.device)
-        t0 = time.perf_counter()
+        t0 = now()
         for _ in range(loops):
             for x, w, transposed in mats:
                 x @ w if transposed else torch.nn.functional.linear(x, w)
         dev.sync(lm.device)
-        return (time.perf_counter() - t0) * 1e3 / loops
+        return (now() - t0) * 1e3 / loops
 
     once()  # warm-up
     return statistics.median(once() for _ in range(repeats))
