@@ -67,6 +67,16 @@ def test_a_question_offers_the_models_top_candidates_shuffled_and_hides_the_answ
     assert len(orders) > 1  # shuffled: the most likely is not always first
 
 
+def test_a_question_carries_the_step_it_is_about_to_the_followers_open_and_revealed(asked):
+    """A follower looking back shows the question only at its own step (classroom/follow.js): the step must reach
+    the follower with the question, before the reveal and after it."""
+    room, lecture, _, q, held = asked
+    room.polls.ask(lecture, {**q, "at": held.step})
+    assert room.polls.public(lecture.code)["at"] == held.step and "answer" not in room.polls.public(lecture.code)
+    room.polls.reveal(lecture)
+    assert room.polls.public(lecture.code)["at"] == held.step
+
+
 def test_one_vote_per_follower_counted_anonymously_and_a_typed_word_matching_a_choice_counts_for_it(asked):
     room, lecture, qid, q, _ = asked
     choice = q["choices"][1]

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 ENV = "DECODE_LAB_MUTANT"
-FAST = "not browser and not system and not slow"
+FAST = "not browser and not system and not slow and not perf"
 REFERENCE_TESTS = [  # the engine's tokens and logits against transformers' own copy of the model
     "tests/test_bundled.py::test_bundled_models_give_transformers_own_tokens_and_logits",
     "tests/test_families.py::test_greedy_tokens_and_logits_with_and_without_cache_equal_transformers",
@@ -614,8 +614,36 @@ CLASS_PICTURE_TESTS = [
 ]
 
 
+def newest_key_unlabelled() -> None:
+    """Past 15 keys the attention axis names every k-th key and drops the newest, the query's own."""
+    from drawing import attention
+
+    attention.every_kth = lambda n, every: list(range(0, n, every))
+
+
+def tie_called_faster() -> None:
+    """Two throughputs within 1 % read 'continuous ×1.00 faster'."""
+    from topics.serving import draw
+
+    draw._faster = lambda a, b, a_name, b_name: (f"{a_name} ×{a / b:.2f} faster" if a >= b
+                                                 else f"{b_name} ×{b / a:.2f} faster")
+
+
+def poll_forgets_its_step() -> None:
+    """A follower's question arrives without the step it is about: looking back, it shows under any step."""
+    from classroom.poll import Polls
+
+    public = Polls.public
+    Polls.public = lambda self, code: {k: v for k, v in (public(self, code) or {}).items() if k != "at"} or None
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
+    "newest-key-unlabelled": (newest_key_unlabelled, [
+        "tests/test_figures.py::test_the_heatmap_labels_every_key_up_to_15_then_evenly_spaced_ones_and_always_the_newest"]),
+    "tie-called-faster": (tie_called_faster, ["tests/test_sentences.py::test_a_tie_in_throughput_is_called_a_tie_not_x1_00_faster"]),
+    "poll-forgets-its-step": (poll_forgets_its_step, [
+        "tests/test_class.py::test_a_question_carries_the_step_it_is_about_to_the_followers_open_and_revealed"]),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
     "inverted-keep": (inverted_keep, SPECULATIVE_SAMPLING_TESTS),
     "residual-is-p": (residual_is_p, SPECULATIVE_SAMPLING_TESTS),
