@@ -149,7 +149,7 @@ def app_click(log=print) -> AppClick | None:
 def memory_bound(lm: LoadedModel, engine_ms: float, context: int, log=print) -> MemoryBound:
     """A cached decode step's measured time against its memory lower bound: bytes moved / this device's bandwidth."""
     from engine.forward.estimates import step_bytes
-    from engine.measure.roofline import probe
+    from physics.roofline import probe
 
     roof = probe(lm.device, lm.dtype, budget_s=1.0)
     moved = step_bytes(lm.spec, 1, context, lm.elem_bytes)

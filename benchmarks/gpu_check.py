@@ -85,7 +85,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     import torch
 
     from engine import device as dev
-    from engine.load.rungs import rung_model, timing_dtype
+    from physics.rungs import rung_model, timing_dtype
     from topics.race.measure import lean_compare
 
     t0 = now()

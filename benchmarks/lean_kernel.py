@@ -16,7 +16,7 @@ import torch
 
 from engine.forward.lean import LeanLlama, compiled_pass, run_once
 from engine.load.load import load_model
-from engine.load.rungs import rung_model
+from physics.rungs import rung_model
 
 CONTEXT = 128
 

@@ -78,7 +78,7 @@ def _compare(args) -> int:
 
 
 def _kv_size(args) -> int:
-    from engine.measure import kvcalc
+    from physics import kvcalc
 
     try:
         kvcalc.check_inputs(args.tokens, args.batch)

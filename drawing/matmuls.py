@@ -107,7 +107,7 @@ def gpt2_shapes_frame(t: StepTrace, spec, prompt_len: int) -> pd.DataFrame:
     columns move with the run: after this run's n-th decode step GPT-2's cache would hold 7 + n positions.
     """
     from engine.load import gpt2
-    from engine.measure.kvcalc import from_table
+    from physics.kvcalc import from_table
 
     ref, s = from_table("gpt2"), gpt2.count(ARTICLE_SENTENCE)
     new = t.kv_len - prompt_len  # positions this run added after its prompt (0 at prefill)

@@ -1,6 +1,6 @@
 """One request as one picture: its steps left to right, each with the time it took on this device.
 
-Drawn from engine.measure.request's measured steps; prefill and decode keep their colours (blue, orange),
+Drawn from physics.request's measured steps; prefill and decode keep their colours (blue, orange),
 the CPU's steps and the copies are grey. Under the steps, one bar shows each step's share of the request.
 """
 
@@ -10,7 +10,7 @@ from html import escape
 
 from drawing.palette import DECODE, GREY, PREFILL
 from drawing.svg import INK, SOFT, W, arrow, defs, picture_html, text
-from engine.measure.request import RequestTimeline
+from physics.request import RequestTimeline
 
 COLOURS = {"prefill": PREFILL, "decode loop": DECODE}
 

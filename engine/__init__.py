@@ -3,16 +3,17 @@
 The core thinks; nothing here imports streamlit, and nothing here imports a topic (topics/), the classroom
 (classroom/) or a page. One folder per step of the story:
 
-    load/       get a model: load_model, the checks before any weight is read, the allow-list, ladder rungs
+    load/       get a model: load_model, the checks before any weight is read, the allow-list
     forward/    run one pass: run_pass (the readable pass), the compiled lean pass, Q/K/V capture, the KV
                 cache, the paged pool, sampling, the StepTrace record, a model's figures (ModelSpec),
                 FLOPs/bytes estimates
     generate/   generate: the one loop (loop.py: Sequence, Run), the Stepper (prefill, decode), speculative
                 rounds, padded batches, cache on vs off, serving (continuous batching over a paged cache)
-    measure/    what more than one topic measures: the roofline and its verdicts, KV sizes of real models,
-                what a head does, one request's life
+    measure/    what a head does (its role, read off the weights a pass recorded)
 
-The core draws nothing: drawing/ (beside it, one layer up) turns its records into pictures, and each topic
+What the passes cost on a device is physics/ (one layer up): the roofline probed here and its verdicts, the KV
+cache's bytes for real models, the model grown until the hardware sets the time (the rungs), one request timed.
+The core draws nothing: drawing/ (one layer up again) turns its records into pictures, and each topic
 keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative, race, budget).
 The command line (commands/, `python -m commands ...` or its other name `python -m engine ...`) sits above them
 all; engine/__main__.py hands over to it without importing it.

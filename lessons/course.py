@@ -24,11 +24,11 @@ from engine.generate.batch import run_batch, same_as_alone
 from engine.generate.compare import kv_reuse
 from engine.generate.loop import token_pieces
 from engine.load.load import bundled_models
-from engine.load.rungs import short_count
-from engine.measure import roofline
-from engine.measure.request import request_timeline
 from engine.paths import ROOT
 from lessons.next_word import next_word_odds
+from physics import roofline
+from physics.request import request_timeline
+from physics.rungs import short_count
 from topics.ladder.page_ladder import lesson_claim
 from ui.model import device_roof
 from ui.presets import PROMPTS

@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from drawing.kv import kv_frame, kv_growth_figure
-from engine.measure import kvcalc
 from lessons.course import Course
+from physics import kvcalc
 from ui.presets import PROMPTS
 from ui.style import scale
 

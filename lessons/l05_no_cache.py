@@ -9,8 +9,8 @@ import streamlit as st
 
 from drawing import caveats
 from drawing.latency import work_per_step_figure
-from engine.measure import roofline
 from lessons.course import Course, show_stage
+from physics import roofline
 from topics.race.measure import cache_rule, cache_rule_sentence, race_frame
 from ui.model import device_roof
 from ui.presets import PROMPTS

@@ -7,9 +7,9 @@ from __future__ import annotations
 import streamlit as st
 
 from drawing.svg import picture_html
-from engine.measure import kvcalc
 from engine.units import human_bytes
 from lessons.course import Course
+from physics import kvcalc
 from topics.budget import draw, measure
 from topics.budget.records import SHORT_DTYPE
 from ui.style import scale

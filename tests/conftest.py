@@ -236,7 +236,7 @@ def short_roof_probe():
     reads is which side of that roof's ridge a step falls and that every page quotes the same one, not how fast this
     machine is: here the probe takes 0.2 s a half over buffers of 16 and 64 MiB (the second past a 32 MiB last-level
     cache), as tests/test_curve.py's quick_probe shortens it. tests/test_scale.py checks the probe itself."""
-    from engine.measure import roofline
+    from physics import roofline
 
     probed = roofline.device_roof
 

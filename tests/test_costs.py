@@ -19,7 +19,7 @@ import pytest
 from commands.main import main as cli_main
 from engine.forward import estimates
 from engine.forward.spec import from_config
-from engine.measure import kvcalc, roofline
+from physics import kvcalc, roofline
 
 
 def kv_size(*args) -> tuple[str, int]:

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from drawing.caveats import BUSY, NOISE
-from engine.measure import roofline
 from engine.paths import ASSETS
+from physics import roofline
 from topics.ladder import curve as curves
 from topics.ladder import curve_draw
 from topics.ladder.notes import curve_note
@@ -136,7 +136,7 @@ def test_the_h200_batch_knee_is_the_estimates_own():
     is what estimates.saturating_batch says for Llama-3-8B at the recording's context on its measured ridge (~424),
     and at 1,024 tokens of context no batch reaches it."""
     from engine.forward.estimates import saturating_batch
-    from engine.measure.kvcalc import from_table
+    from physics.kvcalc import from_table
 
     lad = Ladder.from_dict(json.loads((ASSETS / "ladder_gpu.json").read_text(encoding="utf-8")))
     c = lad.rungs[-1].curve
@@ -188,7 +188,7 @@ def test_a_verdict_whose_bytes_fit_the_cache_names_the_larger_bound_not_the_dram
 def test_a_pass_over_n_rows_is_charged_n_rows_of_arithmetic_and_its_weights_once():
     """Estimates written again from the model's figures: a pass over n rows does 2 FLOPs per weight per row (plus its
     attention) and reads every weight once, plus the K/V each sequence reads: FLOPs grow with n, weight bytes do not."""
-    from engine.measure.kvcalc import from_table
+    from physics.kvcalc import from_table
 
     spec = from_table("Llama-3-8B")
     head = spec.vocab * spec.d_model  # the LM head (untied here): only a sequence's last row reaches it
@@ -316,7 +316,7 @@ def test_the_picture_draws_both_kinds_both_bounds_and_each_kinds_knees():
 def test_the_rows_timed_reach_past_the_knee_on_each_device():
     import torch
 
-    from engine.measure.kvcalc import from_table
+    from physics.kvcalc import from_table
 
     spec = from_table("Llama-3-8B")  # its published figures (config only)
     h200 = roofline.DeviceRoof("h200", 7.4e14, 4.1e12, True, elem_bytes=2.0)

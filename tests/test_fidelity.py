@@ -21,8 +21,8 @@ from drawing.svg import MONO_EM, TEXT, W
 from engine import Stepper
 from engine.forward.run import Timing
 from engine.load import gpt2
-from engine.measure import roofline
-from engine.measure.roofline import DeviceRoof
+from physics import roofline
+from physics.roofline import DeviceRoof
 from tests.test_app import click, fresh_app, open_view
 from tests.test_lessons import lesson, text
 from topics.speculative.lookahead import Lookahead, lookahead_svg

@@ -236,7 +236,7 @@ def test_the_scale_page_offers_only_the_allow_list_and_the_published_table():
 
 @pytest.mark.slow
 def test_the_scale_page_refuses_a_hostile_config_once(tmp_path, bundled_dir, open_policy, monkeypatch, no_unpickling):
-    from engine.measure import kvcalc
+    from physics import kvcalc
 
     calls = []
     real = kvcalc.from_source

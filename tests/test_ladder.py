@@ -21,9 +21,8 @@ import torch
 from engine import device as dev
 from engine.errors import StepError, TooLarge
 from engine.generate.stepper import Stepper
-from engine.load import rungs
 from engine.load.load import load_model
-from engine.measure import roofline
+from physics import roofline, rungs
 from topics.ladder import draw as draw
 from topics.ladder import measure as ladder
 from topics.ladder import store as stores

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from engine.load.rungs import RANDOM_WEIGHTS
+from physics.rungs import RANDOM_WEIGHTS
 from topics.ladder import draw as draw
 from topics.ladder.measure import measure_ladder
 from topics.ladder.store import STORE, ladder_key

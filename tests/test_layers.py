@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # the layers, lowest first: a module may import its own layer and those below it
 LAYERS = [
-    ("engine",),  # the core: load, forward, generate, measure (it thinks; it draws nothing)
+    ("engine",),  # the core: load, forward, generate (it thinks; it draws nothing)
+    ("physics",),  # the core's passes against the device: the roofline, KV sizes, the rungs, a request timed
     ("drawing",),  # what several pages draw from the core's records: palette, the stage, the step's views
     ("ui",),  # what every page shares: the controller, the sidebar, the style, links, the step page's API
     ("classroom", "topics"),  # the classroom wing; one folder per topic (ladder, serving, speculative, race, budget)
@@ -28,7 +29,7 @@ LAYERS = [
 CORE = [("errors", "units", "paths", "device", "timing", "pins", "torch_internals", "transformers_internals"), ("forward",),
         ("load",), ("generate",), ("measure",), ("cli_args", "__main__")]
 PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named page*.py: a page file
-PACKAGES = ("engine", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
+PACKAGES = ("engine", "physics", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
 
 
 @functools.cache
@@ -195,8 +196,9 @@ DRAWING_LIBRARIES = ("plotly", "matplotlib")
 
 
 def draws_in_the_core(g_all) -> list[str]:
-    """The core thinks: no module of engine/ imports a drawing library (drawing/ and the topics' draw.py do)."""
-    return [f"{m}:{line} imports {to}" for m, found in g_all.items() if m.split(".")[0] == "engine"
+    """The core thinks: no module of engine/ or physics/ imports a drawing library (drawing/ and the topics' draw.py
+    do)."""
+    return [f"{m}:{line} imports {to}" for m, found in g_all.items() if m.split(".")[0] in ("engine", "physics")
             for line, to in found if to.split(".")[0] in DRAWING_LIBRARIES]
 
 
@@ -243,8 +245,10 @@ def test_no_module_only_re_exports_another():
 
 def test_a_core_that_draws_an_import_by_name_and_a_shim_are_caught():
     g = all_imports()
-    g["engine.measure.roofline"] = g["engine.measure.roofline"] + [(1, "plotly.graph_objects")]
-    assert draws_in_the_core(g) == ["engine.measure.roofline:1 imports plotly.graph_objects"]
+    g["engine.measure.attention"] = g["engine.measure.attention"] + [(1, "plotly.graph_objects")]
+    g["physics.roofline"] = g["physics.roofline"] + [(1, "matplotlib.pyplot")]
+    assert draws_in_the_core(g) == ["engine.measure.attention:1 imports plotly.graph_objects",
+                                    "physics.roofline:1 imports matplotlib.pyplot"]
     src = house_sources()
     src["commands.main"] += "\nimportlib.import_module('topics.ladder.cli')\n"
     assert imports_by_name(src) == ["commands.main"]
@@ -262,7 +266,7 @@ def test_a_core_that_draws_an_import_by_name_and_a_shim_are_caught():
     ("topics.race.measure", "topics.ladder.record", topics_import_each_other),
     ("topics.race.measure", "streamlit", streamlit_outside_pages),
     ("drawing.stage", "streamlit", streamlit_outside_pages),
-    ("engine.measure.roofline", "drawing.stage", runs_back_up),
+    ("physics.roofline", "drawing.stage", runs_back_up),
     ("drawing.stage", "ui.style", runs_back_up),
     ("topics.ladder.cli", "commands.main", runs_back_up),
     ("topics.race.page", "torch", torch_in_pages),

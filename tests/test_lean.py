@@ -11,7 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.forward import lean as lean_pass
 from engine.load.load import load_model
-from engine.load.rungs import build, plan
+from physics.rungs import build, plan
 
 PROMPT = "Once upon a time there was a little cat named Tom. He liked to"
 

@@ -181,7 +181,7 @@ def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured
     the label from the measured time against both bounds: a bound named only when it is most of the time (within ×2),
     the side of the ridge between ×2 and ×3, overhead-bound beyond. An H100 is never judged by times taken here: its
     side is PREDICTED, from the same pass counted in bf16 (twice the fp32 intensity the trace reports)."""
-    from engine.measure import roofline
+    from physics import roofline
 
     claims = _bound_claims(text(shown(number)))
     assert claims

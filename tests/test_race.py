@@ -40,7 +40,7 @@ def test_what_the_cache_saves_is_said_three_ways_from_the_race_itself(bundled_lm
     these lengths the rule predicts ×1: the cache saves little time there)."""
     import re
 
-    from engine.measure import roofline
+    from physics import roofline
 
     rep = race.RaceReport.of(compare(bundled_lm, "Once upon a time", new_tokens=24, stop_on_eos=False))
     df = race.race_frame(rep)

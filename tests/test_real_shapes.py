@@ -9,8 +9,9 @@ import torch
 
 from engine.errors import StepError, TooLarge
 from engine.generate.stepper import Stepper
-from engine.load import rungs, shapes
+from engine.load import shapes
 from engine.load.checks import estimate_parameters
+from physics import rungs
 
 
 @pytest.mark.parametrize("name", shapes.OFFERED)

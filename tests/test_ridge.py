@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from engine.measure import roofline
+from physics import roofline
 from tests.test_lessons import lesson, text
 
 MIB = 2**20

@@ -9,8 +9,8 @@ import torch
 
 from commands.main import main as cli_main
 from engine import Stepper
-from engine.measure import kvcalc, roofline
 from engine.timing import now
+from physics import kvcalc, roofline
 from ui.apptest import app_test, page
 
 

@@ -741,14 +741,14 @@ def test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_s
     assert wasted["continuous"] == 0 < wasted["static"]
 
 
-# ---------------------------------------------------------------- engine/measure/request.py: one request, start to finish
+# ---------------------------------------------------------------- physics/request.py: one request, start to finish
 
 
 def test_one_requests_timeline_is_a_frozen_record_of_its_steps_in_order(family_model):
     import dataclasses
 
     from drawing.request import request_svg
-    from engine.measure.request import request_timeline
+    from physics.request import request_timeline
 
     lm = family_model("llama")
     t = request_timeline(lm, "Once upon a time", new_tokens=4)

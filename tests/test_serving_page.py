@@ -434,7 +434,7 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     roof; beside it an H100's predicted passes (bf16) for the same model and for Llama-3-8B, with the batch where each
     reaches the ridge; the sentence's numbers are the record's."""
     from engine.forward.estimates import saturating_batch
-    from engine.measure import kvcalc, roofline
+    from physics import kvcalc, roofline
     from topics.serving.draw import batch_roofline_figure, batch_roofline_sentence
     from topics.serving.measure import batch_roofline
 

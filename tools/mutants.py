@@ -104,7 +104,7 @@ def remote_code_trusted() -> None:
 
 def probe_counts_half_the_flops() -> None:
     """The device probe counts a matmul's n³ multiply-adds as n³ FLOPs, not 2·n³: the roofline's peak halves."""
-    from engine.measure import roofline
+    from physics import roofline
 
     rate = roofline._best_rate
     roofline._best_rate = lambda fn, work, device, budget_s: rate(fn, work / 2 if work == 2 * 1024**3 else work,
@@ -113,7 +113,7 @@ def probe_counts_half_the_flops() -> None:
 
 def overhead_rule_at_8x() -> None:
     """A step up to 8x its larger bound is still labelled bound by it (the rule says 3x)."""
-    from engine.measure import roofline
+    from physics import roofline
 
     roofline.OVERHEAD = 8.0
 
@@ -324,7 +324,7 @@ def kivi_values_per_channel() -> None:
 
 def ridge_from_the_cache() -> None:
     """The ridge read off the cache's rate (the fastest probed) instead of DRAM's: the in-cache roof called the ridge."""
-    from engine.measure.roofline import DeviceRoof
+    from physics.roofline import DeviceRoof
 
     DeviceRoof.ridge = property(lambda self: self.peak_flops / self.bandwidth)
 
@@ -465,7 +465,7 @@ def far_prefill_decided_by_the_last() -> None:
 
 def bound_from_the_dram_ridge() -> None:
     """The verdict names its bound from the intensity against DRAM's ridge, even where the bytes fit the cache."""
-    from engine.measure.roofline import Verdict
+    from physics.roofline import Verdict
 
     Verdict.bound = property(lambda self: "compute" if self.intensity >= self.ridge else "memory")
 

@@ -66,7 +66,7 @@ def small_models_hint(where) -> None:
 @st.cache_resource(show_spinner="Measuring this device's matmul speed and memory bandwidth (once per server)…")
 def _probed(device_name: str, dtype_name: str | None, nonce: int) -> bool:
     """Probe once per server, device, dtype and press of 'Re-run device probe' (the engine keeps the roof)."""
-    from engine.measure.roofline import probe_device
+    from physics.roofline import probe_device
 
     probe_device(device_name, dtype_name, again=nonce > 0)
     return True
@@ -76,7 +76,7 @@ def device_roof(nonce: int = 0):
     """This server's measured roofline, in the dtype the model on screen runs in (a short matmul and
     memory-bandwidth probe, once per server, device and dtype; a ladder's probes tighten it): the one roof every
     page quotes, so one ridge per device and dtype."""
-    from engine.measure.roofline import probe_device
+    from physics.roofline import probe_device
 
     lm = st.session_state.get("lm")
     device, dtype = ("auto", None) if lm is None else (str(lm.device), lm.dtype_name)

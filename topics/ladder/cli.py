@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 
 def label_rule() -> str:
     """How the table's 'is' columns are read off the times (roofline.verdict), in one line."""
-    from engine.measure.roofline import EXPLAINS, OVERHEAD
+    from physics.roofline import EXPLAINS, OVERHEAD
 
     return (f"labels: X-bound within x{EXPLAINS:g} of that bound (the bound is most of the time); 'X side' from x{EXPLAINS:g} "
             f"to x{OVERHEAD:g} (that side of the ridge, not bound by it); overhead-bound above x{OVERHEAD:g}")
@@ -37,7 +37,7 @@ def curve_table(curve, roof) -> str:
     compared with (the same kind, the same kernel), its share of the roof measured here and, where the bounds were
     probed each round, the median of per-round ratios with their spread; then each kind's knee, measured (where the
     flat level and the slope meet) beside the predicted one, and the figures the lean path is held to."""
-    from engine.measure.roofline import percent
+    from physics.roofline import percent
 
     lines = [f"one pass, n rows: {curve.rung} on the lean path ({curve.path}); compile "
              f"{curve.compile_s:.1f} s apart; context {curve.context} for the batched decode; "
@@ -102,7 +102,7 @@ def main(args) -> int:
     """Grow the model: prefill and decode timed at several sizes, each placed on this device's roofline."""
     from tqdm import tqdm
 
-    from engine.load.rungs import plan, timing_dtype
+    from physics.rungs import plan, timing_dtype
     from topics.ladder import draw as draw
     from topics.ladder.measure import default_tokens, measure_ladder
 

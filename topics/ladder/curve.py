@@ -53,8 +53,8 @@ import torch
 
 from engine.forward.estimates import batched_decode, step_bytes, step_flops
 from engine.forward.run import Timing
-from engine.measure.roofline import DeviceRoof, RoundRates, verdict
 from engine.timing import now
+from physics.roofline import DeviceRoof, RoundRates, verdict
 
 OUTLIER = 1.05  # a one-row pass slower than a pass over more rows of its kind by more than this: an outlier
 PAST = 2.0  # the slope is fitted on the passes at this many times the predicted knee or more

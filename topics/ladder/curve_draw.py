@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from drawing.latency import note_box
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout
-from engine.measure.roofline import DeviceRoof, percent, short_name, verdict
+from physics.roofline import DeviceRoof, percent, short_name, verdict
 from topics.ladder.curve import DECODE as DECODE_KIND
 from topics.ladder.curve import Curve
 from topics.ladder.draw import log_ticks
@@ -145,8 +145,8 @@ def eight(curve: Curve) -> int:
 def datasheet_for(device: str) -> DeviceRoof | None:
     """The datasheet roof (assets/accelerators.csv) of the card a ladder names ('NVIDIA H200 (cuda)'), in bf16; None
     for a device the table does not have (a CPU)."""
-    from engine.measure.kvcalc import accelerators
-    from engine.measure.roofline import from_datasheet
+    from physics.kvcalc import accelerators
+    from physics.roofline import from_datasheet
 
     named = [a for a in accelerators() if a.name in device and a.has_roof]
     if not named:

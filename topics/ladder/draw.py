@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from drawing.latency import note_box
 from drawing.palette import DECODE, GREY, PREFILL, layout
-from engine.measure import roofline
+from physics import roofline
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.notes import ladder_note
 from topics.ladder.record import Ladder, RungResult

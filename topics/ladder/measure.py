@@ -4,7 +4,7 @@ At 4 M parameters a decode step is overhead-bound: Python and operator dispatch 
 both bounds. Grown to 50-200 M parameters the hardware sets it: decode waits on the weights streaming from
 memory, prefill on the arithmetic. The ladder shows that in this device's own measurements.
 
-At each rung (built by engine/load/rungs.py, then given back), every pass goes through the Stepper and
+At each rung (built by physics/rungs.py, then given back), every pass goes through the Stepper and
 run_pass and is timed as every step here is (perf_counter around a device sync, the warm-up run apart,
 median and min-max of `repeats` runs):
 
@@ -58,8 +58,8 @@ import torch
 from engine import device as dev
 from engine.errors import StepError
 from engine.load.loaded import LoadedModel
-from engine.load.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
 from engine.timing import now
+from physics.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
 from topics.ladder.record import Ladder, Measured, RungResult
 
 TOKENS = 128  # s: the prefill's length and the decode step's context (a CPU in fp32: its ridge ~3.4 FLOP/byte,
@@ -265,7 +265,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
     where not its own choice (topics.ladder.curve.every_pass), e.g. a test's few; curve_kinds: which kinds it
     times over n (gpu-check: the prefill alone, and the one-row decode).
     """
-    from engine.measure.roofline import probe, remember
+    from physics.roofline import probe, remember
 
     started, rss_before = now(), rss_bytes()
     tokens = tokens or default_tokens(lm.device)

@@ -1,7 +1,7 @@
 """The frozen record of a size ladder, like a StepTrace is of one pass: what the Scale page and the CLI show.
 
     Measured    one pass at one rung: its times (median, min-max, the warm-up apart), its FLOPs and bytes
-                (estimates), and what the roofline says of it (engine.measure.roofline.verdict)
+                (estimates), and what the roofline says of it (physics.roofline.verdict)
     RungResult  one rung: its size and shape (a published model's, or the loaded one's grown), its weights
                 (trained, or random for timing only), and its passes: prefill, cached decode, the same decode
                 with the cache off on the readable path; where timed (on CUDA), the lean path's prefill and
@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import pandas as pd
 
-from engine.measure.roofline import DeviceRoof, verdict
 from engine.units import human_bytes
+from physics.roofline import DeviceRoof, verdict
 from topics.ladder.curve import Curve
 
 ELEM_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}  # a recorded ladder's dtype, in bytes per element

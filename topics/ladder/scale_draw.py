@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 
 from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout
 from engine.forward.spec import ModelSpec
-from engine.measure import roofline
-from engine.measure.roofline import DeviceRoof
+from physics import roofline
+from physics.roofline import DeviceRoof
 
 
 def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_bytes: float, scale: float = 1.0) -> go.Figure:

@@ -12,8 +12,8 @@ import json
 import threading
 
 from engine.load.loaded import LoadedModel
-from engine.load.rungs import timing_dtype
 from engine.paths import ASSETS
+from physics.rungs import timing_dtype
 from topics.ladder.measure import REPEATS, default_tokens, measure_ladder
 from topics.ladder.record import Ladder
 

@@ -1,15 +1,15 @@
 """The Scale page's roofline tables, one row per step: the measured time beside its two bounds and the verdict
 (`bound_frame`), what a datasheet roof predicts for the same passes (`prediction_frame`), and published models'
 KV side by side (`compare_frame`, lesson 8). The core returns
-records (engine.measure.roofline: Verdict, Prediction); the tables a page shows are made here."""
+records (physics.roofline: Verdict, Prediction); the tables a page shows are made here."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from engine.measure import roofline
-from engine.measure.kvcalc import from_table
 from engine.units import human_bytes
+from physics import roofline
+from physics.kvcalc import from_table
 
 
 def prediction_frame(traces, spec, roof: roofline.DeviceRoof):

@@ -224,7 +224,7 @@ def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> Cac
                      reading the same weights. Averaged over the race's steps, for this device (its one ridge, in
                      the dtype it ran) and for `gpu`, a datasheet roof, in its own dtype.
     None when a mode has no decode step."""
-    from engine.measure.roofline import cache_off_steps
+    from physics.roofline import cache_off_steps
 
     on = df[(df["mode"] == "cache") & (df["phase"] == "decode")]
     off = df[(df["mode"] == "nocache") & (df["phase"] == "decode")]
@@ -236,7 +236,7 @@ def cache_rule(df: pd.DataFrame, measured_ratio: float | None, here, gpu) -> Cac
     def rule(ridge: float) -> float:
         return sum(cache_off_steps(n, ridge) for n in ns) / len(ns)
 
-    from engine.measure.roofline import verdict
+    from physics.roofline import verdict
 
     cached = verdict(float(on["latency_ms"].median()), float(on["flops_estimate"].median()),
                      float(on["bytes_estimate"].median()), here)
@@ -408,8 +408,8 @@ CPU_RUNGS = ("26M", "110M")  # grown sizes a race can take on a CPU in a minute 
 
 
 def race_sizes(lm) -> tuple[str, ...]:
-    """The rungs a race offers on lm's device: grown sizes on a CPU, published shapes on a GPU (engine.load.rungs)."""
-    from engine.load.rungs import GPU_SIZES
+    """The rungs a race offers on lm's device: grown sizes on a CPU, published shapes on a GPU (physics.rungs)."""
+    from physics.rungs import GPU_SIZES
 
     return tuple(GPU_SIZES[1:]) if lm.device.type == "cuda" else CPU_RUNGS
 
@@ -422,7 +422,7 @@ def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=
     gains `at` (whose shape, which weights) and keeps `how` where the lean path ran.
     """
     from engine import device as dev
-    from engine.load.rungs import RANDOM_WEIGHTS, rung_model, timing_dtype
+    from physics.rungs import RANDOM_WEIGHTS, rung_model, timing_dtype
 
     rlm = rung_model(lm, size, dtype=timing_dtype(lm))
     try:

@@ -10,8 +10,8 @@ from drawing.palette import show_piece
 from engine import DecodeLabError
 from engine.device import release_memory
 from engine.generate.compare import compare
-from engine.measure import roofline
 from engine.timing import now
+from physics import roofline
 from topics.race import draw as race_draw
 from topics.race import measure as race
 from ui.model import device_roof

@@ -305,8 +305,8 @@ def batch_roofline(sweep: BatchSweep, lm: LoadedModel, here, gpu) -> BatchRoofli
     batch at which each reaches its ridge (estimates.saturating_batch; None: no batch does, each request's K/V
     reads growing as fast as its FLOPs)."""
     from engine.forward.estimates import saturating_batch
-    from engine.load.rungs import model_name
-    from engine.measure import kvcalc, roofline
+    from physics import kvcalc, roofline
+    from physics.rungs import model_name
 
     spec, elem_bytes, rows = lm.spec, lm.elem_bytes, sweep.rows
     context = rows[0].context

@@ -12,7 +12,7 @@ from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
 from engine.generate.serving.run import BATCHING, PREEMPTION
 from engine.generate.serving.scenarios import SCENARIOS
-from engine.measure import roofline
+from physics import roofline
 from topics.serving import draw as draw
 from topics.serving import measure as measure
 from topics.serving.page_parts import (

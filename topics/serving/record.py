@@ -155,15 +155,15 @@ class BatchSweep:
 @dataclass(frozen=True)
 class BatchRoofline:
     """The measured passes on this device's roofline, and a GPU's PREDICTED passes for the same model and a published
-    one (engine.measure.roofline.batch_roofline's points, in the GPU's dtype: nothing ran there)."""
+    one (physics.roofline.batch_roofline's points, in the GPU's dtype: nothing ran there)."""
 
     measured: tuple[BatchPass, ...]
-    here: object  # engine.measure.roofline.DeviceRoof: this device, measured
+    here: object  # physics.roofline.DeviceRoof: this device, measured
     gpu: object  # a DeviceRoof from a datasheet
     context: int
     ridge_here: float
     saturates_here: int | None
-    predicted: tuple  # engine.measure.roofline.BatchPoint per batch size
+    predicted: tuple  # physics.roofline.BatchPoint per batch size
     model: str
     saturates_gpu: int | None
     real: str

@@ -489,7 +489,7 @@ def step_verdict(t, roof: DeviceRoof) -> Verdict:
 def h100() -> DeviceRoof:
     """An H100's roofline from the bundled datasheet table, in bf16, to PREDICT a step on (`predict`); its steps'
     intensity is counted in bf16, not in the fp32 a CPU trace's intensity_estimate uses."""
-    from engine.measure.kvcalc import accelerator
+    from physics.kvcalc import accelerator
 
     return from_datasheet(accelerator("NVIDIA H100 SXM"))
 

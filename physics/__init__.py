@@ -1,0 +1,4 @@
+"""What the hardware does with a model: the roofline probed on this machine and its verdicts (roofline.py), the
+KV cache's bytes for real models (kvcalc.py), the model grown until the hardware sets the time (rungs.py), one
+request timed end to end (request.py). The core (engine/) runs the story; this measures it against the device.
+"""
