@@ -25,7 +25,7 @@ generate_batch, transformers.utils.logging) is called where it is needed. What i
     model._compiled_call                  set once generate has compiled the forward itself (compiled.time_recipe)
     cache_utils.get_layer_types_and_kwargs
                                           each layer's kind and sliding window, as transformers reads a config
-  the static cache (engine/forward/compiled.py)
+  the static cache (physics/compiled.py)
     StaticCache.early_initialization      every layer's K/V allocated before any compiled region (a fixed address)
     StaticLayer.cumulative_length         where a layer writes next: a device tensor every update advances in
                                           place; set to rewind a step so it can be timed again

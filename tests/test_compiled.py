@@ -1,4 +1,4 @@
-"""The compiled recipe (engine/forward/compiled.py) is the model you have, compiled: the same weights, the Stepper's
+"""The compiled recipe (physics/compiled.py) is the model you have, compiled: the same weights, the Stepper's
 tokens and logits, compile time apart; the race at a rung can run on it and says which path ran; bundled models load in fp32 everywhere.
 
 On a CPU the compiled recipe runs uncompiled by default (inductor takes tens of seconds); one tiny compiled decode
@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.forward import compiled
 from engine.forward.run import run_pass
 from engine.generate.compare import compare
 from engine.generate.stepper import Stepper
 from engine.load.load import model_dtype
 from engine.transformers_internals import attn_implementation
+from physics import compiled
 from topics.race import measure as race
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She"

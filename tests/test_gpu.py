@@ -13,12 +13,12 @@ import json
 import pytest
 import torch
 
-from engine.forward import compiled
 from engine.forward.sampling import Sampling
 from engine.generate.compare import compare
 from engine.generate.stepper import Stepper
 from engine.load.load import load_model
 from engine.paths import ASSETS
+from physics import compiled
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She"
 

@@ -353,7 +353,7 @@ def test_cli_ladder_refuses_a_rung_over_the_limit_in_one_line(capsys, monkeypatc
 
 @pytest.mark.parametrize("which", ["llama", "gpt2"])
 def test_the_lean_path_chooses_the_steppers_greedy_tokens(which, bundled_lm, gpt2_lm):
-    from engine.forward import compiled
+    from physics import compiled
 
     lm = bundled_lm if which == "llama" else gpt2_lm
     run = Stepper(lm, "Once upon a time, there was a little girl named Lily. She", max_new_tokens=24,

@@ -21,7 +21,7 @@ FLOPs: the experiment that shows the roofline (topics/ladder/curve.py).
 Shared, not copied: the module holds the readable model's own Parameter objects, as they lie, and changes none
 of them (tests/test_lean.py checks every one's storage). Its products are `F.linear`, except a one-row product
 on a CPU (engine/forward/streamed.py); `kernel` says which ran. Families it covers (`supports`): RMSNorm, RoPE
-(default or Llama-3 scaling), GQA, a SiLU-gated MLP, no biases; others keep engine.forward.compiled
+(default or Llama-3 scaling), GQA, a SiLU-gated MLP, no biases; others keep physics.compiled
 (transformers' own code compiled), and the ladder says which ran. Tests hold its logits to transformers'.
 """
 

@@ -5,7 +5,7 @@
 
 `run_pass` is the one place the readable path calls `model(...)`: the stepper, the batch lesson,
 the speculative verifier, the warm-up and the benchmarks all come here, so a change in transformers'
-calling convention is a one-file fix. The compiled lean path (engine/forward/compiled.py) is the other
+calling convention is a one-file fix. The compiled lean path (physics/compiled.py) is the other
 caller: a compiled step may hold no clock reads or syncs, and a static cache needs explicit positions.
 
 Time is `engine.timing.timed`: `perf_counter` around a device sync. A pass can be repeated to time it: the

@@ -19,7 +19,7 @@ median and min-max of `repeats` runs):
                        for n sequences (topics/ladder/curve.py): the roofline by experiment. Its one-row decode at
                        context s is the rung's lean decode, its prefill of s tokens the lean prefill
     lean path          CUDA, every other rung: the lean decode and prefill, compile time apart (a family the lean
-                       pass does not cover: engine.forward.compiled, transformers' own code compiled)
+                       pass does not cover: physics.compiled, transformers' own code compiled)
     the recipe         CUDA, the largest rung: transformers' own generate(cache_implementation="static"),
                        auto-compiled, timed beside the lean decode in the same run
 
@@ -158,7 +158,7 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
     s = pre.q_len
     lean_pass = lean_prefill = compile_ms = None
     if lean and lean_supports(rlm) is not None:  # a family gpt-fast's pass does not cover: transformers' own, compiled
-        from engine.forward.compiled import CompiledRecipe, time_decode, time_prefill
+        from physics.compiled import CompiledRecipe, time_decode, time_prefill
 
         ids = on.ids[:, :s]
         run = CompiledRecipe(rlm, s + 2, compile)
@@ -191,7 +191,7 @@ def lean_passes(result: RungResult, rlm: LoadedModel, prompt: str, roof, repeats
         gpt-fast's pass (engine.forward.lean), where it covers the family: over n = 1, 2, 4, … rows where `curve`
             (topics/ladder/curve.py), else over 1 and s rows; its one-row decode at context s is the rung's lean
             decode, its prefill of s tokens the lean prefill
-        transformers' recipe (engine.forward.compiled.time_recipe) beside the lean decode, where `recipe`
+        transformers' recipe (physics.compiled.time_recipe) beside the lean decode, where `recipe`
     """
     from topics.ladder.curve import DECODE, measure_curve
 
@@ -210,7 +210,7 @@ def lean_passes(result: RungResult, rlm: LoadedModel, prompt: str, roof, repeats
         compile_ms |= rows.compile_ms
         out["curve"] = rows if curve else None
     if recipe and (out.get("lean") or result.lean):
-        from engine.forward.compiled import time_recipe
+        from physics.compiled import time_recipe
 
         tokens = rlm.tokenizer(prompt, return_tensors="pt")["input_ids"][:, :s]
         timing, warm_ms, how = time_recipe(rlm, tokens, repeats=repeats)

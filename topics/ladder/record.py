@@ -5,7 +5,7 @@
     RungResult  one rung: its size and shape (a published model's, or the loaded one's grown), its weights
                 (trained, or random for timing only), and its passes: prefill, cached decode, the same decode
                 with the cache off on the readable path; where timed (on CUDA), the lean path's prefill and
-                decode (engine.forward.compiled) and transformers' own recipe beside them, compile time apart
+                decode (physics.compiled) and transformers' own recipe beside them, compile time apart
     Ladder      every rung on one device, the roofline they are placed on, and how the ladder was run
 
 `Ladder.to_dict()` is the JSON (`python -m engine ladder --json`, assets/ladder_*.json); `Ladder.from_dict`

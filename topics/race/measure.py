@@ -335,7 +335,7 @@ class LeanRun:
 
 
 def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool | None = None) -> RaceReport:
-    """The race on the lean path (engine.forward.compiled), greedy, in lockstep like `compare`; the same report,
+    """The race on the lean path (physics.compiled), greedy, in lockstep like `compare`; the same report,
     plus `how` (which path ran) and `compile_ms` (each compiled pass's first calls, never in a step).
 
         cache on   the prefill fills a static cache, then one compiled step a token   [batch=1, 1]
@@ -345,8 +345,8 @@ def lean_compare(lm, prompt: str, new_tokens: int, on_step=None, compile: bool |
     """
     import torch
 
-    from engine.forward.compiled import CompiledRecipe
     from engine.forward.estimates import step_bytes, step_flops
+    from physics.compiled import CompiledRecipe
 
     ids = lm.tokenizer(prompt, return_tensors="pt")["input_ids"]
     s = ids.shape[1]
