@@ -26,7 +26,7 @@ import time
 from itertools import accumulate
 
 from engine.errors import StepError
-from engine.forward.paged import PagedKV, Row, run_paged
+from engine.forward.paged import PagedKV, PagedPass, Row, run_paged_pass
 from engine.forward.sampling import Sampling
 from engine.generate.loop import Run, token_pieces
 from engine.generate.serving.blocks import BlockManager
@@ -51,6 +51,8 @@ BATCHING = tuple(b.value for b in Batching)  # how a freed batch slot is refille
 
 class ServingRun(Run):
     """Requests, the pool, the scheduler and the record of every step; `step()` until `done`."""
+
+    paged_pass = PagedPass  # one attention call per layer for every request (the benchmark times the loop it replaced)
 
     def __init__(self, lm: LoadedModel, requests: list[RequestSpec], *, page_size: int = DEFAULTS["page_size"],
                  num_blocks: int = DEFAULTS["num_blocks"], max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
@@ -120,7 +122,7 @@ class ServingRun(Run):
         if not plan.rows:
             return None, {}
         rows = [Row(s.fed, s.start, self.blocks.slots(s.request.table, s.start + s.q_len), s.emits) for s in plan.rows]
-        result = run_paged(self.lm, self.kv, rows)
+        result = run_paged_pass(self.lm, self.paged_pass(self.kv, rows))
         emitting = [s.request for s in plan.rows if s.emits]
         logits = result.logits[0].float().cpu()  # [emitting rows, vocab], in plan order: one copy off the device
         return result.timing.forward_ms, {r.id: r.choose(row) for r, row in zip(emitting, logits)}
