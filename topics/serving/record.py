@@ -10,6 +10,8 @@
     PolicyRun           the same requests under one preemption policy
     RoomyCheck          a run that preempted against the same requests in a pool that holds them all
     BatchingComparison  the same queue of requests with continuous and static batching, measured side by side
+    OrderSpread         static/continuous engine steps over many random orders of the same requests
+    OneCall             the serving run with one attention call per layer against the per-request loop it replaced
     ServingBench        the serving part of `python -m engine bench`
 
 Each has named, typed fields; `to_dict()` is only for the JSON edge (`python -m engine bench --json`, the CLI), and
@@ -19,6 +21,8 @@ writes the keys the plain dicts these replaced wrote (new fields apart).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+from engine.generate.serving.orders import OrderSpread
 
 WAYS = ("continuous", "one_at_a_time", "static_batch", "generate_batch")  # Throughput's ways, in the JSON's order
 
@@ -280,6 +284,30 @@ class BatchingComparison:
 
 
 @dataclass(frozen=True)
+class OneCall:
+    """The same serving run (every request at once, one length) with the paged pass attending in one call per layer,
+    and with the per-request loop it replaced (benchmarks/bench.py keeps it, to time against): tokens/s over the
+    median of alternated rounds, and the share of a step's wall time spent inside the layers' attention (a separate
+    run of each, the attention timed with perf_counter around a device sync)."""
+
+    requests: int
+    new_tokens: int
+    rounds: int
+    loop_tokens_per_s: float
+    one_call_tokens_per_s: float
+    loop_attention_share: float
+    one_call_attention_share: float
+    same_tokens: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.one_call_tokens_per_s / self.loop_tokens_per_s
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "speedup": self.speedup}
+
+
+@dataclass(frozen=True)
 class ServingBench:
     """The serving part of `python -m engine bench`."""
 
@@ -288,6 +316,8 @@ class ServingBench:
     queue: BatchingComparison  # the queue scenario, continuous against static batching
     memory: Memory
     batch: BatchSweep
+    orders: OrderSpread | None = None  # the queue's static/continuous steps over random orders of its requests
+    one_call: OneCall | None = None  # benchmarks/bench.py: the one-call pass against the per-request loop
 
     def to_dict(self) -> dict:
         out = self.throughput.to_dict()
@@ -296,4 +326,8 @@ class ServingBench:
         out["step_time_vs_batch"] = [r.to_dict() for r in self.batch.rows]
         out["step_time_vs_batch_note"] = self.batch.note
         out["queue"] = self.queue.to_dict()
+        if self.orders is not None:
+            out["queue_orders"] = self.orders.to_dict()
+        if self.one_call is not None:
+            out["one_call"] = self.one_call.to_dict()
         return out

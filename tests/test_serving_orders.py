@@ -1,0 +1,86 @@
+"""Every order, not the best one: the queue scenario's requests dealt into random orders, each scheduled with
+continuous and with static batching by the real scheduler, no pass run.
+
+The step counts need no model pass because every request makes all its tokens: the tests hold the schedule-only
+count to a real run's (the bundled model deciding every token), and the spread to what a class must read off it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.generate.serving import ServingRun
+from engine.generate.serving.orders import ORDERS, order_spread, schedule_steps, shuffled
+from engine.generate.serving.scenarios import SCENARIOS
+
+QUEUE = SCENARIOS["queue"]
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+@pytest.mark.parametrize("batching", ["continuous", "static"])
+def test_the_schedule_alone_counts_the_steps_a_real_run_takes(bundled_lm, seed, batching):
+    """The shipped order (72 and 176 steps, as an independent simulation reproduced them) and a random one: the
+    real run, the bundled model choosing every token, takes exactly the steps the schedule alone counts."""
+    specs = QUEUE["requests"] if seed is None else shuffled(QUEUE["requests"],
+                                                            np.random.default_rng(seed).permutation(12))
+    run = ServingRun(bundled_lm, specs, stop_on_eos=False, record=False, **{**QUEUE["sizing"], "batching": batching})
+    run.run()
+    assert schedule_steps(bundled_lm, specs, QUEUE["sizing"], batching) == run.step_index
+    if seed is None:
+        assert run.step_index == {"continuous": 72, "static": 176}[batching]
+
+
+def test_random_orders_deal_the_same_requests_into_the_same_arrivals():
+    order = np.random.default_rng(0).permutation(12)
+    specs = shuffled(QUEUE["requests"], order)
+    assert [s.arrive for s in specs] == [s.arrive for s in QUEUE["requests"]]
+    key = sorted((s.prompt, s.max_new_tokens) for s in specs)
+    assert key == sorted((s.prompt, s.max_new_tokens) for s in QUEUE["requests"])
+    assert specs != QUEUE["requests"]
+
+
+@pytest.fixture(scope="module")
+def spread(bundled_lm):
+    return order_spread(bundled_lm, QUEUE["requests"], QUEUE["sizing"])
+
+
+def test_the_shipped_order_is_the_most_favourable_and_the_median_order_still_wins(spread):
+    """200 seeded orders: the shipped one gives x2.44 (176 / 72), no random order gives more; the median order
+    still gives continuous batching at least x1.5 fewer steps, and p10 < median < p90 < shipped."""
+    assert spread.orders == len(spread.ratios) == ORDERS >= 200
+    assert spread.shipped == pytest.approx(176 / 72) and spread.shipped_steps == (72, 176)
+    assert spread.shipped_is_most_favourable and spread.shipped >= max(spread.ratios)
+    assert spread.at_or_above_shipped < 0.05  # the shipped order is the exception, not the rule
+    assert 1.5 <= spread.median < spread.shipped
+    assert 1.0 < spread.p10 < spread.median < spread.p90 < spread.shipped
+    assert len(set(spread.ratios)) > 10  # the orders really differ
+    assert spread.median == pytest.approx(float(np.median(spread.ratios)))
+
+
+def test_the_same_seed_gives_the_same_orders(bundled_lm, spread):
+    again = order_spread(bundled_lm, QUEUE["requests"], QUEUE["sizing"], orders=20)
+    assert again.ratios == spread.ratios[:20]
+
+
+def test_the_histogram_marks_the_shipped_order_and_the_spread(spread):
+    from topics.serving import draw
+
+    fig = draw.order_figure(spread)
+    (hist,) = [t for t in fig.data if t.type == "histogram"]
+    assert list(hist.x) == list(spread.ratios)
+    notes = [a.text for a in fig.layout.annotations]
+    assert f"shipped order (most favourable) x{spread.shipped:.2f}" in notes
+    assert {f"median x{spread.median:.2f}", f"p10 x{spread.p10:.2f}", f"p90 x{spread.p90:.2f}"} <= set(notes)
+    said = draw.order_sentence(spread)
+    assert "the most favourable" in said and f"median of x{spread.median:.2f}" in said
+
+
+def test_the_queue_page_shows_every_order():
+    from tests.test_serving_page import serving_page
+
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(QUEUE["title"]).run()
+    at.button(key="serve_btn_forward").click().run()
+    assert not at.exception and not at.error
+    assert any(s.value == "The same requests in every order" for s in at.subheader)
+    assert any("the most favourable to continuous batching" in m.value for m in at.markdown)
