@@ -70,11 +70,16 @@ def mixed_rows(page_size: int = 4) -> list[Row]:
             Row((7,), 20, slots([6, 7, 8, 9, 10, 11], 21), True)]
 
 
-def test_a_request_reads_no_block_outside_its_own_table(bundled_lm):
+def decode_rows(page_size: int = 4) -> list[Row]:
+    """Three decodes at 5, 10 and 20 positions: one token each, three kv_lens (the shorter ones' keys padded)."""
+    return [Row((8,), 4, tuple(range(12 * page_size, 12 * page_size + 5)), True), *mixed_rows(page_size)[1:]]
+
+
+@pytest.mark.parametrize("rows", [mixed_rows(), decode_rows()], ids=["prefill chunk and decodes", "decodes"])
+def test_a_request_reads_no_block_outside_its_own_table(bundled_lm, rows):
     """Values planted in every slot a request's table does not hold (the other requests' blocks, free blocks and the
     null slot padding reads) leave its logits exactly as they were; planted in its own blocks, they change them."""
     torch.manual_seed(0)
-    rows = mixed_rows()
     base = PagedKV(bundled_lm, num_blocks=16, page_size=4)
     for t in base.keys + base.values:  # what earlier passes left: keys and values of every position
         t[:-1].normal_()
