@@ -626,6 +626,20 @@ def test_throughput_is_the_tokens_asked_for_over_each_ways_median_time_and_every
         assert doc["new_tokens"] == [4, 2, 6]
 
 
+def test_continuous_against_static_is_timed_in_pairs_and_each_rounds_ratio_is_its_own_two_times(family_model):
+    """The all-at-once, one-length check: both ways run back to back each round (the first alternating), after a
+    warm-up; each round's ratio is static's time over continuous's, by the clock and by the CPU time each used."""
+    import statistics
+
+    from topics.serving.measure import PROMPTS, paired
+
+    p = paired(family_model("llama"), PROMPTS[:3], 4, "continuous", "static_batch", rounds=3, log=lambda *a: None)
+    assert p.rounds == len(p.ms) == len(p.cpu_ms) == 3 and p.passes == (4, 4)
+    assert p.ratios == tuple(s / c for c, s in p.ms) and p.median == statistics.median(p.ratios)
+    assert all(c > 0 and s > 0 for c, s in p.cpu_ms) and p.cpu_median == statistics.median(p.cpu_ratios)
+    assert p.to_dict()["median"] == p.median
+
+
 def test_step_time_vs_batch_times_one_pass_for_each_batch_size(family_model, monkeypatch):
     from engine.generate.serving import run as serving_module
     from topics.serving.measure import step_time_vs_batch

@@ -50,6 +50,7 @@ from topics.serving.record import (
     ChunkingWay,
     Held,
     Memory,
+    Paired,
     PolicyRun,
     RoomyCheck,
     ServingBench,
@@ -120,6 +121,33 @@ def throughput_side_by_side(lm: LoadedModel, prompts: list[str], workloads: dict
             continuous_over_static_batch=med["static_batch"] / med["continuous"],
             traced_over_untraced=med["traced"] / med["continuous"] if "traced" in med else None)
     return out
+
+
+PAIRED_ROUNDS = 9
+
+
+def paired(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], way: str, against: str,
+           rounds: int = PAIRED_ROUNDS, log=print) -> Paired:
+    """Two of `_ways` timed in pairs (record.Paired): a warm-up round, then `rounds` rounds of both back to back, the
+    first of the pair alternating; every round's tokens checked the same either way."""
+    ways, tokens, _, passes = _ways(lm, prompts, new_tokens, traced_too=False)
+    ms, cpu = [], []
+    for r in range(rounds + 1):
+        pair = (way, against) if r % 2 == 0 else (against, way)
+        took, used = {}, {}
+        for name in pair:
+            c0 = time.process_time()
+            took[name] = ways[name]()
+            used[name] = (time.process_time() - c0) * 1e3
+        if tokens[way] != tokens[against]:
+            raise RuntimeError(f"{way} and {against} made different tokens")
+        if r:
+            ms.append((round(took[way], 2), round(took[against], 2)))
+            cpu.append((round(used[way], 2), round(used[against], 2)))
+        else:
+            log("  warm-up pair done (excluded)")
+    return Paired(way=way, against=against, rounds=rounds, ms=tuple(ms), passes=(passes[way], passes[against]),
+                  cpu_ms=tuple(cpu))
 
 
 def _ways(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], traced_too: bool):
@@ -368,9 +396,12 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
     log(f"    continuous / one at a time = x{res.continuous_over_one_at_a_time:.2f} (target >= {TARGET_OVER_ONE}); "
         f"/ generate_batch = x{res.continuous_over_generate_batch:.2f} (target >= {TARGET_OVER_GENERATE_BATCH}); "
         f"traced / untraced = {res.traced_over_untraced:.2f} (target <= {TARGET_TRACED})")
+    equal = paired(lm, PROMPTS, res.new_tokens, "continuous", "static_batch", rounds=PAIRED_ROUNDS, log=log)
     lo, hi = TARGET_OVER_STATIC
-    log(f"    continuous / static batch = x{res.continuous_over_static_batch:.2f} (target x{lo}-x{hi}: every request "
-        f"at once and one length, so the same {res.passes['continuous']} passes and the same work either way)")
+    log(f"    continuous / static batch = x{equal.median:.2f} by the clock, x{equal.cpu_median:.2f} by the CPU time "
+        f"each used (medians of {equal.rounds} rounds of the two back to back; per round x{min(equal.ratios):.2f}-"
+        f"x{max(equal.ratios):.2f} and x{min(equal.cpu_ratios):.2f}-x{max(equal.cpu_ratios):.2f}; target x{lo}-x{hi}: "
+        f"every request at once and one length, the same {equal.passes[0]} passes and the same work either way)")
     mixed = throughput(lm, new_tokens=MIXED, rounds=rounds, log=log)
     log(f"  the same 8 prompts asking for {MIXED} new tokens, all at once (a static batch runs every row to the "
         "longest; continuous batching drops finished rows, but with no queue it takes as many passes):")
@@ -397,7 +428,8 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
             + ")")
     if sweep.note:
         log(f"    {sweep.note}")
-    return ServingBench(throughput=res, mixed=mixed, queue=queue, memory=mem, batch=sweep, orders=orders)
+    return ServingBench(throughput=res, mixed=mixed, queue=queue, memory=mem, batch=sweep, orders=orders,
+                        equal=equal)
 
 
 def decode_stall(run: ServingRun, long_id: str) -> Stall:

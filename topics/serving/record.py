@@ -20,6 +20,7 @@ writes the keys the plain dicts these replaced wrote (new fields apart).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field
 
 from engine.generate.serving.orders import OrderSpread
@@ -59,6 +60,11 @@ class Throughput:
     continuous_over_generate_batch: float | None = None
     continuous_over_static_batch: float = 0.0
     traced_over_untraced: float | None = None
+
+    def per_round(self, way: str, against: str) -> tuple[float, ...]:
+        """`way`'s tokens/s over `against`'s in each timed round (the same tokens: the inverse ratio of their times):
+        two ways timed in the same round share its minute of the machine, so this spread says how busy it was."""
+        return tuple(b / a for a, b in zip(self.ms.get(way, ()), self.ms.get(against, ())))
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -284,6 +290,41 @@ class BatchingComparison:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """Two ways of serving the same requests timed in pairs: each round runs both back to back (which goes first
+    alternates), after a warm-up round; the ratio of each round's two times, so a busy minute slows both alike."""
+
+    way: str
+    against: str
+    rounds: int
+    ms: tuple[tuple[float, float], ...]  # per round: (way's ms, against's ms), wall time
+    passes: tuple[int, int]
+    cpu_ms: tuple[tuple[float, float], ...] = ()  # the same, in the CPU time this process used (process_time): on a
+    # shared machine, the work each way did without the minutes it waited for a core
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """way's tokens/s over against's, per round (the same tokens: against's time over way's)."""
+        return tuple(b / a for a, b in self.ms)
+
+    @property
+    def cpu_ratios(self) -> tuple[float, ...]:
+        return tuple(b / a for a, b in self.cpu_ms)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_ratios) if self.cpu_ms else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratios": list(self.ratios), "median": self.median,
+                "cpu_ratios": list(self.cpu_ratios), "cpu_median": self.cpu_median}
+
+
+@dataclass(frozen=True)
 class OneCall:
     """The same serving run (every request at once, one length) with the paged pass attending in one call per layer,
     and with the per-request loop it replaced (benchmarks/bench.py keeps it, to time against): tokens/s over the
@@ -318,6 +359,7 @@ class ServingBench:
     batch: BatchSweep
     orders: OrderSpread | None = None  # the queue's static/continuous steps over random orders of its requests
     one_call: OneCall | None = None  # benchmarks/bench.py: the one-call pass against the per-request loop
+    equal: Paired | None = None  # every request at once, one length: continuous against static batch, in pairs
 
     def to_dict(self) -> dict:
         out = self.throughput.to_dict()
@@ -330,4 +372,6 @@ class ServingBench:
             out["queue_orders"] = self.orders.to_dict()
         if self.one_call is not None:
             out["one_call"] = self.one_call.to_dict()
+        if self.equal is not None:
+            out["continuous_over_static_paired"] = self.equal.to_dict()
         return out
