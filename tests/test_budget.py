@@ -729,6 +729,14 @@ def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_s
     assert not at.exception and "at least 5" in at.error[0].value
     at.slider(key="budget_budget").set_value(64).run()
     assert not at.error and any(m.value.startswith("Holds ") for m in at.markdown)
+    # every story, recorded: the chart of intervals, the ranking with its ties, the table in both dtypes
+    assert any(s.value.startswith("Every story: 8 held-out stories") for s in at.subheader)
+    assert any("Every policy over 8 stories" in c for c in (str(c.proto.spec) for c in at.get("plotly_chart")))
+    words = next(m.value for m in at.markdown if "apart:" in m.value)
+    assert "**heavy**" not in words.split("apart:")[1].split(">")[0]  # nothing is set apart below heavy
+    assert "bf16" in words and "saturate at ±448" in words
+    table = at.dataframe[-1].value
+    assert {"fp32 agreement [95 %]", "bf16 agreement [95 %]"} <= set(table.columns) and len(table) == 9
 
 
 # ---------------------------------------------------------------- every story, with its spread (topics/budget/stories.py)

@@ -69,10 +69,13 @@ def test_the_histogram_marks_the_shipped_order_and_the_spread(spread):
     (hist,) = [t for t in fig.data if t.type == "histogram"]
     assert list(hist.x) == list(spread.ratios)
     notes = [a.text for a in fig.layout.annotations]
-    assert f"shipped order (most favourable) x{spread.shipped:.2f}" in notes
-    assert {f"median x{spread.median:.2f}", f"p10 x{spread.p10:.2f}", f"p90 x{spread.p90:.2f}"} <= set(notes)
+    assert f"shipped order<br>most favourable x{spread.shipped:.2f}" in notes
+    assert {f"median x{spread.median:.2f}", "p10", "p90"} <= set(notes)
+    lines = {s.line.dash: s.x0 for s in fig.layout.shapes}  # the median dashed, the shipped order a plain line
+    assert lines["dash"] == spread.median and lines[None] == spread.shipped
     said = draw.order_sentence(spread)
     assert "the most favourable" in said and f"median of x{spread.median:.2f}" in said
+    assert f"p10 x{spread.p10:.2f}, p90 x{spread.p90:.2f}" in said
 
 
 def test_the_queue_page_shows_every_order():

@@ -261,7 +261,9 @@ def stories_fig(spread, scale: float = 1.0) -> go.Figure:
             error_y=dict(type="data", symmetric=False, array=[r.agreement_ci.high - r.agreement for r in rows],
                          arrayminus=[r.agreement - r.agreement_ci.low for r in rows]),
             hovertemplate="%{x}: %{y:.1%}<extra>" + SHORT_DTYPE.get(dtype, dtype) + "</extra>"))
-    fig.update_yaxes(title="top-1 agreement (pooled, 95 % interval)", tickformat=".0%")
+    low = min(r.agreement_ci.low for r in spread.rows if r.dtype in spread.dtypes)
+    fig.update_yaxes(title="agreement, 95 % interval", tickformat=".0%",
+                     range=[max(0.0, int(low * 20) / 20 - 0.02), 1.01])  # zoomed to the intervals, from a round floor
     fig.update_layout(scattermode="group")
     return layout(fig, f"Every policy over {spread.stories} stories, budget {spread.budget}", height=330,
                   scale=scale)
@@ -286,7 +288,9 @@ def stories_words(spread, capped) -> str:
     said = []
     for d in spread.dtypes:
         said.append(f"Eviction policies holding {spread.budget} positions, {SHORT_DTYPE.get(d, d)}: "
-                    f"**{spread.ranking_sentence(d, capped)}**.")
+                    f"**{spread.ranking_words(d, capped)}** (≈: tied, their 95 % intervals overlap); "
+                    + ("apart: " + ", ".join(f"**{a} > {b}**" for a, b in spread.apart(d, capped))
+                       if spread.apart(d, capped) else "no two of them apart") + ".")
     both = next((r for r in spread.rows if " vs " in r.dtype), None)
     if both is not None:
         said.append(f"The bf16 full cache against the fp32 one (weights and cache in bf16, nothing dropped): "
@@ -295,9 +299,9 @@ def stories_words(spread, capped) -> str:
         r = spread.row("fp8", d)
         if r is not None and r.saturation is not None:
             s = r.saturation
-            said.append(f"fp8, {SHORT_DTYPE.get(d, d)}: {s.share:.3%} of the decoded K and V numbers "
+            said.append(f"fp8, {SHORT_DTYPE.get(d, d)}: **{s.share:.3%}** of the decoded K and V numbers "
                         f"({s.past_range:,} of {s.decoded:,}) fell past the range of the scale frozen on the prompt "
                         f"and saturate at ±448 (the worst {s.worst:.2f}x the range).")
     said.append(f"{spread.stories} held-out stories, the first half of each prefilled and the rest teacher-forced; "
                 f"intervals: percentile bootstrap over the stories ({spread.resamples} resamples).")
-    return " ".join(said)
+    return "\n".join(f"- {line}" for line in said)

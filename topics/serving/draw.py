@@ -772,16 +772,15 @@ def order_figure(o, scale: float = 1.0):
     fig = go.Figure(go.Histogram(x=list(o.ratios), xbins=dict(size=0.1), marker_color="#9e9e9e",
                                  name=f"{o.orders} random orders",
                                  hovertemplate="x%{x}: %{y} orders<extra></extra>"))
-    for x, label, dash in ((o.p10, "p10", "dot"), (o.median, "median", "dash"), (o.p90, "p90", "dot")):
-        fig.add_vline(x=x, line_dash=dash, line_color=SOFT,
-                      annotation_text=f"{label} x{x:.2f}", annotation_position="top")
-    shipped = "shipped order" + (" (most favourable)" if o.shipped_is_most_favourable else "")
-    fig.add_vline(x=o.shipped, line_color=INK, line_width=2, annotation_text=f"{shipped} x{o.shipped:.2f}",
-                  annotation_position="bottom left")
-    fig.update_xaxes(title="static steps / continuous steps (x)")
+    for x, label, dash in ((o.p10, "p10", "dot"), (o.median, f"median x{o.median:.2f}", "dash"), (o.p90, "p90", "dot")):
+        fig.add_vline(x=x, line_dash=dash, line_color=SOFT, annotation_text=label, annotation_position="top")
+    shipped = "shipped order<br>" + ("most favourable " if o.shipped_is_most_favourable else "") + f"x{o.shipped:.2f}"
+    fig.add_vline(x=o.shipped, line_color=INK, line_width=2, annotation_text=shipped, annotation_position="left",
+                  annotation_bgcolor="rgba(255,255,255,0.85)", annotation_align="right")
+    fig.update_xaxes(title="static steps ÷ continuous steps")
     fig.update_yaxes(title="random orders")
     fig.update_layout(showlegend=False, bargap=0.05)
-    return layout(fig, "The same requests in every order", height=300, scale=scale)
+    return layout(fig, f"{o.orders} random orders", height=300, scale=scale)
 
 
 def order_sentence(o) -> str:

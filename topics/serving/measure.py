@@ -18,7 +18,10 @@
                  A bigger batch does more work: timed faster than a smaller one (their passes not even
                  overlapping), both are timed again; if it still is, the sweep says the server was busy
     a queue      more requests than batch slots, of mixed lengths, arriving over time, served with continuous
-                 and with static batching (`batching_comparison`), alternated rounds after a warm-up
+                 and with static batching (`batching_comparison`), alternated rounds after a warm-up; and the same
+                 requests in 200 random orders, their engine steps counted both ways (engine/generate/serving/orders.py)
+    in pairs     every request at once, one length: continuous and static batching back to back, round after round
+                 (`paired`): the same passes either way, so the ratio of each pair says what paging costs
 
 perf_counter around a device sync, as everywhere; nothing here is a test: targets are printed beside the figures.
 Every function returns a frozen record (topics/serving/record.py); `to_dict()` only where JSON is written.
