@@ -17,8 +17,9 @@
 
 No per-request Python loop runs inside the pass: the index tensors and the mask are built once per pass and
 shared by every layer. The work is batch · max q_len · max kv_len scores per head and layer: a decode step of B
-requests at one context scores B · (context + 1), linear in the batch (`attention_work` counts it, and the share
-of it a request needed).
+requests at one context scores B · (context + 1), linear in the batch, every score needed; a prefill chunk beside
+decodes pads every decode's queries to the chunk's length, scores computed and dropped (`scored` against `needed`,
+counted per pass; `attention_work` measures a decode step).
 
 Which kernel: this padded one-call eager attention, because it was the faster one on the 2-core CPU the app is
 timed on, and it keeps every family's own eager attention (Gemma's soft-capping, GPT-2's scaling) with no score_mod
@@ -119,7 +120,7 @@ class PagedPass:
         out, t = [], 0
         _, max_q, _ = self.shape
         for r in self.rows:
-            out += list(range(t, t + r.q_len)) + [t] * (max_q - r.q_len)  # padded queries repeat the first: masked
+            out += list(range(t, t + r.q_len)) + [t] * (max_q - r.q_len)  # a padded query repeats the row's first: dropped after
             t += r.q_len
         return out
 
