@@ -655,6 +655,18 @@ def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     by_hand = sorted(CAPPED, key=lambda p: (-rows[p]["agreement"], rows[p]["kl_mean"]))
     assert f"by agreement (ties: the lower KL): {' > '.join(by_hand)}" in text
     assert doc["ranking"] == by_hand
+    spread = doc["stories"]  # then every policy over 8 stories, fp32 and bf16, with intervals
+    assert spread["stories"] == 8 and {r["dtype"] for r in spread["rows"]} == {"float32", "bfloat16",
+                                                                               "bfloat16 vs float32"}
+    assert "every story: 8 held-out stories" in text and "fp8 saturation, fp32:" in text
+    for dtype, short in (("float32", "fp32"), ("bfloat16", "bf16")):
+        ranked = [r for r in spread["rows"] if r["dtype"] == dtype and r["policy"] in CAPPED]
+        ranked.sort(key=lambda r: (-r["agreement"], r["kl_mean"]))
+        words = ""
+        for a, b in zip(ranked, ranked[1:]):  # ≈ exactly where the written intervals overlap
+            x, y = a["agreement_ci"], b["agreement_ci"]
+            words += a["policy"] + (" ≈ " if x["low"] <= y["high"] and y["low"] <= x["high"] else " > ")
+        assert f"{short}, by pooled agreement: {words + ranked[-1]['policy']} (≈: tied" in text
 
 
 # ---------------------------------------------------------------- the pictures say what the record says
