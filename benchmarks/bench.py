@@ -273,19 +273,23 @@ def _attention_timed(base):
     return Timed
 
 
-def one_call_vs_loop(lm: LoadedModel, new_tokens: int = 64, rounds: int = 3, log=print):
-    """The serving run of the throughput part (8 requests at once, one length) with the one-call paged pass and with
-    the per-request loop, alternated round by round after a warm-up round (dropped): tokens/s over each way's median
-    round. Then one more run each with the attention timed: its share of the steps' wall time."""
+ONE_CALL_WORKLOADS = ((8, 64), (32, 32))  # (requests at once, new tokens each): the throughput part's, and 4x wider
+
+
+def one_call_vs_loop(lm: LoadedModel, requests: int = 8, new_tokens: int = 64, rounds: int = 3, log=print):
+    """`requests` at once (the throughput part's prompts, repeated), one length, served with the one-call paged pass
+    and with the per-request loop, alternated round by round after a warm-up round (dropped): tokens/s over each
+    way's median round. Then one more run each with the attention timed: its share of the steps' wall time."""
     from engine.generate.serving import RequestSpec, ServingRun
     from topics.serving.measure import PROMPTS
     from topics.serving.record import OneCall
 
-    specs = [RequestSpec(p, new_tokens, 0) for p in PROMPTS]
+    specs = [RequestSpec(PROMPTS[i % len(PROMPTS)], new_tokens, 0) for i in range(requests)]
     ways = {"one call": PagedPass, "loop": LoopedPass}
 
     def serve(pass_type):
-        run = type("Served", (ServingRun,), {"paged_pass": pass_type})(lm, specs, stop_on_eos=False, record=False)
+        run = type("Served", (ServingRun,), {"paged_pass": pass_type})(lm, specs, stop_on_eos=False, record=False,
+                                                                         max_requests=len(specs))
         run.run()
         return run
 
@@ -351,8 +355,9 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     from topics.serving import measure as serving
 
     served = serving.run_all(lm, log=log)
-    one_call = one_call_vs_loop(lm, log=log)
-    log_one_call(one_call, log)
+    one_call = tuple(one_call_vs_loop(lm, n, tokens, log=log) for n, tokens in ONE_CALL_WORKLOADS)
+    for each in one_call:
+        log_one_call(each, log)
     served = replace(served, one_call=one_call)
     log("the KV cache on a budget (topics/budget/measure.py): every policy against the full cache, one run:")
     from topics.budget import measure as budget

@@ -358,7 +358,7 @@ class ServingBench:
     memory: Memory
     batch: BatchSweep
     orders: OrderSpread | None = None  # the queue's static/continuous steps over random orders of its requests
-    one_call: OneCall | None = None  # benchmarks/bench.py: the one-call pass against the per-request loop
+    one_call: tuple[OneCall, ...] = ()  # benchmarks/bench.py: the one-call pass against the per-request loop
     equal: Paired | None = None  # every request at once, one length: continuous against static batch, in pairs
 
     def to_dict(self) -> dict:
@@ -370,8 +370,8 @@ class ServingBench:
         out["queue"] = self.queue.to_dict()
         if self.orders is not None:
             out["queue_orders"] = self.orders.to_dict()
-        if self.one_call is not None:
-            out["one_call"] = self.one_call.to_dict()
+        if self.one_call:
+            out["one_call"] = [each.to_dict() for each in self.one_call]
         if self.equal is not None:
             out["continuous_over_static_paired"] = self.equal.to_dict()
         return out
