@@ -11,8 +11,11 @@
 4. Serving (topics/serving/measure.py): continuous batching against one request
    at a time, a static padded batch and transformers' generate_batch on the same
    requests; a queue (more requests than batch slots, mixed lengths, arriving over
-   time) with continuous against static batching; KV memory paged vs reserved; a
-   decode pass shared by B sequences.
+   time) with continuous against static batching, and the same requests in 200
+   random orders; KV memory paged vs reserved; a decode pass shared by B sequences;
+   the paged pass's one attention call per layer against the per-request loop it
+   replaced (`LoopedPass`, kept here only to time against), with the share of a
+   step the attention takes each way.
 
 Every time is engine.timing's (`perf_counter` around a device sync, warm-up apart). Nothing here is a test: it
 prints what it measured, and `--json` writes the same record.
@@ -21,17 +24,19 @@ prints what it measured, and `--json` writes the same record.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import torch
 from transformers.utils import logging as hf_logging
 
 from benchmarks.records import AppClick, Bench, CacheRow, LadderRow, MemoryBound, Overhead
 from engine import device as dev
+from engine.forward.paged import PagedPass
 from engine.forward.run import StepClock, generate
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
-from engine.timing import timed
+from engine.timing import now, timed
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 TARGET_UNTRACED = 1.05
@@ -199,6 +204,125 @@ def ladder_rows(lm: LoadedModel, sizes=LADDER_SIZES, log=print) -> list[LadderRo
     return rows
 
 
+class LoopedPass(PagedPass):
+    """The paged pass as it was before one attention call per layer: each layer gathers every request's keys end to
+    end, [1, kv_head, Σ kv_len, head_dim], then calls the eager attention once per request, in a Python loop, on its
+    own part (its causal mask built per request). Kept only to time the one-call pass against (`one_call_vs_loop`)."""
+
+    def __init__(self, kv, rows):
+        super().__init__(kv, rows)
+        q_pos, read, self.spans = 0, [], []
+        for r in rows:  # per request: (its fed rows in the pass, its keys in what `update` returns)
+            self.spans.append((slice(q_pos, q_pos + r.q_len), slice(len(read), len(read) + r.kv_len)))
+            q_pos += r.q_len
+            read += r.slots[:r.kv_len]
+        self.read_all = torch.tensor(read, dtype=torch.long, device=self.read.device)
+        self._loop_masks: dict = {}
+
+    def update(self, keys, values, layer_idx, *args, **kwargs):
+        pool_k, pool_v = self.kv.keys[layer_idx], self.kv.values[layer_idx]
+        pool_k.index_copy_(0, self.write, keys[0].transpose(0, 1).to(pool_k.dtype))
+        pool_v.index_copy_(0, self.write, values[0].transpose(0, 1).to(pool_v.dtype))
+        return (pool_k.index_select(0, self.read_all).transpose(0, 1)[None],
+                pool_v.index_select(0, self.read_all).transpose(0, 1)[None])
+
+    def attend(self, eager, module, query, key, value, **kwargs):
+        window = kwargs.get("sliding_window")
+        outs = []
+        for i, (rows, keys) in enumerate(self.spans):
+            q, k, v = query[:, :, rows], key[:, :, keys], value[:, :, keys]
+            out, _ = eager(module, q, k, v, self._mask_of(i, window, query.dtype), **kwargs)
+            self.scored += q.shape[2] * k.shape[2]
+            outs.append(out)
+        return torch.cat(outs, dim=1), None
+
+    def _mask_of(self, i, window, dtype):
+        key = (i, window, dtype)
+        if key not in self._loop_masks:
+            r = self.rows[i]
+            if r.q_len == 1 and (window is None or window >= r.kv_len):
+                self._loop_masks[key] = None
+            else:
+                q_pos = torch.arange(r.start, r.kv_len)
+                k_pos = torch.arange(r.kv_len)
+                allowed = k_pos[None, :] <= q_pos[:, None]
+                if window is not None:
+                    allowed &= (q_pos[:, None] - k_pos[None, :]) < window
+                blocked = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+                self._loop_masks[key] = blocked[None, None].to(self.read.device)
+        return self._loop_masks[key]
+
+
+def _attention_timed(base):
+    """`base` with its layers' attention timed (perf_counter around a device sync), into `cls.attention_ms`."""
+
+    class Timed(base):
+        attention_ms: list[float] = []
+
+        def attend(self, eager, module, query, *args, **kwargs):
+            dev.sync(query.device)
+            t0 = now()
+            out = super().attend(eager, module, query, *args, **kwargs)
+            dev.sync(query.device)
+            Timed.attention_ms.append((now() - t0) * 1e3)
+            return out
+
+    return Timed
+
+
+ONE_CALL_WORKLOADS = ((8, 64), (32, 32))  # (requests at once, new tokens each): the throughput part's, and 4x wider
+
+
+def one_call_vs_loop(lm: LoadedModel, requests: int = 8, new_tokens: int = 64, rounds: int = 3, log=print):
+    """`requests` at once (the throughput part's prompts, repeated), one length, served with the one-call paged pass
+    and with the per-request loop, alternated round by round after a warm-up round (dropped): tokens/s over each
+    way's median round. Then one more run each with the attention timed: its share of the steps' wall time."""
+    from engine.generate.serving import RequestSpec, ServingRun
+    from topics.serving.measure import PROMPTS
+    from topics.serving.record import OneCall
+
+    specs = [RequestSpec(PROMPTS[i % len(PROMPTS)], new_tokens, 0) for i in range(requests)]
+    ways = {"one call": PagedPass, "loop": LoopedPass}
+
+    def serve(pass_type):
+        run = type("Served", (ServingRun,), {"paged_pass": pass_type})(lm, specs, stop_on_eos=False, record=False,
+                                                                         max_requests=len(specs))
+        run.run()
+        return run
+
+    ms = {k: [] for k in ways}
+    tokens = {}
+    for r in range(rounds + 1):
+        for name in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+            run = serve(ways[name])
+            tokens[name] = [q.generated_ids for q in run.requests]
+            if r:
+                ms[name].append(sum(run.step_ms))
+            run.free()
+    share = {}
+    for name, pass_type in ways.items():
+        timed = _attention_timed(pass_type)
+        timed.attention_ms.clear()
+        run = serve(timed)
+        share[name] = sum(timed.attention_ms) / sum(run.step_ms)
+        run.free()
+    total = len(specs) * new_tokens
+    rate = {k: total / (statistics.median(v) / 1e3) for k, v in ms.items()}
+    return OneCall(requests=len(specs), new_tokens=new_tokens, rounds=rounds, loop_tokens_per_s=rate["loop"],
+                   one_call_tokens_per_s=rate["one call"], loop_attention_share=share["loop"],
+                   one_call_attention_share=share["one call"], same_tokens=tokens["one call"] == tokens["loop"])
+
+
+def log_one_call(o, log=print) -> None:
+    log(f"  the paged pass, {o.requests} requests x {o.new_tokens} new tokens at once, medians of {o.rounds} "
+        f"alternated rounds:")
+    log(f"    before, one eager call per request (a loop)   {o.loop_tokens_per_s:8.0f} tokens/s")
+    log(f"    after, one attention call per layer           {o.one_call_tokens_per_s:8.0f} tokens/s   "
+        f"x{o.speedup:.2f}; same tokens: {o.same_tokens}")
+    log(f"    profile: attention takes {o.loop_attention_share:.0%} of a serving step's wall time before, "
+        f"{o.one_call_attention_share:.0%} after (a run each, the layers' attention timed)")
+
+
 def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: bool = True, log=print,
               ladder_sizes=LADDER_SIZES) -> Bench:
     """Every part in the module docstring's order, logged as it goes; the record `--json` writes (`to_dict`)."""
@@ -228,6 +352,10 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     from topics.serving import measure as serving
 
     served = serving.run_all(lm, log=log)
+    one_call = tuple(one_call_vs_loop(lm, n, tokens, log=log) for n, tokens in ONE_CALL_WORKLOADS)
+    for each in one_call:
+        log_one_call(each, log)
+    served = replace(served, one_call=one_call)
     log("the KV cache on a budget (topics/budget/measure.py): every policy against the full cache, one run:")
     from topics.budget import measure as budget
 

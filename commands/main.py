@@ -145,12 +145,15 @@ def _serve(args) -> int:
 
         dev.use_serving_threads(int(lm.spec.parameters))
     if args.compare_batching:  # the same requests with continuous and with static batching, measured side by side
-        from topics.serving.measure import batching_comparison, log_queue
+        from engine.generate.serving.orders import order_spread
+        from topics.serving.measure import batching_comparison, log_orders, log_queue
 
         q = batching_comparison(lm, specs, sizing, rounds=args.rounds)
         log_queue(q)
+        o = order_spread(lm, specs, sizing, orders=args.orders)
+        log_orders(o, given="the shipped order" if args.scenario else "the order given")
         if args.json:
-            write_json(args.json, q.to_dict())
+            write_json(args.json, {**q.to_dict(), "orders": o.to_dict()})
         return 0
     run = ServingRun(lm, specs, **sizing)
     slots = f", {run.max_seqs} batch slots" if run.max_seqs else ""
@@ -260,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the requests with continuous and with static batching, alternated rounds after a "
                         "warm-up, and print each way's tokens/s (every request makes all its tokens)")
     v.add_argument("--rounds", type=positive, default=5, help="timed rounds of --compare-batching (default 5)")
+    v.add_argument("--orders", type=positive, default=200,
+                   help="random orders of the same requests --compare-batching schedules both ways (default 200)")
     v.add_argument("--json", help="write the run (requests, every step, totals) here")
     model_args(v)
     v.set_defaults(func=_serve)

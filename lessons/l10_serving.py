@@ -38,7 +38,8 @@ def show(course: Course) -> None:
     st.markdown(summary(run, at))  # "step 7 of {last}": the same run the slider walks; the engine's numbers only
     pictures(run, at)
     st.caption(sc["why"] + " Every request's tokens are exactly the ones it gets alone (greedy): the pass mixes "
-               "requests, the mask keeps each query to its own request's keys.")
+               "requests in one attention call per layer, each reading its keys through its own block table, and the mask keeps "
+               "each query to its own request's keys.")
     st.page_link(str(ROOT / "pages" / "serving.py"), label=f"Open the Serving page: all {len(SCENARIOS)} scenarios, step by step",
                  icon=":material/dns:")
 

@@ -11,7 +11,9 @@ from engine.units import human_bytes
 from lessons.course import Course
 from physics import kvcalc
 from topics.budget import draw, measure
+from topics.budget.policies import CAPPED
 from topics.budget.records import SHORT_DTYPE
+from topics.budget.stories import recorded_stories
 from ui.style import scale
 
 TITLE = "11. The KV cache on a budget: quantize it, evict from it"
@@ -67,6 +69,13 @@ def show(course: Course) -> None:
         + f"Heavy hitters agree on **{heavy.forced.agreement:.1%}** with H2O's plain sum and "
         f"**{avg.forced.agreement:.1%}** with the sum per query that could see each position (kvpress's score): "
         "which positions count as heavy depends on how you score them.")
+    spread = recorded_stories(lm)
+    if spread is not None:  # one story is one draw: the same policies over several, with their intervals
+        dtype = spread.dtypes[0]
+        st.caption(f"One story is one draw. Over {spread.stories} held-out stories (recorded, "
+                   f"{SHORT_DTYPE.get(dtype, dtype)}), the eviction policies holding {spread.budget} positions rank "
+                   f"{spread.ranking_sentence(dtype, CAPPED)}. The budget page shows every interval, and the same "
+                   "in bf16.")
     sink_rows = _sinks(lm, course.model)
     st.plotly_chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), key="lesson11_sinks")
     st.caption("The first position: big trained models (GPT-2, Llama) pour attention onto it, a *sink*, and collapse "

@@ -655,6 +655,18 @@ def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     by_hand = sorted(CAPPED, key=lambda p: (-rows[p]["agreement"], rows[p]["kl_mean"]))
     assert f"by agreement (ties: the lower KL): {' > '.join(by_hand)}" in text
     assert doc["ranking"] == by_hand
+    spread = doc["stories"]  # then every policy over 8 stories, fp32 and bf16, with intervals
+    assert spread["stories"] == 8 and {r["dtype"] for r in spread["rows"]} == {"float32", "bfloat16",
+                                                                               "bfloat16 vs float32"}
+    assert "every story: 8 held-out stories" in text and "fp8 saturation, fp32:" in text
+    for dtype, short in (("float32", "fp32"), ("bfloat16", "bf16")):
+        ranked = [r for r in spread["rows"] if r["dtype"] == dtype and r["policy"] in CAPPED]
+        ranked.sort(key=lambda r: (-r["agreement"], r["kl_mean"]))
+        words = ""
+        for a, b in zip(ranked, ranked[1:]):  # ≈ exactly where the written intervals overlap
+            x, y = a["agreement_ci"], b["agreement_ci"]
+            words += a["policy"] + (" ≈ " if x["low"] <= y["high"] and y["low"] <= x["high"] else " > ")
+        assert f"{short}, by pooled agreement: {words + ranked[-1]['policy']} (≈: tied" in text
 
 
 # ---------------------------------------------------------------- the pictures say what the record says
@@ -729,3 +741,140 @@ def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_s
     assert not at.exception and "at least 5" in at.error[0].value
     at.slider(key="budget_budget").set_value(64).run()
     assert not at.error and any(m.value.startswith("Holds ") for m in at.markdown)
+    # every story, recorded: the chart of intervals, the ranking with its ties, the table in both dtypes
+    assert any(s.value.startswith("Every story: 8 held-out stories") for s in at.subheader)
+    assert any("Every policy over 8 stories" in c for c in (str(c.proto.spec) for c in at.get("plotly_chart")))
+    words = next(m.value for m in at.markdown if "apart:" in m.value)
+    assert "**heavy**" not in words.split("apart:")[1].split(">")[0]  # nothing is set apart below heavy
+    assert "bf16" in words and "saturate at ±448" in words
+    table = at.dataframe[-1].value
+    assert {"fp32 agreement [95 %]", "bf16 agreement [95 %]"} <= set(table.columns) and len(table) == 9
+
+
+# ---------------------------------------------------------------- every story, with its spread (topics/budget/stories.py)
+
+
+def spread_of(intervals: dict[str, tuple[float, float, float]]):
+    """A StorySpread whose fp32 rows have these (agreement, low, high): one story each, agreement out of 1000 steps."""
+    from topics.budget.records import Interval, PolicySpread, StoryScore, StorySpread
+
+    rows = tuple(PolicySpread(p, 64, "float32", (StoryScore(0, 2000, 1000, round(a * 1000), 0.0, None),),
+                              Interval(lo, hi), Interval(0.0, 0.0)) for p, (a, lo, hi) in intervals.items())
+    return StorySpread("m", "cpu", 64, 1, 256, 8, 100, 0, rows)
+
+
+def test_the_ranking_says_tied_exactly_where_the_intervals_overlap():
+    """Neighbours in the ranking (most agreement first) are 'tied' (≈) when their intervals overlap, '>' when the
+    upper one's low end is above the lower one's high end, written out here by hand for each pair."""
+    spread = spread_of({"a": (0.93, 0.90, 0.96), "b": (0.92, 0.89, 0.95), "c": (0.85, 0.82, 0.88),
+                        "d": (0.84, 0.80, 0.86), "e": (0.70, 0.60, 0.79)})
+    ranks = spread.ranking("float32", "abcde")
+    assert [r.policy for r in ranks] == list("abcde")
+    assert [r.tied_with_next for r in ranks] == [True, False, True, False, None]  # 0.89 <= 0.96; 0.88 < 0.89; ...
+    assert spread.ranking_words("float32", "abcde") == "a ≈ b > c ≈ d > e"
+    apart = {(x, y) for x in "abcde" for y in "abcde" if x < y}  # every pair, minus the four that overlap
+    assert set(spread.apart("float32", "abcde")) == apart - {("a", "b"), ("c", "d")}
+    chain = spread_of({"a": (0.92, 0.90, 0.94), "b": (0.89, 0.86, 0.91), "c": (0.86, 0.83, 0.88)})
+    assert chain.ranking_sentence("float32", "abc") == ("a ≈ b ≈ c (≈: tied, their 95 % intervals overlap); "
+                                                         "apart: a > c")  # a chain of ties: a and c still apart
+
+
+def test_the_recorded_spread_holds_every_policy_over_eight_stories_in_fp32_and_bf16():
+    """assets/budget_stories_default.json, what the page shows: ≥ 8 stories, every policy in both dtypes, intervals
+    around the pooled figures, the ranking's ties exactly where the recorded intervals overlap, fp8's saturation
+    counted in both dtypes, and the command that remakes it."""
+    import json
+
+    from topics.budget.records import StorySpread
+
+    spread = StorySpread.from_dict(json.loads((ASSETS / "budget_stories_default.json").read_text()))
+    assert spread.stories >= 8 and spread.command.startswith("python -m engine budget --policy all")
+    assert spread.dtypes == ("float32", "bfloat16")
+    for dtype in spread.dtypes:
+        for p in POLICIES:
+            if p == "full":
+                continue
+            r = spread.row(p, dtype)
+            assert len(r.stories) == spread.stories, (p, dtype)
+            assert r.agreement_ci.low <= r.agreement <= r.agreement_ci.high, (p, dtype)
+            assert r.kl_ci.low <= r.kl_mean <= r.kl_ci.high, (p, dtype)
+            assert r.agreement == sum(s.agreeing for s in r.stories) / sum(s.steps for s in r.stories)
+        ranks = spread.ranking(dtype, CAPPED)
+        for upper, lower in zip(ranks, ranks[1:]):
+            overlap = upper.interval.low <= lower.interval.high and lower.interval.low <= upper.interval.high
+            assert upper.tied_with_next == overlap and upper.agreement >= lower.agreement
+        for a, b in spread.apart(dtype, CAPPED):
+            x, y = spread.row(a, dtype).agreement_ci, spread.row(b, dtype).agreement_ci
+            assert x.low > y.high  # set apart: the higher one's interval wholly above
+        sat = spread.row("fp8", dtype).saturation
+        assert sat is not None and sat.decoded > 0 and 0 <= sat.share < 0.01 and sat.worst > 0
+    assert spread.row("full", "bfloat16 vs float32") is not None  # what bf16 alone does
+
+
+@pytest.fixture(scope="module")
+def small_spread(bundled_lm):
+    from topics.budget.stories import measure_stories
+
+    return measure_stories(bundled_lm, ("window", "fp8"), budget=12, stories=3, context=48, free_tokens=4,
+                           resamples=200)
+
+
+def test_each_storys_damage_is_the_hand_written_rule_on_transformers_own_model(bundled_lm, small_spread):
+    """Three stories of 48 tokens, a window of 12: each story's agreeing steps and KL are the hand-written window's
+    on transformers' own model against its own full forward pass; the intervals are the percentile bootstrap of
+    those per-story counts, recomputed here with the same seeded resamples."""
+    import numpy as np
+
+    from topics.budget.stories import story_ids
+
+    stories = story_ids(bundled_lm, 3, 48, 48)
+    row = small_spread.row("window", "float32")
+    for story, ids in zip(row.stories, stories):
+        half = len(ids) // 2
+        with torch.inference_mode():
+            full = torch.log_softmax(their_model()(torch.tensor([ids])).logits[0, half:].float(), -1)
+        logp = hand_evict("window", ids, half, 12).logp[1:]
+        assert story.steps == len(ids) - half == len(logp)
+        assert story.agreeing == sum(int(a) == int(b) for a, b in zip(logp.argmax(-1), full.argmax(-1)))
+        assert story.kl_sum == pytest.approx(float((full.exp() * (full - logp)).sum(-1).sum()), rel=1e-3, abs=1e-5)
+    picks = np.random.default_rng(0).integers(0, 3, size=(200, 3))
+    agree = np.array([s.agreeing for s in row.stories]) / 1.0
+    steps = np.array([s.steps for s in row.stories]) / 1.0
+    boot = agree[picks].sum(1) / steps[picks].sum(1)
+    assert row.agreement_ci.low == pytest.approx(np.percentile(boot, 2.5))
+    assert row.agreement_ci.high == pytest.approx(np.percentile(boot, 97.5))
+
+
+def test_the_bf16_rows_run_the_model_and_the_cache_in_bf16(bundled_lm, small_spread):
+    """The bf16 rows are measured, not counted: a copy of the weights in bf16 (the shared model stays fp32), its
+    cache's rows in bf16, and its full cache differs from fp32's by a measurable KL."""
+    from topics.budget.stories import in_dtype
+
+    half = in_dtype(bundled_lm, torch.bfloat16)
+    assert half.model.model.embed_tokens.weight.dtype == torch.bfloat16
+    assert bundled_lm.model.model.embed_tokens.weight.dtype == torch.float32
+    _, cache = forced_logprobs(half, "window", 8, held_out_ids(half, 24), 12)
+    assert all(layer.keys.dtype == torch.bfloat16 for layer in cache.layers)
+    assert small_spread.dtypes == ("float32", "bfloat16")
+    both = small_spread.row("full", "bfloat16 vs float32")
+    assert both.kl_mean > 0 and both.steps == small_spread.row("window", "float32").steps
+
+
+def test_fp8_counts_the_decoded_numbers_past_its_frozen_scale():
+    """A prompt whose largest |number| is 2.0 freezes fp8's scale at 2/448; decoded rows holding 2.5, -3.0 and 1.0:
+    two of the eight numbers a row pair brings are past ±2.0, the worst 1.5x the range, and they saturate at ±2.0
+    when packed (the codec's round trip, against the hand count)."""
+    layer = QuantizedLayer("fp8", budget=1)
+    prompt = torch.zeros(1, 1, 4, 2)
+    prompt[0, 0, 0, 0] = 2.0
+    layer.update(prompt, prompt.clone(), 0)
+    row = torch.tensor([[[[2.5, 1.0]]]])
+    layer.update(row, -1.2 * row.clone(), 0)  # keys 2.5 and 1.0; values -3.0 and -1.2
+    assert layer.decoded_numel == 4 and layer.past_range == 2
+    assert layer.worst_over == pytest.approx(1.5)
+    packed = layer.codec.pack(row, keys=True)
+    assert float(layer.codec.unpack(packed, torch.float32).max()) == pytest.approx(2.0)  # saturated at the range
+    int8 = QuantizedLayer("int8", budget=1)
+    int8.update(prompt, prompt.clone(), 0)
+    int8.update(row, row.clone(), 0)
+    assert int8.decoded_numel == 0  # KIVI sets its range per group: nothing frozen to pass

@@ -1,8 +1,9 @@
 """Each request's attention reads its own blocks: the paged pass's attention work grows linearly with the batch.
 
-Before, every query of the pass was scored against every request's keys and the other requests' were masked:
-T x Σ kv_len scores per head and layer, batch² at a fixed context. Counted off the tensors each request's attention
-really multiplied (engine.forward.paged.attention_work), the work is now Σ q_len_i x kv_len_i.
+Scoring every query of the pass against every request's keys and masking the other requests' would be T x Σ kv_len
+scores per head and layer, batch² at a fixed context. The one call per layer lays the requests out as a batch, each
+against its own keys: batch x max q_len x max kv_len scores (engine.forward.paged.attention_work counts them off
+the tensors), of which Σ q_len_i x kv_len_i are needed; for equal decodes every score is needed.
 """
 
 from __future__ import annotations
@@ -18,23 +19,25 @@ def test_decode_attention_work_is_linear_in_the_batch(bundled_lm):
     assert (s.layers, s.heads, s.k_dim, s.v_dim) == (4, 8, 32, 32)
     work = {b: attention_work(bundled_lm, b, 64) for b in (1, 2, 8, 32)}
     for b, w in work.items():
-        assert w["scores"] == b * 4 * 65
-        assert w["flops"] == w["scores"] * 2 * 8 * (32 + 32)
-        assert w["forward_ms"] > 0
-    assert work[32]["flops"] == 8_519_680  # 8.5 MFLOP at batch 32 (scoring every request's keys: 32 x that)
-    assert work[32]["scores"] == 32 * work[1]["scores"]  # linear, not 32² = 1,024 x
+        assert w.scores == w.needed == b * 4 * 65
+        assert w.flops == w.scores * 2 * 8 * (32 + 32)
+        assert w.forward_ms > 0
+    assert work[32].flops == 8_519_680  # 8.5 MFLOP at batch 32 (scoring every request's keys: 32 x that)
+    assert work[32].scores == 32 * work[1].scores  # linear, not 32² = 1,024 x
 
 
 def test_a_mixed_pass_scores_each_requests_own_keys_only(bundled_lm):
     """A prefill chunk of 5 tokens at position 3 beside two decodes at 10 and 20 positions: 5 x 8 + 11 + 21 scores a
-    layer (the chunk's causal triangle is scored and masked inside its own 8 keys)."""
+    layer are needed; the one call computes the padded 3 x 5 x 21 (every request's queries up to the longest q_len,
+    against its keys up to the longest kv_len)."""
     kv = PagedKV(bundled_lm, num_blocks=12, page_size=4)
     rows = [Row((1, 2, 3, 4, 5), 3, tuple(range(8)), True),
             Row((6,), 10, tuple(range(8, 19)), True),
             Row((7,), 20, tuple(range(20, 41)), True)]
     p = PagedPass(kv, rows)
     run_paged_pass(bundled_lm, p)
-    assert p.scored == bundled_lm.spec.layers * (5 * 8 + 11 + 21)
+    assert p.needed == bundled_lm.spec.layers * (5 * 8 + 11 + 21)
+    assert p.scored == bundled_lm.spec.layers * 3 * 5 * 21
     assert run_paged(bundled_lm, kv, rows).logits.shape[1] == 3  # one row of logits per emitting request
 
 

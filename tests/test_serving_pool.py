@@ -196,3 +196,19 @@ def test_an_unknown_policy_is_refused_in_one_sentence(bundled_lm):
 
     with pytest.raises(StepError, match="newest, most_blocks"):
         ServingRun(bundled_lm, [RequestSpec("Tom", 4, 0)], preemption="oldest")
+
+
+@pytest.mark.parametrize("held, most_blocks", [((2, 3, 3), "r2"), ((3, 3, 2), "r1"), ((4, 1, 1), "r0")])
+def test_most_blocks_breaks_a_tie_toward_the_newest_and_newest_is_the_last_admitted(held, most_blocks):
+    """Three running requests, admitted r0, r1, r2, holding `held` blocks, none in this pass's plan yet: 'newest'
+    (vLLM's: recompute the last to arrive) preempts r2 whatever they hold; 'most_blocks' the one holding the most,
+    and among equals the newest (the one vLLM would pick of them)."""
+    from types import SimpleNamespace
+
+    from engine.generate.serving.scheduler import Plan, Scheduler
+
+    running = [SimpleNamespace(id=f"r{i}", table=list(range(n))) for i, n in enumerate(held)]
+    for policy, victim in (("newest", "r2"), ("most_blocks", most_blocks)):
+        s = Scheduler(BlockManager(16, 4), [], 64, preemption=policy)
+        s.running.extend(running)
+        assert s.victim(Plan()).id == victim, policy

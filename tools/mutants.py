@@ -566,6 +566,69 @@ def sat_out_during_the_long_prompt_only() -> None:
         return replace(stall, sat_out={rid: v for rid, v in kept.items() if v})
 
     measure.decode_stall = mutant
+
+def paged_decodes_unmasked() -> None:
+    """The one-call paged pass skips its mask whenever every request decodes one token, whatever their lengths: a
+    shorter request reads its padding (the null slot's zeros) as keys of its own."""
+    from engine.forward.paged import PagedPass
+
+    mask = PagedPass.mask
+    PagedPass.mask = lambda self, window, dtype: None if self.shape[1] == 1 else mask(self, window, dtype)
+
+
+def paged_reads_the_previous_table() -> None:
+    """The one-call paged pass reads each request's first block through the block table of the request before it."""
+    from engine.forward.paged import PagedPass
+
+    init = PagedPass.__init__
+
+    def mutant(self, kv, rows):
+        init(self, kv, rows)
+        batch, _, max_kv = self.shape
+        own = self.read.view(batch, max_kv)
+        read = own.clone()
+        for i in range(1, batch):
+            n = min(kv.page_size, rows[i].start, rows[i - 1].kv_len)
+            read[i, :n] = own[i - 1, :n]
+        self.read = read.flatten()
+
+    PagedPass.__init__ = mutant
+
+
+def preemption_tie_toward_oldest() -> None:
+    """'most_blocks' breaks a tie toward the oldest of the requests holding the most blocks, not the newest."""
+    from engine.generate.serving.scheduler import Preemption, Scheduler
+
+    victim = Scheduler.victim
+
+    def mutant(self, plan):
+        if self.preemption != Preemption.MOST_BLOCKS:
+            return victim(self, plan)
+        scheduled = {s.request.id for s in plan.rows}
+        return max((q for q in self.running if q.id not in scheduled), key=lambda q: len(q.table))
+
+    Scheduler.victim = mutant
+
+
+def orders_from_the_shipped_order_only() -> None:
+    """The every-order histogram is the shipped order again and again: no spread, the shipped ratio as its median."""
+    from engine.generate.serving import orders
+
+    orders.shuffled = lambda requests, order: list(requests)
+
+
+def ranking_ignores_intervals() -> None:
+    """The budget's ranking calls two neighbours tied only when their intervals are identical, not when they overlap."""
+    from topics.budget.records import Interval
+
+    Interval.overlaps = lambda self, other: self == other
+
+
+def bf16_rows_run_in_fp32() -> None:
+    """The budget's bf16 rows are measured with the fp32 model: only their label says bf16."""
+    from topics.budget import stories
+
+    stories.in_dtype = lambda lm, dtype: lm
 # ---- class
 
 
@@ -742,6 +805,18 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_serving.py::test_a_batch_timed_faster_than_a_smaller_one_is_timed_again_and_flagged_if_it_stays_so"]),
     "sat-out-during-the-long-prompt-only": (sat_out_during_the_long_prompt_only, [
         "tests/test_serving_page.py::test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records"]),
+    "paged-decodes-unmasked": (paged_decodes_unmasked, [
+        "tests/test_serving_paged.py::test_a_request_reads_no_block_outside_its_own_table"]),
+    "paged-reads-previous-table": (paged_reads_the_previous_table, [
+        "tests/test_serving_paged.py::test_a_request_reads_no_block_outside_its_own_table"]),
+    "preemption-tie-toward-oldest": (preemption_tie_toward_oldest, [
+        "tests/test_serving_pool.py::test_most_blocks_breaks_a_tie_toward_the_newest_and_newest_is_the_last_admitted"]),
+    "orders-shipped-only": (orders_from_the_shipped_order_only, [
+        "tests/test_serving_orders.py::test_the_shipped_order_is_the_most_favourable_and_the_median_order_still_wins"]),
+    "ranking-ignores-intervals": (ranking_ignores_intervals, [
+        BUDGET_TESTS + "test_the_ranking_says_tied_exactly_where_the_intervals_overlap"]),
+    "bf16-rows-run-in-fp32": (bf16_rows_run_in_fp32, [
+        BUDGET_TESTS + "test_the_bf16_rows_run_the_model_and_the_cache_in_bf16"]),
     # class
     "class-picture-layer-0": (class_picture_at_layer_zero, CLASS_PICTURE_TESTS),
     "class-told-head-0": (class_told_head_zero, CLASS_PICTURE_TESTS[:2]),

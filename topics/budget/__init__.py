@@ -6,6 +6,7 @@
     records.py    what a measurement returns: plain frozen records (no torch), what the pictures read
     measure.py    side by side with the full cache: bytes, teacher-forced agreement and KL, the parting step,
                   ms per decode step, the attention sink; `bench_rows` for `python -m engine bench`
+    stories.py    every policy over several held-out stories, fp32 and bf16: intervals, ties, fp8's saturation
     draw.py       the cache per layer (evicted greyed, quantized hatched), divergence charts: records in, figures out
     cli.py        `python -m engine budget ...`
     page.py       the Streamlit page (the only file here that imports streamlit)

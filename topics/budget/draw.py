@@ -8,6 +8,8 @@
                      reader's; sink_words says what it shows
     policy_table     the side-by-side numbers as a DataFrame
     bytes_words      the bytes held, against the cache's own dtype and against bf16; step_words, the time
+    stories_fig      every policy's agreement over several stories with its interval, fp32 and bf16 side by side;
+                     stories_table and stories_words say the same in numbers, with the ties and fp8's saturation
 
 Nothing here imports torch or streamlit: the same record draws in the app, a notebook and a test.
 """
@@ -237,3 +239,69 @@ def step_words(row, full) -> str:
         said += (" On a small model a step is overhead-bound: reading fewer bytes barely changes its time, and what a "
                  "policy does besides (scoring by attention, evicting) can cost more than it saves.")
     return said
+
+
+# ---------------------------------------------------------------- every story, with its spread
+
+
+DTYPE_MARKERS = {"float32": "circle", "bfloat16": "diamond"}
+
+
+def stories_fig(spread, scale: float = 1.0) -> go.Figure:
+    """Pooled top-1 agreement per policy with its 95 % interval (error bars), fp32 and bf16 side by side: where two
+    bars overlap, the ranking says tied."""
+    fig = go.Figure()
+    policies = list(dict.fromkeys(r.policy for r in spread.rows if r.dtype in spread.dtypes))
+    for dtype in spread.dtypes:
+        rows = [spread.row(p, dtype) for p in policies]
+        fig.add_trace(go.Scatter(
+            x=policies, y=[r.agreement for r in rows], mode="markers", name=SHORT_DTYPE.get(dtype, dtype),
+            marker=dict(symbol=DTYPE_MARKERS.get(dtype, "circle"), size=9 * scale, color=INK if dtype == "float32"
+                        else GREY),
+            error_y=dict(type="data", symmetric=False, array=[r.agreement_ci.high - r.agreement for r in rows],
+                         arrayminus=[r.agreement - r.agreement_ci.low for r in rows]),
+            hovertemplate="%{x}: %{y:.1%}<extra>" + SHORT_DTYPE.get(dtype, dtype) + "</extra>"))
+    low = min(r.agreement_ci.low for r in spread.rows if r.dtype in spread.dtypes)
+    fig.update_yaxes(title="agreement, 95 % interval", tickformat=".0%",
+                     range=[max(0.0, int(low * 20) / 20 - 0.02), 1.01])  # zoomed to the intervals, from a round floor
+    fig.update_layout(scattermode="group")
+    return layout(fig, f"Every policy over {spread.stories} stories, budget {spread.budget}", height=330,
+                  scale=scale)
+
+
+def stories_table(spread) -> pd.DataFrame:
+    """One row per policy: agreement and KL with their intervals, and the stories whose free runs parted, per dtype."""
+    out = []
+    for p in dict.fromkeys(r.policy for r in spread.rows if r.dtype in spread.dtypes):
+        row = {"policy": p}
+        for d in spread.dtypes:
+            r, short = spread.row(p, d), SHORT_DTYPE.get(d, d)
+            row[f"{short} agreement [95 %]"] = f"{r.agreement:.1%} [{r.agreement_ci.low:.1%}–{r.agreement_ci.high:.1%}]"
+            row[f"{short} mean KL [95 %]"] = f"{r.kl_mean:.4f} [{r.kl_ci.low:.4f}–{r.kl_ci.high:.4f}]"
+            row[f"{short} texts parted"] = f"{r.parted} of {len(r.stories)}"
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def stories_words(spread, capped) -> str:
+    """The ranking with its ties, what bf16 alone does, and fp8's saturation, in the record's own numbers."""
+    said = []
+    for d in spread.dtypes:
+        said.append(f"Eviction policies holding {spread.budget} positions, {SHORT_DTYPE.get(d, d)}: "
+                    f"**{spread.ranking_words(d, capped)}** (≈: tied, their 95 % intervals overlap); "
+                    + ("apart: " + ", ".join(f"**{a} > {b}**" for a, b in spread.apart(d, capped))
+                       if spread.apart(d, capped) else "no two of them apart") + ".")
+    both = next((r for r in spread.rows if " vs " in r.dtype), None)
+    if both is not None:
+        said.append(f"The bf16 full cache against the fp32 one (weights and cache in bf16, nothing dropped): "
+                    f"{both.agreement:.1%} agreement, mean KL {both.kl_mean:.5f}: the floor every bf16 row stands on.")
+    for d in spread.dtypes:
+        r = spread.row("fp8", d)
+        if r is not None and r.saturation is not None:
+            s = r.saturation
+            said.append(f"fp8, {SHORT_DTYPE.get(d, d)}: **{s.share:.3%}** of the decoded K and V numbers "
+                        f"({s.past_range:,} of {s.decoded:,}) fell past the range of the scale frozen on the prompt "
+                        f"and saturate at ±448 (the worst {s.worst:.2f}x the range).")
+    said.append(f"{spread.stories} held-out stories, the first half of each prefilled and the rest teacher-forced; "
+                f"intervals: percentile bootstrap over the stories ({spread.resamples} resamples).")
+    return "\n".join(f"- {line}" for line in said)

@@ -27,6 +27,7 @@ from engine.forward.cache import layer_bytes
 from engine.forward.run import run_pass
 from engine.generate.stepper import Stepper
 from engine.paths import ASSETS
+from engine.timing import now
 from topics.budget.evict import EvictingLayer
 from topics.budget.policies import CAPPED, POLICIES, budget_cache, check
 from topics.budget.quant import QuantizedLayer
@@ -285,16 +286,15 @@ def sweep_path(lm):
 
 def record_sweep(lm, budgets=SWEEP_BUDGETS, context: int = CONTEXT, command: str = "", on_point=None) -> RecordedSweep:
     """Every policy at every budget (`sweep`), as a recording that names its machine, date and command."""
-    import time
     from datetime import datetime, timezone
 
     from engine import device as dev
 
-    t0 = time.perf_counter()
+    t0 = now()
     points = sweep(lm, budgets, context=context, on_point=on_point)
     return RecordedSweep(sweep_name(lm), dev.describe(lm.device),
                          lm.dtype_name, context, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                         round(time.perf_counter() - t0, 1), tuple(points), command)
+                         round(now() - t0, 1), tuple(points), command)
 
 
 def recorded_sweep(lm) -> RecordedSweep | None:

@@ -12,6 +12,7 @@ from drawing.svg import picture_html
 from engine import DecodeLabError
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED, POLICIES
+from topics.budget.stories import recorded_stories
 from ui.setup import page_setup
 from ui.style import scale
 from ui.text import error
@@ -113,7 +114,8 @@ def show() -> None:
         if points is not None:
             st.plotly_chart(draw.divergence_fig(points, scale=scale()), key="budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
-            st.caption(f"Eviction policies holding {at} positions, by agreement at that budget: " +
+            st.caption(f"Eviction policies holding {at} positions, by agreement at that budget on one held-out text "
+                       "(no interval: every story, with its spread, below): " +
                        " > ".join(measure.ranking(points, CAPPED, budget=at)) +
                        f" (the CLI's `--policy all` ranks the same way; snap, SnapKV as published, holds {at} "
                        f"prompt positions plus every decoded one); {source}.")
@@ -123,6 +125,15 @@ def show() -> None:
 
     st.html(draw.texts_html(row))
     st.caption(draw.step_words(row, full))
+
+    spread = recorded_stories(lm)
+    if spread is not None:  # the damage over several stories, with its spread: recorded (a few minutes to measure)
+        st.subheader(f"Every story: {spread.stories} held-out stories, fp32 and bf16")
+        st.plotly_chart(draw.stories_fig(spread, scale=scale()), key="budget_stories")
+        st.markdown(draw.stories_words(spread, CAPPED))
+        st.dataframe(draw.stories_table(spread), hide_index=True)
+        st.caption(f"Recorded on {spread.device}, {spread.measured_at[:10]} (`{spread.command}`); teacher-forced "
+                   "figures do not depend on the machine's speed.")
 
     with st.expander("Positions keep their rotation; the attention sink, measured"):
         st.markdown(

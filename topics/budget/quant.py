@@ -24,12 +24,12 @@ reads the packed bytes inside attention instead: there, fewer bytes held is fewe
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from engine import device as dev
+from engine.timing import now
 from engine.transformers_internals import OwnLayer
 
 GROUP = 16  # KIVI's key group along the positions (the paper uses 32 or 128 on 7B models)
@@ -141,6 +141,9 @@ class QuantizedLayer(OwnLayer):
         self.packed_keys: Packed | None = None
         self.packed_values: Packed | None = None
         self.dequant_ms = 0.0  # time spent dequantizing the older rows, over every timed pass so far
+        self.decoded_numel = 0  # K and V numbers of the rows decoded after the prefill (the scale's calibration)
+        self.past_range = 0  # of them, those past what the frozen scale holds (fp8: |x| > 448 · scale): saturated
+        self.worst_over = 0.0  # the largest |x| / (448 · scale) among them (over 1: past the range)
         self.timed = False  # time the dequantize (two device syncs a pass): only where a caller reads dequant_ms
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -149,6 +152,8 @@ class QuantizedLayer(OwnLayer):
             self.lazy_initialization(key_states, value_states)
             self.codec.calibrate(key_states, keys=True)  # the prefill: every prompt position sets the scale
             self.codec.calibrate(value_states, keys=False)
+        else:
+            self.count_past_range(key_states, value_states)
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
         self.seen += key_states.shape[-2]
@@ -156,13 +161,25 @@ class QuantizedLayer(OwnLayer):
             return self.keys, self.values
         if self.timed:
             dev.sync(self.device)  # perf_counter around a device sync: the dequantize, timed on its own
-        t0 = time.perf_counter()
+        t0 = now()
         old_k = self.codec.unpack(self.packed_keys, self.dtype)
         old_v = self.codec.unpack(self.packed_values, self.dtype)
         if self.timed:
             dev.sync(self.device)
-            self.dequant_ms += (time.perf_counter() - t0) * 1e3
+            self.dequant_ms += (now() - t0) * 1e3
         return torch.cat([old_k, self.keys], dim=-2), torch.cat([old_v, self.values], dim=-2)
+
+    def count_past_range(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """A decoded row's numbers past the frozen scale's range (fp8: ±448 · the prompt's scale), counted as the row
+        arrives: packed later, they saturate at ±448. A codec without a frozen scale (KIVI) has no such range."""
+        frozen = getattr(self.codec, "frozen", None)
+        if frozen is None or frozen[True] is None:
+            return
+        for x, is_keys in ((keys, True), (values, False)):
+            over = x.abs().float() / (FP8_MAX * frozen[is_keys])
+            self.decoded_numel += x.numel()
+            self.past_range += int((over > 1).sum())
+            self.worst_over = max(self.worst_over, float(over.max()))
 
     def observe(self, weights=None) -> None:
         """After this layer's attention: quantize the rows that fell out of the full-precision budget, once."""

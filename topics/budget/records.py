@@ -253,3 +253,180 @@ class RecordedSweep:
         return {"model": self.model, "device": self.device, "dtype": self.dtype, "context": self.context,
                 "measured_at": self.measured_at, "wall_s": self.wall_s, "command": self.command,
                 "points": [asdict(p) for p in self.points]}
+
+
+# ---------------------------------------------------------------- every story, with its spread (stories.py)
+
+
+@dataclass(frozen=True)
+class StoryScore:
+    """One policy on one held-out story: the teacher-forced counts, and where the free runs parted."""
+
+    story: int  # its index among the stories measured
+    tokens: int  # the story's tokens measured (half prefilled, the rest teacher-forced)
+    steps: int  # teacher-forced steps compared
+    agreeing: int  # of them, with the full cache's top-1 token
+    kl_sum: float  # Σ over those steps of KL(full || policy), nats
+    parting_step: int | None  # the free runs' first different token (None: never, within the free run)
+
+    @classmethod
+    def of(cls, story: int, tokens: int, agree, kl, mine, full) -> "StoryScore":
+        return cls(story, tokens, len(agree), int(sum(agree)), float(sum(kl)), parting(tuple(mine), tuple(full)))
+
+    @property
+    def agreement(self) -> float:
+        return self.agreeing / self.steps if self.steps else 1.0
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A 95 % interval (percentile bootstrap over the stories)."""
+
+    low: float
+    high: float
+
+    def overlaps(self, other: "Interval") -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """fp8's decoded K and V numbers past its frozen scale's range (|x| > 448 · scale), all layers and stories."""
+
+    decoded: int  # decoded numbers seen
+    past_range: int  # of them, past the range: they saturate at ±448 when packed
+    worst: float  # the largest |x| / (448 · scale): 1.13 is 13 % past the range
+
+    @property
+    def share(self) -> float:
+        return self.past_range / self.decoded if self.decoded else 0.0
+
+
+@dataclass(frozen=True)
+class PolicySpread:
+    """One policy in one dtype over every story: pooled figures, their intervals, each story's own."""
+
+    policy: str
+    budget: int | None
+    dtype: str  # "float32", "bfloat16", or "bfloat16 vs float32" (bf16's full cache against fp32's)
+    stories: tuple[StoryScore, ...]
+    agreement_ci: Interval
+    kl_ci: Interval
+    saturation: Saturation | None = None
+
+    @property
+    def steps(self) -> int:
+        return sum(s.steps for s in self.stories)
+
+    @property
+    def agreement(self) -> float:
+        """Agreeing steps over every story's steps (pooled)."""
+        return sum(s.agreeing for s in self.stories) / self.steps if self.steps else 1.0
+
+    @property
+    def kl_mean(self) -> float:
+        return sum(s.kl_sum for s in self.stories) / self.steps if self.steps else 0.0
+
+    @property
+    def parted(self) -> int:
+        """Stories whose free runs parted from the full cache's."""
+        return sum(s.parting_step is not None for s in self.stories)
+
+    @property
+    def parting_median(self) -> float | None:
+        """The median parting step over the stories that parted (None: none did)."""
+        steps = [s.parting_step for s in self.stories if s.parting_step is not None]
+        return statistics.median(steps) if steps else None
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy, "budget": self.budget, "dtype": self.dtype,
+                "stories": [asdict(s) for s in self.stories], "agreement": self.agreement,
+                "agreement_ci": asdict(self.agreement_ci), "kl_mean": self.kl_mean, "kl_ci": asdict(self.kl_ci),
+                "parted": self.parted, "parting_median": self.parting_median,
+                "saturation": None if self.saturation is None else {**asdict(self.saturation),
+                                                                    "share": self.saturation.share}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PolicySpread":
+        sat = d.get("saturation")
+        return cls(d["policy"], d["budget"], d["dtype"], tuple(StoryScore(**s) for s in d["stories"]),
+                   Interval(**d["agreement_ci"]), Interval(**d["kl_ci"]),
+                   None if sat is None else Saturation(sat["decoded"], sat["past_range"], sat["worst"]))
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One place of a ranking: a policy, and whether it is tied with the next one down (their intervals overlap)."""
+
+    policy: str
+    agreement: float
+    interval: Interval
+    tied_with_next: bool | None  # None: the last place
+
+
+@dataclass(frozen=True)
+class StorySpread:
+    """Every policy over several held-out stories, in fp32 and bf16 (topics/budget/stories.py)."""
+
+    model: str
+    device: str
+    budget: int
+    stories: int
+    context: int
+    free_tokens: int
+    resamples: int
+    seed: int
+    rows: tuple[PolicySpread, ...]
+    measured_at: str = ""
+    wall_s: float = 0.0
+    command: str = ""
+    bf16_bytes: int = BF16_BYTES
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.dtype for r in self.rows if " vs " not in r.dtype))
+
+    def row(self, policy: str, dtype: str) -> PolicySpread | None:
+        return next((r for r in self.rows if r.policy == policy and r.dtype == dtype), None)
+
+    def ranking(self, dtype: str, policies) -> tuple[Rank, ...]:
+        """The named policies from the most agreement to the least (ties: the lower KL); each place says whether it
+        is tied with the next, which it is exactly when their intervals overlap."""
+        rows = sorted((r for r in self.rows if r.dtype == dtype and r.policy in policies),
+                      key=lambda r: (-r.agreement, r.kl_mean))
+        return tuple(Rank(r.policy, r.agreement, r.agreement_ci,
+                          None if i == len(rows) - 1 else r.agreement_ci.overlaps(rows[i + 1].agreement_ci))
+                     for i, r in enumerate(rows))
+
+    def ranking_words(self, dtype: str, policies) -> str:
+        """"a ≈ b > c": ≈ where two neighbours are tied (their 95 % intervals overlap), > where they are not."""
+        out = ""
+        for r in self.ranking(dtype, policies):
+            out += r.policy + ("" if r.tied_with_next is None else " ≈ " if r.tied_with_next else " > ")
+        return out
+
+    def apart(self, dtype: str, policies) -> tuple[tuple[str, str], ...]:
+        """Every pair of the named policies, neighbours or not, whose intervals do not overlap: (higher, lower). A
+        chain of ties can join two policies that are apart: these are the only orders the stories support."""
+        ranks = self.ranking(dtype, policies)
+        return tuple((a.policy, b.policy) for i, a in enumerate(ranks) for b in ranks[i + 1:]
+                     if not a.interval.overlaps(b.interval))
+
+    def ranking_sentence(self, dtype: str, policies) -> str:
+        """The ranking with its ties, then the pairs the intervals set apart (or that none are)."""
+        apart = self.apart(dtype, policies)
+        return (self.ranking_words(dtype, policies) + " (≈: tied, their 95 % intervals overlap); "
+                + ("apart: " + ", ".join(f"{a} > {b}" for a, b in apart) if apart
+                   else "no two of them apart"))
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "device": self.device, "budget": self.budget, "stories": self.stories,
+                "context": self.context, "free_tokens": self.free_tokens, "resamples": self.resamples,
+                "seed": self.seed, "measured_at": self.measured_at, "wall_s": self.wall_s, "command": self.command,
+                "bf16_bytes": self.bf16_bytes, "rows": [r.to_dict() for r in self.rows]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StorySpread":
+        return cls(d["model"], d["device"], d["budget"], d["stories"], d["context"], d["free_tokens"], d["resamples"],
+                   d["seed"], tuple(PolicySpread.from_dict(r) for r in d["rows"]), d.get("measured_at", ""),
+                   d.get("wall_s", 0.0), d.get("command", ""), d.get("bf16_bytes", BF16_BYTES))

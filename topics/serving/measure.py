@@ -18,7 +18,10 @@
                  A bigger batch does more work: timed faster than a smaller one (their passes not even
                  overlapping), both are timed again; if it still is, the sweep says the server was busy
     a queue      more requests than batch slots, of mixed lengths, arriving over time, served with continuous
-                 and with static batching (`batching_comparison`), alternated rounds after a warm-up
+                 and with static batching (`batching_comparison`), alternated rounds after a warm-up; and the same
+                 requests in 200 random orders, their engine steps counted both ways (engine/generate/serving/orders.py)
+    in pairs     every request at once, one length: continuous and static batching back to back, round after round
+                 (`paired`): the same passes either way, so the ratio of each pair says what paging costs
 
 perf_counter around a device sync, as everywhere; nothing here is a test: targets are printed beside the figures.
 Every function returns a frozen record (topics/serving/record.py); `to_dict()` only where JSON is written.
@@ -32,6 +35,7 @@ import time
 from engine import device as dev
 from engine.forward.estimates import batched_decode
 from engine.generate.batch import run_batch
+from engine.generate.serving.orders import OrderSpread, order_spread
 from engine.generate.serving.record import sat_out, slot_use
 from engine.generate.serving.reference import generate_batch, reference_model
 from engine.generate.serving.requests import RequestSpec
@@ -39,6 +43,7 @@ from engine.generate.serving.run import DEFAULTS, ServingRun
 from engine.generate.serving.scenarios import SCENARIOS
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
+from engine.timing import now
 from topics.serving.record import (
     BatchingComparison,
     BatchingWay,
@@ -49,6 +54,7 @@ from topics.serving.record import (
     ChunkingWay,
     Held,
     Memory,
+    Paired,
     PolicyRun,
     RoomyCheck,
     ServingBench,
@@ -63,7 +69,8 @@ PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and th
 TARGET_OVER_ONE = 3.0  # continuous batching of 8 requests against one at a time
 TARGET_OVER_GENERATE_BATCH = 0.9
 TARGET_TRACED = 1.3
-TARGET_QUEUE = 1.5  # continuous batching against static batching, on the queue scenario (issue 42)
+TARGET_OVER_STATIC = (0.9, 1.1)  # every request at once, one length: continuous and static do the same passes
+TARGET_QUEUE = 1.5  # static / continuous engine steps on the queue's requests, median over random orders
 RETIMES = 2  # a batch sweep whose order contradicts physics is timed again at most this many more times
 
 
@@ -120,6 +127,33 @@ def throughput_side_by_side(lm: LoadedModel, prompts: list[str], workloads: dict
     return out
 
 
+PAIRED_ROUNDS = 9
+
+
+def paired(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], way: str, against: str,
+           rounds: int = PAIRED_ROUNDS, log=print) -> Paired:
+    """Two of `_ways` timed in pairs (record.Paired): a warm-up round, then `rounds` rounds of both back to back, the
+    first of the pair alternating; every round's tokens checked the same either way."""
+    ways, tokens, _, passes = _ways(lm, prompts, new_tokens, traced_too=False)
+    ms, cpu = [], []
+    for r in range(rounds + 1):
+        pair = (way, against) if r % 2 == 0 else (against, way)
+        took, used = {}, {}
+        for name in pair:
+            c0 = time.process_time()
+            took[name] = ways[name]()
+            used[name] = (time.process_time() - c0) * 1e3
+        if tokens[way] != tokens[against]:
+            raise RuntimeError(f"{way} and {against} made different tokens")
+        if r:
+            ms.append((round(took[way], 2), round(took[against], 2)))
+            cpu.append((round(used[way], 2), round(used[against], 2)))
+        else:
+            log("  warm-up pair done (excluded)")
+    return Paired(way=way, against=against, rounds=rounds, ms=tuple(ms), passes=(passes[way], passes[against]),
+                  cpu_ms=tuple(cpu))
+
+
 def _ways(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], traced_too: bool):
     """The ways to serve one workload, each a callable returning its measured ms: ({way: fn}, tokens, total)."""
     lengths = new_tokens if isinstance(new_tokens, list) else [new_tokens] * len(prompts)
@@ -140,22 +174,22 @@ def _ways(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], trac
         return sum(serving_run(lm, specs, record=True).step_ms)
 
     def one_at_a_time():
-        t0, out = time.perf_counter(), []
+        t0, out = now(), []
         for p, n in zip(prompts, lengths):
             s = Stepper(lm, p, max_new_tokens=n, stop_on_eos=False, record=False, repeats=1)
             s.run()
             out.append(s.generated_ids)
         dev.sync(lm.device)
         tokens["one_at_a_time"] = out
-        return (time.perf_counter() - t0) * 1e3
+        return (now() - t0) * 1e3
 
     def static_batch():
-        t0 = time.perf_counter()
+        t0 = now()
         run = run_batch(lm, prompts, new_tokens=max(lengths), max_batch=len(prompts), record=False,
                         stop_on_eos=False)  # every row to the longest, as one at a time and generate_batch do
         dev.sync(lm.device)
         tokens["static_batch"] = [list(g)[:n] for g, n in zip(run.generated, lengths)]
-        return (time.perf_counter() - t0) * 1e3
+        return (now() - t0) * 1e3
 
     def hf_batch():
         out, ms = generate_batch(lm, ids, lengths[0], model=reference, **DEFAULTS)
@@ -336,7 +370,25 @@ def log_queue(q: BatchingComparison, log=print) -> None:
     for way in (q.continuous, q.static):
         log(f"    {way.batching + ' batching':24s} {way.tokens_per_s:8.0f} tokens/s   {way.engine_steps} engine steps, "
             f"{way.idle_slot_steps} slot-steps wasted (padding or empty) while a request waited")
-    log(f"    continuous / static = x{q.ratio:.2f} (target >= {TARGET_QUEUE}); same tokens either way: {q.same_tokens}")
+    log(f"    continuous / static = x{q.ratio:.2f} in this order; same tokens either way: {q.same_tokens}")
+
+
+def order_note(o: OrderSpread, given: str = "the shipped order") -> str:
+    """Where the given order stands among the random ones, in words: the page and the CLI say the same."""
+    if o.shipped_is_most_favourable:
+        where = (f"the most favourable to continuous batching of all: no random order does better, "
+                 f"{o.at_or_above_shipped:.0%} of them do as well")
+    else:
+        where = f"{o.at_or_above_shipped:.0%} of random orders are at least as favourable to continuous batching"
+    return f"{given} gives x{o.shipped:.2f} ({o.shipped_steps[1]} against {o.shipped_steps[0]} steps): {where}"
+
+
+def log_orders(o: OrderSpread, log=print, given: str = "the shipped order") -> None:
+    """The same requests in random orders (engine/generate/serving/orders.py): static/continuous engine steps."""
+    log(f"  the same requests in {o.orders} random orders (seed {o.seed}; the real scheduler's engine steps, no "
+        f"pass run): static / continuous steps median x{o.median:.2f} (target >= {TARGET_QUEUE}), p10 x{o.p10:.2f}, "
+        f"p90 x{o.p90:.2f}")
+    log(f"    {order_note(o, given)}")
 
 
 def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
@@ -348,6 +400,12 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
     log(f"    continuous / one at a time = x{res.continuous_over_one_at_a_time:.2f} (target >= {TARGET_OVER_ONE}); "
         f"/ generate_batch = x{res.continuous_over_generate_batch:.2f} (target >= {TARGET_OVER_GENERATE_BATCH}); "
         f"traced / untraced = {res.traced_over_untraced:.2f} (target <= {TARGET_TRACED})")
+    equal = paired(lm, PROMPTS, res.new_tokens, "continuous", "static_batch", rounds=PAIRED_ROUNDS, log=log)
+    lo, hi = TARGET_OVER_STATIC
+    log(f"    continuous / static batch = x{equal.median:.2f} by the clock, x{equal.cpu_median:.2f} by the CPU time "
+        f"each used (medians of {equal.rounds} rounds of the two back to back; per round x{min(equal.ratios):.2f}-"
+        f"x{max(equal.ratios):.2f} and x{min(equal.cpu_ratios):.2f}-x{max(equal.cpu_ratios):.2f}; target x{lo}-x{hi}: "
+        f"every request at once and one length, the same {equal.passes[0]} passes and the same work either way)")
     mixed = throughput(lm, new_tokens=MIXED, rounds=rounds, log=log)
     log(f"  the same 8 prompts asking for {MIXED} new tokens, all at once (a static batch runs every row to the "
         "longest; continuous batching drops finished rows, but with no queue it takes as many passes):")
@@ -356,6 +414,9 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
         f"x{mixed.continuous_over_one_at_a_time:.2f}")
     queue = batching_comparison(lm, rounds=rounds, log=log)
     log_queue(queue, log)
+    sc = SCENARIOS["queue"]
+    orders = order_spread(lm, sc["requests"], sc["sizing"])
+    log_orders(orders, log)
     run = serving_run(lm, [RequestSpec(p, 16 + 8 * i, 2 * i) for i, p in enumerate(PROMPTS)], record=True)
     mem = memory(run)
     log("  KV memory held, averaged over the steps of a run with staggered arrivals and lengths:")
@@ -371,7 +432,8 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
             + ")")
     if sweep.note:
         log(f"    {sweep.note}")
-    return ServingBench(throughput=res, mixed=mixed, queue=queue, memory=mem, batch=sweep)
+    return ServingBench(throughput=res, mixed=mixed, queue=queue, memory=mem, batch=sweep, orders=orders,
+                        equal=equal)
 
 
 def decode_stall(run: ServingRun, long_id: str) -> Stall:

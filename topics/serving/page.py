@@ -10,6 +10,7 @@ import streamlit as st
 from engine.device import release_memory
 from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
+from engine.generate.serving.orders import order_spread
 from engine.generate.serving.run import BATCHING, PREEMPTION
 from engine.generate.serving.scenarios import SCENARIOS
 from physics import roofline
@@ -32,6 +33,13 @@ from ui.style import keys_back, picked, scale
 from ui.text import error, plain
 
 POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
+
+
+@st.cache_resource(max_entries=8, show_spinner="Scheduling the same requests in 200 random orders, both ways…")
+def queue_orders(_lm, model: str, requests: tuple, sizing: tuple):
+    """The queue's requests in random orders, each scheduled both ways (engine/generate/serving/orders.py): a few
+    seconds once per model, requests and sizing, shared by every session."""
+    return order_spread(_lm, list(requests), dict(sizing))
 
 
 def queue_comparison(lm, requests, sizing, sampling):
@@ -193,6 +201,11 @@ def show() -> None:
                "for the first is TTFT's). Arrivals are in engine steps.")
     if name:
         st.caption(SCENARIOS[name]["why"])
+    if name == "queue":  # one order of the requests is shipped: how the ratio spreads over every order
+        st.subheader("The same requests in every order")
+        orders = queue_orders(lm, lm.spec.name, tuple(requests), tuple(sorted(sizing.items())))
+        st.plotly_chart(draw.order_figure(orders, scale=scale()), key="serve_orders_chart")
+        st.markdown(draw.order_sentence(orders))
 
     st.subheader("Measured on this machine, side by side")
     memory = measure.memory(run, upto=at)  # the steps up to the one on screen, like the status line above

@@ -10,6 +10,8 @@
     PolicyRun           the same requests under one preemption policy
     RoomyCheck          a run that preempted against the same requests in a pool that holds them all
     BatchingComparison  the same queue of requests with continuous and static batching, measured side by side
+    OrderSpread         static/continuous engine steps over many random orders of the same requests
+    OneCall             the serving run with one attention call per layer against the per-request loop it replaced
     ServingBench        the serving part of `python -m engine bench`
 
 Each has named, typed fields; `to_dict()` is only for the JSON edge (`python -m engine bench --json`, the CLI), and
@@ -18,7 +20,10 @@ writes the keys the plain dicts these replaced wrote (new fields apart).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field
+
+from engine.generate.serving.orders import OrderSpread
 
 WAYS = ("continuous", "one_at_a_time", "static_batch", "generate_batch")  # Throughput's ways, in the JSON's order
 
@@ -55,6 +60,11 @@ class Throughput:
     continuous_over_generate_batch: float | None = None
     continuous_over_static_batch: float = 0.0
     traced_over_untraced: float | None = None
+
+    def per_round(self, way: str, against: str) -> tuple[float, ...]:
+        """`way`'s tokens/s over `against`'s in each timed round (the same tokens: the inverse ratio of their times):
+        two ways timed in the same round share its minute of the machine, so this spread says how busy it was."""
+        return tuple(b / a for a, b in zip(self.ms.get(way, ()), self.ms.get(against, ())))
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -280,6 +290,65 @@ class BatchingComparison:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """Two ways of serving the same requests timed in pairs: each round runs both back to back (which goes first
+    alternates), after a warm-up round; the ratio of each round's two times, so a busy minute slows both alike."""
+
+    way: str
+    against: str
+    rounds: int
+    ms: tuple[tuple[float, float], ...]  # per round: (way's ms, against's ms), wall time
+    passes: tuple[int, int]
+    cpu_ms: tuple[tuple[float, float], ...] = ()  # the same, in the CPU time this process used (process_time): on a
+    # shared machine, the work each way did without the minutes it waited for a core
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """way's tokens/s over against's, per round (the same tokens: against's time over way's)."""
+        return tuple(b / a for a, b in self.ms)
+
+    @property
+    def cpu_ratios(self) -> tuple[float, ...]:
+        return tuple(b / a for a, b in self.cpu_ms)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_ratios) if self.cpu_ms else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratios": list(self.ratios), "median": self.median,
+                "cpu_ratios": list(self.cpu_ratios), "cpu_median": self.cpu_median}
+
+
+@dataclass(frozen=True)
+class OneCall:
+    """The same serving run (every request at once, one length) with the paged pass attending in one call per layer,
+    and with the per-request loop it replaced (benchmarks/bench.py keeps it, to time against): tokens/s over the
+    median of alternated rounds, and the share of a step's wall time spent inside the layers' attention (a separate
+    run of each, the attention timed with perf_counter around a device sync)."""
+
+    requests: int
+    new_tokens: int
+    rounds: int
+    loop_tokens_per_s: float
+    one_call_tokens_per_s: float
+    loop_attention_share: float
+    one_call_attention_share: float
+    same_tokens: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.one_call_tokens_per_s / self.loop_tokens_per_s
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "speedup": self.speedup}
+
+
+@dataclass(frozen=True)
 class ServingBench:
     """The serving part of `python -m engine bench`."""
 
@@ -288,6 +357,9 @@ class ServingBench:
     queue: BatchingComparison  # the queue scenario, continuous against static batching
     memory: Memory
     batch: BatchSweep
+    orders: OrderSpread | None = None  # the queue's static/continuous steps over random orders of its requests
+    one_call: tuple[OneCall, ...] = ()  # benchmarks/bench.py: the one-call pass against the per-request loop
+    equal: Paired | None = None  # every request at once, one length: continuous against static batch, in pairs
 
     def to_dict(self) -> dict:
         out = self.throughput.to_dict()
@@ -296,4 +368,10 @@ class ServingBench:
         out["step_time_vs_batch"] = [r.to_dict() for r in self.batch.rows]
         out["step_time_vs_batch_note"] = self.batch.note
         out["queue"] = self.queue.to_dict()
+        if self.orders is not None:
+            out["queue_orders"] = self.orders.to_dict()
+        if self.one_call:
+            out["one_call"] = [each.to_dict() for each in self.one_call]
+        if self.equal is not None:
+            out["continuous_over_static_paired"] = self.equal.to_dict()
         return out

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 
 from engine.load.loaded import LoadedModel
+from engine.timing import now
 
 ATTENTION = "sdpa"  # generate_batch switches it to its paged variant itself
 
@@ -38,10 +38,10 @@ def generate_batch(lm: LoadedModel, prompts: list[list[int]], new_tokens: int, *
     level, quiet.level = quiet.level, logging.CRITICAL  # it logs that psutil is missing, on every call
     try:
         with lm.turn():
-            t0 = time.perf_counter()
+            t0 = now()
             out = model.generate_batch(prompts, generation_config=config, continuous_batching_config=cb,
                                        max_new_tokens=new_tokens)
-            ms = (time.perf_counter() - t0) * 1e3
+            ms = (now() - t0) * 1e3
     finally:
         quiet.level = level
     return batch_tokens(out), ms

@@ -22,11 +22,10 @@ generate and transformers' own continuous batching, generate_batch).
 
 from __future__ import annotations
 
-import time
 from itertools import accumulate
 
 from engine.errors import StepError
-from engine.forward.paged import PagedKV, Row, run_paged
+from engine.forward.paged import PagedKV, PagedPass, Row, run_paged_pass
 from engine.forward.sampling import Sampling
 from engine.generate.loop import Run, token_pieces
 from engine.generate.serving.blocks import BlockManager
@@ -34,6 +33,7 @@ from engine.generate.serving.record import Latency, RowRecord, ServingStep, keys
 from engine.generate.serving.requests import Request, RequestSpec, Status
 from engine.generate.serving.scheduler import Batching, Phase, Plan, Preemption, Scheduler
 from engine.load.loaded import LoadedModel
+from engine.timing import now
 
 MAX_REQUESTS = 64  # per run: what one session may ask of a shared server
 MAX_PAGE_SIZE = 1024
@@ -51,6 +51,8 @@ BATCHING = tuple(b.value for b in Batching)  # how a freed batch slot is refille
 
 class ServingRun(Run):
     """Requests, the pool, the scheduler and the record of every step; `step()` until `done`."""
+
+    paged_pass = PagedPass  # one attention call per layer for every request (the benchmark times the loop it replaced)
 
     def __init__(self, lm: LoadedModel, requests: list[RequestSpec], *, page_size: int = DEFAULTS["page_size"],
                  num_blocks: int = DEFAULTS["num_blocks"], max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
@@ -107,7 +109,7 @@ class ServingRun(Run):
         """schedule -> forward -> postprocess (see the module docstring), then the step's record."""
         if self.done:
             raise StepError("Every request has finished: press Reset to serve them again.")
-        t0 = time.perf_counter()
+        t0 = now()
         evicted = self.blocks.evicted
         plan = self.scheduler.schedule(self.step_index)
         forward_ms, chosen = self.forward(plan)
@@ -120,7 +122,7 @@ class ServingRun(Run):
         if not plan.rows:
             return None, {}
         rows = [Row(s.fed, s.start, self.blocks.slots(s.request.table, s.start + s.q_len), s.emits) for s in plan.rows]
-        result = run_paged(self.lm, self.kv, rows)
+        result = run_paged_pass(self.lm, self.paged_pass(self.kv, rows))
         emitting = [s.request for s in plan.rows if s.emits]
         logits = result.logits[0].float().cpu()  # [emitting rows, vocab], in plan order: one copy off the device
         return result.timing.forward_ms, {r.id: r.choose(row) for r, row in zip(emitting, logits)}
@@ -137,7 +139,7 @@ class ServingRun(Run):
         """Count the step, time it, record it (record=False keeps only the newest record)."""
         step = self.step_index
         self.step_index += 1
-        self.step_ms.append((time.perf_counter() - t0) * 1e3)
+        self.step_ms.append((now() - t0) * 1e3)
         self.passes += forward_ms is not None
         record = self._record(step, plan, chosen, forward_ms, evicted)
         if self.record or not self.records:
