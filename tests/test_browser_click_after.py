@@ -147,3 +147,23 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_keeps_it_through_a_
     kept(4, "a reload")
     assert pg.locator("[data-testid='stException']").count() == 0
     pg.close()
+
+
+def test_the_budget_pages_policy_is_kept_after_a_reload_of_its_link(server, browser):
+    pg = open_page(browser, f"{server}/budget?presenter=on", *PRESENTER)
+    box = pg.get_by_role("combobox", name="policy")
+    expect(box).to_be_visible(timeout=120_000)
+    idle(pg)
+    box.click()
+    pg.get_by_role("option", name="window", exact=True).click()
+    idle(pg)
+    assert query(pg).get("policy") == "window", pg.url
+    pg.reload(wait_until="networkidle")
+    expect(pg.get_by_role("combobox", name="policy")).to_be_visible(timeout=120_000)
+    idle(pg)
+    assert query(pg).get("policy") == "window", pg.url
+    chosen = pg.get_by_role("combobox", name="policy")
+    shown = chosen.input_value() if chosen.evaluate("e => e.tagName") == "INPUT" else chosen.inner_text()
+    assert shown == "window" or "window" in chosen.evaluate("e => e.closest('[data-testid=stSelectbox]').innerText"), shown
+    assert pg.locator("[data-testid='stException']").count() == 0
+    pg.close()

@@ -52,3 +52,29 @@ def opened(link: dict):
     other.switch_page(page("serving")).run()
     assert not other.exception and not other.error
     return other
+
+
+def budget_page(link: dict | None = None):
+    at = app_test()
+    if link:
+        at.query_params = link
+    at.run()
+    at.switch_page(page("budget")).run(timeout=300)
+    assert not at.exception
+    return at
+
+
+def test_the_budget_pages_policy_and_budget_survive_the_next_click_and_open_again_from_its_link():
+    """The budget page's policy was held nowhere but the session: the next click kept it, a reload of the page's
+    link forgot it. The link now carries the policy and the budget, and a bad policy is refused plainly."""
+    at = budget_page()
+    at.selectbox(key="budget_policy").set_value("window").run(timeout=300)
+    at.slider(key="budget_budget").set_value(32).run(timeout=300)
+    link = dict(at.query_params)
+    assert (link.get("policy"), link.get("budget")) == ("window", "32")
+    other = budget_page(link)
+    assert other.selectbox(key="budget_policy").value == "window" and other.slider(key="budget_budget").value == 32
+    assert not other.warning
+    bad = budget_page({**link, "policy": "<b>evict-all</b>"})
+    assert bad.selectbox(key="budget_policy").value == "heavy"  # the default: a link never sets an unknown policy
+    assert any("policy=" in w.value and "ignored" in w.value for w in bad.warning)

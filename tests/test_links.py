@@ -36,6 +36,8 @@ VALUES = {
     "layer": [0, 2, 1023],
     "head": [0, 5, 1023],
     "scenario": list(SCENARIOS),
+    "policy": ["full", "heavy", "snap-capped"],
+    "budget": [1, 64, 4096],
 }
 
 

@@ -3,7 +3,7 @@
 A link holds everything that decides the tokens (model, prompt, sampling, seed,
 cache switch, how many steps were taken), so opening it replays the same run token
 for token, and what the screen shows of it (the step on screen, the view, layer and
-head; on Serving the scenario and its engine step). Reading a link never trusts it: each value is checked against the same
+head; on Serving the scenario and its engine step; on the KV budget page its policy and budget). Reading a link never trusts it: each value is checked against the same
 ranges the sidebar allows, and a bad one is dropped with a plain reason while the
 good ones still apply.
 """
@@ -80,6 +80,8 @@ FIELDS = {
     "layer": Field("layer", _number(int, 0, 1023)),  # the layer (and head) the step page opens; clamped to the model
     "head": Field("head", _number(int, 0, 1023)),
     "scenario": Field("scenario", _text(40)),  # a Serving scenario (its name); the page checks it against its list
+    "policy": Field("policy", _text(40)),  # the KV budget page's policy; the page checks it against its list
+    "budget": Field("budget", _number(int, 1, 4096)),  # its budget B; the page clamps it to the model's positions
 }
 
 

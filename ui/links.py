@@ -98,6 +98,8 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
             set_by_code()
     if "lesson" in values:
         ss["lesson_wanted"] = values["lesson"]
+    if "policy" in values or "budget" in values:  # the KV budget page checks them against its own list and model
+        ss["budget_wanted"] = (values.get("policy"), values.get("budget"))
     if "ladder" in values:
         ss["scale_ladder_view"] = values["ladder"]
     return problems

@@ -13,9 +13,10 @@ from engine import DecodeLabError
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED, POLICIES
 from topics.budget.stories import recorded_stories
+from ui.links import write_link
 from ui.setup import page_setup
 from ui.style import scale
-from ui.text import error
+from ui.text import error, warning
 
 SCENARIOS = {  # one click: (policy, budget, what to look at); the numbers beside it are measured, never written here
     "fp8 forgets nothing": ("fp8", 64, "The older positions are rounded to 8 bits, not forgotten. Read the "
@@ -64,6 +65,14 @@ def show() -> None:
                "the tensors, the damage teacher-forced on a held-out story and free-running.")
 
     limit = min(lm.spec.max_positions or 256, 256)
+    wanted_policy, wanted_budget = st.session_state.pop("budget_wanted", (None, None))  # a link's, checked here
+    if wanted_policy is not None:
+        if wanted_policy in POLICIES:
+            st.session_state["budget_policy"] = wanted_policy
+        else:
+            warning(f"link parameter policy={wanted_policy[:40]!r} ignored: the policies are {', '.join(POLICIES)}")
+    if wanted_budget is not None:
+        st.session_state["budget_budget"] = min(int(wanted_budget), limit)
     st.session_state.setdefault("budget_policy", "heavy")
     st.session_state.setdefault("budget_budget", 64)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
@@ -73,6 +82,7 @@ def show() -> None:
     for name in SCENARIOS:
         bar.button(name, key=f"budget_scenario_{name}", on_click=pick, args=(name,))
     policy, budget = st.session_state["budget_policy"], int(st.session_state["budget_budget"])
+    write_link(settings, policy=policy, budget=budget)  # the address bar reopens this policy at this budget
     note = SCENARIOS.get(st.session_state.get("budget_scenario"), (None, None, ""))[2]
     if note and SCENARIOS[st.session_state["budget_scenario"]][:2] == (policy, budget):
         st.info(note, icon=":material/lightbulb:")
