@@ -44,3 +44,14 @@ def test_the_next_token_view_says_how_the_token_was_chosen_in_words(bundled_lm):
                           head=0, scale=1.0)
         chosen = next(b.value for b in view_blocks(VIEWS[1], ctx) if str(b.value).startswith("Chosen:"))
         assert f"(id {t.token_id}), {sampling.describe()}." in chosen and " by " not in chosen
+
+
+def test_the_prefill_lesson_judges_its_busy_note_from_the_prefill_it_quotes(monkeypatch):
+    """Lesson 2's busy warning cited 'step 1' (a decode step the lesson never shows) in a lesson about the prefill."""
+    from lessons import course
+    from tests.test_lessons import lesson
+
+    judged = []
+    monkeypatch.setattr(course.caveats, "latency_note", lambda traces: judged.append([t.phase for t in traces]))
+    lesson(2)
+    assert judged and all(phases == ["prefill"] for phases in judged), judged
