@@ -21,7 +21,7 @@ from drawing.palette import axis_labels
 from drawing.stage_phone import stage_pictures
 from engine import Sampling, Stepper, compare
 from engine.generate.batch import run_batch, same_as_alone
-from engine.generate.compare import kv_reuse
+from engine.generate.compare import KVReuse, kv_reuse
 from engine.generate.loop import token_pieces
 from engine.load.load import bundled_models
 from engine.paths import ROOT
@@ -46,7 +46,7 @@ def _greedy_run(_lm, model: tuple, prompt: str, decode_steps: int, use_cache: bo
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def _proof(_lm, model: tuple, prompt: str, decode_steps: int) -> dict | None:
+def _proof(_lm, model: tuple, prompt: str, decode_steps: int) -> KVReuse | None:
     run = _greedy_run(_lm, model, prompt, decode_steps, True, None)
     return kv_reuse(_lm, run.ids, run.cache)
 
@@ -115,7 +115,7 @@ class Course:
         repeats=1 times each pass once (its stage says "one run"), for a run drawn rather than measured."""
         return _greedy_run(self.lm, self.model, prompt, decode_steps, use_cache, repeats)
 
-    def proof(self, prompt: str, decode_steps: int) -> dict | None:
+    def proof(self, prompt: str, decode_steps: int) -> KVReuse | None:
         return _proof(self.lm, self.model, prompt, decode_steps)
 
     def compare(self, prompt: str, new_tokens: int, attempt: int) -> dict:

@@ -34,9 +34,9 @@ def show(course: Course) -> None:
                 f"{course.spec.kv_bytes_per_token(elem):,.0f} bytes while every layer still keeps every position.")
     proof = course.proof(PROMPTS[0]["prompt"], steps)
     if proof is not None:
-        st.markdown(f"**Checked on this run:** recomputing every one of the {proof['positions']} positions with no "
-                    f"cache gives keys within **{proof['max_key_diff']:.1g}** and values within "
-                    f"**{proof['max_value_diff']:.1g}** of what the cache holds (float rounding): the cached K and V "
+        st.markdown(f"**Checked on this run:** recomputing every one of the {proof.positions} positions with no "
+                    f"cache gives keys within **{proof.max_key_diff:.1g}** and values within "
+                    f"**{proof.max_value_diff:.1g}** of what the cache holds (float rounding): the cached K and V "
                     "are exactly what a full recomputation would give. And every step's q was "
                     f"`[1, {course.spec.heads}, 1, {course.spec.head_dim}]` after prefill: one row, its own, used once.")
     st.table(kv_frame(t).set_index("layer"))

@@ -271,7 +271,7 @@ def test_cached_keys_and_values_equal_a_full_recomputation_on_the_bundled_model(
                 stop_on_eos=False)
     s.run()
     proof = kv_reuse(bundled_lm, s.ids, s.cache)
-    assert proof["positions"] == s.ids.shape[1] - 1 and len(proof["layers"]) == bundled_lm.spec.layers
-    assert proof["max_key_diff"] < 1e-4 and proof["max_value_diff"] < 1e-4
+    assert proof.positions == s.ids.shape[1] - 1 and len(proof.layers) == bundled_lm.spec.layers
+    assert proof.max_key_diff < 1e-4 and proof.max_value_diff < 1e-4
     # and no step after the prefill computed a query for any position but its own new one
     assert all(t.layers[0].shapes["attn.q"][2] == 1 for t in s.records[1:])

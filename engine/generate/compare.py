@@ -120,7 +120,33 @@ def speedup(cache_traces, nocache_traces) -> Speedup:
                    cache_total_ms=sum(c), nocache_total_ms=sum(n))
 
 
-def kv_reuse(lm, ids, cache) -> dict | None:
+@dataclass(frozen=True)
+class LayerReuse:
+    """One layer's cached K and V against a recomputation with no cache: the largest difference of each."""
+
+    layer: int
+    positions: int  # the positions the layer holds (a sliding-window layer holds only the newest)
+    max_key_diff: float
+    max_value_diff: float
+
+
+@dataclass(frozen=True)
+class KVReuse:
+    """Every layer's cached K and V against a recomputation of every position with no cache."""
+
+    positions: int
+    layers: tuple[LayerReuse, ...]
+
+    @property
+    def max_key_diff(self) -> float:
+        return max(x.max_key_diff for x in self.layers)
+
+    @property
+    def max_value_diff(self) -> float:
+        return max(x.max_value_diff for x in self.layers)
+
+
+def kv_reuse(lm, ids, cache) -> KVReuse | None:
     """Why K and V are cached and Q is not: recompute every cached position's K and V with no cache at all,
     and compare them with what the cache holds.
 
@@ -144,9 +170,6 @@ def kv_reuse(lm, ids, cache) -> dict | None:
         keys, values = held
         kept = keys.shape[2]  # a sliding-window layer holds only the newest positions
         c = captured[layer]
-        layers.append({"layer": layer, "positions": kept,
-                       "max_key_diff": float((keys - c.k[:, :, -kept:]).abs().max()),
-                       "max_value_diff": float((values - c.v[:, :, -kept:]).abs().max())})
-    return {"positions": n, "layers": layers,
-            "max_key_diff": max(x["max_key_diff"] for x in layers),
-            "max_value_diff": max(x["max_value_diff"] for x in layers)}
+        layers.append(LayerReuse(layer, kept, float((keys - c.k[:, :, -kept:]).abs().max()),
+                                 float((values - c.v[:, :, -kept:]).abs().max())))
+    return KVReuse(n, tuple(layers))
