@@ -10,6 +10,7 @@ import streamlit as st
 
 from drawing.attention import attention_heatmap, attention_rows
 from lessons.course import Course, busy, prompt_picker, show_stage
+from ui.charts import chart
 from ui.style import scale
 
 TITLE = '2. Prefill (initiation phase): the whole prompt at once'
@@ -35,7 +36,7 @@ def show(course: Course) -> None:
                                 "layer 0, head 0: the causal mask", scale=scale())
         fig.update_layout(height=int(MASK_HEIGHT * scale()))
         fig.update_traces(colorbar=dict(thickness=10, title=dict(text="")), selector=dict(type="heatmap"))
-        st.plotly_chart(fig, key="lesson2_att")
+        chart(fig, key="lesson2_att")
     why.markdown(f"**Why a mask:** when the model writes the token after position t, nothing after t exists yet. "
                  f"Prefill has every row at once, so the **causal mask** hides each row's future: row t reads keys "
                  f"0…t only. Grey is **masked**, not zero: the weights above the diagonal add up to **{above:.1g}**, "

@@ -6,6 +6,7 @@ import streamlit as st
 
 from drawing.attention import assembled_attention, attention_heatmap
 from lessons.course import Course, busy, show_stage
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 
@@ -34,6 +35,6 @@ def show(course: Course) -> None:
                     + course.bound_sentence(t, "A decode step"))
     busy(run.records[: steps + 1])
     z = assembled_attention(run.records[: steps + 1], 0, 0)
-    st.plotly_chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],
+    chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],
                                           "layer 0, head 0: the prefill square plus one row per decode step",
                                           scale=scale()), key="lesson3_att")

@@ -7,6 +7,7 @@ import streamlit as st
 from drawing.kv import kv_frame, kv_growth_figure
 from engine.measure import kvcalc
 from lessons.course import Course
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 
@@ -40,4 +41,4 @@ def show(course: Course) -> None:
                     "are exactly what a full recomputation would give. And every step's q was "
                     f"`[1, {course.spec.heads}, 1, {course.spec.head_dim}]` after prefill: one row, its own, used once.")
     st.table(kv_frame(t).set_index("layer"))
-    st.plotly_chart(kv_growth_figure(run.records, scale=scale()), key="lesson4_growth")
+    chart(kv_growth_figure(run.records, scale=scale()), key="lesson4_growth")

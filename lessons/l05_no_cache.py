@@ -12,6 +12,7 @@ from drawing.latency import work_per_step_figure
 from engine.measure import roofline
 from lessons.course import Course, show_stage
 from topics.race.measure import cache_rule, cache_rule_sentence, race_frame
+from ui.charts import chart
 from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.style import scale
@@ -44,7 +45,7 @@ def show(course: Course) -> None:
     with work:
         fig = work_per_step_figure(cache, nocache, scale=scale(), note=note, height=WORK_HEIGHT)
         fig.update_layout(title_text="Work per step, and the time it took")  # whole in half the width
-        st.plotly_chart(fig, key="lesson5_work")
+        chart(fig, key="lesson5_work")
     sum_q = {name: sum(t.q_len for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     flops = {name: sum(t.flops_estimate for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     sp = rep.speedup

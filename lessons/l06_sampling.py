@@ -9,6 +9,7 @@ from drawing.tokens import next_token_figure
 from engine import Sampling
 from lessons.course import ENDING, Course
 from lessons.next_word import until_end
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 from ui.text import plain
@@ -33,7 +34,7 @@ def show(course: Course) -> None:
     t = course.sampled_prefill(PROMPTS[2]["prompt"], sampling)  # one pass per (settings, seed), kept
     top = t.top[0]
     kept = sum(1 for c_ in t.top if c_.p_after > 0)
-    st.plotly_chart(next_token_figure(t, scale=scale()), key="lesson6_next")
+    chart(next_token_figure(t, scale=scale()), key="lesson6_next")
     st.markdown(plain(f"Before the warpers the most likely next token is {show_piece(top.token)} (logit "
                       f"{top.logit:.2f}) at {top.p_before:.1%}; after them it has {top.p_after:.1%}, and {kept} of the "
                       f"{len(t.top)} shown candidates can still be drawn. This draw ({t.rule}) picked "

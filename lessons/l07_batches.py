@@ -10,6 +10,7 @@ from drawing.palette import axis_labels
 from drawing.tokens import batch_shapes_frame, padded_batch_html
 from engine import DecodeLabError
 from lessons.course import Course
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 from ui.text import error, plain
@@ -41,7 +42,7 @@ def show(course: Course) -> None:
                 f"every layer and head, the largest weight a real token gave a padded one is "
                 f"**{run.max_attention_on_padding():.1g}**.")
     pieces = [p or "PAD" for p in run.pieces[short]]
-    st.plotly_chart(attention_heatmap(run.attention(short, 0, 0), axis_labels(pieces),
+    chart(attention_heatmap(run.attention(short, 0, 0), axis_labels(pieces),
                                           axis_labels(pieces), f"batch row {short}, layer 0, head 0",
                                           scale=scale()), key="lesson7_att")
     st.caption("The PAD rows at the top are the padding positions' own queries: the mask hides every key from "
