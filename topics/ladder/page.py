@@ -10,6 +10,7 @@ from topics.ladder import tables
 from topics.ladder.page_ladder import grow_the_model
 from topics.ladder.profile import DemoRun, breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
 from ui import model
+from ui.charts import chart
 from ui.model import device_roof
 from ui.setup import page_setup
 from ui.style import scale
@@ -131,7 +132,7 @@ def show() -> None:
         compare = st.multiselect("compare growth with", list(names),
                                  ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
         archs = [arch] + [_spec(n) for n in compare if n != arch.name]
-        st.plotly_chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
+        chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
 
     # ------------------------------------------------------------------ roofline
     st.header("Roofline")
@@ -189,11 +190,11 @@ def show() -> None:
                        "prefill and 8 cached decode steps. Steps taken on the Step-through page replace them.")
     measured = scale_draw.roofline_figure(here, roofline.place(traces), scale=scale())
     if gpu is None or not traces:
-        st.plotly_chart(measured, key="scale_roofline")
+        chart(measured, key="scale_roofline")
     else:  # this device's measured points beside the card's predictions: neither judged by the other's roof
         left, right = st.columns(2, gap="small")
-        left.plotly_chart(measured, key="scale_roofline")
-        right.plotly_chart(scale_draw.roofline_figure(gpu, roofline.predicted_points(traces, spec, gpu), scale=scale(),
+        chart(on=left, fig=measured, key="scale_roofline")
+        chart(on=right, fig=scale_draw.roofline_figure(gpu, roofline.predicted_points(traces, spec, gpu), scale=scale(),
                                                       predicted=True), key="scale_roofline_predicted")
     if traces:
         pre = next((t for t in traces if t.phase == "prefill"), None)
