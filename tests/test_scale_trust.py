@@ -108,8 +108,8 @@ def test_a_busy_measurement_is_kept_beside_the_recording_and_draws_no_knee_verdi
         next(r.curve for r in rec.rungs if r.curve), rec.roof, rec.device)  # the clean recording draws one
     at = scale_page()
     box = at.selectbox(key="scale_ladder_pick")
-    assert "AMD EPYC" in box.value and box.value.endswith("(recording)")  # the clean recording stays the default
-    assert any(o.startswith("this server, 2026-11-29 08:40, busy") for o in box.options)  # kept beside it
+    assert box.value == "AMD EPYC CPU · readable + lean · 2026-11-28"  # the clean recording stays the default
+    assert "this server, 2026-11-29 08:40, busy · the busy stand-in CPU · readable + lean" in box.options  # beside it
     at = pick(at, "busy")
     assert any("flagged" in w.value for w in at.warning)
     said = " ".join(texts(at))

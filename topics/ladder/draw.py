@@ -142,9 +142,10 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     d, p = top.decode.per_token_ms, top.prefill.per_token_ms
     fig.add_trace(go.Scatter(x=[top.parameters] * 2, y=[p, d], mode="lines", showlegend=False, hoverinfo="skip",
                              line=dict(color=GREY, width=2, dash="dot")))
-    # a third of the way up the gap (log scale), below the decode line it would otherwise cross on a narrow screen
-    fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="right",
-                       text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=-8)
+    # right of the top rung, a third of the way up the gap (log scale), in room the x axis leaves for it: to its
+    # left it covered a lean diamond and the lean pass's words
+    fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="left",
+                       text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=6)
     ys = [v for r in rungs for v in (r.decode.per_token_ms, r.prefill.per_token_ms)]
     lean = lean_rung(ladder)
     if lean is not None and not all(r.lean for r in rungs):  # the lean path's two passes at the rung that has them
@@ -154,9 +155,9 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
             mode="lines+markers", line=dict(color=GREY, width=2, dash="dash"),
             marker=dict(color=[DECODE, PREFILL], size=13, symbol="diamond", line=dict(color="#222", width=1)),
             hovertemplate="%{y:.3g} ms per token<extra>the lean pass (compiled)</extra>"))
-        # low in its gap, under the readable gap's words (a third of the way up theirs)
-        fig.add_annotation(x=math.log10(lean.parameters), y=math.log10(lp) + 0.2 * (math.log10(ld) - math.log10(lp)),
-                           xanchor="right", xshift=-8, showarrow=False, font=dict(size=13 * scale, color="#444"),
+        # right of its prefill diamond, under the readable gap's words
+        fig.add_annotation(x=math.log10(lean.parameters), y=math.log10(lp), yanchor="top", xanchor="left",
+                           xshift=8, showarrow=False, font=dict(size=13 * scale, color="#444"),
                            text=f"lean pass ×{lean.lean_gap:.0f}")
         ys += [ld, lp]
     lo, hi = min(min(ys), min(r.prefill.low_ms / r.prefill.tokens for r in rungs)), max(ys)
@@ -164,6 +165,9 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     fig.update_yaxes(type="log", title="ms per token (median, measured)", tickmode="array", tickvals=vals,
                      ticktext=texts, range=_log_range(lo, hi))
     _param_axis(fig, ladder)
+    ps = [r.parameters for r in rungs]
+    lo, hi = math.log10(min(ps) / 1.4), math.log10(max(ps))
+    fig.update_xaxes(range=[lo, hi + 0.35 * (hi - lo)])  # a quarter of the plot right of the top rung: its words
     return _finish(fig, ladder, "ms per token: prefill vs decode", scale,
                    path=READABLE + (" · diamonds: lean pass (compiled)" if lean is not None else ""))
 

@@ -97,12 +97,15 @@ def shown_ladder(lm) -> tuple[Ladder | None, str]:
 
 
 def choice_label(ladder: Ladder) -> str:
-    """A ladder as the picker names it: device, paths, date; this server's with its time, and 'busy' if flagged."""
+    """A ladder as the picker names it, short enough to read whole: device, paths, date ('AMD EPYC CPU · readable +
+    lean · 2026-11-28'); this server's first, with its time, and 'busy' where flagged."""
+    name = draw.short_device(ladder.device).split(",")[0]
+    name = f"{name.removeprefix('cpu: ')} CPU" if name.startswith("cpu: ") else name
+    paths = draw.paths(ladder).replace(" path", "").replace(" pass", "")
     if ladder.recorded:
-        return f"{draw.short_device(ladder.device)}, {draw.paths(ladder)}, {ladder.measured_at[:10]} (recording)"
+        return f"{name} · {paths} · {ladder.measured_at[:10]}"
     busy = ", busy" if noisy(ladder) else ""
-    return (f"{THIS_SERVER}, {ladder.measured_at[:10]} {ladder.measured_at[11:16]}{busy}: "
-            f"{draw.short_device(ladder.device)}, {draw.paths(ladder)}")
+    return f"{THIS_SERVER}, {ladder.measured_at[:10]} {ladder.measured_at[11:16]}{busy} · {name} · {paths}"
 
 
 def choices(lm) -> dict[str, tuple[Ladder, str]]:
@@ -275,7 +278,8 @@ def ladder_picture(shown: Ladder, source: str, settings, wide: bool = False) -> 
         note = ladder_note(shown)
         if note:  # the pictures carry it on the chart; the table says it above itself
             warning(note)
-        st.dataframe(shown.paths_frame(), hide_index=True, width="stretch" if wide else "content")
+        st.dataframe(shown.paths_frame(), hide_index=True, width="stretch" if wide else "content",
+                     column_config=PATH_COLUMNS)
         st.caption("Each row names the path that ran it: lean (compiled: gpt-fast's pass, near the roofs) or readable "
                    "(transformers' eager code, the one the class steps through). Milliseconds are medians with their "
                    "min–max; × a bound is the time over the larger of its two bounds (estimates: bytes moved over "
@@ -296,6 +300,16 @@ def ladder_picture(shown: Ladder, source: str, settings, wide: bool = False) -> 
         st.caption(plain(note))
     if shown.left_out:
         st.caption(plain(f"Left out: {', '.join(shown.left_out)} (would not fit this device's memory)."))
+
+
+PATH_COLUMNS = {  # widths a 1280 projector shows whole: no cell cut ("3.61 (3.5", "Llama-3-")
+    "size": st.column_config.TextColumn(width=100), "path": st.column_config.TextColumn(width=130),
+    "weights": st.column_config.TextColumn(width=80), "prefill ms": st.column_config.TextColumn(width=150),
+    "prefill is": st.column_config.TextColumn(width=205), "decode ms": st.column_config.TextColumn(width=150),
+    "decode is": st.column_config.TextColumn(width=205),
+    "decode ÷ prefill / token": st.column_config.TextColumn("per-token gap", width=110,
+                                                             help="decode ÷ prefill, per token"),
+    "cache saves": st.column_config.TextColumn(width=95)}
 
 
 def blanks_said(frame):
