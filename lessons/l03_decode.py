@@ -14,6 +14,7 @@ TITLE = '3. Decode (generation phase): one token per step'
 
 
 def show(course: Course) -> None:
+    first = st.empty()  # the takeaway, once the steps have run
     st.markdown("**Decode** (the *generation phase*) adds one token per forward pass. Only the newest position is "
                 "computed; its query is "
                 "compared with the keys of every position so far. The attention matrix gains **one row** per step, "
@@ -22,15 +23,17 @@ def show(course: Course) -> None:
                       persist_state="session")
     run = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=12)
     pre, t = run.records[0], run.records[steps]
+    course.takeaway(first, f"Decode feeds 1 token a pass and attends to all {t.kv_len} positions so far: each weight "
+                           "is read for one row, so bytes, not arithmetic, set its time.")
     show_stage(run, steps)
-    st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
-                f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): `[1, 1, {course.spec.d_model}]` in, "
-                f"against `[1, {pre.q_len}, {course.spec.d_model}]` at prefill. Every weight matrix now multiplies a single "
-                "row, a **matrix-vector** product: each weight is read from memory for one row of arithmetic, so the "
-                "weights' bytes, not the arithmetic, should set a decode step's time. Measured on a model big enough "
-                "to show it:")
     course.physics("decode", t)
-    with st.expander("The numbers: this step on the roofline"):
+    with st.expander("The numbers, in full: this step's shapes and its place on the roofline"):
+        st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
+                    f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): "
+                    f"`[1, 1, {course.spec.d_model}]` in, against `[1, {pre.q_len}, {course.spec.d_model}]` at "
+                    "prefill. Every weight matrix now multiplies a single row, a **matrix-vector** product: each weight "
+                    "is read from memory for one row of arithmetic, so the weights' bytes, not the arithmetic, should "
+                    "set a decode step's time.")
         st.markdown(f"It took {t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
                     + course.bound_sentence(t, "A decode step"))
     busy(run.records[: steps + 1])

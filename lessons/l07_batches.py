@@ -19,7 +19,9 @@ TITLE = '7. Batches and padding'
 
 
 def show(course: Course) -> None:
-    st.markdown("Servers answer many prompts at once by stacking them into a **batch**: one forward pass, "
+    first = st.empty()  # the takeaway, once the batch has run
+    intro = st.expander("The numbers, in full: why a batch is padded on the left, and its mask")
+    intro.markdown("Servers answer many prompts at once by stacking them into a **batch**: one forward pass, "
                 "`[batch, pos, d_model]`. Prompts have different lengths, so the short ones are **padded**, on the "
                 "**left**: then every row's last position is a real token, the next-token logits of all rows sit in "
                 "the same column, and each decode step appends one column to every row. The **attention mask** "
@@ -32,6 +34,9 @@ def show(course: Course) -> None:
         error(str(e))
         return
     short = int(np.argmax(run.pad_counts))
+    course.takeaway(first, f"One pass for both prompts: row {short} got {run.pad_counts[short]} padding positions on "
+                           f"the left, and no real token gives them more than {run.max_attention_on_padding():.1g} "
+                           "attention.")
     st.html(padded_batch_html(run.pieces, run.input_ids, run.attention_mask))
     pad_id, bos_id = int(run.input_ids[short, 0]), course.lm.tokenizer.bos_token_id
     if pad_id == bos_id:
