@@ -49,7 +49,8 @@ def show(course: Course) -> None:
     sp = rep.speedup
     course.takeaway(first, f"Without the cache: {'the same' if rep.identical else 'different'} tokens, "
                            f"{sum_q['nocache']} positions computed instead of {sum_q['cache']}, and "
-                           f"×{sp.total_ratio:.1f} the decode time here.")
+                           f"×{sp.total_ratio:.1f} the decode time here"
+                           + (", timed while the server was busy (the note below)." if note else "."))
     with st.expander("The numbers, in full: the work and the time, with and without the cache"):
         st.markdown("Without the cache nothing is kept between steps, so every decode step recomputes keys and "
                     "values for **all** positions so far. **The tokens come out the same; the work does not.** On "
