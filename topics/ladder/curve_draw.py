@@ -233,8 +233,8 @@ def knee_sentence(curve: Curve, roof: DeviceRoof, kind: str, flag: str | None = 
         return batch_knee_sentence(curve, roof, k, flag)
     if k is None or k.predicted is None:
         return None
-    said = (f"The prefill's knee is predicted at ~{_n(k.predicted)} rows (where its intensity meets the ridge measured "
-            f"here, {roof.ridge:.1f} FLOP/byte in {roof.dtype})")
+    said = (f"The prefill's knee is predicted at ~{_n(k.predicted)} rows (where its intensity meets the ridge of "
+            f"the machine it ran on, {roof.ridge:.1f} FLOP/byte in {roof.dtype})")
     if flag:
         return said + f"; {FLAGGED}."
     if k.measured is None:
