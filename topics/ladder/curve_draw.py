@@ -340,7 +340,7 @@ def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str, device: 
     the verdict's own words, each ratio within one kernel and saying what it compares with."""
     n = eight(curve)
     sheet = datasheet_for(device) if device else None
-    weights = f"Measured on {where} at {curve.rung} ({curve.weights})"
+    weights = f"Measured on {where} at {curve.rung} ({curve.weights}), on the lean pass (compiled)"
     if phase == "decode":
         one = next(iter(curve.of(DECODE_KIND)), None) or curve.at("batch", 1) or curve.at("prefill", 1)
         batch = ratio_sentence(curve, "batch", n)
