@@ -68,12 +68,12 @@ def _log_range(lo: float, hi: float, pad: float = 1.6) -> list[float]:
 
 def weights_note(ladder: Ladder, path: str = READABLE) -> str:
     """Which rung is the model itself and which are random, and the path its numbers ran on: said on every figure
-    (three short lines)."""
+    (four short lines: a phone shows each whole)."""
     trained = [r.label for r in ladder.rungs if r.trained]
     own = f"{trained[0]}: the model itself, trained · " if trained else ""
     where = f"a recording: {short_device(ladder.device)}, {ladder.measured_at[:10]}" if ladder.recorded \
         else short_device(ladder.device)
-    return f"{own}{where}<br>other rungs: {ladder.weights_note}<br>{path}"
+    return f"{where}<br>{own}other rungs:<br>{ladder.weights_note}<br>{path}"
 
 
 def paths(ladder: Ladder) -> str:
@@ -95,14 +95,14 @@ def _ms(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
-def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380,
+def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 420,
             path: str = READABLE) -> go.Figure:
     """The common look, the weights note under the title, and room for it above the legend; a busy server's
     note (drawing.caveats.ladder_note) under the plot. Heights fit a
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder, path), font=dict(size=12 * scale))),
-                      margin=dict(t=int(134 * scale)), legend=dict(y=1.0, traceorder="normal"))
+                      margin=dict(t=int(172 * scale)), legend=dict(y=1.0, traceorder="normal"))
     note = ladder_note(ladder)
     if note:  # a busy server said under the chart, with the spread that shows it
         note_box(fig, note, scale, chars=64)
@@ -167,9 +167,8 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     _param_axis(fig, ladder)
     ps = [r.parameters for r in rungs]
     lo, hi = math.log10(min(ps) / 1.4), math.log10(max(ps))
-    fig.update_xaxes(range=[lo, hi + 0.35 * (hi - lo)])  # a quarter of the plot right of the top rung: its words
-    return _finish(fig, ladder, "ms per token: prefill vs decode", scale,
-                   path=READABLE + (" · diamonds: lean pass (compiled)" if lean is not None else ""))
+    fig.update_xaxes(range=[lo, hi + 0.45 * (hi - lo)])  # a quarter of the plot right of the top rung: its words
+    return _finish(fig, ladder, "ms per token: prefill vs decode", scale)  # the lean pass: its legend entry
 
 
 def gap_words(r: RungResult) -> str:
@@ -292,9 +291,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
                      tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
-    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=400,
-                   path=READABLE + (" · diamonds: lean pass" if lean_rung(ladder) or any(r.lean for r in ladder.rungs)
-                                    else ""))
+    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=440)
 
 
 def bound_words(m, matmul_share: float | None = None) -> str:
