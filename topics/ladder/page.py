@@ -138,7 +138,8 @@ def show() -> None:
     st.header("Roofline")
     st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves, both estimates): right of the "
                "device's ridge is the compute side, left of it the memory side (a prediction). The roof is min(peak "
-               "FLOP/s, intensity × bandwidth). Times are measured here (medians), and each says how near its roof it "
+               "FLOP/s, intensity × bandwidth). Times are measured here (medians) on the readable path (transformers' "
+               "eager code: the steps a class takes), and each says how near its roof it "
                "ran: the share of the bandwidth (MBU) or of the matmul peak (MFU). Compute- or memory-bound when that "
                "bound is most of the time (half or more), that side but not bound by it from a third to a half, "
                "overhead-bound below a third. A datasheet roof is a card nothing ran on: its points are predictions, "
@@ -210,8 +211,9 @@ def show() -> None:
             st.dataframe(tables.prediction_frame(traces, spec, gpu), hide_index=True, height=240, width="stretch")
 
     st.subheader("Where does a decode step's time go?")
-    st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
-               "of the whole step. Shown for the demo run until you measure the next step of your own run.")
+    st.caption("A readable-path decode step (transformers' eager code), taken apart: its matmuls are timed alone "
+               "(every weight matrix once); torch.profiler counts the operations of the whole step. Shown for the "
+               "demo run until you measure the next step of your own run.")
     if run is not None and run.records and not run.done and st.button(
             "Take the next step of my run apart", key="scale_profile"):
         try:
