@@ -40,7 +40,7 @@ from markdown_it import MarkdownIt
 from classroom import Refused, StoreDown
 from classroom.frames import latex_text, md_html, table_html
 from ui.setup import screen_name
-from ui.streamlit_internals import RUN_ENDINGS, arrow_table, script_context, widget_state
+from ui.streamlit_internals import RUN_ENDINGS, arrow_table, script_context, widget_shown, widget_state
 
 MAIN = 0  # a delta path's first index: the main area (1 is the sidebar)
 MAX_ROWS = 60  # rows of a table sent to the class
@@ -302,6 +302,12 @@ def _widget(w) -> list[dict]:
             break
         except (KeyError, AttributeError, TypeError):
             continue
+    if value is not None and len(getattr(w, "options", ()) or ()):  # a picker: the option as it shows it, not its key
+        said = widget_shown(script_context(), w.id, value)
+        if isinstance(said, str) or (isinstance(said, list) and all(isinstance(v, str) for v in said)):
+            value = said
+    if isinstance(value, bool):  # a toggle or a checkbox, as a person says it
+        value = "on" if value else "off"
     label = escape(getattr(w, "label", "") or "")
     shown = "" if value is None else escape(", ".join(map(str, value)) if isinstance(value, (list, tuple)) else
                                            str(value))

@@ -2,6 +2,7 @@
 
     course = Course(lm, settings)        what a lesson is given: course.lm, course.spec, course.model (which one)
     course.greedy_run(prompt, n)         prefill, then n greedy decode steps: made once per (model, settings), kept
+    course.takeaway(place, text)         the lesson's bold first line, in its own measured numbers
     course.compare(...), .batch(...)     cache on vs off, a padded batch: the same, kept
     show_stage(run, step)          a recorded step on the stage
     busy(traces)                   the honest note when the server's noise contradicts a lesson's numbers
@@ -141,6 +142,13 @@ class Course:
 
     def labels(self, run: Stepper) -> list[str]:
         return axis_labels(token_pieces(self.lm.tokenizer, run.ids[0].tolist()))
+
+    @staticmethod
+    def takeaway(place, text: str) -> None:
+        """A lesson's opening line: its point in the numbers it measured, bold, one or two lines on a projector.
+        `place` is an st.empty() made first thing, so the line leads the lesson though its numbers come later; the
+        long explanation folds below it."""
+        place.markdown(f"**{text}**")
 
     def bound_sentence(self, t, what: str) -> str:
         """Where the roofline puts this step (its intensity against this device's ridge), what its measured time shows

@@ -16,6 +16,7 @@ TITLE = '1. Text in, tokens out'
 
 
 def show(course: Course) -> None:
+    first = st.empty()  # the takeaway, once the text is tokenized
     st.markdown("A model never sees letters. A **tokenizer** cuts the text into pieces from a fixed vocabulary and "
                 "replaces each piece by its number (its **id**). The model reads ids and writes ids; turning the "
                 "ids back into text is **detokenizing**.")
@@ -29,6 +30,8 @@ def show(course: Course) -> None:
     bos = course.lm.tokenizer.bos_token_id
     right.html(token_chips_html(list(zip(ids, token_pieces(course.lm.tokenizer, ids))), [], set()))
     back = course.lm.tokenizer.decode(ids, skip_special_tokens=True)
+    course.takeaway(first, f"{len(text)} characters became {len(ids)} tokens: the model reads and writes ids, never "
+                           "letters.")
     lead = (f" The first, id {ids[0]}, is the start marker the tokenizer adds." if ids and ids[0] == bos else "")
     st.markdown(f"**{len(text)} characters became {len(ids)} tokens** out of a vocabulary of {course.spec.vocab:,}.{lead} "
                 "Decoding the ids gives back " + ("the same text." if back == text else plain(
@@ -43,5 +46,6 @@ def show(course: Course) -> None:
     said = "; ".join(f"'{w}' {o['p'] * 100:.2g}% (rank {o['rank']:,})" for w, o in odds["words"].items())
     why = (" It was trained only on TinyStories, short children's stories: it has read 'was so big' and 'so happy' in "
            "thousands of them, and hardly any weather reports." if course.bundled else "")
-    st.markdown(plain(f"A web-text example: after \"{ARTICLE_PROMPT}\" a model trained on web text predicts "
-                      f"'nice' or 'warm'. This model predicts {top}; those two words get {said}.{why}"))
+    with st.expander("The numbers, in full: what this model predicts after a web-text prompt"):
+        st.markdown(plain(f"A web-text example: after \"{ARTICLE_PROMPT}\" a model trained on web text predicts "
+                          f"'nice' or 'warm'. This model predicts {top}; those two words get {said}.{why}"))

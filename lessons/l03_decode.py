@@ -6,6 +6,7 @@ import streamlit as st
 
 from drawing.attention import assembled_attention, attention_heatmap
 from lessons.course import Course, busy, show_stage
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 
@@ -13,6 +14,7 @@ TITLE = '3. Decode (generation phase): one token per step'
 
 
 def show(course: Course) -> None:
+    first = st.empty()  # the takeaway, once the steps have run
     st.markdown("**Decode** (the *generation phase*) adds one token per forward pass. Only the newest position is "
                 "computed; its query is "
                 "compared with the keys of every position so far. The attention matrix gains **one row** per step, "
@@ -21,19 +23,21 @@ def show(course: Course) -> None:
                       persist_state="session")
     run = course.greedy_run(PROMPTS[0]["prompt"], decode_steps=12)
     pre, t = run.records[0], run.records[steps]
+    course.takeaway(first, f"Decode feeds 1 token a pass and attends to all {t.kv_len} positions so far: each weight "
+                           "is read for one row, so bytes, not arithmetic, set its time.")
     show_stage(run, steps)
-    st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
-                f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): `[1, 1, {course.spec.d_model}]` in, "
-                f"against `[1, {pre.q_len}, {course.spec.d_model}]` at prefill. Every weight matrix now multiplies a single "
-                "row, a **matrix-vector** product: each weight is read from memory for one row of arithmetic, so the "
-                "weights' bytes, not the arithmetic, should set a decode step's time. Measured on a model big enough "
-                "to show it:")
     course.physics("decode", t)
-    with st.expander("The numbers: this step on the roofline"):
+    with st.expander("The numbers, in full: this step's shapes and its place on the roofline"):
+        st.markdown(f"After prefill ({pre.q_len} positions) and {steps} decode steps, the last step fed **1 token** "
+                    f"(q_len = {t.q_len}) and attended to **{t.kv_len} positions** (kv_len): "
+                    f"`[1, 1, {course.spec.d_model}]` in, against `[1, {pre.q_len}, {course.spec.d_model}]` at "
+                    "prefill. Every weight matrix now multiplies a single row, a **matrix-vector** product: each weight "
+                    "is read from memory for one row of arithmetic, so the weights' bytes, not the arithmetic, should "
+                    "set a decode step's time.")
         st.markdown(f"It took {t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
                     + course.bound_sentence(t, "A decode step"))
     busy(run.records[: steps + 1])
     z = assembled_attention(run.records[: steps + 1], 0, 0)
-    st.plotly_chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],
+    chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],
                                           "layer 0, head 0: the prefill square plus one row per decode step",
                                           scale=scale()), key="lesson3_att")

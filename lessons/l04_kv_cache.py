@@ -7,6 +7,7 @@ import streamlit as st
 from drawing.kv import kv_frame, kv_growth_figure
 from lessons.course import Course
 from physics import kvcalc
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 
@@ -14,6 +15,7 @@ TITLE = '4. The KV cache'
 
 
 def show(course: Course) -> None:
+    first = st.empty()  # the takeaway, once the cache is measured
     st.markdown("A decode step needs the **keys and values** of every earlier position. They do not change once "
                 "computed, so the **KV cache** keeps them, per layer, and each step adds only the new position's. "
                 "Queries are not kept: a query is used once, by its own position, to look back; no later step ever "
@@ -24,6 +26,8 @@ def show(course: Course) -> None:
     batch, kv_heads, pos, head_dim = t.layers[0].shapes["kv.keys"]
     elem = course.lm.elem_bytes
     formula = course.spec.kv_bytes(t.kv_len, batch, elem)  # the ModelSpec's formula, from the config
+    course.takeaway(first, f"The cache holds {pos} positions' keys and values: {t.kv_bytes:,} bytes measured on the "
+                           f"tensors, {'exactly' if t.kv_bytes == formula else 'not'} the formula's; no query is kept.")
     st.markdown(f"After prefill and {steps} decode steps the cache holds **{pos} positions**"
                 + ("" if not course.spec.sliding_layers else " in its full layers (the sliding-window layers hold fewer)")
                 + f". Each layer stores keys and values of shape `[{batch}, {kv_heads}, {pos}, {head_dim}]` = "
@@ -34,10 +38,12 @@ def show(course: Course) -> None:
                 f"{course.spec.kv_bytes_per_token(elem):,.0f} bytes while every layer still keeps every position.")
     proof = course.proof(PROMPTS[0]["prompt"], steps)
     if proof is not None:
-        st.markdown(f"**Checked on this run:** recomputing every one of the {proof.positions} positions with no "
-                    f"cache gives keys within **{proof.max_key_diff:.1g}** and values within "
-                    f"**{proof.max_value_diff:.1g}** of what the cache holds (float rounding): the cached K and V "
-                    "are exactly what a full recomputation would give. And every step's q was "
-                    f"`[1, {course.spec.heads}, 1, {course.spec.head_dim}]` after prefill: one row, its own, used once.")
+        with st.expander("The numbers, in full: the cache checked against recomputing every position"):
+            st.markdown(f"**Checked on this run:** recomputing every one of the {proof.positions} positions with "
+                        f"no cache gives keys within **{proof.max_key_diff:.1g}** and values within "
+                        f"**{proof.max_value_diff:.1g}** of what the cache holds (float rounding): the cached K "
+                        "and V are exactly what a full recomputation would give. And every step's q was "
+                        f"`[1, {course.spec.heads}, 1, {course.spec.head_dim}]` after prefill: one row, its own, used "
+                        "once.")
     st.table(kv_frame(t).set_index("layer"))
-    st.plotly_chart(kv_growth_figure(run.records, scale=scale()), key="lesson4_growth")
+    chart(kv_growth_figure(run.records, scale=scale()), key="lesson4_growth")

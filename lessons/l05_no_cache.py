@@ -12,6 +12,7 @@ from drawing.latency import work_per_step_figure
 from lessons.course import Course, show_stage
 from physics import roofline
 from topics.race.measure import cache_rule, cache_rule_sentence, race_frame
+from ui.charts import chart
 from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.style import scale
@@ -24,9 +25,7 @@ WORK_HEIGHT = 290  # the work-per-step chart beside the stage, before scale: bot
 
 
 def show(course: Course) -> None:
-    st.markdown("Without the cache nothing is kept between steps, so every decode step recomputes keys and values "
-                "for **all** positions so far. **The tokens come out the same; the work does not.** On the stage, "
-                "the red columns and rows are work done again.")
+    first = st.empty()  # the takeaway, once both modes are measured
     stage, work = st.columns([0.92, 1.08], gap="medium")
     with work:
         steps = st.slider("try it: decode steps (the stage shows the last one)", 5, 60, 30, 5, key="lesson5_steps",
@@ -44,16 +43,24 @@ def show(course: Course) -> None:
     with work:
         fig = work_per_step_figure(cache, nocache, scale=scale(), note=note, height=WORK_HEIGHT)
         fig.update_layout(title_text="Work per step, and the time it took")  # whole in half the width
-        st.plotly_chart(fig, key="lesson5_work")
+        chart(fig, key="lesson5_work")
     sum_q = {name: sum(t.q_len for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     flops = {name: sum(t.flops_estimate for t in tr) for name, tr in (("cache", cache), ("nocache", nocache))}
     sp = rep.speedup
-    st.markdown(f"Same tokens with and without the cache: **{'yes' if rep.identical else 'no'}** (largest logit "
-                f"difference {rep.max_logit_diff:.1g}). Over {len(cache)} forward passes (prefill and {steps} "
-                f"decode steps) the cached run computed **{sum_q['cache']} positions**; the uncached one "
-                f"**{sum_q['nocache']}**. Total work (estimate): {flops['nocache'] / flops['cache']:.1f}× more without "
-                f"the cache. Measured decode time: {sp.nocache_total_ms:.0f} ms without the cache, "
-                f"{sp.cache_total_ms:.0f} ms with it (×{sp.total_ratio:.1f}).")
+    course.takeaway(first, f"Without the cache: {'the same' if rep.identical else 'different'} tokens, "
+                           f"{sum_q['nocache']} positions computed instead of {sum_q['cache']}, and "
+                           f"×{sp.total_ratio:.1f} the decode time here"
+                           + (", timed while the server was busy (the note below)." if note else "."))
+    with st.expander("The numbers, in full: the work and the time, with and without the cache"):
+        st.markdown("Without the cache nothing is kept between steps, so every decode step recomputes keys and "
+                    "values for **all** positions so far. **The tokens come out the same; the work does not.** On "
+                    "the stage, the red columns and rows are work done again.")
+        st.markdown(f"Same tokens with and without the cache: **{'yes' if rep.identical else 'no'}** (largest logit "
+                    f"difference {rep.max_logit_diff:.1g}). Over {len(cache)} forward passes (prefill and {steps} "
+                    f"decode steps) the cached run computed **{sum_q['cache']} positions**; the uncached one "
+                    f"**{sum_q['nocache']}**. Total work (estimate): {flops['nocache'] / flops['cache']:.1f}× more "
+                    f"without the cache. Measured decode time: {sp.nocache_total_ms:.0f} ms without the cache, "
+                    f"{sp.cache_total_ms:.0f} ms with it (×{sp.total_ratio:.1f}).")
     if note:
         st.warning(note + " (Measured twice.)", icon=":material/speed:")
     with st.expander("What the cache saves on this device and on an H100, and why the work grows as n²"):

@@ -9,6 +9,7 @@ from drawing.tokens import next_token_figure
 from engine import Sampling
 from lessons.course import ENDING, Course
 from lessons.next_word import until_end
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 from ui.text import plain
@@ -17,7 +18,9 @@ TITLE = '6. Choosing the next token'
 
 
 def show(course: Course) -> None:
-    st.markdown("The last position's output is a score (**logit**) for every token in the vocabulary. Softmax turns "
+    first = st.empty()  # the takeaway, once this draw is made
+    intro = st.expander("The numbers, in full: logits, softmax, greedy and the warpers")
+    intro.markdown("The last position's output is a score (**logit**) for every token in the vocabulary. Softmax turns "
                 "scores into probabilities. **Greedy** takes the most likely token. **Sampling** draws one at "
                 "random after **warpers** reshape the distribution: temperature flattens (>1) or sharpens (<1) "
                 "it, top-k keeps the k most likely, top-p keeps the smallest set whose probabilities add up to p, "
@@ -33,7 +36,10 @@ def show(course: Course) -> None:
     t = course.sampled_prefill(PROMPTS[2]["prompt"], sampling)  # one pass per (settings, seed), kept
     top = t.top[0]
     kept = sum(1 for c_ in t.top if c_.p_after > 0)
-    st.plotly_chart(next_token_figure(t, scale=scale()), key="lesson6_next")
+    course.takeaway(first, plain(f"The warpers move the top token {show_piece(top.token)} from {top.p_before:.1%} to "
+                                 f"{top.p_after:.1%}; {kept} of the {len(t.top)} candidates shown can still be "
+                                 "drawn."))
+    chart(next_token_figure(t, scale=scale()), key="lesson6_next")
     st.markdown(plain(f"Before the warpers the most likely next token is {show_piece(top.token)} (logit "
                       f"{top.logit:.2f}) at {top.p_before:.1%}; after them it has {top.p_after:.1%}, and {kept} of the "
                       f"{len(t.top)} shown candidates can still be drawn. This draw ({t.rule}) picked "

@@ -10,6 +10,7 @@ from drawing.palette import axis_labels
 from drawing.tokens import batch_shapes_frame, padded_batch_html
 from engine import DecodeLabError
 from lessons.course import Course
+from ui.charts import chart
 from ui.presets import PROMPTS
 from ui.style import scale
 from ui.text import error, plain
@@ -18,7 +19,9 @@ TITLE = '7. Batches and padding'
 
 
 def show(course: Course) -> None:
-    st.markdown("Servers answer many prompts at once by stacking them into a **batch**: one forward pass, "
+    first = st.empty()  # the takeaway, once the batch has run
+    intro = st.expander("The numbers, in full: why a batch is padded on the left, and its mask")
+    intro.markdown("Servers answer many prompts at once by stacking them into a **batch**: one forward pass, "
                 "`[batch, pos, d_model]`. Prompts have different lengths, so the short ones are **padded**, on the "
                 "**left**: then every row's last position is a real token, the next-token logits of all rows sit in "
                 "the same column, and each decode step appends one column to every row. The **attention mask** "
@@ -31,6 +34,9 @@ def show(course: Course) -> None:
         error(str(e))
         return
     short = int(np.argmax(run.pad_counts))
+    course.takeaway(first, f"One pass for both prompts: row {short} got {run.pad_counts[short]} padding positions on "
+                           f"the left, and no real token gives them more than {run.max_attention_on_padding():.1g} "
+                           "attention.")
     st.html(padded_batch_html(run.pieces, run.input_ids, run.attention_mask))
     pad_id, bos_id = int(run.input_ids[short, 0]), course.lm.tokenizer.bos_token_id
     if pad_id == bos_id:
@@ -41,7 +47,7 @@ def show(course: Course) -> None:
                 f"every layer and head, the largest weight a real token gave a padded one is "
                 f"**{run.max_attention_on_padding():.1g}**.")
     pieces = [p or "PAD" for p in run.pieces[short]]
-    st.plotly_chart(attention_heatmap(run.attention(short, 0, 0), axis_labels(pieces),
+    chart(attention_heatmap(run.attention(short, 0, 0), axis_labels(pieces),
                                           axis_labels(pieces), f"batch row {short}, layer 0, head 0",
                                           scale=scale()), key="lesson7_att")
     st.caption("The PAD rows at the top are the padding positions' own queries: the mask hides every key from "

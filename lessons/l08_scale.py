@@ -14,6 +14,7 @@ TITLE = '8. Scale: the cache of big models'
 
 
 def show(course: Course) -> None:
+    first = st.empty()  # the takeaway, once the cards are counted
     st.markdown("The cache that was a few kilobytes here is the main memory cost of serving big models. The formula "
                 "is the same: 2 × layers × kv_heads × head_dim × bytes per element, per token (a sliding-window "
                 "layer stops growing at its window).")
@@ -30,11 +31,13 @@ def show(course: Course) -> None:
                 f"{l2.heads} query heads use {l2.kv_heads} K/V heads, a cache {l2.heads // l2.kv_heads}× smaller "
                 f"than MHA; Llama-3-8B's cache is {l3.heads // l3.kv_heads}× smaller than it would be with MHA.")
     cards = kvcalc.cards_for(kvcalc.from_table("Llama-3-70B"), tokens)  # enough 80 GB cards, plus one for caches
+    course.takeaway(first, f"Llama-3-70B's fp16 weights alone are {human_bytes(cards.weights)}: {cards.cards} cards of "
+                           f"80 GB hold them and the caches of {cards.max_batch:,} sequences of {tokens:,} tokens.")
     st.caption(f"Why it matters: Llama-3-70B's fp16 weights alone are {human_bytes(cards.weights)}, more than one "
                f"80 GB accelerator holds. On {cards.cards} of them ({cards.cards * 80} GB), what the weights "
                f"leave holds the caches of **{cards.max_batch:,} sequences** of {tokens:,} tokens "
                f"({human_bytes(cards.per_sequence)} each, estimate; activations not counted).")
-    st.markdown("What comes next:\n"
+    st.expander("What comes next").markdown("What comes next:\n"
                 "- **Paged KV cache** (vLLM's PagedAttention): store the cache in fixed-size blocks like virtual "
                 "memory pages, so many sequences share GPU memory without fragmentation.\n"
                 "- **Speculative decoding** (next lesson, and its own page): guess several tokens cheaply and check "

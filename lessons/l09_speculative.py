@@ -42,7 +42,9 @@ def _one_row(_lm, model: tuple, ids: tuple[int, ...]) -> Timing:
 
 def show(course: Course) -> None:
     lm, model = course.lm, course.model
-    st.markdown("A decode step reads **every weight** to compute **one** row. **Speculative decoding** bets that a "
+    first = st.empty()  # the takeaway, once the rounds have run
+    intro = st.expander("The numbers, in full: the bet speculative decoding makes")
+    intro.markdown("A decode step reads **every weight** to compute **one** row. **Speculative decoding** bets that a "
                 "pass over k+1 rows takes about as long as a pass over 1: a cheap **drafter** guesses k tokens, the "
                 "model checks all of them in **one pass** on its KV cache, keeps the longest agreeing prefix and its "
                 "own next token, and **cuts** the cache columns of the rejected guesses.")
@@ -54,6 +56,10 @@ def show(course: Course) -> None:
     except DecodeLabError as e:
         error(str(e))
         return
+    per_pass = speculator.totals()["tokens_per_target_pass"]
+    course.takeaway(first, f"Speculative decoding with k = {k}: each verify pass of the model added "
+                           + (f"{per_pass:.2f} tokens here, not 1," if per_pass is not None else "its tokens,")
+                           + " and the output is exactly the model's own.")
     shown = next((r.round for r in speculator.records if r.cut), len(speculator.records) - 1)
     r = speculator.records[shown]
     with rounds:

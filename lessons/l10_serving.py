@@ -18,6 +18,7 @@ TITLE = "10. Serving many requests: batching and a paged cache"
 
 def show(course: Course) -> None:
     lm = course.lm
+    first = st.empty()  # the takeaway, once the scenario is served
     st.markdown(
         "A decode step (the *generation phase*) of one request is **matrix-vector** work: every weight is read to "
         "compute one row. A server "
@@ -33,6 +34,8 @@ def show(course: Course) -> None:
     if run is None:
         return
     last = len(run.records) - 1
+    course.takeaway(first, f"{len(run.requests)} requests served in {last + 1} engine passes: each pass carries every "
+                           "running request's rows, their keys and values in blocks of one shared pool.")
     at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, last,
                    min(7, last), key="lesson10_steps", persist_state="session")
     st.markdown(summary(run, at))  # "step 7 of {last}": the same run the slider walks; the engine's numbers only

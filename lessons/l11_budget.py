@@ -34,6 +34,7 @@ def _sinks(_lm, model: tuple):
 
 def show(course: Course) -> None:
     lm = course.lm
+    first = st.empty()  # the takeaway, once each policy is measured
     long = kvcalc.from_table(LONG)
     tokens = long.max_positions
     st.markdown(
@@ -56,6 +57,9 @@ def show(course: Course) -> None:
         st.dataframe(draw.policy_table(rows, short=True), hide_index=True)
     fp8, window = by_policy["fp8"], by_policy["window"]
     heavy, avg = by_policy["heavy"], by_policy["heavy-avg"]
+    course.takeaway(first, f"With {BUDGET} positions: fp8 keeps {fp8.cache.ratio:.0%} of the bytes and agrees on "
+                           f"{fp8.forced.agreement:.1%} of next tokens; a window of {BUDGET}, on "
+                           f"{window.forced.agreement:.1%}.")
     st.markdown(
         f"Here fp8 holds **{fp8.cache.ratio:.0%}** of the bytes of this model's full "
         f"{SHORT_DTYPE.get(fp8.cache.dtype, fp8.cache.dtype)} cache "

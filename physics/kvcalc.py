@@ -75,6 +75,29 @@ def _int(value) -> int | None:
     return None if pd.isna(value) else int(value)
 
 
+GATED = ("Llama", "Mistral", "Qwen2", "Qwen3", "Gemma", "Phi3")  # blocks with q, k, v, o and a gated MLP (3 matrices)
+SHAPE_WITHIN = 0.05  # a count from the shapes this far from the published figure: the formula missed the family
+
+
+def shape_parameters(r) -> float | None:
+    """A dense row's parameters counted from its config's shapes (the embedding, the LM head unless tied, and each
+    layer's q, k, v, o, a gated MLP's three matrices and two norms): Llama-3-70B has 70.55 B, not the nominal 70.0.
+    None for a row the formula does not describe (experts, MLA, another MLP), or whose count strays from the
+    published one by more than SHAPE_WITHIN."""
+    if not str(r["architecture"]).startswith(GATED) or _int(r["experts"]) or _int(r["mla_kv_dim"]) \
+            or pd.isna(r["intermediate_size"]):
+        return None
+    d, heads, layers = int(r["d_model"]), int(r["num_attention_heads"]), int(r["num_layers"])
+    kv = _int(r["num_key_value_heads"]) or heads
+    hd = _int(r["head_dim"]) or d // heads
+    ff, vocab = int(r["intermediate_size"]), int(r["vocab_size"])
+    tied = str(r["tie_word_embeddings"]).lower() != "false"
+    per_layer = d * heads * hd * 2 + d * kv * hd * 2 + 3 * d * ff + 2 * d
+    count = float(vocab * d * (1 if tied else 2) + layers * per_layer + d)
+    published = float(r["params_billion"]) * 1e9
+    return count if abs(count / published - 1) <= SHAPE_WITHIN else None
+
+
 def from_table(name: str) -> ModelSpec:
     rows = _table()
     row = rows[rows["name"].str.lower() == name.lower()]
@@ -152,8 +175,18 @@ def formula(a: ModelSpec, tokens: int, batch: int, elem_bytes: float) -> str:
     return " + ".join(terms) + f" × batch {batch} = {total:,.0f} B ({human_bytes(total)})"
 
 
+def counted_parameters(a: ModelSpec) -> float:
+    """The parameters a model's weights hold: counted from its table row's shapes where the row has them
+    (`shape_parameters`), else the spec's own figure (a live model's count, a config's estimate)."""
+    rows = _table()
+    row = rows[rows["name"] == a.name]
+    counted = shape_parameters(row.iloc[0]) if not row.empty else None
+    return counted if counted and a.parameters == float(row.iloc[0]["params_billion"]) * 1e9 else a.parameters
+
+
 def weight_bytes(a: ModelSpec, elem_bytes: float) -> float:
-    return a.parameters * elem_bytes
+    """The weights' bytes resident in memory: every parameter, counted from the shapes where the table has them."""
+    return counted_parameters(a) * elem_bytes
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from drawing.attention import assembled_attention, attention_heatmap
 from drawing.views import VIEWS, Block, StepContext, view_blocks
 from engine.generate.compare import kv_reuse
 from topics.ladder.page_ladder import latency_claim
+from ui.charts import chart
 from ui.text import plain
 
 __all__ = ["VIEWS", "place", "show_view"]
@@ -24,7 +25,7 @@ def place(blocks: list[Block], key: str) -> None:
     """Put a view's blocks on the page; text that may hold a visitor's words is shown inert."""
     for b in blocks:
         if b.kind == "figure":
-            st.plotly_chart(b.value, key=f"{key}_{b.name}")
+            chart(b.value, key=f"{key}_{b.name}")
         elif b.kind == "table":
             if len(b.value) > 12:  # a long table scrolls in place instead of pushing the page down
                 st.dataframe(b.value, width="stretch", height=240)
@@ -70,7 +71,7 @@ def one_head_every_step(c: StepContext, key: str) -> None:
                  help="The prefill square plus one row per decode step"):  # built only when asked: a click stays cheap
         labels = c.axis_labels()
         z = assembled_attention(list(c.records), c.layer, c.head)
-        st.plotly_chart(attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
+        chart(attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
                                               f"layer {c.layer}, head {c.head}", scale=c.scale), key=f"{key}_att_all")
 
 

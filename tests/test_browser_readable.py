@@ -144,7 +144,8 @@ def test_the_pass_over_n_rows_keeps_its_note_legend_ticks_and_axis_title_apart(k
     where the recording earns one; its one-row outlier is now named on the plot instead)."""
     pg = open_page(browser, keyed_server + "/scale" + ("?presenter=on" if size == PRESENTER else ""), *size)
     settled(pg, "[data-testid=stPlotlyChart] .gtitle")
-    pg.get_by_text("NVIDIA H200 (cuda)").first.click()
+    pg.locator(".st-key-scale_ladder_pick").first.click()  # the picker: every ladder, named
+    pg.get_by_role("option", name=re.compile("NVIDIA H200")).first.click()
     idle(pg)
     chart = pg.locator("[data-testid=stPlotlyChart]").filter(has_text="One pass over n rows: Llama-3-8B").first
     chart.locator(".legend").first.wait_for(timeout=60_000)

@@ -477,6 +477,25 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame_with_its_figures
     assert number and html.unescape(number) in copied, (name, number)
 
 
+@pytest.mark.slow
+def test_a_followers_copy_says_each_control_as_the_lecturer_sees_it_never_its_key(key_set):
+    """A phone following the Scale page read 'picture: per_token': a control is copied with the option as its
+    picker shows it ('ms per token'), and a switch as on or off."""
+    import html
+
+    from ui.apptest import app_test, page
+
+    at = ok(app_test().run())
+    at.sidebar.text_input(key="follow_key").input(KEY)
+    ok(at.button(key="follow_start").click().run())
+    code = at.session_state["follow_lead"].code
+    ok(at.switch_page(page("scale")).run())
+    room = key_set.classroom()
+    copied = html.unescape(json.dumps(room.frame(code, room.live(code)["frame"])["nodes"], ensure_ascii=False))
+    assert "picture: <b>ms per token</b>" in copied and "per_token" not in copied
+    assert "CPU and GPU side by side: <b>off</b>" in copied
+
+
 def test_a_page_run_cut_short_or_overtaken_by_a_newer_run_is_never_the_classs_frame(monkeypatch):
     """Streamlit's fast reruns stop a run when the lecturer moves on (a slider moved again, Next clicked again) and
     start the next one at once, in another thread: the stopped run publishes nothing, and a run that ends after a

@@ -255,15 +255,16 @@ def test_the_figures_have_one_point_per_rung_for_each_pass_they_name(measured):
     n = len(lad.rungs)
     per = draw.per_token_figure(lad)
     lines = {t.name: t for t in per.data if t.name}
-    assert set(lines) == {"decode: per new token", "prefill (16 tokens): per prompt token",
-                          "decode, lean path (static cache, CUDA graph)"}
+    assert set(lines) == {"decode, readable: per new token", "prefill (16 tokens), readable: per prompt token",
+                          "decode, lean pass (compiled)"}  # each line names the path that ran it
     assert all(len(t.x) == n for t in lines.values())
-    assert lines["decode: per new token"].y[-1] == pytest.approx(lad.rungs[-1].decode.per_token_ms)
+    assert lines["decode, readable: per new token"].y[-1] == pytest.approx(lad.rungs[-1].decode.per_token_ms)
     assert draw.gap_words(lad.rungs[-1]) in [a.text for a in per.layout.annotations]
     roof = draw.roofline_figure(lad)
-    placed = {t.name: t for t in roof.data if t.name in ("prefill", "decode (cache)", "decode (no cache)")}
+    placed = {t.name: t for t in roof.data if t.name in ("prefill, readable", "decode (cache), readable",
+                                                         "decode (no cache), readable")}
     assert len(placed) == 3 and all(len(t.x) == n for t in placed.values())
-    assert list(placed["decode (cache)"].x) == pytest.approx([r.decode.intensity for r in lad.rungs])
+    assert list(placed["decode (cache), readable"].x) == pytest.approx([r.decode.intensity for r in lad.rungs])
     split = draw.split_figure(lad)
     assert [len(t.x) for t in split.data] == [n, n]
     assert [a + b for a, b in zip(split.data[0].y, split.data[1].y)] == pytest.approx([100] * n)
@@ -314,7 +315,8 @@ def test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper(which):
         assert word == ("dearer" if gap >= 1 else "cheaper")
         assert factor == pytest.approx(gap if gap >= 1 else 1 / gap, rel=0.05, abs=0.05)  # as printed: ×18, ×4.0
         if first is not r:
-            said = re.search(rf"At {re.escape(first.label)} the gap is ×([\d.]+)\.", draw.per_token_caption(shown))
+            said = re.search(rf"At {re.escape(first.label)} the readable path's gap is ×([\d.]+)\.",
+                             draw.per_token_caption(shown))
             assert said and float(said.group(1)) == round(gap_from_times(first), 1)
     assert gap_said(draw.per_token_caption(flipped))[2:] == (4.0, "cheaper")
     assert top.decode.label in draw.roofline_caption(lad) and top.prefill.label in draw.roofline_caption(lad)
@@ -480,7 +482,7 @@ def test_the_decode_prefill_gap_is_said_as_a_rule_with_this_devices_ridge_and_th
     top, h100 = lad.rungs[-1], roofline.h100()
     said = draw.per_token_caption(lad)
     here = lad.roof.peak_flops / lad.roof.dram_bandwidth * 4 / 2  # the ridge in rows, from the probe's own figures
-    m = re.search(r"measured on is ~(\d+) tokens \((\w+)\), so the rule gives ×(\d+) there \(measured ×([\d.]+)\); "
+    m = re.search(r"recorded [\d-]+ is ~(\d+) tokens \((\w+)\), so the rule gives ×(\d+) there \(measured ×([\d.]+)\); "
                   r"on an NVIDIA H100 SXM \(datasheet\) in bf16 \(ridge ~(\d+) tokens\) it predicts ×(\d+) at s = (\d+)", said)
     assert m, said
     assert int(m.group(1)) == round(here) and m.group(2) == lad.roof.dtype == "fp32"
@@ -508,7 +510,7 @@ def test_a_128_token_prefill_is_compute_bound_only_with_its_condition():
     lad = stores.recorded_ladders()[0]
     top, h100 = lad.rungs[-1], roofline.h100()
     said = draw.prefill_condition(lad)
-    m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge measured on the device it ran on \(~(\d+) tokens, "
+    m = re.search(r"A (\d+)-token prefill is (past|short of) the ridge of cpu: [^(]+, recorded [\d-]+ \(~(\d+) tokens, "
                   r"(fp32)\); "
                   r"on an NVIDIA H100 SXM at batch 1 \(its datasheet's ridge ~(\d+) tokens in bf16\) the same prefill is "
                   r"predicted on "

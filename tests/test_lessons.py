@@ -327,3 +327,53 @@ def test_lesson_10s_slider_and_its_step_line_agree(shown):
     assert not at.exception and not at.error
     assert f"step **{shown}** of {int(at.slider(key='lesson10_steps').max)} ·" in text(at)
     assert at.slider(key="lesson10_steps").value == shown
+
+
+# ---------------------------------------------------------------- the takeaway each lesson opens with
+
+NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
+TWO_LINES = 200  # characters: two lines of bold text across the lesson at 1280x720 in presenter mode
+
+
+def drawn(at: AppTest) -> list:
+    """Every element of the main area in the order it is drawn (containers, columns and folds opened)."""
+    from streamlit.testing.v1.element_tree import Block
+
+    def walk(node):
+        for child in node.children.values():
+            if isinstance(child, Block):
+                yield from walk(child)
+            else:
+                yield child
+
+    return list(walk(at.main))
+
+
+def said(node) -> str:
+    """What an element says, as read (the markdown's escapes apart)."""
+    value = getattr(node, "value", "")
+    return (value if isinstance(value, str) else "").replace("\\", "") + " " + str(getattr(node, "label", "") or "")
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_every_lesson_opens_with_a_takeaway_of_two_lines_in_its_own_measured_numbers(number, shown):
+    """The first thing under a lesson's heading is one bold line of at most two lines whose numbers are the lesson's
+    own: each one that is not written in the lesson's source is a figure the lesson computed, and it is said again in
+    the lesson's fuller text (its folds, captions and metrics) from the same record."""
+    import inspect
+
+    from lessons import page as lessons_page
+
+    at = shown(number, small=number == 11)
+    nodes = drawn(at)
+    head = next(i for i, n in enumerate(nodes) if n.type == "header" and n.value == TITLES[number - 1])
+    first = nodes[head + 1]
+    assert first.type == "markdown", (number, first.type)
+    line = first.value.replace("\\", "")
+    assert line.startswith("**") and line.endswith("**") and len(line) <= TWO_LINES + 4, line
+    source = inspect.getsource(inspect.getmodule(lessons_page.LESSONS[TITLES[number - 1]]))
+    computed = [n for n in NUMBER.findall(line) if not re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d,])", source)]
+    assert computed, (number, line)  # not a number written into the lesson: one it measured or counted
+    rest = " ".join(said(n) for n in nodes[head + 2:])
+    for n in computed:
+        assert n in rest, (number, n, line)

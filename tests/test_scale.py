@@ -182,15 +182,17 @@ def test_the_formula_shown_adds_up_to_the_calculators_bytes(name):
 
 
 def test_does_it_fit_with_the_weights_resident():
-    """Llama-3-8B (8.0 B parameters) on an 80 GB card in fp16: 64 GB left for the cache, 2³⁰ bytes a sequence of
-    8,192 tokens (131,072 a token), and the model reads at most 8,192 positions."""
+    """Llama-3-8B (8,030,261,248 parameters, counted from its config's shapes: 8.0 B nominal) on an 80 GB card in
+    fp16: 63.94 GB left for the cache, 2³⁰ bytes a sequence of 8,192 tokens (131,072 a token), and the model reads
+    at most 8,192 positions."""
     llama = kvcalc.from_table("Llama-3-8B")
     fit = kvcalc.largest_fit(llama, 80e9, 2, 2, 8192)
-    assert fit == kvcalc.Fit(free_for_kv=64e9, max_batch=59, max_tokens_batch1=488_281, context_limit=8192)
+    assert fit == kvcalc.Fit(free_for_kv=80e9 - 2 * 8_030_261_248, max_batch=59, max_tokens_batch1=487_819,
+                             context_limit=8192)
     # a sliding model stops growing past its window: gemma-3-270m keeps 15 x 511 positions of 1,024 bytes and grows
     # by its 3 full layers' 3,072 bytes a token
     gemma = kvcalc.from_table("gemma-3-270m")
-    free = 1e9 - gemma.parameters * 2
+    free = 1e9 - kvcalc.counted_parameters(gemma) * 2
     fit = kvcalc.largest_fit(gemma, 1e9, 2, 2, 8192)
     assert fit.max_tokens_batch1 == (free - 15 * 1024 * 511) // 3072 and fit.max_batch == free // 33_014_784
     assert kvcalc.largest_fit(kvcalc.from_table("Llama-3.1-405B"), 80e9, 2, 2, 8192).free_for_kv < 0
@@ -214,7 +216,7 @@ def test_the_scale_page_shows_each_models_formula_and_whether_it_fits():
         (shown,) = [c.value for c in at.code]
         assert formula_value(shown) == (expected, expected), (name, shown)
     fits = next(m.value for m in at.markdown if "Largest batch" in m.value)  # Llama-3-8B on an H100 (80 GB), fp16
-    assert "Largest batch at 8,192 tokens: **59**" in fits and "longest context at batch 1: **488,281 tokens**" in fits
+    assert "Largest batch at 8,192 tokens: **59**" in fits and "longest context at batch 1: **487,819 tokens**" in fits
     assert "reads at most **8,192**" in fits
     at.selectbox(key="scale_model").set_value("Llama-3.1-405B").run()
     assert any("do not fit in 80 GB" in e.value for e in at.error)

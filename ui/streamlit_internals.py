@@ -10,7 +10,8 @@ not public:
                                   the running script's context (`script_context`): its `enqueue` carries every
                                   message the run sends (replaced for one run, to keep what the page draws), its
                                   `session_state._state` reads a widget's value without a yield point
-                                  (`widget_state`)
+                                  (`widget_state`), and its `_new_widget_state.widget_metadata[id].serializer`
+                                  turns a value into what the widget shows (`widget_shown`: its format_func's)
     runtime.scriptrunner_utils.exceptions.StopException, RerunException
                                   what st.stop() and st.rerun() raise, and a run stopped at a yield point
                                   (`RUN_ENDINGS`): a copy of a page lets them through
@@ -60,6 +61,16 @@ def script_context():
 def widget_state(ctx) -> dict:
     """Every widget's value by its id or key, read without a yield point (the page may have stopped)."""
     return ctx.session_state._state
+
+
+def widget_shown(ctx, widget_id: str, value):
+    """A widget's value as the page shows it (a picker's format_func applied: 'ms per token', not 'per_token'), or
+    the value itself where Streamlit keeps no serializer for that widget."""
+    meta = ctx.session_state._state._new_widget_state.widget_metadata.get(widget_id)
+    try:
+        return value if meta is None else meta.serializer(value)
+    except Exception:  # noqa: BLE001 - a value its serializer refuses: shown as it is
+        return value
 
 
 def arrow_table(data: bytes):

@@ -28,16 +28,20 @@ NAMES = {"prefill": "prefill of n tokens", "batch": "decode step for n sequences
 COLOURS = {"prefill": PREFILL, "batch": DECODE}
 SHORT_DEVICE = {"cpu": "this CPU", "cuda": "this GPU"}
 KNEE_WITHIN = 1.5  # a measured knee within this factor of the predicted one, either way: the run shows the roofline
+FLAGGED = ("this run was flagged noisy (the note on the chart), so no knee is read off it: measure again when the "
+           "server is quiet")
 
 
 def _ms(x: float) -> str:
     return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
 
 
-def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0, height: int = 430) -> go.Figure:
+def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0, height: int = 430,
+                 flag: str | None = None) -> go.Figure:
     """ms per pass against n, both kinds, with the prefill's two bounds, each kind's predicted knee and its measured
     one (the flat level and the fitted slope, drawn where they meet), and a one-row outlier ringed and named.
-    `where` says where it was measured, under the title ('measured on this server (…)', 'a recording made on …')."""
+    `where` says where it was measured, under the title ('measured on this server (…)', 'a recording made on …');
+    `flag`, a noisy run's note (topics.ladder.notes.noisy): then no measured knee is drawn, only the predictions."""
     fig = go.Figure()
     pre = curve.of("prefill")
     xs = sorted({p.rows for p in curve.points})
@@ -91,7 +95,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
             fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.9, yref="paper",
                                yanchor="bottom", showarrow=False, text=f"{words} ≈ {_n(predicted)} rows",
                                xanchor="center" if negligible else "right", font=dict(size=12 * scale))
-        if k is None or k.measured is None:
+        if k is None or k.measured is None or flag:
             continue
         lo, hi = max(xs[0], min(k.level_rows)), max(k.slope_rows)  # the two fitted lines, measured
         fig.add_trace(go.Scatter(
@@ -122,7 +126,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                       margin=dict(t=int(84 * scale), b=int(56 * scale + legend_px)),
                       legend=dict(orientation="v", yref="container", yanchor="bottom", y=0, x=0, traceorder="normal",
                                   font=dict(size=12 * scale)))
-    note = curve_note(curve)
+    note = curve_note(curve) or flag
     if note:  # a busy server said on the chart, with the figures that show it: over the plot and the
         note_box(fig, note, scale, chars=64, above_px=22 * scale)  # ridge's label, since the legend lies under it
     return fig
@@ -220,16 +224,19 @@ def ratio_sentence(curve: Curve, kind: str, n: int) -> str | None:
             f"arithmetic")
 
 
-def knee_sentence(curve: Curve, roof: DeviceRoof, kind: str) -> str | None:
+def knee_sentence(curve: Curve, roof: DeviceRoof, kind: str, flag: str | None = None) -> str | None:
     """The kind's knee: the flat level and the slope measured, where they meet, beside the prediction (which
-    counts, for a batch, every sequence's K/V at the context)."""
+    counts, for a batch, every sequence's K/V at the context); a run flagged noisy gets the prediction and the flag,
+    never a measured knee."""
     k = curve.knee(kind, roof)
     if kind == "batch":
-        return batch_knee_sentence(curve, roof, k)
+        return batch_knee_sentence(curve, roof, k, flag)
     if k is None or k.predicted is None:
         return None
-    said = (f"The prefill's knee is predicted at ~{_n(k.predicted)} rows (where its intensity meets the ridge measured "
-            f"here, {roof.ridge:.1f} FLOP/byte in {roof.dtype})")
+    said = (f"The prefill's knee is predicted at ~{_n(k.predicted)} rows (where its intensity meets the ridge of "
+            f"the machine it ran on, {roof.ridge:.1f} FLOP/byte in {roof.dtype})")
+    if flag:
+        return said + f"; {FLAGGED}."
     if k.measured is None:
         return said + ": the passes timed do not place a measured one."
     return (said + f"; measured, the flat level ({_ms(k.level_ms)} ms, the median of {_rows(k.level_rows)}) and the "
@@ -237,7 +244,7 @@ def knee_sentence(curve: Curve, roof: DeviceRoof, kind: str) -> str | None:
             f"(×{k.off:.2f} the prediction).")
 
 
-def batch_knee_sentence(curve: Curve, roof: DeviceRoof, k=None) -> str | None:
+def batch_knee_sentence(curve: Curve, roof: DeviceRoof, k=None, flag: str | None = None) -> str | None:
     """A decode step for n sequences: each reads its own K/V, so its knee is its own (or none at this context);
     it is given the prefill's only where the K/V bytes are negligible, and then the sentence says so."""
     b = curve.batch_bytes()
@@ -258,6 +265,8 @@ def batch_knee_sentence(curve: Curve, roof: DeviceRoof, k=None) -> str | None:
         said = (f"A decode step for n sequences also reads every sequence's own K/V at context {curve.context}{kv}, "
                 f"so its intensity grows slower than n: its knee is predicted at ~{_n(predicted)} sequences "
                 f"(every sequence's K/V counted), not at the prefill's")
+    if flag:
+        return said + f"; {FLAGGED}."
     if k is None:
         return said + "; no batch was timed here."
     if k.measured is None:
@@ -289,10 +298,11 @@ def _kinds_words(curve: Curve, roof: DeviceRoof, passes, bound: str) -> str | No
     return f"{' or '.join(words)}, {span} their {bound} bound"
 
 
-def curve_caption(curve: Curve, roof: DeviceRoof, device: str = "") -> str:
+def curve_caption(curve: Curve, roof: DeviceRoof, device: str = "", flag: str | None = None) -> str:
     """The chart in sentences, every figure read off the same record: a ratio within one kernel and what it is
     compared with, the decode step as its own point, each kind's knee (measured where the flat level and the slope
-    meet, beside its prediction), an outlier named, the far prefill, and what the verdict says of each stretch."""
+    meet, beside its prediction), an outlier named, the far prefill, and what the verdict says of each stretch; a run
+    flagged noisy (`flag`) draws no knee verdict, and says so."""
     n = eight(curve)
     said = [r for r in (ratio_sentence(curve, "prefill", n), ratio_sentence(curve, "batch", n)) if r]
     if not said:
@@ -306,13 +316,13 @@ def curve_caption(curve: Curve, roof: DeviceRoof, device: str = "") -> str:
                    f"{verdict_words(star, roof, sheet)}."
                    + ("" if any(curve.kernel(p) == curve.kernel(star) for p in curve.points if p is not star) else
                       " No other pass here runs that kernel, so no ratio is taken against it."))
-    out += [s for s in (knee_sentence(curve, roof, "prefill"), knee_sentence(curve, roof, "batch"),
+    out += [s for s in (knee_sentence(curve, roof, "prefill", flag), knee_sentence(curve, roof, "batch", flag),
                         outlier_sentence(curve, "prefill"), outlier_sentence(curve, "batch")) if s]
     last = curve.of("prefill")[-1]
     out.append(f"At {last.rows} rows the prefill took {_ms(last.median_ms)} ms, ×{last.median_ms / last.compute_ms:.2f} "
                f"its compute bound ({share_words(last, roof, sheet)}).")
     k = curve.knee("prefill", roof)
-    if k is not None and k.predicted:
+    if k is not None and k.predicted and not flag:
         below = _kinds_words(curve, roof, [p for p in curve.of("prefill") if p.rows in k.level_rows], "memory")
         past = _kinds_words(curve, roof, [p for p in curve.of("prefill") if p.rows in k.slope_rows], "compute")
         if k.within(KNEE_WITHIN):
@@ -324,26 +334,27 @@ def curve_caption(curve: Curve, roof: DeviceRoof, device: str = "") -> str:
     return " ".join(out)
 
 
-def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str, device: str = "") -> str:
+def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str, device: str = "",
+                flag: str | None = None) -> str:
     """What lessons 2 (prefill) and 3 (decode) quote: the pass over n rows at the big rung, in its own numbers, with
     the verdict's own words, each ratio within one kernel and saying what it compares with."""
     n = eight(curve)
     sheet = datasheet_for(device) if device else None
-    weights = f"Measured on {where} at {curve.rung} ({curve.weights})"
+    weights = f"Measured on {where} at {curve.rung} ({curve.weights}), on the lean pass (compiled)"
     if phase == "decode":
         one = next(iter(curve.of(DECODE_KIND)), None) or curve.at("batch", 1) or curve.at("prefill", 1)
         batch = ratio_sentence(curve, "batch", n)
         pre = ratio_sentence(curve, "prefill", n)
         many = (batch if batch else f"the step for {n} sequences was not timed here; {pre}" if pre else
                 "no pass over more rows was timed")
-        knee = batch_knee_sentence(curve, roof, curve.knee("batch", roof))
+        knee = batch_knee_sentence(curve, roof, curve.knee("batch", roof), flag)
         return (f"{weights}: one decode step ({curve.kernel(one)}) took {_ms(one.median_ms)} ms against "
                 f"{_ms(one.memory_ms)} ms to read its weights once at the bandwidth measured here, "
                 f"{held_words(curve, one)}: **{verdict_words(one, roof, sheet)}**. Beside it, {many}."
                 + (f" {knee}" if knee else ""))
     last = curve.of("prefill")[-1]
     ratio = ratio_sentence(curve, "prefill", n)
-    knee = knee_sentence(curve, roof, "prefill")
+    knee = knee_sentence(curve, roof, "prefill", flag)
     return (f"{weights}: {ratio or 'no pass over more rows was timed'}."
             + (f" {knee}" if knee else "")
             + f" A prefill of {last.rows} tokens took {_ms(last.median_ms)} ms against a compute bound of "

@@ -6,7 +6,9 @@
     split_figure       where a cached decode step's time goes at each rung: its matmuls, and the rest
 
 Each caption is computed from the same numbers, so it never says what its chart does not show. Log axes carry
-plain tick labels only (no minor labels), and every figure says which rungs have random weights.
+plain tick labels only (no minor labels), and every figure says which rungs have random weights and which path ran
+each number: the readable path (transformers' eager code, what the class steps through) or the lean pass (compiled,
+near the roofs). Where a ladder has lean figures, the captions lead with them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from physics import roofline
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.notes import ladder_note
 from topics.ladder.record import Ladder, RungResult
+
+READABLE = "readable path (transformers' eager code)"
+LEAN = "lean pass (compiled)"
 
 
 @dataclass(frozen=True)
@@ -61,13 +66,19 @@ def _log_range(lo: float, hi: float, pad: float = 1.6) -> list[float]:
     return [math.log10(lo / pad), math.log10(hi * pad)]
 
 
-def weights_note(ladder: Ladder) -> str:
-    """Which rung is the model itself and which are random: said on every figure (two short lines)."""
+def weights_note(ladder: Ladder, path: str = READABLE) -> str:
+    """Which rung is the model itself and which are random, and the path its numbers ran on: said on every figure
+    (four short lines: a phone shows each whole)."""
     trained = [r.label for r in ladder.rungs if r.trained]
     own = f"{trained[0]}: the model itself, trained · " if trained else ""
     where = f"a recording: {short_device(ladder.device)}, {ladder.measured_at[:10]}" if ladder.recorded \
         else short_device(ladder.device)
-    return f"{own}{where}<br>other rungs: {ladder.weights_note}"
+    return f"{where}<br>{own}other rungs:<br>{ladder.weights_note}<br>{path}"
+
+
+def paths(ladder: Ladder) -> str:
+    """The paths a ladder's numbers ran on, short: 'readable path + lean pass', or 'readable path'."""
+    return "readable path + lean pass" if lean_rung(ladder) or any(r.lean for r in ladder.rungs) else "readable path"
 
 
 def short_device(device: str) -> str:
@@ -84,13 +95,14 @@ def _ms(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
-def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 380) -> go.Figure:
+def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 420,
+            path: str = READABLE) -> go.Figure:
     """The common look, the weights note under the title, and room for it above the legend; a busy server's
     note (topics.ladder.notes.ladder_note) under the plot. Heights fit a
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
-    fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder), font=dict(size=12 * scale))),
-                      margin=dict(t=int(116 * scale)), legend=dict(y=1.0, traceorder="normal"))
+    fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder, path), font=dict(size=12 * scale))),
+                      margin=dict(t=int(172 * scale)), legend=dict(y=1.0, traceorder="normal"))
     note = ladder_note(ladder)
     if note:  # a busy server said under the chart, with the spread that shows it
         note_box(fig, note, scale, chars=64)
@@ -112,10 +124,11 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     rungs = ladder.rungs
     xs = [r.parameters for r in rungs]
     fig = go.Figure()
-    series = [("decode: per new token", DECODE, "solid", [r.decode for r in rungs]),  # short: one legend row on a phone
-              (f"prefill ({ladder.tokens} tokens): per prompt token", PREFILL, "solid", [r.prefill for r in rungs])]
+    series = [("decode, readable: per new token", DECODE, "solid", [r.decode for r in rungs]),  # short: a phone's row
+              (f"prefill ({ladder.tokens} tokens), readable: per prompt token", PREFILL, "solid",
+               [r.prefill for r in rungs])]
     if all(r.lean for r in rungs):
-        series.append(("decode, lean path (static cache, CUDA graph)", DECODE, "dash", [r.lean for r in rungs]))
+        series.append((f"decode, {LEAN}", DECODE, "dash", [r.lean for r in rungs]))
     for name, colour, dash, passes in series:
         ys = [p.per_token_ms for p in passes]
         fig.add_trace(go.Scatter(
@@ -129,29 +142,33 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     d, p = top.decode.per_token_ms, top.prefill.per_token_ms
     fig.add_trace(go.Scatter(x=[top.parameters] * 2, y=[p, d], mode="lines", showlegend=False, hoverinfo="skip",
                              line=dict(color=GREY, width=2, dash="dot")))
-    # a third of the way up the gap (log scale), below the decode line it would otherwise cross on a narrow screen
-    fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="right",
-                       text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=-8)
+    # right of the top rung, a third of the way up the gap (log scale), in room the x axis leaves for it: to its
+    # left it covered a lean diamond and the lean pass's words
+    fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="left",
+                       text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=6)
     ys = [v for r in rungs for v in (r.decode.per_token_ms, r.prefill.per_token_ms)]
     lean = lean_rung(ladder)
     if lean is not None and not all(r.lean for r in rungs):  # the lean path's two passes at the rung that has them
         ld, lp = lean.lean.per_token_ms, lean.lean_prefill.per_token_ms
         fig.add_trace(go.Scatter(
-            x=[lean.parameters] * 2, y=[ld, lp], name=f"lean path at {lean.label}: decode, prefill per token",
+            x=[lean.parameters] * 2, y=[ld, lp], name=f"{LEAN} at {lean.label}: decode, prefill per token",
             mode="lines+markers", line=dict(color=GREY, width=2, dash="dash"),
             marker=dict(color=[DECODE, PREFILL], size=13, symbol="diamond", line=dict(color="#222", width=1)),
-            hovertemplate="%{y:.3g} ms per token<extra>the lean path (compiled)</extra>"))
-        # low in its gap, under the readable gap's words (a third of the way up theirs)
-        fig.add_annotation(x=math.log10(lean.parameters), y=math.log10(lp) + 0.2 * (math.log10(ld) - math.log10(lp)),
-                           xanchor="right", xshift=-8, showarrow=False, font=dict(size=13 * scale, color="#444"),
-                           text=f"lean path ×{lean.lean_gap:.0f}")
+            hovertemplate="%{y:.3g} ms per token<extra>the lean pass (compiled)</extra>"))
+        # right of its prefill diamond, under the readable gap's words
+        fig.add_annotation(x=math.log10(lean.parameters), y=math.log10(lp), yanchor="top", xanchor="left",
+                           xshift=8, showarrow=False, font=dict(size=13 * scale, color="#444"),
+                           text=f"lean pass ×{lean.lean_gap:.0f}")
         ys += [ld, lp]
     lo, hi = min(min(ys), min(r.prefill.low_ms / r.prefill.tokens for r in rungs)), max(ys)
     vals, texts = log_ticks(lo / 1.6, hi * 1.6)
     fig.update_yaxes(type="log", title="ms per token (median, measured)", tickmode="array", tickvals=vals,
                      ticktext=texts, range=_log_range(lo, hi))
     _param_axis(fig, ladder)
-    return _finish(fig, ladder, "ms per token: prefill vs decode", scale)
+    ps = [r.parameters for r in rungs]
+    lo, hi = math.log10(min(ps) / 1.4), math.log10(max(ps))
+    fig.update_xaxes(range=[lo, hi + 0.45 * (hi - lo)])  # a quarter of the plot right of the top rung: its words
+    return _finish(fig, ladder, "ms per token: prefill vs decode", scale)  # the lean pass: its legend entry
 
 
 def gap_words(r: RungResult) -> str:
@@ -169,12 +186,13 @@ def per_token_caption(ladder: Ladder) -> str:
     """The chart in one sentence, from its numbers, and the rule that explains the gap (`gap_rule`)."""
     first, top = ladder.rungs[0], ladder.rungs[-1]
     words = gap_words(top).replace("<br>", " ")
-    text = (f"At {top.label} parameters one decoded token costs {_ms(top.decode.per_token_ms)} ms, one prompt token of "
-            f"the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. {gap_rule(ladder)}")
+    text = (f"On the {READABLE}, at {top.label} parameters one decoded token costs {_ms(top.decode.per_token_ms)} ms, "
+            f"one prompt token of the {ladder.tokens}-token prefill {_ms(top.prefill.per_token_ms)} ms: {words}. "
+            f"{gap_rule(ladder)}")
     if first is not top:
-        text += f" At {first.label} the gap is ×{first.decode_vs_prefill_per_token:.1f}."
+        text += f" At {first.label} the readable path's gap is ×{first.decode_vs_prefill_per_token:.1f}."
     lean = lean_sentence(ladder)
-    return text + (f" {lean}" if lean else "")
+    return (f"{lean} " if lean else "") + text  # the lean pass first: there the hardware sets the time
 
 
 def lean_rung(ladder: Ladder) -> RungResult | None:
@@ -191,14 +209,14 @@ def lean_sentence(ladder: Ladder) -> str | None:
         return None
     here = ladder.roof.ridge_tokens
     s = r.lean_prefill.tokens
-    return (f"On the lean path at {r.label} (compiled whole: the hardware sets both times), a decoded token costs "
+    return (f"On the lean pass at {r.label} (compiled whole: the hardware sets both times), a decoded token costs "
             f"{_ms(r.lean.per_token_ms)} ms and a prompt token {_ms(r.lean_prefill.per_token_ms)} ms: "
             f"×{r.lean_gap:.0f} (the rule: ×{roofline.decode_prefill_gap(s, here):.0f}); the cache saves "
             f"×{r.lean_cache_saves:.2f} there (its {s}-token prefill stands for the cache-off step; the rule: "
-            f"×{roofline.cache_off_steps(s + 1, here):.2f}). The readable path's ×{r.decode_vs_prefill_per_token:.0f} "
-            f"and ×{r.cache_saves:.1f} at {r.label} "
-            + ("are overhead over overhead" if "overhead-bound" in (r.decode.kind, r.nocache.kind) else
-               "are its own, further from the roofs")
+            f"×{roofline.cache_off_steps(s + 1, here):.2f}). The {READABLE} measured "
+            f"×{r.decode_vs_prefill_per_token:.0f} and ×{r.cache_saves:.1f} at {r.label}, "
+            + ("overhead over overhead" if "overhead-bound" in (r.decode.kind, r.nocache.kind) else
+               "its own figures, further from the roofs")
             + f": its decode took ×{r.decode.ratio:.1f} and its cache-off step ×{r.nocache.ratio:.1f} their bounds.")
 
 
@@ -209,14 +227,21 @@ def gap_rule(ladder: Ladder) -> str:
     here = ladder.roof.ridge_tokens
     said = (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
             f"s = {s} positions, but once s passes the ridge it is compute-bound and stops getting cheaper per token. "
-            f"The ridge of the device it was measured on is ~{here:.0f} tokens ({_dtype(ladder)}), so "
+            f"The ridge of {machine(ladder)} is ~{here:.0f} tokens ({_dtype(ladder)}), so "
             f"the rule gives ×{roofline.decode_prefill_gap(s, here):.0f} there (measured "
-            + (f"×{top.lean_gap:.0f} on the lean path, ×{top.decode_vs_prefill_per_token:.0f} on the readable one); "
+            + (f"×{top.lean_gap:.0f} on the lean pass, ×{top.decode_vs_prefill_per_token:.0f} on the readable path); "
                if top.lean_gap else f"×{top.decode_vs_prefill_per_token:.1f}); ")
             + f"on an {roofline.short_name(h100)} (datasheet) in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) "
             f"it predicts ×{roofline.decode_prefill_gap(s, h100.ridge_tokens):.0f} at s = {s}"
             + (": both phases predicted on the memory side." if s < h100.ridge_tokens else "."))
     return said
+
+
+def machine(ladder: Ladder) -> str:
+    """The machine a ladder ran on, named where its ridge is quoted ('AMD EPYC, 1 thread (recorded 2026-11-28)'):
+    a recording's ridge and this server's stand on one page, each with its own."""
+    when = f", recorded {ladder.measured_at[:10]}" if ladder.recorded else ", measured on this server"
+    return f"{short_device(ladder.device)}{when}"
 
 
 def _dtype(ladder: Ladder) -> str:
@@ -241,17 +266,24 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     for tr in (t for t in fig.data if t.mode == "markers"):  # each kind's points, in rung order (not the roofs)
         tr.mode = "lines+markers+text"
         tr.line = dict(color=tr.marker.color, width=2)
-        tr.textposition = "middle right"
+        tr.textposition = "top center"  # above its point, drawn past the plot's edge if it must: never cut
+        tr.cliponaxis = False
         tr.textfont = dict(size=13 * scale, color=tr.marker.color)
         tr.hovertext = tr.text
         tr.hovertemplate = "%{hovertext}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"
         named = tr.name != "decode (no cache)"  # its points sit near the prefill's: their hover names them
         tr.text = [t.split(":")[0] if named and t.split(":")[0] in ends else "" for t in tr.hovertext]
-    if all(r.lean for r in ladder.rungs):
-        fig.add_trace(go.Scatter(x=[r.lean.intensity for r in ladder.rungs], y=[r.lean.achieved for r in ladder.rungs],
-                                 mode="lines+markers", name="decode (lean path)",
-                                 line=dict(color=DECODE, width=2, dash="dash"),
-                                 marker=dict(color=DECODE, size=11, symbol="diamond")))
+        tr.name = f"{tr.name}, readable"
+    for attr, kind, colour in (("lean_prefill", "prefill", PREFILL), ("lean", "decode", DECODE)):
+        lean = [r for r in ladder.rungs if getattr(r, attr)]  # the lean pass where it was timed, a diamond
+        if lean:
+            fig.add_trace(go.Scatter(
+                x=[getattr(r, attr).intensity for r in lean], y=[getattr(r, attr).achieved for r in lean],
+                mode="lines+markers", name=f"{kind}, {LEAN}", line=dict(color=colour, width=2, dash="dash"),
+                marker=dict(color=colour, size=13, symbol="diamond", line=dict(color="#222", width=1)),
+                text=[f"{r.label}: {getattr(r, attr).label}, {getattr(r, attr).spread()} ms" for r in lean],
+                hovertemplate="%{text}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra>" + LEAN + "</extra>"))
+            points += [RungPoint(kind, getattr(r, attr).intensity, getattr(r, attr).achieved, r.label) for r in lean]
     roof = ladder.roof
     xs = [p.intensity for p in points] + [roof.ridge]
     ys = [p.achieved for p in points] + [roof.peak_flops]
@@ -259,7 +291,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
                      tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
-    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=400)
+    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=440)
 
 
 def bound_words(m, matmul_share: float | None = None) -> str:
@@ -273,7 +305,21 @@ def bound_words(m, matmul_share: float | None = None) -> str:
 
 def roofline_caption(ladder: Ladder) -> str:
     """Where decode and prefill start and end on the roofline, in the verdict's own words, and the condition the
-    prefill's verdict holds under (`prefill_condition`)."""
+    prefill's verdict holds under (`prefill_condition`); the lean pass's first where it was timed."""
+    lean = lean_roof_words(ladder)
+    return (f"{lean} " if lean else "") + f"On the {READABLE}: " + _readable_roof_words(ladder)
+
+
+def lean_roof_words(ladder: Ladder) -> str | None:
+    """Where the lean pass sits on the roofline, in the verdict's words, at the rung that has it (None: none)."""
+    r = next((r for r in reversed(ladder.rungs) if r.lean), None)
+    if r is None:
+        return None
+    pre = f"; its prefill of {r.lean_prefill.q_len} tokens {bound_words(r.lean_prefill)}" if r.lean_prefill else ""
+    return f"On the {LEAN} at {r.label}, a decode step is {bound_words(r.lean)}{pre}."
+
+
+def _readable_roof_words(ladder: Ladder) -> str:
     first, top = ladder.rungs[0], ladder.rungs[-1]
     if first is top:
         return (f"One rung ({top.label}): its decode step is {bound_words(top.decode, top.matmul_share)}, its prefill "
@@ -294,7 +340,7 @@ def prefill_condition(ladder: Ladder) -> str:
     here = ladder.roof.ridge_tokens
     p = roofline.predict_counts(top.prefill.flops, top.prefill.bytes_moved, ladder.roof.elem_bytes, h100)
     past = "past" if s >= here else "short of"
-    return (f"A {s}-token prefill is {past} the ridge measured on the device it ran on (~{here:.0f} tokens, "
+    return (f"A {s}-token prefill is {past} the ridge of {machine(ladder)} (~{here:.0f} tokens, "
             f"{_dtype(ladder)}); on an {roofline.short_name(h100)} at batch 1 (its datasheet's ridge "
             f"~{h100.ridge_tokens:.0f} tokens "
             f"in {h100.dtype}) the same prefill is {p.words()}.")
@@ -334,17 +380,21 @@ def split_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="parameters (each rung's step = 100 %)", type="category")
     fig.update_yaxes(title="% of one cached decode step", range=[0, 112], tickvals=[0, 25, 50, 75, 100])
-    return _finish(fig, ladder, "Where a decode step's time goes", scale)
+    return _finish(fig, ladder, "Where a decode step's time goes", scale)  # the readable step: said under the title
 
 
 def split_caption(ladder: Ladder) -> str:
     """Does the rest's share shrink as the model grows? Said as measured."""
     first, top = ladder.rungs[0], ladder.rungs[-1]
     a, b = 1 - first.matmul_share, 1 - top.matmul_share
+    r = next((r for r in reversed(ladder.rungs) if r.lean), None)
+    lead = (f"The {LEAN} runs {r.label}'s decode step in {_ms(r.lean.median_ms)} ms ({bound_words(r.lean)}); the "
+            f"bars are the {READABLE}'s step, {_ms(r.decode.median_ms)} ms, taken apart. " if r else
+            f"The bars are the {READABLE}'s decode step, taken apart. ")
     if first is top:
-        return f"At {top.label} the matmuls are {top.matmul_share:.0%} of a decode step; the rest is {a:.0%}."
+        return lead + f"At {top.label} the matmuls are {top.matmul_share:.0%} of it; the rest is {a:.0%}."
     trend = "shrinks" if b < a - 0.05 else "grows" if b > a + 0.05 else "stays about the same"
-    text = (f"The matmuls are {first.matmul_share:.0%} of a cached decode step at {first.label} and "
+    text = lead + (f"The matmuls are {first.matmul_share:.0%} of a cached decode step at {first.label} and "
             f"{top.matmul_share:.0%} at {top.label}: the rest (attention's small ops, norms, the cache writes and "
             f"the Python around them) {trend}, from {a:.0%} to {b:.0%}.")
     if top.matmul_ms >= top.decode.median_ms:  # two timings taken apart disagree: say so rather than claim "0 %"
@@ -384,7 +434,8 @@ def phase_claim(ladder: Ladder, phase: str) -> str:
     what = (f"a {ladder.tokens}-token prefill" if phase == "prefill"
             else f"one cached decode step at context {ladder.tokens}")
     weights = "the model itself" if top.trained else "random weights: for timing only"
-    said = (f"Grown to **{top.label} parameters** ({weights}), {what} took {m.spread()} ms against a {bound} bound of "
+    said = (f"Grown to **{top.label} parameters** ({weights}), {what} on the {READABLE} took {m.spread()} ms "
+            f"against a {bound} bound of "
             f"{bound_ms:.3g} ms (×{m.median_ms / bound_ms:.1f}): **{m.label}**.")
     if phase == "prefill":
         return f"{said} {prefill_condition(ladder)}"
@@ -397,6 +448,8 @@ def per_token_claim(ladder: Ladder) -> str:
     """Time to first token against time per output token, at the largest rung: what a prompt token and a decoded
     token each cost once the hardware, not Python, sets the time, and the rule that sets the gap (`gap_rule`)."""
     top = ladder.rungs[-1]
-    return (f"At {top.label} parameters (random weights: for timing only) a prompt token of the {ladder.tokens}-token "
-            f"prefill cost {_ms(top.prefill.per_token_ms)} ms and a decoded token {_ms(top.decode.per_token_ms)} ms: "
-            f"{gap_words(top).replace('<br>', ' ')}. {gap_rule(ladder)}")
+    lean = lean_sentence(ladder)
+    return ((f"{lean} " if lean else "")
+            + f"At {top.label} parameters (random weights: for timing only) on the {READABLE}, a prompt token of the "
+            f"{ladder.tokens}-token prefill cost {_ms(top.prefill.per_token_ms)} ms and a decoded token "
+            f"{_ms(top.decode.per_token_ms)} ms: {gap_words(top).replace('<br>', ' ')}. {gap_rule(ladder)}")

@@ -3,6 +3,7 @@
     ladder_note(ladder)    a size ladder: a grown rung whose label flipped back against the lesson, or a pass whose
                            repeats spread wide
     curve_note(curve)      one pass over n rows: more rows measured faster than fewer, or a wide spread
+    noisy(ladder)          the note that flags a whole ladder (its own, or its pass over n rows'), or None: clean
 
 The numbers stay as measured (drawing/caveats.py: the same rule for a run's steps). Pure functions of the records.
 """
@@ -90,3 +91,11 @@ def curve_note(curve) -> str | None:
         return None
     p = max(points, key=lambda p: p.high_ms / p.low_ms)
     return wide_note(f"the pass over {p.rows} rows ({p.kind})", Spread(p.low_ms, p.high_ms, len(p.samples_ms)))
+
+
+def noisy(ladder) -> str | None:
+    """What flags a measured ladder as noisy: its own note (`ladder_note`) or its pass over n rows' (`curve_note`);
+    None when both held. A noisy ladder is kept and shown when picked, never put in a clean one's place, and it
+    draws no knee verdict."""
+    curve = next((r.curve for r in ladder.rungs if r.curve), None)
+    return ladder_note(ladder) or (curve_note(curve) if curve is not None else None)

@@ -10,6 +10,7 @@ from topics.ladder import tables
 from topics.ladder.page_ladder import grow_the_model
 from topics.ladder.profile import DemoRun, breakdown_frame, breakdown_note, decode_breakdown, where_time_goes
 from ui import model
+from ui.charts import chart
 from ui.model import device_roof
 from ui.setup import page_setup
 from ui.style import scale
@@ -131,13 +132,14 @@ def show() -> None:
         compare = st.multiselect("compare growth with", list(names),
                                  ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
         archs = [arch] + [_spec(n) for n in compare if n != arch.name]
-        st.plotly_chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
+        chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
 
     # ------------------------------------------------------------------ roofline
     st.header("Roofline")
     st.caption("Each step sits at its arithmetic intensity (FLOPs per byte it moves, both estimates): right of the "
                "device's ridge is the compute side, left of it the memory side (a prediction). The roof is min(peak "
-               "FLOP/s, intensity × bandwidth). Times are measured here (medians), and each says how near its roof it "
+               "FLOP/s, intensity × bandwidth). Times are measured here (medians) on the readable path (transformers' "
+               "eager code: the steps a class takes), and each says how near its roof it "
                "ran: the share of the bandwidth (MBU) or of the matmul peak (MFU). Compute- or memory-bound when that "
                "bound is most of the time (half or more), that side but not bound by it from a third to a half, "
                "overhead-bound below a third. A datasheet roof is a card nothing ran on: its points are predictions, "
@@ -189,11 +191,11 @@ def show() -> None:
                        "prefill and 8 cached decode steps. Steps taken on the Step-through page replace them.")
     measured = scale_draw.roofline_figure(here, roofline.place(traces), scale=scale())
     if gpu is None or not traces:
-        st.plotly_chart(measured, key="scale_roofline")
+        chart(measured, key="scale_roofline")
     else:  # this device's measured points beside the card's predictions: neither judged by the other's roof
         left, right = st.columns(2, gap="small")
-        left.plotly_chart(measured, key="scale_roofline")
-        right.plotly_chart(scale_draw.roofline_figure(gpu, roofline.predicted_points(traces, spec, gpu), scale=scale(),
+        chart(on=left, fig=measured, key="scale_roofline")
+        chart(on=right, fig=scale_draw.roofline_figure(gpu, roofline.predicted_points(traces, spec, gpu), scale=scale(),
                                                       predicted=True), key="scale_roofline_predicted")
     if traces:
         pre = next((t for t in traces if t.phase == "prefill"), None)
@@ -209,8 +211,9 @@ def show() -> None:
             st.dataframe(tables.prediction_frame(traces, spec, gpu), hide_index=True, height=240, width="stretch")
 
     st.subheader("Where does a decode step's time go?")
-    st.caption("The step's matmuls are timed alone (every weight matrix once); torch.profiler counts the operations "
-               "of the whole step. Shown for the demo run until you measure the next step of your own run.")
+    st.caption("A readable-path decode step (transformers' eager code), taken apart: its matmuls are timed alone "
+               "(every weight matrix once); torch.profiler counts the operations of the whole step. Shown for the "
+               "demo run until you measure the next step of your own run.")
     if run is not None and run.records and not run.done and st.button(
             "Take the next step of my run apart", key="scale_profile"):
         try:

@@ -3,10 +3,11 @@ and the ladders the lessons quote.
 
 The ladder measures (topics/ladder/measure.py, curve.py), keeps (topics/ladder/store.py: once per server, in a
 thread of its own so a click elsewhere does not end it) and draws (topics/ladder/draw.py, curve_draw.py); this
-module places the pictures, the button and the measurement's progress. Until this server has measured its own,
-the ones recorded in assets/ are shown, each naming its device and date; a recording made on the other kind of
-device (a GPU's on a laptop, a CPU's on a GPU server) can be shown beside, so a student on a laptop sees what a
-datacenter GPU does.
+module places the pictures, the button and the measurement's progress. Every ladder stays on offer, each named
+with its device, the paths it ran and its date (a picker): the recordings in assets/ and every measurement made
+here. The one every session opens on, and the lessons quote, is this server's newest clean measurement, else the
+recording made on this kind of device; a measurement flagged noisy (topics.ladder.notes.noisy) is kept beside,
+named "busy", shown when picked, and draws no knee verdict. The CPU's and the GPU's curves can stand side by side.
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ import streamlit as st
 from engine import DecodeLabError
 from topics.ladder import curve_draw
 from topics.ladder import draw as draw
-from topics.ladder.notes import ladder_note
+from topics.ladder.notes import ladder_note, noisy
 from topics.ladder.record import Ladder
-from topics.ladder.store import kept_ladder, ladder_failed, ladder_job, recorded_ladders, recorded_on, start_ladder
+from topics.ladder.store import (
+    kept_ladder,
+    ladder_failed,
+    ladder_job,
+    measured_ladders,
+    recorded_ladders,
+    recorded_on,
+    start_ladder,
+)
+from ui.charts import chart
 from ui.link_codec import LADDER_VIEWS
 from ui.links import write_link
 from ui.style import scale
@@ -28,6 +38,7 @@ PICTURES = dict(zip(LADDER_VIEWS, ("ms per token", "roofline", "time split", "ta
 
 
 THIS_SERVER = "this server"
+BOTH = "CPU and GPU side by side"
 GROW_HELP = ("The bundled model is too small to show the physics: its decode step is overhead-bound (Python and "
              "hundreds of small operations set its time). Grown in its own family, the hardware sets the time. The "
              "proof is an experiment: one pass over n rows (a prefill of n tokens, or one decode step for n "
@@ -53,20 +64,57 @@ def recorded_words(rec) -> str:
             + (f", by this project's code at {code}" if code else ""))
 
 
-def shown_ladder(lm) -> tuple[Ladder | None, str]:
-    """The ladder to quote: this server's own when measured, else the one recorded on this kind of device; and
-    where it comes from."""
-    live = kept_ladder(lm) if lm is not None else None
-    if live is not None:
-        from ui.model import device_roof
+def live_words(live: Ladder, flag: str | None = None) -> str:
+    """'measured on this server (cpu: …)', and ', flagged busy' where its own notes flag it."""
+    return f"measured on this server ({live.device})" + (", flagged busy" if flag else "")
 
-        here = device_roof()  # this server's roof as it stands: the one every page quotes
-        if here.dtype == live.roof.dtype and here.name == live.roof.name:
-            live = live.on(here)
-        return live, f"measured on this server ({live.device})"
+
+def live_ladders(lm) -> list[Ladder]:
+    """Every ladder measured on this server for lm, newest first, each on this server's roof as it stands (a later
+    probe may have tightened it)."""
+    if lm is None:
+        return []
+    from ui.model import device_roof
+
+    here = device_roof()  # this server's roof as it stands: the one every page quotes
+    return [live.on(here) if here.dtype == live.roof.dtype and here.name == live.roof.name else live
+            for live in reversed(measured_ladders(lm))]
+
+
+def shown_ladder(lm) -> tuple[Ladder | None, str]:
+    """The ladder every session opens on and the lessons quote, and where it comes from: this server's newest clean
+    measurement, else the recording made on this kind of device, else (none shipped) this server's newest, flagged.
+    A measurement flagged noisy never takes a clean one's place."""
+    lives = live_ladders(lm)
+    clean = next((live for live in lives if not noisy(live)), None)
+    if clean is not None:
+        return clean, live_words(clean)
     for rec in recorded_on(_kind(lm), recorded_ladders()):
         return rec, recorded_words(rec)
+    if lives:
+        return lives[0], live_words(lives[0], noisy(lives[0]))
     return None, ""
+
+
+def choice_label(ladder: Ladder) -> str:
+    """A ladder as the picker names it, short enough to read whole: device, paths, date ('AMD EPYC CPU · readable +
+    lean · 2026-11-28'); this server's first, with its time, and 'busy' where flagged."""
+    name = draw.short_device(ladder.device).split(",")[0]
+    name = f"{name.removeprefix('cpu: ')} CPU" if name.startswith("cpu: ") else name
+    paths = draw.paths(ladder).replace(" path", "").replace(" pass", "")
+    if ladder.recorded:
+        return f"{name} · {paths} · {ladder.measured_at[:10]}"
+    busy = ", busy" if noisy(ladder) else ""
+    return f"{THIS_SERVER}, {ladder.measured_at[:10]} {ladder.measured_at[11:16]}{busy} · {name} · {paths}"
+
+
+def choices(lm) -> dict[str, tuple[Ladder, str]]:
+    """Every ladder on offer, named (`choice_label`) -> (the ladder, where it comes from): this server's
+    measurements newest first, then the recordings, this kind of device's first."""
+    out = {choice_label(live): (live, live_words(live, noisy(live))) for live in live_ladders(lm)}
+    for rec in recorded_on(_kind(lm), recorded_ladders()):
+        out.setdefault(choice_label(rec), (rec, recorded_words(rec)))
+    return out
 
 
 def other_ladder(lm) -> Ladder | None:
@@ -101,8 +149,8 @@ def lesson_claim(lm, phase: str) -> str | None:
         return None
     gpu = gpu_claim(lm, phase)
     curve = curve_of(shown)
-    said = (curve_draw.curve_claim(curve, shown.roof, phase, where_words(shown), shown.device) if curve
-            else draw.phase_claim(shown, phase))
+    said = (curve_draw.curve_claim(curve, shown.roof, phase, where_words(shown), shown.device, noisy(shown))
+            if curve else draw.phase_claim(shown, phase))
     return (f"{said} ({source}; the Scale page's *Grow the model* shows every rung and the pass over n rows.)"
             + (f"\n\n{gpu}" if gpu else ""))
 
@@ -134,20 +182,34 @@ def _progress(lm) -> None:
     st.progress(fraction, text=f"measuring… {fraction * 100:.0f} % · {text}")
 
 
+def _picked() -> None:
+    st.session_state["scale_ladder_picked"] = True  # the lecturer chose: a new measurement does not move it
+
+
 def grow_the_model(lm, settings) -> None:
-    """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures."""
+    """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures; every
+    ladder on offer in a picker, and the CPU's and the GPU's passes over n rows side by side."""
     st.header("Grow the model", help=GROW_HELP)
-    live = kept_ladder(lm)
-    other = other_ladder(lm)
+    offered = choices(lm)
+    default, default_source = shown_ladder(lm)
+    labels = list(offered)
+    if default is not None and (st.session_state.get("scale_ladder_pick") not in labels
+                                or not st.session_state.get("scale_ladder_picked")):
+        st.session_state["scale_ladder_pick"] = choice_label(default)  # until the lecturer picks: the default
     row = st.container(horizontal=True, vertical_alignment="center", gap="small", key="scale_ladder_row")
     st.session_state.setdefault("scale_ladder_view", "per_token")
     row.segmented_control("picture", list(PICTURES), key="scale_ladder_view", persist_state="session",
                           format_func=PICTURES.get, label_visibility="collapsed")
-    if other is not None:
-        row.segmented_control("whose", [THIS_SERVER, other.device], key="scale_ladder_whose", persist_state="session",
-                              default=THIS_SERVER, label_visibility="collapsed",
-                              help="This server's ladder (measured here, or recorded on a device like it), or the "
-                                   f"one recorded on {other.device}: the same code, another machine.")
+    if labels:
+        row.selectbox("ladder", labels, key="scale_ladder_pick", on_change=_picked, label_visibility="collapsed",
+                      width=380, help="Every ladder on offer, each with its device, the paths it ran and its date: "
+                                      "the recordings shipped with the app and each measurement made on this server "
+                                      "(a busy one is kept beside the others, never over them).")
+    both = pair(lm)
+    if both:
+        row.toggle(BOTH, key="scale_ladder_both", help="The shipped CPU recording's pass over n rows beside the "
+                                                       "GPU's: the same code, two machines.")
+    live = kept_ladder(lm)
     row.button("Measure again on this server" if live else "Measure on this server (a few minutes)",
                key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None,
                on_click=start_ladder, args=(lm, live is not None))  # in the background: a click elsewhere keeps it
@@ -158,12 +220,21 @@ def grow_the_model(lm, settings) -> None:
         error(str(failed))
     elif failed is not None:
         error(f"The measurement stopped: {failed}")
-    if other is not None and st.session_state.get("scale_ladder_whose") == other.device:
-        shown, source = other, recorded_words(other)
-    else:
-        shown, source = shown_ladder(lm)
+    shown, source = offered.get(st.session_state.get("scale_ladder_pick"), (default, default_source))
     if shown is None:
         st.info("No ladder has been measured here yet: press the button to time one.")
+        return
+    flag = noisy(shown)
+    if flag and not shown.recorded:
+        warning(f"This measurement ({choice_label(shown)}) was flagged: {flag} It is kept beside the others and "
+                "replaces none of them; no knee is read off it.")
+    if both and st.session_state.get("scale_ladder_both"):
+        side_by_side(both)
+        ladder_picture(shown, source, settings, wide=True)
+        return
+    if st.session_state.get("scale_ladder_view") == "table":  # the table takes the page's width: no column cut
+        ladder_picture(shown, source, settings, wide=True)
+        one_pass_n_rows(shown, source)
         return
     left, right = st.columns([1, 1], gap="medium")
     with left:
@@ -172,28 +243,54 @@ def grow_the_model(lm, settings) -> None:
         ladder_picture(shown, source, settings)
 
 
-def ladder_picture(shown: Ladder, source: str, settings) -> None:
+def pair(lm) -> tuple[Ladder, Ladder] | None:
+    """The shipped CPU recording and the GPU's, each with a pass over n rows (None unless both are there)."""
+    recs = [r for r in recorded_ladders() if curve_of(r) is not None]
+    cpu = next((r for r in recs if "cuda" not in r.device), None)
+    gpu = next((r for r in recs if "cuda" in r.device), None)
+    return (cpu, gpu) if cpu and gpu else None
+
+
+def side_by_side(both: tuple[Ladder, Ladder]) -> None:
+    """The CPU's and the GPU's passes over n rows next to each other (stacked on a phone), each titled with its
+    device, path and date; their sentences fold under each."""
+    cols = st.columns(2, gap="small")
+    for col, ladder in zip(cols, both):
+        with col:
+            one_pass_n_rows(ladder, recorded_words(ladder), key=f"scale_curve_{'gpu' if 'cuda' in ladder.device else 'cpu'}",
+                            folded=True)
+
+
+def ladder_picture(shown: Ladder, source: str, settings, wide: bool = False) -> None:
     """The chosen picture of one ladder, its caption, and where it comes from."""
     view = st.session_state.get("scale_ladder_view") or "per_token"
     write_link(settings, ladder=view)  # a lecturer's link opens this picture
     if view == "per_token":
-        st.plotly_chart(draw.per_token_figure(shown, scale=scale()), key="scale_ladder_per_token")
+        chart(draw.per_token_figure(shown, scale=scale()), key="scale_ladder_per_token")
         st.markdown(draw.per_token_caption(shown))
     elif view == "roofline":
-        st.plotly_chart(draw.roofline_figure(shown, scale=scale()), key="scale_ladder_roofline")
+        chart(draw.roofline_figure(shown, scale=scale()), key="scale_ladder_roofline")
         st.markdown(draw.roofline_caption(shown))
     elif view == "split":
-        st.plotly_chart(draw.split_figure(shown, scale=scale()), key="scale_ladder_split")
+        chart(draw.split_figure(shown, scale=scale()), key="scale_ladder_split")
         st.markdown(draw.split_caption(shown))
     else:
         note = ladder_note(shown)
         if note:  # the pictures carry it on the chart; the table says it above itself
             warning(note)
-        st.dataframe(shown.frame(), hide_index=True, width="stretch")
-        st.caption("Milliseconds are medians with their min–max; bounds and FLOPs are estimates (bytes moved over "
+        st.dataframe(shown.paths_frame(), hide_index=True, width="stretch" if wide else "content",
+                     column_config=PATH_COLUMNS)
+        st.caption("Each row names the path that ran it: lean (compiled: gpt-fast's pass, near the roofs) or readable "
+                   "(transformers' eager code, the one the class steps through). Milliseconds are medians with their "
+                   "min–max; × a bound is the time over the larger of its two bounds (estimates: bytes moved over "
                    "the measured bandwidth, FLOPs over the measured peak).")
+        with st.expander("Every number, one row per rung"):
+            st.dataframe(blanks_said(shown.frame()), hide_index=True)
     st.caption(plain(f"{shown.model}'s ladder ({shown.family}), {source}: each rung's prefill of {shown.tokens} "
-                     f"tokens and one decode step at that context, medians of {shown.repeats} runs after a warm-up, "
+                     f"tokens and one decode step at that context on the {draw.READABLE}"
+                     + (" and, where a row says so, the lean pass (compiled)" if draw.paths(shown) != "readable path"
+                        else "")
+                     + f", medians of {shown.repeats} runs after a warm-up, "
                      f"on {shown.threads} thread{'' if shown.threads == 1 else 's'}, {shown.dtype}."))
     said = draw.bundled_sentence(shown)
     if said:
@@ -205,16 +302,41 @@ def ladder_picture(shown: Ladder, source: str, settings) -> None:
         st.caption(plain(f"Left out: {', '.join(shown.left_out)} (would not fit this device's memory)."))
 
 
-def one_pass_n_rows(shown: Ladder, source: str) -> None:
-    """The big rung's lean pass over n rows: time per pass against n, the bounds and the knees, and its words."""
+PATH_COLUMNS = {  # widths a 1280 projector shows whole: no cell cut ("3.61 (3.5", "Llama-3-")
+    "size": st.column_config.TextColumn(width=100), "path": st.column_config.TextColumn(width=130),
+    "weights": st.column_config.TextColumn(width=80), "prefill ms": st.column_config.TextColumn(width=150),
+    "prefill is": st.column_config.TextColumn(width=205), "decode ms": st.column_config.TextColumn(width=150),
+    "decode is": st.column_config.TextColumn(width=205),
+    "decode ÷ prefill / token": st.column_config.TextColumn("per-token gap", width=110,
+                                                             help="decode ÷ prefill, per token"),
+    "cache saves": st.column_config.TextColumn(width=95)}
+
+
+def blanks_said(frame):
+    """A table's empty cells (a pass not timed at that rung) said as '–', never 'None'."""
+    return frame.astype(object).where(frame.notna(), "–")
+
+
+def one_pass_n_rows(shown: Ladder, source: str, key: str = "scale_curve", folded: bool = False) -> None:
+    """The big rung's lean pass over n rows: time per pass against n, the bounds and the knees, and its words (a
+    noisy measurement's flag in place of a knee verdict)."""
     curve = curve_of(shown)
     if curve is None:
         st.info(plain(f"This ladder ({source}) has no pass over n rows: it was measured without the lean pass. "
                       "Measure on this server to time one."))
         return
-    short = (f"a recording: {where_words(shown)}, {shown.measured_at[:10]}" if source.startswith("a recording")
-             else f"measured on this server: {where_words(shown)}")
-    st.plotly_chart(curve_draw.curve_figure(curve, shown.roof, short, scale=scale()), key="scale_curve")
-    st.markdown(plain(curve_draw.curve_caption(curve, shown.roof, shown.device)))
-    st.caption(plain(f"{source}. {curve.path}; compile {curve.compile_s:.0f} s, apart from every timing; medians "
-                     f"of {len(curve.points[0].samples_ms)} runs after a warm-up, min–max as bars."))
+    flag = noisy(shown)
+    when = f", {shown.measured_at[:10]}"
+    short = (f"{'a recording: ' if shown.recorded else 'this server: '}{where_words(shown)}, {draw.LEAN}{when}"
+             + (", busy" if flag else ""))
+    chart(curve_draw.curve_figure(curve, shown.roof, short, scale=scale(), flag=flag), key=key)
+    said = plain(curve_draw.curve_caption(curve, shown.roof, shown.device, flag))
+    where = plain(f"{source}. {curve.path}; compile {curve.compile_s:.0f} s, apart from every timing; medians "
+                  f"of {len(curve.points[0].samples_ms)} runs after a warm-up, min–max as bars.")
+    if folded:  # side by side: the two pictures first, their sentences a click away
+        with st.expander("what this curve shows"):
+            st.markdown(said)
+            st.caption(where)
+        return
+    st.markdown(said)
+    st.caption(where)

@@ -294,6 +294,28 @@ class Ladder:
             })
         return pd.DataFrame(rows)
 
+    def paths_frame(self) -> pd.DataFrame:
+        """The table the Scale page shows: one row per rung and path, each naming the path that ran it, the lean
+        pass's row first where a rung has one (there the hardware sets the time). A pass a path did not time says
+        so in words, never as an empty cell."""
+        rows = []
+        for r in reversed(self.rungs):  # the big rung first: the one a class asks about
+            weights = "trained" if r.trained else "random"
+            if r.lean:
+                pre = r.lean_prefill
+                rows.append({"size": r.label, "path": "lean (compiled)", "weights": weights,
+                             "prefill ms": pre.spread() if pre else "not timed",
+                             "prefill is": short_verdict(pre) if pre else "–",
+                             "decode ms": r.lean.spread(), "decode is": short_verdict(r.lean),
+                             "decode ÷ prefill / token": f"×{r.lean_gap:.1f}" if r.lean_gap else "–",
+                             "cache saves": f"×{r.lean_cache_saves:.2f}" if r.lean_cache_saves else "–"})
+            rows.append({"size": r.label, "path": "readable (eager)", "weights": weights,
+                         "prefill ms": r.prefill.spread(), "prefill is": short_verdict(r.prefill),
+                         "decode ms": r.decode.spread(), "decode is": short_verdict(r.decode),
+                         "decode ÷ prefill / token": f"×{r.decode_vs_prefill_per_token:.1f}",
+                         "cache saves": f"×{r.cache_saves:.1f}"})
+        return pd.DataFrame(rows)
+
     def text_table(self) -> str:
         """The table for a terminal: one line per rung."""
         head = (f"{'size':>14} {'parameters':>13} {'weights':>9} {'prefill ms (min-max)':>24} {'x bound':>7} {'prefill is':<16} "

@@ -66,7 +66,10 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
     fig.add_vline(x=roof.ridge, line_dash="dot")
     fig.add_annotation(x=math.log10(roof.ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
                        text=f"ridge {roof.ridge:.1f} FLOP/byte", font=dict(size=13 * scale))
-    # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector
+    # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector; the x axis spans the
+    # points and the ridge, a decade either side, not the roof's whole line: eight decades turned a phone's ticks on end
+    xs = [p.intensity for p in points] + [roof.ridge]
+    fig.update_xaxes(range=[math.floor(math.log10(min(xs))) - 1, math.ceil(math.log10(max(xs))) + 1])
     if predicted:
         fig.update_xaxes(type="log", dtick=1, title=f"FLOP per byte moved in {roof.dtype} (estimate)")
         fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="predicted FLOP/s (nothing ran there)")
@@ -82,7 +85,7 @@ def roof_sentence(here: DeviceRoof) -> str:
     cache = (f" Data that fits its cache reads at {here.cache_bandwidth / 1e9:,.1f} GB/s: the cache's own roof, "
              "which bounds a step whose bytes fit it (the bundled model's); it is not the ridge."
              if here.cache_roof else "")
-    return (f"{here.name}: peak {here.peak_flops / 1e9:,.1f} GFLOP/s, DRAM bandwidth {here.dram_bandwidth / 1e9:,.1f} "
+    return (f"This server, measured now ({here.name}): peak {here.peak_flops / 1e9:,.1f} GFLOP/s, DRAM bandwidth {here.dram_bandwidth / 1e9:,.1f} "
             f"GB/s: the ridge at {here.ridge:.1f} FLOP/byte (~{here.ridge_tokens:.0f} rows in {here.dtype}).{cache}")
 
 

@@ -1,6 +1,8 @@
 """Measured once per server, shared by every session: a class of 30 costs one ladder (its pass over n rows too).
 
     start_ladder(lm) / ladder_job(lm) / kept_ladder(lm)   the Scale page's button, its progress, its result
+    measured_ladders(lm)                                  every ladder measured here, oldest first: a new one is
+                                                          kept beside the others, never over them
     recorded_ladders()                                    what assets/ ships, each naming its device and date
 
 A measurement runs in a thread of its own, not a page's: a click elsewhere reruns the page, never ends it.
@@ -41,11 +43,19 @@ class LadderStore:
         self._kept: dict = {}
         self._running: dict = {}
         self._failed: dict = {}  # key -> the error of its last measurement, until a page says it
+        self._history: dict = {}  # key -> every ladder measured, oldest first (a busy one never wipes a clean one)
         self.builds = 0  # ladders measured (tests count them)
 
     def kept(self, key) -> Ladder | None:
         with self._lock:
             return self._kept.get(key)
+
+    def measured(self, key) -> list[Ladder]:
+        """Every ladder measured for `key` in this process, oldest first (the kept one last)."""
+        with self._lock:
+            got = list(self._history.get(key, []))
+            kept = self._kept.get(key)
+        return got + ([kept] if kept is not None and all(kept is not g for g in got) else [])
 
     def _claim(self, key, again: bool) -> tuple[Ladder | None, _Job | None, bool]:
         """(the kept ladder, or the job measuring it, and whether this caller must run that job)."""
@@ -70,6 +80,7 @@ class LadderStore:
             job.result = measure(progress)
             with self._lock:
                 self._kept[key] = job.result
+                self._history.setdefault(key, []).append(job.result)
         except BaseException as e:  # noqa: BLE001 - handed to whoever waits, or kept for the page to say
             job.error = e
             if keep_error:  # nobody waits on a background job: its page says why, once
@@ -151,6 +162,11 @@ def kept_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repeats:
                 store: LadderStore = STORE) -> Ladder | None:
     """The ladder already measured for these settings, or None (a page shows it without measuring)."""
     return store.kept(ladder_key(lm, sizes, tokens, repeats))
+
+
+def measured_ladders(lm: LoadedModel, store: LadderStore = STORE) -> list[Ladder]:
+    """Every ladder measured on this server for lm, oldest first: each is kept, a busy one beside the clean ones."""
+    return store.measured(ladder_key(lm))
 
 
 def recorded_ladders() -> list[Ladder]:

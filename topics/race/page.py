@@ -14,6 +14,7 @@ from engine.timing import now
 from physics import roofline
 from topics.race import draw as race_draw
 from topics.race import measure as race
+from ui.charts import chart
 from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.setup import page_setup
@@ -174,10 +175,10 @@ def show() -> None:
         st.caption(f"Prefill is the same work in both modes and is timed separately: {summary.cache_prefill_ms:.1f} ms "
                    f"(cache on) and {summary.nocache_prefill_ms:.1f} ms (cache off). Each pass was timed once, as generation "
                    "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")
-        st.plotly_chart(race_draw.latency_figure(df, scale=scale(), note=result.note), key="race_latency")
+        chart(race_draw.latency_figure(df, scale=scale(), note=result.note), key="race_latency")
         c1, c2 = st.columns(2)
-        c1.plotly_chart(race_draw.cumulative_figure(df, scale=scale()), key="race_cumulative")
-        c2.plotly_chart(race_draw.flops_figure(df, scale=scale()), key="race_flops")
+        chart(on=c1, fig=race_draw.cumulative_figure(df, scale=scale()), key="race_cumulative")
+        chart(on=c2, fig=race_draw.flops_figure(df, scale=scale()), key="race_flops")
         st.download_button("Download the race as CSV (one row per step per mode)", df.to_csv(index=False),
                            file_name="race.csv", mime="text/csv", key="race_csv")
         with st.expander("Both runs, step by step"):
@@ -204,7 +205,7 @@ def show() -> None:
     sweep_df = st.session_state.get("race_sweep_df")
     if sweep_df is not None:
         c1, c2 = st.columns(2)
-        c1.plotly_chart(race_draw.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
-        c2.plotly_chart(race_draw.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
+        chart(on=c1, fig=race_draw.sweep_figure(sweep_df, "ms_per_token", "Time per token", scale=scale()), key="race_sweep_tpt")
+        chart(on=c2, fig=race_draw.sweep_figure(sweep_df, "total_ms", "Total decode time", scale=scale()), key="race_sweep_total")
         st.markdown(race_draw.sweep_caption(sweep_df))  # what this sweep measured, in its own numbers
         st.dataframe(sweep_df, hide_index=True)

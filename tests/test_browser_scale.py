@@ -1,0 +1,46 @@
+"""The Scale page's two curves in a real browser: side by side at 1280x720 in presenter mode, each whole and titled
+with its device, path and date; stacked on a 390x844 phone, nothing scrolled sideways. What AppTest can check of the
+same pictures is in tests/test_scale_trust.py."""
+
+from __future__ import annotations
+
+from tests.test_browser import idle, open_page
+
+PRESENTER, PHONE = (1280, 720), (390, 844)
+CURVES = (".st-key-scale_curve_cpu", ".st-key-scale_curve_gpu")
+
+
+def both_curves(pg) -> list[dict]:
+    """Turn 'side by side' on; the two curves' boxes (CPU's, GPU's) once drawn."""
+    pg.locator(".st-key-scale_ladder_both label").first.click()
+    idle(pg)
+    for sel in CURVES:
+        pg.locator(f"{sel} .js-plotly-plot").first.wait_for(timeout=60_000)
+    return [pg.locator(sel).first.bounding_box() for sel in CURVES]
+
+
+def titles(pg) -> list[str]:
+    return [pg.locator(f"{sel} .gtitle").first.text_content() + " | " +
+            " ".join(pg.locator(f"{sel} .gtitle-subtitle, {sel} .gsubtitle").all_text_contents()) for sel in CURVES]
+
+
+def test_the_cpu_and_gpu_curves_stand_side_by_side_on_a_projector_each_titled_whole(server, browser):
+    pg = open_page(browser, server + "/scale?presenter=on", *PRESENTER)
+    idle(pg)
+    cpu, gpu = both_curves(pg)
+    assert abs(cpu["y"] - gpu["y"]) < 4 and cpu["x"] + cpu["width"] <= gpu["x"] + 1  # one row, CPU left
+    assert cpu["width"] >= 560 and gpu["x"] + gpu["width"] <= PRESENTER[0]  # each readable, neither past the screen
+    said = titles(pg)
+    assert "AMD EPYC" in said[0] and "lean pass (compiled)" in said[0] and "2026-11-28" in said[0], said
+    assert "NVIDIA H200" in said[1] and "lean pass (compiled)" in said[1] and "2026-11-28" in said[1], said
+    pg.close()
+
+
+def test_on_a_phone_the_two_curves_stack_and_nothing_scrolls_sideways(server, browser):
+    pg = open_page(browser, server + "/scale", *PHONE)
+    idle(pg)
+    cpu, gpu = both_curves(pg)
+    assert gpu["y"] >= cpu["y"] + cpu["height"] - 1  # stacked, the GPU's under the CPU's
+    assert cpu["width"] <= PHONE[0] and gpu["width"] <= PHONE[0]
+    assert pg.evaluate("() => document.documentElement.scrollWidth") <= PHONE[0]
+    pg.close()

@@ -1,0 +1,173 @@
+"""The Scale page a class can trust: every ladder number names the path that ran it (the lean pass first where a
+recording has one), a busy measurement is kept beside the recording and never replaces it nor draws a knee verdict,
+the CPU's and the GPU's curves stand side by side, and no chart, table or ridge says what it should not. The
+browser's view of the side-by-side pictures is in tests/test_browser_scale.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from topics.ladder import curve_draw
+from topics.ladder import draw as draw
+from topics.ladder.store import STORE, ladder_key, recorded_ladders
+from ui.apptest import app_test, page
+from ui.charts import CONFIG
+
+pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
+
+LADDER_TITLES = {"ms per token: prefill vs decode", "Every rung on this device's roofline",
+                 "Where a decode step's time goes"}
+
+
+def recording(kind: str):
+    return next(r for r in recorded_ladders() if ("cuda" in r.device) == (kind == "gpu"))
+
+
+def scale_page(**query):
+    at = app_test()
+    at.query_params = query
+    at.run()
+    at.switch_page(page("scale")).run()
+    assert not at.exception
+    return at
+
+
+def pick(at, words: str):
+    """Pick the ladder whose name in the picker contains `words`."""
+    box = at.selectbox(key="scale_ladder_pick")
+    box.set_value(next(o for o in box.options if words in o)).run()
+    assert not at.exception
+    return at
+
+
+def figures(at) -> dict[str, dict]:
+    return {c.proto.id or str(i): json.loads(c.proto.spec)["layout"] for i, c in enumerate(at.get("plotly_chart"))}
+
+
+def texts(at) -> list[str]:
+    """Every sentence on the page as read (the markdown's escapes apart)."""
+    return [m.value.replace("\\", "") for m in at.markdown] + [c.value.replace("\\", "") for c in at.caption]
+
+
+@pytest.mark.parametrize("view", ["per_token", "roofline", "split", "table"])
+def test_the_h200_recording_names_the_path_of_every_number_and_leads_with_the_lean_pass(view):
+    gpu = recording("gpu")
+    at = pick(scale_page(ladder=view), "NVIDIA H200")
+    for layout in figures(at).values():
+        if layout["title"]["text"] in LADDER_TITLES:  # the ladder's picture: its path under the title
+            assert draw.READABLE in layout["title"]["subtitle"]["text"]
+        if layout["title"]["text"].startswith("One pass over n rows"):
+            assert draw.LEAN in layout["title"]["subtitle"]["text"]
+    said = texts(at)
+    for text in said:  # no sentence quotes the readable path's decode cost as the device's
+        if "one decoded token costs" in text or "Cached decode:" in text:
+            assert "readable path" in text, text
+    if view == "per_token":
+        caption = draw.per_token_caption(gpu)
+        assert caption in said and caption.startswith("On the lean pass at Llama-3-8B")
+        assert f"×{gpu.rungs[-1].lean_gap:.0f}" in caption and f"×{gpu.rungs[-1].lean_cache_saves:.2f}" in caption
+    elif view == "roofline":
+        assert any(t.startswith(f"On the {draw.LEAN} at Llama-3-8B, a decode step is memory-bound") for t in said)
+    elif view == "split":
+        assert any(t.startswith(f"The {draw.LEAN} runs Llama-3-8B's decode step in 4.95 ms") for t in said)
+    else:
+        table = at.dataframe[0].value
+        assert list(table["path"])[:2] == ["lean (compiled)", "readable (eager)"]  # the lean row first
+        assert table["decode ms"].iloc[0].startswith("4.95") and table["decode ms"].iloc[1].startswith("25.9")
+
+
+@pytest.fixture
+def busy_here():
+    """A measurement made on this server while it was busy (one pass's repeats spread ×3), kept as this server's."""
+    from engine.load.load import DEFAULT_MODEL, load_model
+
+    lm = load_model(DEFAULT_MODEL, device="cpu")
+    rec = recording("cpu")
+    top = rec.rungs[-1]
+    wide = dataclasses.replace(top.decode, high_ms=top.decode.low_ms * 3)
+    busy = dataclasses.replace(rec, recorded=False, device="cpu: the busy stand-in (x86_64, 1 thread)",
+                               measured_at="2026-11-29T08:40:00+00:00",
+                               rungs=(*rec.rungs[:-1], dataclasses.replace(top, decode=wide)))
+    key = ladder_key(lm)
+    before = STORE._kept.pop(key, None), STORE._history.pop(key, None)
+    STORE._kept[key], STORE._history[key] = busy, [busy]
+    yield busy
+    STORE._kept.pop(key, None), STORE._history.pop(key, None)
+    if before[0] is not None:
+        STORE._kept[key] = before[0]
+    if before[1] is not None:
+        STORE._history[key] = before[1]
+
+
+def test_a_busy_measurement_is_kept_beside_the_recording_and_draws_no_knee_verdict(busy_here):
+    rec = recording("cpu")
+    assert "The knee sits where the ridge puts it" in curve_draw.curve_caption(
+        next(r.curve for r in rec.rungs if r.curve), rec.roof, rec.device)  # the clean recording draws one
+    at = scale_page()
+    box = at.selectbox(key="scale_ladder_pick")
+    assert box.value == "AMD EPYC CPU · readable + lean · 2026-11-28"  # the clean recording stays the default
+    assert "this server, 2026-11-29 08:40, busy · the busy stand-in CPU · readable + lean" in box.options  # beside it
+    at = pick(at, "busy")
+    assert any("flagged" in w.value for w in at.warning)
+    said = " ".join(texts(at))
+    assert "The knee sits where the ridge puts it" not in said and curve_draw.FLAGGED in said
+    curve = next(v for v in figures(at).values() if v["title"]["text"].startswith("One pass over n rows"))
+    assert "busy" in curve["title"]["subtitle"]["text"]
+    assert not [a for a in curve.get("annotations", []) if a.get("text", "").startswith("measured knee")]
+    # and the lessons still quote the clean recording, server-wide
+    lesson = app_test()
+    lesson.query_params = {"lesson": "3"}
+    lesson.run()
+    lesson.switch_page(page("lessons")).run()
+    quoted = " ".join(m.value for m in lesson.markdown)
+    assert "a recording made on cpu: AMD EPYC" in quoted and "busy stand-in" not in quoted
+
+
+def test_the_cpu_and_gpu_curves_stand_side_by_side_each_named_with_device_path_and_date():
+    at = scale_page()
+    at.toggle(key="scale_ladder_both").set_value(True).run()
+    assert not at.exception
+    shown = {c.proto.spec and json.loads(c.proto.spec)["layout"]["title"]["subtitle"]["text"]
+             for c in at.get("plotly_chart") if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(
+                 "One pass over n rows")}
+    for kind, device in (("cpu", "AMD EPYC"), ("gpu", "NVIDIA H200")):
+        rec = recording(kind)
+        assert any(device in s and draw.LEAN in s and rec.measured_at[:10] in s for s in shown), shown
+    assert len(shown) == 2
+
+
+def test_no_chart_draws_plotlys_toolbar_and_no_table_prints_none():
+    at = scale_page(ladder="table")
+    pick(at, "NVIDIA H200")
+    charts = at.get("plotly_chart")
+    assert charts and all(json.loads(c.proto.config) == CONFIG for c in charts)
+    for frame in at.dataframe:
+        df = frame.value
+        assert not df.isna().any().any(), df
+        assert not (df.astype(str) == "None").any().any(), df
+    lesson = app_test()
+    lesson.query_params = {"lesson": "4"}
+    lesson.run()
+    lesson.switch_page(page("lessons")).run()
+    assert all(json.loads(c.proto.config) == CONFIG for c in lesson.get("plotly_chart"))
+
+
+def test_each_ridge_on_the_page_names_the_machine_it_belongs_to():
+    at = pick(scale_page(), "AMD EPYC")
+    said = texts(at)
+    cpu = recording("cpu")
+    assert any(f"The ridge of {draw.short_device(cpu.device)}, recorded {cpu.measured_at[:10]} is ~7 tokens" in t
+               for t in said)
+    assert any(t.startswith("This server, measured now (") and "the ridge at" in t for t in said)
+
+
+def test_llama_3_70b_weights_are_counted_from_its_shapes():
+    from engine.units import human_bytes
+    from physics import kvcalc
+
+    llama = kvcalc.from_table("Llama-3-70B")
+    assert human_bytes(kvcalc.weight_bytes(llama, 2)) == "131.4 GiB"  # not the nominal 70.0 B's 130.4 GiB
+    assert kvcalc.counted_parameters(llama) == 70_553_706_496  # 80 layers of 8192, 64 heads, 8 K/V, MLP 28672
