@@ -14,6 +14,7 @@ from topics.budget import draw, measure
 from topics.budget.policies import CAPPED
 from topics.budget.records import SHORT_DTYPE
 from topics.budget.stories import recorded_stories
+from ui.charts import chart
 from ui.style import scale
 
 TITLE = "11. The KV cache on a budget: quantize it, evict from it"
@@ -81,7 +82,7 @@ def show(course: Course) -> None:
                    f"{spread.ranking_sentence(dtype, CAPPED)}. The budget page shows every interval, and the same "
                    "in bf16.")
     sink_rows = _sinks(lm, course.model)
-    st.plotly_chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), key="lesson11_sinks")
+    chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), "lesson11_sinks")
     st.caption("The first position: big trained models (GPT-2, Llama) pour attention onto it, a *sink*, and collapse "
                "when a window evicts it (StreamingLLM keeps 4 sink positions beside the window for this). The chart "
                "shows how much each layer of this model pays position 0 (a bar: the heads' mean; a dot: each head) "

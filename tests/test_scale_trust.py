@@ -171,3 +171,19 @@ def test_llama_3_70b_weights_are_counted_from_its_shapes():
     llama = kvcalc.from_table("Llama-3-70B")
     assert human_bytes(kvcalc.weight_bytes(llama, 2)) == "131.4 GiB"  # not the nominal 70.0 B's 130.4 GiB
     assert kvcalc.counted_parameters(llama) == 70_553_706_496  # 80 layers of 8192, 64 heads, 8 K/V, MLP 28672
+
+
+def test_every_page_places_its_charts_through_the_one_helper():
+    """A chart placed with st.plotly_chart directly drew plotly's toolbar over its title (the Serving and budget
+    pages kept it): every page, topic and lesson places charts through ui.charts.chart (the step page's hidden
+    warm-up chart, drawn static, aside)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True, text=True).stdout.split()
+    direct = [f"{f}:{i}" for f in files if not f.startswith(("tests/", "ui/charts.py"))
+              for i, line in enumerate((root / f).read_text(encoding="utf-8").splitlines(), 1)
+              if re.search(r"\.plotly_chart\(", line) and "staticPlot" not in line]
+    assert direct == [], direct

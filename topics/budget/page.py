@@ -13,6 +13,7 @@ from engine import DecodeLabError
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED, POLICIES
 from topics.budget.stories import recorded_stories
+from ui.charts import chart
 from ui.links import write_link
 from ui.setup import page_setup
 from ui.style import scale
@@ -122,7 +123,7 @@ def show() -> None:
             source = (f"recorded on {kept.device}, {kept.measured_at[:10]}: agreement and KL are teacher-forced "
                       "on a fixed text, so they do not depend on the machine")
         if points is not None:
-            st.plotly_chart(draw.divergence_fig(points, scale=scale()), key="budget_divergence")
+            chart(draw.divergence_fig(points, scale=scale()), "budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
             st.caption(f"Eviction policies holding {at} positions, by agreement at that budget on one held-out text "
                        "(no interval: every story, with its spread, below): " +
@@ -139,7 +140,7 @@ def show() -> None:
     spread = recorded_stories(lm)
     if spread is not None:  # the damage over several stories, with its spread: recorded (a few minutes to measure)
         st.subheader(f"Every story: {spread.stories} held-out stories, fp32 and bf16")
-        st.plotly_chart(draw.stories_fig(spread, scale=scale()), key="budget_stories")
+        chart(draw.stories_fig(spread, scale=scale()), "budget_stories")
         st.markdown(draw.stories_words(spread, CAPPED))
         st.dataframe(draw.stories_table(spread), hide_index=True)
         st.caption(f"Recorded on {spread.device}, {spread.measured_at[:10]} (`{spread.command}`); teacher-forced "
@@ -156,5 +157,5 @@ def show() -> None:
             "5.40 with 4 sinks kept. Below, this model's own measurement: a bar per layer (the heads' mean) and a "
             "dot per head, against a uniform reader's weight. A model loaded from the hub shows its own.")
         sink_rows = sinks(lm, lm.spec.name)
-        st.plotly_chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), key="budget_sinks")
+        chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), "budget_sinks")
         st.caption(draw.sink_words(sink_rows))

@@ -25,6 +25,7 @@ from topics.serving.page_parts import (
     requests_editor,
     summary,
 )
+from ui.charts import chart
 from ui.controller import Controller
 from ui.links import write_link
 from ui.model import device_roof
@@ -204,7 +205,7 @@ def show() -> None:
     if name == "queue":  # one order of the requests is shipped: how the ratio spreads over every order
         st.subheader("The same requests in every order")
         orders = queue_orders(lm, lm.spec.name, tuple(requests), tuple(sorted(sizing.items())))
-        st.plotly_chart(draw.order_figure(orders, scale=scale()), key="serve_orders_chart")
+        chart(draw.order_figure(orders, scale=scale()), "serve_orders_chart")
         st.markdown(draw.order_sentence(orders))
 
     st.subheader("Measured on this machine, side by side")
@@ -242,7 +243,7 @@ def show() -> None:
     kind, result = st.session_state.get("serve_measured", (None, None))
     if kind == "throughput":
         same, mixed = result
-        st.plotly_chart(draw.throughput_figure(same, mixed, scale=scale()), key="serve_tp_chart")
+        chart(draw.throughput_figure(same, mixed, scale=scale()), "serve_tp_chart")
         st.markdown(draw.throughput_sentence(same, mixed))
         n = same.rounds
         st.caption(f"{same.requests} prompts, {sum(mixed.lengths)} new tokens in all either way; the same tokens "
@@ -252,8 +253,8 @@ def show() -> None:
     elif kind == "batch":
         br = measure.batch_roofline(result, lm, device_roof(), roofline.h100())  # this device's roof, a GPU's beside
         left, right = st.columns(2, gap="small")
-        left.plotly_chart(draw.batch_time_figure(result.rows, scale=scale()), key="serve_batch_chart")
-        right.plotly_chart(draw.batch_roofline_figure(br, scale=scale()), key="serve_batch_roofline")
+        chart(draw.batch_time_figure(result.rows, scale=scale()), "serve_batch_chart", on=left)
+        chart(draw.batch_roofline_figure(br, scale=scale()), "serve_batch_roofline", on=right)
         st.caption(draw.batch_time_caption(result))
         if result.note:  # a measurement whose order contradicts physics, said where the class reads the chart
             st.warning(result.note, icon=":material/speed:")
