@@ -16,7 +16,7 @@ import streamlit as st
 
 from classroom import Refused, StoreDown
 from classroom.poll import next_token_question, shape_question
-from classroom.poll_draw import poll_html
+from classroom.poll_draw import compact_html, poll_html
 from classroom.server import classroom
 from engine import DecodeLabError
 from ui.step_state import on_screen, show_step
@@ -161,4 +161,5 @@ def _draw(code: str, revealed: bool) -> None:
         st.markdown(f"**{plain(question['text'])}**" + (f" · {tally['total']} vote"
                                                           f"{'s' if tally['total'] != 1 else ''} so far"
                                                           if not revealed else ""))
-        st.html(poll_html(question, tally, revealed=revealed))
+        # after the reveal one line of chips: the stage below stays on the projector's first screen
+        st.html(compact_html(question, tally) if revealed else poll_html(question, tally, revealed=False))

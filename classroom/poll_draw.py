@@ -22,6 +22,24 @@ def _bar(share: float, colour: str, label: str) -> str:
             f'min-width:2px"></div><span style="white-space:nowrap">{escape(label)}</span></div>')
 
 
+def compact_html(question: dict, tally: dict) -> str:
+    """After the reveal, on the lecturer's page: every choice in one line of chips (its votes, the model's
+    probability, the answer marked), so the stage below stays on the projector's first screen."""
+    total = max(1, int(tally.get("total") or 0))
+    counts, model = tally.get("counts") or {}, question.get("model") or {}
+    chips = []
+    for choice in question.get("choices", []):
+        n, right = int(counts.get(choice, 0)), choice == question.get("answer")
+        odds = f' · <span style="color:{MODEL}">model {float(model.get(choice, 0.0)):.0%}</span>' if model else ""
+        chips.append(f'<span class="dl-poll-row" data-testid="dl-poll-row" data-choice="{escape(choice)}" '
+                     f'style="display:inline-block;margin:0 0.9em 0.2em 0;white-space:nowrap">'
+                     f'<span style="font-family:ui-monospace,monospace;{"font-weight:700;color:" + NEW if right else ""}">'
+                     f'{escape(choice)}{" ✓" if right else ""}</span> <span style="color:{CLASS}">{n} vote'
+                     f'{"s" if n != 1 else ""} ({n / total:.0%})</span>{odds}</span>')
+    return (f'<div class="dl-poll" data-testid="dl-poll" data-votes="{int(tally.get("total") or 0)}" '
+            f'data-compact="1">' + "".join(chips) + "</div>")
+
+
 def poll_html(question: dict, tally: dict, revealed: bool = False) -> str:
     """question: classroom/poll.py's (choices, answer, model); tally: Polls.tally's counts and words."""
     total = max(1, int(tally.get("total") or 0))

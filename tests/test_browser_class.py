@@ -231,3 +231,25 @@ def test_a_follower_looking_back_after_two_polls_sees_no_question_about_another_
     for p in (lect, pg):
         assert p.locator("[data-testid='stException']").count() == 0
         p.close()
+
+
+def test_after_the_reveal_the_lecturers_stage_stays_on_the_projectors_first_screen(keyed_server, browser):
+    """After a poll's reveal its bars stood above the stage and pushed the stage below the fold at 1280x720: the
+    revealed answer is one line of chips, and the stage's picture still starts on the first screen."""
+    lect, link = lecture(browser, keyed_server, steps=1)
+    (pg,) = follow(browser, link, sizes=((1280, 800),))
+    assert max(wait_for_step([pg], 1, 10)) < 10
+    lect.get_by_role("button", name="Ask the class").click()
+    lect.get_by_role("button", name="What comes next?").click()
+    idle(lect)
+    lect.get_by_role("button", name="Reveal").click()
+    idle(lect)
+    poll = lect.get_by_test_id("dl-poll")
+    expect(poll).to_contain_text("✓")
+    expect(poll).to_contain_text(re.compile(r"model \d+%"))
+    assert poll.bounding_box()["height"] <= 90, poll.bounding_box()  # a line or two, not a row a choice
+    stage = lect.locator("[data-testid=dl-stage] img:visible").first
+    assert stage.bounding_box()["y"] + 200 <= 720, stage.bounding_box()  # its first 200 px on the first screen
+    for p in (lect, pg):
+        assert p.locator("[data-testid='stException']").count() == 0
+        p.close()
