@@ -123,6 +123,7 @@ def show() -> None:
 
     st.html(draw.texts_html(row))
     st.caption(draw.step_words(row, full))
+    st.page_link("pages/scale.py", label="What it buys in time: a decode step against the cache's bytes, evicted and full (Scale page, Bytes are time)", icon=":material/speed:")
 
     with st.expander("Positions keep their rotation; the attention sink, measured"):
         st.markdown(
