@@ -41,6 +41,7 @@ def show(course: Course) -> None:
     st.plotly_chart(draw.storage_figure(rec, scale=scale()), key="lesson12_storage")
     st.markdown(plain(draw.storage_sentence(rec)))
     st.markdown(plain(draw.why_prefill(rec)))
+    st.caption(plain(draw.decode_sentence(rec) + " " + draw.int8_sentence(rec)))
     st.caption(plain(f"{source}. {draw.where(rec)}."))
     st.markdown("**The cache's bytes.** Every decode step reads the whole K/V cache too, so a longer context is "
                 "more bytes a step; evicting to a window reads fewer.")

@@ -153,7 +153,10 @@ def test_a_halved_decode_is_called_faster_and_a_risen_prefill_slower_with_the_re
     assert "bf16: the decode step is faster (×0.50" in said and "the prefill about the same (×1.00" in said
     assert "fp16: the decode step is faster (×0.55" in said and "the prefill slower (×6.00" in said
     why = draw.why_prefill(rec)
-    assert "fp16 arithmetic ran at ×0.02 fp32's matmul peak" in why and "its time slower" in why
+    assert "fp16 matmul probed in each round ran at ×0.02 fp32's" in why and "took ×6.00 (slower)" in why
+    assert "fp16's prefill has a compute bound ×50.00 fp32's" in why and "it beat that bound (×0.12)" in why
+    assert why.count("beat that bound") == 1  # bf16 did not: not said of it
+    assert "int8" not in draw.int8_sentence(rec)  # no int8 pass: nothing said
     assert rec.predicted_ratio("bf16", "decode") == pytest.approx(0.5, abs=0.01)  # bytes (weights and K/V)
     assert rec.predicted_ratio("fp16", "prefill") == pytest.approx(50.0)  # the FLOP rate
     frame = draw.storage_frame(rec)
@@ -205,11 +208,11 @@ def test_the_shipped_recording_reads_back_with_every_storage_the_line_and_the_da
 
 def test_bf16_damage_on_the_bundled_llama_is_the_recorded_figure(lm):
     recorded = next(d for d in shipped().damage if d.model == MODEL and d.storage == "bf16")
-    got = next(d for d in measure.damage_of(lm.model, lm.tokenizer, MODEL, ("bf16",), n=len(recorded.agree)))
+    got = measure.damage_of(lm.model, lm.tokenizer, MODEL, ("bf16",), n=len(recorded.agree))[0]
     assert min(recorded.agree) <= got.agreement <= max(recorded.agree)
     assert got.agreement == pytest.approx(recorded.agreement, abs=0.01)
     assert got.kl_mean == pytest.approx(recorded.kl_mean, rel=0.2)
-    fp32 = next(measure.damage_of(lm.model, lm.tokenizer, MODEL, ("fp32",), n=2))
+    fp32 = measure.damage_of(lm.model, lm.tokenizer, MODEL, ("fp32",), n=2)[0]
     assert fp32.agree == (1.0, 1.0) and max(fp32.kl) == 0.0
 
 
@@ -225,3 +228,41 @@ def test_on_this_cpu_the_context_costs_time_and_the_window_buys_it_back(lm):
     pts = rec.context_passes()
     assert statistics.median(b / a for a, b in zip(pts[0].samples_ms, pts[-1].samples_ms)) > 1.2
     assert rec.evicted_ratio() < 0.9
+
+
+# ---------------------------------------------------------------- the lesson, rendered
+
+
+def test_lesson_12_waits_for_a_prediction_then_says_what_the_recording_measured():
+    from lessons.page import TITLES
+    from tests.test_app import fresh_app
+    from ui.apptest import page
+
+    at = fresh_app()
+    at.switch_page(page("lessons")).run()
+    title = next(t for t in TITLES if t.startswith("12."))
+    at.selectbox(key="lesson_pick").set_value(title).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.get("plotly_chart")  # predict first
+    at.radio(key="lesson12_guess").set_value("decode faster, prefill about the same").run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(m.value for m in at.markdown).replace("\\", "")
+    rec = shipped()
+    assert draw.storage_sentence(rec) in said and draw.context_sentence(rec) in said
+    assert len(at.get("plotly_chart")) == 2
+
+
+@pytest.mark.slow
+def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording():
+    import json as json_
+
+    from ui.apptest import app_test, page
+
+    at = app_test().run()
+    at.switch_page(page("scale")).run(timeout=300)
+    assert not at.exception, [e.value for e in at.exception]
+    titles = [json_.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "Fewer bytes: decode follows them, prefill follows the arithmetic" in titles
+    assert "The context's bytes: one decode step against context" in titles
+    said = " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert draw.storage_sentence(shipped()) in said

@@ -91,31 +91,54 @@ def why_prefill(rec: Record) -> str:
     """Why the prefill moved as it did: its bound is FLOPs over the arithmetic's peak, not bytes."""
     said = []
     for s in rec.storages():
-        if s == "fp32" or rec.ratio(s, "prefill") is None:
+        p = rec.get(s, "prefill")
+        if s == "fp32" or p is None or rec.ratio(s, "prefill") is None:
             continue
-        peak = [r.peaks[COMPUTE[s]] / r.peaks["fp32"] for r in rec.rounds]
-        peak.sort()
-        ratio = peak[len(peak) // 2]
-        said.append(f"{s} arithmetic ran at ×{ratio:.2f} fp32's matmul peak here ({COMPUTE[s]} matmul probed each "
-                    f"round), so its prefill's compute bound is ×{1 / ratio:.2f} fp32's and its time "
-                    f"{verdict(rec.ratio(s, 'prefill'))}")
+        peak = sorted(r.peaks[COMPUTE[s]] / r.peaks["fp32"] for r in rec.rounds)[len(rec.rounds) // 2]
+        part = (f"the {COMPUTE[s]} matmul probed in each round ran at ×{peak:.2f} fp32's, so {s}'s prefill has a "
+                f"compute bound ×{1 / peak:.2f} fp32's and took ×{rec.ratio(s, 'prefill'):.2f} ("
+                f"{verdict(rec.ratio(s, 'prefill'))})")
+        if p.median_ms < p.compute_ms(rec.rounds):
+            part += (f"; it beat that bound (×{p.median_ms / p.compute_ms(rec.rounds):.2f}): the compiled pass "
+                     f"found a faster {COMPUTE[s]} path than the eager matmul the probe times, so that figure is "
+                     "the probe's rate, not a bound")
+        said.append(part)
     if not said:
         return ""
+    joined = "; ".join(said)
     return ("A prefill of many tokens is compute-bound: its time follows the arithmetic's rate, not the bytes. "
-            + "; ".join(said) + ". A CPU whose cores have bf16 dot products (AVX-512 BF16) doubles that rate for "
-            "bf16; one without fp16 arithmetic converts every fp16 number first, and the prefill slows down even "
-            "though its bytes halved.")
+            + joined[0].upper() + joined[1:] + ". A CPU with bf16 dot products (AVX-512 BF16, as this one has) runs bf16 "
+            "arithmetic faster than fp32's, so its prefill speeds up with the arithmetic, not with the bytes; a "
+            "CPU without fp16 arithmetic converts every fp16 number first, and its prefill slows down though its "
+            "bytes halved.")
 
 
 def decode_sentence(rec: Record) -> str:
-    """Decode: time against bytes, the fastest storage's share of the read rate."""
+    """Decode: each storage's step against its memory bound, and the rate its kernel read the weights at."""
     out = []
     for s in rec.storages():
         d = rec.get(s, "decode")
-        out.append(f"{s} ×{d.held(rec.rounds):.2f}")
-    return ("A decode step reads every weight once for one token: its bound is bytes over the read rate. Each "
-            "storage's step over its bound (median of per-round ratios): " + ", ".join(out) + ". Where a ratio "
-            "grows as the bytes shrink, the kernel, not the memory, is what stops that storage.")
+        out.append(f"{s} ×{d.memory_held(rec.rounds):.2f} ({d.read_rate() / 1e9:.1f} GB/s)")
+    read = sorted(r.read for r in rec.rounds)[len(rec.rounds) // 2]
+    return ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
+            f"({read / 1e9:.1f} GB/s, a plain read probed each round). Each storage's step over that bound (median of "
+            "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ". Where the ratio "
+            "grows as the bytes shrink, the kernel that reads them, not the memory, sets the time.")
+
+
+def int8_sentence(rec: Record) -> str:
+    """int8 weight-only: faster than bf16 or not, with the figure."""
+    i8, b16 = rec.ratio("int8", "decode"), rec.ratio("bf16", "decode")
+    if i8 is None or b16 is None:
+        return ""
+    if i8 < b16 * FASTER:
+        return f"int8 weight-only decodes at ×{i8:.2f} fp32's time, faster than bf16's ×{b16:.2f}: a quarter of the bytes."
+    d = rec.get("int8", "decode")
+    return (f"int8 weight-only decodes at ×{i8:.2f} fp32's time against bf16's ×{b16:.2f}, though it reads a "
+            f"quarter of fp32's bytes: the stock CPU kernel here ({d.kernel}) reads its weights at "
+            f"{d.read_rate() / 1e9:.1f} GB/s, ×{d.memory_held(rec.rounds):.1f} its memory bound, inside this "
+            "compiled pass. An int8 speed-up on a CPU needs a kernel that streams int8 rows as fast as the read "
+            "rate (llama.cpp's Q8_0 does); on a GPU, gpt-fast's int8 weight-only linear compiled with inductor.")
 
 
 def context_sentence(rec: Record) -> str:
@@ -236,7 +259,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
 def text_tables(rec: Record) -> str:
     lines = [where(rec), ""]
     lines.append(storage_frame(rec).to_string(index=False))
-    lines += ["", storage_sentence(rec), why_prefill(rec), decode_sentence(rec), ""]
+    lines += ["", storage_sentence(rec), why_prefill(rec), decode_sentence(rec), int8_sentence(rec), ""]
     lines.append(context_frame(rec).to_string(index=False))
     lines += ["", context_sentence(rec), evicted_sentence(rec), ""]
     if rec.damage:

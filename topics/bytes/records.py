@@ -63,6 +63,14 @@ class Pass:
         """The median over rounds of that round's time over that round's bound."""
         return statistics.median(t / b for t, b in zip(self.samples_ms, self.bounds_ms(rounds)))
 
+    def memory_held(self, rounds) -> float:
+        """The median over rounds of that round's time over its memory bound (bytes / that round's read rate)."""
+        return statistics.median(t * r.read / (1e3 * self.bytes) for t, r in zip(self.samples_ms, rounds))
+
+    def read_rate(self) -> float:
+        """Bytes/s the pass reached: its bytes over its median time."""
+        return self.bytes / (self.median_ms / 1e3)
+
 
 @dataclass(frozen=True)
 class Damage:
