@@ -13,7 +13,7 @@ from topics.bytes.page import shown
 from ui.style import scale
 from ui.text import plain
 
-TITLE = "12. Bytes are time: fewer bytes, faster decode, prefill unmoved"
+TITLE = "12. Bytes are time: fewer bytes, then time decode and prefill"
 GUESSES = ("decode faster, prefill about the same", "both faster", "neither moves")
 
 
@@ -39,6 +39,9 @@ def show(course: Course) -> None:
         st.caption("Choose a prediction to see the measurement.")
         return
     st.plotly_chart(draw.storage_figure(rec, scale=scale()), key="lesson12_storage")
+    held = draw.prediction_held(rec)
+    st.markdown(plain(f"You predicted: {guess}. What bf16 did here: {held}"
+                      + (" (your prediction held)." if held == guess else ".")))
     st.markdown(plain(draw.storage_sentence(rec)))
     st.markdown(plain(draw.why_prefill(rec)))
     st.caption(plain(draw.decode_sentence(rec) + " " + draw.int8_sentence(rec)))

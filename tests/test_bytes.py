@@ -145,12 +145,14 @@ def test_a_bf16_decode_that_did_not_speed_up_is_never_called_faster():
     assert "bf16: the decode step is about the same (×0.97" in said
     assert "decode step is faster" not in said
     assert "the prefill faster (×0.50" in said
+    assert draw.prediction_held(rec) == "none of them: decode about the same, prefill faster"
 
 
 def test_a_halved_decode_is_called_faster_and_a_risen_prefill_slower_with_the_reason():
     rec = synthetic({"fp32": 20.0, "bf16": 10.0, "fp16": 11.0}, {"fp32": 500.0, "bf16": 500.0, "fp16": 3000.0}, CTX)
     said = draw.storage_sentence(rec)
     assert "bf16: the decode step is faster (×0.50" in said and "the prefill about the same (×1.00" in said
+    assert draw.prediction_held(rec) == "decode faster, prefill about the same"
     assert "fp16: the decode step is faster (×0.55" in said and "the prefill slower (×6.00" in said
     why = draw.why_prefill(rec)
     assert "fp16 matmul probed in each round ran at ×0.02 fp32's" in why and "took ×6.00 (slower)" in why
@@ -249,6 +251,7 @@ def test_lesson_12_waits_for_a_prediction_then_says_what_the_recording_measured(
     said = " ".join(m.value for m in at.markdown).replace("\\", "")
     rec = shipped()
     assert draw.storage_sentence(rec) in said and draw.context_sentence(rec) in said
+    assert f"What bf16 did here: {draw.prediction_held(rec)}" in said
     assert len(at.get("plotly_chart")) == 2
 
 
@@ -262,7 +265,7 @@ def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording(
     at.switch_page(page("scale")).run(timeout=300)
     assert not at.exception, [e.value for e in at.exception]
     titles = [json_.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
-    assert "Fewer bytes: decode follows them, prefill follows the arithmetic" in titles
+    assert "Time per pass against the weights' bytes, per storage" in titles
     assert "The context's bytes: one decode step against context" in titles
     said = " ".join(m.value for m in at.markdown).replace("\\", "")
     assert draw.storage_sentence(shipped()) in said

@@ -22,11 +22,11 @@ def shown():
     if j is not None and j.result is not None:
         return j.result, "measured on this server"
     rec = bytes_store.recorded()
-    return rec, (f"a recording: {rec.device}, {rec.measured_at[:10]}" if rec else "")
+    return rec, ("a recording shipped with the app (assets/bytes_cpu.json)" if rec else "")
 
 
 def section(lm=None) -> None:
-    st.subheader("Bytes are time: fewer bytes, faster decode; prefill follows the arithmetic", help=HELP)
+    st.subheader("Bytes are time: the weights and the cache in fewer bytes, timed", help=HELP)
     j = bytes_store.job()
     if lm is not None and (j is None or j.done.is_set()):
         if st.button("Measure bytes on this server (in the background, a few minutes)", key="scale_bytes_measure"):
