@@ -44,7 +44,9 @@ def section(lm=None) -> None:
     st.plotly_chart(draw.storage_figure(rec, scale=scale()), key="scale_bytes_storage")
     st.markdown(plain(draw.storage_sentence(rec)))
     st.dataframe(draw.storage_frame(rec), hide_index=True, width="stretch")
-    st.caption(plain(draw.why_prefill(rec) + " " + draw.decode_sentence(rec) + " " + draw.int8_sentence(rec)))
+    for said in (draw.why_prefill(rec), draw.decode_sentence(rec), draw.int8_sentence(rec)):
+        if said:
+            st.caption(plain(said))
     st.plotly_chart(draw.context_figure(rec, scale=scale()), key="scale_bytes_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     if rec.damage:
