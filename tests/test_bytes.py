@@ -269,3 +269,18 @@ def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording(
     assert "The context's bytes: one decode step against context" in titles
     said = " ".join(m.value for m in at.markdown).replace("\\", "")
     assert draw.storage_sentence(shipped()) in said
+
+
+def test_the_bytes_command_refuses_an_unwritable_json_path_and_a_zero_context_before_loading(tmp_path, capsys,
+                                                                                             monkeypatch):
+    import engine.load.load
+    from tests.test_cli import _cli
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(engine.load.load, "load_model", refuse)
+    code, out, err = _cli(["bytes", "--json", str(tmp_path / "no-such-folder" / "x.json")], capsys)
+    assert code == 2 and err.startswith("error: --json") and not out
+    code, out, err = _cli(["bytes", "--contexts", "0"], capsys)
+    assert code == 2 and "invalid positive value" in err
