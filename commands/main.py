@@ -1,4 +1,4 @@
-"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,budget,bench,gpu-check}`
+"""Command line: `python -m engine {run,compare,serve,kv-size,speculate,ladder,budget,bytes,bench,gpu-check}`
 (training: `python -m tools.train`).
 
 The core's commands live here; a topic's live in its folder (topics/*/cli.py, benchmarks/cli.py), each an
@@ -14,6 +14,7 @@ import sys
 
 import benchmarks.cli
 import topics.budget.cli
+import topics.bytes.cli
 import topics.ladder.cli
 import topics.speculative.cli
 from engine.cli_args import (
@@ -31,7 +32,7 @@ from engine.errors import DecodeLabError
 from engine.units import human_bytes
 
 # The commands that belong to a topic or to the benchmarks live with them, each its own add_parser(sub)
-COMMANDS_ELSEWHERE = (benchmarks.cli, topics.ladder.cli, topics.speculative.cli, topics.budget.cli)
+COMMANDS_ELSEWHERE = (benchmarks.cli, topics.ladder.cli, topics.speculative.cli, topics.budget.cli, topics.bytes.cli)
 
 
 def step_table(traces) -> str:

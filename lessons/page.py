@@ -1,6 +1,6 @@
 """Lessons: the ideas in order, each with the live views of the real model and a control to try.
 
-One file per lesson (lessons/l01_tokens.py … l11_budget.py, each `TITLE` and `show(c)`); this page only picks one.
+One file per lesson (lessons/l01_tokens.py … l12_bytes.py, each `TITLE` and `show(c)`); this page only picks one.
 Every number a lesson quotes is computed from a run made while the page draws (lessons/course.py keeps them), and
 every label a figure could contradict ("compute-bound", "climbs") is computed from that figure's own numbers; the
 text around them is only the explanation.
@@ -23,13 +23,14 @@ from lessons import (
     l09_speculative,
     l10_serving,
     l11_budget,
+    l12_bytes,
 )
 from lessons.course import Course
 from ui.setup import page_setup
 from ui.text import error, warning
 
 LESSONS = {m.TITLE: m.show for m in (l01_tokens, l02_prefill, l03_decode, l04_kv_cache, l05_no_cache, l06_sampling,
-                                     l07_batches, l08_scale, l09_speculative, l10_serving, l11_budget)}
+                                     l07_batches, l08_scale, l09_speculative, l10_serving, l11_budget, l12_bytes)}
 TITLES = list(LESSONS)
 
 

@@ -1,5 +1,7 @@
-"""Scale: the model grown, KV memory, the roofline (topics/ladder/)."""
+"""Scale: the model grown, KV memory, the roofline (topics/ladder/), and bytes are time beside the curve
+(topics/bytes/)."""
 
+from topics.bytes.page import section
 from topics.ladder.page import show
 
-show()
+show(beside_curve=section)

@@ -21,7 +21,7 @@ LAYERS = [
     ("physics",),  # the core's passes against the device: the roofline, KV sizes, the rungs, a request timed
     ("drawing",),  # what several pages draw from the core's records: palette, the stage, the step's views
     ("ui",),  # what every page shares: the controller, the sidebar, the style, links, the step page's API
-    ("classroom", "topics"),  # the classroom wing; one folder per topic (ladder, serving, speculative, race, budget)
+    ("classroom", "topics"),  # the classroom wing; one folder per topic (ladder, serving, speculative, race, budget, bytes)
     ("step", "lessons"),  # the step page and the lessons, which quote the topics
     ("pages", "app", "benchmarks", "commands", "deploy", "tools"),  # doors and commands
 ]

@@ -700,6 +700,28 @@ def poll_forgets_its_step() -> None:
     Polls.public = lambda self, code: {k: v for k, v in (public(self, code) or {}).items() if k != "at"} or None
 
 
+def bytes_faster_below_one() -> None:
+    """Bytes are time: any time under fp32's is called "faster" (×0.97 too), not only under ×0.9."""
+    from topics.bytes import draw
+
+    draw.verdict = lambda ratio: "not measured" if ratio is None else "faster" if ratio < 1 else "slower"
+
+
+def int8_scales_uncounted() -> None:
+    """The int8 storage's bytes count its int8 codes only, not the bf16 scale each row carries."""
+    from topics.bytes import storage
+
+    count = storage.nbytes
+    storage.nbytes = lambda t: count(t.q) if isinstance(t, storage.Int8Weight) else count(t)
+
+
+def crossing_at_the_slope_over_intercept() -> None:
+    """The context where the K/V's time reaches the weights' read as slope / intercept, not intercept / slope."""
+    from topics.bytes.records import Line
+
+    Line.crossing = property(lambda self: self.slope_ms / self.intercept_ms)
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "newest-key-unlabelled": (newest_key_unlabelled, [
@@ -823,6 +845,13 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "link-drops-zeros": (link_drops_zeros, ["tests/test_links.py"]),
     "fork-without-way-back": (fork_without_a_way_back, [
         "tests/test_class.py::test_a_forked_page_links_back_to_the_lecturers_live_step_until_the_class_ends"]),
+    # bytes are time
+    "bytes-faster-below-one": (bytes_faster_below_one, [
+        "tests/test_bytes.py::test_a_bf16_decode_that_did_not_speed_up_is_never_called_faster"]),
+    "int8-scales-uncounted": (int8_scales_uncounted, [
+        "tests/test_bytes.py::test_bytes_read_are_counted_from_the_tensors_the_pass_holds"]),
+    "crossing-slope-over-intercept": (crossing_at_the_slope_over_intercept, [
+        "tests/test_bytes.py::test_the_fit_finds_the_slope_intercept_and_crossing_of_a_known_line"]),
 }
 
 

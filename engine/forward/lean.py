@@ -114,9 +114,10 @@ class LeanLlama(torch.nn.Module):
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
-    def forward(self, ids: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None) -> torch.Tensor:
         """One pass: ids [batch, n] at positions input_pos [n] (the same for every sequence); logits of the last
-        row of each sequence, [batch, vocab]."""
+        row of each sequence, [batch, vocab]. `kv_len`: a decode step reads only the cache's first kv_len positions
+        (default all it holds): the context's bytes (topics/bytes/)."""
         batch, n = ids.shape
         hd = self.head_dim
         x = F.embedding(ids, self.embed)  # [batch, n, d_model]
@@ -136,9 +137,9 @@ class LeanLlama(torch.nn.Module):
             v_cache.index_put_(where, v)
             if n > 1:  # a prefill: the prompt's own keys, causal (the cache's empty rest is never read)
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            else:  # a decode step: every position the cache holds, up to its own
-                y = F.scaled_dot_product_attention(q, k_cache[:batch], v_cache[:batch], attn_mask=mask,
-                                                   enable_gqa=True)
+            else:  # a decode step: every position the cache holds (or its first kv_len), up to its own
+                y = F.scaled_dot_product_attention(q, k_cache[:batch, :, :kv_len], v_cache[:batch, :, :kv_len],
+                                                   attn_mask=mask[:, :kv_len], enable_gqa=True)
             x = x + self.linear(y.transpose(1, 2).reshape(batch, n, self.heads * hd), self.wo[layer])
             h = self.rms(x, self.mlp_norm[layer])
             x = x + self.linear(F.silu(self.linear(h, self.w1[layer])) * self.linear(h, self.w3[layer]),
@@ -168,15 +169,15 @@ def compiled_pass(lean: LeanLlama):
     return torch.compile(lean, fullgraph=True, options=compile_settings(lean.embed.device)["options"])
 
 
-def run_once(fn, ids: torch.Tensor, input_pos: torch.Tensor) -> float:
-    """One call of fn(ids, input_pos), timed (engine.timing): its milliseconds. (The first call of a new graph
+def run_once(fn, ids: torch.Tensor, input_pos: torch.Tensor, *more) -> float:
+    """One call of fn(ids, input_pos, *more), timed (engine.timing): its milliseconds. (The first call of a new graph
     compiles: its time is a warm-up, never a pass's.)"""
     device = ids.device
 
     def one():
         if device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()
-        fn(ids, input_pos)
+        fn(ids, input_pos, *more)
 
     with torch.no_grad():
         return timed(one, device, repeats=1, warmup=0).forward_ms

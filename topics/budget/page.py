@@ -136,6 +136,7 @@ def show() -> None:
 
     st.html(draw.texts_html(row))
     st.caption(draw.step_words(row, full))
+    st.page_link("pages/scale.py", label="What it buys in time: a decode step against the cache's bytes, evicted and full (Scale page, Bytes are time)", icon=":material/speed:")
 
     spread = recorded_stories(lm)
     if spread is not None:  # the damage over several stories, with its spread: recorded (a few minutes to measure)

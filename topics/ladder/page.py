@@ -17,12 +17,14 @@ from ui.style import scale
 from ui.text import error, plain, warning
 
 
-def show() -> None:
-    """The Scale page, drawn (pages/scale.py is its door)."""
+def show(beside_curve=None) -> None:
+    """The Scale page, drawn (pages/scale.py is its door; `beside_curve(lm)` draws below the pass-of-n curve)."""
     st.title("Scale: the model grown, KV memory, the roofline")
     settings, lm = page_setup("scale")
     if lm is not None:
         grow_the_model(lm, settings)  # the size ladder: prefill compute-bound, decode memory-bound, measured here
+    if beside_curve is not None:  # topics/bytes: fewer bytes, faster decode (a topic the door hands in)
+        beside_curve(lm)
 
     # ------------------------------------------------------------------ KV-cache calculator
     st.header("KV-cache calculator")

@@ -1,0 +1,57 @@
+"""Lesson 12. Bytes are time: shrink the weights and the cache, and watch decode speed up while prefill does not.
+Its measurements and pictures are the Scale page's section (topics/bytes/): the shipped recording by default, a
+button to measure on this server in the background."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from lessons.course import Course
+from topics.bytes import draw
+from topics.bytes import store as bytes_store
+from topics.bytes.page import shown
+from ui.style import scale
+from ui.text import plain
+
+TITLE = "12. Bytes are time: fewer bytes, then time decode and prefill"
+GUESSES = ("decode faster, prefill about the same", "both faster", "neither moves")
+
+
+def show(course: Course) -> None:
+    st.markdown(
+        "Lesson 8 said a decode step waits on reading its weights and a long prefill on its arithmetic. Test it: "
+        "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter) and time both. "
+        "**Predict first.**")
+    guess = st.radio("your prediction: with half the bytes…", GUESSES, index=None, horizontal=True,
+                     key="lesson12_guess")
+    rec, source = shown()
+    j = bytes_store.job()
+    if j is None or j.done.is_set():
+        if st.button("Measure on this server (in the background, a few minutes)", key="lesson12_measure"):
+            bytes_store.start(course.lm)
+            st.rerun()
+    else:
+        st.info(plain(f"Measuring on this server: {j.progress}"))
+    if rec is None:
+        st.info("No recording ships for this device: measure it on this server.")
+        return
+    if guess is None:
+        st.caption("Choose a prediction to see the measurement.")
+        return
+    st.plotly_chart(draw.storage_figure(rec, scale=scale()), key="lesson12_storage")
+    held = draw.prediction_held(rec)
+    st.markdown(plain(f"You predicted: {guess}. What bf16 did here: {held}"
+                      + (" (your prediction held)." if held == guess else ".")))
+    st.markdown(plain(draw.storage_sentence(rec)))
+    st.markdown(plain(draw.why_prefill(rec)))
+    st.caption(plain(draw.decode_sentence(rec) + " " + draw.int8_sentence(rec)))
+    st.caption(plain(f"{source}. {draw.where(rec)}."))
+    st.markdown("**The cache's bytes.** Every decode step reads the whole K/V cache too, so a longer context is "
+                "more bytes a step; evicting to a window reads fewer.")
+    st.plotly_chart(draw.context_figure(rec, scale=scale()), key="lesson12_context")
+    st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
+    if rec.damage:
+        st.markdown("**What it costs in tokens.** " + plain(draw.damage_sentence(rec)))
+        st.dataframe(draw.damage_frame(rec), hide_index=True, width="stretch")
+    st.page_link(str(course.pages / "scale.py"), label="Open the Scale page: the pass-of-n curve and this beside it",
+                 icon=":material/speed:")

@@ -1,0 +1,286 @@
+"""Bytes are time (topics/bytes/): the storages give fp32's logits within their rounding, the bytes are counted
+from the tensors, the line's slope and crossing are computed right, every sentence follows its number, and the
+shipped recording's damage is what the bundled models give."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from engine.forward.lean import LeanLlama
+from engine.load.load import load_model
+from topics.bytes import draw, measure, storage
+from topics.bytes import store as bytes_store
+from topics.bytes.records import Damage, Line, Pass, Rates, Record, fit
+
+MODEL = "tinystories-llama"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return load_model(MODEL, device="cpu", dtype="float32", warmup=False)
+
+
+def ids_of(lm, n: int = 24) -> torch.Tensor:
+    return torch.tensor([lm.tokenizer(measure.stories(1)[0], verbose=False)["input_ids"][:n]])
+
+
+# ---------------------------------------------------------------- the storages, run
+
+
+def test_each_storage_gives_fp32s_logits_within_its_rounding_and_the_same_top_token(lm):
+    ids = ids_of(lm)
+    n = ids.shape[1]
+    with torch.no_grad():
+        want = LeanLlama(lm.model, 1, n + 2)(ids, torch.arange(n)).float()
+        for name, tol in (("fp32", 1e-5), ("bf16", 0.1), ("fp16", 0.02), ("int8", 0.15)):
+            lean = storage.lean_pass(lm.model, name, n + 2)
+            got = lean(ids, torch.arange(n)).float()
+            scale = want.abs().max()
+            assert (got - want).abs().max() / scale < tol, name
+            assert got.argmax(-1).item() == want.argmax(-1).item(), name
+            step = lean(ids[:, -1:], torch.tensor([n])).float()  # a decode step on the storage's own cache
+            assert torch.isfinite(step).all(), name
+
+
+def test_the_readable_models_parameters_are_never_changed(lm):
+    before = {k: (p.data_ptr(), p.dtype, p.detach().clone()) for k, p in lm.model.named_parameters()}
+    for name in storage.STORAGES:
+        storage.lean_pass(lm.model, name, 8)
+        storage.weight_damage(lm.model, name)
+    for k, p in lm.model.named_parameters():
+        ptr, dtype, value = before[k]
+        assert (p.data_ptr(), p.dtype) == (ptr, dtype) and torch.equal(p.detach(), value), k
+
+
+def test_bytes_read_are_counted_from_the_tensors_the_pass_holds(lm):
+    model, c = lm.model, lm.model.config
+    every = sum(p.numel() * p.element_size() for p in model.parameters())  # tied: the table is the output head
+    row = c.hidden_size * 4
+    assert c.tie_word_embeddings
+    assert storage.read_bytes(storage.lean_pass(model, "fp32", 8)) == every + row
+    assert storage.read_bytes(storage.lean_pass(model, "bf16", 8)) == (every + row) // 2
+    int8 = storage.lean_pass(model, "int8", 8)
+    matrices = sum(w.q.numel() + 2 * w.scale.numel() for n in storage.MATRICES for w in getattr(int8, n))
+    head = int8.lm_head.q.numel() + 2 * int8.lm_head.scale.numel()
+    norms = sum(w.numel() * 2 for w in (*int8.attn_norm, *int8.mlp_norm, int8.norm))
+    assert storage.read_bytes(int8) == matrices + head + norms + c.hidden_size * 2
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    for name, elem in (("fp32", 4), ("bf16", 2)):
+        lean = storage.lean_pass(model, name, 8)
+        assert storage.kv_bytes_per_token(lean) == 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * elem
+
+
+def test_int8_rows_round_trip_within_half_a_step_of_their_scale():
+    """Rounded to the nearest step of its row's scale; the scale itself stored in bf16 (8 bits of mantissa)."""
+    w = torch.randn(64, 32)
+    q = storage.Int8Weight(w)
+    step = w.abs().amax(1, keepdim=True) / 127
+    assert ((q.dequantized() - w).abs() <= step * 0.5 + w.abs() * 2**-8 + 1e-6).all()
+    assert q.q.dtype == torch.int8 and q.q.abs().max() == 127
+
+
+def test_a_measurement_runs_every_storage_the_contexts_and_the_window_eagerly(lm):
+    rates, passes, kv, _ = measure.storages(lm, tokens=8, rounds=2, contexts=(16, 32, 64), compile=False,
+                                            probe=lambda: rates_()[0])
+    rec = synthetic(passes=passes, rounds=rates, kv=kv)
+    assert rec.storages() == list(storage.STORAGES)
+    assert [p.context for p in rec.context_passes()] == [16, 32, 64]
+    e, full = rec.evicted()
+    assert (e.context, full.context) == (16, 64) and e.kv_bytes == kv * 16
+    assert all(len(p.samples_ms) == 2 for p in passes) and len(rates) == 2
+    assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+
+
+# ---------------------------------------------------------------- the line, on synthetic numbers
+
+
+def test_the_fit_finds_the_slope_intercept_and_crossing_of_a_known_line():
+    xs = [128, 2048, 4096, 8192, 16384]
+    slope, icpt = fit(xs, [10 + 0.002 * x for x in xs])
+    assert slope == pytest.approx(0.002) and icpt == pytest.approx(10)
+    line = Line(slope, icpt, predicted_slope_ms=0.001, predicted_crossing=4000)
+    assert line.crossing == pytest.approx(5000) and line.crossing_off == pytest.approx(1.25)
+    assert line.slope_off == pytest.approx(2.0)
+
+
+def rates_(read=20e9, fp32=50e9, bf16=100e9, fp16=1e9, rounds=3):
+    return tuple(Rates(read, {"fp32": fp32, "bf16": bf16, "fp16": fp16}) for _ in range(rounds))
+
+
+def synthetic(decode=None, prefill=None, contexts=None, passes=None, rounds=None, kv=24576, damage=()) -> Record:
+    """A recording made by hand: per storage a decode and prefill time (ms), fp32's bytes halved for bf16/fp16."""
+    w = {"fp32": 400_000_000, "bf16": 200_000_000, "fp16": 200_000_000, "int8": 100_000_000}
+    if passes is None:
+        passes = [Pass(s, "decode", 1, 130, w[s], kv * 130, 2e8, (t,) * 3, t) for s, t in decode.items()]
+        passes += [Pass(s, "prefill", 128, 0, w[s], 0, 2.6e10, (t,) * 3, t) for s, t in prefill.items()]
+        passes += [Pass("fp32", "context", 1, c, w["fp32"], kv * c, 2e8, (t,) * 3, t) for c, t in contexts.items()]
+    return Record(device="cpu: test", rung="110M rung", parameters=111_000_000, threads=1, load=(1.0, 1.2),
+                  measured_at="2026-01-01T00:00:00+00:00", command="test", wall_s=1.0, compile_s=1.0,
+                  rounds=rounds or rates_(), passes=tuple(passes), kv_per_token=kv, damage=damage)
+
+
+def test_the_record_reads_its_line_from_the_context_passes():
+    ctx = {c: 20 + c * 1e3 * 24576 / 20e9 for c in (128, 4096, 8192, 16384)}
+    rec = synthetic({"fp32": 20}, {"fp32": 500}, ctx)
+    line = rec.line()
+    assert line.slope_off == pytest.approx(1.0) and line.predicted_crossing == pytest.approx(4e8 / 24576)
+    assert "within ±15 % of" in draw.context_sentence(rec)
+    twice = synthetic({"fp32": 20}, {"fp32": 500}, {c: 20 + 2 * (t - 20) for c, t in ctx.items()})
+    assert "within" not in draw.context_sentence(twice) and "×2.00" in draw.context_sentence(twice)
+
+
+# ---------------------------------------------------------------- the words follow the numbers
+
+
+CTX = {128: 20.0, 8192: 30.0, 16384: 40.0}
+
+
+def test_a_bf16_decode_that_did_not_speed_up_is_never_called_faster():
+    rec = synthetic({"fp32": 20.0, "bf16": 19.5}, {"fp32": 500.0, "bf16": 250.0}, CTX)
+    said = draw.storage_sentence(rec)
+    assert "bf16: the decode step is about the same (×0.97" in said
+    assert "decode step is faster" not in said
+    assert "the prefill faster (×0.50" in said
+    assert draw.prediction_held(rec) == "none of them: decode about the same, prefill faster"
+
+
+def test_a_halved_decode_is_called_faster_and_a_risen_prefill_slower_with_the_reason():
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0, "fp16": 11.0}, {"fp32": 500.0, "bf16": 500.0, "fp16": 3000.0}, CTX)
+    said = draw.storage_sentence(rec)
+    assert "bf16: the decode step is faster (×0.50" in said and "the prefill about the same (×1.00" in said
+    assert draw.prediction_held(rec) == "decode faster, prefill about the same"
+    assert "fp16: the decode step is faster (×0.55" in said and "the prefill slower (×6.00" in said
+    why = draw.why_prefill(rec)
+    assert "fp16 matmul probed in each round ran at ×0.02 fp32's" in why and "took ×6.00 (slower)" in why
+    assert "fp16's prefill has a compute bound ×50.00 fp32's" in why and "it beat that bound (×0.12)" in why
+    assert why.count("beat that bound") == 1  # bf16 did not: not said of it
+    assert "int8" not in draw.int8_sentence(rec)  # no int8 pass: nothing said
+    assert rec.predicted_ratio("bf16", "decode") == pytest.approx(0.5, abs=0.01)  # bytes (weights and K/V)
+    assert rec.predicted_ratio("fp16", "prefill") == pytest.approx(50.0)  # the FLOP rate
+    frame = draw.storage_frame(rec)
+    assert list(frame["decode × fp32"]) == [1.0, 0.5, 0.55]
+
+
+def test_the_evicted_step_is_judged_by_its_own_ratio_and_quotes_the_budgets_damage():
+    ctx = {128: 20.0, 8192: 30.0, 16384: 40.0}
+    base = synthetic({"fp32": 20.0}, {"fp32": 500.0}, ctx)
+    e = Pass("fp32", "evicted", 1, 4096, 400_000_000, 24576 * 4096, 2e8, (25.0,) * 3, 25.0)
+    rec = Record(**{**base.__dict__, "passes": base.passes + (e,),
+                    "window": {"model": "m", "budget": 64, "context": 256, "bytes_ratio": 0.25, "agreement": 0.93,
+                               "kl_mean": 0.038, "source": "assets/budget_sweep_default.json"}})
+    said = draw.evicted_sentence(rec)
+    assert "takes ×0.62 the full cache's time (faster)" in said and "top-1 agreement 93.0%" in said
+    slow = Record(**{**rec.__dict__, "passes": base.passes + (Pass(**{**e.__dict__, "samples_ms": (40.0,) * 3}),)})
+    assert "(about the same)" in draw.evicted_sentence(slow)
+
+
+def test_figures_and_tables_draw_from_a_record():
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0}, {"fp32": 500.0, "bf16": 250.0}, CTX,
+                    damage=(Damage("m", "fp32", (1.0, 1.0), (0.0, 0.0), 10), Damage("m", "bf16", (0.9, 1.0),
+                                                                                    (0.01, 0.02), 10)))
+    assert len(draw.storage_figure(rec).data) >= 4 and len(draw.context_figure(rec).data) >= 3
+    assert "bf16 agrees with fp32 on 95.0%–95.0%" in draw.damage_sentence(rec)
+    assert "lowest story 90.0%" in draw.damage_sentence(rec)
+    assert "storage" in draw.text_tables(rec)
+
+
+# ---------------------------------------------------------------- the shipped recording
+
+
+def shipped() -> Record:
+    rec = bytes_store.recorded()
+    assert rec is not None, "assets/bytes_cpu.json: record it with `python -m engine bytes --json assets/bytes_cpu.json`"
+    return rec
+
+
+def test_the_shipped_recording_reads_back_with_every_storage_the_line_and_the_damage():
+    rec = shipped()
+    assert rec.storages() == list(storage.STORAGES) and rec.line() is not None and rec.evicted() is not None
+    assert len(rec.rounds) >= 3 and rec.load and rec.command.startswith("python -m engine bytes")
+    models = {d.model for d in rec.damage}
+    assert len(models) == 3 and all(len(d.agree) >= 8 for d in rec.damage)
+    for d in rec.damage:
+        if d.storage == "fp32":
+            assert d.agree == (1.0,) * len(d.agree) and max(d.kl) == 0.0
+
+
+def test_bf16_damage_on_the_bundled_llama_is_the_recorded_figure(lm):
+    recorded = next(d for d in shipped().damage if d.model == MODEL and d.storage == "bf16")
+    got = measure.damage_of(lm.model, lm.tokenizer, MODEL, ("bf16",), n=len(recorded.agree))[0]
+    assert min(recorded.agree) <= got.agreement <= max(recorded.agree)
+    assert got.agreement == pytest.approx(recorded.agreement, abs=0.01)
+    assert got.kl_mean == pytest.approx(recorded.kl_mean, rel=0.2)
+    fp32 = measure.damage_of(lm.model, lm.tokenizer, MODEL, ("fp32",), n=2)[0]
+    assert fp32.agree == (1.0, 1.0) and max(fp32.kl) == 0.0
+
+
+# ---------------------------------------------------------------- measured here (perf)
+
+
+@pytest.mark.perf
+def test_on_this_cpu_the_context_costs_time_and_the_window_buys_it_back(lm):
+    """Eager on the bundled model: a step over 4,096 random K/V positions takes longer than over 64, and the step
+    evicted to a quarter of them less than the full one (medians of per-round ratios)."""
+    _, passes, _, _ = measure.storages(lm, ("fp32",), tokens=8, rounds=5, contexts=(64, 1024, 4096), compile=False)
+    rec = synthetic(passes=passes, rounds=rates_(rounds=5))
+    pts = rec.context_passes()
+    assert statistics.median(b / a for a, b in zip(pts[0].samples_ms, pts[-1].samples_ms)) > 1.2
+    assert rec.evicted_ratio() < 0.9
+
+
+# ---------------------------------------------------------------- the lesson, rendered
+
+
+def test_lesson_12_waits_for_a_prediction_then_says_what_the_recording_measured():
+    from lessons.page import TITLES
+    from tests.test_app import fresh_app
+    from ui.apptest import page
+
+    at = fresh_app()
+    at.switch_page(page("lessons")).run()
+    title = next(t for t in TITLES if t.startswith("12."))
+    at.selectbox(key="lesson_pick").set_value(title).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.get("plotly_chart")  # predict first
+    at.radio(key="lesson12_guess").set_value("decode faster, prefill about the same").run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = " ".join(m.value for m in at.markdown).replace("\\", "")
+    rec = shipped()
+    assert draw.storage_sentence(rec) in said and draw.context_sentence(rec) in said
+    assert f"What bf16 did here: {draw.prediction_held(rec)}" in said
+    assert len(at.get("plotly_chart")) == 2
+
+
+@pytest.mark.slow
+def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording():
+    import json as json_
+
+    from ui.apptest import app_test, page
+
+    at = app_test().run()
+    at.switch_page(page("scale")).run(timeout=300)
+    assert not at.exception, [e.value for e in at.exception]
+    titles = [json_.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "Time per pass against the weights' bytes, per storage" in titles
+    assert "The context's bytes: one decode step against context" in titles
+    said = " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert draw.storage_sentence(shipped()) in said
+
+
+def test_the_bytes_command_refuses_an_unwritable_json_path_and_a_zero_context_before_loading(tmp_path, capsys,
+                                                                                             monkeypatch):
+    import engine.load.load
+    from tests.test_cli import _cli
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(engine.load.load, "load_model", refuse)
+    code, out, err = _cli(["bytes", "--json", str(tmp_path / "no-such-folder" / "x.json")], capsys)
+    assert code == 2 and err.startswith("error: --json") and not out
+    code, out, err = _cli(["bytes", "--contexts", "0"], capsys)
+    assert code == 2 and "invalid positive value" in err

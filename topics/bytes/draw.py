@@ -1,0 +1,284 @@
+"""Bytes are time, drawn: figures, tables and sentences, each a pure function of a `records.Record`.
+
+Every word that judges a number ("faster", "about the same", "slower", "within", "off") is computed from that
+number here (`verdict`), so a recording where bf16's decode did not speed up is never called faster
+(tests/test_bytes.py hands these functions such recordings).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout
+from topics.bytes.records import COMPUTE, FASTER, Record
+
+PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
+TEXT_AT = {"bf16": "middle left", "fp16": "middle right"}  # the two storages of the same bytes, labelled apart
+SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triangle-up"}
+
+
+def verdict(ratio: float | None) -> str:
+    """'faster', 'slower' or 'about the same' for a time over fp32's (FASTER either way)."""
+    if ratio is None:
+        return "not measured"
+    return "faster" if ratio < FASTER else "slower" if ratio > 1 / FASTER else "about the same"
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def storage_rows(rec: Record) -> list[dict]:
+    """Per storage: bytes, each pass's median, its bound, its ratio to fp32 measured and predicted."""
+    rows = []
+    for s in rec.storages():
+        d, p = rec.get(s, "decode"), rec.get(s, "prefill")
+        rows.append({"storage": s, "weights read": mb(d.weight_bytes),
+                     "decode ms": round(d.median_ms, 1), "decode bound ms": round(d.memory_ms(rec.rounds), 1),
+                     "decode × fp32": round(rec.ratio(s, "decode"), 2),
+                     "predicted × fp32 (bytes)": round(rec.predicted_ratio(s, "decode"), 2),
+                     "prefill ms": round(p.median_ms, 1) if p else None,
+                     "prefill bound ms": round(p.compute_ms(rec.rounds), 1) if p else None,
+                     "prefill × fp32": round(rec.ratio(s, "prefill"), 2) if p else None,
+                     "predicted × fp32 (FLOP rate)": round(rec.predicted_ratio(s, "prefill"), 2) if p else None})
+    return rows
+
+
+def storage_frame(rec: Record) -> pd.DataFrame:
+    return pd.DataFrame(storage_rows(rec))
+
+
+def damage_frame(rec: Record) -> pd.DataFrame:
+    return pd.DataFrame([{"model": d.model, "storage": d.storage, "top-1 agreement": f"{d.agreement:.2%}",
+                          "spread over stories": f"{min(d.agree):.1%}–{max(d.agree):.1%}",
+                          "KL nats (mean)": f"{d.kl_mean:.2e}", "KL spread": f"{min(d.kl):.1e}–{max(d.kl):.1e}",
+                          "stories": len(d.agree), "tokens": d.tokens} for d in rec.damage])
+
+
+def context_frame(rec: Record) -> pd.DataFrame:
+    rows = [{"context": p.context, "K/V read": mb(p.kv_bytes), "weights read": mb(p.weight_bytes),
+             "decode ms": round(p.median_ms, 1), "min–max": f"{min(p.samples_ms):.1f}–{max(p.samples_ms):.1f}",
+             "memory bound ms": round(p.memory_ms(rec.rounds), 1)} for p in rec.context_passes()]
+    pair = rec.evicted()
+    if pair:
+        e = pair[0]
+        rows.append({"context": f"{pair[1].context} evicted to {e.context}", "K/V read": mb(e.kv_bytes),
+                     "weights read": mb(e.weight_bytes), "decode ms": round(e.median_ms, 1),
+                     "min–max": f"{min(e.samples_ms):.1f}–{max(e.samples_ms):.1f}",
+                     "memory bound ms": round(e.memory_ms(rec.rounds), 1)})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- the sentences
+
+
+def storage_sentence(rec: Record) -> str:
+    """What the storages did to decode and to prefill, each judged by its own ratio."""
+    out = []
+    for s in rec.storages():
+        if s == "fp32":
+            continue
+        d, p = rec.ratio(s, "decode"), rec.ratio(s, "prefill")
+        pd_, pp = rec.predicted_ratio(s, "decode"), rec.predicted_ratio(s, "prefill")
+        part = (f"{s}: the decode step is {verdict(d)} (×{d:.2f} fp32's time; its bytes ×{pd_:.2f})")
+        if p is not None:
+            part += f", the prefill {verdict(p)} (×{p:.2f}; its compute bound ×{pp:.2f})"
+        out.append(part)
+    return "; ".join(out) + "." if out else ""
+
+
+def why_prefill(rec: Record) -> str:
+    """Why the prefill moved as it did: its bound is FLOPs over the arithmetic's peak, not bytes."""
+    said = []
+    for s in rec.storages():
+        p = rec.get(s, "prefill")
+        if s == "fp32" or p is None or rec.ratio(s, "prefill") is None:
+            continue
+        peak = sorted(r.peaks[COMPUTE[s]] / r.peaks["fp32"] for r in rec.rounds)[len(rec.rounds) // 2]
+        part = (f"the {COMPUTE[s]} matmul probed in each round ran at ×{peak:.2f} fp32's, so {s}'s prefill has a "
+                f"compute bound ×{1 / peak:.2f} fp32's and took ×{rec.ratio(s, 'prefill'):.2f} ("
+                f"{verdict(rec.ratio(s, 'prefill'))})")
+        if p.median_ms < p.compute_ms(rec.rounds):
+            part += (f"; it beat that bound (×{p.median_ms / p.compute_ms(rec.rounds):.2f}): the compiled pass "
+                     f"found a faster {COMPUTE[s]} path than the eager matmul the probe times, so that figure is "
+                     "the probe's rate, not a bound")
+        said.append(part)
+    if not said:
+        return ""
+    joined = "; ".join(said)
+    return ("A prefill of many tokens is compute-bound: its time follows the arithmetic's rate, not the bytes. "
+            + joined[0].upper() + joined[1:] + ". A CPU with bf16 dot products (AVX-512 BF16, as this one has) runs bf16 "
+            "arithmetic faster than fp32's, so its prefill speeds up with the arithmetic, not with the bytes; a "
+            "CPU without fp16 arithmetic converts every fp16 number first, and its prefill slows down though its "
+            "bytes halved.")
+
+
+def decode_sentence(rec: Record) -> str:
+    """Decode: each storage's step against its memory bound, and the rate its kernel read the weights at."""
+    out = []
+    for s in rec.storages():
+        d = rec.get(s, "decode")
+        out.append(f"{s} ×{d.memory_held(rec.rounds):.2f} ({d.read_rate() / 1e9:.1f} GB/s)")
+    read = sorted(r.read for r in rec.rounds)[len(rec.rounds) // 2]
+    return ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
+            f"({read / 1e9:.1f} GB/s, a plain read probed each round). Each storage's step over that bound (median of "
+            "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ". Where the ratio "
+            "grows as the bytes shrink, the kernel that reads them, not the memory, sets the time.")
+
+
+def int8_sentence(rec: Record) -> str:
+    """int8 weight-only: faster than bf16 or not, with the figure."""
+    i8, b16 = rec.ratio("int8", "decode"), rec.ratio("bf16", "decode")
+    if i8 is None or b16 is None:
+        return ""
+    if i8 < b16 * FASTER:
+        return f"int8 weight-only decodes at ×{i8:.2f} fp32's time, faster than bf16's ×{b16:.2f}: a quarter of the bytes."
+    d = rec.get("int8", "decode")
+    return (f"int8 weight-only decodes at ×{i8:.2f} fp32's time against bf16's ×{b16:.2f}, though it reads a "
+            f"quarter of fp32's bytes: the stock CPU kernel here ({d.kernel}) reads its weights at "
+            f"{d.read_rate() / 1e9:.1f} GB/s, ×{d.memory_held(rec.rounds):.1f} its memory bound, inside this "
+            "compiled pass. An int8 speed-up on a CPU needs a kernel that streams int8 rows as fast as the read "
+            "rate (llama.cpp's Q8_0 does); on a GPU, gpt-fast's int8 weight-only linear compiled with inductor.")
+
+
+def context_sentence(rec: Record) -> str:
+    line = rec.line()
+    if line is None:
+        return ""
+    off = line.slope_off
+    held = "within ±15 % of" if abs(off - 1) <= 0.15 else f"×{off:.2f}"
+    return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V (fp32, counted from the cache) that "
+            f"every decode step reads. Fitted: {1e3 * line.slope_ms:.2f} µs a position, {held} the predicted "
+            f"{1e3 * line.predicted_slope_ms:.2f} µs (those bytes over the read rate probed in the same rounds). "
+            f"The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
+            f"start); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}). "
+            + ("" if abs(off - 1) <= 0.15 else
+               "The cache is read slower than a plain read: the attention kernel (one query over many short rows, "
+               "head_dim small) does not stream it at the read rate, so each position costs more than its bytes."))
+
+
+def evicted_sentence(rec: Record) -> str:
+    pair = rec.evicted()
+    if not pair:
+        return ""
+    e, full = pair
+    r = rec.evicted_ratio()
+    w = rec.window
+    dmg = (f" What it costs in tokens, as the budget page measures the window policy ({w['model']}, a window of "
+           f"{w['budget']} of {w['context']} positions, {w['bytes_ratio']:.0%} of the bytes): top-1 agreement "
+           f"{w['agreement']:.1%}, KL {w['kl_mean']:.3f} nats ({w['source']})." if w else "")
+    return (f"Evicted to a window of the newest {e.context:,} positions, the step at {full.context:,} reads "
+            f"{mb(e.bytes)} instead of {mb(full.bytes)} and takes ×{r:.2f} the full cache's time "
+            f"({verdict(r)})." + dmg)
+
+
+def prediction_held(rec: Record, storage: str = "bf16") -> str:
+    """Which of lesson 12's predictions this storage's measurement bears out, from its two verdicts."""
+    d, p = verdict(rec.ratio(storage, "decode")), verdict(rec.ratio(storage, "prefill"))
+    if d == "faster" and p == "about the same":
+        return "decode faster, prefill about the same"
+    if d == "faster" and p == "faster":
+        return "both faster"
+    if d == "about the same" and p == "about the same":
+        return "neither moves"
+    return f"none of them: decode {d}, prefill {p}"
+
+
+def damage_sentence(rec: Record) -> str:
+    out = []
+    for s in ("bf16", "fp16", "int8"):
+        ds = [d for d in rec.damage if d.storage == s]
+        if ds:
+            low = min(min(d.agree) for d in ds)
+            out.append(f"{s} agrees with fp32 on {min(d.agreement for d in ds):.1%}–{max(d.agreement for d in ds):.1%}"
+                       f" of next tokens across the bundled models (lowest story {low:.1%})")
+    return ("Teacher-forced on held-out stories, each storage's top-1 token against fp32's: " + "; ".join(out) + "."
+            if out else "")
+
+
+def where(rec: Record) -> str:
+    load = f", load average {rec.load[0]:.1f} → {rec.load[1]:.1f} on this machine's cores" if rec.load else ""
+    return (f"{rec.rung} ({rec.parameters / 1e6:,.0f} M parameters) on {rec.device}, {rec.threads} thread"
+            f"{'s' if rec.threads > 1 else ''}{load}; {PATH}; {len(rec.rounds)} rounds, the roof probed in each; "
+            f"measured {rec.measured_at[:16].replace('T', ' ')} UTC")
+
+
+# ---------------------------------------------------------------- the figures
+
+
+def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
+    """Time against the weights' bytes: decode and prefill, measured (filled) and their bounds (open)."""
+    fig = go.Figure()
+    for kind, colour in (("decode", DECODE), ("prefill", PREFILL)):
+        for s in rec.storages():
+            p = rec.get(s, kind)
+            if p is None:
+                continue
+            bound = p.memory_ms(rec.rounds) if kind == "decode" else p.compute_ms(rec.rounds)
+            x = p.weight_bytes / 1e6
+            fig.add_trace(go.Scatter(x=[x], y=[p.median_ms], mode="markers+text", text=[s],
+                                     textposition=TEXT_AT.get(s, "top center"), name=f"{kind} {s} measured",
+                                     marker=dict(color=colour, size=12, symbol=SYMBOL.get(s, "circle")),
+                                     error_y=dict(type="data", symmetric=False,
+                                                  array=[max(p.samples_ms) - p.median_ms],
+                                                  arrayminus=[p.median_ms - min(p.samples_ms)]),
+                                     showlegend=False))
+            if bound > p.median_ms:  # beaten: the probe's rate, not a bound (why_prefill says so)
+                continue
+            fig.add_trace(go.Scatter(x=[x], y=[bound], mode="markers", name=f"{kind} {s} bound",
+                                     marker=dict(color=ESTIMATE, size=10, symbol=SYMBOL.get(s, "circle") + "-open"),
+                                     showlegend=False))
+    for name, colour, symbol in (("decode, measured", DECODE, "circle"), ("prefill, measured", PREFILL, "circle"),
+                                 ("its bound (predicted)", ESTIMATE, "circle-open")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(color=colour, size=10, symbol=symbol)))
+    fig.update_yaxes(type="log", title="ms per pass (log)")
+    fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)")
+    return layout(fig, "Time per pass against the weights' bytes, per storage", scale=scale)
+
+
+def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
+    pts = rec.context_passes()
+    line = rec.line()
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[p.context for p in pts], y=[p.median_ms for p in pts], mode="markers",
+                             name="decode step, measured", marker=dict(color=DECODE, size=10)))
+    if line:
+        xs = [0, max(p.context for p in pts)]
+        fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.slope_ms * x for x in xs], mode="lines",
+                                 name="line fitted", line=dict(color=DECODE, dash="dot")))
+        fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.predicted_slope_ms * x for x in xs],
+                                 mode="lines", name="predicted slope (K/V bytes / read rate)",
+                                 line=dict(color=ESTIMATE, dash="dash")))
+        for x, name, colour in ((line.crossing, "K/V time = weights' (measured)", DECODE),
+                                (line.predicted_crossing, "K/V bytes = weights' (predicted)", ESTIMATE)):
+            if x < 2 * xs[1]:
+                fig.add_vline(x=x, line=dict(color=colour, dash="dot", width=1))
+                fig.add_trace(go.Scatter(x=[x], y=[line.intercept_ms + line.slope_ms * x], mode="markers",
+                                         name=name, marker=dict(color=colour, size=12, symbol="x")))
+    pair = rec.evicted()
+    if pair:
+        e, full = pair
+        fig.add_trace(go.Scatter(x=[full.context], y=[e.median_ms], mode="markers",
+                                 name=f"evicted to a window of {e.context:,}", marker=dict(color=GREY, size=13,
+                                                                                          symbol="star")))
+    fig.update_xaxes(title="context (positions in the K/V cache, fp32)")
+    fig.update_yaxes(title="ms per decode step", rangemode="tozero")
+    return layout(fig, "The context's bytes: one decode step against context", scale=scale)
+
+
+# ---------------------------------------------------------------- the terminal
+
+
+def text_tables(rec: Record) -> str:
+    lines = [where(rec), ""]
+    lines.append(storage_frame(rec).to_string(index=False))
+    lines += ["", storage_sentence(rec), why_prefill(rec), decode_sentence(rec), int8_sentence(rec), ""]
+    lines.append(context_frame(rec).to_string(index=False))
+    lines += ["", context_sentence(rec), evicted_sentence(rec), ""]
+    if rec.damage:
+        lines.append(damage_frame(rec).to_string(index=False))
+        lines += ["", damage_sentence(rec)]
+    lines += [n for n in rec.notes]
+    return "\n".join(line for line in lines)

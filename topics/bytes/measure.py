@@ -1,0 +1,198 @@
+"""Bytes are time, measured: the lean pass's decode and prefill per storage, the context's line, the damage.
+
+    storages(rlm)        the rung's decode step (one token at a 128-token context) and its 128-token prefill, per
+                         storage (topics/bytes/storage.py), every pass once a round and the roof probed in each round
+                         beside them (physics.roofline.RoundRates: the read rate and the matmul peak in each
+                         compute dtype), as the pass-of-n curve does (topics/ladder/curve.py); the fp32 decode step
+                         also at contexts up to past where the K/V's bytes reach the weights', and the longest step
+                         again with the cache evicted to a window (the budget page's `window` policy: the newest
+                         quarter of the positions held)
+    damage(models)       each bundled model with its weights rounded to each storage, teacher-forced on held-out stories
+                         against fp32: top-1 agreement and KL per story
+    record(...)          all of it as one `records.Record`
+
+Timed as every pass is (engine.timing through lean.run_once): perf_counter around a device sync, the first runs
+after each compile apart. A decode step's time does not depend on what its cache holds, so the long contexts' caches
+are filled with random numbers, not a 20,000-token prefill.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from datetime import datetime, timezone
+
+import torch
+
+from engine import device as dev
+from engine.forward.estimates import step_flops
+from engine.forward.lean import compiled_pass, run_once
+from engine.paths import ASSETS
+from physics.roofline import RoundRates
+from topics.bytes import storage as st
+from topics.bytes.records import COMPUTE, Damage, Pass, Rates, Record
+
+TOKENS = 128  # the prefill's length and the decode step's context
+ROUNDS = 5
+CONTEXTS = (128, 2048, 4096, 8192, 12288, 16384, 20480)  # past the 112 M rung's crossing (~18,200 in fp32)
+WINDOW_SHARE = 0.25  # the evicted cache holds this share of the longest context (the budget page's default budget)
+STORIES = 8
+STORY_TOKENS = 192  # each story's first tokens, teacher-forced
+HELD_OUT = ASSETS / "held_out" / "tinystories_eval_40.txt"
+BUDGET_SWEEP = ASSETS / "budget_sweep_default.json"
+PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def contexts_that_fit(kv_per_token: int, device: torch.device, contexts=CONTEXTS) -> tuple[int, ...]:
+    room = 0.3 * dev.available_bytes(device)
+    return tuple(c for c in contexts if kv_per_token * (c + 2) <= room)
+
+
+def _warm(fn, ids, pos, *more) -> tuple[float, float]:
+    """(compile and first run, the next run): both excluded from the timing."""
+    return run_once(fn, ids, pos, *more), run_once(fn, ids, pos, *more)
+
+
+def storages(rlm, storages_=st.STORAGES, tokens: int = TOKENS, rounds: int = ROUNDS, contexts=CONTEXTS,
+             compile: bool = True, on_point=None, probe=None) -> tuple[tuple, tuple, int, float]:
+    """(rounds' Rates, passes, fp32 K/V bytes per position, compile seconds); see the module docstring. `probe()`,
+    where given, stands in for the roof's probes (a test's: Rates without a second of matmuls)."""
+    say = on_point or (lambda _text: None)
+    device, spec = rlm.device, rlm.spec
+    gen = torch.Generator(device=device).manual_seed(0)
+    ids = torch.randint(0, min(spec.vocab, 32000), (1, tokens), device=device, generator=gen)
+    one, at = ids[:, :1], torch.tensor([tokens], device=device)
+    ready, compile_s, kv32 = [], 0.0, 0  # (Pass without samples, fn, args)
+    for name in storages_:
+        say(f"{name}: converting the weights, compiling the decode step and the {tokens}-token prefill")
+        lean = st.lean_pass(rlm.model, name, tokens + 2)
+        fn = compiled_pass(lean) if compile else lean
+        wbytes, kv = st.read_bytes(lean), st.kv_bytes_per_token(lean)
+        kv32 = kv if name == "fp32" else kv32
+        for kind, x, pos in (("prefill", ids, torch.arange(tokens, device=device)), ("decode", one, at)):
+            c, w = _warm(fn, x, pos)
+            compile_s += c / 1e3
+            rows = x.shape[1]
+            ctx = 0 if kind == "prefill" else tokens + 2  # a decode step reads every position its static cache holds
+            p = Pass(name, kind, rows, ctx, wbytes, kv * ctx, step_flops(spec, rows, 0 if rows > 1 else tokens),
+                     (), w, lean.kernel if kind == "decode" or name == "int8" else "F.linear")
+            ready.append((p, fn, (x, pos)))
+    contexts = contexts_that_fit(kv32, device, contexts)
+    if contexts:
+        longest = contexts[-1]
+        say(f"fp32: the decode step at {len(contexts)} contexts up to {longest:,} positions (caches of random numbers)")
+        lean = st.lean_pass(rlm.model, "fp32", longest + 1)
+        with torch.no_grad():
+            for c in (*lean.k_cache, *lean.v_cache):
+                c.normal_(generator=gen)
+        fn = compiled_pass(lean) if compile else lean
+        wbytes = st.read_bytes(lean)
+        window = max(1, int(longest * WINDOW_SHARE))
+        for kind, ctx in [("context", c) for c in contexts] + [("evicted", window)]:
+            pos = torch.tensor([ctx - 1], device=device)
+            c, w = _warm(fn, one, pos, ctx)
+            compile_s += c / 1e3 if kind == "context" and ctx in contexts[:2] else 0.0
+            ready.append((Pass("fp32", kind, 1, ctx, wbytes, kv32 * ctx, step_flops(spec, 1, ctx), (), w,
+                               lean.kernel), fn, (one, pos, ctx)))
+    probe = probe or _probe(device, {COMPUTE[s] for s in storages_})
+    samples, got_rounds = [[] for _ in ready], []
+    for r in range(rounds):
+        say(f"round {r + 1} of {rounds}: the roof probed, then every pass once")
+        got_rounds.append(probe())
+        for got, (_p, fn, args) in zip(samples, ready):
+            got.append(run_once(fn, *args))
+    del probe
+    passes = tuple(_with(p, got) for got, (p, _fn, _a) in zip(samples, ready))
+    torch.compiler.reset()
+    dev.release_memory()
+    return tuple(got_rounds), passes, kv32, compile_s
+
+
+def _probe(device: torch.device, dtypes):
+    """The roof this minute: a plain read and a square matmul in each compute dtype (RoundRates, the curve's
+    probe); the read rate the median of the reads."""
+    probes = {name: RoundRates(device, PEAK_DTYPES[name]) for name in PEAK_DTYPES if name in dtypes}
+
+    def probe() -> Rates:
+        probed = {name: p() for name, p in probes.items()}
+        return Rates(read=sorted(v[0] for v in probed.values())[len(probed) // 2],
+                     peaks={name: v[1] for name, v in probed.items()})
+
+    return probe
+
+
+def _with(p: Pass, samples) -> Pass:
+    from dataclasses import replace
+
+    return replace(p, samples_ms=tuple(samples))
+
+
+# ---------------------------------------------------------------- the damage in tokens
+
+
+def stories(n: int = STORIES) -> list[str]:
+    """The first n held-out stories (assets/held_out: no bundled model trained on them)."""
+    text = HELD_OUT.read_text(encoding="utf-8")
+    return [s.strip() for s in text.split("<|endoftext|>") if s.strip()][:n]
+
+
+def damage_of(model, tokenizer, name: str, storages_=st.STORAGES, n: int = STORIES,
+              tokens: int = STORY_TOKENS) -> list[Damage]:
+    """Teacher-forced on n stories: each storage's rounded weights against fp32's, per story."""
+    ids = [tokenizer(s, verbose=False)["input_ids"][:tokens] for s in stories(n)]
+    with torch.no_grad():
+        base = [model(torch.tensor([x])).logits[0].float().log_softmax(-1) for x in ids]
+        out = []
+        for s in storages_:
+            copy_ = st.weight_damage(model, s) if s != "fp32" else model
+            agree, kl = [], []
+            for x, ref in zip(ids, base):
+                got = copy_(torch.tensor([x])).logits[0].float().log_softmax(-1)
+                agree.append(float((got.argmax(-1) == ref.argmax(-1)).float().mean()))
+                kl.append(float((ref.exp() * (ref - got)).sum(-1).clamp(min=0).mean()))
+            out.append(Damage(name, s, tuple(agree), tuple(kl), sum(len(x) for x in ids)))
+    return out
+
+
+def damage(models=None, storages_=st.STORAGES, n: int = STORIES, on_point=None) -> tuple[Damage, ...]:
+    from engine.load.load import bundled_models, load_model
+
+    out = []
+    for name in models or bundled_models():
+        if on_point:
+            on_point(f"damage: {name}, {n} held-out stories, {len(storages_)} storages")
+        lm = load_model(name, device="cpu", dtype="float32", warmup=False)
+        out += damage_of(lm.model, lm.tokenizer, name, storages_, n)
+    return tuple(out)
+
+
+def budget_window() -> dict:
+    """The budget page's window policy at the budget whose bytes share is WINDOW_SHARE, from its recording."""
+    try:
+        doc = json.loads(BUDGET_SWEEP.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    pts = [p for p in doc.get("points", ()) if p.get("policy") == "window"]
+    if not pts:
+        return {}
+    p = min(pts, key=lambda q: abs(math.log(q["bytes_ratio"] / WINDOW_SHARE)))
+    return {"policy": "window", "budget": p["budget"], "context": doc["context"], "model": doc["model"],
+            "agreement": p["agreement"], "kl_mean": p["kl_mean"], "bytes_ratio": p["bytes_ratio"],
+            "source": "assets/budget_sweep_default.json"}
+
+
+def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CONTEXTS, models=None,
+           compile: bool = True, on_point=None) -> Record:
+    started = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    got, passes, kv32, compile_s = storages(rlm, rounds=rounds, contexts=contexts, compile=compile,
+                                            on_point=on_point)
+    hurt = damage(models, on_point=on_point)
+    notes = (f"int8: {st.INT8_KERNEL}",)
+    return Record(device=dev.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
+                  threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
+                  measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
+                  wall_s=round(time.perf_counter() - started, 1), compile_s=round(compile_s, 1), rounds=got,
+                  passes=passes, kv_per_token=kv32, damage=hurt, window=budget_window(), notes=notes)

@@ -1,0 +1,57 @@
+"""The Scale page's section "Bytes are time" (one call from the page, beside the pass-of-n curve): the shipped
+recording by default, a button to measure on this server in the background; every sentence from topics.bytes.draw."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from topics.bytes import draw
+from topics.bytes import store as bytes_store
+from ui.style import scale
+from ui.text import error, plain
+
+HELP = ("If decode's time is the bytes it reads, fewer bytes make it faster; prefill, compute-bound, follows the "
+        "arithmetic's rate instead. The lean pass runs the ≥ 100 M rung (random weights, timing only) with its "
+        "weights stored in fp32, bf16, fp16 and int8 (weight-only), then one fp32 decode step at longer and longer "
+        "contexts, and the longest one again with its cache evicted to a window.")
+
+
+def shown():
+    """(the record shown, where it came from in words): this server's measurement once made, else the recording."""
+    j = bytes_store.job()
+    if j is not None and j.result is not None:
+        return j.result, "measured on this server"
+    rec = bytes_store.recorded()
+    return rec, ("a recording shipped with the app (assets/bytes_cpu.json)" if rec else "")
+
+
+def section(lm=None) -> None:
+    st.subheader("Bytes are time: the weights and the cache in fewer bytes, timed", help=HELP)
+    j = bytes_store.job()
+    if lm is not None and (j is None or j.done.is_set()):
+        if st.button("Measure bytes on this server (in the background, a few minutes)", key="scale_bytes_measure"):
+            bytes_store.start(lm)
+            st.rerun()
+    if j is not None and not j.done.is_set():
+        st.info(plain(f"Measuring on this server: {j.progress}"))
+    if j is not None and j.error is not None:
+        error(f"The measurement on this server failed: {j.error}")
+    rec, source = shown()
+    if rec is None:
+        st.info("No recording of this measurement ships for this device: measure it on this server.")
+        return
+    st.caption(plain(f"{source}. {draw.where(rec)}."))
+    st.plotly_chart(draw.storage_figure(rec, scale=scale()), key="scale_bytes_storage")
+    st.markdown(plain(draw.storage_sentence(rec)))
+    st.dataframe(draw.storage_frame(rec), hide_index=True, width="stretch")
+    for said in (draw.why_prefill(rec), draw.decode_sentence(rec), draw.int8_sentence(rec)):
+        if said:
+            st.caption(plain(said))
+    st.plotly_chart(draw.context_figure(rec, scale=scale()), key="scale_bytes_context")
+    st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
+    if rec.damage:
+        with st.expander("The damage in tokens: the bundled models in each storage, against fp32"):
+            st.markdown(plain(draw.damage_sentence(rec)))
+            st.dataframe(draw.damage_frame(rec), hide_index=True, width="stretch")
+    for note in rec.notes:
+        st.caption(plain(note))

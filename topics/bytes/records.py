@@ -1,0 +1,206 @@
+"""What `topics.bytes.measure` returns: frozen records of plain numbers (no torch), the line fitted, and JSON.
+
+A page, the lesson and the CLI read only these, so every sentence is a function of a record and a test can hand
+them a synthetic one (tests/test_bytes.py).
+
+    Rates      one round's probes: the read rate (bytes/s) and the matmul peak per compute dtype (FLOP/s)
+    Pass       one timed pass (a storage's decode step or prefill, or the fp32 decode at a context), its time per
+               round and its bounds per round, from the bytes counted off its tensors and the FLOPs (estimate)
+    Damage     one bundled model in one storage against fp32: teacher-forced top-1 agreement and KL, per story
+    Line       time against context: the slope fitted, and where the K/V's time reaches the weights'
+    Record     all of it, with where and when it was measured
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+
+STORAGES = ("fp32", "bf16", "fp16", "int8")
+COMPUTE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "int8": "bf16"}  # the dtype each storage's arithmetic runs in
+FASTER = 0.9  # a time under this share of fp32's is called faster; over 1 / FASTER, slower; between, about the same
+
+
+@dataclass(frozen=True)
+class Rates:
+    read: float  # bytes/s: a plain read of a buffer no cache holds
+    peaks: dict  # compute dtype -> FLOP/s of a square matmul
+
+
+@dataclass(frozen=True)
+class Pass:
+    storage: str  # fp32, bf16, fp16, int8
+    kind: str  # "decode" (one token), "prefill" (rows tokens); fp32's "context" (a decode step at a long context)
+    #            and "evicted" (the longest context's step over a window of its cache)
+    rows: int
+    context: int  # positions the step reads from the K/V cache (a prefill: 0)
+    weight_bytes: int  # counted from the pass's tensors
+    kv_bytes: int  # the K/V read (counted per position from the cache's tensors, times context)
+    flops: float  # estimate (engine.forward.estimates)
+    samples_ms: tuple  # one per round
+    warmup_ms: float
+    kernel: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    def bounds_ms(self, rounds) -> tuple:
+        """Per round: the larger of bytes / read rate and FLOPs / the peak of this storage's arithmetic."""
+        return tuple(1e3 * max(self.bytes / r.read, self.flops / r.peaks[COMPUTE[self.storage]]) for r in rounds)
+
+    def memory_ms(self, rounds) -> float:
+        return statistics.median(1e3 * self.bytes / r.read for r in rounds)
+
+    def compute_ms(self, rounds) -> float:
+        return statistics.median(1e3 * self.flops / r.peaks[COMPUTE[self.storage]] for r in rounds)
+
+    def held(self, rounds) -> float:
+        """The median over rounds of that round's time over that round's bound."""
+        return statistics.median(t / b for t, b in zip(self.samples_ms, self.bounds_ms(rounds)))
+
+    def memory_held(self, rounds) -> float:
+        """The median over rounds of that round's time over its memory bound (bytes / that round's read rate)."""
+        return statistics.median(t * r.read / (1e3 * self.bytes) for t, r in zip(self.samples_ms, rounds))
+
+    def read_rate(self) -> float:
+        """Bytes/s the pass reached: its bytes over its median time."""
+        return self.bytes / (self.median_ms / 1e3)
+
+
+@dataclass(frozen=True)
+class Damage:
+    model: str
+    storage: str
+    agree: tuple  # per story: the share of teacher-forced positions whose top-1 token is fp32's
+    kl: tuple  # per story: mean KL(fp32 || storage) in nats
+    tokens: int  # positions compared, all stories
+
+    @property
+    def agreement(self) -> float:
+        return statistics.fmean(self.agree)
+
+    @property
+    def kl_mean(self) -> float:
+        return statistics.fmean(self.kl)
+
+
+@dataclass(frozen=True)
+class Line:
+    """time = intercept + slope · context, fitted by least squares."""
+
+    slope_ms: float  # ms per position of context
+    intercept_ms: float
+    predicted_slope_ms: float  # K/V bytes per position / the read rate (median of the rounds)
+    predicted_crossing: float  # positions where the K/V's bytes equal the weights'
+
+    @property
+    def crossing(self) -> float:
+        """Positions where the K/V's time (slope · context) reaches the step's time at no context."""
+        return self.intercept_ms / self.slope_ms if self.slope_ms > 0 else float("inf")
+
+    @property
+    def slope_off(self) -> float:
+        return self.slope_ms / self.predicted_slope_ms
+
+    @property
+    def crossing_off(self) -> float:
+        return self.crossing / self.predicted_crossing
+
+
+def fit(xs, ys) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through (xs, ys)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return slope, my - slope * mx
+
+
+@dataclass(frozen=True)
+class Record:
+    device: str
+    rung: str
+    parameters: int
+    threads: int
+    load: tuple  # the 1-minute load average before and after (os.getloadavg), or () where unknown
+    measured_at: str
+    command: str
+    wall_s: float
+    compile_s: float
+    rounds: tuple  # Rates, one per round
+    passes: tuple  # Pass
+    kv_per_token: int  # fp32 cache, counted
+    damage: tuple = ()  # Damage
+    window: dict = field(default_factory=dict)  # the budget page's window policy, from its recording
+    notes: tuple = ()
+
+    def get(self, storage: str, kind: str, context: int | None = None) -> Pass | None:
+        return next((p for p in self.passes if p.storage == storage and p.kind == kind
+                     and (context is None or p.context == context)), None)
+
+    def storages(self) -> list[str]:
+        return [s for s in STORAGES if self.get(s, "decode") is not None]
+
+    def ratio(self, storage: str, kind: str) -> float | None:
+        """The median over rounds of this storage's time over fp32's in the same round."""
+        a, b = self.get(storage, kind), self.get("fp32", kind)
+        if a is None or b is None:
+            return None
+        return statistics.median(x / y for x, y in zip(a.samples_ms, b.samples_ms))
+
+    def predicted_ratio(self, storage: str, kind: str) -> float | None:
+        """Its bound over fp32's: the memory bound's for a decode (bytes), the compute bound's for a prefill (FLOPs
+        over the arithmetic's peak), each the median over rounds."""
+        a, b = self.get(storage, kind), self.get("fp32", kind)
+        if a is None or b is None:
+            return None
+        bound = Pass.memory_ms if kind == "decode" else Pass.compute_ms
+        return statistics.median(bound(a, (r,)) / bound(b, (r,)) for r in self.rounds)
+
+    def context_passes(self) -> list[Pass]:
+        return sorted((p for p in self.passes if p.kind == "context"), key=lambda p: p.context)
+
+    def line(self) -> Line | None:
+        pts = self.context_passes()
+        if len(pts) < 3:
+            return None
+        slope, icpt = fit([p.context for p in pts], [p.median_ms for p in pts])
+        read = statistics.median(r.read for r in self.rounds)
+        return Line(slope, icpt, 1e3 * self.kv_per_token / read, pts[0].weight_bytes / self.kv_per_token)
+
+    def evicted(self) -> tuple[Pass, Pass] | None:
+        """(the window's step, the full step at the same longest context)."""
+        e = next((p for p in self.passes if p.kind == "evicted"), None)
+        full = self.context_passes()
+        return (e, full[-1]) if e and full else None
+
+    def evicted_ratio(self) -> float | None:
+        pair = self.evicted()
+        if not pair:
+            return None
+        return statistics.median(a / b for a, b in zip(pair[0].samples_ms, pair[1].samples_ms))
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["rounds"] = [asdict(r) for r in self.rounds]
+        d["passes"] = [asdict(p) | {"median_ms": p.median_ms} for p in self.passes]
+        d["damage"] = [asdict(x) | {"agreement": x.agreement, "kl_mean": x.kl_mean} for x in self.damage]
+        d["load"], d["notes"] = list(self.load), list(self.notes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        keep = {f.name for f in fields(cls)} - {"rounds", "passes", "damage", "load", "notes"}
+        pk, dk = {f.name for f in fields(Pass)}, {f.name for f in fields(Damage)}
+        return cls(**{k: d[k] for k in keep if k in d},
+                   rounds=tuple(Rates(float(r["read"]), dict(r["peaks"])) for r in d["rounds"]),
+                   passes=tuple(Pass(**{k: v for k, v in p.items() if k in pk} | {"samples_ms": tuple(p["samples_ms"])})
+                                for p in d["passes"]),
+                   damage=tuple(Damage(**{k: v for k, v in x.items() if k in dk} | {"agree": tuple(x["agree"]),
+                                                                                   "kl": tuple(x["kl"])})
+                                for x in d.get("damage", ())),
+                   load=tuple(d.get("load", ())), notes=tuple(d.get("notes", ())))

@@ -1,0 +1,75 @@
+"""Bytes are time, measured once per server in a thread of its own (a click elsewhere reruns the page, never
+ends it), and the recording assets/ ships for this project's CPU.
+
+    recorded()          the shipped recording (assets/bytes_cpu.json), read back, or None
+    start(lm) / job()   the page's button: measure on this server in the background; its progress and result
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from engine.paths import ASSETS
+from topics.bytes.records import Record
+
+RECORDING = ASSETS / "bytes_cpu.json"
+_LOCK = threading.Lock()
+
+
+class Job:
+    def __init__(self):
+        self.done = threading.Event()
+        self.progress = "starting…"
+        self.result: Record | None = None
+        self.error: BaseException | None = None
+
+
+_JOB: Job | None = None
+
+
+def recorded(path=RECORDING) -> Record | None:
+    try:
+        return Record.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def job() -> Job | None:
+    return _JOB
+
+
+def start(lm, size: str = "110M") -> Job:
+    """Measure on this server (one at a time, per process): the rung grown from lm, timed under lm's lock."""
+    global _JOB
+    with _LOCK:
+        if _JOB is not None and not _JOB.done.is_set():
+            return _JOB
+        _JOB = j = Job()
+
+    def work():
+        import torch
+
+        from engine import device as dev
+        from physics.rungs import rung_model
+        from topics.bytes import measure
+
+        def say(text: str) -> None:
+            j.progress = text
+
+        try:
+            with lm.lock:
+                rlm = rung_model(lm, size, dtype=torch.float32)
+                before = torch.get_num_threads()
+                torch.set_num_threads(dev.serving_threads(int(rlm.spec.parameters)))
+                try:
+                    j.result = measure.record(rlm, f"{size} rung", command="the Scale page's button", on_point=say)
+                finally:
+                    torch.set_num_threads(before)
+        except BaseException as e:  # noqa: BLE001 - shown on the page, never lost in a thread
+            j.error = e
+        finally:
+            j.done.set()
+
+    threading.Thread(target=work, name="bytes", daemon=True).start()
+    return j
