@@ -639,7 +639,7 @@ def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     assert "context window (512 positions)" in capsys.readouterr().err
     out = tmp_path / "b.json"
     assert main(["budget", "--policy", "all", "--budget", "8", "--context", "32", "--new-tokens", "2",
-                 "--json", str(out)]) == 0
+                 "--stories", "2", "--json", str(out)]) == 0  # two stories: the same code as eight, in seconds
     text = capsys.readouterr().out
     doc = json.loads(out.read_text())
     rows = {r["policy"]: r for r in doc["rows"]}
@@ -655,10 +655,10 @@ def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     by_hand = sorted(CAPPED, key=lambda p: (-rows[p]["agreement"], rows[p]["kl_mean"]))
     assert f"by agreement (ties: the lower KL): {' > '.join(by_hand)}" in text
     assert doc["ranking"] == by_hand
-    spread = doc["stories"]  # then every policy over 8 stories, fp32 and bf16, with intervals
-    assert spread["stories"] == 8 and {r["dtype"] for r in spread["rows"]} == {"float32", "bfloat16",
+    spread = doc["stories"]  # then every policy over the stories asked for, fp32 and bf16, with intervals
+    assert spread["stories"] == 2 and {r["dtype"] for r in spread["rows"]} == {"float32", "bfloat16",
                                                                                "bfloat16 vs float32"}
-    assert "every story: 8 held-out stories" in text and "fp8 saturation, fp32:" in text
+    assert "every story: 2 held-out stories" in text and "fp8 saturation, fp32:" in text
     for dtype, short in (("float32", "fp32"), ("bfloat16", "bf16")):
         ranked = [r for r in spread["rows"] if r["dtype"] == dtype and r["policy"] in CAPPED]
         ranked.sort(key=lambda r: (-r["agreement"], r["kl_mean"]))

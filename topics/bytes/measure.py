@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from datetime import datetime, timezone
 
 import torch
@@ -30,6 +29,7 @@ from engine import device as dev
 from engine.forward.estimates import step_flops
 from engine.forward.lean import compiled_pass, run_once
 from engine.paths import ASSETS
+from engine.timing import now
 from physics.roofline import RoundRates
 from topics.bytes import storage as st
 from topics.bytes.records import COMPUTE, Damage, Pass, Rates, Record
@@ -185,7 +185,7 @@ def budget_window() -> dict:
 
 def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CONTEXTS, models=None,
            compile: bool = True, on_point=None) -> Record:
-    started = time.perf_counter()
+    started = now()
     load0 = os.getloadavg()[0]
     got, passes, kv32, compile_s = storages(rlm, rounds=rounds, contexts=contexts, compile=compile,
                                             on_point=on_point)
@@ -194,5 +194,5 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
     return Record(device=dev.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
-                  wall_s=round(time.perf_counter() - started, 1), compile_s=round(compile_s, 1), rounds=got,
+                  wall_s=round(now() - started, 1), compile_s=round(compile_s, 1), rounds=got,
                   passes=passes, kv_per_token=kv32, damage=hurt, window=budget_window(), notes=notes)
