@@ -10,6 +10,7 @@ from lessons.course import Course
 from topics.bytes import draw
 from topics.bytes import store as bytes_store
 from topics.bytes.page import shown
+from ui.charts import chart
 from ui.style import scale
 from ui.text import plain
 
@@ -18,6 +19,7 @@ GUESSES = ("decode faster, prefill about the same", "both faster", "neither move
 
 
 def show(course: Course) -> None:
+    first = st.empty()  # the takeaway: the bytes the recording halved, before the prediction (never its answer)
     st.markdown(
         "Lesson 8 said a decode step waits on reading its weights and a long prefill on its arithmetic. Test it: "
         "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter) and time both. "
@@ -35,10 +37,17 @@ def show(course: Course) -> None:
     if rec is None:
         st.info("No recording ships for this device: measure it on this server.")
         return
+    fp32, bf16 = rec.get("fp32", "decode"), rec.get("bf16", "decode")
+    if fp32 is not None and bf16 is not None:
+        halved = f"{draw.mb(fp32.weight_bytes)} in fp32, {draw.mb(bf16.weight_bytes)} in bf16"
+        course.takeaway(first, f"The same weights, {halved}: predict what a decode step and a prefill do with half "
+                               "the bytes, then read what they did.")
     if guess is None:
-        st.caption("Choose a prediction to see the measurement.")
+        st.caption(plain(f"Choose a prediction to see the measurement: the {rec.rung}'s weights"
+                         + (f", {halved}," if fp32 is not None and bf16 is not None else "")
+                         + f" timed on {rec.device}."))
         return
-    st.plotly_chart(draw.storage_figure(rec, scale=scale()), key="lesson12_storage")
+    chart(draw.storage_figure(rec, scale=scale()), "lesson12_storage")
     held = draw.prediction_held(rec)
     st.markdown(plain(f"You predicted: {guess}. What bf16 did here: {held}"
                       + (" (your prediction held)." if held == guess else ".")))
@@ -48,7 +57,7 @@ def show(course: Course) -> None:
     st.caption(plain(f"{source}. {draw.where(rec)}."))
     st.markdown("**The cache's bytes.** Every decode step reads the whole K/V cache too, so a longer context is "
                 "more bytes a step; evicting to a window reads fewer.")
-    st.plotly_chart(draw.context_figure(rec, scale=scale()), key="lesson12_context")
+    chart(draw.context_figure(rec, scale=scale()), "lesson12_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     if rec.damage:
         st.markdown("**What it costs in tokens.** " + plain(draw.damage_sentence(rec)))

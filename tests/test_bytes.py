@@ -14,7 +14,7 @@ from engine.forward.lean import LeanLlama
 from engine.load.load import load_model
 from topics.bytes import draw, measure, storage
 from topics.bytes import store as bytes_store
-from topics.bytes.records import Damage, Line, Pass, Rates, Record, fit
+from topics.bytes.records import Damage, Line, Pass, Rates, Record, WindowDamage, fit
 
 MODEL = "tinystories-llama"
 
@@ -170,8 +170,8 @@ def test_the_evicted_step_is_judged_by_its_own_ratio_and_quotes_the_budgets_dama
     base = synthetic({"fp32": 20.0}, {"fp32": 500.0}, ctx)
     e = Pass("fp32", "evicted", 1, 4096, 400_000_000, 24576 * 4096, 2e8, (25.0,) * 3, 25.0)
     rec = Record(**{**base.__dict__, "passes": base.passes + (e,),
-                    "window": {"model": "m", "budget": 64, "context": 256, "bytes_ratio": 0.25, "agreement": 0.93,
-                               "kl_mean": 0.038, "source": "assets/budget_sweep_default.json"}})
+                    "window": WindowDamage("window", 64, 256, "m", 0.93, 0.038, 0.25,
+                                           "assets/budget_sweep_default.json")})
     said = draw.evicted_sentence(rec)
     assert "takes ×0.62 the full cache's time (faster)" in said and "top-1 agreement 93.0%" in said
     slow = Record(**{**rec.__dict__, "passes": base.passes + (Pass(**{**e.__dict__, "samples_ms": (40.0,) * 3}),)})

@@ -10,6 +10,7 @@ import streamlit as st
 
 from drawing.svg import picture_html
 from engine import DecodeLabError
+from engine.paths import ROOT
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED, POLICIES
 from topics.budget.stories import recorded_stories
@@ -136,7 +137,9 @@ def show() -> None:
 
     st.html(draw.texts_html(row))
     st.caption(draw.step_words(row, full))
-    st.page_link("pages/scale.py", label="What it buys in time: a decode step against the cache's bytes, evicted and full (Scale page, Bytes are time)", icon=":material/speed:")
+    st.page_link(str(ROOT / "pages" / "scale.py"), icon=":material/speed:",
+                 label="What it buys in time: a decode step against the cache's bytes, evicted and full (Scale page, "
+                       "Bytes are time)")
 
     spread = recorded_stories(lm)
     if spread is not None:  # the damage over several stories, with its spread: recorded (a few minutes to measure)

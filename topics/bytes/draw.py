@@ -165,9 +165,9 @@ def evicted_sentence(rec: Record) -> str:
     e, full = pair
     r = rec.evicted_ratio()
     w = rec.window
-    dmg = (f" What it costs in tokens, as the budget page measures the window policy ({w['model']}, a window of "
-           f"{w['budget']} of {w['context']} positions, {w['bytes_ratio']:.0%} of the bytes): top-1 agreement "
-           f"{w['agreement']:.1%}, KL {w['kl_mean']:.3f} nats ({w['source']})." if w else "")
+    dmg = (f" What it costs in tokens, as the budget page measures the window policy ({w.model}, a window of "
+           f"{w.budget} of {w.context} positions, {w.bytes_ratio:.0%} of the bytes): top-1 agreement "
+           f"{w.agreement:.1%}, KL {w.kl_mean:.3f} nats ({w.source})." if w else "")
     return (f"Evicted to a window of the newest {e.context:,} positions, the step at {full.context:,} reads "
             f"{mb(e.bytes)} instead of {mb(full.bytes)} and takes ×{r:.2f} the full cache's time "
             f"({verdict(r)})." + dmg)

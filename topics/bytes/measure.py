@@ -32,7 +32,7 @@ from engine.paths import ASSETS
 from engine.timing import now
 from physics.roofline import RoundRates
 from topics.bytes import storage as st
-from topics.bytes.records import COMPUTE, Damage, Pass, Rates, Record
+from topics.bytes.records import COMPUTE, Damage, Pass, Rates, Record, WindowDamage
 
 TOKENS = 128  # the prefill's length and the decode step's context
 ROUNDS = 5
@@ -168,19 +168,18 @@ def damage(models=None, storages_=st.STORAGES, n: int = STORIES, on_point=None) 
     return tuple(out)
 
 
-def budget_window() -> dict:
+def budget_window() -> WindowDamage | None:
     """The budget page's window policy at the budget whose bytes share is WINDOW_SHARE, from its recording."""
     try:
         doc = json.loads(BUDGET_SWEEP.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return None
     pts = [p for p in doc.get("points", ()) if p.get("policy") == "window"]
     if not pts:
-        return {}
+        return None
     p = min(pts, key=lambda q: abs(math.log(q["bytes_ratio"] / WINDOW_SHARE)))
-    return {"policy": "window", "budget": p["budget"], "context": doc["context"], "model": doc["model"],
-            "agreement": p["agreement"], "kl_mean": p["kl_mean"], "bytes_ratio": p["bytes_ratio"],
-            "source": "assets/budget_sweep_default.json"}
+    return WindowDamage("window", p["budget"], doc["context"], doc["model"], p["agreement"], p["kl_mean"],
+                        p["bytes_ratio"], "assets/budget_sweep_default.json")
 
 
 def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CONTEXTS, models=None,

@@ -7,6 +7,7 @@ import streamlit as st
 
 from topics.bytes import draw
 from topics.bytes import store as bytes_store
+from ui.charts import chart
 from ui.style import scale
 from ui.text import error, plain
 
@@ -41,13 +42,13 @@ def section(lm=None) -> None:
         st.info("No recording of this measurement ships for this device: measure it on this server.")
         return
     st.caption(plain(f"{source}. {draw.where(rec)}."))
-    st.plotly_chart(draw.storage_figure(rec, scale=scale()), key="scale_bytes_storage")
+    chart(draw.storage_figure(rec, scale=scale()), "scale_bytes_storage")
     st.markdown(plain(draw.storage_sentence(rec)))
     st.dataframe(draw.storage_frame(rec), hide_index=True, width="stretch")
     for said in (draw.why_prefill(rec), draw.decode_sentence(rec), draw.int8_sentence(rec)):
         if said:
             st.caption(plain(said))
-    st.plotly_chart(draw.context_figure(rec, scale=scale()), key="scale_bytes_context")
+    chart(draw.context_figure(rec, scale=scale()), "scale_bytes_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     if rec.damage:
         with st.expander("The damage in tokens: the bundled models in each storage, against fp32"):

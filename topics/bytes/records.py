@@ -14,7 +14,7 @@ them a synthetic one (tests/test_bytes.py).
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 
 STORAGES = ("fp32", "bf16", "fp16", "int8")
 COMPUTE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "int8": "bf16"}  # the dtype each storage's arithmetic runs in
@@ -121,6 +121,20 @@ def fit(xs, ys) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
+class WindowDamage:
+    """The budget page's window policy at about the evicted step's share of the bytes, read from its recording."""
+
+    policy: str
+    budget: int
+    context: int
+    model: str
+    agreement: float
+    kl_mean: float
+    bytes_ratio: float
+    source: str
+
+
+@dataclass(frozen=True)
 class Record:
     device: str
     rung: str
@@ -135,7 +149,7 @@ class Record:
     passes: tuple  # Pass
     kv_per_token: int  # fp32 cache, counted
     damage: tuple = ()  # Damage
-    window: dict = field(default_factory=dict)  # the budget page's window policy, from its recording
+    window: WindowDamage | None = None  # the budget page's window policy, from its recording
     notes: tuple = ()
 
     def get(self, storage: str, kind: str, context: int | None = None) -> Pass | None:
@@ -190,11 +204,12 @@ class Record:
         d["passes"] = [asdict(p) | {"median_ms": p.median_ms} for p in self.passes]
         d["damage"] = [asdict(x) | {"agreement": x.agreement, "kl_mean": x.kl_mean} for x in self.damage]
         d["load"], d["notes"] = list(self.load), list(self.notes)
+        d["window"] = asdict(self.window) if self.window else {}
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Record":
-        keep = {f.name for f in fields(cls)} - {"rounds", "passes", "damage", "load", "notes"}
+        keep = {f.name for f in fields(cls)} - {"rounds", "passes", "damage", "load", "notes", "window"}
         pk, dk = {f.name for f in fields(Pass)}, {f.name for f in fields(Damage)}
         return cls(**{k: d[k] for k in keep if k in d},
                    rounds=tuple(Rates(float(r["read"]), dict(r["peaks"])) for r in d["rounds"]),
@@ -203,4 +218,5 @@ class Record:
                    damage=tuple(Damage(**{k: v for k, v in x.items() if k in dk} | {"agree": tuple(x["agree"]),
                                                                                    "kl": tuple(x["kl"])})
                                 for x in d.get("damage", ())),
-                   load=tuple(d.get("load", ())), notes=tuple(d.get("notes", ())))
+                   load=tuple(d.get("load", ())), notes=tuple(d.get("notes", ())),
+                   window=WindowDamage(**d["window"]) if d.get("window") else None)
