@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlparse
 from playwright.sync_api import expect
 
 from tests.test_browser import idle, open_page, status_text
+from tests.test_browser_walkthrough import pick as view  # a view picked as a person clicks it
 
 PRESENTER = (1280, 720)
 BOX = "Type a prompt, then Prefill (P)"
@@ -23,11 +24,6 @@ def query(pg) -> dict:
 def next_token(pg, steps: int) -> None:
     pg.get_by_role("button", name="Next token").click()
     expect(pg.get_by_text(re.compile(rf"\({steps} from Next token\)"))).to_be_visible()
-    idle(pg)
-
-
-def view(pg, name: str) -> None:
-    pg.locator("[data-testid='stRadio'] label").filter(has_text=re.compile(f"^{name}$")).first.click()
     idle(pg)
 
 
