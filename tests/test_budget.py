@@ -721,15 +721,13 @@ def test_the_cache_picture_greys_what_was_evicted_and_hatches_what_was_quantized
 
 @pytest.mark.slow
 def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_session(bundled_lm):
-    from pathlib import Path
+    from ui.apptest import app_test, page
 
-    from streamlit.testing.v1 import AppTest
-
-    page = Path(__file__).resolve().parent.parent / "pages" / "budget.py"  # the door: topics/budget/page.py show()
-    at = AppTest.from_file(str(page), default_timeout=300)
-    at.session_state["settings"], at.session_state["lm"] = None, bundled_lm  # what app.py's frame provides
+    at = app_test()  # the whole app, as a visitor opens it: its sidebar, its pages (the budget page links to Scale)
     at.run()
+    at.switch_page(page("budget")).run(timeout=300)
     assert not at.exception and not at.error
+    assert at.session_state["lm"].spec.parameters == bundled_lm.spec.parameters  # the bundled model, the default
     at.button(key="budget_scenario_a window forgets the name").click().run()
     said = next(m.value for m in at.markdown if m.value.startswith("Holds "))
     assert "Holds **128.0 KiB** of the full fp32 cache's 512.0 KiB (**25%**, measured)" in said
