@@ -221,8 +221,7 @@ def test_tiny_families_serve_transformers_own_tokens_and_logits(family_dirs, fam
     positions), Llama (RoPE, GQA; and MQA), Gemma 2 and 3 (sliding window 4, soft-capping), Qwen 2 and 3, Phi-3,
     GPT-NeoX, OPT. Each pass attends every request in one call per layer."""
     lm = load_model(family_dirs[family], device="cpu")
-    if not lm.captures:
-        pytest.skip(f"{family}'s attention does not go through transformers' attention interface: not served")
+    assert lm.captures, f"{family}'s attention no longer goes through transformers' attention interface: not served"
     prompts = ["Once upon a time there was a cat", "The dog", "One day, a girl found a red ball in the park."]
     specs = [RequestSpec(p, 16, i) for i, p in enumerate(prompts)]
     for kw in ({}, {"page_size": 2, "num_blocks": 24, "max_batch_tokens": 6}):  # the second preempts
