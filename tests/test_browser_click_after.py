@@ -135,6 +135,7 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_keeps_it_through_a_
 
     kept(5, "the link")
     pg.get_by_role("button", name="◀").click()
+    expect(status.first).to_contain_text(f"step 4 of {latest}")  # the click's run reached the screen
     idle(pg)
     kept(4, "◀")
     pg.reload(wait_until="networkidle")
