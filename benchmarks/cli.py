@@ -15,6 +15,9 @@ def add_parser(sub) -> None:
     b.add_argument("--no-app", dest="no_app", action="store_true", help="skip the AppTest click measurement")
     b.add_argument("--ladder-sizes", dest="ladder_sizes", nargs="*", default=["own", "110M"],
                    help="the size ladder's rungs in the bench (default: own 110M; none given: no ladder)")
+    b.add_argument("--peers", action="store_true",
+                   help="only the lean pass beside CTranslate2 on the same weights (benchmarks/peers.py)")
+    b.add_argument("--peer-size", dest="peer_size", default="112M", help="the rung --peers runs (default 112M)")
     model_args(b)
     b.set_defaults(func=main)
 
@@ -33,6 +36,14 @@ def main(args) -> int:
     from benchmarks.bench import run_bench
 
     check_json_path(args.json)
+    if args.peers:
+        from benchmarks.peers import race_peers
+
+        race = race_peers(size=args.peer_size, rounds=args.rounds, log=lambda text: print(text, flush=True))
+        print(race.table())
+        if args.json:
+            write_json(args.json, race.to_dict())  # the JSON edge
+        return 0
     lm = load_from(args)
     res = run_bench(lm, lengths=tuple(args.lengths), rounds=args.rounds, app=not args.no_app,
                     ladder_sizes=tuple(args.ladder_sizes))
