@@ -29,7 +29,7 @@ from engine.cli_args import (
     write_json,
 )
 from engine.errors import DecodeLabError
-from engine.units import human_bytes
+from physics.units import human_bytes
 
 # The commands that belong to a topic or to the benchmarks live with them, each its own add_parser(sub)
 COMMANDS_ELSEWHERE = (benchmarks.cli, topics.ladder.cli, topics.speculative.cli, topics.budget.cli, topics.bytes.cli)

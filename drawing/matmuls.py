@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from engine.forward.estimates import matmuls
 from engine.forward.trace import StepTrace
-from engine.units import human_flops
+from physics.units import human_flops
 
 
 def shapes_frame(t: StepTrace) -> pd.DataFrame:

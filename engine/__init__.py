@@ -20,7 +20,7 @@ all; engine/__main__.py hands over to it without importing it.
 
 Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
 
-    errors, units, paths, device, timing, pins,
+    errors, paths, device, timing, pins,
     torch_internals, transformers_internals  <  forward  <  load  <  generate  <  cli_args, __main__
 
 forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it

@@ -35,7 +35,7 @@ from engine.errors import StepError, TooLarge
 from engine.load.checks import MAX_LAYERS, MAX_WIDTH, MEMORY_HEADROOM, estimate_parameters
 from engine.load.loaded import MAX_WAITING, LoadedModel
 from engine.load.shapes import lookup, shape_config, weights_words
-from engine.units import human_bytes
+from physics.units import human_bytes
 
 RANDOM_WEIGHTS = "random weights: for timing only, their tokens are noise"
 TRAINED_WEIGHTS = "the model itself: its trained weights"

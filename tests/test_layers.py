@@ -26,7 +26,7 @@ LAYERS = [
     ("pages", "app", "benchmarks", "commands", "deploy", "tools"),  # doors and commands
 ]
 # inside the core, its own order (engine/__init__.py states it)
-CORE = [("errors", "units", "paths", "device", "timing", "pins", "torch_internals", "transformers_internals"), ("forward",),
+CORE = [("errors", "paths", "device", "timing", "pins", "torch_internals", "transformers_internals"), ("forward",),
         ("load",), ("generate",), ("cli_args", "__main__")]
 PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named page*.py: a page file
 PACKAGES = ("engine", "physics", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")

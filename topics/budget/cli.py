@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from engine.cli_args import check_json_path, load_from, model_args, write_json
-from engine.units import human_bytes
+from physics.units import human_bytes
 
 ALL = "all"
 

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import pandas as pd
 
-from engine.units import human_bytes
 from physics.roofline import DeviceRoof, verdict
+from physics.units import human_bytes
 from topics.ladder.curve import Curve
 
 ELEM_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}  # a recorded ladder's dtype, in bytes per element

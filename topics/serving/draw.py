@@ -372,7 +372,7 @@ def memory_frame(mem):
     what it held that held no token, averaged over the run's steps (topics.serving.record.Memory)."""
     import pandas as pd
 
-    from engine.units import human_bytes
+    from physics.units import human_bytes
 
     names = {"paged": "paged blocks (this run)", "reserve_max_length": "reserve the max length per request",
              "static_padding": "one static padded batch"}
