@@ -119,7 +119,7 @@ def _kv_size(args) -> int:
 
 def _serve(args) -> int:
     from engine.generate.serving import DEFAULTS, ServingRun
-    from engine.generate.serving.scenarios import scenario
+    from topics.serving.scenarios import scenario
 
     check_json_path(args.json)
     if args.scenario:
@@ -146,8 +146,8 @@ def _serve(args) -> int:
 
         dev.use_serving_threads(int(lm.spec.parameters))
     if args.compare_batching:  # the same requests with continuous and with static batching, measured side by side
-        from engine.generate.serving.orders import order_spread
         from topics.serving.measure import batching_comparison, log_orders, log_queue
+        from topics.serving.orders import order_spread
 
         q = batching_comparison(lm, specs, sizing, rounds=args.rounds)
         log_queue(q)

@@ -152,7 +152,7 @@ def test_one_prompt_limit_for_the_box_and_a_link_and_a_link_that_long_fits_nginx
     from urllib.parse import quote, urlencode
 
     from engine.generate import loop
-    from engine.generate.serving.scenarios import LONG
+    from topics.serving.scenarios import LONG
     from ui.link_codec import MAX_PROMPT_CHARS, make_link, read_link
 
     assert loop.MAX_PROMPT_CHARS is MAX_PROMPT_CHARS

@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from engine.generate.serving.scenarios import SCENARIOS
+from topics.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
+from ui.text import plain
 
-SCENARIO_TITLES = [s["title"] for s in SCENARIOS.values()]  # the engine's own list, in the picker's order
+SCENARIO_TITLES = [s["title"] for s in SCENARIOS.values()]  # the topic's own list, in the picker's order
 
 
 def serving_page():
@@ -175,6 +176,18 @@ def test_a_serving_link_opens_the_same_scenario_at_the_same_engine_step():
     assert (unclocked(svgs(other, "dl-pass")[0]), svgs(other, "dl-pool")[0]) == screen
     other.button(key="serve_btn_forward").click().run()  # and it goes on from there like the original
     assert dict(other.query_params)["steps"] == "5" and "at" not in dict(other.query_params)
+
+
+def test_a_serving_link_to_no_scenario_is_refused_on_the_serving_page_in_one_line():
+    """The link's scenario is checked by the page that owns the scenarios: one warning, the first scenario shown."""
+    other = app_test()
+    other.query_params = {"scenario": "nonsense", "steps": "3"}
+    other.run()
+    other.switch_page(page("serving")).run()
+    assert not other.exception
+    said = "link parameter scenario='nonsense' ignored: no such serving scenario"
+    assert [w.value for w in other.warning] == [plain(said)]  # shown inert, as every link value is
+    assert other.selectbox(key="serve_scenario").value == SCENARIO_TITLES[0]
 
 
 def test_back_shows_an_earlier_step_and_forward_replays_it():

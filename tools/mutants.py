@@ -612,7 +612,7 @@ def preemption_tie_toward_oldest() -> None:
 
 def orders_from_the_shipped_order_only() -> None:
     """The every-order histogram is the shipped order again and again: no spread, the shipped ratio as its median."""
-    from engine.generate.serving import orders
+    from topics.serving import orders
 
     orders.shuffled = lambda requests, order: list(requests)
 

@@ -765,7 +765,7 @@ def batch_roofline_sentence(br) -> str:
 
 
 def order_figure(o, scale: float = 1.0):
-    """static/continuous engine steps over random orders of the same requests (engine.generate.serving.orders
+    """static/continuous engine steps over random orders of the same requests (topics.serving.orders
     .OrderSpread): a histogram of the random orders, the median and p10/p90 dashed, the shipped order a solid line."""
     import plotly.graph_objects as go
 

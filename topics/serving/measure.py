@@ -19,7 +19,7 @@
                  overlapping), both are timed again; if it still is, the sweep says the server was busy
     a queue      more requests than batch slots, of mixed lengths, arriving over time, served with continuous
                  and with static batching (`batching_comparison`), alternated rounds after a warm-up; and the same
-                 requests in 200 random orders, their engine steps counted both ways (engine/generate/serving/orders.py)
+                 requests in 200 random orders, their engine steps counted both ways (topics/serving/orders.py)
     in pairs     every request at once, one length: continuous and static batching back to back, round after round
                  (`paired`): the same passes either way, so the ratio of each pair says what paging costs
 
@@ -35,15 +35,14 @@ import time
 from engine import device as dev
 from engine.forward.estimates import batched_decode
 from engine.generate.batch import run_batch
-from engine.generate.serving.orders import OrderSpread, order_spread
 from engine.generate.serving.record import sat_out, slot_use
 from engine.generate.serving.reference import generate_batch, reference_model
 from engine.generate.serving.requests import RequestSpec
 from engine.generate.serving.run import DEFAULTS, ServingRun
-from engine.generate.serving.scenarios import SCENARIOS
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 from engine.timing import now
+from topics.serving.orders import OrderSpread, order_spread
 from topics.serving.record import (
     BatchingComparison,
     BatchingWay,
@@ -62,6 +61,7 @@ from topics.serving.record import (
     Stall,
     Throughput,
 )
+from topics.serving.scenarios import SCENARIOS
 
 PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",
            "Lily and Max went to the park to play with", "One day, a little girl named Amy found a baby bird.",
@@ -384,7 +384,7 @@ def order_note(o: OrderSpread, given: str = "the shipped order") -> str:
 
 
 def log_orders(o: OrderSpread, log=print, given: str = "the shipped order") -> None:
-    """The same requests in random orders (engine/generate/serving/orders.py): static/continuous engine steps."""
+    """The same requests in random orders (topics/serving/orders.py): static/continuous engine steps."""
     log(f"  the same requests in {o.orders} random orders (seed {o.seed}; the real scheduler's engine steps, no "
         f"pass run): static / continuous steps median x{o.median:.2f} (target >= {TARGET_QUEUE}), p10 x{o.p10:.2f}, "
         f"p90 x{o.p90:.2f}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from engine.generate.serving.orders import OrderSpread
+from topics.serving.orders import OrderSpread
 
 WAYS = ("continuous", "one_at_a_time", "static_batch", "generate_batch")  # Throughput's ways, in the JSON's order
 
