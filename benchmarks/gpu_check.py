@@ -232,7 +232,7 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
                         ladder_s, race, rung_race, test_result, tuple(rows))
 
     if json_path:
-        from engine.cli_args import write_json
+        from topics.cli_args import write_json
 
         write_json(json_path, document().to_dict())  # the JSON edge
         log(f"(the ladder is written to {json_path}; the rest follows)")

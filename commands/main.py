@@ -3,7 +3,7 @@
 
 The core's commands live here; a topic's live in its folder (topics/*/cli.py, benchmarks/cli.py), each an
 `add_parser(sub)` and a `main(args)`, imported below by name: this file sits above all of them. Every refusal is one line on stderr and exit status 2: a bad --json path
-is refused before the run starts, so a long run is never lost at the end (engine/cli_args.py).
+is refused before the run starts, so a long run is never lost at the end (topics/cli_args.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import topics.budget.cli
 import topics.bytes.cli
 import topics.ladder.cli
 import topics.speculative.cli
-from engine.cli_args import (
+from engine.errors import DecodeLabError
+from physics.units import human_bytes
+from topics.cli_args import (
     BadPath,
     check_json_path,
     load_from,
@@ -28,8 +30,6 @@ from engine.cli_args import (
     sampling_from,
     write_json,
 )
-from engine.errors import DecodeLabError
-from physics.units import human_bytes
 
 # The commands that belong to a topic or to the benchmarks live with them, each its own add_parser(sub)
 COMMANDS_ELSEWHERE = (benchmarks.cli, topics.ladder.cli, topics.speculative.cli, topics.budget.cli, topics.bytes.cli)

@@ -21,7 +21,7 @@ all; engine/__main__.py hands over to it without importing it.
 Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
 
     errors, paths, device, timing, pins,
-    torch_internals, transformers_internals  <  forward  <  load  <  generate  <  cli_args, __main__
+    torch_internals, transformers_internals  <  forward  <  load  <  generate  <  __main__
 
 forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it
 builds a model's spec and warms it up); the device helpers it needs live below both, in device.py, and the one

@@ -27,7 +27,7 @@ LAYERS = [
 ]
 # inside the core, its own order (engine/__init__.py states it)
 CORE = [("errors", "paths", "device", "timing", "pins", "torch_internals", "transformers_internals"), ("forward",),
-        ("load",), ("generate",), ("cli_args", "__main__")]
+        ("load",), ("generate",), ("__main__",)]
 PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named page*.py: a page file
 PACKAGES = ("engine", "physics", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
 
@@ -91,8 +91,9 @@ def is_page_file(module: str) -> bool:
 
 
 def topic(module: str) -> str | None:
+    """topics.ladder.record -> ladder: a topic is a folder of topics/ (topics/cli_args.py, beside them, is shared)."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "topics" and len(parts) > 2 else None
+    return parts[1] if parts[0] == "topics" and len(parts) > 2 and (ROOT / "topics" / parts[1]).is_dir() else None
 
 
 # ------------------------------------------------------------------ the rules, as functions of a graph

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli_args import check_json_path, load_from, model_args, write_json
 from physics.units import human_bytes
+from topics.cli_args import check_json_path, load_from, model_args, write_json
 
 ALL = "all"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from engine.cli_args import check_json_path, load_from, model_args, positive, write_json
+from topics.cli_args import check_json_path, load_from, model_args, positive, write_json
 
 
 def add_parser(sub) -> None:
