@@ -23,7 +23,7 @@ median and min-max of `repeats` runs):
     the recipe         CUDA, the largest rung: transformers' own generate(cache_implementation="static"),
                        auto-compiled, timed beside the lean decode in the same run
 
-On a GPU the rungs are published models' shapes (engine/load/shapes.py: SmolLM2-135M, TinyLlama-1.1B,
+On a GPU the rungs are published models' shapes (physics/shapes.py: SmolLM2-135M, TinyLlama-1.1B,
 Llama-3-8B), measured in the device's fast dtype (bf16) whatever dtype the bundled model was loaded in, at
 s = GPU_TOKENS (past a GPU's ridge in bf16, within the bundled model's 512 positions).
 
