@@ -42,29 +42,6 @@ def pairs(spec: ModelSpec, layer: int, q_len: int, past: int) -> int:
     return sum(spec.span(layer, p) for p in range(past, past + q_len))
 
 
-def matmuls(spec: ModelSpec, q_len: int, past: int, layer: int = 0) -> list[dict]:
-    """The attention's five matmuls, W_o and the MLP of one layer, with shapes and FLOPs (estimates)."""
-    d, h, kvh, kd, vd = spec.d_model, spec.heads, spec.kv_heads, spec.k_dim, spec.v_dim
-    n = pairs(spec, layer, q_len, past)
-    keys = spec.span(layer, past + q_len - 1)
-    return [
-        {"op": "Q = x·W_q", "shape": f"[{q_len}, {d}] × [{d}, {h * kd}]", "flops": 2 * q_len * d * h * kd,
-         "grows": "fed rows"},
-        {"op": "K = x·W_k", "shape": f"[{q_len}, {d}] × [{d}, {kvh * kd}]", "flops": 2 * q_len * d * kvh * kd,
-         "grows": "fed rows"},
-        {"op": "V = x·W_v", "shape": f"[{q_len}, {d}] × [{d}, {kvh * vd}]", "flops": 2 * q_len * d * kvh * vd,
-         "grows": "fed rows"},
-        {"op": "scores = Q·Kᵀ", "shape": f"{h} heads × [{q_len}, {kd}] × [{kd}, {keys}]", "flops": 2 * h * kd * n,
-         "grows": "context"},
-        {"op": "out = softmax·V", "shape": f"{h} heads × [{q_len}, {keys}] × [{keys}, {vd}]",
-         "flops": 2 * h * vd * n, "grows": "context"},
-        {"op": "x·W_o", "shape": f"[{q_len}, {h * vd}] × [{h * vd}, {d}]", "flops": 2 * q_len * h * vd * d,
-         "grows": "fed rows"},
-        {"op": "MLP", "shape": f"[{q_len}, {d}] through {spec.mlp_parameters:,.0f} params",
-         "flops": 2 * q_len * spec.mlp_parameters, "grows": "fed rows"},
-    ]
-
-
 def attention_flops(spec: ModelSpec, q_len: int, past: int) -> float:
     """Q·Kᵀ and softmax·V over every layer: 2 · head · (K width + V width) per (query, key) pair."""
     return float(sum(2 * spec.heads * (spec.k_dim + spec.v_dim) * pairs(spec, layer, q_len, past)
