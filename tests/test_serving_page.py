@@ -429,8 +429,8 @@ def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
 
 
 def _measured_rows(lm, sizes=(1, 2, 4, 8, 16), context=68, ms=(3.0, 3.5, 4.5, 6.0, 9.0)):
-    """A small fixture record of step_time_vs_batch: its intensities from estimates.batched_decode, its times given."""
-    from engine.forward.estimates import batched_decode
+    """A small fixture record of step_time_vs_batch: its intensities from batched.batched_decode, its times given."""
+    from physics.batched import batched_decode
     from topics.serving.record import BatchPass, BatchSweep
 
     rows = []
@@ -446,8 +446,8 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     """Each measured pass of B sequences at its batched_decode intensity and FLOPs / measured time on this device's
     roof; beside it an H100's predicted passes (bf16) for the same model and for Llama-3-8B, with the batch where each
     reaches the ridge; the sentence's numbers are the record's."""
-    from engine.forward.estimates import saturating_batch
     from physics import kvcalc, roofline
+    from physics.batched import saturating_batch
     from topics.serving.draw import batch_roofline_figure, batch_roofline_sentence
     from topics.serving.measure import batch_roofline
 

@@ -51,9 +51,10 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
-from engine.forward.estimates import batched_decode, step_bytes, step_flops
+from engine.forward.estimates import step_bytes, step_flops
 from engine.forward.run import Timing
 from engine.timing import now
+from physics.batched import batched_decode
 from physics.roofline import DeviceRoof, RoundRates, verdict
 
 OUTLIER = 1.05  # a one-row pass slower than a pass over more rows of its kind by more than this: an outlier
@@ -234,7 +235,7 @@ class Curve:
     def batch_knee(self, roof: DeviceRoof) -> float | None:
         """The batch whose decode step's intensity meets the ridge, every sequence's K/V read counted:
         n · flops / (one + (n - 1) · more) = ridge. None where no batch reaches it (each sequence's K/V weighs as
-        much as its FLOPs: estimates.saturating_batch says the same) or the curve cannot tell."""
+        much as its FLOPs: batched.saturating_batch says the same) or the curve cannot tell."""
         b = self.batch_bytes()
         if b is None or b.flops <= roof.ridge * b.more:
             return None

@@ -13,7 +13,7 @@
     step time    one decode pass shared by B sequences, B = 1, 2, 4, ...: matrix-vector work becomes
                  matrix-matrix, and the pass stays nearly flat while it is bound by overheads or by reading
                  the weights; each pass placed on the roofline (`batch_roofline`): its intensity from
-                 estimates.batched_decode (B tokens share one read of the weights), its FLOP/s from the
+                 batched.batched_decode (B tokens share one read of the weights), its FLOP/s from the
                  measured time, beside a GPU's prediction for the same model and for a published 8B one.
                  A bigger batch does more work: timed faster than a smaller one (their passes not even
                  overlapping), both are timed again; if it still is, the sweep says the server was busy
@@ -33,7 +33,6 @@ import statistics
 import time
 
 from engine import device as dev
-from engine.forward.estimates import batched_decode
 from engine.generate.batch import run_batch
 from engine.generate.serving.record import sat_out, slot_use
 from engine.generate.serving.reference import generate_batch, reference_model
@@ -42,6 +41,7 @@ from engine.generate.serving.run import DEFAULTS, ServingRun
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 from engine.timing import now
+from physics.batched import batched_decode
 from topics.serving.orders import OrderSpread, order_spread
 from topics.serving.record import (
     BatchingComparison,
@@ -336,10 +336,10 @@ REAL_MODEL = "Llama-3-8B"  # a published shape whose batched decode reaches an H
 def batch_roofline(sweep: BatchSweep, lm: LoadedModel, here, gpu) -> BatchRoofline:
     """The measured passes of `step_time_vs_batch` on this device's roofline, and a GPU's PREDICTION beside them
     (roofline.batch_roofline, in its own dtype: nothing ran there), for the same model and for REAL_MODEL; with the
-    batch at which each reaches its ridge (estimates.saturating_batch; None: no batch does, each request's K/V
+    batch at which each reaches its ridge (batched.saturating_batch; None: no batch does, each request's K/V
     reads growing as fast as its FLOPs)."""
-    from engine.forward.estimates import saturating_batch
     from physics import kvcalc, roofline
+    from physics.batched import saturating_batch
     from physics.rungs import model_name
 
     spec, elem_bytes, rows = lm.spec, lm.elem_bytes, sweep.rows
