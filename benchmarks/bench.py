@@ -37,6 +37,7 @@ from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 from engine.timing import now, timed
+from physics import machine
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 TARGET_UNTRACED = 1.05
@@ -327,9 +328,9 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
               ladder_sizes=LADDER_SIZES) -> Bench:
     """Every part in the module docstring's order, logged as it goes; the record `--json` writes (`to_dict`)."""
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
-        dev.use_serving_threads(int(lm.spec.parameters))
-    log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {dev.describe(lm.device)}; "
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (physics/machine.py)
+        machine.use_serving_threads(int(lm.spec.parameters))
+    log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {machine.describe(lm.device)}; "
         f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
     log("decode-step latency, median over interleaved rounds:")
     o = overhead(lm, rounds=rounds, log=log)
@@ -371,5 +372,5 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     if app:
         log("step-through page:")
         clicks = app_click(log=log)
-    return Bench(o, bound, ladder, rows_cache, served, tuple(rows), clicks, app, lm.spec.name, dev.describe(lm.device),
+    return Bench(o, bound, ladder, rows_cache, served, tuple(rows), clicks, app, lm.spec.name, machine.describe(lm.device),
                  lm.dtype_name, torch.get_num_threads())

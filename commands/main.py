@@ -141,10 +141,10 @@ def _serve(args) -> int:
     if args.batching:
         sizing["batching"] = args.batching
     lm = load_from(args)
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
-        from engine import device as dev
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (physics/machine.py)
+        from physics import machine
 
-        dev.use_serving_threads(int(lm.spec.parameters))
+        machine.use_serving_threads(int(lm.spec.parameters))
     if args.compare_batching:  # the same requests with continuous and with static batching, measured side by side
         from topics.serving.measure import batching_comparison, log_orders, log_queue
         from topics.serving.orders import order_spread

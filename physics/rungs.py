@@ -353,7 +353,7 @@ def rung_model(lm: LoadedModel, size: str, seed: int = 0, dtype: torch.dtype | N
 
     `size` is a count ('110M') or a published shape ('TinyLlama-1.1B'); 'own' (or a size within OWN_TOLERANCE
     of the model's) is lm itself. Refused like any rung: one TooLarge. The caller holds the only reference:
-    dropping it (then device.release_memory()) gives the memory back.
+    dropping it (then machine.release_memory()) gives the memory back.
     """
     (rung,), _ = plan(lm, [size], tokens=lm.spec.max_positions - 2, dtype=dtype)
     return lm if rung.own and (dtype is None or dtype == lm.dtype) else build(rung, lm, seed, dtype)

@@ -72,10 +72,10 @@ def main(args) -> int:
     for policy in policies:
         check_words(policy, None if policy == "full" else args.budget)
     lm = load_from(args)
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
-        from engine import device as dev
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (physics/machine.py)
+        from physics import machine
 
-        dev.use_serving_threads(int(lm.spec.parameters))
+        machine.use_serving_threads(int(lm.spec.parameters))
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "longer than the maximum sequence length": the held-out text is cut after

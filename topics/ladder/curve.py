@@ -491,6 +491,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     """
     from engine import device as dev
     from engine.forward.lean import LeanLlama, compile_settings, compiled_pass, run_once
+    from physics import machine
 
     started = now()
     device, spec = rlm.device, rlm.spec
@@ -581,7 +582,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
         path += "; inductor declined CUDA graphs for some passes (TORCH_LOGS=perf_hints says why)"
     del lean, fns
     torch.compiler.reset()  # the rung's compiled graphs hold its weights
-    dev.release_memory()
+    machine.release_memory()
     return Curve(rung=label, parameters=int(spec.parameters), dtype=rlm.dtype_name,
                  context=context, path=path,
                  compile_ms=compile_ms,

@@ -205,7 +205,7 @@ class Ladder:
 
     model: str  # the loaded model the rungs grow from
     family: str  # its architecture (every rung's)
-    device: str  # engine.device.describe, with the threads the ladder used
+    device: str  # physics.machine.describe, with the threads the ladder used
     dtype: str
     threads: int  # torch threads every pass and the probe ran with
     tokens: int  # s: the prefill's length, and the decode step's context

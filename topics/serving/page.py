@@ -7,11 +7,11 @@ step can be put back on screen (◀ ▶, the scrubber); ▶ at the newest step c
 
 import streamlit as st
 
-from engine.device import release_memory
 from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
 from engine.generate.serving.run import BATCHING, PREEMPTION
 from physics import roofline
+from physics.machine import release_memory
 from topics.serving import draw as draw
 from topics.serving import measure as measure
 from topics.serving.orders import order_spread
