@@ -22,7 +22,8 @@ from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
 from drawing.svg import FONT, INK, MONO, SOFT, W
 from drawing.svg import text as _t
 from engine.generate.serving.blocks import BlockState
-from engine.generate.serving.record import NOT_ARRIVED, ServingStep, sat_out, slot_use
+from engine.generate.serving.record import NOT_ARRIVED, ServingStep
+from topics.serving.slots import sat_out, slot_use
 
 HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
 
@@ -260,7 +261,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
                  slots: int | None = None) -> str:
     """One row per request, one column per engine step (up to `last`): what each request did in each pass. A request
     in the pool but not in a pass "sat out a step" (record.sat_out: the one definition every count of it reads).
-    `slots`: the run's batch slots, drawn under the requests (record.slot_use): who held each slot at each step, and
+    `slots`: the run's batch slots, drawn under the requests (slots.slot_use): who held each slot at each step, and
     the slots left idle while a request waited (hatched), the waste of a static batch."""
     last = max(len(steps) - 1, 0) if last is None else last
     n = last + 1
@@ -410,7 +411,7 @@ def sharing_sentence(mem) -> str:
 
 def chunking_frame(result):
     """The chunked-prefill comparison, one row per way, read off the same two runs whose timelines are drawn: the
-    steps a request in the pool sat out are the timeline's dashed cells (engine.generate.serving.record.sat_out)."""
+    steps a request in the pool sat out are the timeline's dashed cells (topics.serving.slots.sat_out)."""
     import pandas as pd
 
     def row(way: str) -> dict:

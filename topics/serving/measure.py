@@ -34,8 +34,6 @@ import time
 
 from engine import device as dev
 from engine.generate.batch import run_batch
-from engine.generate.serving.record import sat_out, slot_use
-from engine.generate.serving.reference import generate_batch, reference_model
 from engine.generate.serving.requests import RequestSpec
 from engine.generate.serving.run import DEFAULTS, ServingRun
 from engine.generate.stepper import Stepper
@@ -61,7 +59,9 @@ from topics.serving.record import (
     Stall,
     Throughput,
 )
+from topics.serving.reference import generate_batch, reference_model
 from topics.serving.scenarios import SCENARIOS
+from topics.serving.slots import sat_out, slot_use
 
 PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",
            "Lily and Max went to the park to play with", "One day, a little girl named Amy found a baby bird.",
@@ -438,7 +438,7 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
 
 def decode_stall(run: ServingRun, long_id: str) -> Stall:
     """What the requests in the pool lived through while `long_id` (the longest prompt) was served: the steps each
-    sat out (engine.generate.serving.record.sat_out, the very cells the timeline draws dashed), what each such
+    sat out (topics.serving.slots.sat_out, the very cells the timeline draws dashed), what each such
     step's pass held instead, the longest measured wait between two consecutive tokens of another request while the
     long prompt was prefilled (from its arrival to its first token), and the long request's own time to first token.
     Read off the recorded run's steps: the same records its timeline is drawn from."""

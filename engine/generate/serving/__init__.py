@@ -9,7 +9,6 @@
                   postprocess after the pass
     run.py        ServingRun.step(): schedule -> one paged pass -> postprocess, then the record
     record.py     the frozen record of one step (what the Serving page draws)
-    reference.py  transformers' own continuous batching (generate_batch), to check tokens and time against
 """
 
 from engine.generate.serving.requests import RequestSpec  # noqa: F401
