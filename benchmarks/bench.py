@@ -32,7 +32,6 @@ from transformers.utils import logging as hf_logging
 from benchmarks.records import AppClick, Bench, CacheRow, LadderRow, MemoryBound, Overhead
 from engine import device as dev
 from engine.forward.paged import PagedPass
-from engine.forward.run import StepClock, generate
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
@@ -42,6 +41,39 @@ from physics import machine
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 TARGET_UNTRACED = 1.05
 TARGET_TRACED = 1.25
+
+
+class StepClock:
+    """A generate() streamer that reads the clock after every token (after a device sync)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.times: list[float] = []
+
+    def put(self, value):
+        self.times.append(now(self.device))
+
+    def end(self):
+        pass
+
+
+def generate(lm, prompt_ids: torch.Tensor, new_tokens: int, *, use_cache: bool = True, streamer=None,
+             **assist) -> list[int]:
+    """transformers' own greedy `generate` on the loaded model: what the benchmarks time the engine against.
+
+    It runs through the engine's registered attention (engine.forward.capture), so it is no check of that
+    attention: the tests compare tokens and logits with a separate copy of the model (tests/reference.py).
+
+    `assist` passes assisted-generation arguments through (assistant_model=..., prompt_lookup_num_tokens=...).
+    """
+    ids = prompt_ids.to(lm.device)
+    with lm.turn(), torch.inference_mode():
+        # eos_token_id=None: exactly new_tokens tokens, and EOS chosen like any other token (as the Stepper with
+        # stop_on_eos=False does); min_new_tokens would instead forbid EOS, a different rule
+        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                do_sample=False, use_cache=use_cache, streamer=streamer, eos_token_id=None,
+                                pad_token_id=lm.tokenizer.eos_token_id, **assist)
+    return out[0, ids.shape[1]:].tolist()
 
 
 def generate_step_ms(lm: LoadedModel, prompt_ids: torch.Tensor, new_tokens: int) -> list[float]:
