@@ -577,7 +577,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
                                kernel=kernel_of(kind, n, device.type == "cpu")))
         if on_point:
             on_point(f"{label}: {kind} n = {n}: {timing.describe(short=True)}, ×{v.ratio:.2f} its larger bound")
-    path = compile_settings(device)["words"] if compile else "gpt-fast's Llama, eager"
+    path = compile_settings(device).words if compile else "gpt-fast's Llama, eager"
     if torch_internals.graph_skips() > skips:
         path += "; inductor declined CUDA graphs for some passes (TORCH_LOGS=perf_hints says why)"
     del lean, fns
