@@ -12,9 +12,9 @@ The core thinks; nothing here imports streamlit, and nothing here imports a topi
 
 What the passes cost on a device is physics/ (one layer up): the roofline probed here and its verdicts, the KV
 cache's bytes for real models, the model grown until the hardware sets the time (the rungs), one request timed.
-The core draws nothing: drawing/ (one layer up again) turns its records into pictures and reads what a head
-does off the weights a pass recorded (drawing/head_roles.py), and each topic
-keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative, race, budget).
+The core draws nothing: drawing/ (one layer up again) turns its records into pictures and reads what a head does
+off the weights a pass recorded, and each topic keeps its own measuring, drawing and page in one folder
+(topics/ladder, serving, speculative, race, budget), its scenarios among them.
 The command line (commands/, `python -m commands ...` or its other name `python -m engine ...`) sits above them
 all; engine/__main__.py hands over to it without importing it.
 
