@@ -32,15 +32,48 @@ from transformers.utils import logging as hf_logging
 from benchmarks.records import AppClick, Bench, CacheRow, LadderRow, MemoryBound, Overhead
 from engine import device as dev
 from engine.forward.paged import PagedPass
-from engine.forward.run import StepClock, generate
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 from engine.timing import now, timed
+from physics import machine
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
 TARGET_UNTRACED = 1.05
 TARGET_TRACED = 1.25
+
+
+class StepClock:
+    """A generate() streamer that reads the clock after every token (after a device sync)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.times: list[float] = []
+
+    def put(self, value):
+        self.times.append(now(self.device))
+
+    def end(self):
+        pass
+
+
+def generate(lm, prompt_ids: torch.Tensor, new_tokens: int, *, use_cache: bool = True, streamer=None,
+             **assist) -> list[int]:
+    """transformers' own greedy `generate` on the loaded model: what the benchmarks time the engine against.
+
+    It runs through the engine's registered attention (engine.forward.capture), so it is no check of that
+    attention: the tests compare tokens and logits with a separate copy of the model (tests/reference.py).
+
+    `assist` passes assisted-generation arguments through (assistant_model=..., prompt_lookup_num_tokens=...).
+    """
+    ids = prompt_ids.to(lm.device)
+    with lm.turn(), torch.inference_mode():
+        # eos_token_id=None: exactly new_tokens tokens, and EOS chosen like any other token (as the Stepper with
+        # stop_on_eos=False does); min_new_tokens would instead forbid EOS, a different rule
+        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                do_sample=False, use_cache=use_cache, streamer=streamer, eos_token_id=None,
+                                pad_token_id=lm.tokenizer.eos_token_id, **assist)
+    return out[0, ids.shape[1]:].tolist()
 
 
 def generate_step_ms(lm: LoadedModel, prompt_ids: torch.Tensor, new_tokens: int) -> list[float]:
@@ -327,9 +360,9 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
               ladder_sizes=LADDER_SIZES) -> Bench:
     """Every part in the module docstring's order, logged as it goes; the record `--json` writes (`to_dict`)."""
     hf_logging.set_verbosity_error()  # generate() warns that max_new_tokens overrides max_length: expected here
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
-        dev.use_serving_threads(int(lm.spec.parameters))
-    log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {dev.describe(lm.device)}; "
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (physics/machine.py)
+        machine.use_serving_threads(int(lm.spec.parameters))
+    log(f"model {lm.spec.name} ({int(lm.spec.parameters):,} params, {lm.dtype_name}) on {machine.describe(lm.device)}; "
         f"load-time warm-up {lm.warmup_ms:.1f} ms (excluded)")
     log("decode-step latency, median over interleaved rounds:")
     o = overhead(lm, rounds=rounds, log=log)
@@ -371,5 +404,5 @@ def run_bench(lm: LoadedModel, lengths=(64, 256, 512), rounds: int = 7, app: boo
     if app:
         log("step-through page:")
         clicks = app_click(log=log)
-    return Bench(o, bound, ladder, rows_cache, served, tuple(rows), clicks, app, lm.spec.name, dev.describe(lm.device),
+    return Bench(o, bound, ladder, rows_cache, served, tuple(rows), clicks, app, lm.spec.name, machine.describe(lm.device),
                  lm.dtype_name, torch.get_num_threads())

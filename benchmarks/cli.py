@@ -3,7 +3,7 @@ GPU figure beside its target in one command (benchmarks/gpu_check.py)."""
 
 from __future__ import annotations
 
-from engine.cli_args import check_json_path, load_from, model_args, positive, write_json
+from topics.cli_args import check_json_path, load_from, model_args, positive, write_json
 
 
 def add_parser(sub) -> None:

@@ -84,7 +84,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     """A real shape (bf16, random weights) raced on the lean path: where, on a GPU, the cache pays."""
     import torch
 
-    from engine import device as dev
+    from physics import machine
     from physics.rungs import rung_model, timing_dtype
     from topics.race.measure import lean_compare
 
@@ -96,7 +96,7 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
         rep = lean_compare(rlm, prompts[0]["prompt"], new_tokens)
     finally:
         del rlm
-        dev.release_memory()
+        machine.release_memory()
         torch.compiler.reset()  # the rung's compiled graphs hold its memory
     out = RaceAtRung(shape=shape, weights=weights, dtype=dtype, new_tokens=new_tokens, identical=rep.identical,
                      first_divergence_step=rep.first_divergence_step, speedup_total=rep.speedup.total_ratio,
@@ -232,7 +232,7 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
                         ladder_s, race, rung_race, test_result, tuple(rows))
 
     if json_path:
-        from engine.cli_args import write_json
+        from topics.cli_args import write_json
 
         write_json(json_path, document().to_dict())  # the JSON edge
         log(f"(the ladder is written to {json_path}; the rest follows)")

@@ -3,7 +3,7 @@
 
 The core's commands live here; a topic's live in its folder (topics/*/cli.py, benchmarks/cli.py), each an
 `add_parser(sub)` and a `main(args)`, imported below by name: this file sits above all of them. Every refusal is one line on stderr and exit status 2: a bad --json path
-is refused before the run starts, so a long run is never lost at the end (engine/cli_args.py).
+is refused before the run starts, so a long run is never lost at the end (topics/cli_args.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import topics.budget.cli
 import topics.bytes.cli
 import topics.ladder.cli
 import topics.speculative.cli
-from engine.cli_args import (
+from engine.errors import DecodeLabError
+from physics.units import human_bytes
+from topics.cli_args import (
     BadPath,
     check_json_path,
     load_from,
@@ -28,8 +30,6 @@ from engine.cli_args import (
     sampling_from,
     write_json,
 )
-from engine.errors import DecodeLabError
-from engine.units import human_bytes
 
 # The commands that belong to a topic or to the benchmarks live with them, each its own add_parser(sub)
 COMMANDS_ELSEWHERE = (benchmarks.cli, topics.ladder.cli, topics.speculative.cli, topics.budget.cli, topics.bytes.cli)
@@ -119,7 +119,7 @@ def _kv_size(args) -> int:
 
 def _serve(args) -> int:
     from engine.generate.serving import DEFAULTS, ServingRun
-    from engine.generate.serving.scenarios import scenario
+    from topics.serving.scenarios import scenario
 
     check_json_path(args.json)
     if args.scenario:
@@ -141,13 +141,13 @@ def _serve(args) -> int:
     if args.batching:
         sizing["batching"] = args.batching
     lm = load_from(args)
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
-        from engine import device as dev
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (physics/machine.py)
+        from physics import machine
 
-        dev.use_serving_threads(int(lm.spec.parameters))
+        machine.use_serving_threads(int(lm.spec.parameters))
     if args.compare_batching:  # the same requests with continuous and with static batching, measured side by side
-        from engine.generate.serving.orders import order_spread
         from topics.serving.measure import batching_comparison, log_orders, log_queue
+        from topics.serving.orders import order_spread
 
         q = batching_comparison(lm, specs, sizing, rounds=args.rounds)
         log_queue(q)

@@ -108,7 +108,7 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
     The newest query (a decode step's only row, or a prefill's last): a [head, key_pos] heatmap, one
     readable row per head, so the head that looks back at a name is found at a glance. Every query
     (newest_only=False, at a prefill): one small panel per head. `roles` names each head by what it does
-    (engine.measure.attention.head_roles), beside its number, so the projector shows it with the picture.
+    (drawing.head_roles.head_roles), beside its number, so the projector shows it with the picture.
     """
     pattern = t.layers[layer].pattern
     heads = pattern.shape[0] if pattern is not None else 0

@@ -5,12 +5,41 @@ Pure builders: records in, plotly Figures / pandas DataFrames / HTML out; pages 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.forward.estimates import matmuls
+from engine.forward.estimates import pairs
 from engine.forward.trace import StepTrace
-from engine.units import human_flops
+from physics.units import human_flops
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One matmul of a layer at one step: an estimate from the model's figures (engine/forward/estimates.py)."""
+
+    op: str
+    shape: str  # its operands' shapes, the fed rows first
+    flops: float
+    grows: str  # what makes it bigger: "fed rows" or "context"
+
+
+def matmuls(spec, q_len: int, past: int, layer: int = 0) -> list[Matmul]:
+    """The attention's five matmuls, W_o and the MLP of one layer, with shapes and FLOPs (estimates)."""
+    d, h, kvh, kd, vd = spec.d_model, spec.heads, spec.kv_heads, spec.k_dim, spec.v_dim
+    n = pairs(spec, layer, q_len, past)
+    keys = spec.span(layer, past + q_len - 1)
+    return [
+        Matmul("Q = x·W_q", f"[{q_len}, {d}] × [{d}, {h * kd}]", 2 * q_len * d * h * kd, "fed rows"),
+        Matmul("K = x·W_k", f"[{q_len}, {d}] × [{d}, {kvh * kd}]", 2 * q_len * d * kvh * kd, "fed rows"),
+        Matmul("V = x·W_v", f"[{q_len}, {d}] × [{d}, {kvh * vd}]", 2 * q_len * d * kvh * vd, "fed rows"),
+        Matmul("scores = Q·Kᵀ", f"{h} heads × [{q_len}, {kd}] × [{kd}, {keys}]", 2 * h * kd * n, "context"),
+        Matmul("out = softmax·V", f"{h} heads × [{q_len}, {keys}] × [{keys}, {vd}]", 2 * h * vd * n, "context"),
+        Matmul("x·W_o", f"[{q_len}, {h * vd}] × [{h * vd}, {d}]", 2 * q_len * h * vd * d, "fed rows"),
+        Matmul("MLP", f"[{q_len}, {d}] through {spec.mlp_parameters:,.0f} params", 2 * q_len * spec.mlp_parameters,
+               "fed rows"),
+    ]
 
 
 def shapes_frame(t: StepTrace) -> pd.DataFrame:
@@ -32,8 +61,8 @@ def matmul_rows(t: StepTrace, spec, layer: int = 0) -> list[dict]:
         q_on = 1
         on = matmuls(spec, 1, n - 1, layer)
     off = matmuls(spec, n, 0, layer)
-    return [{"op": a["op"], "shape": a["shape"].replace(f"[{q_on}, ", "[q, ", 1), "grows": a["grows"],
-             "flops_on": a["flops"], "flops_off": b["flops"]} for a, b in zip(on, off)]
+    return [{"op": a.op, "shape": a.shape.replace(f"[{q_on}, ", "[q, ", 1), "grows": a.grows,
+             "flops_on": a.flops, "flops_off": b.flops} for a, b in zip(on, off)]
 
 
 def matmul_frame(t: StepTrace, spec, layer: int = 0) -> pd.DataFrame:
@@ -106,7 +135,7 @@ def gpt2_shapes_frame(t: StepTrace, spec, prompt_len: int) -> pd.DataFrame:
     tokenizer: "A red jacket compliments any outfit." gives [1, 12, 7, 64], [1, 12, 1, 64], [1, 12, 8, 64]. Both
     columns move with the run: after this run's n-th decode step GPT-2's cache would hold 7 + n positions.
     """
-    from engine.load import gpt2
+    from drawing import gpt2
     from physics.kvcalc import from_table
 
     ref, s = from_table("gpt2"), gpt2.count(ARTICLE_SENTENCE)

@@ -46,7 +46,7 @@ from drawing.svg import (
 from drawing.svg import blues as _blues
 from drawing.svg import text as _t
 from engine.forward.trace import StepTrace
-from engine.units import human_bytes, human_flops
+from physics.units import human_bytes, human_flops
 
 # ---------------------------------------------------------------- the token strip
 

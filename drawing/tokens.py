@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -80,6 +81,17 @@ def padded_batch_html(pieces: tuple[tuple[str, ...], ...], input_ids, attention_
     grid = (f"<div style='grid-template-columns:4.2em repeat({n}, minmax(0, 1fr))'>"
             + "".join(head + cells) + "</div>")
     return f"{style}<div class='dl-batch' data-testid='dl-batch'>{grid}</div>"
+
+
+def batch_attention(run, row: int, layer: int = 0, head: int = 0) -> np.ndarray:
+    """One row of a padded batch (engine.generate.batch.BatchRun): its prefill attention [query_pos, key_pos], NaN
+    where the mask forbids the pair (a later key, or a padded one): masked, not zero, as the stage draws it. A padding
+    query has every key masked."""
+    w = run.prefill_attention[layer, row, head].numpy().astype(float)
+    q, k = np.arange(w.shape[0])[:, None], np.arange(w.shape[1])[None, :]
+    padded = (run.attention_mask[row] == 0).numpy()
+    w[(k > q) | padded[None, :] | padded[:, None]] = np.nan
+    return w
 
 
 def batch_shapes_frame(shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> pd.DataFrame:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from drawing.attention import heads_figure, look_back
 from drawing.caveats import latency_note
+from drawing.characters import split_characters
+from drawing.head_roles import AFTER_COPY, after_copies, earlier_copies, head_roles, roles_sentence
 from drawing.heads import heads_svg
 from drawing.kv import kv_frame, kv_grid_figure, kv_growth_figure
 from drawing.latency import CLIMB, latency_figure, latency_trend, timing_callout, traces_frame, ttft_tpot_sentence
@@ -20,8 +22,6 @@ from drawing.matmuls import gpt2_shapes_frame, matmul_figure, shapes_frame
 from drawing.palette import axis_labels, show_piece
 from drawing.svg import picture_html
 from drawing.tokens import next_token_figure, token_chips_html
-from engine.load.pieces import split_characters
-from engine.measure.attention import AFTER_COPY, after_copies, earlier_copies, head_roles, roles_sentence
 
 VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
 STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "latency_ms"]  # the Latency view's table
@@ -275,7 +275,7 @@ def tokens(c: StepContext) -> list[Block]:
 
 
 def split_sentence(pieces: list[str], most: int = 3) -> str | None:
-    """The characters that took several tokens (engine.load.pieces.split_characters), in one sentence; None if
+    """The characters that took several tokens (drawing.characters.split_characters), in one sentence; None if
     every character was one token or more whole characters."""
     split = split_characters(pieces)
     if not split:

@@ -9,19 +9,19 @@ The core thinks; nothing here imports streamlit, and nothing here imports a topi
                 FLOPs/bytes estimates
     generate/   generate: the one loop (loop.py: Sequence, Run), the Stepper (prefill, decode), speculative
                 rounds, padded batches, cache on vs off, serving (continuous batching over a paged cache)
-    measure/    what a head does (its role, read off the weights a pass recorded)
 
 What the passes cost on a device is physics/ (one layer up): the roofline probed here and its verdicts, the KV
 cache's bytes for real models, the model grown until the hardware sets the time (the rungs), one request timed.
-The core draws nothing: drawing/ (one layer up again) turns its records into pictures, and each topic
-keeps its own measuring, drawing and page in one folder (topics/ladder, serving, speculative, race, budget).
+The core draws nothing: drawing/ (one layer up again) turns its records into pictures and reads what a head does
+off the weights a pass recorded, and each topic keeps its own measuring, drawing and page in one folder
+(topics/ladder, serving, speculative, race, budget), its scenarios among them.
 The command line (commands/, `python -m commands ...` or its other name `python -m engine ...`) sits above them
 all; engine/__main__.py hands over to it without importing it.
 
 Layers: a module imports only from its own layer or the ones before it (tests/test_layers.py checks it):
 
-    errors, units, paths, device, timing, pins,
-    torch_internals, transformers_internals  <  forward  <  load  <  generate  <  measure  <  cli_args, __main__
+    errors, paths, device, timing, pins,
+    torch_internals, transformers_internals  <  forward  <  load  <  generate  <  __main__
 
 forward runs a pass on whatever model it is given, so it never imports load (load imports forward: it
 builds a model's spec and warms it up); the device helpers it needs live below both, in device.py, and the one

@@ -35,7 +35,7 @@ generate_batch, transformers.utils.logging) is called where it is needed. What i
                                           get_seq_length, get_mask_sizes and crop
     <layer>.cumulative_length             positions a layer has seen, under transformers' own name:
                                           CacheLayerMixin.reset() zeroes an attribute of that name (`OwnLayer.seen`)
-  continuous batching (engine/generate/serving/reference.py)
+  continuous batching (topics/serving/reference.py)
     the "ContinuousBatchingLogger" logger, and generate_batch's request ids "req_<i>", in the order given
   the hub (engine/load/checks.py)
     utils.hub.cached_file and its _raise_exceptions_for_* keywords: a small file of a repository, or None

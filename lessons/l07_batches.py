@@ -7,7 +7,7 @@ import streamlit as st
 
 from drawing.attention import attention_heatmap
 from drawing.palette import axis_labels
-from drawing.tokens import batch_shapes_frame, padded_batch_html
+from drawing.tokens import batch_attention, batch_shapes_frame, padded_batch_html
 from engine import DecodeLabError
 from lessons.course import Course
 from ui.charts import chart
@@ -47,7 +47,7 @@ def show(course: Course) -> None:
                 f"every layer and head, the largest weight a real token gave a padded one is "
                 f"**{run.max_attention_on_padding():.1g}**.")
     pieces = [p or "PAD" for p in run.pieces[short]]
-    chart(attention_heatmap(run.attention(short, 0, 0), axis_labels(pieces),
+    chart(attention_heatmap(batch_attention(run, short, 0, 0), axis_labels(pieces),
                                           axis_labels(pieces), f"batch row {short}, layer 0, head 0",
                                           scale=scale()), key="lesson7_att")
     st.caption("The PAD rows at the top are the padding positions' own queries: the mask hides every key from "

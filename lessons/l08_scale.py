@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.units import human_bytes
 from lessons.course import Course
 from physics import kvcalc
+from physics.units import human_bytes
 from topics.ladder.tables import compare_frame
 from ui.presets import PROMPTS
 

@@ -56,7 +56,7 @@ def show(course: Course) -> None:
     except DecodeLabError as e:
         error(str(e))
         return
-    per_pass = speculator.totals()["tokens_per_target_pass"]
+    per_pass = speculator.tokens_per_target_pass
     course.takeaway(first, f"Speculative decoding with k = {k}: each verify pass of the model added "
                            + (f"{per_pass:.2f} tokens here, not 1," if per_pass is not None else "its tokens,")
                            + " and the output is exactly the model's own.")

@@ -7,10 +7,10 @@ import streamlit as st
 
 from engine import DecodeLabError
 from engine.generate.serving import ServingRun
-from engine.generate.serving.scenarios import SCENARIOS
 from engine.paths import ROOT
 from lessons.course import Course
 from topics.serving.page_parts import pictures, summary
+from topics.serving.scenarios import SCENARIOS
 from ui.text import error
 
 TITLE = "10. Serving many requests: batching and a paged cache"

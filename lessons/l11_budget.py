@@ -7,9 +7,9 @@ from __future__ import annotations
 import streamlit as st
 
 from drawing.svg import picture_html
-from engine.units import human_bytes
 from lessons.course import Course
 from physics import kvcalc
+from physics.units import human_bytes
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED
 from topics.budget.records import SHORT_DTYPE

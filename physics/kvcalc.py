@@ -17,7 +17,7 @@ import pandas as pd
 
 from engine.forward.spec import ModelSpec
 from engine.paths import ASSETS
-from engine.units import human_bytes
+from physics.units import human_bytes
 
 KV_DTYPES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int4": 0.5}
 MAX_TOKENS = 100_000_000  # a calculator input beyond this is a typo, not a context length

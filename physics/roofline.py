@@ -349,10 +349,10 @@ class BatchPoint:
 
 
 def batch_roofline(spec, context: int, roof: DeviceRoof, batches=BATCHES) -> list[BatchPoint]:
-    """Batched decode on `roof`, PREDICTED in its dtype (engine.forward.estimates.batched_decode): per batch size B,
+    """Batched decode on `roof`, PREDICTED in its dtype (physics.batched.batched_decode): per batch size B,
     the pass's intensity (about B FLOP/byte in bf16), the FLOP/s the roof allows there, and the predicted time, the
     larger of the two bounds. `saturating_batch` names the B where the points reach the ridge."""
-    from engine.forward.estimates import batched_decode
+    from physics.batched import batched_decode
 
     out = []
     for b in batches:

@@ -11,7 +11,7 @@ config with seeded random weights (no download, nothing saved). What a rung keep
     aspect      d_model / layers, traded against the size asked for (d_model moves in whole heads)
     vocab       the model's own, so its tokenizer still reads and writes a rung's tokens
 
-A rung can also take a published model's shape by name ("Llama-3-8B": engine/load/shapes.py): its own family,
+A rung can also take a published model's shape by name ("Llama-3-8B": physics/shapes.py): its own family,
 figures and vocabulary, random weights, labelled with the model whose shape it is. A GPU's default rungs are
 real shapes; a grown shape keeps a CPU's ladder comparable with its recorded figures.
 
@@ -34,8 +34,8 @@ from engine import device as dev
 from engine.errors import StepError, TooLarge
 from engine.load.checks import MAX_LAYERS, MAX_WIDTH, MEMORY_HEADROOM, estimate_parameters
 from engine.load.loaded import MAX_WAITING, LoadedModel
-from engine.load.shapes import lookup, shape_config, weights_words
-from engine.units import human_bytes
+from physics.shapes import lookup, shape_config, weights_words
+from physics.units import human_bytes
 
 RANDOM_WEIGHTS = "random weights: for timing only, their tokens are noise"
 TRAINED_WEIGHTS = "the model itself: its trained weights"
@@ -45,7 +45,7 @@ SIZE_TOLERANCE = 0.03  # a rung's count may stray this share from the size asked
 ASPECT_TOLERANCE = 1.5  # ... and its d_model / layers this factor from the model's
 FF_FIELDS = ("intermediate_size", "n_inner", "ffn_dim")
 CPU_SIZES = (OWN, "25M", "50M", "110M", "220M")
-# real shapes on a GPU (engine/load/shapes.py): ~1 B and ~8 B beside the model itself, so the whole ladder,
+# real shapes on a GPU (physics/shapes.py): ~1 B and ~8 B beside the model itself, so the whole ladder,
 # compiling the lean path at every rung (~20-40 s each on a GPU host), stays within four minutes
 GPU_SIZES = (OWN, "TinyLlama-1.1B", "Llama-3-8B")
 
@@ -353,7 +353,7 @@ def rung_model(lm: LoadedModel, size: str, seed: int = 0, dtype: torch.dtype | N
 
     `size` is a count ('110M') or a published shape ('TinyLlama-1.1B'); 'own' (or a size within OWN_TOLERANCE
     of the model's) is lm itself. Refused like any rung: one TooLarge. The caller holds the only reference:
-    dropping it (then device.release_memory()) gives the memory back.
+    dropping it (then machine.release_memory()) gives the memory back.
     """
     (rung,), _ = plan(lm, [size], tokens=lm.spec.max_positions - 2, dtype=dtype)
     return lm if rung.own and (dtype is None or dtype == lm.dtype) else build(rung, lm, seed, dtype)

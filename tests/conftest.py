@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def pytest_configure(config):
-    """Every model the tests run is small: one intra-op thread, as the app gives a small model (engine/device.py,
+    """Every model the tests run is small: one intra-op thread, as the app gives a small model (physics/machine.py,
     serving_threads). Two threads on a shared 2-core machine stall each other: measured here at load ~6, the fast
     tier's engine modules took 107 s with 2 threads and 30 s with 1.
 
@@ -61,7 +61,7 @@ ASKED_ONLY = ("gpu",)  # tiers that run only when -m names them: deselected from
 def pytest_collection_finish(session):
     """Everything collection imported (torch, transformers, Streamlit, the engine, every test module) lives until
     the process ends: keep it out of every later garbage-collection pass, as the app does once its model is loaded
-    (ui/model.py). The engine collects after each big measurement (engine/device.py, release_memory), and each pass
+    (ui/model.py). The engine collects after each big measurement (physics/machine.py, release_memory), and each pass
     over a heap this size takes a tenth of a second or more."""
     import gc
 

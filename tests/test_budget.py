@@ -690,7 +690,7 @@ def test_the_cache_picture_greys_what_was_evicted_and_hatches_what_was_quantized
     say independently of the cache: the window drops 0..63; heavy hitters drop what hand_evict's H2O drops, and a
     position only one of the two kv_heads holds is drawn pale; int8 (KIVI, 16-position key groups) has rounded
     0..63. Its title's bytes are the tensors' own (counted here) and transformers' DynamicCache's."""
-    from engine.units import human_bytes
+    from physics.units import human_bytes
     from topics.budget.draw import cache_svg
     from topics.budget.measure import cache_map
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from engine.generate.serving.scenarios import SCENARIOS
+from topics.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
 
 

@@ -19,7 +19,7 @@ import pytest
 from commands.main import main as cli_main
 from engine.forward import estimates
 from engine.forward.spec import from_config
-from physics import kvcalc, roofline
+from physics import batched, kvcalc, roofline
 
 
 def kv_size(*args) -> tuple[str, int]:
@@ -190,11 +190,11 @@ def test_batched_decode_is_about_b_flop_per_byte_in_bf16():
     for b in (1, 8, 64):
         weights = (8.0e9 - embedding + b * 4_096) * 2
         kv = b * 2 * 8 * 128 * 2 * 513 * 32  # each request reads its 512 cached positions and writes 1
-        got = estimates.batched_decode(a, b, 512, 2.0)
+        got = batched.batched_decode(a, b, 512, 2.0)
         assert got.flops == pytest.approx(b * per_token_flops, rel=1e-12)
         assert got.bytes == pytest.approx(weights + kv, rel=1e-12)
         assert got.intensity == pytest.approx(b * per_token_flops / (weights + kv), rel=1e-12)
-    short = [estimates.batched_decode(a, b, 1, 2.0).intensity / b for b in (1, 4, 16)]
+    short = [batched.batched_decode(a, b, 1, 2.0).intensity / b for b in (1, 4, 16)]
     assert all(0.95 < r < 1.05 for r in short)  # about B at a short context
 
 
@@ -210,10 +210,10 @@ def test_the_batch_that_reaches_a_ridge_and_the_context_where_none_does():
     import math
 
     want = math.ceil(ridge * w / (f - ridge * k))
-    assert estimates.saturating_batch(a, 64, 2.0, ridge) == want
+    assert batched.saturating_batch(a, 64, 2.0, ridge) == want
     assert 300 < want < 400  # about the ridge, as the rule of thumb says
     # at 32k positions each request reads ~4.3 GB of K/V for ~31 GFLOP: no batch reaches 295
-    assert estimates.saturating_batch(a, 32_768, 2.0, ridge) is None
+    assert batched.saturating_batch(a, 32_768, 2.0, ridge) is None
 
 
 # ---------------------------------------------------------------- a context the model cannot read

@@ -119,7 +119,7 @@ def test_a_ratio_compares_passes_of_one_kernel_and_says_which():
 def test_a_batchs_knee_counts_every_sequences_kv_and_is_its_own():
     """Each sequence reads its own K/V: with 40 MB a sequence (a tenth of the weights) a batch's intensity is
     2e8·1.02·n / (4e8 + 4e7·n), which meets the ridge (4) at n = 4e8·4 / (2.04e8 - 1.6e8) ≈ 36.4, not at the
-    prefill's 8; with 2 GB a sequence no batch reaches it (estimates.saturating_batch's None)."""
+    prefill's 8; with 2 GB a sequence no batch reaches it (batched.saturating_batch's None)."""
     kv = 40e6
     c = synthetic(PHYSICS, kv=kv)
     by_hand = 4.0 * WEIGHTS / (2e8 * 1.02 - 4.0 * kv)
@@ -133,9 +133,9 @@ def test_a_batchs_knee_counts_every_sequences_kv_and_is_its_own():
 
 def test_the_h200_batch_knee_is_the_estimates_own():
     """The shipped H200 recording timed no batch: its batch's knee, derived from the decode step and the prefills,
-    is what estimates.saturating_batch says for Llama-3-8B at the recording's context on its measured ridge (~424),
+    is what batched.saturating_batch says for Llama-3-8B at the recording's context on its measured ridge (~424),
     and at 1,024 tokens of context no batch reaches it."""
-    from engine.forward.estimates import saturating_batch
+    from physics.batched import saturating_batch
     from physics.kvcalc import from_table
 
     lad = Ladder.from_dict(json.loads((ASSETS / "ladder_gpu.json").read_text(encoding="utf-8")))
@@ -327,7 +327,7 @@ def test_the_rows_timed_reach_past_the_knee_on_each_device():
     assert ("prefill", 384) in passes and ("batch", 1) in passes
     # the batched decode, which gpu-check times too, reaches twice its own knee (K/V counted: ~424 sequences at
     # s = 384), where its K/V fits: measure_curve leaves out, and says, a batch whose cache would not
-    from engine.forward.estimates import saturating_batch
+    from physics.batched import saturating_batch
 
     batch_knee = saturating_batch(spec, 384, 2.0, h200.ridge)
     assert max(n for k, n in passes if k == "batch") >= 2 * batch_knee

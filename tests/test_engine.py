@@ -152,7 +152,7 @@ def test_one_prompt_limit_for_the_box_and_a_link_and_a_link_that_long_fits_nginx
     from urllib.parse import quote, urlencode
 
     from engine.generate import loop
-    from engine.generate.serving.scenarios import LONG
+    from topics.serving.scenarios import LONG
     from ui.link_codec import MAX_PROMPT_CHARS, make_link, read_link
 
     assert loop.MAX_PROMPT_CHARS is MAX_PROMPT_CHARS
@@ -256,7 +256,7 @@ def test_the_exported_trace_round_trips_through_json(tiny_lm):
 
 
 def test_serving_threads_leave_the_browser_a_core():
-    from engine.device import serving_threads
+    from physics.machine import serving_threads
 
     assert serving_threads(4_000_000, cores=8) == 1  # a tiny model: one thread is as fast, and never stalls
     assert serving_threads(500_000_000, cores=8) == 7  # a big one: every core but one

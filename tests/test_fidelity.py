@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from drawing import gpt2
 from drawing.caveats import BUSY
 from drawing.latency import latency_ceiling, latency_figure
 from drawing.palette import PREFILL, RECOMPUTED
@@ -20,7 +21,6 @@ from drawing.stage import stage_svg
 from drawing.svg import MONO_EM, TEXT, W
 from engine import Stepper
 from engine.forward.run import Timing
-from engine.load import gpt2
 from physics import roofline
 from physics.roofline import DeviceRoof
 from tests.test_app import click, fresh_app, open_view

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.measure.attention import ORDER, earlier_copies, head_roles, roles_sentence
+from drawing.head_roles import ORDER, earlier_copies, head_roles, roles_sentence
 from tests.test_app import SCENARIOS, click, fresh_app, open_view
 
 # positions:   0    1     2     3     4    5     6     7

@@ -18,11 +18,10 @@ import weakref
 import pytest
 import torch
 
-from engine import device as dev
 from engine.errors import StepError, TooLarge
 from engine.generate.stepper import Stepper
 from engine.load.load import load_model
-from physics import roofline, rungs
+from physics import machine, roofline, rungs
 from topics.ladder import draw as draw
 from topics.ladder import measure as ladder
 from topics.ladder import store as stores
@@ -143,7 +142,7 @@ def test_the_ladder_has_every_field_and_its_labels_are_the_roofline_rule(measure
             assert set(r[name]) == set(PASS_KEYS)
     assert [r.trained for r in lad.rungs] == [False, True]  # 1M (random) below the 4 M model itself
     # every rung on the threads the app would serve the largest rung with (the browser keeps a core)
-    assert lad.weights_note == rungs.RANDOM_WEIGHTS and lad.threads == dev.serving_threads(lad.rungs[-1].parameters)
+    assert lad.weights_note == rungs.RANDOM_WEIGHTS and lad.threads == machine.serving_threads(lad.rungs[-1].parameters)
     for r in lad.rungs:
         assert r.weights == (rungs.TRAINED_WEIGHTS if r.trained else rungs.RANDOM_WEIGHTS)
         assert (r.prefill.q_len, r.decode.q_len, r.nocache.q_len) == (16, 1, 17)  # s, 1, s + 1

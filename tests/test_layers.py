@@ -26,8 +26,8 @@ LAYERS = [
     ("pages", "app", "benchmarks", "commands", "deploy", "tools"),  # doors and commands
 ]
 # inside the core, its own order (engine/__init__.py states it)
-CORE = [("errors", "units", "paths", "device", "timing", "pins", "torch_internals", "transformers_internals"), ("forward",),
-        ("load",), ("generate",), ("measure",), ("cli_args", "__main__")]
+CORE = [("errors", "paths", "device", "timing", "pins", "torch_internals", "transformers_internals"), ("forward",),
+        ("load",), ("generate",), ("__main__",)]
 PAGE_FOLDERS = ("pages", "ui", "lessons")  # besides app.py and any file named page*.py: a page file
 PACKAGES = ("engine", "physics", "drawing", "commands", "ui", "classroom", "topics", "step", "lessons", "pages", "benchmarks", "deploy", "tools")
 
@@ -91,8 +91,9 @@ def is_page_file(module: str) -> bool:
 
 
 def topic(module: str) -> str | None:
+    """topics.ladder.record -> ladder: a topic is a folder of topics/ (topics/cli_args.py, beside them, is shared)."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "topics" and len(parts) > 2 else None
+    return parts[1] if parts[0] == "topics" and len(parts) > 2 and (ROOT / "topics" / parts[1]).is_dir() else None
 
 
 # ------------------------------------------------------------------ the rules, as functions of a graph
@@ -245,9 +246,9 @@ def test_no_module_only_re_exports_another():
 
 def test_a_core_that_draws_an_import_by_name_and_a_shim_are_caught():
     g = all_imports()
-    g["engine.measure.attention"] = g["engine.measure.attention"] + [(1, "plotly.graph_objects")]
+    g["engine.forward.trace"] = g["engine.forward.trace"] + [(1, "plotly.graph_objects")]
     g["physics.roofline"] = g["physics.roofline"] + [(1, "matplotlib.pyplot")]
-    assert draws_in_the_core(g) == ["engine.measure.attention:1 imports plotly.graph_objects",
+    assert draws_in_the_core(g) == ["engine.forward.trace:1 imports plotly.graph_objects",
                                     "physics.roofline:1 imports matplotlib.pyplot"]
     src = house_sources()
     src["commands.main"] += "\nimportlib.import_module('topics.ladder.cli')\n"

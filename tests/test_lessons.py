@@ -236,7 +236,7 @@ def budget_lesson_says_what_it_measured(at: AppTest) -> None:
     import pandas as pd
 
     from engine.paths import ASSETS
-    from engine.units import human_bytes
+    from physics.units import human_bytes
 
     opening = text(at)
     table = pd.read_csv(ASSETS / "model_configs.csv")

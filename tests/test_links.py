@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from drawing.views import VIEWS
-from engine.generate.serving.scenarios import SCENARIOS
+from topics.serving.scenarios import SCENARIOS
 from ui.link_codec import FIELDS, LADDER_VIEWS, MAX_PROMPT_CHARS, make_link, read_link
 
 # field -> its zero (or lowest), the sidebar's default, its extreme (highest), and one more where it has one

@@ -25,7 +25,7 @@ def test_memory_goes_back_after_a_cache_off_run(bundled_lm):
 
     Compared with the run's own peak, not with a fixed figure: at least half of what the run added is returned.
     """
-    from engine.device import release_memory
+    from physics.machine import release_memory
 
     release_memory()
     before = rss()

@@ -84,8 +84,8 @@ MANY_BYTES = "Tom ate 🍕 in 東京 and said Привет"  # an emoji, CJK and
 def test_a_token_that_is_part_of_a_character_shows_its_bytes_and_they_spell_the_text(bundled_lm):
     """No piece is '�': a token that is only part of a character shows its bytes, and those bytes, with the whole
     characters between them, are exactly the prompt's UTF-8 (Python's own encoding is the reference)."""
+    from drawing.characters import piece_bytes
     from engine.generate.loop import token_pieces
-    from engine.load.pieces import piece_bytes
 
     ids = bundled_lm.tokenizer(MANY_BYTES, add_special_tokens=False)["input_ids"]
     pieces = token_pieces(bundled_lm.tokenizer, ids)

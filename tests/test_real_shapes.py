@@ -9,9 +9,8 @@ import torch
 
 from engine.errors import StepError, TooLarge
 from engine.generate.stepper import Stepper
-from engine.load import shapes
 from engine.load.checks import estimate_parameters
-from physics import rungs
+from physics import rungs, shapes
 
 
 @pytest.mark.parametrize("name", shapes.OFFERED)

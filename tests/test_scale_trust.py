@@ -165,8 +165,8 @@ def test_each_ridge_on_the_page_names_the_machine_it_belongs_to():
 
 
 def test_llama_3_70b_weights_are_counted_from_its_shapes():
-    from engine.units import human_bytes
     from physics import kvcalc
+    from physics.units import human_bytes
 
     llama = kvcalc.from_table("Llama-3-70B")
     assert human_bytes(kvcalc.weight_bytes(llama, 2)) == "131.4 GiB"  # not the nominal 70.0 B's 130.4 GiB

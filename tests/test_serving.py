@@ -11,12 +11,12 @@ import pytest
 from engine import StepError, Stepper
 from engine.generate.serving import RequestSpec, ServingRun
 from engine.generate.serving.blocks import BlockManager, prefix_hashes
-from engine.generate.serving.reference import generate_batch
 from engine.generate.serving.requests import Request
-from engine.generate.serving.scenarios import SCENARIOS
 from engine.load.load import MODELS_DIR, load_model
 from tests import reference
 from tests.conftest import FAMILIES
+from topics.serving.reference import generate_batch
+from topics.serving.scenarios import SCENARIOS
 
 PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",
            "Lily and Max went to the park to play with", "One day, a little girl named Amy found a baby bird."]
@@ -440,8 +440,8 @@ def test_a_request_that_cannot_come_in_is_checked_and_touches_no_block(bundled_l
     refused before anything is taken: no block's ref count moves and the free list is the same, in the same order
     (it does not take the shared blocks and give them back)."""
     from engine.generate.serving.requests import Request
-    from engine.generate.serving.scenarios import SYSTEM
     from engine.generate.serving.scheduler import Scheduler
+    from topics.serving.scenarios import SYSTEM
 
     page = 8
     first = Request(bundled_lm, 0, RequestSpec(SYSTEM + "A cat", 4, 0))
@@ -744,7 +744,7 @@ def test_static_batching_waits_for_its_longest_member_and_continuous_refills_a_s
         if s.finished and any(st == "waiting" for _, st in s.statuses):
             assert cont[k + 1].admitted, f"a slot freed at step {k} while a request waited, not refilled at {k + 1}"
     assert len(cont) < len(static)
-    from engine.generate.serving.record import slot_use
+    from topics.serving.slots import slot_use
 
     wasted = {}
     for b, run in runs.items():  # the slots a picture draws: wasted ones while requests wait, counted by hand

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engine.generate.serving import ServingRun
-from engine.generate.serving.orders import ORDERS, order_spread, schedule_steps, shuffled
-from engine.generate.serving.scenarios import SCENARIOS
+from topics.serving.orders import ORDERS, order_spread, schedule_steps, shuffled
+from topics.serving.scenarios import SCENARIOS
 
 QUEUE = SCENARIOS["queue"]
 

@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from engine.generate.serving.scenarios import SCENARIOS
+from topics.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
+from ui.text import plain
 
-SCENARIO_TITLES = [s["title"] for s in SCENARIOS.values()]  # the engine's own list, in the picker's order
+SCENARIO_TITLES = [s["title"] for s in SCENARIOS.values()]  # the topic's own list, in the picker's order
 
 
 def serving_page():
@@ -175,6 +176,18 @@ def test_a_serving_link_opens_the_same_scenario_at_the_same_engine_step():
     assert (unclocked(svgs(other, "dl-pass")[0]), svgs(other, "dl-pool")[0]) == screen
     other.button(key="serve_btn_forward").click().run()  # and it goes on from there like the original
     assert dict(other.query_params)["steps"] == "5" and "at" not in dict(other.query_params)
+
+
+def test_a_serving_link_to_no_scenario_is_refused_on_the_serving_page_in_one_line():
+    """The link's scenario is checked by the page that owns the scenarios: one warning, the first scenario shown."""
+    other = app_test()
+    other.query_params = {"scenario": "nonsense", "steps": "3"}
+    other.run()
+    other.switch_page(page("serving")).run()
+    assert not other.exception
+    said = "link parameter scenario='nonsense' ignored: no such serving scenario"
+    assert [w.value for w in other.warning] == [plain(said)]  # shown inert, as every link value is
+    assert other.selectbox(key="serve_scenario").value == SCENARIO_TITLES[0]
 
 
 def test_back_shows_an_earlier_step_and_forward_replays_it():
@@ -416,8 +429,8 @@ def test_a_throughput_round_that_flips_against_the_work_is_called_noise():
 
 
 def _measured_rows(lm, sizes=(1, 2, 4, 8, 16), context=68, ms=(3.0, 3.5, 4.5, 6.0, 9.0)):
-    """A small fixture record of step_time_vs_batch: its intensities from estimates.batched_decode, its times given."""
-    from engine.forward.estimates import batched_decode
+    """A small fixture record of step_time_vs_batch: its intensities from batched.batched_decode, its times given."""
+    from physics.batched import batched_decode
     from topics.serving.record import BatchPass, BatchSweep
 
     rows = []
@@ -433,8 +446,8 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     """Each measured pass of B sequences at its batched_decode intensity and FLOPs / measured time on this device's
     roof; beside it an H100's predicted passes (bf16) for the same model and for Llama-3-8B, with the batch where each
     reaches the ridge; the sentence's numbers are the record's."""
-    from engine.forward.estimates import saturating_batch
     from physics import kvcalc, roofline
+    from physics.batched import saturating_batch
     from topics.serving.draw import batch_roofline_figure, batch_roofline_sentence
     from topics.serving.measure import batch_roofline
 

@@ -13,9 +13,9 @@ import torch
 from engine.forward import capture
 from engine.forward.paged import PagedKV, PagedPass, Row, run_paged
 from engine.generate.serving import ServingRun
-from engine.generate.serving.scenarios import SCENARIOS
 from engine.load.load import MODELS_DIR
 from tests import reference
+from topics.serving.scenarios import SCENARIOS
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import pytest
 
 from engine.generate.serving import RequestSpec, ServingRun
 from engine.generate.serving.blocks import BlockManager, BlockState
-from engine.generate.serving.scenarios import SCENARIOS, SYSTEM
 from tests.test_serving import alone
 from tests.test_serving import serve as serve_checked
+from topics.serving.scenarios import SCENARIOS, SYSTEM
 
 LONG = "Once upon a time, in a small house near the woods, there lived a little boy named Sam."
 

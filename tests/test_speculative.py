@@ -15,7 +15,7 @@ from engine.forward.cache import kv_length, kv_tensors, new_cache
 from engine.forward.run import run_pass
 from engine.forward.sampling import Chooser, Sampling
 from engine.generate.drafters import DraftModel, PromptLookup, lookup
-from engine.generate.loop import encode_prompt
+from engine.generate.loop import prompt_ids
 from engine.generate.speculative import Speculator, accept_probability, judge, residual
 from engine.generate.stepper import Stepper
 from engine.load.load import MODELS_DIR, load_model
@@ -117,7 +117,7 @@ def test_greedy_speculation_equals_transformers_assisted_generate(targets, draft
     """transformers' assisted generation and prompt lookup, run on its own copies of the target and the draft model
     (tests/reference.py), not on the engine's."""
     lm = targets[model]
-    ids = encode_prompt(lm, PROMPT)
+    ids = torch.tensor([prompt_ids(lm, PROMPT)])  # [batch=1, pos]
     assert lm.tokenizer.eos_token_id not in plain_greedy(lm)  # generate(min_new_tokens=n) forbids EOS: none here
 
     assistant = reference.model(str(MODELS_DIR / "tinystories-draft"))

@@ -210,7 +210,7 @@ def rows_verdict_at_a_cut_off() -> None:
 def head_labels_averaged() -> None:
     """The Attention view labels the newest query's row with each head's role averaged over every prefill row."""
     from drawing import views
-    from engine.measure.attention import head_roles
+    from drawing.head_roles import head_roles
 
     views.head_roles = lambda t, layer, ids, every_row=False: head_roles(t, layer, ids, every_row=True)
 
@@ -612,7 +612,7 @@ def preemption_tie_toward_oldest() -> None:
 
 def orders_from_the_shipped_order_only() -> None:
     """The every-order histogram is the shipped order again and again: no spread, the shipped ratio as its median."""
-    from engine.generate.serving import orders
+    from topics.serving import orders
 
     orders.shuffled = lambda requests, order: list(requests)
 

@@ -22,8 +22,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import DecodeLabError
-from engine.device import release_memory
 from engine.errors import Busy
+from physics.machine import release_memory
 
 BUSY_WAITS = (0.5, 1, 2, 4, 8)  # seconds between retries when the server is busy: back off, never spin
 STOPPED = {  # a run's stop reason, in words

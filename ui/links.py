@@ -12,7 +12,6 @@ from __future__ import annotations
 import streamlit as st
 
 from drawing.views import VIEWS
-from engine.generate.serving.scenarios import SCENARIOS as SERVING_SCENARIOS
 from ui import model
 from ui.link_codec import make_link, read_link
 from ui.presets import PROMPTS
@@ -77,14 +76,8 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         same = next((x["title"] for x in PROMPTS if x["prompt"] == values["prompt"]), None)
         ss["step_preset"] = same
         set_by_code()
-    if "scenario" in values:  # a Serving link: its scenario, and its engine steps replayed on that page
-        title = SERVING_SCENARIOS.get(values["scenario"], {}).get("title")
-        if title is None:
-            problems.append(f"link parameter scenario={values['scenario'][:40]!r} ignored: no such serving scenario")
-        else:
-            ss["serve_scenario"] = title
-            if "steps" in values:
-                ss["serve_replay"] = (values["steps"], values.get("at"))
+    if "scenario" in values:  # a Serving link: the Serving page checks its scenario and replays its engine steps
+        ss["serve_wanted"] = (values["scenario"], values.get("steps"), values.get("at"))
     elif "steps" in values:  # the step page's controller takes them once the settings are the link's
         ss["step_replay"] = (values["steps"], values.get("at"))
     if "view" in values:

@@ -14,9 +14,9 @@ import streamlit as st
 
 from drawing.first_draw import warm_pictures
 from engine import DecodeLabError, LoadedModel, load_model
-from engine.device import release_memory, use_serving_threads
 from engine.load.checks import hub_reachable
 from engine.load.policy import from_settings
+from physics.machine import release_memory, use_serving_threads
 from ui.presets import SMALL_MODELS
 
 POLICY = from_settings(sys.argv[1:])  # `streamlit run app.py -- --model X --open-models`, or the environment
@@ -33,7 +33,7 @@ def _load(source: str, device: str, dtype: str) -> LoadedModel | DecodeLabError:
         release_memory()
         return e
     if lm.device.type == "cpu":
-        use_serving_threads(int(lm.spec.parameters))  # see engine/device.py: the browser needs a core too
+        use_serving_threads(int(lm.spec.parameters))  # see physics/machine.py: the browser needs a core too
     warm_pictures(lm)  # every picture of a step drawn once now: a class's first Prefill costs what later ones do
     gc.freeze()  # the loaded libraries and weights live for the whole server: keep them out of every GC pass
     return lm

@@ -21,15 +21,10 @@ rows its tokens look up and multiplies by neither (Llama-3-8B's untied embedding
 reads one 8 KB row of it). A mixture of experts reads the experts its tokens are routed to: at one token,
 experts_per_token of them (the active parameters); at many, nearly all (`experts_read`, uniform routing).
 
-Batched decode (`batched_decode`): B requests each feed one token, and the pass reads its weights once for
-all of them, so FLOPs grow with B and weight bytes do not: in bf16 the intensity is about B FLOP/byte
-(2 FLOPs per weight per token over 2 bytes per weight) until the K/V reads, which grow with B too, weigh in.
-The batch at which a pass reaches a device's ridge (`saturating_batch`) is where batching stops being free.
+A decode pass shared by B requests is estimated from these in physics/batched.py.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from engine.forward.spec import ModelSpec
 
@@ -40,29 +35,6 @@ def pairs(spec: ModelSpec, layer: int, q_len: int, past: int) -> int:
     if w is None:  # closed form of the sum below, for speed on long contexts
         return q_len * past + q_len * (q_len + 1) // 2
     return sum(spec.span(layer, p) for p in range(past, past + q_len))
-
-
-def matmuls(spec: ModelSpec, q_len: int, past: int, layer: int = 0) -> list[dict]:
-    """The attention's five matmuls, W_o and the MLP of one layer, with shapes and FLOPs (estimates)."""
-    d, h, kvh, kd, vd = spec.d_model, spec.heads, spec.kv_heads, spec.k_dim, spec.v_dim
-    n = pairs(spec, layer, q_len, past)
-    keys = spec.span(layer, past + q_len - 1)
-    return [
-        {"op": "Q = x·W_q", "shape": f"[{q_len}, {d}] × [{d}, {h * kd}]", "flops": 2 * q_len * d * h * kd,
-         "grows": "fed rows"},
-        {"op": "K = x·W_k", "shape": f"[{q_len}, {d}] × [{d}, {kvh * kd}]", "flops": 2 * q_len * d * kvh * kd,
-         "grows": "fed rows"},
-        {"op": "V = x·W_v", "shape": f"[{q_len}, {d}] × [{d}, {kvh * vd}]", "flops": 2 * q_len * d * kvh * vd,
-         "grows": "fed rows"},
-        {"op": "scores = Q·Kᵀ", "shape": f"{h} heads × [{q_len}, {kd}] × [{kd}, {keys}]", "flops": 2 * h * kd * n,
-         "grows": "context"},
-        {"op": "out = softmax·V", "shape": f"{h} heads × [{q_len}, {keys}] × [{keys}, {vd}]",
-         "flops": 2 * h * vd * n, "grows": "context"},
-        {"op": "x·W_o", "shape": f"[{q_len}, {h * vd}] × [{h * vd}, {d}]", "flops": 2 * q_len * h * vd * d,
-         "grows": "fed rows"},
-        {"op": "MLP", "shape": f"[{q_len}, {d}] through {spec.mlp_parameters:,.0f} params",
-         "flops": 2 * q_len * spec.mlp_parameters, "grows": "fed rows"},
-    ]
 
 
 def attention_flops(spec: ModelSpec, q_len: int, past: int) -> float:
@@ -112,51 +84,3 @@ def intensity(spec: ModelSpec, q_len: int, past: int, elem_bytes: float) -> floa
     """A pass's arithmetic intensity (FLOP/byte) in a given dtype: a prediction for a device that runs in it
     (a datacenter GPU: bf16, 2 bytes), not what this CPU in fp32 measured."""
     return step_flops(spec, q_len, past) / step_bytes(spec, q_len, past, elem_bytes)
-
-
-@dataclass(frozen=True)
-class BatchedDecode:
-    """One decode pass for `batch` requests, each at `context` known positions, feeding one token each (estimates)."""
-
-    batch: int
-    context: int
-    flops: float  # batch × a one-token step's FLOPs (each request: the body, its own attention, its LM-head row)
-    weight_bytes: float  # the weights read once for all (`weights_read` of batch tokens)
-    kv_bytes: float  # every request's own K/V
-
-    @property
-    def bytes(self) -> float:
-        return self.weight_bytes + self.kv_bytes
-
-    @property
-    def intensity(self) -> float:
-        """FLOPs / bytes: about batch FLOP/byte in bf16 while the weights dominate the bytes."""
-        return self.flops / self.bytes
-
-
-def batched_decode(spec: ModelSpec, batch: int, context: int, elem_bytes: float) -> BatchedDecode:
-    """One decode pass for `batch` requests at `context` positions each (estimates): see `BatchedDecode`."""
-    return BatchedDecode(batch=batch, context=context, flops=batch * step_flops(spec, 1, context),
-                         weight_bytes=weights_read(spec, batch) * elem_bytes,
-                         kv_bytes=batch * kv_moved(spec, 1, context, elem_bytes))
-
-
-MAX_BATCH = 1 << 20
-
-
-def saturating_batch(spec: ModelSpec, context: int, elem_bytes: float, ridge: float) -> int | None:
-    """The smallest batch whose decode pass reaches `ridge` FLOP/byte (the compute side of a device's roofline);
-    None when no batch does: at long contexts each request's K/V reads grow as fast as its FLOPs."""
-    def reaches(b: int) -> bool:
-        return batched_decode(spec, b, context, elem_bytes).intensity >= ridge
-
-    hi = 1
-    while not reaches(hi):  # intensity grows with the batch: double until it reaches the ridge, then bisect
-        if hi >= MAX_BATCH:
-            return None
-        hi *= 2
-    lo = hi // 2 + 1 if hi > 1 else 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if reaches(mid) else (mid + 1, hi)
-    return hi

@@ -27,6 +27,8 @@ on a CPU (engine/forward/streamed.py); `kernel` says which ran. Families it cove
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -150,23 +152,27 @@ class LeanLlama(torch.nn.Module):
 # ---------------------------------------------------------------- compiled, and timed
 
 
-def compile_settings(device: torch.device) -> dict:
-    """How the pass is compiled on this device (gpt-fast's settings): inductor's options and the words a page shows.
+@dataclass(frozen=True)
+class CompileSettings:
+    """How the pass is compiled on a device (gpt-fast's settings). The options go to this compile only
+    (torch.compile's `options`), never to inductor's global config."""
 
-    GPU: CUDA graphs (one launch a step). CPU: frozen weights (the compiled loops read them as constants). The
-    options go to this compile only (torch.compile's `options`), never to inductor's global config.
-    """
+    options: dict  # inductor's: CUDA graphs on a GPU (one launch a step); frozen weights on a CPU (read as constants)
+    words: str  # what a page says ran
+
+
+def compile_settings(device: torch.device) -> CompileSettings:
+    """This device's CompileSettings."""
     if device.type == "cuda":
-        return {"options": {"triton.cudagraphs": True},
-                "words": "gpt-fast's Llama, torch.compile whole (CUDA graphs)"}
-    return {"options": {"freezing": True}, "words": "gpt-fast's Llama, torch.compile whole (inductor, frozen weights)"}
+        return CompileSettings({"triton.cudagraphs": True}, "gpt-fast's Llama, torch.compile whole (CUDA graphs)")
+    return CompileSettings({"freezing": True}, "gpt-fast's Llama, torch.compile whole (inductor, frozen weights)")
 
 
 def compiled_pass(lean: LeanLlama):
     """The lean forward compiled whole (fullgraph), with this device's settings: one graph per shape, or one for
     every n ≥ 2 once the caller marks that dimension dynamic (torch_internals.mark_dynamic)."""
     torch_internals.allow_recompiles()
-    return torch.compile(lean, fullgraph=True, options=compile_settings(lean.embed.device)["options"])
+    return torch.compile(lean, fullgraph=True, options=compile_settings(lean.embed.device).options)
 
 
 def run_once(fn, ids: torch.Tensor, input_pos: torch.Tensor, *more) -> float:

@@ -97,36 +97,3 @@ def warm_up(lm) -> float:
     run_pass(lm, ids, cache, record=True)
     run_pass(lm, ids[:, :1], cache, record=True)
     return (now() - t0) * 1e3
-
-
-class StepClock:
-    """A generate() streamer that reads the clock after every token (after a device sync)."""
-
-    def __init__(self, device):
-        self.device = device
-        self.times: list[float] = []
-
-    def put(self, value):
-        self.times.append(now(self.device))
-
-    def end(self):
-        pass
-
-
-def generate(lm, prompt_ids: torch.Tensor, new_tokens: int, *, use_cache: bool = True, streamer=None,
-             **assist) -> list[int]:
-    """transformers' own greedy `generate` on the loaded model: what the benchmarks time the engine against.
-
-    It runs through the engine's registered attention (engine.forward.capture), so it is no check of that
-    attention: the tests compare tokens and logits with a separate copy of the model (tests/reference.py).
-
-    `assist` passes assisted-generation arguments through (assistant_model=..., prompt_lookup_num_tokens=...).
-    """
-    ids = prompt_ids.to(lm.device)
-    with lm.turn(), torch.inference_mode():
-        # eos_token_id=None: exactly new_tokens tokens, and EOS chosen like any other token (as the Stepper with
-        # stop_on_eos=False does); min_new_tokens would instead forbid EOS, a different rule
-        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                do_sample=False, use_cache=use_cache, streamer=streamer, eos_token_id=None,
-                                pad_token_id=lm.tokenizer.eos_token_id, **assist)
-    return out[0, ids.shape[1]:].tolist()

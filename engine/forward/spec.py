@@ -129,11 +129,6 @@ class ModelSpec:
         return self.vocab * self.d_model
 
     @property
-    def embedding_parameters(self) -> int:
-        """The input embedding and the LM head (one matrix when tied)."""
-        return self.lm_head_parameters * (1 if self.tied_embeddings else 2)
-
-    @property
     def lookup_parameters(self) -> int:
         """Tables a pass looks rows up in and never multiplies by: an untied input embedding (a tied one is also the
         LM head, a matmul read in full) and a learned position table."""

@@ -58,17 +58,6 @@ class BatchRun:
     def pad_counts(self) -> list[int]:
         return [int((row == 0).sum()) for row in self.attention_mask]
 
-    def attention(self, row: int, layer: int = 0, head: int = 0):
-        """One batch row's prefill attention [query_pos, key_pos], NaN where the mask forbids the pair (a later
-        key, or a padded one): masked, not zero, as the stage draws it. A padding query has every key masked."""
-        import numpy as np
-
-        w = self.prefill_attention[layer, row, head].numpy().astype(float)
-        q, k = np.arange(w.shape[0])[:, None], np.arange(w.shape[1])[None, :]
-        padded = (self.attention_mask[row] == 0).numpy()
-        w[(k > q) | padded[None, :] | padded[:, None]] = np.nan
-        return w
-
     def max_attention_on_padding(self) -> float:
         """Largest weight any real query row gives any padded key, over all layers and heads (should be 0)."""
         worst = 0.0

@@ -280,11 +280,6 @@ def prompt_ids(lm: LoadedModel, prompt: str) -> list[int]:
     return ids
 
 
-def encode_prompt(lm: LoadedModel, prompt: str) -> torch.Tensor:
-    """Token ids of the prompt as a tensor [batch=1, pos] (see prompt_ids)."""
-    return torch.tensor([prompt_ids(lm, prompt)], dtype=torch.long)
-
-
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     """The text each token stands for (a word, part of one, or a space), one string per id; a token that is only
     part of a character (a byte of an emoji, a CJK or Cyrillic letter) as its bytes, '⟨F0 9F⟩' (engine.load.pieces)."""

@@ -306,18 +306,15 @@ class Speculator(Sequence, Run):
         """Plain decoding makes one target pass per generated token; this run made `target_passes`."""
         return len(self.generated_ids) - self.target_passes
 
-    def totals(self) -> dict:
-        return {"proposed": self.proposed, "accepted": self.accepted, "acceptance_rate": self.acceptance_rate,
-                "target_passes": self.target_passes, "verify_passes": self.verify_passes,
-                "tokens_per_target_pass": self.tokens_per_target_pass,
-                "target_passes_saved": self.target_passes_saved, "tokens": len(self.generated_ids)}
-
     def report(self, attention: bool = False) -> dict:
+        """The whole run as plain JSON-ready data, its running totals among it (the JSON edge)."""
+        totals = ("proposed", "accepted", "acceptance_rate", "target_passes", "verify_passes",
+                  "tokens_per_target_pass", "target_passes_saved")
         return {"prompt": self.prompt, "target": self.lm.spec.name, "drafter": self.drafter.name, "k": self.k,
                 "sampling": self.sampling.__dict__, "max_new_tokens": self.max_new_tokens,
                 "stop_strings": list(self.stop_strings), "text": self.text, "generated_ids": self.generated_ids,
-                "stop_reason": self.stop_reason, **self.totals(),
-                "rounds": [r.to_dict(attention=attention) for r in self.records]}
+                "stop_reason": self.stop_reason, **{name: getattr(self, name) for name in totals},
+                "tokens": len(self.generated_ids), "rounds": [r.to_dict(attention=attention) for r in self.records]}
 
     def free(self) -> None:
         """Drop the caches and records (Reset, or a session ending)."""

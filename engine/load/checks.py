@@ -18,6 +18,7 @@ import torch
 
 from engine import device as dev
 from engine.errors import NotACausalLM, TooLarge, UnsafeWeights
+from engine.forward.spec import EXPERT_FIELDS
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 MEMORY_HEADROOM = 1.3  # weights x this must fit: activations, cache and the copy made while loading
@@ -31,7 +32,6 @@ MAX_LIST = 16_384  # entries in any list of a config
 MAX_CONFIG_BYTES = 2**20  # the largest published config.json is a few tens of KiB
 MAX_FILE_BYTES = 2**28  # a tokenizer or index file (the largest tokenizer.json is ~35 MB)
 WEIGHT_SHARE = 0.5  # the weights files must hold at least this share of the parameters the config describes
-EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli_args import check_json_path, load_from, model_args, write_json
-from engine.units import human_bytes
+from physics.units import human_bytes
+from topics.cli_args import check_json_path, load_from, model_args, write_json
 
 ALL = "all"
 
@@ -72,10 +72,10 @@ def main(args) -> int:
     for policy in policies:
         check_words(policy, None if policy == "full" else args.budget)
     lm = load_from(args)
-    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (engine/device.py)
-        from engine import device as dev
+    if lm.device.type == "cpu":  # time what the app serves with: one thread for a small model (physics/machine.py)
+        from physics import machine
 
-        dev.use_serving_threads(int(lm.spec.parameters))
+        machine.use_serving_threads(int(lm.spec.parameters))
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "longer than the maximum sequence length": the held-out text is cut after

@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, RECOMPUTED, layout, show_piece
 from drawing.svg import FONT, INK, SOFT, W, text
-from engine.units import human_bytes
+from physics.units import human_bytes
 from topics.budget.records import BF16_BYTES, SHORT_DTYPE
 
 EVICTED = "#eeeeee"  # a position the cache dropped: an empty slot, outlined

@@ -288,11 +288,11 @@ def record_sweep(lm, budgets=SWEEP_BUDGETS, context: int = CONTEXT, command: str
     """Every policy at every budget (`sweep`), as a recording that names its machine, date and command."""
     from datetime import datetime, timezone
 
-    from engine import device as dev
+    from physics import machine
 
     t0 = now()
     points = sweep(lm, budgets, context=context, on_point=on_point)
-    return RecordedSweep(sweep_name(lm), dev.describe(lm.device),
+    return RecordedSweep(sweep_name(lm), machine.describe(lm.device),
                          lm.dtype_name, context, datetime.now(timezone.utc).isoformat(timespec="seconds"),
                          round(now() - t0, 1), tuple(points), command)
 

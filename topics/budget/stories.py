@@ -159,9 +159,9 @@ def measure_stories(lm, policies=tuple(p for p in POLICIES if p != "full"), budg
         rows.append(PolicySpread("full", None, "bfloat16 vs float32", tuple(per_story), agreement, kl, None))
     from datetime import datetime, timezone
 
-    from engine import device as dev
+    from physics import machine
 
-    return StorySpread(model=lm.spec.name, device=dev.describe(lm.device), budget=budget, stories=stories,
+    return StorySpread(model=lm.spec.name, device=machine.describe(lm.device), budget=budget, stories=stories,
                        context=context, free_tokens=free_tokens, resamples=resamples, seed=seed, rows=tuple(rows),
                        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        wall_s=round(now() - t0, 1), command=command, bf16_bytes=BF16_BYTES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from engine.cli_args import check_json_path, load_from, model_args, positive, write_json
+from topics.cli_args import check_json_path, load_from, model_args, positive, write_json
 
 
 def add_parser(sub) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     import torch
 
-    from engine import device as dev
+    from physics import machine
     from physics.rungs import rung_model
     from topics.bytes import draw, measure
 
@@ -29,7 +29,7 @@ def main(args) -> int:
     lm = load_from(args)
     rlm = rung_model(lm, args.size, dtype=torch.float32)
     before = torch.get_num_threads()
-    torch.set_num_threads(dev.serving_threads(int(rlm.spec.parameters)))
+    torch.set_num_threads(machine.serving_threads(int(rlm.spec.parameters)))
     try:
         rec = measure.record(rlm, f"{args.size} rung", command="python -m engine " + " ".join(sys.argv[1:]),
                              rounds=args.rounds, contexts=tuple(args.contexts or measure.CONTEXTS),

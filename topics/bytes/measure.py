@@ -30,6 +30,7 @@ from engine.forward.estimates import step_flops
 from engine.forward.lean import compiled_pass, run_once
 from engine.paths import ASSETS
 from engine.timing import now
+from physics import machine
 from physics.roofline import RoundRates
 from topics.bytes import storage as st
 from topics.bytes.records import COMPUTE, Damage, Pass, Rates, Record, WindowDamage
@@ -106,7 +107,7 @@ def storages(rlm, storages_=st.STORAGES, tokens: int = TOKENS, rounds: int = ROU
     del probe
     passes = tuple(_with(p, got) for got, (p, _fn, _a) in zip(samples, ready))
     torch.compiler.reset()
-    dev.release_memory()
+    machine.release_memory()
     return tuple(got_rounds), passes, kv32, compile_s
 
 
@@ -190,7 +191,7 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
                                             on_point=on_point)
     hurt = damage(models, on_point=on_point)
     notes = (f"int8: {st.INT8_KERNEL}",)
-    return Record(device=dev.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
+    return Record(device=machine.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
                   wall_s=round(now() - started, 1), compile_s=round(compile_s, 1), rounds=got,

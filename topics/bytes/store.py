@@ -50,7 +50,7 @@ def start(lm, size: str = "110M") -> Job:
     def work():
         import torch
 
-        from engine import device as dev
+        from physics import machine
         from physics.rungs import rung_model
         from topics.bytes import measure
 
@@ -61,7 +61,7 @@ def start(lm, size: str = "110M") -> Job:
             with lm.lock:
                 rlm = rung_model(lm, size, dtype=torch.float32)
                 before = torch.get_num_threads()
-                torch.set_num_threads(dev.serving_threads(int(rlm.spec.parameters)))
+                torch.set_num_threads(machine.serving_threads(int(rlm.spec.parameters)))
                 try:
                     j.result = measure.record(rlm, f"{size} rung", command="the Scale page's button", on_point=say)
                 finally:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from engine.cli_args import check_json_path, load_from, model_args, positive, write_json
-from engine.units import human_bytes
+from physics.units import human_bytes
+from topics.cli_args import check_json_path, load_from, model_args, positive, write_json
 
 
 def add_parser(sub) -> None:

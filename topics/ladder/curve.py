@@ -51,9 +51,10 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
-from engine.forward.estimates import batched_decode, step_bytes, step_flops
+from engine.forward.estimates import step_bytes, step_flops
 from engine.forward.run import Timing
 from engine.timing import now
+from physics.batched import batched_decode
 from physics.roofline import DeviceRoof, RoundRates, verdict
 
 OUTLIER = 1.05  # a one-row pass slower than a pass over more rows of its kind by more than this: an outlier
@@ -234,7 +235,7 @@ class Curve:
     def batch_knee(self, roof: DeviceRoof) -> float | None:
         """The batch whose decode step's intensity meets the ridge, every sequence's K/V read counted:
         n · flops / (one + (n - 1) · more) = ridge. None where no batch reaches it (each sequence's K/V weighs as
-        much as its FLOPs: estimates.saturating_batch says the same) or the curve cannot tell."""
+        much as its FLOPs: batched.saturating_batch says the same) or the curve cannot tell."""
         b = self.batch_bytes()
         if b is None or b.flops <= roof.ridge * b.more:
             return None
@@ -490,6 +491,7 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     """
     from engine import device as dev
     from engine.forward.lean import LeanLlama, compile_settings, compiled_pass, run_once
+    from physics import machine
 
     started = now()
     device, spec = rlm.device, rlm.spec
@@ -575,12 +577,12 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
                                kernel=kernel_of(kind, n, device.type == "cpu")))
         if on_point:
             on_point(f"{label}: {kind} n = {n}: {timing.describe(short=True)}, ×{v.ratio:.2f} its larger bound")
-    path = compile_settings(device)["words"] if compile else "gpt-fast's Llama, eager"
+    path = compile_settings(device).words if compile else "gpt-fast's Llama, eager"
     if torch_internals.graph_skips() > skips:
         path += "; inductor declined CUDA graphs for some passes (TORCH_LOGS=perf_hints says why)"
     del lean, fns
     torch.compiler.reset()  # the rung's compiled graphs hold its weights
-    dev.release_memory()
+    machine.release_memory()
     return Curve(rung=label, parameters=int(spec.parameters), dtype=rlm.dtype_name,
                  context=context, path=path,
                  compile_ms=compile_ms,

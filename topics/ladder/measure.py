@@ -23,13 +23,13 @@ median and min-max of `repeats` runs):
     the recipe         CUDA, the largest rung: transformers' own generate(cache_implementation="static"),
                        auto-compiled, timed beside the lean decode in the same run
 
-On a GPU the rungs are published models' shapes (engine/load/shapes.py: SmolLM2-135M, TinyLlama-1.1B,
+On a GPU the rungs are published models' shapes (physics/shapes.py: SmolLM2-135M, TinyLlama-1.1B,
 Llama-3-8B), measured in the device's fast dtype (bf16) whatever dtype the bundled model was loaded in, at
 s = GPU_TOKENS (past a GPU's ridge in bf16, within the bundled model's 512 positions).
 
 Each pass is placed on this device's roofline, probed before and after the rungs under the same thread count
 (the best of the two: `best_roof`), and labelled by roofline.verdict. Every rung runs on the threads the app
-serves the largest rung with (engine.device.serving_threads: all cores but one, which the lecturer's browser on
+serves the largest rung with (physics.machine.serving_threads: all cores but one, which the lecturer's browser on
 the same machine needs; one on a 2-core VM), so a rung's step costs what the app's own pass of that size would.
 (Two threads on two shared cores let a matmul's median rate drift well below its best: docs/measurements.md has
 the figures.) The count is set only while the ladder holds
@@ -55,10 +55,10 @@ from typing import Callable
 
 import torch
 
-from engine import device as dev
 from engine.errors import StepError
 from engine.load.loaded import LoadedModel
 from engine.timing import now
+from physics import machine
 from physics.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
 from topics.ladder.record import Ladder, Measured, RungResult
 
@@ -78,10 +78,10 @@ RETIMES = 1  # ...at most this many more times (a ladder on a busy server takes 
 
 @contextmanager
 def serving_cores(parameters: float):
-    """torch's intra-op threads as the app serves a model of this many parameters (engine.device.serving_threads:
+    """torch's intra-op threads as the app serves a model of this many parameters (physics.machine.serving_threads:
     all cores but one for a large model, the browser's), restored afterwards (process-wide: hold the model's lock)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(dev.serving_threads(int(parameters)))
+    torch.set_num_threads(machine.serving_threads(int(parameters)))
     try:
         yield torch.get_num_threads()
     finally:
@@ -282,7 +282,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
     say(0.0, f"measuring this device's roofline (matmul FLOP/s and memory bandwidth, {PROBE_S * 2:.0f} s)…")
     with lm.turn(), serving_cores(largest) as threads:
         first = probe(lm.device, dtype, budget_s=PROBE_S)
-        described = dev.describe(lm.device)
+        described = machine.describe(lm.device)
     results = []
     for rung, w in zip(rungs, work):
         say(done, f"{rung.label}: building ({rung.weights})…")
@@ -304,13 +304,13 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
                 results.append(result)
             finally:
                 del rlm
-                dev.release_memory()  # the next rung, and every student, gets the memory back
+                machine.release_memory()  # the next rung, and every student, gets the memory back
         done += w * share
     say(done, "measuring the roofline again: the roof is the best of the two probes…")
     with lm.turn(), serving_cores(largest):
         # the best of the two probes, kept as this server's roof (every page quotes it: one ridge per device)
         roof = remember(best_roof(first, probe(lm.device, dtype, budget_s=PROBE_S)), lm.device, dtype)
-    dev.release_memory()  # the probe's buffers too (128 MiB on a CPU)
+    machine.release_memory()  # the probe's buffers too (128 MiB on a CPU)
     results = [r.on(roof) for r in results]
     say(1.0, "done")
     compile_s = sum(sum((r.compile_ms or {}).values()) for r in results) / 1e3

@@ -3,8 +3,8 @@
 import streamlit as st
 
 from engine import DecodeLabError
-from engine.units import human_bytes
 from physics import kvcalc, roofline
+from physics.units import human_bytes
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder import tables
 from topics.ladder.page_ladder import grow_the_model

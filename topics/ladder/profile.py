@@ -25,6 +25,7 @@ import torch
 from engine import device as dev
 from engine.forward.cache import roll_back
 from engine.timing import now
+from physics import machine
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def decode_breakdown(stepper, bandwidth: float, repeats: int = 5) -> Breakdown:
     wall = timed.timing.forward_ms
     matmul_ms = matmuls_alone(lm, ids.shape[1], repeats)
     bound_ms = step_bytes(lm.spec, ids.shape[1], past, lm.elem_bytes) / bandwidth * 1e3
-    return Breakdown(wall, matmul_ms, max(0.0, wall - matmul_ms), ops, bound_ms, repeats, dev.describe(lm.device),
+    return Breakdown(wall, matmul_ms, max(0.0, wall - matmul_ms), ops, bound_ms, repeats, machine.describe(lm.device),
                      bandwidth)
 
 

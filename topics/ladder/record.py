@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import pandas as pd
 
-from engine.units import human_bytes
 from physics.roofline import DeviceRoof, verdict
+from physics.units import human_bytes
 from topics.ladder.curve import Curve
 
 ELEM_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}  # a recorded ladder's dtype, in bytes per element
@@ -205,7 +205,7 @@ class Ladder:
 
     model: str  # the loaded model the rungs grow from
     family: str  # its architecture (every rung's)
-    device: str  # engine.device.describe, with the threads the ladder used
+    device: str  # physics.machine.describe, with the threads the ladder used
     dtype: str
     threads: int  # torch threads every pass and the probe ran with
     tokens: int  # s: the prefill's length, and the decode step's context

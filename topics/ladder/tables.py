@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.units import human_bytes
 from physics import roofline
 from physics.kvcalc import from_table
+from physics.units import human_bytes
 
 
 def prediction_frame(traces, spec, roof: roofline.DeviceRoof):

@@ -421,7 +421,7 @@ def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=
     the readable path would be launch-bound; on a CPU it runs the Stepper's readable path (`compare`). The report
     gains `at` (whose shape, which weights) and keeps `how` where the lean path ran.
     """
-    from engine import device as dev
+    from physics import machine
     from physics.rungs import RANDOM_WEIGHTS, rung_model, timing_dtype
 
     rlm = rung_model(lm, size, dtype=timing_dtype(lm))
@@ -435,4 +435,4 @@ def race_at(lm, size: str, prompt: str, new_tokens: int, sampling=None, on_step=
                        dtype=rlm.dtype_name)
     finally:
         del rlm
-        dev.release_memory()
+        machine.release_memory()

@@ -8,10 +8,10 @@ import streamlit as st
 from drawing import caveats
 from drawing.palette import show_piece
 from engine import DecodeLabError
-from engine.device import release_memory
 from engine.generate.compare import compare
 from engine.timing import now
 from physics import roofline
+from physics.machine import release_memory
 from topics.race import draw as race_draw
 from topics.race import measure as race
 from ui.charts import chart

@@ -22,7 +22,8 @@ from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
 from drawing.svg import FONT, INK, MONO, SOFT, W
 from drawing.svg import text as _t
 from engine.generate.serving.blocks import BlockState
-from engine.generate.serving.record import NOT_ARRIVED, ServingStep, sat_out, slot_use
+from engine.generate.serving.record import NOT_ARRIVED, ServingStep
+from topics.serving.slots import sat_out, slot_use
 
 HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
 
@@ -260,7 +261,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
                  slots: int | None = None) -> str:
     """One row per request, one column per engine step (up to `last`): what each request did in each pass. A request
     in the pool but not in a pass "sat out a step" (record.sat_out: the one definition every count of it reads).
-    `slots`: the run's batch slots, drawn under the requests (record.slot_use): who held each slot at each step, and
+    `slots`: the run's batch slots, drawn under the requests (slots.slot_use): who held each slot at each step, and
     the slots left idle while a request waited (hatched), the waste of a static batch."""
     last = max(len(steps) - 1, 0) if last is None else last
     n = last + 1
@@ -372,7 +373,7 @@ def memory_frame(mem):
     what it held that held no token, averaged over the run's steps (topics.serving.record.Memory)."""
     import pandas as pd
 
-    from engine.units import human_bytes
+    from physics.units import human_bytes
 
     names = {"paged": "paged blocks (this run)", "reserve_max_length": "reserve the max length per request",
              "static_padding": "one static padded batch"}
@@ -410,7 +411,7 @@ def sharing_sentence(mem) -> str:
 
 def chunking_frame(result):
     """The chunked-prefill comparison, one row per way, read off the same two runs whose timelines are drawn: the
-    steps a request in the pool sat out are the timeline's dashed cells (engine.generate.serving.record.sat_out)."""
+    steps a request in the pool sat out are the timeline's dashed cells (topics.serving.slots.sat_out)."""
     import pandas as pd
 
     def row(way: str) -> dict:
@@ -765,7 +766,7 @@ def batch_roofline_sentence(br) -> str:
 
 
 def order_figure(o, scale: float = 1.0):
-    """static/continuous engine steps over random orders of the same requests (engine.generate.serving.orders
+    """static/continuous engine steps over random orders of the same requests (topics.serving.orders
     .OrderSpread): a histogram of the random orders, the median and p10/p90 dashed, the shipped order a solid line."""
     import plotly.graph_objects as go
 

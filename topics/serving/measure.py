@@ -13,13 +13,13 @@
     step time    one decode pass shared by B sequences, B = 1, 2, 4, ...: matrix-vector work becomes
                  matrix-matrix, and the pass stays nearly flat while it is bound by overheads or by reading
                  the weights; each pass placed on the roofline (`batch_roofline`): its intensity from
-                 estimates.batched_decode (B tokens share one read of the weights), its FLOP/s from the
+                 batched.batched_decode (B tokens share one read of the weights), its FLOP/s from the
                  measured time, beside a GPU's prediction for the same model and for a published 8B one.
                  A bigger batch does more work: timed faster than a smaller one (their passes not even
                  overlapping), both are timed again; if it still is, the sweep says the server was busy
     a queue      more requests than batch slots, of mixed lengths, arriving over time, served with continuous
                  and with static batching (`batching_comparison`), alternated rounds after a warm-up; and the same
-                 requests in 200 random orders, their engine steps counted both ways (engine/generate/serving/orders.py)
+                 requests in 200 random orders, their engine steps counted both ways (topics/serving/orders.py)
     in pairs     every request at once, one length: continuous and static batching back to back, round after round
                  (`paired`): the same passes either way, so the ratio of each pair says what paging costs
 
@@ -33,17 +33,14 @@ import statistics
 import time
 
 from engine import device as dev
-from engine.forward.estimates import batched_decode
 from engine.generate.batch import run_batch
-from engine.generate.serving.orders import OrderSpread, order_spread
-from engine.generate.serving.record import sat_out, slot_use
-from engine.generate.serving.reference import generate_batch, reference_model
 from engine.generate.serving.requests import RequestSpec
 from engine.generate.serving.run import DEFAULTS, ServingRun
-from engine.generate.serving.scenarios import SCENARIOS
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 from engine.timing import now
+from physics.batched import batched_decode
+from topics.serving.orders import OrderSpread, order_spread
 from topics.serving.record import (
     BatchingComparison,
     BatchingWay,
@@ -62,6 +59,9 @@ from topics.serving.record import (
     Stall,
     Throughput,
 )
+from topics.serving.reference import generate_batch, reference_model
+from topics.serving.scenarios import SCENARIOS
+from topics.serving.slots import sat_out, slot_use
 
 PROMPTS = ["Once upon a time", "Tom had a red ball. He", "The sun was hot and the dog",
            "Lily and Max went to the park to play with", "One day, a little girl named Amy found a baby bird.",
@@ -336,10 +336,10 @@ REAL_MODEL = "Llama-3-8B"  # a published shape whose batched decode reaches an H
 def batch_roofline(sweep: BatchSweep, lm: LoadedModel, here, gpu) -> BatchRoofline:
     """The measured passes of `step_time_vs_batch` on this device's roofline, and a GPU's PREDICTION beside them
     (roofline.batch_roofline, in its own dtype: nothing ran there), for the same model and for REAL_MODEL; with the
-    batch at which each reaches its ridge (estimates.saturating_batch; None: no batch does, each request's K/V
+    batch at which each reaches its ridge (batched.saturating_batch; None: no batch does, each request's K/V
     reads growing as fast as its FLOPs)."""
-    from engine.forward.estimates import saturating_batch
     from physics import kvcalc, roofline
+    from physics.batched import saturating_batch
     from physics.rungs import model_name
 
     spec, elem_bytes, rows = lm.spec, lm.elem_bytes, sweep.rows
@@ -384,7 +384,7 @@ def order_note(o: OrderSpread, given: str = "the shipped order") -> str:
 
 
 def log_orders(o: OrderSpread, log=print, given: str = "the shipped order") -> None:
-    """The same requests in random orders (engine/generate/serving/orders.py): static/continuous engine steps."""
+    """The same requests in random orders (topics/serving/orders.py): static/continuous engine steps."""
     log(f"  the same requests in {o.orders} random orders (seed {o.seed}; the real scheduler's engine steps, no "
         f"pass run): static / continuous steps median x{o.median:.2f} (target >= {TARGET_QUEUE}), p10 x{o.p10:.2f}, "
         f"p90 x{o.p90:.2f}")
@@ -438,7 +438,7 @@ def run_all(lm: LoadedModel, rounds: int = 3, log=print) -> ServingBench:
 
 def decode_stall(run: ServingRun, long_id: str) -> Stall:
     """What the requests in the pool lived through while `long_id` (the longest prompt) was served: the steps each
-    sat out (engine.generate.serving.record.sat_out, the very cells the timeline draws dashed), what each such
+    sat out (topics.serving.slots.sat_out, the very cells the timeline draws dashed), what each such
     step's pass held instead, the longest measured wait between two consecutive tokens of another request while the
     long prompt was prefilled (from its arrival to its first token), and the long request's own time to first token.
     Read off the recorded run's steps: the same records its timeline is drawn from."""

@@ -7,15 +7,14 @@ step can be put back on screen (◀ ▶, the scrubber); ▶ at the newest step c
 
 import streamlit as st
 
-from engine.device import release_memory
 from engine.errors import StepError
 from engine.generate.serving import DEFAULTS
-from engine.generate.serving.orders import order_spread
 from engine.generate.serving.run import BATCHING, PREEMPTION
-from engine.generate.serving.scenarios import SCENARIOS
 from physics import roofline
+from physics.machine import release_memory
 from topics.serving import draw as draw
 from topics.serving import measure as measure
+from topics.serving.orders import order_spread
 from topics.serving.page_parts import (
     MAX_PAGE_REQUESTS,
     batching_result,
@@ -25,20 +24,21 @@ from topics.serving.page_parts import (
     requests_editor,
     summary,
 )
+from topics.serving.scenarios import SCENARIOS
 from ui.charts import chart
 from ui.controller import Controller
 from ui.links import write_link
 from ui.model import device_roof
 from ui.setup import class_label, page_setup
 from ui.style import keys_back, picked, scale
-from ui.text import error, plain
+from ui.text import error, plain, warning
 
 POLICY_NAMES = {"newest": "newest goes", "most_blocks": "most blocks go"}  # who is preempted: short, for the bar
 
 
 @st.cache_resource(max_entries=8, show_spinner="Scheduling the same requests in 200 random orders, both ways…")
 def queue_orders(_lm, model: str, requests: tuple, sizing: tuple):
-    """The queue's requests in random orders, each scheduled both ways (engine/generate/serving/orders.py): a few
+    """The queue's requests in random orders, each scheduled both ways (topics/serving/orders.py): a few
     seconds once per model, requests and sizing, shared by every session."""
     return order_spread(_lm, list(requests), dict(sizing))
 
@@ -75,6 +75,15 @@ def exactness(run) -> str:
 def show() -> None:
     """The Serving page, drawn (pages/serving.py is its door)."""
     settings, lm = page_setup("serving", need_model=True)
+    wanted = st.session_state.pop("serve_wanted", None)  # a link's scenario and engine steps, checked here
+    if wanted is not None:
+        name, steps, at = wanted
+        if name not in SCENARIOS:
+            warning(f"link parameter scenario={name[:40]!r} ignored: no such serving scenario")
+        else:
+            st.session_state["serve_scenario"] = SCENARIOS[name]["title"]
+            if steps is not None:
+                st.session_state["serve_replay"] = (steps, at)
     OWN = "Your own requests"
     CHOICES = [sc["title"] for sc in SCENARIOS.values()] + [OWN]
     BY_TITLE = {sc["title"]: name for name, sc in SCENARIOS.items()}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from engine.generate.serving.orders import OrderSpread
+from topics.serving.orders import OrderSpread
 
 WAYS = ("continuous", "one_at_a_time", "static_batch", "generate_batch")  # Throughput's ways, in the JSON's order
 
@@ -186,7 +186,7 @@ class BatchRoofline:
 
 @dataclass(frozen=True)
 class Stall:
-    """The requests in the pool that sat out a pass (engine.generate.serving.record.sat_out: the timeline's dashed
+    """The requests in the pool that sat out a pass (topics.serving.slots.sat_out: the timeline's dashed
     cells), and the long prompt's own wait."""
 
     sat_out: dict[str, tuple[int, ...]]  # request -> the steps it sat out
@@ -256,7 +256,7 @@ class BatchingWay:
     engine_steps: int
     passes: int  # steps that ran a forward pass
     tokens: int
-    idle_slot_steps: int  # slot-steps idle or computing padding while a request waited (record.slot_use)
+    idle_slot_steps: int  # slot-steps idle or computing padding while a request waited (slots.slot_use)
     steps: tuple = field(default=(), repr=False)  # the last round's ServingStep records, where recorded (the timeline)
 
     def to_dict(self) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.cli_args import check_json_path, load_from, model_args, new_tokens_arg, write_json
+from topics.cli_args import check_json_path, load_from, model_args, new_tokens_arg, write_json
 
 
 def add_parser(sub) -> None:

@@ -6,8 +6,8 @@ lesson 9 share is topics/speculative/page_parts.py.
 
 import streamlit as st
 
-from engine.device import release_memory
 from engine.generate.speculative import Speculator
+from physics.machine import release_memory
 from topics.speculative.page_parts import (
     DRAFTERS,
     comparison,

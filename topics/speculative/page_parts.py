@@ -82,17 +82,16 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
 
 
 def totals(run: Speculator) -> None:
-    t = run.totals()
     top, bottom = st.columns(2), st.columns(2)  # two by two: the labels stay whole in a narrow column
-    top[0].metric("acceptance rate", "—" if t["acceptance_rate"] is None else f"{t['acceptance_rate']:.0%}",
+    top[0].metric("acceptance rate", "—" if run.acceptance_rate is None else f"{run.acceptance_rate:.0%}",
                   help="proposals kept / proposals made")
-    top[1].metric("tokens per verify pass", "—" if t["tokens_per_target_pass"] is None
-                  else f"{t['tokens_per_target_pass']:.2f}",
+    top[1].metric("tokens per verify pass", "—" if run.tokens_per_target_pass is None
+                  else f"{run.tokens_per_target_pass:.2f}",
                   help="tokens the verify passes added, over the verify passes; plain decoding's decode steps make 1")
-    bottom[0].metric("verify passes", f"{t['verify_passes']}",
-                     help=f"the target's passes after the prefill; with the prefill, {t['target_passes']}")
-    bottom[1].metric("passes saved", f"{t['target_passes_saved']}", help="against one target pass per token")
-    st.caption(f"Both figures above count the verify passes: the prefill is one more target pass ({t['target_passes']} "
+    bottom[0].metric("verify passes", f"{run.verify_passes}",
+                     help=f"the target's passes after the prefill; with the prefill, {run.target_passes}")
+    bottom[1].metric("passes saved", f"{run.target_passes_saved}", help="against one target pass per token")
+    st.caption(f"Both figures above count the verify passes: the prefill is one more target pass ({run.target_passes} "
                "in all) and chose the first token, so it is in neither.")
 
 

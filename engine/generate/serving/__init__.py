@@ -9,9 +9,6 @@
                   postprocess after the pass
     run.py        ServingRun.step(): schedule -> one paged pass -> postprocess, then the record
     record.py     the frozen record of one step (what the Serving page draws)
-    scenarios.py  the page's scenarios in one click
-    orders.py     the same requests in many random orders, their engine steps counted both ways by the scheduler
-    reference.py  transformers' own continuous batching (generate_batch), to check tokens and time against
 """
 
 from engine.generate.serving.requests import RequestSpec  # noqa: F401

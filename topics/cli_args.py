@@ -1,6 +1,7 @@
 """What every command of `python -m engine` shares: the model and sampling options, and the --json file.
 
 A bad --json path is refused before the run starts (`check_json_path`), so a long run is never lost at the end.
+It sits beside the topics because each topic's cli.py uses it; benchmarks/ and commands/, above, use it too.
 """
 
 from __future__ import annotations
