@@ -42,8 +42,8 @@ MAX_BATCH_TOKENS = 65_536
 MAX_POOL_BYTES = 2 * 2**30
 # What we chose, and why (the same sizing for transformers' generate_batch when it is the reference): 16-position
 # pages, 128 blocks (2,048 positions: 8 requests of ~250 tokens), 256 tokens per pass (a whole short prompt, or a
-# chunk of a long one, beside every decode). With transformers' defaults its pool and budget are sized for a GPU,
-# and on an Intel Xeon 2-core VM (2026-11-23) it ran 8 requests x64 tokens x3 slower than eight generate calls.
+# chunk of a long one, beside every decode). transformers' own defaults size its pool and budget for a GPU, far
+# more than these small models on a CPU need.
 DEFAULTS = {"page_size": 16, "num_blocks": 128, "max_batch_tokens": 256}
 PREEMPTION = tuple(p.value for p in Preemption)  # the policies a run may name: "newest" (vLLM's), "most_blocks"
 BATCHING = tuple(b.value for b in Batching)  # how a freed batch slot is refilled: "continuous", "static"
