@@ -419,6 +419,9 @@ def _key(items: list, x0: float, y: float, width: float) -> tuple[str, float]:
 # ---------------------------------------------------------------- tables and the batch chart
 
 
+NOT_YET = ("first token (step)", "TTFT (steps)", "TTFT ms", "TPOT ms")  # latency_frame's columns that may say "–"
+
+
 def latency_frame(run):
     """Per request: arrival, first token, TTFT and TPOT (steps and measured ms), tokens, preemptions, prefix hits."""
     import pandas as pd
@@ -433,7 +436,7 @@ def latency_frame(run):
                      "TPOT ms": None if lat.tpot_ms is None else round(lat.tpot_ms, 2),
                      "new tokens": len(r.generated_ids), "preempted": r.preemptions,
                      "prefix hits": r.prefix_hit_tokens, "status": r.status})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, dtype=object).fillna("–")  # a number not there yet said as "–", never "None"
 
 
 def memory_frame(mem):
