@@ -488,7 +488,7 @@ def draws_the_measured_batch_passes():
     at.button(key="serve_batch").click().run()
     assert not at.exception, [e.value for e in at.exception]
     charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
-    assert any("Batch size on the roofline: here, and H100 (bf16) predicted" in c for c in charts)
+    assert any("Batch size on the roofline (H100 in bf16)" in c for c in charts)
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
     rows = at.session_state["serve_measured"][1].rows
     assert f"at B = {rows[-1].batch}" in said.replace("\\", "")

@@ -618,7 +618,7 @@ def batching_sentence(q) -> str:
     return said + f" Same tokens either way: {'yes' if q.same_tokens else 'no'}."
 
 
-WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
+WAYS = {"continuous": "continuous<br>batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
         "one_at_a_time": "one request<br>at a time", "generate_batch": "transformers<br>generate_batch"}
 WORKLOADS = (("same length, all at once", "#9e9e9e"), ("mixed lengths", "#37474f"))  # neutral: not a phase colour
 
@@ -760,7 +760,7 @@ def batch_roofline_figure(br, scale: float = 1.0):
 
     import plotly.graph_objects as go
 
-    from drawing.palette import ESTIMATE, layout
+    from drawing.palette import ESTIMATE, layout, legend_under_title
 
     here, gpu, rows = br.here, br.gpu, br.measured
     gpu_name = gpu.name.split(" (")[0]
@@ -794,16 +794,18 @@ def batch_roofline_figure(br, scale: float = 1.0):
             text=every_other(points), textposition="top left", textfont=dict(size=11 * scale, color=marker["color"]),
             customdata=[p.batch for p in points],
             hovertemplate="B = %{customdata}: %{x:.1f} FLOP/byte, %{y:.3s}FLOP/s<extra>" + name + "</extra>"))
-    for ridge, colour, words, anchor in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", "right"),
-                                         (gpu.ridge, ESTIMATE, f"{gpu_name} ridge {gpu.ridge:.0f}", "right")):
+    for ridge, colour, words, up in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", 0),
+                                     (gpu.ridge, ESTIMATE, f"{short} ridge {gpu.ridge:.0f}", 16 * scale)):
         fig.add_vline(x=ridge, line_dash="dot", line_color=colour)
-        fig.add_annotation(x=math.log10(ridge), y=0.0, yref="paper", xanchor=anchor, yanchor="bottom",
+        fig.add_annotation(x=math.log10(ridge), y=0.0, yref="paper", xanchor="right", yanchor="bottom", yshift=up,
                            showarrow=False, text=words, font=dict(size=11 * scale, color=colour))
+        # a line each: side by side, the two ridges' words crossed on a narrow plot (half a projector, a phone)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="FLOP/s (measured here; predicted there)")
-    fig = layout(fig, f"Batch size on the roofline: here, and {short} ({gpu.dtype}) predicted", height=380, scale=scale)
+    fig = layout(fig, f"Batch size on the roofline ({short} in {gpu.dtype})", height=380, scale=scale)  # whole on
+    # a phone: a longer title ran past its right edge
     fig.update_layout(legend=dict(font=dict(size=11 * scale)), margin=dict(t=int(112 * scale)))  # two legend rows
-    return fig
+    return legend_under_title(fig, scale)
 
 
 def batch_roofline_sentence(br) -> str:
