@@ -49,6 +49,15 @@ def layout(fig: go.Figure, title: str, height: int = 380, scale: float = 1.0) ->
     return fig
 
 
+def legend_under_title(fig: go.Figure, scale: float = 1.0) -> go.Figure:
+    """A legend of several entries hung from under the title, so that where a narrow screen (a phone) wraps it
+    into more rows it grows down, pushing the plot down, instead of up over the title (placed by `layout`, whose
+    legend stands on the plot). On a wide screen, in one row, it stays where `layout` put it."""
+    height = fig.layout.height
+    fig.update_layout(legend=dict(yref="container", yanchor="top", y=1 - (0.02 * height + 28 * scale) / height))
+    return fig
+
+
 def step_axis(fig: go.Figure, steps: list[int], title: str = "step (0 = prefill)", **kw) -> None:
     """Whole-number ticks only: a step is never 2.5."""
     n = max(steps) if steps else 1

@@ -46,33 +46,35 @@ BOLD = 1.1  # a bold glyph's advance over a regular one
 MAX_STRIP_ROWS = 3
 
 
-def text_width(text: str, size: float, bold: bool = False) -> float:
-    """Width in units of `text` in the proportional font at `size` (before TEXT, as svg.text takes it)."""
-    return len(text) * PROP_EM * size * TEXT * (BOLD if bold else 1.0)
+def text_width(text: str, size: float, bold: bool = False, mono: bool = False) -> float:
+    """Width in units of `text` in the proportional font (or MONO) at `size` (before TEXT, as svg.text takes it)."""
+    return mono_width(text, size) if mono else len(text) * PROP_EM * size * TEXT * (BOLD if bold else 1.0)
 
 
-def wrap(text: str, size: float, width: float, bold: bool = False) -> list[str]:
+def wrap(text: str, size: float, width: float, bold: bool = False, mono: bool = False) -> list[str]:
     """Words in lines no wider than `width` at `size` (a word longer than the line keeps a line of its own)."""
     lines: list[str] = []
     for word in text.split(" "):
-        if lines and text_width(lines[-1] + " " + word, size, bold) <= width:
+        if lines and text_width(lines[-1] + " " + word, size, bold, mono) <= width:
             lines[-1] += " " + word
         else:
             lines.append(word)
     return lines or [""]
 
 
-def title_lines(text: str, size: float, width: float) -> list[str]:
-    """A title in lines, broken between its " · " parts where it can (never "step / 30"), else between words."""
+def title_lines(text: str, size: float, width: float, bold: bool = True, mono: bool = False,
+                sep: str = " · ") -> list[str]:
+    """A title in lines, broken between its " · " parts (or `sep`'s) where it can (never "step / 30"), else between
+    words."""
     lines: list[str] = []
-    for part in text.split(" · "):
-        if lines and text_width(lines[-1] + " · " + part, size, True) <= width:
-            lines[-1] += " · " + part
+    for part in text.split(sep):
+        if lines and text_width(lines[-1] + sep + part, size, bold, mono) <= width:
+            lines[-1] += sep + part
         elif lines:
-            lines[-1] += " ·"
-            lines.extend(wrap(part, size, width, True))
+            lines[-1] += sep.rstrip()
+            lines.extend(wrap(part, size, width, bold, mono))
         else:
-            lines.extend(wrap(part, size, width, True))
+            lines.extend(wrap(part, size, width, bold, mono))
     return lines
 
 

@@ -304,7 +304,7 @@ def test_the_picture_draws_both_kinds_both_bounds_and_each_kinds_knees():
     assert list(slope.y) == pytest.approx([2 * 100e6 * n / 1e11 * 1e3 for n in ROWS])
     lines = sorted(shape.x0 for shape in fig.layout.shapes)
     assert lines == pytest.approx(sorted([c.predicted_knee("prefill", ROOF), c.batch_knee(ROOF)]))
-    texts = [a.text for a in fig.layout.annotations]
+    texts = [a.text.replace("<br>", " ") for a in fig.layout.annotations]  # as read, its line breaks aside
     assert f"predicted knee (prefill) ≈ {c.predicted_knee('prefill', ROOF):.1f} rows" in texts
     assert f"predicted knee (batch, K/V counted) ≈ {c.batch_knee(ROOF):.0f} rows" in texts
     assert f"measured knee ≈ {c.knee('prefill', ROOF).measured:.1f}" in texts

@@ -501,7 +501,7 @@ def draws_the_measured_batch_passes():
     at.button(key="serve_batch").click().run()
     assert not at.exception, [e.value for e in at.exception]
     charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
-    assert any("Batch size on the roofline: here, and H100 (bf16) predicted" in c for c in charts)
+    assert any("Batch size on the roofline (H100 in bf16)" in c for c in charts)
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
     rows = at.session_state["serve_measured"][1].rows
     assert f"at B = {rows[-1].batch}" in said.replace("\\", "")
@@ -591,3 +591,51 @@ def test_the_queue_comparison_says_its_table_and_flags_rounds_that_spread(c_ms, 
     assert ("server was busy" in said) == busy
     if busy:
         assert "continuous batching's rounds ranged 800–1,600 ms" in said
+
+
+def test_a_phones_serving_pictures_draw_the_same_record_reflowed_whole_with_no_text_under_11_px(family_model):
+    """The pool, the pass and the timeline drawn for a phone (draw.PHONE wide) hold every block, part, cell and slot
+    the wide ones hold; their text is 11 px or more on a 390 px phone's 370 px column, and no line runs past the
+    picture's right edge (they wrap). A long run's timeline goes on in bands of columns CELL wide or more."""
+    from collections import Counter
+    from html import unescape
+
+    from drawing.stage_phone import text_width
+    from drawing.svg import TEXT
+    from engine.generate.serving import RequestSpec, ServingRun
+    from topics.serving.draw import CELL, PHONE, pass_svg, pool_svg, timeline_svg
+
+    lm = family_model("llama")
+    specs = [RequestSpec(p, n, a) for p, n, a in zip(["Once upon a time", "The dog", "One day", "The bird sang", "Tom",
+                                                      "A big fish"], [30, 2, 12, 5, 2, 24], [0, 0, 1, 2, 3, 4])]
+    run = ServingRun(lm, specs, page_size=4, num_blocks=32, max_seqs=2, batching="static", stop_on_eos=False)
+    run.run()
+    ids, last = [r.id for r in run.requests], len(run.records) - 1
+    assert last * CELL > PHONE  # long enough for more than one band
+
+    def roles(svg: str) -> Counter:
+        return Counter(re.findall(r'data-role="([\w-]+)"', svg))
+
+    def past_the_edge(svg: str) -> list[str]:
+        out = []
+        for attrs, said in re.findall(r"<text ([^>]*)>([^<]*)</text>", svg):
+            a, said = dict(re.findall(r'([\w-]+)="([^"]*)"', attrs)), unescape(said)
+            width = text_width(said, float(a["font-size"]) / TEXT, a["font-weight"] == "bold", "monospace" in a["font-family"])
+            left = float(a["x"]) - {"start": 0, "middle": width / 2, "end": width}[a["text-anchor"]]
+            if left < 0 or left + width > PHONE + 1:
+                out.append(said)
+        return out
+
+    for at in (3, last):
+        step = run.records[at]
+        for draw, args in ((pool_svg, (step, 32, 4)), (pass_svg, (step, lm.spec.d_model)),
+                           (timeline_svg, (run.records, ids, at, None, 2))):
+            wide, phone = draw(*args), draw(*args, width=PHONE)
+            assert roles(phone) == roles(wide), (draw.__name__, at)
+            assert f'viewBox="0 0 {PHONE} ' in phone
+            assert min(float(f) for f in re.findall(r'font-size="([\d.]+)"', phone)) * 370 / PHONE >= 11
+            assert not past_the_edge(phone), (draw.__name__, at, past_the_edge(phone))
+    bands = timeline_svg(run.records, ids, last, slots=2, width=PHONE)
+    assert bands.count(" >0</text>") == 1  # one band starts at step 0...
+    assert f'data-step="{last}"' in bands and bands.count('data-role="current-step"') == 1  # ...the last, the run's end
+    assert bands.count(">slot 0</text>") >= 2  # the slots drawn under each band's requests

@@ -42,8 +42,8 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
       radial-gradient(farthest-side at 0% 50%, rgba(0,0,0,.22), rgba(0,0,0,0)) left / 12px 100% no-repeat scroll;
   }
   .dl-stage-head { display: block !important; font-weight: 700; font-size: 0.95rem; }  /* its first line, whole */
-  .dl-stage.dl-stage-fits { direction: ltr; background: none; overflow-x: visible; }  /* a stage with a phone layout
-                                               (drawing/stage_phone.py) shows it whole: title, layers, newest column */
+  .dl-stage.dl-stage-fits { direction: ltr; background: none; overflow-x: visible; }  /* a picture with a phone
+            layout (drawing/stage_phone.py, a serving picture's) shows it whole: title, layers, newest column */
   .dl-stage.dl-stage-fits img { min-width: 0; }
   .dl-stage.dl-stage-fits img.dl-stage-wide { display: none; }
   .dl-stage.dl-stage-fits img.dl-stage-phone { display: block; }
@@ -52,11 +52,6 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
                                                   subscripts still 11 px */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
   .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage */
-  .dl-serve .dl-stage img { min-width: var(--dl-phone-width, 0); }  /* a serving picture keeps its smallest text
-                                      at 11 px (topics/serving/draw.py readable_width) and scrolls sideways... */
-  .dl-serve .dl-stage { direction: ltr; }     /* ...from its left edge: a pool, a pass, a comparison's timeline... */
-  .st-key-serve_timeline .dl-serve .dl-stage { direction: rtl; }  /* ...the run's timeline from its newest step */
-  .st-key-serve_timeline .dl-serve .dl-stage img { direction: ltr; }
   .dl-text { display: none; }                  /* the stage's token strip already shows the text */
   [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
   button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title
 from topics.bytes.records import COMPUTE, FASTER, Record
 
 PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
@@ -235,7 +235,7 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
                                  marker=dict(color=colour, size=10, symbol=symbol)))
     fig.update_yaxes(type="log", title="ms per pass (log)")
     fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)")
-    return layout(fig, "Time per pass against the weights' bytes, per storage", scale=scale)
+    return legend_under_title(layout(fig, "Time per pass against the weights' bytes", scale=scale), scale)
 
 
 def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
@@ -265,7 +265,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
                                                                                           symbol="star")))
     fig.update_xaxes(title="context (positions in the K/V cache, fp32)")
     fig.update_yaxes(title="ms per decode step", rangemode="tozero")
-    return layout(fig, "The context's bytes: one decode step against context", scale=scale)
+    return legend_under_title(layout(fig, "The context's bytes: one decode step's time", scale=scale), scale)
 
 
 # ---------------------------------------------------------------- the terminal

@@ -87,13 +87,16 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
         predicted = curve.predicted_knee(kind, roof)
         if predicted and not (kind == "batch" and negligible) and xs[0] <= predicted <= xs[-1] * 1.4:
             words = "predicted knee" + (" (both kinds: K/V bytes negligible)" if negligible else
-                                        " (prefill)" if kind == "prefill" else " (batch, K/V counted)")
+                                        " (prefill)" if kind == "prefill" else " (batch,<br>K/V counted)")
             fig.add_vline(x=predicted, line=dict(color=GREY if kind == "prefill" else COLOURS[kind], width=2,
                                                  dash="dot"))
-            # each kind's words end at its own line, the batch's a row lower: two knees close on a log axis (the
-            # H200's ~190 and ~424) never write over each other, nor past the plot's right edge
-            fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.9, yref="paper",
-                               yanchor="bottom", showarrow=False, text=f"{words} ≈ {_n(predicted)} rows",
+            # each kind's words end at its own line, the batch's under the plot's top, in two short lines: two
+            # knees close on a log axis (the H200's ~190 and ~424) never write over each other, nor past the plot's
+            # right edge, nor (on a phone's narrow plot) over the axis's ticks at its left
+            fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.97, yref="paper",
+                               yanchor="bottom" if kind == "prefill" else "top", showarrow=False,
+                               text=f"{words} ≈ {_n(predicted)} rows", align="right",
+                               bgcolor="rgba(255,255,255,0.85)",  # over the other knee's line, read whole
                                xanchor="center" if negligible else "right", font=dict(size=12 * scale))
         if k is None or k.measured is None or flag:
             continue

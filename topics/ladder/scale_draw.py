@@ -7,7 +7,7 @@ import math
 
 import plotly.graph_objects as go
 
-from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout
+from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout, legend_under_title
 from engine.forward.spec import ModelSpec
 from physics import roofline
 from physics.roofline import DeviceRoof
@@ -23,7 +23,7 @@ def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_b
                                  name=f"{a.name} ({label})", mode="lines", line=dict(width=3)))
     fig.update_xaxes(title="context length (tokens)")
     fig.update_yaxes(title=f"KV cache GiB (batch {batch}, estimate)", rangemode="tozero")
-    return layout(fig, "KV-cache size against context length", height=420, scale=scale)
+    return legend_under_title(layout(fig, "KV-cache size against context length", height=420, scale=scale), scale)
 
 
 def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicted: bool = False) -> go.Figure:
@@ -36,20 +36,22 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
     datasheet's), drawn as an estimate (purple, dashed), its points open, named 'predicted'."""
     xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
     two = roof.cache_roof
+
+    def gb_s(bandwidth: float) -> str:
+        return f"{bandwidth / 1e9:,.0f} GB/s"
+
     line = dict(color=ESTIMATE, width=3, dash="dash") if predicted else dict(color="#333", width=3)
-    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs], showlegend=False,
-                               name="roofline (DRAM)", line=line))
-    roofs = [(roof.dram_bandwidth, "from DRAM" if two else "memory", "left", "top")]  # below-right of its line
-    if two:
+    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs], showlegend=two,
+                               name=f"from DRAM: {gb_s(roof.dram_bandwidth)}" if two else "roofline (DRAM)", line=line))
+    if two:  # two roofs named in the legend, under the title: on their lines, the cache's name (left of the DRAM
+        # one's) ran off a narrow plot's left edge (a phone's, half a projector's)
         fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.cache_bandwidth) for x in xs],
-                                 showlegend=False, name="the cache's roof",
+                                 name=f"the cache's roof: {gb_s(roof.cache_bandwidth)}",
                                  line=dict(color="#333", width=2, dash="dash")))
-        roofs.append((roof.cache_bandwidth, "the cache's roof", "right", "bottom"))  # above-left of its line
-    for bandwidth, where, xanchor, yanchor in roofs:  # each memory roof named on itself (a legend of five rows
-        # covered a phone's title); on the slope, left of where it meets the compute roof
-        x = roof.peak_flops / bandwidth / 6
-        fig.add_annotation(x=math.log10(x), y=math.log10(x * bandwidth), xanchor=xanchor, yanchor=yanchor,
-                           showarrow=False, text=f"{where}: {bandwidth / 1e9:,.0f} GB/s",
+    else:  # one memory roof, named on itself: below-right of its line, left of where it meets the compute roof
+        x = roof.peak_flops / roof.dram_bandwidth / 6
+        fig.add_annotation(x=math.log10(x), y=math.log10(x * roof.dram_bandwidth), xanchor="left", yanchor="top",
+                           showarrow=False, text=f"memory: {gb_s(roof.dram_bandwidth)}",
                            font=dict(size=12 * scale, color="#333"), bgcolor="rgba(255,255,255,0.8)")
     colours = {"prefill": PREFILL, "decode (cache)": DECODE, "decode (no cache)": RECOMPUTED}
     for kind, colour in colours.items():
@@ -73,10 +75,11 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
     if predicted:
         fig.update_xaxes(type="log", dtick=1, title=f"FLOP per byte moved in {roof.dtype} (estimate)")
         fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="predicted FLOP/s (nothing ran there)")
-        return layout(fig, f"Predicted: {roof.name.split(' (')[0]}, {roof.dtype}", height=460, scale=scale)
+        return legend_under_title(layout(fig, f"Predicted: {roof.name.split(' (')[0]}, {roof.dtype}", height=460,
+                                         scale=scale), scale)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="achieved FLOP/s (estimate ÷ measured)")
-    return layout(fig, f"Roofline: {roof.name}", height=460, scale=scale)
+    return legend_under_title(layout(fig, f"Roofline: {roof.name}", height=460, scale=scale), scale)
 
 
 def roof_sentence(here: DeviceRoof) -> str:

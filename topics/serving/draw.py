@@ -11,21 +11,26 @@
 Phases keep the app's colours (prefill blue, decode orange, recomputed red); requests get their own hues, away
 from those, and are always named too ("r3"), so nothing relies on colour alone. Every element a test may count
 carries data-role. Text goes through drawing.svg.text, which escapes it.
+
+Each is drawn for a width: the page's (half of it for the pool and the pass), or a phone's (PHONE, the phone's
+stage's width), where the same picture reflows instead of shrinking: fewer columns of blocks, a long block table
+in rows, the timeline's steps in bands one under the other, lines wrapped; no text under 11 px on a 390 px screen.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
-from drawing.svg import FONT, INK, MONO, SOFT, W
+from drawing.stage_phone import NW, text_width, title_lines, wrap
+from drawing.svg import FONT, INK, MONO, SOFT, TEXT, W
 from drawing.svg import text as _t
 from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.record import NOT_ARRIVED, ServingStep
 from topics.serving.slots import sat_out, slot_use
 
 HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
+PHONE = NW  # drawn for a phone: the phone's stage's width (drawing/stage_phone.py), every text 11 px or more there
 
 # one hue per request, chosen away from the phase colours (blue, orange, green, red, grey, purple)
 REQUEST_COLOURS = ("#17becf", "#e377c2", "#bcbd22", "#8c564b", "#5254a3", "#e7ba52", "#9edae5", "#ad494a",
@@ -57,7 +62,7 @@ def _svg(height: float, body: str, title: str, width: int = W) -> str:
             f'<rect width="{width}" height="{height:.0f}" fill="#fff"/>{body}</svg>')
 
 
-# ---------------------------------------------------------------- titles, and how wide a picture must be to read
+# ---------------------------------------------------------------- titles, and lines that wrap on a phone
 
 
 def pool_title(num_blocks: int, page_size: int) -> str:
@@ -70,24 +75,31 @@ def pass_title(step: ServingStep) -> str:
             else f"step {step.step}: no pass (waiting for arrivals)")
 
 
-def timeline_title(slots: int | None = None) -> str:
-    return "timeline: x = engine step, one row per request" + (", then each batch slot" if slots else "")
+def timeline_title() -> str:
+    return "timeline: x = engine step, one row per request"
 
 
-def readable_width(svg: str, px: float = 11.0) -> int:
-    """The narrowest width, in CSS pixels, at which every text of this picture is drawn at least `px` high: its
-    viewBox width scaled so that its smallest font-size comes out at `px`. A phone gives the picture this width
-    and lets it scroll sideways (ui/style.py) rather than shrink its text below legibility."""
-    width = float(re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1))
-    smallest = min(float(f) for f in re.findall(r'font-size="([\d.]+)"', svg))
-    return math.ceil(width * px / smallest)
+def _said(x: float, y: float, text: str, size: float, room: float | None, sep: str = " · ",
+          **kw) -> tuple[str, float]:
+    """`text` from its first baseline at y: one line on a wide picture (room None), on a phone's broken between
+    its parts (split at `sep`), else its words, into lines no wider than `room`; (svg, the height its lines add to
+    one)."""
+    look = (kw.get("weight") == "bold", kw.get("family") == MONO)  # room for the separator a broken line ends on
+    lines = [text] if room is None else title_lines(text, size, room - text_width(sep, size, *look), *look, sep)
+    step = size * TEXT * 1.25
+    more = (len(lines) - 1) * step if len(lines) > 1 else 0  # a whole number where nothing wrapped
+    extra = kw.pop("extra", "")  # a role, once: on the first line
+    return "".join(_t(x, y + i * step, line, size, extra=extra if i == 0 else "", **kw)
+                   for i, line in enumerate(lines)), more
 
 
 # ---------------------------------------------------------------- the pool and the block tables
 
 
-def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
-    """The block pool after `step`, and every request's block table."""
+def pool_svg(step: ServingStep, num_blocks: int, page_size: int, width: int = HALF) -> str:
+    """The block pool after `step`, and every request's block table. `width`: HALF for half a wide page, PHONE for
+    a phone's, where the grid has fewer columns, its lines wrap and a long block table takes more than one row."""
+    room = None if width >= HALF else width - 8  # a phone's lines wrap
     owners = step.owners()
     held = dict(step.held)
     tables = dict(step.tables)
@@ -95,11 +107,11 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
     for rid, table in tables.items():
         for i, block in enumerate(table):
             fill[block] = max(fill.get(block, 0), min(page_size, held.get(rid, 0) - i * page_size))
-    cols = 12 if num_blocks <= 48 else 16
-    x0, y0 = 4, 30
-    cw = (HALF - 8) / cols
+    cols = (12 if num_blocks <= 48 else 16) if room is None else 8
+    cw = (width - 8) / cols
     ch = min(40.0, cw * 0.8)
-    out = [_t(x0, 20, pool_title(num_blocks, page_size), 15, weight="bold")]
+    title, more = _said(4, 20, pool_title(num_blocks, page_size), 15, room, ": ", weight="bold")
+    x0, y0, out = 4, 30 + more, [title]
     states = dict(enumerate(step.block_states))  # free · cached · in use · shared (empty: a record without them)
     for b in range(num_blocks):
         x, y = x0 + (b % cols) * cw, y0 + (b // cols) * ch
@@ -126,76 +138,93 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int) -> str:
             label = who[0] if len(who) == 1 else f"×{len(who)}"
             out.append(_t(x + cw / 2, y + ch / 2 + 6, label, 13, "middle", INK, "bold", MONO))
         else:
-            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 10, "middle", "#999", family=MONO))
+            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 10 if room is None else 11, "middle", "#999",
+                          family=MONO))
         out.append("</g>")
     y = y0 + -(-num_blocks // cols) * ch + 4
     saved = sum(len(t) for t in tables.values()) - step.blocks_used
     evicted = f" · {step.blocks_evicted} evicted this step" if step.blocks_evicted else ""
-    out.append(_t(x0, y + 14, f"{step.blocks_used} used · {step.blocks_shared} shared"
-                  + (f" (saves {saved})" if saved else "") + f" · {step.blocks_cached} cached, free to evict · "
-                  f"{step.blocks_free - step.blocks_cached} free{evicted}", 13, fill=INK))
-    y += 22
-    out.append(_pool_key(x0, y))
-    y += 22
-    out.append(_t(x0, y + 14, "block tables: request → its blocks, in order", 13, weight="bold"))
-    y += 20
+    counts, more = _said(x0, y + 14, f"{step.blocks_used} used · {step.blocks_shared} shared"
+                         + (f" (saves {saved})" if saved else "") + f" · {step.blocks_cached} cached, free to evict · "
+                         f"{step.blocks_free - step.blocks_cached} free{evicted}", 13, room, fill=INK)
+    out.append(counts)
+    y += 22 + more
+    key, more = _pool_key(x0, y, width)
+    out.append(key)
+    y += 22 + more
+    heading, more = _said(x0, y + 14, "block tables: request → its blocks, in order", 13, room, ": ",
+                           weight="bold")
+    out.append(heading)
+    y += 20 + more
     if not tables:
         out.append(_t(x0, y + 16, "no request holds a block", 12, fill=SOFT))
         y += 22
     bw = 32
-    room = int((HALF - 60 - 110) // bw)
+    per_row = int((width - 60 - 110) // bw)  # a table's blocks a row, with room after them for its positions
     for rid, table in sorted(tables.items(), key=lambda kv: int(kv[0][1:])):
         out.append(f'<g data-role="table" data-request="{rid}">')
         out.append(_t(x0, y + 18, rid, 14, weight="bold", fill=request_colour(rid), family=MONO))
-        shown = table[:room]
+        shown = table[:per_row * (1 if room is None else 3)]  # on a phone, up to three rows of its blocks
         for i, block in enumerate(shown):
-            bx = x0 + 40 + i * bw
+            bx, by = x0 + 40 + (i % per_row) * bw, y + (i // per_row) * 26
             shared = len(owners.get(block, ())) > 1
-            out.append(f'<rect x="{bx:.1f}" y="{y + 3:.1f}" width="{bw - 3}" height="21" rx="3" '
+            out.append(f'<rect x="{bx:.1f}" y="{by + 3:.1f}" width="{bw - 3}" height="21" rx="3" '
                        f'fill="{request_colour(owners[block][0])}" fill-opacity="0.35" '
                        f'stroke="{"#222" if shared else "#999"}" stroke-width="{2.5 if shared else 1}"/>')
-            out.append(_t(bx + (bw - 3) / 2, y + 18, str(block), 10, "middle", INK, family=MONO))
+            out.append(_t(bx + (bw - 3) / 2, by + 18, str(block), 10 if room is None else 11, "middle", INK,
+                          family=MONO))
+        last_row = max(len(shown) - 1, 0) // per_row
+        y += last_row * 26
         extra = f" (+{len(table) - len(shown)})" if len(table) > len(shown) else ""
-        out.append(_t(x0 + 44 + len(shown) * bw, y + 18, f"{held.get(rid, 0)} pos{extra}", 11, fill=SOFT))
+        out.append(_t(x0 + 44 + (len(shown) - last_row * per_row) * bw, y + 18, f"{held.get(rid, 0)} pos{extra}", 11,
+                      fill=SOFT))
         out.append("</g>")
         y += 26
-    return _svg(y + 6, "".join(out), f"block pool after engine step {step.step}", HALF)
+    return _svg(y + 6, "".join(out), f"block pool after engine step {step.step}", width)
 
 
 CACHED = "#e3e3e3"  # a cached block: grey, kept but nobody's, with a dashed edge (free to evict)
 
 
-def _pool_key(x: float, y: float) -> str:
-    """The four states of a block, once, under the pool: in use, shared, cached (free to evict), free."""
+def _pool_key(x: float, y: float, width: float) -> tuple[str, float]:
+    """The four states of a block, once, under the pool: in use, shared, cached (free to evict), free; in rows no
+    wider than `width`. (svg, the height its rows add to one)."""
     sw = 'x="{x:.1f}" y="{y:.1f}" width="16" height="12" rx="3"'
     items = [(f'<rect {sw} fill="{REQUEST_COLOURS[0]}" fill-opacity="0.85" stroke="#bbb"/>', "in use (its request's colour)"),
              (f'<rect {sw} fill="{REQUEST_COLOURS[0]}" fill-opacity="0.85" stroke="#222" stroke-width="2"/>'
               f'<rect {sw} fill="url(#shared)"/>', "shared"),
              (f'<rect {sw} fill="{CACHED}" stroke="#555" stroke-dasharray="4 3"/>', "cached, free to evict"),
              (f'<rect {sw} fill="#fff" stroke="#bbb"/>', "free")]
-    out, at = ['<g data-role="pool-key">'], x
+    out, at, top = ['<g data-role="pool-key">'], x, y
     for swatch, name in items:
+        if at > x and at + 21 + text_width(name, 11) > width:
+            at, y = x, y + 18
         out.append(swatch.format(x=at, y=y) + _t(at + 21, y + 11, name, 11, fill=SOFT))
         at += 36 + len(name) * 6.8
-    return "".join(out) + "</g>"
+    return "".join(out) + "</g>", y - top
 
 
 # ---------------------------------------------------------------- one pass and the queue
 
 
-def pass_svg(step: ServingStep, d_model: int) -> str:
-    """The step's one forward pass: every scheduled request's fed tokens end to end, then the queue."""
-    out = []
-    x0, x1 = 4, HALF - 4
+def pass_svg(step: ServingStep, d_model: int, width: int = HALF) -> str:
+    """The step's one forward pass: every scheduled request's fed tokens end to end, then the queue. `width`: HALF
+    for half a wide page, PHONE for a phone's, where its lines wrap (the pass's parts too, past what one row holds)."""
+    room = None if width >= HALF else width - 8  # a phone's lines wrap
+    x0, x1 = 4, width - 4
     n = len(step.rows)
-    out.append(_t(x0, 20, pass_title(step), 15, weight="bold"))
-    y = 32
+    title, y = _said(x0, 20, pass_title(step), 15, room, ": ", weight="bold")
+    out = [title]
+    y += 32
     if step.rows:
         total = sum(r.q_len for r in step.rows)
         minw = 44.0
-        free = max(1.0, (x1 - x0) - minw * n)
+        per_row = n if room is None else max(1, int((x1 - x0) // minw))  # a phone's row holds this many parts
+        free = max(1.0, (x1 - x0) - minw * min(n, per_row))
         x = x0
-        for r in step.rows:
+        for i, r in enumerate(step.rows):
+            if i and i % per_row == 0:  # the pass goes on in the next row, as a wrapped line of text does
+                x, y = x0, y + 36
             w = minw + free * r.q_len / total
             fill = PHASE_FILLS[r.phase]
             ink = {"recompute": RECOMPUTED, "padding": INK}.get(r.phase, "#fff")
@@ -207,16 +236,23 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
             x += w
         y += 48
         ms = "" if step.forward_ms is None else f", {step.forward_ms:.1f} ms measured"
-        out.append(_t(x0, y, f"input_ids [1, {total}] · hidden [1, {total}, {d_model}]{ms}", 13, family=MONO))
-        y += 20
-        out.append(_t(x0, y, f"keys read: {step.kv_read}, each request its own (mask)", 12, fill=SOFT))
+        shapes, more = _said(x0, y, f"input_ids [1, {total}] · hidden [1, {total}, {d_model}]{ms}", 13, room,
+                             family=MONO)
+        out.append(shapes)
+        y += 20 + more
+        keys, more = _said(x0, y, f"keys read: {step.kv_read}, each request its own (mask)", 12, room, fill=SOFT)
+        out.append(keys)
+        y += more
         for r in step.rows[:6]:
             y += 20
             what = PHASE_WORDS[r.phase] + (f" {r.chunk}" if r.phase in ("prefill", "recompute") else "")
             made = (f"→ {r.token!r}" if r.token_id is not None else
                     "(done: computed, thrown away)" if r.phase == "padding" else "(prompt goes on)")
             out.append(f'<rect x="{x0}" y="{y - 12}" width="11" height="11" rx="2" fill="{PHASE_COLOURS[r.phase]}"/>')
-            out.append(_t(x0 + 16, y, f"{r.id} {what}, q_len {r.q_len}  {made}", 12, family=MONO))
+            said, more = _said(x0 + 16, y, f"{r.id} {what}, q_len {r.q_len}  {made}", 12,
+                               None if room is None else room - 16, family=MONO)
+            out.append(said)
+            y += more
         if n > 6:
             y += 18
             out.append(_t(x0 + 16, y, f"… and {n - 6} more", 12, fill=SOFT))
@@ -235,120 +271,156 @@ def pass_svg(step: ServingStep, d_model: int) -> str:
                        + (" (full ones stay cached)" if step.blocks_cached else ""), INK))
     for e, colour in events[:4]:
         y += 20
-        out.append(_t(x0, y, e, 12, fill=colour, weight="bold", extra='data-role="event"'))
+        said, more = _said(x0, y, e, 12, room, fill=colour, weight="bold", extra='data-role="event"')
+        out.append(said)
+        y += more
     y += 26
     groups = {"waiting": [], "running": [], "preempted": [], "done": []}
     for rid, status in step.statuses:
         if status in groups:
             groups[status].append(rid)
+    per_row = int((x1 - x0 - 92) // 40)  # the chips a row holds: a phone's queue takes more than one row
     for name, ids in groups.items():
         out.append(f'<g data-role="queue-{name}">' + _t(x0, y + 2, f"{name}", 12, fill=SOFT))
         for i, rid in enumerate(ids[:12]):
-            out.append(f'<rect x="{x0 + 92 + i * 40}" y="{y - 13}" width="36" height="19" rx="4" '
+            if i and i % per_row == 0:
+                y += 22
+            at = x0 + 92 + (i % per_row) * 40
+            out.append(f'<rect x="{at}" y="{y - 13}" width="36" height="19" rx="4" '
                        f'fill="{request_colour(rid)}" fill-opacity="{0.3 if name == "done" else 0.85}"/>'
-                       + _t(x0 + 110 + i * 40, y + 1, rid, 11, "middle", INK, "bold", MONO))
+                       + _t(at + 18, y + 1, rid, 11, "middle", INK, "bold", MONO))
         if not ids:
             out.append(_t(x0 + 92, y + 2, "—", 12, fill=SOFT))
         out.append("</g>")
         y += 22
-    return _svg(y, "".join(out), f"the forward pass of engine step {step.step}", HALF)
+    return _svg(y, "".join(out), f"the forward pass of engine step {step.step}", width)
 
 
 # ---------------------------------------------------------------- the timeline
 
 
+CELL = 12  # on a phone, a step's column is at least this wide (10 px): the steps past it go on in another band
+
+
 def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int, last: int | None = None,
-                 slots: int | None = None) -> str:
+                 slots: int | None = None, width: int = W) -> str:
     """One row per request, one column per engine step (up to `last`): what each request did in each pass. A request
-    in the pool but not in a pass "sat out a step" (record.sat_out: the one definition every count of it reads).
+    in the pool but not in a pass "sat out a step" (slots.sat_out: the one definition every count of it reads).
     `slots`: the run's batch slots, drawn under the requests (slots.slot_use): who held each slot at each step, and
-    the slots left idle while a request waited (hatched), the waste of a static batch."""
+    the slots left idle while a request waited (hatched), the waste of a static batch.
+    `width`: W for the page's width; PHONE for a phone's, where the steps go on in bands, one under the other, each
+    of columns at least CELL wide, and the title, the slots' heading and the key wrap."""
     last = max(len(steps) - 1, 0) if last is None else last
     n = last + 1
-    x0, x1 = (68 if slots else 50), W - 10  # room for the slot rows' names
-    cw = (x1 - x0) / max(n, 1)
+    room = None if width >= HALF else width - 16  # a phone's lines wrap
+    x0, x1 = (68 if slots else 50), width - 10  # room for the slot rows' names
+    per = n if room is None else math.ceil(n / math.ceil(n * CELL / (x1 - x0)))  # steps a band
+    cw = (x1 - x0) / max(per, 1)
     rh = 17
-    out = [_t(10, 15, timeline_title(), 12, weight="bold")]  # the slots, where drawn, have a line of their own
-    y0 = 24
+    title, more = _said(10, 15, timeline_title(), 12, room, ": ", weight="bold")  # the slots have a line of their own
+    out = [title]
+    y = 24 + more
     rows_by_step = [{r.id: r for r in s.rows} for s in steps]
     sat = {(rid, k) for rid, ks in sat_out(steps[:n]).items() for k in ks}
-    for i, rid in enumerate(request_ids):
-        y = y0 + i * rh
-        out.append(_t(10, y + 13, rid, 11, weight="bold", fill=request_colour(rid), family=MONO))
-        for k, s in enumerate(steps[:n]):
-            x = x0 + k * cw
-            row = rows_by_step[k].get(rid)
-            status = s.status(rid)
-            cell = f'data-request="{rid}" data-step="{k}"'
-            box = f'{cell} x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
-            if row is not None:
-                fill = PHASE_FILLS[row.phase]
-                h = rh - 12 if row.phase in ("decode", "padding") else rh - 6
-                out.append(f'<rect data-role="cell-{row.phase}" {box} y="{y + (rh - 2 - h) / 2 + 2:.1f}" height="{h}" '
-                           f'fill="{fill}"/>')
-            elif rid in s.preempted or status == "preempted":
-                out.append(f'<rect data-role="cell-preempted" {box} y="{y + 4}" height="{rh - 8}" fill="#fff" '
-                           f'stroke="{RECOMPUTED}" stroke-width="1.5"/>')
-            elif status == "waiting":
-                out.append(f'<rect data-role="cell-waiting" {box} y="{y + 7}" height="3" fill="{MASKED}"/>')
-            elif (rid, k) in sat:  # in the pool but left out of this pass: it sat out a step
-                out.append(f'<rect data-role="cell-idle" {box} y="{y + 5.5}" height="{rh - 12}" fill="#fff" '
-                           f'stroke="{DECODE}" stroke-width="1.5" stroke-dasharray="3 2"/>')
-            elif status != NOT_ARRIVED and rid in s.finished:
-                out.append(_t(x + cw / 2, y + 15, "✓", 12, "middle", SOFT))
-    y = y0 + len(request_ids) * rh + 4
-    if slots:
-        out.append(_t(x0, y + 13, f"{slots} batch slots: the request in each (hatched: padding, or idle while a "
-                                  "request waited)", 11, weight="bold"))
-        y += 20
-        use = slot_use(steps[:n], slots)
-        for j in range(max((len(u.slots) for u in use), default=slots)):
-            out.append(_t(6, y + 13, f"slot {j}", 11, weight="bold", fill=INK, family=MONO))
-            for k, u in enumerate(use):
-                x = x0 + k * cw
-                rid = u.slots[j] if j < len(u.slots) else None
-                box = f'data-slot="{j}" data-step="{k}" x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
-                if rid is not None:
-                    padding = rid in u.padding  # a finished request's row, computed and thrown away
-                    out.append(f'<rect data-role="{"slot-padding" if padding else "slot-held"}" data-request="{rid}" '
-                               f'{box} y="{y + 2}" height="{rh - 4}" fill="{request_colour(rid)}" '
-                               f'fill-opacity="{0.35 if padding else 0.8}"/>')
-                    if padding:
-                        out.append(f'<rect {box} y="{y + 2}" height="{rh - 4}" fill="url(#padding)" '
-                                   f'fill-opacity="0.8"/>')
-                elif u.waiting:  # nobody in it while a request waits in the queue
-                    out.append(f'<rect data-role="slot-idle-waiting" {box} y="{y + 2}" height="{rh - 4}" '
-                               f'fill="url(#idle-slot)" stroke="{RECOMPUTED}" stroke-width="0.8"/>')
-            y += rh
-        y += 4
-    if 0 <= current <= last:
-        cx = x0 + current * cw
-        out.append(f'<rect data-role="current-step" x="{cx:.1f}" y="{y0 - 4}" width="{max(cw, 2):.1f}" '
-                   f'height="{y - y0 + 6}" fill="none" stroke="#111" stroke-width="2"/>')
-    every = max(1, round(n / 12))
-    for k in range(0, n, every):
-        out.append(_t(x0 + k * cw + cw / 2, y + 13, str(k), 11, "middle", SOFT, family=MONO))
-    y += 20
-    key = [("prefill chunk", PREFILL), ("decode", DECODE), ("recompute", RECOMPUTED), ("waiting", MASKED)]
-    x = x0
-    for name, colour in key:
-        out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="{colour}"/>' + _t(x + 16, y + 10, name, 11))
-        x += 24 + len(name) * 8.2
-    out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="#fff" stroke="{DECODE}" stroke-dasharray="3 2"/>'
-               + _t(x + 16, y + 10, "sat out a step", 11))
-    x += 24 + 14 * 8.2
-    out.append(f'<rect x="{x}" y="{y}" width="12" height="11" fill="#fff" stroke="{RECOMPUTED}"/>'
-               + _t(x + 16, y + 10, "preempted (waits to be recomputed)", 11))
+    use = slot_use(steps[:n], slots) if slots else []
+    every = max(1, round(per / 12))
+    for k0 in range(0, n, per):
+        band, y0 = range(k0, min(n, k0 + per)), y
+        for i, rid in enumerate(request_ids):
+            y = y0 + i * rh
+            out.append(_t(10, y + 13, rid, 11, weight="bold", fill=request_colour(rid), family=MONO))
+            for k in band:
+                x = x0 + (k - k0) * cw
+                row = rows_by_step[k].get(rid)
+                status = steps[k].status(rid)
+                cell = f'data-request="{rid}" data-step="{k}"'
+                box = f'{cell} x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
+                if row is not None:
+                    fill = PHASE_FILLS[row.phase]
+                    h = rh - 12 if row.phase in ("decode", "padding") else rh - 6
+                    out.append(f'<rect data-role="cell-{row.phase}" {box} y="{y + (rh - 2 - h) / 2 + 2:.1f}" '
+                               f'height="{h}" fill="{fill}"/>')
+                elif rid in steps[k].preempted or status == "preempted":
+                    out.append(f'<rect data-role="cell-preempted" {box} y="{y + 4}" height="{rh - 8}" fill="#fff" '
+                               f'stroke="{RECOMPUTED}" stroke-width="1.5"/>')
+                elif status == "waiting":
+                    out.append(f'<rect data-role="cell-waiting" {box} y="{y + 7}" height="3" fill="{MASKED}"/>')
+                elif (rid, k) in sat:  # in the pool but left out of this pass: it sat out a step
+                    out.append(f'<rect data-role="cell-idle" {box} y="{y + 5.5}" height="{rh - 12}" fill="#fff" '
+                               f'stroke="{DECODE}" stroke-width="1.5" stroke-dasharray="3 2"/>')
+                elif status != NOT_ARRIVED and rid in steps[k].finished:
+                    out.append(_t(x + cw / 2, y + 15, "✓", 12, "middle", SOFT))
+        y = y0 + len(request_ids) * rh + 4
+        if slots:
+            if k0 == 0:  # the slots' heading once, over the first band's
+                heading, more = _said(x0 if room is None else 6, y + 13, f"{slots} batch slots: the request in each "
+                                      "(hatched: padding, or idle while a request waited)", 11, room, weight="bold")
+                out.append(heading)
+                y += 20 + more
+            for j in range(max((len(u.slots) for u in use), default=slots)):
+                out.append(_t(6, y + 13, f"slot {j}", 11, weight="bold", fill=INK, family=MONO))
+                for k in band:
+                    u, x = use[k], x0 + (k - k0) * cw
+                    rid = u.slots[j] if j < len(u.slots) else None
+                    box = f'data-slot="{j}" data-step="{k}" x="{x + 0.5:.1f}" width="{max(cw - 1, 1):.1f}"'
+                    if rid is not None:
+                        padding = rid in u.padding  # a finished request's row, computed and thrown away
+                        out.append(f'<rect data-role="{"slot-padding" if padding else "slot-held"}" '
+                                   f'data-request="{rid}" {box} y="{y + 2}" height="{rh - 4}" '
+                                   f'fill="{request_colour(rid)}" fill-opacity="{0.35 if padding else 0.8}"/>')
+                        if padding:
+                            out.append(f'<rect {box} y="{y + 2}" height="{rh - 4}" fill="url(#padding)" '
+                                       f'fill-opacity="0.8"/>')
+                    elif u.waiting:  # nobody in it while a request waits in the queue
+                        out.append(f'<rect data-role="slot-idle-waiting" {box} y="{y + 2}" height="{rh - 4}" '
+                                   f'fill="url(#idle-slot)" stroke="{RECOMPUTED}" stroke-width="0.8"/>')
+                y += rh
+            y += 4
+        if k0 <= current < k0 + per and current <= last:
+            cx = x0 + (current - k0) * cw
+            out.append(f'<rect data-role="current-step" x="{cx:.1f}" y="{y0 - 4}" width="{max(cw, 2):.1f}" '
+                       f'height="{y - y0 + 6}" fill="none" stroke="#111" stroke-width="2"/>')
+        for k in range(k0, band.stop, every):
+            out.append(_t(x0 + (k - k0) * cw + cw / 2, y + 13, str(k), 11, "middle", SOFT, family=MONO))
+        y += 20 if band.stop == n else 30  # a gap before the next band
+    key = [(f'fill="{PREFILL}"', "prefill chunk", None), (f'fill="{DECODE}"', "decode", None),
+           (f'fill="{RECOMPUTED}"', "recompute", None), (f'fill="{MASKED}"', "waiting", None),
+           (f'fill="#fff" stroke="{DECODE}" stroke-dasharray="3 2"', "sat out a step", None),
+           (f'fill="#fff" stroke="{RECOMPUTED}"', "preempted (waits to be recomputed)", None)]
     if slots or any(r.phase == "padding" for s in steps[:n] for r in s.rows):
-        y += 18
-        out.append(f'<rect x="{x0}" y="{y}" width="12" height="11" fill="url(#padding)"/>'
-                   + _t(x0 + 16, y + 10, "padding: a finished request's row, computed and thrown away", 11))
-        out.append(f'<rect x="{x0 + 470}" y="{y}" width="12" height="11" fill="url(#idle-slot)" stroke="{RECOMPUTED}" '
-                   f'stroke-width="0.8"/>' + _t(x0 + 486, y + 10, "slot idle while a request waits", 11))
-    return _svg(y + 18, "".join(out), "timeline of the serving run")
+        key += [None, ('fill="url(#padding)"', "padding: a finished request's row, computed and thrown away", 470),
+                (f'fill="url(#idle-slot)" stroke="{RECOMPUTED}" stroke-width="0.8"', "slot idle while a request waits",
+                 None)]
+    said, y = _key(key, x0, y, width)
+    out.append(said)
+    return _svg(y + 18, "".join(out), "timeline of the serving run", width)
+
+
+def _key(items: list, x0: float, y: float, width: float) -> tuple[str, float]:
+    """A key of swatches and their names, left to right from (x0, y), a new row where the next would pass `width`
+    (a name too long for a row of its own wrapped). items: (the swatch's attributes, its name, how far the next
+    starts: None for after its name), or None to start a row. (svg, the last row's y)."""
+    out, x = [], x0
+    for item in items:
+        if item is None:
+            x, y = x0, y + 18
+            continue
+        fill, name, advance = item
+        if x > x0 and x + 16 + text_width(name, 11) > width:
+            x, y = x0, y + 18
+        lines = wrap(name, 11, width - x - 16)
+        out.append(f'<rect x="{x}" y="{y}" width="12" height="11" {fill}/>'
+                   + "".join(_t(x + 16, y + 10 + i * 15, line, 11) for i, line in enumerate(lines)))
+        x += advance or 24 + len(name) * 8.2
+        if len(lines) > 1:  # the next item starts a row under its last line
+            x, y = width, y + 15 * (len(lines) - 1)
+    return "".join(out), y
 
 
 # ---------------------------------------------------------------- tables and the batch chart
+
+
+NOT_YET = ("first token (step)", "TTFT (steps)", "TTFT ms", "TPOT ms")  # latency_frame's columns that may say "–"
 
 
 def latency_frame(run):
@@ -365,7 +437,7 @@ def latency_frame(run):
                      "TPOT ms": None if lat.tpot_ms is None else round(lat.tpot_ms, 2),
                      "new tokens": len(r.generated_ids), "preempted": r.preemptions,
                      "prefix hits": r.prefix_hit_tokens, "status": r.status})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, dtype=object).fillna("–")  # a number not there yet said as "–", never "None"
 
 
 def memory_frame(mem):
@@ -547,7 +619,7 @@ def batching_sentence(q) -> str:
     return said + f" Same tokens either way: {'yes' if q.same_tokens else 'no'}."
 
 
-WAYS = {"continuous": "continuous batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
+WAYS = {"continuous": "continuous<br>batching<br>(this engine)", "static_batch": "static batch<br>(padded)",
         "one_at_a_time": "one request<br>at a time", "generate_batch": "transformers<br>generate_batch"}
 WORKLOADS = (("same length, all at once", "#9e9e9e"), ("mixed lengths", "#37474f"))  # neutral: not a phase colour
 
@@ -689,7 +761,7 @@ def batch_roofline_figure(br, scale: float = 1.0):
 
     import plotly.graph_objects as go
 
-    from drawing.palette import ESTIMATE, layout
+    from drawing.palette import ESTIMATE, layout, legend_under_title
 
     here, gpu, rows = br.here, br.gpu, br.measured
     gpu_name = gpu.name.split(" (")[0]
@@ -723,16 +795,18 @@ def batch_roofline_figure(br, scale: float = 1.0):
             text=every_other(points), textposition="top left", textfont=dict(size=11 * scale, color=marker["color"]),
             customdata=[p.batch for p in points],
             hovertemplate="B = %{customdata}: %{x:.1f} FLOP/byte, %{y:.3s}FLOP/s<extra>" + name + "</extra>"))
-    for ridge, colour, words, anchor in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", "right"),
-                                         (gpu.ridge, ESTIMATE, f"{gpu_name} ridge {gpu.ridge:.0f}", "right")):
+    for ridge, colour, words, up in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", 0),
+                                     (gpu.ridge, ESTIMATE, f"{short} ridge {gpu.ridge:.0f}", 16 * scale)):
         fig.add_vline(x=ridge, line_dash="dot", line_color=colour)
-        fig.add_annotation(x=math.log10(ridge), y=0.0, yref="paper", xanchor=anchor, yanchor="bottom",
+        fig.add_annotation(x=math.log10(ridge), y=0.0, yref="paper", xanchor="right", yanchor="bottom", yshift=up,
                            showarrow=False, text=words, font=dict(size=11 * scale, color=colour))
+        # a line each: side by side, the two ridges' words crossed on a narrow plot (half a projector, a phone)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="FLOP/s (measured here; predicted there)")
-    fig = layout(fig, f"Batch size on the roofline: here, and {short} ({gpu.dtype}) predicted", height=380, scale=scale)
+    fig = layout(fig, f"Batch size on the roofline ({short} in {gpu.dtype})", height=380, scale=scale)  # whole on
+    # a phone: a longer title ran past its right edge
     fig.update_layout(legend=dict(font=dict(size=11 * scale)), margin=dict(t=int(112 * scale)))  # two legend rows
-    return fig
+    return legend_under_title(fig, scale)
 
 
 def batch_roofline_sentence(br) -> str:

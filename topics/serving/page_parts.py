@@ -1,9 +1,12 @@
 """What the Serving page and lesson 10 both show: a serving run's pool, its pass, its timeline, its numbers.
 
-Pictures come from topics/serving/draw.py (records in, SVG out), shown as <img> like the stage.
+Pictures come from topics/serving/draw.py (records in, SVG out), shown as <img> like the stage: each drawn twice,
+for the page's width and for a phone's (ui/style.py shows the one that fits the screen).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import pandas as pd
 import streamlit as st
@@ -23,13 +26,12 @@ def pictures(run: ServingRun, at: int) -> None:
     step = run.records[at]
     left, right = st.columns([1, 1], gap="small")
     with left:
-        st.html(_whole(draw.pool_svg(step, run.num_blocks, run.page_size), pool_alt(step, run), "dl-pool"))
+        st.html(_whole(partial(draw.pool_svg, step, run.num_blocks, run.page_size), pool_alt(step, run), "dl-pool"))
     with right:
-        st.html(_whole(draw.pass_svg(step, run.lm.spec.d_model), pass_alt(step), "dl-pass"))
+        st.html(_whole(partial(draw.pass_svg, step, run.lm.spec.d_model), pass_alt(step), "dl-pass"))
     with st.container(key="serve_timeline"):
-        st.html(_whole(draw.timeline_svg(run.records, [r.id for r in run.requests], at, slots=run.max_seqs),
-                       f"timeline of {len(run.records)} engine steps, step {at} marked", "dl-timeline",
-                       draw.timeline_title(run.max_seqs)))  # on a phone it opens at its newest step: title above
+        st.html(_whole(partial(draw.timeline_svg, run.records, [r.id for r in run.requests], at, slots=run.max_seqs),
+                       f"timeline of {len(run.records)} engine steps, step {at} marked", "dl-timeline"))
 
 
 def chunking_result(result: dict) -> None:
@@ -39,7 +41,7 @@ def chunking_result(result: dict) -> None:
     for way in ("on", "off"):
         st.markdown(f"**Chunked prefill {way}**")
         steps = getattr(result, way).steps
-        st.html(_whole(draw.timeline_svg(list(steps), list(getattr(result, way).ids), -1),
+        st.html(_whole(partial(draw.timeline_svg, list(steps), list(getattr(result, way).ids), -1),
                        f"timeline of {len(steps)} engine steps, chunked prefill {way}", f"dl-timeline-{way}"))
     st.caption(draw.chunking_sentence(result))
 
@@ -52,18 +54,17 @@ def batching_result(result) -> None:
     for way in (result.continuous, result.static):
         st.markdown(f"**{way.batching.capitalize()} batching**: {way.engine_steps} engine steps, "
                     f"{way.tokens_per_s:,.0f} tokens/s")
-        st.html(_whole(draw.timeline_svg(list(way.steps), list(result.ids), -1, slots=result.slots),
+        st.html(_whole(partial(draw.timeline_svg, list(way.steps), list(result.ids), -1, slots=result.slots),
                        f"timeline of {len(way.steps)} engine steps, {way.batching} batching, {result.slots} batch slots",
                        f"dl-timeline-{way.batching}"))
 
 
-def _whole(svg: str, alt: str, testid: str, title: str | None = None) -> str:
-    """A serving picture as an <img>, like the stage: the column's width on a wide screen; on a phone (ui/style.py)
-    never narrower than draw.readable_width (its smallest text at 11 px), scrolling sideways from its left edge,
-    where its title is. `title`: for a picture that opens at its right end instead (the run's timeline, at its
-    newest step), its title written above it in words, shown on a phone only."""
-    return (f'<div class="dl-serve" data-testid="{testid}" style="--dl-phone-width: {draw.readable_width(svg)}px">'
-            f'{stage_html(svg, alt, title)}</div>')
+def _whole(picture, alt: str, testid: str) -> str:
+    """A serving picture as <img>s, like the stage: `picture(width=...)` drawn for the column of a wide screen and
+    again for a phone's (draw.PHONE), which ui/style.py shows instead on a phone: whole, its lines wrapped and its
+    smallest text 11 px, so nothing scrolls sideways. The wide one comes first."""
+    return (f'<div class="dl-serve" data-testid="{testid}">'
+            f'{stage_html(picture(), alt, phone=picture(width=draw.PHONE))}</div>')
 
 
 def pool_alt(step, run: ServingRun) -> str:

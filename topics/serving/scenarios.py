@@ -66,9 +66,9 @@ SCENARIOS: dict[str, dict] = {
         "why": "Five requests want more blocks than the pool has. When a running request needs a block and none "
                "is free, one running request is preempted: its blocks are freed and it goes back to the "
                "front of the queue. When there is room again its keys and values are recomputed from its tokens "
-               "(red), and it goes on exactly where it was. Which one goes is the preemption policy: 'newest' "
-               "(vLLM's: the last admitted, so the oldest always progress) or 'most_blocks' (the one holding the "
-               "most blocks: the most room freed at once). Switch it and compare.",
+               "(red), and it goes on exactly where it was. Which one goes is the preemption policy: 'newest goes' "
+               "(vLLM's: the last admitted, so the oldest always progress) or 'most blocks go' (the one holding "
+               "the most blocks: the most room freed at once). Switch it and compare.",
         "requests": [RequestSpec(p, 32, i) for i, p in enumerate(SHORT[:5])],
         "sizing": {"page_size": 8, "num_blocks": 14, "max_batch_tokens": 64, "prefix_sharing": True,
                    "chunking": True, "preemption": "newest"},

@@ -1,0 +1,73 @@
+"""The Serving and Scale pages on a 390x844 phone, in a real browser: the page never scrolls sideways and every
+picture fits the screen whole (its box inside the viewport), its text 11 px or more: reflowed for the width, not
+shrunk, a few engine steps in and at the end of a run. What the pictures say at a phone's width (the same records,
+the same roles) is checked without a browser in tests/test_serving_page.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.test_browser import idle, open_page
+
+PHONE = (390, 844)
+
+# Every picture on the main area as the screen shows it: a serving picture's <img> (the one a phone is shown), and
+# a chart's layers, its title and its legend. Each with its box and, for a serving picture, its smallest text in px.
+PICTURES = """() => {
+  const seen = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const box = el => { const r = el.getBoundingClientRect(); return {left: r.left, right: r.right}; };
+  const serving = [...document.querySelectorAll('[data-testid=stMain] .dl-serve img')].filter(seen).map(img => {
+    const bytes = Uint8Array.from(atob(img.src.split('base64,')[1]), c => c.charCodeAt(0));
+    const svg = new DOMParser().parseFromString(new TextDecoder().decode(bytes), 'image/svg+xml');
+    const sizes = [...svg.querySelectorAll('text')].map(t => parseFloat(t.getAttribute('font-size')));
+    const view = parseFloat(svg.documentElement.getAttribute('viewBox').split(' ')[2]);
+    return {what: img.closest('.dl-serve').dataset.testid, ...box(img),
+            smallest_px: Math.min(...sizes) * img.getBoundingClientRect().width / view};
+  });
+  const charts = [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot')].flatMap(plot => {
+    const name = (plot.querySelector('.gtitle') || {}).textContent || 'a chart';
+    return [...plot.querySelectorAll('.main-svg, .gtitle, .legend')].filter(seen)
+      .map(el => ({what: `${name}: ${el.getAttribute('class')}`, ...box(el)}));
+  });
+  return {scroll: document.scrollingElement.scrollWidth, width: innerWidth, pictures: [...serving, ...charts]};
+}"""
+
+
+def fits(pg, where: str, serving: int = 0) -> None:
+    """The page does not scroll sideways; every picture's box is inside the screen; `serving` serving pictures
+    shown, each with no text under 11 px."""
+    seen = pg.evaluate(PICTURES)
+    assert seen["scroll"] <= seen["width"] == PHONE[0], (where, seen["scroll"])
+    outside = [p for p in seen["pictures"] if p["left"] < -0.5 or p["right"] > seen["width"] + 0.5]
+    assert not outside, (where, outside)
+    drawn = [p for p in seen["pictures"] if "smallest_px" in p]
+    assert len(drawn) == serving, (where, drawn)
+    assert all(p["smallest_px"] >= 11 for p in drawn), (where, drawn)
+    assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
+
+
+@pytest.mark.parametrize("scenario", ["long_prompt", "preemption", "queue"])
+def test_on_a_phone_every_serving_picture_fits_the_screen_a_few_steps_in_and_at_the_end(server, browser, scenario):
+    pg = open_page(browser, f"{server}/serving?scenario={scenario}&steps=6", *PHONE)
+    pg.locator("[data-testid=dl-timeline] img:visible").wait_for()
+    idle(pg)
+    assert "after step 6" in pg.locator("[data-testid=dl-pool] img:visible").get_attribute("alt")
+    fits(pg, f"{scenario}, step 6", serving=3)
+    pg.get_by_role("button", name="Run to end").click()
+    pg.locator("strong", has_text=re.compile("^Finished$")).first.wait_for(timeout=180_000)
+    idle(pg)
+    fits(pg, f"{scenario}, finished", serving=3)
+    pg.close()
+
+
+def test_on_a_phone_every_scale_picture_fits_the_screen(server, browser):
+    pg = open_page(browser, f"{server}/scale", *PHONE)
+    pg.get_by_text("Where does a decode step's time go?").wait_for(timeout=300_000)
+    idle(pg)
+    for view in ("ms per token", "roofline", "time split"):  # the size ladder's pictures, each picked
+        pg.locator(".st-key-scale_ladder_row [data-testid=stButtonGroup] button").filter(has_text=view).click()
+        idle(pg)
+        fits(pg, view)
+    pg.close()
