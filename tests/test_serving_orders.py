@@ -15,6 +15,10 @@ from engine.generate.serving.scenarios import SCENARIOS
 
 QUEUE = SCENARIOS["queue"]
 
+# One worker runs every test that reads the queue's spread (pytest.ini's --dist loadgroup; the Serving page's queue
+# test in tests/test_serving_page.py too): 200 orders scheduled both ways, ~2 s, once a run, in the page's own cache.
+pytestmark = pytest.mark.xdist_group("queue")
+
 
 @pytest.mark.parametrize("seed", [None, 3])
 @pytest.mark.parametrize("batching", ["continuous", "static"])
@@ -40,8 +44,14 @@ def test_random_orders_deal_the_same_requests_into_the_same_arrivals():
 
 
 @pytest.fixture(scope="module")
-def spread(bundled_lm):
-    return order_spread(bundled_lm, QUEUE["requests"], QUEUE["sizing"])
+def spread():
+    """The spread the Serving page shows for the queue: the page's model and cache, so the page tests on this worker
+    read it without scheduling it again."""
+    from engine.load.load import DEFAULT_MODEL
+    from topics.serving.page import queue_spread
+    from ui.model import get_model
+
+    return queue_spread(get_model(DEFAULT_MODEL, "auto", "auto"), QUEUE["requests"], QUEUE["sizing"])
 
 
 def test_the_shipped_order_is_the_most_favourable_and_the_median_order_still_wins(spread):
