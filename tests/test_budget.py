@@ -638,7 +638,7 @@ def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     assert main(["budget", "--policy", "window", "--budget", "100000"]) == 2  # over this model's 512 positions
     assert "context window (512 positions)" in capsys.readouterr().err
     out = tmp_path / "b.json"
-    assert main(["budget", "--policy", "all", "--budget", "8", "--context", "32", "--new-tokens", "2",
+    assert main(["budget", "--policy", "all", "--budget", "8", "--context", "24", "--new-tokens", "2",
                  "--stories", "2", "--json", str(out)]) == 0  # two stories: the same code as eight, in seconds
     text = capsys.readouterr().out
     doc = json.loads(out.read_text())
