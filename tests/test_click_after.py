@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from engine.generate.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
 
@@ -54,6 +56,23 @@ def opened(link: dict):
     return other
 
 
+@pytest.fixture
+def small_measures(monkeypatch):
+    """The budget page measuring 64 held-out positions and 8 free tokens instead of 256 and 64 (~0.2 s a policy, not
+    ~1.2 s): these tests read the page's controls and its link, whatever the size of the measurement under them. The
+    page's cache is emptied before and after, so no other test reads a small measurement (as tests/test_lessons.py's
+    small_budget_lesson does for lesson 11)."""
+    from topics.budget import measure
+    from topics.budget.page import one_policy
+
+    policies = measure.compare_policies
+    monkeypatch.setattr(measure, "compare_policies",
+                        lambda *args, **kw: policies(*args, **{**kw, "context": 64, "new_tokens": 8}))
+    one_policy.clear()
+    yield
+    one_policy.clear()
+
+
 def budget_page(link: dict | None = None):
     at = app_test()
     if link:
@@ -64,7 +83,7 @@ def budget_page(link: dict | None = None):
     return at
 
 
-def test_the_budget_pages_policy_and_budget_survive_the_next_click_and_open_again_from_its_link():
+def test_the_budget_pages_policy_and_budget_survive_the_next_click_and_open_again_from_its_link(small_measures):
     """The budget page's policy was held nowhere but the session: the next click kept it, a reload of the page's
     link forgot it. The link now carries the policy and the budget, and a bad policy is refused plainly."""
     at = budget_page()
