@@ -638,7 +638,7 @@ def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     assert main(["budget", "--policy", "window", "--budget", "100000"]) == 2  # over this model's 512 positions
     assert "context window (512 positions)" in capsys.readouterr().err
     out = tmp_path / "b.json"
-    assert main(["budget", "--policy", "all", "--budget", "8", "--context", "32", "--new-tokens", "2",
+    assert main(["budget", "--policy", "all", "--budget", "8", "--context", "24", "--new-tokens", "2",
                  "--stories", "2", "--json", str(out)]) == 0  # two stories: the same code as eight, in seconds
     text = capsys.readouterr().out
     doc = json.loads(out.read_text())
@@ -813,19 +813,19 @@ def test_the_recorded_spread_holds_every_policy_over_eight_stories_in_fp32_and_b
 def small_spread(bundled_lm):
     from topics.budget.stories import measure_stories
 
-    return measure_stories(bundled_lm, ("window", "fp8"), budget=12, stories=3, context=48, free_tokens=4,
+    return measure_stories(bundled_lm, ("window", "fp8"), budget=12, stories=3, context=32, free_tokens=4,
                            resamples=200)
 
 
 def test_each_storys_damage_is_the_hand_written_rule_on_transformers_own_model(bundled_lm, small_spread):
-    """Three stories of 48 tokens, a window of 12: each story's agreeing steps and KL are the hand-written window's
+    """Three stories of 32 tokens, a window of 12: each story's agreeing steps and KL are the hand-written window's
     on transformers' own model against its own full forward pass; the intervals are the percentile bootstrap of
     those per-story counts, recomputed here with the same seeded resamples."""
     import numpy as np
 
     from topics.budget.stories import story_ids
 
-    stories = story_ids(bundled_lm, 3, 48, 48)
+    stories = story_ids(bundled_lm, 3, 32, 32)
     row = small_spread.row("window", "float32")
     for story, ids in zip(row.stories, stories):
         half = len(ids) // 2

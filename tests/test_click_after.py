@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from topics.serving.scenarios import SCENARIOS
 from ui.apptest import app_test, page
 
@@ -25,8 +27,8 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_says_which_step_it_
     """A Serving link with at= showed 'step 20 of 56 · 0/5 requests done' above 'Finished: every request has
     finished.'"""
     at = serving_page()
-    title = SCENARIOS["queue"]["title"]
-    at.selectbox(key="serve_scenario").set_value(title).run()
+    scenario = SCENARIOS["prefix_cache"]  # three short requests, far apart: the smallest run with an early step to show
+    at.selectbox(key="serve_scenario").set_value(scenario["title"]).run()
     at.button(key="serve_btn_run").click().run()
     latest = len(at.session_state["serve_run"].records) - 1
     assert any(m.startswith("**Finished**") for m in said(at))
@@ -37,7 +39,7 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_says_which_step_it_
         lines = said(screen)
         status = next(m for m in lines if m.startswith("step **3** of"))
         done = int(re.search(r"(\d+)/\d+ requests done", status).group(1))
-        assert done < len(SCENARIOS["queue"]["requests"])  # at step 3 the queue has not drained
+        assert done < len(scenario["requests"])  # at step 3 not every request is done
         assert not any(m.startswith("**Finished**") for m in lines), lines
         assert any(f"went on to step {latest}" in m for m in lines), lines
     at.button(key="serve_btn_forward").click().run()  # the click after: one step on, still not the end
@@ -54,6 +56,23 @@ def opened(link: dict):
     return other
 
 
+@pytest.fixture
+def small_measures(monkeypatch):
+    """The budget page measuring 64 held-out positions and 8 free tokens instead of 256 and 64 (~0.2 s a policy, not
+    ~1.2 s): these tests read the page's controls and its link, whatever the size of the measurement under them. The
+    page's cache is emptied before and after, so no other test reads a small measurement (as tests/test_lessons.py's
+    small_budget_lesson does for lesson 11)."""
+    from topics.budget import measure
+    from topics.budget.page import one_policy
+
+    policies = measure.compare_policies
+    monkeypatch.setattr(measure, "compare_policies",
+                        lambda *args, **kw: policies(*args, **{**kw, "context": 64, "new_tokens": 8}))
+    one_policy.clear()
+    yield
+    one_policy.clear()
+
+
 def budget_page(link: dict | None = None):
     at = app_test()
     if link:
@@ -64,12 +83,13 @@ def budget_page(link: dict | None = None):
     return at
 
 
-def test_the_budget_pages_policy_and_budget_survive_the_next_click_and_open_again_from_its_link():
+def test_the_budget_pages_policy_and_budget_survive_the_next_click_and_open_again_from_its_link(small_measures):
     """The budget page's policy was held nowhere but the session: the next click kept it, a reload of the page's
     link forgot it. The link now carries the policy and the budget, and a bad policy is refused plainly."""
     at = budget_page()
-    at.selectbox(key="budget_policy").set_value("window").run(timeout=300)
     at.slider(key="budget_budget").set_value(32).run(timeout=300)
+    at.selectbox(key="budget_policy").set_value("window").run(timeout=300)  # the next click: the budget stays
+    assert at.slider(key="budget_budget").value == 32
     link = dict(at.query_params)
     assert (link.get("policy"), link.get("budget")) == ("window", "32")
     other = budget_page(link)

@@ -12,6 +12,9 @@ import torch
 from physics import roofline
 from tests.test_lessons import lesson, text
 
+# Beside tests/test_lessons.py on one worker (pytest.ini's --dist loadgroup): the lessons opened here (2, 3, 5) reuse
+# the runs that worker's lessons already made (lessons/course.py keeps them for the process).
+pytestmark = pytest.mark.xdist_group("lessons")
 MIB = 2**20
 # a roof whose cache is twice DRAM's rate: the in-cache ratio (2.0) and the ridge (4.0) must never be confused
 PLANTED = roofline.DeviceRoof("cpu (measured here, float32 matmul)", peak_flops=1.2e11, bandwidth=60e9, measured=True,

@@ -15,8 +15,14 @@ from topics.serving.scenarios import SCENARIOS
 
 QUEUE = SCENARIOS["queue"]
 
+# One worker runs every test that reads the queue's spread (pytest.ini's --dist loadgroup; the Serving page's queue
+# test in tests/test_serving_page.py too): 200 orders scheduled both ways, ~2 s, once a run, in the page's own cache.
+pytestmark = pytest.mark.xdist_group("queue")
 
-@pytest.mark.parametrize("seed", [None, 3])
+
+# A random order is the same claim on other arrivals, ~0.5 s a way: slow. In the fast tier the shipped order holds a
+# real run to the schedule, and 30 random orders hold the schedule to the rules written by hand (below).
+@pytest.mark.parametrize("seed", [None, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("batching", ["continuous", "static"])
 def test_the_schedule_alone_counts_the_steps_a_real_run_takes(bundled_lm, seed, batching):
     """The shipped order (72 and 176 steps, as an independent simulation reproduced them) and a random one: the
@@ -40,8 +46,14 @@ def test_random_orders_deal_the_same_requests_into_the_same_arrivals():
 
 
 @pytest.fixture(scope="module")
-def spread(bundled_lm):
-    return order_spread(bundled_lm, QUEUE["requests"], QUEUE["sizing"])
+def spread():
+    """The spread the Serving page shows for the queue: the page's model and cache, so the page tests on this worker
+    read it without scheduling it again."""
+    from engine.load.load import DEFAULT_MODEL
+    from topics.serving.page import queue_spread
+    from ui.model import get_model
+
+    return queue_spread(get_model(DEFAULT_MODEL, "auto", "auto"), QUEUE["requests"], QUEUE["sizing"])
 
 
 def test_the_shipped_order_is_the_most_favourable_and_the_median_order_still_wins(spread):

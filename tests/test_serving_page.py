@@ -339,6 +339,7 @@ def test_the_timeline_hatches_the_slots_a_static_batch_wasted(family_model):
         assert "padding: a finished request" in svg and "computed and thrown away" in svg  # the key says so
 
 
+@pytest.mark.xdist_group("queue")  # beside tests/test_serving_orders.py: the queue's spread is scheduled once a run
 def test_the_queue_scenario_switched_to_static_batching_shows_its_wasted_slots_on_the_page():
     """Scenario 6: 12 requests for 4 batch slots. The knob starts a static run; by step 11 its first batch's short
     members are done, and their rows are drawn as padding while the queue waits."""

@@ -458,15 +458,19 @@ def decode_stall(run: ServingRun, long_id: str) -> Stall:
                  long_prompt_tokens=long.prompt_len, prompt_tokens={r.id: r.prompt_len for r in run.requests})
 
 
-def same_as_alone(run: ServingRun) -> dict[str, bool]:
+def same_as_alone(run: ServingRun, alone: dict[str, list[int]] | None = None) -> dict[str, bool]:
     """Per request: are its tokens exactly those of its prompt decoded alone (a Stepper, the same sampling, length
-    and stop rule)? Preempted and recomputed, sharing cached blocks or not, a request must not notice the server."""
+    and stop rule)? Preempted and recomputed, sharing cached blocks or not, a request must not notice the server.
+    `alone` keeps each request's tokens alone by id, for runs of the same requests (each decoded alone once)."""
+    alone = {} if alone is None else alone
     out = {}
     for r in run.requests:
-        alone = Stepper(run.lm, r.prompt, sampling=r.seq.sampling, max_new_tokens=r.max_new_tokens,
-                        stop_on_eos=r.seq.stop_on_eos, record=False, repeats=1)
-        alone.run()
-        out[r.id] = alone.generated_ids == r.generated_ids
+        if r.id not in alone:
+            stepper = Stepper(run.lm, r.prompt, sampling=r.seq.sampling, max_new_tokens=r.max_new_tokens,
+                              stop_on_eos=r.seq.stop_on_eos, record=False, repeats=1)
+            stepper.run()
+            alone[r.id] = stepper.generated_ids
+        out[r.id] = alone[r.id] == r.generated_ids
     return out
 
 
@@ -477,14 +481,14 @@ def policy_comparison(lm: LoadedModel, requests: list[RequestSpec], sizing: dict
     (every request's tokens the ones it gets alone)."""
     from engine.generate.serving.run import PREEMPTION
 
-    out = []
+    out, alone = [], {}  # the same requests under every policy: each decoded alone once
     for policy in PREEMPTION:
         run = ServingRun(lm, requests, sampling=sampling, record=True, **{**sizing, "preemption": policy})
         run.run()
         out.append(PolicyRun(policy=policy, steps=len(run.records), preemptions=run.preemptions,
                              preempted=tuple((s.step, rid) for s in run.records for rid in s.preempted),
                              recomputed=sum(r.recomputed_tokens for r in run.requests),
-                             same_as_alone=same_as_alone(run)))
+                             same_as_alone=same_as_alone(run, alone)))
         run.free()
     return tuple(out)
 

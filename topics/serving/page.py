@@ -43,6 +43,13 @@ def queue_orders(_lm, model: str, requests: tuple, sizing: tuple):
     return order_spread(_lm, list(requests), dict(sizing))
 
 
+def queue_spread(lm, requests, sizing: dict):
+    """The spread of these requests over random orders, as the page shows it. Keyed by the requests and the pool, not
+    by the batching knob: each order is scheduled both ways whichever way the page's run goes."""
+    pool = tuple(sorted((k, v) for k, v in sizing.items() if k != "batching"))
+    return queue_orders(lm, lm.spec.name, tuple(requests), pool)
+
+
 def queue_comparison(lm, requests, sizing, sampling):
     """The queue served both ways, two alternated rounds after a warm-up, each way's last run recorded (drawn)."""
     return measure.batching_comparison(lm, requests, sizing, sampling, rounds=2, record=True, log=lambda *a: None)
@@ -214,7 +221,7 @@ def show() -> None:
         st.caption(SCENARIOS[name]["why"])
     if name == "queue":  # one order of the requests is shipped: how the ratio spreads over every order
         st.subheader("The same requests in every order")
-        orders = queue_orders(lm, lm.spec.name, tuple(requests), tuple(sorted(sizing.items())))
+        orders = queue_spread(lm, requests, sizing)
         chart(draw.order_figure(orders, scale=scale()), "serve_orders_chart")
         st.markdown(draw.order_sentence(orders))
 
