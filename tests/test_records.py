@@ -14,8 +14,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("engine/measure/*.py", "topics/*/measure.py", "topics/ladder/profile.py", "benchmarks/*.py")
-JSON_EDGE = ("to_dict",)  # where a record becomes a dict, on its way to a JSON file
+SCANNED = ("engine/**/*.py", "topics/*/measure.py", "topics/ladder/profile.py", "benchmarks/*.py")
+# where a record becomes a dict on its way to a JSON file (`report`: a whole run, as `--json` writes it), and
+# the one place transformers' own per-layer dicts come in, as transformers gives them
+JSON_EDGE = ("to_dict", "report", "layer_kinds")
 
 UNTYPED = {"dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaultdict"}
 LOOSE = {"Any", "object"}
