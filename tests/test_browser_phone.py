@@ -57,6 +57,8 @@ def test_on_a_phone_every_serving_picture_fits_the_screen_a_few_steps_in_and_at_
     fits(pg, f"{scenario}, step 6", serving=3)
     pg.get_by_role("button", name="Run to end").click()
     pg.locator("strong", has_text=re.compile("^Finished$")).first.wait_for(timeout=180_000)
+    for part in ("dl-pool", "dl-pass", "dl-timeline"):  # the finished run's three pictures, once drawn
+        pg.locator(f"[data-testid={part}] img:visible").wait_for()
     idle(pg)
     fits(pg, f"{scenario}, finished", serving=3)
     pg.close()
