@@ -264,6 +264,10 @@ def kept_after(pg, scenario: dict) -> None:
         return {k: v[0] for k, v in parse_qs(urlparse(pg.url).query).items()}
 
     def holds(after: str, steps: int) -> None:
+        # the click's rerun writes the link as it ends: on a loaded machine idle() can return before the rerun shows
+        # (its status widget not up yet), so wait for the link to name the steps; a lost run never gets there
+        expect(pg).to_have_url(re.compile(rf"[?&]steps={steps}(&|$)"), timeout=60_000)
+        idle(pg)
         q = query()
         for key, value in link.items():
             if key not in ("steps", "at"):
