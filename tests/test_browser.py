@@ -33,10 +33,19 @@ def open_page(browser, url: str, width: int = 1400, height: int = 1000):
     return pg
 
 
+NOT_RUNNING = """() => {
+  const app = document.querySelector('[data-testid=stApp]');
+  return app && app.getAttribute('data-test-script-state') === 'notRunning'
+    && !document.querySelector('[data-testid=stStatusWidget], [data-testid=stSpinner]');
+}"""
+
+
 def idle(pg) -> None:
-    """Wait until the app has finished running (Streamlit's 'running' widget is gone)."""
+    """Wait until the app has finished running. Streamlit marks its root with the script's state
+    (`data-test-script-state`, what its own browser tests wait on); its 'running' widget only appears after
+    500 ms of running, so waiting on that alone misses a run that has just begun (a spinner still on screen)."""
     pg.wait_for_timeout(250)
-    pg.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+    pg.wait_for_function(NOT_RUNNING, timeout=60_000)
     pg.wait_for_timeout(250)
 
 

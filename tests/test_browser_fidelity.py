@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from drawing.views import VIEWS  # the step page's seven views, default first: defined once
 from engine.timing import now
-from tests.test_browser import idle, open_page
+from tests.test_browser import NOT_RUNNING, idle, open_page
 
 PRESENTER = (1280, 720)
 PHONE = (390, 844)
@@ -203,7 +203,7 @@ def test_lesson_6_keeps_its_story_when_the_seed_changes(server, browser):
         while now() - t0 < 30:  # until this seed's draw is on screen and the app has stopped running
             main = pg.evaluate("() => document.querySelector('[data-testid=stMain]').innerText")
             assert "Generating a story" not in main, f"seed {n}: the story was generated again"
-            if f", seed {n})" in main and pg.evaluate("() => !document.querySelector('[data-testid=stStatusWidget]')"):
+            if f", seed {n})" in main and pg.evaluate(NOT_RUNNING):
                 shown = True
                 break
             time.sleep(0.03)

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from drawing.views import VIEWS  # the step page's seven views, default first: defined once
-from tests.test_browser import idle, open_page
+from tests.test_browser import NOT_RUNNING, idle, open_page
 
 PRESENTER = (1280, 720)
 
@@ -260,7 +260,7 @@ def test_next_lesson_replaces_the_last_one_at_once_and_no_tooltip_covers_the_tit
             .filter((e) => e.getBoundingClientRect().height > 2).map((e) => e.innerText.slice(0, 40))""")  # seen
         if any(h.startswith("2.") for h in heads) and stale:
             faded_under_new.append(stale)
-        if any(h.startswith("2.") for h in heads) and not pg.locator("[data-testid=stStatusWidget]").count():
+        if any(h.startswith("2.") for h in heads) and pg.evaluate(NOT_RUNNING):
             break
         pg.wait_for_timeout(100)
     assert faded_under_new == [], f"lesson 1's elements left faded under lesson 2's heading: {faded_under_new}"
