@@ -389,6 +389,7 @@ def test_kivi_rounds_each_number_to_within_half_a_step_and_int4_packs_two_a_byte
 FP8_WINDOW = 16  # fp8 keeps the newest 16 positions exact (a residual window, as transformers' quantized cache keeps)
 
 
+@pytest.mark.slow  # a bf16 load and 2 x 256 teacher-forced positions: ~1.6 s
 def test_fp8_holds_at_most_55_percent_of_bf16_and_30_percent_of_fp32(bundled_lm):
     """fp8 with its 16-position residual window, against transformers' DynamicCache in bf16 and in fp32, after 256
     positions of the held-out text; and the bf16 share the page counts from the fp32 run (the same tensors at 2
@@ -495,7 +496,8 @@ def test_a_quantized_step_says_what_its_dequantize_took_and_what_it_moves(bundle
 # ---------------------------------------------------------------- evicting at a quarter of the context
 
 
-@pytest.mark.parametrize("context", [48, pytest.param(96, marks=pytest.mark.slow)])  # 96: ~2.6 s, 48: ~1.4 s
+@pytest.mark.slow  # 48: ~1.4 s, 96: ~2.6 s
+@pytest.mark.parametrize("context", [48, 96])
 def test_at_a_quarter_of_the_context_the_eviction_policies_are_measured_and_ranked(bundled_lm, context):
     """96 tokens of held-out text (48 in the fast tier), half prefilled and half teacher-forced, every eviction
     policy at a budget of a quarter (24), against hand_evict's rules on transformers' own model: each policy's
@@ -628,6 +630,7 @@ def test_the_cli_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, mo
         assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow  # the whole budget command over two stories in two dtypes: ~3 s
 def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     """`--policy all` prints a line for every policy, the same figures `--json` writes (bytes over the full cache's
     recomputed from the written bytes), and ranks the policies that hold B positions as the written figures do."""

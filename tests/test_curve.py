@@ -413,6 +413,7 @@ def test_the_cli_prints_the_curve_and_the_figures_the_lean_pass_is_held_to(small
     assert f"x{one.median_ms / one.memory_ms:.2f} its DRAM memory bound" in table
 
 
+@pytest.mark.slow  # a whole dry gpu-check on the bundled model: ~1.5 s
 def test_gpu_check_runs_dry_on_a_cpu_and_writes_its_ladder_first(bundled_lm, tmp_path, monkeypatch):
     from benchmarks import gpu_check
 

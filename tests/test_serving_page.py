@@ -91,6 +91,7 @@ def test_the_prefix_cache_scenario_draws_cached_blocks_and_hits_them_after_their
     assert f"r1 shares {dict(hit.prefix_hits)['r1']} prompt tokens" in svgs(at, "dl-pass")[0]
 
 
+@pytest.mark.slow  # two whole served runs and their reference tokens: ~2 s
 def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_its_own_tokens():
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value(SCENARIOS["preemption"]["title"]).run()
