@@ -36,7 +36,7 @@ def test_each_storage_gives_fp32s_logits_within_its_rounding_and_the_same_top_to
     n = ids.shape[1]
     with torch.no_grad():
         want = LeanLlama(lm.model, 1, n + 2)(ids, torch.arange(n)).float()
-        for name, tol in (("fp32", 1e-5), ("bf16", 0.1), ("fp16", 0.02), ("int8", 0.15)):
+        for name, tol in (("fp32", 1e-5), ("bf16", 0.1), ("fp16", 0.02), ("int8", 0.15), ("bf16 model", 0.1)):
             lean = storage.lean_pass(lm.model, name, n + 2)
             got = lean(ids, torch.arange(n)).float()
             scale = want.abs().max()
@@ -57,30 +57,33 @@ def test_the_readable_models_parameters_are_never_changed(lm):
 
 
 def test_bytes_read_are_counted_from_the_tensors_the_pass_holds(lm):
+    """Weight-only: the matrices and the output head narrow (int8 with a 4-byte scale a row), the norms and the
+    table's one row fp32; the bf16 model: every tensor 2 bytes a number."""
     model, c = lm.model, lm.model.config
     every = sum(p.numel() * p.element_size() for p in model.parameters())  # tied: the table is the output head
-    row = c.hidden_size * 4
+    row, head = c.hidden_size * 4, c.vocab_size * c.hidden_size
     assert c.tie_word_embeddings
+    matrices = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n) + head
+    norms = sum(p.numel() for p in model.parameters() if p.dim() == 1)
+    outs = sum(p.shape[0] for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n) + c.vocab_size
     assert storage.read_bytes(storage.lean_pass(model, "fp32", 8)) == every + row
-    assert storage.read_bytes(storage.lean_pass(model, "bf16", 8)) == (every + row) // 2
-    int8 = storage.lean_pass(model, "int8", 8)
-    matrices = sum(w.q.numel() + 2 * w.scale.numel() for n in storage.MATRICES for w in getattr(int8, n))
-    head = int8.lm_head.q.numel() + 2 * int8.lm_head.scale.numel()
-    norms = sum(w.numel() * 2 for w in (*int8.attn_norm, *int8.mlp_norm, int8.norm))
-    assert storage.read_bytes(int8) == matrices + head + norms + c.hidden_size * 2
+    assert storage.read_bytes(storage.lean_pass(model, "bf16 model", 8)) == (every + row) // 2
+    for name, size in (("bf16", 2), ("fp16", 2)):
+        assert storage.read_bytes(storage.lean_pass(model, name, 8)) == matrices * size + norms * 4 + row
+    assert storage.read_bytes(storage.lean_pass(model, "int8", 8)) == matrices + outs * 4 + norms * 4 + row
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    for name, elem in (("fp32", 4), ("bf16", 2)):
+    for name, elem in (("fp32", 4), ("bf16", 4), ("int8", 4), ("bf16 model", 2)):  # weight-only: an fp32 cache
         lean = storage.lean_pass(model, name, 8)
         assert storage.kv_bytes_per_token(lean) == 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * elem
 
 
 def test_int8_rows_round_trip_within_half_a_step_of_their_scale():
-    """Rounded to the nearest step of its row's scale; the scale itself stored in bf16 (8 bits of mantissa)."""
+    """Rounded to the nearest step of its row's scale (an fp32 scale a row)."""
     w = torch.randn(64, 32)
-    q = storage.Int8Weight(w)
+    q = storage.NarrowWeight(w, torch.int8)
     step = w.abs().amax(1, keepdim=True) / 127
-    assert ((q.dequantized() - w).abs() <= step * 0.5 + w.abs() * 2**-8 + 1e-6).all()
-    assert q.q.dtype == torch.int8 and q.q.abs().max() == 127
+    assert ((q.dequantized() - w).abs() <= step * 0.5 * (1 + 1e-5) + 1e-6).all()
+    assert q.q.dtype == torch.int8 and q.q.abs().max() == 127 and q.scale.dtype == torch.float32
 
 
 def test_a_measurement_runs_every_storage_the_contexts_and_the_window_eagerly(lm):
@@ -113,7 +116,7 @@ def rates_(read=20e9, fp32=50e9, bf16=100e9, fp16=1e9, rounds=3):
 
 def synthetic(decode=None, prefill=None, contexts=None, passes=None, rounds=None, kv=24576, damage=()) -> Record:
     """A recording made by hand: per storage a decode and prefill time (ms), fp32's bytes halved for bf16/fp16."""
-    w = {"fp32": 400_000_000, "bf16": 200_000_000, "fp16": 200_000_000, "int8": 100_000_000}
+    w = {"fp32": 400_000_000, "bf16": 200_000_000, "fp16": 200_000_000, "int8": 100_000_000, "bf16 model": 200_000_000}
     if passes is None:
         passes = [Pass(s, "decode", 1, 130, w[s], kv * 130, 2e8, (t,) * 3, t) for s, t in decode.items()]
         passes += [Pass(s, "prefill", 128, 0, w[s], 0, 2.6e10, (t,) * 3, t) for s, t in prefill.items()]
@@ -149,20 +152,32 @@ def test_a_bf16_decode_that_did_not_speed_up_is_never_called_faster():
 
 
 def test_a_halved_decode_is_called_faster_and_a_risen_prefill_slower_with_the_reason():
-    rec = synthetic({"fp32": 20.0, "bf16": 10.0, "fp16": 11.0}, {"fp32": 500.0, "bf16": 500.0, "fp16": 3000.0}, CTX)
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0, "fp16": 11.0, "bf16 model": 12.0},
+                    {"fp32": 500.0, "bf16": 500.0, "fp16": 520.0, "bf16 model": 3000.0}, CTX, rounds=rates_(bf16=1e9))
     said = draw.storage_sentence(rec)
     assert "bf16: the decode step is faster (×0.50" in said and "the prefill about the same (×1.00" in said
     assert draw.prediction_held(rec) == "decode faster, prefill about the same"
-    assert "fp16: the decode step is faster (×0.55" in said and "the prefill slower (×6.00" in said
+    assert "bf16 model: the decode step is faster (×0.60" in said and "the prefill slower (×6.00" in said
     why = draw.why_prefill(rec)
-    assert "fp16 matmul probed in each round ran at ×0.02 fp32's" in why and "took ×6.00 (slower)" in why
-    assert "fp16's prefill has a compute bound ×50.00 fp32's" in why and "it beat that bound (×0.12)" in why
-    assert why.count("beat that bound") == 1  # bf16 did not: not said of it
+    assert "fp32's compute bound: bf16 ×1.00 (about the same), fp16 ×1.04 (about the same) fp32's time" in why
+    assert "The bf16 model multiplies in bf16: the bf16 matmul probed in each round ran at ×0.02 fp32's" in why
+    assert "its prefill has a compute bound ×50.00 fp32's and took ×6.00 (slower)" in why
+    assert "it beat that bound (×0.12)" in why and why.count("beat that bound") == 1  # weight-only: not said
     assert "int8" not in draw.int8_sentence(rec)  # no int8 pass: nothing said
     assert rec.predicted_ratio("bf16", "decode") == pytest.approx(0.5, abs=0.01)  # bytes (weights and K/V)
-    assert rec.predicted_ratio("fp16", "prefill") == pytest.approx(50.0)  # the FLOP rate
+    assert rec.predicted_ratio("bf16", "prefill") == pytest.approx(1.0)  # weight-only: fp32's arithmetic
+    assert rec.predicted_ratio("bf16 model", "prefill") == pytest.approx(50.0)  # the FLOP rate
     frame = draw.storage_frame(rec)
-    assert list(frame["decode × fp32"]) == [1.0, 0.5, 0.55]
+    assert list(frame["decode × fp32"]) == [1.0, 0.5, 0.55, 0.6]
+
+
+def test_int8_that_is_not_faster_than_bf16_says_so_with_its_read_rates():
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0, "int8": 9.8}, {"fp32": 500.0}, CTX)
+    said = draw.int8_sentence(rec)
+    assert "int8 weight-only decodes at ×0.49 fp32's time against bf16's ×0.50" in said
+    assert "the kernel, not the memory, sets its time here" in said and "faster than bf16" not in said
+    fast = synthetic({"fp32": 20.0, "bf16": 10.0, "int8": 5.0}, {"fp32": 500.0}, CTX)
+    assert "faster than bf16's ×0.50" in draw.int8_sentence(fast)
 
 
 def test_the_evicted_step_is_judged_by_its_own_ratio_and_quotes_the_budgets_damage():

@@ -708,11 +708,11 @@ def bytes_faster_below_one() -> None:
 
 
 def int8_scales_uncounted() -> None:
-    """The int8 storage's bytes count its int8 codes only, not the bf16 scale each row carries."""
+    """The int8 storage's bytes count its int8 codes only, not the fp32 scale each row carries."""
     from topics.bytes import storage
 
     count = storage.nbytes
-    storage.nbytes = lambda t: count(t.q) if isinstance(t, storage.Int8Weight) else count(t)
+    storage.nbytes = lambda t: count(t.q) if isinstance(t, storage.NarrowWeight) else count(t)
 
 
 def crossing_at_the_slope_over_intercept() -> None:

@@ -11,11 +11,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title
-from topics.bytes.records import COMPUTE, FASTER, Record
+from topics.bytes.records import COMPUTE, FASTER, STORAGES, Record
 
 PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
-TEXT_AT = {"bf16": "middle left", "fp16": "middle right"}  # the two storages of the same bytes, labelled apart
-SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triangle-up"}
+TEXT_AT = {"bf16": "middle left", "fp16": "middle right", "bf16 model": "bottom center"}  # same bytes: apart
+SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triangle-up", "bf16 model": "hexagon"}
 
 
 def verdict(ratio: float | None) -> str:
@@ -89,29 +89,35 @@ def storage_sentence(rec: Record) -> str:
 
 
 def why_prefill(rec: Record) -> str:
-    """Why the prefill moved as it did: its bound is FLOPs over the arithmetic's peak, not bytes."""
-    said = []
+    """Why each prefill moved as it did: its bound is FLOPs over its arithmetic's peak, not bytes."""
+    kept, moved = [], []
     for s in rec.storages():
-        p = rec.get(s, "prefill")
-        if s == "fp32" or p is None or rec.ratio(s, "prefill") is None:
+        p, r = rec.get(s, "prefill"), rec.ratio(s, "prefill")
+        if s == "fp32" or p is None or r is None:
             continue
-        peak = sorted(r.peaks[COMPUTE[s]] / r.peaks["fp32"] for r in rec.rounds)[len(rec.rounds) // 2]
-        part = (f"the {COMPUTE[s]} matmul probed in each round ran at ×{peak:.2f} fp32's, so {s}'s prefill has a "
-                f"compute bound ×{1 / peak:.2f} fp32's and took ×{rec.ratio(s, 'prefill'):.2f} ("
-                f"{verdict(rec.ratio(s, 'prefill'))})")
+        if COMPUTE[s] == "fp32":
+            kept.append(f"{s} ×{r:.2f} ({verdict(r)})")
+            continue
+        peak = sorted(x.peaks[COMPUTE[s]] / x.peaks["fp32"] for x in rec.rounds)[len(rec.rounds) // 2]
+        part = (f"the {s} multiplies in {COMPUTE[s]}: the {COMPUTE[s]} matmul probed in each round ran at ×{peak:.2f} "
+                f"fp32's, so its prefill has a compute bound ×{1 / peak:.2f} fp32's and took ×{r:.2f} ({verdict(r)}"
+                + (": its arithmetic's rate moved, not its bytes)" if verdict(r) == "faster" else ")"))
         if p.median_ms < p.compute_ms(rec.rounds):
             part += (f"; it beat that bound (×{p.median_ms / p.compute_ms(rec.rounds):.2f}): the compiled pass "
                      f"found a faster {COMPUTE[s]} path than the eager matmul the probe times, so that figure is "
                      "the probe's rate, not a bound")
-        said.append(part)
-    if not said:
+        moved.append(part)
+    if not kept and not moved:
         return ""
-    joined = "; ".join(said)
-    return ("A prefill of many tokens is compute-bound: its time follows the arithmetic's rate, not the bytes. "
-            + joined[0].upper() + joined[1:] + ". A CPU with bf16 dot products (AVX-512 BF16, as this one has) runs bf16 "
-            "arithmetic faster than fp32's, so its prefill speeds up with the arithmetic, not with the bytes; a "
-            "CPU without fp16 arithmetic converts every fp16 number first, and its prefill slows down though its "
-            "bytes halved.")
+    out = "A prefill of many tokens is compute-bound: its time follows the arithmetic's rate, not the bytes."
+    if kept:
+        out += (" The weight-only storages read fewer bytes and keep fp32's arithmetic, so their prefills keep "
+                "fp32's compute bound: " + ", ".join(kept) + " fp32's time.")
+    if moved:
+        joined = "; ".join(moved)
+        out += (" " + joined[0].upper() + joined[1:] + ". A CPU with bf16 dot products (AVX-512 BF16) multiplies "
+                "bf16 faster than fp32; one without converts each number first, and its prefill slows down.")
+    return out
 
 
 def decode_sentence(rec: Record) -> str:
@@ -133,13 +139,15 @@ def int8_sentence(rec: Record) -> str:
     if i8 is None or b16 is None:
         return ""
     if i8 < b16 * FASTER:
-        return f"int8 weight-only decodes at ×{i8:.2f} fp32's time, faster than bf16's ×{b16:.2f}: a quarter of the bytes."
-    d = rec.get("int8", "decode")
-    return (f"int8 weight-only decodes at ×{i8:.2f} fp32's time against bf16's ×{b16:.2f}, though it reads a "
-            f"quarter of fp32's bytes: the stock CPU kernel here ({d.kernel}) reads its weights at "
-            f"{d.read_rate() / 1e9:.1f} GB/s, ×{d.memory_held(rec.rounds):.1f} its memory bound, inside this "
-            "compiled pass. An int8 speed-up on a CPU needs a kernel that streams int8 rows as fast as the read "
-            "rate (llama.cpp's Q8_0 does); on a GPU, gpt-fast's int8 weight-only linear compiled with inductor.")
+        return (f"int8 weight-only decodes at ×{i8:.2f} fp32's time, faster than bf16's ×{b16:.2f}: half bf16's "
+                "bytes.")
+    d, b = rec.get("int8", "decode"), rec.get("bf16", "decode")
+    return (f"int8 weight-only decodes at ×{i8:.2f} fp32's time against bf16's ×{b16:.2f}, though it reads half "
+            f"bf16's bytes: its loop widens each int8 weight and scales its row, and reads at "
+            f"{d.read_rate() / 1e9:.1f} GB/s (×{d.memory_held(rec.rounds):.1f} its memory bound) where bf16's reads "
+            f"at {b.read_rate() / 1e9:.1f}: the kernel, not the memory, sets its time here. Engines read int8 faster "
+            "with kernels written for it: llama.cpp's Q8_0 on a CPU; on a GPU, gpt-fast's int8 weight-only linear "
+            "compiled with inductor.")
 
 
 def context_sentence(rec: Record) -> str:
@@ -187,7 +195,7 @@ def prediction_held(rec: Record, storage: str = "bf16") -> str:
 
 def damage_sentence(rec: Record) -> str:
     out = []
-    for s in ("bf16", "fp16", "int8"):
+    for s in STORAGES[1:]:  # each against fp32
         ds = [d for d in rec.damage if d.storage == s]
         if ds:
             low = min(min(d.agree) for d in ds)

@@ -43,7 +43,7 @@ STORIES = 8
 STORY_TOKENS = 192  # each story's first tokens, teacher-forced
 HELD_OUT = ASSETS / "held_out" / "tinystories_eval_40.txt"
 BUDGET_SWEEP = ASSETS / "budget_sweep_default.json"
-PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def contexts_that_fit(kv_per_token: int, device: torch.device, contexts=CONTEXTS) -> tuple[int, ...]:
@@ -78,7 +78,7 @@ def storages(rlm, storages_=st.STORAGES, tokens: int = TOKENS, rounds: int = ROU
             rows = x.shape[1]
             ctx = 0 if kind == "prefill" else tokens + 2  # a decode step reads every position its static cache holds
             p = Pass(name, kind, rows, ctx, wbytes, kv * ctx, step_flops(spec, rows, 0 if rows > 1 else tokens),
-                     (), w, lean.kernel if kind == "decode" or name == "int8" else "F.linear")
+                     (), w, lean.kernel)
             ready.append((p, fn, (x, pos)))
     contexts = contexts_that_fit(kv32, device, contexts)
     if contexts:
@@ -190,9 +190,8 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
     got, passes, kv32, compile_s = storages(rlm, rounds=rounds, contexts=contexts, compile=compile,
                                             on_point=on_point)
     hurt = damage(models, on_point=on_point)
-    notes = (f"int8: {st.INT8_KERNEL}",)
     return Record(device=machine.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
                   wall_s=round(now() - started, 1), compile_s=round(compile_s, 1), rounds=got,
-                  passes=passes, kv_per_token=kv32, damage=hurt, window=budget_window(), notes=notes)
+                  passes=passes, kv_per_token=kv32, damage=hurt, window=budget_window())

@@ -16,8 +16,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, fields
 
-STORAGES = ("fp32", "bf16", "fp16", "int8")
-COMPUTE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "int8": "bf16"}  # the dtype each storage's arithmetic runs in
+STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")  # topics/bytes/storage.py says what each stores
+COMPUTE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "int8": "fp32", "bf16 model": "bf16"}  # each one's arithmetic
 FASTER = 0.9  # a time under this share of fp32's is called faster; over 1 / FASTER, slower; between, about the same
 
 
@@ -29,7 +29,7 @@ class Rates:
 
 @dataclass(frozen=True)
 class Pass:
-    storage: str  # fp32, bf16, fp16, int8
+    storage: str  # one of STORAGES
     kind: str  # "decode" (one token), "prefill" (rows tokens); fp32's "context" (a decode step at a long context)
     #            and "evicted" (the longest context's step over a window of its cache)
     rows: int

@@ -1,14 +1,21 @@
-"""The lean pass with its weights stored in fewer bytes: fp32, bf16, fp16, or int8 weight-only.
+"""The lean pass with its weights stored in fewer bytes: fp32; bf16, fp16 or int8 weight-only; a bf16 model.
 
-Each storage is the lean pass (engine.forward.lean) built over a converted copy of the rung's model, so the readable
-model's Parameters are never changed (tests/test_bytes.py checks them). bf16 and fp16 store every weight, every
-activation and the K/V cache in that dtype; the one-row products are the lean pass's streamed kernel, the prefill's
-`F.linear`. int8 is weight-only, as gpt-fast's is: each matrix's rows stored as int8 with one bf16 scale per row
-(symmetric, the row's largest magnitude over 127), activations and cache in bf16, every product torch's
-`_weight_int8pack_mm` (the stock CPU kernel that reads int8 weights; it scales each output by its row's scale).
+The experiment changes the bytes and nothing else, so bf16, fp16 and int8 are weight-only, as gpt-fast's and
+torchao's are: the matrices (q, k, v, o, the MLP's three, the output head) are stored narrow, and the arithmetic,
+the activations and the K/V cache stay fp32. A one-row product is the lean pass's streamed kernel
+(engine/forward/streamed.py) over the narrow matrix, each weight widened to fp32 as it is read; a product over
+several rows widens the matrix and calls `F.linear`, gpt-fast's `F.linear(x, w.to(x.dtype)) * scales`. int8
+stores each row rounded to 255 steps of its own scale (symmetric: the row's largest magnitude over 127, one fp32
+scale a row).
 
+"bf16 model" is the other thing "bf16" means: the whole model cast (`model.to(torch.bfloat16)`, as loading it
+with `torch_dtype=torch.bfloat16` does), weights, activations, cache and arithmetic. Its prefill runs bf16
+arithmetic, which a CPU with bf16 dot products (AVX-512 BF16) does faster than fp32's: the arithmetic's rate
+moves, not the bytes (topics/bytes/draw.py says which).
+
+Each is built over a converted copy, so the readable model's Parameters are never changed (tests/test_bytes.py).
 `read_bytes` counts what one decode step reads from the tensors the pass holds (numel * element_size): every
-matrix, norm and scale, the output head, and one row of the embedding table.
+matrix, scale and norm, the output head, and one row of the embedding table.
 """
 
 from __future__ import annotations
@@ -16,65 +23,74 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 
+from engine.forward import streamed
 from engine.forward.lean import LeanLlama
 
-STORAGES = ("fp32", "bf16", "fp16", "int8")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.bfloat16}
-INT8_KERNEL = "torch._weight_int8pack_mm (int8 weights, one bf16 scale per row, bf16 activations)"
+STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
+          "bf16 model": torch.bfloat16}  # what a weight is stored as
 MATRICES = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")
 
 
-class Int8Weight(torch.nn.Module):
-    """A matrix [out, in] stored as int8 rows and a scale per row: w ≈ q * scale[:, None]."""
+class NarrowWeight(torch.nn.Module):
+    """A matrix [out, in] stored in fewer bytes, multiplied in its input's dtype (weight-only): `q` in bf16 or
+    fp16, or int8 rows with a `scale` each (w ≈ q * scale[:, None])."""
 
-    def __init__(self, w: torch.Tensor):
+    def __init__(self, w: torch.Tensor, dtype: torch.dtype):
         super().__init__()
         w = w.detach().float()
-        scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
-        self.register_buffer("q", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale.to(torch.bfloat16))
+        scale = None
+        if dtype == torch.int8:
+            scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
+            w = torch.round(w / scale[:, None]).clamp(-127, 127)
+        self.register_buffer("q", w.to(dtype))
+        self.register_buffer("scale", scale)
 
     def dequantized(self) -> torch.Tensor:
-        return self.q.float() * self.scale.float()[:, None]
+        return self.q.float() * (1.0 if self.scale is None else self.scale[:, None])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and x.shape[:-1].numel() == 1:  # one row: streamed, widened as it is read
+            y = streamed.product(x, self.q, one_row=True)
+        else:
+            y = F.linear(x, self.q.to(x.dtype))
+        return y if self.scale is None else y * self.scale
 
 
-class Int8Lean(LeanLlama):
-    """The lean pass with int8 weight-only matrices (its products: `_weight_int8pack_mm`)."""
+class WeightOnly(LeanLlama):
+    """The lean pass over narrow matrices (NarrowWeight), everything else as fp32's."""
 
-    def __init__(self, model, max_batch: int, max_len: int):
-        super().__init__(model, max_batch, max_len, one_row_kernel=False)
+    def __init__(self, model, storage: str, max_len: int):
+        super().__init__(model, 1, max_len)
+        dtype = DTYPES[storage]
         for name in MATRICES:
-            setattr(self, name, torch.nn.ModuleList([Int8Weight(w) for w in getattr(self, name)]))
+            setattr(self, name, torch.nn.ModuleList([NarrowWeight(w, dtype) for w in getattr(self, name)]))
         head = self.lm_head
         del self.lm_head  # a Parameter's name: freed for the module
-        self.lm_head = Int8Weight(head)
-        self.kernel = INT8_KERNEL
+        self.lm_head = NarrowWeight(head, dtype)
+        self.kernel = (f"weight-only {storage}, fp32 arithmetic: one row the streamed dot product, each weight "
+                       f"widened as it is read; several rows the matrix widened, then F.linear")
 
-    def linear(self, x: torch.Tensor, w) -> torch.Tensor:
-        out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), w.q, w.scale)
-        return out.view(*x.shape[:-1], w.q.shape[0])
-
-
-def converted(model, storage: str):
-    """A copy of `model` in the storage's dtype (the readable model itself for fp32 when it is fp32 already)."""
-    dtype = DTYPES[storage]
-    if storage == "fp32" and next(model.parameters()).dtype == torch.float32:
-        return model
-    return copy.deepcopy(model).to(dtype)
+    def linear(self, x: torch.Tensor, w: NarrowWeight) -> torch.Tensor:
+        return w(x)
 
 
-def lean_pass(model, storage: str, max_len: int, one_row_kernel: bool = True) -> LeanLlama:
+def lean_pass(model, storage: str, max_len: int) -> LeanLlama:
     """The lean pass over `model`'s weights stored as `storage` (a converted copy; the model is left as it is)."""
-    copy_ = converted(model, storage)
-    if storage == "int8":
-        return Int8Lean(copy_, 1, max_len)
-    return LeanLlama(copy_, 1, max_len, one_row_kernel=one_row_kernel)
+    if storage in ("bf16", "fp16", "int8"):
+        return WeightOnly(model, storage, max_len)  # holds the model's norms and table, converts its matrices
+    if storage == "bf16 model":
+        model = copy.deepcopy(model).to(torch.bfloat16)
+    elif next(model.parameters()).dtype != torch.float32:
+        model = copy.deepcopy(model).float()
+    return LeanLlama(model, 1, max_len)
 
 
 def nbytes(t) -> int:
-    if isinstance(t, Int8Weight):
-        return nbytes(t.q) + nbytes(t.scale)
+    if isinstance(t, NarrowWeight):
+        return nbytes(t.q) + (0 if t.scale is None else nbytes(t.scale))
     return t.numel() * t.element_size()
 
 
@@ -91,14 +107,16 @@ def kv_bytes_per_token(lean: LeanLlama) -> int:
 
 
 def weight_damage(model, storage: str):
-    """A copy of `model` whose weights carry the storage's rounding, run in fp32 (the damage measured apart from
-    the arithmetic): bf16/fp16 rounded and back; int8 every matrix (2-D weight, embeddings apart) per row."""
+    """A copy of `model` as the storage runs it, against fp32: the weight-only storages' matrices (every 2-D
+    weight but the embedding table) rounded and back, run in fp32; the bf16 model cast whole, run in bf16."""
+    if storage == "bf16 model":
+        return copy.deepcopy(model).to(torch.bfloat16)
     out = copy.deepcopy(model)
     with torch.no_grad():
         embeds = {id(m.weight) for m in out.modules() if isinstance(m, torch.nn.Embedding)}
         for p in out.parameters():
-            if storage in ("bf16", "fp16"):
-                p.copy_(p.to(DTYPES[storage]).float())
-            elif storage == "int8" and p.dim() == 2 and id(p) not in embeds:
-                p.copy_(Int8Weight(p).dequantized())
+            if p.dim() == 2 and id(p) not in embeds:
+                p.copy_(NarrowWeight(p, DTYPES[storage]).dequantized())
+        head = out.get_output_embeddings()  # rounded as the pass stores it, untied from a shared input table
+        head.weight = torch.nn.Parameter(NarrowWeight(head.weight, DTYPES[storage]).dequantized(), requires_grad=False)
     return out
