@@ -7,6 +7,8 @@ number here (`verdict`), so a recording where bf16's decode did not speed up is 
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -218,15 +220,20 @@ def where(rec: Record) -> str:
 def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
     """Time against the weights' bytes: decode and prefill, measured (filled) and their bounds (open)."""
     fig = go.Figure()
+    times = []
     for kind, colour in (("decode", DECODE), ("prefill", PREFILL)):
         for s in rec.storages():
             p = rec.get(s, kind)
             if p is None:
                 continue
             bound = p.memory_ms(rec.rounds) if kind == "decode" else p.compute_ms(rec.rounds)
+            times += [p.median_ms, max(p.samples_ms), bound]
             x = p.weight_bytes / 1e6
+            at = TEXT_AT.get(s, "top center")
+            if s == "bf16 model" and rec.get("bf16", kind) is not None:  # its label on the side away from bf16's
+                at = "top center" if p.median_ms > rec.get("bf16", kind).median_ms else "bottom center"
             fig.add_trace(go.Scatter(x=[x], y=[p.median_ms], mode="markers+text", text=[s],
-                                     textposition=TEXT_AT.get(s, "top center"), name=f"{kind} {s} measured",
+                                     textposition=at, name=f"{kind} {s} measured",
                                      marker=dict(color=colour, size=12, symbol=SYMBOL.get(s, "circle")),
                                      error_y=dict(type="data", symmetric=False,
                                                   array=[max(p.samples_ms) - p.median_ms],
@@ -241,6 +248,8 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
                                  ("its bound (predicted)", ESTIMATE, "circle-open")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(color=colour, size=10, symbol=symbol)))
+    if times:  # room above the highest label and below the lowest (a log axis: its range in powers of ten)
+        fig.update_yaxes(range=[math.log10(min(times) / 1.6), math.log10(max(times) * 1.8)])
     fig.update_yaxes(type="log", title="ms per pass (log)")
     fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)")
     return legend_under_title(layout(fig, "Time per pass against the weights' bytes", scale=scale), scale)
