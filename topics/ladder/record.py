@@ -333,11 +333,14 @@ class Ladder:
             lines += ["", f"the lean path ({lean[-1].lean.path if lean[-1].lean else 'not timed'}); compile apart:",
                       f"{'size':>14} {'lean prefill ms':>22} {'x bound':>7} {'is':<16} {'lean decode ms':>20} "
                       f"{'x bound':>7} {'is':<16} {'recipe decode ms':>20} {'lean/recipe':>11} {'compile s':>9}"]
+            def ratio(x: float | None) -> str:  # a pass not timed shows "-", never a ratio of 0
+                return "-" if x is None else f"{x:.2f}"
+
             for r in lean:
                 pre, dec, rec = r.lean_prefill, r.lean, r.recipe
                 lines.append(
-                    f"{r.label:>14} {pre.spread() if pre else '-':>22} {pre.ratio if pre else 0:>7.2f} "
-                    f"{pre.kind if pre else '-':<16} {dec.spread() if dec else '-':>20} {dec.ratio if dec else 0:>7.2f} "
+                    f"{r.label:>14} {pre.spread() if pre else '-':>22} {ratio(pre and pre.ratio):>7} "
+                    f"{pre.kind if pre else '-':<16} {dec.spread() if dec else '-':>20} {ratio(dec and dec.ratio):>7} "
                     f"{dec.kind if dec else '-':<16} {rec.spread() if rec else '-':>20} "
-                    f"{r.lean_over_recipe or 0:>11.2f} {sum((r.compile_ms or {}).values()) / 1e3:>9.1f}")
+                    f"{ratio(r.lean_over_recipe):>11} {sum((r.compile_ms or {}).values()) / 1e3:>9.1f}")
         return "\n".join(lines)
