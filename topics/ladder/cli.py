@@ -60,9 +60,10 @@ def curve_table(curve, roof) -> str:
             held = f"{h.median:.2f} ({h.low:.2f}-{h.high:.2f})" if h else "-"
             cells.append(f"{p.median_ms:>9.2f} ({p.low_ms:.2f}-{p.high_ms:.2f}) {said:>9} {share:>9} {held:>18}")
         lines.append(f"{n:>6} " + " ".join(cells))
-    lines.append("x base: the n-row pass over the pass it is compared with (its kind, its kernel: "
-                 + "; ".join(sorted({f'{p.kind} n={p.rows} on {curve.kernel(p)}' for p in curve.points
-                                     if p.kind != 'decode' and p.rows <= 2})) + ")")
+    bases = sorted({(kind, b.rows, curve.kernel(b)) for kind in ("prefill", "batch") for n in rows
+                    if (b := curve.base(kind, n)) is not None})
+    lines.append("x base: each pass over the pass of its own kind it is compared with (the n= in its cell), run by "
+                 "the same kernel: " + "; ".join(f"{kind} n={r} on {kernel}" for kind, r, kernel in bases))
     for kind in ("prefill", "batch"):
         k = curve.knee(kind, roof)
         if k is None:
