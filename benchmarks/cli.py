@@ -29,6 +29,7 @@ def add_parser(sub) -> None:
     gc.add_argument("--race-shape", dest="race_shape", default="TinyLlama-1.1B", help="the rung the lean race runs at")
     gc.add_argument("--tests", action="store_true", help="also run the gpu tests (tests/test_gpu.py)")
     gc.add_argument("--races", action="store_true", help="also run both races")
+    gc.add_argument("--bytes", action="store_true", help="also bytes are time at Llama-3-8B's shape (bf16, int8)")
     gc.set_defaults(func=gpu_check_main)
 
 
@@ -59,7 +60,8 @@ def gpu_check_main(args) -> int:
     check_json_path(args.json)
     require_cuda()
     check = gpu_check(sizes=args.sizes, race_shape=args.race_shape, tests=args.tests, races=args.races,
-                      log=lambda text: print(text, flush=True), json_path=args.json, tokens=args.tokens)
+                      log=lambda text: print(text, flush=True), json_path=args.json, tokens=args.tokens,
+                      bytes_=args.bytes)
     print()
     print(table(check.targets))
     if args.json:

@@ -10,6 +10,9 @@ On a CUDA machine, in this order (each part's wall time printed):
                   it, timed in the same run on one reused static cache; the bounds probed in every round
     tests         (--tests) the gpu tier in a subprocess (tests/test_gpu.py)
     races         (--races) the bundled model at the Race page's defaults, and a real shape on the compiled path
+    bytes         (--bytes) bytes are time at Llama-3-8B's shape (topics/bytes/): the bf16 model's decode step and
+                  prefill beside int8 weight-only's, and the bf16 decode step against context (no damage: that is
+                  the bundled models', on a CPU)
 
 The JSON is the ladder's (topics/ladder/record.py's keys, so it can be shipped as assets/ladder_gpu.json
 and read back by recorded_ladders()) with one more key, "gpu_check": every target with its figure, the races and
@@ -35,6 +38,9 @@ CHECK_BUDGET_S = 300.0  # all of gpu-check
 SIZES = ("own", "Llama-3-8B")  # the bundled model (overhead-bound: what the class steps through) and a real 8 B shape
 RACE_RUNG = "TinyLlama-1.1B"
 RACE_RUNG_TOKENS = 256
+BYTES_SHAPE = "Llama-3-8B"
+BYTES_CONTEXTS = (384, 16384, 65536, 131072)  # its K/V (128 KiB a position in bf16) reaches its 16 GB near 122,000
+BYTES_ROUNDS = 3
 
 
 def require_cuda() -> None:
@@ -105,6 +111,43 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
                      compile_ms=dict(rep.compile_ms), wall_s=now() - t0)
     log(f"race at {shape} (lean, {out.dtype}, {new_tokens} tokens): cache saves x{out.speedup_total:.1f}, "
         f"identical {out.identical} ({out.wall_s:.0f} s, compile included)")
+    return out
+
+
+def bytes_check(lm, shape: str = BYTES_SHAPE, contexts=BYTES_CONTEXTS, tokens: int = 384, rounds: int = BYTES_ROUNDS,
+                compile: bool | None = None, log=print):
+    """Bytes are time at a real shape, in bf16, on lm's device: the GPU's storages (topics.bytes.storage), timed."""
+    import torch
+
+    from physics.rungs import rung_model
+    from topics.bytes import measure
+    from topics.bytes import storage as st
+
+    rlm = rung_model(lm, shape, dtype=torch.bfloat16)
+    return measure.record(rlm, f"{shape} shape", command="python -m engine gpu-check --bytes", rounds=rounds,
+                          contexts=contexts, compile=lm.device.type == "cuda" if compile is None else compile,
+                          on_point=lambda text: log(f"  {text}"), storages_=st.GPU_STORAGES, tokens=tokens,
+                          with_damage=False)
+
+
+def bytes_targets(rec) -> list[Target]:
+    """Bytes are time on the GPU: int8 weight-only decodes faster in proportion, its prefill does not; the decode
+    step against context a line of the K/V's bytes over the bandwidth. int4 is not built (listed, not measured)."""
+    if rec is None:
+        return []
+    ref, out = rec.reference, []
+    for what, got, ok in ((f"int8 weight-only decode ≤ ×0.65 the {ref}'s time", rec.ratio("int8", "decode"),
+                           lambda r: r <= 0.65),
+                          (f"int8 weight-only prefill ≥ ×0.9 the {ref}'s (not a decode-sized win)",
+                           rec.ratio("int8", "prefill"), lambda r: r >= 0.9)):
+        out.append(Target(what, "not measured" if got is None else f"×{got:.2f}", None if got is None else ok(got)))
+    line = rec.line()
+    out.append(Target("decode against context: the fitted slope within ±15 % of the K/V bytes over the bandwidth",
+                      "not measured" if line is None else f"×{line.slope_off:.2f} its prediction, crossing at "
+                      f"{line.crossing:,.0f} positions against {line.predicted_crossing:,.0f}",
+                      None if line is None else abs(line.slope_off - 1) <= 0.15))
+    out.append(Target("int4 weight-only decode ≤ ×0.45 the bf16 model's time",
+                      "not built: no int4 storage yet (torch's _weight_int4pack_mm, as gpt-fast calls it)", None))
     return out
 
 
@@ -204,7 +247,8 @@ def table(rows: list[Target]) -> str:
 
 def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, races: bool = False, log=print,
               device: str = "cuda", race_tokens: int = RACE_RUNG_TOKENS, json_path: str | None = None,
-              tokens: int | None = None, compile: bool | None = None, curve_passes=None) -> GpuCheck:
+              tokens: int | None = None, compile: bool | None = None, curve_passes=None, bytes_: bool = False,
+              bytes_shape: str = BYTES_SHAPE, bytes_contexts=BYTES_CONTEXTS) -> GpuCheck:
     """Run everything (see the module docstring); return its record (`to_dict()`: the JSON document).
 
     device="cpu" (with compile=False) is a dry run of the same code with small sizes (a test's, or before a GPU
@@ -226,10 +270,10 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     ladder_s = now() - t0
     log(lad.text_table())
 
-    def document(race=None, rung_race=None, test_result=None, total_s=None) -> GpuCheck:
-        rows = targets(lad, ladder_s, race, rung_race, test_result, total_s)
+    def document(race=None, rung_race=None, test_result=None, total_s=None, byt=None) -> GpuCheck:
+        rows = targets(lad, ladder_s, race, rung_race, test_result, total_s) + bytes_targets(byt)
         return GpuCheck(lad, lad.device, datetime.now(timezone.utc).isoformat(timespec="seconds"), versions(), total_s,
-                        ladder_s, race, rung_race, test_result, tuple(rows))
+                        ladder_s, race, rung_race, test_result, tuple(rows), byt)
 
     if json_path:
         from topics.cli_args import write_json
@@ -239,4 +283,7 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     race = race_at_defaults(lm, log) if races else None
     rung_race = race_at_rung(lm, race_shape, race_tokens, log=log) if races else None
     test_result = run_tests(log) if tests else None
-    return document(race, rung_race, test_result, now() - started)
+    if bytes_:
+        log(f"bytes are time at {bytes_shape}'s shape (bf16, then int8 weight-only; the decode step against context)…")
+    byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens or 384, compile=compile, log=log) if bytes_ else None
+    return document(race, rung_race, test_result, now() - started, byt)

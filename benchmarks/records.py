@@ -249,10 +249,12 @@ class GpuCheck:
     race_at_rung: RaceAtRung | None
     tests: TestRun | None
     targets: tuple[Target, ...]
+    bytes: object | None = None  # topics.bytes.records.Record: bytes are time at a real shape (--bytes)
 
     def to_dict(self) -> dict:
         """The JSON edge: the ladder's keys (so it can ship as assets/ladder_gpu.json) and "gpu_check"."""
+        more = {"bytes": _json(self.bytes)} if self.bytes is not None else {}
         return self.ladder.to_dict() | {"gpu_check": {
             "device": self.device, "measured_at": self.measured_at, "versions": self.versions, "wall_s": self.wall_s,
             "ladder_wall_s": self.ladder_wall_s, "race": _json(self.race), "race_at_rung": _json(self.race_at_rung),
-            "tests": _json(self.tests), "targets": _json(self.targets)}}
+            "tests": _json(self.tests), "targets": _json(self.targets)} | more}

@@ -4,6 +4,7 @@ shipped recording's damage is what the bundled models give."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -96,6 +97,55 @@ def test_a_measurement_runs_every_storage_the_contexts_and_the_window_eagerly(lm
     assert (e.context, full.context) == (16, 64) and e.kv_bytes == kv * 16
     assert all(len(p.samples_ms) == 2 for p in passes) and len(rates) == 2
     assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+
+
+def test_the_gpus_storages_run_on_a_bf16_model_against_it_in_bf16_arithmetic():
+    """What a GPU times (st.for_device): the bf16 model the reference, int8 weight-only over it, every ratio against
+    the bf16 model and every pass's arithmetic bf16; run here eagerly on a CPU, as gpu-check runs it on a GPU."""
+    assert storage.for_device(torch.device("cuda")) == storage.GPU_STORAGES == ("bf16 model", "int8")
+    bf16 = load_model(MODEL, device="cpu", dtype="bfloat16", warmup=False)
+    ids = ids_of(bf16)
+    n = ids.shape[1]
+    with torch.no_grad():
+        want = LeanLlama(bf16.model, 1, n + 2)(ids, torch.arange(n)).float()
+        got = storage.lean_pass(bf16.model, "int8", n + 2)(ids, torch.arange(n)).float()
+    assert got.dtype == want.dtype and got.argmax(-1).item() == want.argmax(-1).item()
+    assert (got - want).abs().max() / want.abs().max() < 0.15
+    rates, passes, kv, _ = measure.storages(bf16, storage.GPU_STORAGES, tokens=8, rounds=2, contexts=(16, 32, 64),
+                                            compile=False, probe=lambda: rates_()[0])
+    rec = Record(**{**synthetic(passes=passes, rounds=rates, kv=kv).__dict__, "reference": "bf16 model"})
+    assert rec.storages() == ["bf16 model", "int8"] and {p.arith for p in passes} == {"bf16"}
+    assert {p.storage for p in rec.context_passes()} == {"bf16 model"} and kv == storage.kv_bytes_per_token(
+        storage.lean_pass(bf16.model, "bf16 model", 8))
+    assert rec.ratio("bf16 model", "decode") == 1.0 and rec.predicted_ratio("int8", "prefill") == pytest.approx(1.0)
+    assert "int8: the decode step is" in draw.storage_sentence(rec) and "bf16 model's time" in draw.storage_sentence(rec)
+    assert "keep bf16 model's arithmetic (bf16)" in draw.why_prefill(rec)
+    assert "(bf16, counted from the cache)" in draw.context_sentence(rec)
+
+
+def test_gpu_checks_bytes_part_runs_dry_on_a_cpu_and_holds_each_target_to_its_figure(lm, monkeypatch):
+    """`gpu-check --bytes`, dry on this CPU with the bundled model's own shape: the GPU's storages timed against the
+    bf16 model, no damage; then its targets on planted recordings: each holds or fails by its own figure."""
+    from benchmarks import gpu_check
+
+    monkeypatch.setattr(measure, "_probe", lambda device, dtypes: lambda: rates_()[0])
+    rec = gpu_check.bytes_check(lm, "own", contexts=(16, 32, 64), tokens=8, rounds=2, compile=False,
+                                log=lambda text: None)
+    assert rec.reference == "bf16 model" and rec.storages() == ["bf16 model", "int8"] and rec.damage == ()
+    assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+    rows = {t.target: t for t in gpu_check.bytes_targets(rec)}
+    assert len(rows) == 4 and rows["int4 weight-only decode ≤ ×0.45 the bf16 model's time"].holds is None
+
+    def planted(decode: float, prefill: float, per_position: float):
+        ctx = {c: 20 + c * per_position for c in (128, 4096, 8192, 16384)}
+        base = synthetic({"bf16 model": 20.0, "int8": decode}, {"bf16 model": 500.0, "int8": prefill}, ctx)
+        passes = tuple(dataclasses.replace(p, storage="bf16 model") if p.kind == "context" else p
+                       for p in base.passes)
+        return [t.holds for t in gpu_check.bytes_targets(Record(**{**base.__dict__, "passes": passes,
+                                                                    "reference": "bf16 model"}))]
+    on_slope = 1e3 * 24576 / 20e9  # ms a position: the K/V's bytes over the read rate of rates_()
+    assert planted(12.0, 480.0, on_slope) == [True, True, True, None]
+    assert planted(14.0, 440.0, 2 * on_slope) == [False, False, False, None]
 
 
 # ---------------------------------------------------------------- the line, on synthetic numbers

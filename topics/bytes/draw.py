@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title
-from topics.bytes.records import COMPUTE, FASTER, STORAGES, Record
+from topics.bytes.records import FASTER, STORAGES, Record
 
 PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
 TEXT_AT = {"bf16": "middle left", "fp16": "middle right", "bf16 model": "bottom center"}  # same bytes: apart
@@ -21,7 +21,7 @@ SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triang
 
 
 def verdict(ratio: float | None) -> str:
-    """'faster', 'slower' or 'about the same' for a time over fp32's (FASTER either way)."""
+    """'faster', 'slower' or 'about the same' for a time over the reference's (FASTER either way)."""
     if ratio is None:
         return "not measured"
     return "faster" if ratio < FASTER else "slower" if ratio > 1 / FASTER else "about the same"
@@ -32,18 +32,18 @@ def mb(n: float) -> str:
 
 
 def storage_rows(rec: Record) -> list[dict]:
-    """Per storage: bytes, each pass's median, its bound, its ratio to fp32 measured and predicted."""
-    rows = []
+    """Per storage: bytes, each pass's median, its bound, its ratio to the reference measured and predicted."""
+    rows, ref = [], rec.reference
     for s in rec.storages():
         d, p = rec.get(s, "decode"), rec.get(s, "prefill")
         rows.append({"storage": s, "weights read": mb(d.weight_bytes),
                      "decode ms": round(d.median_ms, 1), "decode bound ms": round(d.memory_ms(rec.rounds), 1),
-                     "decode × fp32": round(rec.ratio(s, "decode"), 2),
-                     "predicted × fp32 (bytes)": round(rec.predicted_ratio(s, "decode"), 2),
+                     f"decode × {ref}": round(rec.ratio(s, "decode"), 2),
+                     f"predicted × {ref} (bytes)": round(rec.predicted_ratio(s, "decode"), 2),
                      "prefill ms": round(p.median_ms, 1) if p else None,
                      "prefill bound ms": round(p.compute_ms(rec.rounds), 1) if p else None,
-                     "prefill × fp32": round(rec.ratio(s, "prefill"), 2) if p else None,
-                     "predicted × fp32 (FLOP rate)": round(rec.predicted_ratio(s, "prefill"), 2) if p else None})
+                     f"prefill × {ref}": round(rec.ratio(s, "prefill"), 2) if p else None,
+                     f"predicted × {ref} (FLOP rate)": round(rec.predicted_ratio(s, "prefill"), 2) if p else None})
     return rows
 
 
@@ -79,11 +79,11 @@ def storage_sentence(rec: Record) -> str:
     """What the storages did to decode and to prefill, each judged by its own ratio."""
     out = []
     for s in rec.storages():
-        if s == "fp32":
+        if s == rec.reference:
             continue
         d, p = rec.ratio(s, "decode"), rec.ratio(s, "prefill")
         pd_, pp = rec.predicted_ratio(s, "decode"), rec.predicted_ratio(s, "prefill")
-        part = (f"{s}: the decode step is {verdict(d)} (×{d:.2f} fp32's time; its bytes ×{pd_:.2f})")
+        part = (f"{s}: the decode step is {verdict(d)} (×{d:.2f} {rec.reference}'s time; its bytes ×{pd_:.2f})")
         if p is not None:
             part += f", the prefill {verdict(p)} (×{p:.2f}; its compute bound ×{pp:.2f})"
         out.append(part)
@@ -92,29 +92,30 @@ def storage_sentence(rec: Record) -> str:
 
 def why_prefill(rec: Record) -> str:
     """Why each prefill moved as it did: its bound is FLOPs over its arithmetic's peak, not bytes."""
-    kept, moved = [], []
+    kept, moved, ref = [], [], rec.reference
+    base = rec.get(ref, "prefill")
     for s in rec.storages():
         p, r = rec.get(s, "prefill"), rec.ratio(s, "prefill")
-        if s == "fp32" or p is None or r is None:
+        if s == ref or p is None or r is None or base is None:
             continue
-        if COMPUTE[s] == "fp32":
+        if p.arith == base.arith:
             kept.append(f"{s} ×{r:.2f} ({verdict(r)})")
             continue
-        peak = sorted(x.peaks[COMPUTE[s]] / x.peaks["fp32"] for x in rec.rounds)[len(rec.rounds) // 2]
-        part = (f"the {s} multiplies in {COMPUTE[s]}: the {COMPUTE[s]} matmul probed in each round ran at ×{peak:.2f} "
-                f"fp32's, so its prefill has a compute bound ×{1 / peak:.2f} fp32's and took ×{r:.2f} ({verdict(r)}"
+        peak = sorted(x.peaks[p.arith] / x.peaks[base.arith] for x in rec.rounds)[len(rec.rounds) // 2]
+        part = (f"the {s} multiplies in {p.arith}: the {p.arith} matmul probed in each round ran at ×{peak:.2f} "
+                f"{ref}'s, so its prefill has a compute bound ×{1 / peak:.2f} {ref}'s and took ×{r:.2f} ({verdict(r)}"
                 + (": its arithmetic's rate moved, not its bytes)" if verdict(r) == "faster" else ")"))
         if p.median_ms < p.compute_ms(rec.rounds):
             part += (f"; it beat that bound (×{p.median_ms / p.compute_ms(rec.rounds):.2f}): the compiled pass "
-                     f"found a faster {COMPUTE[s]} path than the eager matmul the probe times, so that figure is "
+                     f"found a faster {p.arith} path than the eager matmul the probe times, so that figure is "
                      "the probe's rate, not a bound")
         moved.append(part)
     if not kept and not moved:
         return ""
     out = "A prefill of many tokens is compute-bound: its time follows the arithmetic's rate, not the bytes."
     if kept:
-        out += (" The weight-only storages read fewer bytes and keep fp32's arithmetic, so their prefills keep "
-                "fp32's compute bound: " + ", ".join(kept) + " fp32's time.")
+        out += (f" The weight-only storages read fewer bytes and keep {ref}'s arithmetic ({base.arith}), so their "
+                f"prefills keep {ref}'s compute bound: " + ", ".join(kept) + f" {ref}'s time.")
     if moved:
         joined = "; ".join(moved)
         out += (" " + joined[0].upper() + joined[1:] + ". A CPU with bf16 dot products (AVX-512 BF16) multiplies "
@@ -141,10 +142,10 @@ def int8_sentence(rec: Record) -> str:
     if i8 is None or b16 is None:
         return ""
     if i8 < b16 * FASTER:
-        return (f"int8 weight-only decodes at ×{i8:.2f} fp32's time, faster than bf16's ×{b16:.2f}: half bf16's "
+        return (f"int8 weight-only decodes at ×{i8:.2f} {rec.reference}'s time, faster than bf16's ×{b16:.2f}: half bf16's "
                 "bytes.")
     d, b = rec.get("int8", "decode"), rec.get("bf16", "decode")
-    return (f"int8 weight-only decodes at ×{i8:.2f} fp32's time against bf16's ×{b16:.2f}, though it reads half "
+    return (f"int8 weight-only decodes at ×{i8:.2f} {rec.reference}'s time against bf16's ×{b16:.2f}, though it reads half "
             f"bf16's bytes: its loop widens each int8 weight and scales its row, and reads at "
             f"{d.read_rate() / 1e9:.1f} GB/s (×{d.memory_held(rec.rounds):.1f} its memory bound) where bf16's reads "
             f"at {b.read_rate() / 1e9:.1f}: the kernel, not the memory, sets its time here. Engines read int8 faster "
@@ -158,7 +159,8 @@ def context_sentence(rec: Record) -> str:
         return ""
     off = line.slope_off
     held = "within ±15 % of" if abs(off - 1) <= 0.15 else f"×{off:.2f}"
-    return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V (fp32, counted from the cache) that "
+    return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({rec.context_passes()[0].arith}, "
+            "counted from the cache) that "
             f"every decode step reads. Fitted: {1e3 * line.slope_ms:.2f} µs a position, {held} the predicted "
             f"{1e3 * line.predicted_slope_ms:.2f} µs (those bytes over the read rate probed in the same rounds). "
             f"The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
@@ -280,7 +282,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         fig.add_trace(go.Scatter(x=[full.context], y=[e.median_ms], mode="markers",
                                  name=f"evicted to a window of {e.context:,}", marker=dict(color=GREY, size=13,
                                                                                           symbol="star")))
-    fig.update_xaxes(title="context (positions in the K/V cache, fp32)")
+    fig.update_xaxes(title=f"context (positions in the K/V cache, {pts[0].arith if pts else rec.reference})")
     fig.update_yaxes(title="ms per decode step", rangemode="tozero")
     return legend_under_title(layout(fig, "The context's bytes: one decode step's time", scale=scale), scale)
 

@@ -33,7 +33,7 @@ from engine.timing import now
 from physics import machine
 from physics.roofline import RoundRates
 from topics.bytes import storage as st
-from topics.bytes.records import COMPUTE, Damage, Pass, Rates, Record, WindowDamage
+from topics.bytes.records import Damage, Pass, Rates, Record, WindowDamage
 
 TOKENS = 128  # the prefill's length and the decode step's context
 ROUNDS = 5
@@ -43,7 +43,7 @@ STORIES = 8
 STORY_TOKENS = 192  # each story's first tokens, teacher-forced
 HELD_OUT = ASSETS / "held_out" / "tinystories_eval_40.txt"
 BUDGET_SWEEP = ASSETS / "budget_sweep_default.json"
-PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # probed where one computes
 
 
 def contexts_that_fit(kv_per_token: int, device: torch.device, contexts=CONTEXTS) -> tuple[int, ...]:
@@ -56,11 +56,15 @@ def _warm(fn, ids, pos, *more) -> tuple[float, float]:
     return run_once(fn, ids, pos, *more), run_once(fn, ids, pos, *more)
 
 
-def storages(rlm, storages_=st.STORAGES, tokens: int = TOKENS, rounds: int = ROUNDS, contexts=CONTEXTS,
+def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, contexts=CONTEXTS,
              compile: bool = True, on_point=None, probe=None) -> tuple[tuple, tuple, int, float]:
-    """(rounds' Rates, passes, fp32 K/V bytes per position, compile seconds); see the module docstring. `probe()`,
-    where given, stands in for the roof's probes (a test's: Rates without a second of matmuls)."""
+    """(rounds' Rates, passes, the reference's K/V bytes per position, compile seconds); see the module docstring.
+    The first storage (this device's, st.for_device, by default) is the reference: every ratio is taken against
+    it, and its decode step is the one timed against context. `probe()`, where given, stands in for the roof's
+    probes (a test's: Rates without a second of matmuls)."""
     say = on_point or (lambda _text: None)
+    storages_ = tuple(storages_ or st.for_device(rlm.device))
+    reference = storages_[0]
     device, spec = rlm.device, rlm.spec
     gen = torch.Generator(device=device).manual_seed(0)
     ids = torch.randint(0, min(spec.vocab, 32000), (1, tokens), device=device, generator=gen)
@@ -71,20 +75,21 @@ def storages(rlm, storages_=st.STORAGES, tokens: int = TOKENS, rounds: int = ROU
         lean = st.lean_pass(rlm.model, name, tokens + 2)
         fn = compiled_pass(lean) if compile else lean
         wbytes, kv = st.read_bytes(lean), st.kv_bytes_per_token(lean)
-        kv32 = kv if name == "fp32" else kv32
+        kv32 = kv if name == reference else kv32
         for kind, x, pos in (("prefill", ids, torch.arange(tokens, device=device)), ("decode", one, at)):
             c, w = _warm(fn, x, pos)
             compile_s += c / 1e3
             rows = x.shape[1]
             ctx = 0 if kind == "prefill" else tokens + 2  # a decode step reads every position its static cache holds
             p = Pass(name, kind, rows, ctx, wbytes, kv * ctx, step_flops(spec, rows, 0 if rows > 1 else tokens),
-                     (), w, lean.kernel)
+                     (), w, lean.kernel, st.arithmetic(lean))
             ready.append((p, fn, (x, pos)))
     contexts = contexts_that_fit(kv32, device, contexts)
     if contexts:
         longest = contexts[-1]
-        say(f"fp32: the decode step at {len(contexts)} contexts up to {longest:,} positions (caches of random numbers)")
-        lean = st.lean_pass(rlm.model, "fp32", longest + 1)
+        say(f"{reference}: the decode step at {len(contexts)} contexts up to {longest:,} positions (caches of random "
+            "numbers)")
+        lean = st.lean_pass(rlm.model, reference, longest + 1)
         with torch.no_grad():
             for c in (*lean.k_cache, *lean.v_cache):
                 c.normal_(generator=gen)
@@ -95,9 +100,9 @@ def storages(rlm, storages_=st.STORAGES, tokens: int = TOKENS, rounds: int = ROU
             pos = torch.tensor([ctx - 1], device=device)
             c, w = _warm(fn, one, pos, ctx)
             compile_s += c / 1e3 if kind == "context" and ctx in contexts[:2] else 0.0
-            ready.append((Pass("fp32", kind, 1, ctx, wbytes, kv32 * ctx, step_flops(spec, 1, ctx), (), w,
-                               lean.kernel), fn, (one, pos, ctx)))
-    probe = probe or _probe(device, {COMPUTE[s] for s in storages_})
+            ready.append((Pass(reference, kind, 1, ctx, wbytes, kv32 * ctx, step_flops(spec, 1, ctx), (), w,
+                               lean.kernel, st.arithmetic(lean)), fn, (one, pos, ctx)))
+    probe = probe or _probe(device, {p.arith for p, _fn, _a in ready})
     samples, got_rounds = [[] for _ in ready], []
     for r in range(rounds):
         say(f"round {r + 1} of {rounds}: the roof probed, then every pass once")
@@ -184,14 +189,16 @@ def budget_window() -> WindowDamage | None:
 
 
 def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CONTEXTS, models=None,
-           compile: bool = True, on_point=None) -> Record:
+           compile: bool = True, on_point=None, storages_=None, tokens: int = TOKENS,
+           with_damage: bool = True) -> Record:
     started = now()
     load0 = os.getloadavg()[0]
-    got, passes, kv32, compile_s = storages(rlm, rounds=rounds, contexts=contexts, compile=compile,
-                                            on_point=on_point)
-    hurt = damage(models, on_point=on_point)
+    got, passes, kv32, compile_s = storages(rlm, storages_, tokens=tokens, rounds=rounds, contexts=contexts,
+                                            compile=compile, on_point=on_point)
+    hurt = damage(models, on_point=on_point) if with_damage else ()
     return Record(device=machine.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
                   wall_s=round(now() - started, 1), compile_s=round(compile_s, 1), rounds=got,
-                  passes=passes, kv_per_token=kv32, damage=hurt, window=budget_window())
+                  passes=passes, kv_per_token=kv32, damage=hurt, window=budget_window(),
+                  reference=passes[0].storage)

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, fields
 
 STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")  # topics/bytes/storage.py says what each stores
 COMPUTE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "int8": "fp32", "bf16 model": "bf16"}  # each one's arithmetic
-FASTER = 0.9  # a time under this share of fp32's is called faster; over 1 / FASTER, slower; between, about the same
+#         on a CPU (a pass records its own: on a GPU the weight-only storages run over a bf16 model, in bf16)
+FASTER = 0.9  # a time under this share of the reference's is called faster; over 1 / FASTER, slower; else the same
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,11 @@ class Pass:
     samples_ms: tuple  # one per round
     warmup_ms: float
     kernel: str = ""
+    compute: str = ""  # the dtype its arithmetic ran in ("" in an older recording: COMPUTE's)
+
+    @property
+    def arith(self) -> str:
+        return self.compute or COMPUTE[self.storage]
 
     @property
     def bytes(self) -> int:
@@ -51,13 +57,13 @@ class Pass:
 
     def bounds_ms(self, rounds) -> tuple:
         """Per round: the larger of bytes / read rate and FLOPs / the peak of this storage's arithmetic."""
-        return tuple(1e3 * max(self.bytes / r.read, self.flops / r.peaks[COMPUTE[self.storage]]) for r in rounds)
+        return tuple(1e3 * max(self.bytes / r.read, self.flops / r.peaks[self.arith]) for r in rounds)
 
     def memory_ms(self, rounds) -> float:
         return statistics.median(1e3 * self.bytes / r.read for r in rounds)
 
     def compute_ms(self, rounds) -> float:
-        return statistics.median(1e3 * self.flops / r.peaks[COMPUTE[self.storage]] for r in rounds)
+        return statistics.median(1e3 * self.flops / r.peaks[self.arith] for r in rounds)
 
     def held(self, rounds) -> float:
         """The median over rounds of that round's time over that round's bound."""
@@ -147,29 +153,31 @@ class Record:
     compile_s: float
     rounds: tuple  # Rates, one per round
     passes: tuple  # Pass
-    kv_per_token: int  # fp32 cache, counted
+    kv_per_token: int  # the reference storage's cache, counted
     damage: tuple = ()  # Damage
     window: WindowDamage | None = None  # the budget page's window policy, from its recording
     notes: tuple = ()
+    reference: str = "fp32"  # the storage every ratio is taken against (a GPU's: the bf16 model)
 
     def get(self, storage: str, kind: str, context: int | None = None) -> Pass | None:
         return next((p for p in self.passes if p.storage == storage and p.kind == kind
                      and (context is None or p.context == context)), None)
 
     def storages(self) -> list[str]:
-        return [s for s in STORAGES if self.get(s, "decode") is not None]
+        """The storages timed, the reference first, in the order they were measured."""
+        return list(dict.fromkeys(p.storage for p in self.passes if p.kind == "decode"))
 
     def ratio(self, storage: str, kind: str) -> float | None:
-        """The median over rounds of this storage's time over fp32's in the same round."""
-        a, b = self.get(storage, kind), self.get("fp32", kind)
+        """The median over rounds of this storage's time over the reference's in the same round."""
+        a, b = self.get(storage, kind), self.get(self.reference, kind)
         if a is None or b is None:
             return None
         return statistics.median(x / y for x, y in zip(a.samples_ms, b.samples_ms))
 
     def predicted_ratio(self, storage: str, kind: str) -> float | None:
-        """Its bound over fp32's: the memory bound's for a decode (bytes), the compute bound's for a prefill (FLOPs
-        over the arithmetic's peak), each the median over rounds."""
-        a, b = self.get(storage, kind), self.get("fp32", kind)
+        """Its bound over the reference's: the memory bound's for a decode (bytes), the compute bound's for a prefill
+        (FLOPs over the arithmetic's peak), each the median over rounds."""
+        a, b = self.get(storage, kind), self.get(self.reference, kind)
         if a is None or b is None:
             return None
         bound = Pass.memory_ms if kind == "decode" else Pass.compute_ms

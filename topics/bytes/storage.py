@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from engine.forward import streamed
 from engine.forward.lean import LeanLlama
 
-STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")
+STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")  # on a CPU: fp32 the reference, the arithmetic fp32
+GPU_STORAGES = ("bf16 model", "int8")  # on a GPU: a bf16 model the reference, int8 weight-only over it (bf16 math)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
           "bf16 model": torch.bfloat16}  # what a weight is stored as
 MATRICES = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")
@@ -40,16 +41,16 @@ class NarrowWeight(torch.nn.Module):
 
     def __init__(self, w: torch.Tensor, dtype: torch.dtype):
         super().__init__()
-        w = w.detach().float()
+        w, model_dtype = w.detach().float(), w.dtype
         scale = None
         if dtype == torch.int8:
             scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
             w = torch.round(w / scale[:, None]).clamp(-127, 127)
         self.register_buffer("q", w.to(dtype))
-        self.register_buffer("scale", scale)
+        self.register_buffer("scale", None if scale is None else scale.to(model_dtype))  # the activations' dtype
 
     def dequantized(self) -> torch.Tensor:
-        return self.q.float() * (1.0 if self.scale is None else self.scale[:, None])
+        return self.q.float() * (1.0 if self.scale is None else self.scale.float()[:, None])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type == "cpu" and x.shape[:-1].numel() == 1:  # one row: streamed, widened as it is read
@@ -60,7 +61,7 @@ class NarrowWeight(torch.nn.Module):
 
 
 class WeightOnly(LeanLlama):
-    """The lean pass over narrow matrices (NarrowWeight), everything else as fp32's."""
+    """The lean pass over narrow matrices (NarrowWeight), everything else as the model's (fp32 on a CPU)."""
 
     def __init__(self, model, storage: str, max_len: int):
         super().__init__(model, 1, max_len)
@@ -70,8 +71,10 @@ class WeightOnly(LeanLlama):
         head = self.lm_head
         del self.lm_head  # a Parameter's name: freed for the module
         self.lm_head = NarrowWeight(head, dtype)
-        self.kernel = (f"weight-only {storage}, fp32 arithmetic: one row the streamed dot product, each weight "
-                       f"widened as it is read; several rows the matrix widened, then F.linear")
+        self.kernel = (f"weight-only {storage}, {arithmetic(self)} arithmetic: "
+                       + ("one row the streamed dot product, each weight widened as it is read; several rows "
+                          if self.embed.device.type == "cpu" else "")
+                       + "the matrix widened, then F.linear")
 
     def linear(self, x: torch.Tensor, w: NarrowWeight) -> torch.Tensor:
         return w(x)
@@ -81,11 +84,21 @@ def lean_pass(model, storage: str, max_len: int) -> LeanLlama:
     """The lean pass over `model`'s weights stored as `storage` (a converted copy; the model is left as it is)."""
     if storage in ("bf16", "fp16", "int8"):
         return WeightOnly(model, storage, max_len)  # holds the model's norms and table, converts its matrices
-    if storage == "bf16 model":
+    if storage == "bf16 model" and next(model.parameters()).dtype != torch.bfloat16:
         model = copy.deepcopy(model).to(torch.bfloat16)
-    elif next(model.parameters()).dtype != torch.float32:
+    elif storage == "fp32" and next(model.parameters()).dtype != torch.float32:
         model = copy.deepcopy(model).float()
     return LeanLlama(model, 1, max_len)
+
+
+def for_device(device: torch.device) -> tuple[str, ...]:
+    """The storages timed on this device, the reference first."""
+    return GPU_STORAGES if device.type == "cuda" else STORAGES
+
+
+def arithmetic(lean: LeanLlama) -> str:
+    """The dtype a pass's arithmetic runs in: its activations' (the embedding table's)."""
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[lean.embed.dtype]
 
 
 def nbytes(t) -> int:
