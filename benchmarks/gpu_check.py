@@ -11,8 +11,8 @@ On a CUDA machine, in this order (each part's wall time printed):
     tests         (--tests) the gpu tier in a subprocess (tests/test_gpu.py)
     races         (--races) the bundled model at the Race page's defaults, and a real shape on the compiled path
     bytes         (--bytes) bytes are time at Llama-3-8B's shape (topics/bytes/): the bf16 model's decode step and
-                  prefill beside int8 weight-only's, and the bf16 decode step against context (no damage: that is
-                  the bundled models', on a CPU)
+                  prefill beside int8's and int4's weight-only, and the bf16 decode step against context (no damage:
+                  that is the bundled models', on a CPU)
 
 The JSON is the ladder's (topics/ladder/record.py's keys, so it can be shipped as assets/ladder_gpu.json
 and read back by recorded_ladders()) with one more key, "gpu_check": every target with its figure, the races and
@@ -131,23 +131,23 @@ def bytes_check(lm, shape: str = BYTES_SHAPE, contexts=BYTES_CONTEXTS, tokens: i
 
 
 def bytes_targets(rec) -> list[Target]:
-    """Bytes are time on the GPU: int8 weight-only decodes faster in proportion, its prefill does not; the decode
-    step against context a line of the K/V's bytes over the bandwidth. int4 is not built (listed, not measured)."""
+    """Bytes are time on the GPU: int8 and int4 weight-only decode faster in proportion, their prefills do not; the
+    decode step against context a line of the K/V's bytes over the bandwidth."""
     if rec is None:
         return []
     ref, out = rec.reference, []
-    for what, got, ok in ((f"int8 weight-only decode ≤ ×0.65 the {ref}'s time", rec.ratio("int8", "decode"),
-                           lambda r: r <= 0.65),
-                          (f"int8 weight-only prefill ≥ ×0.9 the {ref}'s (not a decode-sized win)",
-                           rec.ratio("int8", "prefill"), lambda r: r >= 0.9)):
-        out.append(Target(what, "not measured" if got is None else f"×{got:.2f}", None if got is None else ok(got)))
+    for storage, most in (("int8", 0.65), ("int4", 0.45)):
+        got = rec.ratio(storage, "decode")
+        out.append(Target(f"{storage} weight-only decode ≤ ×{most} the {ref}'s time",
+                          "not measured" if got is None else f"×{got:.2f}", None if got is None else got <= most))
+        got = rec.ratio(storage, "prefill")
+        out.append(Target(f"{storage} weight-only prefill ≥ ×0.9 the {ref}'s (not a decode-sized win)",
+                          "not measured" if got is None else f"×{got:.2f}", None if got is None else got >= 0.9))
     line = rec.line()
     out.append(Target("decode against context: the fitted slope within ±15 % of the K/V bytes over the bandwidth",
                       "not measured" if line is None else f"×{line.slope_off:.2f} its prediction, crossing at "
                       f"{line.crossing:,.0f} positions against {line.predicted_crossing:,.0f}",
                       None if line is None else abs(line.slope_off - 1) <= 0.15))
-    out.append(Target("int4 weight-only decode ≤ ×0.45 the bf16 model's time",
-                      "not built: no int4 storage yet (torch's _weight_int4pack_mm, as gpt-fast calls it)", None))
     return out
 
 

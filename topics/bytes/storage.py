@@ -29,15 +29,16 @@ from engine.forward import streamed
 from engine.forward.lean import LeanLlama
 
 STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")  # on a CPU: fp32 the reference, the arithmetic fp32
-GPU_STORAGES = ("bf16 model", "int8")  # on a GPU: a bf16 model the reference, int8 weight-only over it (bf16 math)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
+GPU_STORAGES = ("bf16 model", "int8", "int4")  # on a GPU: a bf16 model the reference, weight-only over it (bf16 math)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8, "int4": "int4",
           "bf16 model": torch.bfloat16}  # what a weight is stored as
+GROUP, INNER_K_TILES = 128, 8  # int4: weights per scale and zero point along a row (gpt-fast's), the kernel's tiling
 MATRICES = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")
 
 
 class NarrowWeight(torch.nn.Module):
     """A matrix [out, in] stored in fewer bytes, multiplied in its input's dtype (weight-only): `q` in bf16 or
-    fp16, or int8 rows with a `scale` each (w ≈ q * scale[:, None])."""
+    fp16, or int8 rows with a `scale` each (w ≈ q * scale[:, None]). int4 is Int4Weight (`narrow` picks)."""
 
     def __init__(self, w: torch.Tensor, dtype: torch.dtype):
         super().__init__()
@@ -60,21 +61,61 @@ class NarrowWeight(torch.nn.Module):
         return y if self.scale is None else y * self.scale
 
 
+class Int4Weight(torch.nn.Module):
+    """int4 as gpt-fast stores it: each group of GROUP weights along a row in 16 steps from its least value
+    (w ≈ (q - 8) * scale + zero), two a byte in the layout torch's int4 kernel reads (`_weight_int4pack_mm`, tinygemm,
+    on a GPU; `_weight_int4pack_mm_for_cpu` on a CPU, bf16 inputs). On a CPU inductor cannot lower that kernel
+    inside the compiled pass (torch 2.13), so the CPU's timed storages leave int4 out; eager, it runs here."""
+
+    def __init__(self, w: torch.Tensor):
+        super().__init__()
+        groups = w.detach().float().view(w.shape[0], -1, GROUP)
+        low, high = groups.amin(-1), groups.amax(-1)
+        step = ((high - low) / 15).clamp(min=1e-12)
+        steps = torch.round((groups - low[..., None]) / step[..., None]).clamp(0, 15).to(torch.int32).view(w.shape)
+        if w.device.type == "cuda":  # two a byte, the even weight high (torchao's and gpt-fast's packing)
+            q = torch.ops.aten._convert_weight_to_int4pack(
+                (steps[:, ::2] << 4 | steps[:, 1::2]).to(torch.uint8).contiguous(), INNER_K_TILES)
+        else:
+            q = torch.ops.aten._convert_weight_to_int4pack_for_cpu(steps, INNER_K_TILES)
+        self.register_buffer("q", q)
+        self.register_buffer("scale", torch.stack((step, low + 8 * step), -1).transpose(0, 1).contiguous()
+                             .to(torch.bfloat16))  # [in / GROUP, out, 2]: each group's scale and zero
+        self.register_buffer("steps", steps.to(torch.uint8), persistent=False)  # for dequantized(), never read
+
+    def dequantized(self) -> torch.Tensor:
+        scale, zero = self.scale.float().transpose(0, 1).unbind(-1)  # [out, in / GROUP] each
+        groups = self.steps.float().view(self.steps.shape[0], -1, GROUP) - 8
+        return (groups * scale[..., None] + zero[..., None]).view(self.steps.shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mm = (torch.ops.aten._weight_int4pack_mm if x.device.type == "cuda"
+              else torch.ops.aten._weight_int4pack_mm_for_cpu)
+        y = mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), self.q, GROUP, self.scale)
+        return y.to(x.dtype).view(*x.shape[:-1], -1)
+
+
+def narrow(w: torch.Tensor, storage: str) -> torch.nn.Module:
+    """`w` stored as the storage says: an Int4Weight for int4, else a NarrowWeight."""
+    return Int4Weight(w) if storage == "int4" else NarrowWeight(w, DTYPES[storage])
+
+
 class WeightOnly(LeanLlama):
     """The lean pass over narrow matrices (NarrowWeight), everything else as the model's (fp32 on a CPU)."""
 
     def __init__(self, model, storage: str, max_len: int):
         super().__init__(model, 1, max_len)
-        dtype = DTYPES[storage]
         for name in MATRICES:
-            setattr(self, name, torch.nn.ModuleList([NarrowWeight(w, dtype) for w in getattr(self, name)]))
+            setattr(self, name, torch.nn.ModuleList([narrow(w, storage) for w in getattr(self, name)]))
         head = self.lm_head
         del self.lm_head  # a Parameter's name: freed for the module
-        self.lm_head = NarrowWeight(head, dtype)
-        self.kernel = (f"weight-only {storage}, {arithmetic(self)} arithmetic: "
-                       + ("one row the streamed dot product, each weight widened as it is read; several rows "
-                          if self.embed.device.type == "cpu" else "")
-                       + "the matrix widened, then F.linear")
+        self.lm_head = narrow(head, storage)
+        cpu = self.embed.device.type == "cpu"
+        self.kernel = (f"weight-only {storage}, {arithmetic(self)} arithmetic: " + (
+            f"torch's int4 kernel ({'_weight_int4pack_mm_for_cpu' if cpu else '_weight_int4pack_mm'}), bf16 inputs"
+            if storage == "int4" else
+            ("one row the streamed dot product, each weight widened as it is read; several rows " if cpu else "")
+            + "the matrix widened, then F.linear"))
 
     def linear(self, x: torch.Tensor, w: NarrowWeight) -> torch.Tensor:
         return w(x)
@@ -82,7 +123,7 @@ class WeightOnly(LeanLlama):
 
 def lean_pass(model, storage: str, max_len: int) -> LeanLlama:
     """The lean pass over `model`'s weights stored as `storage` (a converted copy; the model is left as it is)."""
-    if storage in ("bf16", "fp16", "int8"):
+    if storage in ("bf16", "fp16", "int8", "int4"):
         return WeightOnly(model, storage, max_len)  # holds the model's norms and table, converts its matrices
     if storage == "bf16 model" and next(model.parameters()).dtype != torch.bfloat16:
         model = copy.deepcopy(model).to(torch.bfloat16)
@@ -102,7 +143,7 @@ def arithmetic(lean: LeanLlama) -> str:
 
 
 def nbytes(t) -> int:
-    if isinstance(t, NarrowWeight):
+    if isinstance(t, (NarrowWeight, Int4Weight)):  # what a pass reads: an int4 matrix's `steps` are for dequantized() alone
         return nbytes(t.q) + (0 if t.scale is None else nbytes(t.scale))
     return t.numel() * t.element_size()
 
@@ -129,7 +170,7 @@ def weight_damage(model, storage: str):
         embeds = {id(m.weight) for m in out.modules() if isinstance(m, torch.nn.Embedding)}
         for p in out.parameters():
             if p.dim() == 2 and id(p) not in embeds:
-                p.copy_(NarrowWeight(p, DTYPES[storage]).dequantized())
+                p.copy_(narrow(p, storage).dequantized())
         head = out.get_output_embeddings()  # rounded as the pass stores it, untied from a shared input table
-        head.weight = torch.nn.Parameter(NarrowWeight(head.weight, DTYPES[storage]).dequantized(), requires_grad=False)
+        head.weight = torch.nn.Parameter(narrow(head.weight, storage).dequantized(), requires_grad=False)
     return out
