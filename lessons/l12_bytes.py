@@ -22,8 +22,8 @@ def show(course: Course) -> None:
     first = st.empty()  # the takeaway: the bytes the recording halved, before the prediction (never its answer)
     st.markdown(
         "Lesson 8 said a decode step waits on reading its weights and a long prefill on its arithmetic. Test it: "
-        "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter), keep the arithmetic "
-        "in fp32 (weight-only, as gpt-fast does), and time both. **Predict first.**")
+        "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter; int4: an eighth), keep "
+        "the arithmetic in fp32 (weight-only, as gpt-fast does), and time both. **Predict first.**")
     guess = st.radio("your prediction: with half the bytes…", GUESSES, index=None, horizontal=True,
                      key="lesson12_guess")
     rec, source = shown()

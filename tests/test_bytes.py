@@ -37,7 +37,8 @@ def test_each_storage_gives_fp32s_logits_within_its_rounding_and_the_same_top_to
     n = ids.shape[1]
     with torch.no_grad():
         want = LeanLlama(lm.model, 1, n + 2)(ids, torch.arange(n)).float()
-        for name, tol in (("fp32", 1e-5), ("bf16", 0.1), ("fp16", 0.02), ("int8", 0.15), ("bf16 model", 0.1)):
+        for name, tol in (("fp32", 1e-5), ("bf16", 0.1), ("fp16", 0.02), ("int8", 0.15), ("int4", 0.5),
+                          ("bf16 model", 0.1)):
             lean = storage.lean_pass(lm.model, name, n + 2)
             got = lean(ids, torch.arange(n)).float()
             scale = want.abs().max()
@@ -58,8 +59,9 @@ def test_the_readable_models_parameters_are_never_changed(lm):
 
 
 def test_bytes_read_are_counted_from_the_tensors_the_pass_holds(lm):
-    """Weight-only: the matrices and the output head narrow (int8 with a 4-byte scale a row), the norms and the
-    table's one row fp32; the bf16 model: every tensor 2 bytes a number."""
+    """Weight-only: the matrices and the output head narrow (int8 with a 4-byte scale a row, int4 half a byte a
+    weight with a 2-byte scale and zero a group), the norms and the table's one row fp32; the bf16 model: every
+    tensor 2 bytes a number."""
     model, c = lm.model, lm.model.config
     every = sum(p.numel() * p.element_size() for p in model.parameters())  # tied: the table is the output head
     row, head = c.hidden_size * 4, c.vocab_size * c.hidden_size
@@ -72,8 +74,10 @@ def test_bytes_read_are_counted_from_the_tensors_the_pass_holds(lm):
     for name, size in (("bf16", 2), ("fp16", 2)):
         assert storage.read_bytes(storage.lean_pass(model, name, 8)) == matrices * size + norms * 4 + row
     assert storage.read_bytes(storage.lean_pass(model, "int8", 8)) == matrices + outs * 4 + norms * 4 + row
+    groups = matrices // storage.GROUP  # every bundled row a multiple of 128: a bf16 scale and zero a group
+    assert storage.read_bytes(storage.lean_pass(model, "int4", 8)) == matrices // 2 + groups * 4 + norms * 4 + row
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    for name, elem in (("fp32", 4), ("bf16", 4), ("int8", 4), ("bf16 model", 2)):  # weight-only: an fp32 cache
+    for name, elem in (("fp32", 4), ("bf16", 4), ("int8", 4), ("int4", 4), ("bf16 model", 2)):  # weight-only: fp32
         lean = storage.lean_pass(model, name, 8)
         assert storage.kv_bytes_per_token(lean) == 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * elem
 
@@ -132,7 +136,8 @@ def test_the_gpus_storages_run_on_a_bf16_model_against_it_in_bf16_arithmetic():
     assert {p.storage for p in rec.context_passes()} == {"bf16 model"} and kv == storage.kv_bytes_per_token(
         storage.lean_pass(bf16.model, "bf16 model", 8))
     assert rec.ratio("bf16 model", "decode") == 1.0 and rec.predicted_ratio("int8", "prefill") == pytest.approx(1.0)
-    assert "int8: the decode step is" in draw.storage_sentence(rec) and "bf16 model's time" in draw.storage_sentence(rec)
+    said = draw.storage_sentence(rec)
+    assert "int8: the decode step is" in said and "int4: the decode step is" in said and "bf16 model's time" in said
     assert "keep bf16 model's arithmetic (bf16)" in draw.why_prefill(rec)
     assert "(bf16, counted from the cache)" in draw.context_sentence(rec)
 

@@ -17,7 +17,8 @@ from topics.bytes.records import FASTER, STORAGES, Record
 
 PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
 TEXT_AT = {"bf16": "middle left", "fp16": "middle right", "bf16 model": "bottom center"}  # same bytes: apart
-SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triangle-up", "bf16 model": "hexagon"}
+SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triangle-up", "int4": "triangle-down",
+          "bf16 model": "hexagon"}
 
 
 def verdict(ratio: float | None) -> str:
@@ -114,7 +115,8 @@ def why_prefill(rec: Record) -> str:
         return ""
     out = "A prefill of many tokens is compute-bound: its time follows the arithmetic's rate, not the bytes."
     if kept:
-        out += (f" The weight-only storages read fewer bytes and keep {ref}'s arithmetic ({base.arith}), so their "
+        arith = "" if base.arith == ref else f" ({base.arith})"
+        out += (f" The weight-only storages read fewer bytes and keep {ref}'s arithmetic{arith}, so their "
                 f"prefills keep {ref}'s compute bound: " + ", ".join(kept) + f" {ref}'s time.")
     if moved:
         joined = "; ".join(moved)
@@ -137,20 +139,26 @@ def decode_sentence(rec: Record) -> str:
 
 
 def int8_sentence(rec: Record) -> str:
-    """int8 weight-only: faster than bf16 or not, with the figure."""
-    i8, b16 = rec.ratio("int8", "decode"), rec.ratio("bf16", "decode")
-    if i8 is None or b16 is None:
-        return ""
-    if i8 < b16 * FASTER:
-        return (f"int8 weight-only decodes at ×{i8:.2f} {rec.reference}'s time, faster than bf16's ×{b16:.2f}: half bf16's "
-                "bytes.")
-    d, b = rec.get("int8", "decode"), rec.get("bf16", "decode")
-    return (f"int8 weight-only decodes at ×{i8:.2f} {rec.reference}'s time against bf16's ×{b16:.2f}, though it reads half "
-            f"bf16's bytes: its loop widens each int8 weight and scales its row, and reads at "
-            f"{d.read_rate() / 1e9:.1f} GB/s (×{d.memory_held(rec.rounds):.1f} its memory bound) where bf16's reads "
-            f"at {b.read_rate() / 1e9:.1f}: the kernel, not the memory, sets its time here. Engines read int8 faster "
-            "with kernels written for it: llama.cpp's Q8_0 on a CPU; on a GPU, gpt-fast's int8 weight-only linear "
-            "compiled with inductor.")
+    """int8 and int4 weight-only: faster than bf16 or not, each with its figure."""
+    b16, out, slow = rec.ratio("bf16", "decode"), [], False
+    for s, share in (("int8", "half"), ("int4", "a quarter of")):
+        r = rec.ratio(s, "decode")
+        if r is None or b16 is None:
+            continue
+        if r < b16 * FASTER:
+            out.append(f"{s} weight-only decodes at ×{r:.2f} {rec.reference}'s time, faster than bf16's ×{b16:.2f}: "
+                       f"{share} bf16's bytes.")
+            continue
+        slow = True
+        d, b = rec.get(s, "decode"), rec.get("bf16", "decode")
+        out.append(f"{s} weight-only decodes at ×{r:.2f} {rec.reference}'s time against bf16's ×{b16:.2f}, though it "
+                   f"reads {share} bf16's bytes: its kernel reads at {d.read_rate() / 1e9:.1f} GB/s "
+                   f"(×{d.memory_held(rec.rounds):.1f} its memory bound) where bf16's reads at "
+                   f"{b.read_rate() / 1e9:.1f}: the kernel, not the memory, sets its time here ({d.kernel}).")
+    if slow:
+        out.append("Engines read narrow integers faster with kernels written for them: llama.cpp's Q8_0 on a CPU; "
+                   "on a GPU, gpt-fast's int8 weight-only linear compiled with inductor.")
+    return " ".join(out)
 
 
 def context_sentence(rec: Record) -> str:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, fields
 
-STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")  # topics/bytes/storage.py says what each stores
-COMPUTE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "int8": "fp32", "bf16 model": "bf16"}  # each one's arithmetic
+STORAGES = ("fp32", "bf16", "fp16", "int8", "int4", "bf16 model")  # topics/bytes/storage.py says what each stores
+COMPUTE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "int8": "fp32", "int4": "fp32",
+           "bf16 model": "bf16"}  # each one's arithmetic
 #         on a CPU (a pass records its own: on a GPU the weight-only storages run over a bf16 model, in bf16)
 FASTER = 0.9  # a time under this share of the reference's is called faster; over 1 / FASTER, slower; else the same
 

@@ -1,6 +1,6 @@
-"""The lean pass with its weights stored in fewer bytes: fp32; bf16, fp16 or int8 weight-only; a bf16 model.
+"""The lean pass with its weights stored in fewer bytes: fp32; bf16, fp16, int8 or int4 weight-only; a bf16 model.
 
-The experiment changes the bytes and nothing else, so bf16, fp16 and int8 are weight-only, as gpt-fast's and
+The experiment changes the bytes and nothing else, so bf16, fp16, int8 and int4 are weight-only, as gpt-fast's and
 torchao's are: the matrices (q, k, v, o, the MLP's three, the output head) are stored narrow, and the arithmetic,
 the activations and the K/V cache stay fp32. A one-row product is the lean pass's streamed kernel
 (engine/forward/streamed.py) over the narrow matrix, each weight widened to fp32 as it is read; a product over
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from engine.forward import streamed
 from engine.forward.lean import LeanLlama
 
-STORAGES = ("fp32", "bf16", "fp16", "int8", "bf16 model")  # on a CPU: fp32 the reference, the arithmetic fp32
+STORAGES = ("fp32", "bf16", "fp16", "int8", "int4", "bf16 model")  # on a CPU: fp32 the reference, fp32 math
 GPU_STORAGES = ("bf16 model", "int8", "int4")  # on a GPU: a bf16 model the reference, weight-only over it (bf16 math)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8, "int4": "int4",
           "bf16 model": torch.bfloat16}  # what a weight is stored as
@@ -64,8 +64,8 @@ class NarrowWeight(torch.nn.Module):
 class Int4Weight(torch.nn.Module):
     """int4 as gpt-fast stores it: each group of GROUP weights along a row in 16 steps from its least value
     (w ≈ (q - 8) * scale + zero), two a byte in the layout torch's int4 kernel reads (`_weight_int4pack_mm`, tinygemm,
-    on a GPU; `_weight_int4pack_mm_for_cpu` on a CPU, bf16 inputs). On a CPU inductor cannot lower that kernel
-    inside the compiled pass (torch 2.13), so the CPU's timed storages leave int4 out; eager, it runs here."""
+    on a GPU; `_weight_int4pack_mm_for_cpu` on a CPU): its inputs rounded to bf16 for this product alone, the
+    kernel's one fast input dtype, the rest of the pass fp32."""
 
     def __init__(self, w: torch.Tensor):
         super().__init__()
@@ -143,7 +143,7 @@ def arithmetic(lean: LeanLlama) -> str:
 
 
 def nbytes(t) -> int:
-    if isinstance(t, (NarrowWeight, Int4Weight)):  # what a pass reads: an int4 matrix's `steps` are for dequantized() alone
+    if isinstance(t, (NarrowWeight, Int4Weight)):  # what a pass reads (an int4 matrix's `steps` are never read)
         return nbytes(t.q) + (0 if t.scale is None else nbytes(t.scale))
     return t.numel() * t.element_size()
 
