@@ -283,7 +283,8 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     race = race_at_defaults(lm, log) if races else None
     rung_race = race_at_rung(lm, race_shape, race_tokens, log=log) if races else None
     test_result = run_tests(log) if tests else None
+    byt = None
     if bytes_:
         log(f"bytes are time at {bytes_shape}'s shape (bf16, then int8 and int4 weight-only; decode against context)…")
-    byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens or 384, compile=compile, log=log) if bytes_ else None
+        byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens or 384, compile=compile, log=log)
     return document(race, rung_race, test_result, now() - started, byt)

@@ -69,13 +69,13 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     gen = torch.Generator(device=device).manual_seed(0)
     ids = torch.randint(0, min(spec.vocab, 32000), (1, tokens), device=device, generator=gen)
     one, at = ids[:, :1], torch.tensor([tokens], device=device)
-    ready, compile_s, kv32 = [], 0.0, 0  # (Pass without samples, fn, args)
+    ready, compile_s, kv_ref = [], 0.0, 0  # (Pass without samples, fn, args)
     for name in storages_:
         say(f"{name}: converting the weights, compiling the decode step and the {tokens}-token prefill")
         lean = st.lean_pass(rlm.model, name, tokens + 2)
         fn = compiled_pass(lean) if compile else lean
         wbytes, kv = st.read_bytes(lean), st.kv_bytes_per_token(lean)
-        kv32 = kv if name == reference else kv32
+        kv_ref = kv if name == reference else kv_ref
         for kind, x, pos in (("prefill", ids, torch.arange(tokens, device=device)), ("decode", one, at)):
             c, w = _warm(fn, x, pos)
             compile_s += c / 1e3
@@ -84,7 +84,7 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
             p = Pass(name, kind, rows, ctx, wbytes, kv * ctx, step_flops(spec, rows, 0 if rows > 1 else tokens),
                      (), w, lean.kernel, st.arithmetic(lean))
             ready.append((p, fn, (x, pos)))
-    contexts = contexts_that_fit(kv32, device, contexts)
+    contexts = contexts_that_fit(kv_ref, device, contexts)
     if contexts:
         longest = contexts[-1]
         say(f"{reference}: the decode step at {len(contexts)} contexts up to {longest:,} positions (caches of random "
@@ -100,7 +100,7 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
             pos = torch.tensor([ctx - 1], device=device)
             c, w = _warm(fn, one, pos, ctx)
             compile_s += c / 1e3 if kind == "context" and ctx in contexts[:2] else 0.0
-            ready.append((Pass(reference, kind, 1, ctx, wbytes, kv32 * ctx, step_flops(spec, 1, ctx), (), w,
+            ready.append((Pass(reference, kind, 1, ctx, wbytes, kv_ref * ctx, step_flops(spec, 1, ctx), (), w,
                                lean.kernel, st.arithmetic(lean)), fn, (one, pos, ctx)))
     probe = probe or _probe(device, {p.arith for p, _fn, _a in ready})
     samples, got_rounds = [[] for _ in ready], []
@@ -113,7 +113,7 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     passes = tuple(_with(p, got) for got, (p, _fn, _a) in zip(samples, ready))
     torch.compiler.reset()
     machine.release_memory()
-    return tuple(got_rounds), passes, kv32, compile_s
+    return tuple(got_rounds), passes, kv_ref, compile_s
 
 
 def _probe(device: torch.device, dtypes):
@@ -193,12 +193,12 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
            with_damage: bool = True) -> Record:
     started = now()
     load0 = os.getloadavg()[0]
-    got, passes, kv32, compile_s = storages(rlm, storages_, tokens=tokens, rounds=rounds, contexts=contexts,
+    got, passes, kv_ref, compile_s = storages(rlm, storages_, tokens=tokens, rounds=rounds, contexts=contexts,
                                             compile=compile, on_point=on_point)
     hurt = damage(models, on_point=on_point) if with_damage else ()
     return Record(device=machine.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
                   wall_s=round(now() - started, 1), compile_s=round(compile_s, 1), rounds=got,
-                  passes=passes, kv_per_token=kv32, damage=hurt, window=budget_window(),
+                  passes=passes, kv_per_token=kv_ref, damage=hurt, window=budget_window(),
                   reference=passes[0].storage)

@@ -65,34 +65,43 @@ class Int4Weight(torch.nn.Module):
     """int4 as gpt-fast stores it: each group of GROUP weights along a row in 16 steps from its least value
     (w ≈ (q - 8) * scale + zero), two a byte in the layout torch's int4 kernel reads (`_weight_int4pack_mm`, tinygemm,
     on a GPU; `_weight_int4pack_mm_for_cpu` on a CPU): its inputs rounded to bf16 for this product alone, the
-    kernel's one fast input dtype, the rest of the pass fp32."""
+    kernel's one fast input dtype, the rest of the pass fp32. It holds the packed bytes and scales only."""
 
     def __init__(self, w: torch.Tensor):
         super().__init__()
-        groups = w.detach().float().view(w.shape[0], -1, GROUP)
-        low, high = groups.amin(-1), groups.amax(-1)
-        step = ((high - low) / 15).clamp(min=1e-12)
-        steps = torch.round((groups - low[..., None]) / step[..., None]).clamp(0, 15).to(torch.int32).view(w.shape)
+        steps, scale = int4_groups(w)
         if w.device.type == "cuda":  # two a byte, the even weight high (torchao's and gpt-fast's packing)
             q = torch.ops.aten._convert_weight_to_int4pack(
                 (steps[:, ::2] << 4 | steps[:, 1::2]).to(torch.uint8).contiguous(), INNER_K_TILES)
         else:
             q = torch.ops.aten._convert_weight_to_int4pack_for_cpu(steps, INNER_K_TILES)
         self.register_buffer("q", q)
-        self.register_buffer("scale", torch.stack((step, low + 8 * step), -1).transpose(0, 1).contiguous()
-                             .to(torch.bfloat16))  # [in / GROUP, out, 2]: each group's scale and zero
-        self.register_buffer("steps", steps.to(torch.uint8), persistent=False)  # for dequantized(), never read
-
-    def dequantized(self) -> torch.Tensor:
-        scale, zero = self.scale.float().transpose(0, 1).unbind(-1)  # [out, in / GROUP] each
-        groups = self.steps.float().view(self.steps.shape[0], -1, GROUP) - 8
-        return (groups * scale[..., None] + zero[..., None]).view(self.steps.shape)
+        self.register_buffer("scale", scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mm = (torch.ops.aten._weight_int4pack_mm if x.device.type == "cuda"
               else torch.ops.aten._weight_int4pack_mm_for_cpu)
         y = mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), self.q, GROUP, self.scale)
         return y.to(x.dtype).view(*x.shape[:-1], -1)
+
+
+def int4_groups(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(steps [out, in], 0 … 15 as int32; each group's scale and zero, [in / GROUP, out, 2] in bf16)."""
+    groups = w.detach().float().view(w.shape[0], -1, GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    step = ((high - low) / 15).clamp(min=1e-12)
+    steps = torch.round((groups - low[..., None]) / step[..., None]).clamp(0, 15).to(torch.int32).view(w.shape)
+    return steps, torch.stack((step, low + 8 * step), -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+
+
+def rounded(w: torch.Tensor, storage: str) -> torch.Tensor:
+    """What the storage keeps of `w`, back in fp32: the damage's weights and the tests' reference."""
+    if storage != "int4":
+        return NarrowWeight(w, DTYPES[storage]).dequantized()
+    steps, scale = int4_groups(w)
+    scale, zero = scale.float().transpose(0, 1).unbind(-1)  # [out, in / GROUP] each
+    groups = steps.float().view(steps.shape[0], -1, GROUP) - 8
+    return (groups * scale[..., None] + zero[..., None]).view(steps.shape)
 
 
 def narrow(w: torch.Tensor, storage: str) -> torch.nn.Module:
@@ -143,7 +152,7 @@ def arithmetic(lean: LeanLlama) -> str:
 
 
 def nbytes(t) -> int:
-    if isinstance(t, (NarrowWeight, Int4Weight)):  # what a pass reads (an int4 matrix's `steps` are never read)
+    if isinstance(t, (NarrowWeight, Int4Weight)):  # what a pass reads
         return nbytes(t.q) + (0 if t.scale is None else nbytes(t.scale))
     return t.numel() * t.element_size()
 
@@ -170,7 +179,7 @@ def weight_damage(model, storage: str):
         embeds = {id(m.weight) for m in out.modules() if isinstance(m, torch.nn.Embedding)}
         for p in out.parameters():
             if p.dim() == 2 and id(p) not in embeds:
-                p.copy_(narrow(p, storage).dequantized())
+                p.copy_(rounded(p, storage))
         head = out.get_output_embeddings()  # rounded as the pass stores it, untied from a shared input table
-        head.weight = torch.nn.Parameter(narrow(head.weight, storage).dequantized(), requires_grad=False)
+        head.weight = torch.nn.Parameter(rounded(head.weight, storage), requires_grad=False)
     return out
