@@ -9,7 +9,8 @@ written in place. This is that forward as gpt-fast writes it (`model.py`), for t
       q, k, v = wq·h, wk·h, wv·h,  h = rmsnorm(x)
       q, k    = rope(q, k at input_pos)                     transformers' rotate-half, the model's own inv_freq
       cache[layer][:, :, input_pos] = k, v                  written in place: [batch, kv_head, max_len, head_dim]
-      x      += wo · sdpa(q, cache k, cache v, mask)        GQA without repeating K/V (enable_gqa)
+      x      += wo · attention(q, cache k, cache v)         a prefill: sdpa, causal; a decode step: every cached
+                                                            position up to its own (GQA: K/V never repeated)
       x      += w2 · (silu(w1·h) * w3·h),  h = rmsnorm(x)
     logits   = lm_head · rmsnorm(x)[:, -1]                  [batch, vocab]
 
@@ -20,9 +21,11 @@ FLOPs: the experiment that shows the roofline (topics/ladder/curve.py).
 
 Shared, not copied: the module holds the readable model's own Parameter objects, as they lie, and changes none
 of them (tests/test_lean.py checks every one's storage). Its products are `F.linear`, except a one-row product
-on a CPU (engine/forward/streamed.py); `kernel` says which ran. Families it covers (`supports`): RMSNorm, RoPE
-(default or Llama-3 scaling), GQA, a SiLU-gated MLP, no biases; others keep physics.compiled
-(transformers' own code compiled), and the ladder says which ran. Tests hold its logits to transformers'.
+on a CPU (engine/forward/streamed.py); `kernel` says which ran. A decode step's attention is SDPA's, except on
+a CPU over an fp32 cache (engine/forward/flash_decode.py); `attention` says which. Families it covers
+(`supports`): RMSNorm, RoPE (default or Llama-3 scaling), GQA, a SiLU-gated MLP, no biases; others keep
+physics.compiled (transformers' own code compiled), and the ladder says which ran. Tests hold its logits to
+transformers'.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from engine import torch_internals
-from engine.forward import streamed
+from engine.forward import flash_decode, streamed
 from engine.timing import timed
 
 
@@ -69,6 +72,9 @@ class LeanLlama(torch.nn.Module):
         weight = inner.embed_tokens.weight
         self.one_row = one_row_kernel
         self.kernel = streamed.name(weight.device, one_row_kernel)
+        self.flash_decode = flash_decode.why_not(weight.device, weight.dtype, self.head_dim,
+                                                 self.heads // self.kv_heads) is None
+        self.attention = flash_decode.NAME if self.flash_decode else flash_decode.SDPA
         blocks = list(inner.layers)
 
         def params(get):  # the readable model's own Parameters, held (a ParameterList keeps the same objects)
@@ -139,7 +145,9 @@ class LeanLlama(torch.nn.Module):
             v_cache.index_put_(where, v)
             if n > 1:  # a prefill: the prompt's own keys, causal (the cache's empty rest is never read)
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            else:  # a decode step: every position the cache holds (or its first kv_len), up to its own
+            elif self.flash_decode:  # a decode step on a CPU: the positions up to its own, each read once
+                y = flash_decode.attend(q, k_cache[:batch], v_cache[:batch], input_pos, kv_len or 0)
+            else:  # a decode step: every position the cache holds (or its first kv_len), masked past its own
                 y = F.scaled_dot_product_attention(q, k_cache[:batch, :, :kv_len], v_cache[:batch, :, :kv_len],
                                                    attn_mask=mask[:, :kv_len], enable_gqa=True)
             x = x + self.linear(y.transpose(1, 2).reshape(batch, n, self.heads * hd), self.wo[layer])

@@ -1,0 +1,83 @@
+// A decode step's attention on a CPU, as flash-decoding does it: every K/V row read once, in order.
+//
+// One query position per sequence, its GROUP query heads sharing each kv_head's cache (GQA). For each
+// (batch, kv_head): walk the cache in blocks of BLOCK positions; score the block against the group's queries,
+// keep a running max and sum of exp (the online softmax), and add the block's V rows, weighted, to the output.
+// No score for the whole context is ever written out, and each cache row is read once for all GROUP heads:
+// the bytes a decode step must read, and nothing more (engine/forward/flash_decode.py says why it exists).
+//
+// Built by flash_decode.py with -O3 -march=native -ffast-math -DHEAD_DIM=<head_dim> -DGROUP=<query heads per
+// kv_head>: both fixed, the loops over head_dim vectorize and the ones over the group unroll.
+#include <math.h>
+
+#if !defined(HEAD_DIM) || !defined(GROUP)
+#error "HEAD_DIM and GROUP must be defined"
+#endif
+#define BLOCK 64
+
+static inline float exp_nonpositive(float x) {  // e^x for x <= 0 as 2^i * 2^f, |f| <= 1/2: Cephes' exp2f
+  x = x < -87.f ? -87.f : x;                     // polynomial (relative error ~2e-7), a loop that vectorizes
+  float y = x * 1.44269504088896341f, i = floorf(y + 0.5f), f = y - i;
+  float p = f * (((((1.535336188319500e-4f * f + 1.339887440266574e-3f) * f + 9.618437357674640e-3f) * f
+                   + 5.550332471162809e-2f) * f + 2.402264791363012e-1f) * f + 6.931472028550421e-1f);
+  union { float v; int b; } two_i;
+  two_i.b = ((int)i + 127) << 23;
+  return (1.f + p) * two_i.v;
+}
+
+// q [batch, kv_head, GROUP, HEAD_DIM]; k, v [batch, kv_head, max_len, HEAD_DIM] (a static cache, contiguous);
+// out like q. Reads positions 0 .. length-1 of each cache.
+extern "C" void flash_decode(const float* q, const float* k, const float* v, float* out, int batch, int kv_heads,
+                             long max_len, long length, float scale, int threads) {
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
+  for (int b = 0; b < batch; b++) {
+    for (int h = 0; h < kv_heads; h++) {
+      const long at = ((long)b * kv_heads + h);
+      const float* K = k + at * max_len * HEAD_DIM;
+      const float* V = v + at * max_len * HEAD_DIM;
+      const float* Q = q + at * GROUP * HEAD_DIM;
+      float run_max[GROUP], run_sum[GROUP], acc[GROUP][HEAD_DIM], s[GROUP][BLOCK];
+      for (int g = 0; g < GROUP; g++) {
+        run_max[g] = -1e30f;  // below any score: the first block's max replaces it
+        run_sum[g] = 0.f;
+        for (int d = 0; d < HEAD_DIM; d++) acc[g][d] = 0.f;
+      }
+      for (long start = 0; start < length; start += BLOCK) {
+        const int n = (int)(length - start < BLOCK ? length - start : BLOCK);
+        for (int t = 0; t < n; t++) {  // scores: each K row read once, for every query head of the group
+          const float* row = K + (start + t) * HEAD_DIM;
+          for (int g = 0; g < GROUP; g++) {
+            float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+            for (int d = 0; d < HEAD_DIM; d++) dot += Q[g * HEAD_DIM + d] * row[d];
+            s[g][t] = dot * scale;
+          }
+        }
+        for (int g = 0; g < GROUP; g++) {  // the online softmax: rescale what came before to the new max
+          float m = run_max[g];
+          for (int t = 0; t < n; t++) m = s[g][t] > m ? s[g][t] : m;
+          const float rescale = exp_nonpositive(run_max[g] - m);
+          float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+          for (int t = 0; t < n; t++) {
+            s[g][t] = exp_nonpositive(s[g][t] - m);
+            sum += s[g][t];
+          }
+          run_sum[g] = run_sum[g] * rescale + sum;
+          run_max[g] = m;
+          for (int d = 0; d < HEAD_DIM; d++) acc[g][d] *= rescale;
+        }
+        for (int t = 0; t < n; t++) {  // values: each V row read once, weighted into every head's output
+          const float* row = V + (start + t) * HEAD_DIM;
+          for (int g = 0; g < GROUP; g++) {
+            const float p = s[g][t];
+#pragma omp simd
+            for (int d = 0; d < HEAD_DIM; d++) acc[g][d] += p * row[d];
+          }
+        }
+      }
+      for (int g = 0; g < GROUP; g++)
+        for (int d = 0; d < HEAD_DIM; d++) out[(at * GROUP + g) * HEAD_DIM + d] = acc[g][d] / run_sum[g];
+    }
+  }
+}

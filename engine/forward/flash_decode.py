@@ -1,0 +1,105 @@
+"""The lean pass's second CPU kernel: a decode step's attention as flash-decoding does it (flash_decode.cpp).
+
+A decode step reads its whole K/V cache, so each position of context should cost its bytes over the read rate
+(topics/bytes/). torch's attention does not get near that on a CPU for one query position: on this 2-core
+machine at 20,480 positions (16 layers, 6 kv_heads of 32, fp32), `scaled_dot_product_attention` with
+`enable_gqa` read the cache at 5.3 GB/s, its query heads grouped as rows 7.0, FlexAttention compiled 10.9, while
+a plain sum of the same tensors read 22 (docs/measurements.md). flash_decode.cpp reads it at 20: each K and V row
+once, for every query head of its group, the softmax kept running block by block, no score per position written
+out. What it still pays is arithmetic: 2 FLOPs a cache byte here (4 query heads share each kv_head), about 60 %
+of the bytes' time at this CPU's matmul peak, not all of it hidden behind the reads.
+
+It is built on first use with the C++ compiler inductor uses (the compiled lean pass needs one anyway), once per
+head_dim and group, into the temporary directory, and called as a torch custom op, so a compiled pass calls it
+inside its graph. Where it cannot run (a GPU, a cache not in fp32, more than 16 query heads per kv_head, no
+compiler) the pass keeps SDPA and `why_not` says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_suffix(".cpp")
+FLAGS = (("-O3", "-march=native", "-fopenmp", "-ffast-math", "-shared", "-fPIC"),  # the first that builds: a
+         ("-O3", "-ffast-math", "-shared", "-fPIC"))  # compiler without OpenMP or -march=native runs one thread
+MAX_GROUP = 16  # more query heads per kv_head than this keep SDPA (its scores sit on the stack)
+NAME = "flash-decoding written for a CPU (engine/forward/flash_decode.cpp): each K/V row read once"
+SDPA = "torch's scaled_dot_product_attention over the cache, masked"
+
+
+def why_not(device: torch.device, dtype: torch.dtype, head_dim: int, group: int) -> str | None:
+    """None when a decode step on this cache runs flash_decode.cpp; otherwise why it keeps SDPA, in words."""
+    if device.type != "cpu":
+        return f"a {device.type} runs SDPA's own kernels"
+    if dtype != torch.float32:
+        return f"the kernel reads an fp32 cache; this one is {str(dtype).removeprefix('torch.')}"
+    if group > MAX_GROUP:
+        return f"the kernel takes up to {MAX_GROUP} query heads per kv_head; this model has {group}"
+    _lib, error = _library(head_dim, group)
+    return error
+
+
+@functools.cache
+def _library(head_dim: int, group: int) -> tuple[ctypes.CDLL | None, str | None]:
+    """(the kernel built for this head_dim and group, None), or (None, why it could not be built)."""
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not compiler:
+        return None, "no C++ compiler on this machine to build the decode kernel"
+    key = hashlib.sha256(SOURCE.read_bytes() + repr(FLAGS).encode() + compiler.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"decode_lab_kernels_{os.getuid()}"
+    built = folder / f"flash_decode_{key}_{head_dim}_{group}.so"
+    if not built.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        part = built.with_suffix(f".{os.getpid()}.part")  # another process may be building the same file
+        error = ""
+        for flags in FLAGS:
+            try:
+                done = subprocess.run([compiler, *flags, f"-DHEAD_DIM={head_dim}", f"-DGROUP={group}", str(SOURCE),
+                                       "-o", str(part)], capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                return None, f"the decode kernel did not build ({compiler}: {e})"
+            if done.returncode == 0:
+                break
+            error = done.stderr.strip()[:200]
+        else:
+            return None, f"the decode kernel did not build ({compiler}: {error})"
+        os.replace(part, built)
+    lib = ctypes.CDLL(str(built))
+    lib.flash_decode.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_long] * 2 + [
+        ctypes.c_float, ctypes.c_int]
+    lib.flash_decode.restype = None
+    return lib, None
+
+
+@torch.library.custom_op("decode_lab::flash_decode", mutates_args=())
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, input_pos: torch.Tensor,
+           kv_len: int) -> torch.Tensor:
+    """q [batch, head, 1, head_dim] against a static cache [batch, kv_head, max_len, head_dim], every sequence at
+    position input_pos[0]: attends to the positions up to it (and below kv_len where kv_len > 0), as SDPA with
+    the pass's causal mask does; [batch, head, 1, head_dim]."""
+    batch, heads, _, head_dim = q.shape
+    kv_heads, max_len = k_cache.shape[1], k_cache.shape[2]
+    length = int(input_pos[0]) + 1
+    length = min(length, kv_len) if kv_len > 0 else length
+    q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
+    out = torch.empty_like(q)
+    lib, error = _library(head_dim, heads // kv_heads)
+    if lib is None:
+        raise RuntimeError(error)
+    lib.flash_decode(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), batch, kv_heads,
+                     max_len, length, head_dim**-0.5, torch.get_num_threads())
+    return out
+
+
+@attend.register_fake
+def _(q, k_cache, v_cache, input_pos, kv_len):
+    return torch.empty_like(q)
