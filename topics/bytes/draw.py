@@ -167,15 +167,30 @@ def context_sentence(rec: Record) -> str:
         return ""
     off = line.slope_off
     held = "within ±15 % of" if abs(off - 1) <= 0.15 else f"×{off:.2f}"
-    return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({rec.context_passes()[0].arith}, "
-            "counted from the cache) that "
+    p = rec.context_passes()[0]
+    attention = p.kernel.partition("attention: ")[2]
+    own = line.cache_read != line.roof_read
+    rate = ("a plain read of the cache itself" if own else "the read rate") + f", {line.cache_read / 1e9:.1f} GB/s"
+    roof = (f" Against the roof's plain read of another buffer ({line.roof_read / 1e9:.1f} GB/s) the slope is "
+            f"×{line.roof_off:.2f} its bytes' time: on this machine two buffers of the same size can read at rates "
+            "apart." if own and abs(line.roof_off - off) > 0.05 else "")
+    why = ("" if abs(off - 1) <= 0.15 else
+           " Each position costs more than its bytes." if off > 1
+           else " Each position costs less than its bytes at the probed rate.")
+    if line.compute_slope_ms > 0:  # the attention's arithmetic per position against its bytes' time
+        both = line.predicted_slope_ms + line.compute_slope_ms
+        why += (f" Its arithmetic is {line.flops_per_byte:.1f} FLOPs a cache byte (estimate: each K/V head serves "
+                f"several query heads), {1e3 * line.compute_slope_ms:.2f} µs a position at the matmul peak probed, "
+                f"{line.compute_slope_ms / line.predicted_slope_ms:.0%} of the bytes' time: a kernel that hid one "
+                f"behind the other would pay the larger; one that hid neither, their sum ({1e3 * both:.2f} µs). "
+                f"The fit is ×{line.slope_ms / both:.2f} that sum.")
+    return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) that "
             f"every decode step reads. Fitted: {1e3 * line.slope_ms:.2f} µs a position, {held} the predicted "
-            f"{1e3 * line.predicted_slope_ms:.2f} µs (those bytes over the read rate probed in the same rounds). "
-            f"The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
-            f"start); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}). "
-            + ("" if abs(off - 1) <= 0.15 else
-               "The cache is read slower than a plain read: the attention kernel (one query over many short rows, "
-               "head_dim small) does not stream it at the read rate, so each position costs more than its bytes."))
+            f"{1e3 * line.predicted_slope_ms:.2f} µs (those bytes over {rate}, probed in the same rounds): the "
+            f"attention read the cache at {line.read_at / 1e9:.1f} GB/s"
+            + (f" ({attention})." if attention else ".") + why + roof +
+            f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
+            f"start); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
 
 
 def evicted_sentence(rec: Record) -> str:
@@ -275,9 +290,20 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         xs = [0, max(p.context for p in pts)]
         fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.slope_ms * x for x in xs], mode="lines",
                                  name="line fitted", line=dict(color=DECODE, dash="dot")))
+        own = line.cache_read != line.roof_read
         fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.predicted_slope_ms * x for x in xs],
-                                 mode="lines", name="predicted slope (K/V bytes / read rate)",
+                                 mode="lines", name="predicted slope (K/V bytes / "
+                                 + ("the cache's plain read)" if own else "read rate)"),
                                  line=dict(color=ESTIMATE, dash="dash")))
+        if line.compute_slope_ms > 0:
+            both = line.predicted_slope_ms + line.compute_slope_ms
+            fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + both * x for x in xs], mode="lines",
+                                     name="bytes' time + arithmetic's (estimate)",
+                                     line=dict(color=ESTIMATE, dash="dot", width=1)))
+        if own:
+            fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.roof_slope_ms * x for x in xs],
+                                     mode="lines", name="K/V bytes / the roof's plain read",
+                                     line=dict(color=GREY, dash="dashdot", width=1)))
         for x, name, colour in ((line.crossing, "K/V time = weights' (measured)", DECODE),
                                 (line.predicted_crossing, "K/V bytes = weights' (predicted)", ESTIMATE)):
             if x < 2 * xs[1]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import torch
@@ -29,7 +30,7 @@ from engine import device as dev
 from engine.forward.estimates import step_flops
 from engine.forward.lean import compiled_pass, run_once
 from engine.paths import ASSETS
-from engine.timing import now
+from engine.timing import now, timed
 from physics import machine
 from physics.roofline import RoundRates
 from topics.bytes import storage as st
@@ -80,11 +81,14 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
             c, w = _warm(fn, x, pos)
             compile_s += c / 1e3
             rows = x.shape[1]
-            ctx = 0 if kind == "prefill" else tokens + 2  # a decode step reads every position its static cache holds
+            # the K/V a decode step reads: the positions up to its own (the CPU kernel), or every position the
+            # static cache holds, masked past its own (SDPA)
+            ctx = 0 if kind == "prefill" else tokens + 1 if lean.flash_decode else tokens + 2
             p = Pass(name, kind, rows, ctx, wbytes, kv * ctx, step_flops(spec, rows, 0 if rows > 1 else tokens),
                      (), w, lean.kernel, st.arithmetic(lean))
             ready.append((p, fn, (x, pos)))
     contexts = contexts_that_fit(kv_ref, device, contexts)
+    read_cache = None
     if contexts:
         longest = contexts[-1]
         say(f"{reference}: the decode step at {len(contexts)} contexts up to {longest:,} positions (caches of random "
@@ -95,18 +99,21 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
                 c.normal_(generator=gen)
         fn = compiled_pass(lean) if compile else lean
         wbytes = st.read_bytes(lean)
+        read_cache = _cache_reader(lean, longest)
         window = max(1, int(longest * WINDOW_SHARE))
         for kind, ctx in [("context", c) for c in contexts] + [("evicted", window)]:
             pos = torch.tensor([ctx - 1], device=device)
             c, w = _warm(fn, one, pos, ctx)
             compile_s += c / 1e3 if kind == "context" and ctx in contexts[:2] else 0.0
             ready.append((Pass(reference, kind, 1, ctx, wbytes, kv_ref * ctx, step_flops(spec, 1, ctx), (), w,
-                               lean.kernel, st.arithmetic(lean)), fn, (one, pos, ctx)))
+                               f"{lean.kernel}; attention: {lean.attention}", st.arithmetic(lean)), fn,
+                          (one, pos, ctx)))
     probe = probe or _probe(device, {p.arith for p, _fn, _a in ready})
     samples, got_rounds = [[] for _ in ready], []
     for r in range(rounds):
         say(f"round {r + 1} of {rounds}: the roof probed, then every pass once")
-        got_rounds.append(probe())
+        rates = probe()
+        got_rounds.append(replace(rates, cache=read_cache()) if read_cache else rates)
         for got, (_p, fn, args) in zip(samples, ready):
             got.append(run_once(fn, *args))
     del probe
@@ -129,9 +136,23 @@ def _probe(device: torch.device, dtypes):
     return probe
 
 
-def _with(p: Pass, samples) -> Pass:
-    from dataclasses import replace
+def _cache_reader(lean, positions: int):
+    """A plain read of the long-context step's own K/V cache (every layer's K and V, its first `positions`),
+    best of 3: the rate the context's bytes can be read at where they lie. On a shared machine two buffers of the
+    same size can read at rates a quarter apart (docs/measurements.md), so the context's slope is predicted from
+    the cache's own read, and the roof's buffer is said beside it."""
+    views = [c[:, :, :positions] for c in (*lean.k_cache, *lean.v_cache)]
+    work = sum(v.numel() * v.element_size() for v in views)
 
+    def read() -> float:
+        with torch.no_grad():
+            return work / (timed(lambda: [v.sum() for v in views], lean.embed.device, repeats=3, warmup=1).low_ms
+                           / 1e3)
+
+    return read
+
+
+def _with(p: Pass, samples) -> Pass:
     return replace(p, samples_ms=tuple(samples))
 
 

@@ -3,7 +3,8 @@
 A page, the lesson and the CLI read only these, so every sentence is a function of a record and a test can hand
 them a synthetic one (tests/test_bytes.py).
 
-    Rates      one round's probes: the read rate (bytes/s) and the matmul peak per compute dtype (FLOP/s)
+    Rates      one round's probes: the read rate (bytes/s), the matmul peak per compute dtype (FLOP/s), and a plain
+               read of the long-context step's own K/V cache
     Pass       one timed pass (a storage's decode step or prefill, or the fp32 decode at a context), its time per
                round and its bounds per round, from the bytes counted off its tensors and the FLOPs (estimate)
     Damage     one bundled model in one storage against fp32: teacher-forced top-1 agreement and KL, per story
@@ -25,8 +26,9 @@ FASTER = 0.9  # a time under this share of the reference's is called faster; ove
 
 @dataclass(frozen=True)
 class Rates:
-    read: float  # bytes/s: a plain read of a buffer no cache holds
+    read: float  # bytes/s: a plain read of a buffer no cache holds (the roof's)
     peaks: dict  # compute dtype -> FLOP/s of a square matmul
+    cache: float = 0.0  # bytes/s: a plain read of the long-context step's own K/V cache (0 where not probed)
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,13 @@ class Line:
 
     slope_ms: float  # ms per position of context
     intercept_ms: float
-    predicted_slope_ms: float  # K/V bytes per position / the read rate (median of the rounds)
+    predicted_slope_ms: float  # K/V bytes per position / a plain read of the cache itself (median of the rounds)
     predicted_crossing: float  # positions where the K/V's bytes equal the weights'
+    roof_slope_ms: float = 0.0  # the same bytes / the roof's plain read (another buffer); 0 where not probed
+    cache_read: float = 0.0  # bytes/s the prediction divides by (the cache's plain read, else the roof's)
+    roof_read: float = 0.0  # bytes/s: the roof's plain read
+    compute_slope_ms: float = 0.0  # the attention's FLOPs per position (estimate) / the matmul peak probed
+    flops_per_byte: float = 0.0  # the attention's FLOPs per K/V byte (estimate)
 
     @property
     def crossing(self) -> float:
@@ -113,6 +120,15 @@ class Line:
     @property
     def slope_off(self) -> float:
         return self.slope_ms / self.predicted_slope_ms
+
+    @property
+    def roof_off(self) -> float:
+        return self.slope_ms / self.roof_slope_ms if self.roof_slope_ms else float("nan")
+
+    @property
+    def read_at(self) -> float:
+        """Bytes/s the step read its K/V at: the bytes per position over the fitted slope's time."""
+        return self.cache_read / self.slope_off if self.slope_ms > 0 else 0.0
 
     @property
     def crossing_off(self) -> float:
@@ -192,8 +208,13 @@ class Record:
         if len(pts) < 3:
             return None
         slope, icpt = fit([p.context for p in pts], [p.median_ms for p in pts])
-        read = statistics.median(r.read for r in self.rounds)
-        return Line(slope, icpt, 1e3 * self.kv_per_token / read, pts[0].weight_bytes / self.kv_per_token)
+        roof = statistics.median(r.read for r in self.rounds)
+        cache = statistics.median(r.cache for r in self.rounds) if all(r.cache for r in self.rounds) else roof
+        kv = self.kv_per_token
+        flops = (pts[-1].flops - pts[0].flops) / (pts[-1].context - pts[0].context)  # per position, estimate
+        peak = statistics.median(r.peaks[pts[0].arith] for r in self.rounds)
+        return Line(slope, icpt, 1e3 * kv / cache, pts[0].weight_bytes / kv, 1e3 * kv / roof, cache, roof,
+                    1e3 * flops / peak, flops / kv)
 
     def evicted(self) -> tuple[Pass, Pass] | None:
         """(the window's step, the full step at the same longest context)."""
@@ -221,7 +242,8 @@ class Record:
         keep = {f.name for f in fields(cls)} - {"rounds", "passes", "damage", "load", "notes", "window"}
         pk, dk = {f.name for f in fields(Pass)}, {f.name for f in fields(Damage)}
         return cls(**{k: d[k] for k in keep if k in d},
-                   rounds=tuple(Rates(float(r["read"]), dict(r["peaks"])) for r in d["rounds"]),
+                   rounds=tuple(Rates(float(r["read"]), dict(r["peaks"]), float(r.get("cache", 0.0)))
+                                for r in d["rounds"]),
                    passes=tuple(Pass(**{k: v for k, v in p.items() if k in pk} | {"samples_ms": tuple(p["samples_ms"])})
                                 for p in d["passes"]),
                    damage=tuple(Damage(**{k: v for k, v in x.items() if k in dk} | {"agree": tuple(x["agree"]),
