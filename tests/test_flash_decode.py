@@ -85,3 +85,13 @@ def test_without_a_compiler_the_pass_keeps_sdpa_and_gives_the_same_logits(bundle
         assert torch.allclose(step(lean), fast, atol=1e-4)
     finally:
         flash_decode._library.cache_clear()
+
+
+def test_the_attention_benchmark_times_every_kernel_against_the_plain_read(capsys):
+    from benchmarks import decode_attention
+
+    assert decode_attention.main(["--context", "256", "--layers", "2", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    for name in ("plain sum of the same K/V", "SDPA, enable_gqa", "grouped as rows", "flash_decode.cpp"):
+        assert name in out
+    assert "×1.00 the plain sum" in out and "2 layers × 256 positions" in out

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -59,7 +60,7 @@ def _library(head_dim: int, group: int) -> tuple[ctypes.CDLL | None, str | None]
     built = folder / f"flash_decode_{key}_{head_dim}_{group}.so"
     if not built.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        part = built.with_suffix(f".{os.getpid()}.part")  # another process may be building the same file
+        part = built.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")  # others may build it too
         error = ""
         for flags in FLAGS:
             try:
