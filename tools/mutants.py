@@ -722,6 +722,22 @@ def crossing_at_the_slope_over_intercept() -> None:
     Line.crossing = property(lambda self: self.slope_ms / self.intercept_ms)
 
 
+def flash_decode_one_past() -> None:
+    """The CPU decode kernel attends one position past the step's own (a cache read off by one)."""
+    from engine.forward import flash_decode
+
+    attend = flash_decode.attend
+    flash_decode.attend = lambda q, k, v, input_pos, kv_len: attend(q, k, v, input_pos + 1, kv_len)
+
+
+def slope_against_the_roof() -> None:
+    """The context's slope predicted from the roof's read even where the cache's own read was probed."""
+    from topics.bytes.records import Rates
+
+    init = Rates.__init__
+    Rates.__init__ = lambda self, read, peaks, cache=0.0: init(self, read, peaks, 0.0)
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "newest-key-unlabelled": (newest_key_unlabelled, [
@@ -852,6 +868,10 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_bytes.py::test_bytes_read_are_counted_from_the_tensors_the_pass_holds"]),
     "crossing-slope-over-intercept": (crossing_at_the_slope_over_intercept, [
         "tests/test_bytes.py::test_the_fit_finds_the_slope_intercept_and_crossing_of_a_known_line"]),
+    "flash-decode-one-past": (flash_decode_one_past, [
+        "tests/test_flash_decode.py::test_the_kernel_never_reads_a_position_past_the_steps_own"]),
+    "slope-against-the-roof": (slope_against_the_roof, [
+        "tests/test_bytes.py::test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_arithmetics_beside_it"]),
 }
 
 
