@@ -162,6 +162,7 @@ def int8_sentence(rec: Record) -> str:
 
 
 def context_sentence(rec: Record) -> str:
+    """The line measured: its slope against its prediction, the rate the attention reached, the crossing."""
     line = rec.line()
     if line is None:
         return ""
@@ -171,12 +172,23 @@ def context_sentence(rec: Record) -> str:
     attention = p.kernel.partition("attention: ")[2]
     own = line.cache_read != line.roof_read
     rate = ("a plain read of the cache itself" if own else "the read rate") + f", {line.cache_read / 1e9:.1f} GB/s"
-    roof = (f" Against the roof's plain read of another buffer ({line.roof_read / 1e9:.1f} GB/s) the slope is "
-            f"×{line.roof_off:.2f} its bytes' time: on this machine two buffers of the same size can read at rates "
-            "apart." if own and abs(line.roof_off - off) > 0.05 else "")
+    return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) that "
+            f"every decode step reads. Fitted: {1e3 * line.slope_ms:.2f} µs a position, {held} the predicted "
+            f"{1e3 * line.predicted_slope_ms:.2f} µs (those bytes over {rate}, probed in the same rounds): the "
+            f"attention read the cache at {line.read_at / 1e9:.1f} GB/s" + (f" ({attention})." if attention else ".")
+            + f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
+            f"start); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
+
+
+def context_why(rec: Record) -> str:
+    """Why the slope is off its bytes' time, where it is: the attention's arithmetic, and the roof's own buffer."""
+    line = rec.line()
+    if line is None:
+        return ""
+    off = line.slope_off
     why = ("" if abs(off - 1) <= 0.15 else
-           " Each position costs more than its bytes." if off > 1
-           else " Each position costs less than its bytes at the probed rate.")
+           "Each position costs more than its bytes." if off > 1 else
+           "Each position costs less than its bytes at the probed rate.")
     if line.compute_slope_ms > 0:  # the attention's arithmetic per position against its bytes' time
         both = line.predicted_slope_ms + line.compute_slope_ms
         why += (f" Its arithmetic is {line.flops_per_byte:.1f} FLOPs a cache byte (estimate: each K/V head serves "
@@ -184,13 +196,11 @@ def context_sentence(rec: Record) -> str:
                 f"{line.compute_slope_ms / line.predicted_slope_ms:.0%} of the bytes' time: a kernel that hid one "
                 f"behind the other would pay the larger; one that hid neither, their sum ({1e3 * both:.2f} µs). "
                 f"The fit is ×{line.slope_ms / both:.2f} that sum.")
-    return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) that "
-            f"every decode step reads. Fitted: {1e3 * line.slope_ms:.2f} µs a position, {held} the predicted "
-            f"{1e3 * line.predicted_slope_ms:.2f} µs (those bytes over {rate}, probed in the same rounds): the "
-            f"attention read the cache at {line.read_at / 1e9:.1f} GB/s"
-            + (f" ({attention})." if attention else ".") + why + roof +
-            f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
-            f"start); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
+    if line.cache_read != line.roof_read and abs(line.roof_off - off) > 0.05:
+        why += (f" Against the roof's plain read of another buffer ({line.roof_read / 1e9:.1f} GB/s) the slope is "
+                f"×{line.roof_off:.2f} its bytes' time: on this machine two buffers of the same size can read at "
+                "rates apart.")
+    return why.strip()
 
 
 def evicted_sentence(rec: Record) -> str:
@@ -329,7 +339,7 @@ def text_tables(rec: Record) -> str:
     lines.append(storage_frame(rec).to_string(index=False))
     lines += ["", storage_sentence(rec), why_prefill(rec), decode_sentence(rec), int8_sentence(rec), ""]
     lines.append(context_frame(rec).to_string(index=False))
-    lines += ["", context_sentence(rec), evicted_sentence(rec), ""]
+    lines += ["", context_sentence(rec), context_why(rec), evicted_sentence(rec), ""]
     if rec.damage:
         lines.append(damage_frame(rec).to_string(index=False))
         lines += ["", damage_sentence(rec)]
