@@ -59,8 +59,9 @@ def show(course: Course) -> None:
                 "more bytes a step; evicting to a window reads fewer.")
     chart(draw.context_figure(rec, scale=scale()), "lesson12_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
-    if draw.context_why(rec):
-        st.caption(plain(draw.context_why(rec)))
+    why = draw.context_why(rec)
+    if why:
+        st.caption(plain(why))
     if rec.damage:
         st.markdown("**What it costs in tokens.** " + plain(draw.damage_sentence(rec)))
         st.dataframe(draw.damage_frame(rec), hide_index=True, width="stretch")

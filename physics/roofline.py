@@ -219,12 +219,12 @@ class RoundRates:
         self.b = torch.randn(n, n, device=device, dtype=dtype)
 
     def __call__(self) -> tuple[float, float]:
-        read = _best_runs(self.buffer.sum, self.buffer.numel() * 4, self.device, self.runs)
-        peak = _best_runs(partial(torch.matmul, self.a, self.b), 2 * self.n**3, self.device, self.runs)
+        read = best_runs(self.buffer.sum, self.buffer.numel() * 4, self.device, self.runs)
+        peak = best_runs(partial(torch.matmul, self.a, self.b), 2 * self.n**3, self.device, self.runs)
         return read, peak
 
 
-def _best_runs(fn, work: float, device: torch.device, runs: int) -> float:
+def best_runs(fn, work: float, device: torch.device, runs: int) -> float:
     """Best observed work/second over `runs` timed runs (after one warm-up)."""
     fn()
     dev.sync(device)

@@ -23,6 +23,7 @@ import math
 import os
 from dataclasses import replace
 from datetime import datetime, timezone
+from functools import partial
 
 import torch
 
@@ -30,9 +31,9 @@ from engine import device as dev
 from engine.forward.estimates import step_flops
 from engine.forward.lean import compiled_pass, run_once
 from engine.paths import ASSETS
-from engine.timing import now, timed
+from engine.timing import now
 from physics import machine
-from physics.roofline import RoundRates
+from physics.roofline import RoundRates, best_runs
 from topics.bytes import storage as st
 from topics.bytes.records import Damage, Pass, Rates, Record, WindowDamage
 
@@ -143,13 +144,7 @@ def _cache_reader(lean, positions: int):
     the cache's own read, and the roof's buffer is said beside it."""
     views = [c[:, :, :positions] for c in (*lean.k_cache, *lean.v_cache)]
     work = sum(v.numel() * v.element_size() for v in views)
-
-    def read() -> float:
-        with torch.no_grad():
-            return work / (timed(lambda: [v.sum() for v in views], lean.embed.device, repeats=3, warmup=1).low_ms
-                           / 1e3)
-
-    return read
+    return partial(best_runs, lambda: [v.sum() for v in views], work, lean.embed.device, 3)  # as the roof's read
 
 
 def _with(p: Pass, samples) -> Pass:

@@ -52,8 +52,9 @@ def section(lm=None) -> None:
             st.caption(plain(said))
     chart(draw.context_figure(rec, scale=scale()), "scale_bytes_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
-    if draw.context_why(rec):
-        st.caption(plain(draw.context_why(rec)))
+    why = draw.context_why(rec)
+    if why:
+        st.caption(plain(why))
     if rec.damage:
         with st.expander("The damage in tokens: the bundled models in each storage, against fp32"):
             st.markdown(plain(draw.damage_sentence(rec)))

@@ -106,7 +106,6 @@ class Line:
     intercept_ms: float
     predicted_slope_ms: float  # K/V bytes per position / a plain read of the cache itself (median of the rounds)
     predicted_crossing: float  # positions where the K/V's bytes equal the weights'
-    roof_slope_ms: float = 0.0  # the same bytes / the roof's plain read (another buffer); 0 where not probed
     cache_read: float = 0.0  # bytes/s the prediction divides by (the cache's plain read, else the roof's)
     roof_read: float = 0.0  # bytes/s: the roof's plain read
     compute_slope_ms: float = 0.0  # the attention's FLOPs per position (estimate) / the matmul peak probed
@@ -120,6 +119,11 @@ class Line:
     @property
     def slope_off(self) -> float:
         return self.slope_ms / self.predicted_slope_ms
+
+    @property
+    def roof_slope_ms(self) -> float:
+        """The same bytes over the roof's plain read (another buffer); 0 where it was not probed."""
+        return self.predicted_slope_ms * self.cache_read / self.roof_read if self.roof_read else 0.0
 
     @property
     def roof_off(self) -> float:
@@ -213,7 +217,7 @@ class Record:
         kv = self.kv_per_token
         flops = (pts[-1].flops - pts[0].flops) / (pts[-1].context - pts[0].context)  # per position, estimate
         peak = statistics.median(r.peaks[pts[0].arith] for r in self.rounds)
-        return Line(slope, icpt, 1e3 * kv / cache, pts[0].weight_bytes / kv, 1e3 * kv / roof, cache, roof,
+        return Line(slope, icpt, 1e3 * kv / cache, pts[0].weight_bytes / kv, cache, roof,
                     1e3 * flops / peak, flops / kv)
 
     def evicted(self) -> tuple[Pass, Pass] | None:
