@@ -116,6 +116,49 @@ def test_a_measurement_runs_every_storage_the_contexts_and_the_window_eagerly(lm
     assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
 
 
+def test_a_storage_this_torch_cannot_run_is_left_out_and_said_the_reference_never(lm, monkeypatch):
+    """A GPU whose torch lacks a kernel (int4's, say) still records the rest: that storage is left out of the
+    passes and its reason kept in the record's notes, which the page and the CLI print; the reference cannot be."""
+    real = storage.lean_pass
+
+    def refusing(model, name, max_len):
+        if name == refused:
+            raise NotImplementedError(f"no kernel for {name} here\nsecond line")
+        return real(model, name, max_len)
+
+    monkeypatch.setattr(storage, "lean_pass", refusing)
+    monkeypatch.setattr(measure, "_probe", lambda device, dtypes: lambda: rates_()[0])
+    refused = "int4"
+    rec = measure.record(lm, "own", rounds=1, contexts=(16, 32, 64), compile=False, storages_=("fp32", "bf16", "int4"),
+                         tokens=8, with_damage=False)
+    assert rec.storages() == ["fp32", "bf16"] and rec.ratio("int4", "decode") is None
+    assert rec.notes == ("int4: not measured here: NotImplementedError: no kernel for int4 here",)
+    assert rec.notes[0] in draw.text_tables(rec)
+    refused = "fp32"
+    with pytest.raises(NotImplementedError):
+        measure.record(lm, "own", rounds=1, contexts=(), compile=False, storages_=("fp32", "bf16"), tokens=8,
+                       with_damage=False)
+
+
+def test_every_context_is_run_twice_more_after_the_last_graph_is_made_before_any_is_timed(lm, monkeypatch):
+    """The first context compiles a graph of its own, the second one that every context then runs; on a GPU each
+    context's first two calls on it are a warm-up and a CUDA graph's recording (13 and 30 ms against 5 on the
+    H200). So between the second context's first call and the first timed round, each context runs twice or more."""
+    calls = []
+    real = measure.run_once
+    monkeypatch.setattr(measure, "run_once", lambda fn, *args: calls.append(args[2:3]) or real(fn, *args))
+
+    def probe():
+        calls.append("round")
+        return rates_()[0]
+
+    measure.storages(lm, ("fp32",), tokens=8, rounds=1, contexts=(16, 32, 64), compile=False, probe=probe)
+    before = calls[:calls.index("round")]
+    first_calls = sorted(before.index(c) for c in set(before) if c)  # each context's first call, in order
+    after = before[first_calls[1] + 1:]  # after the second context's first call: the graph every context runs
+    assert {c: after.count((c,)) >= 2 for c in (16, 32, 64)} == {16: True, 32: True, 64: True}
+
+
 def test_the_gpus_storages_run_on_a_bf16_model_against_it_in_bf16_arithmetic():
     """What a GPU times (st.for_device): the bf16 model the reference, int8 weight-only over it, every ratio against
     the bf16 model and every pass's arithmetic bf16; run here eagerly on a CPU, as gpu-check runs it on a GPU."""

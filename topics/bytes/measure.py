@@ -59,11 +59,13 @@ def _warm(fn, ids, pos, *more) -> tuple[float, float]:
 
 
 def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, contexts=CONTEXTS,
-             compile: bool = True, on_point=None, probe=None) -> tuple[tuple, tuple, int, float]:
+             compile: bool = True, on_point=None, probe=None,
+             notes: list | None = None) -> tuple[tuple, tuple, int, float]:
     """(rounds' Rates, passes, the reference's K/V bytes per position, compile seconds); see the module docstring.
     The first storage (this device's, st.for_device, by default) is the reference: every ratio is taken against
     it, and its decode step is the one timed against context. `probe()`, where given, stands in for the roof's
-    probes (a test's: Rates without a second of matmuls)."""
+    probes (a test's: Rates without a second of matmuls). A storage other than the reference that this torch cannot
+    build or run (an int4 kernel missing, say) is left out, and why is appended to `notes`."""
     say = on_point or (lambda _text: None)
     storages_ = tuple(storages_ or st.for_device(rlm.device))
     reference = storages_[0]
@@ -74,20 +76,29 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     ready, compile_s, kv_ref = [], 0.0, 0  # (Pass without samples, fn, args)
     for name in storages_:
         say(f"{name}: converting the weights, compiling the decode step and the {tokens}-token prefill")
-        lean = st.lean_pass(rlm.model, name, tokens + 2)
-        fn = compiled_pass(lean) if compile else lean
-        wbytes, kv = st.read_bytes(lean), st.kv_bytes_per_token(lean)
-        kv_ref = kv if name == reference else kv_ref
-        for kind, x, pos in (("prefill", ids, torch.arange(tokens, device=device)), ("decode", one, at)):
-            c, w = _warm(fn, x, pos)
-            compile_s += c / 1e3
-            rows = x.shape[1]
-            # the K/V a decode step reads: the positions up to its own (the CPU kernel), or every position the
-            # static cache holds, masked past its own (SDPA)
-            ctx = 0 if kind == "prefill" else tokens + 1 if lean.flash_decode else tokens + 2
-            p = Pass(name, kind, rows, ctx, wbytes, kv * ctx, step_flops(spec, rows, 0 if rows > 1 else tokens),
-                     (), w, lean.kernel, st.arithmetic(lean))
-            ready.append((p, fn, (x, pos)))
+        try:
+            lean = st.lean_pass(rlm.model, name, tokens + 2)
+            fn = compiled_pass(lean) if compile else lean
+            mine = []
+            for kind, x, pos in (("prefill", ids, torch.arange(tokens, device=device)), ("decode", one, at)):
+                c, w = _warm(fn, x, pos)
+                compile_s += c / 1e3
+                rows = x.shape[1]
+                # the K/V a decode step reads: the positions up to its own (the CPU kernel), or every position the
+                # static cache holds, masked past its own (SDPA)
+                ctx = 0 if kind == "prefill" else tokens + 1 if lean.flash_decode else tokens + 2
+                p = Pass(name, kind, rows, ctx, st.read_bytes(lean), st.kv_bytes_per_token(lean) * ctx,
+                         step_flops(spec, rows, 0 if rows > 1 else tokens), (), w, lean.kernel, st.arithmetic(lean))
+                mine.append((p, fn, (x, pos)))
+        except (RuntimeError, NotImplementedError) as e:
+            if name == reference or notes is None:
+                raise
+            why = f"{name}: not measured here: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            say(why)
+            notes.append(why)
+            continue
+        kv_ref = st.kv_bytes_per_token(lean) if name == reference else kv_ref
+        ready += mine
     contexts = contexts_that_fit(kv_ref, device, contexts)
     read_cache = None
     if contexts:
@@ -100,15 +111,22 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
                 c.normal_(generator=gen)
         fn = compiled_pass(lean) if compile else lean
         wbytes = st.read_bytes(lean)
-        read_cache = _cache_reader(lean, longest)
+        read_cache = _cache_reader(lean)
         window = max(1, int(longest * WINDOW_SHARE))
+        at_context = []
         for kind, ctx in [("context", c) for c in contexts] + [("evicted", window)]:
             pos = torch.tensor([ctx - 1], device=device)
             c, w = _warm(fn, one, pos, ctx)
             compile_s += c / 1e3 if kind == "context" and ctx in contexts[:2] else 0.0
-            ready.append((Pass(reference, kind, 1, ctx, wbytes, kv_ref * ctx, step_flops(spec, 1, ctx), (), w,
-                               f"{lean.kernel}; attention: {lean.attention}", st.arithmetic(lean)), fn,
-                          (one, pos, ctx)))
+            at_context.append((Pass(reference, kind, 1, ctx, wbytes, kv_ref * ctx, step_flops(spec, 1, ctx), (), w,
+                                    f"{lean.kernel}; attention: {lean.attention}", st.arithmetic(lean)), fn,
+                               (one, pos, ctx)))
+        # The first context compiled a graph of its own, the second one for every context, which the first then
+        # runs too: on a GPU each context's first two calls on that graph are a warm-up and its CUDA graph's
+        # recording (13 and 30 ms against 5 on the H200, docs/measurements.md). So each is warmed again, untimed.
+        for _p, fn_, args in at_context:
+            _warm(fn_, *args)
+        ready += at_context
     probe = probe or _probe(device, {p.arith for p, _fn, _a in ready})
     samples, got_rounds = [[] for _ in ready], []
     for r in range(rounds):
@@ -137,12 +155,14 @@ def _probe(device: torch.device, dtypes):
     return probe
 
 
-def _cache_reader(lean, positions: int):
-    """A plain read of the long-context step's own K/V cache (every layer's K and V, its first `positions`),
-    best of 3: the rate the context's bytes can be read at where they lie. On a shared machine two buffers of the
-    same size can read at rates a quarter apart (docs/measurements.md), so the context's slope is predicted from
-    the cache's own read, and the roof's buffer is said beside it."""
-    views = [c[:, :, :positions] for c in (*lean.k_cache, *lean.v_cache)]
+def _cache_reader(lean):
+    """A plain read of the long-context step's own K/V cache (every layer's K and V, whole: the longest context
+    and the position past it), best of 3: the rate the context's bytes can be read at where they lie. On a shared
+    machine two buffers of the same size can read at rates a quarter apart (docs/measurements.md), so the
+    context's slope is predicted from the cache's own read, and the roof's buffer is said beside it. Each tensor
+    is summed whole, as it lies: on the H200 a slice of the first positions (a stride between heads) summed at a
+    third of the roof's read."""
+    views = [*lean.k_cache, *lean.v_cache]
     work = sum(v.numel() * v.element_size() for v in views)
     return partial(best_runs, lambda: [v.sum() for v in views], work, lean.embed.device, 3)  # as the roof's read
 
@@ -209,12 +229,13 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
            with_damage: bool = True) -> Record:
     started = now()
     load0 = os.getloadavg()[0]
+    notes = []
     got, passes, kv_ref, compile_s = storages(rlm, storages_, tokens=tokens, rounds=rounds, contexts=contexts,
-                                            compile=compile, on_point=on_point)
+                                            compile=compile, on_point=on_point, notes=notes)
     hurt = damage(models, on_point=on_point) if with_damage else ()
     return Record(device=machine.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
                   wall_s=round(now() - started, 1), compile_s=round(compile_s, 1), rounds=got,
                   passes=passes, kv_per_token=kv_ref, damage=hurt, window=budget_window(),
-                  reference=passes[0].storage)
+                  reference=passes[0].storage, notes=tuple(notes))
