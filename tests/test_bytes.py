@@ -266,17 +266,34 @@ def test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_
     said = draw.context_sentence(rec)
     why = draw.context_why(rec)
     bytes_us, flops_us = 1e6 * kv / cache, 1e6 * per_flop / peak
-    assert f"×2.00 the predicted {bytes_us:.2f} µs (those bytes over a plain read of the cache itself, 15.0 GB/s" in said
+    assert f"×2.00 the predicted {bytes_us:.3g} µs (those bytes over a plain read of the cache itself, 15.0 GB/s" in said
     assert "the attention read the cache at 7.5 GB/s (a kernel)" in said
     assert f"Against the roof's plain read of another buffer (20.0 GB/s) the slope is ×{2 * roof / cache:.2f}" in why
-    assert "2.0 FLOPs a cache byte" in why and f"{flops_us:.2f} µs a position" in why
+    assert "2.0 FLOPs a cache byte" in why and f"{flops_us:.3g} µs a position" in why
     assert f"{flops_us / bytes_us:.0%} of the bytes' time" in why
-    assert f"their sum ({bytes_us + flops_us:.2f} µs). The fit is ×{2 * bytes_us / (bytes_us + flops_us):.2f}" in why
+    assert f"their sum ({bytes_us + flops_us:.3g} µs). The fit is ×{2 * bytes_us / (bytes_us + flops_us):.2f}" in why
     old = synthetic(passes=passes, rounds=tuple(Rates(roof, {"fp32": peak}) for _ in range(3)), kv=kv)
     assert "a plain read of the cache itself" not in draw.context_sentence(old)  # a recording without the probe
     assert "roof's plain read of another buffer" not in draw.context_why(old)
     assert old.line().predicted_slope_ms == pytest.approx(1e3 * kv / roof)
     assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))).line() == line
+
+
+def test_steps_that_do_not_rise_with_context_get_no_slope_and_the_chart_shows_the_spread():
+    """The H200's first run: the shortest context's timed rounds were a CUDA graph's warm-up and recording (13, 30,
+    5 ms), so the fit fell with context. No slope is compared then, no crossing said; the widest spread is named,
+    and the chart's bars reach each context's slowest and fastest round."""
+    kv = 131072
+    passes = [Pass("bf16 model", "context", 1, c, 15_000_000_000, kv * c, 1e10, samples, 5.0,
+                   "F.linear; attention: sdpa", "bf16")
+              for c, samples in ((384, (13.1, 30.3, 5.1)), (65536, (6.8, 7.0, 6.8)), (131072, (8.6, 8.9, 8.5)))]
+    rec = synthetic(passes=passes, rounds=rates_(), kv=kv)
+    assert rec.line().slope_ms < 0
+    said = draw.context_sentence(rec)
+    assert "do not rise with context" in said and "13.1 ms at 384" in said and "5.1–30.3 ms at 384" in said
+    assert "Fitted" not in said and "reaches the weights'" not in said and draw.context_why(rec) == ""
+    bars = draw.context_figure(rec).data[0].error_y
+    assert list(bars.array)[0] == pytest.approx(30.3 - 13.1) and list(bars.arrayminus)[0] == pytest.approx(13.1 - 5.1)
 
 
 # ---------------------------------------------------------------- the words follow the numbers

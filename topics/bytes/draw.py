@@ -161,20 +161,34 @@ def int8_sentence(rec: Record) -> str:
     return " ".join(out)
 
 
+def _us(ms: float) -> str:
+    """Microseconds to three figures: a CPU's position costs about a µs, a GPU's a few hundredths."""
+    return f"{1e3 * ms:.3g}"
+
+
 def context_sentence(rec: Record) -> str:
     """The line measured: its slope against its prediction, the rate the attention reached, the crossing."""
     line = rec.line()
     if line is None:
         return ""
+    p = rec.context_passes()[0]
+    if line.slope_ms <= 0:  # a warm-up timed, or noise larger than the K/V's cost: no line to set against its bytes
+        pts = rec.context_passes()
+        wide = max(pts, key=lambda q: max(q.samples_ms) - min(q.samples_ms))
+        return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) "
+                f"that every decode step reads, {_us(line.predicted_slope_ms)} µs a position at the probed read. "
+                f"The steps measured do not rise with context (medians: "
+                + ", ".join(f"{q.median_ms:.1f} ms at {q.context:,}" for q in pts)
+                + f"; the widest spread {min(wide.samples_ms):.1f}–{max(wide.samples_ms):.1f} ms at "
+                f"{wide.context:,}): no slope to set against it.")
     off = line.slope_off
     held = "within ±15 % of" if abs(off - 1) <= 0.15 else f"×{off:.2f}"
-    p = rec.context_passes()[0]
     attention = p.kernel.partition("attention: ")[2]
     own = line.cache_read != line.roof_read
     rate = ("a plain read of the cache itself" if own else "the read rate") + f", {line.cache_read / 1e9:.1f} GB/s"
     return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) that "
-            f"every decode step reads. Fitted: {1e3 * line.slope_ms:.2f} µs a position, {held} the predicted "
-            f"{1e3 * line.predicted_slope_ms:.2f} µs (those bytes over {rate}, probed in the same rounds): the "
+            f"every decode step reads. Fitted: {_us(line.slope_ms)} µs a position, {held} the predicted "
+            f"{_us(line.predicted_slope_ms)} µs (those bytes over {rate}, probed in the same rounds): the "
             f"attention read the cache at {line.read_at / 1e9:.1f} GB/s" + (f" ({attention})." if attention else ".")
             + f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
             f"start); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
@@ -183,7 +197,7 @@ def context_sentence(rec: Record) -> str:
 def context_why(rec: Record) -> str:
     """Why the slope is off its bytes' time, where it is: the attention's arithmetic, and the roof's own buffer."""
     line = rec.line()
-    if line is None:
+    if line is None or line.slope_ms <= 0:
         return ""
     off = line.slope_off
     why = ("" if abs(off - 1) <= 0.15 else
@@ -192,9 +206,9 @@ def context_why(rec: Record) -> str:
     if line.compute_slope_ms > 0:  # the attention's arithmetic per position against its bytes' time
         both = line.predicted_slope_ms + line.compute_slope_ms
         why += (f" Its arithmetic is {line.flops_per_byte:.1f} FLOPs a cache byte (estimate: each K/V head serves "
-                f"several query heads), {1e3 * line.compute_slope_ms:.2f} µs a position at the matmul peak probed, "
+                f"several query heads), {_us(line.compute_slope_ms)} µs a position at the matmul peak probed, "
                 f"{line.compute_slope_ms / line.predicted_slope_ms:.0%} of the bytes' time: a kernel that hid one "
-                f"behind the other would pay the larger; one that hid neither, their sum ({1e3 * both:.2f} µs). "
+                f"behind the other would pay the larger; one that hid neither, their sum ({_us(both)} µs). "
                 f"The fit is ×{line.slope_ms / both:.2f} that sum.")
     if line.cache_read != line.roof_read and abs(line.roof_off - off) > 0.05:
         why += (f" Against the roof's plain read of another buffer ({line.roof_read / 1e9:.1f} GB/s) the slope is "
@@ -295,7 +309,10 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
     line = rec.line()
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[p.context for p in pts], y=[p.median_ms for p in pts], mode="markers",
-                             name="decode step, measured", marker=dict(color=DECODE, size=10)))
+                             name="decode step, measured (median, bars min–max)", marker=dict(color=DECODE, size=10),
+                             error_y=dict(type="data", symmetric=False, color=DECODE,
+                                          array=[max(p.samples_ms) - p.median_ms for p in pts],
+                                          arrayminus=[p.median_ms - min(p.samples_ms) for p in pts])))
     if line:
         xs = [0, max(p.context for p in pts)]
         fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.slope_ms * x for x in xs], mode="lines",
