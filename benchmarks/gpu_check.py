@@ -38,9 +38,6 @@ CHECK_BUDGET_S = 300.0  # all of gpu-check
 SIZES = ("own", "Llama-3-8B")  # the bundled model (overhead-bound: what the class steps through) and a real 8 B shape
 RACE_RUNG = "TinyLlama-1.1B"
 RACE_RUNG_TOKENS = 256
-BYTES_SHAPE = "Llama-3-8B"
-BYTES_CONTEXTS = (384, 16384, 65536, 131072)  # its K/V (128 KiB a position in bf16) reaches its 16 GB near 122,000
-BYTES_ROUNDS = 3
 
 
 def require_cuda() -> None:
@@ -114,20 +111,13 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
     return out
 
 
-def bytes_check(lm, shape: str = BYTES_SHAPE, contexts=BYTES_CONTEXTS, tokens: int = 384, rounds: int = BYTES_ROUNDS,
+def bytes_check(lm, shape: str | None = None, contexts=None, tokens: int | None = None, rounds: int | None = None,
                 compile: bool | None = None, log=print):
-    """Bytes are time at a real shape, in bf16, on lm's device: the GPU's storages (topics.bytes.storage), timed."""
-    import torch
-
-    from physics.rungs import rung_model
+    """Bytes are time at a real shape, in bf16, on lm's device (topics.bytes.measure.record_gpu)."""
     from topics.bytes import measure
-    from topics.bytes import storage as st
 
-    rlm = rung_model(lm, shape, dtype=torch.bfloat16)
-    return measure.record(rlm, f"{shape} shape", command="python -m engine gpu-check --bytes", rounds=rounds,
-                          contexts=contexts, compile=lm.device.type == "cuda" if compile is None else compile,
-                          on_point=lambda text: log(f"  {text}"), storages_=st.GPU_STORAGES, tokens=tokens,
-                          with_damage=False)
+    return measure.record_gpu(lm, shape, contexts, tokens, rounds, compile, on_point=lambda text: log(f"  {text}"),
+                              command="python -m engine gpu-check --bytes")
 
 
 def bytes_targets(rec) -> list[Target]:
@@ -248,7 +238,7 @@ def table(rows: list[Target]) -> str:
 def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, races: bool = False, log=print,
               device: str = "cuda", race_tokens: int = RACE_RUNG_TOKENS, json_path: str | None = None,
               tokens: int | None = None, compile: bool | None = None, curve_passes=None, bytes_: bool = False,
-              bytes_shape: str = BYTES_SHAPE, bytes_contexts=BYTES_CONTEXTS) -> GpuCheck:
+              bytes_shape: str | None = None, bytes_contexts=None) -> GpuCheck:
     """Run everything (see the module docstring); return its record (`to_dict()`: the JSON document).
 
     device="cpu" (with compile=False) is a dry run of the same code with small sizes (a test's, or before a GPU
@@ -285,6 +275,6 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     test_result = run_tests(log) if tests else None
     byt = None
     if bytes_:
-        log(f"bytes are time at {bytes_shape}'s shape (bf16, then int8 and int4 weight-only; decode against context)…")
-        byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens or 384, compile=compile, log=log)
+        log(f"bytes are time at {bytes_shape or 'Llama-3-8B'}'s shape (bf16, then int8 and int4 weight-only; decode against context)…")
+        byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens, compile=compile, log=log)
     return document(race, rung_race, test_result, now() - started, byt)

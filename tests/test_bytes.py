@@ -91,6 +91,29 @@ def test_int8_rows_round_trip_within_half_a_step_of_their_scale():
     assert q.q.dtype == torch.int8 and q.q.abs().max() == 127 and q.scale.dtype == torch.float32
 
 
+@pytest.mark.slow
+def test_int8_products_never_take_the_form_inductor_swaps_for_torchs_slow_int8_kernel():
+    """`F.linear(x, q.to(x.dtype)) * scales` is a form inductor rewrites to `_weight_int8pack_mm` wherever the
+    activations are bf16 (its woq pattern: CPU, CUDA, XPU); on the H200 that kernel decoded slower than the bf16
+    model and prefilled 384 tokens in 5.9 s. Compiled here over bf16 activations, one row and several, the int8
+    products are never rewritten (inductor's own counter), and give the dequantized matrix's product."""
+    from torch._dynamo.utils import counters
+
+    w = torch.randn(96, 256)
+    q = storage.narrow(w.bfloat16(), "int8")
+    kept = storage.rounded(w.bfloat16(), "int8")
+    for rows in (1, 3):
+        x = torch.randn(1, rows, 256, dtype=torch.bfloat16)
+        counters.clear()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got = torch.compile(q, fullgraph=True)(x).float()
+        assert counters["inductor"]["woq_matcher_count"] == 0, rows
+        want = x.float() @ kept.T
+        assert (got - want).abs().max() / want.abs().max() < 2e-2, rows
+    torch._dynamo.reset()
+
+
 def test_int4_holds_each_group_within_half_a_step_and_reads_half_a_byte_a_weight():
     """Groups of 128 along a row, each in 16 steps from its least value (a bf16 scale and zero point); torch's int4
     kernel (bf16 inputs) gives the product of the dequantized matrix; the pass reads the packed bytes and scales."""

@@ -27,5 +27,10 @@ def product(x: torch.Tensor, w: torch.Tensor, one_row: bool) -> torch.Tensor:
     output's row of w times x, read row by row as w lies in memory ([out, in], a checkpoint's layout); else
     `F.linear`."""
     if one_row and x.device.type == "cpu" and x.shape[:-1].numel() == 1:
-        return (w * x.reshape(1, -1)).sum(-1).view(*x.shape[:-1], w.shape[0])
+        return rows_times(x, w)
     return F.linear(x, w)
+
+
+def rows_times(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The streamed product itself, for one row x [..., in]: each output's row of w times x, summed; [..., out]."""
+    return (w * x.reshape(1, -1)).sum(-1).view(*x.shape[:-1], w.shape[0])

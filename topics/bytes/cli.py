@@ -10,9 +10,11 @@ from topics.cli_args import check_json_path, load_from, model_args, positive, wr
 def add_parser(sub) -> None:
     g = sub.add_parser("bytes", help="bytes are time: the ≥ 100 M rung's decode and prefill with weights in fp32, "
                                      "bf16, fp16, int8; decode against context; the damage on the bundled models")
-    g.add_argument("--size", default="110M", help="the rung (default 110M: random weights, timing only)")
-    g.add_argument("--rounds", type=positive, default=5, help="timed rounds (every pass once a round)")
-    g.add_argument("--contexts", type=positive, nargs="+", help="decode contexts (default 128 … 20480)")
+    g.add_argument("--size", help="the rung (default 110M on a CPU, fp32; Llama-3-8B on a GPU, bf16: random weights, "
+                                  "timing only)")
+    g.add_argument("--rounds", type=positive, help="timed rounds, every pass once a round (default 5; 3 on a GPU)")
+    g.add_argument("--contexts", type=positive, nargs="+", help="decode contexts (default 128 … 20480; on a GPU "
+                                                                "384 … 131072)")
     g.add_argument("--json", help="write the recording here (topics/bytes/records.py)")
     model_args(g)
     g.set_defaults(func=main)
@@ -23,20 +25,32 @@ def main(args) -> int:
 
     from physics import machine
     from physics.rungs import rung_model
-    from topics.bytes import draw, measure
+    from topics.bytes import measure
 
     check_json_path(args.json)
     lm = load_from(args)
-    rlm = rung_model(lm, args.size, dtype=torch.float32)
+    command = "python -m engine " + " ".join(sys.argv[1:])
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    if lm.device.type == "cuda":  # the GPU's storages at a real shape, in bf16; no damage (a CPU's)
+        rec = measure.record_gpu(lm, args.size, args.contexts, rounds=args.rounds, on_point=say, command=command)
+        return _report(rec, args.json)
+    rlm = rung_model(lm, args.size or "110M", dtype=torch.float32)
     before = torch.get_num_threads()
     torch.set_num_threads(machine.serving_threads(int(rlm.spec.parameters)))
     try:
-        rec = measure.record(rlm, f"{args.size} rung", command="python -m engine " + " ".join(sys.argv[1:]),
-                             rounds=args.rounds, contexts=tuple(args.contexts or measure.CONTEXTS),
-                             on_point=lambda text: print(text, file=sys.stderr, flush=True))
+        rec = measure.record(rlm, f"{args.size or '110M'} rung", command=command, rounds=args.rounds or measure.ROUNDS,
+                             contexts=tuple(args.contexts or measure.CONTEXTS), on_point=say)
     finally:
         torch.set_num_threads(before)
+    return _report(rec, args.json)
+
+
+def _report(rec, json_path: str | None) -> int:
+    """The recording written first (a machine without plotly, as a GPU image may be, still keeps it), then its
+    tables printed."""
+    if json_path:
+        write_json(json_path, rec.to_dict())
+    from topics.bytes import draw
+
     print(draw.text_tables(rec))
-    if args.json:
-        write_json(args.json, rec.to_dict())
     return 0

@@ -41,6 +41,9 @@ TOKENS = 128  # the prefill's length and the decode step's context
 ROUNDS = 5
 CONTEXTS = (128, 2048, 4096, 8192, 12288, 16384, 20480)  # past the 112 M rung's crossing (~18,200 in fp32)
 WINDOW_SHARE = 0.25  # the evicted cache holds this share of the longest context (the budget page's default budget)
+GPU_SHAPE = "Llama-3-8B"  # on a GPU (`engine bytes --device cuda`, `gpu-check --bytes`): a real shape, in bf16,
+GPU_CONTEXTS = (384, 16384, 65536, 131072)  # its K/V (128 KiB a position) reaching its 16 GB of weights near 122,000
+GPU_TOKENS, GPU_ROUNDS = 384, 3
 STORIES = 8
 STORY_TOKENS = 192  # each story's first tokens, teacher-forced
 HELD_OUT = ASSETS / "held_out" / "tinystories_eval_40.txt"
@@ -239,3 +242,18 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
                   wall_s=round(now() - started, 1), compile_s=round(compile_s, 1), rounds=got,
                   passes=passes, kv_per_token=kv_ref, damage=hurt, window=budget_window(),
                   reference=passes[0].storage, notes=tuple(notes))
+
+
+def record_gpu(lm, shape: str | None = None, contexts=None, tokens: int | None = None, rounds: int | None = None,
+               compile: bool | None = None, on_point=None, command: str = "") -> Record:
+    """Bytes are time at a real shape (GPU_SHAPE), in bf16, on lm's device: the GPU's storages (the bf16 model the
+    reference, int8 and int4 weight-only over it), the bf16 model's step against context; no damage (that is the
+    bundled models', measured on a CPU). `python -m engine bytes --device cuda` and `gpu-check --bytes` run it."""
+    from physics.rungs import rung_model
+
+    shape = shape or GPU_SHAPE
+    rlm = rung_model(lm, shape, dtype=torch.bfloat16)
+    return record(rlm, f"{shape} shape", command=command, rounds=rounds or GPU_ROUNDS,
+                  contexts=tuple(contexts or GPU_CONTEXTS), compile=lm.device.type == "cuda" if compile is None
+                  else compile, on_point=on_point, storages_=st.GPU_STORAGES, tokens=tokens or GPU_TOKENS,
+                  with_damage=False)

@@ -3,8 +3,8 @@
 The experiment changes the bytes and nothing else, so bf16, fp16, int8 and int4 are weight-only, as gpt-fast's and
 torchao's are: the matrices (q, k, v, o, the MLP's three, the output head) are stored narrow, and the arithmetic,
 the activations and the K/V cache stay fp32. A one-row product is the lean pass's streamed kernel
-(engine/forward/streamed.py) over the narrow matrix, each weight widened to fp32 as it is read; a product over
-several rows widens the matrix and calls `F.linear`, gpt-fast's `F.linear(x, w.to(x.dtype)) * scales`. int8
+(engine/forward/streamed.py) over the narrow matrix, each weight widened as it is read (on a CPU, and for int8 on a
+GPU); a product over several rows widens the matrix, applies int8's scales, and calls `F.linear`. int8
 stores each row rounded to 255 steps of its own scale (symmetric: the row's largest magnitude over 127, one fp32
 scale a row).
 
@@ -54,11 +54,15 @@ class NarrowWeight(torch.nn.Module):
         return self.q.float() * (1.0 if self.scale is None else self.scale.float()[:, None])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu" and x.shape[:-1].numel() == 1:  # one row: streamed, widened as it is read
-            y = streamed.product(x, self.q, one_row=True)
-        else:
-            y = F.linear(x, self.q.to(x.dtype))
-        return y if self.scale is None else y * self.scale
+        if x.shape[:-1].numel() == 1 and (x.device.type == "cpu" or self.scale is not None):
+            # one row: streamed, each weight widened as it is read (int8 on a GPU too: see below)
+            y = streamed.rows_times(x, self.q)
+            return y if self.scale is None else y * self.scale
+        # several rows: the matrix widened, its scales applied before the product. gpt-fast's
+        # `F.linear(x, q.to(x.dtype)) * scales` is a form inductor rewrites to torch's own int8 kernel
+        # (`_weight_int8pack_mm`); on the H200 that read int8 weights at 1 TB/s and took 5.9 s for a 384-token
+        # prefill (docs/measurements.md), so neither product here takes that form (tests/test_bytes.py).
+        return F.linear(x, self.q.to(x.dtype) if self.scale is None else self.q.to(x.dtype) * self.scale[:, None])
 
 
 class Int4Weight(torch.nn.Module):
@@ -123,8 +127,9 @@ class WeightOnly(LeanLlama):
         self.kernel = (f"weight-only {storage}, {arithmetic(self)} arithmetic: " + (
             f"torch's int4 kernel ({'_weight_int4pack_mm_for_cpu' if cpu else '_weight_int4pack_mm'}), bf16 inputs"
             if storage == "int4" else
-            ("one row the streamed dot product, each weight widened as it is read; several rows " if cpu else "")
-            + "the matrix widened, then F.linear"))
+            ("one row the streamed dot product, each weight widened as it is read; several rows "
+             if cpu or storage == "int8" else "") + "the matrix widened" + (", its scales applied" if storage == "int8"
+                                                                          else "") + ", then F.linear"))
 
     def linear(self, x: torch.Tensor, w: NarrowWeight) -> torch.Tensor:
         return w(x)
