@@ -485,3 +485,20 @@ def test_the_bytes_command_refuses_an_unwritable_json_path_and_a_zero_context_be
     assert code == 2 and err.startswith("error: --json") and not out
     code, out, err = _cli(["bytes", "--contexts", "0"], capsys)
     assert code == 2 and "invalid positive value" in err
+
+
+@pytest.mark.slow
+def test_the_weight_only_benchmark_times_each_form_and_counts_each_storages_bytes(capsys):
+    """`python -m benchmarks.weight_only` on this CPU, small: every form timed, its bytes counted from the tensors
+    (bf16 half of fp32's, int8 a quarter plus a scale a row, int4 an eighth plus a scale and zero a group)."""
+    from benchmarks import weight_only
+
+    assert weight_only.main(["--device", "cpu", "--matrices", "2", "--shape", "256", "512", "--rounds", "2"]) == 0
+    rows = {line.split()[0] if not line.startswith("int8 gpt") else "int8 gpt-fast": line
+            for line in capsys.readouterr().out.splitlines() if "MB" in line}
+    assert set(rows) == {"fp32", "bf16", "int8", "int8 gpt-fast", "int4"}
+    mb = {name: float(line.split("MB")[0].split()[-1]) for name, line in rows.items()}
+    w = 2 * 256 * 512 / 1e6  # millions of weights
+    assert mb["fp32"] == pytest.approx(4 * w, abs=0.01) and mb["bf16"] == pytest.approx(2 * w, abs=0.01)
+    assert mb["int8"] == mb["int8 gpt-fast"] == pytest.approx(w + 2 * 256 * 4 / 1e6, abs=0.01)
+    assert mb["int4"] == pytest.approx(w / 2 + 2 * 256 * 4 * 2 * 2 / 1e6, abs=0.01)

@@ -1,0 +1,127 @@
+"""`python -m benchmarks.weight_only [--rows 1] [--rounds 9] [--shape OUT IN]`: one row times a stack of matrices, each storage and
+each form of its product the lean pass could compile, side by side on this machine.
+
+What `engine bytes` times as a whole step, taken apart: the weights' read alone, so a storage that is not faster in
+proportion to its bytes can be traced to the kernel that reads it. Each form is compiled whole over `--matrices`
+matrices of Llama-3-8B's MLP shape ([14,336 × 4,096]; on a CPU, fewer and smaller) with the lean pass's settings
+(engine/forward/lean.py: CUDA graphs on a GPU, frozen weights on a CPU), every form once a round, the rounds
+alternated; each form's median read rate (its stored bytes over its time) and its time over the reference's in the
+same round. The forms (topics/bytes/storage.py):
+
+    reference     the bf16 model's matrices (a GPU) or fp32's (a CPU), as the lean pass multiplies them
+    int8          the pass's own: one row the streamed product, widened as it is read
+    int8 gpt-fast `F.linear(x, q.to(x.dtype)) * scales`, the form inductor rewrites to `_weight_int8pack_mm`
+    int8 tuned    (a GPU) the pass's own, compiled with coordinate-descent tuning (gpt-fast's setting)
+    int4          torch's int4 kernel over the packed weights
+
+docs/measurements.md has the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+from engine import torch_internals
+from engine.forward.lean import compile_settings
+from engine.timing import timed
+from topics.bytes import storage as st
+
+
+class Stack(torch.nn.Module):
+    """x times every matrix in turn (each result kept, so none is skipped)."""
+
+    def __init__(self, mats, form: str):
+        super().__init__()
+        self.mats, self.form = torch.nn.ModuleList(mats), form
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self.form == "int8 gpt-fast":
+            return [F.linear(x, m.q.to(x.dtype)) * m.scale for m in self.mats]
+        return [m(x) for m in self.mats]
+
+
+class Plain(torch.nn.Module):
+    def __init__(self, w: torch.Tensor):
+        super().__init__()
+        self.register_buffer("w", w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from engine.forward import streamed
+
+        return streamed.product(x, self.w, one_row=True)
+
+
+def forms(device: torch.device, matrices: int, out: int, inn: int, gen) -> dict[str, tuple[Stack, dict, int]]:
+    """{name: (the stack, its compile options, the bytes it reads)}."""
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    ws = [torch.randn(out, inn, generator=gen).to(device, dtype) for _ in range(matrices)]
+    base = compile_settings(device).options
+    made = {("bf16 model" if cuda else "fp32"): (Stack([Plain(w) for w in ws], "plain"), base)}
+    if not cuda:
+        made["bf16"] = (Stack([st.narrow(w, "bf16") for w in ws], "own"), base)
+    made["int8"] = (Stack([st.narrow(w, "int8") for w in ws], "own"), base)
+    made["int8 gpt-fast"] = (Stack([st.narrow(w, "int8") for w in ws], "int8 gpt-fast"), base)
+    if cuda:
+        made["int8 tuned"] = (Stack([st.narrow(w, "int8") for w in ws], "own"),
+                              {**base, "coordinate_descent_tuning": True})
+    try:
+        made["int4"] = (Stack([st.narrow(w, "int4") for w in ws], "own"), base)
+    except (RuntimeError, NotImplementedError) as e:
+        print(f"int4: not measured here ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    return {name: (stack, opts, sum(st.nbytes(m) if not isinstance(m, Plain) else st.nbytes(m.w)
+                                    for m in stack.mats)) for name, (stack, opts) in made.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.weight_only")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--matrices", type=int, help="matrices in the stack (default 8 on a GPU, 4 on a CPU)")
+    ap.add_argument("--shape", type=int, nargs=2, metavar=("OUT", "IN"),
+                    help="each matrix's shape (default 14336 4096 on a GPU, 4096 4096 on a CPU)")
+    ap.add_argument("--rows", type=int, default=1, help="rows of x (1: a decode step's product)")
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    if not cuda:
+        torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    out, inn = args.shape or ((14336, 4096) if cuda else (4096, 4096))
+    made = forms(device, args.matrices or (8 if cuda else 4), out, inn, gen)
+    x = torch.randn(1, args.rows, inn, generator=gen).to(device, torch.bfloat16 if cuda else torch.float32)
+    runs = {}
+    torch_internals.allow_recompiles()  # one Stack class, a graph per form
+    with torch.no_grad():
+        for name, (stack, opts, _b) in made.items():
+            fn = torch.compile(stack, fullgraph=True, options=opts)
+
+            def one(fn=fn):
+                if cuda:
+                    torch.compiler.cudagraph_mark_step_begin()
+                fn(x)
+
+            t = timed(one, device, repeats=1, warmup=3)
+            print(f"{name}: compiled and warmed in {t.warmup_ms / 1e3:.1f} s", flush=True)
+            runs[name] = one
+        samples = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, one in runs.items():
+                samples[name].append(timed(one, device, repeats=1, warmup=0).forward_ms)
+    ref = next(iter(samples))
+    print(f"\n{len(made[ref][0].mats)} matrices [{out} × {inn}], {args.rows} row(s), {args.rounds} rounds, {device}")
+    print(f"{'form':14s} {'bytes':>10s} {'median ms':>10s} {'min–max':>13s} {'GB/s':>7s} {'× ' + ref:>12s}")
+    for name, got in samples.items():
+        med, nbytes = statistics.median(got), made[name][2]
+        ratio = statistics.median(a / b for a, b in zip(got, samples[ref]))
+        print(f"{name:14s} {nbytes / 1e6:8.2f}MB {med:10.3f} {min(got):6.3f}–{max(got):6.3f} "
+              f"{nbytes / med / 1e6:7.1f} {ratio:12.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
