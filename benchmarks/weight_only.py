@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -55,26 +56,34 @@ class Plain(torch.nn.Module):
         return streamed.product(x, self.w, one_row=True)
 
 
-def forms(device: torch.device, matrices: int, out: int, inn: int, gen) -> dict[str, tuple[Stack, dict, int]]:
-    """{name: (the stack, its compile options, the bytes it reads)}."""
+@dataclass(frozen=True)
+class Form:
+    name: str
+    stack: Stack
+    options: dict  # inductor's, for this form's compile
+    nbytes: int  # what one call reads from the matrices, counted from the tensors
+
+
+def forms(device: torch.device, matrices: int, out: int, inn: int, gen) -> list[Form]:
+    """Every form this device can run, the reference first."""
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     ws = [torch.randn(out, inn, generator=gen).to(device, dtype) for _ in range(matrices)]
     base = compile_settings(device).options
-    made = {("bf16 model" if cuda else "fp32"): (Stack([Plain(w) for w in ws], "plain"), base)}
+    made = [(("bf16 model" if cuda else "fp32"), Stack([Plain(w) for w in ws], "plain"), base)]
     if not cuda:
-        made["bf16"] = (Stack([st.narrow(w, "bf16") for w in ws], "own"), base)
-    made["int8"] = (Stack([st.narrow(w, "int8") for w in ws], "own"), base)
-    made["int8 gpt-fast"] = (Stack([st.narrow(w, "int8") for w in ws], "int8 gpt-fast"), base)
+        made.append(("bf16", Stack([st.narrow(w, "bf16") for w in ws], "own"), base))
+    made.append(("int8", Stack([st.narrow(w, "int8") for w in ws], "own"), base))
+    made.append(("int8 gpt-fast", Stack([st.narrow(w, "int8") for w in ws], "int8 gpt-fast"), base))
     if cuda:
-        made["int8 tuned"] = (Stack([st.narrow(w, "int8") for w in ws], "own"),
-                              {**base, "coordinate_descent_tuning": True})
+        made.append(("int8 tuned", Stack([st.narrow(w, "int8") for w in ws], "own"),
+                     {**base, "coordinate_descent_tuning": True}))
     try:
-        made["int4"] = (Stack([st.narrow(w, "int4") for w in ws], "own"), base)
+        made.append(("int4", Stack([st.narrow(w, "int4") for w in ws], "own"), base))
     except (RuntimeError, NotImplementedError) as e:
         print(f"int4: not measured here ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
-    return {name: (stack, opts, sum(st.nbytes(m) if not isinstance(m, Plain) else st.nbytes(m.w)
-                                    for m in stack.mats)) for name, (stack, opts) in made.items()}
+    return [Form(name, stack, opts, sum(st.nbytes(m.w if isinstance(m, Plain) else m) for m in stack.mats))
+            for name, stack, opts in made]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     torch_internals.allow_recompiles()  # one Stack class, a graph per form
     with torch.no_grad():
-        for name, (stack, opts, _b) in made.items():
-            fn = torch.compile(stack, fullgraph=True, options=opts)
+        for f in made:
+            fn = torch.compile(f.stack, fullgraph=True, options=f.options)
 
             def one(fn=fn):
                 if cuda:
@@ -106,20 +115,21 @@ def main(argv: list[str] | None = None) -> int:
                 fn(x)
 
             t = timed(one, device, repeats=1, warmup=3)
-            print(f"{name}: compiled and warmed in {t.warmup_ms / 1e3:.1f} s", flush=True)
-            runs[name] = one
+            print(f"{f.name}: compiled and warmed in {t.warmup_ms / 1e3:.1f} s", flush=True)
+            runs[f.name] = one
         samples = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, one in runs.items():
                 samples[name].append(timed(one, device, repeats=1, warmup=0).forward_ms)
-    ref = next(iter(samples))
-    print(f"\n{len(made[ref][0].mats)} matrices [{out} × {inn}], {args.rows} row(s), {args.rounds} rounds, {device}")
-    print(f"{'form':14s} {'bytes':>10s} {'median ms':>10s} {'min–max':>13s} {'GB/s':>7s} {'× ' + ref:>12s}")
-    for name, got in samples.items():
-        med, nbytes = statistics.median(got), made[name][2]
-        ratio = statistics.median(a / b for a, b in zip(got, samples[ref]))
-        print(f"{name:14s} {nbytes / 1e6:8.2f}MB {med:10.3f} {min(got):6.3f}–{max(got):6.3f} "
-              f"{nbytes / med / 1e6:7.1f} {ratio:12.2f}")
+    ref = made[0]
+    print(f"\n{len(ref.stack.mats)} matrices [{out} × {inn}], {args.rows} row(s), {args.rounds} rounds, {device}")
+    print(f"{'form':14s} {'bytes':>10s} {'median ms':>10s} {'min–max':>13s} {'GB/s':>7s} {'× ' + ref.name:>12s}")
+    for f in made:
+        got = samples[f.name]
+        med = statistics.median(got)
+        ratio = statistics.median(a / b for a, b in zip(got, samples[ref.name]))
+        print(f"{f.name:14s} {f.nbytes / 1e6:8.2f}MB {med:10.3f} {min(got):6.3f}–{max(got):6.3f} "
+              f"{f.nbytes / med / 1e6:7.1f} {ratio:12.2f}")
     return 0
 
 
