@@ -162,8 +162,9 @@ def int8_sentence(rec: Record) -> str:
 
 
 def _us(ms: float) -> str:
-    """Microseconds to three figures: a CPU's position costs about a µs, a GPU's a few hundredths."""
-    return f"{1e3 * ms:.3g}"
+    """Microseconds to three figures, zeros kept (0.500, 1.30, 0.0279): a CPU's position costs about a µs, a
+    GPU's a few hundredths."""
+    return f"{1e3 * ms:#.3g}".rstrip(".")
 
 
 def context_sentence(rec: Record) -> str:
