@@ -212,7 +212,8 @@ def show() -> None:
     steps.autoplay_tick()
 
     st.subheader("Each request: time to first token, time per output token")
-    st.dataframe(draw.latency_frame(run), hide_index=True, width="stretch",  # "–" where a number is not there yet,
+    shown = draw.latency_frame(run).astype({c: str for c in draw.NOT_YET})  # one type a column: Arrow takes it as is
+    st.dataframe(shown, hide_index=True, width="stretch",  # "–" where a number is not there yet,
                  column_config={c: st.column_config.Column(alignment="right") for c in draw.NOT_YET})  # numbers' side
     st.caption("TTFT counts engine steps from the one the request arrives at to the one that chose its first token, and "
                "the measured time of those steps; TPOT is the mean measured gap between its consecutive tokens (the wait "
