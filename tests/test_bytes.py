@@ -91,7 +91,6 @@ def test_int8_rows_round_trip_within_half_a_step_of_their_scale():
     assert q.q.dtype == torch.int8 and q.q.abs().max() == 127 and q.scale.dtype == torch.float32
 
 
-@pytest.mark.slow
 def test_int8_products_never_take_the_form_inductor_swaps_for_torchs_slow_int8_kernel():
     """`F.linear(x, q.to(x.dtype)) * scales` is a form inductor rewrites to `_weight_int8pack_mm` wherever the
     activations are bf16 (its woq pattern: CPU, CUDA, XPU); on the H200 that kernel decoded slower than the bf16
