@@ -275,6 +275,9 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     test_result = run_tests(log) if tests else None
     byt = None
     if bytes_:
-        log(f"bytes are time at {bytes_shape or 'Llama-3-8B'}'s shape (bf16, then int8 and int4 weight-only; decode against context)…")
+        from topics.bytes.measure import GPU_SHAPE
+
+        log(f"bytes are time at {bytes_shape or GPU_SHAPE}'s shape (bf16, then int8 and int4 weight-only; decode "
+            "against context)…")
         byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens, compile=compile, log=log)
     return document(race, rung_race, test_result, now() - started, byt)
