@@ -172,9 +172,9 @@ def context_sentence(rec: Record) -> str:
     line = rec.line()
     if line is None:
         return ""
-    p = rec.context_passes()[0]
+    pts = rec.context_passes()
+    p = pts[0]
     if line.slope_ms <= 0:  # a warm-up timed, or noise larger than the K/V's cost: no line to set against its bytes
-        pts = rec.context_passes()
         wide = max(pts, key=lambda q: max(q.samples_ms) - min(q.samples_ms))
         return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) "
                 f"that every decode step reads, {_us(line.predicted_slope_ms)} µs a position at the probed read. "
@@ -185,8 +185,7 @@ def context_sentence(rec: Record) -> str:
     off = line.slope_off
     held = "within ±15 % of" if abs(off - 1) <= 0.15 else f"×{off:.2f}"
     attention = p.kernel.partition("attention: ")[2]
-    own = line.cache_read != line.roof_read
-    rate = ("a plain read of the cache itself" if own else "the read rate") + f", {line.cache_read / 1e9:.1f} GB/s"
+    rate = ("a plain read of the cache itself" if line.cache_probed else "the read rate") + f", {line.cache_read / 1e9:.1f} GB/s"
     return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) that "
             f"every decode step reads. Fitted: {_us(line.slope_ms)} µs a position, {held} the predicted "
             f"{_us(line.predicted_slope_ms)} µs (those bytes over {rate}, probed in the same rounds): the "
@@ -211,7 +210,7 @@ def context_why(rec: Record) -> str:
                 f"{line.compute_slope_ms / line.predicted_slope_ms:.0%} of the bytes' time: a kernel that hid one "
                 f"behind the other would pay the larger; one that hid neither, their sum ({_us(both)} µs). "
                 f"The fit is ×{line.slope_ms / both:.2f} that sum.")
-    if line.cache_read != line.roof_read and abs(line.roof_off - off) > 0.05:
+    if line.cache_probed and abs(line.roof_off - off) > 0.05:
         why += (f" Against the roof's plain read of another buffer ({line.roof_read / 1e9:.1f} GB/s) the slope is "
                 f"×{line.roof_off:.2f} its bytes' time: on this machine two buffers of the same size can read at "
                 "rates apart.")
@@ -318,7 +317,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         xs = [0, max(p.context for p in pts)]
         fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.slope_ms * x for x in xs], mode="lines",
                                  name="line fitted", line=dict(color=DECODE, dash="dot")))
-        own = line.cache_read != line.roof_read
+        own = line.cache_probed
         fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.predicted_slope_ms * x for x in xs],
                                  mode="lines", name="predicted slope (K/V bytes / "
                                  + ("the cache's plain read)" if own else "read rate)"),

@@ -82,6 +82,7 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
         try:
             lean = st.lean_pass(rlm.model, name, tokens + 2)
             fn = compiled_pass(lean) if compile else lean
+            wbytes, kv = st.read_bytes(lean), st.kv_bytes_per_token(lean)
             mine = []
             for kind, x, pos in (("prefill", ids, torch.arange(tokens, device=device)), ("decode", one, at)):
                 c, w = _warm(fn, x, pos)
@@ -90,8 +91,8 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
                 # the K/V a decode step reads: the positions up to its own (the CPU kernel), or every position the
                 # static cache holds, masked past its own (SDPA)
                 ctx = 0 if kind == "prefill" else tokens + 1 if lean.flash_decode else tokens + 2
-                p = Pass(name, kind, rows, ctx, st.read_bytes(lean), st.kv_bytes_per_token(lean) * ctx,
-                         step_flops(spec, rows, 0 if rows > 1 else tokens), (), w, lean.kernel, st.arithmetic(lean))
+                p = Pass(name, kind, rows, ctx, wbytes, kv * ctx, step_flops(spec, rows, 0 if rows > 1 else tokens),
+                         (), w, lean.kernel, st.arithmetic(lean))
                 mine.append((p, fn, (x, pos)))
         except (RuntimeError, NotImplementedError) as e:
             if name == reference or notes is None:
@@ -100,7 +101,7 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
             say(why)
             notes.append(why)
             continue
-        kv_ref = st.kv_bytes_per_token(lean) if name == reference else kv_ref
+        kv_ref = kv if name == reference else kv_ref
         ready += mine
     contexts = contexts_that_fit(kv_ref, device, contexts)
     read_cache = None

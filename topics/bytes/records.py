@@ -121,6 +121,11 @@ class Line:
         return self.slope_ms / self.predicted_slope_ms
 
     @property
+    def cache_probed(self) -> bool:
+        """The prediction divides by the cache's own read, not the roof's (a recording that probed it)."""
+        return self.cache_read != self.roof_read
+
+    @property
     def roof_slope_ms(self) -> float:
         """The same bytes over the roof's plain read (another buffer); 0 where it was not probed."""
         return self.predicted_slope_ms * self.cache_read / self.roof_read if self.roof_read else 0.0
