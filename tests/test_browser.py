@@ -29,6 +29,8 @@ def open_page(browser, url: str, width: int = 1400, height: int = 1000):
     pg.set_default_timeout(60_000)
     pg.outside = []  # every request that leaves this machine
     pg.on("request", lambda r: pg.outside.append(r.url) if not r.url.startswith(LOCAL) else None)
+    pg.sent = []  # (time.monotonic(), bytes) of each message the page sent its server: what a lost click did
+    pg.on("websocket", lambda ws: ws.on("framesent", lambda frame: pg.sent.append((time.monotonic(), len(frame)))))
     pg.goto(url, wait_until="networkidle")
     return pg
 
