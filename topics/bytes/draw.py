@@ -157,7 +157,8 @@ def int8_sentence(rec: Record) -> str:
                    f"{b.read_rate() / 1e9:.1f}: the kernel, not the memory, sets its time here ({d.kernel}).")
     if slow:
         out.append("Engines read narrow integers faster with kernels written for them: llama.cpp's Q8_0 on a CPU; "
-                   "on a GPU, gpt-fast's int8 weight-only linear compiled with inductor.")
+                   "on a GPU, torchao's int8 weight-only (Llama-3-8B on an A100: 153 tokens/s against bf16's 95.6, "
+                   "torchao's published figures).")
     return " ".join(out)
 
 
