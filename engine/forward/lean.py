@@ -176,11 +176,15 @@ def compile_settings(device: torch.device) -> CompileSettings:
     return CompileSettings({"freezing": True}, "gpt-fast's Llama, torch.compile whole (inductor, frozen weights)")
 
 
-def compiled_pass(lean: LeanLlama):
+def compiled_pass(lean: LeanLlama, kernels_profiled: bool = False):
     """The lean forward compiled whole (fullgraph), with this device's settings: one graph per shape, or one for
-    every n ≥ 2 once the caller marks that dimension dynamic (torch_internals.mark_dynamic)."""
+    every n ≥ 2 once the caller marks that dimension dynamic (torch_internals.mark_dynamic). `kernels_profiled`: on
+    a CPU, each of inductor's C++ kernels is an event torch.profiler records (topics/bytes/ times them apart)."""
     torch_internals.allow_recompiles()
-    return torch.compile(lean, fullgraph=True, options=compile_settings(lean.embed.device).options)
+    options = compile_settings(lean.embed.device).options
+    if kernels_profiled and lean.embed.device.type == "cpu":
+        options = {**options, "cpp.enable_kernel_profile": True}
+    return torch.compile(lean, fullgraph=True, options=options)
 
 
 def run_once(fn, ids: torch.Tensor, input_pos: torch.Tensor, *more) -> float:

@@ -39,6 +39,7 @@ def storage_rows(rec: Record) -> list[dict]:
         d, p = rec.get(s, "decode"), rec.get(s, "prefill")
         rows.append({"storage": s, "weights read": mb(d.weight_bytes),
                      "decode ms": round(d.median_ms, 1), "decode bound ms": round(d.memory_ms(rec.rounds), 1),
+                     "decode in kernels ms": round(d.kernels_ms, 1) if d.kernels_ms else None,
                      f"decode × {ref}": round(rec.ratio(s, "decode"), 2),
                      f"predicted × {ref} (bytes)": round(rec.predicted_ratio(s, "decode"), 2),
                      "prefill ms": round(p.median_ms, 1) if p else None,
@@ -132,10 +133,38 @@ def decode_sentence(rec: Record) -> str:
         d = rec.get(s, "decode")
         out.append(f"{s} ×{d.memory_held(rec.rounds):.2f} ({d.read_rate() / 1e9:.1f} GB/s)")
     read = sorted(r.read for r in rec.rounds)[len(rec.rounds) // 2]
-    return ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
-            f"({read / 1e9:.1f} GB/s, a plain read probed each round). Each storage's step over that bound (median of "
-            "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ". Where the ratio "
-            "grows as the bytes shrink, the kernel that reads them, not the memory, sets the time.")
+    out = ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
+           f"({read / 1e9:.1f} GB/s, a plain read probed each round). Each storage's step over that bound (median of "
+           "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ".")
+    apart = products_sentence(rec)
+    if not apart:
+        return out + " Where the ratio grows as the bytes shrink, the kernel that reads them, not the memory, sets the time."
+    return out + " " + apart
+
+
+def products_sentence(rec: Record) -> str:
+    """A CPU's decode steps split: inside inductor's kernels (the products) against the bytes, and the rest, which
+    no byte count shrinks. "" where the kernels were not timed apart (a GPU, an older recording)."""
+    ref = rec.get(rec.reference, "decode")
+    split = [(s, rec.get(s, "decode")) for s in rec.storages() if s != rec.reference]
+    split = [(s, p) for s, p in split if p is not None and p.kernels_ms]
+    if ref is None or not ref.kernels_ms or not split:
+        return ""
+    parts = ", ".join(f"{s} ×{p.kernels_ms / ref.kernels_ms:.2f} (bytes ×{p.weight_bytes / ref.weight_bytes:.2f})"
+                      for s, p in split)
+    rest = [p.outside_ms for p in (ref, *(p for _s, p in split))]
+    out = (f"Not all of a step is its products. Inside inductor's compiled kernels (the products, fused with the "
+           f"norms; profiled once the rounds were done) {rec.reference}'s step took {ref.kernels_ms:.1f} ms of its "
+           f"{ref.median_ms:.1f}, and each other storage's took, against that: {parts}. Where a storage's products "
+           "take more than its bytes' share, its kernel, not the memory, sets their time. The rest of each step, "
+           f"{min(rest):.1f}–{max(rest):.1f} ms, does not shrink with the bytes: the attention's call and the Python "
+           "that calls each kernel, slow once the weights have pushed everything else out of the caches.")
+    b16 = next((p for s, p in split if s == "bf16"), None)
+    whole = rec.ratio("bf16", "decode")
+    if b16 is not None and whole is not None:
+        out += (f" So bf16's whole step is ×{whole:.2f} {rec.reference}'s where its products are "
+                f"×{b16.kernels_ms / ref.kernels_ms:.2f}.")
+    return out
 
 
 def int8_sentence(rec: Record) -> str:

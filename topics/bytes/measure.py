@@ -6,7 +6,8 @@
                          compute dtype), as the pass-of-n curve does (topics/ladder/curve.py); the fp32 decode step
                          also at contexts up to past where the K/V's bytes reach the weights', and the longest step
                          again with the cache evicted to a window (the budget page's `window` policy: the newest
-                         quarter of the positions held)
+                         quarter of the positions held); on a CPU, each decode step's time inside inductor's kernels
+                         (its products) from profiled calls once the rounds are done, the rest of the step apart
     damage(models)       each bundled model with its weights rounded to each storage, teacher-forced on held-out stories
                          against fp32: top-1 agreement and KL per story
     record(...)          all of it as one `records.Record`
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
@@ -44,6 +46,8 @@ WINDOW_SHARE = 0.25  # the evicted cache holds this share of the longest context
 GPU_SHAPE = "Llama-3-8B"  # on a GPU (`engine bytes --device cuda`, `gpu-check --bytes`): a real shape, in bf16,
 GPU_CONTEXTS = (384, 16384, 65536, 131072)  # its K/V (128 KiB a position) reaching its 16 GB of weights near 122,000
 GPU_TOKENS, GPU_ROUNDS = 384, 3
+KERNELS_APART = ("fp32", "bf16", "fp16", "int8", "bf16 model")  # on a CPU, a decode step's products all in
+#   inductor's own kernels, timed apart from the rest of the step (int4's product is torch's int4 kernel, outside them)
 STORIES = 8
 STORY_TOKENS = 192  # each story's first tokens, teacher-forced
 HELD_OUT = ASSETS / "held_out" / "tinystories_eval_40.txt"
@@ -81,7 +85,7 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
         say(f"{name}: converting the weights, compiling the decode step and the {tokens}-token prefill")
         try:
             lean = st.lean_pass(rlm.model, name, tokens + 2)
-            fn = compiled_pass(lean) if compile else lean
+            fn = compiled_pass(lean, kernels_profiled=True) if compile else lean
             wbytes, kv = st.read_bytes(lean), st.kv_bytes_per_token(lean)
             mine = []
             for kind, x, pos in (("prefill", ids, torch.arange(tokens, device=device)), ("decode", one, at)):
@@ -140,10 +144,25 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
         for got, (_p, fn, args) in zip(samples, ready):
             got.append(run_once(fn, *args))
     del probe
-    passes = tuple(_with(p, got) for got, (p, _fn, _a) in zip(samples, ready))
+    inside = {id(p): in_kernels_ms(fn, args) for p, fn, args in ready
+              if compile and device.type == "cpu" and p.kind == "decode" and p.storage in KERNELS_APART}
+    passes = tuple(replace(_with(p, got), kernels_ms=inside.get(id(p), 0.0))
+                   for got, (p, _fn, _a) in zip(samples, ready))
     torch.compiler.reset()
     machine.release_memory()
     return tuple(got_rounds), passes, kv_ref, compile_s
+
+
+def in_kernels_ms(fn, args, runs: int = 3) -> float:
+    """Milliseconds one call of a compiled pass spends inside inductor's own C++ kernels (compiled with
+    `kernels_profiled`): their events' time in a profiled call, the median of `runs`. The rest of the call is
+    outside them: the Python that calls each kernel, an extern op (the attention's), the guards."""
+    got = []
+    for _ in range(runs):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            run_once(fn, *args)
+        got.append(sum(e.self_cpu_time_total for e in prof.key_averages() if "cpp_fused" in e.key) / 1e3)
+    return statistics.median(got)
 
 
 def _probe(device: torch.device, dtypes):

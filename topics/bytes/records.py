@@ -6,7 +6,8 @@ them a synthetic one (tests/test_bytes.py).
     Rates      one round's probes: the read rate (bytes/s), the matmul peak per compute dtype (FLOP/s), and a plain
                read of the long-context step's own K/V cache
     Pass       one timed pass (a storage's decode step or prefill, or the fp32 decode at a context), its time per
-               round and its bounds per round, from the bytes counted off its tensors and the FLOPs (estimate)
+               round and its bounds per round, from the bytes counted off its tensors and the FLOPs (estimate); a
+               CPU's decode step also its time inside inductor's kernels (the products) and outside them
     Damage     one bundled model in one storage against fp32: teacher-forced top-1 agreement and KL, per story
     Line       time against context: the slope fitted, and where the K/V's time reaches the weights'
     Record     all of it, with where and when it was measured
@@ -45,6 +46,8 @@ class Pass:
     warmup_ms: float
     kernel: str = ""
     compute: str = ""  # the dtype its arithmetic ran in ("" in an older recording: COMPUTE's)
+    kernels_ms: float = 0.0  # a CPU's decode step: its time inside inductor's kernels (the products, fused with the
+    #                          norms), from profiled calls after the rounds; 0 where not measured
 
     @property
     def arith(self) -> str:
@@ -57,6 +60,11 @@ class Pass:
     @property
     def median_ms(self) -> float:
         return statistics.median(self.samples_ms)
+
+    @property
+    def outside_ms(self) -> float:
+        """The step's median time outside inductor's kernels (0 where they were not timed apart)."""
+        return max(self.median_ms - self.kernels_ms, 0.0) if self.kernels_ms else 0.0
 
     def bounds_ms(self, rounds) -> tuple:
         """Per round: the larger of bytes / read rate and FLOPs / the peak of this storage's arithmetic."""
