@@ -142,6 +142,10 @@ def decode_sentence(rec: Record) -> str:
     return out + " " + apart
 
 
+PROFILED = "three profiled calls each, after the rounds"
+SAME_REST = 1.33  # the time outside the kernels is called about the same when the largest is within this of the least
+
+
 def products_sentence(rec: Record) -> str:
     """A CPU's decode steps split: inside inductor's kernels (the products) against the bytes, and the rest, which
     no byte count shrinks. "" where the kernels were not timed apart (a GPU, an older recording)."""
@@ -152,18 +156,22 @@ def products_sentence(rec: Record) -> str:
         return ""
     parts = ", ".join(f"{s} ×{p.kernels_ms / ref.kernels_ms:.2f} (bytes ×{p.weight_bytes / ref.weight_bytes:.2f})"
                       for s, p in split)
-    rest = [p.outside_ms for p in (ref, *(p for _s, p in split))]
+    rest = {s: p.outside_ms for s, p in ((rec.reference, ref), *split)}
     out = (f"Not all of a step is its products. Inside inductor's compiled kernels (the products, fused with the "
-           f"norms; profiled once the rounds were done) {rec.reference}'s step took {ref.kernels_ms:.1f} ms of its "
-           f"{ref.median_ms:.1f}, and each other storage's took, against that: {parts}. Where a storage's products "
-           "take more than its bytes' share, its kernel, not the memory, sets their time. The rest of each step, "
-           f"{min(rest):.1f}–{max(rest):.1f} ms, does not shrink with the bytes: the attention's call and the Python "
-           "that calls each kernel, slow once the weights have pushed everything else out of the caches.")
-    b16 = next((p for s, p in split if s == "bf16"), None)
-    whole = rec.ratio("bf16", "decode")
-    if b16 is not None and whole is not None:
-        out += (f" So bf16's whole step is ×{whole:.2f} {rec.reference}'s where its products are "
-                f"×{b16.kernels_ms / ref.kernels_ms:.2f}.")
+           f"norms; {PROFILED}) {rec.reference}'s step took {ref.kernels_ms:.1f} ms of {ref.profiled_ms:.1f}, and "
+           f"each other storage's, against that: {parts}. Where a storage's products take more than its bytes' "
+           "share, its kernel, not the memory, sets their time. Outside the kernels (the attention's call, the "
+           "Python that calls each kernel, the profiler's own bookkeeping): "
+           + ", ".join(f"{s} {ms:.1f} ms" for s, ms in rest.items()) + ".")
+    alike = [p.outside_ms for p in (ref, *(p for _s, p in split)) if p.arith == ref.arith]  # one graph, one attention
+    if len(alike) > 1 and max(alike) <= SAME_REST * min(alike):
+        out += (" For the weight-only storages (one graph, one attention) that part is about the same whatever the "
+                "bytes: it is why a whole step's ratio sits above its products'")
+        b16 = next((p for s, p in split if s == "bf16"), None)
+        whole = rec.ratio("bf16", "decode")
+        if b16 is not None and whole is not None:
+            out += f" (bf16's whole step ×{whole:.2f} {rec.reference}'s, its products ×{b16.kernels_ms / ref.kernels_ms:.2f})"
+        out += "."
     return out
 
 

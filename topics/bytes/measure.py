@@ -146,23 +146,25 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     del probe
     inside = {id(p): in_kernels_ms(fn, args) for p, fn, args in ready
               if compile and device.type == "cpu" and p.kind == "decode" and p.storage in KERNELS_APART}
-    passes = tuple(replace(_with(p, got), kernels_ms=inside.get(id(p), 0.0))
+    passes = tuple(replace(_with(p, got), kernels_ms=inside.get(id(p), (0.0, 0.0))[0],
+                           profiled_ms=inside.get(id(p), (0.0, 0.0))[1])
                    for got, (p, _fn, _a) in zip(samples, ready))
     torch.compiler.reset()
     machine.release_memory()
     return tuple(got_rounds), passes, kv_ref, compile_s
 
 
-def in_kernels_ms(fn, args, runs: int = 3) -> float:
-    """Milliseconds one call of a compiled pass spends inside inductor's own C++ kernels (compiled with
-    `kernels_profiled`): their events' time in a profiled call, the median of `runs`. The rest of the call is
-    outside them: the Python that calls each kernel, an extern op (the attention's), the guards."""
-    got = []
+def in_kernels_ms(fn, args, runs: int = 3) -> tuple[float, float]:
+    """(ms inside inductor's own C++ kernels, ms the whole call took) for one call of a compiled pass (compiled
+    with `kernels_profiled`), both from the same profiled calls, medians of `runs`. The rest of the call is outside
+    the kernels: the Python that calls each one, an extern op (the attention's), the guards, and the profiler's own
+    bookkeeping."""
+    inside, whole = [], []
     for _ in range(runs):
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            run_once(fn, *args)
-        got.append(sum(e.self_cpu_time_total for e in prof.key_averages() if "cpp_fused" in e.key) / 1e3)
-    return statistics.median(got)
+            whole.append(run_once(fn, *args))
+        inside.append(sum(e.self_cpu_time_total for e in prof.key_averages() if "cpp_fused" in e.key) / 1e3)
+    return statistics.median(inside), statistics.median(whole)
 
 
 def _probe(device: torch.device, dtypes):
