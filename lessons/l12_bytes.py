@@ -53,7 +53,9 @@ def show(course: Course) -> None:
                       + (" (your prediction held)." if held == guess else ".")))
     st.markdown(plain(draw.storage_sentence(rec)))
     st.markdown(plain(draw.why_prefill(rec)))
-    st.caption(plain(draw.decode_sentence(rec) + " " + draw.int8_sentence(rec)))
+    for said in (draw.decode_sentence(rec), draw.products_sentence(rec), draw.int8_sentence(rec)):
+        if said:
+            st.caption(plain(said))
     st.caption(plain(f"{source}. {draw.where(rec)}."))
     st.markdown("**The cache's bytes.** Every decode step reads the whole K/V cache too, so a longer context is "
                 "more bytes a step; evicting to a window reads fewer.")

@@ -365,7 +365,9 @@ def test_a_step_split_into_its_products_and_the_rest_says_which_shrank_with_the_
 
     split = timed_apart({"fp32": 20.0, "bf16": 10.0, "int8": 9.5, "bf16 model": 11.0},
                         {"fp32": 22.5, "bf16": 12.0, "int8": 12.0, "bf16 model": 16.0})
-    said = draw.decode_sentence(split)
+    assert "Not all of a step" not in draw.decode_sentence(split)  # said apart, its own paragraph
+    assert "the kernel that reads them" not in draw.decode_sentence(split)  # the split says which part it was
+    said = draw.products_sentence(split)
     assert "fp32's step took 20.0 ms of 22.5" in said
     assert "bf16 ×0.50 (bytes ×0.50), int8 ×0.47 (bytes ×0.25), bf16 model ×0.55 (bytes ×0.50)" in said
     assert "fp32 2.5 ms, bf16 2.0 ms, int8 2.5 ms, bf16 model 5.0 ms." in said
@@ -375,9 +377,9 @@ def test_a_step_split_into_its_products_and_the_rest_says_which_shrank_with_the_
     assert list(draw.storage_frame(split)["decode in kernels ms"]) == [20.0, 10.0, 9.5, 11.0]
     shrank = timed_apart({"fp32": 18.0, "bf16": 10.0, "int8": 9.5, "bf16 model": 11.0},
                          {"fp32": 22.0, "bf16": 12.0, "int8": 12.0, "bf16 model": 16.0})
-    assert "fp32 4.0 ms, bf16 2.0 ms" in draw.decode_sentence(shrank)
-    assert "about the same" not in draw.decode_sentence(shrank)  # twice the time outside: not called the same
-    assert "Not all of a step" not in draw.decode_sentence(rec) and "the kernel that reads them" in draw.decode_sentence(rec)
+    assert "fp32 4.0 ms, bf16 2.0 ms" in draw.products_sentence(shrank)
+    assert "about the same" not in draw.products_sentence(shrank)  # twice the time outside: not called the same
+    assert draw.products_sentence(rec) == "" and "the kernel that reads them" in draw.decode_sentence(rec)
     assert list(draw.storage_frame(rec)["decode in kernels ms"].isna()) == [True] * 4
     assert Record.from_dict(json.loads(json.dumps(split.to_dict()))) == split  # the split survives its JSON
 

@@ -136,10 +136,9 @@ def decode_sentence(rec: Record) -> str:
     out = ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
            f"({read / 1e9:.1f} GB/s, a plain read probed each round). Each storage's step over that bound (median of "
            "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ".")
-    apart = products_sentence(rec)
-    if not apart:
-        return out + " Where the ratio grows as the bytes shrink, the kernel that reads them, not the memory, sets the time."
-    return out + " " + apart
+    if products_sentence(rec):  # which part shrank with the bytes is said there
+        return out
+    return out + " Where the ratio grows as the bytes shrink, the kernel that reads them, not the memory, sets the time."
 
 
 PROFILED = "three profiled calls each, after the rounds"
@@ -392,7 +391,8 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
 def text_tables(rec: Record) -> str:
     lines = [where(rec), ""]
     lines.append(storage_frame(rec).to_string(index=False))
-    lines += ["", storage_sentence(rec), why_prefill(rec), decode_sentence(rec), int8_sentence(rec), ""]
+    lines += ["", storage_sentence(rec), why_prefill(rec), decode_sentence(rec), products_sentence(rec),
+              int8_sentence(rec), ""]
     lines.append(context_frame(rec).to_string(index=False))
     lines += ["", context_sentence(rec), context_why(rec), evicted_sentence(rec), ""]
     if rec.damage:

@@ -47,7 +47,8 @@ def section(lm=None) -> None:
     chart(draw.storage_figure(rec, scale=scale()), "scale_bytes_storage")
     st.markdown(plain(draw.storage_sentence(rec)))
     st.dataframe(draw.storage_frame(rec), hide_index=True, width="stretch")
-    for said in (draw.why_prefill(rec), draw.decode_sentence(rec), draw.int8_sentence(rec)):
+    for said in (draw.why_prefill(rec), draw.decode_sentence(rec), draw.products_sentence(rec),
+                 draw.int8_sentence(rec)):
         if said:
             st.caption(plain(said))
     chart(draw.context_figure(rec, scale=scale()), "scale_bytes_context")
