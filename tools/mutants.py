@@ -756,6 +756,34 @@ def contexts_warmed_once() -> None:
     measure._warm = once
 
 
+def every_event_a_kernel() -> None:
+    """The time "inside the kernels" summed over every event the profiler recorded, Python and the attention's
+    op included: the step's split would put nothing outside."""
+    import statistics
+
+    import torch
+
+    from topics.bytes import measure
+
+    def every(fn, args, runs: int = 3):
+        inside, whole = [], []
+        for _ in range(runs):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                whole.append(measure.run_once(fn, *args))
+            inside.append(sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e3)
+        return statistics.median(inside), statistics.median(whole)
+
+    measure.in_kernels_ms = every
+
+
+def outside_from_another_run() -> None:
+    """The time outside the kernels taken from the rounds' median instead of the profiled calls the kernels' time
+    came from: two runs' figures subtracted."""
+    from topics.bytes.records import Pass
+
+    Pass.outside_ms = property(lambda self: max(self.median_ms - self.kernels_ms, 0.0) if self.kernels_ms else 0.0)
+
+
 def int8_in_gpt_fasts_form() -> None:
     """int8 weight-only several rows as `F.linear(x, q.to(x.dtype)) * scales`: the form inductor swaps for
     torch's slow `_weight_int8pack_mm` (5.9 s for a 384-token prefill on the H200)."""
@@ -911,6 +939,10 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_bytes.py::test_every_context_is_run_twice_more_after_the_last_graph_is_made_before_any_is_timed"]),
     "int8-in-gpt-fasts-form": (int8_in_gpt_fasts_form, [
         "tests/test_bytes.py::test_int8_products_never_take_the_form_inductor_swaps_for_torchs_slow_int8_kernel"]),
+    "every-event-a-kernel": (every_event_a_kernel, [
+        "tests/test_bytes.py::test_a_compiled_steps_time_in_inductors_kernels_is_timed_apart_from_the_rest"]),
+    "outside-from-another-run": (outside_from_another_run, [
+        "tests/test_bytes.py::test_a_step_split_into_its_products_and_the_rest_says_which_shrank_with_the_bytes"]),
 }
 
 
