@@ -9,6 +9,9 @@
 // Built by flash_decode.py with -O3 -march=native -ffast-math -DHEAD_DIM=<head_dim> -DGROUP=<query heads per
 // kv_head>: both fixed, the loops over head_dim vectorize and the ones over the group unroll.
 #include <math.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #if !defined(HEAD_DIM) || !defined(GROUP)
 #error "HEAD_DIM and GROUP must be defined"
@@ -23,6 +26,53 @@ static inline float exp_nonpositive(float x) {  // e^x for x <= 0 as 2^i * 2^f, 
   union { float v; int b; } two_i;
   two_i.b = ((int)i + 127) << 23;
   return (1.f + p) * two_i.v;
+}
+
+// s[g][t] = scale * (query head g of the group) . (K row t), for t < n: each K row read once for all GROUP heads.
+//
+// A dot product's sum across its lanes costs more than its multiplies: summed one at a time, the scores took
+// most of the kernel's time and it could not keep up with the memory (docs/measurements.md). With AVX2, 8 dot
+// products are summed together: TIME = 8 / GROUP positions for every head, 8 vectors turned into one vector of
+// their 8 sums by a tree of 7 shuffle-and-adds (lane g * TIME + j: head g, position t + j).
+static inline void scores(const float* Q, const float* K, int n, float scale, float s[GROUP][BLOCK]) {
+  int t = 0;
+#if defined(__AVX2__) && defined(__FMA__) && HEAD_DIM % 8 == 0 && 8 % GROUP == 0
+  enum { TIME = 8 / GROUP, CHUNKS = HEAD_DIM / 8 };
+  const __m256 scaled = _mm256_set1_ps(scale);
+  for (; t + TIME <= n; t += TIME) {
+    __m256 x[8];  // x[g * TIME + j]: head g times K row t + j, lane by lane (8 lanes still to sum)
+    for (int j = 0; j < TIME; j++) {
+      const float* row = K + (t + j) * HEAD_DIM;
+      for (int g = 0; g < GROUP; g++) {
+        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(Q + g * HEAD_DIM), _mm256_loadu_ps(row));
+        for (int c = 1; c < CHUNKS; c++)
+          p = _mm256_fmadd_ps(_mm256_loadu_ps(Q + g * HEAD_DIM + 8 * c), _mm256_loadu_ps(row + 8 * c), p);
+        x[g * TIME + j] = p;
+      }
+    }
+    __m256 y[4], z[2];
+    for (int i = 0; i < 4; i++)  // each 128-bit half: 2 partial sums of x[2i], 2 of x[2i+1]
+      y[i] = _mm256_add_ps(_mm256_unpacklo_ps(x[2 * i], x[2 * i + 1]), _mm256_unpackhi_ps(x[2 * i], x[2 * i + 1]));
+    for (int i = 0; i < 2; i++)  // each 128-bit half: 1 partial sum of each of x[4i .. 4i+3]
+      z[i] = _mm256_add_ps(_mm256_shuffle_ps(y[2 * i], y[2 * i + 1], 0x44),
+                           _mm256_shuffle_ps(y[2 * i], y[2 * i + 1], 0xEE));
+    const __m256 sums = _mm256_mul_ps(scaled, _mm256_add_ps(_mm256_permute2f128_ps(z[0], z[1], 0x20),
+                                                            _mm256_permute2f128_ps(z[0], z[1], 0x31)));
+    alignas(32) float lanes[8];  // lane k: the whole sum of x[k]
+    _mm256_store_ps(lanes, sums);
+    for (int g = 0; g < GROUP; g++)
+      for (int j = 0; j < TIME; j++) s[g][t + j] = lanes[g * TIME + j];
+  }
+#endif
+  for (; t < n; t++) {  // the rest (or every position, without AVX2): one dot product at a time
+    const float* row = K + t * HEAD_DIM;
+    for (int g = 0; g < GROUP; g++) {
+      float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+      for (int d = 0; d < HEAD_DIM; d++) dot += Q[g * HEAD_DIM + d] * row[d];
+      s[g][t] = dot * scale;
+    }
+  }
 }
 
 // q [batch, kv_head, GROUP, HEAD_DIM]; k, v [batch, kv_head, max_len, HEAD_DIM] (a static cache, contiguous);
@@ -44,15 +94,7 @@ extern "C" void flash_decode(const float* q, const float* k, const float* v, flo
       }
       for (long start = 0; start < length; start += BLOCK) {
         const int n = (int)(length - start < BLOCK ? length - start : BLOCK);
-        for (int t = 0; t < n; t++) {  // scores: each K row read once, for every query head of the group
-          const float* row = K + (start + t) * HEAD_DIM;
-          for (int g = 0; g < GROUP; g++) {
-            float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-            for (int d = 0; d < HEAD_DIM; d++) dot += Q[g * HEAD_DIM + d] * row[d];
-            s[g][t] = dot * scale;
-          }
-        }
+        scores(Q, K + start * HEAD_DIM, n, scale, s);  // each K row read once, for every query head
         for (int g = 0; g < GROUP; g++) {  // the online softmax: rescale what came before to the new max
           float m = run_max[g];
           for (int t = 0; t < n; t++) m = s[g][t] > m ? s[g][t] : m;
