@@ -374,13 +374,13 @@ def test_a_step_split_into_its_products_and_the_rest_says_which_shrank_with_the_
     # the bf16 model's 5.0 ms (another attention, over a bf16 cache) is said, and not held to the others
     assert "For the weight-only storages (one graph, one attention) that part is about the same" in said
     assert "(bf16's whole step ×0.55 fp32's, its products ×0.50)." in said
-    assert list(draw.storage_frame(split)["decode in kernels ms"]) == [20.0, 10.0, 9.5, 11.0]
+    assert list(draw.storage_frame(split)["decode in kernels ms"]) == ["20.0", "10.0", "9.5", "11.0"]
     shrank = timed_apart({"fp32": 18.0, "bf16": 10.0, "int8": 9.5, "bf16 model": 11.0},
                          {"fp32": 22.0, "bf16": 12.0, "int8": 12.0, "bf16 model": 16.0})
     assert "fp32 4.0 ms, bf16 2.0 ms" in draw.products_sentence(shrank)
     assert "about the same" not in draw.products_sentence(shrank)  # twice the time outside: not called the same
     assert draw.products_sentence(rec) == "" and "the kernel that reads them" in draw.decode_sentence(rec)
-    assert list(draw.storage_frame(rec)["decode in kernels ms"].isna()) == [True] * 4
+    assert list(draw.storage_frame(rec)["decode in kernels ms"]) == ["–"] * 4  # not timed apart: said, never NaN
     assert Record.from_dict(json.loads(json.dumps(split.to_dict()))) == split  # the split survives its JSON
 
 
@@ -392,9 +392,8 @@ def test_a_compiled_steps_time_in_inductors_kernels_is_timed_apart_from_the_rest
     one, at = torch.tensor([[5]]), torch.tensor([8])
     for _ in range(2):
         measure.run_once(fn, one, at)
-    step = statistics.median(measure.run_once(fn, one, at) for _ in range(5))
-    inside, whole = measure.in_kernels_ms(fn, (one, at))
-    assert 0 < inside < whole and 0 < inside < step
+    inside, whole = measure.in_kernels_ms(fn, (one, at))  # both from the same calls: comparable on a busy machine
+    assert 0 < inside < whole
     assert measure.in_kernels_ms(lean, (one, at), runs=1)[0] == 0
 
 

@@ -39,7 +39,7 @@ def storage_rows(rec: Record) -> list[dict]:
         d, p = rec.get(s, "decode"), rec.get(s, "prefill")
         rows.append({"storage": s, "weights read": mb(d.weight_bytes),
                      "decode ms": round(d.median_ms, 1), "decode bound ms": round(d.memory_ms(rec.rounds), 1),
-                     "decode in kernels ms": round(d.kernels_ms, 1) if d.kernels_ms else None,
+                     "decode in kernels ms": f"{d.kernels_ms:.1f}" if d.kernels_ms else "–",  # text: "–" beside numbers
                      f"decode × {ref}": round(rec.ratio(s, "decode"), 2),
                      f"predicted × {ref} (bytes)": round(rec.predicted_ratio(s, "decode"), 2),
                      "prefill ms": round(p.median_ms, 1) if p else None,
