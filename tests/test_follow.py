@@ -454,13 +454,24 @@ def start_class(pg) -> str:
 
     idle(pg)  # the page drawn (a reloaded link replays its run first), as a lecturer waits for it
     pg.get_by_text("Lead a class").click()
+    # The expander opens over ~400 ms; a box focused meanwhile is scrolled into view, and Start then slides back
+    # down ~50 px. A hand cannot type the key that fast; `fill` can, and a click then could land beside a moving
+    # Start (the class never started, no message had left the page: twice in about 20 full runs). So, as a
+    # lecturer would, wait until Start has stood still for 300 ms.
+    pg.wait_for_function("""() => {
+      const b = [...document.querySelectorAll('[data-testid=stSidebar] button')].find((x) => x.innerText.includes('Start a class'));
+      if (!b) return false;
+      const at = b.getBoundingClientRect().y;
+      if (window.dlStartAt !== at) { window.dlStartAt = at; window.dlStartSince = performance.now(); return false; }
+      return performance.now() - window.dlStartSince > 300;
+    }""", polling="raf")
     box = pg.get_by_label("lecturer key", exact=True)
     box.fill(KEY)
     clicked = time.monotonic()
     pg.get_by_role("button", name="Start a class").click()  # one click: the key and Start are one form
     try:
         expect(pg.locator("[data-testid=stSidebar] [data-testid=dl-follow-qr]")).to_be_visible()
-    except AssertionError as e:  # rare (twice in ~20 full runs, not reproduced): say what the click reached
+    except AssertionError as e:  # were it lost again: say what the click reached
         sent = [n for t, n in getattr(pg, "sent", []) if t >= clicked]
         state = pg.evaluate("() => document.querySelector('[data-testid=stApp]')?.getAttribute("
                             "'data-test-script-state')")
