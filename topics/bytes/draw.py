@@ -136,28 +136,35 @@ def decode_sentence(rec: Record) -> str:
     out = ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
            f"({read / 1e9:.1f} GB/s, a plain read probed each round). Each storage's step over that bound (median of "
            "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ".")
-    if products_sentence(rec):  # which part shrank with the bytes is said there
+    if _timed_apart(rec):  # which part shrank with the bytes is said by products_sentence
         return out
     return out + " Where the ratio grows as the bytes shrink, the kernel that reads them, not the memory, sets the time."
 
 
-PROFILED = "three profiled calls each, after the rounds"
 SAME_REST = 1.33  # the time outside the kernels is called about the same when the largest is within this of the least
+
+
+def _timed_apart(rec: Record):
+    """(the reference's decode pass, [(storage, its decode pass)] for the others) where the kernels were timed apart
+    (a CPU's recording since they are), else None."""
+    ref = rec.get(rec.reference, "decode")
+    split = [(s, rec.get(s, "decode")) for s in rec.storages() if s != rec.reference]
+    split = [(s, p) for s, p in split if p is not None and p.kernels_ms]
+    return (ref, split) if ref is not None and ref.kernels_ms and split else None
 
 
 def products_sentence(rec: Record) -> str:
     """A CPU's decode steps split: inside inductor's kernels (the products) against the bytes, and the rest, which
     no byte count shrinks. "" where the kernels were not timed apart (a GPU, an older recording)."""
-    ref = rec.get(rec.reference, "decode")
-    split = [(s, rec.get(s, "decode")) for s in rec.storages() if s != rec.reference]
-    split = [(s, p) for s, p in split if p is not None and p.kernels_ms]
-    if ref is None or not ref.kernels_ms or not split:
+    apart = _timed_apart(rec)
+    if apart is None:
         return ""
+    ref, split = apart
     parts = ", ".join(f"{s} ×{p.kernels_ms / ref.kernels_ms:.2f} (bytes ×{p.weight_bytes / ref.weight_bytes:.2f})"
                       for s, p in split)
     rest = {s: p.outside_ms for s, p in ((rec.reference, ref), *split)}
     out = (f"Not all of a step is its products. Inside inductor's compiled kernels (the products, fused with the "
-           f"norms; {PROFILED}) {rec.reference}'s step took {ref.kernels_ms:.1f} ms of {ref.profiled_ms:.1f}, and "
+           f"norms; three profiled calls each, after the rounds) {rec.reference}'s step took {ref.kernels_ms:.1f} ms of {ref.profiled_ms:.1f}, and "
            f"each other storage's, against that: {parts}. Where a storage's products take more than its bytes' "
            "share, its kernel, not the memory, sets their time. Outside the kernels (the attention's call, the "
            "Python that calls each kernel, the profiler's own bookkeeping): "

@@ -146,9 +146,11 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     del probe
     inside = {id(p): in_kernels_ms(fn, args) for p, fn, args in ready
               if compile and device.type == "cpu" and p.kind == "decode" and p.storage in KERNELS_APART}
-    passes = tuple(replace(_with(p, got), kernels_ms=inside.get(id(p), (0.0, 0.0))[0],
-                           profiled_ms=inside.get(id(p), (0.0, 0.0))[1])
-                   for got, (p, _fn, _a) in zip(samples, ready))
+    passes = []
+    for got, (p, _fn, _a) in zip(samples, ready):
+        kernels, profiled = inside.get(id(p), (0.0, 0.0))
+        passes.append(replace(_with(p, got), kernels_ms=kernels, profiled_ms=profiled))
+    passes = tuple(passes)
     torch.compiler.reset()
     machine.release_memory()
     return tuple(got_rounds), passes, kv_ref, compile_s
