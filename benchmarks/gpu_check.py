@@ -193,7 +193,7 @@ def _over_compute(curve, p) -> float:
 def curve_targets(curve, roof, label: str = "") -> list[Target]:
     """The pass over n rows' targets: a prefill past four predicted knees near its compute bound (every such pass
     said, and the one that meets the target named), and each kind's measured knee (where its flat level and slope
-    meet) within ×1.5 of its own prediction, either way (the batch's counting every sequence's K/V)."""
+    meet) within ×1.5 of its own prediction, either way (the batch's adding every sequence's K/V read)."""
     out = []
     knee = curve.predicted_knee("prefill", roof) if curve else None
     far = [p for p in (curve.of("prefill") if curve else ()) if knee and p.rows >= 4 * knee]
@@ -210,7 +210,7 @@ def curve_targets(curve, roof, label: str = "") -> list[Target]:
         met = (f"met by n = {', '.join(map(str, meeting))} (nearest its bound: n = {p.rows}, ×{best:.2f})" if meeting
                else f"no pass meets it (the nearest: n = {p.rows}, ×{best:.2f})")
         out.append(Target(what, f"{met}; each: {said}", best <= FAR_BOUND))
-    for kind, words in (("prefill", "the prefill's"), ("batch", "the batched decode's (K/V counted)")):
+    for kind, words in (("prefill", "the prefill's"), ("batch", "the batched decode's (its K/V reads added)")):
         what = (f"≥ 7 B{label}: {words} measured knee (where its flat level and slope meet) within ×{KNEE_WITHIN:g} "
                 f"of its predicted knee, either way")
         k = curve.knee(kind, roof) if curve else None

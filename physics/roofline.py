@@ -44,6 +44,9 @@ from engine.timing import now
 # bytes each bandwidth probe moves, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
 STREAM_COLUMNS = 4096  # the matrix-vector probe's row length (a d_model's order)
+# the square matmul probed: on a GPU, 8192 (1.1 TFLOP, ~1.6 ms on an H200). 4096's 0.2 ms carried a launch's cost:
+# best of 3 each round it measured 522-554 TFLOP/s, below the 587 a 4096-row prefill ran at (2026-11-29)
+MATMUL_N = {"cpu": 1024, "gpu": 8192}
 CACHE_GAP = 0.8  # DRAM's rate below this share of the best one: a cache worth a roof of its own
 DTYPE_NAMES = {4.0: "fp32", 2.0: "bf16", 1.0: "fp8"}
 
@@ -170,7 +173,7 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
         copy            reads one buffer and writes the other (both count as bytes moved)
         matrix-vector   reads a [rows, 4096] matrix once
     """
-    n = 1024 if device.type == "cpu" else 4096
+    n = MATMUL_N["cpu" if device.type == "cpu" else "gpu"]
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     flops = _best_rate(partial(torch.matmul, a, b), 2 * n**3, device, budget_s)
@@ -213,7 +216,7 @@ class RoundRates:
         mib = [m for m in COPY_MIB["cpu" if cpu else "gpu"] if 4 * m * 2**20 <= free] or [COPY_MIB["cpu"][0]]
         self.device, self.runs = device, runs
         self.buffer = torch.ones(mib[-1] * 2**20 // 4, device=device, dtype=torch.float32)
-        n = 1024 if cpu else 4096
+        n = MATMUL_N["cpu" if cpu else "gpu"]
         self.n = n
         self.a = torch.randn(n, n, device=device, dtype=dtype)
         self.b = torch.randn(n, n, device=device, dtype=dtype)

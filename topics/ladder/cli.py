@@ -57,7 +57,8 @@ def curve_table(curve, roof) -> str:
             base, ratio = curve.base(kind, n), curve.ratio(kind, n)
             said = f"{ratio:.2f}/n={base.rows}" if ratio is not None else "-"
             h = curve.held(p)
-            held = f"{h.median:.2f} ({h.low:.2f}-{h.high:.2f})" if h else "-"
+            held = (f"{h.median:.2f} ({h.low:.2f}-{h.high:.2f})" if h else
+                    "probe short" if curve.probes_short(p) else "-")
             cells.append(f"{p.median_ms:>9.2f} ({p.low_ms:.2f}-{p.high_ms:.2f}) {said:>9} {share:>9} {held:>18}")
         lines.append(f"{n:>6} " + " ".join(cells))
     bases = sorted({(kind, b.rows, curve.kernel(b)) for kind in ("prefill", "batch") for n in rows
@@ -69,11 +70,11 @@ def curve_table(curve, roof) -> str:
         if k is None:
             predicted = curve.predicted_knee(kind, roof)
             lines.append(f"knee ({kind}): not timed; predicted "
-                         + (f"~{predicted:.1f} rows (K/V counted)" if predicted else "none at this context"))
+                         + (f"~{predicted:.1f} rows" if predicted else "none at this context"))
             continue
         lines.append(f"knee ({kind}): predicted "
                      + (f"~{k.predicted:.1f} rows" if k.predicted else "past the rows timed")
-                     + (" (every sequence's K/V counted)" if kind == "batch" else "")
+                     + (" (each sequence's K/V read added to the products)" if kind == "batch" else "")
                      + (f"; measured {k.measured:.1f} (level {k.level_ms:.2f} ms over n={list(k.level_rows)}, slope "
                         f"{k.slope_ms:.4g} ms a row over n={list(k.slope_rows)}): x{k.off:.2f} the prediction"
                         if k.measured and k.off else "; no measured knee (the passes do not place one)"))
@@ -88,7 +89,7 @@ def curve_table(curve, roof) -> str:
                      f"({one.low_ms:.2f}-{one.high_ms:.2f}), x{one.median_ms / one.memory_ms:.2f} its DRAM memory bound "
                      f"({one.memory_ms:.2f} ms)"
                      + (f"; per round x{h.median:.2f} (x{h.low:.2f}-{h.high:.2f})" if h else ""))
-    for kind in ("prefill", "batch"):  # each kind past four of its own predicted knees (a batch's counts its K/V)
+    for kind in ("prefill", "batch"):  # each kind past four of its own predicted knees (a batch's adds its K/V)
         knee = curve.predicted_knee(kind, roof)
         far = [p for p in curve.of(kind) if knee and p.rows >= 4 * knee]
         if far:

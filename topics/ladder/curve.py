@@ -7,9 +7,10 @@ A pass over n rows reads every weight once and does about 2 · parameters · n F
 
 While the weights' bytes set the time (the memory side), the time stays flat as n grows; once the FLOPs do (the
 compute side), it grows in proportion to n. A prefill's knee sits where its intensity meets the device's ridge:
-about ridge × elem_bytes / 2 rows (~7 on this project's CPU in fp32, ~177 on the H200 recorded, both measured). A
-batch of decodes reads every sequence's K/V too, so its knee comes later. A ratio to a roof depends on how good
-the kernel is; the shape of this curve does not.
+about ridge × elem_bytes / 2 rows (~7 on this project's CPU in fp32, ~169 on the H200 recorded, both measured). A
+batch of decodes runs the same products, and each sequence's attention reads its own K/V in kernels of their own,
+whose time adds to the products' (`batch_knee`): its knee comes sooner. A ratio to a roof depends on how good the
+kernel is; the shape of this curve does not.
 
 Every pass runs on the lean path (engine.forward.lean: gpt-fast's Llama over the rung's own weights, compiled
 whole). The curve's passes use the multi-row kernel (`F.linear`, a single row run as one of n), so
@@ -25,8 +26,9 @@ the bandwidth its bytes get.
 Each kind's knee is read off the curve (`Curve.knee`), beside a prediction made before anything ran:
     predicted knee   the n where the pass's intensity (estimate) reaches the ridge (the roof's peak over DRAM's
                      rate). A prefill's bytes are its weights, so its knee is the ridge in rows; a decode step for
-                     n sequences also reads every sequence's K/V at the curve's context, so its bytes grow with n
-                     and its knee comes later, or never (`batch_knee`)
+                     n sequences also reads every sequence's K/V at the curve's context, in attention kernels that
+                     stay on the memory side at any n, so that time adds to the products' and its knee comes
+                     sooner (`batch_knee`)
     measured knee    where the flat level (the median of the passes of n ≥ 2 below the predicted knee) meets the
                      slope (a straight line fitted to the passes past twice the predicted knee): the roofline's
                      two lines, measured. The one-row pass runs a graph of its own: where it took longer than a
@@ -204,7 +206,8 @@ class Curve:
 
     def predicted_knee(self, kind: str, roof: DeviceRoof) -> float | None:
         """The n where the pass's intensity (estimate) meets the ridge: a prefill's log-interpolated between timed
-        n; a batch's from its bytes, K/V counted (`batch_knee`). None where no n does, or none was timed."""
+        n; a batch's where its products and its K/V reads outlast the weights' read (`batch_knee`). None where no n
+        does, or none was timed."""
         if kind == "batch":
             return self.batch_knee(roof)
         pts = self.of(kind)
@@ -233,13 +236,18 @@ class Curve:
         return BatchBytes(flops=dec.flops, one=dec.bytes_moved, more=row + kv, kv=kv, timed=False)
 
     def batch_knee(self, roof: DeviceRoof) -> float | None:
-        """The batch whose decode step's intensity meets the ridge, every sequence's K/V read counted:
-        n · flops / (one + (n - 1) · more) = ridge. None where no batch reaches it (each sequence's K/V weighs as
-        much as its FLOPs: batched.saturating_batch says the same) or the curve cannot tell."""
+        """The batch at which a decode step stops being its weights' read. The step runs a prefill's products over
+        n rows (the weights read once, n rows of arithmetic), and each sequence's attention over its own K/V: kernels
+        of their own, which stay on the memory side at any n (a kv_head's few query heads share each K/V row read).
+        So their times add, time(n) ≈ max(W / bandwidth, n · flops / peak) + n · more / bandwidth, and the flat
+        stretch ends where the sequences' own work takes as long as the weights' read:
+        n · (flops / peak + more / bandwidth) = W / bandwidth, n = ridge · W / (flops + ridge · more), W = one - more.
+        K/V counted into one intensity instead (as if a kernel overlapped the reads with the arithmetic) put the
+        H200's knee at ~377 sequences; it measured ~117 (docs/measurements.md). None where the curve cannot tell."""
         b = self.batch_bytes()
-        if b is None or b.flops <= roof.ridge * b.more:
+        if b is None or b.flops + roof.ridge * b.more <= 0:
             return None
-        return roof.ridge * (b.one - b.more) / (b.flops - roof.ridge * b.more)
+        return roof.ridge * (b.one - b.more) / (b.flops + roof.ridge * b.more)
 
     def kv_negligible(self, roof: DeviceRoof) -> bool:
         """The batch's predicted knee within NEGLIGIBLE of the prefill's: its K/V bytes change nothing a class sees."""
@@ -290,11 +298,18 @@ class Curve:
 
     def held(self, p: RowsPass) -> Held | None:
         """`p`'s time over its larger bound, as the median over rounds of each round's ratio (the bounds probed in
-        that round), with the lowest and highest; None where the rounds were not probed (an older recording)."""
+        that round), with the lowest and highest; None where the rounds were not probed (an older recording), or
+        where a round's probe fell short of the pass (`probes_short`)."""
         ratios = p.round_ratios(self.rounds)
-        if not ratios:
+        if not ratios or self.probes_short(p):
             return None
         return Held(median=statistics.median(ratios), low=min(ratios), high=max(ratios), rounds=len(ratios))
+
+    def probes_short(self, p: RowsPass) -> bool:
+        """A pass on `p`'s side of the roof ran faster than its round's probe (a ratio below 1): those quick
+        probes were no ceiling on that side, for any pass, so `p` is placed on the roof's (the best of the run's
+        longer probes), never said to beat its bound, nor flattered by a probe that fell short."""
+        return any(r < 1.0 for q in self.points if q.bound == p.bound for r in q.round_ratios(self.rounds))
 
     def on(self, roof: DeviceRoof) -> "Curve":
         return replace(self, points=tuple(p.on(roof) for p in self.points))

@@ -87,11 +87,11 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
         predicted = curve.predicted_knee(kind, roof)
         if predicted and not (kind == "batch" and negligible) and xs[0] <= predicted <= xs[-1] * 1.4:
             words = "predicted knee" + (" (both kinds: K/V bytes negligible)" if negligible else
-                                        " (prefill)" if kind == "prefill" else " (batch,<br>K/V counted)")
+                                        " (prefill)" if kind == "prefill" else " (batch,<br>K/V added)")
             fig.add_vline(x=predicted, line=dict(color=GREY if kind == "prefill" else COLOURS[kind], width=2,
                                                  dash="dot"))
             # each kind's words end at its own line, the batch's under the plot's top, in two short lines: two
-            # knees close on a log axis (the H200's ~190 and ~424) never write over each other, nor past the plot's
+            # knees close on a log axis (the H200's ~181 and ~107) never write over each other, nor past the plot's
             # right edge, nor (on a phone's narrow plot) over the axis's ticks at its left
             fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.97, yref="paper",
                                yanchor="bottom" if kind == "prefill" else "top", showarrow=False,
@@ -194,6 +194,9 @@ def held_words(curve: Curve, p) -> str:
     h = curve.held(p)
     if h is not None:
         return f"{h.words()} its {p.bound} bound probed in the same round"
+    if curve.probes_short(p):
+        return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound on the run's best probe (the quick probes beside the "
+                "passes fell short of them on this side)")
     return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound (this recording probed the bounds once, before the "
             "passes)")
 
@@ -248,26 +251,29 @@ def knee_sentence(curve: Curve, roof: DeviceRoof, kind: str, flag: str | None = 
 
 
 def batch_knee_sentence(curve: Curve, roof: DeviceRoof, k=None, flag: str | None = None) -> str | None:
-    """A decode step for n sequences: each reads its own K/V, so its knee is its own (or none at this context);
-    it is given the prefill's only where the K/V bytes are negligible, and then the sentence says so."""
+    """A decode step for n sequences: each reads its own K/V in attention kernels whose time adds to the products'
+    (`Curve.batch_knee`), so its knee is its own and comes sooner than the prefill's; it is given the prefill's only
+    where the K/V bytes are negligible, and then the sentence says so."""
     b = curve.batch_bytes()
-    if b is None:
-        return None
     predicted = curve.batch_knee(roof)
+    if b is None or predicted is None:
+        return None
     pre = curve.predicted_knee("prefill", roof)
-    kv = f" ({b.kv / 1e6:,.3g} MB a sequence)" if b.kv else ""
-    if predicted is None:
-        said = (f"A decode step for n sequences reads every sequence's own K/V at context {curve.context}{kv}: at "
-                "this context no batch reaches the ridge, since each sequence's K/V bytes grow as fast as its "
-                "arithmetic")
-    elif curve.kv_negligible(roof):
+    kv = f" ({(b.kv or b.more) / 1e6:,.3g} MB a sequence)" if (b.kv or b.more) else ""
+    if curve.kv_negligible(roof):
         said = (f"A decode step for n sequences also reads every sequence's own K/V at context {curve.context}{kv}, "
                 f"negligible here beside the weights: its knee is predicted at ~{_n(predicted)} sequences, with the "
                 f"prefill's ~{_n(pre)}")
+    elif predicted < 1:
+        said = (f"A decode step for n sequences also reads every sequence's own K/V at context {curve.context}{kv}: "
+                "one sequence's K/V and arithmetic already take longer than the weights' read, so the step grows "
+                "with every sequence, with no flat stretch")
     else:
-        said = (f"A decode step for n sequences also reads every sequence's own K/V at context {curve.context}{kv}, "
-                f"so its intensity grows slower than n: its knee is predicted at ~{_n(predicted)} sequences "
-                f"(every sequence's K/V counted), not at the prefill's")
+        prefill = ", sooner than the prefill's knee" if pre and predicted < pre else ""
+        said = (f"A decode step for n sequences runs the prefill's products over n rows, and each sequence's "
+                f"attention reads its own K/V at context {curve.context}{kv} in kernels of their own, which stay on "
+                "the memory side at any n: the two add, so the weights' read sets the step until the sequences' "
+                f"arithmetic and K/V take as long, predicted at ~{_n(predicted)} sequences{prefill}")
     if flag:
         return said + f"; {FLAGGED}."
     if k is None:

@@ -46,8 +46,9 @@ GROW_HELP = ("The bundled model is too small to show the physics: its decode ste
              "weights' bytes set it (on the memory side) and grows with n once the arithmetic does (on the compute "
              "side); the verdict under the chart says how near each roof the passes ran. The knee is measured where "
              "the flat level and the slope meet, beside the predicted one: a prefill's where its intensity meets "
-             "the device's ridge; a batch of decodes also reads every sequence's K/V cache, so its knee comes "
-             "later, or never at a long context. **Measure** builds each rung from the model's config with random "
+             "the device's ridge; a batch of decodes also reads every sequence's K/V cache, in attention kernels "
+             "whose time adds to the products', so its knee comes sooner, and at a long context after a few "
+             "sequences. **Measure** builds each rung from the model's config with random "
              "weights (no download), times its passes on the threads the app serves a model that size with, times "
              "the big rung's lean pass over n rows, then gives the memory back. Once per server: every session "
              "sees the result. Students' steps wait while it runs.")
