@@ -407,6 +407,29 @@ def batch_knee_from_the_prefill() -> None:
     Curve.batch_knee = lambda self, roof: Curve.predicted_knee(self, "prefill", roof)
 
 
+def batch_knee_one_intensity() -> None:
+    """The batched decode's knee with every sequence's K/V counted into one intensity (n · flops over the weights
+    and all the K/V meeting the ridge), as if the attention's reads hid under the products' arithmetic: the model
+    the H200 measured ×3 off."""
+    from topics.ladder.curve import Curve
+
+    def one_intensity(self, roof):
+        b = self.batch_bytes()
+        if b is None or b.flops <= roof.ridge * b.more:
+            return None
+        return roof.ridge * (b.one - b.more) / (b.flops - roof.ridge * b.more)
+
+    Curve.batch_knee = one_intensity
+
+
+def short_probe_trusted() -> None:
+    """A round's quick probe kept as the ceiling though a pass ran faster than it: the big prefills read as
+    beating their compute bound (×0.94)."""
+    from topics.ladder.curve import Curve
+
+    Curve.probes_short = lambda self, p: False
+
+
 def warmup_among_the_samples() -> None:
     """A pass's warm-up run (a compile's first call) counted among its timed runs."""
     from engine.forward.run import Timing
@@ -855,8 +878,13 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_curve.py::test_a_ratio_compares_passes_of_one_kernel_and_says_which",
         "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned"]),
     "batch-knee-from-prefill": (batch_knee_from_the_prefill, [
-        "tests/test_curve.py::test_a_batchs_knee_counts_every_sequences_kv_and_is_its_own",
+        "tests/test_curve.py::test_a_batchs_knee_adds_every_sequences_kv_read_and_is_its_own",
         "tests/test_curve.py::test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned"]),
+    "batch-knee-one-intensity": (batch_knee_one_intensity, [
+        "tests/test_curve.py::test_a_batchs_knee_adds_every_sequences_kv_read_and_is_its_own",
+        "tests/test_curve.py::test_the_h200_batch_knee_is_predicted_from_the_published_shape_and_measured_near_it"]),
+    "short-probe-trusted": (short_probe_trusted, [
+        "tests/test_curve.py::test_gpu_check_on_the_shipped_h200_recording_says_each_figure_and_which_hold"]),
     "warmup-among-samples": (warmup_among_the_samples, [
         "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned",
         "tests/test_curve.py::test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned"]),
