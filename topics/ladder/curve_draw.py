@@ -105,9 +105,15 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
             x=[lo, k.measured, hi], y=[k.level_ms, k.level_ms, k.intercept_ms + k.slope_ms * hi],
             name=f"{kind}: flat level and slope, fitted", mode="lines", showlegend=False,
             line=dict(color=COLOURS[kind], width=1.5, dash="dashdot"), hoverinfo="skip"))
+        # under the flat level (the predicted knees' words are over the plot): the later knee's words straight
+        # under it, lower, and the other's to its left, so two knees close on a log axis never write over each
+        # other, and neither runs past the plot's right edge
+        other = curve.knee("batch" if kind == "prefill" else "prefill", roof)
+        later = other is None or other.measured is None or k.measured >= other.measured
         fig.add_annotation(x=math.log10(k.measured), y=math.log10(k.level_ms),
                            text=f"measured knee ≈ {_n(k.measured)}", showarrow=True, arrowhead=2,
-                           ax=(-46 if kind == "prefill" else 40) * scale, ay=(-30 if kind == "prefill" else 34) * scale,
+                           ax=(0 if later else -12) * scale, ay=(64 if later else 34) * scale,
+                           xanchor="center" if later else "right", bgcolor="rgba(255,255,255,0.85)",
                            font=dict(size=12 * scale, color=COLOURS[kind]))
     ys = [v for p in curve.points for v in (p.low_ms, p.high_ms, p.memory_ms, p.compute_ms)]
     lo, hi = min(ys), max(ys)

@@ -832,8 +832,11 @@ def batch_roofline_sentence(br) -> str:
     real = (f"{br.real} reaches it at B ≈ {br.saturates_real}" if br.saturates_real else
             f"{br.real} does not reach it either")
     return (said + f" Predicted on an {gpu_name} in {gpu.dtype} (open points: nothing ran there), {model}; {real}. "
-            "Below that batch, on the GPU, more requests cost a pass almost nothing, since it waits on reading the "
-            "weights; past it the pass is compute-bound. That is why servers batch.")
+            "Below that batch, on the GPU, the products wait on reading the weights, so each more request adds "
+            "only its own arithmetic and K/V reads; past it the products are compute-bound. That is why servers "
+            "batch. The attention, reading each request's own K/V, stays memory-bound at any batch, in kernels "
+            "whose time adds to the products': the step's time grows with B sooner than this one intensity says "
+            "(the Scale page's pass over n rows measures where).")
 
 
 # ---------------------------------------------------------------- every order, not the shipped one
