@@ -44,8 +44,8 @@ from engine.timing import now
 # bytes each bandwidth probe moves, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
 STREAM_COLUMNS = 4096  # the matrix-vector probe's row length (a d_model's order)
-# the square matmul probed: on a GPU, 8192 (1.1 TFLOP, ~1.6 ms on an H200). 4096's 0.2 ms carried a launch's cost:
-# best of 3 each round it measured 522-554 TFLOP/s, below the 587 a 4096-row prefill ran at (2026-11-29)
+# the square matmul probed: on a GPU, 8192 (1.1 TFLOP, 1.4 ms on an H200: best of 3, 780-792 TFLOP/s a round).
+# 4096's 0.2 ms carried a launch's cost: best of 3 it measured 522-554, below the 587 a 4096-row prefill ran at
 MATMUL_N = {"cpu": 1024, "gpu": 8192}
 CACHE_GAP = 0.8  # DRAM's rate below this share of the best one: a cache worth a roof of its own
 DTYPE_NAMES = {4.0: "fp32", 2.0: "bf16", 1.0: "fp8"}
