@@ -584,6 +584,10 @@ def test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned():
     assert "87% of the matmul peak measured here (MFU); 59% of the NVIDIA H200 datasheet's 989 TFLOP/s" in caption
     assert "meet at n ≈ 226 (×1.25 the prediction)" in caption and "~107 sequences" in caption
     assert "meet at n ≈ 110 (×1.03 the prediction)" in caption
+    # the ladder's lean decode and the curve's star are one pass: the curve quotes the ladder's ratio first
+    assert r.lean.median_ms == c.of("decode")[0].median_ms
+    assert f"×{r.lean.ratio:.1f} its bound" in draw.lean_roof_words(lad)
+    assert f"6.8 ms, ×{r.lean.ratio:.2f} its memory bound, ×1.72 (×1.63–1.76 over 5 rounds) against" in caption
     assert "(a graph of its own) took 6.68 ms, ×1.06 the pass over 8 rows" in caption
     assert curve_note(c) is None  # the one-row graph is named as an outlier, not called the server's noise
     ridges = {m for text in (caption, said, curve_draw.curve_claim(c, roof, "prefill", "H200", lad.device))

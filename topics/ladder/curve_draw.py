@@ -195,11 +195,13 @@ def verdict_words(p, roof: DeviceRoof, sheet: DeviceRoof | None = None) -> str:
 
 
 def held_words(curve: Curve, p) -> str:
-    """How many times its bound a pass took, as the median of per-round ratios (bounds probed each round), or, for
-    a recording without them, the ratio to the one probe, said as such."""
+    """How many times its bound a pass took: on the roof (the ratio the ladder quotes for the same pass), then as
+    the median of per-round ratios (bounds probed each round); for a recording without them, the ratio to the one
+    probe, said as such."""
     h = curve.held(p)
-    if h is not None:
-        return f"{h.words()} its {p.bound} bound probed in the same round"
+    if h is not None:  # the roof's ratio first: the ladder's tables and sentences quote the same pass by it
+        return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound, {h.words()} against the bound probed in "
+                "each round")
     if curve.probes_short(p):
         return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound on the run's best probe (the quick probes beside the "
                 "passes fell short of them on this side)")

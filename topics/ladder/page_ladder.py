@@ -314,8 +314,12 @@ PATH_COLUMNS = {  # widths a 1280 projector shows whole: no cell cut ("3.61 (3.5
 
 
 def blanks_said(frame):
-    """A table's empty cells (a pass not timed at that rung) said as '–', never 'None'."""
-    return frame.astype(object).where(frame.notna(), "–")
+    """A table's empty cells (a pass not timed at that rung) said as '–', never 'None'. A column with a blank is
+    text throughout (its numbers as they print), so the browser gets one type a column."""
+    said = frame.astype(object).where(frame.notna(), "–")
+    for col in said.columns[frame.isna().any()]:
+        said[col] = said[col].map(lambda v: v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else f"{v:g}")
+    return said
 
 
 def one_pass_n_rows(shown: Ladder, source: str, key: str = "scale_curve", folded: bool = False) -> None:
