@@ -203,8 +203,8 @@ def held_words(curve: Curve, p) -> str:
         return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound, {h.words()} against the bound probed in "
                 "each round")
     if curve.probes_short(p):
-        return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound on the run's best probe (the quick probes beside the "
-                "passes fell short of them on this side)")
+        return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound on the run's best probe (each round's quick probe "
+                "measured less than the passes ran at)")
     return (f"×{p.median_ms / p.bound_ms:.2f} its {p.bound} bound (this recording probed the bounds once, before the "
             "passes)")
 
