@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
     gc.add_argument("--tests", action="store_true", help="also run the gpu tests (tests/test_gpu.py)")
     gc.add_argument("--races", action="store_true", help="also run both races")
     gc.add_argument("--bytes", action="store_true", help="also bytes are time at Llama-3-8B's shape (bf16, int8)")
+    gc.add_argument("--within", type=positive, default=None,
+                    help="seconds the run has (a lent GPU's call): the bytes part leaves out, and says, a storage whose "
+                         "compiles would end past them")
     gc.set_defaults(func=gpu_check_main)
 
 
@@ -61,7 +64,7 @@ def gpu_check_main(args) -> int:
     require_cuda()
     check = gpu_check(sizes=args.sizes, race_shape=args.race_shape, tests=args.tests, races=args.races,
                       log=lambda text: print(text, flush=True), json_path=args.json, tokens=args.tokens,
-                      bytes_=args.bytes)
+                      bytes_=args.bytes, within=args.within)
     print()
     print(table(check.targets))
     if args.json:

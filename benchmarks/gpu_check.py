@@ -35,6 +35,7 @@ from engine.timing import now
 
 LADDER_BUDGET_S = 240.0  # the whole GPU ladder, compile included
 CHECK_BUDGET_S = 300.0  # all of gpu-check
+ROUNDS_S = 30.0  # --within: kept for the bytes part's timed rounds, after its last compile
 SIZES = ("own", "Llama-3-8B")  # the bundled model (overhead-bound: what the class steps through) and a real 8 B shape
 RACE_RUNG = "TinyLlama-1.1B"
 RACE_RUNG_TOKENS = 256
@@ -112,12 +113,13 @@ def race_at_rung(lm, shape: str = RACE_RUNG, new_tokens: int = RACE_RUNG_TOKENS,
 
 
 def bytes_check(lm, shape: str | None = None, contexts=None, tokens: int | None = None, rounds: int | None = None,
-                compile: bool | None = None, log=print):
-    """Bytes are time at a real shape, in bf16, on lm's device (topics.bytes.measure.record_gpu)."""
+                compile: bool | None = None, log=print, deadline: float | None = None):
+    """Bytes are time at a real shape, in bf16, on lm's device (topics.bytes.measure.record_gpu); a storage whose
+    compiles would end past `deadline` (a `now()` time) is left out and said."""
     from topics.bytes import measure
 
     return measure.record_gpu(lm, shape, contexts, tokens, rounds, compile, on_point=lambda text: log(f"  {text}"),
-                              command="python -m engine gpu-check --bytes")
+                              command="python -m engine gpu-check --bytes", deadline=deadline)
 
 
 def bytes_targets(rec) -> list[Target]:
@@ -238,12 +240,13 @@ def table(rows: list[Target]) -> str:
 def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, races: bool = False, log=print,
               device: str = "cuda", race_tokens: int = RACE_RUNG_TOKENS, json_path: str | None = None,
               tokens: int | None = None, compile: bool | None = None, curve_passes=None, bytes_: bool = False,
-              bytes_shape: str | None = None, bytes_contexts=None) -> GpuCheck:
+              bytes_shape: str | None = None, bytes_contexts=None, within: float | None = None) -> GpuCheck:
     """Run everything (see the module docstring); return its record (`to_dict()`: the JSON document).
 
     device="cpu" (with compile=False) is a dry run of the same code with small sizes (a test's, or before a GPU
     session). json_path: where the document is written as soon as the ladder is measured (a later part that runs
-    out of time keeps it).
+    out of time keeps it). within: seconds the whole run has (a lent GPU's call): the bytes part starts no
+    storage's compiles that would end past them, less ROUNDS_S for its timed rounds, and says which it left out.
     """
     from engine.load.load import load_model
     from topics.ladder.measure import measure_ladder, versions
@@ -279,5 +282,6 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
 
         log(f"bytes are time at {bytes_shape or GPU_SHAPE}'s shape (bf16, then int8 and int4 weight-only; decode "
             "against context)…")
-        byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens, compile=compile, log=log)
+        byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens, compile=compile, log=log,
+                          deadline=started + within - ROUNDS_S if within else None)
     return document(race, rung_race, test_result, now() - started, byt)

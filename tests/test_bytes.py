@@ -233,6 +233,25 @@ def test_gpu_checks_bytes_part_runs_dry_on_a_cpu_and_holds_each_target_to_its_fi
     assert planted(14.0, 440.0, 2 * on_slope) == [False, False, False, False, False]  # int4 at ×0.49
 
 
+def test_a_bytes_run_out_of_time_keeps_the_reference_and_says_what_it_left_out(lm, monkeypatch):
+    """gpu-check's bytes part with its time already spent once the reference is measured (a lent GPU's call
+    running out, as on 2026-11-29): int8, int4 and the context's steps are left out, each said in the record's
+    notes, and the record is whole: the reference's decode and prefill, timed, and every target 'not measured'."""
+    from benchmarks import gpu_check
+    from engine.timing import now
+
+    monkeypatch.setattr(measure, "_probe", lambda device, dtypes: lambda: rates_()[0])
+    rec = gpu_check.bytes_check(lm, "own", contexts=(16, 32), tokens=8, rounds=2, compile=False,
+                                log=lambda text: None, deadline=now())
+    assert rec.storages() == ["bf16 model"] and {p.kind for p in rec.passes} == {"decode", "prefill"}
+    assert all(len(p.samples_ms) == 2 for p in rec.passes)
+    left = [n for n in rec.notes if "would end past the time limit" in n]
+    assert [n.split(":")[0] for n in left] == ["int8", "int4", "the decode step against context"]
+    assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+    rows = gpu_check.bytes_targets(rec)
+    assert len(rows) == 5 and all(t.holds is None and t.measured == "not measured" for t in rows)
+
+
 # ---------------------------------------------------------------- the line, on synthetic numbers
 
 

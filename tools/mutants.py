@@ -430,6 +430,14 @@ def short_probe_trusted() -> None:
     Curve.probes_short = lambda self, p: False
 
 
+def deadline_ignored() -> None:
+    """The bytes part's time limit ignored: a lent GPU's call runs out in a compile and keeps nothing of it."""
+    from topics.bytes import measure
+
+    storages = measure.storages
+    measure.storages = lambda *a, **k: storages(*a, **{**k, "deadline": None})
+
+
 def warmup_among_the_samples() -> None:
     """A pass's warm-up run (a compile's first call) counted among its timed runs."""
     from engine.forward.run import Timing
@@ -885,6 +893,8 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_curve.py::test_the_h200_batch_knee_is_predicted_from_the_published_shape_and_measured_near_it"]),
     "short-probe-trusted": (short_probe_trusted, [
         "tests/test_curve.py::test_gpu_check_on_the_shipped_h200_recording_says_each_figure_and_which_hold"]),
+    "deadline-ignored": (deadline_ignored, [
+        "tests/test_bytes.py::test_a_bytes_run_out_of_time_keeps_the_reference_and_says_what_it_left_out"]),
     "warmup-among-samples": (warmup_among_the_samples, [
         "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned",
         "tests/test_curve.py::test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned"]),

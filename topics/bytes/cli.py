@@ -6,6 +6,8 @@ import sys
 
 from topics.cli_args import check_json_path, load_from, model_args, positive, write_json
 
+ROUNDS_S = 30.0  # --within: kept for the timed rounds, after the last compile
+
 
 def add_parser(sub) -> None:
     g = sub.add_parser("bytes", help="bytes are time: the ≥ 100 M rung's decode and prefill with weights in fp32, "
@@ -16,6 +18,9 @@ def add_parser(sub) -> None:
     g.add_argument("--contexts", type=positive, nargs="+", help="decode contexts (default 128 … 20480; on a GPU "
                                                                 "384 … 131072)")
     g.add_argument("--json", help="write the recording here (topics/bytes/records.py)")
+    g.add_argument("--within", type=positive, default=None,
+                   help="seconds the run has (a lent GPU's call): a storage whose compiles would end past them, less "
+                        "30 s for the timed rounds, is left out and said")
     model_args(g)
     g.set_defaults(func=main)
 
@@ -23,23 +28,26 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     import torch
 
+    from engine.timing import now
     from physics import machine
     from physics.rungs import rung_model
     from topics.bytes import measure
 
     check_json_path(args.json)
+    deadline = now() + args.within - ROUNDS_S if args.within else None
     lm = load_from(args)
     command = "python -m engine " + " ".join(sys.argv[1:])
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     if lm.device.type == "cuda":  # the GPU's storages at a real shape, in bf16; no damage (a CPU's)
-        rec = measure.record_gpu(lm, args.size, args.contexts, rounds=args.rounds, on_point=say, command=command)
+        rec = measure.record_gpu(lm, args.size, args.contexts, rounds=args.rounds, on_point=say, command=command,
+                                 deadline=deadline)
         return _report(rec, args.json)
     rlm = rung_model(lm, args.size or "110M", dtype=torch.float32)
     before = torch.get_num_threads()
     torch.set_num_threads(machine.serving_threads(int(rlm.spec.parameters)))
     try:
         rec = measure.record(rlm, f"{args.size or '110M'} rung", command=command, rounds=args.rounds or measure.ROUNDS,
-                             contexts=tuple(args.contexts or measure.CONTEXTS), on_point=say)
+                             contexts=tuple(args.contexts or measure.CONTEXTS), on_point=say, deadline=deadline)
     finally:
         torch.set_num_threads(before)
     return _report(rec, args.json)

@@ -400,7 +400,9 @@ def text_tables(rec: Record) -> str:
     lines.append(storage_frame(rec).to_string(index=False))
     lines += ["", storage_sentence(rec), why_prefill(rec), decode_sentence(rec), products_sentence(rec),
               int8_sentence(rec), ""]
-    lines.append(context_frame(rec).to_string(index=False))
+    context = context_frame(rec)
+    if not context.empty:  # a run out of time, or of memory, may have timed no context
+        lines.append(context.to_string(index=False))
     lines += ["", context_sentence(rec), context_why(rec), evicted_sentence(rec), ""]
     if rec.damage:
         lines.append(damage_frame(rec).to_string(index=False))

@@ -67,12 +67,15 @@ def _warm(fn, ids, pos, *more) -> tuple[float, float]:
 
 def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, contexts=CONTEXTS,
              compile: bool = True, on_point=None, probe=None,
-             notes: list | None = None) -> tuple[tuple, tuple, int, float]:
+             notes: list | None = None, deadline: float | None = None) -> tuple[tuple, tuple, int, float]:
     """(rounds' Rates, passes, the reference's K/V bytes per position, compile seconds); see the module docstring.
     The first storage (this device's, st.for_device, by default) is the reference: every ratio is taken against
     it, and its decode step is the one timed against context. `probe()`, where given, stands in for the roof's
     probes (a test's: Rates without a second of matmuls). A storage other than the reference that this torch cannot
-    build or run (an int4 kernel missing, say) is left out, and why is appended to `notes`."""
+    build or run (an int4 kernel missing, say) is left out, and why is appended to `notes`. `deadline` (a `now()`
+    time): a storage after the reference, or the context's steps, whose compiles would not end before it (each
+    taken to cost what the reference's did) is left out the same way, so a run with a time limit keeps a whole
+    record of what it did measure (gpu-check on a lent GPU's minutes)."""
     say = on_point or (lambda _text: None)
     storages_ = tuple(storages_ or st.for_device(rlm.device))
     reference = storages_[0]
@@ -81,7 +84,22 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     ids = torch.randint(0, min(spec.vocab, 32000), (1, tokens), device=device, generator=gen)
     one, at = ids[:, :1], torch.tensor([tokens], device=device)
     ready, compile_s, kv_ref = [], 0.0, 0  # (Pass without samples, fn, args)
+    each_s = 0.0  # what the reference's weights and compiles took: the cost a later one is taken to have
+
+    def out_of_time(what: str) -> bool:
+        if deadline is None or not ready or now() + each_s <= deadline:
+            return False
+        why = (f"{what}: not measured here: its compiles (~{each_s:.0f} s, as the {reference}'s) would end past "
+               "the time limit")
+        say(why)
+        if notes is not None:
+            notes.append(why)
+        return True
+
     for name in storages_:
+        if out_of_time(name):
+            continue
+        began = now()
         say(f"{name}: converting the weights, compiling the decode step and the {tokens}-token prefill")
         try:
             lean = st.lean_pass(rlm.model, name, tokens + 2)
@@ -106,8 +124,9 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
             notes.append(why)
             continue
         kv_ref = kv if name == reference else kv_ref
+        each_s = now() - began if name == reference else each_s
         ready += mine
-    contexts = contexts_that_fit(kv_ref, device, contexts)
+    contexts = () if out_of_time("the decode step against context") else contexts_that_fit(kv_ref, device, contexts)
     read_cache = None
     if contexts:
         longest = contexts[-1]
@@ -253,12 +272,12 @@ def budget_window() -> WindowDamage | None:
 
 def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CONTEXTS, models=None,
            compile: bool = True, on_point=None, storages_=None, tokens: int = TOKENS,
-           with_damage: bool = True) -> Record:
+           with_damage: bool = True, deadline: float | None = None) -> Record:
     started = now()
     load0 = os.getloadavg()[0]
     notes = []
     got, passes, kv_ref, compile_s = storages(rlm, storages_, tokens=tokens, rounds=rounds, contexts=contexts,
-                                            compile=compile, on_point=on_point, notes=notes)
+                                            compile=compile, on_point=on_point, notes=notes, deadline=deadline)
     hurt = damage(models, on_point=on_point) if with_damage else ()
     return Record(device=machine.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
@@ -269,7 +288,7 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
 
 
 def record_gpu(lm, shape: str | None = None, contexts=None, tokens: int | None = None, rounds: int | None = None,
-               compile: bool | None = None, on_point=None, command: str = "") -> Record:
+               compile: bool | None = None, on_point=None, command: str = "", deadline: float | None = None) -> Record:
     """Bytes are time at a real shape (GPU_SHAPE), in bf16, on lm's device: the GPU's storages (the bf16 model the
     reference, int8 and int4 weight-only over it), the bf16 model's step against context; no damage (that is the
     bundled models', measured on a CPU). `python -m engine bytes --device cuda` and `gpu-check --bytes` run it."""
@@ -280,4 +299,4 @@ def record_gpu(lm, shape: str | None = None, contexts=None, tokens: int | None =
     return record(rlm, f"{shape} shape", command=command, rounds=rounds or GPU_ROUNDS,
                   contexts=tuple(contexts or GPU_CONTEXTS), compile=lm.device.type == "cuda" if compile is None
                   else compile, on_point=on_point, storages_=st.GPU_STORAGES, tokens=tokens or GPU_TOKENS,
-                  with_damage=False)
+                  with_damage=False, deadline=deadline)
