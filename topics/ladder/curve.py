@@ -24,11 +24,11 @@ quotes): its FLOPs and bytes are estimates (engine.forward.estimates), its bound
 the bandwidth its bytes get.
 
 Each kind's knee is read off the curve (`Curve.knee`), beside a prediction made before anything ran:
-    predicted knee   the n where the pass's intensity (estimate) reaches the ridge (the roof's peak over DRAM's
-                     rate). A prefill's bytes are its weights, so its knee is the ridge in rows; a decode step for
-                     n sequences also reads every sequence's K/V at the curve's context, in attention kernels that
-                     stay on the memory side at any n, so that time adds to the products' and its knee comes
-                     sooner (`batch_knee`)
+    predicted knee   the n where the pass stops being its weights' read: a prefill's where its intensity
+                     (estimate) reaches the ridge (the roof's peak over DRAM's rate); its bytes are its weights, so
+                     its knee is the ridge in rows. A decode step for n sequences also reads every sequence's K/V
+                     at the curve's context, in attention kernels that stay on the memory side at any n, so that
+                     time adds to the products' and its knee comes sooner (`batch_knee`)
     measured knee    where the flat level (the median of the passes of n ≥ 2 below the predicted knee) meets the
                      slope (a straight line fitted to the passes past twice the predicted knee): the roofline's
                      two lines, measured. The one-row pass runs a graph of its own: where it took longer than a
@@ -243,7 +243,7 @@ class Curve:
         stretch ends where the sequences' own work takes as long as the weights' read:
         n · (flops / peak + more / bandwidth) = W / bandwidth, n = ridge · W / (flops + ridge · more), W = one - more.
         K/V counted into one intensity instead (as if a kernel overlapped the reads with the arithmetic) put the
-        H200's knee at ~377 sequences; it measured ~117 (docs/measurements.md). None where the curve cannot tell."""
+        H200's knee at ~377 sequences; it measured ~110 (docs/measurements.md). None where the curve cannot tell."""
         b = self.batch_bytes()
         if b is None or b.flops + roof.ridge * b.more <= 0:
             return None
