@@ -35,7 +35,6 @@ from engine.timing import now
 
 LADDER_BUDGET_S = 240.0  # the whole GPU ladder, compile included
 CHECK_BUDGET_S = 300.0  # all of gpu-check
-ROUNDS_S = 30.0  # --within: kept for the bytes part's timed rounds, after its last compile
 SIZES = ("own", "Llama-3-8B")  # the bundled model (overhead-bound: what the class steps through) and a real 8 B shape
 RACE_RUNG = "TinyLlama-1.1B"
 RACE_RUNG_TOKENS = 256
@@ -246,7 +245,8 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     device="cpu" (with compile=False) is a dry run of the same code with small sizes (a test's, or before a GPU
     session). json_path: where the document is written as soon as the ladder is measured (a later part that runs
     out of time keeps it). within: seconds the whole run has (a lent GPU's call): the bytes part starts no
-    storage's compiles that would end past them, less ROUNDS_S for its timed rounds, and says which it left out.
+    storage's compiles that would end past them, less its timed rounds' share (topics.bytes.measure.deadline), and
+    says which it left out.
     """
     from engine.load.load import load_model
     from topics.ladder.measure import measure_ladder, versions
@@ -278,10 +278,10 @@ def gpu_check(sizes=None, race_shape: str = RACE_RUNG, tests: bool = False, race
     test_result = run_tests(log) if tests else None
     byt = None
     if bytes_:
-        from topics.bytes.measure import GPU_SHAPE
+        from topics.bytes.measure import GPU_SHAPE, deadline
 
         log(f"bytes are time at {bytes_shape or GPU_SHAPE}'s shape (bf16, then int8 and int4 weight-only; decode "
             "against context)…")
         byt = bytes_check(lm, bytes_shape, bytes_contexts, tokens, compile=compile, log=log,
-                          deadline=started + within - ROUNDS_S if within else None)
+                          deadline=deadline(started, within))
     return document(race, rung_race, test_result, now() - started, byt)

@@ -6,8 +6,6 @@ import sys
 
 from topics.cli_args import check_json_path, load_from, model_args, positive, write_json
 
-ROUNDS_S = 30.0  # --within: kept for the timed rounds, after the last compile
-
 
 def add_parser(sub) -> None:
     g = sub.add_parser("bytes", help="bytes are time: the ≥ 100 M rung's decode and prefill with weights in fp32, "
@@ -20,7 +18,7 @@ def add_parser(sub) -> None:
     g.add_argument("--json", help="write the recording here (topics/bytes/records.py)")
     g.add_argument("--within", type=positive, default=None,
                    help="seconds the run has (a lent GPU's call): a storage whose compiles would end past them, less "
-                        "30 s for the timed rounds, is left out and said")
+                        "the timed rounds' share, is left out and said")
     model_args(g)
     g.set_defaults(func=main)
 
@@ -34,7 +32,7 @@ def main(args) -> int:
     from topics.bytes import measure
 
     check_json_path(args.json)
-    deadline = now() + args.within - ROUNDS_S if args.within else None
+    deadline = measure.deadline(now(), args.within)
     lm = load_from(args)
     command = "python -m engine " + " ".join(sys.argv[1:])
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731

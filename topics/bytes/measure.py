@@ -65,6 +65,15 @@ def _warm(fn, ids, pos, *more) -> tuple[float, float]:
     return run_once(fn, ids, pos, *more), run_once(fn, ids, pos, *more)
 
 
+ROUNDS_S = 30.0  # a time limit (`deadline`): kept for the timed rounds, after the last compile
+
+
+def deadline(started: float, within: float | None) -> float | None:
+    """The `now()` time by which a run given `within` seconds from `started` must have done compiling (None: no
+    limit)."""
+    return started + within - ROUNDS_S if within else None
+
+
 def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, contexts=CONTEXTS,
              compile: bool = True, on_point=None, probe=None,
              notes: list | None = None, deadline: float | None = None) -> tuple[tuple, tuple, int, float]:

@@ -82,8 +82,8 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                 hovertemplate="%{y:.3g} ms: slower than the pass over " + f"{out.faster.rows} rows"
                               "<extra>not part of the flat level</extra>"))
     negligible = curve.kv_negligible(roof)
-    for kind in ("prefill", "batch"):
-        k = curve.knee(kind, roof)
+    knees = {kind: curve.knee(kind, roof) for kind in ("prefill", "batch")}
+    for kind, k in knees.items():
         predicted = curve.predicted_knee(kind, roof)
         if predicted and not (kind == "batch" and negligible) and xs[0] <= predicted <= xs[-1] * 1.4:
             words = "predicted knee" + (" (both kinds: K/V bytes negligible)" if negligible else
@@ -108,7 +108,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
         # under the flat level (the predicted knees' words are over the plot): the later knee's words straight
         # under it, lower, and the other's to its left, so two knees close on a log axis never write over each
         # other, and neither runs past the plot's right edge
-        other = curve.knee("batch" if kind == "prefill" else "prefill", roof)
+        other = knees["batch" if kind == "prefill" else "prefill"]
         later = other is None or other.measured is None or k.measured >= other.measured
         fig.add_annotation(x=math.log10(k.measured), y=math.log10(k.level_ms),
                            text=f"measured knee ≈ {_n(k.measured)}", showarrow=True, arrowhead=2,
