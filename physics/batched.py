@@ -2,8 +2,9 @@
 
 The pass reads its weights once for all of them, so FLOPs grow with B and weight bytes do not: in bf16 the
 intensity is about B FLOP/byte (2 FLOPs per weight per token over 2 bytes per weight) until the K/V reads, which
-grow with B too, weigh in. The batch at which a pass reaches a device's ridge (`saturating_batch`) is where
-batching stops being free.
+grow with B too, weigh in. The batch at which a pass reaches a device's ridge is `saturating_batch`: one
+intensity, as a roofline chart places the pass. Batching stops being free sooner, at `batch_knee`: the attention
+reads each request's K/V in kernels apart from the products, and the two times add.
 """
 
 from __future__ import annotations
@@ -39,6 +40,24 @@ def batched_decode(spec: ModelSpec, batch: int, context: int, elem_bytes: float)
     return BatchedDecode(batch=batch, context=context, flops=batch * step_flops(spec, 1, context),
                          weight_bytes=weights_read(spec, batch) * elem_bytes,
                          kv_bytes=batch * kv_moved(spec, 1, context, elem_bytes))
+
+
+def weights_knee(weights: float, flops_each: float, more_each: float, ridge: float) -> float:
+    """The batch n at which a decode step for n sequences stops being its weights' read (the Scale page's measured
+    knee). The products read the weights once for all n and do n · flops_each of arithmetic; each sequence's
+    attention reads its own K/V (more_each bytes) in kernels of its own, on the memory side at any n (a kv_head's
+    few query heads share each K/V row read). Their times add: the flat stretch ends where
+    n · (flops_each / peak + more_each / bandwidth) = weights / bandwidth, that is
+    n = ridge · weights / (flops_each + ridge · more_each). The same bytes counted into one intensity
+    (`saturating_batch`) suppose one kernel overlapping the K/V reads with the arithmetic: on an H200 that put
+    Llama-3-8B's knee at ~377 sequences where it measured ~110 (docs/measurements.md)."""
+    return ridge * weights / (flops_each + ridge * more_each)
+
+
+def batch_knee(spec: ModelSpec, context: int, elem_bytes: float, ridge: float) -> float:
+    """`weights_knee` for spec's decode at `context` positions a request (estimates)."""
+    one = batched_decode(spec, 1, context, elem_bytes)
+    return weights_knee(one.weight_bytes, one.flops, one.kv_bytes, ridge)
 
 
 MAX_BATCH = 1 << 20

@@ -469,7 +469,7 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     roof; beside it an H100's predicted passes (bf16) for the same model and for Llama-3-8B, with the batch where each
     reaches the ridge; the sentence's numbers are the record's."""
     from physics import kvcalc, roofline
-    from physics.batched import saturating_batch
+    from physics.batched import batched_decode, saturating_batch
     from topics.serving.draw import batch_roofline_figure, batch_roofline_sentence
     from topics.serving.measure import batch_roofline
 
@@ -499,6 +499,14 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     assert f"ridge is reached at B ≈ {sat_here}" in said
     sat_real = saturating_batch(kvcalc.from_table("Llama-3-8B"), 68, 2.0, h100.ridge)
     assert f"Llama-3-8B reaches it at B ≈ {sat_real}" in said and 300 < sat_real < 400
+    # and the sooner batch where the step stops being the weights' read: the requests' arithmetic at the peak and
+    # their own K/V at the bandwidth (the attention's kernels, apart from the products) add up to the weights' read
+    for spec, name in ((bundled_lm.spec, "tinystories-llama"), (kvcalc.from_table("Llama-3-8B"), "Llama-3-8B")):
+        one = batched_decode(spec, 1, 68, 2.0)
+        knee = next(float(m) for m in re.findall(rf"B ≈ ([0-9.]+)(?: \(under one request\))? for {name}", said))
+        own = one.flops / h100.peak_flops + one.kv_bytes / h100.bandwidth
+        assert knee * own == pytest.approx(one.weight_bytes / h100.bandwidth, rel=0.01 if knee >= 10 else 0.1)
+    assert knee < sat_real  # sooner than the one intensity says
     assert "predicted" in said.lower() and "nothing ran there" in said
 
 

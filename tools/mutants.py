@@ -12,6 +12,7 @@ this exits 1. The same tests run once first with nothing planted: they must pass
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -410,16 +411,14 @@ def batch_knee_from_the_prefill() -> None:
 def batch_knee_one_intensity() -> None:
     """The batched decode's knee with every sequence's K/V counted into one intensity (n · flops over the weights
     and all the K/V meeting the ridge), as if the attention's reads hid under the products' arithmetic: the model
-    the H200 measured ×3 off."""
-    from topics.ladder.curve import Curve
+    the H200 measured ×3 off. Both places that predict it (the Scale page's curve, the serving page's sentence)."""
+    import physics.batched
+    import topics.ladder.curve
 
-    def one_intensity(self, roof):
-        b = self.batch_bytes()
-        if b is None or b.flops <= roof.ridge * b.more:
-            return None
-        return roof.ridge * (b.one - b.more) / (b.flops - roof.ridge * b.more)
+    def one_intensity(weights, flops_each, more_each, ridge):
+        return ridge * weights / (flops_each - ridge * more_each) if flops_each > ridge * more_each else math.inf
 
-    Curve.batch_knee = one_intensity
+    physics.batched.weights_knee = topics.ladder.curve.weights_knee = one_intensity
 
 
 def short_probe_trusted() -> None:
@@ -890,7 +889,8 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_curve.py::test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned"]),
     "batch-knee-one-intensity": (batch_knee_one_intensity, [
         "tests/test_curve.py::test_a_batchs_knee_adds_every_sequences_kv_read_and_is_its_own",
-        "tests/test_curve.py::test_the_h200_batch_knee_is_predicted_from_the_published_shape_and_measured_near_it"]),
+        "tests/test_curve.py::test_the_h200_batch_knee_is_predicted_from_the_published_shape_and_measured_near_it",
+        "tests/test_serving_page.py::test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labelled_so"]),
     "short-probe-trusted": (short_probe_trusted, [
         "tests/test_curve.py::test_gpu_check_on_the_shipped_h200_recording_says_each_figure_and_which_hold"]),
     "deadline-ignored": (deadline_ignored, [

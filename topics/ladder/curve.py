@@ -56,7 +56,7 @@ import torch
 from engine.forward.estimates import step_bytes, step_flops
 from engine.forward.run import Timing
 from engine.timing import now
-from physics.batched import batched_decode
+from physics.batched import batched_decode, weights_knee
 from physics.roofline import DeviceRoof, RoundRates, verdict
 
 OUTLIER = 1.05  # a one-row pass slower than a pass over more rows of its kind by more than this: an outlier
@@ -236,18 +236,13 @@ class Curve:
         return BatchBytes(flops=dec.flops, one=dec.bytes_moved, more=row + kv, kv=kv, timed=False)
 
     def batch_knee(self, roof: DeviceRoof) -> float | None:
-        """The batch at which a decode step stops being its weights' read. The step runs a prefill's products over
-        n rows (the weights read once, n rows of arithmetic), and each sequence's attention over its own K/V: kernels
-        of their own, which stay on the memory side at any n (a kv_head's few query heads share each K/V row read).
-        So their times add, time(n) ≈ max(W / bandwidth, n · flops / peak) + n · more / bandwidth, and the flat
-        stretch ends where the sequences' own work takes as long as the weights' read:
-        n · (flops / peak + more / bandwidth) = W / bandwidth, n = ridge · W / (flops + ridge · more), W = one - more.
-        K/V counted into one intensity instead (as if a kernel overlapped the reads with the arithmetic) put the
-        H200's knee at ~377 sequences; it measured ~110 (docs/measurements.md). None where the curve cannot tell."""
+        """The batch at which a decode step stops being its weights' read (physics.batched.weights_knee: the
+        sequences' products and their own K/V reads add, n = ridge · W / (flops + ridge · more), W = one - more),
+        from the bytes counted off the timed passes. None where the curve cannot tell."""
         b = self.batch_bytes()
         if b is None or b.flops + roof.ridge * b.more <= 0:
             return None
-        return roof.ridge * (b.one - b.more) / (b.flops + roof.ridge * b.more)
+        return weights_knee(b.one - b.more, b.flops, b.more, roof.ridge)
 
     def kv_negligible(self, roof: DeviceRoof) -> bool:
         """The batch's predicted knee within NEGLIGIBLE of the prefill's: its K/V bytes change nothing a class sees."""

@@ -832,11 +832,18 @@ def batch_roofline_sentence(br) -> str:
     real = (f"{br.real} reaches it at B ≈ {br.saturates_real}" if br.saturates_real else
             f"{br.real} does not reach it either")
     return (said + f" Predicted on an {gpu_name} in {gpu.dtype} (open points: nothing ran there), {model}; {real}. "
-            "Below that batch, on the GPU, the products wait on reading the weights, so each more request adds "
-            "only its own arithmetic and K/V reads; past it the products are compute-bound. That is why servers "
-            "batch. The attention, reading each request's own K/V, stays memory-bound at any batch, in kernels "
-            "whose time adds to the products': the step's time grows with B sooner than this one intensity says "
-            "(the Scale page's pass over n rows measures where).")
+            "That one intensity counts every request's K/V as if one kernel overlapped its reads with the "
+            "arithmetic. The attention reads each request's own K/V in kernels of its own, on the memory side at any "
+            "batch, and their time adds to the products': counted so, the step stops being the weights' read at "
+            f"B ≈ {_knee(br.knee_gpu)} for {br.model} and B ≈ {_knee(br.knee_real)} for {br.real}, sooner than that "
+            "intensity says (estimates; the Scale page's pass over n rows measures where). Below that batch each more request adds only its own "
+            "arithmetic and K/V reads to a step the weights' read sets: that is why servers batch.")
+
+
+def _knee(n: float) -> str:
+    """A predicted knee in words: a batch to the unit, or under 1 (the first request's own work already outlasts
+    the weights' read)."""
+    return f"{n:.0f}" if n >= 1 else f"{n:.1f} (under one request)"
 
 
 # ---------------------------------------------------------------- every order, not the shipped one

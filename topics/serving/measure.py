@@ -337,9 +337,10 @@ def batch_roofline(sweep: BatchSweep, lm: LoadedModel, here, gpu) -> BatchRoofli
     """The measured passes of `step_time_vs_batch` on this device's roofline, and a GPU's PREDICTION beside them
     (roofline.batch_roofline, in its own dtype: nothing ran there), for the same model and for REAL_MODEL; with the
     batch at which each reaches its ridge (batched.saturating_batch; None: no batch does, each request's K/V
-    reads growing as fast as its FLOPs)."""
+    reads growing as fast as its FLOPs), and the sooner one at which the GPU's step stops being its weights' read
+    (batched.batch_knee)."""
     from physics import kvcalc, roofline
-    from physics.batched import saturating_batch
+    from physics.batched import batch_knee, saturating_batch
     from physics.rungs import model_name
 
     spec, elem_bytes, rows = lm.spec, lm.elem_bytes, sweep.rows
@@ -352,7 +353,9 @@ def batch_roofline(sweep: BatchSweep, lm: LoadedModel, here, gpu) -> BatchRoofli
         predicted=tuple(roofline.batch_roofline(spec, context, gpu)), model=model_name(lm),
         saturates_gpu=saturating_batch(spec, context, gpu.elem_bytes, gpu.ridge), real=REAL_MODEL,
         predicted_real=tuple(roofline.batch_roofline(real, context, gpu)),
-        saturates_real=saturating_batch(real, context, gpu.elem_bytes, gpu.ridge))
+        saturates_real=saturating_batch(real, context, gpu.elem_bytes, gpu.ridge),
+        knee_gpu=batch_knee(spec, context, gpu.elem_bytes, gpu.ridge),
+        knee_real=batch_knee(real, context, gpu.elem_bytes, gpu.ridge))
 
 
 def _log_ways(res: Throughput, log) -> None:

@@ -179,6 +179,8 @@ class BatchRoofline:
     real: str
     predicted_real: tuple  # the same for the published model
     saturates_real: int | None
+    knee_gpu: float = 0.0  # the batch where the GPU's step stops being its weights' read (physics.batched.batch_knee)
+    knee_real: float = 0.0  # the same for the published model
 
 
 # ---------------------------------------------------------------- chunked prefill, preemption policies
