@@ -1,15 +1,12 @@
 """The lean pass's second CPU kernel: a decode step's attention as flash-decoding does it (flash_decode.cpp).
 
 A decode step reads its whole K/V cache, so each position of context should cost its bytes over the read rate
-(topics/bytes/). torch's attention does not get near that on a CPU for one query position: on this 2-core
-machine at 20,480 positions (16 layers, 6 kv_heads of 32, fp32), `scaled_dot_product_attention` with
-`enable_gqa` read the cache at 5.3 GB/s, its query heads grouped as rows 7.0, FlexAttention compiled 10.9, while
-a plain sum of the same tensors read 22 (docs/measurements.md). flash_decode.cpp reads it at ×0.83–0.93 a plain
-sum's rate: each K and V row once, for every query head of its group, the softmax kept running block by block, no
-score per position written out. What it still pays is arithmetic: 2 FLOPs a cache byte here (4 query heads share
-each kv_head), about 60 % of the bytes' time at this CPU's matmul peak, not all of it hidden behind the reads. Its
-scores are summed eight at a time (AVX2): summed one by one, they set the kernel's time, and in the whole step
-the context's slope was ×1.25–1.36 the bytes over the cache's own read where it is ×1.16–1.19 now.
+(topics/bytes/). torch's attention does not get near that on a CPU for one query position: SDPA with `enable_gqa`
+read the cache at about a quarter of a plain read's rate, FlexAttention at half (docs/measurements.md has the
+figures). flash_decode.cpp reads each K and V row once, for every query head of its group, keeps the softmax
+running block by block, and writes no score per position out. What it still pays is arithmetic: 2 FLOPs a cache
+byte where 4 query heads share each kv_head, about half the bytes' time at a CPU's matmul peak, not all of it
+hidden behind the reads; its scores are summed eight at a time (AVX2), since summed one by one they set its time.
 
 It is built on first use with the C++ compiler inductor uses (the compiled lean pass needs one anyway), once per
 head_dim and group, into the temporary directory, and called as a torch custom op, so a compiled pass calls it
