@@ -48,7 +48,8 @@ def show(course: Course) -> None:
         "tokens that agree when both read the same text (teacher-forced).")
     rows = _rows(lm, course.model)
     by_policy = {r.policy: r for r in rows}
-    pick = st.radio("try it: the cache drawn", POLICIES[1:], horizontal=True, key="lesson11_policy")
+    pick = st.radio("try it: the cache drawn", POLICIES[1:], horizontal=True, key="lesson11_policy",
+                    persist_state="session")
     row = by_policy[pick]
     left, right = st.columns([1, 1], gap="medium")
     with left:

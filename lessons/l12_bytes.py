@@ -21,11 +21,11 @@ GUESSES = ("decode faster, prefill about the same", "both faster", "neither move
 def show(course: Course) -> None:
     first = st.empty()  # the takeaway: the bytes the recording halved, before the prediction (never its answer)
     st.markdown(
-        "Lesson 8 said a decode step waits on reading its weights and a long prefill on its arithmetic. Test it: "
+        "Lessons 2 and 3 said a prefill waits on its arithmetic and a decode step on reading its weights. Test it: "
         "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter; int4: an eighth), keep "
         "the arithmetic in fp32 (weight-only, as gpt-fast does), and time both. **Predict first.**")
     guess = st.radio("your prediction: with half the bytes…", GUESSES, index=None, horizontal=True,
-                     key="lesson12_guess")
+                     key="lesson12_guess", persist_state="session")
     rec, source = shown()
     j = bytes_store.job()
     if j is None or j.done.is_set():

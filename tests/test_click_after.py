@@ -98,3 +98,22 @@ def test_the_budget_pages_policy_and_budget_survive_the_next_click_and_open_agai
     bad = budget_page({**link, "policy": "<b>evict-all</b>"})
     assert bad.selectbox(key="budget_policy").value == "heavy"  # the default: a link never sets an unknown policy
     assert any("policy=" in w.value and "ignored" in w.value for w in bad.warning)
+
+
+def test_the_scale_pages_choices_survive_a_visit_to_another_page():
+    """A lecturer sets the KV calculator (a model, a context) and the roof on the Scale page, opens a lesson, and comes
+    back: the page shows what they set, not its defaults (a page not drawn keeps its widgets' state)."""
+    at = app_test().run()
+    at.switch_page(page("scale")).run(timeout=300)
+    assert not at.exception
+    at.selectbox(key="scale_model").set_value("Llama-2-7b").run(timeout=300)
+    at.number_input(key="scale_tokens").set_value(4096).run(timeout=300)
+    roofs = at.selectbox(key="scale_roof").options
+    at.selectbox(key="scale_roof").set_value(roofs[1]).run(timeout=300)
+    at.switch_page(page("lessons")).run(timeout=300)
+    at.switch_page(page("scale")).run(timeout=300)
+    assert not at.exception
+    assert at.selectbox(key="scale_model").value == "Llama-2-7b"
+    assert at.number_input(key="scale_tokens").value == 4096
+    assert at.selectbox(key="scale_roof").value == roofs[1]
+    assert any("Llama-2-7b" in m.value and "4,096" in m.value for m in at.markdown), "the calculator reads the pick"

@@ -140,6 +140,23 @@ def test_next_and_previous_walk_the_lessons_in_order():
     assert at.selectbox(key="lesson_pick").value == TITLES[0]
 
 
+def test_a_choice_made_in_a_lesson_survives_next_then_previous():
+    """A student picks a cache policy in lesson 11 and a prediction in lesson 12; walking on and back with Next and
+    Previous shows each lesson with the choice still made (a lesson not drawn keeps its widgets' state)."""
+    at = lesson(11)
+    at.radio(key="lesson11_policy").set_value("heavy-avg").run()
+    at.button(key="lesson_next").click().run()
+    guess = at.radio(key="lesson12_guess")
+    guess.set_value(guess.options[1]).run()
+    assert "You predicted: " + guess.options[1] in text(at).replace("\\", "")
+    at.button(key="lesson_prev").click().run()
+    assert at.selectbox(key="lesson_pick").value == TITLES[10]
+    assert at.radio(key="lesson11_policy").value == "heavy-avg"
+    at.button(key="lesson_next").click().run()
+    assert at.radio(key="lesson12_guess").value == guess.options[1]
+    assert "You predicted: " + guess.options[1] in text(at).replace("\\", "")
+
+
 def test_a_link_opens_the_lesson_it_was_copied_from():
     at = fresh_app()
     at.switch_page(page("lessons")).run()

@@ -78,9 +78,9 @@ def show() -> None:
     st.session_state.setdefault("budget_policy", "heavy")
     st.session_state.setdefault("budget_budget", 64)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.selectbox("policy", list(POLICIES), key="budget_policy", width=150,
+    bar.selectbox("policy", list(POLICIES), key="budget_policy", persist_state="session", width=150,
                   help="\n\n".join(f"**{k}**: {v}" for k, v in POLICIES.items()))
-    bar.slider("budget B (positions)", 1, limit, key="budget_budget", width=260)
+    bar.slider("budget B (positions)", 1, limit, key="budget_budget", persist_state="session", width=260)
     for name in SCENARIOS:
         bar.button(name, key=f"budget_scenario_{name}", on_click=pick, args=(name,))
     policy, budget = st.session_state["budget_policy"], int(st.session_state["budget_budget"])

@@ -49,10 +49,12 @@ def show(beside_curve=None) -> None:
     CONFIG = "a model this server offers (config only)…"
     choices = ([LIVE] if lm is not None else []) + list(names) + [CONFIG]
     c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-    choice = c1.selectbox("model", choices, index=choices.index("Llama-3-8B"), key="scale_model")
-    tokens = c2.number_input("context length (tokens)", 1, kvcalc.MAX_TOKENS, 8192, key="scale_tokens")
-    batch = c3.number_input("batch", 1, kvcalc.MAX_BATCH, 1, key="scale_batch")
-    kv_dtype = c4.selectbox("KV dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_kv_dtype")
+    choice = c1.selectbox("model", choices, index=choices.index("Llama-3-8B"), key="scale_model",
+                         persist_state="session")
+    tokens = c2.number_input("context length (tokens)", 1, kvcalc.MAX_TOKENS, 8192, key="scale_tokens",
+                            persist_state="session")
+    batch = c3.number_input("batch", 1, kvcalc.MAX_BATCH, 1, key="scale_batch", persist_state="session")
+    kv_dtype = c4.selectbox("KV dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_kv_dtype", persist_state="session")
     elem = kvcalc.KV_DTYPES[kv_dtype]
 
 
@@ -72,11 +74,13 @@ def show(beside_curve=None) -> None:
         elif choice in set(names):
             arch = _spec(choice)
         elif model.POLICY.open:
-            src = st.text_input("Hugging Face id or local folder (only config.json is read)", key="scale_src")
+            src = st.text_input("Hugging Face id or local folder (only config.json is read)", key="scale_src",
+                                persist_state="session")
             if src.strip():
                 arch = config_spec(model.POLICY.check(src.strip()))
         else:
-            src = st.selectbox("model offered by this server", list(model.POLICY.offered), key="scale_src_offered")
+            src = st.selectbox("model offered by this server", list(model.POLICY.offered), key="scale_src_offered",
+                               persist_state="session")
             arch = config_spec(model.POLICY.check(src))
     except DecodeLabError as e:
         arch = e
@@ -114,11 +118,12 @@ def show(beside_curve=None) -> None:
         a1, a2, a3 = st.columns([2, 1, 1])
         cards = [a.name for a in _accelerators]
         acc_name = a1.selectbox("accelerator (datasheet figures)", cards + ["custom"],
-                                index=cards.index("NVIDIA H100 SXM"), key="scale_acc")
+                                index=cards.index("NVIDIA H100 SXM"), key="scale_acc", persist_state="session")
         mem = 80.0 if acc_name == "custom" else kvcalc.accelerator(acc_name).memory_gb
         mem_gb = a2.number_input("memory (GB)", 0.1, 10_000.0, float(mem) if mem is not None else 16.0,
-                                 key=f"scale_mem_{acc_name}")
-        w_dtype = a3.selectbox("weights dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_w_dtype")
+                                 key=f"scale_mem_{acc_name}", persist_state="session")
+        w_dtype = a3.selectbox("weights dtype", list(kvcalc.KV_DTYPES), index=1, key="scale_w_dtype",
+                                persist_state="session")
         fit = kvcalc.largest_fit(arch, mem_gb * 1e9, kvcalc.KV_DTYPES[w_dtype], elem, tokens)
         weights = kvcalc.weight_bytes(arch, kvcalc.KV_DTYPES[w_dtype])
         if fit.free_for_kv <= 0:
@@ -132,7 +137,8 @@ def show(beside_curve=None) -> None:
                         if fit.context_limit and fit.max_tokens_batch1 > fit.context_limit else "."))
 
         compare = st.multiselect("compare growth with", list(names),
-                                 ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare")
+                                 ["Llama-2-7b", "Llama-3-8B", "gemma-3-270m", "DeepSeek-V3"], key="scale_compare",
+                                 persist_state="session")
         archs = [arch] + [_spec(n) for n in compare if n != arch.name]
         chart(scale_draw.kv_growth_figure(archs, max(tokens, 1024), batch, elem, scale=scale()), key="scale_growth")
 
@@ -158,7 +164,8 @@ def show(beside_curve=None) -> None:
     HERE, BESIDE = "this device (measured)", " (predicted beside it)"
     r1, r2 = st.columns([2, 1])
     sheets = [a for a in _accelerators if a.bandwidth_gb_s is not None and a.peak_tflops_fp32 is not None]
-    roof_choice = r1.selectbox("roof", [HERE] + [f"{a.name}{BESIDE}" for a in sheets], key="scale_roof")
+    roof_choice = r1.selectbox("roof", [HERE] + [f"{a.name}{BESIDE}" for a in sheets], key="scale_roof",
+                                 persist_state="session")
     if r2.button("Re-run device probe", key="scale_probe"):
         st.session_state["scale_nonce"] = st.session_state.get("scale_nonce", 0) + 1
     here = device_roof(st.session_state.get("scale_nonce", 0))

@@ -205,11 +205,12 @@ def grow_the_model(lm, settings) -> None:
         row.selectbox("ladder", labels, key="scale_ladder_pick", on_change=_picked, label_visibility="collapsed",
                       width=380, help="Every ladder on offer, each with its device, the paths it ran and its date: "
                                       "the recordings shipped with the app and each measurement made on this server "
-                                      "(a busy one is kept beside the others, never over them).")
+                                      "(a busy one is kept beside the others, never over them).",
+                      persist_state="session")
     both = pair(lm)
     if both:
         row.toggle(BOTH, key="scale_ladder_both", help="The shipped CPU recording's pass over n rows beside the "
-                                                       "GPU's: the same code, two machines.")
+                                                       "GPU's: the same code, two machines.", persist_state="session")
     live = kept_ladder(lm)
     row.button("Measure again on this server" if live else "Measure on this server (a few minutes)",
                key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None,

@@ -35,6 +35,7 @@ def show() -> None:
     preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset",
                            persist_state="session", width=330)
     prompt = st.text_area("prompt", next(p["prompt"] for p in PROMPTS if p["title"] == preset), key=f"race_prompt_{preset}",
+                          persist_state="session",
                           height=68, label_visibility="collapsed")
     try:
         room = max(2, lm.spec.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
