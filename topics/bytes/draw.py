@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title
 from topics.bytes.records import FASTER, STORAGES, Record
+from topics.ladder.draw import log_ticks
 
 PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
 TEXT_AT = {"bf16": "middle left", "fp16": "middle right", "bf16 model": "bottom center"}  # same bytes: apart
@@ -323,9 +324,14 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
             times += [p.median_ms, max(p.samples_ms), bound]
             x = p.weight_bytes / 1e6
             at = TEXT_AT.get(s, "top center")
-            if s == "bf16 model" and rec.get("bf16", kind) is not None:  # its label on the side away from bf16's
-                at = "top center" if p.median_ms > rec.get("bf16", kind).median_ms else "bottom center"
-            fig.add_trace(go.Scatter(x=[x], y=[p.median_ms], mode="markers+text", text=[s],
+            if s == "bf16 model" and rec.get("bf16", kind) is not None:  # its label on the side away from bf16's,
+                up = p.median_ms > rec.get("bf16", kind).median_ms  # or beside it where its bound lies that side
+                at = "top center" if up else "bottom center"
+                if (bound > p.median_ms) == up and max(bound, p.median_ms) / min(bound, p.median_ms) < 1.6:
+                    at = "middle right"
+            pad = "\u00a0\u00a0"  # a label beside its marker, not touching it
+            label = s + pad if at == "middle left" else pad + s if at == "middle right" else s
+            fig.add_trace(go.Scatter(x=[x], y=[p.median_ms], mode="markers+text", text=[label],
                                      textposition=at, name=f"{kind} {s} measured",
                                      marker=dict(color=colour, size=12, symbol=SYMBOL.get(s, "circle")),
                                      error_y=dict(type="data", symmetric=False,
@@ -341,8 +347,10 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
                                  ("its bound (predicted)", ESTIMATE, "circle-open")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(color=colour, size=10, symbol=symbol)))
-    if times:  # room above the highest label and below the lowest (a log axis: its range in powers of ten)
-        fig.update_yaxes(range=[math.log10(min(times) / 1.6), math.log10(max(times) * 1.8)])
+    if times:  # room above the highest label and below the lowest (a log axis: its range in powers of ten), and
+        lo, hi = min(times) / 1.6, max(times) * 2.6  # ticks labelled whole (plotly's own read "5, 2, 100, 5")
+        vals, texts = log_ticks(lo, hi)
+        fig.update_yaxes(range=[math.log10(lo), math.log10(hi)], tickmode="array", tickvals=vals, ticktext=texts)
     fig.update_yaxes(type="log", title="ms per pass (log)")
     fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)")
     return legend_under_title(layout(fig, "Time per pass against the weights' bytes", scale=scale), scale)

@@ -473,8 +473,8 @@ def sharing_sentence(mem) -> str:
         memory = ("but no block was held by two requests at the same step, so it stored nothing once for two: "
                   f"{sh.served_per_held:.2f} positions served per position held (whole blocks).")
     if sh.skipped:
-        return (f"Prefix sharing: {tokens} were never computed (their blocks were found held, or cached after their "
-                f"request finished), " + memory)
+        return (f"Prefix sharing: {tokens} were not computed when their request was admitted (their blocks were "
+                "found held by another request, or still cached after a request finished or was preempted), " + memory)
     if sh.saved > 0:
         return "Prefix sharing: no prompt token was skipped, " + memory
     return ("Prefix sharing found nothing to share here: no prompt token was skipped and no block was held by two "

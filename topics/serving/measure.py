@@ -212,7 +212,7 @@ def memory(run: ServingRun, upto: int | None = None) -> Memory:
     Paged blocks are counted as the pool holds them: a block in several requests' tables (a shared prefix) is held
     once and its filled positions are stored once, so its waste is what its blocks hold that no request wrote (0 to
     100 %). What sharing did is said apart, over the same steps: the positions the requests read (each request's
-    own count, a shared position once per request) per position stored, and the prompt tokens never computed
+    own count, a shared position once per request) per position stored, and the prompt tokens not computed
     because their blocks were found held or cached (`prefix_skipped`). The other two allocators share nothing:
     each request's positions are its own."""
     elem = run.kv.bytes_per_block // run.page_size  # bytes of one position, all layers, K and V
@@ -251,7 +251,7 @@ def memory(run: ServingRun, upto: int | None = None) -> Memory:
 
 
 def prefix_skipped(steps) -> int:
-    """Prompt tokens these steps never computed: the positions each admitted request took from blocks others held or
+    """Prompt tokens these steps did not compute: the positions each admitted request took from blocks others held or
     the pool still cached (prefix hits). The one count the status line and the sharing sentence both say."""
     return sum(n for s in steps for _, n in s.prefix_hits)
 

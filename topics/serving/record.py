@@ -110,7 +110,7 @@ class Sharing:
     held: int  # positions of the blocks the pool held
     saved: int  # served - stored: positions not stored twice, summed over the steps (memory)
     served_per_held: float
-    skipped: int = 0  # prompt tokens never computed: their blocks were found held or cached (compute) (new)
+    skipped: int = 0  # prompt tokens not computed on admission: their blocks were found held or cached (compute)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ class Request:
         self.token_steps: list[int] = []  # the engine step that chose each of its tokens, in order
         self.finish_step: int | None = None
         self.preemptions = 0
-        self.prefix_hit_tokens = 0  # prompt positions it never computed: their blocks were shared
+        self.prefix_hit_tokens = 0  # prompt positions not computed on admission: their blocks were held or cached
         self.recomputed_tokens = 0  # positions computed a second time after a preemption
         self.reached = 0  # the most positions it has had computed: feeding one below it again is recomputing
         self.chunks = 0  # prefill passes it took part in (more than one: its prompt was chunked)

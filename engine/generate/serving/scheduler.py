@@ -196,10 +196,9 @@ class Scheduler:
             self.waiting.popleft()
             self.blocks.allocate(r.table, r.tokens, cached + n, cached)
             r.computed = cached
-            if cached:
+            if cached:  # a request back from a preemption may find its own blocks still cached: a hit too
                 plan.prefix_hits[r.id] = cached
-                if not r.preemptions:
-                    r.prefix_hit_tokens += cached
+                r.prefix_hit_tokens += cached
             r.status = Status.RUNNING
             self.running.append(r)
             plan.admitted.append(r.id)
