@@ -656,7 +656,10 @@ def test_the_cli_prints_the_numbers_and_writes_them(capsys, tmp_path):
     for name, r in rows.items():
         assert f"{r['bytes_held'] / r['bytes_full']:.1%}" in lines[name] and f"{r['agreement']:.1%}" in lines[name]
     by_hand = sorted(CAPPED, key=lambda p: (-rows[p]["agreement"], rows[p]["kl_mean"]))
-    assert f"by agreement (ties: the lower KL): {' > '.join(by_hand)}" in text
+    words = by_hand[0]  # '=' between two whose agreement reads the same in the table above, '>' else
+    for a, b in zip(by_hand, by_hand[1:]):
+        words += (" = " if f"{rows[a]['agreement']:.1%}" == f"{rows[b]['agreement']:.1%}" else " > ") + b
+    assert f"by agreement (=: the same agreement, the lower KL first): {words}" in text
     assert doc["ranking"] == by_hand
     spread = doc["stories"]  # then every policy over the stories asked for, fp32 and bf16, with intervals
     assert spread["stories"] == 2 and {r["dtype"] for r in spread["rows"]} == {"float32", "bfloat16",
@@ -745,8 +748,17 @@ def test_the_page_measures_a_scenario_and_refuses_bad_input_without_losing_the_s
     # every story, recorded: the chart of intervals, the ranking with its ties, the table in both dtypes
     assert any(s.value.startswith("Every story: 8 held-out stories") for s in at.subheader)
     assert any("Every policy over 8 stories" in c for c in (str(c.proto.spec) for c in at.get("plotly_chart")))
-    words = next(m.value for m in at.markdown if "apart:" in m.value)
-    assert "**heavy**" not in words.split("apart:")[1].split(">")[0]  # nothing is set apart below heavy
+    # the one-text ranking under the chart: '=' where two agree on as many tokens (by hand, from the recording)
+    import json
+
+    doc = json.loads((ASSETS / "budget_sweep_default.json").read_text())
+    at64 = sorted((p for p in doc["points"] if p["budget"] == 64 and p["policy"] in CAPPED),
+                  key=lambda p: (-p["agreement"], p["kl_mean"]))
+    one_text = at64[0]["policy"] + "".join((" = " if a["agreement"] == b["agreement"] else " > ") + b["policy"]
+                                           for a, b in zip(at64, at64[1:]))
+    assert " = " in one_text and any(one_text in c.value for c in at.caption), one_text
+    words = next(m.value for m in at.markdown if "their intervals:" in m.value)
+    assert "**heavy**" not in words.split("their intervals:")[1].split(">")[0]  # nothing is set apart below heavy
     assert "bf16" in words and "saturate at ±448" in words
     table = at.dataframe[-1].value
     assert {"fp32 agreement [95 %]", "bf16 agreement [95 %]"} <= set(table.columns) and len(table) == 9
@@ -776,8 +788,9 @@ def test_the_ranking_says_tied_exactly_where_the_intervals_overlap():
     apart = {(x, y) for x in "abcde" for y in "abcde" if x < y}  # every pair, minus the four that overlap
     assert set(spread.apart("float32", "abcde")) == apart - {("a", "b"), ("c", "d")}
     chain = spread_of({"a": (0.92, 0.90, 0.94), "b": (0.89, 0.86, 0.91), "c": (0.86, 0.83, 0.88)})
-    assert chain.ranking_sentence("float32", "abc") == ("a ≈ b ≈ c (≈: tied, their 95 % intervals overlap); "
-                                                         "apart: a > c")  # a chain of ties: a and c still apart
+    assert chain.ranking_sentence("float32", "abc") == (  # a chain of ties: a and c still apart, and said so
+        "a ≈ b ≈ c (≈: tied with the next, their 95 % intervals overlap; ties do not chain); set apart by their "
+        "intervals: a > c")
 
 
 def test_the_recorded_spread_holds_every_policy_over_eight_stories_in_fp32_and_bf16():

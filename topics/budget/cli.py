@@ -56,7 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     from engine.errors import StepError
-    from topics.budget.measure import compare_policies, ranking, record_sweep, sink_mass
+    from topics.budget.measure import compare_policies, ranking, ranking_words, record_sweep, sink_mass
     from topics.budget.policies import CAPPED, POLICIES, check, check_words
 
     check_json_path(args.json)  # every refusal that needs no model comes before loading one
@@ -100,8 +100,8 @@ def main(args) -> int:
     evicting = ranking(rows, CAPPED)
     if len(evicting) > 1:
         print(f"\neviction policies holding {args.budget} positions, on this one text (no interval: every story "
-              "below, with --stories), by agreement (ties: the lower KL): "
-              + " > ".join(evicting))
+              "below, with --stories), by agreement (=: the same agreement, the lower KL first): "
+              + ranking_words(rows, CAPPED))
     spread = None
     if len(policies) > 1 and args.stories:
         from topics.budget.stories import FREE_TOKENS, measure_stories

@@ -288,9 +288,7 @@ def stories_words(spread, capped) -> str:
     said = []
     for d in spread.dtypes:
         said.append(f"Eviction policies holding {spread.budget} positions, {SHORT_DTYPE.get(d, d)}: "
-                    f"**{spread.ranking_words(d, capped)}** (≈: tied, their 95 % intervals overlap); "
-                    + ("apart: " + ", ".join(f"**{a} > {b}**" for a, b in spread.apart(d, capped))
-                       if spread.apart(d, capped) else "no two of them apart") + ".")
+                    + spread.ranking_sentence(d, capped, mark=lambda s: f"**{s}**") + ".")
     both = next((r for r in spread.rows if " vs " in r.dtype), None)
     if both is not None:
         said.append(f"The bf16 full cache against the fp32 one (weights and cache in bf16, nothing dropped): "

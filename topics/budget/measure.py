@@ -236,10 +236,21 @@ def ranking(rows, policies=CAPPED, budget: int | None = None) -> list[str]:
 
     rows: PolicyRows (the CLI's table) or SweepPoints (the page's charts, at `budget`): one ordering rule for both.
     """
+    return [r.policy for r in _ranked(rows, policies, budget)]
+
+
+def _ranked(rows, policies, budget):
     chosen = [r for r in rows if r.policy in policies and (budget is None or r.budget == budget)]
-    score = [getattr(r, "forced", r) for r in chosen]
-    order = sorted(range(len(chosen)), key=lambda i: (-score[i].agreement, score[i].kl_mean))
-    return [chosen[i].policy for i in order]
+    return sorted(chosen, key=lambda r: (-getattr(r, "forced", r).agreement, getattr(r, "forced", r).kl_mean))
+
+
+def ranking_words(rows, policies=CAPPED, budget: int | None = None) -> str:
+    """`ranking` in words: "a > b = c", '=' where two neighbours' agreement is the same at the 0.1 % every table shows
+    (their order then the lower KL's, which no one reads as "more agreement")."""
+    ranked = _ranked(rows, policies, budget)
+    shown = [f"{getattr(r, 'forced', r).agreement:.1%}" for r in ranked]
+    return "".join(r.policy + ("" if i == len(ranked) - 1 else " = " if shown[i] == shown[i + 1] else " > ")
+                   for i, r in enumerate(ranked))
 
 
 # ---------------------------------------------------------------- the attention sink

@@ -127,8 +127,8 @@ def show() -> None:
             chart(draw.divergence_fig(points, scale=scale()), "budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
             st.caption(f"Eviction policies holding {at} positions, by agreement at that budget on one held-out text "
-                       "(no interval: every story, with its spread, below): " +
-                       " > ".join(measure.ranking(points, CAPPED, budget=at)) +
+                       "(no interval: every story, with its spread, below; =: the same agreement, the lower KL "
+                       "first): " + measure.ranking_words(points, CAPPED, budget=at) +
                        f" (the CLI's `--policy all` ranks the same way; snap, SnapKV as published, holds {at} "
                        f"prompt positions plus every decoded one); {source}.")
         if kept is not None and not measured_here:  # under the chart: the recording first, measuring it again second

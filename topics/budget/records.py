@@ -412,12 +412,14 @@ class StorySpread:
         return tuple((a.policy, b.policy) for i, a in enumerate(ranks) for b in ranks[i + 1:]
                      if not a.interval.overlaps(b.interval))
 
-    def ranking_sentence(self, dtype: str, policies) -> str:
-        """The ranking with its ties, then the pairs the intervals set apart (or that none are)."""
-        apart = self.apart(dtype, policies)
-        return (self.ranking_words(dtype, policies) + " (≈: tied, their 95 % intervals overlap); "
-                + ("apart: " + ", ".join(f"{a} > {b}" for a, b in apart) if apart
-                   else "no two of them apart"))
+    def ranking_sentence(self, dtype: str, policies, mark=str) -> str:
+        """The ranking with its ties, then the pairs the intervals set apart (or that none are). A chain of ties
+        ("a ≈ b ≈ c") does not make a tie of its ends, and the words say so. `mark`: how the ranking and each pair
+        are set (the page's bold)."""
+        apart = ", ".join(mark(f"{a} > {b}") for a, b in self.apart(dtype, policies))
+        return (mark(self.ranking_words(dtype, policies)) + " (≈: tied with the next, their 95 % intervals overlap; "
+                "ties do not chain); " + (f"set apart by their intervals: {apart}" if apart
+                                          else "no two of them apart"))
 
     def to_dict(self) -> dict:
         return {"model": self.model, "device": self.device, "budget": self.budget, "stories": self.stories,
