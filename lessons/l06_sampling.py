@@ -36,9 +36,12 @@ def show(course: Course) -> None:
     t = course.sampled_prefill(PROMPTS[2]["prompt"], sampling)  # one pass per (settings, seed), kept
     top = t.top[0]
     kept = sum(1 for c_ in t.top if c_.p_after > 0)
-    course.takeaway(first, plain(f"The warpers move the top token {show_piece(top.token)} from {top.p_before:.1%} to "
-                                 f"{top.p_after:.1%}; {kept} of the {len(t.top)} candidates shown can still be "
-                                 "drawn."))
+    before, after = f"{top.p_before:.1%}", f"{top.p_after:.1%}"
+    off = temperature == 1.0 and top_k == 0 and top_p == 1.0 and rep == 1.0
+    moved = (f"The warpers move the top token {show_piece(top.token)} from {before} to {after}" if before != after
+             else f"The warpers leave the top token {show_piece(top.token)} at {before}"
+             + (" (all four are off: temperature 1, no top-k, top-p 1, no penalty; move one)" if off else ""))
+    course.takeaway(first, plain(f"{moved}; {kept} of the {len(t.top)} candidates shown can still be drawn."))
     chart(next_token_figure(t, scale=scale()), key="lesson6_next")
     st.markdown(plain(f"Before the warpers the most likely next token is {show_piece(top.token)} (logit "
                       f"{top.logit:.2f}) at {top.p_before:.1%}; after them it has {top.p_after:.1%}, and {kept} of the "

@@ -140,6 +140,22 @@ def test_next_and_previous_walk_the_lessons_in_order():
     assert at.selectbox(key="lesson_pick").value == TITLES[0]
 
 
+def test_the_sampling_lessons_first_line_says_what_the_warpers_did_to_the_top_token():
+    """With every warper off the top token keeps its probability, and the first line says so (it read "from 27.9%
+    to 27.9%"); a temperature below 1 sharpens the distribution, and the line gives the top token's new share,
+    higher than before."""
+    at = lesson(6)
+    def first_line() -> str:
+        return next(m.value for m in at.markdown if m.value.startswith("**The warpers")).replace("\\", "")
+
+    first = first_line()
+    assert "leave the top token" in first and "all four are off" in first and " to " not in first.split(";")[0]
+    at.slider(key="lesson6_t").set_value(0.5).run()
+    first = first_line()
+    found = re.search(r"move the top token .* from ([\d.]+)% to ([\d.]+)%", first)
+    assert found and float(found.group(2)) > float(found.group(1)), first
+
+
 def test_a_choice_made_in_a_lesson_survives_next_then_previous():
     """A student picks a cache policy in lesson 11 and a prediction in lesson 12; walking on and back with Next and
     Previous shows each lesson with the choice still made (a lesson not drawn keeps its widgets' state)."""
