@@ -186,11 +186,14 @@ class Curve:
     def base(self, kind: str, rows: int) -> RowsPass | None:
         """What the n-row pass of `kind` is compared with: the pass over the fewest rows of its kind on its kernel
         (on a CPU the one-row pass of the many-row kernel; on a GPU the 2-row pass, n = 1 being a graph of its
-        own). None where the n-row pass was not timed, or is itself that pass."""
+        own), never an `outlier` (slower than more rows: a ratio against it would understate what the rows
+        cost). None where the n-row pass was not timed, or is itself that pass."""
         p = self.at(kind, rows)
         if p is None:
             return None
-        same = [q for q in self.of(kind) if self.kernel(q) == self.kernel(p) and q.rows < rows]
+        odd = self.outlier(kind)
+        same = [q for q in self.of(kind) if self.kernel(q) == self.kernel(p) and q.rows < rows
+                and not (odd and q is odd.pass_)]
         return same[0] if same else None
 
     def ratio(self, kind: str, rows: int) -> float | None:
