@@ -89,6 +89,13 @@ def test_every_page_renders_with_the_bundled_model_and_asks_the_network_for_noth
         at.switch_page(page(name)).run()
         assert not at.exception, (name, [e.value for e in at.exception])
     assert any("tinystories-llama" in str(t.value) for t in at.table)
+    from engine.load.load import DEFAULT_MODEL, MODELS_DIR
+
+    c = json.loads((MODELS_DIR / DEFAULT_MODEL / "config.json").read_text())  # the Q/K/V row: shapes, by the config
+    shapes = next(t.value.loc["Q/K/V shapes", "value"] for t in at.table if "Q/K/V shapes" in t.value.index)
+    head_dim = c["hidden_size"] // c["num_attention_heads"]
+    assert f"q [batch, {c['num_attention_heads']}, pos, {head_dim}]" in shapes
+    assert f"k and v [batch, {c['num_key_value_heads']}, pos, {head_dim}]" in shapes
     assert no_network == []
     icon = re.search(r"page_icon=([^,]+),", (ROOT / "app.py").read_text()).group(1)
     assert ":material/" not in icon and "http" not in icon  # a local file: no favicon from a font CDN

@@ -59,7 +59,10 @@ class LoadedModel:
             ("head_dim", str(s.head_dim)), ("d_model", str(s.d_model)), ("vocab", f"{s.vocab:,}"),
             ("attention per layer", s.layer_pattern()), ("max positions", f"{s.max_positions:,}"),
             ("parameters", f"{int(s.parameters):,}"), ("dtype", self.dtype_name), ("device", str(self.device)),
-            ("Q/K/V shapes", "measured on the real tensors" if self.captures else "derived from the config"),
+            ("Q/K/V shapes", f"q [batch, {s.heads}, pos, {s.head_dim}], k and v [batch, {s.kv_heads}, pos, "
+                             f"{s.head_dim}] ([batch, head or kv_head, pos, head_dim]; from the config: "
+                             + ("the step pages show them measured on the real tensors)" if self.captures else
+                                "this family's tensors are not recorded)")),
         ]
 
     @contextmanager
