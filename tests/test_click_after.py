@@ -47,6 +47,34 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_says_which_step_it_
     assert not any(m.startswith("**Finished**") for m in said(at))
 
 
+@pytest.mark.parametrize("scenario, knob, value", [("preemption", "preemption", "most_blocks"),
+                                                    ("queue", "batching", "static")])
+def test_a_serving_link_reopens_the_scenarios_policy_not_its_default(scenario, knob, value):
+    """The pool-too-small scenario's preemption policy and the queue's batching were held by the next click but not
+    by the address: a link reopened the scenario with its default and replayed other steps. The link now carries
+    the choice, the reopened page runs with it, and a value the scenario does not take is refused plainly."""
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(SCENARIOS[scenario]["title"]).run()
+    at.session_state[f"serve_{knob}"] = value
+    at.run()
+    for _ in range(3):
+        at.button(key="serve_btn_forward").click().run()
+    link = dict(at.query_params)
+    assert link[knob] == value and link["scenario"] == scenario
+    run = at.session_state["serve_run"]
+    other = opened(link)
+    assert other.session_state[f"serve_{knob}"] == value
+    again = other.session_state["serve_run"]
+    assert getattr(again, knob).value == getattr(run, knob).value == value
+    assert [s.rows for s in again.records] == [s.rows for s in run.records]  # the same steps, replayed
+    bad = app_test()
+    bad.query_params = {**link, knob: "<b>oldest</b>"}
+    bad.run()
+    bad.switch_page(page("serving")).run()
+    assert not bad.exception and any(f"{knob}=" in w.value and "ignored" in w.value for w in bad.warning)
+    assert bad.session_state[f"serve_{knob}"] != "<b>oldest</b>"
+
+
 def opened(link: dict):
     other = app_test()
     other.query_params = link

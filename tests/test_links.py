@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from drawing.views import VIEWS
+from engine.generate.serving.run import BATCHING, PREEMPTION
 from topics.serving.scenarios import SCENARIOS
 from ui.link_codec import FIELDS, LADDER_VIEWS, MAX_PROMPT_CHARS, make_link, read_link
 
@@ -36,6 +37,8 @@ VALUES = {
     "layer": [0, 2, 1023],
     "head": [0, 5, 1023],
     "scenario": list(SCENARIOS),
+    "preemption": list(PREEMPTION),
+    "batching": list(BATCHING),
     "policy": ["full", "heavy", "snap-capped"],
     "budget": [1, 64, 4096],
 }

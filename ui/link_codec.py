@@ -80,6 +80,8 @@ FIELDS = {
     "layer": Field("layer", _number(int, 0, 1023)),  # the layer (and head) the step page opens; clamped to the model
     "head": Field("head", _number(int, 0, 1023)),
     "scenario": Field("scenario", _text(40)),  # a Serving scenario (its name); the page checks it against its list
+    "preemption": Field("preemption", _text(40)),  # its preemption policy, and its batching: the page checks them
+    "batching": Field("batching", _text(40)),
     "policy": Field("policy", _text(40)),  # the KV budget page's policy; the page checks it against its list
     "budget": Field("budget", _number(int, 1, 4096)),  # its budget B; the page clamps it to the model's positions
 }

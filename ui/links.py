@@ -77,7 +77,8 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         ss["step_preset"] = same
         set_by_code()
     if "scenario" in values:  # a Serving link: the Serving page checks its scenario and replays its engine steps
-        ss["serve_wanted"] = (values["scenario"], values.get("steps"), values.get("at"))
+        ss["serve_wanted"] = (values["scenario"], values.get("steps"), values.get("at"), values.get("preemption"),
+                              values.get("batching"))
     elif "steps" in values:  # the step page's controller takes them once the settings are the link's
         ss["step_replay"] = (values["steps"], values.get("at"))
     if "view" in values:

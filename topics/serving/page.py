@@ -84,11 +84,20 @@ def show() -> None:
     settings, lm = page_setup("serving", need_model=True)
     wanted = st.session_state.pop("serve_wanted", None)  # a link's scenario and engine steps, checked here
     if wanted is not None:
-        name, steps, at = wanted
+        name, steps, at, preemption, batching = wanted
         if name not in SCENARIOS:
             warning(f"link parameter scenario={name[:40]!r} ignored: no such serving scenario")
         else:
             st.session_state["serve_scenario"] = SCENARIOS[name]["title"]
+            for knob, value, scenario, allowed in (("preemption", preemption, "preemption", PREEMPTION),
+                                                   ("batching", batching, "queue", BATCHING)):
+                if value is None:
+                    continue
+                if value in allowed and name == scenario:
+                    st.session_state[f"serve_{knob}"] = value
+                else:
+                    warning(f"link parameter {knob}={value[:40]!r} ignored: the {SCENARIOS[scenario]['title']!r} "
+                            f"scenario takes {' or '.join(allowed)}")
             if steps is not None:
                 st.session_state["serve_replay"] = (steps, at)
     OWN = "Your own requests"
@@ -159,7 +168,9 @@ def show() -> None:
     steps.run_to_end_if_asked()
     own_sizing = bool(st.session_state.get("serve_custom_sizing"))  # a link carries a scenario, not its knobs
     write_link(settings, scenario=name, steps=steps.latest if steps.started and name and not own_sizing else None,
-               at=steps.at if steps.started and name and not own_sizing and steps.at != steps.latest else None)
+               at=steps.at if steps.started and name and not own_sizing and steps.at != steps.latest else None,
+               preemption=sizing.get("preemption") if name == "preemption" else None,
+               batching=sizing.get("batching") if name == "queue" else None)
 
     st.caption(f"**Serving many requests** · {sizing['num_blocks']} blocks of {sizing['page_size']} positions · "
                f"{sizing['max_batch_tokens']} tokens a pass · prefix sharing "
