@@ -80,6 +80,13 @@ def test_the_histogram_marks_the_shipped_order_and_the_spread(spread):
     fig = draw.order_figure(spread)
     (hist,) = [t for t in fig.data if t.type == "histogram"]
     assert list(hist.x) == list(spread.ratios)
+    # drawn as it is said: no random order gives more than the shipped one, so no bar reaches past its line (the
+    # bins' edges are numpy's, from the figure's own start, end and size)
+    b = hist.xbins
+    edges = np.arange(b.start, b.end + b.size / 2, b.size)
+    counts, _ = np.histogram(spread.ratios, edges)
+    assert counts.sum() == len(spread.ratios)
+    assert max(right for right, n in zip(edges[1:], counts) if n) <= spread.shipped + 1e-6
     notes = [a.text for a in fig.layout.annotations]
     assert f"shipped order<br>most favourable x{spread.shipped:.2f}" in notes
     assert {f"median x{spread.median:.2f}", "p10", "p90"} <= set(notes)

@@ -856,7 +856,11 @@ def order_figure(o, scale: float = 1.0):
 
     from drawing.palette import layout
 
-    fig = go.Figure(go.Histogram(x=list(o.ratios), xbins=dict(size=0.1), marker_color="#9e9e9e",
+    width = 0.1  # bins whose edges fall just past the shipped order's ratio, so an order tied with it is drawn at
+    edge = o.shipped + 1e-9  # its line and only an order above it is drawn to its right (edges at 2.4 and 2.5 put
+    start = edge - width * (math.ceil((edge - min(o.ratios)) / width) + 1)  # 2.44's ties past its line)
+    fig = go.Figure(go.Histogram(x=list(o.ratios), xbins=dict(start=start, end=max(*o.ratios, edge) + width,
+                                                              size=width), marker_color="#9e9e9e",
                                  name=f"{o.orders} random orders",
                                  hovertemplate="x%{x}: %{y} orders<extra></extra>"))
     for x, label, dash in ((o.p10, "p10", "dot"), (o.median, f"median x{o.median:.2f}", "dash"), (o.p90, "p90", "dot")):
