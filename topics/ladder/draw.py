@@ -102,7 +102,9 @@ def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: in
     1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
     layout(fig, title, height=height, scale=scale)
     fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder, path), font=dict(size=12 * scale))),
-                      margin=dict(t=int(172 * scale)), legend=dict(y=1.0, traceorder="normal"))
+                      margin=dict(t=int(172 * scale)),  # the legend on the plot's top edge, under the note (a
+                      legend=dict(yref="paper", y=1.0, yanchor="bottom", traceorder="normal"))  # figure drawn
+    #                   with legend_under_title had hung it from the container's top: above the figure, unseen
     note = ladder_note(ladder)
     if note:  # a busy server said under the chart, with the spread that shows it
         note_box(fig, note, scale, chars=64)

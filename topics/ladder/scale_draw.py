@@ -41,18 +41,15 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
         return f"{bandwidth / 1e9:,.0f} GB/s"
 
     line = dict(color=ESTIMATE, width=3, dash="dash") if predicted else dict(color="#333", width=3)
-    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs], showlegend=two,
-                               name=f"from DRAM: {gb_s(roof.dram_bandwidth)}" if two else "roofline (DRAM)", line=line))
-    if two:  # two roofs named in the legend, under the title: on their lines, the cache's name (left of the DRAM
-        # one's) ran off a narrow plot's left edge (a phone's, half a projector's)
+    fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs],
+                               name=f"{'from DRAM' if two else 'the roof, memory'}: {gb_s(roof.dram_bandwidth)}",
+                               line=line))
+    if two:  # each roof named in the legend, under the title: on their lines, the cache's name (left of the DRAM
+        # one's) ran off a narrow plot's left edge (a phone's, half a projector's), and one roof's name on its line
+        # was crossed by the ridge's
         fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.cache_bandwidth) for x in xs],
                                  name=f"the cache's roof: {gb_s(roof.cache_bandwidth)}",
                                  line=dict(color="#333", width=2, dash="dash")))
-    else:  # one memory roof, named on itself: below-right of its line, left of where it meets the compute roof
-        x = roof.peak_flops / roof.dram_bandwidth / 6
-        fig.add_annotation(x=math.log10(x), y=math.log10(x * roof.dram_bandwidth), xanchor="left", yanchor="top",
-                           showarrow=False, text=f"memory: {gb_s(roof.dram_bandwidth)}",
-                           font=dict(size=12 * scale, color="#333"), bgcolor="rgba(255,255,255,0.8)")
     colours = {"prefill": PREFILL, "decode (cache)": DECODE, "decode (no cache)": RECOMPUTED}
     for kind, colour in colours.items():
         pts = [p for p in points if p.kind == kind]
@@ -67,6 +64,7 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
     # "ridge 19.4" was drawn at 10^19.4 FLOP/byte and stretched the axis until the roof filled a third of it
     fig.add_vline(x=roof.ridge, line_dash="dot")
     fig.add_annotation(x=math.log10(roof.ridge), y=math.log10(roof.peak_flops), yanchor="bottom", showarrow=False,
+                       xanchor="right", xshift=-4,  # left of its line, not crossed by it
                        text=f"ridge {roof.ridge:.1f} FLOP/byte", font=dict(size=13 * scale))
     # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector; the x axis spans the
     # points and the ridge, a decade either side, not the roof's whole line: eight decades turned a phone's ticks on end
