@@ -379,6 +379,8 @@ def split_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     for r in ladder.rungs:
         fig.add_annotation(x=r.label, y=100, yanchor="bottom", showarrow=False, text=f"{r.decode.median_ms:.1f} ms",
                            font=dict(size=13 * scale))
+    fig.update_traces(textangle=0, constraintext="none", insidetextanchor="middle", cliponaxis=False)  # a thin
+    #                 share's words level, whole and in its bar, not shrunk on end
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="parameters (each rung's step = 100 %)", type="category")
     fig.update_yaxes(title="% of one cached decode step", range=[0, 112], tickvals=[0, 25, 50, 75, 100])
