@@ -51,7 +51,9 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   .katex-display { font-size: 0.82em; }        /* a formula fits the width instead of running off it, its
                                                   subscripts still 11 px */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
-  .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage */
+  .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage, and says so above it */
+  .dl-picture::before { content: "⟷ swipe sideways: the picture is wider than the screen"; display: block;
+    position: sticky; left: 0; font-size: 0.75rem; color: #555; }
   .dl-text { display: none; }                  /* the stage's token strip already shows the text */
   [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
   button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */

@@ -22,7 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, RECOMPUTED, layout, show_piece
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, RECOMPUTED, layout, legend_under_title, show_piece
 from drawing.svg import FONT, INK, SOFT, W, text
 from physics.units import human_bytes
 from topics.budget.records import BF16_BYTES, SHORT_DTYPE
@@ -112,7 +112,8 @@ def legend_row(x: float, y: float) -> str:
 
 def divergence_fig(points, scale: float = 1.0) -> go.Figure:
     """Agreement (left) and mean KL (right) against the budget, one line per policy; points: SweepPoint records."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.17)  # each panel named by its y axis
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.2)  # each panel named by its y axis, the right one's
+    #                                                                 clear of the left panel on a phone
     for policy in dict.fromkeys(p.policy for p in points):
         mine = sorted((p for p in points if p.policy == policy), key=lambda p: p.budget)
         style = dict(color=POLICY_COLOURS.get(policy, GREY), dash=QUANTIZED_DASH.get(policy, "dash"))
@@ -124,10 +125,12 @@ def divergence_fig(points, scale: float = 1.0) -> go.Figure:
     fig.update_xaxes(title="budget (positions)", type="log", dtick=0.30103, tickformat="d")  # ticks at powers of 2
     fig.update_yaxes(title="top-1 agreement, %", ticksuffix="", row=1, col=1)
     fig.update_yaxes(title="mean KL(full ‖ policy), nats", row=1, col=2)
-    layout(fig, "Damage against the budget: quantized solid, evicting dashed", height=360, scale=scale)
-    # the legend under the title, so the lines are named on the first screen
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=12 * scale)),
+    # a title whole on a phone (its legend draws each policy's line: quantized solid, evicting dashed or dotted),
+    # the legend hung under it, so the lines are named on the first screen and a phone's rows grow down, not over it
+    layout(fig, "Damage against the budget", height=380, scale=scale)
+    fig.update_layout(legend=dict(orientation="h", x=0, font=dict(size=12 * scale)),
                       title=dict(font=dict(size=15 * scale)), margin=dict(t=int(84 * scale), b=int(36 * scale)))
+    legend_under_title(fig, scale)
     return fig
 
 

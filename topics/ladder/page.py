@@ -102,7 +102,7 @@ def show(beside_curve=None) -> None:
         m[3].metric(f"if it were MHA ({arch.heads} K/V heads)", human_bytes(saved),
                     delta=f"{arch.attention} saves ×{saved / total:.1f}" if arch.attention != "MHA" else "it is MHA",
                     delta_color="off")
-        st.code(kvcalc.formula(arch, tokens, batch, elem), language=None)
+        st.code(kvcalc.formula(arch, tokens, batch, elem), language=None, wrap_lines=True)  # whole on a phone
         if arch.sliding_layers:
             st.info(plain(f"{arch.name}: {arch.layer_pattern()}. A sliding layer keeps only its window (minus the one "
                           "new position each step adds), so past the window only the full layers grow."))

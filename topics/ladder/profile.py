@@ -142,12 +142,12 @@ def breakdown_frame(b: Breakdown):
     """`decode_breakdown`'s numbers as the table a page shows: each part of one decode step, in ms."""
     import pandas as pd
 
-    return pd.DataFrame([
-        {"part": "memory lower bound: bytes moved / measured bandwidth (estimate)", "ms": round(b.memory_bound_ms, 3)},
-        {"part": "the step's matmuls alone, every weight matrix once (measured)", "ms": round(b.matmul_ms, 3)},
-        {"part": f"the rest: {b.ops} aten ops of attention, norms, RoPE, cache writes, and the Python around them",
-         "ms": round(b.rest_ms, 3)},
-        {"part": f"the whole step (median of {b.runs})", "ms": round(b.wall_ms, 3)},
+    return pd.DataFrame([  # the number first: a part's long words pushed it past a phone's edge
+        {"ms": round(b.memory_bound_ms, 3), "part": "memory lower bound: bytes moved / measured bandwidth (estimate)"},
+        {"ms": round(b.matmul_ms, 3), "part": "the step's matmuls alone, every weight matrix once (measured)"},
+        {"ms": round(b.rest_ms, 3),
+         "part": f"the rest: {b.ops} aten ops of attention, norms, RoPE, cache writes, and the Python around them"},
+        {"ms": round(b.wall_ms, 3), "part": f"the whole step (median of {b.runs})"},
     ])
 
 

@@ -44,9 +44,10 @@ def compare_frame(names: list[str], tokens: int, elem_bytes: float = 2.0) -> pd.
     rows = []
     for name in names:
         a = from_table(name)
-        rows.append({"model": name, "attention": f"{a.attention} ({a.heads} query / {a.kv_heads} KV heads)"
-                     + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else ""),
-                     "KV per token (fp16, estimate)": human_bytes(a.kv_bytes_per_token(elem_bytes)),
+        rows.append({"model": name,  # the sizes first: on a phone the columns past its width scroll out of view
                      f"KV for {tokens:,} tokens": human_bytes(a.kv_bytes(tokens, 1, elem_bytes)),
-                     f"same model as MHA, {tokens:,} tokens": human_bytes(a.as_mha().kv_bytes(tokens, 1, elem_bytes))})
+                     "KV per token (fp16, estimate)": human_bytes(a.kv_bytes_per_token(elem_bytes)),
+                     f"same model as MHA, {tokens:,} tokens": human_bytes(a.as_mha().kv_bytes(tokens, 1, elem_bytes)),
+                     "attention": f"{a.attention} ({a.heads} query / {a.kv_heads} KV heads)"
+                     + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else "")})
     return pd.DataFrame(rows)

@@ -430,11 +430,11 @@ def latency_frame(run):
     rows = []
     for r in run.requests:
         lat = run.latency(r)
-        rows.append({"request": r.id, "arrives": r.arrive, "prompt tokens": r.prompt_len,
-                     "first token (step)": r.first_token_step,
-                     "TTFT (steps)": lat.ttft_steps,
+        rows.append({"request": r.id, "arrives": r.arrive,  # the latencies early: on a phone the columns past
+                     "TTFT (steps)": lat.ttft_steps,  # its width scroll out of view
                      "TTFT ms": None if lat.ttft_ms is None else round(lat.ttft_ms, 1),
                      "TPOT ms": None if lat.tpot_ms is None else round(lat.tpot_ms, 2),
+                     "first token (step)": r.first_token_step, "prompt tokens": r.prompt_len,
                      "new tokens": len(r.generated_ids), "preempted": r.preemptions,
                      "prefix hits": r.prefix_hit_tokens, "status": r.status})
     return pd.DataFrame(rows, dtype=object).fillna("–")  # a number not there yet said as "–", never "None"

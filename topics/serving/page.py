@@ -256,7 +256,9 @@ def show() -> None:
     c = st.container(horizontal=True, vertical_alignment="bottom")
     rounds = c.number_input("rounds", 1, 5, 1, key="serve_tp_rounds", persist_state="session", width=100,
                             help="Rounds of every way, alternated, after a warm-up: medians of more rounds move less")
-    if c.button("Throughput: continuous batching vs static vs one at a time vs generate_batch", key="serve_tp"):
+    if c.button("Throughput, four ways", key="serve_tp",  # a short label: the long one was cut on a phone
+                help="The same prompts served by continuous batching, a static batch, one request at a time, and "
+                     "transformers' generate_batch; tokens a second, side by side"):
         with st.spinner(f"Serving the same prompts four ways, one length for all and then mixed lengths ({rounds} "
                         f"round{'s' if rounds != 1 else ''} each, after a warm-up)…"):
             prompts = [r.prompt for r in (requests or [])][:8] or measure.PROMPTS
