@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 PREFILL = "#1f77b4"
@@ -56,6 +58,15 @@ def legend_under_title(fig: go.Figure, scale: float = 1.0) -> go.Figure:
     height = fig.layout.height
     fig.update_layout(legend=dict(yref="container", yanchor="top", y=1 - (0.02 * height + 28 * scale) / height))
     return fig
+
+
+def log_ticks(lo: float, hi: float, steps=(1, 2, 5)) -> tuple[list[float], list[str]]:
+    """Tick values 1-2-5 × 10^k between lo and hi, with plain labels ('0.2', '50', '1,000'): a log axis's own
+    labels read '5, 2, 100, 5' on a projector."""
+    vals = []
+    for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        vals += [m * 10.0**k for m in steps if lo <= m * 10.0**k <= hi]
+    return vals, [f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in vals]
 
 
 def step_axis(fig: go.Figure, steps: list[int], title: str = "step (0 = prefill)", **kw) -> None:

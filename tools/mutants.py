@@ -421,6 +421,36 @@ def batch_knee_one_intensity() -> None:
     physics.batched.weights_knee = topics.ladder.curve.weights_knee = one_intensity
 
 
+def ratio_against_the_outlier() -> None:
+    """n rows read against the one-row pass even where that pass is an outlier (slower than more rows): the CPU
+    caption's 8-token prefill read ×1.16 the 1-token one, for a pass it then named an outlier."""
+    from topics.ladder.curve import Curve
+
+    def base(self, kind, rows):
+        p = self.at(kind, rows)
+        same = [q for q in self.of(kind) if p is not None and self.kernel(q) == self.kernel(p) and q.rows < rows]
+        return same[0] if same else None
+
+    Curve.base = base
+
+
+def readmission_hits_unrowed() -> None:
+    """A request back from a preemption finds its own blocks cached, and only the status line counts it: its row's
+    prefix hits say 0 where the line said 32 (scenario 4)."""
+    from engine.generate.serving.scheduler import Scheduler
+
+    admit = Scheduler._admit_waiting
+
+    def _admit_waiting(self, plan, budget):
+        back = {r.id: r.prefix_hit_tokens for r in self.waiting if r.preemptions}
+        admit(self, plan, budget)
+        for r in self.running:
+            if r.id in back and r.id in plan.prefix_hits:
+                r.prefix_hit_tokens = back[r.id]
+
+    Scheduler._admit_waiting = _admit_waiting
+
+
 def short_probe_trusted() -> None:
     """A round's quick probe kept as the ceiling though a pass ran faster than it: the big prefills read as
     beating their compute bound (×0.94)."""
@@ -891,6 +921,10 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_curve.py::test_a_batchs_knee_adds_every_sequences_kv_read_and_is_its_own",
         "tests/test_curve.py::test_the_h200_batch_knee_is_predicted_from_the_published_shape_and_measured_near_it",
         "tests/test_serving_page.py::test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labelled_so"]),
+    "ratio-against-the-outlier": (ratio_against_the_outlier, [
+        "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned"]),
+    "readmission-hits-unrowed": (readmission_hits_unrowed, [
+        "tests/test_serving_page.py::test_the_status_lines_skipped_tokens_are_the_requests_prefix_hits_added_up"]),
     "short-probe-trusted": (short_probe_trusted, [
         "tests/test_curve.py::test_gpu_check_on_the_shipped_h200_recording_says_each_figure_and_which_hold"]),
     "deadline-ignored": (deadline_ignored, [

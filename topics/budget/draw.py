@@ -177,7 +177,8 @@ def sink_fig(rows, model: str, scale: float = 1.0) -> go.Figure:
                    mode="markers", marker=dict(symbol="line-ew-open", size=34, color=ESTIMATE, line=dict(width=3))),
     ])
     fig.update_yaxes(title="attention weight on position 0", rangemode="tozero")
-    return layout(fig, f"The attention sink, measured on {model}", height=320, scale=scale)
+    # a title short enough to be whole on a phone, its legend growing down from under it
+    return legend_under_title(layout(fig, f"Attention sink, measured: {model}", height=320, scale=scale), scale)
 
 
 def sink_words(rows) -> str:

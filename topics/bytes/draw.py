@@ -12,9 +12,8 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title, log_ticks
 from topics.bytes.records import FASTER, STORAGES, Record
-from topics.ladder.draw import log_ticks
 
 PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
 TEXT_AT = {"bf16": "middle left", "fp16": "middle right", "bf16 model": "bottom center"}  # same bytes: apart

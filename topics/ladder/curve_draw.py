@@ -17,11 +17,10 @@ import math
 import plotly.graph_objects as go
 
 from drawing.latency import note_box
-from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, log_ticks
 from physics.roofline import DeviceRoof, percent, short_name, verdict
 from topics.ladder.curve import DECODE as DECODE_KIND
 from topics.ladder.curve import Curve
-from topics.ladder.draw import log_ticks
 from topics.ladder.notes import curve_note
 
 NAMES = {"prefill": "prefill of n tokens", "batch": "decode step for n sequences"}

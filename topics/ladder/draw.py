@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from drawing.latency import note_box
-from drawing.palette import DECODE, GREY, PREFILL, layout
+from drawing.palette import DECODE, GREY, PREFILL, layout, log_ticks
 from physics import roofline
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.notes import ladder_note
@@ -40,14 +40,6 @@ class RungPoint:
 
 
 # ---------------------------------------------------------------- axes and notes
-
-def log_ticks(lo: float, hi: float, steps=(1, 2, 5)) -> tuple[list[float], list[str]]:
-    """Tick values 1-2-5 × 10^k between lo and hi, with plain labels ('0.2', '50', '1,000')."""
-    vals = []
-    for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
-        vals += [m * 10.0**k for m in steps if lo <= m * 10.0**k <= hi]
-    return vals, [f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in vals]
-
 
 def rate_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     """Powers of ten of FLOP/s, labelled '100 G', '1 T'."""
