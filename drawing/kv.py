@@ -44,6 +44,10 @@ def kv_growth_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
             fig.add_trace(go.Scatter(x=steps, y=list(series), mode="lines", name=name,
                                      line=dict(width=2, color=LAYER_GREYS[i % len(LAYER_GREYS)],
                                                dash=LAYER_DASHES[i % len(LAYER_DASHES)])))
+    for colour, name in ((PREFILL, "a step's marker: prefill wrote its positions"),
+                         (DECODE, "a step's marker: a decode step wrote one")):  # the markers' colours, named
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(size=9 * scale, color=colour)))
     step_axis(fig, steps)
     fig.update_yaxes(title="KV cache bytes (measured)", rangemode="tozero")
     return layout(fig, "KV cache size after each step", scale=scale)

@@ -131,10 +131,12 @@ def test_the_kv_growth_chart_uses_only_the_palettes_meanings_and_greys(bundled_l
     s = Stepper(bundled_lm, "Once upon a time", max_new_tokens=4)
     s.run()
     fig = kv_growth_figure(s.records)
-    total, *layers = fig.data
+    total, *layers = [tr for tr in fig.data if tr.x[0] is not None]  # the drawn lines (the rest are legend keys)
     assert list(total.marker.color) == [PREFILL] + [DECODE] * (len(s.records) - 1)  # who wrote that step's positions
     assert all(tr.line.color in LAYER_GREYS for tr in layers)
     assert [tr.name for tr in layers] == [f"each layer (all {len(s.records[-1].layers)} the same)"]  # not 4 lines on one
+    keys = {tr.marker.color: tr.name for tr in fig.data if tr.x[0] is None}  # and the markers' colours are named
+    assert "prefill" in keys[PREFILL] and "decode" in keys[DECODE]
 
 
 def test_a_charts_text_is_dark_and_its_toolbar_keeps_two_buttons():
