@@ -384,7 +384,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
             out.append(_t(x0 + (k - k0) * cw + cw / 2, y + 13, str(k), 11, "middle", SOFT, family=MONO))
         y += 20 if band.stop == n else 30  # a gap before the next band
     key = [(f'fill="{PREFILL}"', "prefill chunk", None), (f'fill="{DECODE}"', "decode", None),
-           (f'fill="{RECOMPUTED}"', "recompute", None), (f'fill="{MASKED}"', "waiting", None),
+           ('fill="url(#recomputed-s)"', "recompute", None), (f'fill="{MASKED}"', "waiting", None),
            (f'fill="#fff" stroke="{DECODE}" stroke-dasharray="3 2"', "sat out a step", None),
            (f'fill="#fff" stroke="{RECOMPUTED}"', "preempted (waits to be recomputed)", None)]
     if slots or any(r.phase == "padding" for s in steps[:n] for r in s.rows):
