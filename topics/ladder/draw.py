@@ -260,7 +260,10 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     for tr in (t for t in fig.data if t.mode == "markers"):  # each kind's points, in rung order (not the roofs)
         tr.mode = "lines+markers+text"
         tr.line = dict(color=tr.marker.color, width=2)
-        tr.textposition = "top center"  # above its point, drawn past the plot's edge if it must: never cut
+        # the smallest rung named under its point, the largest above: the line joining them leaves both words clear
+        # (each above its point, the smallest's was struck through by the line rising from it); past the plot's
+        # edge if it must: never cut
+        tr.textposition = ["bottom center" if i == 0 else "top center" for i in range(len(tr.x))]
         tr.cliponaxis = False
         tr.textfont = dict(size=13 * scale, color=tr.marker.color)
         tr.hovertext = tr.text

@@ -76,7 +76,8 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
         return legend_under_title(layout(fig, f"Predicted: {roof.name.split(' (')[0]}, {roof.dtype}", height=460,
                                          scale=scale), scale)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
-    fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="achieved FLOP/s (estimate ÷ measured)")
+    fig.update_yaxes(type="log", dtick=1, exponentformat="SI",  # two lines: whole beside a short plot
+                     title="achieved FLOP/s<br>(estimate ÷ measured)")
     return legend_under_title(layout(fig, f"Roofline: {roof.name}", height=460, scale=scale), scale)
 
 
