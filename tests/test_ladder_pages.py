@@ -150,3 +150,21 @@ def test_a_measurement_survives_clicks_on_the_pictures_and_its_result_is_shown(m
         STORE._kept.pop(key, None)
         if kept_before is not None:
             STORE._kept[key] = kept_before
+
+
+@pytest.mark.parametrize("name", ["ladder_cpu.json", "ladder_gpu.json"])
+def test_every_ladder_pictures_legend_is_drawn_inside_its_figure(name):
+    """The rungs' roofline named its red, orange and diamonds nowhere a person could see: its legend hung from the
+    container's top by its bottom edge, above the figure. A legend measured from the container hangs by its top
+    edge inside it; one measured from the plot sits on or in it."""
+    from engine.paths import ASSETS
+    from topics.ladder.record import Ladder
+
+    lad = Ladder.from_dict(json.loads((ASSETS / name).read_text(encoding="utf-8")))
+    for figure in (draw.roofline_figure, draw.per_token_figure, draw.split_figure):
+        legend = figure(lad).layout.legend
+        if legend.yref == "container":
+            assert legend.yanchor == "top" and 0 < legend.y <= 1, (figure.__name__, legend)
+        else:
+            assert legend.y is None or legend.y <= 1.05, (figure.__name__, legend)
+        assert sum(1 for t in figure(lad).data if t.showlegend is not False and t.name) >= 2, figure.__name__
