@@ -37,7 +37,7 @@ def show(course: Course) -> None:
     top = t.top[0]
     kept = sum(1 for c_ in t.top if c_.p_after > 0)
     before, after = f"{top.p_before:.1%}", f"{top.p_after:.1%}"
-    off = temperature == 1.0 and top_k == 0 and top_p == 1.0 and rep == 1.0
+    off = not sampling.processors()  # the engine's own list of what these settings apply: none
     moved = (f"The warpers move the top token {show_piece(top.token)} from {before} to {after}" if before != after
              else f"The warpers leave the top token {show_piece(top.token)} at {before}"
              + (" (all four are off: temperature 1, no top-k, top-p 1, no penalty; move one)" if off else ""))

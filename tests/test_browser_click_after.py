@@ -164,3 +164,31 @@ def test_the_budget_pages_policy_is_kept_after_a_reload_of_its_link(server, brow
     assert shown == "window" or "window" in chosen.evaluate("e => e.closest('[data-testid=stSelectbox]').innerText"), shown
     assert pg.locator("[data-testid='stException']").count() == 0
     pg.close()
+
+
+def _checked(pg, key: str) -> list[str]:
+    """The labels of the checked options of the radio with this widget key."""
+    return pg.locator(f".st-key-{key}").evaluate(
+        "e => [...e.querySelectorAll('input[type=radio]')].filter(i => i.checked).map(i => i.closest('label').innerText)")
+
+
+def test_a_lessons_choice_is_kept_after_next_and_previous_in_a_browser(server, browser):
+    """Lesson 11's cache picked heavy-avg, then Next and Previous showed fp8 again; lesson 12's prediction was
+    cleared the same way. Each pick, then the click after it (Next, Previous, Next), in a real browser."""
+    pg = open_page(browser, server + "/lessons?lesson=11&presenter=on", *PRESENTER)
+    idle(pg)
+    pg.locator(".st-key-lesson11_policy").get_by_text("heavy-avg", exact=True).click()
+    idle(pg)
+    assert _checked(pg, "lesson11_policy") == ["heavy-avg"]
+    pg.get_by_role("button", name=re.compile("Next")).first.click()
+    idle(pg)
+    pg.locator(".st-key-lesson12_guess").get_by_text("both faster", exact=True).click()
+    idle(pg)
+    expect(pg.get_by_text("You predicted: both faster")).to_be_visible()
+    pg.get_by_role("button", name=re.compile("Previous")).first.click()
+    idle(pg)
+    assert "lesson=11" in pg.url and _checked(pg, "lesson11_policy") == ["heavy-avg"]
+    pg.get_by_role("button", name=re.compile("Next")).first.click()
+    idle(pg)
+    assert "lesson=12" in pg.url and _checked(pg, "lesson12_guess") == ["both faster"]
+    expect(pg.get_by_text("You predicted: both faster")).to_be_visible()

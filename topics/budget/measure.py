@@ -236,21 +236,23 @@ def ranking(rows, policies=CAPPED, budget: int | None = None) -> list[str]:
 
     rows: PolicyRows (the CLI's table) or SweepPoints (the page's charts, at `budget`): one ordering rule for both.
     """
-    return [r.policy for r in _ranked(rows, policies, budget)]
+    return [policy for policy, _ in _ranked(rows, policies, budget)]
 
 
-def _ranked(rows, policies, budget):
-    chosen = [r for r in rows if r.policy in policies and (budget is None or r.budget == budget)]
-    return sorted(chosen, key=lambda r: (-getattr(r, "forced", r).agreement, getattr(r, "forced", r).kl_mean))
+def _ranked(rows, policies, budget) -> list[tuple[str, object]]:
+    """(policy, its teacher-forced scores) from the most agreement to the least (ties: the lower KL first)."""
+    chosen = [(r.policy, getattr(r, "forced", r)) for r in rows
+              if r.policy in policies and (budget is None or r.budget == budget)]
+    return sorted(chosen, key=lambda c: (-c[1].agreement, c[1].kl_mean))
 
 
 def ranking_words(rows, policies=CAPPED, budget: int | None = None) -> str:
     """`ranking` in words: "a > b = c", '=' where two neighbours' agreement is the same at the 0.1 % every table shows
     (their order then the lower KL's, which no one reads as "more agreement")."""
     ranked = _ranked(rows, policies, budget)
-    shown = [f"{getattr(r, 'forced', r).agreement:.1%}" for r in ranked]
-    return "".join(r.policy + ("" if i == len(ranked) - 1 else " = " if shown[i] == shown[i + 1] else " > ")
-                   for i, r in enumerate(ranked))
+    shown = [f"{score.agreement:.1%}" for _, score in ranked]
+    return "".join(policy + ("" if i == len(ranked) - 1 else " = " if shown[i] == shown[i + 1] else " > ")
+                   for i, (policy, _) in enumerate(ranked))
 
 
 # ---------------------------------------------------------------- the attention sink
