@@ -9,10 +9,14 @@ alternated; each form's median read rate (its stored bytes over its time) and it
 same round. The forms (topics/bytes/storage.py):
 
     reference     the bf16 model's matrices (a GPU) or fp32's (a CPU), as the lean pass multiplies them
-    int8          the pass's own: one row the streamed product, widened as it is read
+    int8          the pass's own: on a GPU the Triton kernel (topics/bytes/gpu_kernels.py), on a CPU the streamed
+                  product, widened as it is read
+    int8 streamed (a GPU) the streamed product as inductor compiles it, the pass's own before the Triton kernel
     int8 gpt-fast `F.linear(x, q.to(x.dtype)) * scales`, the form inductor rewrites to `_weight_int8pack_mm`
-    int8 tuned    (a GPU) the pass's own, compiled with coordinate-descent tuning (gpt-fast's setting)
-    int4          torch's int4 kernel over the packed weights
+    int4          the pass's own: on a GPU the Triton kernel, on a CPU torch's int4 kernel
+    int4 tinygemm (a GPU) torch's int4 kernel (`_weight_int4pack_mm`), the pass's own before the Triton kernel
+
+On a GPU it prints the block sizes Triton's autotuner picked for each shape.
 
 docs/measurements.md has the runs.
 """
@@ -29,6 +33,7 @@ import torch.nn.functional as F
 from engine import torch_internals
 from engine.forward.lean import compile_settings
 from engine.timing import timed
+from topics.bytes import gpu_kernels
 from topics.bytes import storage as st
 
 
@@ -41,7 +46,7 @@ class Stack(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         if self.form == "int8 gpt-fast":
-            return [F.linear(x, m.q.to(x.dtype)) * m.scale for m in self.mats]
+            return [F.linear(x, m.q.to(x.dtype)) * m.scale for m in self.mats]  # m.triton or not: not called
         return [m(x) for m in self.mats]
 
 
@@ -74,14 +79,14 @@ def forms(device: torch.device, matrices: int, out: int, inn: int, gen) -> list[
     if not cuda:
         made.append(("bf16", Stack([st.narrow(w, "bf16") for w in ws], "own"), base))
     made.append(("int8", Stack([st.narrow(w, "int8") for w in ws], "own"), base))
-    made.append(("int8 gpt-fast", Stack([st.narrow(w, "int8") for w in ws], "int8 gpt-fast"), base))
     if cuda:
-        made.append(("int8 tuned", Stack([st.narrow(w, "int8") for w in ws], "own"),
-                     {**base, "coordinate_descent_tuning": True}))
-    try:
-        made.append(("int4", Stack([st.narrow(w, "int4") for w in ws], "own"), base))
-    except (RuntimeError, NotImplementedError) as e:
-        print(f"int4: not measured here ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        made.append(("int8 streamed", Stack([st.narrow(w, "int8", triton=False) for w in ws], "own"), base))
+    made.append(("int8 gpt-fast", Stack([st.narrow(w, "int8") for w in ws], "int8 gpt-fast"), base))
+    for name, triton in (("int4", None), ("int4 tinygemm", False)) if cuda else (("int4", None),):
+        try:
+            made.append((name, Stack([st.narrow(w, "int4", triton=triton) for w in ws], "own"), base))
+        except (RuntimeError, NotImplementedError) as e:
+            print(f"{name}: not measured here ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
     return [Form(name, stack, opts, sum(st.nbytes(m.w if isinstance(m, Plain) else m) for m in stack.mats))
             for name, stack, opts in made]
 
@@ -123,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for name, one in runs.items():
                 samples[name].append(timed(one, device, repeats=1, warmup=0).forward_ms)
+    if cuda:
+        print(gpu_kernels.tuned())
     ref = made[0]
     print(f"\n{len(ref.stack.mats)} matrices [{out} × {inn}], {args.rows} row(s), {args.rounds} rounds, {device}")
     print(f"{'form':14s} {'bytes':>10s} {'median ms':>10s} {'min–max':>13s} {'GB/s':>7s} {'× ' + ref.name:>12s}")

@@ -30,7 +30,13 @@ def pytest_configure(config):
 
     pytest-xdist's controller runs no test, so it does not import torch (or the engine) at all: the workers start
     ~2 s sooner. Every process that runs tests sets the thread count before it collects a test module, and turns the
-    garbage collector off until collection is done (pytest_collection_finish)."""
+    garbage collector off until collection is done (pytest_collection_finish).
+
+    Triton, where it is imported, runs in its interpreter (CPU tensors, numpy), except when the gpu tier is asked
+    for: tests/test_gpu_kernels.py checks the GPU's int8 and int4 kernels that way. It is set before anything
+    imports Triton (inductor does, to compile), since the interpreter has to be on when its language is made."""
+    if "gpu" not in (config.option.markexpr or ""):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return
     import gc

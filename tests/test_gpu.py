@@ -93,3 +93,30 @@ def interleaved_passes_match_eager(lm, device: str, rows=(1, 4, 8), rounds: int 
 
 def test_the_curves_passes_timed_in_rounds_give_each_ns_own_logits_on_the_gpu(gpu_lm):
     interleaved_passes_match_eager(gpu_lm, "cuda")
+
+
+def test_the_narrow_kernels_give_their_storages_product_inside_a_cuda_graph(cuda):
+    """The int8 and int4 Triton kernels, compiled by Triton for this GPU and autotuned, called inside the lean
+    pass's compiled graph (CUDA graphs): at Llama-3-8B's MLP shape and an odd one, one row and several, each the
+    product of the matrix its storage keeps, worked out in float64."""
+    from topics.bytes import gpu_kernels, storage
+
+    assert gpu_kernels.why_not(torch.device("cuda")) is None
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for out, inn in ((14336, 4096), (1000, 384)):
+        w = torch.randn(out, inn, device="cuda", generator=gen).bfloat16()
+        for name in ("int8", "int4"):
+            module = storage.narrow(w, name)
+            assert module.triton, name
+            kept = storage.rounded(w, name).double()
+            fn = torch.compile(module, fullgraph=True, options={"triton.cudagraphs": True})
+            for rows in (1, 3):
+                x = torch.randn(1, rows, inn, device="cuda", generator=gen).bfloat16()
+                want = x.double() @ kept.T
+                with torch.no_grad():
+                    for _ in range(3):  # the warm-up, the recording, a replay
+                        torch.compiler.cudagraph_mark_step_begin()
+                        got = fn(x).clone()
+                err = ((got.double() - want).abs().max() / want.abs().max()).item()
+                assert err < 2e-2, (out, inn, name, rows, err)
+    torch.compiler.reset()

@@ -861,8 +861,36 @@ def int8_in_gpt_fasts_form() -> None:
     storage.NarrowWeight.forward = gpt_fast
 
 
+def int4_halves_swapped() -> None:
+    """The GPU's int4 packing with a group's two halves swapped (weight t high, t + GROUP/2 low), which its kernel
+    then reads as if they were not: every int4 product on a GPU multiplies the wrong half of x."""
+    import torch
+
+    from topics.bytes import gpu_kernels
+
+    def swapped(steps):
+        g = steps.to(torch.uint8).view(steps.shape[0], -1, 2, gpu_kernels.GROUP // 2)
+        return (g[:, :, 1] | g[:, :, 0] << 4).view(steps.shape[0], -1)
+
+    gpu_kernels.pack_int4 = swapped
+
+
+def int8_scale_dropped() -> None:
+    """The GPU's one-row int8 product without its rows' scales (the kernel handed ones)."""
+    import torch
+
+    from topics.bytes import gpu_kernels
+
+    own = gpu_kernels.int8_rows
+    gpu_kernels.int8_rows = lambda x, q, scale: own(x, q, torch.ones_like(scale))
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
+    "int4-halves-swapped": (int4_halves_swapped, [
+        "tests/test_gpu_kernels.py::test_int4_kernel_gives_the_stored_groups_times_x"]),
+    "int8-scale-dropped": (int8_scale_dropped, [
+        "tests/test_gpu_kernels.py::test_a_compiled_pass_calls_the_kernels_inside_its_graph"]),
     "newest-key-unlabelled": (newest_key_unlabelled, [
         "tests/test_figures.py::test_the_heatmap_labels_every_key_up_to_15_then_evenly_spaced_ones_and_always_the_newest"]),
     "tie-called-faster": (tie_called_faster, ["tests/test_sentences.py::test_a_tie_in_throughput_is_called_a_tie_not_x1_00_faster"]),

@@ -2,11 +2,12 @@
 
 The experiment changes the bytes and nothing else, so bf16, fp16, int8 and int4 are weight-only, as gpt-fast's and
 torchao's are: the matrices (q, k, v, o, the MLP's three, the output head) are stored narrow, and the arithmetic,
-the activations and the K/V cache stay fp32. A one-row product is the lean pass's streamed kernel
-(engine/forward/streamed.py) over the narrow matrix, each weight widened as it is read (on a CPU, and for int8 on a
-GPU); a product over several rows widens the matrix, applies int8's scales, and calls `F.linear`. int8
-stores each row rounded to 255 steps of its own scale (symmetric: the row's largest magnitude over 127, one fp32
-scale a row).
+the activations and the K/V cache stay fp32. On a CPU a one-row product is the lean pass's streamed kernel
+(engine/forward/streamed.py) over the narrow matrix, each weight widened as it is read; on a GPU, int8's and int4's
+are Triton kernels written for them (topics/bytes/gpu_kernels.py: what inductor and torch's int8 and int4 kernels
+made of them read far below bf16's rate). A product over several rows widens the matrix, applies int8's scales, and
+calls `F.linear` (int4 on a CPU: torch's int4 kernel). int8 stores each row rounded to 255 steps of its own scale
+(symmetric: the row's largest magnitude over 127, one fp32 scale a row).
 
 "bf16 model" is the other thing "bf16" means: the whole model cast (`model.to(torch.bfloat16)`, as loading it
 with `torch_dtype=torch.bfloat16` does), weights, activations, cache and arithmetic. Its prefill runs bf16
@@ -27,20 +28,22 @@ import torch.nn.functional as F
 
 from engine.forward import streamed
 from engine.forward.lean import LeanLlama
+from topics.bytes import gpu_kernels
 
 STORAGES = ("fp32", "bf16", "fp16", "int8", "int4", "bf16 model")  # on a CPU: fp32 the reference, fp32 math
 GPU_STORAGES = ("bf16 model", "int8", "int4")  # on a GPU: a bf16 model the reference, weight-only over it (bf16 math)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8, "int4": "int4",
           "bf16 model": torch.bfloat16}  # what a weight is stored as
-GROUP, INNER_K_TILES = 128, 8  # int4: weights per scale and zero point along a row (gpt-fast's), the kernel's tiling
+GROUP, INNER_K_TILES = gpu_kernels.GROUP, 8  # int4: weights per scale and zero point along a row (gpt-fast's), the kernel's tiling
 MATRICES = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")
 
 
 class NarrowWeight(torch.nn.Module):
     """A matrix [out, in] stored in fewer bytes, multiplied in its input's dtype (weight-only): `q` in bf16 or
-    fp16, or int8 rows with a `scale` each (w ≈ q * scale[:, None]). int4 is Int4Weight (`narrow` picks)."""
+    fp16, or int8 rows with a `scale` each (w ≈ q * scale[:, None]). int4 is Int4Weight (`narrow` picks).
+    `triton`: one row's int8 product is the Triton kernel (topics/bytes/gpu_kernels.py), as on a GPU."""
 
-    def __init__(self, w: torch.Tensor, dtype: torch.dtype):
+    def __init__(self, w: torch.Tensor, dtype: torch.dtype, triton: bool = False):
         super().__init__()
         w, model_dtype = w.detach().float(), w.dtype
         scale = None
@@ -49,13 +52,21 @@ class NarrowWeight(torch.nn.Module):
             w = torch.round(w / scale[:, None]).clamp(-127, 127)
         self.register_buffer("q", w.to(dtype))
         self.register_buffer("scale", None if scale is None else scale.to(model_dtype))  # the activations' dtype
+        self.triton = triton and scale is not None
+        # one row streamed on a CPU, and int8's on a GPU without Triton; bf16's or fp16's on a GPU: F.linear
+        self.streamed = not self.triton and (w.device.type == "cpu" or scale is not None)
+        rows = "the matrix widened" + (", its scales applied" if scale is not None else "") + ", then F.linear"
+        self.kernel = (("one row: a Triton kernel written for int8 (topics/bytes/gpu_kernels.py); several rows: "
+                        if self.triton else "one row: the streamed dot product, each weight widened as it is read; "
+                        "several rows: " if self.streamed else "") + rows)
 
     def dequantized(self) -> torch.Tensor:
         return self.q.float() * (1.0 if self.scale is None else self.scale.float()[:, None])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[:-1].numel() == 1 and (x.device.type == "cpu" or self.scale is not None):
-            # one row: streamed, each weight widened as it is read (int8 on a GPU too: see below)
+        if x.shape[:-1].numel() == 1 and self.triton:
+            return gpu_kernels.int8_rows(x.reshape(-1), self.q, self.scale).view(*x.shape[:-1], -1)
+        if x.shape[:-1].numel() == 1 and self.streamed:  # each weight widened as it is read
             y = streamed.rows_times(x, self.q)
             return y if self.scale is None else y * self.scale
         # several rows: the matrix widened, its scales applied before the product. gpt-fast's
@@ -67,22 +78,40 @@ class NarrowWeight(torch.nn.Module):
 
 class Int4Weight(torch.nn.Module):
     """int4 as gpt-fast stores it: each group of GROUP weights along a row in 16 steps from its least value
-    (w ≈ (q - 8) * scale + zero), two a byte in the layout torch's int4 kernel reads (`_weight_int4pack_mm`, tinygemm,
-    on a GPU; `_weight_int4pack_mm_for_cpu` on a CPU): its inputs rounded to bf16 for this product alone, the
-    kernel's one fast input dtype, the rest of the pass fp32. It holds the packed bytes and scales only."""
+    (w ≈ (q - 8) * scale + zero), two a byte. With `triton` (a GPU), packed for the Triton kernel
+    (gpu_kernels.pack_int4), which multiplies one row; several rows widen the matrix to x's dtype, then F.linear.
+    Else packed for torch's int4 kernel (`_weight_int4pack_mm_for_cpu` on a CPU, tinygemm's `_weight_int4pack_mm`
+    on a GPU): its inputs rounded to bf16 for this product alone, the kernel's one fast input dtype. It holds the
+    packed bytes and the scales and zeros only."""
 
-    def __init__(self, w: torch.Tensor):
+    def __init__(self, w: torch.Tensor, triton: bool = False):
         super().__init__()
         steps, scale = int4_groups(w)
-        if w.device.type == "cuda":  # two a byte, the even weight high (torchao's and gpt-fast's packing)
+        self.triton = triton
+        if triton:
+            q = gpu_kernels.pack_int4(steps)
+        elif w.device.type == "cuda":  # two a byte, the even weight high (torchao's and gpt-fast's packing)
             q = torch.ops.aten._convert_weight_to_int4pack(
                 (steps[:, ::2] << 4 | steps[:, 1::2]).to(torch.uint8).contiguous(), INNER_K_TILES)
         else:
             q = torch.ops.aten._convert_weight_to_int4pack_for_cpu(steps, INNER_K_TILES)
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
+        torchs = "_weight_int4pack_mm" + ("" if w.device.type == "cuda" else "_for_cpu")
+        self.kernel = ("one row: a Triton kernel written for int4 (topics/bytes/gpu_kernels.py); several rows: the "
+                       "matrix widened, then F.linear" if triton else f"torch's int4 kernel ({torchs}), bf16 inputs")
+
+    def widened(self, dtype: torch.dtype) -> torch.Tensor:
+        """The Triton packing's matrix [out, in] in `dtype`: (q - 8) * scale + zero, group by group."""
+        steps = gpu_kernels.unpack_int4(self.q).to(dtype).view(self.q.shape[0], -1, GROUP)
+        scale, zero = self.scale.to(dtype).transpose(0, 1).unbind(-1)  # [out, in / GROUP] each
+        return ((steps - 8) * scale[..., None] + zero[..., None]).view(self.q.shape[0], -1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.triton and x.shape[:-1].numel() == 1:
+            return gpu_kernels.int4_rows(x.reshape(-1), self.q, self.scale).view(*x.shape[:-1], -1)
+        if self.triton:
+            return F.linear(x, self.widened(x.dtype))
         mm = (torch.ops.aten._weight_int4pack_mm if x.device.type == "cuda"
               else torch.ops.aten._weight_int4pack_mm_for_cpu)
         y = mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), self.q, GROUP, self.scale)
@@ -108,9 +137,12 @@ def rounded(w: torch.Tensor, storage: str) -> torch.Tensor:
     return (groups * scale[..., None] + zero[..., None]).view(steps.shape)
 
 
-def narrow(w: torch.Tensor, storage: str) -> torch.nn.Module:
-    """`w` stored as the storage says: an Int4Weight for int4, else a NarrowWeight."""
-    return Int4Weight(w) if storage == "int4" else NarrowWeight(w, DTYPES[storage])
+def narrow(w: torch.Tensor, storage: str, triton: bool | None = None) -> torch.nn.Module:
+    """`w` stored as the storage says: an Int4Weight for int4, else a NarrowWeight. `triton` (by default: on a GPU
+    where Triton runs) multiplies one row by int8 or int4 with the kernels written for them (gpu_kernels.py)."""
+    if triton is None:
+        triton = gpu_kernels.why_not(w.device) is None
+    return Int4Weight(w, triton) if storage == "int4" else NarrowWeight(w, DTYPES[storage], triton)
 
 
 class WeightOnly(LeanLlama):
@@ -123,13 +155,7 @@ class WeightOnly(LeanLlama):
         head = self.lm_head
         del self.lm_head  # a Parameter's name: freed for the module
         self.lm_head = narrow(head, storage)
-        cpu = self.embed.device.type == "cpu"
-        self.kernel = (f"weight-only {storage}, {arithmetic(self)} arithmetic: " + (
-            f"torch's int4 kernel ({'_weight_int4pack_mm_for_cpu' if cpu else '_weight_int4pack_mm'}), bf16 inputs"
-            if storage == "int4" else
-            ("one row the streamed dot product, each weight widened as it is read; several rows "
-             if cpu or storage == "int8" else "") + "the matrix widened" + (", its scales applied" if storage == "int8"
-                                                                          else "") + ", then F.linear"))
+        self.kernel = f"weight-only {storage}, {arithmetic(self)} arithmetic: {self.lm_head.kernel}"
 
     def linear(self, x: torch.Tensor, w: NarrowWeight) -> torch.Tensor:
         return w(x)

@@ -1,0 +1,105 @@
+"""The GPU's int8 and int4 products (topics/bytes/gpu_kernels.py), run here in Triton's interpreter: each gives the
+product of the matrix its storage keeps, worked out in float64 from the stored bytes, at shapes no block size
+divides; a compiled pass calls them inside its graph; and a lean pass decoding over them picks fp32's next token."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from engine.forward.lean import LeanLlama
+from engine.load.load import load_model
+from topics.bytes import gpu_kernels, storage
+
+SHAPES = ((96, 256), (37, 384), (5, 1024), (1000, 128))  # rows not a multiple of any block, groups 1 … 8
+
+
+@pytest.fixture
+def interpreter():
+    """Triton's interpreter (CPU tensors), which tests/conftest.py turns on before Triton is first imported."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    assert os.environ.get("TRITON_INTERPRET") == "1" and isinstance(tl.zeros, InterpretedFunction), \
+        "Triton was imported before its interpreter was asked for (tests/conftest.py, pytest_configure)"
+    gpu_kernels._kernels.cache_clear()
+    yield
+    gpu_kernels._kernels.cache_clear()
+
+
+def relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.double() - want).abs().max() / want.abs().max()).item()
+
+
+@pytest.mark.parametrize("n, k", SHAPES)
+def test_int8_kernel_gives_the_stored_rows_times_x(interpreter, n, k):
+    """y[n] = scale[n] · Σ q[n, k] x[k], against the int8 bytes and scales multiplied out in float64."""
+    gen = torch.Generator().manual_seed(n + k)
+    w = torch.randn(n, k, generator=gen).bfloat16()
+    x = torch.randn(k, generator=gen).bfloat16()
+    held = storage.NarrowWeight(w, torch.int8)
+    want = (held.q.double() * held.scale.double()[:, None]) @ x.double()
+    got = gpu_kernels.int8_rows(x, held.q, held.scale)
+    assert got.shape == (n,) and got.dtype == torch.bfloat16
+    assert relative(got, want) < 8e-3  # bf16's own rounding of y (8 bits of mantissa)
+
+
+@pytest.mark.parametrize("n, k", SHAPES)
+def test_int4_kernel_gives_the_stored_groups_times_x(interpreter, n, k):
+    """Each weight read back from its byte's half ((byte >> 4 or byte & 15) − 8) · scale + zero, in float64."""
+    gen = torch.Generator().manual_seed(n * k)
+    w = torch.randn(n, k, generator=gen)
+    x = torch.randn(k, generator=gen).bfloat16()
+    steps, scale_zero = storage.int4_groups(w)
+    packed = gpu_kernels.pack_int4(steps)
+    assert packed.shape == (n, k // 2) and packed.dtype == torch.uint8
+    half = gpu_kernels.GROUP // 2
+    b = packed.view(n, -1, half).long()  # bytes, a group's half-row each
+    q = torch.cat((b & 15, b >> 4), -1).view(n, k)  # byte t: weight t low, weight t + GROUP/2 high
+    assert torch.equal(q, steps.long()) and torch.equal(gpu_kernels.unpack_int4(packed).long(), q)
+    s, z = scale_zero.double().transpose(0, 1).unbind(-1)  # [n, groups]
+    kept = ((q.double() - 8).view(n, -1, gpu_kernels.GROUP) * s[..., None] + z[..., None]).view(n, k)
+    assert relative(kept.float(), w.double()) < 0.2  # 16 steps a group: the storage's rounding, not a kernel's
+    got = gpu_kernels.int4_rows(x, packed, scale_zero)
+    assert relative(got, kept @ x.double()) < 8e-3
+
+
+def test_a_compiled_pass_calls_the_kernels_inside_its_graph(interpreter):
+    """One row through the kernel, several rows through the widened matrix, compiled whole (fullgraph), each the
+    product of what its storage keeps."""
+    w = torch.randn(80, 256, generator=torch.Generator().manual_seed(1)).bfloat16()
+    for name in ("int8", "int4"):
+        module = storage.narrow(w, name, triton=True)
+        assert module.triton and "Triton" in module.kernel, name
+        kept = storage.rounded(w, name).double()
+        for rows in (1, 3):
+            x = torch.randn(1, rows, 256, generator=torch.Generator().manual_seed(rows)).bfloat16()
+            torch._dynamo.reset()
+            with torch.no_grad():
+                got = torch.compile(module, fullgraph=True)(x)
+            assert got.shape == (1, rows, 80) and got.dtype == torch.bfloat16, (name, rows)
+            assert relative(got, x.double() @ kept.T) < 2e-2, (name, rows)
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # the interpreter runs every program of every product in numpy: ~30 s
+def test_a_lean_pass_over_the_kernels_decodes_fp32s_next_token(interpreter, monkeypatch):
+    """The int8 and int4 lean passes as a GPU builds them (the kernels for one row), prefill then a decode step on
+    the bundled model: within their storage's rounding of fp32's logits, the same top token."""
+    lm = load_model("tinystories-llama", device="cpu", dtype="float32", warmup=False)
+    ids = lm.tokenizer("Once upon a time, there was a little", return_tensors="pt")["input_ids"]
+    n = ids.shape[1]
+    monkeypatch.setattr(gpu_kernels, "why_not", lambda device: None)  # build as on a GPU
+    with torch.no_grad():
+        fp32 = LeanLlama(lm.model, 1, n + 1)
+        fp32(ids[:, :-1], torch.arange(n - 1))
+        want = fp32(ids[:, -1:], torch.tensor([n - 1])).float()
+        for name, tol in (("int8", 0.15), ("int4", 0.5)):
+            lean = storage.lean_pass(lm.model, name, n + 1)
+            assert "Triton" in lean.kernel and all(m.triton for m in lean.w1), name
+            lean(ids[:, :-1], torch.arange(n - 1))  # several rows: the widened matrices
+            got = lean(ids[:, -1:], torch.tensor([n - 1])).float()  # one row: the kernels
+            assert relative(got, want.double()) < tol, name
+            assert got.argmax(-1).item() == want.argmax(-1).item(), name

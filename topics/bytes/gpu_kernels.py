@@ -1,0 +1,154 @@
+"""A decode step's product over narrow weights on a GPU, written in Triton: one row times int8 or int4 matrices.
+
+A decode step multiplies one row by every matrix, so halving the weights' bytes should halve its time, if the
+product reads the narrow weights as fast as cuBLAS reads bf16's. On an H200 nothing we had did
+(docs/measurements.md): inductor's compiled int8 product read 0.86 TB/s where bf16 read 1.8, torch's own
+`_weight_int8pack_mm` 0.19, and torch's int4 kernel (tinygemm) 0.6. Engines write a kernel for it (gpt-fast's int4
+is tinygemm; vLLM's and llama.cpp's are their own). These two are the plainest form of one: each program takes a
+block of output rows, walks along them a tile at a time, widens each weight to fp32 as it is read, multiplies it by
+x and keeps the sums; int8's row scale, or int4's group scale and zero, applied to the sums, not to every weight.
+
+    int8_rows(x, q, scale)          y[n] = scale[n] · Σ_k q[n, k] · x[k]                (q int8 [N, K], a scale a row)
+    int4_rows(x, packed, scale)     y[n] = Σ_g scale[g, n] · Σ_k∈g (q[n, k] − 8) · x[k] + zero[g, n] · Σ_k∈g x[k]
+
+int4 packs two weights a byte within each group of GROUP: byte t of a group holds weight t (low four bits) and
+weight t + GROUP/2 (high), so a tile of bytes is two contiguous halves of x (`pack_int4`). The scales and zeros are
+the layout torch's int4 kernel takes ([K / GROUP, N, 2], bf16), so one quantization serves both.
+
+Each is a torch custom op, so a compiled pass calls it inside its graph, CUDA graphs included. Triton runs where
+torch's CUDA build ships it; on a CPU the same kernels run in Triton's interpreter (TRITON_INTERPRET=1), which is
+how the tests check their arithmetic without a GPU. On a GPU the block sizes are tuned by Triton's autotuner, once
+per shape, on the first call; in the interpreter a single block size runs (it has to be on before Triton is
+first imported: tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from types import SimpleNamespace
+
+import torch
+
+GROUP = 128  # int4: weights per scale and zero along a row (gpt-fast's), as topics/bytes/storage.py quantizes
+
+
+def why_not(device: torch.device) -> str | None:
+    """None when a pass on this device multiplies by the Triton kernels; otherwise why not, in words. (A CPU runs
+    its own products; the interpreter, for the tests, is asked for by name.)"""
+    if device.type != "cuda":
+        return f"a {device.type} runs its own products"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton is not installed (torch's CUDA builds ship it)"
+    return None
+
+
+def pack_int4(steps: torch.Tensor) -> torch.Tensor:
+    """steps [N, K] (0 … 15) → [N, K / 2] uint8: in each group of GROUP, byte t holds weight t low, t + GROUP/2 high."""
+    g = steps.to(torch.uint8).view(steps.shape[0], -1, 2, GROUP // 2)
+    return (g[:, :, 0] | g[:, :, 1] << 4).view(steps.shape[0], -1)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """pack_int4's inverse: [N, K / 2] uint8 → steps [N, K] (0 … 15, uint8)."""
+    g = packed.view(packed.shape[0], -1, GROUP // 2)
+    return torch.stack((g & 15, g >> 4), 2).view(packed.shape[0], -1)
+
+
+@torch.library.custom_op("decode_lab::int8_rows", mutates_args=())
+def int8_rows(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [K] (one row) times q [N, K] int8, each row times its scale [N]: y [N] in x's dtype."""
+    n, k = q.shape
+    x, y = x.contiguous(), x.new_empty(n)
+    kernel = _kernels().int8
+    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](x, q, scale, y, n, k, **_fixed(kernel, BLOCK_N=8, BLOCK_K=256))
+    return y
+
+
+@int8_rows.register_fake
+def _(x, q, scale):
+    return x.new_empty(q.shape[0])
+
+
+@torch.library.custom_op("decode_lab::int4_rows", mutates_args=())
+def int4_rows(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor) -> torch.Tensor:
+    """x [K] (one row) times the int4 matrix `packed` [N, K / 2] (pack_int4), its groups' scales and zeros
+    [K / GROUP, N, 2]: y [N] in x's dtype."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    x, y = x.contiguous(), x.new_empty(n)
+    kernel = _kernels().int4
+    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](x, packed, scale_zero, y, n, k, GROUP=GROUP,
+                                                      **_fixed(kernel, BLOCK_N=8, GROUPS=2))
+    return y
+
+
+@int4_rows.register_fake
+def _(x, packed, scale_zero):
+    return x.new_empty(packed.shape[0])
+
+
+def tuned() -> str:
+    """The block sizes Triton's autotuner picked, per kernel and shape (N, K), in words: "" before any was tuned."""
+    kernels = _kernels.cache_info().currsize and _kernels()
+    return "; ".join(f"{name} [{key[0]} × {key[1]}]: {config}" for name in ("int8", "int4")
+                     for key, config in getattr(getattr(kernels, name, None), "cache", {}).items())
+
+
+def _fixed(kernel, **blocks) -> dict:
+    """The block sizes to pass: none where the autotuner picks them (a GPU), `blocks` in the interpreter."""
+    return {} if hasattr(kernel, "configs") else blocks
+
+
+@functools.cache
+def _kernels():
+    """The two kernels, made on first use (Triton imported only then; its interpreter read from the environment)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def int8(x, q, scale, y, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        live = rows < N
+        at = rows.to(tl.int64)[:, None] * K  # the first weight of each row
+        sums = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for start in range(0, K, BLOCK_K):
+            cols = start + tl.arange(0, BLOCK_K)
+            w = tl.load(q + at + cols[None, :], mask=live[:, None] & (cols < K)[None, :], other=0)
+            sums += w.to(tl.float32) * tl.load(x + cols, mask=cols < K, other=0).to(tl.float32)[None, :]
+        out = tl.sum(sums, axis=1) * tl.load(scale + rows, mask=live, other=0).to(tl.float32)
+        tl.store(y + rows, out.to(y.dtype.element_ty), mask=live)
+
+    @triton.jit
+    def int4(x, packed, scale_zero, y, N, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr):
+        half: tl.constexpr = GROUP // 2
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        live = rows < N
+        at = rows.to(tl.int64)[:, None, None] * (K // 2)  # the first byte of each row
+        t = tl.arange(0, half)
+        out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for first in range(0, K // GROUP, GROUPS):
+            g = first + tl.arange(0, GROUPS)  # this tile's groups
+            real = g < K // GROUP
+            b = tl.load(packed + at + (g * half)[None, :, None] + t[None, None, :],
+                        mask=live[:, None, None] & real[None, :, None], other=0).to(tl.int32)
+            low = tl.load(x + (g * GROUP)[:, None] + t[None, :], mask=real[:, None], other=0).to(tl.float32)
+            high = tl.load(x + (g * GROUP + half)[:, None] + t[None, :], mask=real[:, None], other=0).to(tl.float32)
+            dots = tl.sum(((b & 15) - 8).to(tl.float32) * low[None] + ((b >> 4) - 8).to(tl.float32) * high[None], 2)
+            xs = tl.sum(low, 1) + tl.sum(high, 1)  # [GROUPS]
+            sz = (g[None, :].to(tl.int64) * N + rows[:, None]) * 2  # scale_zero[g, n, 0]
+            both = live[:, None] & real[None, :]
+            s = tl.load(scale_zero + sz, mask=both, other=0).to(tl.float32)
+            z = tl.load(scale_zero + sz + 1, mask=both, other=0).to(tl.float32)
+            out += tl.sum(s * dots + z * xs[None, :], 1)
+        tl.store(y + rows, out.to(y.dtype.element_ty), mask=live)
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return SimpleNamespace(int8=int8, int4=int4)
+    warps = (4, 8)
+    return SimpleNamespace(
+        triton.autotune([triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w)
+                         for n in (4, 8, 16) for k in (256, 512, 1024) for w in warps], key=["N", "K"])(int8),
+        triton.autotune([triton.Config({"BLOCK_N": n, "GROUPS": g}, num_warps=w)
+                         for n in (4, 8, 16) for g in (2, 4, 8) for w in warps], key=["N", "K"])(int4))
