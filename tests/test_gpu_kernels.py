@@ -4,13 +4,18 @@ divides; a compiled pass calls them inside its graph; and a lean pass decoding o
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from engine.forward.lean import LeanLlama
 from engine.load.load import load_model
+from engine.paths import ROOT
 from topics.bytes import gpu_kernels, storage
 
 SHAPES = ((96, 256), (37, 384), (5, 1024), (1000, 128))  # rows not a multiple of any block, groups 1 … 8
@@ -103,3 +108,20 @@ def test_a_lean_pass_over_the_kernels_decodes_fp32s_next_token(interpreter, monk
             got = lean(ids[:, -1:], torch.tensor([n - 1])).float()  # one row: the kernels
             assert relative(got, want.double()) < tol, name
             assert got.argmax(-1).item() == want.argmax(-1).item(), name
+
+
+def test_the_kernels_compile_for_a_hopper_gpu_and_read_weights_in_wide_loads():
+    """Triton compiles both kernels for an H100/H200 (compute capability 9.0) with no GPU here, in a process
+    without its interpreter: a kernel that does not compile would cost a lent GPU's minutes. Their PTX reads the
+    weights in vector loads (16 bytes a thread for int8, 8 for int4's packed bytes), not byte by byte: a
+    memory-bound product that loads one byte at a time reads far below the bandwidth."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = "import json; from topics.bytes import gpu_kernels; print(json.dumps(gpu_kernels.ptx_for(90)))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    ptx = json.loads(run.stdout.strip().splitlines()[-1])
+    loads = {name: set(re.findall(r"ld\.global((?:\.v\d)?)\.b(\d+)", text)) for name, text in ptx.items()}
+    widest = {name: max((int(v[2:] or 1) if v else 1) * int(bits) // 8 for v, bits in got)
+              for name, got in loads.items()}
+    assert ".target sm_90" in ptx["int8"] and widest == {"int8": 16, "int4": 8}, (widest, loads)

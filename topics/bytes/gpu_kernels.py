@@ -96,6 +96,30 @@ def tuned() -> str:
                      for key, config in getattr(getattr(kernels, name, None), "cache", {}).items())
 
 
+def ptx_for(capability: int = 90) -> dict[str, str]:
+    """Each kernel as Triton compiles it for a GPU of this compute capability (90: an H100 or H200), with no GPU
+    here: its PTX, by name, at one block size, its pointers and sizes multiples of 16 as Triton's JIT marks them
+    for such shapes. Needs Triton's interpreter off in this process (it changes what its language is made of)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernels = _kernels()
+    sizes = {"N": "i32", "K": "i32"}
+    made = {"int8": ({"x": "*bf16", "q": "*i8", "scale": "*bf16", "y": "*bf16", **sizes},
+                     {"BLOCK_N": 8, "BLOCK_K": 512}),
+            "int4": ({"x": "*bf16", "packed": "*u8", "scale_zero": "*bf16", "y": "*bf16", **sizes},
+                     {"GROUP": GROUP, "BLOCK_N": 8, "GROUPS": 4})}
+    out = {}
+    for name, (signature, blocks) in made.items():
+        fn = getattr(kernels, name)
+        fn = getattr(fn, "fn", fn)  # the autotuner's kernel
+        source = ASTSource(fn=fn, signature={**signature, **{b: "constexpr" for b in blocks}}, constexprs=blocks,
+                           attrs={(i,): [["tt.divisibility", 16]] for i in range(len(signature))})
+        out[name] = triton.compile(source, target=GPUTarget("cuda", capability, 32)).asm["ptx"]
+    return out
+
+
 def _fixed(kernel, **blocks) -> dict:
     """The block sizes to pass: none where the autotuner picks them (a GPU), `blocks` in the interpreter."""
     return {} if hasattr(kernel, "configs") else blocks
@@ -148,7 +172,7 @@ def _kernels():
         return SimpleNamespace(int8=int8, int4=int4)
     warps = (4, 8)
     return SimpleNamespace(
-        triton.autotune([triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w)
-                         for n in (4, 8, 16) for k in (256, 512, 1024) for w in warps], key=["N", "K"])(int8),
-        triton.autotune([triton.Config({"BLOCK_N": n, "GROUPS": g}, num_warps=w)
-                         for n in (4, 8, 16) for g in (2, 4, 8) for w in warps], key=["N", "K"])(int4))
+        int8=triton.autotune([triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w)
+                              for n in (4, 8, 16) for k in (256, 512, 1024) for w in warps], key=["N", "K"])(int8),
+        int4=triton.autotune([triton.Config({"BLOCK_N": n, "GROUPS": g}, num_warps=w)
+                              for n in (4, 8, 16) for g in (2, 4, 8) for w in warps], key=["N", "K"])(int4))
