@@ -22,8 +22,9 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
                                                                     which fades on a projector: grey, but read */
 .st-key-step_prompt { flex: 1 1 8rem !important; width: auto !important; max-width: 250px; }  /* the control bar
                                     stays one row (step/page.py): the prompt box gives up width before the row wraps */
-[data-testid="stSidebar"][data-collapsed="false"] [data-testid="stPageLink-NavLink"] :is(span, p) {  /* a page's name
-  wraps in the open sidebar, never cut (folded away, it keeps one line: it has no width to wrap in) */
+[data-testid="stSidebar"][data-collapsed="false"] [data-testid="stPageLink-NavLink"] :is(span, p),
+[data-testid="stMain"] [data-testid="stPageLink-NavLink"] :is(span, p) {  /* a page's name wraps in the open
+  sidebar and in a lesson's link to its page (a phone's), never cut (a folded sidebar has no width to wrap in) */
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 .dl-stage { overflow-x: auto; }
 .dl-stage img { display: block; width: 100%; height: auto; }
