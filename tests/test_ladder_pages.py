@@ -153,18 +153,23 @@ def test_a_measurement_survives_clicks_on_the_pictures_and_its_result_is_shown(m
 
 
 @pytest.mark.parametrize("name", ["ladder_cpu.json", "ladder_gpu.json"])
-def test_every_ladder_pictures_legend_is_drawn_inside_its_figure(name):
-    """The rungs' roofline named its red, orange and diamonds nowhere a person could see: its legend hung from the
-    container's top by its bottom edge, above the figure. A legend measured from the container hangs by its top
-    edge inside it; one measured from the plot sits on or in it."""
+def test_every_ladder_pictures_legend_lies_in_a_margin_of_its_own_at_any_width(name):
+    """The rungs' roofline once named its red, orange and diamonds nowhere a person could see (its legend hung
+    above the figure), then, on a phone, over its note: a legend on the plot's top edge wraps into more rows on a
+    narrow screen and rises over what is above it. Each picture's legend now stands at the figure's foot, one
+    entry a row (so its rows do not depend on the screen's width), in a bottom margin that holds every row and the
+    x axis above it; and the top margin holds the title and every line of the note under it."""
     from engine.paths import ASSETS
     from topics.ladder.record import Ladder
 
     lad = Ladder.from_dict(json.loads((ASSETS / name).read_text(encoding="utf-8")))
     for figure in (draw.roofline_figure, draw.per_token_figure, draw.split_figure):
-        legend = figure(lad).layout.legend
-        if legend.yref == "container":
-            assert legend.yanchor == "top" and 0 < legend.y <= 1, (figure.__name__, legend)
-        else:
-            assert legend.y is None or legend.y <= 1.05, (figure.__name__, legend)
-        assert sum(1 for t in figure(lad).data if t.showlegend is not False and t.name) >= 2, figure.__name__
+        fig = figure(lad)
+        legend, margin = fig.layout.legend, fig.layout.margin
+        entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+        assert entries >= 2, figure.__name__
+        assert (legend.orientation, legend.yref, legend.yanchor, legend.y) == ("v", "container", "bottom", 0), \
+            (figure.__name__, legend)
+        assert margin.b >= entries * 20 + 50, (figure.__name__, margin.b, entries)  # 20 px a row, the axis's 50
+        lines = fig.layout.title.subtitle.text.count("<br>") + 1
+        assert margin.t >= 17 + 16 * lines + 20, (figure.__name__, margin.t, lines)  # the title, 16 px a line

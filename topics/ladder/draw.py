@@ -87,19 +87,25 @@ def _ms(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
-def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 420,
+def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: int = 360,
             path: str = READABLE) -> go.Figure:
-    """The common look, the weights note under the title, and room for it above the legend; a busy server's
-    note (topics.ladder.notes.ladder_note) under the plot. Heights fit a
-    1280x720 projector in presenter mode with the section's heading and buttons above the chart."""
+    """The common look, the weights note under the title, the legend one entry a row at the figure's foot (as the
+    pass-of-n curve's, topics/ladder/curve_draw.py) in a margin of its own, and a busy server's note
+    (topics.ladder.notes.ladder_note) over the plot. A legend on the plot's top edge, under the note, wrapped into
+    more rows on a phone and rose over the note; one entry a row takes the same room at any width. `height` is
+    the figure's without its legend, which adds its own rows (the plot keeps its height)."""
     layout(fig, title, height=height, scale=scale)
-    fig.update_layout(title=dict(subtitle=dict(text=weights_note(ladder, path), font=dict(size=12 * scale))),
-                      margin=dict(t=int(172 * scale)),  # the legend on the plot's top edge, under the note (a
-                      legend=dict(yref="paper", y=1.0, yanchor="bottom", traceorder="normal"))  # figure drawn
-    #                   with legend_under_title had hung it from the container's top: above the figure, unseen
-    note = ladder_note(ladder)
-    if note:  # a busy server said under the chart, with the spread that shows it
-        note_box(fig, note, scale, chars=64)
+    note = weights_note(ladder, path)
+    entries = sum(1 for t in fig.data if t.name and t.showlegend is not False)
+    legend_px = entries * 20 * scale + 8
+    fig.update_layout(title=dict(subtitle=dict(text=note, font=dict(size=12 * scale))),
+                      height=int(height * scale + legend_px),
+                      margin=dict(t=int((44 + 17 * (note.count("<br>") + 1)) * scale), b=int(56 * scale + legend_px)),
+                      legend=dict(orientation="v", yref="container", yanchor="bottom", y=0, x=0, traceorder="normal",
+                                  font=dict(size=12 * scale)))
+    busy = ladder_note(ladder)
+    if busy:  # a busy server said on the chart, with the spread that shows it: over the plot, the legend under it
+        note_box(fig, busy, scale, chars=64, above_px=22 * scale)
     return fig
 
 
@@ -288,7 +294,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
                      tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
-    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=440)
+    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=380)
 
 
 def bound_words(m, matmul_share: float | None = None) -> str:
