@@ -79,7 +79,7 @@ def int4_rows(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor) -
     n, k = packed.shape[0], packed.shape[1] * 2
     x, y = x.contiguous(), x.new_empty(n)
     kernel = _kernels().int4
-    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](x, packed, scale_zero, y, n, k, GROUP=GROUP,
+    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](x, packed, scale_zero, y, n, k, k // 2, GROUP=GROUP,
                                                       **_fixed(kernel, BLOCK_N=8, GROUPS=2))
     return y
 
@@ -105,10 +105,10 @@ def ptx_for(capability: int = 90) -> dict[str, str]:
     from triton.compiler import ASTSource
 
     kernels = _kernels()
-    sizes = {"N": "i32", "K": "i32"}
+    sizes = {"N": "i32", "K": "i32"}  # at Llama-3-8B's shapes every size is a multiple of 16
     made = {"int8": ({"x": "*bf16", "q": "*i8", "scale": "*bf16", "y": "*bf16", **sizes},
                      {"BLOCK_N": 8, "BLOCK_K": 512}),
-            "int4": ({"x": "*bf16", "packed": "*u8", "scale_zero": "*bf16", "y": "*bf16", **sizes},
+            "int4": ({"x": "*bf16", "packed": "*u8", "scale_zero": "*bf16", "y": "*bf16", **sizes, "row_bytes": "i32"},
                      {"GROUP": GROUP, "BLOCK_N": 8, "GROUPS": 4})}
     out = {}
     for name, (signature, blocks) in made.items():
@@ -145,11 +145,14 @@ def _kernels():
         tl.store(y + rows, out.to(y.dtype.element_ty), mask=live)
 
     @triton.jit
-    def int4(x, packed, scale_zero, y, N, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr):
+    def int4(x, packed, scale_zero, y, N, K, row_bytes, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+             GROUPS: tl.constexpr):
         half: tl.constexpr = GROUP // 2
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         live = rows < N
-        at = rows.to(tl.int64)[:, None, None] * (K // 2)  # the first byte of each row
+        # the first byte of each row; row_bytes (K / 2) passed apart, so Triton sees it a multiple of 16 where it
+        # is and reads 16 bytes at a time (computed here from K, it knew only 8)
+        at = rows.to(tl.int64)[:, None, None] * row_bytes
         t = tl.arange(0, half)
         out = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for first in range(0, K // GROUP, GROUPS):
