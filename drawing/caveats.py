@@ -18,6 +18,7 @@ Pure functions of StepTraces (timing.samples_ms, latency_ms, flops_estimate): no
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 
@@ -96,8 +97,9 @@ def _compose(timed, steady, found: list[str], coda: str) -> str | None:
 
 
 def headline(note: str) -> str:
-    """The first clause of a note: what a chart shows in its title (the whole note goes under it)."""
-    return note.split("; ")[0].split(". ")[0].rstrip(".")
+    """The first clause of a note: what a chart shows in its title (the whole note goes under it). A sentence ends
+    at a full stop before a capital: "e.g. step 7" does not end one."""
+    return re.split(r"\.\s+(?=[A-Z])", note.split("; ")[0])[0].rstrip(".")
 
 
 def compare_note(cache, nocache) -> str | None:

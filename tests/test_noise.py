@@ -103,3 +103,14 @@ def test_a_cache_off_run_faster_in_total_with_a_wide_spread_across_cached_steps_
 def test_nothing_to_compare_gives_no_note(runs):
     one = [step(0, 8.0)] + ([step(1, *runs)] if runs else [])
     assert compare_note(one, []) is None
+
+
+def test_a_compare_notes_headline_keeps_its_example_whole():
+    """Lesson 5's chart note read "…the cache-off pass was timed faster, e.g" and stopped: the headline cut at the
+    full stop of "e.g.". It ends where the clause does, with the step it gives and its times."""
+    off = quiet_run(cache=False)
+    off[7] = step(7, 2.0, 2.05, 2.1, cache=False)  # ×12 the cached step's work, timed at half its time
+    note = compare_note(quiet_run(), off)
+    said = headline(note)
+    assert "e.g. step 7:" in said and said.endswith("the work (estimate)"), said
+    assert said == note.split("; ")[0].rstrip("."), note
