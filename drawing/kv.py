@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from drawing.palette import DECODE, MASKED, PREFILL, layout, step_axis
+from drawing.palette import DECODE, MASKED, PREFILL, layout, legend_under_title, step_axis
 from engine.forward.trace import StepTrace
 
 
@@ -50,7 +50,8 @@ def kv_growth_figure(traces: list[StepTrace], scale: float = 1.0) -> go.Figure:
                                  marker=dict(size=9 * scale, color=colour)))
     step_axis(fig, steps)
     fig.update_yaxes(title="KV cache bytes (measured)", rangemode="tozero")
-    return layout(fig, "KV cache size after each step", scale=scale)
+    # five entries: a phone wraps them into rows, hung under the title (never over it)
+    return legend_under_title(layout(fig, "KV cache size after each step", scale=scale), scale)
 
 
 def kv_grid_figure(traces: list[StepTrace], layers: int, scale: float = 1.0) -> go.Figure:

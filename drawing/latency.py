@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout, step_axis
+from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout, legend_under_title, step_axis
 from engine.forward.trace import StepTrace
 
 
@@ -205,8 +205,8 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     step_axis(fig, [t.step for t in nocache_traces])
     fig.update_yaxes(title="positions computed (q_len)", secondary_y=False)
     fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
-    fig = layout(fig, "Work per step: positions pushed through the model, and the time it took", height=height,
-                 scale=scale)
+    fig = legend_under_title(layout(fig, "Work per step: positions pushed through the model, and the time it took",
+                                    height=height, scale=scale), scale)  # four entries: a phone's rows grow down
     if note:
         note_box(fig, note, scale, chars=64)
     return fig

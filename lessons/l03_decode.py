@@ -36,8 +36,8 @@ def show(course: Course) -> None:
                     "set a decode step's time.")
         st.markdown(f"It took {t.timing.describe()} (measured) for {t.flops_estimate / 1e6:.1f} MFLOPs (estimate). "
                     + course.bound_sentence(t, "A decode step"))
-    busy(run.records[: steps + 1])
+    busy([t])  # the step on screen: its time is the one this lesson quotes
     z = assembled_attention(run.records[: steps + 1], 0, 0)
     chart(attention_heatmap(z, course.labels(run)[: z.shape[0]], course.labels(run)[: z.shape[1]],
-                                          "layer 0, head 0: the prefill square plus one row per decode step",
+                                          "layer 0, head 0: prefill square + a row a step",  # whole on a phone
                                           scale=scale()), key="lesson3_att")

@@ -8,6 +8,7 @@ number here (`verdict`), so a recording where bf16's decode did not speed up is 
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -53,6 +54,12 @@ def storage_frame(rec: Record) -> pd.DataFrame:
     return pd.DataFrame(storage_rows(rec))
 
 
+def short_header(column: str) -> str:
+    """A storage_frame column's header as the page shows it (the full name in its help): 'predicted × fp32
+    (bytes)' → 'predicted (bytes)', 'decode in kernels ms' → 'in kernels ms'."""
+    return re.sub(r"^predicted × .+ \(([^)]*)\)$", r"predicted (\1)", column).replace("decode in kernels", "in kernels")
+
+
 def damage_frame(rec: Record) -> pd.DataFrame:
     return pd.DataFrame([{"model": d.model, "storage": d.storage, "top-1 agreement": f"{d.agreement:.2%}",
                           "spread over stories": f"{min(d.agree):.1%}–{max(d.agree):.1%}",
@@ -85,7 +92,8 @@ def storage_sentence(rec: Record) -> str:
             continue
         d, p = rec.ratio(s, "decode"), rec.ratio(s, "prefill")
         pd_, pp = rec.predicted_ratio(s, "decode"), rec.predicted_ratio(s, "prefill")
-        part = (f"{s}: the decode step is {verdict(d)} (×{d:.2f} {rec.reference}'s time; its bytes ×{pd_:.2f})")
+        part = (f"{s}: the decode step is {verdict(d)} (×{d:.2f} {rec.reference}'s time; the bytes it reads, weights "
+                f"and K/V, ×{pd_:.2f})")  # the K/V too: the weights' column alone gives a little less
         if p is not None:
             part += f", the prefill {verdict(p)} (×{p:.2f}; its compute bound ×{pp:.2f})"
         out.append(part)

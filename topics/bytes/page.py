@@ -46,7 +46,9 @@ def section(lm=None) -> None:
     st.caption(plain(f"{source}. {draw.where(rec)}."))
     chart(draw.storage_figure(rec, scale=scale()), "scale_bytes_storage")
     st.markdown(plain(draw.storage_sentence(rec)))
-    st.dataframe(draw.storage_frame(rec), hide_index=True, width="stretch")
+    frame = draw.storage_frame(rec)
+    st.dataframe(frame, hide_index=True, width="stretch", column_config={  # headers short enough that a projector
+        c: st.column_config.Column(draw.short_header(c), help=c) for c in frame.columns})  # shows every column
     for said in (draw.why_prefill(rec), draw.decode_sentence(rec), draw.products_sentence(rec),
                  draw.int8_sentence(rec)):
         if said:

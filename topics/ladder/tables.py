@@ -31,11 +31,11 @@ def bound_frame(traces, roof: roofline.DeviceRoof):
     for t in traces:
         v = roofline.step_verdict(t, roof)
         rows.append({"step": t.step, "phase": t.phase, "side of the ridge (predicted)": v.side,
-                     "what the measurement shows": v.label,
                      "measured ms (median)": round(t.forward_ms, 3),
                      "memory bound ms (bytes / bandwidth)": round(v.memory_ms, 4),
                      "compute bound ms (FLOPs / peak)": round(v.compute_ms, 4),
-                     "measured / larger bound": round(v.ratio, 1), "FLOP/byte (estimate)": round(t.intensity_estimate, 2)})
+                     "measured / larger bound": round(v.ratio, 1), "FLOP/byte (estimate)": round(t.intensity_estimate, 2),
+                     "what the measurement shows": v.label})  # last: the numbers whole, the words run off the end
     return pd.DataFrame(rows)
 
 

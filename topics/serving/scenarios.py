@@ -86,7 +86,7 @@ SCENARIOS: dict[str, dict] = {
     },
     "queue": {
         "title": "6. A queue: more requests than batch slots",
-        "why": "Twelve requests of mixed lengths (8 to 64 tokens) arrive over time for 4 batch slots, so a queue "
+        "why": "Twelve requests asking for 8 to 64 new tokens each arrive over time for 4 batch slots, so a queue "
                "forms. Continuous batching gives a slot back the pass its request finishes: the next in the queue "
                "is prefilled in the very next pass, beside the decodes. Switch to static batching: a batch starts "
                "only when the one before has finished, so its short requests' rows are padding (hatched: computed "

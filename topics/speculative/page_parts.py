@@ -75,7 +75,7 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
     if r.round == 0:
         title = "Prefill (initiation phase) · round 0 · the target's first pass"
     else:
-        title = (f"Verify · round {r.round} · {r.q_len} rows checked in one pass · "
+        title = (f"Verify · round {r.round} · {r.q_len} row{'s' if r.q_len != 1 else ''} checked in one pass · "
                  f"{r.cut} column{'s' if r.cut != 1 else ''} cut")
     return stage_pictures(r.target, pieces, run.prompt_len, layer=layer, head=head, rejected_from=r.rejected_from,
                           title=title)  # a phone's layout too
