@@ -82,6 +82,11 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                               "<extra>not part of the flat level</extra>"))
     negligible = curve.kv_negligible(roof)
     knees = {kind: curve.knee(kind, roof) for kind in ("prefill", "batch")}
+    span = (math.log10(min(xs) / 1.4), math.log10(max(xs) * 1.4))  # the x axis's range (below), in log10
+
+    def near_left(n: float) -> bool:
+        """n in the plot's left half, where words that end at it can run over the y axis on a phone."""
+        return (math.log10(n) - span[0]) / (span[1] - span[0]) < 0.5
     for kind, k in knees.items():
         predicted = curve.predicted_knee(kind, roof)
         if predicted and not (kind == "batch" and negligible) and xs[0] <= predicted <= xs[-1] * 1.4:
@@ -92,11 +97,14 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
             # each kind's words end at its own line, the batch's under the plot's top, in two short lines: two
             # knees close on a log axis (the H200's ~181 and ~107) never write over each other, nor past the plot's
             # right edge, nor (on a phone's narrow plot) over the axis's ticks at its left
+            # (the prefill's, in one line over the plot, centred on its line where that is in the left half: a
+            # CPU's ~7 rows, where, ending at its line, its words ran over the y axis's title on a phone)
+            centred = negligible or (kind == "prefill" and near_left(predicted))
             fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.97, yref="paper",
                                yanchor="bottom" if kind == "prefill" else "top", showarrow=False,
                                text=f"{words} ≈ {_n(predicted)} rows", align="right",
                                bgcolor="rgba(255,255,255,0.85)",  # over the other knee's line, read whole
-                               xanchor="center" if negligible else "right", font=dict(size=12 * scale))
+                               xanchor="center" if centred else "right", font=dict(size=12 * scale))
         if k is None or k.measured is None or flag:
             continue
         lo, hi = max(xs[0], min(k.level_rows)), max(k.slope_rows)  # the two fitted lines, measured
@@ -110,7 +118,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
         other = knees["batch" if kind == "prefill" else "prefill"]
         later = other is None or other.measured is None or k.measured >= other.measured
         fig.add_annotation(x=math.log10(k.measured), y=math.log10(k.level_ms),
-                           text=f"measured knee ≈ {_n(k.measured)}", showarrow=True, arrowhead=2,
+                           text=f"measured knee<br>≈ {_n(k.measured)}", showarrow=True, arrowhead=2,  # narrow
                            ax=(0 if later else -12) * scale, ay=(64 if later else 34) * scale,
                            xanchor="center" if later else "right", bgcolor="rgba(255,255,255,0.85)",
                            font=dict(size=12 * scale, color=COLOURS[kind]))
