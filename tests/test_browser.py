@@ -284,6 +284,9 @@ def kept_after(pg, scenario: dict) -> None:
             if key not in ("steps", "at"):
                 assert q.get(key) == value, (title, after, key, q.get(key), value)
         assert q.get("steps") == str(steps), (title, after, q.get("steps"), steps)
+        # presenter mode too, after each click: the next scenario's pick once found it gone (1 run in several, under
+        # load), and this says which click lost it
+        assert q.get("presenter") == "on", (title, after, "presenter mode kept")
         box = pg.get_by_placeholder("Type a prompt, then Prefill (P)")
         assert box.input_value() == link["prompt"], (title, after, box.input_value())
         assert re.search(rf"\b{steps + 1} new tokens?", status_text(pg)), (title, after, status_text(pg))
