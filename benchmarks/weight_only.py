@@ -46,7 +46,7 @@ class Stack(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         if self.form == "int8 gpt-fast":
-            return [F.linear(x, m.q.to(x.dtype)) * m.scale for m in self.mats]  # m.triton or not: not called
+            return [F.linear(x, m.q.to(x.dtype)) * m.scale for m in self.mats]
         return [m(x) for m in self.mats]
 
 

@@ -91,9 +91,11 @@ def _(x, packed, scale_zero):
 
 def tuned() -> str:
     """The block sizes Triton's autotuner picked, per kernel and shape (N, K), in words: "" before any was tuned."""
-    kernels = _kernels.cache_info().currsize and _kernels()
+    if not _kernels.cache_info().currsize:  # no kernel made yet: none tuned (and none made by asking)
+        return ""
+    kernels = _kernels()
     return "; ".join(f"{name} [{key[0]} × {key[1]}]: {config}" for name in ("int8", "int4")
-                     for key, config in getattr(getattr(kernels, name, None), "cache", {}).items())
+                     for key, config in getattr(getattr(kernels, name), "cache", {}).items())
 
 
 def ptx_for(capability: int = 90) -> dict[str, str]:

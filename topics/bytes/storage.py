@@ -55,10 +55,10 @@ class NarrowWeight(torch.nn.Module):
         self.triton = triton and scale is not None
         # one row streamed on a CPU, and int8's on a GPU without Triton; bf16's or fp16's on a GPU: F.linear
         self.streamed = not self.triton and (w.device.type == "cpu" or scale is not None)
+        one = ("a Triton kernel written for int8 (topics/bytes/gpu_kernels.py)" if self.triton else
+               "the streamed dot product, each weight widened as it is read" if self.streamed else None)
         rows = "the matrix widened" + (", its scales applied" if scale is not None else "") + ", then F.linear"
-        self.kernel = (("one row: a Triton kernel written for int8 (topics/bytes/gpu_kernels.py); several rows: "
-                        if self.triton else "one row: the streamed dot product, each weight widened as it is read; "
-                        "several rows: " if self.streamed else "") + rows)
+        self.kernel = f"one row: {one}; several rows: {rows}" if one else rows
 
     def dequantized(self) -> torch.Tensor:
         return self.q.float() * (1.0 if self.scale is None else self.scale.float()[:, None])
@@ -101,17 +101,11 @@ class Int4Weight(torch.nn.Module):
         self.kernel = ("one row: a Triton kernel written for int4 (topics/bytes/gpu_kernels.py); several rows: the "
                        "matrix widened, then F.linear" if triton else f"torch's int4 kernel ({torchs}), bf16 inputs")
 
-    def widened(self, dtype: torch.dtype) -> torch.Tensor:
-        """The Triton packing's matrix [out, in] in `dtype`: (q - 8) * scale + zero, group by group."""
-        steps = gpu_kernels.unpack_int4(self.q).to(dtype).view(self.q.shape[0], -1, GROUP)
-        scale, zero = self.scale.to(dtype).transpose(0, 1).unbind(-1)  # [out, in / GROUP] each
-        return ((steps - 8) * scale[..., None] + zero[..., None]).view(self.q.shape[0], -1)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.triton and x.shape[:-1].numel() == 1:
             return gpu_kernels.int4_rows(x.reshape(-1), self.q, self.scale).view(*x.shape[:-1], -1)
         if self.triton:
-            return F.linear(x, self.widened(x.dtype))
+            return F.linear(x, int4_widened(gpu_kernels.unpack_int4(self.q), self.scale, x.dtype))
         mm = (torch.ops.aten._weight_int4pack_mm if x.device.type == "cuda"
               else torch.ops.aten._weight_int4pack_mm_for_cpu)
         y = mm(x.reshape(-1, x.shape[-1]).to(torch.bfloat16), self.q, GROUP, self.scale)
@@ -131,9 +125,14 @@ def rounded(w: torch.Tensor, storage: str) -> torch.Tensor:
     """What the storage keeps of `w`, back in fp32: the damage's weights and the tests' reference."""
     if storage != "int4":
         return NarrowWeight(w, DTYPES[storage]).dequantized()
-    steps, scale = int4_groups(w)
-    scale, zero = scale.float().transpose(0, 1).unbind(-1)  # [out, in / GROUP] each
-    groups = steps.float().view(steps.shape[0], -1, GROUP) - 8
+    return int4_widened(*int4_groups(w))
+
+
+def int4_widened(steps: torch.Tensor, scale_zero: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The matrix int4 keeps, [out, in] in `dtype`, from its steps and its groups' scales and zeros (int4_groups):
+    (q - 8) * scale + zero, group by group."""
+    scale, zero = scale_zero.to(dtype).transpose(0, 1).unbind(-1)  # [out, in / GROUP] each
+    groups = steps.to(dtype).view(steps.shape[0], -1, GROUP) - 8
     return (groups * scale[..., None] + zero[..., None]).view(steps.shape)
 
 

@@ -96,9 +96,8 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                                                  dash="dot"))
             # each kind's words end at its own line, the batch's under the plot's top, in two short lines: two
             # knees close on a log axis (the H200's ~181 and ~107) never write over each other, nor past the plot's
-            # right edge, nor (on a phone's narrow plot) over the axis's ticks at its left
-            # (the prefill's, in one line over the plot, centred on its line where that is in the left half: a
-            # CPU's ~7 rows, where, ending at its line, its words ran over the y axis's title on a phone)
+            # right edge. The prefill's, one line over the plot, are centred on a knee in the left half instead (a
+            # CPU's ~7 rows): ending there, they ran over the y axis's title on a phone
             centred = negligible or (kind == "prefill" and near_left(predicted))
             fig.add_annotation(x=math.log10(predicted), y=1.0 if kind == "prefill" else 0.97, yref="paper",
                                yanchor="bottom" if kind == "prefill" else "top", showarrow=False,
