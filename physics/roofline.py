@@ -206,9 +206,12 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
 
 
 class RoundRates:
-    """The two bounds' rates probed again, quickly, between rounds of timed passes (topics/ladder/curve.py): a plain
-    read of a buffer no cache holds (the largest of COPY_MIB that memory allows) and a square matmul in the passes'
-    dtype, each the best of `runs`. Calling it returns (read bytes/s, matmul FLOP/s) as they stand this minute."""
+    """The two bounds' rates probed again, quickly, between rounds of timed passes (topics/ladder/curve.py): a read
+    of a buffer no cache holds (the largest of COPY_MIB that memory allows) and a square matmul in the passes'
+    dtype, each the best of `runs`. Calling it returns (read bytes/s, matmul FLOP/s) as they stand this minute.
+    The read is the faster of two ways, as `probe`'s is: a plain sum (one stream) and a matrix-vector product over
+    the same bytes (its kernel reads several places at once, as the lean pass's does: on the Intel Xeon VM one
+    core read 11 GB/s one way and 16 the other, docs/measurements.md)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, runs: int = 3):
         cpu = device.type == "cpu"
@@ -216,13 +219,17 @@ class RoundRates:
         mib = [m for m in COPY_MIB["cpu" if cpu else "gpu"] if 4 * m * 2**20 <= free] or [COPY_MIB["cpu"][0]]
         self.device, self.runs = device, runs
         self.buffer = torch.ones(mib[-1] * 2**20 // 4, device=device, dtype=torch.float32)
+        self.vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
         n = MATMUL_N["cpu" if cpu else "gpu"]
         self.n = n
         self.a = torch.randn(n, n, device=device, dtype=dtype)
         self.b = torch.randn(n, n, device=device, dtype=dtype)
 
     def __call__(self) -> tuple[float, float]:
-        read = best_runs(self.buffer.sum, self.buffer.numel() * 4, self.device, self.runs)
+        work = self.buffer.numel() * 4
+        matrix = self.buffer.view(-1, STREAM_COLUMNS)
+        read = max(best_runs(self.buffer.sum, work, self.device, self.runs),
+                   best_runs(partial(torch.mv, matrix, self.vector), work, self.device, self.runs))
         peak = best_runs(partial(torch.matmul, self.a, self.b), 2 * self.n**3, self.device, self.runs)
         return read, peak
 

@@ -309,13 +309,13 @@ def test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_
     bytes_us, flops_us = 1e6 * kv / cache, 1e6 * per_flop / peak
     assert f"×2.00 the predicted {bytes_us:#.3g} µs (those bytes over a plain read of the cache itself, 15.0 GB/s" in said
     assert "the attention read the cache at 7.5 GB/s (a kernel)" in said
-    assert f"Against the roof's plain read of another buffer (20.0 GB/s) the slope is ×{2 * roof / cache:.2f}" in why
+    assert f"Against the roof's read of another buffer (20.0 GB/s) the slope is ×{2 * roof / cache:.2f}" in why
     assert "2.0 FLOPs a cache byte" in why and f"{flops_us:#.3g} µs a position" in why
     assert f"{flops_us / bytes_us:.0%} of the bytes' time" in why
     assert f"their sum ({bytes_us + flops_us:#.3g} µs). The fit is ×{2 * bytes_us / (bytes_us + flops_us):.2f}" in why
     old = synthetic(passes=passes, rounds=tuple(Rates(roof, {"fp32": peak}) for _ in range(3)), kv=kv)
     assert "a plain read of the cache itself" not in draw.context_sentence(old)  # a recording without the probe
-    assert "roof's plain read of another buffer" not in draw.context_why(old)
+    assert "roof's read of another buffer" not in draw.context_why(old)
     assert old.line().predicted_slope_ms == pytest.approx(1e3 * kv / roof)
     assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))).line() == line
 

@@ -117,6 +117,23 @@ def test_the_lean_pass_names_the_kernel_it_runs_its_products_with(bundled_lm):
     assert lean_pass.LeanLlama(bundled_lm.model, 1, 8, one_row_kernel=False).kernel == "F.linear"
 
 
+@pytest.mark.parametrize("out", [64, 100, 8])  # STREAMS blocks; rows that do not split evenly; one row a block
+def test_the_one_row_product_read_in_blocks_gives_every_output_its_own_row_times_x(out):
+    """engine/forward/streamed.py reads a one-row product's matrix in blocks of rows: each output must still be its
+    own row times x (a block cut or joined in the wrong place would swap or drop outputs), eager and compiled,
+    against the product in float64."""
+    from engine.forward import streamed
+
+    gen = torch.Generator().manual_seed(out)
+    w, x = torch.randn(out, 96, generator=gen), torch.randn(1, 1, 96, generator=gen)
+    want = (x.double().reshape(1, -1) @ w.double().T).view(1, 1, out)
+    compiled = torch.compile(streamed.rows_times, fullgraph=True)
+    for got in (streamed.rows_times(x, w), compiled(x, w), streamed.rows_times(x, w, streams=1)):
+        assert got.shape == (1, 1, out)
+        assert torch.allclose(got.double(), want, atol=1e-4), (got.double() - want).abs().max()
+    torch._dynamo.reset()
+
+
 def test_a_family_the_lean_pass_does_not_cover_is_refused_in_words(family_model):
     lm = family_model("gpt2")
     why = lean_pass.supports(lm.model)

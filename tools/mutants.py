@@ -885,7 +885,24 @@ def int8_scale_dropped() -> None:
     gpu_kernels.int8_rows = lambda x, q, scale: own(x, q, torch.ones_like(scale))
 
 
+def blocks_out_of_order() -> None:
+    """The one-row product's blocks of rows joined in the wrong order (each output given another block's sums)."""
+    import torch
+
+    from engine.forward import streamed
+
+    def rows_times(x, w, streams=None):
+        out, row, streams = w.shape[0], x.reshape(1, -1), streams or streamed.STREAMS
+        blocks = w.split(out // streams) if out % streams == 0 else (w,)
+        return torch.cat([(b * row).sum(-1) for b in reversed(blocks)]).view(*x.shape[:-1], out)
+
+    streamed.rows_times = rows_times
+
+
 MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
+    "blocks-out-of-order": (blocks_out_of_order, [
+        "tests/test_lean.py::test_the_one_row_product_read_in_blocks_gives_every_output_its_own_row_times_x",
+        "tests/test_lean.py::test_the_lean_pass_gives_the_bundled_llamas_own_logits_at_prefill_and_every_decode_step"]),
     "attention-temperature": (attention_temperature, REFERENCE_TESTS),
     "int4-halves-swapped": (int4_halves_swapped, [
         "tests/test_gpu_kernels.py::test_int4_kernel_gives_the_stored_groups_times_x"]),

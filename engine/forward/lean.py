@@ -71,6 +71,7 @@ class LeanLlama(torch.nn.Module):
         self.eps = c.rms_norm_eps
         weight = inner.embed_tokens.weight
         self.one_row = one_row_kernel
+        self.streams = streamed.STREAMS  # blocks of rows a one-row product reads at once (benchmarks/lean_kernel.py: 1)
         self.kernel = streamed.name(weight.device, one_row_kernel)
         self.flash_decode = flash_decode.why_not(weight.device, weight.dtype, self.head_dim,
                                                  self.heads // self.kv_heads) is None
@@ -110,7 +111,7 @@ class LeanLlama(torch.nn.Module):
 
     def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x [..., in] · wᵀ, w [out, in]: `F.linear`, or the streamed one-row kernel (engine/forward/streamed.py)."""
-        return streamed.product(x, w, self.one_row)
+        return streamed.product(x, w, self.one_row, self.streams)
 
     def rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """transformers' LlamaRMSNorm: in float32, then back to x's dtype, times the weight."""

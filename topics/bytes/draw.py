@@ -142,7 +142,7 @@ def decode_sentence(rec: Record) -> str:
         out.append(f"{s} ×{d.memory_held(rec.rounds):.2f} ({d.read_rate() / 1e9:.1f} GB/s)")
     read = sorted(r.read for r in rec.rounds)[len(rec.rounds) // 2]
     out = ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
-           f"({read / 1e9:.1f} GB/s, a plain read probed each round). Each storage's step over that bound (median of "
+           f"({read / 1e9:.1f} GB/s, a buffer no cache holds, read each round). Each storage's step over that bound (median of "
            "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ".")
     if _timed_apart(rec):  # which part shrank with the bytes is said by products_sentence
         return out
@@ -263,9 +263,9 @@ def context_why(rec: Record) -> str:
                 f"behind the other would pay the larger; one that hid neither, their sum ({_us(both)} µs). "
                 f"The fit is ×{line.slope_ms / both:.2f} that sum.")
     if line.cache_probed and abs(line.roof_off - off) > 0.05:
-        why += (f" Against the roof's plain read of another buffer ({line.roof_read / 1e9:.1f} GB/s) the slope is "
-                f"×{line.roof_off:.2f} its bytes' time: on this machine two buffers of the same size can read at "
-                "rates apart.")
+        why += (f" Against the roof's read of another buffer ({line.roof_read / 1e9:.1f} GB/s) the slope is "
+                f"×{line.roof_off:.2f} its bytes' time: on this machine two buffers of the same size, or two ways of "
+                "reading one, can read at rates apart.")
     return why.strip()
 
 
@@ -388,7 +388,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
                                      line=dict(color=ESTIMATE, dash="dot", width=1)))
         if own:
             fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.roof_slope_ms * x for x in xs],
-                                     mode="lines", name="K/V bytes / the roof's plain read",
+                                     mode="lines", name="K/V bytes / the roof's read",
                                      line=dict(color=GREY, dash="dashdot", width=1)))
         for x, name, colour in ((line.crossing, "K/V time = weights' (measured)", DECODE),
                                 (line.predicted_crossing, "K/V bytes = weights' (predicted)", ESTIMATE)):

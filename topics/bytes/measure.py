@@ -199,7 +199,7 @@ def in_kernels_ms(fn, args, runs: int = 3) -> tuple[float, float]:
 
 
 def _probe(device: torch.device, dtypes):
-    """The roof this minute: a plain read and a square matmul in each compute dtype (RoundRates, the curve's
+    """The roof this minute: a read and a square matmul in each compute dtype (RoundRates, the curve's
     probe); the read rate the median of the reads."""
     probes = {name: RoundRates(device, PEAK_DTYPES[name]) for name in PEAK_DTYPES if name in dtypes}
 

@@ -27,7 +27,7 @@ FASTER = 0.9  # a time under this share of the reference's is called faster; ove
 
 @dataclass(frozen=True)
 class Rates:
-    read: float  # bytes/s: a plain read of a buffer no cache holds (the roof's)
+    read: float  # bytes/s: a read of a buffer no cache holds, the faster of two ways (the roof's: RoundRates)
     peaks: dict  # compute dtype -> FLOP/s of a square matmul
     cache: float = 0.0  # bytes/s: a plain read of the long-context step's own K/V cache (0 where not probed)
 
@@ -116,7 +116,7 @@ class Line:
     predicted_slope_ms: float  # K/V bytes per position / a plain read of the cache itself (median of the rounds)
     predicted_crossing: float  # positions where the K/V's bytes equal the weights'
     cache_read: float = 0.0  # bytes/s the prediction divides by (the cache's plain read, else the roof's)
-    roof_read: float = 0.0  # bytes/s: the roof's plain read
+    roof_read: float = 0.0  # bytes/s: the roof's read (RoundRates)
     compute_slope_ms: float = 0.0  # the attention's FLOPs per position (estimate) / the matmul peak probed
     flops_per_byte: float = 0.0  # the attention's FLOPs per K/V byte (estimate)
 
@@ -136,7 +136,7 @@ class Line:
 
     @property
     def roof_slope_ms(self) -> float:
-        """The same bytes over the roof's plain read (another buffer); 0 where it was not probed."""
+        """The same bytes over the roof's read (another buffer); 0 where it was not probed."""
         return self.predicted_slope_ms * self.cache_read / self.roof_read if self.roof_read else 0.0
 
     @property
