@@ -457,24 +457,31 @@ def start_class(pg) -> str:
     # The expander opens over ~400 ms; a box focused meanwhile is scrolled into view, and Start then slides back
     # down ~50 px. A hand cannot type the key that fast; `fill` can, and a click then could land beside a moving
     # Start (the class never started, no message had left the page: twice in about 20 full runs). So, as a
-    # lecturer would, wait until Start has stood still for 300 ms.
-    pg.wait_for_function("""() => {
+    # lecturer would, wait until Start has stood still for 300 ms. The key's box, focused, can scroll the sidebar
+    # again, so Start stands still once more after it; and the hand reaches Start (its tooltip's hover) before it
+    # presses, as a hand does. (Still lost once in about 10 CI runs with the first wait alone.)
+    still = """() => {
       const b = [...document.querySelectorAll('[data-testid=stSidebar] button')].find((x) => x.innerText.includes('Start a class'));
       if (!b) return false;
       const at = b.getBoundingClientRect().y;
       if (window.dlStartAt !== at) { window.dlStartAt = at; window.dlStartSince = performance.now(); return false; }
       return performance.now() - window.dlStartSince > 300;
-    }""", polling="raf")
+    }"""
+    pg.wait_for_function(still, polling="raf")
     box = pg.get_by_label("lecturer key", exact=True)
     box.fill(KEY)
+    start = pg.get_by_role("button", name="Start a class")
+    start.hover()
+    pg.wait_for_function(still, polling="raf")
     clicked = time.monotonic()
-    pg.get_by_role("button", name="Start a class").click()  # one click: the key and Start are one form
+    start.click()  # one click: the key and Start are one form
     try:
         expect(pg.locator("[data-testid=stSidebar] [data-testid=dl-follow-qr]")).to_be_visible()
     except AssertionError as e:  # were it lost again: say what the click reached
         sent = [n for t, n in getattr(pg, "sent", []) if t >= clicked]
         state = pg.evaluate("() => document.querySelector('[data-testid=stApp]')?.getAttribute("
                             "'data-test-script-state')")
+        state += f"; Start enabled: {start.is_enabled()}"
         shot = Path(tempfile.mkdtemp(prefix="dl-class-start-")) / "page.png"
         pg.screenshot(path=str(shot), full_page=True)
         raise AssertionError(f"no class after Start: {len(sent)} messages sent to the server since the click "
