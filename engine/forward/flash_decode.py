@@ -11,8 +11,8 @@ hidden behind the reads; its scores are summed eight at a time (AVX2), since sum
 It is built on first use with the C++ compiler inductor uses (the compiled lean pass needs one anyway), against
 torch's own headers, once per head_dim and group, into the temporary directory. It registers itself as a torch op
 (`TORCH_LIBRARY`), so a compiled pass calls it inside its graph, from C++: on the Intel Xeon 2-core VM a call took
-47 µs in a decode step, where the same kernel behind a Python custom op took 172 µs (its Python, run from caches
-the weights had just flushed: 2 ms of a 20 ms step). Where it cannot run (a GPU, a cache not in fp32, more than 16
+about 50 µs in a decode step, where the same kernel behind a Python custom op took 172 µs (its Python, run from
+caches the weights had just flushed: 2 ms of a 20 ms step; docs/measurements.md). Where it cannot run (a GPU, a cache not in fp32, more than 16
 query heads per kv_head, no compiler) the pass keeps SDPA and `why_not` says why.
 """
 
