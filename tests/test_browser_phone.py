@@ -73,3 +73,32 @@ def test_on_a_phone_every_scale_picture_fits_the_screen(server, browser):
         idle(pg)
         fits(pg, view)
     pg.close()
+
+
+FORMULAS = """() => [...document.querySelectorAll('[data-testid=stMain] .katex-display')].map(f => {
+  const r = f.getBoundingClientRect();
+  const px = [...f.querySelectorAll('.katex-html *')].filter(e => e.childElementCount === 0 && e.textContent.trim())
+    .map(e => parseFloat(getComputedStyle(e).fontSize));
+  return {scroll: f.scrollWidth, width: f.clientWidth, left: r.left, right: r.right, smallest_px: Math.min(...px),
+          overflow: getComputedStyle(f).overflowX, tex: f.querySelector('annotation').textContent};
+})"""
+
+
+def test_on_a_phone_lesson_4s_formula_is_whole_on_screen_its_text_11_px_or_more(server, browser):
+    pg = open_page(browser, f"{server}/lessons?lesson=4", *PHONE)
+    idle(pg)
+    pg.evaluate("() => document.fonts.ready.then(() => true)")  # KaTeX's own fonts, not a narrower fallback
+    (formula,) = pg.evaluate(FORMULAS)
+    assert formula["scroll"] <= formula["width"] + 1, formula  # the whole product, "= … bytes" included, no swipe
+    assert 0 <= formula["left"] and formula["right"] <= PHONE[0] and formula["smallest_px"] >= 11, formula
+    slider = pg.get_by_test_id("stMain").get_by_role("slider").first  # the click after: the most decode steps, the longest numbers
+    slider.focus()
+    slider.press("End")
+    idle(pg)
+    pg.evaluate("() => document.fonts.ready.then(() => true)")
+    (longest,) = pg.evaluate(FORMULAS)
+    assert longest["tex"] != formula["tex"] and 0 <= longest["left"] and longest["right"] <= PHONE[0], longest
+    assert longest["scroll"] <= longest["width"] + 1 or longest["overflow"] == "auto", longest  # never cut off
+    assert longest["smallest_px"] >= 11, longest
+    assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
+    pg.close()
