@@ -489,7 +489,11 @@ def start_class(pg) -> str:
                              f"{box.input_value() == KEY}; screenshot {shot}") from e
     pg.wait_for_function("() => { const i = document.querySelector('[data-testid=stSidebar] [data-testid=dl-follow-qr]');"
                          " return i && i.complete && i.naturalWidth > 0 }")  # the QR picture really shows
-    return re.search(r"https?://[^\s<\"]+/\?follow=[A-Z2-9]{6}", pg.content()).group(0)
+    link = re.compile(r"https?://[^\s<\"]+/\?follow=[A-Z2-9]{6}")
+    # and the link as text: its code block is drawn by a part of Streamlit's page loaded on first use, which can
+    # come after the QR picture (once in a CI run under load, the QR shown and no link in the page yet)
+    expect(pg.get_by_test_id("stSidebar")).to_contain_text(link)
+    return link.search(pg.get_by_test_id("stSidebar").inner_text()).group(0)
 
 
 def wait_for_step(pages, step: int, timeout_s: float) -> list[float]:
