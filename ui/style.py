@@ -49,8 +49,8 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   .dl-stage.dl-stage-fits img.dl-stage-wide { display: none; }
   .dl-stage.dl-stage-fits img.dl-stage-phone { display: block; }
   .modebar-container, [data-testid="stElementToolbar"] { display: none !important; }  /* never over a chart's title */
-  .katex-display { font-size: 0.82em;          /* a formula fits the width instead of running off it, its */
-    overflow-x: auto; overflow-y: hidden; }    /* subscripts still 11 px; a longer one scrolls, never cut off */
+  .katex-display { font-size: 0.82em; }        /* a formula fits the width instead of running off it, its
+                                                  subscripts still 11 px (a longer one scrolls: KaTeX's own) */
   .katex-display:not(:has(.msupsub)) { font-size: 0.76em; }  /* none: its smallest text is its own, 15 px */
   .dl-picture { overflow-x: auto; }            /* a lesson's picture (lookahead, one request) scrolls sideways... */
   .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage, and says so above it */

@@ -12,8 +12,8 @@ It is built on first use with the C++ compiler inductor uses (the compiled lean 
 torch's own headers, once per head_dim and group, into the temporary directory. It registers itself as a torch op
 (`TORCH_LIBRARY`), so a compiled pass calls it inside its graph, from C++: on the Intel Xeon 2-core VM a call took
 about 50 µs in a decode step, where the same kernel behind a Python custom op took 172 µs (its Python, run from
-caches the weights had just flushed: 2 ms of a 20 ms step; docs/measurements.md). Where it cannot run (a GPU, a cache not in fp32, more than 16
-query heads per kv_head, no compiler) the pass keeps SDPA and `why_not` says why.
+caches the weights had just flushed: 2 ms of a 20 ms step; docs/measurements.md). Where it cannot run (a GPU, a
+cache not in fp32, more than 16 query heads per kv_head, no compiler) the pass keeps SDPA and `why_not` says why.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_suffix(".cpp")
-FLAGS = (("-O3", "-march=native", "-fopenmp", "-ffast-math", "-shared", "-fPIC", "-std=c++20"),  # the first
-         ("-O3", "-ffast-math", "-shared", "-fPIC", "-std=c++17"))  # that builds (the second: one thread, an older
-#                                                                      compiler; torch's headers warn, and build)
+# the first that builds; the second for a compiler without OpenMP, -march=native or C++20 (one thread; torch's
+# headers warn under C++17, and build)
+FLAGS = (("-O3", "-march=native", "-fopenmp", "-ffast-math", "-shared", "-fPIC", "-std=c++20"),
+         ("-O3", "-ffast-math", "-shared", "-fPIC", "-std=c++17"))
 MAX_GROUP = 16  # more query heads per kv_head than this keep SDPA (its scores sit on the stack)
 NAME = "flash-decoding written for a CPU (engine/forward/flash_decode.cpp): each K/V row read once"
 SDPA = "torch's scaled_dot_product_attention over the cache, masked"

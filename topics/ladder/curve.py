@@ -39,8 +39,8 @@ the rung's decode step runs its own one-row kernel and is a labelled point of it
 the many-row passes.
 
 Bounds probed beside the passes: every round of the timed passes starts with a read of a buffer no cache holds
-(the faster of a plain sum and a matrix-vector product) and a square matmul (`roofline.RoundRates`), so a slow minute lands on the bounds as on the passes; a pass's
-ratio to its bound is the median over rounds of that round's time over that round's bound (`Curve.held`), its
+(the faster of a plain sum and a matrix-vector product) and a square matmul (`roofline.RoundRates`), so a slow
+minute lands on the bounds as on the passes; a pass's ratio to its bound is the median over rounds of that round's time over that round's bound (`Curve.held`), its
 spread the lowest and highest round. A curve recorded before this (`rounds` empty) was placed on one probe, made
 before the passes, and says so.
 """
