@@ -156,6 +156,33 @@ def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_li
     pg.close()
 
 
+MARKED = """() => {  // each rung's name beside its point, and every marker drawn: [text, left, top, right, bottom]
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  return {names: [...document.querySelectorAll('.textpoint text')].filter(t => t.textContent.trim())
+                    .map(t => [t.textContent.trim(), ...box(t)]),
+          markers: [...document.querySelectorAll('.scatterlayer .points path.point')].map(box)};
+}"""
+
+
+@pytest.mark.parametrize("scale, width", [(1.0, 900), (1.35, 900), (1.0, 370)], ids=["wide", "presenter", "phone"])
+def test_every_rung_named_on_the_recorded_rooflines_lies_clear_of_every_marker(browser, scale, width):
+    """On the EPYC's roofline the largest rung's name, above its decode point, lay under the lean pass's diamond a
+    rung below it, drawn over the word: '221M' read '22'."""
+    from topics.ladder import draw
+    from topics.ladder.store import recorded_ladders
+
+    ladders = recorded_ladders()
+    assert ladders, "no recorded ladder shipped in assets/"
+    for ladder in ladders:
+        pg = drawn(browser, draw.roofline_figure(ladder, scale=scale), width, height=700)
+        got = pg.evaluate(MARKED)
+        assert {r.label for r in (ladder.rungs[0], ladder.rungs[-1])} <= {n[0] for n in got["names"]}, got["names"]
+        under = [(n[0], m) for n in got["names"] for m in got["markers"]
+                 if n[1] < m[2] - 1 and m[0] < n[3] - 1 and n[2] < m[3] - 1 and m[1] < n[4] - 1]
+        assert under == [], f"{ladder.device}: a rung's name under a marker: {under}"
+        pg.close()
+
+
 # ---------------------------------------------------------------- the race plays on the first screen
 
 

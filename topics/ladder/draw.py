@@ -266,10 +266,11 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     for tr in (t for t in fig.data if t.mode == "markers"):  # each kind's points, in rung order (not the roofs)
         tr.mode = "lines+markers+text"
         tr.line = dict(color=tr.marker.color, width=2)
-        # the smallest rung named under its point, the largest above: the line joining them leaves both words clear
-        # (each above its point, the smallest's was struck through by the line rising from it); past the plot's
-        # edge if it must: never cut
-        tr.textposition = ["bottom center" if i == 0 else "top center" for i in range(len(tr.x))]
+        # the smallest rung named under its point, the largest to its right: the line joining them leaves both
+        # words clear (each above its point, the smallest's was struck through by the line rising from it, and the
+        # largest's sat under the lean pass's diamond a rung below, drawn over it); past the plot's edge if it
+        # must: never cut
+        tr.textposition = ["bottom center" if i == 0 else "middle right" for i in range(len(tr.x))]
         tr.cliponaxis = False
         tr.textfont = dict(size=13 * scale, color=tr.marker.color)
         tr.hovertext = tr.text
