@@ -208,6 +208,17 @@ def _bound_claims(t: str) -> list[tuple]:
     return claims
 
 
+@pytest.mark.parametrize("intensity, ridge", [(7.16, 7.24), (7.24, 7.16), (7.2449, 7.2451), (3.0, 12.5), (7.2, 7.2)])
+def test_a_steps_intensity_and_the_ridge_are_printed_so_their_order_shows(intensity, ridge):
+    """CI printed 'about 7.2 FLOPs per byte ... ridge is 7.2 FLOP/byte, so ... the memory side': the side was
+    right, the figures beside it could not show it. Printed, the two compare as the numbers do."""
+    from lessons.course import apart
+
+    a, b = apart(intensity, ridge)
+    assert (float(a) < float(b), float(a) == float(b)) == (intensity < ridge, intensity == ridge), (a, b)
+    assert len(a.split(".")[1]) >= 1
+
+
 @pytest.mark.parametrize("number", [2, 3])
 def test_compute_or_memory_bound_is_read_off_this_devices_ridge_and_the_measured_time(number, shown):
     """A label is never a slogan: the ridge side comes from the step's intensity against the measured ridge, and

@@ -42,7 +42,8 @@ static inline float exp_nonpositive(float x) {  // e^x for x <= 0 as 2^i * 2^f, 
   return (1.f + p) * two_i.v;
 }
 
-// s[g][t] = scale * (query head g of the group) . (K row t), for t < n: each K row read once for all GROUP heads.
+// s[g][t] = scale * (query head g of the group) . (K row t), for t < n: each K row read once for all GROUP heads;
+// as each is scored, the K and V rows AHEAD positions on are asked for (V: the block's own V rows).
 //
 // A dot product's sum across its lanes costs more than its multiplies: summed one at a time, the scores took
 // most of the kernel's time and it could not keep up with the memory (docs/measurements.md). With AVX2, 8 dot
