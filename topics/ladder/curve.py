@@ -19,9 +19,9 @@ one-row step runs best with (on a CPU a streamed dot product; on a GPU the one-r
 lean decode. Timed as every step here is: perf_counter around a device sync, warm-up calls apart (they compile: one
 graph for n = 1, one for every other n of each kind, the compile time kept in `compile_ms`), medians of
 `repeats` runs with their min-max, timed in rounds (every pass once a round, so a slow minute falls on every n
-alike and the ratios between passes are measured side by side). Each pass is placed on the ladder's roof (the same `DeviceRoof` every page
-quotes): its FLOPs and bytes are estimates (engine.forward.estimates), its bounds those over the roof's peak and
-the bandwidth its bytes get.
+alike and the ratios between passes are measured side by side). Each pass is placed on the ladder's roof (the
+same `DeviceRoof` every page quotes): its FLOPs and bytes are estimates (engine.forward.estimates), its bounds
+those over the roof's peak and the bandwidth its bytes get.
 
 Each kind's knee is read off the curve (`Curve.knee`), beside a prediction made before anything ran:
     predicted knee   the n where the pass stops being its weights' read: a prefill's where its intensity
@@ -40,9 +40,9 @@ the many-row passes.
 
 Bounds probed beside the passes: every round of the timed passes starts with a read of a buffer no cache holds
 (the faster of a plain sum and a matrix-vector product) and a square matmul (`roofline.RoundRates`), so a slow
-minute lands on the bounds as on the passes; a pass's ratio to its bound is the median over rounds of that round's time over that round's bound (`Curve.held`), its
-spread the lowest and highest round. A curve recorded before this (`rounds` empty) was placed on one probe, made
-before the passes, and says so.
+minute lands on the bounds as on the passes; a pass's ratio to its bound is the median over rounds of that round's
+time over that round's bound (`Curve.held`), its spread the lowest and highest round. A curve recorded before this
+(`rounds` empty) was placed on one probe, made before the passes, and says so.
 """
 
 from __future__ import annotations
