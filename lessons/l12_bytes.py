@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from lessons.course import Course
-from topics.bytes import draw
+from topics.bytes import draw, figures
 from topics.bytes import store as bytes_store
 from topics.bytes.page import shown
 from ui.charts import chart
@@ -47,7 +47,7 @@ def show(course: Course) -> None:
                          + (f", {halved}," if fp32 is not None and bf16 is not None else "")
                          + f" timed on {rec.device}."))
         return
-    chart(draw.storage_figure(rec, scale=scale()), "lesson12_storage")
+    chart(figures.storage_figure(rec, scale=scale()), "lesson12_storage")
     held = draw.prediction_held(rec)
     st.markdown(plain(f"You predicted: {guess}. What bf16 did here: {held}"
                       + (" (your prediction held)." if held == guess else ".")))
@@ -59,7 +59,7 @@ def show(course: Course) -> None:
     st.caption(plain(f"{source}. {draw.where(rec)}."))
     st.markdown("**The cache's bytes.** Every decode step reads the whole K/V cache too, so a longer context is "
                 "more bytes a step; evicting to a window reads fewer.")
-    chart(draw.context_figure(rec, scale=scale()), "lesson12_context")
+    chart(figures.context_figure(rec, scale=scale()), "lesson12_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     why = draw.context_why(rec)
     if why:

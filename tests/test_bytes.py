@@ -13,7 +13,7 @@ import torch
 
 from engine.forward.lean import LeanLlama
 from engine.load.load import load_model
-from topics.bytes import draw, measure, storage
+from topics.bytes import draw, figures, measure, storage
 from topics.bytes import store as bytes_store
 from topics.bytes.records import Damage, Line, Pass, Rates, Record, WindowDamage, fit
 
@@ -333,7 +333,7 @@ def test_steps_that_do_not_rise_with_context_get_no_slope_and_the_chart_shows_th
     said = draw.context_sentence(rec)
     assert "do not rise with context" in said and "13.1 ms at 384" in said and "5.1–30.3 ms at 384" in said
     assert "Fitted" not in said and "reaches the weights'" not in said and draw.context_why(rec) == ""
-    bars = draw.context_figure(rec).data[0].error_y
+    bars = figures.context_figure(rec).data[0].error_y
     assert list(bars.array)[0] == pytest.approx(30.3 - 13.1) and list(bars.arrayminus)[0] == pytest.approx(13.1 - 5.1)
 
 
@@ -442,7 +442,7 @@ def test_figures_and_tables_draw_from_a_record():
     rec = synthetic({"fp32": 20.0, "bf16": 10.0}, {"fp32": 500.0, "bf16": 250.0}, CTX,
                     damage=(Damage("m", "fp32", (1.0, 1.0), (0.0, 0.0), 10), Damage("m", "bf16", (0.9, 1.0),
                                                                                     (0.01, 0.02), 10)))
-    assert len(draw.storage_figure(rec).data) >= 4 and len(draw.context_figure(rec).data) >= 3
+    assert len(figures.storage_figure(rec).data) >= 4 and len(figures.context_figure(rec).data) >= 3
     assert "bf16 agrees with fp32 on 95.0%–95.0%" in draw.damage_sentence(rec)
     assert "lowest story 90.0%" in draw.damage_sentence(rec)
     assert "storage" in draw.text_tables(rec)
@@ -455,6 +455,24 @@ def shipped() -> Record:
     rec = bytes_store.recorded()
     assert rec is not None, "assets/bytes_cpu.json: record it with `python -m engine bytes --json assets/bytes_cpu.json`"
     return rec
+
+
+def test_engine_bytes_writes_and_prints_its_recording_where_plotly_is_not_installed(tmp_path):
+    """A GPU image without plotly (the lent H200's, 2026-11-30) ran the whole measurement, then lost its tables
+    to an ImportError: the report needs pandas alone."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "rec.json"
+    code = ("import sys; sys.modules['plotly'] = None\n"  # import plotly now raises ImportError
+            "from topics.bytes import store, cli\n"
+            f"raise SystemExit(cli._report(store.recorded(), {str(out)!r}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(bytes_store.RECORDING.parent.parent))
+    assert run.returncode == 0, run.stderr[-800:]
+    rec = shipped()
+    assert Record.from_dict(json.loads(out.read_text())).to_dict() == rec.to_dict()
+    assert all(s in run.stdout for s in rec.storages()) and draw.storage_sentence(rec) in run.stdout
 
 
 def test_the_shipped_recording_reads_back_with_every_storage_the_line_and_the_damage():

@@ -52,8 +52,8 @@ def main(args) -> int:
 
 
 def _report(rec, json_path: str | None) -> int:
-    """The recording written first (a machine without plotly, as a GPU image may be, still keeps it), then its
-    tables printed."""
+    """The recording written first, then its tables printed: topics.bytes.draw needs pandas, not plotly, so a
+    machine without plotly (the lent H200's image, 2026-11-30) prints them too."""
     if json_path:
         write_json(json_path, rec.to_dict())
     from topics.bytes import draw

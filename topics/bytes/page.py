@@ -1,11 +1,12 @@
 """The Scale page's section "Bytes are time" (one call from the page, beside the pass-of-n curve): the shipped
-recording by default, a button to measure on this server in the background; every sentence from topics.bytes.draw."""
+recording by default, a button to measure on this server in the background; every sentence from topics.bytes.draw, every figure from
+topics.bytes.figures."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from topics.bytes import draw
+from topics.bytes import draw, figures
 from topics.bytes import store as bytes_store
 from ui.charts import chart
 from ui.style import scale
@@ -44,7 +45,7 @@ def section(lm=None) -> None:
         st.info("No recording of this measurement ships for this device: measure it on this server.")
         return
     st.caption(plain(f"{source}. {draw.where(rec)}."))
-    chart(draw.storage_figure(rec, scale=scale()), "scale_bytes_storage")
+    chart(figures.storage_figure(rec, scale=scale()), "scale_bytes_storage")
     st.markdown(plain(draw.storage_sentence(rec)))
     frame = draw.storage_frame(rec)
     st.dataframe(frame, hide_index=True, width="stretch", column_config={  # headers short enough that a projector
@@ -53,7 +54,7 @@ def section(lm=None) -> None:
                  draw.int8_sentence(rec)):
         if said:
             st.caption(plain(said))
-    chart(draw.context_figure(rec, scale=scale()), "scale_bytes_context")
+    chart(figures.context_figure(rec, scale=scale()), "scale_bytes_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     why = draw.context_why(rec)
     if why:

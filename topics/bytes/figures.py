@@ -1,0 +1,104 @@
+"""Bytes are time, drawn: the storages' times against their weights' bytes, and one decode step against its
+context; each a pure function of a `records.Record` (the words beside them are topics/bytes/draw.py's)."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title, log_ticks
+from topics.bytes.records import Record
+
+TEXT_AT = {"bf16": "middle left", "fp16": "middle right", "bf16 model": "bottom center"}  # same bytes: apart
+SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triangle-up", "int4": "triangle-down",
+          "bf16 model": "hexagon"}
+
+
+def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
+    """Time against the weights' bytes: decode and prefill, measured (filled) and their bounds (open)."""
+    fig = go.Figure()
+    times = []
+    for kind, colour in (("decode", DECODE), ("prefill", PREFILL)):
+        for s in rec.storages():
+            p = rec.get(s, kind)
+            if p is None:
+                continue
+            bound = p.memory_ms(rec.rounds) if kind == "decode" else p.compute_ms(rec.rounds)
+            times += [p.median_ms, max(p.samples_ms), bound]
+            x = p.weight_bytes / 1e6
+            at = TEXT_AT.get(s, "top center")
+            if s == "bf16 model" and rec.get("bf16", kind) is not None:  # its label on the side away from bf16's,
+                up = p.median_ms > rec.get("bf16", kind).median_ms  # or beside it where its bound lies that side
+                at = "top center" if up else "bottom center"
+                if (bound > p.median_ms) == up and max(bound, p.median_ms) / min(bound, p.median_ms) < 1.6:
+                    at = "middle right"
+            pad = "\u00a0\u00a0"  # a label beside its marker, not touching it
+            label = s + pad if at == "middle left" else pad + s if at == "middle right" else s
+            fig.add_trace(go.Scatter(x=[x], y=[p.median_ms], mode="markers+text", text=[label],
+                                     textposition=at, name=f"{kind} {s} measured",
+                                     marker=dict(color=colour, size=12, symbol=SYMBOL.get(s, "circle")),
+                                     error_y=dict(type="data", symmetric=False,
+                                                  array=[max(p.samples_ms) - p.median_ms],
+                                                  arrayminus=[p.median_ms - min(p.samples_ms)]),
+                                     showlegend=False))
+            if bound > p.median_ms:  # beaten: the probe's rate, not a bound (why_prefill says so)
+                continue
+            fig.add_trace(go.Scatter(x=[x], y=[bound], mode="markers", name=f"{kind} {s} bound",
+                                     marker=dict(color=ESTIMATE, size=10, symbol=SYMBOL.get(s, "circle") + "-open"),
+                                     showlegend=False))
+    for name, colour, symbol in (("decode, measured", DECODE, "circle"), ("prefill, measured", PREFILL, "circle"),
+                                 ("its bound (predicted)", ESTIMATE, "circle-open")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(color=colour, size=10, symbol=symbol)))
+    if times:  # room above the highest label and below the lowest (a log axis: its range in powers of ten), and
+        lo, hi = min(times) / 1.6, max(times) * 2.6  # ticks labelled whole (plotly's own read "5, 2, 100, 5")
+        vals, texts = log_ticks(lo, hi)
+        fig.update_yaxes(range=[math.log10(lo), math.log10(hi)], tickmode="array", tickvals=vals, ticktext=texts)
+    fig.update_yaxes(type="log", title="ms per pass (log)")
+    fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)")
+    return legend_under_title(layout(fig, "Time per pass against the weights' bytes", scale=scale), scale)
+
+
+def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
+    pts = rec.context_passes()
+    line = rec.line()
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[p.context for p in pts], y=[p.median_ms for p in pts], mode="markers",
+                             name="decode step, measured (median, bars min–max)", marker=dict(color=DECODE, size=10),
+                             error_y=dict(type="data", symmetric=False, color=DECODE,
+                                          array=[max(p.samples_ms) - p.median_ms for p in pts],
+                                          arrayminus=[p.median_ms - min(p.samples_ms) for p in pts])))
+    if line:
+        xs = [0, max(p.context for p in pts)]
+        fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.slope_ms * x for x in xs], mode="lines",
+                                 name="line fitted", line=dict(color=DECODE, dash="dot")))
+        own = line.cache_probed
+        fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.predicted_slope_ms * x for x in xs],
+                                 mode="lines", name="predicted slope (K/V bytes / "
+                                 + ("the cache's plain read)" if own else "read rate)"),
+                                 line=dict(color=ESTIMATE, dash="dash")))
+        if line.compute_slope_ms > 0:
+            both = line.predicted_slope_ms + line.compute_slope_ms
+            fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + both * x for x in xs], mode="lines",
+                                     name="bytes' time + arithmetic's (estimate)",
+                                     line=dict(color=ESTIMATE, dash="dot", width=1)))
+        if own:
+            fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.roof_slope_ms * x for x in xs],
+                                     mode="lines", name="K/V bytes / the roof's read",
+                                     line=dict(color=GREY, dash="dashdot", width=1)))
+        for x, name, colour in ((line.crossing, "K/V time = weights' (measured)", DECODE),
+                                (line.predicted_crossing, "K/V bytes = weights' (predicted)", ESTIMATE)):
+            if x < 2 * xs[1]:
+                fig.add_vline(x=x, line=dict(color=colour, dash="dot", width=1))
+                fig.add_trace(go.Scatter(x=[x], y=[line.intercept_ms + line.slope_ms * x], mode="markers",
+                                         name=name, marker=dict(color=colour, size=12, symbol="x")))
+    pair = rec.evicted()
+    if pair:
+        e, full = pair
+        fig.add_trace(go.Scatter(x=[full.context], y=[e.median_ms], mode="markers",
+                                 name=f"evicted to a window of {e.context:,}", marker=dict(color=GREY, size=13,
+                                                                                          symbol="star")))
+    fig.update_xaxes(title=f"context (positions in the K/V cache, {pts[0].arith if pts else rec.reference})")
+    fig.update_yaxes(title="ms per decode step", rangemode="tozero")
+    return legend_under_title(layout(fig, "The context's bytes: one decode step's time", scale=scale), scale)
