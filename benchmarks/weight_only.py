@@ -16,7 +16,7 @@ same round. The forms (topics/bytes/storage.py):
     int4          the pass's own: on a GPU the Triton kernel, on a CPU torch's int4 kernel
     int4 tinygemm (a GPU) torch's int4 kernel (`_weight_int4pack_mm`), the pass's own before the Triton kernel
 
-On a GPU it prints the block sizes Triton's autotuner picked for each shape.
+On a GPU it prints the Triton kernels' block sizes (topics/bytes/gpu_kernels.py: BLOCKS, measured).
 
 docs/measurements.md has the runs.
 """
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, one in runs.items():
                 samples[name].append(timed(one, device, repeats=1, warmup=0).forward_ms)
     if cuda:
-        print(gpu_kernels.tuned())
+        print(gpu_kernels.said())
     ref = made[0]
     print(f"\n{len(ref.stack.mats)} matrices [{out} × {inn}], {args.rows} row(s), {args.rounds} rounds, {device}")
     print(f"{'form':14s} {'bytes':>10s} {'median ms':>10s} {'min–max':>13s} {'GB/s':>7s} {'× ' + ref.name:>12s}")

@@ -96,14 +96,15 @@ def test_the_curves_passes_timed_in_rounds_give_each_ns_own_logits_on_the_gpu(gp
 
 
 def test_the_narrow_kernels_give_their_storages_product_inside_a_cuda_graph(cuda):
-    """The int8 and int4 Triton kernels, compiled by Triton for this GPU and autotuned, called inside the lean
-    pass's compiled graph (CUDA graphs): at Llama-3-8B's MLP shape and an odd one, one row and several, each the
+    """The int8 and int4 Triton kernels, compiled by Triton for this GPU at their measured block sizes, called inside
+    the lean pass's compiled graph (CUDA graphs): at Llama-3-8B's MLP shapes (the down projection's rows long enough
+    for int8's wider tile) and an odd one, one row and several, each the
     product of the matrix its storage keeps, worked out in float64."""
     from topics.bytes import gpu_kernels, storage
 
     assert gpu_kernels.why_not(torch.device("cuda")) is None
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for out, inn in ((14336, 4096), (1000, 384)):
+    for out, inn in ((14336, 4096), (4096, 14336), (1000, 384)):
         w = torch.randn(out, inn, device="cuda", generator=gen).bfloat16()
         for name in ("int8", "int4"):
             module = storage.narrow(w, name)

@@ -51,6 +51,16 @@ def test_int8_kernel_gives_the_stored_rows_times_x(interpreter, n, k):
     assert relative(got, want) < 8e-3  # bf16's own rounding of y (8 bits of mantissa)
 
 
+def read_back(packed: torch.Tensor, scale_zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the steps, the matrix in float64) read from int4's bytes by hand: byte t of a group holds weight t low and
+    weight t + GROUP/2 high; each weight (step − 8) · scale + zero."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    b = packed.view(n, -1, gpu_kernels.GROUP // 2).long()  # bytes, a group's half-row each
+    q = torch.cat((b & 15, b >> 4), -1).view(n, k)
+    s, z = scale_zero.double().transpose(0, 1).unbind(-1)  # [n, groups]
+    return q, ((q.double() - 8).view(n, -1, gpu_kernels.GROUP) * s[..., None] + z[..., None]).view(n, k)
+
+
 @pytest.mark.parametrize("n, k", SHAPES)
 def test_int4_kernel_gives_the_stored_groups_times_x(interpreter, n, k):
     """Each weight read back from its byte's half ((byte >> 4 or byte & 15) − 8) · scale + zero, in float64."""
@@ -60,15 +70,30 @@ def test_int4_kernel_gives_the_stored_groups_times_x(interpreter, n, k):
     steps, scale_zero = storage.int4_groups(w)
     packed = gpu_kernels.pack_int4(steps)
     assert packed.shape == (n, k // 2) and packed.dtype == torch.uint8
-    half = gpu_kernels.GROUP // 2
-    b = packed.view(n, -1, half).long()  # bytes, a group's half-row each
-    q = torch.cat((b & 15, b >> 4), -1).view(n, k)  # byte t: weight t low, weight t + GROUP/2 high
+    q, kept = read_back(packed, scale_zero)
     assert torch.equal(q, steps.long()) and torch.equal(gpu_kernels.unpack_int4(packed).long(), q)
-    s, z = scale_zero.double().transpose(0, 1).unbind(-1)  # [n, groups]
-    kept = ((q.double() - 8).view(n, -1, gpu_kernels.GROUP) * s[..., None] + z[..., None]).view(n, k)
     assert relative(kept.float(), w.double()) < 0.2  # 16 steps a group: the storage's rounding, not a kernel's
     got = gpu_kernels.int4_rows(x, packed, scale_zero)
     assert relative(got, kept @ x.double()) < 8e-3
+
+
+def test_the_gpus_own_block_sizes_give_the_same_products(interpreter, monkeypatch):
+    """The block sizes a GPU runs (gpu_kernels.BLOCKS: int8's wider tile past LONG_ROW, int4's 16 groups a tile),
+    run here in the interpreter at a row of 9,216 (nine int8 tiles; four and a half int4 tiles, the last masked)."""
+    n, k = 13, 9216
+    monkeypatch.setattr(gpu_kernels, "INTERPRETER_BLOCKS",
+                        {"int8": {"BLOCK_N": gpu_kernels.BLOCKS["int8"]["BLOCK_N"], "BLOCK_K": 1024},
+                         "int4": {key: v for key, v in gpu_kernels.BLOCKS["int4"].items() if key != "num_warps"}})
+    assert k >= gpu_kernels.LONG_ROW and gpu_kernels.blocks("int4", k)["GROUPS"] == 16
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(n, k, generator=gen).bfloat16()
+    x = torch.randn(k, generator=gen).bfloat16()
+    held = storage.NarrowWeight(w, torch.int8)
+    want = (held.q.double() * held.scale.double()[:, None]) @ x.double()
+    assert relative(gpu_kernels.int8_rows(x, held.q, held.scale), want) < 8e-3
+    packed = gpu_kernels.pack_int4(storage.int4_groups(w.float())[0])
+    scale_zero = storage.int4_groups(w.float())[1]
+    assert relative(gpu_kernels.int4_rows(x, packed, scale_zero), read_back(packed, scale_zero)[1] @ x.double()) < 8e-3
 
 
 def test_a_compiled_pass_calls_the_kernels_inside_its_graph(interpreter):

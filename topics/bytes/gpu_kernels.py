@@ -17,9 +17,9 @@ the layout torch's int4 kernel takes ([K / GROUP, N, 2], bf16), so one quantizat
 
 Each is a torch custom op, so a compiled pass calls it inside its graph, CUDA graphs included. Triton runs where
 torch's CUDA build ships it; on a CPU the same kernels run in Triton's interpreter (TRITON_INTERPRET=1), which is
-how the tests check their arithmetic without a GPU. On a GPU the block sizes are tuned by Triton's autotuner, once
-per shape, on the first call; in the interpreter a single block size runs (it has to be on before Triton is
-first imported: tests/conftest.py).
+how the tests check their arithmetic without a GPU (it has to be on before Triton is first imported:
+tests/conftest.py). The block sizes on a GPU are fixed, as measured (BLOCKS); the interpreter's are smaller, so
+the tests' small matrices still take several tiles a row.
 """
 
 from __future__ import annotations
@@ -31,6 +31,15 @@ from types import SimpleNamespace
 import torch
 
 GROUP = 128  # int4: weights per scale and zero along a row (gpt-fast's), as topics/bytes/storage.py quantizes
+
+# Block sizes on a GPU, measured on an H200 (2026-11-30, docs/measurements.md): each kernel in a CUDA graph over 24
+# matrices of Llama-3-8B's MLP shapes, [14,336 × 4,096] and [4,096 × 14,336] (past its 60 MB L2), at every size of a
+# grid. The fastest: int8 8 rows a program, 512 columns a tile (1,024 where a row is 8,192 or longer), 2.5–2.7 TB/s;
+# int4 8 rows, 16 groups a tile, 1.3 TB/s (cuBLAS's bf16 3.6–3.9). Triton's autotuner, which times one matrix its
+# L2 holds, had picked int4 sizes ×1.12–1.27 slower, and compiled 18 sizes a shape in every run.
+BLOCKS = {"int8": dict(BLOCK_N=8, BLOCK_K=512, num_warps=4), "int4": dict(BLOCK_N=8, GROUPS=16, num_warps=4)}
+LONG_ROW = 8192  # int8: from here on, 1,024 columns a tile
+INTERPRETER_BLOCKS = {"int8": dict(BLOCK_N=8, BLOCK_K=256), "int4": dict(BLOCK_N=8, GROUPS=2)}
 
 
 def why_not(device: torch.device) -> str | None:
@@ -62,8 +71,8 @@ def int8_rows(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Te
     """x [K] (one row) times q [N, K] int8, each row times its scale [N]: y [N] in x's dtype."""
     n, k = q.shape
     x, y = x.contiguous(), x.new_empty(n)
-    kernel = _kernels().int8
-    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](x, q, scale, y, n, k, **_fixed(kernel, BLOCK_N=8, BLOCK_K=256))
+    b = blocks("int8", k)
+    _kernels().int8[(-(-n // b["BLOCK_N"]),)](x, q, scale, y, n, k, **b)
     return y
 
 
@@ -78,9 +87,8 @@ def int4_rows(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor) -
     [K / GROUP, N, 2]: y [N] in x's dtype."""
     n, k = packed.shape[0], packed.shape[1] * 2
     x, y = x.contiguous(), x.new_empty(n)
-    kernel = _kernels().int4
-    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](x, packed, scale_zero, y, n, k, k // 2, GROUP=GROUP,
-                                                      **_fixed(kernel, BLOCK_N=8, GROUPS=2))
+    b = blocks("int4", k)
+    _kernels().int4[(-(-n // b["BLOCK_N"]),)](x, packed, scale_zero, y, n, k, k // 2, GROUP=GROUP, **b)
     return y
 
 
@@ -89,13 +97,19 @@ def _(x, packed, scale_zero):
     return x.new_empty(packed.shape[0])
 
 
-def tuned() -> str:
-    """The block sizes Triton's autotuner picked, per kernel and shape (N, K), in words: "" before any was tuned."""
-    if not _kernels.cache_info().currsize:  # no kernel made yet: none tuned (and none made by asking)
-        return ""
-    kernels = _kernels()
-    return "; ".join(f"{name} [{key[0]} × {key[1]}]: {config}" for name in ("int8", "int4")
-                     for key, config in getattr(getattr(kernels, name), "cache", {}).items())
+def blocks(kernel: str, k: int) -> dict:
+    """The block sizes (and warps) kernel "int8" or "int4" runs with over rows of k weights: BLOCKS on a GPU, the
+    interpreter's smaller ones on a CPU."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return INTERPRETER_BLOCKS[kernel]
+    return {**BLOCKS[kernel], "BLOCK_K": 1024} if kernel == "int8" and k >= LONG_ROW else BLOCKS[kernel]
+
+
+def said() -> str:
+    """The GPU's block sizes, in words (a recording's note)."""
+    return (f"the narrow kernels' block sizes (measured, fixed): int8 {BLOCKS['int8']['BLOCK_N']} rows a program, "
+            f"{BLOCKS['int8']['BLOCK_K']} columns a tile (1,024 in rows of {LONG_ROW:,} or more); int4 "
+            f"{BLOCKS['int4']['BLOCK_N']} rows, {BLOCKS['int4']['GROUPS']} groups of {GROUP} a tile")
 
 
 def ptx_for(capability: int = 90) -> dict[str, str]:
@@ -108,23 +122,17 @@ def ptx_for(capability: int = 90) -> dict[str, str]:
 
     kernels = _kernels()
     sizes = {"N": "i32", "K": "i32"}  # at Llama-3-8B's shapes every size is a multiple of 16
-    made = {"int8": ({"x": "*bf16", "q": "*i8", "scale": "*bf16", "y": "*bf16", **sizes},
-                     {"BLOCK_N": 8, "BLOCK_K": 512}),
+    made = {"int8": ({"x": "*bf16", "q": "*i8", "scale": "*bf16", "y": "*bf16", **sizes}, {}),
             "int4": ({"x": "*bf16", "packed": "*u8", "scale_zero": "*bf16", "y": "*bf16", **sizes, "row_bytes": "i32"},
-                     {"GROUP": GROUP, "BLOCK_N": 8, "GROUPS": 4})}
+                     {"GROUP": GROUP})}
     out = {}
-    for name, (signature, blocks) in made.items():
-        fn = getattr(kernels, name)
-        fn = getattr(fn, "fn", fn)  # the autotuner's kernel
-        source = ASTSource(fn=fn, signature={**signature, **{b: "constexpr" for b in blocks}}, constexprs=blocks,
-                           attrs={(i,): [["tt.divisibility", 16]] for i in range(len(signature))})
-        out[name] = triton.compile(source, target=GPUTarget("cuda", capability, 32)).asm["ptx"]
+    for name, (signature, constants) in made.items():
+        constants = {**constants, **{k: v for k, v in BLOCKS[name].items() if k != "num_warps"}}
+        source = ASTSource(fn=getattr(kernels, name), signature={**signature, **dict.fromkeys(constants, "constexpr")},
+                           constexprs=constants, attrs={(i,): [["tt.divisibility", 16]] for i in range(len(signature))})
+        options = {"num_warps": BLOCKS[name]["num_warps"]}
+        out[name] = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options).asm["ptx"]
     return out
-
-
-def _fixed(kernel, **blocks) -> dict:
-    """The block sizes to pass: none where the autotuner picks them (a GPU), `blocks` in the interpreter."""
-    return {} if hasattr(kernel, "configs") else blocks
 
 
 @functools.cache
@@ -173,11 +181,4 @@ def _kernels():
             out += tl.sum(s * dots + z * xs[None, :], 1)
         tl.store(y + rows, out.to(y.dtype.element_ty), mask=live)
 
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return SimpleNamespace(int8=int8, int4=int4)
-    warps = (4, 8)
-    return SimpleNamespace(
-        int8=triton.autotune([triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w)
-                              for n in (4, 8, 16) for k in (256, 512, 1024) for w in warps], key=["N", "K"])(int8),
-        int4=triton.autotune([triton.Config({"BLOCK_N": n, "GROUPS": g}, num_warps=w)
-                              for n in (4, 8, 16) for g in (2, 4, 8) for w in warps], key=["N", "K"])(int4))
+    return SimpleNamespace(int8=int8, int4=int4)

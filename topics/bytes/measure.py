@@ -289,8 +289,8 @@ def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CO
     got, passes, kv_ref, compile_s = storages(rlm, storages_, tokens=tokens, rounds=rounds, contexts=contexts,
                                             compile=compile, on_point=on_point, notes=notes, deadline=deadline)
     hurt = damage(models, on_point=on_point) if with_damage else ()
-    if tuned := gpu_kernels.tuned():  # a GPU: the block sizes the narrow storages' kernels ran with
-        notes.append(f"Triton's autotuner picked: {tuned}")
+    if gpu_kernels.why_not(rlm.device) is None:  # a GPU: the block sizes the narrow storages' kernels ran with
+        notes.append(gpu_kernels.said())
     return Record(device=machine.describe(rlm.device), rung=label, parameters=int(rlm.spec.parameters),
                   threads=torch.get_num_threads(), load=(round(load0, 2), round(os.getloadavg()[0], 2)),
                   measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
