@@ -11,9 +11,11 @@ same round. The forms (topics/bytes/storage.py):
     reference     the bf16 model's matrices (a GPU) or fp32's (a CPU), as the lean pass multiplies them
     int8          the pass's own: on a GPU the Triton kernel (topics/bytes/gpu_kernels.py), on a CPU the streamed
                   product, widened as it is read
+    int8 converted (a GPU) the same Triton kernel, each weight widened by the conversion instruction, not its bits
     int8 streamed (a GPU) the streamed product as inductor compiles it, the pass's own before the Triton kernel
     int8 gpt-fast `F.linear(x, q.to(x.dtype)) * scales`, the form inductor rewrites to `_weight_int8pack_mm`
     int4          the pass's own: on a GPU the Triton kernel, on a CPU torch's int4 kernel
+    int4 converted (a GPU) the Triton kernel, each weight widened by the conversion instruction
     int4 tinygemm (a GPU) torch's int4 kernel (`_weight_int4pack_mm`), the pass's own before the Triton kernel
 
 On a GPU it prints the Triton kernels' block sizes (topics/bytes/gpu_kernels.py: BLOCKS, measured).
@@ -47,6 +49,9 @@ class Stack(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         if self.form == "int8 gpt-fast":
             return [F.linear(x, m.q.to(x.dtype)) * m.scale for m in self.mats]
+        if self.form == "converted":  # the Triton kernels, each weight widened by the conversion instruction
+            op = gpu_kernels.int4_rows if isinstance(self.mats[0], st.Int4Weight) else gpu_kernels.int8_rows
+            return [op(x.reshape(-1), m.q, m.scale, False) for m in self.mats]
         return [m(x) for m in self.mats]
 
 
@@ -80,11 +85,13 @@ def forms(device: torch.device, matrices: int, out: int, inn: int, gen) -> list[
         made.append(("bf16", Stack([st.narrow(w, "bf16") for w in ws], "own"), base))
     made.append(("int8", Stack([st.narrow(w, "int8") for w in ws], "own"), base))
     if cuda:
+        made.append(("int8 converted", Stack([st.narrow(w, "int8") for w in ws], "converted"), base))
         made.append(("int8 streamed", Stack([st.narrow(w, "int8", triton=False) for w in ws], "own"), base))
     made.append(("int8 gpt-fast", Stack([st.narrow(w, "int8") for w in ws], "int8 gpt-fast"), base))
-    for name, triton in (("int4", None), ("int4 tinygemm", False)) if cuda else (("int4", None),):
+    int4s = (("int4", None, "own"), ("int4 converted", None, "converted"), ("int4 tinygemm", False, "own"))
+    for name, triton, form in int4s if cuda else (("int4", None, "own"),):
         try:
-            made.append((name, Stack([st.narrow(w, "int4", triton=triton) for w in ws], "own"), base))
+            made.append((name, Stack([st.narrow(w, "int4", triton=triton) for w in ws], form), base))
         except (RuntimeError, NotImplementedError) as e:
             print(f"{name}: not measured here ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
     return [Form(name, stack, opts, sum(st.nbytes(m.w if isinstance(m, Plain) else m) for m in stack.mats))

@@ -11,6 +11,13 @@ x and keeps the sums; int8's row scale, or int4's group scale and zero, applied 
     int8_rows(x, q, scale)          y[n] = scale[n] · Σ_k q[n, k] · x[k]                (q int8 [N, K], a scale a row)
     int4_rows(x, packed, scale)     y[n] = Σ_g scale[g, n] · Σ_k∈g (q[n, k] − 8) · x[k] + zero[g, n] · Σ_k∈g x[k]
 
+Each weight is widened to fp32 by its bits (BY_BITS): an integer u of 0 … 2²³ put in the mantissa of 2²³
+(0x4B000000 | u, the float 2²³ + u), then 2²³ and the weight's offset taken off, exact. That is an integer `or`
+and a float subtraction, which a GPU runs at full rate, where the integer-to-float conversion runs at a quarter of it
+(16 a cycle an SM on an H100 or H200): with one conversion a weight, the kernels widened about 2.7 G weights a
+millisecond on an H200, int8 and int4 alike (docs/measurements.md). by_bits=False keeps the conversion, to time
+the two side by side (benchmarks/weight_only.py).
+
 int4 packs two weights a byte within each group of GROUP: byte t of a group holds weight t (low four bits) and
 weight t + GROUP/2 (high), so a tile of bytes is two contiguous halves of x (`pack_int4`). The scales and zeros are
 the layout torch's int4 kernel takes ([K / GROUP, N, 2], bf16), so one quantization serves both.
@@ -67,33 +74,35 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 
 @torch.library.custom_op("decode_lab::int8_rows", mutates_args=())
-def int8_rows(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x [K] (one row) times q [N, K] int8, each row times its scale [N]: y [N] in x's dtype."""
+def int8_rows(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, by_bits: bool = True) -> torch.Tensor:
+    """x [K] (one row) times q [N, K] int8, each row times its scale [N]: y [N] in x's dtype. by_bits: each weight
+    widened by its bits (`_kernels`), else by the conversion instruction (to time the two side by side)."""
     n, k = q.shape
     x, y = x.contiguous(), x.new_empty(n)
     b = blocks("int8", k)
-    _kernels().int8[(-(-n // b["BLOCK_N"]),)](x, q, scale, y, n, k, **b)
+    _kernels().int8[(-(-n // b["BLOCK_N"]),)](x, q, scale, y, n, k, BY_BITS=by_bits, **b)
     return y
 
 
 @int8_rows.register_fake
-def _(x, q, scale):
+def _(x, q, scale, by_bits=True):
     return x.new_empty(q.shape[0])
 
 
 @torch.library.custom_op("decode_lab::int4_rows", mutates_args=())
-def int4_rows(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor) -> torch.Tensor:
+def int4_rows(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, by_bits: bool = True) -> torch.Tensor:
     """x [K] (one row) times the int4 matrix `packed` [N, K / 2] (pack_int4), its groups' scales and zeros
-    [K / GROUP, N, 2]: y [N] in x's dtype."""
+    [K / GROUP, N, 2]: y [N] in x's dtype. by_bits: as int8_rows'."""
     n, k = packed.shape[0], packed.shape[1] * 2
     x, y = x.contiguous(), x.new_empty(n)
     b = blocks("int4", k)
-    _kernels().int4[(-(-n // b["BLOCK_N"]),)](x, packed, scale_zero, y, n, k, k // 2, GROUP=GROUP, **b)
+    _kernels().int4[(-(-n // b["BLOCK_N"]),)](x, packed, scale_zero, y, n, k, k // 2, GROUP=GROUP, BY_BITS=by_bits,
+                                               **b)
     return y
 
 
 @int4_rows.register_fake
-def _(x, packed, scale_zero):
+def _(x, packed, scale_zero, by_bits=True):
     return x.new_empty(packed.shape[0])
 
 
@@ -112,10 +121,11 @@ def said() -> str:
             f"{BLOCKS['int4']['BLOCK_N']} rows, {BLOCKS['int4']['GROUPS']} groups of {GROUP} a tile")
 
 
-def ptx_for(capability: int = 90) -> dict[str, str]:
+def ptx_for(capability: int = 90, by_bits: bool = True) -> dict[str, str]:
     """Each kernel as Triton compiles it for a GPU of this compute capability (90: an H100 or H200), with no GPU
-    here: its PTX, by name, at one block size, its pointers and sizes multiples of 16 as Triton's JIT marks them
-    for such shapes. Needs Triton's interpreter off in this process (it changes what its language is made of)."""
+    here: its PTX, by name, at its GPU block sizes (BLOCKS), its pointers and sizes multiples of 16 as Triton's JIT
+    marks them for such shapes; by_bits as int8_rows'. Needs Triton's interpreter off in this process (it changes
+    what its language is made of)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -127,7 +137,7 @@ def ptx_for(capability: int = 90) -> dict[str, str]:
                      {"GROUP": GROUP})}
     out = {}
     for name, (signature, constants) in made.items():
-        constants = {**constants, **{k: v for k, v in BLOCKS[name].items() if k != "num_warps"}}
+        constants = {**constants, "BY_BITS": by_bits, **{k: v for k, v in BLOCKS[name].items() if k != "num_warps"}}
         source = ASTSource(fn=getattr(kernels, name), signature={**signature, **dict.fromkeys(constants, "constexpr")},
                            constexprs=constants, attrs={(i,): [["tt.divisibility", 16]] for i in range(len(signature))})
         options = {"num_warps": BLOCKS[name]["num_warps"]}
@@ -142,7 +152,7 @@ def _kernels():
     import triton.language as tl
 
     @triton.jit
-    def int8(x, q, scale, y, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def int8(x, q, scale, y, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BY_BITS: tl.constexpr):
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         live = rows < N
         at = rows.to(tl.int64)[:, None] * K  # the first weight of each row
@@ -150,13 +160,16 @@ def _kernels():
         for start in range(0, K, BLOCK_K):
             cols = start + tl.arange(0, BLOCK_K)
             w = tl.load(q + at + cols[None, :], mask=live[:, None] & (cols < K)[None, :], other=0)
+            if BY_BITS:  # the byte with its top bit flipped is the weight + 128: 2²³ + it as a float, less 2²³ + 128
+                w = ((w.to(tl.uint8, bitcast=True).to(tl.int32) ^ 0x80) | 0x4B000000).to(tl.float32, bitcast=True)
+                w -= 8388736.0
             sums += w.to(tl.float32) * tl.load(x + cols, mask=cols < K, other=0).to(tl.float32)[None, :]
         out = tl.sum(sums, axis=1) * tl.load(scale + rows, mask=live, other=0).to(tl.float32)
         tl.store(y + rows, out.to(y.dtype.element_ty), mask=live)
 
     @triton.jit
     def int4(x, packed, scale_zero, y, N, K, row_bytes, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-             GROUPS: tl.constexpr):
+             GROUPS: tl.constexpr, BY_BITS: tl.constexpr):
         half: tl.constexpr = GROUP // 2
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         live = rows < N
@@ -172,7 +185,12 @@ def _kernels():
                         mask=live[:, None, None] & real[None, :, None], other=0).to(tl.int32)
             low = tl.load(x + (g * GROUP)[:, None] + t[None, :], mask=real[:, None], other=0).to(tl.float32)
             high = tl.load(x + (g * GROUP + half)[:, None] + t[None, :], mask=real[:, None], other=0).to(tl.float32)
-            dots = tl.sum(((b & 15) - 8).to(tl.float32) * low[None] + ((b >> 4) - 8).to(tl.float32) * high[None], 2)
+            if BY_BITS:  # each half, 0 … 15, as the float 2²³ + it, less 2²³ + 8
+                lo = ((b & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+                hi = ((b >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+            else:
+                lo, hi = ((b & 15) - 8).to(tl.float32), ((b >> 4) - 8).to(tl.float32)
+            dots = tl.sum(lo * low[None] + hi * high[None], 2)
             xs = tl.sum(low, 1) + tl.sum(high, 1)  # [GROUPS]
             sz = (g[None, :].to(tl.int64) * N + rows[:, None]) * 2  # scale_zero[g, n, 0]
             both = live[:, None] & real[None, :]
