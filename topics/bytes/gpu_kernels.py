@@ -43,7 +43,8 @@ GROUP = 128  # int4: weights per scale and zero along a row (gpt-fast's), as top
 # matrices of Llama-3-8B's MLP shapes, [14,336 × 4,096] and [4,096 × 14,336] (past its 60 MB L2), at every size of a
 # grid. The fastest: int8 8 rows a program, 512 columns a tile (1,024 where a row is 8,192 or longer), 2.5–2.7 TB/s;
 # int4 8 rows, 16 groups a tile, 1.3 TB/s (cuBLAS's bf16 3.6–3.9). Triton's autotuner, which times one matrix its
-# L2 holds, had picked int4 sizes ×1.12–1.27 slower, and compiled 18 sizes a shape in every run.
+# L2 holds, had picked int4 sizes ×1.12–1.27 slower, and compiled 18 sizes a shape in every run. (Swept with each
+# weight converted, before BY_BITS: the fastest sizes by bits are not yet measured.)
 BLOCKS = {"int8": dict(BLOCK_N=8, BLOCK_K=512, num_warps=4), "int4": dict(BLOCK_N=8, GROUPS=16, num_warps=4)}
 LONG_ROW = 8192  # int8: from here on, 1,024 columns a tile
 INTERPRETER_BLOCKS = {"int8": dict(BLOCK_N=8, BLOCK_K=256), "int4": dict(BLOCK_N=8, GROUPS=2)}
