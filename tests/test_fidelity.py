@@ -422,13 +422,18 @@ def _first_and_later(warm: bool) -> tuple[float, list[float]]:
 def test_after_the_load_warm_up_a_first_step_draws_as_fast_as_a_later_one():
     """ui/model.py warms every picture when it loads the model (drawing.first_draw): without it, the first step's
     figures of a process take ~40 ms more than the next step's (76 against 34 ms on the EPYC VM, quiet)."""
-    cold_first, cold_later = _first_and_later(False)
-    warm_first, warm_later = _first_and_later(True)
     # the extra a first draw costs over the fastest of three later ones, in seconds: a busy neighbour (the suite runs
-    # on two workers) stretches every draw of a process alike, so the extra, not the ratio, is what the warm-up removes
-    cold_extra, warm_extra = cold_first - min(cold_later), warm_first - min(warm_later)
-    assert cold_extra > 0.015, (cold_first, cold_later)  # the cost the warm-up removes is real
-    assert warm_extra < 0.5 * cold_extra, (warm_first, warm_later, cold_first, cold_later)  # and it removes most
+    # on two workers) stretches every draw of a process alike, so the extra, not the ratio, is what the warm-up removes.
+    # Each kind of process twice, alternated, the smaller extra of the two kept: a neighbour's burst during one
+    # process's draws (CI, 2026-11-30: its later draws 77, 63, 50 ms) is not the first draw's cost, and a cost that
+    # is real is in both.
+    runs = {False: [], True: []}
+    for warm in (False, True, False, True):
+        first, later = _first_and_later(warm)
+        runs[warm].append((first - min(later), first, later))
+    cold_extra, warm_extra = min(runs[False])[0], min(runs[True])[0]
+    assert cold_extra > 0.015, runs[False]  # the cost the warm-up removes is real
+    assert warm_extra < 0.5 * cold_extra, runs  # and it removes most
 
 
 def test_a_sliding_window_models_decode_step_is_taken_apart_without_changing_its_run(family_dirs):
