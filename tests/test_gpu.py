@@ -98,8 +98,8 @@ def test_the_curves_passes_timed_in_rounds_give_each_ns_own_logits_on_the_gpu(gp
 def test_the_narrow_kernels_give_their_storages_product_inside_a_cuda_graph(cuda):
     """The int8 and int4 Triton kernels, compiled by Triton for this GPU at their measured block sizes, called inside
     the lean pass's compiled graph (CUDA graphs): at Llama-3-8B's MLP shapes (the down projection's rows long enough
-    for int8's wider tile) and an odd one, one row and several, each the
-    product of the matrix its storage keeps, worked out in float64."""
+    for int8's wider tile) and an odd one, one row and several, each the product of the matrix its storage keeps,
+    worked out in float64."""
     from topics.bytes import gpu_kernels, storage
 
     assert gpu_kernels.why_not(torch.device("cuda")) is None

@@ -92,9 +92,9 @@ def test_the_gpus_own_block_sizes_give_the_same_products(interpreter, monkeypatc
     """The block sizes a GPU runs (gpu_kernels.BLOCKS: int8's wider tile past LONG_ROW, int4's 16 groups a tile),
     run here in the interpreter at a row of 9,216 (nine int8 tiles; four and a half int4 tiles, the last masked)."""
     n, k = 13, 9216
+    gpu = {name: {key: v for key, v in b.items() if key != "num_warps"} for name, b in gpu_kernels.BLOCKS.items()}
     monkeypatch.setattr(gpu_kernels, "INTERPRETER_BLOCKS",
-                        {"int8": {"BLOCK_N": gpu_kernels.BLOCKS["int8"]["BLOCK_N"], "BLOCK_K": 1024},
-                         "int4": {key: v for key, v in gpu_kernels.BLOCKS["int4"].items() if key != "num_warps"}})
+                        {"int8": {**gpu["int8"], "BLOCK_K": gpu_kernels.LONG_BLOCK_K}, "int4": gpu["int4"]})
     assert k >= gpu_kernels.LONG_ROW and gpu_kernels.blocks("int4", k)["GROUPS"] == 16
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(n, k, generator=gen).bfloat16()
@@ -102,8 +102,8 @@ def test_the_gpus_own_block_sizes_give_the_same_products(interpreter, monkeypatc
     held = storage.NarrowWeight(w, torch.int8)
     want = (held.q.double() * held.scale.double()[:, None]) @ x.double()
     assert relative(gpu_kernels.int8_rows(x, held.q, held.scale), want) < 8e-3
-    packed = gpu_kernels.pack_int4(storage.int4_groups(w.float())[0])
-    scale_zero = storage.int4_groups(w.float())[1]
+    steps, scale_zero = storage.int4_groups(w.float())
+    packed = gpu_kernels.pack_int4(steps)
     assert relative(gpu_kernels.int4_rows(x, packed, scale_zero), read_back(packed, scale_zero)[1] @ x.double()) < 8e-3
 
 

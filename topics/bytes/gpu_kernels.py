@@ -46,7 +46,7 @@ GROUP = 128  # int4: weights per scale and zero along a row (gpt-fast's), as top
 # L2 holds, had picked int4 sizes ×1.12–1.27 slower, and compiled 18 sizes a shape in every run. (Swept with each
 # weight converted, before BY_BITS: the fastest sizes by bits are not yet measured.)
 BLOCKS = {"int8": dict(BLOCK_N=8, BLOCK_K=512, num_warps=4), "int4": dict(BLOCK_N=8, GROUPS=16, num_warps=4)}
-LONG_ROW = 8192  # int8: from here on, 1,024 columns a tile
+LONG_ROW, LONG_BLOCK_K = 8192, 1024  # int8: rows of LONG_ROW weights or more take LONG_BLOCK_K columns a tile
 INTERPRETER_BLOCKS = {"int8": dict(BLOCK_N=8, BLOCK_K=256), "int4": dict(BLOCK_N=8, GROUPS=2)}
 
 
@@ -112,13 +112,13 @@ def blocks(kernel: str, k: int) -> dict:
     interpreter's smaller ones on a CPU."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return INTERPRETER_BLOCKS[kernel]
-    return {**BLOCKS[kernel], "BLOCK_K": 1024} if kernel == "int8" and k >= LONG_ROW else BLOCKS[kernel]
+    return {**BLOCKS[kernel], "BLOCK_K": LONG_BLOCK_K} if kernel == "int8" and k >= LONG_ROW else BLOCKS[kernel]
 
 
 def said() -> str:
     """The GPU's block sizes, in words (a recording's note)."""
     return (f"the narrow kernels' block sizes (measured, fixed): int8 {BLOCKS['int8']['BLOCK_N']} rows a program, "
-            f"{BLOCKS['int8']['BLOCK_K']} columns a tile (1,024 in rows of {LONG_ROW:,} or more); int4 "
+            f"{BLOCKS['int8']['BLOCK_K']} columns a tile ({LONG_BLOCK_K:,} in rows of {LONG_ROW:,} or more); int4 "
             f"{BLOCKS['int4']['BLOCK_N']} rows, {BLOCKS['int4']['GROUPS']} groups of {GROUP} a tile")
 
 

@@ -1,6 +1,6 @@
 """The Scale page's section "Bytes are time" (one call from the page, beside the pass-of-n curve): the shipped
-recording by default, a button to measure on this server in the background; every sentence from topics.bytes.draw, every figure from
-topics.bytes.figures."""
+recording by default, a button to measure on this server in the background; every sentence from topics.bytes.draw,
+every figure from topics.bytes.figures."""
 
 from __future__ import annotations
 
