@@ -162,3 +162,20 @@ def test_the_compiled_lean_pass_gives_the_same_logits_one_row_and_many(bundled_l
         step = one(nxt, torch.tensor([s]))
     assert torch.allclose(step, reference(bundled_lm.model, torch.cat([ids, nxt], 1)), atol=2e-4)
     torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_the_words_for_the_compiled_pass_claim_only_what_inductors_code_does(family_model):
+    """A page says how the pass ran (compile_settings' words). "Frozen weights" may be said only where inductor's
+    code reads the weights as constants (`_frozen_param`), never where they arrive as inputs each call: an option
+    that changes nothing is not a claim. The reference is the code inductor wrote for this compile."""
+    from torch._inductor.utils import fresh_cache, run_and_get_code
+
+    lm = family_model("llama")
+    lean = lean_pass.LeanLlama(lm.model, max_batch=1, max_len=8)
+    words = lean_pass.compile_settings(lean.embed.device).words
+    with torch.no_grad(), fresh_cache():  # a cached graph would hand back no code to read
+        _logits, code = run_and_get_code(lean_pass.compiled_pass(lean), torch.tensor([[1, 2, 3]]), torch.arange(3))
+    torch._dynamo.reset()
+    assert code and "def call(" in "".join(code)
+    assert ("frozen" in words) == ("_frozen_param" in "".join(code)), words
