@@ -207,6 +207,22 @@ def test_the_gpus_storages_run_on_a_bf16_model_against_it_in_bf16_arithmetic():
     assert "(bf16, counted from the cache)" in draw.context_sentence(rec)
 
 
+def test_the_caches_plain_read_sums_every_byte_of_a_bf16_cache_as_4_byte_words(lm):
+    """The context's slope is predicted from a plain read of the cache's own bytes; a bf16 cache (a GPU's) is read as
+    the fp32 words the roof's read sums, not widened number by number: every K and V tensor of every layer, the
+    same memory (not a copy), each byte counted once."""
+    bf16 = load_model(MODEL, device="cpu", dtype="bfloat16", warmup=False)
+    lean = storage.lean_pass(bf16.model, "bf16 model", 40)
+    caches = [*lean.k_cache, *lean.v_cache]
+    words = measure.cache_words(lean)
+    assert len(words) == len(caches) == 2 * bf16.model.config.num_hidden_layers
+    for w, c in zip(words, caches):
+        assert w.dtype == torch.float32 and c.dtype == torch.bfloat16
+        assert w.data_ptr() == c.data_ptr() and w.numel() * 4 == c.numel() * 2
+    fp32 = storage.lean_pass(lm.model, "fp32", 40)
+    assert all(w is c for w, c in zip(measure.cache_words(fp32), [*fp32.k_cache, *fp32.v_cache]))
+
+
 def test_gpu_checks_bytes_part_runs_dry_on_a_cpu_and_holds_each_target_to_its_figure(lm, monkeypatch):
     """`gpu-check --bytes`, dry on this CPU with the bundled model's own shape: the GPU's storages timed against the
     bf16 model, no damage; then its targets on planted recordings: each holds or fails by its own figure."""

@@ -95,3 +95,18 @@ def test_the_attention_benchmark_times_every_kernel_against_the_plain_read(capsy
     for name in ("plain sum of the same K/V", "SDPA, enable_gqa", "grouped as rows", "flash_decode.cpp"):
         assert name in out
     assert "×1.00 the plain sum" in out and "2 layers × 256 positions" in out
+    assert "4-byte words" not in out  # an fp32 cache is read as 4-byte words already
+
+
+def test_the_attention_benchmark_runs_the_gpus_shape_with_its_bf16_bytes_also_read_as_words(capsys):
+    """The GPU's default shape (Llama-3-8B's, bf16), run here on a CPU: every kernel but the CPU's fp32 one, and the
+    bf16 cache's bytes read a second way, as the 4-byte words the roof's read sums. The K/V's bytes are counted
+    from the shape (2 caches x 8 kv_heads x 64 positions x 128 x 2 bytes x 1 layer = 262,144 bytes)."""
+    from benchmarks import decode_attention
+
+    assert decode_attention.main(["--shape", "llama-3-8b", "--context", "64", "--layers", "1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "flash_decode.cpp left out: the kernel reads an fp32 cache; this one is bfloat16" in out
+    assert "1 layers × 64 positions × 8 kv_heads of 128, bfloat16 (0.3 MB of K/V)" in out
+    for name in ("plain sum of the same K/V", "summed as 4-byte words", "SDPA, enable_gqa", "grouped as rows"):
+        assert name in out

@@ -216,11 +216,19 @@ def _cache_reader(lean):
     and the position past it), best of 3: the rate the context's bytes can be read at where they lie. On a shared
     machine two buffers of the same size can read at rates a quarter apart (docs/measurements.md), so the
     context's slope is predicted from the cache's own read, and the roof's buffer is said beside it. Each tensor
-    is summed whole, as it lies: on the H200 a slice of the first positions (a stride between heads) summed at a
-    third of the roof's read."""
-    views = [*lean.k_cache, *lean.v_cache]
+    is summed whole, as it lies (on the H200 a slice of the first positions, a stride between heads, summed at a
+    third of the roof's read), as 4-byte words (cache_words)."""
+    views = cache_words(lean)
     work = sum(v.numel() * v.element_size() for v in views)
     return partial(best_runs, lambda: [v.sum() for v in views], work, lean.embed.device, 3)  # as the roof's read
+
+
+def cache_words(lean) -> list[torch.Tensor]:
+    """Every layer's K and V cache, its bytes seen as fp32 words, as the roof's read sums its buffer: a sum in
+    bf16 widens every number before it adds it, and on the Intel Xeon VM summed the same bytes at ×0.65–0.69 the
+    rate of their 4-byte words (`python -m benchmarks.decode_attention --shape llama-3-8b`, docs/measurements.md):
+    a cost of the sum's arithmetic, not of the read. An fp32 cache is its own words."""
+    return [c if c.element_size() == 4 else c.view(torch.float32) for c in (*lean.k_cache, *lean.v_cache)]
 
 
 def _with(p: Pass, samples) -> Pass:
