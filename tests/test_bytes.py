@@ -223,6 +223,29 @@ def test_the_caches_plain_read_sums_every_byte_of_a_bf16_cache_as_4_byte_words(l
     assert all(w is c for w, c in zip(measure.cache_words(fp32), [*fp32.k_cache, *fp32.v_cache]))
 
 
+def test_the_caches_plain_read_is_the_faster_of_the_roofs_two_ways_each_counting_the_bytes_it_read(monkeypatch):
+    """The context's slope divides by the cache's plain read, taken as the roof's is: a sum of each tensor whole, and
+    a matrix-vector product over each seen as rows of STREAM_COLUMNS (on the Xeon VM the second read a cache's bytes
+    at 15 GB/s, the sum at 11.5, the attention in the step at 14.9). Each way's rate is the bytes it read over its
+    time, the faster kept: a tail shorter than a row is read only by the sum."""
+    from physics import roofline
+
+    cols = roofline.STREAM_COLUMNS
+    tensors = [torch.ones(3 * cols + 100), torch.ones(50)]
+    calls = []
+
+    def fake_best_runs(fn, work, device, runs):
+        results = fn()
+        calls.append((work, [tuple(r.shape) for r in results]))
+        return work / (2.0 if len(calls) == 1 else 1.0)  # the sum takes 2 s, the product 1 s
+
+    monkeypatch.setattr(roofline, "best_runs", fake_best_runs)
+    rate = roofline.plain_read(tensors, torch.device("cpu"))
+    assert calls[0] == (4 * (3 * cols + 150), [(), ()])  # the sum: every byte of both
+    assert calls[1] == (4 * 3 * cols, [(3,)])  # the product: three whole rows of the first, nothing of the second
+    assert rate == max(4 * (3 * cols + 150) / 2.0, 4 * 3 * cols / 1.0)
+
+
 def test_gpu_checks_bytes_part_runs_dry_on_a_cpu_and_holds_each_target_to_its_figure(lm, monkeypatch):
     """`gpu-check --bytes`, dry on this CPU with the bundled model's own shape: the GPU's storages timed against the
     bf16 model, no damage; then its targets on planted recordings: each holds or fails by its own figure."""

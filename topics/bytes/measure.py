@@ -35,7 +35,7 @@ from engine.forward.lean import compiled_pass, run_once
 from engine.paths import ASSETS
 from engine.timing import now
 from physics import machine
-from physics.roofline import RoundRates, best_runs
+from physics.roofline import RoundRates, plain_read
 from topics.bytes import gpu_kernels
 from topics.bytes import storage as st
 from topics.bytes.records import Damage, Pass, Rates, Record, WindowDamage
@@ -213,14 +213,13 @@ def _probe(device: torch.device, dtypes):
 
 def _cache_reader(lean):
     """A plain read of the long-context step's own K/V cache (every layer's K and V, whole: the longest context
-    and the position past it), best of 3: the rate the context's bytes can be read at where they lie. On a shared
-    machine two buffers of the same size can read at rates a quarter apart (docs/measurements.md), so the
-    context's slope is predicted from the cache's own read, and the roof's buffer is said beside it. Each tensor
-    is summed whole, as it lies (on the H200 a slice of the first positions, a stride between heads, summed at a
-    third of the roof's read), as 4-byte words (cache_words)."""
-    views = cache_words(lean)
-    work = sum(v.numel() * v.element_size() for v in views)
-    return partial(best_runs, lambda: [v.sum() for v in views], work, lean.embed.device, 3)  # as the roof's read
+    and the position past it, as 4-byte words: cache_words), the faster of the roof's two ways (a sum, a
+    matrix-vector product: physics.roofline.plain_read), best of 3: the rate the context's bytes can be read at
+    where they lie. On a shared machine two buffers of the same size can read at rates a quarter apart
+    (docs/measurements.md), so the context's slope is predicted from the cache's own read, and the roof's buffer is
+    said beside it. Each tensor is read whole, as it lies: on the H200 a slice of the first positions (a stride
+    between heads) summed at a third of the roof's read."""
+    return partial(plain_read, cache_words(lean), lean.embed.device, 3)
 
 
 def cache_words(lean) -> list[torch.Tensor]:
