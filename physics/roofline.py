@@ -235,7 +235,7 @@ def plain_read(tensors: list[torch.Tensor], device: torch.device, runs: int = 3)
     each the best of `runs`: a sum of each whole (one stream), and a matrix-vector product over each seen as rows of
     STREAM_COLUMNS (several places at once; a tail shorter than a row is left out, its bytes not counted)."""
     whole = sum(t.numel() * t.element_size() for t in tensors)
-    rows = [t.reshape(-1)[: t.numel() // STREAM_COLUMNS * STREAM_COLUMNS].view(-1, STREAM_COLUMNS) for t in tensors]
+    rows = [t.view(-1)[: t.numel() // STREAM_COLUMNS * STREAM_COLUMNS].view(-1, STREAM_COLUMNS) for t in tensors]
     rows = [r for r in rows if r.numel()]
     read = best_runs(lambda: [t.sum() for t in tensors], whole, device, runs)
     if not rows:
