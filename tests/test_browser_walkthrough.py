@@ -177,7 +177,8 @@ def show_lesson(pg, server, lesson: int) -> None:
     heading = pg.locator("h2").filter(has_text=re.compile(r"^\d+\.")).first
     shown = re.match(r"(\d+)\.", heading.inner_text()) if heading.count() else None
     if shown and int(shown.group(1)) == lesson - 1:
-        pg.locator("body").press("ArrowRight")
+        idle(pg)  # Streamlit's button shortcut dropped a → pressed ~250 ms after the lesson drew (5 of 12 tries;
+        pg.locator("body").press("ArrowRight")  # none of 12 at 600 ms): idle waits over 500 ms, as a lecturer does
     elif not shown or int(shown.group(1)) != lesson:
         pg.goto(f"{server}/lessons?lesson={lesson}&presenter=on")
     expect(pg.locator("h2").filter(has_text=re.compile(rf"^{lesson}\.")).first).to_be_visible(timeout=120_000)
