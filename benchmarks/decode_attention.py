@@ -4,13 +4,14 @@ over a long K/V cache, each kernel the lean pass could use, side by side with pl
 Two shapes: the ≥ 100 M rung's (6 kv_heads of head_dim 32, 4 query heads to each, fp32: a CPU's default) and
 Llama-3-8B's (8 kv_heads of 128, 4 to each, bf16: a GPU's default, the shape `engine bytes --device cuda` draws its
 context line at), `--layers` layers' caches so that no kernel finds them in the last-level cache. Every round
-runs, in turn: a plain sum of every cache tensor whole (the bytes' own read: topics/bytes/measure.py predicts the
-context's slope from it), the same bytes summed as 4-byte words where the cache holds 2-byte numbers (the roof's
-read is of fp32 words: does the probe read slower only for the dtype it sums in?), torch's
-`scaled_dot_product_attention` as the lean pass calls it without the CPU kernel (`enable_gqa`, the step's mask),
-the same with each kv_head's query heads grouped as rows and no mask, and engine/forward/flash_decode.cpp where it
-runs (a CPU, fp32). Prints each one's median rate (K/V bytes over its time) and its ratio to the plain sum, from the
-same rounds. docs/measurements.md has runs.
+runs, in turn: a plain sum of every cache tensor whole, in its own dtype; the same bytes summed as 4-byte words where
+the cache holds 2-byte numbers (a bf16 sum widens each number first); a matrix-vector product over the words
+(physics.roofline.as_rows: topics/bytes/measure.py predicts the context's slope from the faster of these last two,
+physics.roofline.plain_read); torch's `scaled_dot_product_attention` as the lean pass calls it without the CPU
+kernel (`enable_gqa`, the step's mask), the same with each kv_head's query heads grouped as rows and no mask, and
+engine/forward/flash_decode.cpp where it runs (a CPU, fp32). Prints each one's median rate (the bytes it read over
+its time: the K/V's, the product's whole rows of them) and its ratio to the plain sum, from the same rounds.
+docs/measurements.md has runs.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import torch.nn.functional as F
 
 from engine.forward import flash_decode
 from engine.timing import timed
+from physics.roofline import STREAM_COLUMNS, as_rows, as_words
 
 SHAPES = {  # kv_heads, query heads a kv_head, head_dim, dtype, default context, default layers
     "rung": (6, 4, 32, torch.float32, 20480, 16),
     "llama-3-8b": (8, 4, 128, torch.bfloat16, 65536, 32),
 }
 PLAIN = "plain sum of the same K/V"
+PRODUCT = "a matrix-vector product over the words"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,10 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     grouped, pos = q.view(1, kv_heads, group, head_dim), torch.tensor([n - 1], device=device)
     mask = torch.ones(1, n + 1, dtype=torch.bool, device=device)
     mask[:, n:] = False
+    vector = torch.ones(STREAM_COLUMNS, device=device)
     kernels = {PLAIN: lambda k, v: (k.sum(), v.sum())}
     if q.element_size() == 2:
-        kernels["the same bytes summed as 4-byte words"] = lambda k, v: (k.view(torch.float32).sum(),
-                                                                        v.view(torch.float32).sum())
+        kernels["the same bytes summed as 4-byte words"] = lambda k, v: (as_words(k).sum(), as_words(v).sum())
+    kernels[PRODUCT] = lambda k, v: (torch.mv(as_rows(as_words(k)), vector), torch.mv(as_rows(as_words(v)), vector))
     kernels["SDPA, enable_gqa, the step's mask"] = lambda k, v: F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=True)
     kernels["SDPA, query heads grouped as rows"] = lambda k, v: F.scaled_dot_product_attention(
@@ -71,17 +75,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flash_decode.cpp left out: {why}")
     rates = {name: [] for name in kernels}
     work = 2 * kv_heads * n * head_dim * q.element_size() * layers
+    read = dict.fromkeys(kernels, work)  # the product reads the whole rows only
+    read[PRODUCT] = sum(as_rows(as_words(c)).numel() * 4 for pair in caches for c in pair)
     with torch.no_grad():
         for fn in kernels.values():  # warm-up, excluded
             fn(*caches[0])
         for _ in range(args.rounds):
             for name, fn in kernels.items():
                 ms = timed(lambda fn=fn: [fn(k, v) for k, v in caches], device, repeats=1, warmup=0).forward_ms
-                rates[name].append(work / (ms / 1e3) / 1e9)
+                rates[name].append(read[name] / (ms / 1e3) / 1e9)
     plain = statistics.median(rates[PLAIN])
     threads = ", one thread" if device.type == "cpu" else f", {torch.cuda.get_device_name(device)}"
-    print(f"{layers} layers × {n:,} positions × {kv_heads} kv_heads of {head_dim}, {str(dtype)[6:]} "
-          f"({work / 1e6:,.1f} MB of K/V), {group} query heads a kv_head{threads}, {args.rounds} rounds:")
+    kind = str(dtype).removeprefix("torch.")
+    print(f"{layers} layers × {n:,} positions × {kv_heads} kv_heads of {head_dim}, {kind} ({work / 1e6:,.1f} MB of K/V)"
+          f", {group} query heads a kv_head{threads}, {args.rounds} rounds:")
     for name, got in rates.items():
         print(f"  {name:38} {statistics.median(got):8.1f} GB/s ({min(got):.1f}–{max(got):.1f}), "
               f"×{statistics.median(got) / plain:.2f} the plain sum")

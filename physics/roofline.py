@@ -235,14 +235,25 @@ def plain_read(tensors: list[torch.Tensor], device: torch.device, runs: int = 3)
     each the best of `runs`: a sum of each whole (one stream), and a matrix-vector product over each seen as rows of
     STREAM_COLUMNS (several places at once; a tail shorter than a row is left out, its bytes not counted)."""
     whole = sum(t.numel() * t.element_size() for t in tensors)
-    rows = [t.view(-1)[: t.numel() // STREAM_COLUMNS * STREAM_COLUMNS].view(-1, STREAM_COLUMNS) for t in tensors]
-    rows = [r for r in rows if r.numel()]
+    rows = [r for r in map(as_rows, tensors) if r.numel()]
     read = best_runs(lambda: [t.sum() for t in tensors], whole, device, runs)
     if not rows:
         return read
     vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
     streamed = sum(r.numel() * r.element_size() for r in rows)
     return max(read, best_runs(lambda: [torch.mv(r, vector) for r in rows], streamed, device, runs))
+
+
+def as_words(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's bytes as fp32 words (a view, no copy; an fp32 tensor itself), as plain_read reads a
+    buffer: a sum in bf16 widens every number before adding it, a cost of its arithmetic, not of the read."""
+    return t if t.element_size() == 4 else t.view(torch.float32)
+
+
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's whole rows of STREAM_COLUMNS elements, as a [rows, STREAM_COLUMNS] view (no copy): what
+    plain_read's matrix-vector product reads; a tail shorter than a row is left out."""
+    return t.view(-1)[: t.numel() // STREAM_COLUMNS * STREAM_COLUMNS].view(-1, STREAM_COLUMNS)
 
 
 def best_runs(fn, work: float, device: torch.device, runs: int) -> float:

@@ -92,7 +92,8 @@ def test_the_attention_benchmark_times_every_kernel_against_the_plain_read(capsy
 
     assert decode_attention.main(["--context", "256", "--layers", "2", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
-    for name in ("plain sum of the same K/V", "SDPA, enable_gqa", "grouped as rows", "flash_decode.cpp"):
+    for name in ("plain sum of the same K/V", "SDPA, enable_gqa", "grouped as rows", "flash_decode.cpp",
+                 "a matrix-vector product over the words"):
         assert name in out
     assert "×1.00 the plain sum" in out and "2 layers × 256 positions" in out
     assert "4-byte words" not in out  # an fp32 cache is read as 4-byte words already
@@ -108,5 +109,6 @@ def test_the_attention_benchmark_runs_the_gpus_shape_with_its_bf16_bytes_also_re
     out = capsys.readouterr().out
     assert "flash_decode.cpp left out: the kernel reads an fp32 cache; this one is bfloat16" in out
     assert "1 layers × 64 positions × 8 kv_heads of 128, bfloat16 (0.3 MB of K/V)" in out
-    for name in ("plain sum of the same K/V", "summed as 4-byte words", "SDPA, enable_gqa", "grouped as rows"):
+    for name in ("plain sum of the same K/V", "summed as 4-byte words", "SDPA, enable_gqa", "grouped as rows",
+                 "a matrix-vector product over the words"):
         assert name in out

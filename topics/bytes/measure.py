@@ -35,7 +35,7 @@ from engine.forward.lean import compiled_pass, run_once
 from engine.paths import ASSETS
 from engine.timing import now
 from physics import machine
-from physics.roofline import RoundRates, plain_read
+from physics.roofline import RoundRates, as_words, plain_read
 from topics.bytes import gpu_kernels
 from topics.bytes import storage as st
 from topics.bytes.records import Damage, Pass, Rates, Record, WindowDamage
@@ -223,11 +223,10 @@ def _cache_reader(lean):
 
 
 def cache_words(lean) -> list[torch.Tensor]:
-    """Every layer's K and V cache, its bytes seen as fp32 words, as the roof's read sums its buffer: a sum in
-    bf16 widens every number before it adds it, and on the Intel Xeon VM summed the same bytes at ×0.65–0.69 the
-    rate of their 4-byte words (`python -m benchmarks.decode_attention --shape llama-3-8b`, docs/measurements.md):
-    a cost of the sum's arithmetic, not of the read. An fp32 cache is its own words."""
-    return [c if c.element_size() == 4 else c.view(torch.float32) for c in (*lean.k_cache, *lean.v_cache)]
+    """Every layer's K and V cache, its bytes as fp32 words (physics.roofline.as_words), as the roof's read sums
+    its buffer: on the Intel Xeon VM a bf16 sum read the same bytes at ×0.65–0.69 the rate of their words (`python
+    -m benchmarks.decode_attention --shape llama-3-8b`, docs/measurements.md). An fp32 cache is its own words."""
+    return [as_words(c) for c in (*lean.k_cache, *lean.v_cache)]
 
 
 def _with(p: Pass, samples) -> Pass:
