@@ -4,7 +4,7 @@ each form of its product the lean pass could compile, side by side on this machi
 What `engine bytes` times as a whole step, taken apart: the weights' read alone, so a storage that is not faster in
 proportion to its bytes can be traced to the kernel that reads it. Each form is compiled whole over `--matrices`
 matrices of Llama-3-8B's MLP shape ([14,336 × 4,096]; on a CPU, fewer and smaller) with the lean pass's settings
-(engine/forward/lean.py: CUDA graphs on a GPU, frozen weights on a CPU), every form once a round, the rounds
+(engine/forward/lean.py: CUDA graphs on a GPU, inductor alone on a CPU), every form once a round, the rounds
 alternated; each form's median read rate (its stored bytes over its time) and its time over the reference's in the
 same round. The forms (topics/bytes/storage.py):
 
