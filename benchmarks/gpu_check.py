@@ -138,7 +138,7 @@ def bytes_targets(rec) -> list[Target]:
     out.append(Target("decode against context: the fitted slope within ±15 % of the K/V bytes over the bandwidth",
                       "not measured" if line is None else f"×{line.slope_off:.2f} its prediction, crossing at "
                       f"{line.crossing:,.0f} positions against {line.predicted_crossing:,.0f}",
-                      None if line is None else abs(line.slope_off - 1) <= 0.15))
+                      None if line is None else line.slope_held))
     return out
 
 

@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from topics.bytes.records import FASTER, STORAGES, Record
+from topics.bytes.records import FASTER, SLOPE_WITHIN, STORAGES, Record
 
 PATH = "the lean pass (gpt-fast's Llama, compiled with inductor), random weights: timing only"
 
@@ -230,7 +230,7 @@ def context_sentence(rec: Record) -> str:
                 + f"; the widest spread {min(wide.samples_ms):.1f}–{max(wide.samples_ms):.1f} ms at "
                 f"{wide.context:,}): no slope to set against it.")
     off = line.slope_off
-    held = "within ±15 % of" if abs(off - 1) <= 0.15 else f"×{off:.2f}"
+    held = f"within ±{SLOPE_WITHIN * 100:.0f} % of" if line.slope_held else f"×{off:.2f}"
     attention = p.kernel.partition("attention: ")[2]
     rate = ("a plain read of the cache itself" if line.cache_probed else "the read rate") + f", {line.cache_read / 1e9:.1f} GB/s"
     return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) that "
@@ -247,7 +247,7 @@ def context_why(rec: Record) -> str:
     if line is None or line.slope_ms <= 0:
         return ""
     off = line.slope_off
-    why = ("" if abs(off - 1) <= 0.15 else
+    why = ("" if line.slope_held else
            "Each position costs more than its bytes." if off > 1 else
            "Each position costs less than its bytes at the probed rate.")
     if line.compute_slope_ms > 0:  # the attention's arithmetic per position against its bytes' time

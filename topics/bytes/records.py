@@ -23,6 +23,7 @@ COMPUTE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "int8": "fp32", "int4
            "bf16 model": "bf16"}  # each one's arithmetic
 #         on a CPU (a pass records its own: on a GPU the weight-only storages run over a bf16 model, in bf16)
 FASTER = 0.9  # a time under this share of the reference's is called faster; over 1 / FASTER, slower; else the same
+SLOPE_WITHIN = 0.15  # a fitted slope this close to its prediction, either way, is called within it
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,11 @@ class Line:
     @property
     def slope_off(self) -> float:
         return self.slope_ms / self.predicted_slope_ms
+
+    @property
+    def slope_held(self) -> bool:
+        """The fitted slope within SLOPE_WITHIN of the predicted (the issue's target, the page's "within")."""
+        return abs(self.slope_off - 1) <= SLOPE_WITHIN
 
     @property
     def cache_probed(self) -> bool:
