@@ -330,6 +330,20 @@ def test_the_record_reads_its_line_from_the_context_passes():
     assert "within" not in draw.context_sentence(twice) and "×2.00" in draw.context_sentence(twice)
 
 
+def test_a_crossing_past_the_contexts_measured_is_called_the_fitted_lines_not_a_measurement():
+    """The shipped recording's K/V time reaches the weights' at 22,979 positions, past its longest context (20,480):
+    a point read off the fitted line, which its legend had called measured."""
+    ctx = {c: 20 + c * 1e3 * 24576 / 20e9 for c in (128, 4096, 8192, 16384)}  # crossing at 16,276: inside
+    inside = synthetic({"fp32": 20}, {"fp32": 500}, ctx)
+    past = synthetic({"fp32": 20}, {"fp32": 500}, {c: 20 + (t - 20) / 2 for c, t in ctx.items()})  # at 32,552
+    assert "past the longest context measured, 16,384" in draw.context_sentence(past)
+    assert "past the longest" not in draw.context_sentence(inside)
+    names = [t.name for t in figures.context_figure(past).data]
+    assert "K/V time = weights' (the fitted line, past the contexts measured)" in names
+    assert "K/V time = weights' (the fitted line)" in [t.name for t in figures.context_figure(inside).data]
+    assert not any("(measured)" in (n or "") and "weights'" in (n or "") for n in names)
+
+
 def test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_arithmetics_beside_it():
     """A cache that reads at 15 GB/s where the roof's buffer reads at 20, and a step that takes twice the cache's
     bytes' time: the sentence divides by the cache's read, says the roof's, the rate the step reached, and the
@@ -426,7 +440,12 @@ def test_a_step_split_into_its_products_and_the_rest_says_which_shrank_with_the_
     assert "Not all of a step" not in draw.decode_sentence(split)  # said apart, its own paragraph
     assert "the kernel that reads them" not in draw.decode_sentence(split)  # the split says which part it was
     said = draw.products_sentence(split)
-    assert "fp32's step took 20.0 ms of 22.5" in said
+    assert "fp32's step spent 20.0 ms of the 22.5 ms a profiled call took" in said
+    assert "the table's 22.0 ms is the step unprofiled" in said  # the two figures a reader compares, both named
+    assert "Not split" not in said  # every storage's step was
+    int4 = dataclasses.replace(split, passes=split.passes + (Pass("int4", "decode", 1, 130, 50_000_000, 24576 * 130,
+                                                                  2e8, (8.0,) * 3, 8.0),))
+    assert "Not split: int4 (its product is an op outside inductor's kernels" in draw.products_sentence(int4)
     assert "bf16 ×0.50 (bytes ×0.50), int8 ×0.47 (bytes ×0.25), bf16 model ×0.55 (bytes ×0.50)" in said
     assert "fp32 2.5 ms, bf16 2.0 ms, int8 2.5 ms, bf16 model 5.0 ms." in said
     # the bf16 model's 5.0 ms (another attention, over a bf16 cache) is said, and not held to the others
@@ -462,6 +481,33 @@ def test_int8_that_is_not_faster_than_bf16_says_so_with_its_read_rates():
     assert "the kernel, not the memory, sets its time here" in said and "faster than bf16" not in said
     fast = synthetic({"fp32": 20.0, "bf16": 10.0, "int8": 5.0}, {"fp32": 500.0}, CTX)
     assert "faster than bf16's ×0.50" in draw.int8_sentence(fast)
+    assert "did not follow its bytes" not in draw.int8_sentence(fast)  # half the bytes, half the time
+
+
+def test_int8_faster_than_bf16_but_far_from_its_bytes_says_its_time_did_not_follow_them():
+    """The shipped EPYC recording's int8 decoded at ×0.89 bf16's time for half its bytes: 'faster than bf16' alone
+    read as 'half the bytes, half the time', which its own chart contradicts."""
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0, "int8": 8.0}, {"fp32": 500.0}, CTX)
+    said = draw.int8_sentence(rec)
+    assert "faster than bf16's ×0.50: ×0.80 bf16's time for half its bytes" in said
+    assert "Its time did not follow its bytes" in said
+
+
+def test_storages_of_the_same_bytes_are_drawn_side_by_side_and_the_axis_says_so():
+    """bf16, fp16 and the bf16 model read the same bytes: on one x their points hid one another (a projector
+    showed one blob). Each is drawn apart, in the record's order, and each label on the side away from the rest."""
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0, "fp16": 10.2, "bf16 model": 11.0, "int8": 6.0}, {"fp32": 500.0}, CTX)
+    fig = figures.storage_figure(rec)
+    measured = {t.name.removeprefix("decode ").removesuffix(" measured"): t for t in fig.data
+                if t.name and t.name.startswith("decode ") and t.name.endswith(" measured")}
+    xs = {s: t.x[0] for s, t in measured.items()}
+    assert xs["bf16"] < xs["fp16"] < xs["bf16 model"] and xs["bf16 model"] - xs["bf16"] > 0.05 * xs["fp32"]
+    assert xs["fp32"] == 400 and xs["int8"] == 100  # alone at their bytes: where they lie
+    assert [measured[s].textposition for s in ("bf16", "fp16", "bf16 model")] == [
+        "middle left", "top center", "middle right"]
+    assert "side by side" in fig.layout.xaxis.title.text
+    alone = synthetic({"fp32": 20.0, "bf16": 10.0}, {"fp32": 500.0}, CTX)
+    assert "side by side" not in figures.storage_figure(alone).layout.xaxis.title.text
 
 
 def test_the_evicted_step_is_judged_by_its_own_ratio_and_quotes_the_budgets_damage():
@@ -482,7 +528,7 @@ def test_figures_and_tables_draw_from_a_record():
                     damage=(Damage("m", "fp32", (1.0, 1.0), (0.0, 0.0), 10), Damage("m", "bf16", (0.9, 1.0),
                                                                                     (0.01, 0.02), 10)))
     assert len(figures.storage_figure(rec).data) >= 4 and len(figures.context_figure(rec).data) >= 3
-    assert "bf16 agrees with fp32 on 95.0%–95.0%" in draw.damage_sentence(rec)
+    assert "bf16 agrees with fp32 on 95.0% of next tokens in each bundled model" in draw.damage_sentence(rec)
     assert "lowest story 90.0%" in draw.damage_sentence(rec)
     assert "storage" in draw.text_tables(rec)
 

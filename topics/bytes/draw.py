@@ -144,6 +144,7 @@ def decode_sentence(rec: Record) -> str:
     return out + " Where the ratio grows as the bytes shrink, the kernel that reads them, not the memory, sets the time."
 
 
+FOLLOWS = 1.25  # a narrower storage's time is said to follow its bytes when within this of their share of bf16's
 SAME_REST = 1.33  # the time outside the kernels is called about the same when the largest is within this of the least
 
 
@@ -167,11 +168,18 @@ def products_sentence(rec: Record) -> str:
                       for s, p in split)
     rest = {s: p.outside_ms for s, p in ((rec.reference, ref), *split)}
     out = (f"Not all of a step is its products. Inside inductor's compiled kernels (the products, fused with the "
-           f"norms; three profiled calls each, after the rounds) {rec.reference}'s step took {ref.kernels_ms:.1f} ms of {ref.profiled_ms:.1f}, and "
-           f"each other storage's, against that: {parts}. Where a storage's products take more than its bytes' "
+           f"norms; three profiled calls each, after the rounds) {rec.reference}'s step spent {ref.kernels_ms:.1f} ms "
+           f"of the {ref.profiled_ms:.1f} ms a profiled call took (the profiler adds its own time: the table's "
+           f"{ref.median_ms:.1f} ms is the step unprofiled), and each other storage's, against that: {parts}. "
+           "Where a storage's products take more than its bytes' "
            "share, its kernel, not the memory, sets their time. Outside the kernels (the attention's call, the "
            "Python that calls each kernel, the profiler's own bookkeeping): "
            + ", ".join(f"{s} {ms:.1f} ms" for s, ms in rest.items()) + ".")
+    apart = {s for s, _p in split}
+    whole = [s for s in rec.storages() if s != rec.reference and rec.get(s, "decode") and s not in apart]
+    if whole:  # int4's product is torch's own int4 kernel, outside inductor's: not split
+        out += (" Not split: " + ", ".join(whole) + f" (its product is {'an op' if len(whole) == 1 else 'ops'} "
+                "outside inductor's kernels, torch's own).")
     alike = [p.outside_ms for p in (ref, *(p for _s, p in split)) if p.arith == ref.arith]  # one graph, one attention
     if len(alike) > 1 and max(alike) <= SAME_REST * min(alike):
         out += (" For the weight-only storages (one graph, one attention) that part is about the same whatever the "
@@ -191,12 +199,18 @@ def int8_sentence(rec: Record) -> str:
         r = rec.ratio(s, "decode")
         if r is None or b16 is None:
             continue
+        d, b = rec.get(s, "decode"), rec.get("bf16", "decode")
         if r < b16 * FASTER:
-            out.append(f"{s} weight-only decodes at ×{r:.2f} {rec.reference}'s time, faster than bf16's ×{b16:.2f}: "
-                       f"{share} bf16's bytes.")
+            fewer = d.bytes / b.bytes  # the step's bytes against bf16's: the time it would take were it bytes alone
+            said = (f"{s} weight-only decodes at ×{r:.2f} {rec.reference}'s time, faster than bf16's ×{b16:.2f}: "
+                    f"×{r / b16:.2f} bf16's time for {share} its bytes (×{fewer:.2f})")
+            if r / b16 > FOLLOWS * fewer:  # faster, but far from its bytes' share: the chart shows it, so say so
+                said += (f". Its time did not follow its bytes: it ran at ×{d.memory_held(rec.rounds):.1f} its "
+                         f"memory bound where bf16 ran at ×{b.memory_held(rec.rounds):.1f}, so its kernel, not the "
+                         "memory, set most of its time")
+            out.append(said + ".")
             continue
         slow = True
-        d, b = rec.get(s, "decode"), rec.get("bf16", "decode")
         out.append(f"{s} weight-only decodes at ×{r:.2f} {rec.reference}'s time against bf16's ×{b16:.2f}, though it "
                    f"reads {share} bf16's bytes: its kernel reads at {d.read_rate() / 1e9:.1f} GB/s "
                    f"(×{d.memory_held(rec.rounds):.1f} its memory bound) where bf16's reads at "
@@ -237,8 +251,10 @@ def context_sentence(rec: Record) -> str:
             f"every decode step reads. Fitted: {_us(line.slope_ms)} µs a position, {held} the predicted "
             f"{_us(line.predicted_slope_ms)} µs (those bytes over {rate}, probed in the same rounds): the "
             f"attention read the cache at {line.read_at / 1e9:.1f} GB/s" + (f" ({attention})." if attention else ".")
-            + f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the line doubles its "
-            f"start); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
+            + f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the fitted line doubles "
+            "its start" + (f", past the longest context measured, {pts[-1].context:,}" if line.crossing > pts[-1].context
+                           else "")
+            + f"); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
 
 
 def context_why(rec: Record) -> str:
@@ -297,10 +313,17 @@ def damage_sentence(rec: Record) -> str:
         ds = [d for d in rec.damage if d.storage == s]
         if ds:
             low = min(min(d.agree) for d in ds)
-            out.append(f"{s} agrees with fp32 on {min(d.agreement for d in ds):.1%}–{max(d.agreement for d in ds):.1%}"
-                       f" of next tokens across the bundled models (lowest story {low:.1%})")
+            lo, hi = f"{min(d.agreement for d in ds):.1%}", f"{max(d.agreement for d in ds):.1%}"
+            out.append(f"{s} agrees with fp32 on " + (f"{lo}–{hi} of next tokens across the bundled models" if lo != hi
+                                                      else f"{lo} of next tokens in each bundled model")
+                       + f" (lowest story {low:.1%})")
     return ("Teacher-forced on held-out stories, each storage's top-1 token against fp32's: " + "; ".join(out) + "."
             if out else "")
+
+
+def measured_on(rec: Record) -> str:
+    """Where and when, in a line: what a picture's caption says when `where`'s whole paragraph is folded away."""
+    return f"{rec.rung} on {rec.device}, measured {rec.measured_at[:16].replace('T', ' ')} UTC"
 
 
 def where(rec: Record) -> str:

@@ -10,34 +10,44 @@ import plotly.graph_objects as go
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, legend_under_title, log_ticks
 from topics.bytes.records import Record
 
-TEXT_AT = {"bf16": "middle left", "fp16": "middle right", "bf16 model": "bottom center"}  # same bytes: apart
-SYMBOL = {"fp32": "circle", "bf16": "diamond", "fp16": "square", "int8": "triangle-up", "int4": "triangle-down",
-          "bf16 model": "hexagon"}
+DODGE = 0.035  # storages of the same bytes (bf16, fp16, the bf16 model) are drawn this share of the axis apart
+
+
+def dodged(rec: Record) -> dict[str, tuple[float, str]]:
+    """Per storage: (where its points are drawn on the bytes axis, in MB; where its label goes). Storages of the
+    same bytes are set side by side (the first on the left, its label on its left; the last on the right, its label
+    on its right; one between, its label above), so that no point hides another; the axis says so."""
+    bytes_of = {s: rec.get(s, "decode").weight_bytes / 1e6 for s in rec.storages() if rec.get(s, "decode")}
+    step = DODGE * max(bytes_of.values(), default=0)
+    out = {}
+    for mb_ in sorted(set(round(b) for b in bytes_of.values())):
+        same = [s for s, b in bytes_of.items() if round(b) == mb_]
+        for i, s in enumerate(same):
+            at = ("top center" if len(same) == 1 or 0 < i < len(same) - 1 else
+                  "middle left" if i == 0 else "middle right")
+            out[s] = (bytes_of[s] + (i - (len(same) - 1) / 2) * step, at)
+    return out
 
 
 def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
-    """Time against the weights' bytes: decode and prefill, measured (filled) and their bounds (open)."""
+    """Time against the weights' bytes: decode and prefill, measured (filled, bars min–max) and their bounds (open),
+    each point labelled with its storage."""
     fig = go.Figure()
-    times = []
+    times, drawn = [], dodged(rec)
+    pad = "\u00a0\u00a0"  # a label beside its marker, not touching it
     for kind, colour in (("decode", DECODE), ("prefill", PREFILL)):
         for s in rec.storages():
             p = rec.get(s, kind)
-            if p is None:
+            if p is None or s not in drawn:
                 continue
             bound = p.memory_ms(rec.rounds) if kind == "decode" else p.compute_ms(rec.rounds)
             times += [p.median_ms, max(p.samples_ms), bound]
-            x = p.weight_bytes / 1e6
-            at = TEXT_AT.get(s, "top center")
-            if s == "bf16 model" and rec.get("bf16", kind) is not None:  # its label on the side away from bf16's,
-                up = p.median_ms > rec.get("bf16", kind).median_ms  # or beside it where its bound lies that side
-                at = "top center" if up else "bottom center"
-                if (bound > p.median_ms) == up and max(bound, p.median_ms) / min(bound, p.median_ms) < 1.6:
-                    at = "middle right"
-            pad = "\u00a0\u00a0"  # a label beside its marker, not touching it
+            x, at = drawn[s]
             label = s + pad if at == "middle left" else pad + s if at == "middle right" else s
+            hover = f"{s} {kind}: {p.median_ms:.1f} ms, {p.weight_bytes / 1e6:,.0f} MB of weights<extra></extra>"
             fig.add_trace(go.Scatter(x=[x], y=[p.median_ms], mode="markers+text", text=[label],
-                                     textposition=at, name=f"{kind} {s} measured",
-                                     marker=dict(color=colour, size=12, symbol=SYMBOL.get(s, "circle")),
+                                     textposition=at, name=f"{kind} {s} measured", hovertemplate=hover,
+                                     marker=dict(color=colour, size=12),
                                      error_y=dict(type="data", symmetric=False,
                                                   array=[max(p.samples_ms) - p.median_ms],
                                                   arrayminus=[p.median_ms - min(p.samples_ms)]),
@@ -45,8 +55,8 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
             if bound > p.median_ms:  # beaten: the probe's rate, not a bound (why_prefill says so)
                 continue
             fig.add_trace(go.Scatter(x=[x], y=[bound], mode="markers", name=f"{kind} {s} bound",
-                                     marker=dict(color=ESTIMATE, size=10, symbol=SYMBOL.get(s, "circle") + "-open"),
-                                     showlegend=False))
+                                     hovertemplate=f"{s} {kind}, its bound: {bound:.1f} ms<extra></extra>",
+                                     marker=dict(color=ESTIMATE, size=10, symbol="circle-open"), showlegend=False))
     for name, colour, symbol in (("decode, measured", DECODE, "circle"), ("prefill, measured", PREFILL, "circle"),
                                  ("its bound (predicted)", ESTIMATE, "circle-open")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
@@ -56,7 +66,9 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         vals, texts = log_ticks(lo, hi)
         fig.update_yaxes(range=[math.log10(lo), math.log10(hi)], tickmode="array", tickvals=vals, ticktext=texts)
     fig.update_yaxes(type="log", title="ms per pass (log)")
-    fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)")
+    same = any(at != "top center" for _x, at in drawn.values())  # some storages share their bytes
+    fig.update_xaxes(title="weight bytes read (MB, counted from the tensors" + ("; equal bytes drawn side by side)"
+                                                                               if same else ")"))
     return legend_under_title(layout(fig, "Time per pass against the weights' bytes", scale=scale), scale)
 
 
@@ -82,12 +94,14 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
             both = line.predicted_slope_ms + line.compute_slope_ms
             fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + both * x for x in xs], mode="lines",
                                      name="bytes' time + arithmetic's (estimate)",
-                                     line=dict(color=ESTIMATE, dash="dot", width=1)))
+                                     line=dict(color=ESTIMATE, dash="dot", width=2)))
         if own:
             fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.roof_slope_ms * x for x in xs],
                                      mode="lines", name="K/V bytes / the roof's read",
-                                     line=dict(color=GREY, dash="dashdot", width=1)))
-        for x, name, colour in ((line.crossing, "K/V time = weights' (measured)", DECODE),
+                                     line=dict(color=GREY, dash="dashdot", width=2)))
+        fitted = "K/V time = weights' (the fitted line" + (", past the contexts measured)" if line.crossing > xs[1]
+                                                          else ")")
+        for x, name, colour in ((line.crossing, fitted, DECODE),
                                 (line.predicted_crossing, "K/V bytes = weights' (predicted)", ESTIMATE)):
             if x < 2 * xs[1]:
                 fig.add_vline(x=x, line=dict(color=colour, dash="dot", width=1))
