@@ -23,7 +23,8 @@ def show(course: Course) -> None:
     st.markdown(
         "Lessons 2 and 3 said a prefill waits on its arithmetic and a decode step on reading its weights. Test it: "
         "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter; int4: an eighth), keep "
-        "the arithmetic in fp32 (weight-only, as gpt-fast does), and time both. **Predict first.**")
+        "the arithmetic in fp32 (weight-only, as gpt-fast does), and time both: whether the time follows the "
+        "bytes is the test. **Predict first.**")
     guess = st.radio("your prediction: with half the bytes…", GUESSES, index=None, horizontal=True,
                      key="lesson12_guess", persist_state="session")
     rec, source = shown()
@@ -47,25 +48,32 @@ def show(course: Course) -> None:
                          + (f", {halved}," if fp32 is not None and bf16 is not None else "")
                          + f" timed on {rec.device}."))
         return
-    chart(figures.storage_figure(rec, scale=scale()), "lesson12_storage")
-    held = draw.prediction_held(rec)
+    held = draw.prediction_held(rec)  # the answer first: on a projector it is on the screen with the chart
     st.markdown(plain(f"You predicted: {guess}. What bf16 did here: {held}"
                       + (" (your prediction held)." if held == guess else ".")))
+    chart(figures.storage_figure(rec, scale=scale()), "lesson12_storage")
+    st.caption(plain(f"{source}: {draw.measured_on(rec)}."))
     st.markdown(plain(draw.storage_sentence(rec)))
     st.markdown(plain(draw.why_prefill(rec)))
-    for said in (draw.decode_sentence(rec), draw.products_sentence(rec), draw.int8_sentence(rec)):
-        if said:
-            st.caption(plain(said))
-    st.caption(plain(f"{source}. {draw.where(rec)}."))
+    said = draw.int8_sentence(rec)
+    if said:
+        st.markdown(plain(said))
+    with st.expander("Each step against its bound, and the part of it that is not its products"):
+        for said in (draw.decode_sentence(rec), draw.products_sentence(rec)):
+            if said:
+                st.caption(plain(said))
+        st.caption(plain(f"{source}. {draw.where(rec)}."))
     st.markdown("**The cache's bytes.** Every decode step reads the whole K/V cache too, so a longer context is "
                 "more bytes a step; evicting to a window reads fewer.")
     chart(figures.context_figure(rec, scale=scale()), "lesson12_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     why = draw.context_why(rec)
     if why:
-        st.caption(plain(why))
+        with st.expander("Why the slope is not its bytes' time alone"):
+            st.caption(plain(why))
     if rec.damage:
         st.markdown("**What it costs in tokens.** " + plain(draw.damage_sentence(rec)))
-        st.dataframe(draw.damage_frame(rec), hide_index=True, width="stretch")
+        with st.expander("Every model and storage: agreement and KL, with their spread over the stories"):
+            st.dataframe(draw.damage_frame(rec), hide_index=True, width="stretch")
     st.page_link(str(course.pages / "scale.py"), label="Open the Scale page: the pass-of-n curve and this beside it",
                  icon=":material/speed:")

@@ -50,10 +50,13 @@ def section(lm=None) -> None:
     frame = draw.storage_frame(rec)
     st.dataframe(frame, hide_index=True, width="stretch", column_config={  # headers short enough that a projector
         c: st.column_config.Column(draw.short_header(c), help=c) for c in frame.columns})  # shows every column
-    for said in (draw.why_prefill(rec), draw.decode_sentence(rec), draw.products_sentence(rec),
-                 draw.int8_sentence(rec)):
+    for said in (draw.why_prefill(rec), draw.int8_sentence(rec)):
         if said:
             st.caption(plain(said))
+    with st.expander("Each step against its bound, and the part of it that is not its products"):
+        for said in (draw.decode_sentence(rec), draw.products_sentence(rec)):
+            if said:
+                st.caption(plain(said))
     chart(figures.context_figure(rec, scale=scale()), "scale_bytes_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     why = draw.context_why(rec)
