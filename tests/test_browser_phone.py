@@ -102,3 +102,32 @@ def test_on_a_phone_lesson_4s_formula_is_whole_on_screen_its_text_11_px_or_more(
     assert longest["smallest_px"] >= 11, longest
     assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
     pg.close()
+
+
+# Each chart's plot area, its legend and its axis titles as the screen shows them.
+CHART_PARTS = """() => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot')].map(plot => {
+  const r = el => el ? el.getBoundingClientRect() : null;
+  const titles = [...plot.querySelectorAll('.g-xtitle text, .g-ytitle text')].map(t => {
+    const b = t.getBoundingClientRect(); return {text: t.textContent, left: b.left, right: b.right, top: b.top};
+  });
+  return {name: (plot.querySelector('.gtitle') || {}).textContent, titles, plot: r(plot.querySelector('.nsewdrag')).height,
+          legend: (r(plot.querySelector('.legend')) || {height: 0}).height};
+})"""
+
+
+def test_on_a_phone_lesson_12s_charts_show_their_axis_titles_whole_and_a_plot_taller_than_its_legend(server, browser):
+    """At 390 px the weight chart's axis title ran off both edges ("eight bytes read … equal bytes draw") and the
+    context chart's eight-row legend stood over a plot shorter than itself: both after the prediction is picked."""
+    pg = open_page(browser, f"{server}/lessons?lesson=12", *PHONE)
+    idle(pg)
+    pg.locator(".st-key-lesson12_guess").get_by_text("both faster", exact=True).click()
+    idle(pg)
+    pg.get_by_text("The context's bytes: one decode step's time").wait_for()
+    charts = pg.evaluate(CHART_PARTS)
+    assert len(charts) == 2, charts
+    for c in charts:
+        assert c["plot"] >= c["legend"], c
+        for t in c["titles"]:
+            assert t["left"] >= -0.5 and t["right"] <= PHONE[0] + 0.5, (c["name"], t)
+    fits(pg, "lesson 12")
+    pg.close()

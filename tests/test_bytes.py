@@ -339,8 +339,8 @@ def test_a_crossing_past_the_contexts_measured_is_called_the_fitted_lines_not_a_
     assert "past the longest context measured, 16,384" in draw.context_sentence(past)
     assert "past the longest" not in draw.context_sentence(inside)
     names = [t.name for t in figures.context_figure(past).data]
-    assert "K/V time = weights' (the fitted line, past the contexts measured)" in names
-    assert "K/V time = weights' (the fitted line)" in [t.name for t in figures.context_figure(inside).data]
+    assert "K/V time = weights' (fitted line, past the last context)" in names
+    assert "K/V time = weights' (fitted line)" in [t.name for t in figures.context_figure(inside).data]
     assert not any("(measured)" in (n or "") and "weights'" in (n or "") for n in names)
 
 

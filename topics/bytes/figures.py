@@ -67,8 +67,8 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         fig.update_yaxes(range=[math.log10(lo), math.log10(hi)], tickmode="array", tickvals=vals, ticktext=texts)
     fig.update_yaxes(type="log", title="ms per pass (log)")
     same = any(at != "top center" for _x, at in drawn.values())  # some storages share their bytes
-    fig.update_xaxes(title="weight bytes read (MB, counted from the tensors" + ("; equal bytes drawn side by side)"
-                                                                               if same else ")"))
+    fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)"  # two lines: whole on a phone
+                     + ("<br>equal bytes drawn side by side" if same else ""))
     return legend_under_title(layout(fig, "Time per pass against the weights' bytes", scale=scale), scale)
 
 
@@ -95,12 +95,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
             fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + both * x for x in xs], mode="lines",
                                      name="bytes' time + arithmetic's (estimate)",
                                      line=dict(color=ESTIMATE, dash="dot", width=2)))
-        if own:
-            fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + line.roof_slope_ms * x for x in xs],
-                                     mode="lines", name="K/V bytes / the roof's read",
-                                     line=dict(color=GREY, dash="dashdot", width=2)))
-        fitted = "K/V time = weights' (the fitted line" + (", past the contexts measured)" if line.crossing > xs[1]
-                                                          else ")")
+        fitted = "K/V time = weights' (fitted line" + (", past the last context)" if line.crossing > xs[1] else ")")
         for x, name, colour in ((line.crossing, fitted, DECODE),
                                 (line.predicted_crossing, "K/V bytes = weights' (predicted)", ESTIMATE)):
             if x < 2 * xs[1]:
@@ -115,4 +110,6 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
                                                                                           symbol="star")))
     fig.update_xaxes(title=f"context (positions in the K/V cache, {pts[0].arith if pts else rec.reference})")
     fig.update_yaxes(title="ms per decode step", rangemode="tozero")
-    return legend_under_title(layout(fig, "The context's bytes: one decode step's time", scale=scale), scale)
+    # taller than the default: its legend (seven entries) takes four rows on a phone, and the plot keeps its own room
+    return legend_under_title(layout(fig, "The context's bytes: one decode step's time", height=460, scale=scale),
+                              scale)
