@@ -54,3 +54,20 @@ def test_on_a_phone_the_two_curves_stack_and_nothing_scrolls_sideways(server, br
     assert cpu["width"] <= PHONE[0] and gpu["width"] <= PHONE[0]
     assert pg.evaluate("() => document.documentElement.scrollWidth") <= PHONE[0]
     pg.close()
+
+
+def test_on_a_projector_the_bytes_sections_first_chart_is_whole_under_its_heading(server, browser):
+    """Scrolled to "Bytes are time", a projector showed the weight chart's top and cut its axis at the screen's
+    edge: a paragraph of where and when stood between the heading and the chart. The chart comes first now."""
+    pg = open_page(browser, server + "/scale?presenter=on", *PRESENTER)
+    idle(pg)
+    heading = pg.get_by_text("Bytes are time: the weights and the cache in fewer bytes, timed").first
+    heading.evaluate("e => e.scrollIntoView({block: 'start'})")
+    pg.wait_for_timeout(400)
+    top = heading.bounding_box()
+    chart = pg.locator(".st-key-scale_bytes_storage").first.bounding_box()
+    assert 0 <= top["y"] < chart["y"], (top, chart)
+    assert chart["y"] + chart["height"] <= PRESENTER[1] + 1, (top, chart)
+    title = pg.locator(".st-key-scale_bytes_storage .g-xtitle").first.bounding_box()  # its axis title too
+    assert title["y"] + title["height"] <= PRESENTER[1] + 1, title
+    pg.close()

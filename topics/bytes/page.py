@@ -44,12 +44,13 @@ def section(lm=None) -> None:
     if rec is None:
         st.info("No recording of this measurement ships for this device: measure it on this server.")
         return
+    chart(figures.storage_figure(rec, scale=scale()), "scale_bytes_storage")  # under its heading: one screen
     st.caption(plain(f"{source}. {draw.where(rec)}."))
-    chart(figures.storage_figure(rec, scale=scale()), "scale_bytes_storage")
     st.markdown(plain(draw.storage_sentence(rec)))
     frame = draw.storage_frame(rec)
     st.dataframe(frame, hide_index=True, width="stretch", column_config={  # headers short enough that a projector
-        c: st.column_config.Column(draw.short_header(c), help=c) for c in frame.columns})  # shows every column
+        c: (st.column_config.NumberColumn(draw.short_header(c), help=c, format="×%.2f") if "×" in c  # as the
+            else st.column_config.Column(draw.short_header(c), help=c)) for c in frame.columns})  # sentences say
     for said in (draw.why_prefill(rec), draw.int8_sentence(rec)):
         if said:
             st.caption(plain(said))
