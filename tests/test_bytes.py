@@ -640,6 +640,9 @@ def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording(
     assert "The context's bytes: one decode step's time" in titles
     said = " ".join(m.value for m in at.markdown).replace("\\", "")
     assert draw.storage_sentence(shipped()) in said
+    table = next(t for t in (json_.loads(d.proto.columns) for d in at.dataframe) if "decode × fp32" in t)
+    assert table["decode × fp32"]["type_config"]["format"] == "×%.2f"  # ×0.45, as the sentences print it, not 0.45
+    assert table["decode ms"]["type_config"]["format"] == "%.1f"  # 16.0, not 16
 
 
 def test_the_bytes_command_refuses_an_unwritable_json_path_and_a_zero_context_before_loading(tmp_path, capsys,

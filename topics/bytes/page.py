@@ -48,9 +48,11 @@ def section(lm=None) -> None:
     st.caption(plain(f"{source}. {draw.where(rec)}."))
     st.markdown(plain(draw.storage_sentence(rec)))
     frame = draw.storage_frame(rec)
+    formats = {c: "×%.2f" if "×" in c else "%.1f" for c in frame.columns  # as the sentences print them: ×0.45,
+               if "×" in c or (c.endswith(" ms") and frame[c].dtype.kind == "f")}  # 16.0 ms
     st.dataframe(frame, hide_index=True, width="stretch", column_config={  # headers short enough that a projector
-        c: (st.column_config.NumberColumn(draw.short_header(c), help=c, format="×%.2f") if "×" in c  # as the
-            else st.column_config.Column(draw.short_header(c), help=c)) for c in frame.columns})  # sentences say
+        c: (st.column_config.NumberColumn(draw.short_header(c), help=c, format=formats[c]) if c in formats  # shows
+            else st.column_config.Column(draw.short_header(c), help=c)) for c in frame.columns})  # every column
     for said in (draw.why_prefill(rec), draw.int8_sentence(rec)):
         if said:
             st.caption(plain(said))
