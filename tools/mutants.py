@@ -761,6 +761,21 @@ def bytes_target_lenient() -> None:
         rec, storage, kind, most=None if most is None else 1.0, least=least, target=target)
 
 
+def storages_stacked() -> None:
+    """Storages of the same bytes drawn at the same x again: bf16, fp16 and the bf16 model one blob on a projector."""
+    from topics.bytes import figures
+
+    figures.DODGE = 0.0
+
+
+def bytes_said_to_follow() -> None:
+    """int8 faster than bf16 but far from its bytes' share is called faster and nothing more: 'half the bytes, half
+    the time', which the chart beside it contradicts."""
+    from topics.bytes import draw
+
+    draw.FOLLOWS = 100.0
+
+
 def poll_forgets_its_step() -> None:
     """A follower's question arrives without the step it is about: looking back, it shows under any step."""
     from classroom.poll import Polls
@@ -921,6 +936,10 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "tie-called-faster": (tie_called_faster, ["tests/test_sentences.py::test_a_tie_in_throughput_is_called_a_tie_not_x1_00_faster"]),
     "bytes-target-lenient": (bytes_target_lenient, [
         "tests/test_bytes_targets.py::test_a_bf16_decode_made_slower_or_faster_flips_its_verdict_and_the_exit_code"]),
+    "storages-stacked": (storages_stacked, [
+        "tests/test_bytes.py::test_storages_of_the_same_bytes_are_drawn_side_by_side_and_the_axis_says_so"]),
+    "bytes-said-to-follow": (bytes_said_to_follow, [
+        "tests/test_bytes.py::test_int8_faster_than_bf16_but_far_from_its_bytes_says_its_time_did_not_follow_them"]),
     "poll-forgets-its-step": (poll_forgets_its_step, [
         "tests/test_class.py::test_a_question_carries_the_step_it_is_about_to_the_followers_open_and_revealed"]),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
