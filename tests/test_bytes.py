@@ -342,6 +342,12 @@ def test_a_crossing_past_the_contexts_measured_is_called_the_fitted_lines_not_a_
     assert "K/V time = weights' (fitted line, past the last context)" in names
     assert "K/V time = weights' (fitted line)" in [t.name for t in figures.context_figure(inside).data]
     assert not any("(measured)" in (n or "") and "weights'" in (n or "") for n in names)
+    line = inside.line()  # each crossing marked on its own line: the predicted one on the predicted slope
+    marks = {t.name: t for t in figures.context_figure(inside).data if t.name and "= weights'" in t.name}
+    predicted = marks["K/V bytes = weights' (estimate)"]
+    assert predicted.y[0] == pytest.approx(line.intercept_ms + line.predicted_slope_ms * predicted.x[0])
+    fitted = marks["K/V time = weights' (fitted line)"]
+    assert fitted.y[0] == pytest.approx(line.intercept_ms + line.slope_ms * fitted.x[0])
 
 
 def test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_arithmetics_beside_it():
@@ -361,7 +367,7 @@ def test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_
     why = draw.context_why(rec)
     bytes_us, flops_us = 1e6 * kv / cache, 1e6 * per_flop / peak
     assert f"×2.00 the predicted {bytes_us:#.3g} µs (those bytes over a plain read of the cache itself, 15.0 GB/s" in said
-    assert "the attention read the cache at 7.5 GB/s (a kernel)" in said
+    assert "the attention read the cache at 7.5 GB/s (its bytes over the fitted slope) (a kernel)" in said
     assert f"Against the roof's read of another buffer (20.0 GB/s) the slope is ×{2 * roof / cache:.2f}" in why
     assert "2.0 FLOPs a cache byte" in why and f"{flops_us:#.3g} µs a position" in why
     assert f"{flops_us / bytes_us:.0%} of the bytes' time" in why
@@ -491,6 +497,40 @@ def test_int8_faster_than_bf16_but_far_from_its_bytes_says_its_time_did_not_foll
     said = draw.int8_sentence(rec)
     assert "faster than bf16's ×0.50: ×0.80 bf16's time for half its bytes" in said
     assert "Its time did not follow its bytes" in said
+
+
+def test_int8_faster_by_medians_whose_rounds_overlap_bf16s_says_so_with_both_ranges():
+    """The shipped recording's int8 (13.5–15.0 ms) and bf16 (12.5–16.8) overlap; its chart's bars show it, so the
+    word 'faster' carries the ranges beside it. Apart, nothing is added."""
+    def decode(storage, samples):
+        return Pass(storage, "decode", 1, 130, {"fp32": 400_000_000, "bf16": 200_000_000, "int8": 100_000_000}[storage],
+                    24576 * 130, 2e8, samples, 0.0)
+    base = synthetic({"fp32": 20.0}, {"fp32": 500.0}, CTX)
+    overlap = dataclasses.replace(base, passes=base.passes + (decode("bf16", (9.5, 10.0, 11.0)),
+                                                             decode("int8", (7.0, 8.0, 10.5))))
+    said = draw.int8_sentence(overlap)
+    assert "faster than bf16's ×0.50" in said and "by medians: their rounds overlap (int8 7.0–10.5 ms, bf16 9.5–11.0)" in said
+    apart = dataclasses.replace(base, passes=base.passes + (decode("bf16", (9.5, 10.0, 11.0)),
+                                                           decode("int8", (7.0, 8.0, 9.0))))
+    assert "overlap" not in draw.int8_sentence(apart)
+
+
+def test_computed_figures_are_called_estimates_and_int4s_rounded_inputs_are_said():
+    """Bounds are computed (FLOPs and bytes over probed rates): the table's bound columns, the chart's open markers
+    and the predicted crossing say 'estimate'. A prefill whose products ran in torch's int4 kernel (bf16 inputs) is
+    not said to keep fp32's arithmetic without that kernel named."""
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0, "int4": 8.0}, {"fp32": 500.0, "bf16": 500.0, "int4": 460.0}, CTX)
+    cols = list(draw.storage_frame(synthetic({"fp32": 20.0}, {"fp32": 500.0}, CTX)).columns)
+    assert "decode bound ms (estimate)" in cols and "prefill bound ms (estimate)" in cols
+    assert draw.short_header("decode bound ms (estimate)") == "decode bound ms (est.)"
+    assert "its bound (estimate)" in [t.name for t in figures.storage_figure(rec).data]
+    int4 = Pass("int4", "prefill", 128, 0, 50_000_000, 0, 2.6e10, (460.0,) * 3, 460.0,
+                kernel="torch's int4 kernel (_weight_int4pack_mm_for_cpu), bf16 inputs", compute="fp32")
+    said = draw.why_prefill(dataclasses.replace(rec, passes=tuple(
+        p for p in rec.passes if (p.storage, p.kind) != ("int4", "prefill")) + (int4,)))
+    assert "(int4: products in torch's int4 kernel, which rounds its inputs to bf16" in said
+    assert "rounds its inputs" not in draw.why_prefill(synthetic({"fp32": 20.0, "bf16": 10.0},
+                                                                 {"fp32": 500.0, "bf16": 500.0}, CTX))
 
 
 def test_storages_of_the_same_bytes_are_drawn_side_by_side_and_the_axis_says_so():

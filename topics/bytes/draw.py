@@ -34,12 +34,12 @@ def storage_rows(rec: Record) -> list[dict]:
     for s in rec.storages():
         d, p = rec.get(s, "decode"), rec.get(s, "prefill")
         rows.append({"storage": s, "weights read": mb(d.weight_bytes),
-                     "decode ms": round(d.median_ms, 1), "decode bound ms": round(d.memory_ms(rec.rounds), 1),
+                     "decode ms": round(d.median_ms, 1), "decode bound ms (estimate)": round(d.memory_ms(rec.rounds), 1),
                      "decode in kernels ms": f"{d.kernels_ms:.1f}" if d.kernels_ms else "–",  # text: "–" beside numbers
                      f"decode × {ref}": round(rec.ratio(s, "decode"), 2),
                      f"predicted × {ref} (bytes)": round(rec.predicted_ratio(s, "decode"), 2),
                      "prefill ms": round(p.median_ms, 1) if p else None,
-                     "prefill bound ms": round(p.compute_ms(rec.rounds), 1) if p else None,
+                     "prefill bound ms (estimate)": round(p.compute_ms(rec.rounds), 1) if p else None,
                      f"prefill × {ref}": round(rec.ratio(s, "prefill"), 2) if p else None,
                      f"predicted × {ref} (FLOP rate)": round(rec.predicted_ratio(s, "prefill"), 2) if p else None})
     return rows
@@ -52,7 +52,8 @@ def storage_frame(rec: Record) -> pd.DataFrame:
 def short_header(column: str) -> str:
     """A storage_frame column's header as the page shows it (the full name in its help): 'predicted × fp32
     (bytes)' → 'predicted (bytes)', 'decode in kernels ms' → 'in kernels ms'."""
-    return re.sub(r"^predicted × .+ \(([^)]*)\)$", r"predicted (\1)", column).replace("decode in kernels", "in kernels")
+    return (re.sub(r"^predicted × .+ \(([^)]*)\)$", r"predicted (\1)", column).replace("decode in kernels", "in kernels")
+            .replace(" (estimate)", " (est.)"))
 
 
 def damage_frame(rec: Record) -> pd.DataFrame:
@@ -65,14 +66,14 @@ def damage_frame(rec: Record) -> pd.DataFrame:
 def context_frame(rec: Record) -> pd.DataFrame:
     rows = [{"context": p.context, "K/V read": mb(p.kv_bytes), "weights read": mb(p.weight_bytes),
              "decode ms": round(p.median_ms, 1), "min–max": f"{min(p.samples_ms):.1f}–{max(p.samples_ms):.1f}",
-             "memory bound ms": round(p.memory_ms(rec.rounds), 1)} for p in rec.context_passes()]
+             "memory bound ms (estimate)": round(p.memory_ms(rec.rounds), 1)} for p in rec.context_passes()]
     pair = rec.evicted()
     if pair:
         e = pair[0]
         rows.append({"context": f"{pair[1].context} evicted to {e.context}", "K/V read": mb(e.kv_bytes),
                      "weights read": mb(e.weight_bytes), "decode ms": round(e.median_ms, 1),
                      "min–max": f"{min(e.samples_ms):.1f}–{max(e.samples_ms):.1f}",
-                     "memory bound ms": round(e.memory_ms(rec.rounds), 1)})
+                     "memory bound ms (estimate)": round(e.memory_ms(rec.rounds), 1)})
     return pd.DataFrame(rows)
 
 
@@ -97,7 +98,7 @@ def storage_sentence(rec: Record) -> str:
 
 def why_prefill(rec: Record) -> str:
     """Why each prefill moved as it did: its bound is FLOPs over its arithmetic's peak, not bytes."""
-    kept, moved, ref = [], [], rec.reference
+    kept, moved, rounded, ref = [], [], [], rec.reference
     base = rec.get(ref, "prefill")
     for s in rec.storages():
         p, r = rec.get(s, "prefill"), rec.ratio(s, "prefill")
@@ -105,6 +106,8 @@ def why_prefill(rec: Record) -> str:
             continue
         if p.arith == base.arith:
             kept.append(f"{s} ×{r:.2f} ({verdict(r)})")
+            if "bf16 inputs" in p.kernel:  # torch's int4 kernel: the activations rounded to bf16 for its products
+                rounded.append(s)
             continue
         peak = sorted(x.peaks[p.arith] / x.peaks[base.arith] for x in rec.rounds)[len(rec.rounds) // 2]
         part = (f"the {s} multiplies in {p.arith}: the {p.arith} matmul probed in each round ran at ×{peak:.2f} "
@@ -122,6 +125,9 @@ def why_prefill(rec: Record) -> str:
         arith = "" if base.arith == ref else f" ({base.arith})"
         out += (f" The weight-only storages read fewer bytes and keep {ref}'s arithmetic{arith}, so their "
                 f"prefills keep {ref}'s compute bound: " + ", ".join(kept) + f" {ref}'s time.")
+        if rounded:
+            out += (" (" + ", ".join(rounded) + f": products in torch's int4 kernel, which rounds its inputs to bf16 "
+                    f"and computes apart from {ref}'s matmul; where it moves, the kernel moved it, not the bytes.)")
     if moved:
         joined = "; ".join(moved)
         out += (" " + joined[0].upper() + joined[1:] + ". A CPU with bf16 dot products (AVX-512 BF16) multiplies "
@@ -204,6 +210,9 @@ def int8_sentence(rec: Record) -> str:
             fewer = d.bytes / b.bytes  # the step's bytes against bf16's: the time it would take were it bytes alone
             said = (f"{s} weight-only decodes at ×{r:.2f} {rec.reference}'s time, faster than bf16's ×{b16:.2f}: "
                     f"×{r / b16:.2f} bf16's time for {share} its bytes (×{fewer:.2f})")
+            if max(d.samples_ms) >= min(b.samples_ms):  # the medians apart, the rounds not: the bars overlap
+                said += (f", by medians: their rounds overlap ({s} {min(d.samples_ms):.1f}–{max(d.samples_ms):.1f} ms, "
+                         f"bf16 {min(b.samples_ms):.1f}–{max(b.samples_ms):.1f})")
             if r / b16 > FOLLOWS * fewer:  # faster, but far from its bytes' share: the chart shows it, so say so
                 said += (f". Its time did not follow its bytes: it ran at ×{d.memory_held(rec.rounds):.1f} its "
                          f"memory bound where bf16 ran at ×{b.memory_held(rec.rounds):.1f}, so its kernel, not the "
@@ -250,7 +259,8 @@ def context_sentence(rec: Record) -> str:
     return (f"Each position of context adds {rec.kv_per_token:,} bytes of K/V ({p.arith}, counted from the cache) that "
             f"every decode step reads. Fitted: {_us(line.slope_ms)} µs a position, {held} the predicted "
             f"{_us(line.predicted_slope_ms)} µs (those bytes over {rate}, probed in the same rounds): the "
-            f"attention read the cache at {line.read_at / 1e9:.1f} GB/s" + (f" ({attention})." if attention else ".")
+            f"attention read the cache at {line.read_at / 1e9:.1f} GB/s (its bytes over the fitted slope)"
+            + (f" ({attention})." if attention else ".")
             + f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the fitted line doubles "
             "its start" + (f", past the longest context measured, {pts[-1].context:,}" if line.crossing > pts[-1].context
                            else "")
@@ -327,7 +337,7 @@ def measured_on(rec: Record) -> str:
 
 
 def where(rec: Record) -> str:
-    load = f", load average {rec.load[0]:.1f} → {rec.load[1]:.1f} on this machine's cores" if rec.load else ""
+    load = f", load average {rec.load[0]:.1f} → {rec.load[1]:.1f} on its cores" if rec.load else ""
     return (f"{rec.rung} ({rec.parameters / 1e6:,.0f} M parameters) on {rec.device}, {rec.threads} thread"
             f"{'s' if rec.threads > 1 else ''}{load}; {PATH}; {len(rec.rounds)} rounds, the roof probed in each; "
             f"measured {rec.measured_at[:16].replace('T', ' ')} UTC")

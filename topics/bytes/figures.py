@@ -57,8 +57,8 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
             fig.add_trace(go.Scatter(x=[x], y=[bound], mode="markers", name=f"{kind} {s} bound",
                                      hovertemplate=f"{s} {kind}, its bound: {bound:.1f} ms<extra></extra>",
                                      marker=dict(color=ESTIMATE, size=10, symbol="circle-open"), showlegend=False))
-    for name, colour, symbol in (("decode, measured", DECODE, "circle"), ("prefill, measured", PREFILL, "circle"),
-                                 ("its bound (predicted)", ESTIMATE, "circle-open")):
+    for name, colour, symbol in (("decode, measured (median, bars min–max)", DECODE, "circle"),
+                                 ("prefill, measured", PREFILL, "circle"), ("its bound (estimate)", ESTIMATE, "circle-open")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(color=colour, size=10, symbol=symbol)))
     if times:  # room above the highest label and below the lowest (a log axis: its range in powers of ten), and
@@ -96,17 +96,19 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
                                      name="bytes' time + arithmetic's (estimate)",
                                      line=dict(color=ESTIMATE, dash="dot", width=2)))
         fitted = "K/V time = weights' (fitted line" + (", past the last context)" if line.crossing > xs[1] else ")")
-        for x, name, colour in ((line.crossing, fitted, DECODE),
-                                (line.predicted_crossing, "K/V bytes = weights' (predicted)", ESTIMATE)):
-            if x < 2 * xs[1]:
+        for x, slope, name, colour in ((line.crossing, line.slope_ms, fitted, DECODE),
+                                       (line.predicted_crossing, line.predicted_slope_ms,
+                                        "K/V bytes = weights' (estimate)", ESTIMATE)):
+            if x < 2 * xs[1]:  # each on its own line: the fitted one's, the predicted slope's
                 fig.add_vline(x=x, line=dict(color=colour, dash="dot", width=1))
-                fig.add_trace(go.Scatter(x=[x], y=[line.intercept_ms + line.slope_ms * x], mode="markers",
+                fig.add_trace(go.Scatter(x=[x], y=[line.intercept_ms + slope * x], mode="markers",
                                          name=name, marker=dict(color=colour, size=12, symbol="x")))
     pair = rec.evicted()
     if pair:
         e, full = pair
         fig.add_trace(go.Scatter(x=[full.context], y=[e.median_ms], mode="markers",
-                                 name=f"evicted to a window of {e.context:,}", marker=dict(color=GREY, size=13,
+                                 name=f"the step at {full.context:,}, its cache evicted to {e.context:,}",
+                                 marker=dict(color=GREY, size=13,
                                                                                           symbol="star")))
     fig.update_xaxes(title=f"context (positions in the K/V cache, {pts[0].arith if pts else rec.reference})")
     fig.update_yaxes(title="ms per decode step", rangemode="tozero")

@@ -49,7 +49,7 @@ def section(lm=None) -> None:
     st.markdown(plain(draw.storage_sentence(rec)))
     frame = draw.storage_frame(rec)
     formats = {c: "×%.2f" if "×" in c else "%.1f" for c in frame.columns  # as the sentences print them: ×0.45,
-               if "×" in c or (c.endswith(" ms") and frame[c].dtype.kind == "f")}  # 16.0 ms
+               if "×" in c or (" ms" in c and frame[c].dtype.kind == "f")}  # 16.0 ms
     st.dataframe(frame, hide_index=True, width="stretch", column_config={  # headers short enough that a projector
         c: (st.column_config.NumberColumn(draw.short_header(c), help=c, format=formats[c]) if c in formats  # shows
             else st.column_config.Column(draw.short_header(c), help=c)) for c in frame.columns})  # every column
