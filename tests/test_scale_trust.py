@@ -18,7 +18,7 @@ from ui.charts import CONFIG
 
 pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
 
-LADDER_TITLES = {"ms per token: prefill vs decode", "Every rung on this device's roofline",
+LADDER_TITLES = {"ms per token: prefill vs decode", "Every rung on the roofline of the machine that ran it",
                  "Where a decode step's time goes"}
 
 

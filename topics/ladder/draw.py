@@ -295,7 +295,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
                      tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
-    return _finish(fig, ladder, "Every rung on this device's roofline", scale, height=380)
+    return _finish(fig, ladder, "Every rung on the roofline of the machine that ran it", scale, height=380)
 
 
 def bound_words(m, matmul_share: float | None = None) -> str:
