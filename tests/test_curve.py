@@ -589,7 +589,7 @@ def test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned():
     assert "meet at n ≈ 110 (×1.03 the prediction)" in caption
     # the ladder's lean decode and the curve's star are one pass: the curve quotes the ladder's ratio first
     assert r.lean.median_ms == c.of("decode")[0].median_ms
-    assert f"×{r.lean.ratio:.1f} its bound" in draw.lean_roof_words(lad)
+    assert f"×{r.lean.ratio:.2f} its bound" in draw.lean_roof_words(lad)
     assert f"6.8 ms, ×{r.lean.ratio:.2f} its memory bound, ×1.72 (×1.63–1.76 over 5 rounds) against" in caption
     assert "(a graph of its own) took 6.68 ms, ×1.06 the pass over 8 rows" in caption
     assert curve_note(c) is None  # the one-row graph is named as an outlier, not called the server's noise

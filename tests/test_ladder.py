@@ -451,7 +451,7 @@ def test_a_step_is_labelled_by_its_bound_only_when_the_bound_is_most_of_its_time
     said = draw.bound_words(r26.decode, r26.matmul_share)
     share = r26.decode.memory_ms / r26.decode.median_ms  # the share of its roof it used, from the record's own times
     assert said.startswith(f"on the memory side, not memory-bound: {share:.0%} of the ")
-    assert f"×{r26.decode.median_ms / r26.decode.memory_ms:.1f} its bound" in said
+    assert f"×{r26.decode.median_ms / r26.decode.memory_ms:.2f} its bound" in said
     assert "its matmuls alone 45% of the pass" in said
     assert "memory-bound," not in said and not said.startswith("memory-bound")
     top = _rung_at(lad, "26M", 2.58, 0.45)

@@ -48,7 +48,7 @@ def test_the_scale_page_opens_on_the_ladder_measured_here_with_random_weights_sa
     assert any(said == c.value for c in at.caption)  # what bounds the bundled model, from the same ladder
 
 
-@pytest.mark.parametrize("view, title", [("roofline", "Every rung on the roofline of the machine that ran it"),
+@pytest.mark.parametrize("view, title", [("roofline", "Every rung on its machine's roofline"),
                                          ("split", "Where a decode step's time goes")])
 def test_a_ladder_link_opens_its_picture_and_keeps_it(kept, view, title):
     at = app_test()
@@ -144,7 +144,7 @@ def test_a_measurement_survives_clicks_on_the_pictures_and_its_result_is_shown(m
         assert not at.exception and not at.get("progress")
         source = plain("measured on this server (the stand-in device of this test)")  # as the caption shows it
         assert any(source in c.value for c in at.caption), [c.value for c in at.caption]
-        assert "Every rung on the roofline of the machine that ran it" in figure_titles(at)  # on the picture clicked meanwhile
+        assert "Every rung on its machine's roofline" in figure_titles(at)  # on the picture clicked meanwhile
     finally:
         go.set()
         STORE._kept.pop(key, None)

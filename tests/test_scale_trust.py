@@ -18,7 +18,7 @@ from ui.charts import CONFIG
 
 pytestmark = pytest.mark.slow  # every test here drives the app's pages in AppTest
 
-LADDER_TITLES = {"ms per token: prefill vs decode", "Every rung on the roofline of the machine that ran it",
+LADDER_TITLES = {"ms per token: prefill vs decode", "Every rung on its machine's roofline",
                  "Where a decode step's time goes"}
 
 

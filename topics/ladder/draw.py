@@ -295,13 +295,13 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
                      tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
-    return _finish(fig, ladder, "Every rung on the roofline of the machine that ran it", scale, height=380)
+    return _finish(fig, ladder, "Every rung on its machine's roofline", scale, height=380)
 
 
 def bound_words(m, matmul_share: float | None = None) -> str:
     """The verdict's own words ('memory-bound: 74% of the bandwidth (MBU)') and how many times its bound it took; on
     the side of a ridge, not bound by it, how much of the pass its matmuls were where they were timed alone."""
-    said = f"{m.label}, ×{m.ratio:.1f} its bound" if m.kind != "overhead-bound" else m.label
+    said = f"{m.label}, ×{m.ratio:.2f} its bound" if m.kind != "overhead-bound" else m.label
     if m.kind.endswith("side") and matmul_share is not None:
         said += f"; its matmuls alone {matmul_share:.0%} of the pass"
     return said
