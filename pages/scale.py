@@ -1,7 +1,9 @@
 """Scale: the model grown, KV memory, the roofline (topics/ladder/), and bytes are time beside the curve
-(topics/bytes/)."""
+(topics/bytes/). Topics never import each other: this door hands the bytes section the curve's recorded decode step
+(topics.ladder.store.curve_step), so it can say where the two recordings' fp32 steps differ."""
 
 from topics.bytes.page import section
 from topics.ladder.page import show
+from topics.ladder.store import curve_step
 
-show(beside_curve=section)
+show(beside_curve=lambda lm: section(lm, curve_step=curve_step("cpu")))

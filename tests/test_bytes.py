@@ -533,6 +533,20 @@ def test_computed_figures_are_called_estimates_and_int4s_rounded_inputs_are_said
                                                                  {"fp32": 500.0, "bf16": 500.0}, CTX))
 
 
+def test_a_step_another_recording_timed_apart_on_the_same_machine_kind_is_said_with_both_figures():
+    """The EPYC's curve recording (2026-11-28) timed the fp32 decode step at 20.3 ms; the bytes recording (11-29)
+    at 35.4 ms, on the same Scale page. Said, with both times and read rates, where they differ beyond FASTER on the
+    same device and rung; nothing where they agree, on another device, or on another rung."""
+    rec = synthetic({"fp32": 20.0, "bf16": 10.0}, {"fp32": 500.0}, CTX)
+    rate = rec.get("fp32", "decode").bytes / 10.0 / 1e6  # the curve's step: half the time, twice the rate
+    said = draw.other_recording(rec, rec.device, "2025-12-31T00:00:00", 10.0, rate * 10.0 * 1e6, rec.parameters)
+    assert "at 10.0 ms" in said and "took 20.0 ms" in said and "×2.00" in said and "(2025-12-31)" in said
+    assert f"({rate:.1f} GB/s read)" in said
+    assert draw.other_recording(rec, rec.device, "2025-12-31", 19.0, 1e9, rec.parameters) == ""  # agree
+    assert draw.other_recording(rec, "cpu: another", "2025-12-31", 10.0, 1e9, rec.parameters) == ""
+    assert draw.other_recording(rec, rec.device, "2025-12-31", 10.0, 1e9, rec.parameters * 2) == ""
+
+
 def test_storages_of_the_same_bytes_are_drawn_side_by_side_and_the_axis_says_so():
     """bf16, fp16 and the bf16 model read the same bytes: on one x their points hid one another (a projector
     showed one blob). Each is drawn apart, in the record's order, and each label on the side away from the rest."""
@@ -680,6 +694,11 @@ def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording(
     assert "The context's bytes: one decode step's time" in titles
     said = " ".join(m.value for m in at.markdown).replace("\\", "")
     assert draw.storage_sentence(shipped()) in said
+    from topics.ladder.store import curve_step
+
+    captions = " ".join(c.value for c in at.caption).replace("\\", "")
+    apart = draw.other_recording(shipped(), *curve_step("cpu"))  # the two shipped EPYC recordings: ×1.74 apart
+    assert apart and apart in captions
     table = next(t for t in (json_.loads(d.proto.columns) for d in at.dataframe) if "decode × fp32" in t)
     assert table["decode × fp32"]["type_config"]["format"] == "×%.2f"  # ×0.45, as the sentences print it, not 0.45
     assert table["decode ms"]["type_config"]["format"] == "%.1f"  # 16.0, not 16

@@ -331,6 +331,23 @@ def damage_sentence(rec: Record) -> str:
             if out else "")
 
 
+def other_recording(rec: Record, device: str, when: str, step_ms: float, step_bytes: float, parameters: int) -> str:
+    """Where another recording of the same machine kind (the pass-of-n curve's, shown above this one) timed the
+    reference's decode step: its time and the rate it read at, beside this recording's. "" on another device, or
+    another rung, or where the two agree within FASTER. Ratios are taken within one recording; this says why."""
+    mine = rec.get(rec.reference, "decode")
+    if mine is None or device != rec.device or step_ms <= 0 or abs(parameters / rec.parameters - 1) > 0.05:
+        return ""
+    apart = mine.median_ms / step_ms
+    if FASTER <= apart <= 1 / FASTER:
+        return ""
+    return (f"The pass-of-n curve's recording ({when[:10]}) timed this rung's {rec.reference} decode step on the same "
+            f"kind of machine at {step_ms:.1f} ms ({step_bytes / step_ms / 1e6:.1f} GB/s read), where this one "
+            f"({rec.measured_at[:10]}) took {mine.median_ms:.1f} ms ({mine.read_rate() / 1e9:.1f} GB/s): ×{apart:.2f}, "
+            f"the same step on another day. So each storage here is set against this recording's own "
+            f"{rec.reference} step, timed in the same rounds, never against the curve's.")
+
+
 def measured_on(rec: Record) -> str:
     """Where and when, in a line: what a picture's caption says when `where`'s whole paragraph is folded away."""
     return f"{rec.rung} on {rec.device}, measured {rec.measured_at[:16].replace('T', ' ')} UTC"

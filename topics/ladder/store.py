@@ -177,6 +177,18 @@ def recorded_ladders() -> list[Ladder]:
             for p in sorted(ASSETS.glob("ladder_*.json"))]
 
 
+def curve_step(kind: str) -> tuple | None:
+    """(device, measured_at, ms, bytes, parameters) of the one-row decode step of the pass-of-n curve shipped for this kind of
+    device ('cpu', 'cuda'), or None: what the Scale page's bytes section sets its own step beside."""
+    for lad in recorded_on(kind, recorded_ladders()):
+        for r in lad.rungs:
+            c = getattr(r, "curve", None)
+            step = next((p for p in c.points if p.kind == "decode" and p.rows == 1), None) if c else None
+            if step is not None:
+                return lad.device, lad.measured_at, step.median_ms, step.bytes_moved, c.parameters
+    return None
+
+
 def recorded_on(kind: str, recorded: list) -> list:
     """The recordings made on a device of this kind ('cpu', 'cuda'), first: a CPU server shows a CPU's first."""
     return sorted(recorded, key=lambda r: ("cuda" in r.device) != (kind == "cuda"))
