@@ -776,6 +776,13 @@ def bytes_said_to_follow() -> None:
     draw.FOLLOWS = 100.0
 
 
+def recordings_never_set_apart() -> None:
+    """The bytes section's fp32 step and the curve's, timed on two days ×1.74 apart, shown with nothing between."""
+    from topics.bytes import draw
+
+    draw.other_recording = lambda rec, *step: ""
+
+
 def poll_forgets_its_step() -> None:
     """A follower's question arrives without the step it is about: looking back, it shows under any step."""
     from classroom.poll import Polls
@@ -940,6 +947,8 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_bytes.py::test_storages_of_the_same_bytes_are_drawn_side_by_side_and_the_axis_says_so"]),
     "bytes-said-to-follow": (bytes_said_to_follow, [
         "tests/test_bytes.py::test_int8_faster_than_bf16_but_far_from_its_bytes_says_its_time_did_not_follow_them"]),
+    "recordings-never-set-apart": (recordings_never_set_apart, [
+        "tests/test_bytes.py::test_a_step_another_recording_timed_apart_on_the_same_machine_kind_is_said_with_both_figures"]),
     "poll-forgets-its-step": (poll_forgets_its_step, [
         "tests/test_class.py::test_a_question_carries_the_step_it_is_about_to_the_followers_open_and_revealed"]),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
