@@ -9,7 +9,7 @@ import streamlit as st
 from lessons.course import Course
 from topics.bytes import draw, figures
 from topics.bytes import store as bytes_store
-from topics.bytes.page import shown
+from topics.bytes.page import bounds_folded, shown
 from ui.charts import chart
 from ui.style import scale
 from ui.text import plain
@@ -58,11 +58,7 @@ def show(course: Course) -> None:
     said = draw.int8_sentence(rec)
     if said:
         st.markdown(plain(said))
-    with st.expander("Each step against its bound, and the part of it that is not its products"):
-        for said in (draw.decode_sentence(rec), draw.products_sentence(rec)):
-            if said:
-                st.caption(plain(said))
-        st.caption(plain(f"{source}. {draw.where(rec)}."))
+    bounds_folded(rec, source)
     st.markdown("**The cache's bytes.** Every decode step reads the whole K/V cache too, so a longer context is "
                 "more bytes a step; evicting to a window reads fewer.")
     chart(figures.context_figure(rec, scale=scale()), "lesson12_context")

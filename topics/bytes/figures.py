@@ -108,8 +108,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         e, full = pair
         fig.add_trace(go.Scatter(x=[full.context], y=[e.median_ms], mode="markers",
                                  name=f"the step at {full.context:,}, its cache evicted to {e.context:,}",
-                                 marker=dict(color=GREY, size=13,
-                                                                                          symbol="star")))
+                                 marker=dict(color=GREY, size=13, symbol="star")))
     fig.update_xaxes(title=f"context (positions in the K/V cache, {pts[0].arith if pts else rec.reference})")
     fig.update_yaxes(title="ms per decode step", rangemode="tozero")
     # taller than the default: its legend (seven entries) takes four rows on a phone, and the plot keeps its own room

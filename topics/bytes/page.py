@@ -29,9 +29,20 @@ def shown():
     return rec, ("a recording shipped with the app (assets/bytes_cpu.json)" if rec else "")
 
 
+def bounds_folded(rec, source: str = "") -> None:
+    """Each step against its bound and the part of it outside the products, folded (the Scale page's section and
+    lesson 12 alike); `source`: where the recording came from, said inside the fold with the rest of where."""
+    with st.expander("Each step against its bound, and the part of it that is not its products"):
+        for said in (draw.decode_sentence(rec), draw.products_sentence(rec)):
+            if said:
+                st.caption(plain(said))
+        if source:
+            st.caption(plain(f"{source}. {draw.where(rec)}."))
+
+
 def section(lm=None, curve_step: tuple | None = None) -> None:
-    """`curve_step`: (device, when, ms, bytes, parameters) of the reference's decode step as the pass-of-n curve's recording
-    timed it (the page's door reads it), so that a step timed apart on another day is said to be."""
+    """`curve_step`: (device, when, ms, bytes, parameters) of the reference's decode step as the pass-of-n curve's
+    recording timed it (the page's door reads it), so that a step timed apart on another day is said to be."""
     st.subheader("Bytes are time: the weights and the cache in fewer bytes, timed", help=HELP)
     j = bytes_store.job()
     if lm is not None and (j is None or j.done.is_set()):
@@ -62,10 +73,7 @@ def section(lm=None, curve_step: tuple | None = None) -> None:
     for said in (draw.why_prefill(rec), draw.int8_sentence(rec)):
         if said:
             st.caption(plain(said))
-    with st.expander("Each step against its bound, and the part of it that is not its products"):
-        for said in (draw.decode_sentence(rec), draw.products_sentence(rec)):
-            if said:
-                st.caption(plain(said))
+    bounds_folded(rec)
     chart(figures.context_figure(rec, scale=scale()), "scale_bytes_context")
     st.markdown(plain(draw.context_sentence(rec) + " " + draw.evicted_sentence(rec)))
     why = draw.context_why(rec)

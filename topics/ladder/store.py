@@ -178,8 +178,8 @@ def recorded_ladders() -> list[Ladder]:
 
 
 def curve_step(kind: str) -> tuple | None:
-    """(device, measured_at, ms, bytes, parameters) of the one-row decode step of the pass-of-n curve shipped for this kind of
-    device ('cpu', 'cuda'), or None: what the Scale page's bytes section sets its own step beside."""
+    """(device, measured_at, ms, bytes, parameters) of the one-row decode step of the pass-of-n curve shipped for
+    this kind of device ('cpu', 'cuda'), or None: what the Scale page's bytes section sets its own step beside."""
     for lad in recorded_on(kind, recorded_ladders()):
         for r in lad.rungs:
             c = getattr(r, "curve", None)
