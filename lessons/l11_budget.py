@@ -58,6 +58,7 @@ def show(course: Course) -> None:
     with right:
         st.dataframe(draw.policy_table(rows, short=True), hide_index=True)
     fp8, window = by_policy["fp8"], by_policy["window"]
+    spread = recorded_stories(lm)  # one story is one draw: the same policies over several, with their intervals
     heavy, avg = by_policy["heavy"], by_policy["heavy-avg"]
     course.takeaway(first, f"With {BUDGET} positions: fp8 keeps {fp8.cache.ratio:.0%} of the bytes and agrees on "
                            f"{fp8.forced.agreement:.1%} of next tokens; a window of {BUDGET}, on "
@@ -72,11 +73,8 @@ def show(course: Course) -> None:
         + ("Run free, the window's text parts from the full cache's at step "
            f"**{window.parting_step}**. " if window.parting_step is not None else
            "Run free, the two texts never part in these tokens. ")
-        + f"Heavy hitters agree on **{heavy.forced.agreement:.1%}** with H2O's plain sum and "
-        f"**{avg.forced.agreement:.1%}** with the sum per query that could see each position (kvpress's score): "
-        "which positions count as heavy depends on how you score them.")
-    spread = recorded_stories(lm)
-    if spread is not None:  # one story is one draw: the same policies over several, with their intervals
+        + draw.scores_words(heavy, avg, spread))
+    if spread is not None:
         dtype = spread.dtypes[0]
         st.caption(f"One story is one draw. Over {spread.stories} held-out stories (recorded, "
                    f"{SHORT_DTYPE.get(dtype, dtype)}), the eviction policies holding {spread.budget} positions rank "

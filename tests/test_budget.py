@@ -892,3 +892,28 @@ def test_fp8_counts_the_decoded_numbers_past_its_frozen_scale():
     int8.update(prompt, prompt.clone(), 0)
     int8.update(row, row.clone(), 0)
     assert int8.decoded_numel == 0  # KIVI sets its range per group: nothing frozen to pass
+
+
+def test_the_two_heavy_hitter_scores_gap_on_one_story_is_called_a_rule_only_where_the_stories_set_them_apart():
+    """Lesson 11 said "which positions count as heavy depends on how you score them" from one story's 86 % against
+    91 %, beside a recording where the two scores' intervals over 8 stories overlap. Now the words follow the
+    intervals: overlapping, tied; apart, the rule, naming the score ahead; no recording, one draw."""
+    from types import SimpleNamespace
+
+    from topics.budget.draw import scores_words
+
+    def row(policy, agreement):
+        return SimpleNamespace(policy=policy, budget=64, forced=SimpleNamespace(agreement=agreement),
+                               cache=SimpleNamespace(dtype="float32"))
+
+    heavy, avg = row("heavy", 0.86), row("heavy-avg", 0.91)
+    tied = scores_words(heavy, avg, spread_of({"heavy": (0.864, 0.830, 0.898), "heavy-avg": (0.906, 0.871, 0.934)}))
+    assert "**86.0%** with H2O's plain sum" in tied and "**91.0%** with the sum per query" in tied
+    assert "tied (86.4% [83.0%–89.8%] and 90.6% [87.1%–93.4%]" in tied and "depends on how" not in tied
+    apart = scores_words(heavy, avg, spread_of({"heavy": (0.80, 0.78, 0.82), "heavy-avg": (0.90, 0.88, 0.92)}))
+    assert "the per-query sum stays ahead" in apart and "depends on how you score them" in apart
+    reverse = scores_words(heavy, avg, spread_of({"heavy": (0.95, 0.93, 0.97), "heavy-avg": (0.90, 0.88, 0.92)}))
+    assert "the plain sum stays ahead" in reverse
+    for none in (None, spread_of({"heavy": (0.80, 0.78, 0.82)})):  # no recording, or one without both scores
+        said = scores_words(heavy, avg, none)
+        assert "one story is one draw" in said and "tied" not in said and "depends on how" not in said

@@ -8,6 +8,7 @@ by its number, as its link (`?lesson=N`) names it.
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
@@ -295,6 +296,12 @@ def budget_lesson_says_what_it_measured(at: AppTest) -> None:
     shown = {r["policy"]: r for r in at.dataframe[0].value.to_dict("records")}
     assert f"**{shown['heavy']['agree']}** with H2O's plain sum" in opening
     assert f"**{shown['heavy-avg']['agree']}** with the sum per query" in opening
+    # the two scores' gap on this one story, against the recorded stories' intervals (read here from the JSON)
+    recorded = json.loads((ASSETS / "budget_stories_default.json").read_text())
+    ci = {r["policy"]: r["agreement_ci"] for r in recorded["rows"] if r["dtype"] == "float32" and r["budget"] == 64}
+    overlap = ci["heavy"]["low"] <= ci["heavy-avg"]["high"] and ci["heavy-avg"]["low"] <= ci["heavy"]["high"]
+    assert ("the two scores are tied" in opening) == overlap
+    assert ("depends on how you score them" in opening) == (not overlap)
     assert re.search(r"the strongest single head \(layer \d+, head \d+\) ×[\d.]+", " ".join(c.value for c in at.caption))
 
 

@@ -287,6 +287,27 @@ def stories_table(spread) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def scores_words(heavy, avg, spread) -> str:
+    """The two heavy-hitter scores on the one story measured here, then what the recorded stories say of the gap:
+    a gap between them on one story is one draw, a rule only where their intervals over every story stay apart."""
+    said = (f"Heavy hitters agree on **{heavy.forced.agreement:.1%}** with H2O's plain sum and "
+            f"**{avg.forced.agreement:.1%}** with the sum per query that could see each position (kvpress's score), "
+            "on this one story")
+    dtype = heavy.cache.dtype
+    a = spread.row("heavy", dtype) if spread is not None and spread.budget == heavy.budget else None
+    b = spread.row("heavy-avg", dtype) if a is not None else None
+    if a is None or b is None:
+        return said + ": one story is one draw, and no recording here says whether the gap holds over others."
+    ranges = (f"{a.agreement:.1%} [{a.agreement_ci.low:.1%}–{a.agreement_ci.high:.1%}] and "
+              f"{b.agreement:.1%} [{b.agreement_ci.low:.1%}–{b.agreement_ci.high:.1%}]")
+    if a.agreement_ci.overlaps(b.agreement_ci):
+        return said + (f". Over {spread.stories} held-out stories the two scores are tied ({ranges}, 95 % "
+                       "intervals that overlap): one story's gap is not a rule.")
+    better = "the per-query sum" if b.agreement > a.agreement else "the plain sum"
+    return said + (f". Over {spread.stories} held-out stories {better} stays ahead ({ranges}, 95 % intervals apart): "
+                   "which positions count as heavy depends on how you score them.")
+
+
 def stories_words(spread, capped) -> str:
     """The ranking with its ties, what bf16 alone does, and fp8's saturation, in the record's own numbers."""
     said = []
