@@ -49,7 +49,7 @@ def show(course: Course) -> None:
                          + f" timed on {rec.device}."))
         return
     held = draw.prediction_held(rec)  # the answer first: on a projector it is on the screen with the chart
-    st.markdown(plain(f"You predicted: {guess}. What bf16 did here: {held}"
+    st.markdown(plain(f"You predicted: {guess}. What bf16 did, measured: {held}"
                       + (" (your prediction held)." if held == guess else ".")))
     chart(figures.storage_figure(rec, scale=scale()), "lesson12_storage")
     st.caption(plain(f"{source}: {draw.measured_on(rec)}."))

@@ -462,12 +462,13 @@ class Verdict:
 
     @property
     def roof_words(self) -> str:
-        """What the share is a share of: the roof probed here, never a datasheet's ('the bandwidth measured here
-        (MBU)', 'the cache's bandwidth measured here', 'the matmul peak measured here (MFU)')."""
+        """What the share is a share of: the roof probed on the machine that ran the pass, never a datasheet's ('the
+        measured bandwidth (MBU)', 'the cache's measured bandwidth', 'the measured matmul peak (MFU)'). No 'here': a
+        recording shown on another server is still read against its own machine's roof."""
         if self.bound == "compute":
-            return "the matmul peak measured here (MFU)"
-        return ("the cache's bandwidth measured here (the data fits the cache)" if self.in_cache else
-                "the bandwidth measured here (MBU)")
+            return "the measured matmul peak (MFU)"
+        return ("the cache's measured bandwidth (the data fits the cache)" if self.in_cache else
+                "the measured bandwidth (MBU)")
 
     @property
     def kind(self) -> str:
@@ -481,7 +482,7 @@ class Verdict:
     @property
     def label(self) -> str:
         """The verdict in words: its kind, and the share of its roof it used ('memory-bound: 62% of the
-        bandwidth measured here (MBU)'); overhead-bound with both shares, and the matmuls' share of the time where known."""
+        measured bandwidth (MBU)'); overhead-bound with both shares, and the matmuls' share of the time where known."""
         share = percent(self.share)
         if self.kind == "overhead-bound":
             other = self.compute_ms if self.bound == "memory" else self.memory_ms
@@ -502,7 +503,7 @@ def verdict(forward_ms: float, flops: float, bytes_moved: float, roof: DeviceRoo
         compute bound = FLOPs / peak FLOP/s          (the least time the arithmetic can take)
 
     A pass is labelled by its larger bound only when that bound explains most of its time: within EXPLAINS (×2),
-    half the time or more ('memory-bound: 62% of the bandwidth measured here (MBU)'). From ×2 to OVERHEAD (×3) it is on that
+    half the time or more ('memory-bound: 62% of the measured bandwidth (MBU)'). From ×2 to OVERHEAD (×3) it is on that
     side, not bound by it ('on the memory side, not memory-bound: 41% of the bandwidth'). Further above both, it
     waits on neither: the fixed cost of launching many small operations and the Python around them
     ('overhead-bound', both shares small, the matmuls' share of the time beside them where it was timed).

@@ -676,7 +676,7 @@ def test_lesson_12_waits_for_a_prediction_then_says_what_the_recording_measured(
     said = " ".join(m.value for m in at.markdown).replace("\\", "")
     rec = shipped()
     assert draw.storage_sentence(rec) in said and draw.context_sentence(rec) in said
-    assert f"What bf16 did here: {draw.prediction_held(rec)}" in said
+    assert f"What bf16 did, measured: {draw.prediction_held(rec)}" in said
     assert len(at.get("plotly_chart")) == 2
 
 

@@ -278,14 +278,14 @@ def test_a_lessons_claim_quotes_the_curve_with_the_verdicts_own_words():
     decode = curve_draw.curve_claim(c, ROOF, "decode", "this CPU")
     one = c.of("decode")[0]  # the rung's own decode step, on its one-row kernel
     v = roofline.verdict(one.median_ms, one.flops, one.bytes_moved, ROOF)
-    assert v.kind == "memory-bound" and f"**memory-bound: {roofline.percent(v.share)} of the bandwidth measured " \
-                                        "here (MBU)**" in decode
+    assert v.kind == "memory-bound" and f"**memory-bound: {roofline.percent(v.share)} of the measured " \
+                                        "bandwidth (MBU)**" in decode
     assert f"the decode step for 8 sequences took ×{c.ratio('batch', 8):.2f} the same step for 1 sequence" in decode
     prefill = curve_draw.curve_claim(c, ROOF, "prefill", "this CPU")
     last = c.of("prefill")[-1]
     w = roofline.verdict(last.median_ms, last.flops, last.bytes_moved, ROOF)
-    assert w.kind == "compute-bound" and f"**compute-bound: {roofline.percent(w.share)} of the matmul peak " \
-                                         "measured here (MFU)**" in prefill
+    assert w.kind == "compute-bound" and f"**compute-bound: {roofline.percent(w.share)} of the measured " \
+                                         "matmul peak (MFU)**" in prefill
 
 
 def test_a_decode_claim_from_a_curve_without_batches_says_its_ratio_is_a_prefills():
@@ -570,7 +570,7 @@ def test_the_cpu_recordings_knees_ratios_and_captions_are_pinned():
 
 def test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned():
     """Read back (the 2026-11-29 recording): the lean per-token gap ×230 (the rule ×169) and what the cache saves
-    ×1.67 (the rule ×2.28); MBU and MFU of the roof measured here with the datasheet's shares beside; one measured
+    ×1.67 (the rule ×2.28); MBU and MFU of the roof measured with the datasheet's shares beside; one measured
     ridge (168.6) wherever the ridge is quoted; the prefill's knee 226 measured against ~181 predicted; the batch's
     own ~107, measured 110."""
     from topics.ladder import draw
@@ -582,9 +582,9 @@ def test_the_h200_recordings_knees_gap_cache_and_shares_are_pinned():
     said = draw.per_token_caption(lad)
     assert "×230 (the rule: ×169)" in said and "the cache saves ×1.67 there" in said and "×2.28" in said
     caption = curve_draw.curve_caption(c, roof, lad.device)
-    assert "memory-bound: 55% of the bandwidth measured here (MBU); 46% of the NVIDIA H200 datasheet's 4.8 TB/s" \
+    assert "memory-bound: 55% of the measured bandwidth (MBU); 46% of the NVIDIA H200 datasheet's 4.8 TB/s" \
         in caption
-    assert "87% of the matmul peak measured here (MFU); 59% of the NVIDIA H200 datasheet's 989 TFLOP/s" in caption
+    assert "87% of the measured matmul peak (MFU); 59% of the NVIDIA H200 datasheet's 989 TFLOP/s" in caption
     assert "meet at n ≈ 226 (×1.25 the prediction)" in caption and "~107 sequences" in caption
     assert "meet at n ≈ 110 (×1.03 the prediction)" in caption
     # the ladder's lean decode and the curve's star are one pass: the curve quotes the ladder's ratio first

@@ -101,14 +101,14 @@ ROOF = DeviceRoof("test", peak_flops=1e12, bandwidth=1e10, measured=True)  # rid
 
 
 @pytest.mark.parametrize("ms, flops, moved, label", [
-    (1.5, 1e6, 1e7, "memory-bound: 67% of the bandwidth measured here (MBU)"),  # memory bound 1 ms, compute bound 0.001 ms
-    (12.0, 1e6, 1e7, "overhead-bound: 8% of the bandwidth measured here (MBU), <0.1% of the matmul peak"),
-    (3.5, 1e6, 1e7, "overhead-bound: 29% of the bandwidth measured here (MBU), <0.1% of the matmul peak"),
-    (2.5, 2e9, 1e7, "compute-bound: 80% of the matmul peak measured here (MFU)"),  # compute bound 2 ms, memory bound 1 ms
-    (2.0, 1e6, 1e7, "memory-bound: 50% of the bandwidth measured here (MBU)"),  # the bound is half the time: still most of it
+    (1.5, 1e6, 1e7, "memory-bound: 67% of the measured bandwidth (MBU)"),  # memory bound 1 ms, compute bound 0.001 ms
+    (12.0, 1e6, 1e7, "overhead-bound: 8% of the measured bandwidth (MBU), <0.1% of the matmul peak"),
+    (3.5, 1e6, 1e7, "overhead-bound: 29% of the measured bandwidth (MBU), <0.1% of the matmul peak"),
+    (2.5, 2e9, 1e7, "compute-bound: 80% of the measured matmul peak (MFU)"),  # compute bound 2 ms, memory bound 1 ms
+    (2.0, 1e6, 1e7, "memory-bound: 50% of the measured bandwidth (MBU)"),  # the bound is half the time: still most of it
     # the bound a third to a half of the time: the side of the ridge, and how near its roof it ran
-    (2.5, 1e6, 1e7, "on the memory side, not memory-bound: 40% of the bandwidth measured here (MBU)"),
-    (5.5, 2e9, 1e7, "on the compute side, not compute-bound: 36% of the matmul peak measured here (MFU)"),
+    (2.5, 1e6, 1e7, "on the memory side, not memory-bound: 40% of the measured bandwidth (MBU)"),
+    (5.5, 2e9, 1e7, "on the compute side, not compute-bound: 36% of the measured matmul peak (MFU)"),
 ])
 def test_a_step_is_labelled_by_its_measured_time_against_both_bounds(ms, flops, moved, label):
     assert roofline.verdict(ms, flops, moved, ROOF).label == label
@@ -170,7 +170,7 @@ def test_the_scale_page_shows_where_the_time_goes_before_any_run_and_labels_by_m
                               row["compute bound ms (FLOPs / peak)"])
         said = re.match(r"(?:on the )?([a-z]+(?: side|-bound))", label).group(1)  # 'on the memory side, not ...'
         assert said == expected, row.to_dict()
-        if expected == "overhead-bound":  # "overhead-bound: 5% of the bandwidth measured here (MBU), ...": 1 / the ratio beside it
+        if expected == "overhead-bound":  # "overhead-bound: 5% of the measured bandwidth (MBU), ...": 1 / the ratio beside it
             share = re.search(r"overhead-bound: (<?[\d.]+)%", label).group(1)
             ratio = row["measured / larger bound"]
             if share.startswith("<"):

@@ -609,3 +609,25 @@ def test_a_label_that_flips_back_against_the_lesson_is_shown_with_its_spread_and
     assert "timed 3 times" in note and f"the smaller {smaller.label}'s was compute-bound" in note
     for make in (draw.per_token_figure, draw.roofline_figure, draw.split_figure):
         assert any(a.text.startswith("⚠ " + BUSY) for a in make(busy).layout.annotations)
+
+
+@pytest.mark.parametrize("name", ["ladder_cpu.json", "ladder_gpu.json"])
+def test_a_recording_shown_on_another_server_never_calls_its_roof_measured_here(name):
+    """The shipped recordings are shown on every server, most of them not the machine that ran them: a verdict read
+    "55% of the bandwidth measured here (MBU)" on a laptop about an H200's pass. Every pass's words, the table's,
+    the roofline's hover text and the lessons' quote of the curve now name the roof without a 'here'."""
+    from engine.paths import ASSETS
+    from topics.ladder import curve_draw
+
+    lad = Ladder.from_dict(json.loads((ASSETS / name).read_text(encoding="utf-8")))
+    said = [getattr(r, p).label for r in lad.rungs for p in ("prefill", "decode", "nocache", "lean", "lean_prefill")
+            if getattr(r, p) is not None]
+    said += [str(v) for v in lad.frame().to_numpy().ravel()]
+    said += [str(t.hovertemplate) + str(t.hovertext) + str(t.text) for t in draw.roofline_figure(lad).data]
+    curve = next((r.curve for r in lad.rungs if r.curve), None)
+    if curve is not None:
+        said += [curve_draw.curve_claim(curve, lad.roof, phase, draw.machine(lad), lad.device)
+                 for phase in ("prefill", "decode")]
+        said += [str(t.hovertemplate) for t in curve_draw.curve_figure(curve, lad.roof, draw.machine(lad)).data]
+    assert len(said) > 10 and any("(MBU)" in s for s in said) and any("(MFU)" in s for s in said)
+    assert not [s for s in said if "measured here" in s or "bandwidth here" in s]

@@ -64,7 +64,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
             customdata=[[curve.kernel(p), percent(p.share), "bandwidth" if p.bound == "memory"
                          else "matmul peak"] for p in pts],
             hovertemplate="n = %{x}: %{y:.3g} ms (median; bar: min–max)<br>on %{customdata[0]}"
-                          "<br>%{customdata[1]} of the %{customdata[2]} measured here<extra>" + NAMES[kind]
+                          "<br>%{customdata[1]} of the measured %{customdata[2]}<extra>" + NAMES[kind]
                           + "</extra>"))
     for p in curve.of(DECODE_KIND):  # the rung's own decode step: a labelled point of its own
         fig.add_trace(go.Scatter(
@@ -158,7 +158,7 @@ def eight(curve: Curve) -> int:
     return 8 if 8 in ns else min(ns, key=lambda n: abs(math.log2(n / 8)), default=1)
 
 
-# ---------------------------------------------------------------- shares: of the roof measured here, and a datasheet's
+# ---------------------------------------------------------------- shares: of the roof measured, and a datasheet's
 
 
 def datasheet_for(device: str) -> DeviceRoof | None:
@@ -174,16 +174,16 @@ def datasheet_for(device: str) -> DeviceRoof | None:
 
 
 def share_words(p, roof: DeviceRoof, sheet: DeviceRoof | None = None) -> str:
-    """'74% of the bandwidth measured here (MBU); 63% of the NVIDIA H200 datasheet's 4.8 TB/s': the pass's share of
-    the roof probed here, and, where the device has a datasheet, its share of that too."""
+    """'74% of the measured bandwidth (MBU); 63% of the NVIDIA H200 datasheet's 4.8 TB/s': the pass's share of
+    the roof probed on its machine, and, where the device has a datasheet, its share of that too."""
     v = verdict(p.median_ms, p.flops, p.bytes_moved, roof)
     if v.bound == "memory":
-        said = f"{percent(v.share)} of {v.roof_words}"  # the bandwidth measured here (MBU), or the cache's
+        said = f"{percent(v.share)} of {v.roof_words}"  # the measured bandwidth (MBU), or the cache's
         if sheet is not None:
             said += (f"; {percent(p.bytes_moved / sheet.bandwidth * 1e3 / p.median_ms)} of the "
                      f"{short_name(sheet)} datasheet's {sheet.bandwidth / 1e12:.1f} TB/s")
         return said
-    said = f"{percent(v.share)} of {v.roof_words}"  # the matmul peak measured here (MFU)
+    said = f"{percent(v.share)} of {v.roof_words}"  # the measured matmul peak (MFU)
     if sheet is not None:
         said += (f"; {percent(p.flops / sheet.peak_flops * 1e3 / p.median_ms)} of the {short_name(sheet)} "
                  f"datasheet's {sheet.peak_flops / 1e12:,.0f} TFLOP/s")
@@ -372,7 +372,7 @@ def curve_claim(curve: Curve, roof: DeviceRoof, phase: str, where: str, device: 
                 "no pass over more rows was timed")
         knee = batch_knee_sentence(curve, roof, curve.knee("batch", roof), flag)
         return (f"{weights}: one decode step ({curve.kernel(one)}) took {_ms(one.median_ms)} ms against "
-                f"{_ms(one.memory_ms)} ms to read its weights once at the bandwidth measured here, "
+                f"{_ms(one.memory_ms)} ms to read its weights once at its machine's measured bandwidth, "
                 f"{held_words(curve, one)}: **{verdict_words(one, roof, sheet)}**. Beside it, {many}."
                 + (f" {knee}" if knee else ""))
     last = curve.of("prefill")[-1]
