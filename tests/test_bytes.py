@@ -534,17 +534,32 @@ def test_computed_figures_are_called_estimates_and_int4s_rounded_inputs_are_said
 
 
 def test_a_step_another_recording_timed_apart_on_the_same_machine_kind_is_said_with_both_figures():
-    """The EPYC's curve recording (2026-11-28) timed the fp32 decode step at 20.3 ms; the bytes recording (11-29)
-    at 35.4 ms, on the same Scale page. Said, with both times and read rates, where they differ beyond FASTER on the
-    same device and rung; nothing where they agree, on another device, or on another rung."""
+    """The EPYC's curve recording (2026-11-28) timed the fp32 decode step at 20.3 ms and the 128-token prefill at
+    293.9 ms; the bytes recording (11-29) at 35.4 and 381.5 ms, its prefill bound 331 ms, on the same Scale page.
+    Each pass is said, with both times and rates, where the two differ beyond FASTER on the same device and rung;
+    nothing where they agree, on another device, or on another rung."""
+    from topics.ladder.store import CurveSteps
+
     rec = synthetic({"fp32": 20.0, "bf16": 10.0}, {"fp32": 500.0}, CTX)
     rate = rec.get("fp32", "decode").bytes / 10.0 / 1e6  # the curve's step: half the time, twice the rate
-    said = draw.other_recording(rec, rec.device, "2025-12-31T00:00:00", 10.0, rate * 10.0 * 1e6, rec.parameters)
-    assert "at 10.0 ms" in said and "took 20.0 ms" in said and "×2.00" in said and "(2025-12-31)" in said
-    assert f"({rate:.1f} GB/s read)" in said
-    assert draw.other_recording(rec, rec.device, "2025-12-31", 19.0, 1e9, rec.parameters) == ""  # agree
-    assert draw.other_recording(rec, "cpu: another", "2025-12-31", 10.0, 1e9, rec.parameters) == ""
-    assert draw.other_recording(rec, rec.device, "2025-12-31", 10.0, 1e9, rec.parameters * 2) == ""
+
+    def curve(decode_ms=10.0, prefill_ms=500.0, device=rec.device, parameters=rec.parameters, rows=128):
+        return CurveSteps(device, "2025-12-31T00:00:00", parameters, decode_ms, rate * 10.0 * 1e6,
+                          ((1, 30.0, 2e8), (rows, prefill_ms, 2.6e10)))
+
+    said = draw.other_recording(rec, curve())  # the decode step apart, the prefill the same
+    assert "the decode step 10.0 ms" in said and "against 20.0 ms" in said and "×2.00" in said
+    assert f"({rate:.1f} GB/s read)" in said and "(2025-12-31)" in said and "(2026-01-01)" in said
+    assert "prefill" not in said
+    both = draw.other_recording(rec, curve(prefill_ms=400.0))  # 500 / 400: ×1.25, past 1 / FASTER
+    assert "the 128-token prefill 400.0 ms (65.0 GFLOP/s) against 500.0 ms (52.0 GFLOP/s), ×1.25" in both
+    only = draw.other_recording(rec, curve(decode_ms=19.0, prefill_ms=400.0))
+    assert "prefill" in only and "decode step" not in only
+    assert draw.other_recording(rec, curve(decode_ms=19.0)) == ""  # both agree
+    assert draw.other_recording(rec, curve(decode_ms=19.0, prefill_ms=400.0, rows=64)) == ""  # no 128-row prefill
+    assert draw.other_recording(rec, curve(device="cpu: another")) == ""
+    assert draw.other_recording(rec, curve(parameters=rec.parameters * 2)) == ""
+    assert draw.other_recording(rec, None) == ""
 
 
 def test_storages_of_the_same_bytes_are_drawn_side_by_side_and_the_axis_says_so():
@@ -697,7 +712,7 @@ def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording(
     from topics.ladder.store import curve_step
 
     captions = " ".join(c.value for c in at.caption).replace("\\", "")
-    apart = draw.other_recording(shipped(), *curve_step("cpu"))  # the two shipped EPYC recordings: ×1.74 apart
+    apart = draw.other_recording(shipped(), curve_step("cpu"))  # the two shipped EPYC recordings: ×1.74 apart
     assert apart and apart in captions
     table = next(t for t in (json_.loads(d.proto.columns) for d in at.dataframe) if "decode × fp32" in t)
     assert table["decode × fp32"]["type_config"]["format"] == "×%.2f"  # ×0.45, as the sentences print it, not 0.45

@@ -780,7 +780,7 @@ def recordings_never_set_apart() -> None:
     """The bytes section's fp32 step and the curve's, timed on two days ×1.74 apart, shown with nothing between."""
     from topics.bytes import draw
 
-    draw.other_recording = lambda rec, *step: ""
+    draw.other_recording = lambda rec, curve: ""
 
 
 def poll_forgets_its_step() -> None:

@@ -331,21 +331,31 @@ def damage_sentence(rec: Record) -> str:
             if out else "")
 
 
-def other_recording(rec: Record, device: str, when: str, step_ms: float, step_bytes: float, parameters: int) -> str:
-    """Where another recording of the same machine kind (the pass-of-n curve's, shown above this one) timed the
-    reference's decode step: its time and the rate it read at, beside this recording's. "" on another device, or
-    another rung, or where the two agree within FASTER. Ratios are taken within one recording; this says why."""
+def other_recording(rec: Record, curve) -> str:
+    """Where another recording of the same machine kind (`curve`: the pass-of-n curve's CurveSteps, shown above this
+    one) timed the reference's decode step or its prefill of the same rows apart from this recording: both times and
+    the rates they ran at. "" on another device, or another rung, or where both agree within FASTER. Ratios are
+    taken within one recording; this says why."""
+    if curve is None or curve.device != rec.device or abs(curve.parameters / rec.parameters - 1) > 0.05:
+        return ""
+    said = []
     mine = rec.get(rec.reference, "decode")
-    if mine is None or device != rec.device or step_ms <= 0 or abs(parameters / rec.parameters - 1) > 0.05:
+    if mine is not None and curve.decode_ms > 0 and not FASTER <= mine.median_ms / curve.decode_ms <= 1 / FASTER:
+        said.append(f"the decode step {curve.decode_ms:.1f} ms ({curve.decode_bytes / curve.decode_ms / 1e6:.1f} GB/s "
+                    f"read) against {mine.median_ms:.1f} ms ({mine.read_rate() / 1e9:.1f} GB/s) in this one, "
+                    f"×{mine.median_ms / curve.decode_ms:.2f}")
+    pre = rec.get(rec.reference, "prefill")
+    theirs = curve.prefill(pre.rows) if pre is not None else None
+    if theirs is not None and theirs[0] > 0 and not FASTER <= pre.median_ms / theirs[0] <= 1 / FASTER:
+        ms, flops = theirs
+        said.append(f"the {pre.rows}-token prefill {ms:.1f} ms ({flops / ms / 1e6:.1f} GFLOP/s) against "
+                    f"{pre.median_ms:.1f} ms ({pre.flops / pre.median_ms / 1e6:.1f} GFLOP/s), ×{pre.median_ms / ms:.2f}")
+    if not said:
         return ""
-    apart = mine.median_ms / step_ms
-    if FASTER <= apart <= 1 / FASTER:
-        return ""
-    return (f"The pass-of-n curve's recording ({when[:10]}) timed this rung's {rec.reference} decode step on the same "
-            f"kind of machine at {step_ms:.1f} ms ({step_bytes / step_ms / 1e6:.1f} GB/s read), where this one "
-            f"({rec.measured_at[:10]}) took {mine.median_ms:.1f} ms ({mine.read_rate() / 1e9:.1f} GB/s): ×{apart:.2f}, "
-            f"the same step on another day. So each storage here is set against this recording's own "
-            f"{rec.reference} step, timed in the same rounds, never against the curve's.")
+    return (f"The pass-of-n curve's recording ({curve.measured_at[:10]}) and this one ({rec.measured_at[:10]}) timed "
+            f"this rung's {rec.reference} passes apart on the same kind of machine: " + "; ".join(said)
+            + ". The same passes on another day: so each storage here is set against this recording's own "
+            f"{rec.reference} passes, timed in the same rounds, never against the curve's.")
 
 
 def measured_on(rec: Record) -> str:

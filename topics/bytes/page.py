@@ -41,8 +41,9 @@ def bounds_folded(rec, source: str = "") -> None:
 
 
 def section(lm=None, curve_step: tuple | None = None) -> None:
-    """`curve_step`: (device, when, ms, bytes, parameters) of the reference's decode step as the pass-of-n curve's
-    recording timed it (the page's door reads it), so that a step timed apart on another day is said to be."""
+    """`curve_step`: the reference's decode step and prefills as the pass-of-n curve's recording timed them
+    (topics.ladder.store.CurveSteps; the page's door reads it), so that a pass timed apart on another day is said to
+    be."""
     st.subheader("Bytes are time: the weights and the cache in fewer bytes, timed", help=HELP)
     j = bytes_store.job()
     if lm is not None and (j is None or j.done.is_set()):
@@ -60,7 +61,7 @@ def section(lm=None, curve_step: tuple | None = None) -> None:
     chart(figures.storage_figure(rec, scale=scale()), "scale_bytes_storage")  # under its heading: one screen
     st.caption(plain(f"{source}. {draw.where(rec)}."))
     if curve_step:
-        apart = draw.other_recording(rec, *curve_step)
+        apart = draw.other_recording(rec, curve_step)
         if apart:
             st.caption(plain(apart))
     st.markdown(plain(draw.storage_sentence(rec)))

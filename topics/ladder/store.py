@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 
 from engine.load.loaded import LoadedModel
 from engine.paths import ASSETS
@@ -177,15 +178,33 @@ def recorded_ladders() -> list[Ladder]:
             for p in sorted(ASSETS.glob("ladder_*.json"))]
 
 
-def curve_step(kind: str) -> tuple | None:
-    """(device, measured_at, ms, bytes, parameters) of the one-row decode step of the pass-of-n curve shipped for
-    this kind of device ('cpu', 'cuda'), or None: what the Scale page's bytes section sets its own step beside."""
+@dataclass(frozen=True)
+class CurveSteps:
+    """The one-row decode step and the prefills of a shipped pass-of-n curve, as its recording timed them: what the
+    Scale page's bytes section sets its own passes beside (topics/bytes/draw.py: other_recording)."""
+
+    device: str
+    measured_at: str
+    parameters: int
+    decode_ms: float
+    decode_bytes: float  # estimate
+    prefills: tuple[tuple[int, float, float], ...] = ()  # (rows, median ms, FLOPs estimate), fewest rows first
+
+    def prefill(self, rows: int) -> tuple[float, float] | None:
+        """(median ms, FLOPs) of the prefill of this many rows, where the curve timed one."""
+        return next(((ms, flops) for n, ms, flops in self.prefills if n == rows), None)
+
+
+def curve_step(kind: str) -> CurveSteps | None:
+    """The one-row decode step and the prefills of the pass-of-n curve shipped for this kind of device ('cpu',
+    'cuda'), or None."""
     for lad in recorded_on(kind, recorded_ladders()):
         for r in lad.rungs:
             c = getattr(r, "curve", None)
             step = next((p for p in c.points if p.kind == "decode" and p.rows == 1), None) if c else None
             if step is not None:
-                return lad.device, lad.measured_at, step.median_ms, step.bytes_moved, c.parameters
+                return CurveSteps(lad.device, lad.measured_at, c.parameters, step.median_ms, step.bytes_moved,
+                                  tuple((p.rows, p.median_ms, p.flops) for p in c.of("prefill")))
     return None
 
 
