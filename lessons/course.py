@@ -170,7 +170,9 @@ class Course:
         intensity, ridge = apart(t.intensity_estimate, here.ridge)
         return (f"{what} does about **{intensity} FLOPs per byte** it moves (estimate). This device's "
                 f"measured ridge is {ridge} FLOP/byte, so the roofline puts it on "
-                f"**{roofline.side(t.intensity_estimate, here)}**. Measured, it took "
+                f"**{roofline.side(t.intensity_estimate, here)}**"
+                f"{roofline.cache_side(t.intensity_estimate, t.bytes_estimate, here, mark=lambda s: f'**{s}**')}. "
+                "Measured, it took "
                 f"{t.forward_ms:.3g} ms against a memory bound of {v.memory_ms:.3g} ms and a compute bound of "
                 f"{v.compute_ms:.3g} ms: **{v.label}**. On an {roofline.short_name(h100)} at batch 1 (nothing "
                 f"ran there) the same pass is {p.words()}.")

@@ -299,6 +299,29 @@ def side(intensity: float, roof: DeviceRoof) -> str:
     return "the compute side" if intensity >= roof.ridge else "the memory side"
 
 
+def ridge_for(roof: DeviceRoof, bytes_moved: float) -> float:
+    """Where the roof these bytes get (`bandwidth_for`: the cache's where they fit it) meets the matmul peak. The
+    memory bound `verdict` quotes is that roof's, so a step between it and THE ridge has its larger bound on the
+    other side from THE ridge's prediction."""
+    return roof.peak_flops / roof.bandwidth_for(bytes_moved)
+
+
+def cache_side(intensity: float, bytes_moved: float, roof: DeviceRoof, mark=str) -> str:
+    """'' unless the roof these bytes get puts them on the other side from THE ridge; then that, as a clause ('; but
+    its 15.5 MiB fit the cache, ...'), so the side said last agrees with the larger of the bounds quoted beside it.
+    `mark`: how the side is set (a page's bold)."""
+    ridge = ridge_for(roof, bytes_moved)
+    if (intensity >= ridge) == (intensity >= roof.ridge):
+        return ""
+    rate = roof.bandwidth_for(bytes_moved)
+    where = ("fit the cache, whose faster roof" if roof.in_cache(bytes_moved) else
+             f"read at {rate / 1e9:,.1f} GB/s (the largest buffers probed: {roof.dram_bandwidth / 1e9:,.1f}), a roof "
+             "that")
+    theirs = "the compute side" if intensity >= ridge else "the memory side"
+    return (f"; but its {bytes_moved / 2**20:,.1f} MiB {where} meets the matmul peak at {ridge:.1f} FLOP/byte, "
+            f"which puts it on {mark(theirs)} of that one")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """What a roof PREDICTS for a pass nothing ran there for, in the roof's own dtype."""
@@ -487,8 +510,8 @@ class Verdict:
         if self.kind == "overhead-bound":
             other = self.compute_ms if self.bound == "memory" else self.memory_ms
             theirs = f"; its matrix products {self.matmul_share:.0%} of the time" if self.matmul_share is not None else ""
-            return (f"overhead-bound: {share} of {self.roof_words}, {percent(other / self.measured_ms)} of the "
-                    f"{'matmul peak' if self.bound == 'memory' else 'bandwidth'}{theirs}")
+            roof = "matmul peak" if self.bound == "memory" else "cache's bandwidth" if self.in_cache else "bandwidth"
+            return f"overhead-bound: {share} of {self.roof_words}, {percent(other / self.measured_ms)} of the {roof}{theirs}"
         if self.kind.endswith("side"):
             return f"on the {self.bound} side, not {self.bound}-bound: {share} of {self.roof_words}"
         return f"{self.bound}-bound: {share} of {self.roof_words}"

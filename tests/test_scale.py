@@ -344,3 +344,24 @@ def test_choosing_an_h100_roof_on_the_scale_page_adds_predictions_and_leaves_the
     assert len([c for c in charts if "Predicted: NVIDIA H100 SXM, bf16" in str(c.proto.spec)]) == 1
     said = next(m.value for m in at.markdown if m.value.startswith("The prefill of")).replace("\\", "")  # plain()'s escapes
     assert "nothing ran: the same pass is predicted on" in said and "above both bounds" not in said.split("On an")[1]
+
+
+def test_a_step_that_fits_the_cache_is_never_put_on_a_side_its_own_bounds_contradict():
+    """Lesson 2 said a 15.5 MiB prefill was on "the memory side" of the 8.0 FLOP/byte ridge, beside bounds of 0.602 ms
+    (memory, at the cache's rate) and 0.738 ms (compute): the larger bound said compute. THE ridge stays the one
+    figure (DRAM's); where the bytes fit the cache and its faster roof puts them on the other side, the words say
+    that too, and which side that is agrees with the larger of the two bounds."""
+    mib = 2**20
+    roof = roofline.DeviceRoof("test", peak_flops=1e11, bandwidth=17e9, measured=True,
+                               bandwidths=((16 * mib, 17e9), (64 * mib, 17e9), (1024 * mib, 12.5e9)))
+    assert roof.ridge == pytest.approx(8.0)
+    for mib_moved, flops in ((15.5, 7.2), (15.5, 4.0), (15.5, 9.0), (900, 7.2)):  # MiB, FLOP per byte
+        moved = mib_moved * mib
+        v = roofline.verdict(1.0, flops * moved, moved, roof)
+        said = roofline.side(flops, roof) + roofline.cache_side(flops, moved, roof)
+        last = "compute" if said.rsplit("the ", 1)[1].startswith("compute side") else "memory"
+        assert last == v.bound, (mib_moved, flops, said, v)  # the side said last is the larger bound's
+        assert ("fit the cache" in said) == (mib_moved < 64 and 100 / 17 <= flops < 8.0)
+    said = roofline.cache_side(7.2, 15.5 * mib, roof, mark=lambda s: f"**{s}**")
+    assert said == ("; but its 15.5 MiB fit the cache, whose faster roof meets the matmul peak at 5.9 FLOP/byte, "
+                    "which puts it on **the compute side** of that one")

@@ -555,7 +555,7 @@ def draws_the_measured_batch_passes():
     at.button(key="serve_batch").click().run()
     assert not at.exception, [e.value for e in at.exception]
     charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
-    assert any("Batch size on the roofline (H100 in bf16)" in c for c in charts)
+    assert any("Batch on the roofline: fp32 here, H100 bf16" in c for c in charts)
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
     rows = at.session_state["serve_measured"][1].rows
     assert f"at B = {rows[-1].batch}" in said.replace("\\", "")
@@ -693,3 +693,26 @@ def test_a_phones_serving_pictures_draw_the_same_record_reflowed_whole_with_no_t
     assert bands.count(" >0</text>") == 1  # one band starts at step 0...
     assert f'data-step="{last}"' in bands and bands.count('data-role="current-step"') == 1  # ...the last, the run's end
     assert bands.count(">slot 0</text>") >= 2  # the slots drawn under each band's requests
+
+
+def test_the_batch_rooflines_words_agree_with_the_cache_roof_its_points_are_drawn_under():
+    """The sentence put B = 16 at 7.3 FLOP/byte "still left of this device's ridge of 8.6" beside the chart's dashed
+    roof, "the cache's roof (these passes fit it)", whose ridge sat near 6.3: past it. Where the passes fit the
+    cache, the words now give that roof's ridge and the first batch past it; where they do not, nothing."""
+    from types import SimpleNamespace
+
+    from physics import roofline
+    from topics.serving.draw import _cache_ridge_words
+
+    mib = 2**20
+    roof = roofline.DeviceRoof("test", peak_flops=1e11, bandwidth=16e9, measured=True,
+                               bandwidths=((16 * mib, 16e9), (64 * mib, 16e9), (1024 * mib, 11.6e9)))
+    rows = [SimpleNamespace(batch=b, intensity=ai, bytes=17 * mib) for b, ai in ((1, 0.5), (4, 2.0), (8, 4.0),
+                                                                                (12, 6.5), (16, 7.3))]
+    said = _cache_ridge_words(rows, roof)
+    assert f"meets the matmul peak at {1e11 / 16e9:.1f} FLOP/byte: from B = 12 they are past that one." in said
+    assert roof.ridge > 8.5  # THE ridge, which the sentence still quotes before: all five are left of it
+    low = [SimpleNamespace(batch=r.batch, intensity=r.intensity / 4, bytes=r.bytes) for r in rows]
+    assert "none of them is past that one either." in _cache_ridge_words(low, roof)
+    big = [SimpleNamespace(batch=r.batch, intensity=r.intensity, bytes=900 * mib) for r in rows]
+    assert _cache_ridge_words(big, roof) == ""

@@ -96,7 +96,8 @@ def prefill_sentence(pre, spec, here, gpu) -> str:
     nothing ran there) PREDICTS for the same pass in its own dtype (roofline.predict_step)."""
     v, p = roofline.step_verdict(pre, here), roofline.predict_step(pre, spec, gpu)
     return (f"The prefill of {pre.q_len} tokens, measured here: {pre.intensity_estimate:.1f} FLOP/byte (estimate, "
-            f"{here.dtype}), {roofline.side(pre.intensity_estimate, here)} of this device's ridge ({here.ridge:.1f}); "
+            f"{here.dtype}), {roofline.side(pre.intensity_estimate, here)} of this device's ridge ({here.ridge:.1f})"
+            f"{roofline.cache_side(pre.intensity_estimate, pre.bytes_estimate, here)}; "
             f"{pre.forward_ms:.3g} ms against bounds of {v.memory_ms:.3g} ms (memory) and {v.compute_ms:.3g} ms "
             f"(compute): {v.label}. On an {roofline.short_name(gpu)} nothing ran: the same pass is "
             f"{p.words()}, {p.predicted_ms:.3g} ms (the larger of {p.memory_ms:.3g} ms memory and "

@@ -803,10 +803,23 @@ def batch_roofline_figure(br, scale: float = 1.0):
         # a line each: side by side, the two ridges' words crossed on a narrow plot (half a projector, a phone)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="FLOP/s (measured here; predicted there)")
-    fig = layout(fig, f"Batch size on the roofline ({short} in {gpu.dtype})", height=380, scale=scale)  # whole on
+    fig = layout(fig, f"Batch on the roofline: {here.dtype} here, {short} {gpu.dtype}", height=380, scale=scale)  # whole on
     # a phone: a longer title ran past its right edge
     fig.update_layout(legend=dict(font=dict(size=11 * scale)), margin=dict(t=int(112 * scale)))  # two legend rows
     return legend_under_title(fig, scale)
+
+
+def _cache_ridge_words(rows, here) -> str:
+    """Where the measured passes fit the cache (the dashed roof): where that roof meets the matmul peak, and the
+    batches past it, so the words agree with the dashed roof the points are drawn under."""
+    from physics.roofline import ridge_for
+
+    if not here.in_cache(rows[0].bytes):
+        return ""
+    past = [p.batch for p in rows if p.intensity >= ridge_for(here, p.bytes)]  # each against the roof its bytes get
+    return (f" These passes' bytes fit the cache, whose faster roof (dashed) meets the matmul peak at "
+            f"{ridge_for(here, rows[0].bytes):.1f} FLOP/byte: "
+            + (f"from B = {past[0]} they are past that one." if past else "none of them is past that one either."))
 
 
 def batch_roofline_sentence(br) -> str:
@@ -822,6 +835,7 @@ def batch_roofline_sentence(br) -> str:
             f"{side} this device's ridge of {br.ridge_here:.1f}; the pass went from {_flops(first.achieved)} to "
             f"{_flops(last.achieved)} (×{last.achieved / first.achieved:.1f} for ×{last.batch // first.batch} "
             "the work).")
+    said += _cache_ridge_words(rows, here)
     here_sat = br.saturates_here
     said += (f" By the estimates this device's ridge is reached at B ≈ {here_sat}." if here_sat else
              " By the estimates no batch reaches this device's ridge at this context.")
