@@ -186,6 +186,10 @@ class Course:
         if t is not None:
             st.markdown(self.too_small(t, phase))
 
+    def step_kind(self, t) -> str:
+        """What this step's measured time says on this device's roof: 'memory-bound', 'overhead-bound', ..."""
+        return roofline.step_verdict(t, device_roof()).kind
+
     def too_small(self, t, phase: str) -> str:
         """The bundled model's own step, said plainly as too small to show the physics, with its verdict and why."""
         v = roofline.step_verdict(t, device_roof())

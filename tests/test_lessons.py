@@ -434,3 +434,19 @@ def test_every_lesson_opens_with_a_takeaway_of_two_lines_in_its_own_measured_num
     rest = " ".join(said(n) for n in nodes[head + 2:])
     for n in computed:
         assert n in rest, (number, n, line)
+
+
+def test_lesson_3s_takeaway_never_says_bytes_set_a_time_its_own_step_shows_overhead_set(shown):
+    """Lesson 3's bold line said "bytes, not arithmetic, set its time" over a page whose own step then read
+    "overhead-bound: ... Python and the fixed cost of hundreds of small operations set its time, not its bytes". The
+    line now says which: this step's verdict, as the page prints it below."""
+    at = shown(3)
+    takeaway = at.markdown[0].value if at.markdown[0].value.startswith("**") else next(
+        m.value for m in at.markdown if m.value.startswith("**Decode feeds"))
+    assert takeaway.startswith("**Decode feeds")
+    label = re.search(r"too small to show it: measured here, its decode step took [\d.]+ ms, \*\*(\w+-bound|on the "
+                      r"\w+ side)", text(at)).group(1)
+    if label == "memory-bound":
+        assert "(this step too: memory-bound)" in takeaway
+    else:
+        assert "on a big model bytes, not arithmetic, set its time" in takeaway and f"step: {label})" in takeaway
