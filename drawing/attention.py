@@ -36,6 +36,19 @@ def attention_rows(t: StepTrace, layer: int, head: int) -> tuple[list[int], np.n
     return rows, out
 
 
+def masked_weight(t: StepTrace, layer: int, head: int) -> float:
+    """The recorded attention weights at masked pairs (a key after its query, or out of a sliding window), summed
+    as the model wrote them, before any picture blanks them: 0 is the mask working, not a picture's choice."""
+    lt = t.layers[layer]
+    if lt.pattern is None:
+        return 0.0
+    w = lt.pattern[head].float().numpy()  # [row, width] over keys key_start ..
+    q = np.arange(t.kv_len - w.shape[0], t.kv_len)[:, None]
+    k = np.arange(lt.key_start, lt.key_start + w.shape[1])[None, :]
+    masked = k > q if lt.window is None else (k > q) | (k <= q - lt.window)
+    return float(np.abs(w[masked]).sum())
+
+
 def assembled_attention(traces: list[StepTrace], layer: int, head: int) -> np.ndarray:
     """The prefill square plus one new row per decode step: [query_pos, key_pos], NaN where masked.
 

@@ -5,10 +5,9 @@ is there, side by side; the numbers behind them (rows in, the product, the roofl
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
-from drawing.attention import attention_heatmap, attention_rows
+from drawing.attention import attention_heatmap, attention_rows, masked_weight
 from lessons.course import Course, busy, prompt_picker, show_stage
 from ui.charts import chart
 from ui.style import scale
@@ -30,7 +29,7 @@ def show(course: Course) -> None:
     with stage:
         show_stage(run, 0)
     rows, att = attention_rows(pre, 0, 0)
-    above = float(np.nansum(np.triu(np.nan_to_num(att, nan=0.0), 1)))
+    above = masked_weight(pre, 0, 0)  # the recorded weights, not the picture's blanks
     with mask:
         fig = attention_heatmap(att, course.labels(run)[: pre.kv_len], course.labels(run)[: pre.kv_len],
                                 "layer 0, head 0: the causal mask", scale=scale())

@@ -99,6 +99,27 @@ def test_the_prefill_lesson_shows_a_causal_mask_from_the_live_run(shown):
     assert "add up to **0**" in text(at)
 
 
+def test_the_weight_above_the_diagonal_is_read_from_the_recorded_pattern_not_the_pictures_blanks():
+    """Lesson 2's "the weights above the diagonal add up to 0" summed the heatmap's values after the picture had
+    blanked every masked pair: 0 whatever the model did. It now sums the recorded weights: a model that leaked
+    weight onto a future key, or past a sliding window, would show it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from drawing.attention import masked_weight
+
+    causal = torch.tril(torch.full((1, 4, 4), 0.25))
+    def trace(pattern, window=None):
+        return SimpleNamespace(kv_len=4, layers=[SimpleNamespace(pattern=pattern, key_start=0, window=window)])
+
+    assert masked_weight(trace(causal), 0, 0) == 0.0
+    leak = causal.clone()
+    leak[0, 1, 3] = 0.125  # query 1 reads key 3, which does not exist yet
+    assert masked_weight(trace(leak), 0, 0) == pytest.approx(0.125)
+    assert masked_weight(trace(causal, window=2), 0, 0) == pytest.approx(3 * 0.25)  # keys q-2 and before: masked
+
+
 def test_the_kv_cache_lesson_formula_equals_the_measured_bytes():
     at = lesson(4)
     measured = int(re.search(r"real tensors: \*\*([\d,]+) bytes", text(at)).group(1).replace(",", ""))
