@@ -142,13 +142,16 @@ def latency_trend(traces: list[StepTrace]) -> dict:
 
 
 def timing_callout(traces: list[StepTrace]) -> dict | None:
-    """Time to first token (prefill + its choice) vs time per output token (median decode step)."""
+    """Time to first token (prefill + its choice) vs time per output token (median decode step), each step's whole
+    time (`latency_ms`), and a prompt token's share of the same; with the rows a decode step fed (1 with the cache,
+    every position without it)."""
     pre = next((t for t in traces if t.phase == "prefill"), None)
-    dec = [t.latency_ms for t in traces if t.phase == "decode"]
+    dec = [t for t in traces if t.phase == "decode"]
     if pre is None:
         return None
-    return {"ttft_ms": pre.latency_ms, "prefill_ms_per_token": pre.forward_ms / pre.q_len, "prompt_tokens": pre.q_len,
-            "tpot_ms": float(np.median(dec)) if dec else None, "decode_steps": len(dec)}
+    return {"ttft_ms": pre.latency_ms, "prefill_ms_per_token": pre.latency_ms / pre.q_len, "prompt_tokens": pre.q_len,
+            "tpot_ms": float(np.median([t.latency_ms for t in dec])) if dec else None, "decode_steps": len(dec),
+            "decode_rows": int(np.median([t.q_len for t in dec])) if dec else 1}
 
 
 LONG_PROMPT_SCENARIO = "TTFT vs TPOT: a long prompt"  # assets/scenarios.json: where the two part
@@ -166,10 +169,12 @@ def ttft_tpot_sentence(call: dict) -> str | None:
     said = (f"The first token took {ttft:.1f} ms, ×{ttft / tpot:.1f} one decode step ({tpot:.1f} ms): the prefill "
             f"pushed all {n} prompt token{'s' if n != 1 else ''} through in one pass.")
     if tpot > per and n > 1:
+        rows = call.get("decode_rows", 1)
+        step = ("a decode step's one" if rows == 1 else
+                f"a decode step's {rows} (the median: with the cache off each step feeds every position again)")
         said += (f" Per token it runs the other way: a prompt token cost {per:.2f} ms, a generated one {tpot:.2f} ms "
-                 f"(×{tpot / per:.0f}), because a pass's fixed costs (reading every weight, launching its kernels, "
-                 f"the Python around them) are paid once for the prefill's {n} rows and once for a decode step's "
-                 "one.")
+                 f"(×{tpot / per:.1f}), because a pass's fixed costs (reading every weight, launching its kernels, "
+                 f"the Python around them) are paid once for the prefill's {n} rows and once for {step}.")
     if n < SHORT_PROMPT:
         near = ", so TTFT ≈ TPOT here" if 1 / NEAR < ttft / tpot < NEAR else ""
         said += (f" With only {n} prompt token{'s' if n != 1 else ''} the prefill is a short pass{near}; a long "

@@ -230,8 +230,8 @@ def latency(c: StepContext) -> list[Block]:
                                 ("TPOT", f"{ms3(call['tpot_ms'])} ms" if call["tpot_ms"] else "—",
                                  "Time per output token: the median decode step (generation phase), one per token"),
                                 ("prompt token", f"{ms3(call['prefill_ms_per_token'])} ms",
-                                 f"What one prompt token cost: the prefill's time over its {n} tokens (one pass "
-                                 "computes them all). Beside TPOT, a token's cost in each phase")], "ttft_tpot"),
+                                 f"What one prompt token cost: TTFT over its {n} tokens (one pass computes them "
+                                 "all). Beside TPOT, a token's cost in each phase")], "ttft_tpot"),
               Block("figure", latency_figure(traces, scale=c.scale, note=note), "latency")]
     if note:
         blocks.append(Block("warn", note, "noise"))

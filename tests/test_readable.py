@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from topics.ladder.record import Ladder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,10 +172,12 @@ def test_the_ttft_sentence_says_each_clause_only_where_its_numbers_hold():
 
     short = ttft_tpot_sentence(call(6.0, 6.0, 5))  # the bundled model, a 5-token prompt: the two alike
     assert "×1.0 one decode step" in short and "TTFT ≈ TPOT here" in short and LONG_PROMPT_SCENARIO in short
-    assert "a prompt token cost 1.20 ms, a generated one 6.00 ms (×5)" in short
+    assert "a prompt token cost 1.20 ms, a generated one 6.00 ms (×5.0)" in short and "a decode step's one." in short
     long = ttft_tpot_sentence(call(40.0, 4.0, 136))  # a long prompt: parted, and per token the other way round
     assert "×10.0 one decode step" in long and "≈" not in long and LONG_PROMPT_SCENARIO not in long
-    assert "a prompt token cost 0.29 ms, a generated one 4.00 ms (×14)" in long
+    assert "a prompt token cost 0.29 ms, a generated one 4.00 ms (×13.6)" in long  # 4 / (40 / 136)
+    off = ttft_tpot_sentence(call(6.0, 14.0, 5) | {"decode_rows": 25})  # the cache off: each step feeds them all
+    assert "a decode step's 25 (the median: with the cache off" in off and "a decode step's one" not in off
     busy = ttft_tpot_sentence(call(2.0, 0.1, 5))  # a decode step measured faster than a prompt token's share
     assert "runs the other way" not in busy and "≈" not in busy
     assert ttft_tpot_sentence(call(5.0, None, 5)) is None  # no decode step yet: nothing to set beside TTFT
@@ -196,3 +200,20 @@ def test_the_latency_views_metrics_fit_three_across():
 
     assert [ms3(x) for x in (1234.5, 106.1, 10.55, 7.237, 0.375, 0.0123)] == ["1234", "106", "10.6", "7.24", "0.38",
                                                                               "0.012"]
+
+
+def test_a_prompt_tokens_cost_is_the_ttft_shown_beside_it_over_the_prompt():
+    """The Latency view showed TTFT 5.78 ms for 5 tokens and "a prompt token cost 1.13 ms": the forward pass alone
+    over 5, beside a TTFT that counts the whole step. Both now come from the step's whole time; the rows a decode
+    step fed are the ones its records say (1 with the cache, every position without it)."""
+    from types import SimpleNamespace
+
+    from drawing.latency import timing_callout
+
+    def step(phase, latency, forward, q_len):
+        return SimpleNamespace(phase=phase, latency_ms=latency, forward_ms=forward, q_len=q_len)
+
+    on = timing_callout([step("prefill", 5.78, 5.65, 5)] + [step("decode", 2.79, 2.7, 1)] * 3)
+    assert on["ttft_ms"] == 5.78 and on["prefill_ms_per_token"] == pytest.approx(5.78 / 5) and on["decode_rows"] == 1
+    off = timing_callout([step("prefill", 5.78, 5.65, 5)] + [step("decode", 3.0, 2.9, q) for q in (6, 7, 8)])
+    assert off["decode_rows"] == 7 and off["tpot_ms"] == 3.0
