@@ -323,6 +323,13 @@ def test_the_prefix_sharing_sentence_counts_the_tokens_the_status_line_says_were
     assert skipped == expected > 0
     assert f"{expected} prompt tokens were not computed when their request was admitted" in said
     assert "saved nothing" not in said
+    # its ratio follows from the figures beside it: served over the positions held in whole blocks, both printed
+    shared = re.search(r"read ([\d,]+) positions' keys and values .* from [\d,]+ stored \(each once\) in ([\d,]+) "
+                       r"positions of whole blocks, so ([\d.]+) positions served per position held", said)
+    alone = re.search(r"([\d,]+) positions served from ([\d,]+) held in whole blocks, ([\d.]+) per position held",
+                      said)
+    served, held, ratio = (shared or alone).groups()
+    assert f"{int(served.replace(',', '')) / int(held.replace(',', '')):.2f}" == ratio
     at.slider(key="serve_at").set_value(sc["requests"][1].arrive - 1).run()  # before the first hit: none yet
     skipped, said = both()
     assert skipped == 0 and "no prompt token was skipped" in said
@@ -716,3 +723,16 @@ def test_the_batch_rooflines_words_agree_with_the_cache_roof_its_points_are_draw
     assert "none of them is past that one either." in _cache_ridge_words(low, roof)
     big = [SimpleNamespace(batch=r.batch, intensity=r.intensity, bytes=900 * mib) for r in rows]
     assert _cache_ridge_words(big, roof) == ""
+
+
+def test_the_sharing_ratio_is_the_served_positions_over_the_held_ones_it_prints():
+    """The shared-prompt scenario read "4,294 positions ... from 2,374 stored, so 1.63 positions served per position
+    held": 4,294 / 2,374 is 1.81; the 1.63 divided by the positions of whole blocks held, which it never printed."""
+    from types import SimpleNamespace
+
+    from topics.serving.draw import sharing_sentence
+
+    sh = SimpleNamespace(steps=20, served=4294, stored=2374, held=2634, saved=4294 - 2374,
+                         served_per_held=4294 / 2634, skipped=0)
+    said = sharing_sentence(SimpleNamespace(sharing=sh))
+    assert "from 2,374 stored (each once) in 2,634 positions of whole blocks, so 1.63 positions served" in said

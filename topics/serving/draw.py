@@ -467,11 +467,13 @@ def sharing_sentence(mem) -> str:
     tokens = f"{sh.skipped:,} prompt token{'s' if sh.skipped != 1 else ''}"
     if sh.saved > 0:
         memory = (f"and the requests read {sh.served:,} positions' keys and values over the run's {sh.steps} steps, "
-                  f"from {sh.stored:,} stored, so {sh.served_per_held:.2f} positions served per position held (whole "
-                  f"blocks): about {sh.saved / sh.steps:,.0f} positions per step not stored twice.")
+                  f"from {sh.stored:,} stored (each once) in {sh.held:,} positions of whole blocks, so "
+                  f"{sh.served_per_held:.2f} positions served per position held: about {sh.saved / sh.steps:,.0f} "
+                  "positions per step not stored twice.")
     else:
         memory = ("but no block was held by two requests at the same step, so it stored nothing once for two: "
-                  f"{sh.served_per_held:.2f} positions served per position held (whole blocks).")
+                  f"{sh.served:,} positions served from {sh.held:,} held in whole blocks, "
+                  f"{sh.served_per_held:.2f} per position held.")
     if sh.skipped:
         return (f"Prefix sharing: {tokens} were not computed when their request was admitted (their blocks were "
                 "found held by another request, or still cached after a request finished or was preempted), " + memory)
