@@ -648,11 +648,26 @@ def throughput_figure(same, mixed=None, scale: float = 1.0):
     return layout(fig, "Tokens per second, four ways", height=340, scale=scale)  # whole on a phone too
 
 
-def _faster(a: float, b: float, a_name: str, b_name: str) -> str:
-    """'A ×1.21 faster' from two measured rates, whichever way it came out."""
+def _faster(a: float, b: float, a_name: str, b_name: str, rounds: tuple[float, ...] | None = None) -> str:
+    """'A ×1.21 faster' from two measured rates, whichever way it came out. With `rounds` (a's rate over b's in
+    each timed round, the same rounds): one round is said to be one, and rounds that fall on both sides of ×1 are
+    no clear difference, with their range."""
     if round(a / b, 2) == 1.0:
         return f"{a_name} and {b_name} at the same rate (×1.00)"
-    return f"{a_name} ×{a / b:.2f} faster" if a >= b else f"{b_name} ×{b / a:.2f} faster"
+    said = f"{a_name} ×{a / b:.2f} faster" if a >= b else f"{b_name} ×{b / a:.2f} faster"
+    if rounds is None:
+        return said
+    if len(rounds) < 2:
+        return said + " in its one round, which cannot tell that from the server's noise"
+    if min(rounds) <= 1 <= max(rounds):
+        return (f"no clear difference: ×{a / b:.2f} {a_name} over {b_name} by medians, but the rounds ran "
+                f"×{min(rounds):.2f} to ×{max(rounds):.2f}")
+    return said + f" in every round (×{min(rounds):.2f} to ×{max(rounds):.2f})"
+
+
+def clear(rounds: tuple[float, ...]) -> bool:
+    """Two or more rounds, all on one side of ×1: a difference the rounds agree on."""
+    return len(rounds) >= 2 and not min(rounds) <= 1 <= max(rounds)
 
 
 def _passes(res) -> str:
@@ -666,7 +681,8 @@ def throughput_sentence(same, mixed=None) -> str:
     c, s = same.continuous_tokens_per_s, same.static_batch_tokens_per_s
     lengths = same.lengths
     out = [f"Same length, all at once ({same.requests} requests × {lengths[0]} tokens): continuous batching made "
-           f"{c:,.0f} tokens/s, the static batch {s:,.0f} ({_faster(c, s, 'continuous', 'static')}). Every request is "
+           f"{c:,.0f} tokens/s, the static batch {s:,.0f} "
+           f"({_faster(c, s, 'continuous', 'static', same.per_round('continuous', 'static_batch'))}). Every request is "
            f"in the first pass and all finish together, so no slot ever frees for continuous batching to refill and "
            f"{_passes(same)}: the gap is what a pass costs each way here (one padded tensor, against a paged pass "
            "with its block tables), not scheduling."]
@@ -683,8 +699,9 @@ def throughput_sentence(same, mixed=None) -> str:
                    f"({1 - sum(asked) / padded:.0%} wasted); continuous batching drops a finished request from the "
                    f"next pass, but with every request already in, nobody waits for the freed slot, and "
                    f"{_passes(mixed)}, as many as the longest request makes. Measured: {mc:,.0f} tokens/s against "
-                   f"{ms:,.0f} ({_faster(mc, ms, 'continuous', 'static')}): all that dropping finished rows from a pass "
-                   "buys here. Continuous batching wins where a queue waits for batch slots (scenario 6).")
+                   f"{ms:,.0f} ({_faster(mc, ms, 'continuous', 'static', rounds := mixed.per_round('continuous', 'static_batch'))})"
+                   + (": all that dropping finished rows from a pass buys here." if clear(rounds) and mc > ms else ".")
+                   + " Continuous batching wins where a queue waits for batch slots (scenario 6).")
         if flipped:
             out.append(f"The server was busy while these ran: {' and '.join(flipped)} measured more than ×{BUSY_RATIO:g} "
                        "faster on the mixed lengths though that is as much work or more, so single rounds here are "
