@@ -761,3 +761,27 @@ def test_a_throughput_ranking_from_rounds_that_disagree_is_no_clear_difference(c
     said = throughput_sentence(SAME, mixed)
     assert f"({words})" in said
     assert ("all that dropping finished rows from a pass buys here" in said) == cause
+
+
+def test_the_chunked_prefills_first_token_is_counted_as_the_table_counts_its_steps():
+    """'Its first token came 4 steps after it arrived instead of 1' beside a table where it arrived at step 6 and
+    chose its first token at step 9, three steps later (TTFT steps count both ends). Now: in the 4th step counting
+    the one it arrived in, instead of the 1st."""
+    from types import SimpleNamespace
+
+    from topics.serving.draw import _nth, chunking_frame, chunking_sentence
+    from topics.serving.record import Stall
+
+    def stall(ttft_steps):
+        return Stall(sat_out={}, filled_by={}, longest_gap_ms=3.0, long_id="r3", long_ttft_steps=ttft_steps,
+                     long_ttft_ms=12.5, prefill_passes=ttft_steps, long_prompt_tokens=120)
+
+    result = SimpleNamespace(on=SimpleNamespace(stall=stall(9 - 6 + 1)), off=SimpleNamespace(stall=stall(1)),
+                             same_tokens=True)
+    said = chunking_sentence(result)
+    assert "its first token came in the 4th step counting the one it arrived in, instead of the 1st." in said
+    assert "steps after it arrived" not in said
+    assert list(chunking_frame(result)["long prompt's first token"]) == ["in step 4 counting its arrival's, 12.5 ms",
+                                                                          "in step 1 counting its arrival's, 12.5 ms"]
+    assert [_nth(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]

@@ -494,10 +494,17 @@ def chunking_frame(result):
                 "which (who sat out)": "; ".join(f"{k} ({_requests(v.who(k))})" for k in v.steps) or "none",
                 "longest wait between two tokens, while the long prompt was prefilled": f"{v.longest_gap_ms:.1f} ms",
                 "long prompt's prefill passes": v.prefill_passes,
-                "long prompt's first token": f"{v.long_ttft_steps} step{'s' if v.long_ttft_steps != 1 else ''}, "
+                "long prompt's first token": f"in step {v.long_ttft_steps} counting its arrival's, "
                                              f"{v.long_ttft_ms:.1f} ms"}
 
     return pd.DataFrame([row("on"), row("off")])
+
+
+def _nth(n: int | None) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 12th, 21st: a step counted with its first (the table's TTFT steps count both ends)."""
+    if n is None:
+        return "(none)"
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _requests(ids) -> str:
@@ -533,7 +540,8 @@ def chunking_sentence(result) -> str:
     said += (f" With it on, they sat out {m or 'no'} step{'s' if m != 1 else ''}"
              + (f" ({_stall_words(on)})" if m else "")
              + f" (longest wait {on.longest_gap_ms:.1f} ms), and {long} took {on.prefill_passes} passes: its first "
-             f"token came {on.long_ttft_steps} steps after it arrived instead of {off.long_ttft_steps}.")
+             f"token came in the {_nth(on.long_ttft_steps)} step counting the one it arrived in, instead of the "
+             f"{_nth(off.long_ttft_steps)}.")
     if on.longest_gap_ms >= off.longest_gap_ms and n > m:
         said += (" Measured in ms the chunked run waited as long or longer: the server was busy, so the steps sat "
                  "out are the number to read here.")
