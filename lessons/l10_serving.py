@@ -9,6 +9,7 @@ from engine import DecodeLabError
 from engine.generate.serving import ServingRun
 from engine.paths import ROOT
 from lessons.course import Course
+from topics.serving.measure import same_as_alone
 from topics.serving.page_parts import pictures, summary
 from topics.serving.scenarios import SCENARIOS
 from ui.text import error
@@ -30,9 +31,10 @@ def show(course: Course) -> None:
         "that start with the same prompt **share** its full blocks. When the pool runs out, a request is "
         "**preempted** and recomputed later.")
     sc = SCENARIOS["shared_prefix"]
-    run = _lesson_run(lm)  # the whole scenario, served once: the slider walks its record
-    if run is None:
+    served = _lesson_run(lm)  # the whole scenario, served once: the slider walks its record
+    if served is None:
         return
+    run, exact = served
     last = len(run.records) - 1
     course.takeaway(first, f"{len(run.requests)} requests served in {last + 1} engine passes: each pass carries every "
                            "running request's rows, their keys and values in blocks of one shared pool.")
@@ -40,9 +42,13 @@ def show(course: Course) -> None:
                    min(7, last), key="lesson10_steps", persist_state="session")
     st.markdown(summary(run, at))  # "step 7 of {last}": the same run the slider walks; the engine's numbers only
     pictures(run, at)
-    st.caption(sc["why"] + " Every request's tokens are exactly the ones it gets alone (greedy): the pass mixes "
-               "requests in one attention call per layer, each reading its keys through its own block table, and the mask keeps "
-               "each query to its own request's keys.")
+    same = sum(exact.values())
+    checked = (f" Checked here: every request's tokens are exactly the ones it gets decoded alone (greedy, {same} of "
+               f"{len(exact)})" if same == len(exact) else
+               f" Checked here: {same} of {len(exact)} requests' tokens are the ones they get decoded alone; "
+               f"{', '.join(r for r, ok in exact.items() if not ok)} differ")
+    st.caption(sc["why"] + checked + ": the pass mixes requests in one attention call per layer, each reading its keys "
+               "through its own block table, and the mask keeps each query to its own request's keys.")
     st.page_link(str(ROOT / "pages" / "serving.py"), label=f"Open the Serving page: all {len(SCENARIOS)} scenarios, step by step",
                  icon=":material/dns:")
 
@@ -53,12 +59,12 @@ def _lesson_cached(_lm, source: str):
     try:
         run = ServingRun(_lm, sc["requests"], **sc["sizing"])
         run.run()
-        return run
+        return run, same_as_alone(run)  # each request decoded alone too: the exactness the caption states
     except DecodeLabError as e:
         return e
 
 
-def _lesson_run(lm) -> ServingRun | None:
+def _lesson_run(lm) -> tuple[ServingRun, dict[str, bool]] | None:
     run = _lesson_cached(lm, lm.spec.name)
     if isinstance(run, DecodeLabError):
         error(str(run))

@@ -407,6 +407,28 @@ def test_lesson_10s_slider_and_its_step_line_agree(shown):
     assert at.slider(key="lesson10_steps").value == shown
 
 
+def test_lesson_10s_exactness_is_checked_on_its_own_run_not_written_in(shown, bundled_lm):
+    """"Every request's tokens are exactly the ones it gets alone" was a sentence, never a check. The lesson now
+    decodes each request alone and counts; here each is decoded alone again by hand (a Stepper) and compared with
+    the served run the lesson caches."""
+    from engine import Stepper
+    from lessons import l10_serving
+
+    at = shown(10)
+    caption = " ".join(c.value for c in at.caption)
+    run, _ = l10_serving._lesson_run(bundled_lm)
+    same = 0
+    for r in run.requests:
+        alone = Stepper(bundled_lm, r.prompt, sampling=r.seq.sampling, max_new_tokens=r.max_new_tokens,
+                        stop_on_eos=r.seq.stop_on_eos, record=False, repeats=1)
+        alone.run()
+        same += alone.generated_ids == r.generated_ids
+    n = len(run.requests)
+    assert (f"Checked here: every request's tokens are exactly the ones it gets decoded alone (greedy, {n} of {n})"
+            in caption) == (same == n)
+    assert f"Checked here: {same} of {n}" in caption or same == n
+
+
 # ---------------------------------------------------------------- the takeaway each lesson opens with
 
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
