@@ -493,3 +493,16 @@ def test_lesson_3s_takeaway_never_says_bytes_set_a_time_its_own_step_shows_overh
         assert "(this step too: memory-bound)" in takeaway
     else:
         assert "on a big model bytes, not arithmetic, set its time" in takeaway and f"step: {label})" in takeaway
+
+
+def test_lesson_5s_two_work_ratios_each_say_what_they_count_and_agree_where_they_count_the_same(shown):
+    """Lesson 5 said "Total work (estimate): 13.8× more" (the prefill counted) and, a fold below, "×15 in arithmetic"
+    (the decode steps alone): one page, two figures for what read as one thing. Each now says what it counts, and
+    the decode-only one is the rule's, rounded as the rule prints it."""
+    t = text(shown(5)).replace("\\", "")  # the rule's sentence is escaped as plain text
+    total = re.search(r"Total work \(estimate\), the prefill included: ([\d.]+)× more without the cache; over the "
+                      r"(\d+) decode steps alone, ([\d.]+)×", t)
+    assert total, t[:400]
+    rule = re.search(r"What the cache saved over these [\d–]+-position steps: ×(\d+) in arithmetic", t)
+    assert rule and f"{float(total.group(3)):.0f}" == rule.group(1)
+    assert float(total.group(1)) < float(total.group(3))  # the prefill is the same work both ways: it dilutes
