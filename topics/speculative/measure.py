@@ -361,4 +361,6 @@ def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: 
                                           f"{t.high_ms:.1f} ms (×{t.high_ms / t.low_ms:.1f})" for name, t in wide)
                  + ", so read the ratio as rough.")
     return said + (" Speculative decoding bets on a ratio near ×1: a pass held up by reading every weight (lesson 3), "
-                   "as on a large model on a GPU, costs about the same for a few rows as for one.")
+                   "as on a large model on a GPU, costs about the same for a few rows as for one. (This ratio sets one "
+                   "verify pass against one step on the same cache; the Speculative page's r takes medians over every "
+                   "round of its timed runs, each pass timed once, so the two can differ.)")
