@@ -9,6 +9,8 @@
                          "last time this token came, what followed?"), not on the earlier copy itself
         current token    most weight on the query's own position
         broad            no key holds more than BROAD_MAX: the weight is spread over the context
+        split            none of the above, for one query row, and its two largest weights within SPLIT_GAP:
+                         naming one key would name a near-tie
         looks at KEY     none of the above, for one query row: the key it looks at most
         mixed            none of the above, over many rows (a prefill): no one role holds its weight
 
@@ -31,6 +33,7 @@ import torch
 ROLE_MIN = 0.4  # a role's keys must hold at least this much of a row's weight
 COPY_MIN = 0.3  # ... the after-a-copy role, whose weight is often split with the previous token
 BROAD_MAX = 0.25  # a row whose largest weight is below this is spread out: broad
+SPLIT_GAP = 0.05  # a row's largest weight leads its second by less than this: split, no one key named
 AFTER_COPY = "after a copy"
 
 
@@ -48,7 +51,7 @@ def after_copies(ids: list[int], pos: int) -> list[int]:
 @dataclass(frozen=True)
 class HeadRole:
     head: int
-    role: str  # "previous token", "first token", "after a copy", "current token", "broad", "looks at", "mixed"
+    role: str  # "previous token", "first token", "after a copy", "current token", "broad", "split", "looks at", "mixed"
     weight: float  # the weight on the keys that define the role (broad, mixed, looks at: the largest weight), mean
     key_pos: int  # the key the newest query looks at most
     rows: int  # query rows the role was read from: 1, the newest query alone; more, averaged over a prefill's rows
@@ -102,6 +105,9 @@ def _newest(w: torch.Tensor, head: int, q: int, role_keys: dict, start: int) -> 
         return HeadRole(head, best, scores[best][0], peak, 1, q)
     if float(w.max()) < BROAD_MAX:
         return HeadRole(head, "broad", float(w.max()), peak, 1, q)
+    top = torch.topk(w, 2).values if len(w) > 1 else None
+    if top is not None and float(top[0] - top[1]) < SPLIT_GAP:
+        return HeadRole(head, "split", float(w.max()), peak, 1, q)
     return HeadRole(head, "looks at", float(w.max()), peak, 1, q)
 
 
@@ -129,7 +135,7 @@ def _every_row(pattern: torch.Tensor, head: int, kv_len: int, role_keys: list[di
     return HeadRole(head, "mixed", sum(peaks) / max(1, len(peaks)), key_pos, max(1, len(peaks)), kv_len - 1)
 
 
-ORDER = ("previous token", "first token", AFTER_COPY, "current token", "broad", "mixed")
+ORDER = ("previous token", "first token", AFTER_COPY, "current token", "broad", "split", "mixed")
 
 
 def roles_sentence(roles: list[HeadRole], pieces: list[str], layer: int, rows: int = 1) -> str:

@@ -62,10 +62,25 @@ def test_a_role_read_from_many_rows_is_averaged_and_a_head_with_none_is_mixed():
 
 def test_a_role_read_from_one_row_holds_only_where_its_keys_hold_the_rows_peak():
     """0.42 on the previous token is enough weight, but a row whose largest weight (0.45) sits on key 3 is drawn
-    darkest there: it is named for key 3, not for the previous token."""
+    darkest there: it is not named for the previous token; 0.03 ahead of it, it is split. With 0.50 on key 3, named
+    for key 3."""
     row = [0.02, 0.02, 0.02, 0.45, 0.03, 0.02, 0.42, 0.02]
     (role,) = head_roles(step([row]), 0, IDS)
+    assert (role.role, role.key_pos, role.rows, role.query_pos) == ("split", 3, 1, 7)
+    row = [0.02, 0.02, 0.02, 0.50, 0.03, 0.02, 0.37, 0.02]
+    (role,) = head_roles(step([row]), 0, IDS)
     assert (role.role, role.key_pos, role.rows, role.query_pos) == ("looks at", 3, 1, 7)
+
+
+def test_a_row_whose_two_largest_weights_nearly_tie_names_no_one_key():
+    """'head 3 · looks at ·upon (0.36)' beside a row giving 0.35 to its own token: a near-tie named as a choice. A row
+    whose largest weight leads the next by less than 0.05 is 'split'; one that leads by more still names its key."""
+    tie = [0.02, 0.02, 0.02, 0.36, 0.03, 0.02, 0.18, 0.35]
+    (role,) = head_roles(step([tie]), 0, IDS)
+    assert (role.role, role.key_pos) == ("split", 3)
+    lead = [0.02, 0.02, 0.02, 0.38, 0.03, 0.02, 0.20, 0.31]
+    (role,) = head_roles(step([lead]), 0, IDS)
+    assert (role.role, role.key_pos) == ("looks at", 3)
 
 
 def test_the_first_row_of_a_prefill_is_never_counted_for_a_role():
@@ -148,7 +163,8 @@ def agrees(label: str, row: np.ndarray, q: int, ids: list[int], keys: list[str])
             "first token": peak == 0 and row[0] >= 0.4,
             "current token": peak == q and row[q] >= 0.4,
             "after a copy": peak in after and np.nansum(row[after]) >= 0.3,
-            "broad": np.nanmax(row) < 0.25}[role]
+            "broad": np.nanmax(row) < 0.25,
+            "split": np.nanmax(row) - np.sort(row[~np.isnan(row)])[-2] < 0.05}[role]
 
 
 def test_at_a_prefill_each_heads_label_says_where_the_row_drawn_beside_it_peaks():
