@@ -783,6 +783,45 @@ def recordings_never_set_apart() -> None:
     draw.other_recording = lambda rec, curve: ""
 
 
+def side_against_the_dram_ridge_only() -> None:
+    """A step whose bytes fit the cache is put on THE ridge's side alone: 'the memory side' beside a compute bound
+    larger than its memory bound."""
+    from physics import roofline
+
+    roofline.cache_side = lambda intensity, bytes_moved, roof, mark=str: ""
+
+
+def mask_summed_from_the_blanks() -> None:
+    """Lesson 2's weight above the diagonal read from the picture's blanks again: 0 whatever the model wrote."""
+    from drawing import attention
+
+    attention.masked_weight = lambda t, layer, head: 0.0
+
+
+def one_round_names_a_cause() -> None:
+    """A throughput difference one round measured, or rounds on both sides of ×1, called clear and given a cause."""
+    from topics.serving import draw
+
+    draw.clear = lambda rounds: True
+
+
+def near_tie_names_a_key() -> None:
+    """A head whose two largest weights are 0.36 and 0.35 'looks at' the first."""
+    from drawing import head_roles
+
+    head_roles.SPLIT_GAP = 0.0
+
+
+def one_story_gap_a_rule() -> None:
+    """The two heavy-hitter scores' gap on one story called a rule, whatever the stories' intervals say."""
+    from topics.budget import draw
+
+    draw.scores_words = lambda heavy, avg, spread: (
+        f"Heavy hitters agree on **{heavy.forced.agreement:.1%}** with H2O's plain sum and "
+        f"**{avg.forced.agreement:.1%}** with the sum per query that could see each position (kvpress's score): "
+        "which positions count as heavy depends on how you score them.")
+
+
 def poll_forgets_its_step() -> None:
     """A follower's question arrives without the step it is about: looking back, it shows under any step."""
     from classroom.poll import Polls
@@ -949,6 +988,16 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_bytes.py::test_int8_faster_than_bf16_but_far_from_its_bytes_says_its_time_did_not_follow_them"]),
     "recordings-never-set-apart": (recordings_never_set_apart, [
         "tests/test_bytes.py::test_a_step_another_recording_timed_apart_on_the_same_machine_kind_is_said_with_both_figures"]),
+    "side-against-the-dram-ridge-only": (side_against_the_dram_ridge_only, [
+        "tests/test_scale.py::test_a_step_that_fits_the_cache_is_never_put_on_a_side_its_own_bounds_contradict"]),
+    "mask-summed-from-the-blanks": (mask_summed_from_the_blanks, [
+        "tests/test_lessons.py::test_the_weight_above_the_diagonal_is_read_from_the_recorded_pattern_not_the_pictures_blanks"]),
+    "one-round-names-a-cause": (one_round_names_a_cause, [
+        "tests/test_serving_page.py::test_a_throughput_ranking_from_rounds_that_disagree_is_no_clear_difference"]),
+    "near-tie-names-a-key": (near_tie_names_a_key, [
+        "tests/test_head_roles.py::test_a_row_whose_two_largest_weights_nearly_tie_names_no_one_key"]),
+    "one-story-gap-a-rule": (one_story_gap_a_rule, [
+        "tests/test_budget.py::test_the_two_heavy_hitter_scores_gap_on_one_story_is_called_a_rule_only_where_the_stories_set_them_apart"]),
     "poll-forgets-its-step": (poll_forgets_its_step, [
         "tests/test_class.py::test_a_question_carries_the_step_it_is_about_to_the_followers_open_and_revealed"]),
     "cache-off-by-one": (cache_rolled_back_one_too_far, REFERENCE_TESTS),
