@@ -237,7 +237,8 @@ def step_words(row, full) -> str:
         moved = row.summary().moved_ratio_estimate
         said += (f" Of each {row.policy} step, {dq[0]:.2f} ms ({dq[1]:.2f}–{dq[2]:.2f}) went to dequantizing every "
                  f"older row into a full-precision copy, which attention then reads: this implementation moves "
-                 f"×{moved:.2f} the full cache's bytes a step (estimate). Only a fused kernel, reading the packed "
+                 f"×{moved:.2f} the full cache's bytes a step (estimate, counted at the {row.cache.positions} "
+                 "positions of the held-out text, not at the free run's). Only a fused kernel, reading the packed "
                  "bytes inside attention, turns fewer bytes held into fewer bytes read.")
     else:
         said += (" On a small model a step is overhead-bound: reading fewer bytes barely changes its time, and what a "
@@ -316,8 +317,9 @@ def stories_words(spread, capped) -> str:
                     + spread.ranking_sentence(d, capped, mark=lambda s: f"**{s}**") + ".")
     both = next((r for r in spread.rows if " vs " in r.dtype), None)
     if both is not None:
-        said.append(f"The bf16 full cache against the fp32 one (weights and cache in bf16, nothing dropped): "
-                    f"{both.agreement:.1%} agreement, mean KL {both.kl_mean:.5f}: the floor every bf16 row stands on.")
+        said.append(f"Each bf16 row is measured against the bf16 full cache, not fp32's. What bf16 itself costs (weights "
+                    f"and cache in bf16, nothing dropped, against fp32): {both.agreement:.1%} agreement, mean KL "
+                    f"{both.kl_mean:.5f}, which is not inside those rows.")
     for d in spread.dtypes:
         r = spread.row("fp8", d)
         if r is not None and r.saturation is not None:

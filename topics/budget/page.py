@@ -13,6 +13,7 @@ from engine import DecodeLabError
 from engine.paths import ROOT
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED, POLICIES
+from topics.budget.records import SHORT_DTYPE
 from topics.budget.stories import recorded_stories
 from ui.charts import chart
 from ui.links import write_link
@@ -22,10 +23,10 @@ from ui.text import error, warning
 
 SCENARIOS = {  # one click: (policy, budget, what to look at); the numbers beside it are measured, never written here
     "fp8 forgets nothing": ("fp8", 64, "The older positions are rounded to 8 bits, not forgotten. Read the "
-                                               "bytes twice: against this model's fp32 cache, and against the bf16 "
-                                               "cache a server would hold."),
-    "a window forgets the name": ("window", 64, "The window holds the last 64 positions: what the story said "
-                                                "before them is gone. Watch where the two texts part."),
+                                               "bytes twice: against this model's own full cache, and against the "
+                                               "bf16 cache a server would hold."),
+    "a window drops the start": ("window", 64, "The window holds the last 64 positions: what the story said "
+                                               "before them is gone. Watch where the two texts part."),
     "two heavy scores": ("heavy", 64, "H2O's plain sum favours the oldest positions (more queries have "
                                                "read them). Switch the policy to heavy-avg, kvpress's score per "
                                                "query that could see a position, and compare: the same rule, two "
@@ -63,7 +64,8 @@ def show() -> None:
     settings, lm = page_setup("budget", need_model=True)
     st.caption("When the cache does not fit, real systems **quantize** it (fewer bits a number) or **evict** from it "
                "(fewer positions). One budget B for both: the newest B positions in full precision and the rest "
-               "rounded, or at most B positions held. Measured against the full cache on the same text: bytes from "
+               "rounded, or at most B positions held (snap, as published, holds B prompt positions plus every "
+               "decoded one). Measured against the full cache on the same text: bytes from "
                "the tensors, the damage teacher-forced on a held-out story and free-running.")
 
     limit = min(lm.spec.max_positions or 256, 256)
@@ -96,6 +98,7 @@ def show() -> None:
         error(str(e))
         return
     full, row = rows[0], rows[-1]
+    spread = recorded_stories(lm)  # every story with its spread, where recorded for this model
 
     left, right = st.columns([1, 1], gap="medium")
     with left:
@@ -109,6 +112,8 @@ def show() -> None:
     with right:
         measured_here = st.session_state.get("budget_sweep")
         kept = None if measured_here else measure.recorded_sweep(lm)
+        if kept is not None and kept.dtype != lm.dtype_name:  # another dtype's damage is not this model's
+            kept = None
         if measured_here or kept is None:
             if not measured_here:
                 st.button("Measure every policy at every budget (a minute on a laptop CPU)", key="budget_sweep_go",
@@ -121,15 +126,17 @@ def show() -> None:
                 source = "measured on this server"
         else:
             points = kept.points
-            source = (f"recorded on {kept.device}, {kept.measured_at[:10]}: agreement and KL are teacher-forced "
-                      "on a fixed text, so they do not depend on the machine")
+            source = (f"recorded in {SHORT_DTYPE.get(kept.dtype, kept.dtype)} on {kept.device}, "
+                      f"{kept.measured_at[:10]}: agreement and KL are teacher-forced on a fixed text, so they do not "
+                      "depend on the machine")
         if points is not None:
             chart(draw.divergence_fig(points, scale=scale()), "budget_divergence")
             at = budget if budget in SWEEP_BUDGETS else 64
             st.caption(f"Eviction policies holding {at} positions, by agreement at that budget on one held-out text "
-                       "(no interval: every story, with its spread, below; =: the same agreement, the lower KL "
-                       "first): " + measure.ranking_words(points, CAPPED, budget=at) +
-                       f" (the CLI's `--policy all` ranks the same way; snap, SnapKV as published, holds {at} "
+                       + ("(no interval: every story, with its spread, below; " if spread is not None else
+                          "(one text, no interval; ")
+                       + "=: the same agreement, the lower KL first): "
+                       + measure.ranking_words(points, CAPPED, budget=at) + f" (the CLI's `--policy all` ranks the same way; snap, SnapKV as published, holds {at} "
                        f"prompt positions plus every decoded one); {source}.")
         if kept is not None and not measured_here:  # under the chart: the recording first, measuring it again second
             st.button("Measure them on this server", key="budget_sweep_go",
@@ -141,7 +148,6 @@ def show() -> None:
                  label="What it buys in time: a decode step against the cache's bytes, evicted and full (Scale page, "
                        "Bytes are time)")
 
-    spread = recorded_stories(lm)
     if spread is not None:  # the damage over several stories, with its spread: recorded (a few minutes to measure)
         st.subheader(f"Every story: {spread.stories} held-out stories, fp32 and bf16")
         chart(draw.stories_fig(spread, scale=scale()), "budget_stories")
@@ -150,12 +156,16 @@ def show() -> None:
         st.caption(f"Recorded on {spread.device}, {spread.measured_at[:10]} (`{spread.command}`); teacher-forced "
                    "figures do not depend on the machine's speed.")
 
-    with st.expander("Positions keep their rotation; the attention sink, measured"):
+    with st.expander("A held key keeps its position; the attention sink, measured"):
         st.markdown(
-            "A held key keeps the RoPE rotation of the position it was written at, and the next token is numbered by "
-            "how many positions the run has seen: distances stay the true ones, with gaps where positions were "
-            "dropped. **StreamingLLM** does it differently: it caches keys before RoPE and rotates them by their slot "
-            "in the cache, so the model never sees a distance longer than its window.\n\n"
+            ("This model adds a learned position embedding at its input (GPT-2's table), so a held key keeps the "
+             "position it was written at inside its own numbers; the next token is numbered by how many positions "
+             "the run has seen." if lm.spec.position_table else
+             "A held key keeps the RoPE rotation of the position it was written at, and the next token is numbered "
+             "by how many positions the run has seen: distances stay the true ones, with gaps where positions were "
+             "dropped.")
+            + " **StreamingLLM** does it differently for RoPE models: it caches keys before RoPE and rotates them by "
+            "their slot in the cache, so the model never sees a distance longer than its window.\n\n"
             "Large trained models (GPT-2, Llama) pour attention onto the first position, a **sink**, and collapse "
             "when it is evicted: on Llama-2-13B StreamingLLM measured a perplexity of 5,158 with a window alone and "
             "5.40 with 4 sinks kept. Below, this model's own measurement: a bar per layer (the heads' mean) and a "
