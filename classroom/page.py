@@ -192,8 +192,11 @@ def lecturer_panel(where) -> None:
         link = follow_link(lecture.code)
         box.markdown(f"Class **{lecture.code}**: students open")
         if lecture.resumed:
-            box.caption(f"Class {lecture.code} was running: you lead it again, and your students are still "
-                        "connected.")
+            following = classroom().followers(lecture.code)
+            box.caption(f"Class {lecture.code} was running: you lead it again"
+                        + (f", and {following} student{'s still follow' if following != 1 else ' still follows'} it."
+                           if following
+                           else ", and no student follows it now."))
         box.code(link, language=None, wrap_lines=True)
         box.html(_qr(link, 220))
         if _local(link):  # said only when the lecturer's own address names this machine, or no address is known

@@ -119,7 +119,8 @@ def ask_buttons(where) -> None:
     q = st.session_state.get("follow_q")
     if q is not None and not q["revealed"]:
         where.button("Reveal", key="follow_reveal", icon=":material/visibility:", type="primary", on_click=_reveal,
-                     help="Run the step: the class sees the model's choice and its probabilities beside its votes")
+                     help="Show the step held back: the class sees the model's choice and its probabilities (after "
+                          "the sampling settings) beside its votes")
         return
     with where.popover("Ask the class", icon=":material/how_to_vote:"):
         st.caption("Takes the next step now and holds it back: the class answers, then Reveal shows it.")

@@ -46,8 +46,9 @@ def _piece(token: str) -> str:
 
 
 def next_token_question(held, context: str, rng: random.Random | None = None) -> dict:
-    """'What comes next?' for the held step `held` (a StepTrace): its top candidates, shuffled; the model's
-    probability of each (softmax of the logits, before any warper) kept for the reveal."""
+    """'What comes next?' for the held step `held` (a StepTrace): its top candidates, shuffled; the probability of
+    each in the distribution the step chose from (after the sampling settings: a token top-k left out is 0) kept for
+    the reveal, so the model's figure never gives odds to a token the step could not choose."""
     seen, choices, model = set(), [], {}
     for c in held.top:
         shown = _piece(c.token)
@@ -55,7 +56,7 @@ def next_token_question(held, context: str, rng: random.Random | None = None) ->
             continue
         seen.add(shown)
         choices.append(shown)
-        model[shown] = round(float(c.p_before), 4)
+        model[shown] = round(float(c.p_after), 4)
         if len(choices) == CHOICES:
             break
     answer = _piece(held.token)

@@ -59,7 +59,7 @@ def test_a_question_offers_the_models_top_candidates_shuffled_and_hides_the_answ
     room, lecture, qid, q, held = asked
     assert set(q["choices"]) <= {c.token.replace(" ", "·") for c in held.top} and len(q["choices"]) == 5
     assert q["answer"] in q["choices"] and q["answer"] == held.token.replace(" ", "·")
-    assert q["model"][q["answer"]] == pytest.approx(max(c.p_before for c in held.top), abs=1e-3)
+    assert q["model"][q["answer"]] == pytest.approx(max(c.p_after for c in held.top), abs=1e-3)
     public = room.polls.public(lecture.code)
     assert "answer" not in public and "model" not in public and public["choices"] == q["choices"]
     assert room.live(lecture.code) is None or "answer" not in json.dumps(room.live(lecture.code))
@@ -962,3 +962,47 @@ def test_a_followers_pictures_are_the_lecturers_own_at_the_layer_and_head_the_le
     heads = base64.b64decode(re_.search(r"base64,([A-Za-z0-9+/=]+)", view).group(1)).decode()
     assert "layer 2, every head" in heads
     assert printed_weights(heads) == pytest.approx(lecturers, abs=0.006)
+
+
+def test_a_sampled_steps_reveal_gives_the_odds_it_chose_from_never_a_token_top_k_left_out(bundled_lm):
+    """The reveal's "model 58%" was the softmax before the sampling settings: with top-k 2, a third candidate still
+    showed odds the step could never have drawn. The figure is now the distribution the step chose from."""
+    import torch
+
+    from engine import Sampling
+
+    s = Stepper(bundled_lm, "Once upon a time there was a girl named Lily.", max_new_tokens=5,
+                sampling=Sampling(greedy=False, temperature=1.0, top_k=2, seed=3))
+    s.prefill()
+    held = s.step()
+    q = next_token_question(held, "")
+    logits = torch.tensor([c.logit for c in held.top])  # the raw logits, warped here by hand: the top 2 renormalised
+    top2 = torch.topk(logits, 2).indices.tolist()
+    kept = torch.softmax(logits[top2], 0)
+    for i, c in enumerate(held.top):
+        shown = c.token.replace(" ", "·")
+        if shown in q["model"]:
+            want = float(kept[top2.index(i)]) if i in top2 else 0.0
+            assert q["model"][shown] == pytest.approx(want, abs=2e-3), (shown, q["model"])
+    assert sum(1 for v in q["model"].values() if v == 0.0) >= len(q["choices"]) - 2
+
+
+def test_a_resumed_class_says_how_many_students_follow_it_not_that_they_all_still_do(key_set):
+    """'You lead it again, and your students are still connected' was printed on every resume, followers or none.
+    It now gives the count the class holds."""
+    from ui.apptest import app_test
+
+    def lead():
+        at = ok(app_test().run())
+        at.sidebar.text_input(key="follow_key").input(KEY)
+        return ok(at.button(key="follow_start").click().run())
+
+    first = lead()
+    code = first.session_state["follow_lead"].code
+    again = " ".join(c.value for c in lead().sidebar.caption)
+    assert f"Class {code} was running: you lead it again, and no student follows it now." in again
+    room = key_set.classroom()
+    room.join(code, "aaaa0000aaaa0000")
+    room.join(code, "bbbb1111bbbb1111")
+    again = " ".join(c.value for c in lead().sidebar.caption)
+    assert f"Class {code} was running: you lead it again, and 2 students still follow it." in again
