@@ -25,10 +25,10 @@ def show(course: Course) -> None:
     pre, t = run.records[0], run.records[steps]
     kind = course.step_kind(t)  # the claim is about a big model; the bundled one's own step may say otherwise
     kind = f"on the {kind}" if kind.endswith("side") else kind  # "overhead-bound", "on the memory side"
-    course.takeaway(first, f"Decode feeds 1 token a pass, attending to all {t.kv_len} positions: each weight read for "
-                           "one row, so " + ("bytes, not arithmetic, set its time (this step too: memory-bound)."
-                                             if kind == "memory-bound" else "on a big model bytes, not arithmetic, set "
-                                             f"its time (this small model's step: {kind})."))
+    course.takeaway(first, f"Decode feeds 1 token a pass, attending to all {t.kv_len} positions: each weight is read "
+                           "for one row, so " + ("bytes, not arithmetic, set its time (this step too: memory-bound)."
+                                                 if kind == "memory-bound" else "on a big model, bytes, not "
+                                                 f"arithmetic, set its time (this small model's step: {kind})."))
     show_stage(run, steps)
     course.physics("decode", t)
     with st.expander("The numbers, in full: this step's shapes and its place on the roofline"):

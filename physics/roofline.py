@@ -315,11 +315,11 @@ def cache_side(intensity: float, bytes_moved: float, roof: DeviceRoof, mark=str)
         return ""
     rate = roof.bandwidth_for(bytes_moved)
     where = ("fit the cache, whose faster roof" if roof.in_cache(bytes_moved) else
-             f"read at {rate / 1e9:,.1f} GB/s (the largest buffers probed: {roof.dram_bandwidth / 1e9:,.1f}), a roof "
-             "that")
+             f"are read at {rate / 1e9:,.1f} GB/s (the largest buffers probed: {roof.dram_bandwidth / 1e9:,.1f}), a "
+             "roof that")
     theirs = "the compute side" if intensity >= ridge else "the memory side"
-    return (f"; but its {bytes_moved / 2**20:,.1f} MiB {where} meets the matmul peak at {ridge:.1f} FLOP/byte, "
-            f"which puts it on {mark(theirs)} of that one")
+    return (f"; but the {bytes_moved / 2**20:,.1f} MiB it moves {where} meets the matmul peak at {ridge:.1f} "
+            f"FLOP/byte: against that ridge it is on {mark(theirs)}")
 
 
 @dataclass(frozen=True)

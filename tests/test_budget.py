@@ -911,7 +911,8 @@ def test_the_two_heavy_hitter_scores_gap_on_one_story_is_called_a_rule_only_wher
 
     heavy, avg = row("heavy", 0.86), row("heavy-avg", 0.91)
     tied = scores_words(heavy, avg, spread_of({"heavy": (0.864, 0.830, 0.898), "heavy-avg": (0.906, 0.871, 0.934)}))
-    assert "**86.0%** with H2O's plain sum" in tied and "**91.0%** with the sum per query" in tied
+    assert "**86.0%** of next tokens when they are scored by H2O's plain sum" in tied
+    assert "and on **91.0%** when each position's sum is divided by the queries that could see it" in tied
     assert "tied (86.4% [83.0%–89.8%] and 90.6% [87.1%–93.4%]" in tied and "depends on how" not in tied
     apart = scores_words(heavy, avg, spread_of({"heavy": (0.80, 0.78, 0.82), "heavy-avg": (0.90, 0.88, 0.92)}))
     assert "the per-query sum stays ahead" in apart and "depends on how you score them" in apart

@@ -220,8 +220,9 @@ def _bound_claims(t: str) -> list[tuple]:
     claims = []
     for m in re.finditer(r"about \*\*([\d.]+) FLOPs per byte\*\* it moves \(estimate\)\. This device's measured ridge "
                          r"is ([\d.]+) FLOP/byte, so the roofline puts it on \*\*(the compute side|the memory side)\*\*"
-                         r"(?:; but its [\d.,]+ MiB fit the cache, whose faster roof meets the matmul peak at [\d.]+ "
-                         r"FLOP/byte, which puts it on \*\*(the compute side|the memory side)\*\* of that one)?\. "
+                         r"(?:; but the [\d.,]+ MiB it moves (?:fit the cache, whose faster roof|are read at [^)]+\), a "
+                         r"roof that) meets the matmul peak at [\d.]+ FLOP/byte: against that ridge it is on "
+                         r"\*\*(the compute side|the memory side)\*\*)?\. "
                          r"Measured, it took ([\d.e+-]+) ms against a memory bound of ([\d.e+-]+) ms and a compute "
                          rf"bound of ([\d.e+-]+) ms: \*\*({LABEL})\*\*\. On an NVIDIA H100 SXM at batch 1 \(nothing ran "
                          r"there\) the same pass is predicted on (the compute side|the memory side) \(([\d,]+) vs ([\d,]+) "
@@ -321,8 +322,8 @@ def budget_lesson_says_what_it_measured(at: AppTest) -> None:
     kv = 2 * int(row["num_layers"]) * int(row["num_key_value_heads"]) * head_dim * 2 * tokens
     assert said.group(3) == human_bytes(kv)
     shown = {r["policy"]: r for r in at.dataframe[0].value.to_dict("records")}
-    assert f"**{shown['heavy']['agree']}** with H2O's plain sum" in opening
-    assert f"**{shown['heavy-avg']['agree']}** with the sum per query" in opening
+    assert f"**{shown['heavy']['agree']}** of next tokens when they are scored by H2O's plain sum" in opening
+    assert f"and on **{shown['heavy-avg']['agree']}** when each position's sum is divided" in opening
     # the two scores' gap on this one story, against the recorded stories' intervals (read here from the JSON)
     recorded = json.loads((ASSETS / "budget_stories_default.json").read_text())
     ci = {r["policy"]: r["agreement_ci"] for r in recorded["rows"] if r["dtype"] == "float32" and r["budget"] == 64}
@@ -492,7 +493,7 @@ def test_lesson_3s_takeaway_never_says_bytes_set_a_time_its_own_step_shows_overh
     if label == "memory-bound":
         assert "(this step too: memory-bound)" in takeaway
     else:
-        assert "on a big model bytes, not arithmetic, set its time" in takeaway and f"step: {label})" in takeaway
+        assert "on a big model, bytes, not arithmetic, set its time" in takeaway and f"step: {label})" in takeaway
 
 
 def test_lesson_5s_two_work_ratios_each_say_what_they_count_and_agree_where_they_count_the_same(shown):

@@ -363,5 +363,5 @@ def test_a_step_that_fits_the_cache_is_never_put_on_a_side_its_own_bounds_contra
         assert last == v.bound, (mib_moved, flops, said, v)  # the side said last is the larger bound's
         assert ("fit the cache" in said) == (mib_moved < 64 and 100 / 17 <= flops < 8.0)
     said = roofline.cache_side(7.2, 15.5 * mib, roof, mark=lambda s: f"**{s}**")
-    assert said == ("; but its 15.5 MiB fit the cache, whose faster roof meets the matmul peak at 5.9 FLOP/byte, "
-                    "which puts it on **the compute side** of that one")
+    assert said == ("; but the 15.5 MiB it moves fit the cache, whose faster roof meets the matmul peak at 5.9 "
+                    "FLOP/byte: against that ridge it is on **the compute side**")

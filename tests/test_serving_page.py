@@ -436,12 +436,12 @@ def test_throughput_is_a_chart_of_both_workloads_and_says_which_way_was_faster()
     assert [t.name for t in f.data] == ["same length, all at once", "mixed lengths"]
     assert len(f.data[0].y) == 4 and len(f.data[1].y) == 3  # generate_batch takes one length only
     said = throughput_sentence(SAME, MIXED)
-    assert "continuous batching made 492 tokens/s, the static batch 498 (static ×1.01 faster in its one round" in said
-    assert "50% wasted" in said and "450 tokens/s against 260 (continuous ×1.73 faster in its one round" in said
+    assert "continuous batching made 492 tokens/s, the static batch 498 (static ×1.01 faster, in one round" in said
+    assert "50% wasted" in said and "450 tokens/s against 260 (continuous ×1.73 faster, in one round" in said
     assert "dropping finished rows from a pass buys here" not in said  # one round names no cause
     assert "busy" not in said
     assert "its two bars should match: 130 and 128 tokens/s." in said  # the same work either way, said so
-    assert "generate_batch has no mixed-lengths bar" in said  # a bar left out is said to be left out
+    assert "The mixed lengths have no bar for transformers' generate_batch" in said  # a bar left out is said to be left out
 
 
 @pytest.mark.parametrize("same, mixed", [
@@ -458,11 +458,11 @@ def test_the_throughput_texts_say_what_the_run_shows_whichever_way_it_came_out(s
     said = throughput_sentence(same, mixed)
     c, s = same.continuous_tokens_per_s, same.static_batch_tokens_per_s
     faster = f"continuous ×{c / s:.2f} faster" if c >= s else f"static ×{s / c:.2f} faster"
-    assert f"the static batch {s:,.0f} ({faster} in its one round" in said
+    assert f"the static batch {s:,.0f} ({faster}, in one round" in said
     assert "best case" not in said and "(it won)" not in said
     mc, ms = mixed.continuous_tokens_per_s, mixed.static_batch_tokens_per_s
     faster = f"continuous ×{mc / ms:.2f} faster" if mc >= ms else f"static ×{ms / mc:.2f} faster"
-    assert f"{mc:,.0f} tokens/s against {ms:,.0f} ({faster} in its one round" in said
+    assert f"{mc:,.0f} tokens/s against {ms:,.0f} ({faster}, in one round" in said
     assert "both took 32 passes" in said and "both took 64 passes, as many as the longest request makes" in said
     assert "hid that waste" not in said and "queue waits for batch slots (scenario 6)" in said
 
@@ -718,10 +718,10 @@ def test_the_batch_rooflines_words_agree_with_the_cache_roof_its_points_are_draw
     rows = [SimpleNamespace(batch=b, intensity=ai, bytes=17 * mib) for b, ai in ((1, 0.5), (4, 2.0), (8, 4.0),
                                                                                 (12, 6.8), (16, 7.3))]
     said = _cache_ridge_words(rows, roof)
-    assert f"meets the matmul peak at {1e11 / 15e9:.1f} FLOP/byte: from B = 12 they are past that one." in said
+    assert f"meets the matmul peak at {1e11 / 15e9:.1f} FLOP/byte: from B = 12 they are right of that ridge." in said
     assert roof.ridge > 8.5  # THE ridge, which the sentence still quotes before: all five are left of it
     low = [SimpleNamespace(batch=r.batch, intensity=r.intensity / 4, bytes=r.bytes) for r in rows]
-    assert "none of them is past that one either." in _cache_ridge_words(low, roof)
+    assert "none of them reaches that ridge either." in _cache_ridge_words(low, roof)
     big = [SimpleNamespace(batch=r.batch, intensity=r.intensity, bytes=900 * mib) for r in rows]
     assert _cache_ridge_words(big, roof) == ""
 
@@ -740,7 +740,7 @@ def test_the_sharing_ratio_is_the_served_positions_over_the_held_ones_it_prints(
 
 
 @pytest.mark.parametrize("c_ms, s_ms, words, cause", [
-    ((1000,), (1100,), "continuous ×1.10 faster in its one round, which cannot tell that from the server's noise", False),
+    ((1000,), (1100,), "continuous ×1.10 faster, in one round: too few to tell from the server's noise", False),
     ((1000, 1000, 1000), (1100, 950, 1080), "no clear difference: ×1.08 continuous over static by medians, but the "
                                             "rounds ran ×0.95 to ×1.10", False),
     ((1000, 1000, 1000), (1100, 1050, 1080), "continuous ×1.08 faster in every round (×1.05 to ×1.10)", True),

@@ -817,8 +817,9 @@ def one_story_gap_a_rule() -> None:
     from topics.budget import draw
 
     draw.scores_words = lambda heavy, avg, spread: (
-        f"Heavy hitters agree on **{heavy.forced.agreement:.1%}** with H2O's plain sum and "
-        f"**{avg.forced.agreement:.1%}** with the sum per query that could see each position (kvpress's score): "
+        f"Evicting by heavy hitters agrees on **{heavy.forced.agreement:.1%}** of next tokens when they are "
+        f"scored by H2O's plain sum, and on **{avg.forced.agreement:.1%}** when each position's sum is divided "
+        "by the queries that could see it (kvpress's score): "
         "which positions count as heavy depends on how you score them.")
 
 

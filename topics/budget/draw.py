@@ -291,9 +291,9 @@ def stories_table(spread) -> pd.DataFrame:
 def scores_words(heavy, avg, spread) -> str:
     """The two heavy-hitter scores on the one story measured here, then what the recorded stories say of the gap:
     a gap between them on one story is one draw, a rule only where their intervals over every story stay apart."""
-    said = (f"Heavy hitters agree on **{heavy.forced.agreement:.1%}** with H2O's plain sum and "
-            f"**{avg.forced.agreement:.1%}** with the sum per query that could see each position (kvpress's score), "
-            "on this one story")
+    said = (f"Evicting by heavy hitters agrees on **{heavy.forced.agreement:.1%}** of next tokens when they are "
+            f"scored by H2O's plain sum, and on **{avg.forced.agreement:.1%}** when each position's sum is divided "
+            "by the queries that could see it (kvpress's score), on this one story")
     dtype = heavy.cache.dtype
     a = spread.row("heavy", dtype) if spread is not None and spread.budget == heavy.budget else None
     b = spread.row("heavy-avg", dtype) if a is not None else None

@@ -342,7 +342,7 @@ def other_recording(rec: Record, curve) -> str:
     mine = rec.get(rec.reference, "decode")
     if mine is not None and curve.decode_ms > 0 and not FASTER <= mine.median_ms / curve.decode_ms <= 1 / FASTER:
         said.append(f"the decode step {curve.decode_ms:.1f} ms ({curve.decode_bytes / curve.decode_ms / 1e6:.1f} GB/s "
-                    f"read) against {mine.median_ms:.1f} ms ({mine.read_rate() / 1e9:.1f} GB/s) in this one, "
+                    f"read) against {mine.median_ms:.1f} ms ({mine.read_rate() / 1e9:.1f} GB/s), "
                     f"×{mine.median_ms / curve.decode_ms:.2f}")
     pre = rec.get(rec.reference, "prefill")
     theirs = curve.prefill(pre.rows) if pre is not None else None
@@ -352,10 +352,11 @@ def other_recording(rec: Record, curve) -> str:
                     f"{pre.median_ms:.1f} ms ({pre.flops / pre.median_ms / 1e6:.1f} GFLOP/s), ×{pre.median_ms / ms:.2f}")
     if not said:
         return ""
-    return (f"The pass-of-n curve's recording ({curve.measured_at[:10]}) and this one ({rec.measured_at[:10]}) timed "
-            f"this rung's {rec.reference} passes apart on the same kind of machine: " + "; ".join(said)
-            + ". The same passes on another day: so each storage here is set against this recording's own "
-            f"{rec.reference} passes, timed in the same rounds, never against the curve's.")
+    return (f"The pass-of-n curve's recording ({curve.measured_at[:10]}) timed this rung's {rec.reference} passes on "
+            f"the same kind of machine, and got other times than this one ({rec.measured_at[:10]}): "
+            + "; ".join(said) + ". They are the same passes, timed on another day, so each storage here is set "
+            f"against this recording's own {rec.reference} passes, timed in the same rounds, never against the "
+            "curve's.")
 
 
 def measured_on(rec: Record) -> str:

@@ -666,7 +666,7 @@ def _faster(a: float, b: float, a_name: str, b_name: str, rounds: tuple[float, .
     if rounds is None:
         return said
     if len(rounds) < 2:
-        return said + " in its one round, which cannot tell that from the server's noise"
+        return said + ", in one round: too few to tell from the server's noise"
     if min(rounds) <= 1 <= max(rounds):
         return (f"no clear difference: ×{a / b:.2f} {a_name} over {b_name} by medians, but the rounds ran "
                 f"×{min(rounds):.2f} to ×{max(rounds):.2f}")
@@ -716,7 +716,8 @@ def throughput_sentence(same, mixed=None) -> str:
                        "noise; `python -m engine bench` takes medians of several.")
         out.append(one_at_a_time_words(same, mixed))
         if not mixed.generate_batch_tokens_per_s:
-            out.append("transformers' generate_batch has no mixed-lengths bar: it serves one length for every request.")
+            out.append("The mixed lengths have no bar for transformers' generate_batch: it serves one length for every "
+                       "request.")
     return " ".join(out)
 
 
@@ -846,7 +847,7 @@ def _cache_ridge_words(rows, here) -> str:
     past = [p.batch for p in rows if p.intensity >= ridge_for(here, p.bytes)]  # each against the roof its bytes get
     return (f" These passes' bytes fit the cache, whose faster roof (dashed) meets the matmul peak at "
             f"{ridge_for(here, rows[0].bytes):.1f} FLOP/byte: "
-            + (f"from B = {past[0]} they are past that one." if past else "none of them is past that one either."))
+            + (f"from B = {past[0]} they are right of that ridge." if past else "none of them reaches that ridge either."))
 
 
 def batch_roofline_sentence(br) -> str:
@@ -869,7 +870,8 @@ def batch_roofline_sentence(br) -> str:
     model = (f"{br.model} reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at B ≈ {br.saturates_gpu}"
              if br.saturates_gpu else
              f"{br.model} never reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at this context: its weights are "
-             "small beside each request's K/V reads, which grow with B as fast as the FLOPs")
+             "small beside each request's K/V reads, so each request adds bytes as well as FLOPs and the intensity "
+             "levels off below the ridge")
     real = (f"{br.real} reaches it at B ≈ {br.saturates_real}" if br.saturates_real else
             f"{br.real} does not reach it either")
     return (said + f" Predicted on an {gpu_name} in {gpu.dtype} (open points: nothing ran there), {model}; {real}. "
