@@ -199,19 +199,21 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
     (drawing.caveats.compare_note) is said in the title when the times contradict the work."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=[t.step for t in nocache_traces], y=[t.q_len for t in nocache_traces],
-                         name="positions computed, cache off", marker_color=RECOMPUTED, opacity=0.75))
+                         name="cache off: q_len", marker_color=RECOMPUTED, opacity=0.75))
     fig.add_trace(go.Bar(x=[t.step for t in cache_traces], y=[t.q_len for t in cache_traces],
-                         name="positions computed, cache on", marker_color=PREFILL, opacity=0.75))
-    for traces, colour, name in ((nocache_traces, RECOMPUTED, "ms, cache off"), (cache_traces, PREFILL, "ms, cache on")):
+                         name="cache on: q_len", marker_color=PREFILL, opacity=0.75))
+    # short names: two to a row on a phone, so the legend leaves the plot its height
+    for traces, colour, name in ((nocache_traces, RECOMPUTED, "cache off: ms"), (cache_traces, PREFILL, "cache on: ms")):
         dec = [t for t in traces if t.phase == "decode"]
-        fig.add_trace(go.Scatter(x=[t.step for t in dec], y=[t.latency_ms for t in dec], name=f"{name} (measured)",
+        fig.add_trace(go.Scatter(x=[t.step for t in dec], y=[t.latency_ms for t in dec], name=name,  # axis: measured
                                  mode="lines", line=dict(color=colour, width=2.5, dash="dot")), secondary_y=True)
     fig.update_layout(barmode="group")
     step_axis(fig, [t.step for t in nocache_traces])
     fig.update_yaxes(title="positions computed (q_len)", secondary_y=False)
-    fig.update_yaxes(title="ms per decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
+    fig.update_yaxes(title="ms a decode step (measured)", secondary_y=True, rangemode="tozero", showgrid=False)
     fig = legend_under_title(layout(fig, "Work per step: positions pushed through the model, and the time it took",
                                     height=height, scale=scale), scale)  # four entries: a phone's rows grow down
+    fig.update_layout(legend=dict(entrywidth=0.5, entrywidthmode="fraction"))  # two to a row: the plot keeps its height
     if note:
-        note_box(fig, note, scale, chars=64)
+        note_box(fig, note, scale, chars=44)  # whole inside a 390-px phone's column
     return fig

@@ -131,3 +131,30 @@ def test_on_a_phone_lesson_12s_charts_show_their_axis_titles_whole_and_a_plot_ta
             assert t["left"] >= -0.5 and t["right"] <= PHONE[0] + 0.5, (c["name"], t)
     fits(pg, "lesson 12")
     pg.close()
+
+
+LESSON_5_PARTS = """() => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot')].map(plot => {
+  const box = plot.getBoundingClientRect();
+  const rect = el => { const b = el.getBoundingClientRect(); return {left: b.left, right: b.right, top: b.top,
+                                                                    bottom: b.bottom, text: el.textContent}; };
+  return {box: rect(plot), plot: plot.querySelector('.nsewdrag').getBoundingClientRect().height,
+          legend: plot.querySelector('.legend').getBoundingClientRect().height,
+          titles: [...plot.querySelectorAll('.g-ytitle text, .g-y2title text, .g-xtitle text')].map(rect),
+          notes: [...plot.querySelectorAll('.annotation')].map(rect)};
+})"""
+
+
+def test_on_a_phone_lesson_5s_chart_keeps_its_axis_titles_and_note_inside_and_its_plot_taller_than_its_legend(
+        server, browser):
+    """At 390 px lesson 5's chart stacked its four legend entries over a 70-px plot, cut its right axis title at
+    the top ("s per decode step (measured)") and ran its busy-server note off the right edge."""
+    pg = open_page(browser, f"{server}/lessons?lesson=5", *PHONE)
+    idle(pg)
+    pg.get_by_text("Work per step, and the time it took").wait_for()
+    (c,) = pg.evaluate(LESSON_5_PARTS)
+    assert c["plot"] >= c["legend"], c
+    for part in c["titles"] + c["notes"]:
+        assert part["left"] >= -0.5 and part["right"] <= PHONE[0] + 0.5, part
+        assert part["top"] >= c["box"]["top"] - 0.5 and part["bottom"] <= c["box"]["bottom"] + 0.5, part
+    fits(pg, "lesson 5")
+    pg.close()
