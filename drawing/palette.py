@@ -69,6 +69,19 @@ def log_ticks(lo: float, hi: float, steps=(1, 2, 5)) -> tuple[list[float], list[
     return vals, [f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in vals]
 
 
+def rate_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Powers of ten of FLOP/s, labelled '100 G', '1 T'."""
+    vals, texts = [], []
+    for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        v = 10.0**k
+        if lo <= v <= hi:
+            unit, div = next((u, d) for u, d in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1))
+                             if v >= d)
+            vals.append(v)
+            texts.append(f"{v / div:g} {unit}")
+    return vals, texts
+
+
 def step_axis(fig: go.Figure, steps: list[int], title: str = "step (0 = prefill)", **kw) -> None:
     """Whole-number ticks only: a step is never 2.5."""
     n = max(steps) if steps else 1

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from drawing.latency import note_box
-from drawing.palette import DECODE, GREY, PREFILL, layout, log_ticks
+from drawing.palette import DECODE, GREY, PREFILL, layout, log_ticks, rate_ticks
 from physics import roofline
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.notes import ladder_note
@@ -40,19 +40,6 @@ class RungPoint:
 
 
 # ---------------------------------------------------------------- axes and notes
-
-def rate_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
-    """Powers of ten of FLOP/s, labelled '100 G', '1 T'."""
-    vals, texts = [], []
-    for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
-        v = 10.0**k
-        if lo <= v <= hi:
-            unit, div = next((u, d) for u, d in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1))
-                             if v >= d)
-            vals.append(v)
-            texts.append(f"{v / div:g} {unit}")
-    return vals, texts
-
 
 def _log_range(lo: float, hi: float, pad: float = 1.6) -> list[float]:
     return [math.log10(lo / pad), math.log10(hi * pad)]

@@ -789,7 +789,7 @@ def batch_roofline_figure(br, scale: float = 1.0):
 
     import plotly.graph_objects as go
 
-    from drawing.palette import ESTIMATE, layout, legend_under_title
+    from drawing.palette import ESTIMATE, layout, legend_under_title, rate_ticks
 
     here, gpu, rows = br.here, br.gpu, br.measured
     gpu_name = gpu.name.split(" (")[0]
@@ -820,7 +820,9 @@ def batch_roofline_figure(br, scale: float = 1.0):
         fig.add_trace(go.Scatter(
             x=[p.intensity for p in points], y=[getattr(p, y) for p in points], name=name, mode=mode, marker=marker,
             line=dict(color=marker["color"], width=2, dash="solid" if y == "achieved" else "dot"),
-            text=every_other(points), textposition="top left", textfont=dict(size=11 * scale, color=marker["color"]),
+            # the measured points' names under them: above, the roofs' lines struck them through
+            text=every_other(points), textposition="bottom right" if y == "achieved" else "top left",
+            textfont=dict(size=11 * scale, color=marker["color"]),
             customdata=[p.batch for p in points],
             hovertemplate="B = %{customdata}: %{x:.1f} FLOP/byte, %{y:.3s}FLOP/s<extra>" + name + "</extra>"))
     for ridge, colour, words, up in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", 0),
@@ -830,7 +832,8 @@ def batch_roofline_figure(br, scale: float = 1.0):
                            showarrow=False, text=words, font=dict(size=11 * scale, color=colour))
         # a line each: side by side, the two ridges' words crossed on a narrow plot (half a projector, a phone)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
-    fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="FLOP/s (measured here; predicted there)")
+    vals, texts = rate_ticks(1e3, 1e17)  # '1000 T', not plotly's '10¹⁵' beside '100T'
+    fig.update_yaxes(type="log", tickvals=vals, ticktext=texts, title="FLOP/s (measured here; predicted there)")
     fig = layout(fig, f"Batch on the roofline: {here.dtype} here, {short} {gpu.dtype}", height=380, scale=scale)  # whole on
     # a phone: a longer title ran past its right edge
     fig.update_layout(legend=dict(font=dict(size=11 * scale)), margin=dict(t=int(112 * scale)))  # two legend rows
