@@ -50,10 +50,11 @@ def storage_frame(rec: Record) -> pd.DataFrame:
 
 
 def short_header(column: str) -> str:
-    """A storage_frame column's header as the page shows it (the full name in its help): 'predicted × fp32
-    (bytes)' → 'predicted (bytes)', 'decode in kernels ms' → 'in kernels ms'."""
+    """A storage_frame column's header as the page shows it (the full name in its help), short enough that a
+    projector shows every column: 'predicted × fp32 (bytes)' → 'predicted (bytes)', 'decode in kernels ms' → 'in
+    kernels ms', 'decode bound ms (estimate)' → 'bound ms (est.)' (it stands beside its phase's own ms)."""
     return (re.sub(r"^predicted × .+ \(([^)]*)\)$", r"predicted (\1)", column).replace("decode in kernels", "in kernels")
-            .replace(" (estimate)", " (est.)"))
+            .replace(" (estimate)", " (est.)").replace("decode bound", "bound").replace("prefill bound", "bound"))
 
 
 def damage_frame(rec: Record) -> pd.DataFrame:
