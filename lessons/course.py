@@ -4,7 +4,7 @@
     course.greedy_run(prompt, n)         prefill, then n greedy decode steps: made once per (model, settings), kept
     course.takeaway(place, text)         the lesson's bold first line, in its own measured numbers
     course.compare(...), .batch(...)     cache on vs off, a padded batch: the same, kept
-    show_stage(run, step)          a recorded step on the stage
+    show_stage(run, step)          a recorded step on the stage (enlarge=key: a button opens it across the screen)
     busy(traces)                   the honest note when the server's noise contradicts a lesson's numbers
 
 Every run a lesson talks about is made once per (model, settings) and kept: a rerun, a slider moved back, another
@@ -209,8 +209,28 @@ def prompt_picker(key: str, default: int = 0) -> str:
     return next(p["prompt"] for p in PROMPTS if p["title"] == title)
 
 
-def show_stage(run: Stepper, step: int, layer: int = 0) -> None:
-    st.html(stage_pictures(run.records[step], run.pieces(), run.prompt_len, layer=layer))  # a phone's layout too
+def show_stage(run: Stepper, step: int, layer: int = 0, enlarge: str | None = None) -> None:
+    """A recorded step on the stage (a phone's layout too). `enlarge`: a key for a button that opens the same
+    picture across the screen, for a lesson that draws the stage in a column beside something else."""
+    html = stage_pictures(run.records[step], run.pieces(), run.prompt_len, layer=layer)
+    st.html(html)
+    if enlarge:
+        enlarge_button(html, enlarge)
+
+
+ENLARGED_PX = 1000  # the dialog's width: the stage's 1,000 units at 1 px each, its smallest words ~9 px, not ~5
+
+
+@st.dialog("The stage, across the screen", width=ENLARGED_PX)
+def _enlarged(html: str) -> None:
+    st.html(html)
+
+
+def enlarge_button(html: str, key: str) -> None:
+    """Beside a stage drawn in a column (its words ~5-7 px on a 1280x720 projector): the same picture, enlarged."""
+    if st.button("Enlarge the stage", key=key, icon=":material/fullscreen:", type="tertiary",
+                 help="The same picture across the screen, its words readable from the back of a room"):
+        _enlarged(html)
 
 
 def busy(traces) -> None:

@@ -27,7 +27,7 @@ def show(course: Course) -> None:
                            f"serves {pre.q_len} rows of arithmetic.")
     stage, mask, why = st.columns([1.0, 0.9, 0.55], gap="small")
     with stage:
-        show_stage(run, 0)
+        show_stage(run, 0, enlarge="lesson2_enlarge")
     rows, att = attention_rows(pre, 0, 0)
     above = masked_weight(pre, 0, 0)  # the recorded weights, not the picture's blanks
     with mask:

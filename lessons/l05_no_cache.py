@@ -39,7 +39,8 @@ def show(course: Course) -> None:
         cache, nocache = rep.runs["cache"].records, rep.runs["nocache"].records
         note = caveats.compare_note(cache, nocache)
     with stage:  # the slider's last step, drawn: its passes timed once each (the measured comparison is `rep`, above)
-        show_stage(course.greedy_run(prompt, decode_steps=steps, use_cache=False, repeats=1), steps)
+        show_stage(course.greedy_run(prompt, decode_steps=steps, use_cache=False, repeats=1), steps,
+                   enlarge="lesson5_enlarge")
     with work:
         fig = work_per_step_figure(cache, nocache, scale=scale(), note=note, height=WORK_HEIGHT)
         fig.update_layout(title_text="Work per step, and the time it took")  # whole in half the width

@@ -13,7 +13,7 @@ import streamlit as st
 
 from engine import DecodeLabError
 from engine.generate.speculative import Speculator
-from lessons.course import Course
+from lessons.course import Course, enlarge_button
 from topics.speculative.lookahead import Lookahead, lookahead_html
 from topics.speculative.measure import one_row_timing, rows_cost_sentence
 from topics.speculative.page_parts import drafter_for, rounds_html, totals, verify_stage
@@ -65,7 +65,9 @@ def show(course: Course) -> None:
     with rounds:
         st.html(rounds_html(speculator, len(speculator.records) - 1, dense=True))
     with stage:
-        st.html(verify_stage(speculator, shown))
+        picture = verify_stage(speculator, shown)
+        st.html(picture)
+        enlarge_button(picture, "lesson9_enlarge")
     st.markdown(f"On the stage, round {shown}: {r.q_len} rows went through the model in one pass; "
                 f"{r.cut} of the columns it wrote were cut again.")
     totals(speculator)

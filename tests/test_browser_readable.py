@@ -137,6 +137,40 @@ def test_a_lessons_key_picture_and_claim_fit_the_first_projector_screen(keyed_se
     pg.close()
 
 
+@pytest.mark.parametrize("number, key", [(2, "lesson2_enlarge"), (5, "lesson5_enlarge"), (9, "lesson9_k")])
+def test_a_lessons_stage_in_a_column_opens_across_the_screen_and_the_lesson_is_kept_after(keyed_server, browser,
+                                                                                         number, key):
+    """Beside another picture in a column, the stage's words were ~5-7 px on a projector. Enlarge opens the same
+    picture across the screen (at least 0.9 px a unit of its 1,000-unit drawing: 13-unit words at ~12 px); closing
+    it leaves the lesson where it was: the same lesson, the same step, lesson 9's k as it was set."""
+    pg = open_page(browser, keyed_server + f"/lessons?presenter=on&lesson={number}", *PRESENTER)
+    stage = settled(pg, "[data-testid=dl-stage] img")
+    small = stage.bounding_box()["width"]
+    if number == 9:  # a slider moved before the click: kept after it
+        pg.get_by_role("slider", name=re.compile("guesses per round")).focus()
+        pg.keyboard.press("ArrowRight")
+        idle(pg)
+        key = "lesson9_enlarge"
+    k = pg.locator(".st-key-lesson9_k [data-testid=stSliderThumbValue]")
+    k_before = k.inner_text() if number == 9 else None
+    alt_before = stage.get_attribute("alt")
+    pg.locator(f".st-key-{key}").get_by_role("button", name="Enlarge the stage").first.click()
+    dialog = pg.locator("[role=dialog]")
+    big = dialog.locator("[data-testid=dl-stage] img.dl-stage-wide").first
+    big.wait_for(timeout=60_000)
+    box = big.bounding_box()
+    assert box["width"] >= 900 and box["width"] / small > 1.5, (box, small)
+    assert big.get_attribute("alt") == alt_before  # the same pass, not another
+    pg.keyboard.press("Escape")
+    dialog.wait_for(state="detached", timeout=30_000)
+    idle(pg)
+    assert f"lesson={number}" in pg.url and pg.locator("[data-testid=dl-stage] img").first.get_attribute("alt") == \
+        alt_before
+    if number == 9:
+        assert k.inner_text() == k_before == "5"
+    pg.close()
+
+
 @pytest.mark.parametrize("size", [PRESENTER, PHONE], ids=["projector-presenter", "phone"])
 def test_the_pass_over_n_rows_keeps_its_note_legend_ticks_and_axis_title_apart(keyed_server, browser, size):
     """The H200 recording's curve: a timing note lay on the legend under the plot, then (the note moved over the
