@@ -142,6 +142,7 @@ def _start(new: bool = False) -> None:
     ss["follow_key"] = ""  # the key is not kept: the page holds only the class's token from here on
     try:
         lecture = classroom().start(key, who(), new=new)
+        ss["follow_resumed_with"] = classroom().followers(lecture.code) if lecture.resumed else 0  # counted once
     except (Refused, StoreDown) as e:
         ss["follow_msg"] = str(e)
         return
@@ -192,7 +193,7 @@ def lecturer_panel(where) -> None:
         link = follow_link(lecture.code)
         box.markdown(f"Class **{lecture.code}**: students open")
         if lecture.resumed:
-            following = classroom().followers(lecture.code)
+            following = ss.get("follow_resumed_with", 0)  # as the class stood when the key brought it back
             box.caption(f"Class {lecture.code} was running: you lead it again"
                         + (f", and {following} student{'s still follow' if following != 1 else ' still follows'} it."
                            if following

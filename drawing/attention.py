@@ -18,6 +18,11 @@ def visible(query_pos: int, key_pos: int, window: int | None) -> bool:
     return key_pos <= query_pos and (window is None or key_pos > query_pos - window)
 
 
+def _masked(q: np.ndarray, k: np.ndarray, window: int | None) -> np.ndarray:
+    """The vectorised `visible`, negated: query positions q [rows, 1] against key positions k [1, keys]."""
+    return k > q if window is None else (k > q) | (k <= q - window)
+
+
 def attention_rows(t: StepTrace, layer: int, head: int) -> tuple[list[int], np.ndarray]:
     """The kept query rows of one head over every key position 0..kv_len-1: (query positions, [row, key_pos]).
 
@@ -31,8 +36,7 @@ def attention_rows(t: StepTrace, layer: int, head: int) -> tuple[list[int], np.n
     out = np.full((len(rows), t.kv_len), np.nan)
     out[:, lt.key_start:lt.key_start + w.shape[1]] = w
     q, k = np.array(rows)[:, None], np.arange(t.kv_len)[None, :]
-    masked = k > q if lt.window is None else (k > q) | (k <= q - lt.window)  # the vectorised `visible`
-    out[masked] = np.nan
+    out[_masked(q, k, lt.window)] = np.nan
     return rows, out
 
 
@@ -45,8 +49,7 @@ def masked_weight(t: StepTrace, layer: int, head: int) -> float:
     w = lt.pattern[head].float().numpy()  # [row, width] over keys key_start ..
     q = np.arange(t.kv_len - w.shape[0], t.kv_len)[:, None]
     k = np.arange(lt.key_start, lt.key_start + w.shape[1])[None, :]
-    masked = k > q if lt.window is None else (k > q) | (k <= q - lt.window)
-    return float(np.abs(w[masked]).sum())
+    return float(np.abs(w[_masked(q, k, lt.window)]).sum())
 
 
 def assembled_attention(traces: list[StepTrace], layer: int, head: int) -> np.ndarray:

@@ -40,7 +40,7 @@ def bounds_folded(rec, source: str = "") -> None:
             st.caption(plain(f"{source}. {draw.where(rec)}."))
 
 
-def section(lm=None, curve_step: tuple | None = None) -> None:
+def section(lm=None, curve_step=None) -> None:
     """`curve_step`: the reference's decode step and prefills as the pass-of-n curve's recording timed them
     (topics.ladder.store.CurveSteps; the page's door reads it), so that a pass timed apart on another day is said to
     be."""

@@ -667,10 +667,10 @@ def _faster(a: float, b: float, a_name: str, b_name: str, rounds: tuple[float, .
         return said
     if len(rounds) < 2:
         return said + ", in one round: too few to tell from the server's noise"
-    if min(rounds) <= 1 <= max(rounds):
-        return (f"no clear difference: ×{a / b:.2f} {a_name} over {b_name} by medians, but the rounds ran "
-                f"×{min(rounds):.2f} to ×{max(rounds):.2f}")
-    return said + f" in every round (×{min(rounds):.2f} to ×{max(rounds):.2f})"
+    spread = f"×{min(rounds):.2f} to ×{max(rounds):.2f}"
+    if not clear(rounds):  # the rounds fall on both sides of ×1
+        return f"no clear difference: ×{a / b:.2f} {a_name} over {b_name} by medians, but the rounds ran {spread}"
+    return said + f" in every round ({spread})"
 
 
 def clear(rounds: tuple[float, ...]) -> bool:
@@ -696,6 +696,7 @@ def throughput_sentence(same, mixed=None) -> str:
            "with its block tables), not scheduling."]
     if mixed is not None:
         mc, ms = mixed.continuous_tokens_per_s, mixed.static_batch_tokens_per_s
+        rounds = mixed.per_round("continuous", "static_batch")  # continuous's rate over static's, round by round
         asked = mixed.lengths
         padded = len(asked) * max(asked)
         # the same total of tokens either way: a static batch of mixed lengths does more padded work than one of equal
@@ -707,7 +708,7 @@ def throughput_sentence(same, mixed=None) -> str:
                    f"({1 - sum(asked) / padded:.0%} wasted); continuous batching drops a finished request from the "
                    f"next pass, but with every request already in, nobody waits for the freed slot, and "
                    f"{_passes(mixed)}, as many as the longest request makes. Measured: {mc:,.0f} tokens/s against "
-                   f"{ms:,.0f} ({_faster(mc, ms, 'continuous', 'static', rounds := mixed.per_round('continuous', 'static_batch'))})"
+                   f"{ms:,.0f} ({_faster(mc, ms, 'continuous', 'static', rounds)})"
                    + (": all that dropping finished rows from a pass buys here." if clear(rounds) and mc > ms else ".")
                    + " Continuous batching wins where a queue waits for batch slots (scenario 6).")
         if flipped:
