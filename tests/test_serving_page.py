@@ -502,7 +502,7 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     reaches the ridge; the sentence's numbers are the record's."""
     from physics import kvcalc, roofline
     from physics.batched import batched_decode, saturating_batch
-    from topics.serving.draw import batch_roofline_figure, batch_roofline_sentence
+    from topics.serving.draw import batch_roofline_figure, batch_roofline_gpu_words, batch_roofline_sentence
     from topics.serving.measure import batch_roofline
 
     sweep = _measured_rows(bundled_lm)
@@ -522,6 +522,8 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     real = by["Llama-3-8B, H100 predicted"]
     assert real.x[0] == pytest.approx(1.0, rel=0.05) and real.x[5] == pytest.approx(32, rel=0.05)  # about B FLOP/byte
     said = batch_roofline_sentence(br)
+    assert "H100" not in said  # the open points' story is folded under it, in words of its own
+    said += " " + batch_roofline_gpu_words(br)
     first, last = rows[0], rows[-1]
     assert (f"from {first.intensity:.1f} at B = 1 to {last.intensity:.1f} at B = 16 (fp32, estimates)"
             in said)
@@ -567,6 +569,9 @@ def draws_the_measured_batch_passes():
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
     rows = at.session_state["serve_measured"][1].rows
     assert f"at B = {rows[-1].batch}" in said.replace("\\", "")
+    assert "H100" not in said  # one paragraph beside the chart; the GPU's predictions are folded under it
+    (fold,) = [e for e in at.expander if "open points, estimates" in e.label]
+    assert any("nothing ran there" in m.value and "that is why servers batch" in m.value for m in fold.markdown)
     caption = next(c.value for c in at.caption if "sequences in one decode pass took" in c.value)
     assert f"({rows[-1].decode_ms:.1f} ms against {rows[0].decode_ms:.1f} ms)" in caption and "warm-up" in caption
 

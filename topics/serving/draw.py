@@ -855,11 +855,11 @@ def _cache_ridge_words(rows, here) -> str:
 
 
 def batch_roofline_sentence(br) -> str:
-    """What the batch roofline shows, in its own numbers: how far the measured passes walk toward this device's
-    ridge, and at which batch a GPU's predicted passes reach its ridge (for this model and for a published one)."""
-    rows, here, gpu = br.measured, br.here, br.gpu
+    """What the batch roofline's filled points show, in their own numbers: how far the measured passes walk toward
+    this device's ridge and what the pass's rate did meanwhile. The open points' story is batch_roofline_gpu_words,
+    folded under it: one short paragraph beside the chart, the rest a click away."""
+    rows, here = br.measured, br.here
     first, last = rows[0], rows[-1]
-    gpu_name = gpu.name.split(" (")[0]
     side = ("still left of" if last.intensity < br.ridge_here else "past")
     said = (f"Each filled point is one decode pass of B sequences at ~{br.context} positions, measured here: the "
             f"weights are read once for all B, so its FLOPs per byte grow with B, from {first.intensity:.1f} at "
@@ -869,8 +869,20 @@ def batch_roofline_sentence(br) -> str:
             "the work).")
     said += _cache_ridge_words(rows, here)
     here_sat = br.saturates_here
-    said += (f" By the estimates this device's ridge is reached at B ≈ {here_sat}." if here_sat else
-             " By the estimates no batch reaches this device's ridge at this context.")
+    return said + (f" By the estimates this device's ridge is reached at B ≈ {here_sat}." if here_sat else
+                   " By the estimates no batch reaches this device's ridge at this context.")
+
+
+def batch_roofline_gpu_title(br) -> str:
+    """The fold's title: the question its paragraph answers."""
+    return f"On an {br.gpu.name.split(' (')[0]} (open points, estimates): the batch where the weights stop setting the step"
+
+
+def batch_roofline_gpu_words(br) -> str:
+    """The open points: at which batch a GPU's predicted passes reach its ridge (for this model and for a published
+    one), and the sooner batch where the step stops being the weights' read once the attention's own kernels count."""
+    gpu = br.gpu
+    gpu_name = gpu.name.split(" (")[0]
     model = (f"{br.model} reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at B ≈ {br.saturates_gpu}"
              if br.saturates_gpu else
              f"{br.model} never reaches its ridge ({gpu.ridge:.0f} FLOP/byte) at this context: its weights are "
@@ -878,13 +890,14 @@ def batch_roofline_sentence(br) -> str:
              "levels off below the ridge")
     real = (f"{br.real} reaches it at B ≈ {br.saturates_real}" if br.saturates_real else
             f"{br.real} does not reach it either")
-    return (said + f" Predicted on an {gpu_name} in {gpu.dtype} (open points: nothing ran there), {model}; {real}. "
+    return (f"Predicted on an {gpu_name} in {gpu.dtype} (open points: nothing ran there), {model}; {real}. "
             "That one intensity counts every request's K/V as if one kernel overlapped its reads with the "
             "arithmetic. The attention reads each request's own K/V in kernels of its own, on the memory side at any "
             "batch, and their time adds to the products': counted so, the step stops being the weights' read at "
             f"B ≈ {_knee(br.knee_gpu)} for {br.model} and B ≈ {_knee(br.knee_real)} for {br.real}, sooner than that "
-            "intensity says (estimates; the Scale page's pass over n rows measures where). Below that batch each more request adds only its own "
-            "arithmetic and K/V reads to a step the weights' read sets: that is why servers batch.")
+            "intensity says (estimates; the Scale page's pass over n rows measures where). Below that batch each more "
+            "request adds only its own arithmetic and K/V reads to a step the weights' read sets: that is why servers "
+            "batch.")
 
 
 def _knee(n: float) -> str:

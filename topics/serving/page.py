@@ -290,6 +290,7 @@ def show() -> None:
         if result.note:  # a measurement whose order contradicts physics, said where the class reads the chart
             st.warning(result.note, icon=":material/speed:")
         st.markdown(plain(draw.batch_roofline_sentence(br)))
+        st.expander(draw.batch_roofline_gpu_title(br)).markdown(plain(draw.batch_roofline_gpu_words(br)))
     elif kind == "chunking":
         chunking_result(result)
     elif kind == "batching":
