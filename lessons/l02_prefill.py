@@ -17,7 +17,7 @@ MASK_HEIGHT = 300  # the mask's heatmap beside the stage, before scale: both fit
 
 
 def show(course: Course) -> None:
-    claim, pick = st.columns([3, 1], gap="medium", vertical_alignment="bottom")
+    claim, pick = st.columns([2.6, 1], gap="medium", vertical_alignment="bottom")
     first = claim.empty()  # the takeaway, once the prompt has run
     with pick:
         prompt = prompt_picker("lesson2_prompt", default=2)

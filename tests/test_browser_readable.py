@@ -137,6 +137,28 @@ def test_a_lessons_key_picture_and_claim_fit_the_first_projector_screen(keyed_se
     pg.close()
 
 
+def test_lesson_2s_prompt_picker_shows_every_prompts_title_whole_on_a_projector(keyed_server, browser):
+    """The picker beside lesson 2's claim showed "Repeated name (watch attention jum…" on a projector: the choice a
+    lecturer reads out was cut. Every preset's title, set in the picker's own font, fits the box it is shown in."""
+    import json
+    from pathlib import Path
+
+    titles = [p["title"] for p in json.loads((Path(__file__).parents[1] / "assets" / "prompts.json").read_text())]
+    pg = open_page(browser, keyed_server + "/lessons?presenter=on&lesson=2", *PRESENTER)
+    settled(pg, "[data-testid=dl-stage] img")
+    shown = pg.locator(".st-key-lesson2_prompt input[role=combobox]").first
+    fits = shown.evaluate("""(e, titles) => {
+      const style = getComputedStyle(e);
+      const room = e.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+      const ctx = document.createElement('canvas').getContext('2d');
+      ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+      return {room, shown: e.value, wide: titles.filter(t => ctx.measureText(t).width > room)};
+    }""", titles)
+    assert fits["shown"] == titles[2], fits  # the lesson's own default, Tom's repeated name
+    assert fits["wide"] == [], fits
+    pg.close()
+
+
 @pytest.mark.parametrize("number, key", [(2, "lesson2_enlarge"), (5, "lesson5_enlarge"), (9, "lesson9_k")])
 def test_a_lessons_stage_in_a_column_opens_across_the_screen_and_the_lesson_is_kept_after(keyed_server, browser,
                                                                                          number, key):
