@@ -81,7 +81,13 @@ def data_uri(svg: str | bytes) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(raw).decode("ascii")
 
 
-def picture_html(svg: str, alt: str, testid: str) -> str:
-    """Any drawn picture as an <img> of its SVG."""
-    return (f'<div class="dl-picture" data-testid="{escape(testid)}"><img alt="{escape(alt)}" '
-            f'src="{data_uri(svg)}" style="display:block;width:100%;height:auto"/></div>')
+def picture_html(svg: str, alt: str, testid: str, phone: str | None = None) -> str:
+    """Any drawn picture as an <img> of its SVG. A phone scrolls a wide picture sideways (ui/style.py); `phone`, the
+    same picture laid out for a phone's width, is shown there instead, whole."""
+    style = "display:block;width:100%;height:auto"
+    if phone is None:
+        return (f'<div class="dl-picture" data-testid="{escape(testid)}"><img alt="{escape(alt)}" '
+                f'src="{data_uri(svg)}" style="{style}"/></div>')
+    return (f'<div class="dl-picture dl-picture-fits" data-testid="{escape(testid)}">'
+            f'<img class="dl-picture-wide" alt="{escape(alt)}" src="{data_uri(svg)}" style="{style}"/>'
+            f'<img class="dl-picture-phone" alt="{escape(alt)}" src="{data_uri(phone)}" style="{style}"/></div>')

@@ -53,8 +53,9 @@ def show(course: Course) -> None:
     row = by_policy[pick]
     left, right = st.columns([1, 1], gap="medium")
     with left:
-        st.html(picture_html(draw.cache_svg(row.cache), f"the {pick} cache per layer after the held-out story",
-                             "lesson11-cache"))
+        st.html(picture_html(draw.cache_svg(row.cache, width=draw.COLUMN_W),
+                             f"the {pick} cache per layer after the held-out story", "lesson11-cache",
+                             phone=draw.cache_svg(row.cache, width=draw.PHONE_W)))
     with right:
         st.dataframe(draw.policy_table(rows, short=True), hide_index=True)
     fp8, window = by_policy["fp8"], by_policy["window"]

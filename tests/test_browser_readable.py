@@ -159,6 +159,29 @@ def test_lesson_2s_prompt_picker_shows_every_prompts_title_whole_on_a_projector(
     pg.close()
 
 
+@pytest.mark.parametrize("size", [PRESENTER, PHONE], ids=["projector-presenter", "phone"])
+def test_lesson_11s_cache_picture_is_read_whole_at_its_own_size(keyed_server, browser, size):
+    """On a phone the cache per layer scrolled sideways under a "swipe" hint, its legend and axis cut; in half a
+    projector's width its words were ~8 px. Each screen now shows a picture laid out for it: whole, no sideways
+    scroll, its smallest words at least 11 px."""
+    import base64
+
+    pg = open_page(browser, keyed_server + "/lessons?lesson=11" + ("&presenter=on" if size == PRESENTER else ""),
+                   *size)
+    settled(pg, "[data-testid=lesson11-cache] img:visible")
+    box = pg.locator("[data-testid=lesson11-cache]").first
+    shown = box.locator("img:visible")
+    assert shown.count() == 1
+    assert box.evaluate("e => e.scrollWidth <= e.clientWidth + 1")
+    assert pg.evaluate("document.documentElement.scrollWidth") <= size[0]
+    svg = base64.b64decode(shown.get_attribute("src").split("base64,", 1)[1]).decode()
+    units = float(re.search(r'viewBox="0 0 ([\d.]+)', svg).group(1))
+    smallest = min(float(f) for f in re.findall(r'font-size="([\d.]+)"', svg))
+    assert smallest * shown.bounding_box()["width"] / units >= 11, (units, smallest, shown.bounding_box())
+    assert "evicted" in svg and "layer 0" in svg  # the legend and the rows, drawn, not cut
+    pg.close()
+
+
 @pytest.mark.parametrize("number, key", [(2, "lesson2_enlarge"), (5, "lesson5_enlarge"), (9, "lesson9_k")])
 def test_a_lessons_stage_in_a_column_opens_across_the_screen_and_the_lesson_is_kept_after(keyed_server, browser,
                                                                                          number, key):

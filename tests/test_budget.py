@@ -698,7 +698,7 @@ def test_the_cache_picture_greys_what_was_evicted_and_hatches_what_was_quantized
     position only one of the two kv_heads holds is drawn pale; int8 (KIVI, 16-position key groups) has rounded
     0..63. Its title's bytes are the tensors' own (counted here) and transformers' DynamicCache's."""
     from physics.units import human_bytes
-    from topics.budget.draw import cache_svg
+    from topics.budget.draw import COLUMN_W, PHONE_W, cache_svg
     from topics.budget.measure import cache_map
 
     ids = held_out_ids(bundled_lm, 96)
@@ -714,16 +714,18 @@ def test_the_cache_picture_greys_what_was_evicted_and_hatches_what_was_quantized
     assert any(n == 1 for layer in expected["heavy"] for _, n in layer)  # some positions held by one kv_head only
     for policy, want in expected.items():
         _, cache = forced_logprobs(bundled_lm, policy, 32, ids, 64)
-        svg = cache_svg(cache_map(bundled_lm, cache, policy, 32, 96, full, 64))
-        drawn = picture_cells(svg, layers, 96)
-        for layer, (row, wanted) in enumerate(zip(drawn, want)):
-            assert [state for state, _ in row] == [state for state, _ in wanted], f"{policy}, layer {layer}"
-            for (state, opacity), (_, n) in zip(row, wanted):
-                if state != "evicted":
-                    assert opacity == pytest.approx(0.35 + 0.65 * n / kv_heads, abs=0.006), (policy, layer)
+        cmap = cache_map(bundled_lm, cache, policy, 32, 96, full, 64)
         held = sum(tensor_bytes(layer) for layer in cache.layers)
         title = f"{human_bytes(held)} held of the fp32 cache's {human_bytes(full)} ({held / full:.0%})"
-        assert title in html.unescape(svg), policy
+        for svg in (cache_svg(cmap), cache_svg(cmap, width=COLUMN_W), cache_svg(cmap, width=PHONE_W)):  # one record
+            drawn = picture_cells(svg, layers, 96)
+            for layer, (row, wanted) in enumerate(zip(drawn, want)):
+                assert [state for state, _ in row] == [state for state, _ in wanted], f"{policy}, layer {layer}"
+                for (state, opacity), (_, n) in zip(row, wanted):
+                    if state != "evicted":
+                        assert opacity == pytest.approx(0.35 + 0.65 * n / kv_heads, abs=0.006), (policy, layer)
+            words = " ".join(re.findall(r'font-weight="bold"[^>]*>([^<]*)</text>', html.unescape(svg)))
+            assert title in words, policy  # whole, on one line or wrapped onto two
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
 .st-key-dl_keys_back { display: none; }      /* a script with nothing to show: see keys_back */
 .dl-stage-head { display: none; }            /* the stage's first line again, in words: a phone's only (below) */
 .dl-stage img.dl-stage-phone { display: none; }  /* the stage laid out for a phone: a phone's only (below) */
+.dl-picture img.dl-picture-phone { display: none !important; }  /* a picture's phone layout: a phone's only */
 .dl-lane-name { display: none; }             /* a race text's run, said where the columns stack (below 640 px) */
 @media (max-width: 640px) { .dl-lane-name { display: block; } }  /* Streamlit's columns stack under 640 px */
 @media (max-width: 700px) {                  /* a phone: the bar folds into two short rows, views stack */
@@ -56,6 +57,11 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   .dl-picture img { min-width: 640px; }        /* ...with its text legible, like the stage, and says so above it */
   .dl-picture::before { content: "⟷ swipe sideways: the picture is wider than the screen"; display: block;
     position: sticky; left: 0; font-size: 0.75rem; color: #555; }
+  .dl-picture.dl-picture-fits { overflow-x: visible; }  /* a picture with a phone layout shows it whole... */
+  .dl-picture.dl-picture-fits::before { content: none; }
+  .dl-picture.dl-picture-fits img { min-width: 0; }
+  .dl-picture.dl-picture-fits img.dl-picture-wide { display: none !important; }
+  .dl-picture.dl-picture-fits img.dl-picture-phone { display: block !important; }  /* ...instead of the wide one */
   .dl-text { display: none; }                  /* the stage's token strip already shows the text */
   [data-testid="stMainBlockContainer"] { padding-left: 0.6rem; padding-right: 0.6rem; padding-top: 2.2rem; }
   button kbd { display: none !important; }     /* keyboard hints: a phone has no keyboard */

@@ -16,6 +16,7 @@ Nothing here imports torch or streamlit: the same record draws in the app, a not
 
 from __future__ import annotations
 
+import textwrap
 from html import escape
 
 import pandas as pd
@@ -23,7 +24,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, RECOMPUTED, layout, legend_under_title, show_piece
-from drawing.svg import FONT, INK, SOFT, W, text
+from drawing.svg import FONT, INK, SOFT, TEXT, W, text
 from physics.units import human_bytes
 from topics.budget.records import BF16_BYTES, SHORT_DTYPE
 
@@ -50,61 +51,87 @@ def runs(values: tuple) -> list[tuple[int, int, object]]:
     return out
 
 
-def cache_svg(cmap, title: str | None = None) -> str:
-    """The cache after a run: a row per layer, a cell per position (0 .. positions-1), as the record says."""
-    left, right, top, row_h, gap = 110, 975, 74, 34, 10
+COLUMN_W = 600  # cache_svg in half a page's width (~600 px on a 1280 px projector): ~1 px a unit, words 13-17 px
+PHONE_W = 420  # and on a phone: at 370 px 0.88 px a unit, so its 11-unit words are ~12 px
+
+
+def cache_svg(cmap, title: str | None = None, width: int = W) -> str:
+    """The cache after a run: a row per layer, a cell per position (0 .. positions-1), as the record says. Narrower
+    than W (COLUMN_W, PHONE_W) it is laid out compact: smaller words that wrap, shorter rows for many layers, so it
+    is read at about its own size in half a page, or whole on a 390 px phone."""
+    compact = width < W
+    sizes = dict(title=14, row=12, legend=11, axis=11) if compact else dict(title=17, row=14, legend=13, axis=12)
+    row_h, gap = (34, 10) if not compact else (30, 8) if len(cmap.layers) <= 6 else (16, 4)
+    left, right = (72, width - 12) if compact else (110, 975)
     n = max(1, cmap.positions)
     cell = (right - left) / n
-    height = top + len(cmap.layers) * (row_h + gap) + 46
     own = SHORT_DTYPE.get(cmap.dtype, cmap.dtype)
     title = title or (f"{cmap.policy}" + ("" if cmap.budget is None else f", budget {cmap.budget}") +
                       f": {human_bytes(cmap.bytes_held)} held of the {own} cache's {human_bytes(cmap.bytes_full)} "
                       f"({cmap.ratio:.0%})")
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" font-family="{FONT}">',
+    heading = textwrap.wrap(title, max(20, int((width - 20) / (sizes["title"] * TEXT * 0.56))))
+    y = 28
+    words = []
+    for line in heading:
+        words.append(text(10, y, line, size=sizes["title"], weight="bold"))
+        y += sizes["title"] * TEXT * 1.25
+    legend, y = legend_rows(10, y + 4, width, sizes["legend"])
+    top = y + 8
+    height = top + len(cmap.layers) * (row_h + gap) + 46
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height:.0f}" font-family="{FONT}" '
+             f'data-layout="{"compact" if compact else "wide"}">',
              '<defs><pattern id="quantized" width="7" height="7" patternUnits="userSpaceOnUse" '
              'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="7" stroke="#fff" stroke-width="3"/>'
              '</pattern></defs>',
-             '<rect width="100%" height="100%" fill="#fff"/>', text(10, 28, title, size=17, weight="bold")]
-    parts.append(legend_row(10, 52))
+             '<rect width="100%" height="100%" fill="#fff"/>', *words, legend]
     for row, layer in enumerate(cmap.layers):
         y = top + row * (row_h + gap)
-        parts.append(text(left - 10, y + row_h * 0.68, f"layer {layer.layer}", size=14, anchor="end", fill=SOFT))
+        parts.append(text(left - 10, y + row_h * 0.68, f"layer {layer.layer}", size=sizes["row"], anchor="end",
+                          fill=SOFT))
         prefilled = cmap.prefilled or n
         state = tuple((h, q, p >= prefilled) for p, (h, q) in enumerate(zip(layer.held, layer.quantized)))
         for start, length, (held, quantized, decoded) in runs(state):
             x, w = left + start * cell, length * cell
             if not held:
-                parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="{EVICTED}" '
+                parts.append(f'<rect x="{x:.2f}" y="{y:.1f}" width="{w:.2f}" height="{row_h}" fill="{EVICTED}" '
                              f'stroke="{GREY}" stroke-width="0.6" data-state="evicted" data-start="{start}" '
                              f'data-length="{length}"/>')
                 continue
             share = held / layer.kv_heads  # a pale cell: only some kv_heads hold it
             colour = DECODE if decoded else PREFILL
             kind = "quantized" if quantized else "held"
-            parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="{colour}" '
+            parts.append(f'<rect x="{x:.2f}" y="{y:.1f}" width="{w:.2f}" height="{row_h}" fill="{colour}" '
                          f'fill-opacity="{0.35 + 0.65 * share:.2f}" data-state="{kind}" data-start="{start}" '
                          f'data-length="{length}"/>')
             if quantized:
-                parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="url(#quantized)"/>')
+                parts.append(f'<rect x="{x:.2f}" y="{y:.1f}" width="{w:.2f}" height="{row_h}" '
+                             'fill="url(#quantized)"/>')
     axis_y = top + len(cmap.layers) * (row_h + gap) + 16
     for p in sorted({0, n // 4, n // 2, 3 * n // 4, n - 1}):
-        parts.append(text(left + (p + 0.5) * cell, axis_y, str(p), size=12, anchor="middle", fill=SOFT))
-    parts.append(text((left + right) / 2, axis_y + 22, "pos (the position each key was written at)", size=12,
-                      anchor="middle", fill=SOFT))
+        parts.append(text(left + (p + 0.5) * cell, axis_y, str(p), size=sizes["axis"], anchor="middle", fill=SOFT))
+    parts.append(text((left + right) / 2, axis_y + 22, "pos (the position each key was written at)",
+                      size=sizes["axis"], anchor="middle", fill=SOFT))
     parts.append("</svg>")
     return "".join(parts)
 
 
-def legend_row(x: float, y: float) -> str:
-    out = []
+def legend_rows(x0: float, y: float, width: float, size: float) -> tuple[str, float]:
+    """The cells' meanings, left to right, a new row where the next would run past `width`; the svg and the y
+    under its last row."""
+    out, x = [], x0
+    y += size * TEXT
     for name, colour in [*LEGEND.items(), ("quantized (hatched)", PREFILL), ("pale: some kv_heads hold it", "#a5c8e1")]:
+        step = 24 + len(name) * size * TEXT * 0.54
+        if x > x0 and x + step > width:
+            x, y = x0, y + size * TEXT * 1.6
         hatch = name.startswith("quantized")
-        out.append(f'<rect x="{x}" y="{y - 12}" width="16" height="14" fill="{colour}" stroke="{GREY}" '
-                   f'stroke-width="0.6"/>' + (f'<rect x="{x}" y="{y - 12}" width="16" height="14" '
-                                             'fill="url(#quantized)"/>' if hatch else ""))
-        out.append(text(x + 22, y, name, size=13, fill=INK))
-        x += 36 + len(name) * 8.6
-    return "".join(out)
+        box = size * TEXT
+        out.append(f'<rect x="{x}" y="{y - box * 0.8:.1f}" width="{box:.1f}" height="{box:.1f}" fill="{colour}" '
+                   f'stroke="{GREY}" stroke-width="0.6"/>' + (f'<rect x="{x}" y="{y - box * 0.8:.1f}" '
+                   f'width="{box:.1f}" height="{box:.1f}" fill="url(#quantized)"/>' if hatch else ""))
+        out.append(text(x + box + 6, y, name, size=size, fill=INK))
+        x += step + 12
+    return "".join(out), y + 6
 
 
 # ---------------------------------------------------------------- the damage against the budget

@@ -102,8 +102,9 @@ def show() -> None:
 
     left, right = st.columns([1, 1], gap="medium")
     with left:
-        st.html(picture_html(draw.cache_svg(row.cache), f"the {policy} cache per layer after the held-out text",
-                             "budget-cache"))
+        st.html(picture_html(draw.cache_svg(row.cache, width=draw.COLUMN_W),
+                             f"the {policy} cache per layer after the held-out text", "budget-cache",
+                             phone=draw.cache_svg(row.cache, width=draw.PHONE_W)))
         parts = "never" if row.parting_step is None else f"at step **{row.parting_step}**"
         st.markdown(f"{draw.bytes_words(row)} · top-1 agreement **{row.forced.agreement:.1%}** · mean KL "
                     f"**{row.forced.kl_mean:.4f}** nats · the free-running texts part {parts}",
