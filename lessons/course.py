@@ -196,8 +196,8 @@ class Course:
         said = (f"The bundled {short_count(self.spec.parameters)} model is too small to show it: measured here, its "
                 f"{phase} step took {t.forward_ms:.3g} ms, **{v.label}**.")
         if v.kind == "overhead-bound":
-            return said + (" Python and the fixed cost of hundreds of small operations set its time, not its bytes "
-                           "or its arithmetic.")
+            return said + (" Python and its many small operations, each dispatched on its own, set its time, not its "
+                           "bytes or its arithmetic.")
         if v.in_cache:
             return said + (" Its weights fit the processor's cache, so what bounds it is the cache's roof, not the "
                            "memory a large model streams from.")

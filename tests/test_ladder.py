@@ -325,6 +325,32 @@ def test_captions_say_what_the_numbers_say_even_when_decode_is_cheaper(which):
     assert own.decode.label in draw.bundled_sentence(lad)
 
 
+@pytest.mark.parametrize("which", ["cpu", "gpu"])
+def test_the_bundled_models_sentence_says_what_the_largest_rung_measured_not_a_fixed_rest(which):
+    """Under every ladder picture: "the rest is the fixed cost of hundreds of small operations ..., which does not
+    shrink with the model. Bigger rungs show the physics." The H200 recording's rest grew from 7.7 to 48 ms and its
+    largest rung's readable step was still overhead-bound (87 % outside the matmuls); the CPU's grew ×4. The words
+    now give the rest in ms from each rung's record and the largest rung's own verdict: the physics is said to show
+    only on a path whose verdict is not overhead-bound."""
+    from engine.paths import ASSETS
+    from topics.ladder.record import Ladder
+
+    raw = json.loads((ASSETS / f"ladder_{which}.json").read_text(encoding="utf-8"))
+    lad = Ladder.from_dict(raw)
+    own = next(r for r in raw["rungs"] if r["trained"])
+    top = raw["rungs"][-1]
+    said = draw.bundled_sentence(lad)
+    assert "fixed cost" not in said and "does not shrink" not in said
+    rest = own["decode"]["median_ms"] * (1 - min(1.0, own["matmul_ms"] / own["decode"]["median_ms"]))
+    assert re.search(r"the rest, ([\d.]+) ms", said) and float(re.search(r"the rest, ([\d.]+) ms", said).group(1)) \
+        == pytest.approx(rest, rel=0.01)
+    if top["decode"]["kind"] == "overhead-bound":
+        assert "still overhead-bound" in said
+        assert ("shows the physics" in said) == bool(top.get("lean") and top["lean"]["kind"] != "overhead-bound")
+    else:
+        assert "the bigger model shows the physics" in said
+
+
 # ---------------------------------------------------------------- the command line
 
 

@@ -394,8 +394,34 @@ def split_caption(ladder: Ladder) -> str:
         text += (f" At {top.label} the matmuls timed alone took as long as the whole step or longer: the step is "
                  "its matmuls and little else, and timings taken apart on a shared machine move about.")
     elif trend != "shrinks":
-        text += " Timings on a shared machine move about: measure again to check."
+        text += " " + _rest_words(ladder)
     return text
+
+
+def _rest_words(ladder: Ladder) -> str:
+    """Why the rest's share did not shrink, as measured: said to be noise only where the top rung's runs spread wide;
+    otherwise its milliseconds, which grow with the layers, and what the lean pass shows instead."""
+    first, top = ladder.rungs[0], ladder.rungs[-1]
+    if top.decode.high_ms > 1.15 * top.decode.low_ms:
+        return (f"{top.label}'s runs spread from {_ms(top.decode.low_ms)} to {_ms(top.decode.high_ms)} ms: measure "
+                "again to check.")
+    said = (f"The rest is not a fixed cost: {_ms(_rest_ms(first))} ms at {first.label}, {_ms(_rest_ms(top))} ms at "
+            f"{top.label}: every small operation of every layer is dispatched on its own, one after another, on "
+            "this path.")
+    if top.lean and top.lean.kind != "overhead-bound":
+        said += f" The {LEAN} takes it away: {_ms(top.lean.median_ms)} ms, {_kind_words(top.lean.kind)}."
+    return said
+
+
+def _kind_words(kind: str) -> str:
+    """A verdict's kind in a sentence: "memory-bound", or "on the memory side"."""
+    return f"on the {kind}" if kind.endswith("side") else kind
+
+
+def _rest_ms(r) -> float:
+    """The part of a rung's readable decode step outside its matmuls (the matmuls timed alone: an estimate of a
+    share, two timings taken apart)."""
+    return r.decode.median_ms * (1 - r.matmul_share)
 
 
 def bundled_sentence(ladder: Ladder) -> str | None:
@@ -407,11 +433,28 @@ def bundled_sentence(ladder: Ladder) -> str | None:
     if "matrix products" not in own.decode.label:  # an overhead-bound label says their share already
         said += f": its matmuls are {own.matmul_share:.0%} of the step"
     if own.decode.kind == "overhead-bound":
-        return (said + ", and the rest is the fixed cost of hundreds of small operations and the Python around "
-                "them, which does not shrink with the model. Bigger rungs show the physics.")
+        return said + f": the rest, {_ms(_rest_ms(own))} ms, is small operations and the Python around them. " + \
+            _bigger_words(ladder, own)
     if own.decode.kind.endswith("side"):
         return said + f", the other {1 - own.matmul_share:.0%} overhead: small operations and Python."
     return said + f", {own.decode.ratio:.1f}× its {own.decode.kind.removesuffix('-bound')} bound."
+
+
+def _bigger_words(ladder: Ladder, own) -> str:
+    """What the largest rung of this recording shows, in its own verdicts: the readable step's, then the lean
+    pass's where the readable one is still overhead-bound. Never "bigger rungs show the physics" unless they do."""
+    top = ladder.rungs[-1]
+    if top is own:
+        return ""
+    if top.decode.kind != "overhead-bound":
+        return (f"At {top.label} that rest is {_ms(_rest_ms(top))} ms, {1 - top.matmul_share:.0%} of the step, and "
+                f"the step is {_kind_words(top.decode.kind)}: the bigger model shows the physics.")
+    said = (f"At {top.label} the readable step is still overhead-bound: {_ms(_rest_ms(top))} ms of its "
+            f"{_ms(top.decode.median_ms)} ms outside the matmuls")
+    if top.lean and top.lean.kind != "overhead-bound":
+        return (said + f"; the {LEAN} runs it in {_ms(top.lean.median_ms)} ms, {_kind_words(top.lean.kind)}: that "
+                "shows the physics.")
+    return said + "."
 
 
 # ---------------------------------------------------------------- the lessons' claims, in the ladder's own numbers

@@ -40,7 +40,7 @@ PICTURES = dict(zip(LADDER_VIEWS, ("ms per token", "roofline", "time split", "ta
 THIS_SERVER = "this server"
 BOTH = "CPU and GPU side by side"
 GROW_HELP = ("The bundled model is too small to show the physics: its decode step is overhead-bound (Python and "
-             "hundreds of small operations set its time). Grown in its own family, the hardware sets the time. The "
+             "its many small operations set its time). Grown in its own family, the hardware sets the time. The "
              "proof is an experiment: one pass over n rows (a prefill of n tokens, or one decode step for n "
              "sequences) reads every weight once and does n times the arithmetic, so its time stays flat while the "
              "weights' bytes set it (on the memory side) and grows with n once the arithmetic does (on the compute "
