@@ -210,7 +210,9 @@ def grow_the_model(lm, settings) -> None:
     both = pair(lm)
     if both:
         row.toggle(BOTH, key="scale_ladder_both", help="The shipped CPU recording's pass over n rows beside the "
-                                                       "GPU's: the same code, two machines.", persist_state="session")
+                                                       "GPU's: the same measurement on two machines, each titled with "
+                                                       "its date: recorded apart, by the code of that day.",
+                   persist_state="session")
     live = kept_ladder(lm)
     row.button("Measure again on this server" if live else "Measure on this server (a few minutes)",
                key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None,
