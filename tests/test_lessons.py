@@ -288,6 +288,35 @@ def test_the_scale_lesson_says_how_many_accelerators_the_weights_need(shown):
     assert int(re.search(r"caches of \*\*([\d,]+) sequences", note).group(1).replace(",", "")) > 0
 
 
+@pytest.mark.parametrize("tokens", [4096, 8192, 32768])
+def test_the_scale_lesson_says_which_models_cannot_read_the_context_it_sizes(tokens):
+    """At 32,768 tokens lesson 8 sized every model's cache and said "3 cards hold ... the caches of 9 sequences of
+    32,768 tokens" of Llama-3-70B, which reads 8,192; at 8,192, Llama-2 (4,096) too, and nothing said so. The table
+    gives each model's limit (read here from the shipped configurations' CSV), a caption names every model the
+    context passes, and the takeaway, an estimate, says when its own model cannot read it."""
+    import csv
+
+    from engine.paths import ASSETS
+
+    at = lesson(8)
+    at.select_slider(key="lesson8_tokens").set_value(tokens).run()
+    assert not at.exception
+    with open(ASSETS / "model_configs.csv", newline="", encoding="utf-8") as f:
+        limits = {r["name"]: int(r["max_position_embeddings"]) for r in csv.DictReader(f) if r["max_position_embeddings"]}
+    table = at.dataframe[0].value
+    past = [m for m in table["model"] if tokens > limits[m]]
+    assert list(table["reads at most"]) == [f"{limits[m]:,} positions" for m in table["model"]]
+    said = [c.value for c in at.caption if "memory arithmetic only" in c.value]
+    if past:
+        (line,) = said
+        assert all(m in line for m in past) and not any(m in line for m in table["model"] if m not in past)
+    else:
+        assert not said
+    takeaway = next(m.value for m in at.markdown if "Llama-3-70B's fp16 weights alone" in m.value)
+    assert "(estimates)" in takeaway
+    assert ("it reads at most" in takeaway) == (tokens > limits["Llama-3-70B"])
+
+
 def test_the_budget_lesson_sizes_a_long_cache_within_that_models_own_context_and_says_what_each_policy_measured(
         shown):
     """Lesson 11 opens with a published model's cache at a long context: the model is in the app's table, the

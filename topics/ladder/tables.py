@@ -49,5 +49,6 @@ def compare_frame(names: list[str], tokens: int, elem_bytes: float = 2.0) -> pd.
                      "KV per token (fp16, estimate)": human_bytes(a.kv_bytes_per_token(elem_bytes)),
                      f"same model as MHA, {tokens:,} tokens": human_bytes(a.as_mha().kv_bytes(tokens, 1, elem_bytes)),
                      "attention": f"{a.attention} ({a.heads} query / {a.kv_heads} KV heads)"
-                     + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else "")})
+                     + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else ""),
+                     "reads at most": f"{a.max_positions:,} positions" if a.max_positions else "not published"})
     return pd.DataFrame(rows)
