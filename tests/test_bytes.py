@@ -339,15 +339,30 @@ def test_a_crossing_past_the_contexts_measured_is_called_the_fitted_lines_not_a_
     assert "past the longest context measured, 16,384" in draw.context_sentence(past)
     assert "past the longest" not in draw.context_sentence(inside)
     names = [t.name for t in figures.context_figure(past).data]
-    assert "K/V time = weights' (fitted line, past the last context)" in names
-    assert "K/V time = weights' (fitted line)" in [t.name for t in figures.context_figure(inside).data]
+    assert "K/V time = the step's at no context (the line doubles, past the last context)" in names
+    assert "K/V time = the step's at no context (the line doubles)" in [t.name for t in
+                                                                         figures.context_figure(inside).data]
     assert not any("(measured)" in (n or "") and "weights'" in (n or "") for n in names)
     line = inside.line()  # each crossing marked on its own line: the predicted one on the predicted slope
-    marks = {t.name: t for t in figures.context_figure(inside).data if t.name and "= weights'" in t.name}
+    marks = {t.name: t for t in figures.context_figure(inside).data if t.name and t.name.startswith("K/V ")}
     predicted = marks["K/V bytes = weights' (estimate)"]
     assert predicted.y[0] == pytest.approx(line.intercept_ms + line.predicted_slope_ms * predicted.x[0])
-    fitted = marks["K/V time = weights' (fitted line)"]
+    fitted = marks["K/V time = the step's at no context (the line doubles)"]
     assert fitted.y[0] == pytest.approx(line.intercept_ms + line.slope_ms * fitted.x[0])
+
+
+def test_the_fitted_crossing_is_named_for_the_time_it_doubles_not_the_weights_read():
+    """"The K/V's time reaches the weights' at 22,979 positions", legend "K/V time = weights'": the time it reached
+    was the fitted line's start, the whole step at no context (34.8 ms), not the weights' read (their bound, 20.4
+    ms). The words name the start and print it; the crossing is where the line doubles it."""
+    ctx = {c: 30 + c * 1e3 * 24576 / 20e9 for c in (128, 4096, 8192, 16384)}  # a step of 30 ms at no context
+    rec = synthetic({"fp32": 20}, {"fp32": 500}, ctx)
+    line = rec.line()
+    said = draw.context_sentence(rec)
+    assert f"reaches the step's at no context ({line.intercept_ms:.1f} ms" in said
+    assert line.intercept_ms + line.slope_ms * line.crossing == pytest.approx(2 * line.intercept_ms)
+    assert f"at {line.crossing:,.0f} positions, where the line doubles its start" in said
+    assert "reaches the weights' at" not in said
 
 
 def test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_arithmetics_beside_it():

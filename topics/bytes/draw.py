@@ -262,10 +262,11 @@ def context_sentence(rec: Record) -> str:
             f"{_us(line.predicted_slope_ms)} µs (those bytes over {rate}, probed in the same rounds): the "
             f"attention read the cache at {line.read_at / 1e9:.1f} GB/s (its bytes over the fitted slope)"
             + (f" ({attention})." if attention else ".")
-            + f" The K/V's time reaches the weights' at {line.crossing:,.0f} positions (where the fitted line doubles "
+            + f" The K/V's time reaches the step's at no context ({line.intercept_ms:.1f} ms, the fitted line's "
+            f"start: the weights' read and all the rest) at {line.crossing:,.0f} positions, where the line doubles "
             "its start" + (f", past the longest context measured, {pts[-1].context:,}" if line.crossing > pts[-1].context
                            else "")
-            + f"); its bytes reach the weights' at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
+            + f"; its bytes reach the weights' bytes at {line.predicted_crossing:,.0f} (×{line.crossing_off:.2f}).")
 
 
 def context_why(rec: Record) -> str:

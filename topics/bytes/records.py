@@ -9,7 +9,7 @@ them a synthetic one (tests/test_bytes.py).
                round and its bounds per round, from the bytes counted off its tensors and the FLOPs (estimate); a
                CPU's decode step also its time inside inductor's kernels (the products) and outside them
     Damage     one bundled model in one storage against fp32: teacher-forced top-1 agreement and KL, per story
-    Line       time against context: the slope fitted, and where the K/V's time reaches the weights'
+    Line       time against context: the slope fitted, and where the K/V's time reaches the step's at no context
     Record     all of it, with where and when it was measured
 """
 
