@@ -365,6 +365,29 @@ def test_the_fitted_crossing_is_named_for_the_time_it_doubles_not_the_weights_re
     assert "reaches the weights' at" not in said
 
 
+def test_the_windows_damage_is_quoted_with_its_spread_over_the_recorded_stories_not_one_storys_alone():
+    """"What it costs in tokens ...: top-1 agreement 93.0%, KL 0.038 nats": one story of 128 positions, quoted bare
+    beside a recording of the same policy, budget and model over 8 stories (86.7-97.6 %). The shipped recording's
+    sentence gives the stories' median and range, read here from the stories' own file; a window with no such
+    recording says its figure is one story's."""
+    import dataclasses
+    import statistics
+
+    from engine.paths import ASSETS
+    from topics.bytes import store
+
+    rec = store.recorded()
+    doc = json.loads((ASSETS / "budget_stories_default.json").read_text(encoding="utf-8"))
+    row = next(r for r in doc["rows"] if r["policy"] == "window" and r["dtype"] == "float32")
+    each = [s["agreeing"] / s["steps"] for s in row["stories"]]
+    assert (rec.window.budget, rec.window.context) == (doc["budget"], doc["context"])
+    said = draw.evicted_sentence(rec)
+    assert (f"top-1 agreement {statistics.median(each):.1%}, the median of {len(each)} held-out stories "
+            f"({min(each):.1%}–{max(each):.1%})") in said
+    alone = dataclasses.replace(rec, window=dataclasses.replace(rec.window, stories=()))
+    assert f"KL {rec.window.kl_mean:.3f} nats, on one held-out story" in draw.evicted_sentence(alone)
+
+
 def test_the_slope_is_predicted_from_the_caches_own_read_with_the_roofs_and_the_arithmetics_beside_it():
     """A cache that reads at 15 GB/s where the roof's buffer reads at 20, and a step that takes twice the cache's
     bytes' time: the sentence divides by the cache's read, says the roof's, the rate the step reached, and the

@@ -9,6 +9,7 @@ number here (`verdict`), so a recording where bf16's decode did not speed up is 
 from __future__ import annotations
 
 import re
+import statistics
 
 import pandas as pd
 
@@ -300,11 +301,21 @@ def evicted_sentence(rec: Record) -> str:
     r = rec.evicted_ratio()
     w = rec.window
     dmg = (f" What it costs in tokens, as the budget page measures the window policy ({w.model}, a window of "
-           f"{w.budget} of {w.context} positions, {w.bytes_ratio:.0%} of the bytes): top-1 agreement "
-           f"{w.agreement:.1%}, KL {w.kl_mean:.3f} nats ({w.source})." if w else "")
+           f"{w.budget} of {w.context} positions, {w.bytes_ratio:.0%} of the bytes): " + _window_damage(w)
+           if w else "")
     return (f"Evicted to a window of the newest {e.context:,} positions, the step at {full.context:,} reads "
             f"{mb(e.bytes)} instead of {mb(full.bytes)} and takes ×{r:.2f} the full cache's time "
             f"({verdict(r)})." + dmg)
+
+
+def _window_damage(w) -> str:
+    """The window's damage: over several held-out stories, their median and range, where recorded; its one story's
+    figures said to be one story's."""
+    one = f"top-1 agreement {w.agreement:.1%}, KL {w.kl_mean:.3f} nats"
+    if len(w.stories) < 2:
+        return f"{one}, on one held-out story ({w.source})."
+    return (f"top-1 agreement {statistics.median(w.stories):.1%}, the median of {len(w.stories)} held-out stories "
+            f"({min(w.stories):.1%}–{max(w.stories):.1%}); on the one story of its sweep, {one} ({w.source}).")
 
 
 def prediction_held(rec: Record, storage: str = "bf16") -> str:

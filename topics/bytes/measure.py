@@ -39,6 +39,7 @@ from physics.roofline import RoundRates, as_words, plain_read
 from topics.bytes import gpu_kernels
 from topics.bytes import storage as st
 from topics.bytes.records import Damage, Pass, Rates, Record, WindowDamage
+from topics.bytes.store import with_stories
 
 TOKENS = 128  # the prefill's length and the decode step's context
 ROUNDS = 5
@@ -282,8 +283,8 @@ def budget_window() -> WindowDamage | None:
     if not pts:
         return None
     p = min(pts, key=lambda q: abs(math.log(q["bytes_ratio"] / WINDOW_SHARE)))
-    return WindowDamage("window", p["budget"], doc["context"], doc["model"], p["agreement"], p["kl_mean"],
-                        p["bytes_ratio"], "assets/budget_sweep_default.json")
+    return with_stories(WindowDamage("window", p["budget"], doc["context"], doc["model"], p["agreement"],
+                                     p["kl_mean"], p["bytes_ratio"], "assets/budget_sweep_default.json"))
 
 
 def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CONTEXTS, models=None,

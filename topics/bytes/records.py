@@ -179,6 +179,8 @@ class WindowDamage:
     kl_mean: float
     bytes_ratio: float
     source: str
+    stories: tuple[float, ...] = ()  # each held-out story's agreement, where a recording of several has this policy,
+    #                                  budget and context (one story is one draw: its spread said beside it)
 
 
 @dataclass(frozen=True)
@@ -274,4 +276,5 @@ class Record:
                                                                                    "kl": tuple(x["kl"])})
                                 for x in d.get("damage", ())),
                    load=tuple(d.get("load", ())), notes=tuple(d.get("notes", ())),
-                   window=WindowDamage(**d["window"]) if d.get("window") else None)
+                   window=WindowDamage(**{**d["window"], "stories": tuple(d["window"].get("stories", ()))})
+                   if d.get("window") else None)

@@ -2,6 +2,7 @@
 ends it), and the recording assets/ ships for this project's CPU.
 
     recorded()          the shipped recording (assets/bytes_cpu.json), read back, or None
+    with_stories(w)     the window's damage with its spread over the budget page's held-out stories, where recorded
     start(lm) / job()   the page's button: measure on this server in the background; its progress and result
 """
 
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 
 from engine.paths import ASSETS
-from topics.bytes.records import Record
+from topics.bytes.records import Record, WindowDamage
 
 RECORDING = ASSETS / "bytes_cpu.json"
+BUDGET_STORIES = ASSETS / "budget_stories_default.json"  # the budget page's policies over several held-out stories
 _LOCK = threading.Lock()
 
 
@@ -29,10 +32,30 @@ _JOB: Job | None = None
 
 
 def recorded(path=RECORDING) -> Record | None:
+    """The recording, its window's damage with the stories' spread beside it (a recording made before they were)."""
     try:
-        return Record.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        rec = Record.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return replace(rec, window=with_stories(rec.window)) if rec.window else rec
+
+
+def with_stories(w: WindowDamage | None) -> WindowDamage | None:
+    """The window's damage with each held-out story's agreement beside its one story's, where the budget page's
+    recording of several stories (BUDGET_STORIES) has the same policy, budget, context and model in fp32."""
+    if w is None or w.stories:
+        return w
+    try:
+        doc = json.loads(BUDGET_STORIES.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return w
+    if (doc.get("model"), doc.get("budget"), doc.get("context")) != (w.model, w.budget, w.context):
+        return w
+    row = next((r for r in doc.get("rows", ()) if r.get("policy") == w.policy and r.get("budget") == w.budget
+                and r.get("dtype") == "float32"), None)
+    if row is None:
+        return w
+    return replace(w, stories=tuple(s["agreeing"] / s["steps"] for s in row["stories"] if s["steps"]))
 
 
 def job() -> Job | None:
