@@ -196,9 +196,11 @@ def lean_sentence(ladder: Ladder) -> str | None:
         return None
     here = ladder.roof.ridge_tokens
     s = r.lean_prefill.tokens
+    rule = roofline.decode_prefill_gap(s, here)
     return (f"On the lean pass at {r.label} (compiled whole: the hardware sets both times), a decoded token costs "
             f"{_ms(r.lean.per_token_ms)} ms and a prompt token {_ms(r.lean_prefill.per_token_ms)} ms: "
-            f"×{r.lean_gap:.0f} (the rule: ×{roofline.decode_prefill_gap(s, here):.0f}); the cache saves "
+            f"×{r.lean_gap:.0f} ({_against_rule(r.lean_gap, rule, r.lean, r.lean_prefill, name=True)}); the cache "
+            "saves "
             f"×{r.lean_cache_saves:.2f} there (its {s}-token prefill stands for the cache-off step; the rule: "
             f"×{roofline.cache_off_steps(s + 1, here):.2f}). The {READABLE} measured "
             f"×{r.decode_vs_prefill_per_token:.0f} and ×{r.cache_saves:.1f} at {r.label}, "
@@ -212,16 +214,27 @@ def gap_rule(ladder: Ladder) -> str:
     about min(s, the ridge in tokens) (roofline.decode_prefill_gap), with this device's ridge and an H100's."""
     top, s, h100 = ladder.rungs[-1], ladder.tokens, roofline.h100()
     here = ladder.roof.ridge_tokens
+    rule = roofline.decode_prefill_gap(s, here)
     said = (f"The rule: the per-token gap ≈ min(s, the ridge in tokens). A prefill reads each weight once for all "
             f"s = {s} positions, but once s passes the ridge it is compute-bound and stops getting cheaper per token. "
             f"The ridge of {machine(ladder)} is ~{here:.0f} tokens ({_dtype(ladder)}), so "
-            f"the rule gives ×{roofline.decode_prefill_gap(s, here):.0f} there (measured "
-            + (f"×{top.lean_gap:.0f} on the lean pass, ×{top.decode_vs_prefill_per_token:.0f} on the readable path); "
-               if top.lean_gap else f"×{top.decode_vs_prefill_per_token:.1f}); ")
+            f"the rule gives ×{rule:.0f} there (measured "
+            + (f"×{top.lean_gap:.0f} on the lean pass, {_against_rule(top.lean_gap, rule, top.lean, top.lean_prefill)}"
+               f"; ×{top.decode_vs_prefill_per_token:.0f} on the readable path, "
+               if top.lean_gap else f"×{top.decode_vs_prefill_per_token:.1f}, ")
+            + f"{_against_rule(top.decode_vs_prefill_per_token, rule, top.decode, top.prefill)}); "
             + f"on an {roofline.short_name(h100)} (datasheet) in {h100.dtype} (ridge ~{h100.ridge_tokens:.0f} tokens) "
             f"it predicts ×{roofline.decode_prefill_gap(s, h100.ridge_tokens):.0f} at s = {s}"
             + (": both phases predicted on the memory side." if s < h100.ridge_tokens else "."))
     return said
+
+
+def _against_rule(gap: float, rule: float, decode, prefill, name: bool = False) -> str:
+    """How far a measured gap is off the rule, and why: the rule is the two bounds' quotient, so the measured gap is
+    about the rule times how far the decode step ran above its bound over how far the prefill ran above its own.
+    `name`: give the rule's own figure too."""
+    return (f"×{gap / rule:.2f} the rule" + (f"'s ×{rule:.0f}" if name else "") + f": its decode step ran "
+            f"×{decode.ratio:.2f} its bound, its prefill ×{prefill.ratio:.2f} its own")
 
 
 def machine(ladder: Ladder) -> str:
