@@ -185,16 +185,22 @@ class Curve:
 
     def base(self, kind: str, rows: int) -> RowsPass | None:
         """What the n-row pass of `kind` is compared with: the pass over the fewest rows of its kind on its kernel
-        (on a CPU the one-row pass of the many-row kernel; on a GPU the 2-row pass, n = 1 being a graph of its
-        own), never an `outlier` (slower than more rows: a ratio against it would understate what the rows
+        (the 2-row pass where n = 1 was compiled as a graph of its own, `one_apart`; else the one-row pass of the
+        many-row kernel), never an `outlier` (slower than more rows: a ratio against it would understate what the rows
         cost). None where the n-row pass was not timed, or is itself that pass."""
         p = self.at(kind, rows)
         if p is None:
             return None
         odd = self.outlier(kind)
         same = [q for q in self.of(kind) if self.kernel(q) == self.kernel(p) and q.rows < rows
-                and not (odd and q is odd.pass_)]
+                and not (odd and q is odd.pass_) and not (q.rows == 1 and self.one_apart)]
         return same[0] if same else None
+
+    @property
+    def one_apart(self) -> bool:
+        """n = 1 compiled as a graph of its own (a CPU curve's 'n = 1 (one token)'): the one-token prefill and the
+        one-sequence step ran on it, so neither is the base of a ratio over the n ≥ 2 graph's passes."""
+        return any(g.startswith("n = 1") for g in self.compile_ms)
 
     def ratio(self, kind: str, rows: int) -> float | None:
         """The n-row pass's time over `base`'s: the same kind, the same kernel (None where either was not timed)."""
