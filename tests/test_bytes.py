@@ -490,7 +490,7 @@ def test_a_step_split_into_its_products_and_the_rest_says_which_shrank_with_the_
     int4 = dataclasses.replace(split, passes=split.passes + (Pass("int4", "decode", 1, 130, 50_000_000, 24576 * 130,
                                                                   2e8, (8.0,) * 3, 8.0),))
     assert "Not split: int4 (its product is an op outside inductor's kernels" in draw.products_sentence(int4)
-    assert "bf16 ×0.50 (bytes ×0.50), int8 ×0.47 (bytes ×0.25), bf16 model ×0.55 (bytes ×0.50)" in said
+    assert "bf16 ×0.50 (its weights ×0.50), int8 ×0.47 (its weights ×0.25), bf16 model ×0.55 (its weights ×0.50)" in said
     assert "fp32 2.5 ms, bf16 2.0 ms, int8 2.5 ms, bf16 model 5.0 ms." in said
     # the bf16 model's 5.0 ms (another attention, over a bf16 cache) is said, and not held to the others
     assert "For the weight-only storages (one graph, one attention) that part is about the same" in said
