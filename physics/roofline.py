@@ -60,6 +60,7 @@ class DeviceRoof:
     # (bytes moved, bytes/s), smallest first: bandwidth as the data grows; () = one figure
     bandwidths: tuple = ()
     elem_bytes: float = 4.0  # the dtype its peak is for (fp32 probe: 4; a datacenter datasheet: bf16, 2)
+    probes: int = 1  # the probes whose best rates it keeps (DeviceRoof.best adds them up)
 
     @property
     def dtype(self) -> str:
@@ -125,7 +126,7 @@ class DeviceRoof:
         rates = tuple((b, max(r, theirs.get(b, 0.0))) for b, r in self.bandwidths)
         return DeviceRoof(name=self.name, peak_flops=max(self.peak_flops, other.peak_flops),
                           bandwidth=max(self.bandwidth, other.bandwidth), measured=self.measured and other.measured,
-                          bandwidths=rates, elem_bytes=self.elem_bytes)
+                          bandwidths=rates, elem_bytes=self.elem_bytes, probes=self.probes + other.probes)
 
 
 _roofs: dict[tuple[str, str], DeviceRoof] = {}  # (device, dtype) -> this process's roof: one ridge each
