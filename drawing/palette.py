@@ -36,7 +36,7 @@ MODEBAR_REMOVES = ["zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autos
 
 def layout(fig: go.Figure, title: str, height: int = 380, scale: float = 1.0) -> go.Figure:
     # The title sits at the very top and the legend in its own row below it, so they never overlap. The hover
-    # toolbar keeps two buttons (MODEBAR_KEEPS), so it no longer covers a title in a side column.
+    # toolbar keeps two buttons (MODEBAR_KEEPS), narrow enough to leave a title in a side column uncovered.
     fig.update_layout(title=dict(text=title, y=0.98, yanchor="top", font=dict(size=17 * scale, color=INK)),
                       height=int(height * scale), font=dict(size=15 * scale, color=INK),
                       margin=dict(l=10, r=10, t=int(70 * scale), b=10),

@@ -35,7 +35,7 @@ def show(beside_curve=None) -> None:
 
     @st.cache_resource(show_spinner=False)
     def _table():
-        """The bundled tables, read once per server (every rerun used to read each CSV again, once per model shown)."""
+        """The bundled tables, read once per server, not on every rerun for every model shown."""
         return kvcalc.model_names(), kvcalc.accelerators()
 
 
