@@ -70,3 +70,21 @@ def test_the_scale_page_and_the_lessons_quote_one_ridge_for_this_device(planted)
     for name, (per_byte, rows) in found.items():
         assert all(x == pytest.approx(round(RIDGE, 1)) for x in per_byte), (name, per_byte)
         assert all(x == round(ROWS) for x in rows), (name, rows)
+
+
+def test_this_servers_roof_says_how_many_probes_set_it_and_that_a_busy_one_reads_low():
+    """"This server, measured now: peak 112.9 GFLOP/s ... ridge 6.0" on one load and "peak 300.6 ... ridge 20.4" on
+    the next, the demo prefill's verdict flipping with it: one short probe, said as "measured now". The roof keeps
+    the best rates of every probe (a later one can only raise it), and the sentence says how many set it."""
+    from physics import roofline
+    from topics.ladder.scale_draw import roof_sentence
+
+    mib = 2**20
+    low = roofline.DeviceRoof("cpu (test)", 1.13e11, 1.9e10, True, ((64 * mib, 2.0e10), (512 * mib, 1.88e10)))
+    high = roofline.DeviceRoof("cpu (test)", 3.0e11, 1.5e10, True, ((64 * mib, 1.8e10), (512 * mib, 1.47e10)))
+    one = roof_sentence(low)
+    assert "one short probe" in one and "a busy moment reads low" in one and "measured now" not in one
+    both = low.best(high)
+    assert both.probes == 2 and both.peak_flops == 3.0e11 and both.dram_bandwidth == 1.88e10  # each the better
+    assert "the best rates of its 2 probes since it started" in roof_sentence(both)
+    assert f"the ridge at {3.0e11 / 1.88e10:.1f} FLOP/byte" in roof_sentence(both)

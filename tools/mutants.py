@@ -823,6 +823,43 @@ def one_story_gap_a_rule() -> None:
         "which positions count as heavy depends on how you score them.")
 
 
+def rest_a_fixed_cost() -> None:
+    """The bundled model's rest called a fixed cost again, and bigger rungs said to show the physics whatever their
+    own verdict (the H200's largest readable step was still overhead-bound)."""
+    from topics.ladder import draw
+
+    draw._rest_ms = lambda r: 0.0
+    draw._bigger_words = lambda ladder, own: "Bigger rungs show the physics."
+
+
+def gap_off_the_rule_unsaid() -> None:
+    """Each measured per-token gap beside the rule with nothing to say it is ×1.3-2.25 the rule, or why."""
+    from topics.ladder import draw
+
+    draw._against_rule = lambda gap, rule, decode, prefill, name=False: f"the rule: ×{rule:.0f}"
+
+
+def window_damage_one_story_bare() -> None:
+    """The window's damage quoted from one story, bare, beside a recording of eight."""
+    from topics.bytes import draw
+
+    draw._window_damage = lambda w: f"top-1 agreement {w.agreement:.1%}, KL {w.kl_mean:.3f} nats ({w.source})."
+
+
+def batch_read_against_its_own_graph() -> None:
+    """A CPU curve's batch ratio read against the one-sequence step, which ran on n = 1's graph of its own."""
+    from topics.ladder.curve import Curve
+
+    Curve.one_apart = property(lambda self: False)
+
+
+def one_probe_called_now() -> None:
+    """This server's roof, one short probe on a busy VM, called 'measured now' with nothing about how it reads."""
+    from topics.ladder import scale_draw
+
+    scale_draw._probes = lambda here: "measured now"
+
+
 def poll_forgets_its_step() -> None:
     """A follower's question arrives without the step it is about: looking back, it shows under any step."""
     from classroom.poll import Polls
@@ -1129,6 +1166,19 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
     "link-drops-zeros": (link_drops_zeros, ["tests/test_links.py"]),
     "fork-without-way-back": (fork_without_a_way_back, [
         "tests/test_class.py::test_a_forked_page_links_back_to_the_lecturers_live_step_until_the_class_ends"]),
+    # the physics' sentences against their own records
+    "rest-a-fixed-cost": (rest_a_fixed_cost, [
+        "tests/test_ladder.py::test_the_bundled_models_sentence_says_what_the_largest_rung_measured_not_a_fixed_rest"]),
+    "gap-off-the-rule-unsaid": (gap_off_the_rule_unsaid, [
+        "tests/test_ladder.py::test_every_measured_gap_says_how_far_it_is_off_the_rule_and_which_pass_ran_further_above"
+        "_its_bound"]),
+    "window-damage-one-story-bare": (window_damage_one_story_bare, [
+        "tests/test_bytes.py::test_the_windows_damage_is_quoted_with_its_spread_over_the_recorded_stories_not_one"
+        "_storys_alone"]),
+    "batch-read-against-its-own-graph": (batch_read_against_its_own_graph, [
+        "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned"]),
+    "one-probe-called-now": (one_probe_called_now, [
+        "tests/test_ridge.py::test_this_servers_roof_says_how_many_probes_set_it_and_that_a_busy_one_reads_low"]),
     # bytes are time
     "bytes-faster-below-one": (bytes_faster_below_one, [
         "tests/test_bytes.py::test_a_bf16_decode_that_did_not_speed_up_is_never_called_faster"]),
