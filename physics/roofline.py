@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -60,7 +60,7 @@ class DeviceRoof:
     # (bytes moved, bytes/s), smallest first: bandwidth as the data grows; () = one figure
     bandwidths: tuple = ()
     elem_bytes: float = 4.0  # the dtype its peak is for (fp32 probe: 4; a datacenter datasheet: bf16, 2)
-    probes: int = 1  # the probes whose best rates it keeps (DeviceRoof.best adds them up)
+    probes: int = field(default=1, compare=False)  # the probes whose best rates it keeps (`best` adds them up)
 
     @property
     def dtype(self) -> str:

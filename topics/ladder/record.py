@@ -242,7 +242,7 @@ class Ladder:
         elem = d["roof"].get("elem_bytes") or ELEM_BYTES.get(d.get("dtype"), 4.0)  # older files: the ladder's dtype
         roof = DeviceRoof(**{k: d["roof"][k] for k in ("name", "peak_flops", "bandwidth", "measured")},
                           bandwidths=tuple((int(b), float(r)) for b, r in d["roof"].get("bandwidths", ())),
-                          elem_bytes=float(elem))
+                          elem_bytes=float(elem), probes=int(d["roof"].get("probes", 1)))
         keep = {f.name for f in fields(RungResult)}
         passes = {f.name for f in fields(Measured)}
         rungs = []

@@ -10,6 +10,7 @@ A measurement runs in a thread of its own, not a page's: a click elsewhere rerun
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -171,11 +172,18 @@ def measured_ladders(lm: LoadedModel, store: LadderStore = STORE) -> list[Ladder
 
 
 def recorded_ladders() -> list[Ladder]:
-    """Ladders recorded on other devices and shipped in assets/ (ladder_*.json), to show beside a live one."""
+    """Ladders recorded on other devices and shipped in assets/ (ladder_*.json), to show beside a live one: read
+    once per file as it stands (a page asks for them many times a rerun; a file rewritten is read again)."""
+    return list(_read_recorded(tuple((p, p.stat().st_mtime_ns) for p in sorted(ASSETS.glob("ladder_*.json")))))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_recorded(files: tuple) -> tuple[Ladder, ...]:
+    """The recordings as read from (path, modification time) pairs; Ladder is frozen, so every caller shares them."""
     from dataclasses import replace
 
-    return [replace(Ladder.from_dict(json.loads(p.read_text(encoding="utf-8"))), recorded=True)
-            for p in sorted(ASSETS.glob("ladder_*.json"))]
+    return tuple(replace(Ladder.from_dict(json.loads(p.read_text(encoding="utf-8"))), recorded=True)
+                 for p, _ in files)
 
 
 @dataclass(frozen=True)
