@@ -685,3 +685,22 @@ def test_a_recording_shown_on_another_server_never_calls_its_roof_measured_here(
         said += [str(t.hovertemplate) for t in curve_draw.curve_figure(curve, lad.roof, draw.machine(lad)).data]
     assert len(said) > 10 and any("(MBU)" in s for s in said) and any("(MFU)" in s for s in said)
     assert not [s for s in said if "measured here" in s or "bandwidth here" in s]
+
+
+@pytest.mark.parametrize("name", ["default", "tinystories-gpt2"])
+def test_the_latency_claim_speaks_of_the_bundled_model_only_where_the_ladder_grew_the_model_on_screen(name):
+    """With tinystories-gpt2 on screen, the Step-through's Latency view said "the bundled 4.1M model's decode step
+    is overhead-bound ... the rest, 2.54 ms": the CPU recording's tinystories-llama, picked by device alone. The
+    sentence now names the ladder's model, and where the model on screen is another, says it is another's."""
+    from engine.load.load import load_model
+    from topics.ladder.page_ladder import latency_claim, shown_ladder
+
+    lm = load_model(name, device="cpu")
+    ladder, _ = shown_ladder(lm)
+    own = next(r for r in ladder.rungs if r.trained)
+    said = latency_claim(lm)
+    if own.parameters == lm.spec.parameters:
+        assert f"the bundled {own.label} model ({ladder.model}) is" in said
+    else:
+        assert "the bundled" not in said.split("(a recording")[-1] and "the rest, " not in said
+        assert f"That ladder grows {ladder.model}, not the model on screen ({lm.spec.name})" in said

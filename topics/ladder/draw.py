@@ -442,7 +442,8 @@ def bundled_sentence(ladder: Ladder) -> str | None:
     own = next((r for r in ladder.rungs if r.trained), None)
     if own is None:
         return None
-    said = f"On {ladder.device}, the bundled {own.label} model's decode step is {own.decode.label}"
+    said = (f"On {ladder.device}, the decode step of the bundled {own.label} model ({ladder.model}) is "
+            f"{own.decode.label}")
     if "matrix products" not in own.decode.label:  # an overhead-bound label says their share already
         said += f": its matmuls are {own.matmul_share:.0%} of the step"
     if own.decode.kind == "overhead-bound":

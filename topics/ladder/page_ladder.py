@@ -168,6 +168,9 @@ def latency_claim(lm) -> str | None:
     if shown is None:
         return None
     own = draw.bundled_sentence(shown)
+    if own and next(r for r in shown.rungs if r.trained).parameters != lm.spec.parameters:  # another model's ladder
+        own = (f"That ladder grows {shown.model}, not the model on screen ({lm.spec.name}): what it measured of its "
+               "own bundled rung is not this model's.")
     return f"{draw.per_token_claim(shown)} ({source}.)" + (f" {own}" if own else "")
 
 
