@@ -253,7 +253,8 @@ def test_the_cache_switch_keeps_the_run_makes_it_again_without_the_cache_and_say
     assert not at.exception
     assert new_tokens(at) == tokens_before  # the same steps, made again with the cache off
     assert kv_bytes(at) == 0
-    assert any("KV cache (now off)" in i.value and "made again" in i.value for i in at.info)  # said, not silent
+    assert any("KV cache (now off)" in i.value and "made again with it for the same" in i.value
+               for i in at.info)  # said, not silent
     click(at, "step_btn_next")
     assert kv_bytes(at) == 0 and new_tokens(at) == tokens_before + 1
     open_view(at, "KV cache")
@@ -261,6 +262,27 @@ def test_the_cache_switch_keeps_the_run_makes_it_again_without_the_cache_and_say
     at.switch_page(page("race")).run()
     at.switch_page(page("step_through")).run()
     assert at.toggle(key="bar_cache").value is False  # the switch outlives a trip to another page
+
+
+def test_a_setting_that_ends_the_run_sooner_says_how_far_the_run_made_again_got():
+    """Six steps, then max new tokens set to 3: the notice said "made again with it for the same 6 steps" over a
+    status line reading "step 2 of 2 ... Finished". It now says where the run made again stopped, and the click
+    after it finds the run finished, Next disabled."""
+    at = fresh_app()
+    click(at, "step_btn_prefill")
+    for _ in range(6):
+        click(at, "step_btn_next")
+    assert new_tokens(at) == 7
+    at.sidebar.number_input(key="side_max_new").set_value(3).run()
+    assert not at.exception and new_tokens(at) == 3
+    notice = next(i.value for i in at.info if "made again" in i.value)
+    assert "for the same" not in notice and "it stopped after 2 of the 6 steps" in notice, notice
+    assert at.button(key="step_btn_next").disabled and STOPPED["max_new_tokens"] in finished(at)
+    at.sidebar.number_input(key="side_max_new").set_value(40).run()  # room again: the same 2 steps, said so
+    notice = next(i.value for i in at.info if "made again" in i.value)
+    assert "for the same 2 steps" in notice and new_tokens(at) == 3
+    click(at, "step_btn_next")
+    assert new_tokens(at) == 4
 
 
 def test_a_finished_run_disables_next_token_and_says_why_in_words():

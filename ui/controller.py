@@ -216,13 +216,12 @@ class Controller:
 
     def settings_changed(self, old, new) -> str | None:
         """The usual rule for a key (settings, *inputs): new inputs (a prompt, a scenario) or another model start
-        afresh (None); a change of settings alone makes the run again, and says so."""
+        afresh (None); a change of settings alone makes the run again, and says so (`sync` adds how far it got)."""
         (old_settings, *old_inputs), (new_settings, *new_inputs) = old, new
         if old_inputs != new_inputs or not new_settings.same_model(old_settings):
             return None
         changed = " and ".join(new_settings.changes(old_settings)) or "a setting"
-        return (f"You changed {changed}: the run was made again with it for the same {self.latest} {self.noun}s, so "
-                "what you see now is the new setting's.")
+        return f"You changed {changed}: the run was made again with it"
 
     def sync(self, key, again: Callable[[object, object], str | None] | None = None) -> None:
         """The run belongs to `key` (what it was made with). When the key changes, `again(old, new)` (by default
@@ -238,7 +237,11 @@ class Controller:
         self.reset()
         if why and self._key("replay") not in st.session_state:
             self.replay(steps, at)
-            st.session_state[self._key("notice")] = why
+            made = self.latest  # the new setting can end the run sooner (fewer new tokens, a stop string)
+            st.session_state[self._key("notice")] = why + (
+                f" for the same {steps} {self.noun}s" if made >= steps else
+                f"; it stopped after {made} of the {steps} {self.noun}s, as the new setting ends it"
+            ) + ", so what you see now is the new setting's."
 
     # ------------------------------------------------------------ drawing
 
