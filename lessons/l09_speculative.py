@@ -16,7 +16,15 @@ from engine.generate.speculative import Speculator
 from lessons.course import Course, enlarge_button
 from topics.speculative.lookahead import Lookahead, lookahead_html
 from topics.speculative.measure import one_row_timing, rows_cost_sentence
-from topics.speculative.page_parts import drafter_for, rounds_html, totals, verify_stage
+from topics.speculative.page_parts import (
+    DRAFTERS,
+    SELF_DRAFT,
+    drafter_for,
+    drafts_itself,
+    rounds_html,
+    totals,
+    verify_stage,
+)
 from ui.text import error
 
 if TYPE_CHECKING:
@@ -27,9 +35,9 @@ LESSON_PROMPT = "One day, a little girl named Lily went to the park with her dog
 
 
 @st.cache_resource(max_entries=16, show_spinner="Running speculative decoding once for this k (it is kept)…")
-def _lesson_run(_lm, model: tuple, k: int, settings) -> Speculator:
-    """Lesson 9's run: made once per (model, k), then only read."""
-    speculator = Speculator(_lm, LESSON_PROMPT, drafter_for("draft model", settings), k=k,
+def _lesson_run(_lm, model: tuple, k: int, settings, drafter: str = DRAFTERS[0]) -> Speculator:
+    """Lesson 9's run: made once per (model, k, drafter), then only read."""
+    speculator = Speculator(_lm, LESSON_PROMPT, drafter_for(drafter, settings), k=k,
                             max_new_tokens=30, stop_on_eos=False)
     speculator.run()
     return speculator
@@ -51,8 +59,11 @@ def show(course: Course) -> None:
     stage, rounds = st.columns([0.42, 0.58], gap="medium")  # a round on one line each, beside the stage
     with rounds:
         k = st.slider("try it: k (guesses per round)", 1, 8, 4, key="lesson9_k", persist_state="session")
+    drafter = DRAFTERS[1] if drafts_itself(DRAFTERS[0], lm) else DRAFTERS[0]  # never the model drafting for itself
+    if drafter != DRAFTERS[0]:
+        st.caption(f"{SELF_DRAFT} This lesson drafts by {drafter} instead: guesses copied from the text so far.")
     try:
-        speculator = _lesson_run(lm, model, k, course.settings)
+        speculator = _lesson_run(lm, model, k, course.settings, drafter)
     except DecodeLabError as e:
         error(str(e))
         return

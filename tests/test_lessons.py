@@ -536,3 +536,28 @@ def test_lesson_5s_two_work_ratios_each_say_what_they_count_and_agree_where_they
     rule = re.search(r"What the cache saved over these [\d–]+-position steps: ×(\d+) in arithmetic", t)
     assert rule and f"{float(total.group(3)):.0f}" == rule.group(1)
     assert float(total.group(1)) < float(total.group(3))  # the prefill is the same work both ways: it dilutes
+
+
+def test_lesson_9_never_lets_the_draft_model_draft_for_itself(monkeypatch):
+    """With tinystories-draft loaded, lesson 9 drafted with tinystories-draft: every guess kept (100 %), "each verify
+    pass of the model added 4.83 tokens", a win that costs as much to draft as to check. The lesson now drafts by
+    prompt lookup and says why; the Speculative page, where the pick is the visitor's, warns instead."""
+    from lessons import l09_speculative
+
+    asked = []
+    pick = l09_speculative.drafter_for
+    monkeypatch.setattr(l09_speculative, "drafter_for", lambda choice, settings: asked.append(choice) or
+                        pick(choice, settings))
+    l09_speculative._lesson_run.clear()  # made again here, so the drafter it asks for is seen
+    at = fresh_app()
+    at.sidebar.selectbox(key="side_model").set_value("tinystories-draft").run(timeout=300)
+    at.switch_page(page("lessons")).run()
+    at.selectbox(key="lesson_pick").set_value(TITLES[8]).run(timeout=300)
+    assert not at.exception and not at.error
+    assert any("is the bundled draft model (tinystories-draft) itself" in c.value and "prompt lookup" in c.value
+               for c in at.caption)
+    assert asked and all(a.startswith("prompt lookup") for a in asked), asked
+    at.switch_page(page("speculative")).run()
+    assert any("is the bundled draft model (tinystories-draft) itself" in w.value for w in at.warning)
+    at.sidebar.selectbox(key="side_model").set_value("tinystories-llama").run(timeout=300)  # the click after
+    assert not any("itself" in w.value for w in at.warning)

@@ -10,8 +10,10 @@ from engine.generate.speculative import Speculator
 from physics.machine import release_memory
 from topics.speculative.page_parts import (
     DRAFTERS,
+    SELF_DRAFT,
     comparison,
     drafter_for,
+    drafts_itself,
     measured_comparison,
     rounds_frame,
     rounds_html,
@@ -58,6 +60,9 @@ def show() -> None:
         error(said)
     if notice := rounds.notice():
         st.info(notice, icon=":material/replay:")
+    if drafts_itself(st.session_state["speculative_drafter"], lm):
+        st.warning(SELF_DRAFT + " Pick prompt lookup as the drafter, or load another model, to see the bet pay.",
+                   icon=":material/info:")
 
     run = rounds.run
     if not rounds.started:

@@ -31,6 +31,14 @@ def drafter_for(choice: str, settings):
 
 
 DRAFTERS = ["draft model", "prompt lookup (n-gram ≤ 3)", "prompt lookup (n-gram ≤ 2)"]
+SELF_DRAFT = (f"The model on screen is the bundled draft model ({DRAFT_MODEL}) itself: drafting with it costs a pass "
+              "as large as the one that checks, and its guesses are always its own next tokens, so every one is kept "
+              "and nothing is saved.")
+
+
+def drafts_itself(choice: str, lm) -> bool:
+    """Would the drafter picked be the model it drafts for (the draft model loaded as the target)?"""
+    return choice == "draft model" and lm.spec.name == DRAFT_MODEL
 
 
 def _chip(text: str, style: str, title: str, size: str = "1.05rem") -> str:
