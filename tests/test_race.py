@@ -184,6 +184,26 @@ def test_the_sweep_charts_label_only_the_lengths_and_1_2_5_steps():
     assert log_ticks(3, 100) == [5, 10, 20, 50, 100]
 
 
+def test_the_sweeps_medians_are_drawn_with_their_repeats_spread_and_three_repeats_at_least():
+    """"Each point is the median of repeated runs" held at repeats = 1 (the widget allowed it): one run, no spread.
+    The widget starts at 3, and each time-per-token point carries a bar from its fastest repeat to its slowest; the
+    total, whose spread the sweep does not keep, says median only."""
+    from topics.race.draw import sweep_figure
+
+    df = sweep_frame([(32, 3.9, 8.0), (256, 10.5, 60.0)], spread=1.2)
+    f = sweep_figure(df, "ms_per_token", "Time per token")
+    for t in f.data:
+        d = df[df["mode"] == ("cache" if "off" not in t.name.lower() else "nocache")]
+        assert list(t.y + t.error_y.array) == pytest.approx(list(d["high_ms_per_token"]))
+        assert list(t.y - t.error_y.arrayminus) == pytest.approx(list(d["low_ms_per_token"]))
+    assert "bars min–max" in f.layout.yaxis.title.text
+    total = sweep_figure(df, "total_ms", "Total decode time")
+    assert "bars" not in total.layout.yaxis.title.text and all(t.error_y.array is None for t in total.data)
+    at = app_test().run()
+    at.switch_page(page("race")).run()
+    assert at.number_input(key="race_repeats").min == 3
+
+
 def sweep_frame(points, spread: float = 1.1) -> pd.DataFrame:
     """A sweep as the page gets it: medians per (tokens, mode), and the repeats' min-max around them."""
     return pd.DataFrame([{"tokens": n, "mode": m, "ms_per_token": v, "total_ms": v * n, "low_ms_per_token": v / spread,

@@ -187,12 +187,15 @@ def show() -> None:
 
     st.divider()
     st.subheader("Sweep: how the gap grows with length")
-    st.caption("Both modes at several lengths; each point is the median of repeated runs. The lesson: with the "
+    st.caption("Both modes at several lengths; each point is the median of repeated runs, its bar their fastest to "
+               "slowest. The lesson: with the "
                "cache a step reads the cached keys and values and computes one position, without it every position "
                "again, so without it the time per token grows much faster with the length.")
     lengths = st.multiselect("lengths (new tokens)", [16, 32, 64, 128, 256, 512], [32, 64, 128, 256], key="race_lengths",
                              persist_state="session")
-    repeats = st.number_input("repeats per length", 1, 7, 3, key="race_repeats", persist_state="session")
+    repeats = st.number_input("repeats per length", 3, 7, 3, key="race_repeats", persist_state="session",
+                              help="Each point is the median of the repeats, its bar the fastest to the slowest: "
+                                   "three at least, so a median and a spread mean something")
     if st.button("Run sweep", key="race_sweep"):
         usable = [n for n in sorted(lengths) if n < room]
         bar = st.progress(0.0, text="sweeping…")
