@@ -151,7 +151,7 @@ def timing_callout(traces: list[StepTrace]) -> dict | None:
         return None
     return {"ttft_ms": pre.latency_ms, "prefill_ms_per_token": pre.latency_ms / pre.q_len, "prompt_tokens": pre.q_len,
             "tpot_ms": float(np.median([t.latency_ms for t in dec])) if dec else None, "decode_steps": len(dec),
-            "decode_rows": int(np.median([t.q_len for t in dec])) if dec else 1}
+            "decode_rows": float(np.median([t.q_len for t in dec])) if dec else 1.0}
 
 
 LONG_PROMPT_SCENARIO = "TTFT vs TPOT: a long prompt"  # assets/scenarios.json: where the two part
@@ -170,11 +170,14 @@ def ttft_tpot_sentence(call: dict) -> str | None:
             f"pushed all {n} prompt token{'s' if n != 1 else ''} through in one pass.")
     if tpot > per and n > 1:
         rows = call.get("decode_rows", 1)
-        step = ("a decode step's one" if rows == 1 else
-                f"a decode step's {rows} (the median: with the cache off each step feeds every position again)")
         said += (f" Per token it runs the other way: a prompt token cost {per:.2f} ms, a generated one {tpot:.2f} ms "
-                 f"(×{tpot / per:.1f}), because a pass's fixed costs (reading every weight, launching its kernels, "
-                 f"the Python around them) are paid once for the prefill's {n} rows and once for {step}.")
+                 f"(×{tpot / per:.1f}), because ")
+        if rows == 1:
+            said += ("a pass's fixed costs (reading every weight, launching its kernels, the Python around them) are "
+                     f"paid once for the prefill's {n} rows and once for a decode step's one.")
+        else:  # the cache off: a generated token is a whole pass over every position so far, for one token
+            said += (f"with the cache off each generated token is a pass over every position so far ({rows:g} rows, "
+                     f"the median, against the prefill's {n}) that keeps only its last row.")
     if n < SHORT_PROMPT:
         near = ", so TTFT ≈ TPOT here" if 1 / NEAR < ttft / tpot < NEAR else ""
         said += (f" With only {n} prompt token{'s' if n != 1 else ''} the prefill is a short pass{near}; a long "

@@ -176,8 +176,11 @@ def test_the_ttft_sentence_says_each_clause_only_where_its_numbers_hold():
     long = ttft_tpot_sentence(call(40.0, 4.0, 136))  # a long prompt: parted, and per token the other way round
     assert "×10.0 one decode step" in long and "≈" not in long and LONG_PROMPT_SCENARIO not in long
     assert "a prompt token cost 0.29 ms, a generated one 4.00 ms (×13.6)" in long  # 4 / (40 / 136)
-    off = ttft_tpot_sentence(call(6.0, 14.0, 5) | {"decode_rows": 25})  # the cache off: each step feeds them all
-    assert "a decode step's 25 (the median: with the cache off" in off and "a decode step's one" not in off
+    off = ttft_tpot_sentence(call(6.0, 14.0, 5) | {"decode_rows": 25.0})  # the cache off: each step feeds them all
+    assert "a pass over every position so far (25 rows, the median, against the prefill's 5)" in off
+    assert "fixed costs" not in off and "a decode step's one" not in off  # not the cache-on reason
+    half = ttft_tpot_sentence(call(6.0, 14.0, 5) | {"decode_rows": 8.5})  # an even count of steps: 8.5, not 8
+    assert "(8.5 rows, the median" in half
     busy = ttft_tpot_sentence(call(2.0, 0.1, 5))  # a decode step measured faster than a prompt token's share
     assert "runs the other way" not in busy and "≈" not in busy
     assert ttft_tpot_sentence(call(5.0, None, 5)) is None  # no decode step yet: nothing to set beside TTFT
@@ -217,3 +220,5 @@ def test_a_prompt_tokens_cost_is_the_ttft_shown_beside_it_over_the_prompt():
     assert on["ttft_ms"] == 5.78 and on["prefill_ms_per_token"] == pytest.approx(5.78 / 5) and on["decode_rows"] == 1
     off = timing_callout([step("prefill", 5.78, 5.65, 5)] + [step("decode", 3.0, 2.9, q) for q in (6, 7, 8)])
     assert off["decode_rows"] == 7 and off["tpot_ms"] == 3.0
+    even = timing_callout([step("prefill", 5.78, 5.65, 5)] + [step("decode", 3.0, 2.9, q) for q in (6, 7, 8, 9)])
+    assert even["decode_rows"] == 7.5  # the median of 6..9, not truncated to 7
