@@ -68,7 +68,8 @@ class RaceReport:
 
 def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | None = None,
             record: bool = False, on_step=None, stop_on_eos: bool = True) -> RaceReport:
-    """Run both modes in lockstep (alternating steps, so neither has the machine to itself).
+    """Run both modes in lockstep (alternating steps, so neither has the machine to itself; which goes first
+    alternates too, so neither always pays the first pass over a new shape).
 
     `new_tokens` is the number of new tokens each run makes. Returns a RaceReport: identical tokens?, the largest
     logit difference over the steps both took on the same tokens, per-step latencies of both modes and the
@@ -80,8 +81,11 @@ def compare(lm: LoadedModel, prompt: str, new_tokens: int, sampling: Sampling | 
             for mode in ("cache", "nocache")}
     max_diff = 0.0
     first_divergence = None
+    turn = 0
     while not all(s.done for s in runs.values()):
-        for mode, stepper in runs.items():
+        order = list(runs.items()) if turn % 2 == 0 else list(runs.items())[::-1]
+        turn += 1
+        for mode, stepper in order:
             if not stepper.done:
                 trace = stepper.step()
                 if on_step:

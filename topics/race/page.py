@@ -173,9 +173,7 @@ def show() -> None:
         st.markdown(plain(race.headline(summary.growth)))
         if result.rule:
             st.markdown(plain(race.cache_rule_sentence(result.rule)))
-        st.caption(f"Prefill is the same work in both modes and is timed separately: {summary.cache_prefill_ms:.1f} ms "
-                   f"(cache on) and {summary.nocache_prefill_ms:.1f} ms (cache off). Each pass was timed once, as generation "
-                   "runs it; the load's warm-up passes ran before both. Every clock read follows a device sync.")
+        st.caption(race_draw.prefill_caption(summary.cache_prefill_ms, summary.nocache_prefill_ms))
         chart(race_draw.latency_figure(df, scale=scale(), note=result.note), key="race_latency")
         c1, c2 = st.columns(2)
         chart(on=c1, fig=race_draw.cumulative_figure(df, scale=scale()), key="race_cumulative")
