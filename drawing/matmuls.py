@@ -151,5 +151,6 @@ def gpt2_shapes_frame(t: StepTrace, spec, prompt_len: int) -> pd.DataFrame:
             ("q at prefill [batch, head, pos, head_dim]", q(ref, s), q(spec, prompt_len)),
             ("q at a cached decode step", q(ref, 1), q(spec, 1)),
             ("K cache after decode step 1", k(ref, s + 1), k(spec, prompt_len + 1)),
-            (f"K cache after this step (step {t.step})", k(ref, s + new), k(spec, t.kv_len))]
+            (f"K cache after this step (step {t.step})" + ("" if t.use_cache else ", were it kept: the cache is off"),
+             k(ref, s + new), k(spec, t.kv_len))]
     return pd.DataFrame(rows, columns=["tensor", "GPT-2 (124M)", "this model"])

@@ -188,9 +188,11 @@ def shapes(c: StepContext) -> list[Block]:
                Block("table", shapes_frame(t).set_index("tensor"), "shapes")]
     if spec is not None and spec.kv_heads != spec.heads:
         group = spec.heads // spec.kv_heads
-        blocks.append(Block("note", f"{spec.attention}: {spec.heads} query heads share {spec.kv_heads} key/value heads "
-                                    f"({group} queries per K/V head), so the cache is {group}× smaller than with one "
-                                    "K/V head per query head."))
+        blocks.append(Block("note", f"{spec.attention}: {spec.heads} query heads share {spec.kv_heads} key/value "
+                                    f"head{'s' if spec.kv_heads != 1 else ''} "
+                                    f"({group} queries per K/V head), so a kept cache is {group}× smaller than with "
+                                    "one K/V head per query head"
+                                    + ("." if c.t.use_cache else " (this run keeps none: the cache is off).")))
     return blocks
 
 

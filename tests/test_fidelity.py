@@ -94,6 +94,31 @@ def test_the_gpt2_column_reads_gpt2s_shapes_for_its_worked_example():
     assert table["K cache after this step (step 1)"] == "[1, 12, 8, 64]"
 
 
+@pytest.mark.slow
+def test_the_shapes_view_with_the_cache_off_never_calls_a_cache_kept():
+    """With the cache off the Shapes view listed "K cache after this step ... [1, 2, 11, 32]" and "so the cache is
+    4× smaller" beside a status line reading "KV cache 0 bytes". The row and the note now say the cache is off;
+    the click after, the cache on again, says it as kept."""
+    at = fresh_app()
+    at.toggle(key="bar_cache").set_value(False).run()
+    click(at, "step_btn_prefill")
+    click(at, "step_btn_next")
+    open_view(at, "Shapes")
+    rows = next(t.value for t in at.table if "GPT-2 (124M)" in t.value.columns).index
+    assert "K cache after this step (step 1), were it kept: the cache is off" in rows
+    note = next(n for n in notes(at) if "query heads share" in n)
+    assert "(this run keeps none: the cache is off)" in note
+    at.toggle(key="bar_cache").set_value(True).run()
+    rows = next(t.value for t in at.table if "GPT-2 (124M)" in t.value.columns).index
+    assert "K cache after this step (step 1)" in rows
+    assert not any("the cache is off" in n for n in notes(at))
+
+
+def notes(at) -> list[str]:
+    """The view's notes as the page shows them (info, caption or markdown)."""
+    return [e.value for e in (*at.info, *at.caption, *at.markdown)]
+
+
 # ---------------------------------------------------------------- 3. compute-, memory- or overhead-bound, measured
 
 
