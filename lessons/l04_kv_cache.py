@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from drawing.differences import cache_match_words
 from drawing.kv import kv_frame, kv_growth_figure
 from lessons.course import Course
 from physics import kvcalc
@@ -40,8 +41,7 @@ def show(course: Course) -> None:
     if proof is not None:
         with st.expander("The numbers, in full: the cache checked against recomputing every position"):
             st.markdown(f"**Checked on this run:** recomputing every one of the {proof.positions} positions with "
-                        f"no cache gives keys within **{proof.max_key_diff:.1g}** and values within "
-                        f"**{proof.max_value_diff:.1g}** of what the cache holds (float rounding): the cached K "
+                        f"no cache gives {cache_match_words(proof.max_key_diff, proof.max_value_diff)}: the cached K "
                         "and V are exactly what a full recomputation would give. And every step's q was "
                         f"`[1, {course.spec.heads}, 1, {course.spec.head_dim}]` after prefill: one row, its own, used "
                         "once.")

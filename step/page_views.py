@@ -12,6 +12,7 @@ from dataclasses import replace
 import streamlit as st
 
 from drawing.attention import assembled_attention, attention_heatmap
+from drawing.differences import cache_match_words
 from drawing.views import VIEWS, Block, StepContext, view_blocks
 from engine.generate.compare import kv_reuse
 from topics.ladder.page_ladder import latency_claim
@@ -89,7 +90,7 @@ def cached_kv_check(run, c: StepContext) -> None:
         ss["step_proof_key"] = cache_key
     proof = ss["step_proof"]
     st.markdown(f"**Why K and V are cached and Q is not**, checked on this run: recomputing all "
-                f"{proof.positions} positions with no cache gives keys within **{proof.max_key_diff:.1g}** "
-                f"and values within **{proof.max_value_diff:.1g}** of what the cache holds (float rounding): "
+                f"{proof.positions} positions with no cache gives "
+                f"{cache_match_words(proof.max_key_diff, proof.max_value_diff)}: "
                 "old K and V never change. Every step's q has query_pos = "
                 f"{'1' if c.t.phase == 'decode' else c.t.q_len} (the fed rows only): no later step reads an old Q.")

@@ -456,8 +456,9 @@ def test_the_matmuls_view_compares_cache_on_and_off_and_checks_the_cached_kv():
     shade = table["cells"]["fill"]["color"][0]
     assert shade[scores] != shade[q]  # QKᵀ is shaded: it grows with the context
     proof = next(m.value for m in at.markdown if "Why K and V are cached" in m.value)
-    diff = float(re.search(r"keys within \*\*([\d.e+-]+)\*\*", proof).group(1))
-    assert diff < 1e-4
+    within = re.search(r"keys within \*\*([\d.e+-]+)\*\*", proof)  # a zero is said to be identical instead
+    assert (within and float(within.group(1)) < 1e-4) or "keys **identical**" in proof or \
+        "keys and values **identical**" in proof, proof
 
 
 SCENARIOS = json.loads((ROOT / "assets" / "scenarios.json").read_text())

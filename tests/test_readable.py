@@ -222,3 +222,17 @@ def test_a_prompt_tokens_cost_is_the_ttft_shown_beside_it_over_the_prompt():
     assert off["decode_rows"] == 7 and off["tpot_ms"] == 3.0
     even = timing_callout([step("prefill", 5.78, 5.65, 5)] + [step("decode", 3.0, 2.9, q) for q in (6, 7, 8, 9)])
     assert even["decode_rows"] == 7.5  # the median of 6..9, not truncated to 7
+
+
+def test_a_difference_of_zero_is_said_to_be_identical_never_rounding():
+    """bf16 runs gave "keys within **0** and values within **0** ... (float rounding)" and "Largest logit
+    difference: 0 (floating-point rounding; the computation order differs)": no rounding made a zero."""
+    from drawing.differences import cache_match_words, logit_gap_words
+
+    assert "identical" in cache_match_words(0.0, 0.0) and "rounding" not in cache_match_words(0.0, 0.0)
+    mixed = cache_match_words(0.0, 2e-7)
+    assert "keys **identical**" in mixed and "values within **2e-07**" in mixed and "(float rounding)" in mixed
+    assert cache_match_words(3e-7, 2e-7) == ("keys within **3e-07** and values within **2e-07** of what the cache "
+                                             "holds (float rounding)")
+    assert logit_gap_words(0.0) == "0: identical, bit for bit"
+    assert "rounding" in logit_gap_words(1.5e-5) and "1.5e-05" in logit_gap_words(1.5e-5)

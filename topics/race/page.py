@@ -6,6 +6,7 @@ import time
 import streamlit as st
 
 from drawing import caveats
+from drawing.differences import logit_gap_words
 from drawing.palette import show_piece
 from engine import DecodeLabError
 from engine.generate.compare import compare
@@ -138,7 +139,7 @@ def show() -> None:
         tokens = {m: len(df[df["mode"] == m]) for m in race_draw.MODES}
         if summary.identical:
             st.success(f"**Identical tokens:** both runs chose the same {tokens['cache']} tokens. Largest logit "
-                       f"difference: {summary.max_logit_diff:.2g} (floating-point rounding; the computation order differs).",
+                       f"difference: {logit_gap_words(summary.max_logit_diff)}.",
                        icon=":material/check_circle:")
         else:
             st.error(f"**The runs differ** from step {summary.first_divergence_step}. Largest logit difference "
