@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("DECODE_LAB_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-STATUS = re.compile(r"\((\d+) from Next token\)")
+STATUS = re.compile(r"\((\d+) from decode steps\)")
 FIRST_STEP_S = 180  # how long past its window a session that has not stepped yet keeps trying
 
 
@@ -90,7 +90,7 @@ async def student(browser, url: str, n: int, seconds: float, out: dict) -> None:
             before = int(STATUS.search(await page.get_by_text(STATUS).first.inner_text()).group(1))
             t0 = now()
             await nxt.click()
-            await page.get_by_text(re.compile(rf"\({before + 1} from Next token\)")).first.wait_for()
+            await page.get_by_text(re.compile(rf"\({before + 1} from decode steps\)")).first.wait_for()
             lat.append((now() - t0) * 1e3)
             shown = await page.locator("[data-testid='dl-text']").first.inner_text()
             if not shown.startswith(prompt) or re.search(r"Student(?!%02d)\d\d" % n, shown):

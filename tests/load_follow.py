@@ -236,7 +236,7 @@ async def lecture(contexts: int, seconds: float, every: float, servers: Servers,
         lect_browser = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         lect, link = await open_lecturer(lect_browser, servers.url, key, cookies[0])
         await lect.keyboard.press("p")
-        await lect.get_by_text(re.compile(r"\(0 from Next token\)")).first.wait_for()
+        await lect.get_by_text(re.compile(r"\(0 from decode steps\)")).first.wait_for()
         others = descendants(os.getpid())  # the driver and the lecturer's browser, its page's renderer included
         # the followers' browser is started only now, so that all of its processes (its browser and GPU processes,
         # which every tab's events and frames go through, and each tab's renderer) count as the followers'
@@ -265,7 +265,7 @@ async def lecture(contexts: int, seconds: float, every: float, servers: Servers,
             clicks[step] = time.time() * 1000
             await lect.keyboard.press("n")
             try:
-                await lect.get_by_text(re.compile(rf"\({step} from Next token\)")).first.wait_for(timeout=every * 5000)
+                await lect.get_by_text(re.compile(rf"\({step} from decode steps\)")).first.wait_for(timeout=every * 5000)
             except Exception:  # noqa: BLE001
                 errors.append(f"lecturer: step {step} did not show")
             rss_max = max(rss_max, servers.rss())

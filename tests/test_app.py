@@ -23,7 +23,7 @@ def fresh_app() -> AppTest:
 
 
 def status(at: AppTest) -> str:
-    return next(m.value for m in at.markdown if "from Next token" in m.value)
+    return next(m.value for m in at.markdown if "from decode steps" in m.value)
 
 
 def finished(at: AppTest) -> str:
@@ -115,7 +115,7 @@ def test_prefill_then_five_next_tokens_with_measured_shapes():
         click(at, "step_btn_next")
         sizes.append(kv_bytes(at))
     assert new_tokens(at) - before == 5
-    assert "(5 from Next token)" in status(at)
+    assert "(5 from decode steps)" in status(at)
     assert all(b > a for a, b in zip(sizes, sizes[1:]))  # the cache grows every step
     shapes = frame_with(at, "source").set_index("tensor")
     assert shapes.loc["blocks.{0..3}.resid_in", "shape"] == f"[1, 1, {d_model}]"

@@ -52,7 +52,7 @@ def idle(pg) -> None:
 
 
 def status_text(pg) -> str:
-    return pg.get_by_text(re.compile(r"from Next token")).first.inner_text()
+    return pg.get_by_text(re.compile(r"from decode steps")).first.inner_text()
 
 
 def inside(pg, locator) -> bool:
@@ -96,9 +96,9 @@ def test_after_p_and_n_the_stage_and_the_view_are_on_the_first_screen(server, br
     pg = open_page(browser, server + ("/?presenter=on" if presenter else ""), width, height)
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
     pg.keyboard.press("p")
-    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     pg.keyboard.press("n")
-    expect(pg.get_by_text(re.compile(r"\(1 from Next token\)"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"\(1 from decode steps\)"))).to_be_visible()
     idle(pg)
     stage = pg.locator("[data-testid='dl-stage'] img:visible")  # the wide picture, or on a phone the phone's layout
     expect(stage).to_be_visible()
@@ -120,10 +120,10 @@ def test_left_arrow_returns_to_the_previous_step_and_the_views_follow(server, br
     pg = open_page(browser, server, 1280, 720)
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
     pg.keyboard.press("p")
-    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     for i in range(1, 4):
         pg.keyboard.press("n")
-        expect(pg.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(pg.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
     idle(pg)
     stage_before = pg.locator("[data-testid='dl-stage'] img:visible").get_attribute("src")
     chart_before = pg.locator("[data-testid='stPlotlyChart']").first.inner_text()
@@ -135,12 +135,12 @@ def test_left_arrow_returns_to_the_previous_step_and_the_views_follow(server, br
     assert "at=2" in pg.url
     pg.keyboard.press("ArrowRight")
     expect(pg.get_by_text(re.compile(r"step 3 of 3"))).to_be_visible()
-    assert "(3 from Next token)" in status_text(pg)  # going back and forth computed nothing new
+    assert "(3 from decode steps)" in status_text(pg)  # going back and forth computed nothing new
     pg.close()
 
 
 def new_steps(pg) -> int:
-    return int(re.search(r"\((\d+) from Next token\)", status_text(pg)).group(1))
+    return int(re.search(r"\((\d+) from decode steps\)", status_text(pg)).group(1))
 
 
 def test_a_double_click_on_next_token_takes_one_step(server, browser):
@@ -149,17 +149,17 @@ def test_a_double_click_on_next_token_takes_one_step(server, browser):
     pg = open_page(browser, server, 1280, 720)
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
     pg.keyboard.press("p")
-    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     idle(pg)
     for i in range(1, 6):
         pg.get_by_role("button", name="Next token").dblclick()
-        expect(pg.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(pg.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
         idle(pg)
         pg.wait_for_timeout(500)  # a second step, had one been taken, would be drawn by now
         idle(pg)
         assert new_steps(pg) == i, (i, status_text(pg))
     pg.get_by_role("button", name="Next token").click()  # and a single click after it still takes its step
-    expect(pg.get_by_text(re.compile(r"\(6 from Next token\)"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"\(6 from decode steps\)"))).to_be_visible()
     pg.close()
 
 
@@ -167,7 +167,7 @@ def test_e_runs_to_the_end_and_x_resets(server, browser):
     pg = open_page(browser, server + "/?max_new_tokens=12", 1280, 720)
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
     pg.keyboard.press("p")
-    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     idle(pg)
     pg.keyboard.press("e")  # Run to end
     expect(pg.get_by_text(re.compile(r"^Finished"))).to_be_visible()
@@ -176,7 +176,7 @@ def test_e_runs_to_the_end_and_x_resets(server, browser):
     expect(pg.get_by_role("button", name="Next token")).to_be_disabled()
     pg.keyboard.press("x")  # Reset
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
-    expect(pg.get_by_text(re.compile("from Next token"))).to_have_count(0)
+    expect(pg.get_by_text(re.compile("from decode steps"))).to_have_count(0)
     expect(pg.get_by_role("button", name="Next token")).to_be_disabled()
     assert "steps=" not in pg.url  # the link no longer replays a run
     pg.close()
@@ -187,10 +187,10 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(server, browser):
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
     expect(pg.get_by_role("button", name="Next token")).to_be_disabled()
     pg.get_by_role("button", name="Prefill").click()
-    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     for i in range(1, 6):
         pg.get_by_role("button", name="Next token").click()
-        expect(pg.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(pg.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
     text = status_text(pg)
     assert re.search(r"6 new tokens", text)
     assert int(re.search(r"KV cache ([\d,]+) bytes", text).group(1).replace(",", "")) > 0
@@ -200,7 +200,7 @@ def test_prefill_five_tokens_cache_toggle_and_every_page(server, browser):
     idle(pg)
     assert re.search(r"6 new tokens", status_text(pg)) and "KV cache 0 bytes" in status_text(pg)  # the same run
     pg.get_by_role("button", name="Next token").click()
-    expect(pg.get_by_text(re.compile(r"\(6 from Next token\)"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"\(6 from decode steps\)"))).to_be_visible()
     assert "KV cache 0 bytes" in status_text(pg)
     assert pg.locator("[data-testid='stException']").count() == 0
 
@@ -306,7 +306,7 @@ def kept_after(pg, scenario: dict) -> None:
     holds(f"the {view} view", steps)
     assert query().get("view") == view, title
     pg.reload(wait_until="networkidle")
-    expect(pg.get_by_text(re.compile(r"from Next token")).first).to_be_visible(timeout=120_000)
+    expect(pg.get_by_text(re.compile(r"from decode steps")).first).to_be_visible(timeout=120_000)
     idle(pg)
     holds("a reload", steps)
     assert query().get("view") == view and query().get("head") == head, (title, "a reload keeps the view and head")
@@ -361,7 +361,7 @@ def test_a_hostile_link_shows_as_inert_text(server, browser):
     expect(pg.get_by_role("button", name="Prefill")).to_be_enabled()
     expect(pg.get_by_text(re.compile("not offered by this server")).first).to_be_visible()
     pg.keyboard.press("p")
-    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     idle(pg)
     assert pg.locator("a[href*='evil.example']").count() == 0  # no clickable link
     assert pg.locator("img[src*='evil.example']").count() == 0  # no image fetched

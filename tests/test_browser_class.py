@@ -21,10 +21,10 @@ def lecture(browser, url: str, steps: int = 0):
     expect(lect.get_by_role("button", name="Prefill")).to_be_enabled()
     link = start_class(lect)
     lect.keyboard.press("p")
-    expect(lect.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    expect(lect.get_by_text(re.compile(r"\(0 from decode steps\)"))).to_be_visible()
     for i in range(1, steps + 1):
         lect.keyboard.press("n")
-        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(lect.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
     return lect, link
 
 
@@ -34,7 +34,7 @@ def lecturer_moves_on(lect, step: int) -> None:
     The follower's latency is counted from there: on a loaded machine the lecturer's own rerun can take seconds,
     and that is the lecturer's page, not the class."""
     lect.keyboard.press("n")
-    expect(lect.get_by_text(re.compile(rf"\({step} from Next token\)"))).to_be_visible(timeout=30_000)
+    expect(lect.get_by_text(re.compile(rf"\({step} from decode steps\)"))).to_be_visible(timeout=30_000)
 
 
 def follow(browser, link: str, sizes=((1280, 800), (390, 844), (1440, 900))):
@@ -89,8 +89,8 @@ def test_three_followers_follow_the_lecturer_across_step_through_lessons_and_ser
             "alt", re.compile(r"^step 3: one forward pass"))
 
     sidebar_page(lect, "Step through")  # and back: the step run is published again, at the step on screen
-    expect(lect.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible()
-    at = int(re.search(r"step (\d+) of 2", lect.get_by_text(re.compile("from Next token")).first.inner_text()).group(1))
+    expect(lect.get_by_text(re.compile(r"\(2 from decode steps\)"))).to_be_visible()
+    at = int(re.search(r"step (\d+) of 2", lect.get_by_text(re.compile("from decode steps")).first.inner_text()).group(1))
     assert max(wait_for_step(followers, at, 10)) < 10
     for pg in [lect, *followers]:
         assert pg.locator("[data-testid='stException']").count() == 0 and pg.outside == []
@@ -129,7 +129,7 @@ def test_a_lecturer_who_reloads_and_types_the_key_again_gets_the_same_class_with
     followers = follow(browser, link, sizes=((1280, 800), (390, 844)))
     assert max(wait_for_step(followers, 1, 5)) < 5
     lect.reload(wait_until="networkidle")  # the lecturer's page forgets it led a class (a new session)
-    expect(lect.get_by_text(re.compile(r"\(1 from Next token\)"))).to_be_visible()  # its link replays the run
+    expect(lect.get_by_text(re.compile(r"\(1 from decode steps\)"))).to_be_visible()  # its link replays the run
     again = start_class(lect)
     assert again == link  # the same code
     expect(lect.get_by_test_id("stSidebar")).to_contain_text(f"Class {code} was running")
@@ -137,7 +137,7 @@ def test_a_lecturer_who_reloads_and_types_the_key_again_gets_the_same_class_with
     following = int(re.search(r"(\d+) following", lect.get_by_test_id("dl-class-bar").inner_text()).group(1))
     assert following >= 2  # the students are still there (and any who left in the last 20 s)
     lect.keyboard.press("n")
-    expect(lect.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible()
+    expect(lect.get_by_text(re.compile(r"\(2 from decode steps\)"))).to_be_visible()
     assert max(wait_for_step(followers, 2, 5)) < 5  # and follow the resumed page without reloading theirs
     for pg in [lect, *followers]:
         pg.close()

@@ -23,13 +23,13 @@ def query(pg) -> dict:
 
 def next_token(pg, steps: int) -> None:
     pg.get_by_role("button", name="Next token").click()
-    expect(pg.get_by_text(re.compile(rf"\({steps} from Next token\)"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(rf"\({steps} from decode steps\)"))).to_be_visible()
     idle(pg)
 
 
 def reload(pg, steps: int) -> None:
     pg.reload(wait_until="networkidle")
-    expect(pg.get_by_text(re.compile(rf"\({steps} from Next token\)"))).to_be_visible(timeout=120_000)
+    expect(pg.get_by_text(re.compile(rf"\({steps} from decode steps\)"))).to_be_visible(timeout=120_000)
     idle(pg)
 
 
@@ -56,7 +56,7 @@ def test_a_preset_prompt_is_kept_after_prefill_next_token_a_view_and_a_reload(se
     prompt = "One day, a little girl named Lily went to the park with her dog."
     assert pg.get_by_placeholder(BOX).input_value() == prompt
     pg.get_by_role("button", name="Prefill").click()
-    expect(pg.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"\(0 from decode steps\)"))).to_be_visible()
     idle(pg)
     next_token(pg, 1)
     view(pg, "Shapes")
@@ -69,7 +69,7 @@ def test_a_preset_prompt_is_kept_after_prefill_next_token_a_view_and_a_reload(se
 
 def test_the_layer_and_the_head_picked_are_kept_after_next_token_a_view_and_a_reload(server, browser):
     pg = open_page(browser, server + "/?presenter=on&steps=2", *PRESENTER)
-    expect(pg.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible(timeout=120_000)
+    expect(pg.get_by_text(re.compile(r"\(2 from decode steps\)"))).to_be_visible(timeout=120_000)
     idle(pg)
     pg.locator("[data-testid=stButtonGroup] button").filter(has_text="layer 2").first.click()
     idle(pg)
@@ -98,7 +98,7 @@ def test_the_layer_and_the_head_picked_are_kept_after_next_token_a_view_and_a_re
 
 def test_a_step_scrubbed_back_to_is_kept_after_a_view_and_a_reload(server, browser):
     pg = open_page(browser, server + "/?presenter=on&steps=4", *PRESENTER)
-    expect(pg.get_by_text(re.compile(r"\(4 from Next token\)"))).to_be_visible(timeout=120_000)
+    expect(pg.get_by_text(re.compile(r"\(4 from decode steps\)"))).to_be_visible(timeout=120_000)
     idle(pg)
     for _ in range(3):
         pg.get_by_role("button", name="◀").click()

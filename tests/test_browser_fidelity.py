@@ -31,10 +31,10 @@ def stepped(pg, steps: int = 1, prompt: str | None = None) -> None:
         box.press("Enter")
         idle(pg)
     pg.get_by_role("button", name="Prefill").click()
-    expect(pg.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     for i in range(steps):
         pg.get_by_role("button", name="Next token").click()
-        expect(pg.get_by_text(re.compile(rf"\({i + 1} from Next token\)"))).to_be_visible()
+        expect(pg.get_by_text(re.compile(rf"\({i + 1} from decode steps\)"))).to_be_visible()
     idle(pg)
 
 
@@ -127,7 +127,7 @@ def test_presenter_mode_grows_the_metric_values_with_the_rest(server, browser):
     value = views_column(pg).locator("[data-testid='stMetricValue']").first
     expect(value).to_be_visible()
     metric = value.evaluate("e => parseFloat(getComputedStyle(e.querySelector('*') || e).fontSize)")
-    body = pg.get_by_text(re.compile(r"from Next token")).first.evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
+    body = pg.get_by_text(re.compile(r"from decode steps")).first.evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
     assert metric >= 1.3 * body, (metric, body)
     pg.close()
 

@@ -58,10 +58,10 @@ def test_a_followers_charts_on_a_phone_keep_ticks_and_axis_titles_apart(keyed_se
     expect(lect.get_by_role("button", name="Prefill")).to_be_enabled()
     link = start_class(lect)
     lect.keyboard.press("p")
-    expect(lect.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    expect(lect.get_by_text(re.compile(r"\(0 from decode steps\)"))).to_be_visible()
     for i in range(1, 4):
         lect.keyboard.press("n")
-        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(lect.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
     phone = open_page(browser, link, *PHONE)
     phone.locator("[data-testid=dl-follow-stage][data-step='3']").wait_for(timeout=30_000)
     for view in ("Next token", "KV cache", "Latency"):

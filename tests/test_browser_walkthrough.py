@@ -83,7 +83,7 @@ def bottom(locator) -> float:
 def stepped(browser, server):
     """The step page after a prefill and 8 decode steps (a link's steps= replays them), in presenter mode."""
     pg = presenter(browser, server, "?steps=8")
-    expect(pg.get_by_text(re.compile(r"\(8 from Next token\)"))).to_be_visible(timeout=120_000)
+    expect(pg.get_by_text(re.compile(r"\(8 from decode steps\)"))).to_be_visible(timeout=120_000)
     yield pg
     pg.close()
 
@@ -132,7 +132,7 @@ def test_past_fifteen_keys_the_attention_axis_labels_lie_apart_and_the_newest_is
 
     prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun"
     pg = presenter(browser, server, f"?prompt={quote(prompt)}&steps=3")
-    expect(pg.get_by_text(re.compile(r"\(3 from Next token\)"))).to_be_visible(timeout=120_000)
+    expect(pg.get_by_text(re.compile(r"\(3 from decode steps\)"))).to_be_visible(timeout=120_000)
     pick(pg, "Attention")
     chart = views_column(pg).locator("[data-testid='stPlotlyChart']").first
     ticks = chart.locator(".xtick text").all()

@@ -359,10 +359,10 @@ def test_a_phone_following_the_class_sees_the_stage_whole_and_a_lesson_says_its_
     expect(lect.get_by_role("button", name="Prefill")).to_be_enabled(timeout=120_000)
     link = start_class(lect)
     lect.keyboard.press("p")
-    expect(lect.get_by_text(re.compile(r"\(0 from Next token\)"))).to_be_visible()
+    expect(lect.get_by_text(re.compile(r"\(0 from decode steps\)"))).to_be_visible()
     for i in (1, 2):
         lect.keyboard.press("n")
-        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(lect.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
     phone = open_page(browser, link, *PHONE)
     stage = phone.locator("[data-testid=dl-follow-stage][data-step='2'] svg").first
     stage.wait_for(timeout=30_000)

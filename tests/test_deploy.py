@@ -87,13 +87,13 @@ def test_followers_on_both_replicas_see_the_lecturers_steps(hall, browser):
     assert link.startswith(hall.url + "/?follow=")  # the address the lecturer's browser used: nginx's
     followers = [page_on(cookie_a, link), page_on(cookie_b, link), page_on(cookie_b, link)]
     lect.keyboard.press("p")
-    expect(lect.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(lect.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     for i in (1, 2):
         lect.keyboard.press("n")
-        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(lect.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
     assert max(wait_for_step(followers, 2, 10)) < 10
     lect.keyboard.press("n")
-    expect(lect.get_by_text(re.compile(r"\(3 from Next token\)"))).to_be_visible()
+    expect(lect.get_by_text(re.compile(r"\(3 from decode steps\)"))).to_be_visible()
     assert max(wait_for_step(followers, 3, 10)) < 10
     texts = {pg.locator("[data-testid=dl-text]").first.inner_text() for pg in followers}
     assert len(texts) == 1 and texts == {lect.locator("[data-testid=dl-text]").first.inner_text()}

@@ -521,10 +521,10 @@ def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, brow
     for pg in followers:
         expect(pg.get_by_text(re.compile("has not pressed Prefill"))).to_be_visible()
     lect.keyboard.press("p")
-    expect(lect.get_by_text(re.compile(r"0 from Next token"))).to_be_visible()
+    expect(lect.get_by_text(re.compile(r"0 from decode steps"))).to_be_visible()
     for i in range(1, 4):
         lect.keyboard.press("n")
-        expect(lect.get_by_text(re.compile(rf"\({i} from Next token\)"))).to_be_visible()
+        expect(lect.get_by_text(re.compile(rf"\({i} from decode steps\)"))).to_be_visible()
     delays = wait_for_step(followers, 3, 3.0)  # from the moment the lecturer's page shows step 3
     assert max(delays) <= 3.0, delays
 
@@ -543,14 +543,14 @@ def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, brow
     expect(pg.get_by_text(re.compile("looking back"))).to_be_visible()
     expect(pg.locator("[data-testid=dl-follow-stage][data-step='2']")).to_be_visible()
     pg.get_by_test_id("dl-follow-fork").click()
-    expect(pg.get_by_text(re.compile(r"\(2 from Next token\)"))).to_be_visible()  # its own run, at step 2
+    expect(pg.get_by_text(re.compile(r"\(2 from decode steps\)"))).to_be_visible()  # its own run, at step 2
     idle(pg)
     pg.get_by_role("button", name=re.compile("^Next token")).click()
-    expect(pg.get_by_text(re.compile(r"\(3 from Next token\)"))).to_be_visible()
+    expect(pg.get_by_text(re.compile(r"\(3 from decode steps\)"))).to_be_visible()
     lect.locator("[data-testid=stRadio] label").filter(has_text="Tokens").first.click()  # the lecturer's page redraws
     expect(lect.get_by_text(re.compile("Text in, tokens out"))).to_be_visible()  # its own run, as it was
     idle(lect)
-    assert "(3 from Next token)" in status_text(lect) and "step 3 of 3" in status_text(lect)
+    assert "(3 from decode steps)" in status_text(lect) and "step 3 of 3" in status_text(lect)
     assert pg.locator("[data-testid='stException']").count() == 0
 
     wrong = open_page(browser, link[: -6] + "ZZZZZ9", 1280, 720)

@@ -117,5 +117,5 @@ def test_the_pages_link_opened_elsewhere_shows_the_same_settings_step_layer_and_
     assert not opened.exception and not opened.error, [e.value for e in opened.error]
     assert sidebar_values(opened) == chosen
     assert (opened.segmented_control(key="step_layer").value, opened.session_state["step_head"]) == (layer, head)
-    said = next(m.value for m in opened.markdown if "from Next token" in m.value)
+    said = next(m.value for m in opened.markdown if "from decode steps" in m.value)
     assert "step **0** of 0" in said  # the prefill, the link's step 0
