@@ -113,3 +113,22 @@ def test_a_penalised_greedy_run_reads_every_id_so_far_as_transformers_generate_d
     theirs = reference.greedy(bundled_dir / "tinystories-llama", penalised.ids[:, :penalised.prompt_len], 12,
                               repetition_penalty=1.3)
     assert penalised.generated_ids == theirs.tokens
+
+
+def test_temperature_0_says_it_is_greedy_and_which_warpers_it_leaves_unapplied():
+    """Sample mode at temperature 0 with top-k 1 and top-p 0.01 set: the warpers were silently ignored. The rule
+    says greedy, at temperature 0, with top-k and top-p not applied; and the next-token chart no longer calls
+    a greedy step's bars 'drawn from'."""
+    from types import SimpleNamespace
+
+    from drawing.tokens import next_token_figure
+    from engine.forward.sampling import Sampling
+
+    rule = Sampling(greedy=False, temperature=0.0, top_k=1, top_p=0.01).describe()
+    assert rule == "greedy: the most likely token (temperature 0; top-k and top-p not applied)"
+    assert Sampling(greedy=False, temperature=0.0).describe() == "greedy: the most likely token (temperature 0)"
+    top = [SimpleNamespace(token=" a", token_id=1, p_before=0.6, p_after=0.6, logit=2.0)]
+    for r, name in ((rule, "after warpers (the largest taken)"),
+                    (Sampling(greedy=False, temperature=0.8).describe(), "after warpers (drawn from)")):
+        fig = next_token_figure(SimpleNamespace(top=top, token=" a", token_id=1, rule=r))
+        assert fig.data[1].name == name

@@ -69,7 +69,10 @@ class Sampling:
 
     def describe(self) -> str:
         if self.is_greedy:
-            rule = "greedy: the most likely token" + (" (temperature 0)" if not self.greedy else "")
+            unused = [w for w, on in (("top-k", self.top_k), ("top-p", self.top_p < 1.0)) if on]
+            rule = "greedy: the most likely token" + (
+                "" if self.greedy else " (temperature 0" + (f"; {' and '.join(unused)} not applied" if unused else "")
+                + ")")
         else:
             parts = [f"temperature {self.temperature:g}"]
             if self.top_k:
