@@ -860,6 +860,23 @@ def one_probe_called_now() -> None:
     scale_draw._probes = lambda here: "measured now"
 
 
+def zero_called_rounding() -> None:
+    """A difference of zero said to be within 0, by float rounding."""
+    from drawing import differences
+
+    differences.cache_match_words = lambda k, v: (f"keys within **{k:.1g}** and values within **{v:.1g}** of what "
+                                                  "the cache holds (float rounding)")
+    differences.logit_gap_words = lambda d: f"{d:.2g} (floating-point rounding; the computation order differs)"
+
+
+def draft_drafts_for_itself() -> None:
+    """The draft model, loaded as the target, drafts for itself in lesson 9 and unsaid on the Speculative page."""
+    from lessons import l09_speculative
+    from topics.speculative import page_parts
+
+    page_parts.drafts_itself = l09_speculative.drafts_itself = lambda choice, lm: False
+
+
 def poll_forgets_its_step() -> None:
     """A follower's question arrives without the step it is about: looking back, it shows under any step."""
     from classroom.poll import Polls
@@ -1179,6 +1196,10 @@ MUTANTS = {  # name -> (plant it, the fast-tier tests meant to kill it)
         "tests/test_curve.py::test_the_cpu_recordings_knees_ratios_and_captions_are_pinned"]),
     "one-probe-called-now": (one_probe_called_now, [
         "tests/test_ridge.py::test_this_servers_roof_says_how_many_probes_set_it_and_that_a_busy_one_reads_low"]),
+    "zero-called-rounding": (zero_called_rounding, [
+        "tests/test_readable.py::test_a_difference_of_zero_is_said_to_be_identical_never_rounding"]),
+    "draft-drafts-for-itself": (draft_drafts_for_itself, [
+        "tests/test_lessons.py::test_lesson_9_never_lets_the_draft_model_draft_for_itself"]),
     # bytes are time
     "bytes-faster-below-one": (bytes_faster_below_one, [
         "tests/test_bytes.py::test_a_bf16_decode_that_did_not_speed_up_is_never_called_faster"]),
