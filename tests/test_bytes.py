@@ -339,15 +339,14 @@ def test_a_crossing_past_the_contexts_measured_is_called_the_fitted_lines_not_a_
     assert "past the longest context measured, 16,384" in draw.context_sentence(past)
     assert "past the longest" not in draw.context_sentence(inside)
     names = [t.name for t in figures.context_figure(past).data]
-    assert "K/V time = the step's at no context (the line doubles, past the last context)" in names
-    assert "K/V time = the step's at no context (the line doubles)" in [t.name for t in
-                                                                         figures.context_figure(inside).data]
+    assert "K/V time = the step at no context (fitted, past the data)" in names
+    assert "K/V time = the step at no context (fitted)" in [t.name for t in figures.context_figure(inside).data]
     assert not any("(measured)" in (n or "") and "weights'" in (n or "") for n in names)
     line = inside.line()  # each crossing marked on its own line: the predicted one on the predicted slope
     marks = {t.name: t for t in figures.context_figure(inside).data if t.name and t.name.startswith("K/V ")}
     predicted = marks["K/V bytes = weights' (estimate)"]
     assert predicted.y[0] == pytest.approx(line.intercept_ms + line.predicted_slope_ms * predicted.x[0])
-    fitted = marks["K/V time = the step's at no context (the line doubles)"]
+    fitted = marks["K/V time = the step at no context (fitted)"]
     assert fitted.y[0] == pytest.approx(line.intercept_ms + line.slope_ms * fitted.x[0])
 
 

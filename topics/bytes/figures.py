@@ -95,8 +95,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
             fig.add_trace(go.Scatter(x=xs, y=[line.intercept_ms + both * x for x in xs], mode="lines",
                                      name="bytes' time + arithmetic's (estimate)",
                                      line=dict(color=ESTIMATE, dash="dot", width=2)))
-        fitted = ("K/V time = the step's at no context (the line doubles" +
-                  (", past the last context)" if line.crossing > xs[1] else ")"))
+        fitted = "K/V time = the step at no context (fitted" + (", past the data)" if line.crossing > xs[1] else ")")
         for x, slope, name, colour in ((line.crossing, line.slope_ms, fitted, DECODE),
                                        (line.predicted_crossing, line.predicted_slope_ms,
                                         "K/V bytes = weights' (estimate)", ESTIMATE)):
