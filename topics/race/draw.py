@@ -63,7 +63,7 @@ def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) 
                                  line=dict(color=colour, width=4), marker=dict(size=9)))
     fig.update_xaxes(title="new tokens", type="log", tickvals=sorted(set(df["tokens"])))  # the lengths run, no minor
     spread = {f"low_{column}", f"high_{column}"} <= set(df.columns)
-    fig.update_yaxes(title=f"{column.replace('_', ' ')} (median{', bars min–max' if spread else ''}, measured)",
+    fig.update_yaxes(title=f"{column.replace('_', ' ')}<br>(median{', bars min–max' if spread else ''}, measured)",
                      type="log",  # labels between them
                      tickvals=log_ticks(df[column].min(), df[column].max()), tickformat="~g")
     return layout(fig, title, height=380, scale=scale)
