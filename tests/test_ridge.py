@@ -86,5 +86,5 @@ def test_this_servers_roof_says_how_many_probes_set_it_and_that_a_busy_one_reads
     assert "one short probe" in one and "a busy moment reads low" in one and "measured now" not in one
     both = low.best(high)
     assert both.probes == 2 and both.peak_flops == 3.0e11 and both.dram_bandwidth == 1.88e10  # each the better
-    assert "the best rates of its 2 probes since it started" in roof_sentence(both)
+    assert "The best rates of its 2 probes since the server started" in roof_sentence(both)
     assert f"the ridge at {3.0e11 / 1.88e10:.1f} FLOP/byte" in roof_sentence(both)

@@ -164,7 +164,8 @@ def test_each_ridge_on_the_page_names_the_machine_it_belongs_to():
     cpu = recording("cpu")
     assert any(f"The ridge of {draw.short_device(cpu.device)}, recorded {cpu.measured_at[:10]} is ~7 tokens" in t
                for t in said)
-    assert any(t.startswith("This server (") and "since it started" in t and "the ridge at" in t for t in said)
+    assert any(t.startswith("This server's roof (") and "since the server started" in t and "the ridge at" in t
+               for t in said)
 
 
 def test_llama_3_70b_weights_are_counted_from_its_shapes():

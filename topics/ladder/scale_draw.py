@@ -87,18 +87,19 @@ def roof_sentence(here: DeviceRoof) -> str:
     cache = (f" Data that fits its cache reads at {here.cache_bandwidth / 1e9:,.1f} GB/s: the cache's own roof, "
              "which bounds a step whose bytes fit it (the bundled model's); it is not the ridge."
              if here.cache_roof else "")
-    return (f"This server ({here.name}), {_probes(here)}: peak {here.peak_flops / 1e9:,.1f} GFLOP/s, DRAM bandwidth "
-            f"{here.dram_bandwidth / 1e9:,.1f} GB/s: the ridge at {here.ridge:.1f} FLOP/byte (~{here.ridge_tokens:.0f} "
-            f"rows in {here.dtype}).{cache}")
+    return (f"This server's roof ({here.name.replace('measured here, ', '')}): peak {here.peak_flops / 1e9:,.1f} GFLOP/s, "
+            f"DRAM bandwidth {here.dram_bandwidth / 1e9:,.1f} GB/s: the ridge at {here.ridge:.1f} FLOP/byte "
+            f"(~{here.ridge_tokens:.0f} rows in {here.dtype}).{cache} {_probes(here)}")
 
 
 def _probes(here: DeviceRoof) -> str:
     """How the roof was measured: one short probe reads low on a busy server, and the roof keeps the best rates of
     every probe since the server started, so it can only rise (the verdicts under it with it)."""
     if here.probes <= 1:
-        return ("one short probe since it started, the fastest of its runs: a busy moment reads low; re-run it, "
-                "and the roof keeps the better rates")
-    return f"the best rates of its {here.probes} probes since it started (a busy moment reads low; each can only raise it)"
+        return ("Measured by one short probe since the server started (the fastest of its runs): a busy moment reads "
+                "low, and re-running the probe keeps the better rates.")
+    return (f"The best rates of its {here.probes} probes since the server started: a busy moment reads low, and each "
+            "probe can only raise them.")
 
 
 def prefill_sentence(pre, spec, here, gpu) -> str:
