@@ -950,6 +950,32 @@ def test_the_budget_page_in_bf16_never_shows_the_fp32_recording_as_this_models_d
 
 
 @pytest.mark.slow
+def test_a_dtype_switched_after_a_measurement_measures_again_and_the_heavy_note_names_no_missing_chart():
+    """fp8 measured in float32, then the sidebar set to bfloat16: the page kept "Holds 224.0 KiB of the full fp32
+    cache's 512.0 KiB (44%)" beside a caption reading bfloat16 (the kept measurement was keyed by the model alone).
+    In bf16 the full cache is bf16's; and "two heavy scores" said "The chart holds both lines" where no chart is
+    drawn (no bf16 recording, nothing measured yet)."""
+    from ui.apptest import app_test, page
+
+    at = app_test()
+    at.run()
+    at.switch_page(page("budget")).run(timeout=300)
+    at.button(key="budget_scenario_two heavy scores").click().run(timeout=300)  # fp32: the recording draws the chart
+    assert any("The chart beside the table holds both lines" in i.value for i in at.info)
+    at.button(key="budget_scenario_fp8 forgets nothing").click().run(timeout=300)
+    holds = next(m.value for m in at.markdown if m.value.startswith("Holds "))
+    assert "of the full fp32 cache's" in holds
+    at.sidebar.selectbox(key="side_dtype").set_value("bfloat16").run(timeout=300)  # the click after the change
+    assert not at.exception and at.session_state["lm"].dtype_name == "bfloat16"
+    holds = next(m.value for m in at.markdown if m.value.startswith("Holds "))
+    assert "of the full bf16 cache's" in holds and "fp32" not in holds.split(" · ")[0]
+    at.button(key="budget_scenario_two heavy scores").click().run(timeout=300)
+    note = next(i.value for i in at.info if "H2O's plain sum" in i.value)
+    assert not at.get("plotly_chart") or all("budget_divergence" not in str(c.proto) for c in at.get("plotly_chart"))
+    assert "The chart beside the table holds both lines" not in note and "to draw both lines" in note
+
+
+@pytest.mark.slow
 def test_on_gpt2_the_budget_page_names_its_learned_positions_and_points_at_no_missing_section():
     """With tinystories-gpt2 the page said a held key "keeps the RoPE rotation" (GPT-2 adds a learned position table
     at its input, and has no RoPE) and pointed "every story, with its spread, below" at a section no recording

@@ -30,7 +30,7 @@ SCENARIOS = {  # one click: (policy, budget, what to look at); the numbers besid
     "two heavy scores": ("heavy", 64, "H2O's plain sum favours the oldest positions (more queries have "
                                                "read them). Switch the policy to heavy-avg, kvpress's score per "
                                                "query that could see a position, and compare: the same rule, two "
-                                               "scores. The chart holds both lines."),
+                                               "scores."),
 }
 SWEEP_BUDGETS = measure.SWEEP_BUDGETS
 
@@ -41,20 +41,34 @@ def pick(name: str) -> None:
     st.session_state["budget_scenario"] = name
 
 
+def sweep_drawn(lm) -> bool:
+    """Will the divergence chart be drawn: every policy measured on this server, or recorded in this dtype?"""
+    if st.session_state.get("budget_sweep"):
+        return True
+    kept = measure.recorded_sweep(lm)
+    return kept is not None and kept.dtype == lm.dtype_name
+
+
+def which(lm) -> tuple:
+    """What a kept measurement is of: the model, where it runs and in which dtype (bf16 is another measurement)."""
+    return (lm.spec.name, str(lm.device), lm.dtype_name)
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
-def one_policy(_lm, model: str, policy: str, budget: int):
-    """The policy and the full cache, side by side (cached per model, policy and budget: a rerun is free)."""
+def one_policy(_lm, model: tuple, policy: str, budget: int):
+    """The policy and the full cache, side by side (cached per model, its device and dtype, policy and budget: a
+    rerun is free; another dtype is another measurement)."""
     return measure.compare_policies(_lm, ("full", policy), budget, new_tokens=64)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def every_policy(_lm, model: str):
+def every_policy(_lm, model: tuple):
     """Every policy at every budget, teacher-forced: the divergence charts (once per model per server)."""
     return measure.sweep(_lm, SWEEP_BUDGETS)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def sinks(_lm, model: str):
+def sinks(_lm, model: tuple):
     return measure.sink_mass(_lm)
 
 
@@ -89,11 +103,14 @@ def show() -> None:
     write_link(settings, policy=policy, budget=budget)  # the address bar reopens this policy at this budget
     note = SCENARIOS.get(st.session_state.get("budget_scenario"), (None, None, ""))[2]
     if note and SCENARIOS[st.session_state["budget_scenario"]][:2] == (policy, budget):
+        if policy == "heavy":  # the two scores' lines: drawn where every policy was measured or recorded, in this dtype
+            note += (" The chart beside the table holds both lines." if sweep_drawn(lm) else
+                     " Measure every policy (the button on the right) to draw both lines.")
         st.info(note, icon=":material/lightbulb:")
 
     try:
         with st.spinner(f"Measuring {policy} at a budget of {budget} against the full cache…"):
-            rows = one_policy(lm, lm.spec.name, policy, budget)
+            rows = one_policy(lm, which(lm), policy, budget)
     except DecodeLabError as e:
         error(str(e))
         return
@@ -123,7 +140,7 @@ def show() -> None:
                 points = None
             else:
                 with st.spinner("Every policy at budgets " + ", ".join(map(str, SWEEP_BUDGETS)) + "…"):
-                    points = every_policy(lm, lm.spec.name)
+                    points = every_policy(lm, which(lm))
                 source = "measured on this server"
         else:
             points = kept.points
@@ -171,6 +188,6 @@ def show() -> None:
             "when it is evicted: on Llama-2-13B StreamingLLM measured a perplexity of 5,158 with a window alone and "
             "5.40 with 4 sinks kept. Below, this model's own measurement: a bar per layer (the heads' mean) and a "
             "dot per head, against a uniform reader's weight. A model loaded from the hub shows its own.")
-        sink_rows = sinks(lm, lm.spec.name)
+        sink_rows = sinks(lm, which(lm))
         chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), "budget_sinks")
         st.caption(draw.sink_words(sink_rows))
