@@ -178,7 +178,7 @@ def _serve(args) -> int:
         print(f"{r['id']}: arrives {r['arrive']}, first token step {r['first_token_step']} (TTFT {r['ttft_steps']} steps, "
               f"{r['ttft_ms']:.1f} ms), TPOT {tpot}, {len(r['generated_ids'])} tokens ({r['stop_reason']}), "
               f"preempted {r['preemptions']}x, prefix hits {r['prefix_hit_tokens']}: {r['text'][:60]!r}")
-    print(f"prompt tokens skipped by prefix sharing: {rep['prefix_hit_tokens']}; preemptions: {rep['preemptions']}; "
+    print(f"positions skipped by prefix sharing: {rep['prefix_hit_tokens']}; preemptions: {rep['preemptions']}; "
           f"{rep['generated_tokens']} tokens in {rep['wall_ms']:.0f} ms = {rep['tokens_per_s']:.0f} tokens/s (measured)")
     if args.json:
         write_json(args.json, rep)

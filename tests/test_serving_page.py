@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import re
 
 import pytest
@@ -108,7 +109,7 @@ def test_the_prefix_cache_scenario_draws_cached_blocks_and_hits_them_after_their
     assert pool.count('data-role="block-cached"') == between.blocks_cached and 'data-role="block-used"' not in pool
     hit = next(s for s in steps if any(rid == "r1" for rid, _ in s.prefix_hits))
     at.slider(key="serve_at").set_value(hit.step).run()
-    assert f"r1 shares {dict(hit.prefix_hits)['r1']} prompt tokens" in svgs(at, "dl-pass")[0]
+    assert f"r1 finds {dict(hit.prefix_hits)['r1']} positions' blocks cached" in html.unescape(svgs(at, "dl-pass")[0])
 
 
 @pytest.mark.slow  # two whole served runs and their reference tokens: ~2 s
@@ -321,7 +322,7 @@ def test_the_prefix_sharing_sentence_counts_the_tokens_the_status_line_says_were
 
     skipped, said = both()
     assert skipped == expected > 0
-    assert f"{expected} prompt tokens were not computed when their request was admitted" in said
+    assert f"{expected} positions were not computed when their request was admitted" in said
     assert "saved nothing" not in said
     # its ratio follows from the figures beside it: served over the positions held in whole blocks, both printed
     shared = re.search(r"read ([\d,]+) positions' keys and values .* from [\d,]+ stored \(each once\) in ([\d,]+) "
@@ -332,7 +333,7 @@ def test_the_prefix_sharing_sentence_counts_the_tokens_the_status_line_says_were
     assert f"{int(served.replace(',', '')) / int(held.replace(',', '')):.2f}" == ratio
     at.slider(key="serve_at").set_value(sc["requests"][1].arrive - 1).run()  # before the first hit: none yet
     skipped, said = both()
-    assert skipped == 0 and "no prompt token was skipped" in said
+    assert skipped == 0 and "no position was skipped" in said
 
 
 def test_the_status_lines_skipped_tokens_are_the_requests_prefix_hits_added_up():
@@ -356,6 +357,28 @@ def test_the_status_lines_skipped_tokens_are_the_requests_prefix_hits_added_up()
     assert line == table > 0
     at.slider(key="serve_at").set_value(len(run.records) // 2).run()
     assert both()[0] <= line
+
+
+def test_a_preempted_requests_cached_positions_are_never_called_prompt_tokens():
+    """Scenario 4: "prompt tokens skipped by sharing: 32" and "r3 shares 32 prompt tokens' blocks" for a request
+    whose prompt is 8 tokens: the 32 were its prompt and its generated positions, found still cached when it came
+    back from a preemption. The status line, the sentence and the pass picture now count positions."""
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(SCENARIOS["preemption"]["title"]).run()
+    at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_run").click().run()
+    run = at.session_state["serve_run"]
+    table = next(d.value for d in at.dataframe if "prefix hits" in d.value.columns)
+    back = table[table["prefix hits"] > table["prompt tokens"]]
+    assert len(back), table  # a hit longer than its request's own prompt: positions it generated, not prompt tokens
+    line = next(m.value for m in at.markdown if m.value.startswith("step **"))
+    assert "positions skipped by sharing" in line and "prompt tokens" not in line
+    step = next(s.step for s in run.records if s.prefix_hits)
+    at.slider(key="serve_at").set_value(step).run()
+    pictures = [base64.b64decode(u).decode() for h in at.get("html")
+                for u in re.findall(r"data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)", str(h.proto.body))]
+    said = html.unescape(" ".join(m.value for m in at.markdown) + " ".join(pictures))
+    assert "prompt tokens' blocks" not in said and "positions' blocks cached" in said
 
 
 def slots_by_hand(records, slots: int) -> tuple[int, int]:

@@ -260,7 +260,7 @@ def pass_svg(step: ServingStep, d_model: int, width: int = HALF) -> str:
     if step.arrived:
         events.append(("arrived " + " ".join(step.arrived), INK))
     for rid, k in step.prefix_hits:
-        events.append((f"{rid} shares {k} prompt tokens' blocks: not computed", INK))
+        events.append((f"{rid} finds {k} positions' blocks cached: not computed", INK))
     if step.preempted:
         events.append(("preempted " + " ".join(step.preempted) + ": blocks freed", RECOMPUTED))
     if step.blocks_evicted:
@@ -459,12 +459,12 @@ def memory_frame(mem):
 
 def sharing_sentence(mem) -> str:
     """What prefix sharing did over the same steps the table averages (topics.serving.measure.memory): the prompt
-    tokens it kept from being computed (the status line's "skipped by sharing", the same count), and the positions
+    positions it kept from being computed (the status line's "skipped by sharing", the same count), and the positions
     the requests read per position the paged pool held (memory: only while two requests hold a block at once)."""
     sh = mem.sharing
     if not sh.steps:
         return ""
-    tokens = f"{sh.skipped:,} prompt token{'s' if sh.skipped != 1 else ''}"
+    tokens = f"{sh.skipped:,} position{'s' if sh.skipped != 1 else ''}"  # a prompt's, or a preempted request's own
     if sh.saved > 0:
         memory = (f"and the requests read {sh.served:,} positions' keys and values over the run's {sh.steps} steps, "
                   f"from {sh.stored:,} stored (each once) in {sh.held:,} positions of whole blocks, so "
@@ -478,8 +478,8 @@ def sharing_sentence(mem) -> str:
         return (f"Prefix sharing: {tokens} were not computed when their request was admitted (their blocks were "
                 "found held by another request, or still cached after a request finished or was preempted), " + memory)
     if sh.saved > 0:
-        return "Prefix sharing: no prompt token was skipped, " + memory
-    return ("Prefix sharing found nothing to share here: no prompt token was skipped and no block was held by two "
+        return "Prefix sharing: no position was skipped, " + memory
+    return ("Prefix sharing found nothing to share here: no position was skipped and no block was held by two "
             "requests at once.")
 
 
