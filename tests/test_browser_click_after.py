@@ -120,14 +120,14 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_keeps_it_through_a_
     """Serving, `at=` an earlier step of a finished run: the status said '0/5 requests done' above 'Finished: every
     request has finished'. The step shown, its status and the link hold through ◀, ▶ and a reload."""
     pg = open_page(browser, f"{server}/serving?presenter=on&scenario=queue&steps=200&at=5", *PRESENTER)
-    status = pg.get_by_text(re.compile(r"^step \d+ of \d+ · \d+/\d+ requests done"))
+    status = pg.get_by_text(re.compile(r"^step \d+ of 0–\d+ · \d+/\d+ requests done"))
     expect(status.first).to_be_visible(timeout=120_000)
     idle(pg)
     latest = int(query(pg)["steps"])  # the run stops at its own last step, fewer than the link asked for
 
     def kept(at: int, after: str) -> None:
         said = status.first.inner_text()
-        assert said.startswith(f"step {at} of {latest}"), (after, said)
+        assert said.startswith(f"step {at} of 0–{latest}"), (after, said)
         assert int(re.search(r"(\d+)/\d+ requests done", said).group(1)) < 12, (after, said)  # not drained yet
         assert pg.get_by_text(re.compile(r"^Finished")).count() == 0, after
         assert pg.get_by_text(re.compile(f"went on to step {latest}")).count() == 1, after
@@ -135,7 +135,7 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_keeps_it_through_a_
 
     kept(5, "the link")
     pg.get_by_role("button", name="◀").click()
-    expect(status.first).to_contain_text(f"step 4 of {latest}")  # the click's run reached the screen
+    expect(status.first).to_contain_text(f"step 4 of 0–{latest}")  # the click's run reached the screen
     idle(pg)
     kept(4, "◀")
     pg.reload(wait_until="networkidle")

@@ -361,6 +361,8 @@ def test_an_unfinished_request_has_a_tpot_from_the_tokens_it_has_made(bundled_lm
     ([RequestSpec("Once upon a time", 0, 0)], {}, "at least 1"),
     ([RequestSpec("Once upon a time", 8, 0)], {"batching": "eager"}, "batching must be one of continuous, static"),
     ([RequestSpec("Once upon a time", 8, 0)], {"max_seqs": 0}, "batch slots"),
+    ([RequestSpec("Once upon a time", 8, 0)], {"num_blocks": 1, "page_size": 8},
+     r"The pool holds 1 block of 8 positions \(8 positions\)"),  # one block, said as one
 ])
 def test_bad_requests_get_a_clear_message(bundled_lm, specs, kw, words):
     with pytest.raises(StepError, match=words):

@@ -194,7 +194,7 @@ def test_a_serving_link_opens_the_same_scenario_at_the_same_engine_step():
     other.switch_page(page("serving")).run()
     assert not other.exception and not other.error and not other.warning
     assert other.selectbox(key="serve_scenario").value == title
-    assert any("step **4** of 5" in m.value for m in other.markdown)
+    assert any("step **4** of 0–5" in m.value for m in other.markdown)
     assert (unclocked(svgs(other, "dl-pass")[0]), svgs(other, "dl-pool")[0]) == screen
     other.button(key="serve_btn_forward").click().run()  # and it goes on from there like the original
     assert dict(other.query_params)["steps"] == "5" and "at" not in dict(other.query_params)
@@ -252,7 +252,7 @@ def test_lesson_10_shows_the_pool_and_the_pass():
     assert pool[0].count('data-role="block-shared"') > 0  # the system prompt stored once by step 8
     slider = at.slider(key="lesson10_steps")
     line = next(m.value for m in at.markdown if m.value.startswith("step **"))
-    assert f"step **{slider.value}** of {int(slider.max)}" in line  # the line counts the steps the slider walks
+    assert f"step **{slider.value}** of 0–{int(slider.max)}" in line  # the steps the slider walks, from 0
     slider.set_value(slider.max).run()
     requests = len(SCENARIOS["shared_prefix"]["requests"])
     assert f"{requests}/{requests} requests done" in next(m.value for m in at.markdown if m.value.startswith("step **"))
@@ -334,6 +334,19 @@ def test_the_prefix_sharing_sentence_counts_the_tokens_the_status_line_says_were
     at.slider(key="serve_at").set_value(sc["requests"][1].arrive - 1).run()  # before the first hit: none yet
     skipped, said = both()
     assert skipped == 0 and "no position was skipped" in said
+
+
+def test_the_status_line_counts_its_steps_from_0_as_the_sentences_under_it_count_them():
+    """Scenario 2 at its end: "step 28 of 28" in the status line, "over the run's 29 steps" under it. The status
+    line says its steps run from 0, so the two agree."""
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(SCENARIOS["shared_prefix"]["title"]).run()
+    at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_btn_run").click().run()
+    line = next(m.value for m in at.markdown if m.value.startswith("step **"))
+    last = int(re.search(r"of 0–(\d+) ·", line).group(1))
+    steps = re.search(r"over the run's (\d+) steps", " ".join(m.value for m in at.markdown))
+    assert steps and int(steps.group(1)) == last + 1 == len(at.session_state["serve_run"].records)
 
 
 def test_the_status_lines_skipped_tokens_are_the_requests_prefix_hits_added_up():

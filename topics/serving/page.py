@@ -79,6 +79,11 @@ def exactness(run) -> str:
             + ": that is a bug.")
 
 
+def _n(count: int, noun: str) -> str:
+    """'1 block', '14 blocks'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def show() -> None:
     """The Serving page, drawn (pages/serving.py is its door)."""
     settings, lm = page_setup("serving", need_model=True)
@@ -172,8 +177,8 @@ def show() -> None:
                preemption=sizing.get("preemption") if name == "preemption" else None,
                batching=sizing.get("batching") if name == "queue" else None)
 
-    st.caption(f"**Serving many requests** · {sizing['num_blocks']} blocks of {sizing['page_size']} positions · "
-               f"{sizing['max_batch_tokens']} tokens a pass · prefix sharing "
+    st.caption(f"**Serving many requests** · {_n(sizing['num_blocks'], 'block')} of {_n(sizing['page_size'], 'position')} · "
+               f"{_n(sizing['max_batch_tokens'], 'token')} a pass · prefix sharing "
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
                + (f"preemption: {POLICY_NAMES.get(sizing['preemption'], sizing['preemption'])} · "
                   if "preemption" in sizing else "")

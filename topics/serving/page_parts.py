@@ -85,7 +85,7 @@ def summary(run: ServingRun, at: int) -> str:
     done = sum(1 for _, s in step.statuses if s == "done")
     skipped = prefix_skipped(run.records[: at + 1])  # the same count the sharing sentence says
     preempted = sum(len(s.preempted) for s in run.records[: at + 1])
-    return (f"step **{at}** of {len(run.records) - 1} · {done}/{len(run.requests)} requests done · positions "
+    return (f"step **{at}** of 0–{len(run.records) - 1} · {done}/{len(run.requests)} requests done · positions "
             f"skipped by sharing: **{skipped}** · preemptions: **{preempted}**")
 
 
