@@ -40,7 +40,7 @@ def show(course: Course) -> None:
                            "running request's rows, their keys and values in blocks of one shared pool.")
     at = st.slider("try it: the engine step shown (the shared-system-prompt scenario; 0 is the first pass)", 0, last,
                    min(7, last), key="lesson10_steps", persist_state="session")
-    st.markdown(summary(run, at))  # "step 7 of {last}": the same run the slider walks; the engine's numbers only
+    st.markdown(summary(run, at))  # "step 7 of 0–{last}": the same run the slider walks; the engine's numbers only
     pictures(run, at)
     same = sum(exact.values())
     checked = (f" Checked here: every request's tokens are exactly the ones it gets decoded alone (greedy, {same} of "

@@ -428,12 +428,12 @@ def test_lesson_5s_stage_shows_the_step_its_slider_reads(steps):
 
 @pytest.mark.parametrize("shown", [0, 7, 12])
 def test_lesson_10s_slider_and_its_step_line_agree(shown):
-    """The slider is the step shown, counted from 0, of the run it walks: "step 7 of 28" under a slider that ends at
-    28 (it said "step 7 of 7" under a slider that went on to 23)."""
+    """The slider is the step shown, counted from 0, of the run it walks: "step 7 of 0–28" under a slider that ends
+    at 28 (it said "step 7 of 7" under a slider that went on to 23)."""
     at = lesson(10)
     at.slider(key="lesson10_steps").set_value(shown).run()
     assert not at.exception and not at.error
-    assert f"step **{shown}** of {int(at.slider(key='lesson10_steps').max)} ·" in text(at)
+    assert f"step **{shown}** of 0–{int(at.slider(key='lesson10_steps').max)} ·" in text(at)
     assert at.slider(key="lesson10_steps").value == shown
 
 
