@@ -14,11 +14,6 @@ TITLE = '8. Scale: the cache of big models'
 MODELS = ("Llama-2-7b", "Llama-3-8B", "Llama-2-70b", "Llama-3-70B", "Gemma-2-9b")  # published configurations
 
 
-def _names(items: list[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
 def show(course: Course) -> None:
     first = st.empty()  # the takeaway, once the cards are counted
     st.markdown("The cache that was a few kilobytes here is the main memory cost of serving big models. The formula "
@@ -31,21 +26,18 @@ def show(course: Course) -> None:
     st.markdown(f"Your live model stores **{live:,.0f} bytes per token** (measured, {course.lm.dtype_name}). Published "
                 f"configurations, computed from their figures (estimates, fp16, batch 1):")
     st.dataframe(compare_frame(list(MODELS), tokens), hide_index=True, width="stretch")
-    beyond = [a for a in map(kvcalc.from_table, MODELS) if a.max_positions and tokens > a.max_positions]
+    beyond = [a.name for a in map(kvcalc.from_table, MODELS) if a.max_positions and tokens > a.max_positions]
     if beyond:  # the bytes of a context the model cannot read: arithmetic, said so beside the table
-        limits = sorted({a.max_positions for a in beyond})
-        groups = [f"{_names([a.name for a in beyond if a.max_positions == m])} "
-                  + (f"read{'s' if sum(a.max_positions == m for a in beyond) == 1 else ''} at most {m:,} positions"
-                     if i == 0 else f"{m:,}") for i, m in enumerate(limits)]
-        st.caption(f"{', '.join(groups)}: at {tokens:,} tokens "
-                   f"{'its row is' if len(beyond) == 1 else 'their rows are'} memory arithmetic only, a context "
-                   f"{'it' if len(beyond) == 1 else 'they'} cannot use.")
+        one = len(beyond) == 1
+        st.caption(f"{', '.join(beyond)} {'reads' if one else 'read'} fewer positions than {tokens:,} (the table's "
+                   f"last column): {'its row is' if one else 'their rows are'} memory arithmetic only, a context "
+                   f"{'it' if one else 'they'} cannot use.")
     l2, l3 = kvcalc.from_table("Llama-2-70b"), kvcalc.from_table("Llama-3-8B")
     st.markdown(f"Grouped-query attention shares each K/V head among several query heads: Llama-2-70B's "
                 f"{l2.heads} query heads use {l2.kv_heads} K/V heads, a cache {l2.heads // l2.kv_heads}× smaller "
                 f"than MHA; Llama-3-8B's cache is {l3.heads // l3.kv_heads}× smaller than it would be with MHA.")
-    cards = kvcalc.cards_for(kvcalc.from_table("Llama-3-70B"), tokens)  # enough 80 GB cards, plus one for caches
     big = kvcalc.from_table("Llama-3-70B")
+    cards = kvcalc.cards_for(big, tokens)  # enough 80 GB cards, plus one for caches
     past = (f"; memory arithmetic only: it reads at most {big.max_positions:,}"
             if big.max_positions and tokens > big.max_positions else "")
     course.takeaway(first, f"Llama-3-70B's fp16 weights alone are {human_bytes(cards.weights)}: {cards.cards} cards of "

@@ -23,8 +23,8 @@ def show(course: Course) -> None:
     st.markdown(
         "Lessons 2 and 3 said a prefill waits on its arithmetic and a decode step on reading its weights. Test it: "
         "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter; int4: an eighth), keep "
-        "the arithmetic in fp32 (weight-only, as gpt-fast does; torch's int4 kernel takes bf16 inputs), and time both: whether the time follows the "
-        "bytes is the test. **Predict first.**")
+        "the arithmetic in fp32 (weight-only, as gpt-fast does; torch's int4 kernel takes bf16 inputs), and time "
+        "both: whether the time follows the bytes is the test. **Predict first.**")
     guess = st.radio("your prediction: with half the bytes…", GUESSES, index=None, horizontal=True,
                      key="lesson12_guess", persist_state="session")
     rec, source = shown()

@@ -136,8 +136,9 @@ def show() -> None:
         t = run.records[at]
         new_tokens = len(run.generated_ids)
         showing = "newest" if at == steps.latest else f"{steps.latest - at} newer recorded"
-        st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({max(0, new_tokens - 1)} from decode "
-                    f"steps) · step **{at}** of {steps.latest} ({t.phase}, {showing}) · KV cache **{t.kv_bytes:,} bytes**")
+        st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({max(0, new_tokens - 1)} from "
+                    f"decode steps) · step **{at}** of {steps.latest} ({t.phase}, {showing}) · KV cache "
+                    f"**{t.kv_bytes:,} bytes**")
         if run.done:
             st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to start again.")
 

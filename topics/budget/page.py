@@ -41,14 +41,6 @@ def pick(name: str) -> None:
     st.session_state["budget_scenario"] = name
 
 
-def sweep_drawn(lm) -> bool:
-    """Will the divergence chart be drawn: every policy measured on this server, or recorded in this dtype?"""
-    if st.session_state.get("budget_sweep"):
-        return True
-    kept = measure.recorded_sweep(lm)
-    return kept is not None and kept.dtype == lm.dtype_name
-
-
 def which(lm) -> tuple:
     """What a kept measurement is of: the model, where it runs and in which dtype (bf16 is another measurement)."""
     return (lm.spec.name, str(lm.device), lm.dtype_name)
@@ -101,10 +93,14 @@ def show() -> None:
         bar.button(name, key=f"budget_scenario_{name}", on_click=pick, args=(name,))
     policy, budget = st.session_state["budget_policy"], int(st.session_state["budget_budget"])
     write_link(settings, policy=policy, budget=budget)  # the address bar reopens this policy at this budget
+    measured_here = st.session_state.get("budget_sweep")  # every policy: measured here, or recorded in this dtype
+    kept = None if measured_here else measure.recorded_sweep(lm)
+    if kept is not None and kept.dtype != lm.dtype_name:  # another dtype's damage is not this model's
+        kept = None
     note = SCENARIOS.get(st.session_state.get("budget_scenario"), (None, None, ""))[2]
     if note and SCENARIOS[st.session_state["budget_scenario"]][:2] == (policy, budget):
-        if policy == "heavy":  # the two scores' lines: drawn where every policy was measured or recorded, in this dtype
-            note += (" The chart beside the table holds both lines." if sweep_drawn(lm) else
+        if policy == "heavy":  # the two scores' lines, where the divergence chart is drawn
+            note += (" The chart beside the table holds both lines." if measured_here or kept else
                      " Measure every policy (the button on the right) to draw both lines.")
         st.info(note, icon=":material/lightbulb:")
 
@@ -128,10 +124,6 @@ def show() -> None:
                     help=f"Agreement and KL are teacher-forced: each next token against the full cache's, over "
                          f"{len(row.forced.agree)} steps of a held-out story; KL(full ‖ policy). {POLICIES[policy]}.")
     with right:
-        measured_here = st.session_state.get("budget_sweep")
-        kept = None if measured_here else measure.recorded_sweep(lm)
-        if kept is not None and kept.dtype != lm.dtype_name:  # another dtype's damage is not this model's
-            kept = None
         if measured_here or kept is None:
             if not measured_here:
                 st.button("Measure every policy at every budget (a minute on a laptop CPU)", key="budget_sweep_go",

@@ -172,8 +172,8 @@ def products_sentence(rec: Record) -> str:
     if apart is None:
         return ""
     ref, split = apart
-    parts = ", ".join(f"{s} ×{p.kernels_ms / ref.kernels_ms:.2f} (its weights ×{p.weight_bytes / ref.weight_bytes:.2f})"
-                      for s, p in split)
+    parts = ", ".join(f"{s} ×{p.kernels_ms / ref.kernels_ms:.2f} "
+                      f"(its weights ×{p.weight_bytes / ref.weight_bytes:.2f})" for s, p in split)
     rest = {s: p.outside_ms for s, p in ((rec.reference, ref), *split)}
     out = (f"Not all of a step is its products. Inside inductor's compiled kernels (the products, fused with the "
            f"norms; three profiled calls each, after the rounds) {rec.reference}'s step spent {ref.kernels_ms:.1f} ms "

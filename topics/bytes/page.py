@@ -15,8 +15,9 @@ from ui.text import error, plain
 HELP = ("If decode's time is the bytes it reads, fewer bytes make it faster; prefill, compute-bound, follows the "
         "arithmetic's rate instead. The lean pass runs the ≥ 100 M rung (random weights, timing only) with its "
         "weights stored in fp32, then bf16, fp16, int8 and int4 weight-only (fewer bytes, the arithmetic still fp32, "
-        "except that torch's int4 kernel takes its inputs in bf16), and the whole model cast to bf16 (its arithmetic in bf16 too); then one fp32 decode step at longer and longer "
-        "contexts, and the longest one again with its cache evicted to a window.")
+        "except that torch's int4 kernel takes its inputs in bf16), and the whole model cast to bf16 (its arithmetic "
+        "in bf16 too); then one fp32 decode step at longer and longer contexts, and the longest one again with its "
+        "cache evicted to a window.")
 
 
 def shown():

@@ -87,9 +87,9 @@ def roof_sentence(here: DeviceRoof) -> str:
     cache = (f" Data that fits its cache reads at {here.cache_bandwidth / 1e9:,.1f} GB/s: the cache's own roof, "
              "which bounds a step whose bytes fit it (the bundled model's); it is not the ridge."
              if here.cache_roof else "")
-    return (f"This server's roof ({here.name.replace('measured here, ', '')}): peak {here.peak_flops / 1e9:,.1f} GFLOP/s, "
-            f"DRAM bandwidth {here.dram_bandwidth / 1e9:,.1f} GB/s: the ridge at {here.ridge:.1f} FLOP/byte "
-            f"(~{here.ridge_tokens:.0f} rows in {here.dtype}).{cache} {_probes(here)}")
+    return (f"This server's roof ({here.name.replace('measured here, ', '')}): peak "
+            f"{here.peak_flops / 1e9:,.1f} GFLOP/s, DRAM bandwidth {here.dram_bandwidth / 1e9:,.1f} GB/s: the ridge "
+            f"at {here.ridge:.1f} FLOP/byte (~{here.ridge_tokens:.0f} rows in {here.dtype}).{cache} {_probes(here)}")
 
 
 def _probes(here: DeviceRoof) -> str:

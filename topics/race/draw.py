@@ -54,15 +54,15 @@ def flops_figure(df: pd.DataFrame, scale: float = 1.0) -> go.Figure:
 
 def sweep_figure(df: pd.DataFrame, column: str, title: str, scale: float = 1.0) -> go.Figure:
     fig = go.Figure()
+    low, high = f"low_{column}", f"high_{column}"  # the repeats' fastest and slowest, where the sweep kept them
+    spread = {low, high} <= set(df.columns)
     for mode, (name, colour) in MODES.items():
         d = df[df["mode"] == mode]
-        low, high = f"low_{column}", f"high_{column}"  # the repeats' fastest and slowest, where the sweep kept them
         bars = (dict(type="data", symmetric=False, array=d[high] - d[column], arrayminus=d[column] - d[low],
-                     color=colour, thickness=1.5) if {low, high} <= set(d.columns) else None)
+                     color=colour, thickness=1.5) if spread else None)
         fig.add_trace(go.Scatter(x=d["tokens"], y=d[column], mode="lines+markers", name=name, error_y=bars,
                                  line=dict(color=colour, width=4), marker=dict(size=9)))
     fig.update_xaxes(title="new tokens", type="log", tickvals=sorted(set(df["tokens"])))  # the lengths run, no minor
-    spread = {f"low_{column}", f"high_{column}"} <= set(df.columns)
     fig.update_yaxes(title=f"{column.replace('_', ' ')}<br>(median{', bars min–max' if spread else ''}, measured)",
                      type="log",  # labels between them
                      tickvals=log_ticks(df[column].min(), df[column].max()), tickformat="~g")

@@ -875,7 +875,8 @@ def batch_roofline_sentence(br) -> str:
 
 def batch_roofline_gpu_title(br) -> str:
     """The fold's title: the question its paragraph answers."""
-    return f"On an {br.gpu.name.split(' (')[0]} (open points, estimates): the batch where the weights stop setting the step"
+    return (f"On an {br.gpu.name.split(' (')[0]} (open points, estimates): the batch where the weights stop setting "
+            "the step")
 
 
 def batch_roofline_gpu_words(br) -> str:

@@ -177,8 +177,9 @@ def show() -> None:
                preemption=sizing.get("preemption") if name == "preemption" else None,
                batching=sizing.get("batching") if name == "queue" else None)
 
-    st.caption(f"**Serving many requests** · {_n(sizing['num_blocks'], 'block')} of {_n(sizing['page_size'], 'position')} · "
-               f"{_n(sizing['max_batch_tokens'], 'token')} a pass · prefix sharing "
+    st.caption(f"**Serving many requests** · {_n(sizing['num_blocks'], 'block')} of "
+               f"{_n(sizing['page_size'], 'position')} · {_n(sizing['max_batch_tokens'], 'token')} a pass · "
+               "prefix sharing "
                f"{'on' if sizing['prefix_sharing'] else 'off'} · chunked prefill {'on' if sizing['chunking'] else 'off'} · "
                + (f"preemption: {POLICY_NAMES.get(sizing['preemption'], sizing['preemption'])} · "
                   if "preemption" in sizing else "")

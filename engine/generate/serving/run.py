@@ -82,8 +82,7 @@ class ServingRun(Run):
             need = -(-min(r.prompt_len + r.max_new_tokens, lm.spec.max_positions) // page_size)
             if need > num_blocks:
                 raise StepError(f"The pool holds {num_blocks} block{'s' if num_blocks != 1 else ''} of {page_size} "
-                                f"position{'s' if page_size != 1 else ''} ({num_blocks * page_size:,} "
-                                f"position{'s' if num_blocks * page_size != 1 else ''}); request {r.id} alone needs "
+                                f"positions ({num_blocks * page_size:,} positions); request {r.id} alone needs "
                                 f"{need} blocks "
                                 f"(its {r.prompt_len}-token prompt and up to {r.max_new_tokens} new tokens). "
                                 "Give the pool more blocks, or ask for fewer tokens.")
