@@ -657,13 +657,17 @@ def test_your_own_requests_are_what_was_typed_into_the_table():
     ({"added_rows": [{"prompt": "Tom"}]}, "needs a whole number of max new tokens"),  # the other cells left blank
     ({"added_rows": [{"prompt": f"request {i}", "max_new_tokens": 2, "arrive": 0} for i in range(14)]},
      "17 requests is more than one run may serve"),
-], ids=["blank cells", "too many rows"])
+    ({"edited_rows": {"1": {"max_new_tokens": 300}}}, "(1–256) and an arrival step (0–1,000): request 2's max new "
+                                                       "tokens is 300"),  # the table's limit, not the engine's
+    ({"edited_rows": {"0": {"arrive": -1}}}, "request 1's arrives at step is -1"),
+], ids=["blank cells", "too many rows", "past the table's limit", "before step 0"])
 def test_a_table_typed_wrong_gets_a_message_and_keeps_the_last_good_requests(edits, said):
     at = serving_page()
     at.selectbox(key="serve_scenario").set_value("Your own requests").run()
     before = at.session_state.get("serve_own_requests")
     typed(at, "serve_own_editor", edits)
-    assert any(said in e.value for e in at.error), [e.value for e in at.error]
+    shown = [e.value.replace("\\", "") for e in at.error]  # the words as the page shows them (markup escaped)
+    assert any(said in words for words in shown), shown
     assert at.session_state.get("serve_own_requests") == before
 
 

@@ -6,6 +6,7 @@ for the page's width and for a phone's (ui/style.py shows the one that fits the 
 
 from __future__ import annotations
 
+import numbers
 from functools import partial
 
 import pandas as pd
@@ -18,6 +19,8 @@ from topics.serving import draw as draw
 from topics.serving.measure import prefix_skipped
 from ui.text import error
 
+MAX_OWN_NEW_TOKENS = 256  # a typed request's max new tokens: the table's own limit, and the check's
+MAX_OWN_ARRIVAL = 1000  # the step a typed request may arrive at, at the latest
 MAX_PAGE_REQUESTS = 16  # a browser session serves at most this many requests in one run (the engine caps at 64)
 
 
@@ -96,19 +99,32 @@ def requests_editor(key: str, default: list[RequestSpec]) -> list[RequestSpec] |
     edited = st.data_editor(frame, key=key, num_rows="dynamic", width="stretch", hide_index=True,
                             column_config={"prompt": st.column_config.TextColumn("prompt", max_chars=2000),
                                            "max_new_tokens": st.column_config.NumberColumn("max new tokens",
-                                                                                           min_value=1, max_value=256,
+                                                                                           min_value=1,
+                                                                                           max_value=MAX_OWN_NEW_TOKENS,
                                                                                            step=1),
                                            "arrive": st.column_config.NumberColumn("arrives at step", min_value=0,
-                                                                                   max_value=1000, step=1)})
+                                                                                   max_value=MAX_OWN_ARRIVAL, step=1)})
     rows = [row for row in edited.to_dict("records") if isinstance(row.get("prompt"), str) and row["prompt"].strip()]
     if len(rows) > MAX_PAGE_REQUESTS:
         error(f"{len(rows)} requests is more than one run may serve on this page ({MAX_PAGE_REQUESTS}).")
         return None
-    try:
-        return [RequestSpec(str(r["prompt"]), int(r["max_new_tokens"]), int(r["arrive"])) for r in rows]
-    except (TypeError, ValueError):
-        error("Every request needs a whole number of max new tokens and an arrival step.")
-        return None
+    for n, row in enumerate(rows, 1):
+        for column, label, low, high in (("max_new_tokens", "max new tokens", 1, MAX_OWN_NEW_TOKENS),
+                                         ("arrive", "arrives at step", 0, MAX_OWN_ARRIVAL)):
+            value = row.get(column)
+            whole = isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer()
+            if not whole or not low <= value <= high:
+                error(f"Every request needs a whole number of max new tokens (1–{MAX_OWN_NEW_TOKENS}) and an "
+                      f"arrival step (0–{MAX_OWN_ARRIVAL:,}): request {n}'s {label} is {_cell(value)}.")
+                return None
+    return [RequestSpec(str(r["prompt"]), int(r["max_new_tokens"]), int(r["arrive"])) for r in rows]
+
+
+def _cell(value) -> str:
+    """A cell's value as the table showed it: blank, or the number typed (never rounded)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "blank"
+    return f"{float(value):g}" if isinstance(value, numbers.Real) else str(value)
 
 
 def new_serving_run(lm, requests: list[RequestSpec], sizing: dict, sampling) -> ServingRun:
