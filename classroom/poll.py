@@ -56,13 +56,14 @@ def next_token_question(held, context: str, rng: random.Random | None = None) ->
             continue
         seen.add(shown)
         choices.append(shown)
-        model[shown] = round(float(c.p_after), 4)
+        model[shown] = round(float(c.p_after), 6)
         if len(choices) == CHOICES:
             break
     answer = _piece(held.token)
-    if answer not in model:  # sampled from outside the top candidates: it is still a choice
+    if answer not in model:  # sampled from outside the top candidates: it is still a choice, with its own odds
+        chosen = [c.p_after for c in held.top if _piece(c.token) == answer]  # the trace keeps the chosen token's
         choices[-1:] = [answer]
-        model = {c: model.get(c, 0.0) for c in choices}
+        model = {c: model[c] for c in choices[:-1]} | {answer: round(float(chosen[0]), 6) if chosen else 0.0}
     (rng or random.Random(secrets.randbits(32))).shuffle(choices)
     return {"kind": "next", "text": "What token comes next? Pick one, or type a word.", "context": context,
             "choices": choices, "typed": True, "answer": answer, "model": model}

@@ -15,6 +15,21 @@ from drawing.palette import DECODE, NEW
 CLASS, MODEL = "#6a51a3", DECODE  # the class's votes, the model's probability
 
 
+def _odds(p: float) -> str:
+    """The model's probability as a share: "<1%" for a token it gave almost nothing, never "0%" for one it drew."""
+    return "<1%" if 0 < p < 0.005 else f"{p:.0%}"
+
+
+def _votes(n: int) -> str:
+    return f"{n} vote{'s' if n != 1 else ''}"
+
+
+def _typed(tally: dict) -> str:
+    """The words the class typed, as typed (escaped), with how many typed each."""
+    words = tally.get("words") or []
+    return ", ".join(f"<b>{escape(w)}</b> ({int(n)})" for w, n in words)
+
+
 def _bar(share: float, colour: str, label: str) -> str:
     width = max(0.0, min(1.0, share)) * 100
     return (f'<div style="display:flex;align-items:center;gap:0.4em;min-height:1.35em">'
@@ -30,13 +45,17 @@ def compact_html(question: dict, tally: dict) -> str:
     chips = []
     for choice in question.get("choices", []):
         n, right = int(counts.get(choice, 0)), choice == question.get("answer")
-        odds = f' · <span style="color:{MODEL}">model {float(model.get(choice, 0.0)):.0%}</span>' if model else ""
+        odds = f' · <span style="color:{MODEL}">model {_odds(float(model.get(choice, 0.0)))}</span>' if model else ""
         chips.append(f'<span class="dl-poll-row" data-testid="dl-poll-row" data-choice="{escape(choice)}" '
                      f'style="display:inline-block;margin:0 0.9em 0.2em 0;white-space:nowrap">'
                      f'<span style="font-family:ui-monospace,monospace;{"font-weight:700;color:" + NEW if right else ""}">'
-                     f'{escape(choice)}{" ✓" if right else ""}</span> <span style="color:{CLASS}">{n} vote'
-                     f'{"s" if n != 1 else ""} ({n / total:.0%})</span>{odds}</span>')
-    return (f'<div class="dl-poll" data-testid="dl-poll" data-votes="{int(tally.get("total") or 0)}" '
+                     f'{escape(choice)}{" ✓" if right else ""}</span> <span style="color:{CLASS}">{_votes(n)} '
+                     f'({n / total:.0%})</span>{odds}</span>')
+    typed = _typed(tally)  # what the students' screens list under their bars, on the projector too
+    votes = int(tally.get("total") or 0)
+    chips.append(f'<span style="display:inline-block;color:#555">{"Typed: " + typed + " · " if typed else ""}the '
+                 f'class ({_votes(votes)})</span>')
+    return (f'<div class="dl-poll" data-testid="dl-poll" data-votes="{votes}" '
             f'data-compact="1">' + "".join(chips) + "</div>")
 
 
@@ -49,23 +68,20 @@ def poll_html(question: dict, tally: dict, revealed: bool = False) -> str:
     for choice in question.get("choices", []):
         n = int(counts.get(choice, 0))
         right = revealed and choice == question.get("answer")
-        bars = _bar(n / total, CLASS, f"{n} vote{'s' if n != 1 else ''} ({n / total:.0%})")
+        bars = _bar(n / total, CLASS, f"{_votes(n)} ({n / total:.0%})")
         if revealed and model:
             p = float(model.get(choice, 0.0))
-            bars += _bar(p, MODEL, f"model {p:.0%}")
+            bars += _bar(p, MODEL, f"model {_odds(p)}")
         rows.append(f'<div class="dl-poll-row" data-testid="dl-poll-row" data-choice="{escape(choice)}" style="display:grid;'
                     f'grid-template-columns:minmax(6em,14em) 1fr;gap:0.6em;align-items:center;padding:0.2em 0;'
                     f'border-bottom:1px solid #eee">'
                     f'<div style="font-family:ui-monospace,monospace;font-size:1.15em;'
                     f'{"font-weight:700;color:" + NEW if right else ""}">{escape(choice)}{" ✓" if right else ""}'
                     f'</div><div>{bars}</div></div>')
-    words = tally.get("words") or []
-    typed = ""
-    if words:
-        typed = ('<div style="margin-top:0.4em;color:#555">Typed: ' +
-                 ", ".join(f"<b>{escape(w)}</b> ({int(n)})" for w, n in words) + "</div>")
+    typed = _typed(tally)
+    typed = f'<div style="margin-top:0.4em;color:#555">Typed: {typed}</div>' if typed else ""
     key = (f'<div style="margin-top:0.3em;font-size:0.85em;color:#555"><span style="color:{CLASS}">■</span> the '
-           f'class ({int(tally.get("total") or 0)} votes)' +
+           f'class ({_votes(int(tally.get("total") or 0))})' +
            (f' · <span style="color:{MODEL}">■</span> the model\'s probability' if revealed and model else "") +
            "</div>")
     return (f'<div class="dl-poll" data-testid="dl-poll" data-votes="{int(tally.get("total") or 0)}">'

@@ -89,6 +89,30 @@ def test_one_vote_per_follower_counted_anonymously_and_a_typed_word_matching_a_c
     assert "aaaa0000" not in json.dumps(tally)  # nobody's id in what is shown
 
 
+def test_the_projectors_reveal_lists_the_words_typed_and_the_votes_a_students_reveal_does(asked):
+    """After the reveal the lecturer's one-line chips showed only the choices' votes: a class that typed "banana"
+    saw it on every phone and not on the projector, and "the class (1 votes)" said one vote in the plural."""
+    from html import unescape
+    from re import sub
+
+    from classroom.poll_draw import compact_html, poll_html
+
+    room, lecture, qid, q, _ = asked
+    room.polls.vote(lecture.code, "aaaa0000aaaa0000", qid, choice=q["choices"][0])
+    room.polls.vote(lecture.code, "bbbb1111bbbb1111", qid, word="banana")
+    revealed = room.polls.reveal(lecture)
+    tally = room.polls.tally(lecture.code)
+
+    def text(html):
+        return unescape(sub(r"<[^>]+>", "", html))
+
+    student, projector = text(poll_html(revealed, tally, revealed=True)), text(compact_html(revealed, tally))
+    for words in ("Typed: banana (1)", "the class (2 votes)"):
+        assert words in student and words in projector, (words, projector)
+    one = text(compact_html(revealed, {**tally, "total": 1, "words": []}))
+    assert "the class (1 vote)" in one and "Typed" not in one
+
+
 @pytest.mark.parametrize("payload, said", [
     ({"word": "<b>bold</b>"}, "plain word"),
     ({"word": "<script>alert(1)</script>"}, "plain word"),
@@ -1006,3 +1030,40 @@ def test_a_resumed_class_says_how_many_students_follow_it_not_that_they_all_stil
     room.join(code, "bbbb1111bbbb1111")
     again = " ".join(c.value for c in lead().sidebar.caption)
     assert f"Class {code} was running: you lead it again, and 2 students still follow it." in again
+
+
+def test_a_reveal_gives_a_token_sampled_from_past_the_choices_its_own_odds_not_zero(bundled_lm):
+    """A token sampled from outside the five candidates offered replaces the last of them; the reveal read "model 0%"
+    for it, the token the model had just drawn. Its figure is now its probability at the sampling temperature,
+    against transformers' own copy of the model over the same context."""
+    import torch
+
+    from classroom.poll import CHOICES
+    from engine import Sampling
+    from engine.load.load import DEFAULT_MODEL, MODELS_DIR
+    from tests import reference
+
+    found = None
+    for seed in range(40):  # a step whose drawn token ranks past the choices offered (seed 0 finds one by step 12)
+        s = Stepper(bundled_lm, "Once upon a time there was a girl named Lily.", max_new_tokens=30,
+                    sampling=Sampling(greedy=False, temperature=1.5, seed=seed))
+        s.prefill()
+        while not s.done and found is None:
+            held = s.step()
+            if [c.token_id for c in held.top].index(held.token_id) >= CHOICES:
+                found = held, s.ids[:, :-1]
+        if found:
+            break
+    held, context = found
+    q = next_token_question(held, "")
+    logits = reference.model(str(MODELS_DIR / DEFAULT_MODEL))(context).logits[0, -1]
+    want = float(torch.softmax(logits / 1.5, -1)[held.token_id])
+    assert q["answer"] in q["choices"] and len(q["choices"]) == CHOICES
+    assert q["model"][q["answer"]] == pytest.approx(want, abs=1e-5), (q["model"], want)
+    from html import unescape
+
+    from classroom.poll_draw import compact_html, poll_html
+
+    for html in (poll_html(q, {}, revealed=True), compact_html(q, {})):  # a student's reveal, the projector's
+        row = unescape(html.split(f'data-choice="{q["answer"]}"')[1].split('data-choice=')[0])  # as read
+        assert "model 0%" not in row and ("model <1%" in row if want < 0.005 else f"model {want:.0%}" in row), row
