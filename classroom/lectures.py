@@ -208,6 +208,8 @@ class Classroom:
         if newest is not None:
             meta = wire.loads(self._call(self.kv.get, self._k(newest)) or "{}")
             self._call(self.kv.set, self._k(newest), wire.dumps({**meta, "token": _sha(token)}), ex=self._ttl)
+            # the old page's question goes with it: the new page cannot reveal it, and its step is not the new page's
+            self._call(self.kv.delete, self._k(newest, "poll"), self._k(newest, "votes"))
             return Lecture(newest, token, resumed=True)
         running = self.classes()
         if running >= lim.max_classes:
@@ -272,8 +274,8 @@ class Classroom:
         """
         self._check(lecture)
         code = lecture.code
-        if fresh_run:
-            self._call(self.kv.delete, self._k(code, "t"))
+        if fresh_run:  # a new run: the old one's traces go, and a question about one of its steps
+            self._call(self.kv.delete, self._k(code, "t"), self._k(code, "poll"), self._k(code, "votes"))
         if traces:
             run = (head or {}).get("run")
             self._call(self.kv.hset, self._k(code, "t"),

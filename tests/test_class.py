@@ -1067,3 +1067,34 @@ def test_a_reveal_gives_a_token_sampled_from_past_the_choices_its_own_odds_not_z
     for html in (poll_html(q, {}, revealed=True), compact_html(q, {})):  # a student's reveal, the projector's
         row = unescape(html.split(f'data-choice="{q["answer"]}"')[1].split('data-choice=')[0])  # as read
         assert "model 0%" not in row and ("model <1%" in row if want < 0.005 else f"model {want:.0%}" in row), row
+
+
+@pytest.mark.parametrize("revealed", [False, True], ids=["asked", "revealed"])
+def test_a_lecturer_who_reloads_leaves_no_question_of_the_old_page_over_the_new_run(key_set, revealed):
+    """The lecturer's page reloaded (the key typed again: the same class) kept the old page's question in the class:
+    its answer "·there" over the new prompt's stage, or a question open for votes that nobody could reveal."""
+    from ui.apptest import app_test
+
+    def lead():
+        at = ok(app_test().run())
+        at.sidebar.text_input(key="follow_key").input(KEY)
+        return ok(at.button(key="follow_start").click().run())
+
+    first = lead()
+    ok(first.button(key="step_btn_prefill").click().run())
+    ok(first.button(key="follow_ask_next").click().run())
+    if revealed:
+        ok(first.button(key="follow_reveal").click().run())
+    code, room = first.session_state["follow_lead"].code, key_set.classroom()
+    assert room.live(code)["poll"] is not None  # the class has the question
+
+    again = lead()
+    assert again.session_state["follow_lead"].code == code
+    assert room.live(code)["poll"] is None or room.polls.current(code) is None
+    again.text_input(key="step_prompt").input("Tom had a red ball.")
+    ok(again.run())
+    ok(again.button(key="step_btn_prefill").click().run())
+    live = room.live(code)
+    assert "Tom had a red ball." in room.frame(code, live["frame"])["text"]
+    assert live["poll"] is None and room.polls.current(code) is None, live["poll"]
+
