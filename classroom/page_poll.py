@@ -1,6 +1,7 @@
 """The class predicts, on the lecturer's step page: Ask the class, the votes filling in live, Reveal.
 
     held(run, at)        the step held back while a question is open: the class sees nothing of it yet
+    held_back(run)       the same, read only: for the projector's words (step/page.py's status line)
     ask_buttons(where)   "Ask the class": what comes next, or K's shape after this step
     panel(run)           the open question with its votes (redrawn every second), or the revealed answer
 
@@ -112,6 +113,15 @@ def held(run, at: int) -> int | None:
         _reveal()
         return None
     return None if q["revealed"] else q["held"]
+
+
+def held_back(run) -> int | None:
+    """The step an open question still holds back (after `held` has closed a stale one), or None; changes nothing.
+    The projector is the class's screen too: its status line counts the steps before this one only."""
+    q = st.session_state.get("follow_q")
+    if q is None or q["revealed"] or run is None or q["run"] != id(run) or len(run.records) <= q["held"]:
+        return None
+    return q["held"]
 
 
 def ask_buttons(where) -> None:

@@ -12,6 +12,7 @@ import json
 import streamlit as st
 
 from classroom.page import class_bar
+from classroom.page_poll import held_back
 from drawing.attention import hardest_look_back
 from drawing.first_draw import blank_figure
 from drawing.latency import traces_frame
@@ -134,12 +135,14 @@ def show() -> None:
 
     def status(run: Stepper, at: int) -> None:
         t = run.records[at]
-        new_tokens = len(run.generated_ids)
-        showing = "newest" if at == steps.latest else f"{steps.latest - at} newer recorded"
+        hold = held_back(run)  # a question to the class holds a step back: the projector says nothing of it yet
+        latest = steps.latest if hold is None else hold - 1
+        new_tokens = len(run.generated_ids) if hold is None else hold  # each step made one token
+        showing = "newest" if at == latest else f"{latest - at} newer recorded"
         st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({max(0, new_tokens - 1)} from "
-                    f"decode steps) · step **{at}** of {steps.latest} ({t.phase}, {showing}) · KV cache "
+                    f"decode steps) · step **{at}** of {latest} ({t.phase}, {showing}) · KV cache "
                     f"**{t.kv_bytes:,} bytes**")
-        if run.done:
+        if run.done and hold is None:
             st.markdown(f"**Finished**: {steps.stopped()}. Reset (X) to start again.")
 
 

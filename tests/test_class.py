@@ -1098,3 +1098,29 @@ def test_a_lecturer_who_reloads_leaves_no_question_of_the_old_page_over_the_new_
     assert "Tom had a red ball." in room.frame(code, live["frame"])["text"]
     assert live["poll"] is None and room.polls.current(code) is None, live["poll"]
 
+
+def test_while_a_question_holds_a_step_the_projectors_status_counts_what_the_class_sees(key_set):
+    """Asking takes the next step and holds it back from the class, but the lecturer's status line (on the
+    projector, in front of the class) counted it: "4 new tokens · step 2 of 3", and "Finished" when the held step
+    was the last, while every student's screen said "3 new tokens · step 2"."""
+    import re
+
+    from ui.apptest import app_test
+
+    at = ok(app_test().run())
+    at.sidebar.number_input(key="side_max_new").set_value(3)
+    ok(at.run())
+    at.sidebar.text_input(key="follow_key").input(KEY)
+    ok(at.button(key="follow_start").click().run())
+    ok(at.button(key="step_btn_prefill").click().run())
+    ok(at.button(key="step_btn_next").click().run())
+    ok(at.button(key="follow_ask_next").click().run())  # takes step 2, the last of 3 tokens, and holds it
+    code, room = at.session_state["follow_lead"].code, key_set.classroom()
+    frame = room.frame(code, room.live(code)["frame"])
+    lecturers = " ".join(m.value for m in at.markdown)
+    tokens = int(re.search(r"\*\*(\d+) new tokens?\*\*", lecturers).group(1))
+    assert tokens == int(re.search(r"<b>(\d+) new tokens?</b>", frame["status"]).group(1)) == 2, (lecturers, frame)
+    assert "step **1** of 1 (decode, newest)" in lecturers and "Finished" not in lecturers and not frame["done"]
+    ok(at.button(key="follow_reveal").click().run())
+    lecturers = " ".join(m.value for m in at.markdown)
+    assert "**3 new tokens**" in lecturers and "step **2** of 2" in lecturers and "**Finished**" in lecturers
