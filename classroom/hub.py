@@ -106,7 +106,7 @@ class Hub:
                         parts[path] = got.decode()
             payload = {"v": live["version"], "frame": frame, "picks": live.get("picks") or {},
                        "poll": live.get("poll"), "parts": parts, "published": round(time.time() * 1000)}
-            if timeline:
+            if timeline or live.get("new_run"):  # a new run: every tab's timeline loses the old run's steps
                 payload["timeline"] = self.room.timeline(code)
             elif frame is not None and frame.get("timeline", True):
                 payload["entry"] = [frame["id"], frame.get("label", "")]

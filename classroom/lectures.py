@@ -274,8 +274,9 @@ class Classroom:
         """
         self._check(lecture)
         code = lecture.code
-        if fresh_run:  # a new run: the old one's traces go, and a question about one of its steps
+        if fresh_run:  # a new run: the old one's traces go, its steps leave the timeline, and a question on one
             self._call(self.kv.delete, self._k(code, "t"), self._k(code, "poll"), self._k(code, "votes"))
+            self._drop_step_frames(code)
         if traces:
             run = (head or {}).get("run")
             self._call(self.kv.hset, self._k(code, "t"),
@@ -288,7 +289,8 @@ class Classroom:
             self._write_head(code, {**head, "updated": self.clock()}, version)
         live = {"version": version, "frame": frame["id"] if frame is not None else before.get("frame"),
                 "picks": picks if picks is not None else before.get("picks", {}),
-                "poll": self.polls.public(code), "stamp": time.time()}
+                "poll": self.polls.public(code), "stamp": time.time(),
+                "new_run": bool(fresh_run)}  # the followers' timelines lose the old run's steps too (classroom/hub.py)
         self._call(self.kv.set, self._k(code, "live"), wire.dumps(live), ex=self._ttl)
         self._call(self.kv.set, self._k(code, "v"), str(version), ex=self._ttl)
         self._call(self.kv.hset, f"{self.prefix}rooms", code, str(self.clock() + self._ttl))
@@ -309,6 +311,16 @@ class Classroom:
         if dropped:
             self._call(self.kv.hdel, self._k(code, "fr"), *[f for f, _ in dropped])
         self._call(self.kv.set, self._k(code, "tl"), wire.dumps({"frames": timeline[-MAX_FRAMES:]}), ex=self._ttl)
+
+    def _drop_step_frames(self, code: str) -> None:
+        """The step frames of the run just ended: their pictures are built from its traces, which are gone, so a
+        follower looking back would find empty steps. Other pages' frames carry what they show and stay."""
+        timeline = self.timeline(code)
+        steps = [f for f, _ in timeline if (self.frame(code, f) or {}).get("kind") == "step"]
+        if steps:
+            self._call(self.kv.hdel, self._k(code, "fr"), *steps)
+            kept = [x for x in timeline if x[0] not in steps]
+            self._call(self.kv.set, self._k(code, "tl"), wire.dumps({"frames": kept}), ex=self._ttl)
 
     def live(self, code: str) -> dict | None:
         """What the class shows now: {version, frame (its id), picks, poll, stamp}; None before the first publish

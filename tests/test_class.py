@@ -208,6 +208,35 @@ def test_each_publish_is_one_version_and_a_new_frame_joins_the_timeline_once(sto
     assert room.frame(lecture.code, "a") is None  # an old frame falls out with its place in the timeline
 
 
+def test_a_new_run_takes_the_old_runs_steps_out_of_every_timeline_and_keeps_the_other_pages(store, bundled_lm):
+    """After a Reset (a new prompt, a reload) the old run's traces are dropped, but its steps stayed in the
+    timeline: a student looking back found "This step's picture is not available" under labels that named no run.
+    Each step left in the timeline now draws; a lesson's screen stays; the first event of the new run carries the
+    whole timeline, so a tab already following loses the old steps too."""
+    from classroom.hub import Hub
+
+    room = room_of(store)
+    lecture = room.start(KEY, "lect")
+    code, pub, hub = lecture.code, Publisher(room, lecture), Hub(room)
+    first = run(bundled_lm, steps=2)
+    for at in range(3):
+        pub.update(first, at, "Attention", 0, 0, {})
+    room.publish(lecture, frame={"id": "lesson-1", "kind": "page", "label": "Lesson 1", "nodes": []}, picks={})
+    second = Stepper(bundled_lm, "Tom had a red ball.", max_new_tokens=5)
+    second.prefill()
+    pub.update(second, 0, "Attention", 0, 0, {})
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    assert event["timeline"] == room.timeline(code)  # a following tab's timeline is replaced
+    second.decode()
+    pub.update(second, 1, "Attention", 0, 0, {})
+    timeline = room.timeline(code)
+    assert [label for _, label in timeline] == ["Lesson 1", "step 0 (prefill)", "step 1 (decode)"]
+    for fid, _ in timeline[1:]:
+        frame = room.frame(code, fid)
+        assert "Tom had a red ball." in frame["text"]
+        assert hub.part(code, f"p/{frame['run']}/{frame['at']}/stage/0/0") is not None  # it draws
+
+
 # ---------------------------------------------------------------- a reload gives the lecturer the same class
 
 
