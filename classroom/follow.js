@@ -178,6 +178,7 @@ class Follower {
     for (const name of ["view", "layer", "head"]) {
       if (!this.own.has(name) && msg.picks && msg.picks[name] !== undefined) this.picks[name] = msg.picks[name];
     }
+    this.picks.every = !!(msg.picks && msg.picks.every);  // the lecturer's "every query row" (Attention only)
     this.drawPoll();
     if (this.looking === null) this.render(); else this.drawBar();
   }
@@ -329,7 +330,8 @@ class Follower {
     const at = `p/${frame.run}/${frame.at}/`;
     const phone = PHONE.matches;  // the stage laid out for a phone: whole on the screen, no word under 11 px
     const [svg, view] = await Promise.all([this.part(`${at}${phone ? "phone" : "stage"}/${p.layer}/${p.head}`),
-      this.part(`${at}view/${frame.views.indexOf(p.view)}/${VIEWS_WITH_LAYER.has(p.view) ? p.layer : 0}`)]);
+      this.part(`${at}${p.every && p.view === "Attention" ? "rows" : "view"}/${frame.views.indexOf(p.view)}/` +
+        `${VIEWS_WITH_LAYER.has(p.view) ? p.layer : 0}`)]);
     if (token !== this.drawn) return;
     let viewBox = null, next = null;
     const waits = [], charts = [];

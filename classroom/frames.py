@@ -2,7 +2,8 @@
 
     step_frame(run, at, ...)              one step of the lecturer's step run: what it is (no pictures)
     stage_part(shared, at, layer, head)   its stage for one layer and head: SVG
-    view_part(shared, at, view, layer)    one of its seven views: drawing/views.py's blocks, as JSON
+    view_part(shared, at, view, layer)    one of its seven views: drawing/views.py's blocks, as JSON (every_row: the
+                                          Attention view with every query row, as the lecturer's toggle draws it)
     block_json(block)                     a Block as {"kind", "html"} or {"kind": "figure", "spec"}
     md_html(text)                         engine-made markdown as HTML (markdown-it, raw HTML off)
 
@@ -94,12 +95,12 @@ def step_frame(run: str, at: int, t, *, model: str, text: str, layers: int, head
             "layers": layers, "heads": heads, "views": list(VIEWS), "done": done}
 
 
-def step_context(shared, at: int, layer: int, head: int = 0) -> StepContext:
+def step_context(shared, at: int, layer: int, head: int = 0, every_row: bool = False) -> StepContext:
     t = shared.records[at]
     layer = max(0, min(int(layer), len(t.layers) - 1))
     return StepContext(records=tuple(shared.records[: at + 1]), ids=tuple(shared.ids), pieces=tuple(shared.pieces()),
                        prompt_len=shared.prompt_len, prompt=str(shared.fork.get("prompt", "")), spec=shared.spec,
-                       text=shared.texts[at], layer=layer, head=head, pictures=True)
+                       text=shared.texts[at], layer=layer, head=head, pictures=True, every_row=every_row)
 
 
 def stage_part(shared, at: int, layer: int, head: int, phone: bool = False) -> bytes:
@@ -109,5 +110,6 @@ def stage_part(shared, at: int, layer: int, head: int, phone: bool = False) -> b
     return draw(t, shared.pieces(), shared.prompt_len, layer=layer, head=head).encode()
 
 
-def view_part(shared, at: int, view: str, layer: int) -> bytes:
-    return blocks_json(view_blocks(view, step_context(shared, at, layer)))
+def view_part(shared, at: int, view: str, layer: int, every_row: bool = False) -> bytes:
+    """One view of step `at`; every_row: Attention with every query row, one panel per head (the lecturer's toggle)."""
+    return blocks_json(view_blocks(view, step_context(shared, at, layer, every_row=every_row)))

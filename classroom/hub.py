@@ -25,13 +25,13 @@ from collections import OrderedDict
 from classroom import wire
 from classroom.frames import stage_part, view_part
 from classroom.store import StoreDown, subscribe
-from drawing.views import VIEWS
+from drawing.views import VIEWS, VIEWS_WITH_LAYER
 
 _LOG = logging.getLogger(__name__)
 KEEPALIVE_S = 20.0  # a comment on an idle stream, so that proxies and the browser keep it open
 MAX_QUEUED = 32  # events waiting for one slow follower before its stream is closed (it reconnects and catches up)
 MAX_PARTS = 512  # pictures kept per server (a step's stage is ~30 KB)
-PART_RE = re.compile(r"^p/([0-9a-f]{1,16})/(\d{1,5})/(stage|phone|view)/(\d{1,3})/(\d{1,4})$")
+PART_RE = re.compile(r"^p/([0-9a-f]{1,16})/(\d{1,5})/(stage|phone|view|rows)/(\d{1,3})/(\d{1,4})$")
 END = b"event: end\ndata: {}\n\n"
 
 
@@ -99,8 +99,10 @@ class Hub:
                 picks = live.get("picks") or {}
                 layer, head = int(picks.get("layer", 0)), int(picks.get("head", 0))
                 view = picks.get("view") if picks.get("view") in VIEWS else VIEWS[0]
-                for path in (f"p/{frame['run']}/{frame['at']}/stage/{layer}/{head}",
-                             f"p/{frame['run']}/{frame['at']}/view/{VIEWS.index(view)}/{layer}"):
+                kind = "rows" if picks.get("every") and view == "Attention" else "view"  # every query row, or one
+                for path in (f"p/{frame['run']}/{frame['at']}/stage/{layer}/{head}",  # (the path a tab asks for)
+                             f"p/{frame['run']}/{frame['at']}/{kind}/{VIEWS.index(view)}/"
+                             f"{layer if view in VIEWS_WITH_LAYER else 0}"):
                     got = self.part(code, path)
                     if got is not None:
                         parts[path] = got.decode()
@@ -121,7 +123,7 @@ class Hub:
 
     def part(self, code: str, path: str) -> bytes | None:
         """stage/{layer}/{head} or phone/{layer}/{head} (SVG: the stage, or laid out for a phone) or view/{view}/{layer}
-        (JSON) of step `at` of run `run`: built once here."""
+        (JSON; rows/{view}/{layer}: Attention with every query row) of step `at` of run `run`: built once here."""
         key = (code, path)
         with self._lock:
             if key in self._parts:
@@ -155,7 +157,7 @@ class Hub:
             return stage_part(shared, at, min(a, layers - 1), min(b, heads - 1), phone=kind == "phone")
         if a >= len(VIEWS):
             return None
-        return view_part(shared, at, VIEWS[a], min(b, layers - 1))
+        return view_part(shared, at, VIEWS[a], min(b, layers - 1), every_row=kind == "rows")
 
     # ------------------------------------------------------------ followers' streams
 

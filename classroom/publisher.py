@@ -44,10 +44,12 @@ class Publisher:
         self._last = key
         return self.version
 
-    def update(self, s, at: int, view: str, layer: int, head: int, fork: dict, hold: int | None = None) -> int | None:
+    def update(self, s, at: int, view: str, layer: int, head: int, fork: dict, hold: int | None = None,
+               every: bool = False) -> int | None:
         """Publish the lecturer's step screen if it changed: s is the page's Stepper (None before Prefill).
 
-        hold: steps from this index on stay unpublished (a question about the next token is open).
+        hold: steps from this index on stay unpublished (a question about the next token is open). every: the
+        Attention view's "every query row" toggle is on (it draws where the step recorded more than one row).
         Returns the new version, or None when nothing had changed.
         """
         visible = 0 if s is None else len(s.records) if hold is None else min(len(s.records), hold)
@@ -76,6 +78,9 @@ class Publisher:
         if len(self._pieces) != len(ids):
             self._pieces = s.pieces()
         at = max(0, min(int(at), visible - 1))
+        t = s.records[at]
+        if every and view == "Attention" and t.pattern_rows > 1:  # what the lecturer's page draws, the class draws
+            picks["every"] = True
         done = s.done and visible == len(s.records)
         key = (self._run, at, visible, done, tuple(sorted(picks.items())))
         if not new and not fresh and key == self._last:
@@ -87,7 +92,6 @@ class Publisher:
             version=0, run=self._run, at=at, view=view, layer=int(layer), head=int(head), ids=shown_ids,
             piece_list=self._pieces[: len(shown_ids)], prompt_len=s.prompt_len, use_cache=s.use_cache, done=done,
             stop_reason=s.stop_reason if done else None, spec=spec, fork=dict(fork), model=model)
-        t = s.records[at]
         frame = step_frame(self._run, at, t, model=model, text=self._texts[at], layers=len(t.layers),
                            heads=spec.heads, new_tokens=len(shown_ids) - s.prompt_len, done=done,
                            stop=s.stop_reason if done else None)

@@ -24,6 +24,7 @@ from drawing.svg import picture_html
 from drawing.tokens import next_token_figure, token_chips_html
 
 VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
+VIEWS_WITH_LAYER = ("Attention", "Matmuls")  # the views that draw one layer (the rest, every layer or none)
 STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "latency_ms"]  # the Latency view's table
 
 
@@ -81,15 +82,15 @@ def attention(c: StepContext) -> list[Block]:
         return [Block("note", t.attention_note)]
     ids = list(c.ids[: t.kv_len])
     newest = head_roles(t, layer, ids)  # the newest query's row alone: what a picture of one row per head draws
-    if c.pictures:  # the same weights, printed in the cells: a follower's tab shows a picture in a few ms
+    if c.every_row and t.pattern_rows > 1:  # every recorded row, one panel per head: roles averaged over them
+        roles = head_roles(t, layer, ids, every_row=True)  # (a follower's tab draws this chart too)
+        blocks = [Block("figure", heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False,
+                                               roles=role_names(c, roles)), "att_rows")]
+    elif c.pictures:  # the same weights, printed in the cells: a follower's tab shows a picture in a few ms
         blocks = [Block("html", picture_html(heads_svg(t, layer, list(c.pieces)),
                                              f"layer {layer}: every head's attention for the newest query",
                                              "dl-follow-heads"), "heads")]
         roles = newest
-    elif c.every_row and t.pattern_rows > 1:  # every recorded row, one panel per head: roles averaged over them
-        roles = head_roles(t, layer, ids, every_row=True)
-        blocks = [Block("figure", heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False,
-                                               roles=role_names(c, roles)), "att_rows")]
     else:
         roles = newest
         blocks = [Block("figure", heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2,

@@ -1017,6 +1017,43 @@ def test_a_followers_pictures_are_the_lecturers_own_at_the_layer_and_head_the_le
     assert printed_weights(heads) == pytest.approx(lecturers, abs=0.006)
 
 
+def test_a_lecturers_every_query_row_is_what_the_class_is_sent_and_a_layerless_view_is_the_path_a_tab_asks(key_set):
+    """With "every query row (one panel per head)" on at a prefill, the lecturer's chart drew every row of every
+    head and each student's the newest row only: the toggle was never published. And a view that draws no one layer
+    (Next token) was pushed at the lecturer's layer, a path no tab asks for (follow.js asks for layer 0)."""
+    import base64
+    import re as re_
+
+    from drawing.views import VIEWS
+
+    at, code = lecturer_at_prefill()
+    at.session_state["step_layer"] = 1
+    ok(at.run())
+    at.toggle(key="step_att_every").set_value(True)
+    ok(at.run())
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "heatmap" in c.proto.spec)
+    title = chart["layout"]["title"]["text"]
+    assert title.startswith("layer 1: every head"), title  # the lecturer's: every row, one panel per head
+    hub = key_set.hub()
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    run_id, step = event["frame"]["run"], event["frame"]["at"]
+    rows = f"p/{run_id}/{step}/rows/{VIEWS.index('Attention')}/1"
+    assert event["picks"].get("every") is True and rows in event["parts"], list(event["parts"])
+    (sent,) = [b for b in json.loads(event["parts"][rows])["blocks"] if b["kind"] == "figure"]
+    figure = sent["spec"]
+    assert figure["layout"]["title"]["text"] == title  # the lecturer's chart, every row, drawn by the tab
+    assert len([d for d in figure["data"] if d["type"] == "heatmap"]) == len(
+        [d for d in chart["data"] if d["type"] == "heatmap"])
+    newest = json.loads(hub.part(code, f"p/{run_id}/{step}/view/{VIEWS.index('Attention')}/1"))["blocks"][0]["html"]
+    drawn = base64.b64decode(re_.search(r"base64,([A-Za-z0-9+/=]+)", newest).group(1)).decode()
+    assert "layer 1, every head · query_pos" in drawn  # the newest row alone, for a tab that asks for it
+
+    at.session_state["step_view"] = "Next token"
+    ok(at.run())
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    assert f"p/{run_id}/{step}/view/{VIEWS.index('Next token')}/0" in event["parts"], list(event["parts"])
+
+
 def test_a_sampled_steps_reveal_gives_the_odds_it_chose_from_never_a_token_top_k_left_out(bundled_lm):
     """The reveal's "model 58%" was the softmax before the sampling settings: with top-k 2, a third candidate still
     showed odds the step could never have drawn. The figure is now the distribution the step chose from."""

@@ -53,10 +53,10 @@ def replay_steps(at: int) -> None:
 
 
 def view_on_screen() -> dict:
-    """What the step page shows beside the stage: {view, layer, head}."""
+    """What the step page shows beside the stage: {view, layer, head, every} (every: Attention's "every query row")."""
     ss = st.session_state
     return {"view": ss.get(f"{PREFIX}_view", "Attention"), "layer": ss.get(f"{PREFIX}_layer") or 0,
-            "head": ss.get(f"{PREFIX}_head", 0)}
+            "head": ss.get(f"{PREFIX}_head", 0), "every": bool(ss.get(f"{PREFIX}_att_every"))}
 
 
 def prompt_on_screen() -> str:
