@@ -86,6 +86,7 @@ FORMULAS = """() => [...document.querySelectorAll('[data-testid=stMain] .katex-d
 
 def test_on_a_phone_lesson_4s_formula_is_whole_on_screen_its_text_11_px_or_more(server, browser):
     pg = open_page(browser, f"{server}/lessons?lesson=4", *PHONE)
+    pg.locator("[data-testid=stMain] .katex-display").wait_for(timeout=120_000)  # a loaded machine draws it late
     idle(pg)
     pg.evaluate("() => document.fonts.ready.then(() => true)")  # KaTeX's own fonts, not a narrower fallback
     (formula,) = pg.evaluate(FORMULAS)
@@ -94,6 +95,8 @@ def test_on_a_phone_lesson_4s_formula_is_whole_on_screen_its_text_11_px_or_more(
     slider = pg.get_by_test_id("stMain").get_by_role("slider").first  # the click after: the most decode steps, the longest numbers
     slider.focus()
     slider.press("End")
+    pg.wait_for_function("""old => { const a = document.querySelector('[data-testid=stMain] .katex-display annotation');
+                                  return a !== null && a.textContent !== old; }""", arg=formula["tex"], timeout=120_000)
     idle(pg)
     pg.evaluate("() => document.fonts.ready.then(() => true)")
     (longest,) = pg.evaluate(FORMULAS)
