@@ -1122,7 +1122,8 @@ def test_a_reveal_gives_a_token_sampled_from_past_the_choices_its_own_odds_not_z
             break
     held, context = found
     q = next_token_question(held, "")
-    logits = reference.model(str(MODELS_DIR / DEFAULT_MODEL))(context).logits[0, -1]
+    with torch.no_grad():
+        logits = reference.model(str(MODELS_DIR / DEFAULT_MODEL))(context).logits[0, -1]
     want = float(torch.softmax(logits / 1.5, -1)[held.token_id])
     assert q["answer"] in q["choices"] and len(q["choices"]) == CHOICES
     assert q["model"][q["answer"]] == pytest.approx(want, abs=1e-5), (q["model"], want)
