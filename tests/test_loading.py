@@ -89,3 +89,20 @@ def test_missing_tokenizer_is_a_clear_error(tiny_dirs, tmp_path):
         (tmp_path / name).write_bytes(open(f"{tiny_dirs['gpt2']}/{name}", "rb").read())
     with pytest.raises(NoTokenizer, match="tokenizer"):
         load_model(str(tmp_path))
+
+
+
+def test_a_config_with_no_position_limit_is_shown_as_not_set_not_as_read(tiny_dirs):
+    """The Model page says every number is read from the config; a limit the config does not set (a family with
+    neither max_position_embeddings nor n_positions) is the app's own, and the page says so."""
+    from transformers import PretrainedConfig
+
+    from engine.forward.spec import from_config
+    from engine.load.loaded import LoadedModel
+
+    bare = PretrainedConfig(num_attention_heads=2, hidden_size=16, num_hidden_layers=2, vocab_size=32)
+    spec = from_config(bare, "bare", 1.0)
+    shown = dict(LoadedModel(model=None, tokenizer=None, spec=spec, device=torch.device("cpu"), dtype=torch.float32,
+                             captures=False).rows())["max positions"]
+    assert shown == f"{spec.max_positions:,} (not set in its config: the app stops here)", shown
+    assert dict(load_model(tiny_dirs["llama"]).rows())["max positions"] == "64"  # a limit the config sets: as read

@@ -42,6 +42,7 @@ class ModelSpec:
     vocab: int
     parameters: float  # a count (an estimate for published rows)
     max_positions: int | None = None
+    max_positions_set: bool = True  # False: the config names no limit and the app stops at DEFAULT_POSITIONS
     windows: tuple[int | None, ...] = ()  # per layer; () = every layer full
     mla_dim: int | None = None  # MLA latent width per token per layer (DeepSeek): K/V heads do not apply
     tied_embeddings: bool = True
@@ -190,6 +191,7 @@ def from_config(config, name: str, parameters: float, source: str = "") -> Model
         vocab=config.vocab_size,
         parameters=parameters,
         max_positions=max_positions(config),
+        max_positions_set=bool(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)),
         windows=windows if any(w is not None for w in windows) else (),
         mla_dim=mla,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", True)),
@@ -203,8 +205,12 @@ def from_config(config, name: str, parameters: float, source: str = "") -> Model
     )
 
 
+DEFAULT_POSITIONS = 2048  # where the app stops a model whose config names no limit
+
+
 def max_positions(config) -> int:
-    return int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048)
+    return int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+               or DEFAULT_POSITIONS)
 
 
 # model_type -> extra rows of its learned position table (OPT and BioGPT keep 2 more: their position ids start at 2)

@@ -57,7 +57,8 @@ class LoadedModel:
             ("name", s.name), ("architecture", s.architecture), ("layer", str(s.layers)),
             ("head (query heads)", str(s.heads)), ("kv_head (key/value heads)", f"{s.kv_heads} ({s.attention})"),
             ("head_dim", str(s.head_dim)), ("d_model", str(s.d_model)), ("vocab", f"{s.vocab:,}"),
-            ("attention per layer", s.layer_pattern()), ("max positions", f"{s.max_positions:,}"),
+            ("attention per layer", s.layer_pattern()), ("max positions", f"{s.max_positions:,}" + (
+                "" if s.max_positions_set else " (not set in its config: the app stops here)")),
             ("parameters", f"{int(s.parameters):,}"), ("dtype", self.dtype_name), ("device", str(self.device)),
             ("Q/K/V shapes", f"q [batch, {s.heads}, pos, {s.head_dim}], k and v [batch, {s.kv_heads}, pos, "
                              f"{s.head_dim}] ([batch, head or kv_head, pos, head_dim]; from the config: "
