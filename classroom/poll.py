@@ -71,7 +71,8 @@ def next_token_question(held, context: str, rng: random.Random | None = None) ->
 
 def shape_question(held, before, rng: random.Random | None = None) -> dict:
     """"What is K's shape after this step?" for layer 0's keys; the answer is the shape the trace measured, the
-    other choices the usual slips (the shape before the step, one position only, query heads for K/V heads)."""
+    other choices the usual slips (the shape before the step, one position only, query heads for K/V heads: on a
+    model with as many K/V heads as query heads, which has no such slip, one position too many)."""
     shapes = held.layers[0].shapes  # with the cache off nothing is kept: K is what the pass computed
     shape = list(shapes.get("kv.keys") or shapes["attn.k"])  # [batch, kv_head, pos, head_dim]
     batch, kv_heads, pos, head_dim = shape
