@@ -108,10 +108,14 @@ class Hub:
                         parts[path] = got.decode()
             payload = {"v": live["version"], "frame": frame, "picks": live.get("picks") or {},
                        "poll": live.get("poll"), "parts": parts, "published": round(time.time() * 1000)}
+            whole = self.room.timeline(code) if timeline or live.get("new_run") or frame is not None else []
             if timeline or live.get("new_run"):  # a new run: every tab's timeline loses the old run's steps
-                payload["timeline"] = self.room.timeline(code)
+                payload["timeline"] = whole
             elif frame is not None and frame.get("timeline", True):
-                payload["entry"] = [frame["id"], frame.get("label", "")]
+                if whole and whole[-1][0] == frame["id"]:
+                    payload["entry"] = [frame["id"], frame.get("label", "")]
+                elif frame["id"] in (f for f, _ in whole):  # a step put back in its place (a lecturer scrubbed back)
+                    payload["timeline"] = whole
         except StoreDown:
             return None
         event = sse("live", payload)

@@ -300,13 +300,19 @@ class Classroom:
         return version
 
     def _add_frame(self, code: str, frame: dict) -> None:
-        """Keep the frame (replacing one with its id) and put it at the end of the timeline if it is new there."""
+        """Keep the frame (replacing one with its id) and put it in the timeline if it is new there: at the end, or
+        a step of the run on screen before the first of that run's later steps (a lecturer who ran on to step 5 and
+        scrubs back to 2 leaves the class's ‹ › walking 0, 2, 5, not 0, 5, 2)."""
         fid = str(frame["id"])
         self._call(self.kv.hset, self._k(code, "fr"), fid, wire.dumps(frame))
         timeline = self.timeline(code)
         if frame.get("timeline") is False or fid in (f for f, _ in timeline):
             return
-        timeline.append([fid, str(frame.get("label", ""))])
+        entry, place = [fid, str(frame.get("label", ""))], len(timeline)
+        if frame.get("kind") == "step":
+            later = [i for i, (f, _) in enumerate(timeline) if _step_of(f, frame["run"]) > int(frame["at"])]
+            place = later[0] if later else place
+        timeline.insert(place, entry)
         dropped = timeline[:-MAX_FRAMES]
         if dropped:
             self._call(self.kv.hdel, self._k(code, "fr"), *[f for f, _ in dropped])
@@ -428,3 +434,9 @@ class Classroom:
             shared = wire.run_from(head, [p[0] for p in pairs], [p[1] for p in pairs])
             self._runs[code], self._read_at[code] = shared, version
             return shared
+
+
+def _step_of(fid: str, run: str) -> int:
+    """The step a frame id names in run `run` ("run:at", frames.step_frame), or -1 for any other frame."""
+    head, _, at = fid.partition(":")
+    return int(at) if head == run and at.isdigit() else -1

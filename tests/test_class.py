@@ -237,6 +237,32 @@ def test_a_new_run_takes_the_old_runs_steps_out_of_every_timeline_and_keeps_the_
         assert hub.part(code, f"p/{frame['run']}/{frame['at']}/stage/0/0") is not None  # it draws
 
 
+def test_a_step_the_lecturer_scrubs_back_to_takes_its_place_in_the_timeline_of_the_store_and_of_each_tab(
+        store, bundled_lm):
+    """A lecturer who ran on to step 4 and scrubbed back to step 2 left the class's timeline reading step 0,
+    step 4, step 2: a student's ‹ walked forward in time. The step goes in its place, and a following tab, sent
+    only new entries to append at the end, is sent the whole timeline instead."""
+    from classroom.hub import Hub
+
+    room = room_of(store)
+    lecture = room.start(KEY, "lect")
+    code, pub, hub = lecture.code, Publisher(room, lecture), Hub(room)
+    s = run(bundled_lm, steps=4)
+    for at in (0, 4):
+        pub.update(s, at, "Attention", 0, 0, {})
+        hub.refresh(code)
+    pub.update(s, 2, "Attention", 0, 0, {})
+    labels = [label for _, label in room.timeline(code)]
+    assert [int(label.split()[1]) for label in labels] == [0, 2, 4], labels
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    assert event["timeline"] == room.timeline(code) and "entry" not in event  # the tab's own list, in order
+    pub.update(s, 3, "Attention", 0, 0, {})
+    assert [int(label.split()[1]) for _, label in room.timeline(code)] == [0, 2, 3, 4]
+    room.publish(lecture, frame={"id": "lesson-1", "kind": "page", "label": "Lesson 1", "nodes": []}, picks={})
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    assert event["entry"] == ["lesson-1", "Lesson 1"] and "timeline" not in event  # a new screen: appended
+
+
 # ---------------------------------------------------------------- a reload gives the lecturer the same class
 
 
@@ -528,6 +554,23 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame_with_its_figures
     number = key_number(at, name)
     copied = html.unescape(json.dumps(frame["nodes"], ensure_ascii=False))
     assert number and html.unescape(number) in copied, (name, number)
+
+
+@pytest.mark.slow
+def test_the_speculative_pages_prefill_is_called_the_prefill_in_the_classs_timeline(key_set):
+    """A student looking back read "round 0" for the target's first pass, which drafts nothing; the step page
+    calls its first screen "step 0 (prefill)", and so does this one: "round 0 (prefill)", then "round 1"."""
+    from ui.apptest import app_test, page
+
+    at = ok(app_test().run())
+    at.sidebar.text_input(key="follow_key").input(KEY)
+    ok(at.button(key="follow_start").click().run())
+    code = at.session_state["follow_lead"].code
+    ok(at.switch_page(page("speculative")).run())
+    ok(at.button(key="speculative_btn_prefill").click().run())
+    ok(at.button(key="speculative_btn_next").click().run())
+    labels = [label for _, label in key_set.classroom().timeline(code)]
+    assert labels[-2:] == ["round 0 (prefill)", "round 1"], labels
 
 
 @pytest.mark.slow
