@@ -57,10 +57,13 @@ function fitChart(spec, width) {
   const smaller = (font, size) => Object.assign(font || {},
     { size: Math.max(narrow ? 11 : 0, Math.round((font && font.size || size) * shrink)) });  // never under 11 px
   layout.font = smaller(layout.font, 12);
+  const cells = (spec.data || []).some((t) => t.type === "heatmap");  // rows and columns of cells, no values on axes
   for (const key of Object.keys(layout)) {
     if (!/^[xy]axis\d*$/.test(key)) continue;
     const axis = layout[key];
     axis.automargin = true;
+    if (cells) Object.assign(axis, { zeroline: false, showgrid: false });  // as the lecturer's theme draws it: no
+    // line across the first row, no grid over the masked cells
     if (typeof axis.title === "string") axis.title = { text: axis.title };
     if (axis.title && axis.title.text) axis.title.standoff = 6;
     if (narrow && axis.title && axis.title.text && axis.title.text.length > 24) {  // "KV cache bytes (measured)"

@@ -262,3 +262,37 @@ def test_after_the_reveal_the_lecturers_stage_stays_on_the_projectors_first_scre
     for p in (lect, pg):
         assert p.locator("[data-testid='stException']").count() == 0
         p.close()
+
+
+HEATMAPS = """() => [...document.querySelectorAll('.dlf-figure.js-plotly-plot')].map(f => ({
+  title: (f.querySelector('.gtitle') || {}).textContent || '',
+  heatmaps: f.data.filter(t => t.type === 'heatmap').length,
+  zerolines: f.querySelectorAll('.zerolinelayer path').length,
+  right: f.getBoundingClientRect().right}))"""
+
+
+def test_a_lecturers_every_query_row_toggle_is_drawn_on_each_followers_screen_and_turned_off_again(keyed_server,
+                                                                                                  browser):
+    """The lecturer's "every query row (one panel per head)" at a prefill: each follower draws the same chart (one
+    heatmap panel per head, every row), whole on a phone, without a line across its first row (plotly's zero line,
+    which the lecturer's theme does not draw); turned off, each follower is back to the newest row's picture."""
+    lect, link = lecture(browser, keyed_server, steps=0)
+    followers = follow(browser, link, sizes=((1280, 800), (390, 844)))
+    for pg in followers:
+        expect(pg.get_by_test_id("dl-follow-heads")).to_be_visible(timeout=30_000)  # the newest row, each head
+    lect.get_by_text("every query row (one panel per head)").click()
+    idle(lect)
+    lecturers = lect.evaluate("""() => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot')]
+      .map(f => f.data.filter(t => t.type === 'heatmap').length).filter(n => n > 0)""")
+    assert lecturers and lecturers[0] > 1, lecturers
+    for pg, width in zip(followers, (1280, 390)):
+        pg.locator(".dlf-figure.js-plotly-plot").first.wait_for(state="attached", timeout=30_000)
+        pg.wait_for_function("() => document.querySelector('.dlf-figure.js-plotly-plot .gtitle') !== null")
+        (chart,) = pg.evaluate(HEATMAPS)
+        assert chart["title"].startswith("layer 0: every head") and chart["heatmaps"] == lecturers[0], chart
+        assert chart["zerolines"] == 0 and chart["right"] <= width, chart
+    lect.get_by_text("every query row (one panel per head)").click()  # the click after: off again
+    idle(lect)
+    for pg in followers:
+        expect(pg.get_by_test_id("dl-follow-heads")).to_be_visible(timeout=30_000)
+        assert pg.evaluate(HEATMAPS) == []
