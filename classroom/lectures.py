@@ -301,16 +301,16 @@ class Classroom:
 
     def _add_frame(self, code: str, frame: dict) -> None:
         """Keep the frame (replacing one with its id) and put it in the timeline if it is new there: at the end, or
-        a step of the run on screen before the first of that run's later steps (a lecturer who ran on to step 5 and
-        scrubs back to 2 leaves the class's ‹ › walking 0, 2, 5, not 0, 5, 2)."""
+        a step of a run before the first of that run's later steps (a lecturer who ran on to step 5 and scrubs back
+        to 2 leaves the class's ‹ › walking 0, 2, 5, not 0, 5, 2): the step page's, a round, an engine step."""
         fid = str(frame["id"])
         self._call(self.kv.hset, self._k(code, "fr"), fid, wire.dumps(frame))
         timeline = self.timeline(code)
         if frame.get("timeline") is False or fid in (f for f, _ in timeline):
             return
-        entry, place = [fid, str(frame.get("label", ""))], len(timeline)
-        if frame.get("kind") == "step":
-            later = [i for i, (f, _) in enumerate(timeline) if _step_of(f, frame["run"]) > int(frame["at"])]
+        entry, place, order = [fid, str(frame.get("label", ""))], len(timeline), _order_of(fid)
+        if order is not None:
+            later = [i for i, (f, _) in enumerate(timeline) if (o := _order_of(f)) and o[0] == order[0] and o[1] > order[1]]
             place = later[0] if later else place
         timeline.insert(place, entry)
         dropped = timeline[:-MAX_FRAMES]
@@ -436,7 +436,9 @@ class Classroom:
             return shared
 
 
-def _step_of(fid: str, run: str) -> int:
-    """The step a frame id names in run `run` ("run:at", frames.step_frame), or -1 for any other frame."""
-    head, _, at = fid.partition(":")
-    return int(at) if head == run and at.isdigit() else -1
+def _order_of(fid: str) -> tuple[str, int] | None:
+    """(run, step) of a frame that is a step of a run: the step page's "run:at" (frames.step_frame), a page's
+    "page:…@run:at" (page_copy, a page that gave class_label an order); None for any other frame."""
+    _, _, tail = fid.rpartition("@") if "@" in fid else ("", "", fid)
+    run, _, at = tail.rpartition(":")
+    return (run, int(at)) if run and not run.startswith("page") and at.isdigit() else None

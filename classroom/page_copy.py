@@ -39,7 +39,7 @@ from markdown_it import MarkdownIt
 
 from classroom import Refused, StoreDown
 from classroom.frames import latex_text, md_html, table_html
-from ui.setup import screen_name
+from ui.setup import screen_name, screen_order, screen_passing
 from ui.streamlit_internals import RUN_ENDINGS, arrow_table, script_context, widget_shown, widget_state
 
 MAIN = 0  # a delta path's first index: the main area (1 is the sidebar)
@@ -127,7 +127,7 @@ def published(page_title: str):
     finally:
         ctx.enqueue = send
         _now.run = None
-        if finished and run.kept and not run.skip:
+        if finished and run.kept and not run.skip and not screen_passing():
             with seat.lock:
                 if run.number == seat.newest:
                     _publish(run, page_title)
@@ -151,6 +151,9 @@ def _publish(run: _Run, page_title: str) -> None:
     nodes = _unsaid(nodes, label)
     body = json.dumps(nodes, separators=(",", ":"))
     fid = "page:" + hashlib.sha1(f"{page_title}\n{label}\n{body}".encode()).hexdigest()[:16]
+    order = screen_order()
+    if order is not None:  # a step of a run: its place in the timeline is in its id (classroom/lectures.py)
+        fid = f"{fid}@{order[0]}:{int(order[1])}"
     try:
         run.pub.page({"id": fid, "kind": "page", "page": page_title, "label": label, "nodes": nodes})
     except (Refused, StoreDown) as e:  # the class bar says so on the lecturer's next step page

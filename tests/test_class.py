@@ -557,9 +557,10 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame_with_its_figures
 
 
 @pytest.mark.slow
-def test_the_speculative_pages_prefill_is_called_the_prefill_in_the_classs_timeline(key_set):
+def test_the_speculative_pages_prefill_is_called_the_prefill_and_a_round_scrubbed_back_to_takes_its_place(key_set):
     """A student looking back read "round 0" for the target's first pass, which drafts nothing; the step page
-    calls its first screen "step 0 (prefill)", and so does this one: "round 0 (prefill)", then "round 1"."""
+    calls its first screen "step 0 (prefill)", and so does this one: "round 0 (prefill)", then "round 1". A round
+    the lecturer scrubs back to after running to the end goes before the last round, not after it."""
     from ui.apptest import app_test, page
 
     at = ok(app_test().run())
@@ -571,6 +572,34 @@ def test_the_speculative_pages_prefill_is_called_the_prefill_in_the_classs_timel
     ok(at.button(key="speculative_btn_next").click().run())
     labels = [label for _, label in key_set.classroom().timeline(code)]
     assert labels[-2:] == ["round 0 (prefill)", "round 1"], labels
+    ok(at.button(key="speculative_btn_run").click().run())  # on to the last round, then back to round 2
+    last = int(key_set.classroom().timeline(code)[-1][1].split()[1])
+    at.slider(key="speculative_at").set_value(2)
+    ok(at.run())
+    labels = [label for _, label in key_set.classroom().timeline(code)]
+    assert labels == ["Speculative decoding", "round 0 (prefill)", "round 1", "round 2", f"round {last}"], labels
+    assert last > 2  # (and Run to end's progress bar, a screen on the way to the last round, is no frame)
+
+
+@pytest.mark.slow
+def test_serving_engine_steps_scrubbed_back_to_take_their_place_in_the_classs_timeline(key_set):
+    """Run to end, then the lecturer scrubs back to engine steps 1 and 3: a student's ‹ walks 3, 1 ... forward in
+    time no more; the steps go in order before the last, and the progress bar on the way is no frame."""
+    from ui.apptest import app_test, page
+
+    at = ok(app_test().run())
+    at.sidebar.text_input(key="follow_key").input(KEY)
+    ok(at.button(key="follow_start").click().run())
+    code = at.session_state["follow_lead"].code
+    ok(at.switch_page(page("serving")).run())
+    ok(at.button(key="serve_btn_run").click().run())
+    last = int(key_set.classroom().timeline(code)[-1][1].split()[-1])
+    for step in (3, 1):
+        at.slider(key="serve_at").set_value(step)
+        ok(at.run())
+    labels = [label for _, label in key_set.classroom().timeline(code)]
+    assert labels[-3:] == ["engine step 1", "engine step 3", f"engine step {last}"] and last > 3, labels
+    assert all(label.startswith("engine step") for label in labels[1:]), labels
 
 
 @pytest.mark.slow

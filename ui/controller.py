@@ -15,6 +15,7 @@ finished run's Next token is never enabled. Run to end and Autoplay back off whe
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Callable
 
@@ -24,6 +25,7 @@ from streamlit.errors import StreamlitAPIException
 from engine import DecodeLabError
 from engine.errors import Busy
 from physics.machine import release_memory
+from ui.setup import not_a_screen
 
 BUSY_WAITS = (0.5, 1, 2, 4, 8)  # seconds between retries when the server is busy: back off, never spin
 STOPPED = {  # a run's stop reason, in words
@@ -59,6 +61,11 @@ class Controller:
     @property
     def run(self):
         return st.session_state.get(self._key("run"))
+
+    @property
+    def run_id(self) -> str:
+        """The run on screen, named apart from any earlier run of this page (a new one at each Reset)."""
+        return f"{self.prefix}-{st.session_state.get(self._key('run_id'), '0')}"
 
     @property
     def records(self) -> list:
@@ -127,6 +134,7 @@ class Controller:
         def begin():
             run = self.make()
             st.session_state[self._key("run")] = run
+            st.session_state[self._key("run_id")] = secrets.token_hex(4)  # names the run's steps in a class
             run.step()
 
         ok = self._try(begin)
@@ -300,6 +308,7 @@ class Controller:
             bar.progress(min(1.0, total() if total else 0.0), text=f"{self.latest} {self.noun}s")
         st.session_state[self._key("to_end")] = False
         self.show(self.latest)
+        not_a_screen()  # a class gets the last step, drawn by the rerun, not this progress bar
         rerun_here()
 
     def autoplay(self, where) -> None:

@@ -54,15 +54,32 @@ def page_links(pages: list, where) -> None:
         where.page_link(p)
 
 
-def class_label(text: str) -> None:
+def class_label(text: str, order: tuple[str, int] | None = None) -> None:
     """What this screen is called in a class's timeline when a student looks back ('engine step 3'); the page's
-    title else. Read by the classroom's page copy (classroom/page_copy.py) when it publishes the page."""
+    title else. order: (the run, the step) for a page that steps a run, so that a step the lecturer scrubs back to
+    takes its place in the timeline. Read by the classroom's page copy (classroom/page_copy.py)."""
     _screen.name = str(text)
+    _screen.order = order
 
 
 def screen_name(clear: bool = False) -> str | None:
     """The name this page run gave its screen (class_label), or None; clear=True forgets it (a new run)."""
     name = getattr(_screen, "name", None)
     if clear:
-        _screen.name = None
+        _screen.name = _screen.order = _screen.passing = None
     return name
+
+
+def not_a_screen() -> None:
+    """This page run is on its way to the next (Run to end's progress bar, before it draws the last step again):
+    a class keeps no frame of it."""
+    _screen.passing = True
+
+
+def screen_passing() -> bool:
+    return bool(getattr(_screen, "passing", None))
+
+
+def screen_order() -> tuple[str, int] | None:
+    """The (run, step) this page run gave its screen (class_label), or None."""
+    return getattr(_screen, "order", None)

@@ -207,7 +207,7 @@ def show() -> None:
         st.stop()
 
     run, at = steps.run, steps.at
-    class_label(f"engine step {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
+    class_label(f"engine step {at}", order=(steps.run_id, at))  # leading a class: what students see this screen called (classroom/page_copy.py)
     row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
     if steps.latest > 0:
         row.slider("engine step", 0, steps.latest, key="serve_at",

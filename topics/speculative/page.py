@@ -73,7 +73,7 @@ def show() -> None:
             st.slider("round", 0, rounds.latest, key="speculative_at",
                       persist_state="session", label_visibility="collapsed", width=300)
         at = rounds.at
-        class_label("round 0 (prefill)" if at == 0 else f"round {at}")  # leading a class: what students see this screen called (classroom/page_copy.py)
+        class_label("round 0 (prefill)" if at == 0 else f"round {at}", order=(rounds.run_id, at))  # leading a class: what students see this screen called (classroom/page_copy.py)
         left, right = st.columns([3, 2], gap="medium")
         with left:
             st.html(verify_stage(run, at))
