@@ -438,7 +438,7 @@ class Classroom:
 
 def _order_of(fid: str) -> tuple[str, int] | None:
     """(run, step) of a frame that is a step of a run: the step page's "run:at" (frames.step_frame), a page's
-    "page:…@run:at" (page_copy, a page that gave class_label an order); None for any other frame."""
-    _, _, tail = fid.rpartition("@") if "@" in fid else ("", "", fid)
+    "page:….run:at" (page_copy, a page that gave class_label an order); None for any other frame."""
+    _, _, tail = fid.rpartition(".")
     run, _, at = tail.rpartition(":")
     return (run, int(at)) if run and not run.startswith("page") and at.isdigit() else None

@@ -153,7 +153,7 @@ def _publish(run: _Run, page_title: str) -> None:
     fid = "page:" + hashlib.sha1(f"{page_title}\n{label}\n{body}".encode()).hexdigest()[:16]
     order = screen_order()
     if order is not None:  # a step of a run: its place in the timeline is in its id (classroom/lectures.py)
-        fid = f"{fid}@{order[0]}:{int(order[1])}"
+        fid = f"{fid}.{order[0]}:{int(order[1])}"  # (what classroom/http.py's FRAME_RE lets a tab ask for)
     try:
         run.pub.page({"id": fid, "kind": "page", "page": page_title, "label": label, "nodes": nodes})
     except (Refused, StoreDown) as e:  # the class bar says so on the lecturer's next step page

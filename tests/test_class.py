@@ -600,6 +600,9 @@ def test_serving_engine_steps_scrubbed_back_to_take_their_place_in_the_classs_ti
     labels = [label for _, label in key_set.classroom().timeline(code)]
     assert labels[-3:] == ["engine step 1", "engine step 3", f"engine step {last}"] and last > 3, labels
     assert all(label.startswith("engine step") for label in labels[1:]), labels
+    from classroom.http import FRAME_RE
+
+    assert all(FRAME_RE.match(fid) for fid, _ in key_set.classroom().timeline(code))  # a tab's ‹ can fetch each
 
 
 @pytest.mark.slow
