@@ -296,3 +296,28 @@ def test_a_lecturers_every_query_row_toggle_is_drawn_on_each_followers_screen_an
     for pg in followers:
         expect(pg.get_by_test_id("dl-follow-heads")).to_be_visible(timeout=30_000)
         assert pg.evaluate(HEATMAPS) == []
+
+
+def test_a_follower_walks_engine_steps_in_time_order_after_the_lecturer_runs_to_the_end_and_steps_back(
+        keyed_server, browser):
+    """Serving's Run to end shows the class the last engine step; the lecturer's ◀ then shows the one before it.
+    A student's › from there is the last step, drawn (its frame fetched by the id the timeline gives); before, the
+    step stepped back to was put after the last one, and › went nowhere."""
+    lect, link = lecture(browser, keyed_server, steps=0)
+    (pg,) = follow(browser, link, sizes=((1280, 800),))
+    sidebar_page(lect, "Serving")
+    lect.get_by_role("button", name="Run to end").click()
+    idle(lect)
+    expect(pg.get_by_test_id("dl-follow-where")).to_contain_text("engine step", timeout=30_000)
+    last = int(re.search(r"engine step (\d+)", where(pg)).group(1))
+    lect.get_by_role("button", name="◀").click()
+    idle(lect)
+    expect(pg.get_by_test_id("dl-follow-where")).to_contain_text(f"engine step {last - 1}", timeout=10_000)
+    pg.get_by_test_id("dl-follow-forward").click()
+    expect(pg.get_by_test_id("dl-follow-where")).to_contain_text("looking back", timeout=5_000)
+    expect(pg.locator("[data-testid=dl-follow-page] [data-testid=dl-pass] img:visible")).to_have_attribute(
+        "alt", re.compile(rf"^step {last}: one forward pass"))
+    assert f"engine step {last}" in where(pg) and "not part of this class" not in pg.content()
+    for p in (lect, pg):
+        assert p.locator("[data-testid='stException']").count() == 0 and p.outside == []
+        p.close()
