@@ -182,6 +182,7 @@ class Follower {
       if (!this.own.has(name) && msg.picks && msg.picks[name] !== undefined) this.picks[name] = msg.picks[name];
     }
     this.picks.every = !!(msg.picks && msg.picks.every);  // the lecturer's "every query row" (Attention only)
+    this.picks.steps = !!(msg.picks && msg.picks.steps);  // and "one head, every step so far"
     this.drawPoll();
     if (this.looking === null) this.render(); else this.drawBar();
   }
@@ -332,9 +333,13 @@ class Follower {
     if (!frame.views.includes(p.view)) p.view = frame.views[0];
     const at = `p/${frame.run}/${frame.at}/`;
     const phone = PHONE.matches;  // the stage laid out for a phone: whole on the screen, no word under 11 px
-    const [svg, view] = await Promise.all([this.part(`${at}${phone ? "phone" : "stage"}/${p.layer}/${p.head}`),
-      this.part(`${at}${p.every && p.view === "Attention" ? "rows" : "view"}/${frame.views.indexOf(p.view)}/` +
-        `${VIEWS_WITH_LAYER.has(p.view) ? p.layer : 0}`)]);
+    const attention = p.view === "Attention";
+    const [svg, shown, steps] = await Promise.all([this.part(`${at}${phone ? "phone" : "stage"}/${p.layer}/${p.head}`),
+      this.part(`${at}${p.every && attention ? "rows" : "view"}/${frame.views.indexOf(p.view)}/` +
+        `${VIEWS_WITH_LAYER.has(p.view) ? p.layer : 0}`),
+      p.steps && attention ? this.part(`${at}steps/${p.layer}/${p.head}`) : null]);
+    const view = shown && steps ? JSON.stringify({ blocks: [...JSON.parse(shown).blocks, ...JSON.parse(steps).blocks] })
+      : shown;  // the lecturer's "one head, every step so far", under the view as on the lecturer's page
     if (token !== this.drawn) return;
     let viewBox = null, next = null;
     const waits = [], charts = [];

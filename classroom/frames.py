@@ -2,6 +2,7 @@
 
     step_frame(run, at, ...)              one step of the lecturer's step run: what it is (no pictures)
     stage_part(shared, at, layer, head)   its stage for one layer and head: SVG
+    every_step_part(shared, at, layer, head)  Attention's one head, every step so far (the lecturer's switch)
     view_part(shared, at, view, layer)    one of its seven views: drawing/views.py's blocks, as JSON (every_row: the
                                           Attention view with every query row, as the lecturer's toggle draws it)
     block_json(block)                     a Block as {"kind", "html"} or {"kind": "figure", "spec"}
@@ -23,7 +24,7 @@ from markdown_it import MarkdownIt
 
 from drawing.stage import stage_svg
 from drawing.stage_phone import phone_stage_svg
-from drawing.views import VIEWS, Block, StepContext, view_blocks
+from drawing.views import VIEWS, Block, StepContext, one_head_every_step, view_blocks
 
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 _COLOURED = re.compile(r":(blue|red|green|orange|violet|gray|grey|rainbow|primary)\[(.*?)\]")
@@ -108,6 +109,14 @@ def stage_part(shared, at: int, layer: int, head: int, phone: bool = False) -> b
     t = shared.records[at]
     draw = phone_stage_svg if phone else stage_svg
     return draw(t, shared.pieces(), shared.prompt_len, layer=layer, head=head).encode()
+
+
+def every_step_part(shared, at: int, layer: int, head: int) -> bytes:
+    """Attention's "one head, every step so far" at step `at`, the layer and head on screen (the lecturer's switch)."""
+    c = step_context(shared, at, layer, head)
+    said = (f"One head, every step so far (the lecturer's switch): the prefill's {c.prompt_len} rows, then one row per "
+            "decode step.")
+    return blocks_json([Block("caption", said), one_head_every_step(c)])
 
 
 def view_part(shared, at: int, view: str, layer: int, every_row: bool = False) -> bytes:

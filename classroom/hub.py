@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 
 from classroom import wire
-from classroom.frames import stage_part, view_part
+from classroom.frames import every_step_part, stage_part, view_part
 from classroom.store import StoreDown, subscribe
 from drawing.views import VIEWS, VIEWS_WITH_LAYER
 
@@ -31,7 +31,7 @@ _LOG = logging.getLogger(__name__)
 KEEPALIVE_S = 20.0  # a comment on an idle stream, so that proxies and the browser keep it open
 MAX_QUEUED = 32  # events waiting for one slow follower before its stream is closed (it reconnects and catches up)
 MAX_PARTS = 512  # pictures kept per server (a step's stage is ~30 KB)
-PART_RE = re.compile(r"^p/([0-9a-f]{1,16})/(\d{1,5})/(stage|phone|view|rows)/(\d{1,3})/(\d{1,4})$")
+PART_RE = re.compile(r"^p/([0-9a-f]{1,16})/(\d{1,5})/(stage|phone|view|rows|steps)/(\d{1,3})/(\d{1,4})$")
 END = b"event: end\ndata: {}\n\n"
 
 
@@ -100,9 +100,12 @@ class Hub:
                 layer, head = int(picks.get("layer", 0)), int(picks.get("head", 0))
                 view = picks.get("view") if picks.get("view") in VIEWS else VIEWS[0]
                 kind = "rows" if picks.get("every") and view == "Attention" else "view"  # every query row, or one
-                for path in (f"p/{frame['run']}/{frame['at']}/stage/{layer}/{head}",  # (the path a tab asks for)
-                             f"p/{frame['run']}/{frame['at']}/{kind}/{VIEWS.index(view)}/"
-                             f"{layer if view in VIEWS_WITH_LAYER else 0}"):
+                paths = [f"p/{frame['run']}/{frame['at']}/stage/{layer}/{head}",  # (the paths a tab asks for)
+                         f"p/{frame['run']}/{frame['at']}/{kind}/{VIEWS.index(view)}/"
+                         f"{layer if view in VIEWS_WITH_LAYER else 0}"]
+                if picks.get("steps") and view == "Attention":  # and one head, every step so far
+                    paths.append(f"p/{frame['run']}/{frame['at']}/steps/{layer}/{head}")
+                for path in paths:
                     got = self.part(code, path)
                     if got is not None:
                         parts[path] = got.decode()
@@ -127,7 +130,8 @@ class Hub:
 
     def part(self, code: str, path: str) -> bytes | None:
         """stage/{layer}/{head} or phone/{layer}/{head} (SVG: the stage, or laid out for a phone) or view/{view}/{layer}
-        (JSON; rows/{view}/{layer}: Attention with every query row) of step `at` of run `run`: built once here."""
+        (JSON; rows/{view}/{layer}: Attention with every query row; steps/{layer}/{head}: one head, every step so
+        far) of step `at` of run `run`: built once here."""
         key = (code, path)
         with self._lock:
             if key in self._parts:
@@ -156,9 +160,14 @@ class Hub:
         if shared is None or shared.run != run or at >= len(shared.records):
             return None  # another run by now, or a step not published
         layers = len(shared.records[at].layers)
+        heads = shared.spec.heads if shared.spec is not None else 1
         if kind in ("stage", "phone"):
-            heads = shared.spec.heads if shared.spec is not None else 1
             return stage_part(shared, at, min(a, layers - 1), min(b, heads - 1), phone=kind == "phone")
+        if kind == "steps":  # one head's attention over every step so far: where the steps recorded it
+            layer = min(a, layers - 1)
+            if any(t.layers[layer].pattern is None for t in shared.records[: at + 1]):
+                return None
+            return every_step_part(shared, at, layer, min(b, heads - 1))
         if a >= len(VIEWS):
             return None
         return view_part(shared, at, VIEWS[a], min(b, layers - 1), every_row=kind == "rows")

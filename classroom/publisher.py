@@ -45,11 +45,12 @@ class Publisher:
         return self.version
 
     def update(self, s, at: int, view: str, layer: int, head: int, fork: dict, hold: int | None = None,
-               every: bool = False) -> int | None:
+               every: bool = False, steps: bool = False) -> int | None:
         """Publish the lecturer's step screen if it changed: s is the page's Stepper (None before Prefill).
 
         hold: steps from this index on stay unpublished (a question about the next token is open). every: the
-        Attention view's "every query row" toggle is on (it draws where the step recorded more than one row).
+        Attention view's "every query row" toggle is on (it draws where the step recorded more than one row); steps:
+        its "one head, every step so far" is on.
         Returns the new version, or None when nothing had changed.
         """
         visible = 0 if s is None else len(s.records) if hold is None else min(len(s.records), hold)
@@ -81,6 +82,8 @@ class Publisher:
         t = s.records[at]
         if every and view == "Attention" and t.pattern_rows > 1:  # what the lecturer's page draws, the class draws
             picks["every"] = True
+        if steps and view == "Attention":
+            picks["steps"] = True
         done = s.done and visible == len(s.records)
         key = (self._run, at, visible, done, tuple(sorted(picks.items())))
         if not new and not fresh and key == self._last:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from drawing.attention import heads_figure, look_back
+from drawing.attention import assembled_attention, attention_heatmap, heads_figure, look_back
 from drawing.caveats import latency_note
 from drawing.characters import split_characters
 from drawing.head_roles import AFTER_COPY, after_copies, earlier_copies, head_roles, roles_sentence
@@ -103,6 +103,15 @@ def attention(c: StepContext) -> list[Block]:
     return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
                                       "is masked (the future, or outside a sliding window): masked, not zero. "
                                       + drawn)]
+
+
+def one_head_every_step(c: StepContext) -> Block:
+    """Attention's "one head, every step so far": the prefill's square plus one row per decode step, of the layer
+    and head on screen (the lecturer's page draws it under its switch; a class's tab asks for it the same way)."""
+    labels = c.axis_labels()
+    z = assembled_attention(list(c.records), c.layer, c.head)
+    return Block("figure", attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
+                                             f"layer {c.layer}, head {c.head}", scale=c.scale), "att_all")
 
 
 def role_names(c: StepContext, roles=None) -> dict[int, str]:

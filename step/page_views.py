@@ -11,9 +11,8 @@ from dataclasses import replace
 
 import streamlit as st
 
-from drawing.attention import assembled_attention, attention_heatmap
 from drawing.differences import cache_match_words
-from drawing.views import VIEWS, Block, StepContext, view_blocks
+from drawing.views import VIEWS, Block, StepContext, one_head_every_step, view_blocks
 from engine.generate.compare import kv_reuse
 from topics.ladder.page_ladder import latency_claim
 from ui.charts import chart
@@ -58,7 +57,7 @@ def show_view(view: str, c: StepContext, run=None, key: str = "step") -> None:
         c = replace(c, every_row=True)
     place(view_blocks(view, c), key)
     if view == "Attention" and c.t.layers[c.layer].pattern is not None:
-        one_head_every_step(c, key)
+        every_step_switch(c, key)
     elif view == "Latency" and run is not None:
         said = latency_claim(run.lm)  # the claim at a size where the hardware, not Python, sets the time
         if said:
@@ -67,13 +66,10 @@ def show_view(view: str, c: StepContext, run=None, key: str = "step") -> None:
         cached_kv_check(run, c)
 
 
-def one_head_every_step(c: StepContext, key: str) -> None:
+def every_step_switch(c: StepContext, key: str) -> None:
     if st.toggle("one head, every step so far", key=f"{key}_att_assembled", persist_state="session",
                  help="The prefill square plus one row per decode step"):  # built only when asked: a click stays cheap
-        labels = c.axis_labels()
-        z = assembled_attention(list(c.records), c.layer, c.head)
-        chart(attention_heatmap(z, labels[: z.shape[0]], labels[: z.shape[1]],
-                                              f"layer {c.layer}, head {c.head}", scale=c.scale), key=f"{key}_att_all")
+        place([one_head_every_step(c)], key)
 
 
 def cached_kv_check(run, c: StepContext) -> None:

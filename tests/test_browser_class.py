@@ -321,3 +321,29 @@ def test_a_follower_walks_engine_steps_in_time_order_after_the_lecturer_runs_to_
     for p in (lect, pg):
         assert p.locator("[data-testid='stException']").count() == 0 and p.outside == []
         p.close()
+
+
+def test_a_lecturers_one_head_every_step_so_far_appears_under_each_followers_view_and_goes_again(keyed_server,
+                                                                                                  browser):
+    """The lecturer's "one head, every step so far", two decode steps in: each follower draws it under the view,
+    the prefill's rows and one per decode step, whole on a phone; switched off, it goes from every screen."""
+    lect, link = lecture(browser, keyed_server, steps=2)
+    followers = follow(browser, link, sizes=((1280, 800), (390, 844)))
+    for pg in followers:
+        expect(pg.get_by_test_id("dl-follow-heads")).to_be_visible(timeout=30_000)
+    lect.get_by_text("one head, every step so far").click()
+    idle(lect)
+    for pg, width in zip(followers, (1280, 390)):
+        pg.wait_for_function("""() => [...document.querySelectorAll('.dlf-figure.js-plotly-plot .gtitle')]
+          .some(t => t.textContent.startsWith('layer 0, head 0'))""", timeout=30_000)
+        (chart,) = [c for c in pg.evaluate(HEATMAPS) if c["title"].startswith("layer 0, head 0")]
+        assert chart["zerolines"] == 0 and chart["right"] <= width, chart
+        expect(pg.get_by_test_id("dl-follow-heads")).to_be_visible()  # the view stays above it
+    lect.get_by_text("one head, every step so far").click()  # the click after: off again
+    idle(lect)
+    for pg in followers:
+        pg.wait_for_function("() => document.querySelectorAll('.dlf-figure.js-plotly-plot').length === 0",
+                             timeout=30_000)
+    for p in [lect, *followers]:
+        assert p.locator("[data-testid='stException']").count() == 0 and p.outside == []
+        p.close()

@@ -1129,6 +1129,35 @@ def test_a_lecturers_every_query_row_is_what_the_class_is_sent_and_a_layerless_v
     assert f"p/{run_id}/{step}/view/{VIEWS.index('Next token')}/0" in event["parts"], list(event["parts"])
 
 
+def test_a_lecturers_one_head_every_step_so_far_is_sent_to_the_class_as_the_lecturer_draws_it(key_set):
+    """The lecturer's "one head, every step so far" drew the prefill's square plus a row per decode step under the
+    Attention view; the students' tabs drew the view alone, for the switch was never published."""
+    at, code = lecturer_at_prefill()
+    for _ in range(2):
+        ok(at.button(key="step_btn_next").click().run())
+    at.session_state["step_layer"] = 1
+    at.session_state["step_head"] = 2
+    ok(at.run())
+    at.toggle(key="step_att_assembled").set_value(True)
+    ok(at.run())
+    (chart,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("layer 1, head 2")]
+    hub = key_set.hub()
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    path = f"p/{event['frame']['run']}/{event['frame']['at']}/steps/1/2"
+    assert event["picks"].get("steps") is True and path in event["parts"], list(event["parts"])
+    said, sent = json.loads(event["parts"][path])["blocks"]
+    assert "One head, every step so far" in said["html"]  # named, as the lecturer's switch names it
+    assert sent["spec"]["layout"]["title"]["text"] == chart["layout"]["title"]["text"]
+    kv_len = at.session_state["step_run"].records[-1].kv_len  # the prefill's rows and one per decode step
+    assert [t["z"]["shape"] for t in chart["data"]] == [f"{kv_len}, {kv_len}"] * len(chart["data"])
+    assert sent["spec"]["data"] == chart["data"]  # the same weights, cell for cell
+    at.toggle(key="step_att_assembled").set_value(False)  # the click after: off again, and the class is told
+    ok(at.run())
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    assert not event["picks"].get("steps") and not [p for p in event["parts"] if "/steps/" in p]
+
+
 def test_a_sampled_steps_reveal_gives_the_odds_it_chose_from_never_a_token_top_k_left_out(bundled_lm):
     """The reveal's "model 58%" was the softmax before the sampling settings: with top-k 2, a third candidate still
     showed odds the step could never have drawn. The figure is now the distribution the step chose from."""

@@ -53,10 +53,12 @@ def replay_steps(at: int) -> None:
 
 
 def view_on_screen() -> dict:
-    """What the step page shows beside the stage: {view, layer, head, every} (every: Attention's "every query row")."""
+    """What the step page shows beside the stage: {view, layer, head, every, steps} (Attention's "every query row"
+    and "one head, every step so far" switches)."""
     ss = st.session_state
     return {"view": ss.get(f"{PREFIX}_view", "Attention"), "layer": ss.get(f"{PREFIX}_layer") or 0,
-            "head": ss.get(f"{PREFIX}_head", 0), "every": bool(ss.get(f"{PREFIX}_att_every"))}
+            "head": ss.get(f"{PREFIX}_head", 0), "every": bool(ss.get(f"{PREFIX}_att_every")),
+            "steps": bool(ss.get(f"{PREFIX}_att_assembled"))}
 
 
 def prompt_on_screen() -> str:
