@@ -269,3 +269,17 @@ def test_next_lesson_replaces_the_last_one_at_once_and_no_tooltip_covers_the_tit
     pg.wait_for_timeout(1500)  # a tooltip shows after a pause
     assert pg.locator("[data-testid=stTooltipContent], [role=tooltip]:visible").count() == 0
     pg.close()
+
+
+def test_the_latency_views_figures_are_whole_beside_an_open_sidebar_at_1280(server, browser):
+    """At 1280x720 without presenter mode the sidebar stays open and the views' column is narrow: TTFT, TPOT and the
+    prompt token's time read "7.36 …", cut. Each figure is whole in its third of the column."""
+    pg = open_page(browser, f"{server}/?steps=8", *PRESENTER)
+    expect(pg.get_by_text(re.compile(r"\(8 from decode steps\)"))).to_be_visible(timeout=120_000)
+    pick(pg, "Latency")
+    assert pg.locator("[data-testid=stSidebar]").bounding_box()["width"] > 200  # the sidebar is open beside it
+    figures = pg.evaluate("""() => [...document.querySelectorAll('[data-testid=stMetricValue]')].map(v => {
+      const inner = v.querySelector('div') || v;
+      return {text: inner.textContent, overflow: inner.scrollWidth - inner.clientWidth};})""")
+    assert len(figures) == 3 and all(f["text"].endswith(" ms") and f["overflow"] <= 0 for f in figures), figures
+    pg.close()
