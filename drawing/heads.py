@@ -32,7 +32,8 @@ def heads_svg(t: StepTrace, layer: int, pieces: list[str]) -> str:
     top = 30 + label_h
     for p in range(t.kv_len):  # key_pos labels, turned so that long pieces fit
         x = LEFT + (p + 0.5) * cell_w
-        piece = show_piece(pieces[p])[:10]
+        piece = show_piece(pieces[p])
+        piece = piece if len(piece) <= 10 else piece[:9] + "…"  # cut, and seen to be: "<|endofte…"
         size = min(12.0, mono_fit(piece, 12.0, label_h - 6), cell_w * 0.9 / TEXT)
         body.append(text(x + size * 0.4, top - 6, piece, size, family=MONO, fill=INK,
                          extra=f'transform="rotate(-60 {x + size * 0.4:.1f} {top - 6:.1f})"'))

@@ -75,6 +75,7 @@ def test_the_followers_heads_picture_prints_each_heads_weights_for_the_newest_qu
             assert len(printed) == weights.numel()  # every pair of this query is visible: nothing masked
             assert printed == pytest.approx(weights.flatten().tolist(), abs=0.006)
             assert f"query_pos {t.kv_len - 1}" in svg and svg.count(">head ") == weights.shape[0]
+    assert ">&lt;|endofte…</text>" in heads_svg(s.records[-1], 0, s.pieces())  # a long key's label, cut and seen to be
 
 
 def test_every_family_round_trips(tiny_lm):
