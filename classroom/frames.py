@@ -52,7 +52,11 @@ def latex_text(tex: str) -> str:
 
 
 def table_html(df) -> str:
-    return df.to_html(escape=True, border=0, classes="dlf-table", index=df.index.name is not None)
+    """A table as the lecturer's st.table shows it: a named index is its first column, named in the one header row
+    (pandas would give the index's name a header row of its own)."""
+    if df.index.name is not None:
+        df = df.reset_index()
+    return df.to_html(escape=True, border=0, classes="dlf-table", index=False)
 
 
 def block_json(b: Block) -> str:

@@ -560,3 +560,23 @@ def test_three_followers_show_the_lecturers_step_3_within_3_s(keyed_server, brow
     for p in [lect, wrong, *followers]:
         assert p.outside == []
         p.close()
+
+
+def test_a_followers_table_names_its_index_in_the_one_header_row_as_the_lecturers_does(bundled_lm):
+    """The Shapes view's table on a student's tab had a second header row holding only "tensor"; the lecturer's
+    st.table names the index in the header row, beside the columns."""
+    import re
+
+    from classroom.frames import table_html
+    from drawing.views import StepContext, view_blocks
+
+    s = run(bundled_lm, 1)
+    c = StepContext(records=tuple(s.records), ids=tuple(s.ids[0].tolist()), pieces=tuple(s.pieces()),
+                    prompt_len=s.prompt_len, prompt="", spec=s.lm.spec, text="", layer=0)
+    (table,) = [b.value for b in view_blocks("Shapes", c) if b.kind == "table"][:1]
+    html = table_html(table)
+    head = re.search(r"<thead>(.*?)</thead>", html, re.S).group(1)
+    assert head.count("<tr") == 1, head
+    names = re.findall(r"<th[^>]*>([^<]*)</th>", head)
+    assert names == [table.index.name, *map(str, table.columns)], names
+    assert html.count("<tr") == 1 + len(table)  # one row per tensor, as on the lecturer's page
