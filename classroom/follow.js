@@ -108,6 +108,7 @@ class Follower {
     this.base = `/class/${data.code}/`;
     this.setTrigger = setTrigger;
     this.timeline = [];          // [[frame id, label], ...] oldest first
+    this.opened = new Set();     // the folded sections (expanders) this student opened, by label
     this.frames = new Map();     // frame id -> its manifest
     this.parts = new Map();      // picture path -> its text (SVG, or a view's JSON)
     this.live = null;            // the newest event: {v, frame, picks, poll, published}
@@ -408,6 +409,17 @@ class Follower {
           row.append(col);
         }
         into.append(row);
+      } else if (n.kind === "group" && n.fold) {  // an expander: folded as the lecturer's page draws it at first
+        const g = el("details", { class: "dlf-group" });
+        g.open = n.open || this.opened.has(n.label);  // one a student opened stays open as the screen changes
+        g.addEventListener("toggle", () => {
+          if (!g.open) { this.opened.delete(n.label); return; }
+          this.opened.add(n.label);  // a chart drawn while folded had no width: fit it to the box it has now
+          for (const f of g.querySelectorAll(".js-plotly-plot")) if (window.Plotly) window.Plotly.Plots.resize(f);
+        });
+        g.append(el("summary", { class: "dlf-group-label" }, n.label || "more"));
+        this.drawNodes(n.nodes, g);
+        into.append(g);
       } else if (n.kind === "group") {
         const g = el("div", { class: "dlf-group" });
         if (n.label) g.append(el("div", { class: "dlf-group-label" }, n.label));

@@ -208,8 +208,9 @@ def _block(path: tuple, block, kept: dict) -> list[dict]:
         return []  # what the lecturer folded away (More, a dialog) is not the screen
     if kind == "column":
         return [{"kind": "col", "w": float(block.column.weight or 1), "nodes": inside}]
-    if kind == "expandable":
-        return [{"kind": "group", "label": block.expandable.label, "nodes": inside}]
+    if kind == "expandable":  # folded on a student's tab as the lecturer's page first draws it; a student may open it
+        return [{"kind": "group", "label": block.expandable.label, "nodes": inside, "fold": True,
+                 "open": bool(block.expandable.expanded)}]
     if kind == "tab":
         return [{"kind": "group", "label": block.tab.label, "nodes": inside}]
     horizontal = kind == "horizontal" or (kind == "flex_container" and block.flex_container.direction == 2)

@@ -69,6 +69,10 @@ def test_three_followers_follow_the_lecturer_across_step_through_lessons_and_ser
     shown_page(followers, "Lessons · 4. The KV cache")
     for pg in followers:
         expect(pg.get_by_test_id("dl-follow-page")).to_contain_text("try it: decode steps: 8")
+        fold = pg.locator("details.dlf-group").filter(has_text="The numbers, in full")  # folded, as the lecturer's
+        expect(fold.get_by_text("Checked on this run")).to_be_hidden()
+        fold.locator("summary").click()  # a student opens it, and it stays open when the lecturer moves on
+        expect(fold.get_by_text("Checked on this run")).to_be_visible()
     thumb = lect.get_by_role("slider", name=re.compile("decode steps"))
     thumb.focus()
     for _ in range(4):
@@ -78,6 +82,7 @@ def test_three_followers_follow_the_lecturer_across_step_through_lessons_and_ser
     for pg in followers:
         expect(pg.get_by_test_id("dl-follow-page")).to_contain_text("try it: decode steps: 12", timeout=10_000)
         expect(pg.get_by_test_id("dl-follow-page")).to_contain_text("After prefill and 12 decode steps")
+        expect(pg.locator("details.dlf-group[open]").filter(has_text="The numbers, in full")).to_have_count(1)
 
     sidebar_page(lect, "Serving")  # then Serving, three engine steps in
     for _ in range(4):
