@@ -111,10 +111,11 @@ class Hub:
                         parts[path] = got.decode()
             payload = {"v": live["version"], "frame": frame, "picks": live.get("picks") or {},
                        "poll": live.get("poll"), "parts": parts, "published": round(time.time() * 1000)}
-            whole = self.room.timeline(code) if timeline or live.get("new_run") or frame is not None else []
+            joins = frame is not None and frame.get("timeline", True)  # a frame a student may look back at
+            whole = self.room.timeline(code) if timeline or live.get("new_run") or joins else []
             if timeline or live.get("new_run"):  # a new run: every tab's timeline loses the old run's steps
                 payload["timeline"] = whole
-            elif frame is not None and frame.get("timeline", True):
+            elif joins:
                 if whole and whole[-1][0] == frame["id"]:
                     payload["entry"] = [frame["id"], frame.get("label", "")]
                 elif frame["id"] in (f for f, _ in whole):  # a step put back in its place (a lecturer scrubbed back)

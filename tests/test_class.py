@@ -556,18 +556,23 @@ def test_every_page_the_lecturer_opens_becomes_the_classs_frame_with_its_figures
     assert number and html.unescape(number) in copied, (name, number)
 
 
-@pytest.mark.slow
-def test_the_speculative_pages_prefill_is_called_the_prefill_and_a_round_scrubbed_back_to_takes_its_place(key_set):
-    """A student looking back read "round 0" for the target's first pass, which drafts nothing; the step page
-    calls its first screen "step 0 (prefill)", and so does this one: "round 0 (prefill)", then "round 1". A round
-    the lecturer scrubs back to after running to the end goes before the last round, not after it."""
+def lecturer_leading_on(name: str):
+    """A lecturer's session (AppTest) leading a class, on page `name`: (the session, the class's code)."""
     from ui.apptest import app_test, page
 
     at = ok(app_test().run())
     at.sidebar.text_input(key="follow_key").input(KEY)
     ok(at.button(key="follow_start").click().run())
-    code = at.session_state["follow_lead"].code
-    ok(at.switch_page(page("speculative")).run())
+    ok(at.switch_page(page(name)).run())
+    return at, at.session_state["follow_lead"].code
+
+
+@pytest.mark.slow
+def test_the_speculative_pages_prefill_is_called_the_prefill_and_a_round_scrubbed_back_to_takes_its_place(key_set):
+    """A student looking back read "round 0" for the target's first pass, which drafts nothing; the step page
+    calls its first screen "step 0 (prefill)", and so does this one: "round 0 (prefill)", then "round 1". A round
+    the lecturer scrubs back to after running to the end goes before the last round, not after it."""
+    at, code = lecturer_leading_on("speculative")
     ok(at.button(key="speculative_btn_prefill").click().run())
     ok(at.button(key="speculative_btn_next").click().run())
     labels = [label for _, label in key_set.classroom().timeline(code)]
@@ -585,13 +590,7 @@ def test_the_speculative_pages_prefill_is_called_the_prefill_and_a_round_scrubbe
 def test_serving_engine_steps_scrubbed_back_to_take_their_place_in_the_classs_timeline(key_set):
     """Run to end, then the lecturer scrubs back to engine steps 1 and 3: a student's ‹ walks 3, 1 ... forward in
     time no more; the steps go in order before the last, and the progress bar on the way is no frame."""
-    from ui.apptest import app_test, page
-
-    at = ok(app_test().run())
-    at.sidebar.text_input(key="follow_key").input(KEY)
-    ok(at.button(key="follow_start").click().run())
-    code = at.session_state["follow_lead"].code
-    ok(at.switch_page(page("serving")).run())
+    at, code = lecturer_leading_on("serving")
     ok(at.button(key="serve_btn_run").click().run())
     last = int(key_set.classroom().timeline(code)[-1][1].split()[-1])
     for step in (3, 1):
