@@ -125,4 +125,7 @@ def every_step_part(shared, at: int, layer: int, head: int) -> bytes:
 
 def view_part(shared, at: int, view: str, layer: int, every_row: bool = False) -> bytes:
     """One view of step `at`; every_row: Attention with every query row, one panel per head (the lecturer's toggle)."""
-    return blocks_json(view_blocks(view, step_context(shared, at, layer, every_row=every_row)))
+    blocks = view_blocks(view, step_context(shared, at, layer, every_row=every_row))
+    if view == "Latency" and shared.latency_claim:  # what the lecturer's page says under it, from its server's ladder
+        blocks.append(Block("caption", shared.latency_claim, "latency_claim"))
+    return blocks_json(blocks)

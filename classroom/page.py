@@ -30,6 +30,7 @@ from classroom import page_poll as poll
 from classroom.lectures import NO_CLASS, normalize
 from classroom.page_copy import publishes_itself
 from classroom.publisher import Publisher, qr_data_uri
+from topics.ladder.page_ladder import latency_claim
 from ui.link_codec import read_link
 from ui.links import apply_values, link_values
 from ui.sidebar import DEFAULTS
@@ -240,10 +241,12 @@ def class_bar(s, at: int) -> None:
         return
     publishes_itself()  # (classroom/page_copy.py makes no frame of this page)
     hold = poll.held(s, at)
+    picks = view_on_screen()
+    said = latency_claim(s.lm) if s is not None and picks["view"] == "Latency" else None  # as show_view says it
     try:
-        pub.update(s, at, **view_on_screen(),
+        pub.update(s, at, **picks,
                    fork=fork_values(ss["settings"], s.prompt if s is not None else prompt_on_screen()),
-                   hold=hold)
+                   hold=hold, latency_claim=said or "")
         following = classroom().followers(lecture.code)
     except Refused as e:  # ended (idle too long), or another page leads it now: say so once and stop publishing
         _stop_leading(str(e))

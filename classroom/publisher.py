@@ -45,12 +45,13 @@ class Publisher:
         return self.version
 
     def update(self, s, at: int, view: str, layer: int, head: int, fork: dict, hold: int | None = None,
-               every: bool = False, steps: bool = False) -> int | None:
+               every: bool = False, steps: bool = False, latency_claim: str = "") -> int | None:
         """Publish the lecturer's step screen if it changed: s is the page's Stepper (None before Prefill).
 
         hold: steps from this index on stay unpublished (a question about the next token is open). every: the
         Attention view's "every query row" toggle is on (it draws where the step recorded more than one row); steps:
-        its "one head, every step so far" is on.
+        its "one head, every step so far" is on. latency_claim: the sentence the lecturer's Latency view adds under
+        its chart (the ladder this server measured or shipped), which the class's Latency view adds too.
         Returns the new version, or None when nothing had changed.
         """
         visible = 0 if s is None else len(s.records) if hold is None else min(len(s.records), hold)
@@ -85,7 +86,7 @@ class Publisher:
         if steps and view == "Attention":
             picks["steps"] = True
         done = s.done and visible == len(s.records)
-        key = (self._run, at, visible, done, tuple(sorted(picks.items())))
+        key = (self._run, at, visible, done, tuple(sorted(picks.items())), latency_claim)
         if not new and not fresh and key == self._last:
             return None
         spec = s.lm.spec
@@ -94,7 +95,8 @@ class Publisher:
         shared = wire.SharedRun(
             version=0, run=self._run, at=at, view=view, layer=int(layer), head=int(head), ids=shown_ids,
             piece_list=self._pieces[: len(shown_ids)], prompt_len=s.prompt_len, use_cache=s.use_cache, done=done,
-            stop_reason=s.stop_reason if done else None, spec=spec, fork=dict(fork), model=model)
+            stop_reason=s.stop_reason if done else None, spec=spec, fork=dict(fork), model=model,
+            latency_claim=latency_claim)
         frame = step_frame(self._run, at, t, model=model, text=self._texts[at], layers=len(t.layers),
                            heads=spec.heads, new_tokens=len(shown_ids) - s.prompt_len, done=done,
                            stop=s.stop_reason if done else None)

@@ -144,6 +144,7 @@ class SharedRun:
     spec: ModelSpec | None = None
     fork: dict = field(default_factory=dict)  # the settings that replay this run (a link's values, plus device)
     updated: float = 0.0
+    latency_claim: str = ""  # what the lecturer's Latency view says of a size where the hardware sets the time
 
     def latest(self) -> int:
         return len(self.records) - 1
@@ -157,7 +158,7 @@ class SharedRun:
 
 
 HEAD_FIELDS = ("version", "run", "at", "view", "layer", "head", "ids", "piece_list", "prompt_len", "use_cache", "done",
-               "stop_reason", "model", "fork", "updated")
+               "stop_reason", "model", "fork", "updated", "latency_claim")
 
 
 def head_of(run: SharedRun, steps: int) -> dict:

@@ -1157,6 +1157,30 @@ def test_a_lecturers_one_head_every_step_so_far_is_sent_to_the_class_as_the_lect
     assert not event["picks"].get("steps") and not [p for p in event["parts"] if "/steps/" in p]
 
 
+def test_the_lecturers_latency_claim_is_under_the_classs_latency_view_too(key_set):
+    """The lecturer's Latency view ends with what the ladder measured at a size where the hardware sets the time
+    (the bundled model's own figures are mostly Python's); each student's tab drew the view without it."""
+    from drawing.views import VIEWS
+
+    at, code = lecturer_at_prefill()
+    ok(at.button(key="step_btn_next").click().run())
+    at.session_state["step_view"] = "Latency"
+    ok(at.run())
+    claims = [c.value for c in at.caption if "parameters (random weights" in c.value]
+    assert claims, [c.value for c in at.caption]  # the lecturer's page says it (a recording ships for this CPU)
+    hub = key_set.hub()
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    path = f"p/{event['frame']['run']}/{event['frame']['at']}/view/{VIEWS.index('Latency')}/0"
+    blocks = json.loads(event["parts"][path])["blocks"]
+    sent = [b["html"] for b in blocks if b["kind"] == "caption"]
+    assert any(claims[-1][:60] in html for html in sent), sent  # the lecturer's sentence, under the class's chart
+    at.session_state["step_view"] = "Tokens"  # the click after: another view, and no claim goes with it
+    ok(at.run())
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    (tokens,) = [p for p in event["parts"] if "/view/" in p]
+    assert claims[-1][:60] not in event["parts"][tokens]
+
+
 def test_a_sampled_steps_reveal_gives_the_odds_it_chose_from_never_a_token_top_k_left_out(bundled_lm):
     """The reveal's "model 58%" was the softmax before the sampling settings: with top-k 2, a third candidate still
     showed odds the step could never have drawn. The figure is now the distribution the step chose from."""
