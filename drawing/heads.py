@@ -12,37 +12,44 @@ import math
 
 from drawing.attention import newest_query
 from drawing.palette import show_piece
-from drawing.svg import INK, MONO, SOFT, TEXT, blues, defs, mono_fit, text
+from drawing.svg import INK, MONO, SOFT, TEXT, blues, defs, mono_fit, mono_width, text
 from engine.forward.trace import StepTrace
 
 W = 560  # viewBox width: drawn for a side column, so that its text reads at the stage's size
-LEFT = 70  # row labels ("head 3")
+LEFT, MOST_LEFT = 70, 210  # row labels: "head 3", or "head 3 · previous token" where roles are named
 RIGHT = 24  # room for the last key's turned label
+SANS_EM = 0.54  # a sans-serif glyph's mean advance, in font sizes ("looks at ·named" in DejaVu Sans: ~0.5)
 
 
-def heads_svg(t: StepTrace, layer: int, pieces: list[str]) -> str:
-    """`pieces`: the text of every position 0..kv_len-1. One row per head: the newest query's weights."""
+def heads_svg(t: StepTrace, layer: int, pieces: list[str], roles: dict[int, str] | None = None) -> str:
+    """`pieces`: the text of every position 0..kv_len-1. One row per head: the newest query's weights. `roles`: head
+    -> what it does in this row (drawing.views.role_names), beside its number, as the step page's chart names it."""
     rows = newest_query(t, layer)  # [head, key_pos], NaN where masked
     heads, n = rows.shape[0], max(1, t.kv_len)
-    cell_w = (W - LEFT - RIGHT) / n
+    names = [f"head {h}" + (f" · {roles[h]}" if roles and roles.get(h) else "") for h in range(heads)]
+    per_char = 12 * TEXT * SANS_EM
+    left = min(MOST_LEFT, max(LEFT, 6 + per_char * max(map(len, names))))
+    fits = int((left - 6) / per_char)
+    names = [name if len(name) <= fits else name[: fits - 1] + "…" for name in names]  # cut, and seen to be
+    cell_w = (W - left - RIGHT) / n
     cell_h = 26
     label_h = 60  # the key pieces, turned
     query = show_piece(pieces[t.kv_len - 1]) if t.kv_len else ""
     body = [text(0, 20, f"layer {layer}, every head · query_pos {t.kv_len - 1} ({query})", 14, weight="bold")]
     top = 30 + label_h
     for p in range(t.kv_len):  # key_pos labels, turned so that long pieces fit
-        x = LEFT + (p + 0.5) * cell_w
+        x = left + (p + 0.5) * cell_w
         piece = show_piece(pieces[p])
         piece = piece if len(piece) <= 10 else piece[:9] + "…"  # cut, and seen to be: "<|endofte…"
         size = min(12.0, mono_fit(piece, 12.0, label_h - 6), cell_w * 0.9 / TEXT)
         body.append(text(x + size * 0.4, top - 6, piece, size, family=MONO, fill=INK,
                          extra=f'transform="rotate(-60 {x + size * 0.4:.1f} {top - 6:.1f})"'))
-    show_values = cell_w >= 30
+    show_values = cell_w >= mono_width(".00", 10) + 3  # a weight printed where its cell holds it
     for h, row in enumerate(rows):
         y = top + h * cell_h
-        body.append(text(LEFT - 6, y + cell_h * 0.68, f"head {h}", 12, anchor="end", fill=SOFT))
+        body.append(text(left - 6, y + cell_h * 0.68, names[h], 12, anchor="end", fill=SOFT))
         for p, w in enumerate(row):
-            x = LEFT + p * cell_w
+            x = left + p * cell_w
             if math.isnan(w):
                 body.append(f'<rect x="{x:.1f}" y="{y}" width="{cell_w:.1f}" height="{cell_h}" fill="url(#masked)" '
                             'stroke="#fff"/>')

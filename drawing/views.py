@@ -87,7 +87,7 @@ def attention(c: StepContext) -> list[Block]:
         blocks = [Block("figure", heads_figure(t, layer, c.axis_labels(), scale=c.scale, cols=2, newest_only=False,
                                                roles=role_names(c, roles)), "att_rows")]
     elif c.pictures:  # the same weights, printed in the cells: a follower's tab shows a picture in a few ms
-        blocks = [Block("html", picture_html(heads_svg(t, layer, list(c.pieces)),
+        blocks = [Block("html", picture_html(heads_svg(t, layer, list(c.pieces), role_names(c, newest)),
                                              f"layer {layer}: every head's attention for the newest query",
                                              "dl-follow-heads"), "heads")]
         roles = newest

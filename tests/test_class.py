@@ -1089,6 +1089,14 @@ def test_a_followers_pictures_are_the_lecturers_own_at_the_layer_and_head_the_le
     heads = base64.b64decode(re_.search(r"base64,([A-Za-z0-9+/=]+)", view).group(1)).decode()
     assert "layer 2, every head" in heads
     assert printed_weights(heads) == pytest.approx(lecturers, abs=0.006)
+    import html as html_
+
+    named = [html_.unescape(n) for n in re_.findall(r'text-anchor="end"[^>]*>([^<]*)</text>', heads)]
+    heatmap = next(tr for tr in chart["data"] if tr["type"] == "heatmap" and tr.get("y"))
+    assert any(" · " in y for y in heatmap["y"]), heatmap["y"]  # the lecturer's rows name what each head does
+    assert len(named) == len(heatmap["y"]) and all(  # and so do the tab's: the same words, cut where seen to be
+        want == got or (got.endswith("…") and want.startswith(got[:-1])) for want, got in zip(heatmap["y"], named)), \
+        (heatmap["y"], named)
 
 
 def test_a_lecturers_every_query_row_is_what_the_class_is_sent_and_a_layerless_view_is_the_path_a_tab_asks(key_set):
