@@ -242,7 +242,8 @@ def class_bar(s, at: int) -> None:
     publishes_itself()  # (classroom/page_copy.py makes no frame of this page)
     hold = poll.held(s, at)
     picks = view_on_screen()
-    said = latency_claim(s.lm) if s is not None and picks["view"] == "Latency" else None  # as show_view says it
+    said = latency_claim(s.lm) if s is not None else None  # as show_view says it: sent whatever the lecturer's view,
+    # for a tab may look at Latency first, and its picture is built once per step
     try:
         pub.update(s, at, **picks,
                    fork=fork_values(ss["settings"], s.prompt if s is not None else prompt_on_screen()),

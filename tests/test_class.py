@@ -1172,13 +1172,16 @@ def test_the_lecturers_latency_claim_is_under_the_classs_latency_view_too(key_se
 
     at, code = lecturer_at_prefill()
     ok(at.button(key="step_btn_next").click().run())
+    hub = key_set.hub()
+    event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
+    path = f"p/{event['frame']['run']}/{event['frame']['at']}/view/{VIEWS.index('Latency')}/0"
+    asked = hub.part(code, path)  # a student looks at Latency first, while the lecturer shows Attention
     at.session_state["step_view"] = "Latency"
     ok(at.run())
     claims = [c.value for c in at.caption if "parameters (random weights" in c.value]
     assert claims, [c.value for c in at.caption]  # the lecturer's page says it (a recording ships for this CPU)
-    hub = key_set.hub()
     event = json.loads(hub.refresh(code).split(b"data: ", 1)[1])
-    path = f"p/{event['frame']['run']}/{event['frame']['at']}/view/{VIEWS.index('Latency')}/0"
+    assert event["parts"][path] == asked.decode()  # one picture per step, built once, whoever asked first
     blocks = json.loads(event["parts"][path])["blocks"]
     sent = [b["html"] for b in blocks if b["kind"] == "caption"]
     assert any(claims[-1][:60] in html for html in sent), sent  # the lecturer's sentence, under the class's chart
