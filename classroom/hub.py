@@ -67,32 +67,37 @@ class Hub:
             return
         if code not in self._streams:
             return  # nobody follows this class on this server: nothing to make
-        event = self.refresh(code)
-        if event is not None:
-            self._push(code, event)
+        live = self._live_event(code)
+        if live is not None:
+            self._push(code, *live)
 
-    def _push(self, code: str, event: bytes) -> None:
+    def _push(self, code: str, event: bytes, version: int = 0) -> None:
         if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._fanout, code, event)
+            self.loop.call_soon_threadsafe(self._fanout, code, event, version)
 
-    def _fanout(self, code: str, event: bytes) -> None:
-        """In the event loop: the same bytes into every stream of the class."""
+    def _fanout(self, code: str, event: bytes, version: int) -> None:
+        """In the event loop: the same bytes into every stream of the class, with the version they show."""
         for q in list(self._streams.get(code, ())):
             if q.qsize() >= MAX_QUEUED:
                 q.put_nowait(None)  # too far behind: close it; its browser reconnects and gets the whole state
             else:
-                q.put_nowait(event)
+                q.put_nowait((version, event))
 
     def refresh(self, code: str, timeline: bool = False) -> bytes | None:
         """The class's live event, made once per version on this server (timeline=True: with the whole
         timeline, for a stream's first event). None when the class has ended."""
+        live = self._live_event(code, timeline)
+        return None if live is None else live[0]
+
+    def _live_event(self, code: str, timeline: bool = False) -> tuple[bytes, int] | None:
+        """refresh's event and the version it shows."""
         try:
             live = self.room.live(code)
             if live is None:
                 return None
             known = self._events.get(code)
             if known is not None and known[0] >= live["version"] and not timeline:
-                return known[1]
+                return known[1], known[0]
             frame = self.room.frame(code, live["frame"]) if live.get("frame") else None
             parts = {}
             if frame is not None and frame.get("kind") == "step":
@@ -125,7 +130,7 @@ class Hub:
         event = sse("live", payload)
         if not timeline:
             self._events[code] = (live["version"], event)
-        return event
+        return event, live["version"]
 
     # ------------------------------------------------------------ pictures
 
@@ -185,19 +190,24 @@ class Hub:
         q: asyncio.Queue = asyncio.Queue()
         self._streams.setdefault(code, set()).add(q)  # before the first event: a version made meanwhile is queued
         try:
-            first = await self.loop.run_in_executor(None, self.refresh, code, True)
+            first = await self.loop.run_in_executor(None, self._live_event, code, True)
             if first is None:
                 yield END
                 return
             await self.loop.run_in_executor(None, self.room.seen, code, who, True)
-            yield b"retry: 1000\n\n" + first
+            yield b"retry: 1000\n\n" + first[0]
+            sent = first[1]  # news of a version this stream already shows may still come (pub/sub is late)
             while True:
                 try:
-                    event = await asyncio.wait_for(q.get(), KEEPALIVE_S)
+                    got = await asyncio.wait_for(q.get(), KEEPALIVE_S)
                 except asyncio.TimeoutError:
-                    event = b": still here\n\n"
-                if event is None:
+                    got = (0, b": still here\n\n")
+                if got is None:
                     return
+                version, event = got
+                if event is not END and version <= sent and version:
+                    continue  # the same version twice would show a student the same step twice
+                sent = max(sent, version)
                 yield event
                 if event is END:
                     return

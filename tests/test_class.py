@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from classroom import Classroom, Limits, MemoryKV, Refused
+from classroom import Classroom, Limits, MemoryKV, Refused, wire
 from classroom.http import TOO_LONG, ClassRoutes
 from classroom.hub import END, Hub
 from classroom.lectures import MAX_FRAMES
@@ -788,6 +788,27 @@ def test_a_new_class_leaves_the_old_one_running_for_its_students_and_gets_its_ow
         time.sleep(0.2)
         assert END not in streams.got["old"] and live_versions(streams.got["old"]) == [1]
         assert room.version(old.code) == 1  # the old class runs on until it idles out
+    finally:
+        streams.close()
+
+
+def test_news_of_a_version_a_stream_already_shows_does_not_show_it_twice(store):
+    """Redis delivers a version's news late, by the subscriber's thread: a stream that opened in between already
+    has that version in its first event, and a student would see the same step twice if the news were pushed."""
+    room = room_of(store)
+    hub = Hub(room)
+    lecture = room.start(KEY, "lect")
+    v1 = room.publish(lecture, frame={"id": "a", "kind": "page", "label": "a", "nodes": []})
+    room.join(lecture.code, "aaaa0000aaaa0000")
+    streams = Streams()
+    try:
+        streams.open("s", hub, lecture.code, "aaaa0000aaaa0000")
+        streams.wait(lambda got: got["s"])
+        hub.on_news(wire.dumps({"code": lecture.code, "v": v1}))  # the late news, as Classroom publishes it
+        v2 = room.publish(lecture, frame={"id": "b", "kind": "page", "label": "b", "nodes": []})
+        streams.wait(lambda got: v2 in live_versions(got["s"]))
+        time.sleep(0.1)
+        assert live_versions(streams.got["s"]) == [v1, v2]
     finally:
         streams.close()
 

@@ -82,7 +82,7 @@ def test_followers_on_both_replicas_see_the_lecturers_steps(hall, browser):
         return pg
 
     lect = page_on(cookie_a, hall.url)
-    expect(lect.get_by_role("button", name="Prefill")).to_be_enabled()
+    expect(lect.get_by_role("button", name="Prefill")).to_be_enabled(timeout=60_000)  # a cold replica loads the model first
     link = start_class(lect)
     assert link.startswith(hall.url + "/?follow=")  # the address the lecturer's browser used: nginx's
     followers = [page_on(cookie_a, link), page_on(cookie_b, link), page_on(cookie_b, link)]
