@@ -324,8 +324,8 @@ def numbers(plain=(6.0,), speculative=(6.0,), **changed) -> Comparison:
                 device="cpu", sampling="greedy", text="", generated_ids=(1, 2), plain_ids=(1, 2), proposed=48,
                 checked=40, accepted=24, rounds_timed=12, tokens_made=26, target_passes=13, plain_target_passes=27,
                 plain_ms_per_token_runs=tuple(plain), speculative_ms_per_token_runs=tuple(speculative),
-                draft_ms_total=12.0, verify_ms=5.0, plain_decode_ms=5.0, overhead_ms_per_round=0.2,
-                plain_overhead_ms_per_step=0.2, repeats=len(plain), warmup="", rounds=())
+                draft_ms_total=12.0, verify_ms=5.0, verify_rows=5, verify_rounds=12, plain_decode_ms=5.0,
+                overhead_ms_per_round=0.2, plain_overhead_ms_per_step=0.2, repeats=len(plain), warmup="", rounds=())
     return Comparison(**(base | changed))
 
 
@@ -334,7 +334,7 @@ def test_the_verdict_follows_the_measured_numbers():
     assert "paid here" in verdict(numbers(plain=(9.0,), speculative=(5.0,)))
     assert "break-even" in verdict(numbers())
     slow_verify = verdict(numbers(plain=(6.0,), speculative=(10.0,), verify_ms=10.0))
-    assert "x2.00 as long as a one-row" in slow_verify
+    assert "×2.00 as long as a one-row" in slow_verify
     assert "outside them" in verdict(numbers(plain=(6.0,), speculative=(10.0,), overhead_ms_per_round=3.0))
     assert "rough" in verdict(numbers(plain=(6.0, 12.0), speculative=(10.0, 11.0)))
     assert "rough" not in verdict(numbers(plain=(6.0,), speculative=(10.0,)))
@@ -347,8 +347,22 @@ def test_the_verdict_says_what_the_verify_pass_cost_in_the_same_words_whatever_i
     wording that flips at a hidden cut-off when a busy minute moves r a little."""
     said = {r: verdict(numbers(verify_ms=5.0 * r)) for r in (0.97, 1.1, 1.14, 1.16, 1.3, 2.5)}
     for r, text in said.items():
-        assert f"took x{r:.2f} as long as a one-row decode pass" in text
+        assert f"took ×{r:.2f} as long as a one-row decode pass" in text
     assert len({re.sub(r"[\d.]+", "#", text) for text in said.values()}) == 1  # only the numbers differ
+
+
+def test_r_is_the_verify_pass_over_k_plus_one_rows_not_a_round_that_fed_one(bundled_lm):
+    """Prompt lookup proposes nothing where no n-gram matched: that round's pass feeds one row. r, said as "a verify
+    pass over k + 1 rows", is then the median of the rounds that fed k + 1 rows, not of every round."""
+    from topics.speculative.measure import measure
+
+    m = measure(bundled_lm, PROMPT, 24, PromptLookup(NGRAM), k=K, repeats=1)
+    rounds = m.rounds[1:]  # one timed run: the rounds the numbers are read from
+    full = [r.target.timing.forward_ms for r in rounds if len(r.proposed_ids) == K]
+    assert full and len(full) < len(rounds)  # the prompt gives both kinds of round
+    assert m.verify_ms == statistics.median(full) and (m.verify_rows, m.verify_rounds) == (K + 1, len(full))
+    assert f"A verify pass over {K + 1} rows took ×{m.verify_cost_r:.2f}" in verdict(m)
+    assert f"the median of the {len(full)} rounds that fed {K + 1}" in verdict(m)
 
 
 def test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_run(bundled_lm, draft_lm):
@@ -362,7 +376,7 @@ def test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_r
     assert step > 0
     rounds = m.rounds[1:]  # one timed run: its rounds are every round timed, recomputed here from the raw records
     c = sum(sum(r.draft_ms) for r in rounds) / sum(r.proposed for r in rounds) / step
-    r = statistics.median(r.target.timing.forward_ms for r in rounds) / step
+    r = statistics.median(r.target.timing.forward_ms for r in rounds if len(r.proposed_ids) == K) / step  # k + 1 rows
     alpha = sum(r.accepted for r in rounds) / sum(len(r.accept_probs) for r in rounds)
     assert m.cost_ratio_c == pytest.approx(c)  # the paper's c
     assert m.verify_cost_r == pytest.approx(r) == pytest.approx(m.verify_vs_decode)
@@ -375,9 +389,9 @@ def test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_r
     assert corrected_speedup(0.7, 4, 0.05) == pytest.approx(predicted_speedup(0.7, 4, 0.05))  # r = 1, no overheads
     said = m.verdict
     found = re.search(r"Drafting cost c = ([\d.]+) of a one-row target step .* The paper's formula E/\(k·c\+1\) predicts "
-                      r"x([\d.]+); counting the verify pass's real cost, E/\(k·c\+r\) with r = ([\d.]+), x([\d.]+); "
+                      r"×([\d.]+); counting the verify pass's real cost, E/\(k·c\+r\) with r = ([\d.]+), ×([\d.]+); "
                       r"adding the time each round and each plain step spend outside their passes \(([\d.]+) and "
-                      r"([\d.]+) ms\), x([\d.]+)\. Measured: x([\d.]+)\.", said)
+                      r"([\d.]+) ms\), ×([\d.]+)\. Measured: ×([\d.]+)\.", said)
     assert found, said
     want = (f"{m.cost_ratio_c:.3f}", f"{m.predicted_speedup:.2f}", f"{m.verify_cost_r:.2f}",
             f"{m.predicted_with_verify:.2f}", f"{m.overhead_ms_per_round:.2f}",
@@ -522,4 +536,4 @@ def test_the_speculative_pages_measured_comparison_shows_what_it_measured_and_a_
     first = ("No clear difference" if overlap and (s >= 1.05 or s <= 0.95) else "Speculative decoding paid" if
              s >= 1.05 else "About break-even" if s > 0.95 else "Speculative decoding did not pay")
     assert said.startswith(first), said
-    assert f"x{s:.2f}" in said and f"x{m.predicted_speedup:.2f}" in said  # the measured and the paper's, as shown
+    assert f"×{s:.2f}" in said and f"×{m.predicted_speedup:.2f}" in said  # the measured and the paper's, as shown

@@ -51,8 +51,8 @@ def main(args) -> int:
     print(f"measured speed-up:            x{m.speedup:.2f}")
     print(f"cost ratio c:                 {m.cost_ratio_c:.3f} (draft ms per proposed token / one-row target step "
           f"ms: Leviathan et al.'s c)")
-    print(f"verify pass r:                {m.verify_cost_r:.2f} one-row steps ({m.k + 1} rows in one pass; the "
-          "paper assumes 1)")
+    print(f"verify pass r:                {m.verify_cost_r:.2f} one-row steps ({m.verify_rows} rows in one pass, median of "
+          f"{m.verify_rounds} rounds; the paper assumes 1)")
     print(f"paper's formula:              x{m.predicted_speedup:.2f} (E / (k·c + 1), Leviathan et al. 2023; E from α)")
     print(f"  with the verify pass's cost: x{m.predicted_with_verify:.2f} (E / (k·c + r))")
     print(f"  and the time outside passes: x{m.predicted_with_overhead:.2f} ({m.overhead_ms_per_round:.2f} ms per "

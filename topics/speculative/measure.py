@@ -77,7 +77,9 @@ class Comparison:
     plain_ms_per_token_runs: tuple[float, ...]  # each timed plain run: decode wall time per generated token
     speculative_ms_per_token_runs: tuple[float, ...]
     draft_ms_total: float  # every draft pass (or lookup) of every timed round
-    verify_ms: float  # median verify pass over every timed round
+    verify_ms: float  # median verify pass over the timed rounds that fed k + 1 rows (every round's if none did)
+    verify_rows: int  # the rows those passes fed: k + 1, or the median fed when no round proposed k
+    verify_rounds: int  # the rounds that median is over
     plain_decode_ms: float  # median one-row decode pass of the plain runs (0.0: none ran)
     overhead_ms_per_round: float  # median, per round: wall time outside the draft and verify passes
     plain_overhead_ms_per_step: float  # median, per plain step: wall time outside its pass
@@ -154,7 +156,8 @@ class Comparison:
 
     @property
     def verify_cost_r(self) -> float:
-        """The verify pass over k + 1 rows, in one-row steps (the paper assumes 1)."""
+        """The verify pass over k + 1 rows (verify_rows where no round fed k + 1), in one-row steps (the paper
+        assumes 1)."""
         return self.verify_ms / self.step_ms if self.step_ms else 1.0
 
     # ---- the formula's predictions, from the measured α, c and r (computed, not measured)
@@ -197,6 +200,7 @@ class Comparison:
             "speculative_ms_per_token_runs": list(self.speculative_ms_per_token_runs),
             "speedup": self.speedup,
             "draft_ms_per_proposed_token": self.draft_ms_per_proposed_token, "verify_ms": self.verify_ms,
+            "verify_rows": self.verify_rows, "verify_rounds": self.verify_rounds,
             "plain_decode_ms": self.plain_decode_ms, "verify_vs_decode": self.verify_vs_decode,
             "overhead_ms_per_round": self.overhead_ms_per_round,
             "plain_overhead_ms_per_step": self.plain_overhead_ms_per_step,
@@ -252,6 +256,10 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
     plain_runs, speculative_runs = [run for run, _ in done[plain]], [run for run, _ in done[speculative]]
     base, last = plain_runs[-1], speculative_runs[-1]
     rounds = [r for run in speculative_runs for r in run.records[1:]]
+    # r is the pass over k + 1 rows: a round that proposed fewer (prompt lookup found no match) fed fewer rows
+    full = [r for r in rounds if r.q_len == k + 1]
+    judged = full or rounds
+    verify_rows = k + 1 if full or not rounds else round(statistics.median(r.q_len for r in rounds))
     decode_ms = statistics.median(t.forward_ms for run in plain_runs for t in run.records if t.phase == "decode") \
         if any(len(run.records) > 1 for run in plain_runs) else 0.0
     return Comparison(
@@ -265,17 +273,18 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
         plain_ms_per_token_runs=tuple(per_token(*x) for x in done[plain]),
         speculative_ms_per_token_runs=tuple(per_token(*x) for x in done[speculative]),
         draft_ms_total=sum(sum(r.draft_ms) for r in rounds),
-        verify_ms=statistics.median(r.verify_ms for r in rounds) if rounds else 0.0, plain_decode_ms=decode_ms,
+        verify_ms=statistics.median(r.verify_ms for r in judged) if judged else 0.0, verify_rows=verify_rows,
+        verify_rounds=len(judged), plain_decode_ms=decode_ms,
         overhead_ms_per_round=speculative_overhead, plain_overhead_ms_per_step=plain_overhead,
         repeats=max(1, repeats), warmup="one run of each before timing, excluded", rounds=tuple(last.records))
 
 
 def formula_words(m: Comparison) -> str:
     """The paper's prediction, then each correction the measurement makes to it, then what was measured."""
-    return (f"The paper's formula E/(k·c+1) predicts x{m.predicted_speedup:.2f}; counting the verify pass's real cost, "
-            f"E/(k·c+r) with r = {m.verify_cost_r:.2f}, x{m.predicted_with_verify:.2f}; adding the time each round "
+    return (f"The paper's formula E/(k·c+1) predicts ×{m.predicted_speedup:.2f}; counting the verify pass's real cost, "
+            f"E/(k·c+r) with r = {m.verify_cost_r:.2f}, ×{m.predicted_with_verify:.2f}; adding the time each round "
             f"and each plain step spend outside their passes ({m.overhead_ms_per_round:.2f} and "
-            f"{m.plain_overhead_ms_per_step:.2f} ms), x{m.predicted_with_overhead:.2f}. Measured: x{m.speedup:.2f}.")
+            f"{m.plain_overhead_ms_per_step:.2f} ms), ×{m.predicted_with_overhead:.2f}. Measured: ×{m.speedup:.2f}.")
 
 
 def verdict(m: Comparison) -> str:
@@ -284,14 +293,14 @@ def verdict(m: Comparison) -> str:
     plain, speculative = m.plain_ms_per_token_runs, m.speculative_ms_per_token_runs
     overlap = len(plain) > 1 and len(speculative) > 1 and min(plain) <= max(speculative) and min(speculative) <= max(plain)
     if overlap and (speedup >= 1.05 or speedup <= 0.95):
-        parts = [f"No clear difference here: the medians give x{speedup:.2f}, but the runs overlap (plain "
+        parts = [f"No clear difference here: the medians give ×{speedup:.2f}, but the runs overlap (plain "
                  f"{min(plain):.2f}–{max(plain):.2f} ms per token, speculative {min(speculative):.2f}–{max(speculative):.2f} ms)."]
     elif speedup >= 1.05:
-        parts = [f"Speculative decoding paid here: x{speedup:.2f} faster per token than plain decoding."]
+        parts = [f"Speculative decoding paid here: ×{speedup:.2f} faster per token than plain decoding."]
     elif speedup > 0.95:
-        parts = [f"About break-even here: x{speedup:.2f} per token against plain decoding."]
+        parts = [f"About break-even here: ×{speedup:.2f} per token against plain decoding."]
     else:
-        parts = [f"Speculative decoding did not pay here: each token took x{1 / speedup:.2f} as long as with plain "
+        parts = [f"Speculative decoding did not pay here: each token took ×{1 / speedup:.2f} as long as with plain "
                  "decoding."]
     if not m.proposed:
         parts.append("The drafter proposed nothing (no earlier n-gram matched), so every round was a plain decode "
@@ -307,16 +316,19 @@ def verdict(m: Comparison) -> str:
     c, r = m.cost_ratio_c, m.verify_cost_r
     parts.append(f"Drafting cost c = {c:.3f} of a one-row target step per proposed token (Leviathan et al.'s c), so "
                  f"k proposals cost {k * c:.2f} steps per round.")
-    parts.append(f"A verify pass over {k + 1} rows took x{r:.2f} as long as a one-row decode pass (r); the formula "
-                 "takes r = 1, extra rows free, as when a pass is held up by reading the weights (a large model on "
-                 "a GPU).")
+    rows = m.verify_rows
+    over = (f"the median of the {m.verify_rounds} rounds that fed {rows}" if rows == k + 1 else
+            f"no round proposed all k = {k}, so the median of every round's pass, which fed {rows}")
+    parts.append(f"A verify pass over {rows} rows took ×{r:.2f} as long as a one-row decode pass (r; {over}); the "
+                 "formula takes k + 1 rows at r = 1, extra rows free, as when a pass is held up by reading the weights "
+                 "(a large model on a GPU).")
     parts.append(formula_words(m))
     extra, plain_extra = m.overhead_ms_per_round, m.plain_overhead_ms_per_step
     if extra > 1.5 * plain_extra and extra > 0.1 * m.verify_ms:
         parts.append(f"The formula counts forward passes only; each round also spent {extra:.2f} ms outside them "
                      f"(judging, cropping both caches, bookkeeping) against {plain_extra:.2f} ms per plain step.")
     if m.spread > 1.3:
-        parts.append(f"The timed runs varied by up to x{m.spread:.2f} from one another (other work on the "
+        parts.append(f"The timed runs varied by up to ×{m.spread:.2f} from one another (other work on the "
                      "machine does this), so read these times as rough.")
     return " ".join(parts)
 

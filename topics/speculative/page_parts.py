@@ -119,7 +119,8 @@ def comparison(m: Comparison) -> None:
                "(excluded); medians. The paper's formula (Leviathan et al. 2023) uses the measured α (kept / checked) "
                f"= {m.alpha:.2f} and its own c = {m.cost_ratio_c:.3f} (a draft step over a one-row target step); "
                f"it assumes the verify pass over k + 1 rows costs one step (here r = {m.verify_cost_r:.2f}: the median "
-               f"verify pass of every round over the median one-row pass of the plain runs, each pass timed once as it "
+               f"verify pass over {m.verify_rows} rows, of {m.verify_rounds} rounds, over the median one-row pass of "
+               f"the plain runs, each pass timed once as it "
                "ran, at every cache length; lesson 9's ratio times one verify pass and a one-row pass on the same "
                "cache, three runs each) and counts passes, not the time between them.")
 
