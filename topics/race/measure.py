@@ -255,11 +255,11 @@ def cache_rule_sentence(r: CacheRule) -> str:
             f"estimates), {measured}. The roofline's rule: a cache-off step over n positions costs about max(1, n / R) "
             f"cached steps, R the ridge in tokens, because below it both passes wait on reading the same weights. Here "
             f"R ≈ {r.ridge_here:.0f} tokens ({r.dtype_here}), so the rule gives ×{r.rule_here:.1f}"
-            + (f" where bytes and arithmetic set the time, and this model's cached step is {r.cached_label}: the "
-               "rule does not reach a model this small (the Scale page's big rung shows it)"
-               if r.cached_kind == "overhead-bound" and r.measured and not 0.5 <= r.measured / r.rule_here <= 2
-               else "")
-            + f"; on an {r.gpu} at batch 1, R ≈ {r.ridge_gpu:.0f} tokens ({r.dtype_gpu}) and it predicts "
+            + (f", against ×{r.measured:.1f} measured (×{r.measured / r.rule_here:.1f} the rule's)" if r.measured else "")
+            + f". The rule assumes a cached step held up by reading the weights; this model's is {r.cached_label}"
+            + (", so the rule does not reach a model this small (the Scale page's big rung shows it)"
+               if r.cached_kind == "overhead-bound" else "")
+            + f". On an {r.gpu} at batch 1, R ≈ {r.ridge_gpu:.0f} tokens ({r.dtype_gpu}) and it predicts "
             f"×{r.rule_gpu:.1f}" + (": there the cache would save little time at these lengths (it pays in time "
                                     f"past ~{r.ridge_gpu:.0f} positions), though it always saves the arithmetic."
                                     if r.rule_gpu < 1.5 else
