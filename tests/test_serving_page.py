@@ -163,6 +163,28 @@ def test_run_to_end_on_a_fresh_scenario_draws_the_finished_run(title):
         assert served > stored
 
 
+def in_order(node) -> list:
+    """Every element on the page, in the order a reader meets them."""
+    children = getattr(node, "children", None)
+    if children is None:
+        return [node]
+    return [e for key in sorted(children) for e in in_order(children[key])]
+
+
+def test_the_heading_over_the_memory_table_does_not_call_computed_rows_measured():
+    """The table's rows are the blocks this run took and two allocators computed for the same requests: the heading
+    over it says so; "Measured on this machine" heads the buttons that measure, after it."""
+    at = serving_page()
+    at.button(key="serve_btn_forward").click().run()
+    page = in_order(at.main)
+    table = next(i for i, e in enumerate(page) if e.type == "table" and "source" in e.value.columns)
+    heading = max(i for i, e in enumerate(page[:table]) if e.type == "subheader")
+    assert "Measured" not in page[heading].value and "KV memory" in page[heading].value
+    assert "computed for the same requests" in set(page[table].value["source"])
+    measured = next(i for i, e in enumerate(page) if e.type == "subheader" and e.value.startswith("Measured on this"))
+    assert measured > table and any(e.type == "button" and e.key == "serve_tp" for e in page[measured:])
+
+
 def preempted_runs_match_a_roomy_pool(at) -> None:
     """Exactness checked, not only said: the finished preemption run's tokens are a pool that fits all's, and the
     sentence names the requests preempted, first and last."""

@@ -243,7 +243,7 @@ def show() -> None:
         chart(draw.order_figure(orders, scale=scale()), "serve_orders_chart")
         st.markdown(draw.order_sentence(orders))
 
-    st.subheader("Measured on this machine, side by side")
+    st.subheader("KV memory: the blocks this run took, and two other ways to hold the same requests")
     memory = measure.memory(run, upto=at)  # the steps up to the one on screen, like the status line above
     st.table(draw.memory_frame(memory).set_index("allocator"))
     st.caption(f"KV memory of this run up to step {at}: the most each allocator held at any one step (peak), and the "
@@ -253,6 +253,7 @@ def show() -> None:
                f"({memory.max_length} positions), or waited in one padded batch for the longest.")
     if sizing["prefix_sharing"]:
         st.markdown(draw.sharing_sentence(memory))
+    st.subheader("Measured on this machine, side by side")
     if name in COMPARISONS:  # the scenario's own question, answered by serving its requests again
         label, key, doing, kind, compare = COMPARISONS[name]
         if st.button(label, key=key):
