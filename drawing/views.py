@@ -253,18 +253,19 @@ def latency(c: StepContext) -> list[Block]:
     trend = latency_trend(traces)
     if trend["climbs"] is None:
         what = "Take six or more decode steps to see how their time changes."
-    elif trend["climbs"]:
-        what = (f"Decode steps climb: the first three took {trend['first_ms']:.2f} ms on average, the last three "
-                f"{trend['last_ms']:.2f} ms.")
-    elif trend["last_ms"] < trend["first_ms"] / CLIMB:
-        what = (f"Decode steps got faster: the first three took {trend['first_ms']:.2f} ms on average, the last "
-                f"three {trend['last_ms']:.2f} ms, though the work did not shrink"
-                + (": the note above says why." if note else ": at this size a step is mostly fixed costs, which "
-                   "vary with what else the server does."))
-    else:
-        what = (f"Decode steps stay about flat: the first three took {trend['first_ms']:.2f} ms on average, the last "
-                f"three {trend['last_ms']:.2f} ms. At this length the fixed cost of a pass hides the growing work"
-                + (" even with the cache off." if not c.t.use_cache else "."))
+    else:  # the factor always, beside the word: "about flat" alone once covered a rise of 18%
+        ratio = trend["last_ms"] / trend["first_ms"]
+        means = (f"the first three took {trend['first_ms']:.2f} ms on average, the last three {trend['last_ms']:.2f} "
+                 f"ms (×{ratio:.2f})")
+        if trend["climbs"]:
+            what = f"Decode steps climb: {means}."
+        elif trend["last_ms"] < trend["first_ms"] / CLIMB:
+            what = (f"Decode steps got faster: {means}, though the work did not shrink"
+                    + (": the note above says why." if note else ": at this size a step is mostly fixed costs, which "
+                       "vary with what else the server does."))
+        else:
+            what = (f"Decode steps changed by less than ×{CLIMB:g}: {means}. At this length the fixed cost of a pass "
+                    "hides most of the growing work" + (" even with the cache off." if not c.t.use_cache else "."))
     repeats = c.t.timing.repeats
     blocks.append(Block("caption", f"Each bar is the median of {repeats} timed runs of the same pass (whisker: fastest "
                                    f"to slowest); the run before them is a warm-up, excluded. TTFT is the prefill's "

@@ -527,13 +527,14 @@ def test_the_latency_caption_says_what_its_bars_show(cache):
         click(at, "step_btn_next")
     open_view(at, "Latency")
     words = next(c.value for c in at.caption if "Decode steps" in c.value)
-    first, last = (float(x) for x in re.search(r"first three took ([\d.]+) ms on average, the last three ([\d.]+) ms",
-                                               words).groups())
+    first, last, ratio = (float(x) for x in re.search(
+        r"first three took ([\d.]+) ms on average, the last three ([\d.]+) ms \(×([\d.]+)\)", words).groups())
     bars = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["y"]
     y = np.frombuffer(base64.b64decode(bars["bdata"]), dtype=bars["dtype"]) if isinstance(bars, dict) else np.array(bars)
     decode = y[1:]  # bar 0 is the prefill
     assert abs(first - decode[:3].mean()) < 0.006 and abs(last - decode[-3:].mean()) < 0.006
     assert ("climb" in words) == (last > 1.25 * first)
+    assert abs(ratio - decode[-3:].mean() / decode[:3].mean()) < 0.006  # the factor said, whichever word is beside it
 
 
 def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
