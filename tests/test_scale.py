@@ -218,8 +218,9 @@ def test_the_scale_page_shows_each_models_formula_and_whether_it_fits():
     fits = next(m.value for m in at.markdown if "Largest batch" in m.value)  # Llama-3-8B on an H100 (80 GB), fp16
     assert "Largest batch at 8,192 tokens: **59**" in fits and "longest context at batch 1: **487,819 tokens**" in fits
     assert "reads at most **8,192**" in fits
+    assert "of 80 GB (74.5 GiB, in the same binary units)" in fits  # 80e9 / 2**30: beside the GiB it is compared with
     at.selectbox(key="scale_model").set_value("Llama-3.1-405B").run()
-    assert any("do not fit in 80 GB" in e.value for e in at.error)
+    assert any("do not fit in 80 GB (74.5 GiB)" in e.value for e in at.error)
 
 
 def test_gemma_3_270m_at_8192_tokens_counts_its_sliding_layers():

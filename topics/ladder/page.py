@@ -127,10 +127,12 @@ def show(beside_curve=None) -> None:
         fit = kvcalc.largest_fit(arch, mem_gb * 1e9, kvcalc.KV_DTYPES[w_dtype], elem, tokens)
         weights = kvcalc.weight_bytes(arch, kvcalc.KV_DTYPES[w_dtype])
         if fit.free_for_kv <= 0:
-            st.error(f"The weights alone ({human_bytes(weights)}) do not fit in {mem_gb:g} GB.")
+            st.error(f"The weights alone ({human_bytes(weights)}) do not fit in {mem_gb:g} GB "
+                     f"({human_bytes(mem_gb * 1e9)}).")
         else:
             st.write(f"Weights {human_bytes(weights)} + KV {human_bytes(total)} = "
-                     f"**{human_bytes(weights + total)}** of {mem_gb:g} GB. "
+                     f"**{human_bytes(weights + total)}** of {mem_gb:g} GB ({human_bytes(mem_gb * 1e9)}, in the "
+                     "same binary units). "
                      f"Largest batch at {tokens:,} tokens: **{fit.max_batch:,}**; longest context at batch 1: "
                      f"**{fit.max_tokens_batch1:,} tokens** (estimates; activations and fragmentation not counted)"
                      + (f", though {arch.name} reads at most **{fit.context_limit:,}**."
