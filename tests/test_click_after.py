@@ -145,3 +145,60 @@ def test_the_scale_pages_choices_survive_a_visit_to_another_page():
     assert at.number_input(key="scale_tokens").value == 4096
     assert at.selectbox(key="scale_roof").value == roofs[1]
     assert any("Llama-2-7b" in m.value and "4,096" in m.value for m in at.markdown), "the calculator reads the pick"
+
+
+def test_the_speculative_pages_drafter_k_and_round_open_again_from_its_link():
+    """Speculative decoding wrote no link: a lecturer who shared the page's address shared the step page's prompt and
+    none of its own. Its link now carries the prompt, the drafter, k and the round on screen, and opens the same
+    rounds (the same proposals, kept and cut); a drafter the page does not have is refused plainly."""
+    at = app_test().run()
+    at.switch_page(page("speculative")).run()
+    at.text_input(key="speculative_prompt").set_value("Tom had a red ball. Tom had a red").run()
+    at.selectbox(key="speculative_drafter").set_value("prompt lookup (n-gram ≤ 2)").run()
+    at.number_input(key="speculative_k").set_value(3).run()
+    at.button(key="speculative_btn_prefill").click().run()
+    for _ in range(3):
+        at.button(key="speculative_btn_next").click().run()
+    at.button(key="speculative_btn_back").click().run()  # the round on screen: 2 of 3
+    assert not at.exception, [e.value for e in at.exception]
+    link = dict(at.query_params)
+    assert (link["drafter"], link["k"], link["steps"], link["at"]) == ("lookup2", "3", "3", "2")
+    run = at.session_state["speculative_run"]
+    other = app_test()
+    other.query_params = link
+    other.run()
+    other.switch_page(page("speculative")).run()
+    assert not other.exception and not other.error, [e.value for e in other.error]
+    assert other.text_input(key="speculative_prompt").value == "Tom had a red ball. Tom had a red"
+    assert other.selectbox(key="speculative_drafter").value == "prompt lookup (n-gram ≤ 2)"
+    assert other.number_input(key="speculative_k").value == 3
+    again = other.session_state["speculative_run"]
+    assert [(r.proposed_ids, r.accepted, r.new_ids) for r in again.records] == \
+        [(r.proposed_ids, r.accepted, r.new_ids) for r in run.records]  # the same rounds, replayed
+    assert other.slider(key="speculative_at").value == 2
+    bad = app_test()
+    bad.query_params = {**link, "drafter": "<b>oracle</b>"}
+    bad.run()
+    bad.switch_page(page("speculative")).run()
+    assert not bad.exception and any("drafter=" in w.value and "ignored" in w.value for w in bad.warning)
+
+
+def test_the_races_prompt_tokens_and_size_open_again_from_its_link():
+    """The Race wrote no link either: its link now carries its prompt, its tokens and its model size (a race is
+    measured again when opened: the settings come back, not the timings)."""
+    at = app_test().run()
+    at.switch_page(page("race")).run()
+    prompt_box = next(t for t in at.text_area if t.key.startswith("race_prompt"))
+    prompt_box.set_value("The dog ran to the park").run()
+    at.number_input(key="race_steps").set_value(37).run()
+    at.selectbox(key="race_size").set_value("26M").run()
+    assert not at.exception, [e.value for e in at.exception]
+    link = dict(at.query_params)
+    assert (link["prompt"], link["tokens"], link["size"]) == ("The dog ran to the park", "37", "26M")
+    other = app_test()
+    other.query_params = link
+    other.run()
+    other.switch_page(page("race")).run()
+    assert not other.exception and not other.error, [e.value for e in other.error]
+    assert next(t for t in other.text_area if t.key.startswith("race_prompt")).value == "The dog ran to the park"
+    assert other.number_input(key="race_steps").value == 37 and other.selectbox(key="race_size").value == "26M"

@@ -41,6 +41,10 @@ VALUES = {
     "batching": list(BATCHING),
     "policy": ["full", "heavy", "snap-capped"],
     "budget": [1, 64, 4096],
+    "drafter": ["draft", "lookup3", "lookup2"],
+    "k": [1, 4, 8],
+    "tokens": [2, 200, 2048],
+    "size": ["26M", "110M"],
 }
 
 

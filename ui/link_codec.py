@@ -3,7 +3,8 @@
 A link holds everything that decides the tokens (model, prompt, sampling, seed,
 cache switch, how many steps were taken), so opening it replays the same run token
 for token, and what the screen shows of it (the step on screen, the view, layer and
-head; on Serving the scenario and its engine step; on the KV budget page its policy and budget). Reading a link never trusts it: each value is checked against the same
+head; on Serving the scenario and its engine step; on the KV budget page its policy and budget; on Speculative
+the drafter, k and the rounds taken; on the Race its tokens and model size). Reading a link never trusts it: each value is checked against the same
 ranges the sidebar allows, and a bad one is dropped with a plain reason while the
 good ones still apply.
 """
@@ -84,6 +85,10 @@ FIELDS = {
     "batching": Field("batching", _text(40)),
     "policy": Field("policy", _text(40)),  # the KV budget page's policy; the page checks it against its list
     "budget": Field("budget", _number(int, 1, 4096)),  # its budget B; the page clamps it to the model's positions
+    "drafter": Field("drafter", _text(40)),  # the Speculative page's drafter (a short name); the page checks it
+    "k": Field("k", _number(int, 1, 8)),  # its guesses per round (its widget's range)
+    "tokens": Field("tokens", _number(int, 2, 2048)),  # the Race page's tokens; the page clamps them to the model
+    "size": Field("size", _text(40)),  # the Race's model size; the page checks it against its own list
 }
 
 

@@ -70,7 +70,13 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         ss.update(side_model=model.OTHER, side_custom=chosen, side_custom_loaded=chosen)
     elif chosen:
         problems.append("link parameter model ignored: that model is not offered by this server")
-    if "prompt" in values:
+    speculative = "drafter" in values or "k" in values  # a Speculative link: its page takes its prompt and rounds
+    race = "tokens" in values or "size" in values  # a Race link: its page takes its prompt
+    if speculative:
+        ss["speculative_wanted"] = {name: values.get(name) for name in ("prompt", "drafter", "k", "steps", "at")}
+    if race:
+        ss["race_wanted"] = {name: values.get(name) for name in ("prompt", "tokens", "size")}
+    if "prompt" in values and not speculative and not race:
         ss["step_prompt"] = values["prompt"]
         # the preset box names the preset this prompt is, or shows "(your own prompt)"
         same = next((x["title"] for x in PROMPTS if x["prompt"] == values["prompt"]), None)
@@ -79,7 +85,7 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
     if "scenario" in values:  # a Serving link: the Serving page checks its scenario and replays its engine steps
         ss["serve_wanted"] = (values["scenario"], values.get("steps"), values.get("at"), values.get("preemption"),
                               values.get("batching"))
-    elif "steps" in values:  # the step page's controller takes them once the settings are the link's
+    elif "steps" in values and not speculative:  # the step page's controller takes them once the settings are the link's
         ss["step_replay"] = (values["steps"], values.get("at"))
     if "view" in values:
         if values["view"] in VIEWS:

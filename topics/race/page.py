@@ -16,11 +16,13 @@ from physics.machine import release_memory
 from topics.race import draw as race_draw
 from topics.race import measure as race
 from ui.charts import chart
+from ui.link_codec import MAX_PROMPT_CHARS
+from ui.links import write_link
 from ui.model import device_roof
 from ui.presets import PROMPTS
 from ui.setup import page_setup
 from ui.style import scale
-from ui.text import error, plain
+from ui.text import error, plain, warning
 
 
 def show() -> None:
@@ -32,6 +34,18 @@ def show() -> None:
     st.caption("Same prompt, seed and sampling in both runs, **measured** in alternation (one step each, so neither has "
                "the machine to itself), then **played back** at each run's measured speed.")
 
+    wanted = st.session_state.pop("race_wanted", None)  # a link's prompt, tokens and size, checked here
+    if wanted is not None:
+        if wanted["prompt"] is not None:  # its preset, or its own words in the preset box's prompt
+            same = next((p["title"] for p in PROMPTS if p["prompt"] == wanted["prompt"]), None)
+            st.session_state["race_preset"] = same or st.session_state.get("race_preset", PROMPTS[0]["title"])
+            st.session_state[f"race_prompt_{st.session_state['race_preset']}"] = wanted["prompt"]
+        if wanted["size"] in RUNGS:
+            st.session_state["race_size"] = wanted["size"]
+        elif wanted["size"] is not None:
+            warning(f"link parameter size={wanted['size'][:40]!r} ignored: the sizes here are {', '.join(RUNGS)}")
+        if wanted["tokens"] is not None:
+            st.session_state["race_steps"] = wanted["tokens"]  # clamped below to the room the prompt leaves
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")  # one row: the proof fits under it
     preset = bar.selectbox("preset prompt", [p["title"] for p in PROMPTS], key="race_preset",
                            persist_state="session", width=330)
@@ -42,6 +56,8 @@ def show() -> None:
         room = max(2, lm.spec.max_positions - len(lm.tokenizer(prompt)["input_ids"]))
     except Exception:  # noqa: BLE001 - an unreadable prompt: the race itself will say why
         room = 2
+    if st.session_state.get("race_steps", 0) > min(room, 2048):  # a link's tokens, past what this prompt leaves
+        st.session_state["race_steps"] = min(room, 2048)
     steps = bar.number_input("tokens", 2, min(room, 2048), min(200, room), key="race_steps",
                              persist_state="session", width=130,
                              help=f"Up to the model's context limit ({lm.spec.max_positions} positions). At 200 the "
@@ -56,6 +72,8 @@ def show() -> None:
                               persist_state="session", width=220,
                               format_func=lambda x: f"{x:g}× real time")
     start = bar.button("Start race", type="primary", key="race_start")
+    write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None, tokens=int(steps),
+               size=None if size == OWN else size)  # a link opens this race's settings (the race is run again)
 
 
     def measure() -> None:

@@ -9,6 +9,7 @@ import streamlit as st
 from engine.generate.speculative import Speculator
 from physics.machine import release_memory
 from topics.speculative.page_parts import (
+    DRAFTER_LINKS,
     DRAFTERS,
     SELF_DRAFT,
     comparison,
@@ -21,10 +22,12 @@ from topics.speculative.page_parts import (
     verify_stage,
 )
 from ui.controller import Controller
+from ui.link_codec import MAX_PROMPT_CHARS
+from ui.links import write_link
 from ui.presets import PROMPTS
 from ui.setup import class_label, page_setup
 from ui.style import keys_back, picked
-from ui.text import error
+from ui.text import error, warning
 
 
 def show() -> None:
@@ -42,11 +45,25 @@ def show() -> None:
                           max_new_tokens=settings.max_new_tokens, stop_strings=settings.stop_strings)
 
 
-    rounds = Controller("speculative", new_run, noun="round")
+    rounds = Controller("speculative", new_run, noun="round", link_steps="steps")
+    wanted = st.session_state.pop("speculative_wanted", None)  # a link's prompt, drafter, k and rounds, checked here
+    if wanted is not None:
+        if wanted["prompt"] is not None:
+            st.session_state["speculative_prompt"] = wanted["prompt"]
+        if wanted["drafter"] in DRAFTER_LINKS:
+            st.session_state["speculative_drafter"] = DRAFTER_LINKS[wanted["drafter"]]
+        elif wanted["drafter"] is not None:
+            warning(f"link parameter drafter={wanted['drafter'][:40]!r} ignored: the drafters are "
+                    f"{', '.join(DRAFTER_LINKS)}")
+        if wanted["k"] is not None:
+            st.session_state["speculative_k"] = wanted["k"]
+        if wanted["steps"] is not None:
+            st.session_state["speculative_replay"] = (wanted["steps"], wanted["at"])
     st.session_state.setdefault("speculative_prompt", PROMPTS[1]["prompt"])
     st.session_state.setdefault("speculative_drafter", DRAFTERS[0])
     st.session_state.setdefault("speculative_k", 4)
     rounds.sync((settings, st.session_state["speculative_prompt"], st.session_state["speculative_drafter"], st.session_state["speculative_k"]))
+    rounds.replay_queued()  # a link's rounds, now that its prompt, drafter and k are the page's
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.text_input("prompt", key="speculative_prompt", persist_state="session", label_visibility="collapsed", width=300)
     bar.selectbox("drafter", DRAFTERS, key="speculative_drafter",
@@ -56,6 +73,12 @@ def show() -> None:
     rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
                    next_help="Draft k guesses and check them in one pass (N)")
     rounds.run_to_end_if_asked()
+    drafter = next(name for name, title in DRAFTER_LINKS.items() if title == st.session_state["speculative_drafter"])
+    prompt = st.session_state["speculative_prompt"]
+    write_link(settings, prompt=prompt if len(prompt) <= MAX_PROMPT_CHARS else None, drafter=drafter,
+               k=st.session_state["speculative_k"],
+               steps=rounds.latest if rounds.started else None,
+               at=rounds.at if rounds.started and rounds.at != rounds.latest else None)  # a link reopens this round
     if said := rounds.said():
         error(said)
     if notice := rounds.notice():

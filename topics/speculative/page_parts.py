@@ -31,6 +31,7 @@ def drafter_for(choice: str, settings):
 
 
 DRAFTERS = ["draft model", "prompt lookup (n-gram ≤ 3)", "prompt lookup (n-gram ≤ 2)"]
+DRAFTER_LINKS = dict(zip(("draft", "lookup3", "lookup2"), DRAFTERS))  # a drafter's name in a link
 SELF_DRAFT = (f"The model on screen is the bundled draft model ({DRAFT_MODEL}) itself: drafting with it costs a pass "
               "as large as the one that checks, and its guesses are always its own next tokens, so every one is kept "
               "and nothing is saved.")
