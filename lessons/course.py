@@ -33,6 +33,7 @@ from physics.rungs import short_count
 from topics.ladder.page_ladder import lesson_claim
 from ui.model import device_roof
 from ui.presets import PROMPTS
+from ui.stage import enlarge_button
 
 PROMPT_TITLES = [p["title"] for p in PROMPTS]
 ENDING = next(p["prompt"] for p in PROMPTS if "end-of-text" in p["title"])  # a story the model ends by itself
@@ -216,21 +217,6 @@ def show_stage(run: Stepper, step: int, layer: int = 0, enlarge: str | None = No
     st.html(html)
     if enlarge:
         enlarge_button(html, enlarge)
-
-
-ENLARGED_PX = 1000  # the dialog's width: the stage's 1,000 units at 1 px each, its smallest words ~9 px, not ~5
-
-
-@st.dialog("The stage, across the screen", width=ENLARGED_PX)
-def _enlarged(html: str) -> None:
-    st.html(html)
-
-
-def enlarge_button(html: str, key: str) -> None:
-    """Beside a stage drawn in a column (its words ~5-7 px on a 1280x720 projector): the same picture, enlarged."""
-    if st.button("Enlarge the stage", key=key, icon=":material/fullscreen:", type="tertiary",
-                 help="The same picture across the screen, its words readable from the back of a room"):
-        _enlarged(html)
 
 
 def busy(traces) -> None:

@@ -13,7 +13,7 @@ import streamlit as st
 
 from engine import DecodeLabError
 from engine.generate.speculative import Speculator
-from lessons.course import Course, enlarge_button
+from lessons.course import Course
 from topics.speculative.lookahead import Lookahead, lookahead_html
 from topics.speculative.measure import one_row_timing, rows_cost_sentence
 from topics.speculative.page_parts import (
@@ -25,6 +25,7 @@ from topics.speculative.page_parts import (
     totals,
     verify_stage,
 )
+from ui.stage import enlarge_button
 from ui.text import error
 
 if TYPE_CHECKING:

@@ -216,6 +216,32 @@ def test_a_lessons_stage_in_a_column_opens_across_the_screen_and_the_lesson_is_k
     pg.close()
 
 
+def test_the_speculative_pages_verify_stage_opens_across_the_projector_with_its_words_readable(keyed_server, browser):
+    """In its column the verify stage's smallest words were ~10 px on a projector. Enlarge opens the same round
+    across the screen, every word at least 11 px (as lesson 11's picture), and closing it keeps the round."""
+    import base64
+
+    pg = open_page(browser, keyed_server + "/speculative?presenter=on", *PRESENTER)
+    pg.get_by_role("button", name="Prefill").first.click()
+    idle(pg)
+    pg.get_by_role("button", name="Next round").first.click()
+    stage = settled(pg, "[data-testid=dl-stage] img.dl-stage-wide")
+    alt = stage.get_attribute("alt")
+    pg.locator(".st-key-speculative_enlarge").get_by_role("button", name="Enlarge the stage").click()
+    big = pg.locator("[role=dialog] [data-testid=dl-stage] img.dl-stage-wide").first
+    big.wait_for(timeout=60_000)
+    svg = base64.b64decode(big.get_attribute("src").split("base64,", 1)[1]).decode()
+    units = float(re.search(r'viewBox="0 0 ([\d.]+)', svg).group(1))
+    smallest = min(float(f) for f in re.findall(r'font-size="([\d.]+)"', svg))
+    assert smallest * big.bounding_box()["width"] / units >= 11, (smallest, units, big.bounding_box())
+    assert big.get_attribute("alt") == alt and "round 1" in svg  # the same round, not another
+    pg.keyboard.press("Escape")
+    pg.locator("[role=dialog]").wait_for(state="detached", timeout=30_000)
+    idle(pg)
+    assert pg.locator("[data-testid=dl-stage] img.dl-stage-wide").first.get_attribute("alt") == alt
+    pg.close()
+
+
 @pytest.mark.parametrize("size", [PRESENTER, PHONE], ids=["projector-presenter", "phone"])
 def test_the_pass_over_n_rows_keeps_its_note_legend_ticks_and_axis_title_apart(keyed_server, browser, size):
     """The H200 recording's curve: a timing note lay on the legend under the plot, then (the note moved over the

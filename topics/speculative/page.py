@@ -26,6 +26,7 @@ from ui.link_codec import MAX_PROMPT_CHARS
 from ui.links import write_link
 from ui.presets import PROMPTS
 from ui.setup import class_label, page_setup
+from ui.stage import enlarge_button
 from ui.style import keys_back, picked
 from ui.text import error, warning
 
@@ -99,7 +100,9 @@ def show() -> None:
         class_label("round 0 (prefill)" if at == 0 else f"round {at}", order=(rounds.run_id, at))  # leading a class: what students see this screen called (classroom/page_copy.py)
         left, right = st.columns([3, 2], gap="medium")
         with left:
-            st.html(verify_stage(run, at))
+            picture = verify_stage(run, at)
+            st.html(picture)
+            enlarge_button(picture, "speculative_enlarge")  # in a column its words are ~10 px on a projector
             st.text(run.text)
         with right:
             totals(run)
