@@ -997,3 +997,18 @@ def test_on_gpt2_the_budget_page_names_its_learned_positions_and_points_at_no_mi
     ranking = next(c.value for c in at.caption if c.value.startswith("Eviction policies holding"))
     assert "(one text, no interval;" in ranking and "below" not in ranking
     assert not any(s.value.startswith("Every story") for s in at.subheader)
+
+
+def test_the_ranking_under_the_chart_names_the_budget_it_ranks_beside_the_sliders():
+    """At budget 129 the caption ranked the policies "holding 64 positions" with nothing to say why: the sweep
+    measured 8, 16, 32, 64 and 128 only. It now ranks at the sweep's budget nearest the slider's, and says so."""
+    from ui.apptest import app_test, page
+
+    at = app_test().run()
+    at.switch_page(page("budget")).run(timeout=300)
+    for budget, ranked in ((129, 128), (64, 64), (40, 32)):
+        at.slider(key="budget_budget").set_value(budget).run(timeout=300)
+        assert not at.exception, [e.value for e in at.exception]
+        said = next(c.value for c in at.caption if c.value.startswith("Eviction policies holding"))
+        assert said.startswith(f"Eviction policies holding {ranked} positions"), said
+        assert (f"nearest the slider's {budget}" in said) == (budget != ranked)

@@ -141,8 +141,10 @@ def show() -> None:
                       "depend on the machine")
         if points is not None:
             chart(draw.divergence_fig(points, scale=scale()), "budget_divergence")
-            at = budget if budget in SWEEP_BUDGETS else 64
-            st.caption(f"Eviction policies holding {at} positions, by agreement at that budget on one held-out text "
+            at = min(SWEEP_BUDGETS, key=lambda b: (abs(b - budget), b))  # the chart's budget nearest the slider's
+            st.caption(f"Eviction policies holding {at} positions"
+                       + ("" if at == budget else f" (the sweep's budget nearest the slider's {budget})")
+                       + ", by agreement at that budget on one held-out text "
                        + ("(no interval: every story, with its spread, below; " if spread is not None else
                           "(one text, no interval; ")
                        + "=: the same agreement, the lower KL first): "
