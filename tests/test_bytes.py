@@ -644,6 +644,27 @@ def test_figures_and_tables_draw_from_a_record():
 # ---------------------------------------------------------------- the shipped recording
 
 
+def test_every_times_its_bound_the_page_says_is_the_tables_two_columns_divided():
+    """The sentences said bf16 ran at ×1.4 its memory bound beside a table whose bf16 row read 16.0 ms against a bound
+    of 10.3 ms (×1.55): one was a median of per-round ratios, the other a ratio of medians. Each figure a sentence
+    gives is now the table's time over the table's bound, to the digits it prints."""
+    import re
+
+    from topics.bytes.draw import decode_sentence, int8_sentence, storage_rows
+
+    rec = shipped()
+    # what the table's two columns (each rounded to 0.1 ms) allow the ratio to be
+    table = {r["storage"]: ((r["decode ms"] - 0.05) / (r["decode bound ms (estimate)"] + 0.05),
+                            (r["decode ms"] + 0.05) / (r["decode bound ms (estimate)"] - 0.05)) for r in storage_rows(rec)}
+    said = decode_sentence(rec)
+    for s, (lo, hi) in table.items():
+        got = float(re.search(rf"\b{re.escape(s)} ×([\d.]+) \(", said).group(1))
+        assert lo - 0.005 <= got <= hi + 0.005, (s, got, lo, hi)
+    for figure in re.findall(r"ran at ×([\d.]+) its memory bound where bf16 ran at ×([\d.]+)", int8_sentence(rec)):
+        lo, hi = table["bf16"]
+        assert lo - 0.05 <= float(figure[1]) <= hi + 0.05, (figure, lo, hi)
+
+
 def shipped() -> Record:
     rec = bytes_store.recorded()
     assert rec is not None, "assets/bytes_cpu.json: record it with `python -m engine bytes --json assets/bytes_cpu.json`"

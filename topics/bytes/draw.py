@@ -145,8 +145,8 @@ def decode_sentence(rec: Record) -> str:
         out.append(f"{s} ×{d.memory_held(rec.rounds):.2f} ({d.read_rate() / 1e9:.1f} GB/s)")
     read = sorted(r.read for r in rec.rounds)[len(rec.rounds) // 2]
     out = ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
-           f"({read / 1e9:.1f} GB/s, a buffer no cache holds, read each round). Each storage's step over that bound (median of "
-           "per-round ratios), and the rate its weights were read at: " + ", ".join(out) + ".")
+           f"({read / 1e9:.1f} GB/s, a buffer no cache holds, read each round). Each storage's step over that bound (its median over the "
+           "bound's, the table's two columns), and the rate its weights were read at: " + ", ".join(out) + ".")
     if _timed_apart(rec):  # which part shrank with the bytes is said by products_sentence
         return out
     return out + " Where the ratio grows as the bytes shrink, the kernel that reads them, not the memory, sets the time."
