@@ -279,6 +279,8 @@ def test_the_time_split_never_shows_a_lower_bound_beaten_without_saying_so():
     assert "beat" not in fine and "10% of the step" in fine
     # a new bandwidth probe moves the bound only (bytes / bandwidth), and says which bandwidth it was made with
     assert b.at_bandwidth(2e10).memory_bound_ms == pytest.approx(2.8) and b.at_bandwidth(2e10).bandwidth == 2e10
+    # which step it is and where it was timed, said: two splits of two steps on one page read as one step's before
+    assert breakdown_note(b, "your run's next step, measured now").startswith("On cpu, your run's next step, measured now:")
 
 
 def test_the_roofline_names_its_ridge_where_the_ridge_is():

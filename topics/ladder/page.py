@@ -231,7 +231,11 @@ def show(beside_curve=None) -> None:
             st.session_state["scale_breakdown"] = decode_breakdown(run, here.bandwidth)
         except DecodeLabError as e:
             error(str(e))
-    b = st.session_state.get("scale_breakdown") or (shown.breakdown.at_bandwidth(here.bandwidth) if shown else None)
+    mine = st.session_state.get("scale_breakdown")
+    b = mine or (shown.breakdown.at_bandwidth(here.bandwidth) if shown else None)
     if b:
         st.dataframe(breakdown_frame(b), hide_index=True)
-        st.caption(plain(breakdown_note(b)))
+        which = ("your run's next step, measured now" if mine else
+                 f"the demo run's next decode step (after {shown.traces[-1].kv_len} positions), measured on this "
+                 "server once (not the ladder's recording above: another step, with a split of its own)")
+        st.caption(plain(breakdown_note(b, which)))

@@ -151,18 +151,20 @@ def breakdown_frame(b: Breakdown):
     ])
 
 
-def breakdown_note(b: Breakdown) -> str:
-    """The table in one sentence: which share of the step each part is."""
+def breakdown_note(b: Breakdown, which: str = "") -> str:
+    """The table in one sentence: which share of the step each part is. `which`: the step and where it was timed
+    ("your run's step 4, measured now"), so that it is not read as the ladder's rung, another step with its own split."""
     wall = b.wall_ms
+    where = f"{b.device}, {which}" if which else b.device
     if b.matmul_ms >= wall:  # two timings taken apart disagree: say so rather than print "122 %"
-        return (f"On {b.device}: the matmuls timed alone ({b.matmul_ms:.2f} ms) took as long as the whole step "
+        return (f"On {where}: the matmuls timed alone ({b.matmul_ms:.2f} ms) took as long as the whole step "
                 f"({wall:.2f} ms) or longer, so here the step is about its matmuls and little else; timings taken "
                 "while other work shares the machine move about, so read these as rough and measure again.")
     if b.matmul_ms < b.memory_bound_ms:  # a lower bound beaten: the bandwidth it was made with read low
-        return (f"On {b.device}: the matmuls timed alone ({b.matmul_ms:.2f} ms) beat the memory bound "
+        return (f"On {where}: the matmuls timed alone ({b.matmul_ms:.2f} ms) beat the memory bound "
                 f"({b.memory_bound_ms:.2f} ms, an estimate), so the bandwidth probe read low: it ran while other "
                 f"work shared the machine, or these weights sit in a cache faster than the probe's copy. The other "
                 f"{b.rest_ms / wall:.0%} of the step is the many small operations around the matmuls.")
-    return (f"On {b.device}: the memory bound is {b.memory_bound_ms / wall:.0%} of the step and the matmuls "
+    return (f"On {where}: the memory bound is {b.memory_bound_ms / wall:.0%} of the step and the matmuls "
             f"{b.matmul_ms / wall:.0%}; the other {b.rest_ms / wall:.0%} is the many small operations around "
             "them. A bigger model makes each matmul longer and that share smaller.")
