@@ -66,6 +66,7 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
 
 
 NOTE_CHARS = 38  # a note's line on a chart in a side column (the sidebar open too), at presenter size, inside its plot
+PHONE_NOTE_CHARS = 44  # ... on a chart across the page: 64 ran past a 390-px phone's edge ("cached decode ste")
 
 
 def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS, above_px: float | None = None) -> None:
@@ -218,5 +219,5 @@ def work_per_step_figure(cache_traces: list[StepTrace], nocache_traces: list[Ste
                                     height=height, scale=scale), scale)  # four entries: a phone's rows grow down
     fig.update_layout(legend=dict(entrywidth=0.5, entrywidthmode="fraction"))  # two to a row: the plot keeps its height
     if note:
-        note_box(fig, note, scale, chars=44)  # whole inside a 390-px phone's column
+        note_box(fig, note, scale, chars=PHONE_NOTE_CHARS)  # whole inside a 390-px phone's column
     return fig

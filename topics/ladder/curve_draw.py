@@ -16,7 +16,7 @@ import math
 
 import plotly.graph_objects as go
 
-from drawing.latency import note_box
+from drawing.latency import PHONE_NOTE_CHARS, note_box
 from drawing.palette import DECODE, ESTIMATE, GREY, PREFILL, layout, log_ticks
 from physics.roofline import DeviceRoof, percent, short_name, verdict
 from topics.ladder.curve import DECODE as DECODE_KIND
@@ -143,7 +143,7 @@ def curve_figure(curve: Curve, roof: DeviceRoof, where: str, scale: float = 1.0,
                                   font=dict(size=12 * scale)))
     note = curve_note(curve) or flag
     if note:  # a busy server said on the chart, with the figures that show it: over the plot and the
-        note_box(fig, note, scale, chars=64, above_px=22 * scale)  # ridge's label, since the legend lies under it
+        note_box(fig, note, scale, chars=PHONE_NOTE_CHARS, above_px=22 * scale)  # ridge's label, since the legend lies under it
     return fig
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from drawing.latency import note_box
+from drawing.latency import PHONE_NOTE_CHARS, note_box
 from drawing.palette import DECODE, GREY, PREFILL, layout, log_ticks, rate_ticks
 from physics import roofline
 from topics.ladder import scale_draw as scale_draw
@@ -92,7 +92,7 @@ def _finish(fig: go.Figure, ladder: Ladder, title: str, scale: float, height: in
                                   font=dict(size=12 * scale)))
     busy = ladder_note(ladder)
     if busy:  # a busy server said on the chart, with the spread that shows it: over the plot, the legend under it
-        note_box(fig, busy, scale, chars=64, above_px=22 * scale)
+        note_box(fig, busy, scale, chars=PHONE_NOTE_CHARS, above_px=22 * scale)
     return fig
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from drawing.latency import note_box
+from drawing.latency import PHONE_NOTE_CHARS, note_box
 from drawing.palette import PREFILL, RECOMPUTED, layout, step_axis
 
 MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUTED)}
@@ -27,7 +27,7 @@ def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against posi
     fig.update_yaxes(title="ms per step (measured)", rangemode="tozero")
     fig = layout(fig, title, height=420, scale=scale)
     if note:
-        note_box(fig, note, scale, chars=64)
+        note_box(fig, note, scale, chars=PHONE_NOTE_CHARS)  # whole inside a 390-px phone's column
     return fig
 
 
