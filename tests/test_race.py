@@ -254,3 +254,21 @@ def test_the_race_alternates_which_mode_steps_first_and_says_a_prefill_gap_is_on
     assert "noise" not in prefill_caption(5.0, 5.0 * APART * 0.99)
     said = prefill_caption(8.3, 2.7)
     assert "timed ×3.1 apart" in said and "noise, not the cache" in said
+
+
+def test_the_race_clock_and_the_decode_tiles_say_which_counts_the_prefill():
+    """The lanes read "30 / 30 tokens · 0.26 s" and the tiles under them "decode 245 ms": the same run, one with its
+    prefill and one without, neither saying so. The clock now says it counts the prefill; the tiles, decode steps."""
+    from topics.race.draw import progress_html
+
+    lane = progress_html("cache", 30, 30, 262.0, True)
+    assert "30 / 30 tokens · 0.26 s with the prefill · finished" in lane
+    at = app_test().run()
+    at.switch_page(page("race")).run()
+    at.number_input(key="race_steps").set_value(4).run()
+    at.button(key="race_start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    sp = at.session_state["race_result"].summary.speedup
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["cache on: decode steps"] == f"{sp.cache_total_ms:.0f} ms"
+    assert "prefill" in next(m.help for m in at.metric if m.label == "cache on: decode steps")

@@ -149,4 +149,5 @@ def progress_html(mode: str, tokens: int, total: int, clock_ms: float, finished:
             f'<div data-testid="race-bar-{mode}" style="height:100%;width:{share:.1f}%;border-radius:0.3rem;'
             f'background:{colour}"></div></div>'
             f'<div data-testid="race-progress-{mode}" style="font-size:1.6rem;font-weight:600">'
-            f'{tokens} / {total} tokens · {clock_ms / 1000:.2f} s{" · finished" if finished else ""}</div>')
+            f'{tokens} / {total} tokens · {clock_ms / 1000:.2f} s with the prefill{" · finished" if finished else ""}'
+            '</div>')  # the clock counts the prefill; the decode tiles under the race do not
