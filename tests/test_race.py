@@ -154,6 +154,8 @@ def test_the_headline_never_claims_more_than_the_fit():
     f = race.growth_fit(n, [x**1.5 for x in n])
     assert abs(f.k - 1.5) < 1e-9 and f.low <= f.k <= f.high
     assert race.headline(race.Growth(None, fit(n, linear))) == "Too few steps to fit a growth rate."
+    assert "bends these fits" not in words and "bends these fits" in race.headline(race.Growth(fit(n, linear),
+                                                                                              fit(n, steeper)), busy=True)
 
 
 @pytest.mark.slow
@@ -170,6 +172,8 @@ def test_the_race_says_when_a_busy_server_made_the_cache_off_run_look_faster(mon
     at.button(key="race_start").click().run()
     assert not at.exception
     assert any(noise.BUSY in w.value for w in at.warning)
+    growth = next(m.value for m in at.markdown if "Total decode time grows like" in m.value)
+    assert "bends these fits" in growth  # a fit over steps the note calls noisy is not read as the physics
     chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Per-step latency" in c.proto.spec)
     note = next(a for a in chart["layout"]["annotations"] if a["text"].startswith("⚠ The server was busy"))  # on it
     # whole on a 390-px phone, whose chart is ~358 px wide: each line, at ~0.6 em a character, starts at the plot's

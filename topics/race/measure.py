@@ -193,8 +193,9 @@ def progress_at(df: pd.DataFrame, elapsed_ms: float) -> Lanes:
     return Lanes(**lanes)
 
 
-def headline(growth: Growth) -> str:
-    """What the measured growth shows, in words that the fits support (never more)."""
+def headline(growth: Growth, busy: bool = False) -> str:
+    """What the measured growth shows, in words that the fits support (never more). `busy`: the race's steps were
+    timed on a busy server (drawing.caveats.compare_note said so), and the fits are said to be bent by it."""
     if growth.cache is None or growth.nocache is None:
         return "Too few steps to fit a growth rate."
     (kc, lc, hc), (kn, ln, hn) = ((f.k, f.low, f.high) for f in (growth.cache, growth.nocache))
@@ -211,6 +212,10 @@ def headline(growth: Growth) -> str:
         parts.append("The work itself grows like n² without the cache (estimate); the time grows slower while a "
                      "cache-off pass is timed by what every pass pays (reading the weights, launching kernels) "
                      "rather than by its arithmetic: the rule below says how far that lasts on this device.")
+    if busy:  # n^0.56 for a run whose steps each cost about the same: one slow early step flattens a total's curve
+        parts.append("The server was busy while the steps were timed (the note above): a step slowed by other work "
+                     "bends these fits, most of all an early one, which flattens a total's curve. Run again when the "
+                     "server is quiet.")
     return " ".join(parts)
 
 

@@ -190,7 +190,7 @@ def show() -> None:
                           "apart, never in a step's time)." if result.how else ""))
         playback(result, speed)  # the two lanes first: on the first screen while they play (1280x720)
         verdict(result)  # then what they proved: it follows the playback, on the screen and in time
-        st.markdown(plain(race.headline(summary.growth)))
+        st.markdown(plain(race.headline(summary.growth, busy=result.note is not None)))
         if result.rule:
             st.markdown(plain(race.cache_rule_sentence(result.rule)))
         st.caption(race_draw.prefill_caption(summary.cache_prefill_ms, summary.nocache_prefill_ms))
