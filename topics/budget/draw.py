@@ -353,7 +353,7 @@ def stories_words(spread, capped) -> str:
             s = r.saturation
             said.append(f"fp8, {SHORT_DTYPE.get(d, d)}: **{s.share:.3%}** of the decoded K and V numbers "
                         f"({s.past_range:,} of {s.decoded:,}) fell past the range of the scale frozen on the prompt "
-                        f"and saturate at ±448 (the worst {s.worst:.2f}x the range).")
+                        f"and saturate at ±448 (the worst ×{s.worst:.2f} the range).")
     said.append(f"{spread.stories} held-out stories, the first half of each prefilled and the rest teacher-forced; "
                 f"intervals: percentile bootstrap over the stories ({spread.resamples} resamples).")
     return "\n".join(f"- {line}" for line in said)

@@ -286,8 +286,8 @@ def show() -> None:
         n = same.rounds
         st.caption(f"{same.requests} prompts, {sum(mixed.lengths)} new tokens in all either way; the same tokens "
                    f"every way (greedy). {'One round' if n == 1 else f'Medians of {n} rounds'} of every way of both "
-                   "workloads, alternated, after a warm-up round: a busy server moves single rounds (more rounds under "
-                   "the button, or `python -m engine bench`).")
+                   "workloads, alternated, after a warm-up round: a busy server moves single rounds (more rounds in the box "
+                   "beside the button, or `python -m engine bench`).")
     elif kind == "batch":
         br = measure.batch_roofline(result, lm, device_roof(), roofline.h100())  # this device's roof, a GPU's beside
         left, right = st.columns(2, gap="small")
