@@ -7,8 +7,9 @@ from ui.setup import page_setup
 
 st.title("The model")
 _, lm = page_setup("model_info", need_model=True)
-st.caption("Every row is read from the model's config and weights but device, where this server runs it; the warm-up "
-           "below is measured at load. The words in the left column are the names the code and the traces use.")
+st.caption("Every row is read from the model's config and weights, except the device: where this server runs it. "
+           "The warm-up below is measured at load. The words in the left column are the names the code and the "
+           "traces use.")
 st.table(pd.DataFrame(lm.rows(), columns=["", "value"]).set_index(""))
 st.write(f"Warm-up at load: {lm.warmup_ms:.1f} ms (two small forward passes, excluded from every latency shown).")
 if lm.spec.sliding_layers:
