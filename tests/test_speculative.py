@@ -389,9 +389,9 @@ def test_the_papers_formula_uses_its_own_c_and_each_correction_is_read_off_the_r
     assert corrected_speedup(0.7, 4, 0.05) == pytest.approx(predicted_speedup(0.7, 4, 0.05))  # r = 1, no overheads
     said = m.verdict
     found = re.search(r"Drafting cost c = ([\d.]+) of a one-row target step .* The paper's formula E/\(k·c\+1\) predicts "
-                      r"×([\d.]+); counting the verify pass's real cost, E/\(k·c\+r\) with r = ([\d.]+), ×([\d.]+); "
+                      r"×([\d.]+); counting the verify pass's cost, E/\(k·c\+r\) with r = ([\d.]+), ×([\d.]+); "
                       r"adding the time each round and each plain step spend outside their passes \(([\d.]+) and "
-                      r"([\d.]+) ms\), ×([\d.]+)\. Measured: ×([\d.]+)\.", said)
+                      r"([\d.]+) ms\), ×([\d.]+) \(the tile 'with this pass's costs'\)\. Measured: ×([\d.]+)\.", said)
     assert found, said
     want = (f"{m.cost_ratio_c:.3f}", f"{m.predicted_speedup:.2f}", f"{m.verify_cost_r:.2f}",
             f"{m.predicted_with_verify:.2f}", f"{m.overhead_ms_per_round:.2f}",

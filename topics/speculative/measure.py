@@ -281,10 +281,11 @@ def measure(target: LoadedModel, prompt: str, new_tokens: int, drafter: DraftMod
 
 def formula_words(m: Comparison) -> str:
     """The paper's prediction, then each correction the measurement makes to it, then what was measured."""
-    return (f"The paper's formula E/(k·c+1) predicts ×{m.predicted_speedup:.2f}; counting the verify pass's real cost, "
+    return (f"The paper's formula E/(k·c+1) predicts ×{m.predicted_speedup:.2f}; counting the verify pass's cost, "
             f"E/(k·c+r) with r = {m.verify_cost_r:.2f}, ×{m.predicted_with_verify:.2f}; adding the time each round "
             f"and each plain step spend outside their passes ({m.overhead_ms_per_round:.2f} and "
-            f"{m.plain_overhead_ms_per_step:.2f} ms), ×{m.predicted_with_overhead:.2f}. Measured: ×{m.speedup:.2f}.")
+            f"{m.plain_overhead_ms_per_step:.2f} ms), ×{m.predicted_with_overhead:.2f} (the tile 'with this pass's "
+            f"costs'). Measured: ×{m.speedup:.2f}.")
 
 
 def verdict(m: Comparison) -> str:
