@@ -235,7 +235,7 @@ def pass_svg(step: ServingStep, d_model: int, width: int = HALF) -> str:
                             "middle", ink, "bold", MONO) + "</g>")
             x += w
         y += 48
-        ms = "" if step.forward_ms is None else f", {step.forward_ms:.1f} ms measured"
+        ms = "" if step.forward_ms is None else f", pass {step.forward_ms:.1f} ms measured"  # the step's whole: TTFT's
         shapes, more = _said(x0, y, f"input_ids [1, {total}] · hidden [1, {total}, {d_model}]{ms}", 13, room,
                              family=MONO)
         out.append(shapes)

@@ -233,8 +233,9 @@ def show() -> None:
     st.dataframe(shown, hide_index=True, width="stretch",  # "–" where a number is not there yet,
                  column_config={c: st.column_config.Column(alignment="right") for c in draw.NOT_YET})  # numbers' side
     st.caption("TTFT counts engine steps from the one the request arrives at to the one that chose its first token, and "
-               "the measured time of those steps; TPOT is the mean measured gap between its consecutive tokens (the wait "
-               "for the first is TTFT's). Arrivals are in engine steps.")
+               "the measured time of those steps, each whole (its pass, the picture's 'pass … ms', plus scheduling and "
+               "choosing tokens); TPOT is the mean measured gap between its consecutive tokens (the wait for the first "
+               "is TTFT's). Arrivals are in engine steps.")
     if name:
         st.caption(SCENARIOS[name]["why"])
     if name == "queue":  # one order of the requests is shipped: how the ratio spreads over every order
