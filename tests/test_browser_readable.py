@@ -240,6 +240,11 @@ def test_the_speculative_pages_verify_stage_opens_across_the_projector_with_its_
     idle(pg)
     assert pg.locator("[data-testid=dl-stage] img.dl-stage-wide").first.get_attribute("alt") == alt
     pg.close()
+    phone = open_page(browser, keyed_server + "/speculative", *PHONE)  # a phone's own layout is larger than the dialog's
+    phone.get_by_role("button", name="Prefill").first.click()
+    settled(phone, "[data-testid=dl-stage] img.dl-stage-phone")
+    assert not phone.locator(".st-key-speculative_enlarge").first.is_visible()
+    phone.close()
 
 
 @pytest.mark.parametrize("size", [PRESENTER, PHONE], ids=["projector-presenter", "phone"])

@@ -52,6 +52,8 @@ h1 { font-size: 2rem !important; padding: 0.1rem 0 0.2rem 0 !important; }   /* a
   .dl-stage.dl-stage-fits img.dl-stage-wide { display: none; }
   .dl-stage.dl-stage-fits img.dl-stage-phone { display: block; }
   .modebar-container, [data-testid="stElementToolbar"] { display: none !important; }  /* never over a chart's title */
+  .stElementContainer[class*="_enlarge"] { display: none; }  /* Enlarge the stage: a phone has its own layout,
+                                                  which the dialog showed smaller than the page (310 px, not 371) */
   .katex-display { font-size: 0.82em; }        /* a formula fits the width instead of running off it, its
                                                   subscripts still 11 px (a longer one scrolls: KaTeX's own) */
   .katex-display:not(:has(.msupsub)) { font-size: 0.76em; }  /* none: its smallest text is its own, 15 px */
