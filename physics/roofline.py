@@ -487,11 +487,12 @@ class Verdict:
     @property
     def roof_words(self) -> str:
         """What the share is a share of: the roof probed on the machine that ran the pass, never a datasheet's ('the
-        measured bandwidth (MBU)', 'the cache's measured bandwidth', 'the measured matmul peak (MFU)'). No 'here': a
+        measured bandwidth (MBU)', 'the on-chip cache's measured bandwidth' (the processor's, never the KV cache),
+        'the measured matmul peak (MFU)'). No 'here': a
         recording shown on another server is still read against its own machine's roof."""
         if self.bound == "compute":
             return "the measured matmul peak (MFU)"
-        return ("the cache's measured bandwidth (the data fits the cache)" if self.in_cache else
+        return ("the on-chip cache's measured bandwidth (the data fits in it)" if self.in_cache else
                 "the measured bandwidth (MBU)")
 
     @property
@@ -511,7 +512,7 @@ class Verdict:
         if self.kind == "overhead-bound":
             other = self.compute_ms if self.bound == "memory" else self.memory_ms
             theirs = f"; its matrix products {self.matmul_share:.0%} of the time" if self.matmul_share is not None else ""
-            roof = "matmul peak" if self.bound == "memory" else "cache's bandwidth" if self.in_cache else "bandwidth"
+            roof = "matmul peak" if self.bound == "memory" else "on-chip cache's bandwidth" if self.in_cache else "bandwidth"
             return f"overhead-bound: {share} of {self.roof_words}, {percent(other / self.measured_ms)} of the {roof}{theirs}"
         if self.kind.endswith("side"):
             return f"on the {self.bound} side, not {self.bound}-bound: {share} of {self.roof_words}"
