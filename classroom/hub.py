@@ -205,7 +205,7 @@ class Hub:
                 if got is None:
                     return
                 version, event = got
-                if event is not END and version <= sent and version:
+                if version and version <= sent:  # (END and keep-alives carry none)
                     continue  # the same version twice would show a student the same step twice
                 sent = max(sent, version)
                 yield event

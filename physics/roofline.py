@@ -488,8 +488,8 @@ class Verdict:
     def roof_words(self) -> str:
         """What the share is a share of: the roof probed on the machine that ran the pass, never a datasheet's ('the
         measured bandwidth (MBU)', 'the on-chip cache's measured bandwidth' (the processor's, never the KV cache),
-        'the measured matmul peak (MFU)'). No 'here': a
-        recording shown on another server is still read against its own machine's roof."""
+        'the measured matmul peak (MFU)'). No 'here': a recording shown on another server is still read against its
+        own machine's roof."""
         if self.bound == "compute":
             return "the measured matmul peak (MFU)"
         return ("the on-chip cache's measured bandwidth (the data fits in it)" if self.in_cache else

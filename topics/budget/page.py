@@ -118,7 +118,7 @@ def show() -> None:
         st.html(picture_html(draw.cache_svg(row.cache, width=draw.COLUMN_W),
                              f"the {policy} cache per layer after the held-out text", "budget-cache",
                              phone=draw.cache_svg(row.cache, width=draw.PHONE_W)))
-        parts = ("never part" if row.parting_step is None else f"part at step **{row.parting_step}**")
+        parts = "never part" if row.parting_step is None else f"part at step **{row.parting_step}**"
         st.markdown(f"{draw.bytes_words(row)} · top-1 agreement **{row.forced.agreement:.1%}** · mean KL "
                     f"**{row.forced.kl_mean:.4f}** nats · the free-running texts {parts}",
                     help=f"Agreement and KL are teacher-forced: each next token against the full cache's, over "
