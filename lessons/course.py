@@ -29,6 +29,7 @@ from engine.paths import ROOT
 from lessons.next_word import next_word_odds
 from physics import roofline
 from physics.request import request_timeline
+from physics.units import human_ms
 from physics.rungs import short_count
 from topics.ladder.page_ladder import lesson_claim
 from ui.model import device_roof
@@ -174,8 +175,8 @@ class Course:
                 f"**{roofline.side(t.intensity_estimate, here)}**"
                 f"{roofline.cache_side(t.intensity_estimate, t.bytes_estimate, here, mark=lambda s: f'**{s}**')}. "
                 "Measured, it took "
-                f"{t.forward_ms:.3g} ms against a memory bound of {v.memory_ms:.3g} ms and a compute bound of "
-                f"{v.compute_ms:.3g} ms: **{v.label}**. On an {roofline.short_name(h100)} at batch 1 (nothing "
+                f"{human_ms(t.forward_ms)} against a memory bound of {human_ms(v.memory_ms)} and a compute bound of "
+                f"{human_ms(v.compute_ms)}: **{v.label}**. On an {roofline.short_name(h100)} at batch 1 (nothing "
                 f"ran there) the same pass is {p.words()}.")
 
     def physics(self, phase: str, t=None) -> None:

@@ -437,6 +437,8 @@ def decode_prefill_gap(s: int, ridge_tokens: float) -> float:
 
 EXPLAINS = 2.0  # measured within this many times its larger bound: the bound is most (half or more) of the time
 OVERHEAD = 3.0  # measured more than this many times the larger bound: neither roof explains the time
+VERDICT_RULE = (f"memory- or compute-bound: that bound is half the time or more (within ×{EXPLAINS:g}); on that side, "
+                f"not bound by it: a third to a half (×{EXPLAINS:g} to ×{OVERHEAD:g}); overhead-bound: below a third")
 
 
 def percent(share: float) -> str:
@@ -494,6 +496,14 @@ class Verdict:
             return "the measured matmul peak (MFU)"
         return ("the on-chip cache's measured bandwidth (the data fits in it)" if self.in_cache else
                 "the measured bandwidth (MBU)")
+
+    @property
+    def share_cell(self) -> str:
+        """The share of its roof in a table cell a projector shows whole: '62% of bandwidth (MBU)', '53% of matmul
+        peak (MFU)', '4% of cache bandwidth' (the data fits the processor's cache); `label` says it in full."""
+        roof = ("matmul peak (MFU)" if self.bound == "compute" else
+                "cache bandwidth" if self.in_cache else "bandwidth (MBU)")
+        return f"{percent(self.share)} of {roof}"
 
     @property
     def kind(self) -> str:

@@ -1,4 +1,5 @@
-"""How quantities are written, once for every page: bytes in binary units (KiB = 1,024 B), FLOPs in SI units."""
+"""How quantities are written, once for every page: bytes in binary units (KiB = 1,024 B), FLOPs in SI units, a
+sub-millisecond time in µs."""
 
 from __future__ import annotations
 
@@ -22,3 +23,9 @@ def human_flops(x: float) -> str:
         if x >= div:
             return f"{x / div:.1f} {unit}"
     return f"{x:.0f} FLOP"
+
+
+def human_ms(ms: float) -> str:
+    """'12.1 ms', '156 µs', '0.633 µs': three significant figures, in µs below a millisecond (a datasheet GPU's
+    bound for a small model is a few µs, never '0.00246 ms')."""
+    return f"{ms:.3g} ms" if abs(ms) >= 1 or ms == 0 else f"{ms * 1e3:.3g} µs"

@@ -218,6 +218,7 @@ def _bound_claims(t: str) -> list[tuple]:
     """(FLOP/byte, ridge, ridge side, measured ms, memory bound ms, compute bound ms, label, H100 side, H100 FLOP/byte,
     H100 ridge, its dtype, the cache roof's side or None) per claim a lesson prints."""
     claims = []
+    t = re.sub(r"([\d.]+) µs\b", lambda m: f"{float(m.group(1)) / 1000!r} ms", t)  # a time under 1 ms is said in µs
     for m in re.finditer(r"about \*\*([\d.]+) FLOPs per byte\*\* it moves \(estimate\)\. This device's measured ridge "
                          r"is ([\d.]+) FLOP/byte, so the roofline puts it on \*\*(the compute side|the memory side)\*\*"
                          r"(?:; but the [\d.,]+ MiB it moves (?:fit the cache, whose faster roof|are read at [^)]+\), a "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -328,9 +329,14 @@ def test_a_datacenter_roof_predicts_the_same_passes_in_its_own_dtype_and_judges_
     pre = run.records[0]
     said = scale_draw.prefill_sentence(pre, bundled_lm.spec, here, h100)
     v, p = roofline.step_verdict(pre, here), roofline.predict_step(pre, bundled_lm.spec, h100)
-    assert f"{pre.forward_ms:.3g} ms against bounds of {v.memory_ms:.3g} ms (memory)" in said
+    def written(ms: float) -> str:  # a time to three figures, in µs below a millisecond (never "0.00246 ms")
+        return f"{ms:.3g} ms" if ms >= 1 else f"{ms * 1000:.3g} µs"
+
+    assert f"{written(pre.forward_ms)} against bounds of {written(v.memory_ms)} (memory)" in said
     assert f": {v.label}. On an NVIDIA H100 SXM nothing ran" in said
-    assert f"predicted on {p.side} ({p.intensity:,.0f} vs 295 FLOP/byte in bf16), {p.predicted_ms:.3g} ms" in said
+    assert p.predicted_ms < 1 and f"{p.predicted_ms * 1000:.3g} µs (the larger of" in said  # a tiny model on an H100
+    assert f"predicted on {p.side} ({p.intensity:,.0f} vs 295 FLOP/byte in bf16), {written(p.predicted_ms)}" in said
+    assert not re.search(r"\b0\.0+\d* ms", said), said
 
 
 @pytest.mark.slow

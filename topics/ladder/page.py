@@ -156,7 +156,11 @@ def show(beside_curve=None) -> None:
                "in its own dtype.")
 
     BOUND_COLUMNS = {  # short headers a projector shows whole; the long names stay in the help and in the CSV
-        "what the measurement shows": st.column_config.TextColumn("shows", width="large"),
+        "side of the ridge (predicted)": st.column_config.TextColumn("side (predicted)",
+                                                                     help="the step's intensity against the ridge"),
+        "what the measurement shows": st.column_config.TextColumn("verdict (measured)", help=roofline.VERDICT_RULE),
+        "share of its roof (measured)": st.column_config.TextColumn("share of its roof",
+                                                                    help="the larger bound over the measured time"),
         "measured ms (median)": st.column_config.NumberColumn("measured ms", help="median of the timed repeats"),
         "memory bound ms (bytes / bandwidth)": st.column_config.NumberColumn("memory bound", help="ms: bytes / bandwidth"),
         "compute bound ms (FLOPs / peak)": st.column_config.NumberColumn("compute bound", help="ms: FLOPs / peak"),

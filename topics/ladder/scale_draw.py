@@ -11,6 +11,7 @@ from drawing.palette import DECODE, ESTIMATE, PREFILL, RECOMPUTED, layout, legen
 from engine.forward.spec import ModelSpec
 from physics import roofline
 from physics.roofline import DeviceRoof
+from physics.units import human_ms
 
 
 def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_bytes: float, scale: float = 1.0) -> go.Figure:
@@ -109,7 +110,7 @@ def prefill_sentence(pre, spec, here, gpu) -> str:
     return (f"The prefill of {pre.q_len} tokens, measured here: {pre.intensity_estimate:.1f} FLOP/byte (estimate, "
             f"{here.dtype}), {roofline.side(pre.intensity_estimate, here)} of this device's ridge ({here.ridge:.1f})"
             f"{roofline.cache_side(pre.intensity_estimate, pre.bytes_estimate, here)}; "
-            f"{pre.forward_ms:.3g} ms against bounds of {v.memory_ms:.3g} ms (memory) and {v.compute_ms:.3g} ms "
-            f"(compute): {v.label}. On an {roofline.short_name(gpu)} nothing ran: the same pass is "
-            f"{p.words()}, {p.predicted_ms:.3g} ms (the larger of {p.memory_ms:.3g} ms memory and "
-            f"{p.compute_ms:.3g} ms compute).")
+            f"{human_ms(pre.forward_ms)} against bounds of {human_ms(v.memory_ms)} (memory) and "
+            f"{human_ms(v.compute_ms)} (compute): {v.label}. On an {roofline.short_name(gpu)} nothing ran: the same "
+            f"pass is {p.words()}, {human_ms(p.predicted_ms)} (the larger of {human_ms(p.memory_ms)} memory and "
+            f"{human_ms(p.compute_ms)} compute).")
