@@ -29,8 +29,8 @@ from engine.paths import ROOT
 from lessons.next_word import next_word_odds
 from physics import roofline
 from physics.request import request_timeline
-from physics.units import human_ms
 from physics.rungs import short_count
+from physics.units import human_ms
 from topics.ladder.page_ladder import lesson_claim
 from ui.model import device_roof
 from ui.presets import PROMPTS

@@ -857,3 +857,29 @@ def test_the_chunked_prefills_first_token_is_counted_as_the_table_counts_its_ste
                                                                           "in step 1 counting its arrival's, 12.5 ms"]
     assert [_nth(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
+
+
+@pytest.mark.parametrize("title", [SCENARIO_TITLES[0], SCENARIO_TITLES[1]])
+def test_before_the_first_step_the_page_lists_the_requests_the_run_then_serves(title):
+    """A fresh scenario is not a blank page: who arrives when, with how many prompt tokens, is listed before ▶ step.
+    The click after: the run's own latency table gives the same requests the same arrivals and prompt lengths."""
+    from transformers import AutoTokenizer
+
+    from engine.load.load import MODELS_DIR
+
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(title).run()
+    before = next(d.value for d in at.dataframe if "arrives at step" in d.value.columns)
+    spec = next(s for s in SCENARIOS.values() if s["title"] == title)["requests"]
+    tok = AutoTokenizer.from_pretrained(str(MODELS_DIR / "tinystories-llama"))  # the app's default, read apart
+    assert list(before["request"]) == [f"r{i}" for i in range(len(spec))]
+    assert list(before["arrives at step"]) == [r.arrive for r in spec]
+    assert list(before["prompt"]) == [r.prompt for r in spec]
+    assert list(before["prompt tokens"]) == [len(tok(r.prompt)["input_ids"]) for r in spec]
+    assert any("all free" in c.value for c in at.caption)
+    at.button(key="serve_btn_run").click().run()
+    assert not at.exception
+    assert not any("arrives at step" in d.value.columns for d in at.dataframe)  # the run's own tables replace it
+    after = next(d.value for d in at.dataframe if "TTFT (steps)" in d.value.columns)
+    assert list(after["arrives"]) == list(before["arrives at step"])
+    assert list(after["prompt tokens"]) == list(before["prompt tokens"])

@@ -423,6 +423,15 @@ def _key(items: list, x0: float, y: float, width: float) -> tuple[str, float]:
 NOT_YET = ("first token (step)", "TTFT (steps)", "TTFT ms", "TPOT ms")  # latency_frame's columns that may say "–"
 
 
+def arrivals_frame(requests, count_tokens):
+    """Before the first engine step: who will arrive when, with what (the scenario's requests, in order), so a class
+    sees the queue it is about to serve. count_tokens(prompt) -> the prompt's tokens as the engine will feed them."""
+    import pandas as pd
+
+    return pd.DataFrame([{"request": f"r{i}", "arrives at step": r.arrive, "prompt tokens": count_tokens(r.prompt),
+                          "max new tokens": r.max_new_tokens, "prompt": r.prompt} for i, r in enumerate(requests)])
+
+
 def latency_frame(run):
     """Per request: arrival, first token, TTFT and TPOT (steps and measured ms), tokens, preemptions, prefix hits."""
     import pandas as pd

@@ -8,6 +8,7 @@ step can be put back on screen (◀ ▶, the scrubber); ▶ at the newest step c
 import streamlit as st
 
 from engine.errors import StepError
+from engine.generate.loop import prompt_ids
 from engine.generate.serving import DEFAULTS
 from engine.generate.serving.run import BATCHING, PREEMPTION
 from physics import roofline
@@ -202,6 +203,11 @@ def show() -> None:
     if not steps.started:
         if name:
             st.info(SCENARIOS[name]["why"] + " Press **▶ step** (→) to run engine step 0: one forward pass.")
+            st.subheader("The requests, before the server starts")
+            st.dataframe(draw.arrivals_frame(requests, lambda p: len(prompt_ids(lm, p))), hide_index=True,
+                         width="stretch", column_config={"prompt": st.column_config.TextColumn(width="large")})
+            st.caption(f"The KV pool: {_n(sizing['num_blocks'], 'block')} of {_n(sizing['page_size'], 'position')}, "
+                       "all free. Each request takes blocks as its prompt is prefilled and its tokens are chosen.")
         else:
             st.info("Edit the requests above, then press **▶ step** (→).")
         st.stop()
