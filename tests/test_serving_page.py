@@ -74,6 +74,8 @@ def drawn_to_the_end(at, title: str) -> None:
     assert not at.exception and not at.error
     timeline = svgs(at, "dl-timeline")[0]
     assert timeline.count('data-role="cell-prefill"') >= 1 and timeline.count('data-role="cell-decode"') > 5
+    last = at.slider(key="serve_at").max  # the run's last engine step is labelled under the timeline, never cut
+    assert max(int(k) for k in re.findall(r">(\d+)</text>", timeline)) == last, last
     done = svgs(at, "dl-pass")[0]
     assert 'data-role="queue-done"' in done
     pool = svgs(at, "dl-pool")[0]

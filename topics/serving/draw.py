@@ -380,7 +380,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
             cx = x0 + (current - k0) * cw
             out.append(f'<rect data-role="current-step" x="{cx:.1f}" y="{y0 - 4}" width="{max(cw, 2):.1f}" '
                        f'height="{y - y0 + 6}" fill="none" stroke="#111" stroke-width="2"/>')
-        for k in range(k0, band.stop, every):
+        for k in step_ticks(band, every):
             out.append(_t(x0 + (k - k0) * cw + cw / 2, y + 13, str(k), 11, "middle", SOFT, family=MONO))
         y += 20 if band.stop == n else 30  # a gap before the next band
     key = [(f'fill="{PREFILL}"', "prefill chunk", None), (f'fill="{DECODE}"', "decode", None),
@@ -394,6 +394,18 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
     said, y = _key(key, x0, y, width)
     out.append(said)
     return _svg(y + 18, "".join(out), "timeline of the serving run", width)
+
+
+def step_ticks(band: range, every: int) -> list[int]:
+    """The engine steps a timeline band labels: every `every`-th from its first, and its last always (a run of 36
+    steps ended at a label of 33); the last takes the place of a label closer to it than half the spacing."""
+    ticks = list(range(band.start, band.stop, every))
+    last = band.stop - 1
+    if ticks and ticks[-1] != last:
+        if last - ticks[-1] < every / 2 and len(ticks) > 1:
+            ticks.pop()
+        ticks.append(last)
+    return ticks
 
 
 def _key(items: list, x0: float, y: float, width: float) -> tuple[str, float]:
