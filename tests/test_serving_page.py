@@ -885,3 +885,27 @@ def test_before_the_first_step_the_page_lists_the_requests_the_run_then_serves(t
     after = next(d.value for d in at.dataframe if "TTFT (steps)" in d.value.columns)
     assert list(after["arrives"]) == list(before["arrives at step"])
     assert list(after["prompt tokens"]) == list(before["prompt tokens"])
+
+
+def test_switching_chunking_off_as_the_scenario_says_serves_the_long_prompt_in_one_pass():
+    """Scenario 3 says "Switch chunking off". The knobs under More show the sizing in use (the scenario's, not the
+    last scenario's), and switching one is used at once: the long prompt is then prefilled in a single pass, all its
+    tokens in one row of the timeline, where chunked it took several."""
+    sc = SCENARIOS["long_prompt"]
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(sc["title"]).run()
+    for knob in ("page_size", "num_blocks", "max_batch_tokens", "prefix_sharing", "chunking"):
+        assert at.session_state[f"serve_{knob}"] == sc["sizing"][knob], knob  # what More shows is what runs
+    long_id = f"r{len(sc['requests']) - 1}"
+
+    def long_prefills(at) -> int:
+        at.button(key="serve_btn_run").click().run()
+        assert not at.exception and not at.error
+        return len(re.findall(rf'data-role="cell-prefill" data-request="{long_id}"', svgs(at, "dl-timeline")[0]))
+
+    assert long_prefills(at) > 1  # chunked: pieces that fit the token budget
+    at.toggle(key="serve_chunking").set_value(False).run()
+    assert any("chunked prefill off" in c.value for c in at.caption)
+    assert long_prefills(at) == 1  # the whole prompt in one pass
+    at.toggle(key="serve_custom_sizing").set_value(False).run()  # back to the scenario's own sizing
+    assert at.session_state["serve_chunking"] is True and any("chunked prefill on" in c.value for c in at.caption)

@@ -85,6 +85,15 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+SIZING_KNOBS = ("page_size", "num_blocks", "max_batch_tokens", "prefix_sharing", "chunking")  # More's sizing
+
+
+def own_sizing() -> None:
+    """on_change of a sizing knob: the change is used at once (the scenario's text says "switch chunking off"), so
+    the knobs, not the scenario's sizing, size the next run."""
+    st.session_state["serve_custom_sizing"] = True
+
+
 def show() -> None:
     """The Serving page, drawn (pages/serving.py is its door)."""
     settings, lm = page_setup("serving", need_model=True)
@@ -116,7 +125,7 @@ def show() -> None:
         title = st.session_state.get("serve_scenario", CHOICES[0])
         name = BY_TITLE.get(title)
         sizing = dict(SCENARIOS[name]["sizing"]) if name else {**DEFAULTS, "prefix_sharing": True, "chunking": True}
-        for knob in ("page_size", "num_blocks", "max_batch_tokens", "prefix_sharing", "chunking"):
+        for knob in SIZING_KNOBS:
             if f"serve_{knob}" in st.session_state and st.session_state.get("serve_custom_sizing"):
                 sizing[knob] = st.session_state[f"serve_{knob}"]
         if name == "preemption" and st.session_state.get("serve_preemption") in PREEMPTION:  # the policy knob
@@ -160,21 +169,25 @@ def show() -> None:
                                    "pass. Static: a batch starts when the one before has finished, so its slots wait "
                                    "for its longest member. A change starts a new run.")
     steps.buttons(bar, first=None, next_label=None, forward_label="▶ step")
+    for knob in SIZING_KNOBS:  # the knobs show the sizing in use: the scenario's, until one is changed
+        if not st.session_state.get("serve_custom_sizing") or f"serve_{knob}" not in st.session_state:
+            st.session_state[f"serve_{knob}"] = sizing[knob]
     with bar.popover("More", icon=":material/tune:"):
         steps.autoplay(st)
         st.markdown("**Sizing** (changes start a new run)")
-        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing", persist_state="session")
+        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing", persist_state="session",
+                  help="On by itself as soon as you change one; off: the scenario's own sizing again")
         c1, c2, c3 = st.columns(3)
-        c1.number_input("page size", 1, 256, sizing["page_size"], key="serve_page_size", persist_state="session")
-        c2.number_input("blocks", 1, 4096, sizing["num_blocks"], key="serve_num_blocks", persist_state="session")
-        c3.number_input("tokens per pass", 1, 4096, sizing["max_batch_tokens"], key="serve_max_batch_tokens",
-                        persist_state="session")
-        st.toggle("prefix sharing", sizing["prefix_sharing"], key="serve_prefix_sharing", persist_state="session")
-        st.toggle("chunked prefill", sizing["chunking"], key="serve_chunking", persist_state="session")
+        c1.number_input("page size", 1, 256, key="serve_page_size", persist_state="session", on_change=own_sizing)
+        c2.number_input("blocks", 1, 4096, key="serve_num_blocks", persist_state="session", on_change=own_sizing)
+        c3.number_input("tokens per pass", 1, 4096, key="serve_max_batch_tokens", persist_state="session",
+                        on_change=own_sizing)
+        st.toggle("prefix sharing", key="serve_prefix_sharing", persist_state="session", on_change=own_sizing)
+        st.toggle("chunked prefill", key="serve_chunking", persist_state="session", on_change=own_sizing)
     steps.run_to_end_if_asked()
-    own_sizing = bool(st.session_state.get("serve_custom_sizing"))  # a link carries a scenario, not its knobs
-    write_link(settings, scenario=name, steps=steps.latest if steps.started and name and not own_sizing else None,
-               at=steps.at if steps.started and name and not own_sizing and steps.at != steps.latest else None,
+    by_hand = bool(st.session_state.get("serve_custom_sizing"))  # a link carries a scenario, not its knobs
+    write_link(settings, scenario=name, steps=steps.latest if steps.started and name and not by_hand else None,
+               at=steps.at if steps.started and name and not by_hand and steps.at != steps.latest else None,
                preemption=sizing.get("preemption") if name == "preemption" else None,
                batching=sizing.get("batching") if name == "queue" else None)
 
