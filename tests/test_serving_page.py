@@ -439,8 +439,10 @@ def test_the_timeline_hatches_the_slots_a_static_batch_wasted(family_model):
     lm = family_model("llama")
     specs = [RequestSpec(p, n, a) for p, n, a in zip(["Once upon a time", "The dog", "One day", "The bird sang", "Tom",
                                                       "A big fish"], [6, 2, 2, 5, 2, 3], [0, 0, 1, 2, 3, 4])]
+    runs = {}
     for way in ("static", "continuous"):
-        run = ServingRun(lm, specs, page_size=4, num_blocks=32, max_seqs=2, batching=way, stop_on_eos=False)
+        run = runs[way] = ServingRun(lm, specs, page_size=4, num_blocks=32, max_seqs=2, batching=way,
+                                     stop_on_eos=False)
         run.run()
         svg = timeline_svg(run.records, [r.id for r in run.requests], -1, slots=2)
         padding, empty = slots_by_hand(run.records, 2)
@@ -449,6 +451,19 @@ def test_the_timeline_hatches_the_slots_a_static_batch_wasted(family_model):
         assert svg.count('data-role="slot-held"') == sum(r.phase != "padding" for s in run.records for r in s.rows) + \
             sum(len(v) for v in drawn_idle(svg).values())  # a held slot: in the pass, or sitting it out
         assert "padding: a finished request" in svg and "computed and thrown away" in svg  # the key says so
+    # drawn to one scale, as the page draws the two side by side: a step sits at the same x in both, so the run of
+    # fewer steps ends short of the edge instead of being stretched to look as long
+    steps = {way: len(run.records) for way, run in runs.items()}
+    assert steps["static"] > steps["continuous"]
+
+    def cells(way: str, **kw) -> dict[int, tuple[str, str]]:
+        svg = timeline_svg(runs[way].records, [r.id for r in runs[way].requests], -1, slots=2, **kw)
+        found = re.findall(r'data-slot="0" data-step="(\d+)" x="([\d.]+)" width="([\d.]+)"', svg)
+        return {int(k): (x, w) for k, x, w in found}
+
+    static, continuous = cells("static"), cells("continuous", span=steps["static"])
+    assert continuous and all(continuous[k] == static[k] for k in continuous), (continuous, static)
+    assert cells("continuous") != continuous  # unscaled, the shorter run is stretched across the width
 
 
 @pytest.mark.xdist_group("queue")  # beside tests/test_serving_orders.py: the queue's spread is scheduled once a run

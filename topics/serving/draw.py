@@ -303,18 +303,21 @@ CELL = 12  # on a phone, a step's column is at least this wide (10 px): the step
 
 
 def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int, last: int | None = None,
-                 slots: int | None = None, width: int = W) -> str:
+                 slots: int | None = None, width: int = W, span: int | None = None) -> str:
     """One row per request, one column per engine step (up to `last`): what each request did in each pass. A request
     in the pool but not in a pass "sat out a step" (slots.sat_out: the one definition every count of it reads).
     `slots`: the run's batch slots, drawn under the requests (slots.slot_use): who held each slot at each step, and
     the slots left idle while a request waited (hatched), the waste of a static batch.
     `width`: W for the page's width; PHONE for a phone's, where the steps go on in bands, one under the other, each
-    of columns at least CELL wide, and the title, the slots' heading and the key wrap."""
+    of columns at least CELL wide, and the title, the slots' heading and the key wrap.
+    `span`: the engine steps the axis holds, when two runs are drawn to one scale (static against continuous
+    batching): a run of fewer steps ends short of the edge, never stretched to look as long as the other."""
     last = max(len(steps) - 1, 0) if last is None else last
     n = last + 1
     room = None if width >= HALF else width - 16  # a phone's lines wrap
     x0, x1 = (68 if slots else 50), width - 10  # room for the slot rows' names
-    per = n if room is None else math.ceil(n / math.ceil(n * CELL / (x1 - x0)))  # steps a band
+    columns = max(n, span or 0)  # the steps the axis holds
+    per = columns if room is None else math.ceil(columns / math.ceil(columns * CELL / (x1 - x0)))  # steps a band
     cw = (x1 - x0) / max(per, 1)
     rh = 17
     title, more = _said(10, 15, timeline_title(), 12, room, ": ", weight="bold")  # the slots have a line of their own

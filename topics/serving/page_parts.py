@@ -54,10 +54,13 @@ def batching_result(result) -> None:
     and both runs' timelines with their batch slots, so the idle slots the table counts are the ones drawn."""
     st.table(draw.batching_frame(result).set_index("batching"))
     st.markdown(draw.batching_sentence(result))
+    span = max(len(result.continuous.steps), len(result.static.steps))
+    st.caption(f"Both timelines are drawn to one scale, {span} engine steps across: the shorter run ends where its "
+               "steps end.")
     for way in (result.continuous, result.static):
         st.markdown(f"**{way.batching.capitalize()} batching**: {way.engine_steps} engine steps, "
                     f"{way.tokens_per_s:,.0f} tokens/s")
-        st.html(_whole(partial(draw.timeline_svg, list(way.steps), list(result.ids), -1, slots=result.slots),
+        st.html(_whole(partial(draw.timeline_svg, list(way.steps), list(result.ids), -1, slots=result.slots, span=span),
                        f"timeline of {len(way.steps)} engine steps, {way.batching} batching, {result.slots} batch slots",
                        f"dl-timeline-{way.batching}"))
 
