@@ -702,6 +702,25 @@ def test_a_batch_timed_faster_than_a_smaller_one_is_timed_again_and_flagged_if_i
     assert "timed again" in said and "B = 1, 2" in said
 
 
+def test_a_batch_timed_a_little_below_a_smaller_one_is_said_beside_the_chart_that_draws_it_going_down(
+        family_model, monkeypatch):
+    """An audit found B = 2 drawn at 5.2 ms below B = 1's 5.6 ms, within the sweep's tolerance so never timed again,
+    and a caption that spoke only of other points: the dip the chart draws is now said, with what it means."""
+    from topics.serving import measure
+    from topics.serving.draw import batch_time_caption
+
+    ms = {1: 5.6, 2: 5.2, 4: 7.0}
+    monkeypatch.setattr(measure, "_time_batch", lambda lm, b, steps, context: [ms[b]] * steps)
+    sweep = measure.step_time_vs_batch(family_model("llama"), sizes=(1, 2, 4), steps=3, context=8)
+    assert sweep.note is None and all(r.timed == 1 for r in sweep.rows)  # within ×1.1: not against physics
+    said = batch_time_caption(sweep)
+    assert "B = 2 timed 7% below B = 1" in said and "noise" in said
+    assert "B = 4 timed" not in said  # the points that went up are not called dips
+    ms[2] = 5.9
+    assert "below" not in batch_time_caption(measure.step_time_vs_batch(family_model("llama"), sizes=(1, 2, 4),
+                                                                         steps=3, context=8))
+
+
 # ---------------------------------------------------------------- batch slots: continuous against static batching
 
 

@@ -27,6 +27,7 @@ from drawing.svg import FONT, INK, MONO, SOFT, TEXT, W
 from drawing.svg import text as _t
 from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.record import NOT_ARRIVED, ServingStep
+from topics.serving.record import ORDER_SLACK
 from topics.serving.slots import sat_out, slot_use
 
 HALF = 640  # viewBox width of a picture drawn in half the page: about one unit per pixel at 1280x720
@@ -796,6 +797,12 @@ def batch_time_caption(sweep) -> str:
     if retimed:
         said += (f" B = {', '.join(map(str, retimed))} {'was' if len(retimed) == 1 else 'were'} timed again: a bigger "
                  "batch had come out faster than a smaller one, which more rows of the same work cannot do.")
+    dips = [(a, b) for a, b in zip(rows, rows[1:]) if b.decode_ms < a.decode_ms]  # drawn going down, so said
+    if dips and not sweep.note:
+        said += " " + "; ".join(f"B = {b.batch} timed {1 - b.decode_ms / a.decode_ms:.0%} below B = {a.batch}"
+                                for a, b in dips)
+        said += (f": within ×{ORDER_SLACK:g}, where the pass costs about the same either way, so the order of two "
+                 "such points is noise, not the batch.")
     return said  # a note (sweep.note) is the page's warning, beside this
 
 

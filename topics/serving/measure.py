@@ -42,6 +42,7 @@ from engine.timing import now
 from physics.batched import batched_decode
 from topics.serving.orders import OrderSpread, order_spread
 from topics.serving.record import (
+    ORDER_SLACK,
     BatchingComparison,
     BatchingWay,
     BatchPass,
@@ -306,7 +307,6 @@ def step_time_vs_batch(lm: LoadedModel, sizes=(1, 2, 4, 8, 16, 32), steps: int =
     return BatchSweep(rows=tuple(rows), warmup_ms=round(sum(warmup), 3), note=note)
 
 
-ORDER_SLACK = 1.1  # a bigger batch's median may come out this much below a smaller one's before it contradicts
 
 
 def _against_physics(sizes, times: dict[int, list[float]]) -> list[tuple[int, int]]:

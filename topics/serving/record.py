@@ -40,6 +40,9 @@ def _plain(value):
 # ---------------------------------------------------------------- throughput
 
 
+ORDER_SLACK = 1.1  # a bigger batch's median may come out this much below a smaller one's before it contradicts
+
+
 @dataclass(frozen=True)
 class Throughput:
     """The same requests served each way, every way timed in the same alternated rounds after a warm-up round."""
