@@ -541,8 +541,13 @@ def test_the_recorded_charts_hold_every_policy_and_say_what_this_code_measures(b
     assert recorded is not None and recorded.context == 256 and recorded.command.startswith("python -m engine budget")
     assert {(p.policy, p.budget) for p in recorded.points} == {(p, b) for p in POLICIES if p != "full"
                                                                 for b in SWEEP_BUDGETS}
-    named = {t.name for t in divergence_fig(recorded.points).data}
+    fig = divergence_fig(recorded.points)
+    named = {t.name for t in fig.data}
     assert {"heavy", "heavy-avg", "snap", "snap-capped"} <= named
+    # policies that measure alike draw one line over the other (window under snap-capped): each keeps a shape of
+    # its own, so its points still show and the legend tells them apart
+    shapes = {t.name: t.marker.symbol for t in fig.data if t.showlegend is not False}
+    assert len(set(shapes.values())) == len(shapes) == len(named), shapes
     ids = held_out_ids(bundled_lm, 256)
     with torch.inference_mode():
         full = torch.log_softmax(their_model()(torch.tensor([ids])).logits[0, 128:].float(), -1)
@@ -961,7 +966,7 @@ def test_a_dtype_switched_after_a_measurement_measures_again_and_the_heavy_note_
     at.run()
     at.switch_page(page("budget")).run(timeout=300)
     at.button(key="budget_scenario_two heavy scores").click().run(timeout=300)  # fp32: the recording draws the chart
-    assert any("The chart beside the table holds both lines" in i.value for i in at.info)
+    assert any("The chart *Damage against the budget* holds both lines" in i.value for i in at.info)
     at.button(key="budget_scenario_fp8 forgets nothing").click().run(timeout=300)
     holds = next(m.value for m in at.markdown if m.value.startswith("Holds "))
     assert "of the full fp32 cache's" in holds
@@ -972,7 +977,7 @@ def test_a_dtype_switched_after_a_measurement_measures_again_and_the_heavy_note_
     at.button(key="budget_scenario_two heavy scores").click().run(timeout=300)
     note = next(i.value for i in at.info if "H2O's plain sum" in i.value)
     assert not at.get("plotly_chart") or all("budget_divergence" not in str(c.proto) for c in at.get("plotly_chart"))
-    assert "The chart beside the table holds both lines" not in note and "to draw both lines" in note
+    assert "The chart *Damage against the budget* holds both lines" not in note and "to draw both lines" in note
 
 
 @pytest.mark.slow

@@ -100,7 +100,7 @@ def show() -> None:
     note = SCENARIOS.get(st.session_state.get("budget_scenario"), (None, None, ""))[2]
     if note and SCENARIOS[st.session_state["budget_scenario"]][:2] == (policy, budget):
         if policy == "heavy":  # the two scores' lines, where the divergence chart is drawn
-            note += (" The chart beside the table holds both lines." if measured_here or kept else
+            note += (" The chart *Damage against the budget* holds both lines: heavy and heavy-avg." if measured_here or kept else
                      " Measure every policy (the button on the right) to draw both lines.")
         st.info(note, icon=":material/lightbulb:")
 
