@@ -924,3 +924,17 @@ def test_switching_chunking_off_as_the_scenario_says_serves_the_long_prompt_in_o
     assert long_prefills(at) == 1  # the whole prompt in one pass
     at.toggle(key="serve_custom_sizing").set_value(False).run()  # back to the scenario's own sizing
     assert at.session_state["serve_chunking"] is True and any("chunked prefill on" in c.value for c in at.caption)
+
+
+def test_the_preemption_sentence_names_each_policy_as_its_table_row_does():
+    """The sentence under the policy table said 'most_blocks', a code name, beside a table row reading 'most
+    blocks (the biggest holder goes)'."""
+    from topics.serving.draw import policy_frame, policy_sentence
+    from topics.serving.record import PolicyRun
+
+    runs = (PolicyRun("newest", 40, 3, ((9, "r4"),), 24, {"r0": True}),
+            PolicyRun("most_blocks", 38, 2, ((9, "r0"),), 30, {"r0": True}))
+    said, rows = policy_sentence(runs), list(policy_frame(runs)["policy"])
+    for name, row in zip(("newest", "most blocks"), rows):
+        assert row.startswith(name) and f"'{name}'" in said, (said, rows)
+    assert "_" not in said

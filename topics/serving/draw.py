@@ -595,7 +595,7 @@ def policy_frame(result):
 def policy_sentence(result) -> str:
     """What the two policies did differently, in the table's numbers."""
     va, vb = result[:2]
-    a, b = va.policy, vb.policy
+    a, b = (v.policy.replace("_", " ") for v in (va, vb))  # as the table and the knob name them: 'most blocks'
     exact = all(all(v.same_as_alone.values()) for v in result)
     said = (f"Policy '{a}' preempted {va.preemptions} time{'s' if va.preemptions != 1 else ''} and computed "
             f"{va.recomputed} positions again, finishing in {va.steps} engine steps; '{b}' preempted "
@@ -869,7 +869,7 @@ def batch_roofline_figure(br, scale: float = 1.0):
         # a line each: side by side, the two ridges' words crossed on a narrow plot (half a projector, a phone)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     vals, texts = rate_ticks(1e3, 1e17)  # '1000 T', not plotly's '10¹⁵' beside '100T'
-    fig.update_yaxes(type="log", tickvals=vals, ticktext=texts, title="FLOP/s (measured here; predicted there)")
+    fig.update_yaxes(type="log", tickvals=vals, ticktext=texts, title="FLOP/s (estimate ÷ measured here; predicted there)")
     fig = layout(fig, f"Batch on the roofline: {here.dtype} here, {short} {gpu.dtype}", height=380, scale=scale)  # whole on
     # a phone: a longer title ran past its right edge
     fig.update_layout(legend=dict(font=dict(size=11 * scale)), margin=dict(t=int(112 * scale)))  # two legend rows

@@ -74,7 +74,7 @@ SCENARIOS: dict[str, dict] = {
                    "chunking": True, "preemption": "newest"},
     },
     "prefix_cache": {
-        "title": "5. A system prompt over time: the prefix cache",
+        "title": "5. Later requests: the prefix cache",
         "why": "Three requests share a system prompt but never overlap: each arrives after the one before has "
                "finished. Its full blocks are not dropped when it ends: they stay cached (free to evict), and the "
                "next request takes them back by their prefix hash and prefills only its own words. Cached blocks "
@@ -85,7 +85,7 @@ SCENARIOS: dict[str, dict] = {
                    "chunking": True},
     },
     "queue": {
-        "title": "6. A queue: more requests than batch slots",
+        "title": "6. A queue: too few batch slots",
         "why": "Twelve requests asking for 8 to 64 new tokens each arrive over time for 4 batch slots, so a queue "
                "forms. Continuous batching gives a slot back the pass its request finishes: the next in the queue "
                "is prefilled in the very next pass, beside the decodes. Switch to static batching: a batch starts "
