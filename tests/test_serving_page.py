@@ -509,7 +509,7 @@ def test_throughput_is_a_chart_of_both_workloads_and_says_which_way_was_faster()
 
     f = throughput_figure(SAME, MIXED)
     assert [t.name for t in f.data] == ["same length, all at once", "mixed lengths"]
-    assert len(f.data[0].y) == 4 and len(f.data[1].y) == 3  # generate_batch takes one length only
+    assert len(f.data[0].x) == 4 and len(f.data[1].x) == 3  # generate_batch takes one length only
     said = throughput_sentence(SAME, MIXED)
     assert "continuous batching made 492 tokens/s, the static batch 498 (static ×1.01 faster, in one round" in said
     assert "50% wasted" in said and "450 tokens/s against 260 (continuous ×1.73 faster, in one round" in said

@@ -671,14 +671,17 @@ def throughput_figure(same, mixed=None, scale: float = 1.0):
         if res is None:
             continue
         ways = [k for k in WAYS if res.tokens_per_s(k)]
-        fig.add_trace(go.Bar(x=[WAYS[k] for k in ways], y=[res.tokens_per_s(k) for k in ways], name=name,
-                             marker_color=colour, text=[f"{res.tokens_per_s(k):,.0f}" for k in ways],
+        fig.add_trace(go.Bar(y=[WAYS[k] for k in ways], x=[res.tokens_per_s(k) for k in ways], name=name,
+                             orientation="h", marker_color=colour, text=[f"{res.tokens_per_s(k):,.0f}" for k in ways],
                              textposition="outside", cliponaxis=False,
-                             hovertemplate="%{x}: %{y:,.0f} tokens/s<extra>" + name + "</extra>"))
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title="tokens/s (measured)", rangemode="tozero")
-    fig.update_xaxes(tickangle=0)
-    return layout(fig, "Tokens per second, four ways", height=340, scale=scale)  # whole on a phone too
+                             hovertemplate="%{y}: %{x:,.0f} tokens/s<extra>" + name + "</extra>"))
+    # the ways down the side, each named in full on its own lines: along the bottom, four names ran into each
+    # other on a phone; the first way on top, each way's two workloads in the legend's order
+    fig.update_layout(barmode="group", legend=dict(traceorder="normal"))
+    fig.update_yaxes(autorange="reversed")
+    top = max((x for t in fig.data for x in t.x), default=1)
+    fig.update_xaxes(title="tokens/s (measured)", range=[0, top * 1.2])  # room for the longest bar's figure
+    return layout(fig, "Tokens per second, four ways", height=400, scale=scale)  # whole on a phone too
 
 
 def _faster(a: float, b: float, a_name: str, b_name: str, rounds: tuple[float, ...] | None = None) -> str:
