@@ -88,8 +88,8 @@ def test_the_histogram_marks_the_shipped_order_and_the_spread(spread):
     assert counts.sum() == len(spread.ratios)
     assert max(right for right, n in zip(edges[1:], counts) if n) <= spread.shipped + 1e-6
     notes = [a.text for a in fig.layout.annotations]
-    assert f"shipped order: most favourable x{spread.shipped:.2f}" in notes
-    assert {f"median x{spread.median:.2f}", "p10", "p90"} <= set(notes)
+    assert f"shipped order: most favourable ×{spread.shipped:.2f}" in notes
+    assert {"median", "p10", "p90"} <= set(notes) and f"median ×{spread.median:.2f}" in fig.layout.title.text
     lines = {s.line.dash: s.x0 for s in fig.layout.shapes}  # the median dashed, the shipped order a plain line
     assert lines["dash"] == spread.median and lines[None] == spread.shipped
     said = draw.order_sentence(spread)
