@@ -144,8 +144,8 @@ def legend_rows(x0: float, y: float, width: float, size: float) -> tuple[str, fl
 
 def divergence_fig(points, scale: float = 1.0) -> go.Figure:
     """Agreement (left) and mean KL (right) against the budget, one line per policy; points: SweepPoint records."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.2)  # each panel named by its y axis, the right one's
-    #                                                                 clear of the left panel on a phone
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)  # each panel named by its y axis, the right one's
+    #                                                                  on its right side, clear of the left panel
     for policy in dict.fromkeys(p.policy for p in points):
         mine = sorted((p for p in points if p.policy == policy), key=lambda p: p.budget)
         style = dict(color=POLICY_COLOURS.get(policy, GREY), dash=QUANTIZED_DASH.get(policy, "dash"))
@@ -158,7 +158,8 @@ def divergence_fig(points, scale: float = 1.0) -> go.Figure:
                                  line=style, marker=marker, legendgroup=policy, showlegend=False), row=1, col=2)
     fig.update_xaxes(title="budget (positions)", type="log", dtick=0.30103, tickformat="d")  # ticks at powers of 2
     fig.update_yaxes(title="top-1 agreement, %", ticksuffix="", row=1, col=1)
-    fig.update_yaxes(title="mean KL(full ‖ policy), nats", row=1, col=2)
+    fig.update_yaxes(title="mean KL(full ‖ policy), nats", side="right", row=1, col=2)  # its title clear of the
+    #                                                         left panel's points on a phone, where the gap is narrow
     # a title whole on a phone (its legend draws each policy's line: quantized solid, evicting dashed or dotted),
     # the legend hung under it, so the lines are named on the first screen and a phone's rows grow down, not over it
     layout(fig, "Damage against the budget", height=380, scale=scale)
