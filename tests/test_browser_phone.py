@@ -161,3 +161,15 @@ def test_on_a_phone_lesson_5s_chart_keeps_its_axis_titles_and_note_inside_and_it
         assert part["top"] >= c["box"]["top"] - 0.5 and part["bottom"] <= c["box"]["bottom"] + 0.5, part
     fits(pg, "lesson 5")
     pg.close()
+
+
+def test_on_a_phone_every_budget_chart_fits_the_screen_its_title_whole(server, browser):
+    """The budget page's recorded charts, drawn before anything is measured: each chart's title, legend and plot
+    inside the screen (the titles ran off it: "Every policy over 8 stories, budget 6…")."""
+    pg = open_page(browser, f"{server}/budget", *PHONE)
+    pg.locator("[data-testid=stMain] .js-plotly-plot .gtitle", has_text="Every policy over").wait_for(timeout=300_000)
+    idle(pg)
+    titles = pg.locator("[data-testid=stMain] .js-plotly-plot .gtitle").all_text_contents()
+    assert any(t.startswith("Damage against the budget") for t in titles), titles
+    fits(pg, "budget")
+    pg.close()
