@@ -218,7 +218,7 @@ def show() -> None:
             st.info(SCENARIOS[name]["why"] + " Press **▶ step** (→) to run engine step 0: one forward pass.")
             st.subheader("The requests, before the server starts")
             st.dataframe(draw.arrivals_frame(requests, lambda p: len(prompt_ids(lm, p))), hide_index=True,
-                         width="stretch", column_config={"prompt": st.column_config.TextColumn(width="large")})
+                         width="stretch", height="content", column_config={"prompt": st.column_config.TextColumn(width="large")})
             st.caption(f"The KV pool: {_n(sizing['num_blocks'], 'block')} of {_n(sizing['page_size'], 'position')}, "
                        "all free. Each request takes blocks as its prompt is prefilled and its tokens are chosen.")
         else:
@@ -249,7 +249,8 @@ def show() -> None:
 
     st.subheader("Each request: time to first token, time per output token")
     shown = draw.latency_frame(run).astype({c: str for c in draw.NOT_YET})  # one type a column: Arrow takes it as is
-    st.dataframe(shown, hide_index=True, width="stretch",  # "–" where a number is not there yet,
+    st.dataframe(shown, hide_index=True, width="stretch", height="content",  # every request whole (12 in the
+                 # queue: "auto" cut r10 in half), "–" where a number is not there yet,
                  column_config={c: st.column_config.Column(alignment="right") for c in draw.NOT_YET})  # numbers' side
     st.caption("TTFT counts engine steps from the one the request arrives at to the one that chose its first token, and "
                "the measured time of those steps, each whole (its pass, the picture's 'pass … ms', plus scheduling and "
