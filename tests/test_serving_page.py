@@ -742,6 +742,12 @@ def test_the_queue_comparison_says_its_table_and_flags_rounds_that_spread(c_ms, 
     assert ("server was busy" in said) == busy
     if busy:
         assert "continuous batching's rounds ranged 800–1,600 ms" in said
+    # the rates' ratio taken apart into the passes' and the time a pass's, which multiply back to it
+    m = re.search(r"×([\d.]+) the passes \(176 against 72\) times ×([\d.]+) the time a pass \(([\d.]+) ms against "
+                  r"([\d.]+):", said)
+    assert m, said
+    assert float(m.group(1)) * float(m.group(2)) == pytest.approx(c / s, rel=0.01)
+    assert float(m.group(3)) == pytest.approx(sorted(s_ms)[1] / 176, abs=0.05)
 
 
 def test_a_phones_serving_pictures_draw_the_same_record_reflowed_whole_with_no_text_under_11_px(family_model):

@@ -20,6 +20,7 @@ in rows, the timeline's steps in bands one under the other, lines wrapped; no te
 from __future__ import annotations
 
 import math
+import statistics
 
 from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
 from drawing.stage_phone import NW, text_width, title_lines, wrap
@@ -642,6 +643,12 @@ def batching_sentence(q) -> str:
             f"slot-steps computed for nothing (or left empty) while a request waited (hatched on its timeline), "
             f"against {c.idle_slot_steps} for continuous batching, which gave each freed slot to the queue's front the "
             "next pass.")
+    if c.tokens == s.tokens and c.passes and s.passes:  # the rate's ratio taken apart: how many passes, how long each
+        step = {w.batching: statistics.median(w.ms) / w.passes for w in (c, s)}
+        said += (f" The same {c.tokens} tokens, so the ratio of the rates is that of the times: ×{s.passes / c.passes:.2f} "
+                 f"the passes ({s.passes} against {c.passes}) times ×{step['static'] / step['continuous']:.2f} the "
+                 f"time a pass ({step['static']:.1f} ms against {step['continuous']:.1f}: the median round's time over "
+                 "its passes).")
     wide = [w for w in (c, s) if len(w.ms) > 1 and max(w.ms) > BUSY_RATIO * min(w.ms)]
     if wide:
         said += (" The server was busy while these ran: " + " and ".join(
