@@ -9,9 +9,13 @@ tests/test_internals.py fails with a clear message when another one is installed
                                               than torch's default 8)
     torch._dynamo.mark_dynamic                one graph for every size of a tensor's dimension (documented in
                                               torch.compile's dynamic shapes, but under the private module)
+    torch._inductor.config.cpp.threads        the threads inductor's C++ kernels are compiled for (else the count
+                                              torch.get_num_threads() gives when they compile is baked into each)
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -42,3 +46,17 @@ def graph_skips() -> int:
 def mark_dynamic(t: torch.Tensor, dim: int) -> None:
     """Compile one graph for every size of `t`'s dimension `dim` (a pass over n rows, for every n >= 2)."""
     torch._dynamo.mark_dynamic(t, dim)
+
+
+@contextmanager
+def inductor_cpu_threads(n: int):
+    """Compile inductor's CPU kernels for `n` threads, whatever torch.get_num_threads() is while they compile (a
+    background measurement compiles outside the model's turn, at the students' thread count, and times inside it)."""
+    import torch._inductor.config as config
+
+    before = config.cpp.threads
+    config.cpp.threads = n
+    try:
+        yield
+    finally:
+        config.cpp.threads = before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -136,6 +137,67 @@ def test_a_measurement_runs_every_storage_the_contexts_and_the_window_eagerly(lm
     assert (e.context, full.context) == (16, 64) and e.kv_bytes == kv * 16
     assert all(len(p.samples_ms) == 2 for p in passes) and len(rates) == 2
     assert Record.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+
+
+def test_the_timed_rounds_hold_the_models_turn_and_its_compiles_and_warm_ups_never_do(lm, monkeypatch):
+    """Lesson 12's button held the model's lock for its whole job: for 19 minutes every other page's step waited
+    30 s and gave up ("The server is busy"). Each round, the timed work, is now in the model's turn, so a student's
+    step waits one round; everything else (the storages' conversions, compiles, warm-ups) runs outside it."""
+    timed, held = [], []
+
+    @contextmanager
+    def hold():
+        held.append(True)
+        try:
+            yield
+        finally:
+            held.pop()
+
+    warming = []
+    real = measure.run_once
+    monkeypatch.setattr(measure, "run_once", lambda *a: (warming or timed.append(bool(held)), real(*a))[1])
+    warm = measure._warm
+
+    def warm_up(*a):
+        warms.append(bool(held))
+        warming.append(True)
+        try:
+            return warm(*a)
+        finally:
+            warming.pop()
+
+    warms, probes = [], []
+    monkeypatch.setattr(measure, "_warm", warm_up)
+    _, passes, _, _ = measure.storages(lm, tokens=8, rounds=2, contexts=(16, 32), compile=False, hold=hold,
+                                       probe=lambda: (probes.append(bool(held)), rates_()[0])[1])
+    assert len(timed) == 2 * len(passes) and all(timed)  # every timed pass, each round, in the model's turn
+    assert warms and not any(warms)  # the conversions' warm-ups (a compile's, where compiled) outside it
+    assert probes == [True, True]
+
+
+def test_a_student_takes_a_step_while_lesson_12s_measurement_runs(lm, monkeypatch):
+    """The click after pressing the button: the job started, a student's step (the model's turn, as every page
+    takes it) gets the model between two rounds, not after the job."""
+    import threading
+
+    between, go_on = threading.Event(), threading.Event()
+
+    def record(rlm, label, hold, **_):
+        with hold():
+            pass
+        between.set()  # between two rounds: the student's turn
+        assert go_on.wait(30)
+        with hold():
+            return "recorded"
+
+    monkeypatch.setattr(measure, "record", record)
+    monkeypatch.setattr("physics.rungs.rung_model", lambda lm, size, dtype: lm)
+    monkeypatch.setattr(bytes_store, "_JOB", None)
+    job = bytes_store.start(lm)
+    assert between.wait(30)
+    with lm.turn():  # would wait 30 s and raise Busy were the job holding the lock
+        go_on.set()
+    assert job.done.wait(30) and job.error is None and job.result == "recorded"
 
 
 def test_a_storage_this_torch_cannot_run_is_left_out_and_said_the_reference_never(lm, monkeypatch):

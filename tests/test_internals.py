@@ -42,6 +42,13 @@ def test_the_torch_internals_named_are_there():
     finally:
         torch._dynamo.config.recompile_limit = before
     assert torch_internals.graph_skips() >= 0
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import parallel_num_threads
+
+    before = inductor_config.cpp.threads
+    with torch_internals.inductor_cpu_threads(3):
+        assert parallel_num_threads() == 3  # what inductor's C++ kernels are compiled for, whatever torch's count
+    assert inductor_config.cpp.threads == before
 
 
 def _there(get) -> bool:

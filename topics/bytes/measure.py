@@ -23,6 +23,7 @@ import json
 import math
 import os
 import statistics
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
@@ -77,8 +78,8 @@ def deadline(started: float, within: float | None) -> float | None:
 
 
 def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, contexts=CONTEXTS,
-             compile: bool = True, on_point=None, probe=None,
-             notes: list | None = None, deadline: float | None = None) -> tuple[tuple, tuple, int, float]:
+             compile: bool = True, on_point=None, probe=None, notes: list | None = None,
+             deadline: float | None = None, hold=nullcontext) -> tuple[tuple, tuple, int, float]:
     """(rounds' Rates, passes, the reference's K/V bytes per position, compile seconds); see the module docstring.
     The first storage (this device's, st.for_device, by default) is the reference: every ratio is taken against
     it, and its decode step is the one timed against context. `probe()`, where given, stands in for the roof's
@@ -86,7 +87,10 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     build or run (an int4 kernel missing, say) is left out, and why is appended to `notes`. `deadline` (a `now()`
     time): a storage after the reference, or the context's steps, whose compiles would not end before it (each
     taken to cost what the reference's did) is left out the same way, so a run with a time limit keeps a whole
-    record of what it did measure (gpu-check on a lent GPU's minutes)."""
+    record of what it did measure (gpu-check on a lent GPU's minutes). `hold()`: entered around each round and each
+    profiled call, the timed work, never around a compile: the app's server passes the model's turn, so a student's
+    step waits for one round (seconds) and never runs beside a timing, where holding it for the whole job made every
+    other page wait its minutes and give up ("The server is busy")."""
     say = on_point or (lambda _text: None)
     storages_ = tuple(storages_ or st.for_device(rlm.device))
     reference = storages_[0]
@@ -169,13 +173,17 @@ def storages(rlm, storages_=None, tokens: int = TOKENS, rounds: int = ROUNDS, co
     samples, got_rounds = [[] for _ in ready], []
     for r in range(rounds):
         say(f"round {r + 1} of {rounds}: the roof probed, then every pass once")
-        rates = probe()
-        got_rounds.append(replace(rates, cache=read_cache()) if read_cache else rates)
-        for got, (_p, fn, args) in zip(samples, ready):
-            got.append(run_once(fn, *args))
+        with hold():
+            rates = probe()
+            got_rounds.append(replace(rates, cache=read_cache()) if read_cache else rates)
+            for got, (_p, fn, args) in zip(samples, ready):
+                got.append(run_once(fn, *args))
     del probe
-    inside = {id(p): in_kernels_ms(fn, args) for p, fn, args in ready
-              if compile and device.type == "cpu" and p.kind == "decode" and p.storage in KERNELS_APART}
+    inside = {}
+    for p, fn, args in ready:
+        if compile and device.type == "cpu" and p.kind == "decode" and p.storage in KERNELS_APART:
+            with hold():
+                inside[id(p)] = in_kernels_ms(fn, args)
     passes = []
     for got, (p, _fn, _a) in zip(samples, ready):
         kernels, profiled = inside.get(id(p), (0.0, 0.0))
@@ -289,12 +297,13 @@ def budget_window() -> WindowDamage | None:
 
 def record(rlm, label: str, command: str = "", rounds: int = ROUNDS, contexts=CONTEXTS, models=None,
            compile: bool = True, on_point=None, storages_=None, tokens: int = TOKENS,
-           with_damage: bool = True, deadline: float | None = None) -> Record:
+           with_damage: bool = True, deadline: float | None = None, hold=nullcontext) -> Record:
     started = now()
     load0 = os.getloadavg()[0]
     notes = []
     got, passes, kv_ref, compile_s = storages(rlm, storages_, tokens=tokens, rounds=rounds, contexts=contexts,
-                                            compile=compile, on_point=on_point, notes=notes, deadline=deadline)
+                                            compile=compile, on_point=on_point, notes=notes, deadline=deadline,
+                                            hold=hold)
     hurt = damage(models, on_point=on_point) if with_damage else ()
     if gpu_kernels.why_not(rlm.device) is None:  # a GPU: the block sizes the narrow storages' kernels ran with
         notes.append(gpu_kernels.said())
