@@ -256,6 +256,7 @@ def test_the_extra_rows_sentence_says_the_ratio_and_its_implication_in_the_same_
         assert f"(×{ratio};" in text and f"yields more than {ratio} tokens" in text
         assert (f"between ×{verify.low_ms / one.high_ms:.2f} and ×{verify.high_ms / one.low_ms:.2f}") in text
         assert "yielded 2.40 tokens each" in text
+        assert "so the bet's ratio is at least ×1: one measured under it is the two timings' noise" in text
     assert len({re.sub(r"[\d.]+", "#", text) for text in said.values()}) == 1, said  # the same words every time
     assert BUSY not in said[1.21]  # every pass's timed runs within x2 of each other
     busy = rows_cost_sentence(5, Timing(samples_ms=(4.7, 5.0, 9.9), warmup_ms=9.0), one, 2.4)

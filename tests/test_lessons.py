@@ -404,6 +404,7 @@ def test_lesson_9_says_the_measured_ratio_of_its_bet_and_what_it_implies_without
     assert yielded and yielded.group(1) == next(m.value for m in at.metric if m.label == "tokens per verify pass")
     for verdict in ("cost about nothing", "do not cost", "little more", "nearly free", "not here"):
         assert verdict not in said
+    assert "the bet's ratio is at least ×1: one measured under it is the two timings' noise" in said  # physics
 
 
 def _stage_steps(at: AppTest) -> list[int]:

@@ -367,6 +367,9 @@ def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: 
              "more again to cover the drafting.")
     if tokens_per_pass is not None:
         said += f" This run's verify passes yielded {tokens_per_pass:.2f} tokens each."
+    said += (f" A pass over {rows} rows cannot take less time than one over 1 row of the same cache (the same "
+             "weights read, more arithmetic), so the bet's ratio is at least ×1: one measured under it is the two "
+             "timings' noise.")  # said whatever the ratio: no words that flip when noise moves it across ×1
     wide = [(name, t) for name, t in (("verify", verify), ("one-row", one))
             if t.repeats > 1 and t.low_ms > 0 and t.high_ms / t.low_ms > WIDE]
     if wide:  # the project's one rule for a busy machine (drawing.caveats), with the spread that shows it
