@@ -528,6 +528,12 @@ def test_the_speculative_pages_measured_comparison_shows_what_it_measured_and_a_
     assert shown["plain: ms per token"] == f"{m.plain_ms_per_token:.2f}"
     assert shown["speculative: ms per token"] == f"{m.speculative_ms_per_token:.2f}"
     assert shown["measured speed-up"] == f"×{m.speedup:.2f}"
+    # under the tile, the runs' range: it holds ×1 exactly when the verdict calls the runs overlapping
+    spread = next(x.proto.delta for x in at.metric if x.label == "measured speed-up")
+    lo, hi = (float(v) for v in re.fullmatch(r"runs ×([\d.]+)–×([\d.]+)", spread).groups())
+    assert lo == pytest.approx(min(plain_runs) / max(spec_runs), abs=0.006)
+    assert hi == pytest.approx(max(plain_runs) / min(spec_runs), abs=0.006)
+    assert lo <= m.speedup <= hi
     assert shown["paper's formula"] == f"×{m.predicted_speedup:.2f}"
     said = verdict(m)
     assert any(x.value == plain(said) for x in at.markdown)
