@@ -66,11 +66,12 @@ def show() -> None:
     rounds.sync((settings, st.session_state["speculative_prompt"], st.session_state["speculative_drafter"], st.session_state["speculative_k"]))
     rounds.replay_queued()  # a link's rounds, now that its prompt, drafter and k are the page's
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
-    bar.text_input("prompt", key="speculative_prompt", persist_state="session", label_visibility="collapsed", width=300)
+    # widths that keep the bar on one row on a 1280 projector, Reset included (at 300, 230 and 90 it wrapped)
+    bar.text_input("prompt", key="speculative_prompt", persist_state="session", label_visibility="collapsed", width=200)
     bar.selectbox("drafter", DRAFTERS, key="speculative_drafter",
                   persist_state="session", label_visibility="collapsed", width=230, on_change=picked)
     keys_back()  # after a pick, the run's shortcuts work again
-    bar.number_input("k", 1, 8, key="speculative_k", persist_state="session", width=90, help="guesses per round")
+    bar.number_input("k", 1, 8, key="speculative_k", persist_state="session", width=70, help="guesses per round")
     rounds.buttons(bar, next_label="Next round", first_help="Run the prompt through the model once (P)",
                    next_help="Draft k guesses and check them in one pass (N)")
     rounds.run_to_end_if_asked()
