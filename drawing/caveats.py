@@ -58,8 +58,9 @@ def _across(traces) -> str | None:
     return f"cached decode steps ranged {min(ms):.1f}–{max(ms):.1f} ms around a median of {med:.1f} ms"
 
 
-def latency_note(traces) -> str | None:
-    """One run: what on its latency chart contradicts the lesson, with the spread; None when nothing does."""
+def latency_note(traces, coda: str = "The bars are as measured; the work did not change.") -> str | None:
+    """One run: what on its latency chart contradicts the lesson, with the spread; None when nothing does. `coda`
+    names what shows the times: the chart's bars, or (a lesson quoting a step's time, no chart) the times."""
     traces = list(traces)
     pre = next((t for t in traces if t.phase == "prefill"), None)
     found = []
@@ -79,7 +80,7 @@ def latency_note(traces) -> str | None:
         if last < first:
             found.append(f"cache-off decode steps got faster ({first:.1f} ms on average for the first three, "
                          f"{last:.1f} ms for the last three) while their work grew ×{grew:.1f} (estimate)")
-    return _compose(list(traces), traces, found, "The bars are as measured; the work did not change.")
+    return _compose(list(traces), traces, found, coda)
 
 
 def _compose(timed, steady, found: list[str], coda: str) -> str | None:

@@ -222,6 +222,6 @@ def show_stage(run: Stepper, step: int, layer: int = 0, enlarge: str | None = No
 
 def busy(traces) -> None:
     """The measured times a lesson quotes, when the server's noise contradicts it (drawing.caveats)."""
-    note = caveats.latency_note(traces)
+    note = caveats.latency_note(traces, "The times are as measured; the work did not change.")  # no bars here
     if note:
         st.warning(note, icon=":material/speed:")

@@ -114,3 +114,17 @@ def test_a_compare_notes_headline_keeps_its_example_whole():
     said = headline(note)
     assert "e.g. step 7:" in said and said.endswith("the work (estimate)"), said
     assert said == note.split("; ")[0].rstrip("."), note
+
+
+def test_a_lesson_that_quotes_a_steps_time_without_a_chart_never_points_at_bars(monkeypatch):
+    """Lessons 2 and 3 quote their steps' times beside the stage, with no chart: their busy note ended "The bars
+    are as measured", pointing at bars nowhere on the page."""
+    from lessons import course
+
+    run = quiet_run()
+    run[3] = step(3, 4.0, 3.9, 12.0)
+    said = []
+    monkeypatch.setattr(course.st, "warning", lambda text, **_: said.append(text))
+    course.busy(run)
+    assert said and said[0].startswith(BUSY) and "bars" not in said[0] and said[0].endswith(
+        "The times are as measured; the work did not change.")
