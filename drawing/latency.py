@@ -190,7 +190,8 @@ def traces_frame(traces: list[StepTrace]) -> pd.DataFrame:
     """One row per step: what the CSV export and the step tables show."""
     return pd.DataFrame([{
         "step": t.step, "phase": t.phase, "cache": t.use_cache, "q_len": t.q_len, "kv_len": t.kv_len,
-        "token": t.token, "token_id": t.token_id, "kv_bytes": t.kv_bytes, "latency_ms": round(t.latency_ms, 3),
+        "token": t.token, "token_id": t.token_id, "kv_bytes": t.kv_bytes, "forward_ms": round(t.forward_ms, 3),
+        "latency_ms": round(t.latency_ms, 3),
         "forward_ms_low": round(t.timing.low_ms, 3), "forward_ms_high": round(t.timing.high_ms, 3),
         "timed_repeats": t.timing.repeats, "flops_estimate": t.flops_estimate, "bytes_estimate": t.bytes_estimate,
     } for t in traces])

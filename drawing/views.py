@@ -25,7 +25,8 @@ from drawing.tokens import next_token_figure, token_chips_html
 
 VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
 VIEWS_WITH_LAYER = ("Attention", "Matmuls")  # the views that draw one layer (the rest, every layer or none)
-STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "latency_ms"]  # the Latency view's table
+STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "forward_ms", "latency_ms"]  # the Latency view's table:
+#   the pass the stage quotes, and the bar's height (the pass and choosing its token)
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,9 @@ def latency(c: StepContext) -> list[Block]:
                     "hides most of the growing work" + (" even with the cache off." if not c.t.use_cache else "."))
     repeats = c.t.timing.repeats
     blocks.append(Block("caption", f"Each bar is the median of {repeats} timed runs of the same pass (whisker: fastest "
-                                   f"to slowest); the run before them is a warm-up, excluded. TTFT is the prefill's "
+                                   f"to slowest) and the time to choose its token: the table's latency_ms, where "
+                                   f"forward_ms is the pass alone, the time the stage quotes. The run before the "
+                                   f"timed ones is a warm-up, excluded. TTFT is the prefill's "
                                    f"bar, TPOT the dotted line. {what} The dashed line is a FLOPs estimate, not a "
                                    "measurement."))
     blocks.append(Block("table", traces_frame(traces)[STEP_COLUMNS], "steps"))

@@ -535,6 +535,14 @@ def test_the_latency_caption_says_what_its_bars_show(cache):
     assert abs(first - decode[:3].mean()) < 0.006 and abs(last - decode[-3:].mean()) < 0.006
     assert ("climb" in words) == (last > 1.25 * first)
     assert abs(ratio - decode[-3:].mean() / decode[:3].mean()) < 0.006  # the factor said, whichever word is beside it
+    # the table under the bars: latency_ms is each bar, forward_ms the pass alone, the time the stage quotes
+    table = next(d.value for d in [*at.dataframe, *at.table] if "latency_ms" in d.value.columns)
+    assert np.allclose(table["latency_ms"], y, atol=0.0006)
+    run = at.session_state["step_run"]
+    assert list(table["forward_ms"]) == [round(t.timing.forward_ms, 3) for t in run.records]
+    assert (table["latency_ms"] >= table["forward_ms"]).all()
+    stage = stage_svg(at)
+    assert f"{run.records[-1].timing.forward_ms:.1f} ms" in stage
 
 
 def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
