@@ -5,6 +5,7 @@ the schedule, prefix sharing, chunking or preemption did; and the pool's books a
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -795,6 +796,10 @@ def test_one_requests_timeline_is_a_frozen_record_of_its_steps_in_order(family_m
                                          "decode loop", "copy back", "detokenize"]
     assert t.prompt_tokens == len(lm.tokenizer("Once upon a time")["input_ids"]) and t.new_tokens == 4
     assert t.per_request_ms == pytest.approx(sum(s.ms for s in t.steps[1:]))  # loading the weights is once per server
+    said = {s.name: s.note for s in t.steps}  # the counts beside each other add up: the prefill chose the first
+    passes = int(re.match(r"(\d+) passes", said["decode loop"]).group(1))
+    new_ids = int(re.match(r"(\d+) new ids", said["copy back"]).group(1))
+    assert new_ids == 4 and passes == new_ids - 1 and "first new token" in said["prefill"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.new_tokens = 5
     doc = json.loads(json.dumps(t.to_dict()))
