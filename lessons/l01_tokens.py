@@ -39,8 +39,9 @@ def show(course: Course) -> None:
     st.markdown("**One request, start to finish**, timed on this server's device:")
     st.html(request_html(course.request(ARTICLE_PROMPT)))
     st.caption("The text is tokenized on the CPU, the ids are copied to the device, one prefill pass (the initiation "
-               "phase) and one decode pass per new token (the generation phase) run there, the new ids are copied "
-               "back and detokenized. Loading the weights happens once per server.")
+               "phase, which chooses the first new token) and one decode pass per new token after it (the "
+               "generation phase) run there, the new ids are copied back and detokenized. Loading the weights "
+               "happens once per server.")
     odds = course.article_odds()
     top = ", ".join(f"{show_piece(piece)} ({p:.0%})" for piece, p in odds["top"])
     said = "; ".join(f"'{w}' {o['p'] * 100:.2g}% (rank {o['rank']:,})" for w, o in odds["words"].items())

@@ -80,8 +80,8 @@ def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16) -> Requ
                     f"{int(lm.spec.parameters):,} parameters, once per server", per_request=False),
         RequestStep("tokenize", "CPU", tok_ms, f"{len(prompt)} characters → {len(ids)} ids"),
         RequestStep("copy to the device", where, to_ms, f"{len(ids)} ids; {copy}"),
-        RequestStep("prefill", where, prefill.latency_ms, f"one pass over {prefill.q_len} positions; it chooses the "
-                    "first new token"),
+        RequestStep("prefill", where, prefill.latency_ms, f"one pass over {prefill.q_len} positions → the first new "
+                    "token"),
         RequestStep("decode loop", where, decode_ms, f"{len(decode)} passes, one per new token after the first"),
         RequestStep("copy back", where, back_ms, f"{len(generated)} new ids; {copy}"),
         RequestStep("detokenize", "CPU", detok_ms, f"{len(generated)} ids → text"),

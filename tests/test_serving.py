@@ -799,7 +799,7 @@ def test_one_requests_timeline_is_a_frozen_record_of_its_steps_in_order(family_m
     said = {s.name: s.note for s in t.steps}  # the counts beside each other add up: the prefill chose the first
     passes = int(re.match(r"(\d+) passes", said["decode loop"]).group(1))
     new_ids = int(re.match(r"(\d+) new ids", said["copy back"]).group(1))
-    assert new_ids == 4 and passes == new_ids - 1 and "first new token" in said["prefill"]
+    assert new_ids == 4 and passes == new_ids - 1 and "the first new token" in said["prefill"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.new_tokens = 5
     doc = json.loads(json.dumps(t.to_dict()))
