@@ -14,7 +14,7 @@ from ui.charts import chart
 from ui.style import scale
 from ui.text import plain
 
-TITLE = "12. Bytes are time: fewer bytes, then time decode and prefill"
+TITLE = "12. Bytes are time: fewer bytes, both phases timed"
 GUESSES = ("decode faster, prefill about the same", "both faster", "neither moves")
 
 
