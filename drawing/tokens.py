@@ -55,6 +55,12 @@ def next_token_figure(t: StepTrace, scale: float = 1.0, height: int = 250) -> go
     return fig
 
 
+PHONE_COLUMN_PX = 370  # the page's column on a 390 px phone
+# wider than that, the grid scrolls sideways, and says so over its first columns (row 0's padding alone showed)
+SWIPE = (".dl-batch::before{content:'⟷ swipe sideways: the batch is wider than the screen';display:block;"
+         "position:sticky;left:0;font-size:0.75rem;color:#555}")
+
+
 def padded_batch_html(pieces: tuple[tuple[str, ...], ...], input_ids, attention_mask) -> str:
     """A left-padded batch as a grid that fits the page's width: one row per prompt, one column per position,
     each cell its token (id under it), padding grey like every masked thing. Cells wrap their text instead of
@@ -78,7 +84,7 @@ def padded_batch_html(pieces: tuple[tuple[str, ...], ...], input_ids, attention_
              "max-width:100%;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom}"
              ".dl-batch small{color:#666}.dl-batch .dl-batch-h{color:#666;"
              "font-family:inherit;background:none}@media (max-width:700px){.dl-batch>div{min-width:"
-             f"{60 + 52 * n}px}}}}</style>")
+             f"{60 + 52 * n}px}}" + (SWIPE if 60 + 52 * n > PHONE_COLUMN_PX else "") + "}</style>")
     grid = (f"<div style='grid-template-columns:4.2em repeat({n}, minmax(0, 1fr))'>"
             + "".join(head + cells) + "</div>")
     return f"{style}<div class='dl-batch' data-testid='dl-batch'>{grid}</div>"

@@ -173,3 +173,17 @@ def test_on_a_phone_every_budget_chart_fits_the_screen_its_title_whole(server, b
     assert any(t.startswith("Damage against the budget") for t in titles), titles
     fits(pg, "budget")
     pg.close()
+
+
+def test_on_a_phone_lesson_7s_batch_says_it_scrolls_sideways_where_it_does(server, browser):
+    """The padded batch is wider than a phone: its first columns are row 0's padding alone, so the grid says it
+    scrolls sideways, as the lessons' other wide pictures do, and scrolls to the last position."""
+    pg = open_page(browser, f"{server}/lessons?lesson=7", *PHONE)
+    pg.locator("[data-testid='dl-batch'] [data-pos]").first.wait_for(timeout=120_000)
+    idle(pg)
+    seen = pg.evaluate("""() => { const g = document.querySelector('[data-testid=dl-batch]');
+      return {scrolls: g.scrollWidth > g.clientWidth + 1, hint: getComputedStyle(g, '::before').content,
+              right: g.getBoundingClientRect().right}; }""")
+    assert seen["scrolls"] and "swipe sideways" in seen["hint"], seen
+    assert seen["right"] <= PHONE[0] + 0.5
+    pg.close()
