@@ -187,6 +187,29 @@ def test_a_ladder_waits_for_the_models_lock_so_no_students_pass_runs_beside_it(b
 
 
 @pytest.mark.slow
+def test_a_student_takes_a_step_while_the_ladder_builds_a_rung(bundled_lm, monkeypatch):
+    """The ladder held the model for each rung's whole build, compile and timing (a minute at 112M on a CPU): a
+    student's step in that minute waited 30 s and failed. It takes the model's turn only to time."""
+    building, go_on, out = threading.Event(), threading.Event(), []
+    real = ladder.build
+
+    def build(rung, lm, seed=0, dtype=None):
+        building.set()
+        assert go_on.wait(60)
+        return real(rung, lm, seed, dtype)
+
+    monkeypatch.setattr(ladder, "build", build)
+    worker = threading.Thread(target=lambda: out.append(ladder.measure_ladder(bundled_lm, ["1M"], tokens=16,
+                                                                              repeats=1)))
+    worker.start()
+    assert building.wait(60)
+    with bundled_lm.turn():  # waits 30 s and raises Busy were the ladder holding the model while it builds
+        go_on.set()
+    worker.join(120)
+    assert out and out[0].rungs
+
+
+@pytest.mark.slow
 def test_a_rungs_weights_are_given_back_after_it_is_measured(bundled_lm, monkeypatch):
     refs = []
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
@@ -497,7 +498,7 @@ class _Warmed:
 
 def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int = REPEATS, passes=None,
                   budget_s: float = BUDGET_S, on_point=None, weights: str | None = None,
-                  compile: bool = True, kinds=KINDS, probe_rounds: bool = True) -> Curve:
+                  compile: bool = True, kinds=KINDS, probe_rounds: bool = True, hold=nullcontext) -> Curve:
     """Time the lean pass over n rows on this rung (see the module docstring): every (kind, n) of `passes`
     (default `every_pass`: the curve; the ladder's other rungs ask for the decode at n = 1 and the prefill of s).
 
@@ -506,7 +507,8 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     `context` positions long (a real prompt's K/V written by one prefill and copied to each: a pass's time does
     not depend on what the cache holds). A batch whose cache would take more than CACHE_SHARE of free memory is
     left out, and says so. on_point(text) is called before each pass. compile=False runs the same pass eagerly
-    (a test's: the same arithmetic, no compile time).
+    (a test's: the same arithmetic, no compile time). `hold()` is entered around each timed round, never around the
+    compiles and warm-ups (the app's ladder passes the model's turn: a student's step waits one round).
     """
     from engine import device as dev
     from engine.forward.lean import LeanLlama, compile_settings, compiled_pass, run_once
@@ -580,10 +582,11 @@ def measure_curve(rlm, label: str, roof: DeviceRoof, context: int, repeats: int 
     rates = RoundRates(device, rlm.dtype) if probe_rounds else None
     rounds = []
     for _ in range(repeats):
-        if rates is not None:  # the bounds probed in this round, beside its passes: a slow minute lands on both
-            rounds.append(rates())
-        for got, r in zip(samples, ready):
-            got.append(run_once(r.fn, r.ids, r.input_pos))
+        with hold():
+            if rates is not None:  # the bounds probed in this round, beside its passes: a slow minute lands on both
+                rounds.append(rates())
+            for got, r in zip(samples, ready):
+                got.append(run_once(r.fn, r.ids, r.input_pos))
     del rates
     points = []
     for got, r in zip(samples, ready):

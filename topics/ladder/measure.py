@@ -33,7 +33,10 @@ serves the largest rung with (physics.machine.serving_threads: all cores but one
 the same machine needs; one on a 2-core VM), so a rung's step costs what the app's own pass of that size would.
 (Two threads on two shared cores let a matmul's median rate drift well below its best: docs/measurements.md has
 the figures.) The count is set only while the ladder holds
-the model's lock, and restored before it lets go: no student's pass runs beside a timing, or sees the change.
+the model's lock, and restored before it lets go: no student's pass runs beside a timing, or sees the change. The
+lock is held a measurement or a round at a time, never while a rung is built or compiled (inductor's kernels are
+compiled for the same threads: torch_internals.inductor_cpu_threads), so a student's step waits seconds, not the
+rung's minute.
 A random rung's weights are stored [out, in], as a checkpoint stores them: the layout the lean pass's one-row
 kernel streams (engine/forward/streamed.py), shared by the readable pass.
 
@@ -47,7 +50,7 @@ asking at once share one build; `again=True` measures anew.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
@@ -55,6 +58,7 @@ from typing import Callable
 
 import torch
 
+from engine import torch_internals
 from engine.errors import StepError
 from engine.load.loaded import LoadedModel
 from engine.timing import now
@@ -185,7 +189,7 @@ def measure_rung(rung: Rung, rlm: LoadedModel, prompt: str, roof, repeats: int, 
 
 def lean_passes(result: RungResult, rlm: LoadedModel, prompt: str, roof, repeats: int, curve: bool, lean: bool,
                 recipe: bool, on_point=None, compile: bool | None = None, passes=None,
-                kinds=("prefill", "batch")) -> RungResult:
+                kinds=("prefill", "batch"), hold=nullcontext) -> RungResult:
     """The rung's lean passes, added to its result, measured once (never timed again with the readable ones):
 
         gpt-fast's pass (engine.forward.lean), where it covers the family: over n = 1, 2, 4, … rows where `curve`
@@ -200,7 +204,8 @@ def lean_passes(result: RungResult, rlm: LoadedModel, prompt: str, roof, repeats
     compile_ms = dict(result.compile_ms or {})
     if (curve or lean) and lean_supports(rlm) is None:
         rows = measure_curve(rlm, result.label, roof, s, repeats, passes=passes if curve else [(DECODE, 1), ("prefill", s)],
-                             on_point=on_point, weights=result.weights, compile=compile is not False, kinds=kinds)
+                             on_point=on_point, weights=result.weights, compile=compile is not False, kinds=kinds,
+                             hold=hold)
         one = next(iter(rows.of(DECODE)), None) or next(p for p in rows.of("batch") if p.rows == 1)
         full = next((p for p in rows.of("prefill") if p.rows == s), None)
         out["lean"] = Measured.of("decode (lean)", 1, s, 1, one.timing(), dec.flops, dec.bytes_moved, roof, rows.path)
@@ -213,7 +218,8 @@ def lean_passes(result: RungResult, rlm: LoadedModel, prompt: str, roof, repeats
         from physics.compiled import time_recipe
 
         tokens = rlm.tokenizer(prompt, return_tensors="pt")["input_ids"][:, :s]
-        timing, warm_ms, how = time_recipe(rlm, tokens, repeats=repeats)
+        with hold():  # its compile too: transformers' recipe compiles and times in one call
+            timing, warm_ms, how = time_recipe(rlm, tokens, repeats=repeats)
         out["recipe"] = Measured.of("decode (recipe)", 1, s, 1, timing, dec.flops, dec.bytes_moved, roof, how)
         compile_ms["recipe"] = warm_ms
     return replace(result, **out, compile_ms=compile_ms or None)
@@ -283,10 +289,21 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
     with lm.turn(), serving_cores(largest) as threads:
         first = probe(lm.device, dtype, budget_s=PROBE_S)
         described = machine.describe(lm.device)
-    results = []
-    for rung, w in zip(rungs, work):
-        say(done, f"{rung.label}: building ({rung.weights})…")
+    @contextmanager
+    def turn():  # the timed work: in the model's turn, as a student's step takes it, on the rungs' threads
         with lm.turn(), serving_cores(largest):
+            yield
+
+    def held(measure, *args, **kw):
+        with turn():
+            return measure(*args, **kw)
+
+    results = []
+    with torch_internals.inductor_cpu_threads(machine.serving_threads(int(largest))):  # compiled as timed
+        for rung, w in zip(rungs, work):
+            # built and compiled outside the model's turn, timed in it a measurement (or round) at a time: a
+            # student's step waits seconds, not the rung's minute of building and compiling
+            say(done, f"{rung.label}: building ({rung.weights})…")
             t0 = now()
             rlm = build(rung, lm, seed, dtype)
             build_ms = (now() - t0) * 1e3
@@ -295,17 +312,17 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
             try:
                 say(done + 0.1 * w * share, f"{rung.label}: prefill of {tokens} tokens, decode with the cache on and "
                                             "off…")
-                result = steady(partial(measure_rung, rung, rlm, prompt, first, repeats, lean, build_ms,
+                result = steady(partial(held, measure_rung, rung, rlm, prompt, first, repeats, lean, build_ms,
                                         compile=compile), partial(say, done + 0.3 * w * share))
                 if rows or lean or timed:
                     result = lean_passes(result, rlm, prompt, first, repeats, curve=rows, lean=lean, recipe=timed,
                                          on_point=partial(say, done + 0.5 * w * share), compile=compile,
-                                         passes=curve_passes, kinds=curve_kinds)
+                                         passes=curve_passes, kinds=curve_kinds, hold=turn)
                 results.append(result)
             finally:
                 del rlm
                 machine.release_memory()  # the next rung, and every student, gets the memory back
-        done += w * share
+            done += w * share
     say(done, "measuring the roofline again: the roof is the best of the two probes…")
     with lm.turn(), serving_cores(largest):
         # the best of the two probes, kept as this server's roof (every page quotes it: one ridge per device)
