@@ -44,7 +44,7 @@ def show(course: Course) -> None:
         course.takeaway(first, f"The same weights, {halved}: predict what a decode step and a prefill do with half "
                                "the bytes, then read what they did.")
     if guess is None:
-        st.caption(plain(f"Choose a prediction to see the measurement: the {rec.rung}'s weights"
+        st.caption(plain(f"Choose a prediction to see the measurement: the {rec.named}'s weights"
                          + (f", {halved}," if fp32 is not None and bf16 is not None else "")
                          + f" timed on {rec.device}."))
         return

@@ -760,6 +760,12 @@ def test_the_shipped_recording_reads_back_with_every_storage_the_line_and_the_da
     for d in rec.damage:
         if d.storage == "fp32":
             assert d.agree == (1.0,) * len(d.agree) and max(d.kl) == 0.0
+    # named as the ladder names the rung of the same parameters ("the 110M rung" in lesson 12 was lesson 3's 112M)
+    from topics.ladder.store import recorded_ladders
+
+    same = [r for lad in recorded_ladders() if "cuda" not in lad.device for r in lad.rungs
+            if r.parameters == rec.parameters]
+    assert same and rec.named == f"{same[0].label} rung" and rec.named in draw.where(rec)
 
 
 def test_bf16_damage_on_the_bundled_llama_is_the_recorded_figure(lm):

@@ -374,12 +374,12 @@ def other_recording(rec: Record, curve) -> str:
 
 def measured_on(rec: Record) -> str:
     """Where and when, in a line: what a picture's caption says when `where`'s whole paragraph is folded away."""
-    return f"{rec.rung} on {rec.device}, measured {rec.measured_at[:16].replace('T', ' ')} UTC"
+    return f"{rec.named} on {rec.device}, measured {rec.measured_at[:16].replace('T', ' ')} UTC"
 
 
 def where(rec: Record) -> str:
     load = f", load average {rec.load[0]:.1f} → {rec.load[1]:.1f} on its cores" if rec.load else ""
-    return (f"{rec.rung} ({rec.parameters / 1e6:,.0f} M parameters) on {rec.device}, {rec.threads} thread"
+    return (f"{rec.named} ({rec.parameters:,} parameters) on {rec.device}, {rec.threads} thread"
             f"{'s' if rec.threads > 1 else ''}{load}; {PATH}; {len(rec.rounds)} rounds, the roof probed in each; "
             f"measured {rec.measured_at[:16].replace('T', ' ')} UTC")
 

@@ -204,6 +204,16 @@ class Record:
     notes: tuple = ()
     reference: str = "fp32"  # the storage every ratio is taken against (a GPU's: the bf16 model)
 
+    @property
+    def named(self) -> str:
+        """The rung as the ladder names it, by its parameters ('112M rung'), not by the size it was asked for
+        ('110M rung', 112 M parameters once built); a shape keeps its name ('Llama-3-8B shape')."""
+        if not self.rung.endswith(" rung"):
+            return self.rung
+        from physics.rungs import short_count
+
+        return f"{short_count(self.parameters)} rung"
+
     def get(self, storage: str, kind: str, context: int | None = None) -> Pass | None:
         return next((p for p in self.passes if p.storage == storage and p.kind == kind
                      and (context is None or p.context == context)), None)
