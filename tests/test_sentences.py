@@ -52,6 +52,6 @@ def test_the_prefill_lesson_judges_its_busy_note_from_the_prefill_it_quotes(monk
     from tests.test_lessons import lesson
 
     judged = []
-    monkeypatch.setattr(course.caveats, "latency_note", lambda traces: judged.append([t.phase for t in traces]))
+    monkeypatch.setattr(course.caveats, "latency_note", lambda traces, *_: judged.append([t.phase for t in traces]))
     lesson(2)
     assert judged and all(phases == ["prefill"] for phases in judged), judged
