@@ -6,15 +6,16 @@ from __future__ import annotations
 import math
 
 
-def human_bytes(n: float) -> str:
-    """'512 B', '3.0 KiB', '1.5 MiB', '16.0 GiB': binary units everywhere (the KV calculator, the stage, the CLI)."""
+def human_bytes(n: float, decimals: int = 1) -> str:
+    """'512 B', '3.0 KiB', '1.5 MiB', '16.0 GiB': binary units everywhere (the KV calculator, the stage, the CLI).
+    decimals=2 where figures side by side must keep their ratio ('1.97 GiB' and '3.94 GiB', not 2.0 and 3.9)."""
     if not math.isfinite(n):
         return str(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
+            return f"{n:,.{decimals}f} {unit}" if unit != "B" else f"{n:,.0f} B"
         n /= 1024
-    return f"{n:.1f}"
+    return f"{n:.{decimals}f}"
 
 
 def human_flops(x: float) -> str:

@@ -563,3 +563,25 @@ def test_lesson_9_never_lets_the_draft_model_draft_for_itself(monkeypatch):
     assert any("is the bundled draft model (tinystories-draft) itself" in w.value for w in at.warning)
     at.sidebar.selectbox(key="side_model").set_value("tinystories-llama").run(timeout=300)  # the click after
     assert not any("itself" in w.value for w in at.warning)
+
+
+def test_lesson_8s_table_gives_the_mha_column_as_its_models_head_ratio_times_the_kv_column(shown):
+    """Gemma-2-9b read 2.0 GiB beside 3.9 GiB as MHA: exactly ×2 (16 query heads over 8 KV heads), printed as
+    less. Read back from the page, every row's two figures keep the ratio of its heads, from the published configs."""
+    from physics.kvcalc import from_table
+
+    at = shown(8)
+    table = next(d.value for d in at.dataframe if "model" in d.value.columns and "attention" in d.value.columns)
+    kv = next(c for c in table.columns if c.startswith("KV for "))
+    mha = next(c for c in table.columns if c.startswith("same model as MHA"))
+
+    def gib(text: str) -> float:
+        value, unit = text.split()
+        return float(value) * {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1, "TiB": 2**10}[unit]
+
+    for _, row in table.iterrows():
+        spec = from_table(row["model"])
+        if spec.attention != "GQA":
+            continue
+        want = spec.heads / spec.kv_heads
+        assert gib(row[mha]) / gib(row[kv]) == pytest.approx(want, rel=0.005 / gib(row[kv]) + 1e-9), row.to_dict()

@@ -51,9 +51,11 @@ def compare_frame(names: list[str], tokens: int, elem_bytes: float = 2.0) -> pd.
     for name in names:
         a = from_table(name)
         rows.append({"model": name,  # the sizes first: on a phone the columns past its width scroll out of view
-                     f"KV for {tokens:,} tokens": human_bytes(a.kv_bytes(tokens, 1, elem_bytes)),
+                     # two decimals: the MHA column is the first times query over KV heads, and must read so
+                     f"KV for {tokens:,} tokens": human_bytes(a.kv_bytes(tokens, 1, elem_bytes), 2),
                      "KV per token (fp16, estimate)": human_bytes(a.kv_bytes_per_token(elem_bytes)),
-                     f"same model as MHA, {tokens:,} tokens": human_bytes(a.as_mha().kv_bytes(tokens, 1, elem_bytes)),
+                     f"same model as MHA, {tokens:,} tokens": human_bytes(a.as_mha().kv_bytes(tokens, 1, elem_bytes),
+                                                                          2),
                      "attention": f"{a.attention} ({a.heads} query / {a.kv_heads} KV heads)"
                      + (f", {a.sliding_layers} sliding layers" if a.sliding_layers else ""),
                      "reads at most": f"{a.max_positions:,} positions" if a.max_positions else "not published"})
