@@ -6,6 +6,7 @@ The core's device helpers (pick the device and dtype, wait for it, the memory fr
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 
@@ -88,3 +89,15 @@ def use_serving_threads(parameters: int) -> int:
     n = serving_threads(parameters)
     torch.set_num_threads(n)
     return n
+
+
+@contextmanager
+def serving_cores(parameters: float):
+    """torch's intra-op threads as the app serves a model of this many parameters (`serving_threads`), restored
+    afterwards (process-wide: hold the model's turn while they are set)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(serving_threads(int(parameters)))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

@@ -6,7 +6,7 @@ Nearly every part of the engine takes one: load it with engine.load.load.load_mo
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -82,3 +82,19 @@ class LoadedModel:
                 self.lock.release()
         finally:
             self.slots.release()
+
+    @contextmanager
+    def background_turn(self, tries: int = 60):
+        """The turn a background measurement takes, a round at a time: a step's (`turn`), asked again while
+        students' steps keep the model busy, so the job waits its turn instead of failing on a busy moment."""
+        for attempt in range(tries):
+            held = ExitStack()
+            try:
+                held.enter_context(self.turn())
+            except Busy:
+                if attempt == tries - 1:
+                    raise
+                continue
+            with held:
+                yield
+            return

@@ -41,13 +41,9 @@ def main(args) -> int:
                                  deadline=deadline)
         return _report(rec, args.json)
     rlm = rung_model(lm, args.size or "110M", dtype=torch.float32)
-    before = torch.get_num_threads()
-    torch.set_num_threads(machine.serving_threads(int(rlm.spec.parameters)))
-    try:
+    with machine.serving_cores(rlm.spec.parameters):
         rec = measure.record(rlm, f"{args.size or '110M'} rung", command=command, rounds=args.rounds or measure.ROUNDS,
                              contexts=tuple(args.contexts or measure.CONTEXTS), on_point=say, deadline=deadline)
-    finally:
-        torch.set_num_threads(before)
     return _report(rec, args.json)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
 
 from engine.paths import ASSETS
@@ -63,28 +63,9 @@ def job() -> Job | None:
     return _JOB
 
 
-@contextmanager
-def patient(turn, tries: int = 60):
-    """`turn()` entered, asked again while students' steps keep the model busy (engine.errors.Busy, after its wait):
-    the job waits its turn, a round at a time, instead of failing on a busy moment."""
-    from engine.errors import Busy
-
-    for attempt in range(tries):
-        held = ExitStack()
-        try:
-            held.enter_context(turn())
-        except Busy:
-            if attempt == tries - 1:
-                raise
-            continue
-        with held:
-            yield
-        return
-
-
 def start(lm, size: str = "110M") -> Job:
     """Measure on this server (one at a time, per process): the rung grown from lm, each round timed in the
-    model's turn (lm.turn), so students' steps run between rounds and never beside a timing."""
+    model's turn (lm.background_turn), so students' steps run between rounds and never beside a timing."""
     global _JOB
     with _LOCK:
         if _JOB is not None and not _JOB.done.is_set():
@@ -107,17 +88,12 @@ def start(lm, size: str = "110M") -> Job:
 
             @contextmanager
             def turn():  # each round: the model's turn, as a student's step takes it, on the rung's threads
-                with lm.turn():
-                    before = torch.get_num_threads()
-                    torch.set_num_threads(machine.serving_threads(int(rlm.spec.parameters)))
-                    try:
-                        yield
-                    finally:
-                        torch.set_num_threads(before)
+                with lm.background_turn(), machine.serving_cores(rlm.spec.parameters):
+                    yield
 
             with inductor_cpu_threads(machine.serving_threads(int(rlm.spec.parameters))):  # compiled as timed
                 j.result = measure.record(rlm, f"{size} rung", command="the Scale page's button", on_point=say,
-                                          hold=lambda: patient(turn))
+                                          hold=turn)
         except BaseException as e:  # noqa: BLE001 - shown on the page, never lost in a thread
             j.error = e
         finally:

@@ -63,6 +63,7 @@ from engine.errors import StepError
 from engine.load.loaded import LoadedModel
 from engine.timing import now
 from physics import machine
+from physics.machine import serving_cores
 from physics.rungs import RANDOM_WEIGHTS, Rung, build, model_name, plan, timing_dtype
 from topics.ladder.record import Ladder, Measured, RungResult
 
@@ -78,18 +79,6 @@ RETIME_SPREAD = 1.4  # a rung whose prefill or decode repeats spread wider (slow
 CURVE_MIN = 100e6  # the curve's rung has at least this many parameters (a smaller step is launch- and Python-bound)
 RETIMES = 1  # ...at most this many more times (a ladder on a busy server takes twice as long, not more), and its
 #               steadiest measurement kept
-
-
-@contextmanager
-def serving_cores(parameters: float):
-    """torch's intra-op threads as the app serves a model of this many parameters (physics.machine.serving_threads:
-    all cores but one for a large model, the browser's), restored afterwards (process-wide: hold the model's lock)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(machine.serving_threads(int(parameters)))
-    try:
-        yield torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
 
 
 def rss_bytes() -> int:
@@ -291,7 +280,7 @@ def measure_ladder(lm: LoadedModel, sizes=None, tokens: int | None = None, repea
         described = machine.describe(lm.device)
     @contextmanager
     def turn():  # the timed work: in the model's turn, as a student's step takes it, on the rungs' threads
-        with lm.turn(), serving_cores(largest):
+        with lm.background_turn(), serving_cores(largest):
             yield
 
     def held(measure, *args, **kw):
