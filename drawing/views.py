@@ -25,8 +25,9 @@ from drawing.tokens import next_token_figure, token_chips_html
 
 VIEWS = ("Attention", "Next token", "Matmuls", "Shapes", "KV cache", "Latency", "Tokens")
 VIEWS_WITH_LAYER = ("Attention", "Matmuls")  # the views that draw one layer (the rest, every layer or none)
-STEP_COLUMNS = ["step", "phase", "q_len", "kv_len", "token", "forward_ms", "latency_ms"]  # the Latency view's table:
-#   the pass the stage quotes, and the bar's height (the pass and choosing its token)
+STEP_COLUMNS = ["step", "phase", "token", "latency_ms", "forward_ms", "q_len", "kv_len"]  # the Latency view's table:
+#   the bar's height (the pass and choosing its token), then the pass the stage quotes; the times before the shapes,
+#   so a phone shows them without scrolling the table
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@ tests/test_browser_phone.py."""
 
 from __future__ import annotations
 
+import base64
+import re
+
 import pytest
 
 from tests.test_browser import idle, inside, open_page
@@ -26,8 +29,17 @@ def test_pool_and_timeline_fit_the_first_screen_of_a_projector(server, browser, 
     assert f"after step {steps - 1}" in pool.get_attribute("alt")
     assert inside(pg, pool) and inside(pg, timeline), (pool.bounding_box(), timeline.bounding_box())
     assert pg.locator("[data-testid=dl-pass] img:visible").get_attribute("alt").startswith(f"step {steps - 1}: one forward pass")
+    for picture in ("dl-pool", "dl-pass", "dl-timeline"):  # read from the back of a room: no word under 13 px
+        assert smallest_px(pg.locator(f"[data-testid={picture}] img:visible")) >= 13, picture
     assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
     pg.close()
+
+
+def smallest_px(img) -> float:
+    """The smallest font size an <img>'s SVG draws, in screen pixels at the width it is shown."""
+    svg = base64.b64decode(img.get_attribute("src").split("base64,", 1)[1]).decode()
+    units = float(re.search(r'viewBox="0 0 ([\d.]+)', svg).group(1))
+    return min(float(f) for f in re.findall(r'font-size="([\d.]+)"', svg)) * img.bounding_box()["width"] / units
 
 
 def test_after_picking_a_scenario_the_keys_are_shortcuts_and_run_to_end_finishes_it(server, browser):

@@ -124,7 +124,7 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int, width: int = HA
         if cached:  # no table holds it, its prefix is kept for a later request: free to evict
             out.append(f'<rect x="{x + 2:.1f}" y="{y + 2:.1f}" width="{cw - 4:.1f}" height="{ch - 4:.1f}" rx="4" '
                        f'fill="{CACHED}" stroke="#555" stroke-width="1.6" stroke-dasharray="4 3"/>')
-            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 11, "middle", INK, "bold", MONO))
+            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 12, "middle", INK, "bold", MONO))
             out.append("</g>")
             continue
         out.append(f'<rect x="{x + 2:.1f}" y="{y + 2:.1f}" width="{cw - 4:.1f}" height="{ch - 4:.1f}" rx="4" '
@@ -140,7 +140,7 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int, width: int = HA
             label = who[0] if len(who) == 1 else f"×{len(who)}"
             out.append(_t(x + cw / 2, y + ch / 2 + 6, label, 13, "middle", INK, "bold", MONO))
         else:
-            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 10 if room is None else 11, "middle", "#999",
+            out.append(_t(x + cw / 2, y + ch / 2 + 5, str(b), 12, "middle", "#999",
                           family=MONO))
         out.append("</g>")
     y = y0 + -(-num_blocks // cols) * ch + 4
@@ -173,12 +173,12 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int, width: int = HA
             out.append(f'<rect x="{bx:.1f}" y="{by + 3:.1f}" width="{bw - 3}" height="21" rx="3" '
                        f'fill="{request_colour(owners[block][0])}" fill-opacity="0.35" '
                        f'stroke="{"#222" if shared else "#999"}" stroke-width="{2.5 if shared else 1}"/>')
-            out.append(_t(bx + (bw - 3) / 2, by + 18, str(block), 10 if room is None else 11, "middle", INK,
+            out.append(_t(bx + (bw - 3) / 2, by + 18, str(block), 12, "middle", INK,
                           family=MONO))
         last_row = max(len(shown) - 1, 0) // per_row
         y += last_row * 26
         extra = f" (+{len(table) - len(shown)})" if len(table) > len(shown) else ""
-        out.append(_t(x0 + 44 + (len(shown) - last_row * per_row) * bw, y + 18, f"{held.get(rid, 0)} pos{extra}", 11,
+        out.append(_t(x0 + 44 + (len(shown) - last_row * per_row) * bw, y + 18, f"{held.get(rid, 0)} pos{extra}", 12,
                       fill=SOFT))
         out.append("</g>")
         y += 26
@@ -199,10 +199,10 @@ def _pool_key(x: float, y: float, width: float) -> tuple[str, float]:
              (f'<rect {sw} fill="#fff" stroke="#bbb"/>', "free")]
     out, at, top = ['<g data-role="pool-key">'], x, y
     for swatch, name in items:
-        if at > x and at + 21 + text_width(name, 11) > width:
-            at, y = x, y + 18
-        out.append(swatch.format(x=at, y=y) + _t(at + 21, y + 11, name, 11, fill=SOFT))
-        at += 36 + len(name) * 6.8
+        if at > x and at + 21 + text_width(name, 12) > width:
+            at, y = x, y + 19
+        out.append(swatch.format(x=at, y=y) + _t(at + 21, y + 11, name, 12, fill=SOFT))
+        at += 36 + len(name) * 7.4  # Source Sans's advance (text_width above is the widest fallback font's)
     return "".join(out) + "</g>", y - top
 
 
@@ -290,7 +290,7 @@ def pass_svg(step: ServingStep, d_model: int, width: int = HALF) -> str:
             at = x0 + 92 + (i % per_row) * 40
             out.append(f'<rect x="{at}" y="{y - 13}" width="36" height="19" rx="4" '
                        f'fill="{request_colour(rid)}" fill-opacity="{0.3 if name == "done" else 0.85}"/>'
-                       + _t(at + 18, y + 1, rid, 11, "middle", INK, "bold", MONO))
+                       + _t(at + 18, y + 1, rid, 12, "middle", INK, "bold", MONO))
         if not ids:
             out.append(_t(x0 + 92, y + 2, "—", 12, fill=SOFT))
         out.append("</g>")
