@@ -87,7 +87,9 @@ def show(course: Course) -> None:
         one = _one_row(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
         verify = r.target.timing
         ratio = verify.forward_ms / one.forward_ms
-        with st.expander(f"The bet, measured here: {r.q_len} rows in one pass cost ×{ratio:.2f} one row"):
+        spread = (f" (runs ×{verify.low_ms / one.high_ms:.2f}–×{verify.high_ms / one.low_ms:.2f})"  # the title's
+                  if verify.repeats > 1 and one.repeats > 1 else "")  # ratio with its spread: a busy one reads as such
+        with st.expander(f"The bet, measured here: {r.q_len} rows in one pass cost ×{ratio:.2f} one row{spread}"):
             st.markdown(rows_cost_sentence(r.q_len, verify, one, speculator.tokens_per_target_pass))
     with st.expander("Why the output is exactly the model's own, greedy or sampled"):
         st.markdown("Every kept token is one the model itself would have chosen at that position: the verify pass "

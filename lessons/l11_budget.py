@@ -39,7 +39,7 @@ def show(course: Course) -> None:
     long = kvcalc.from_table(LONG)
     tokens = long.max_positions
     st.markdown(
-        f"Lesson 8's caches do not fit: {long.name} filling its {tokens // 1024} K-token context holds "
+        f"Lesson 8 counted a cache's bytes; a long context's do not fit: {long.name} filling its {tokens // 1024} K-token context holds "
         f"{human_bytes(long.kv_bytes(tokens, 1, 2.0))} of keys and values in bf16 (an estimate from its config), a "
         f"sequence. Servers answer in two ways. **Quantize**: store each number in fewer bits (8, or 4), keeping the newest positions exact. "
         f"**Evict**: hold at most B positions and forget the rest: the last B (a *window*), or the ones attention "

@@ -546,7 +546,7 @@ def test_a_step_split_into_its_products_and_the_rest_says_which_shrank_with_the_
     assert "the kernel that reads them" not in draw.decode_sentence(split)  # the split says which part it was
     said = draw.products_sentence(split)
     assert "fp32's step spent 20.0 ms of the 22.5 ms a profiled call took" in said
-    assert "the table's 22.0 ms is the step unprofiled" in said  # the two figures a reader compares, both named
+    assert "unprofiled, the step took 22.0 ms" in said  # the two figures a reader compares, both named
     assert "Not split" not in said  # every storage's step was
     int4 = dataclasses.replace(split, passes=split.passes + (Pass("int4", "decode", 1, 130, 50_000_000, 24576 * 130,
                                                                   2e8, (8.0,) * 3, 8.0),))
@@ -621,7 +621,8 @@ def test_computed_figures_are_called_estimates_and_int4s_rounded_inputs_are_said
     rec = synthetic({"fp32": 20.0, "bf16": 10.0, "int4": 8.0}, {"fp32": 500.0, "bf16": 500.0, "int4": 460.0}, CTX)
     cols = list(draw.storage_frame(synthetic({"fp32": 20.0}, {"fp32": 500.0}, CTX)).columns)
     assert "decode bound ms (estimate)" in cols and "prefill bound ms (estimate)" in cols
-    assert draw.short_header("decode bound ms (estimate)") == "bound ms (est.)"  # beside 'decode ms'
+    assert draw.short_header("decode bound ms (estimate)") == "memory bound ms (est.)"  # beside 'decode ms'
+    assert len({draw.short_header(c) for c in cols}) == len(cols)  # no two columns headed alike
     assert list(draw.storage_frame(rec).columns).index("decode bound ms (estimate)") == list(
         draw.storage_frame(rec).columns).index("decode ms") + 1  # so a short 'bound' header reads as decode's
     assert "its bound (estimate)" in [t.name for t in figures.storage_figure(rec).data]

@@ -386,8 +386,8 @@ def test_lesson_9_says_the_measured_ratio_of_its_bet_and_what_it_implies_without
     ×1.14, "do not cost 'little more'" at ×1.16)."""
     at = lesson_9
     title = next(e.label for e in at.expander if e.label.startswith("The bet, measured here"))
-    rows, ratio = re.fullmatch(r"The bet, measured here: (\d+) rows in one pass cost ×([\d.]+) one row",
-                               title).groups()
+    rows, ratio, runs = re.fullmatch(r"The bet, measured here: (\d+) rows in one pass cost ×([\d.]+) one row"
+                                     r"(?: \(runs (×[\d.]+–×[\d.]+)\))?", title).groups()
     said = next(m.value for m in at.markdown if m.value.startswith("Measured here: the verify pass"))
     found = re.search(r"fed (\d+) rows in ([\d.]+) ms; one plain decode step on the same cache feeds 1 row in "
                       r"([\d.]+) ms \(×([\d.]+); medians of (\d+) and (\d+) timed runs, warm-up excluded: across "
@@ -398,6 +398,7 @@ def test_lesson_9_says_the_measured_ratio_of_its_bet_and_what_it_implies_without
     assert abs(many / one - float(ratio)) < 0.01 * float(ratio) + 0.006  # the times printed give the ratio printed
     low, high = float(found.group(7)), float(found.group(8))
     assert low <= float(ratio) <= high
+    assert runs == f"×{found.group(7)}–×{found.group(8)}"  # the title carries the ratio's spread, as the sentence
     breakeven = re.search(r"a round pays only if its verify pass yields more than ([\d.]+) tokens", said)
     assert breakeven and breakeven.group(1) == ratio, said  # the ratio, read as what it implies
     yielded = re.search(r"This run's verify passes yielded ([\d.]+) tokens each", said)

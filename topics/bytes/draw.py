@@ -53,9 +53,10 @@ def storage_frame(rec: Record) -> pd.DataFrame:
 def short_header(column: str) -> str:
     """A storage_frame column's header as the page shows it (the full name in its help), short enough that a
     projector shows every column: 'predicted × fp32 (bytes)' → 'predicted (bytes)', 'decode in kernels ms' → 'in
-    kernels ms', 'decode bound ms (estimate)' → 'bound ms (est.)' (it stands beside its phase's own ms)."""
+    kernels ms', 'decode bound ms (estimate)' → 'memory bound ms (est.)', the prefill's 'compute bound ms (est.)' (each
+    beside its phase's own ms, and named by the bound it is: decode's memory, prefill's compute)."""
     return (re.sub(r"^predicted × .+ \(([^)]*)\)$", r"predicted (\1)", column).replace("decode in kernels", "in kernels")
-            .replace(" (estimate)", " (est.)").replace("decode bound", "bound").replace("prefill bound", "bound"))
+            .replace(" (estimate)", " (est.)").replace("decode bound", "memory bound").replace("prefill bound", "compute bound"))
 
 
 def damage_frame(rec: Record) -> pd.DataFrame:
@@ -146,7 +147,7 @@ def decode_sentence(rec: Record) -> str:
     read = sorted(r.read for r in rec.rounds)[len(rec.rounds) // 2]
     out = ("A decode step reads every weight once for one token: its bound is its bytes over the read rate "
            f"({read / 1e9:.1f} GB/s, a buffer no cache holds, read each round). Each storage's step over that bound (its median over the "
-           "bound's, the table's two columns), and the rate its weights were read at: " + ", ".join(out) + ".")
+           "bound's), and the rate its weights were read at: " + ", ".join(out) + ".")
     if _timed_apart(rec):  # which part shrank with the bytes is said by products_sentence
         return out
     return out + " Where the ratio grows as the bytes shrink, the kernel that reads them, not the memory, sets the time."
@@ -177,8 +178,8 @@ def products_sentence(rec: Record) -> str:
     rest = {s: p.outside_ms for s, p in ((rec.reference, ref), *split)}
     out = (f"Not all of a step is its products. Inside inductor's compiled kernels (the products, fused with the "
            f"norms; three profiled calls each, after the rounds) {rec.reference}'s step spent {ref.kernels_ms:.1f} ms "
-           f"of the {ref.profiled_ms:.1f} ms a profiled call took (the profiler adds its own time: the table's "
-           f"{ref.median_ms:.1f} ms is the step unprofiled), and each other storage's, against that: {parts}. "
+           f"of the {ref.profiled_ms:.1f} ms a profiled call took (the profiler adds its own time: unprofiled, the "
+           f"step took {ref.median_ms:.1f} ms), and each other storage's, against that: {parts}. "
            "Where a storage's products take more than its bytes' "
            "share, its kernel, not the memory, sets their time. Outside the kernels (the attention's call, the "
            "Python that calls each kernel, the profiler's own bookkeeping): "
