@@ -162,10 +162,14 @@ def show(beside_curve=None) -> None:
         "share of its roof (measured)": st.column_config.TextColumn("share of its roof",
                                                                     help="the larger bound over the measured time"),
         "measured ms (median)": st.column_config.NumberColumn("measured ms", help="median of the timed repeats"),
-        "memory bound ms (bytes / bandwidth)": st.column_config.NumberColumn("memory bound", help="ms: bytes / bandwidth"),
-        "compute bound ms (FLOPs / peak)": st.column_config.NumberColumn("compute bound", help="ms: FLOPs / peak"),
+        "memory bound ms (bytes / bandwidth)": st.column_config.NumberColumn("memory ms (est.)",
+                                                                             help="the memory bound, in ms: bytes / "
+                                                                                  "bandwidth, an estimate"),
+        "compute bound ms (FLOPs / peak)": st.column_config.NumberColumn("compute ms (est.)",
+                                                                           help="the compute bound, in ms: FLOPs / "
+                                                                                "peak, an estimate"),
         "measured / larger bound": st.column_config.NumberColumn("× bound", help="measured / the larger bound"),
-        "FLOP/byte (estimate)": st.column_config.NumberColumn("FLOP/byte", help="arithmetic intensity (estimate)"),
+        "FLOP/byte (estimate)": st.column_config.NumberColumn("FLOP/byte (est.)", help="arithmetic intensity (estimate)"),
     }
     HERE, BESIDE = "this device (measured)", " (predicted beside it)"
     r1, r2 = st.columns([2, 1])
