@@ -349,6 +349,10 @@ def follower_page() -> None:
     code = _join(raw) if raw else None
     if code is None:
         title.subheader("Follow the lecturer")
+        if not classroom().enabled:  # no class can run here: say so before a student types a code in vain
+            st.info("Follow is off on this server: no class can be started here, so no code will join one. The "
+                    "other pages work as usual.")
+            return
         st.caption("Open the link on the projector, or type the class code it shows.")
         _code_box()
         return

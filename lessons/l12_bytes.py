@@ -25,7 +25,7 @@ def show(course: Course) -> None:
         "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter; int4: an eighth), keep "
         "the arithmetic in fp32 (weight-only, as gpt-fast does; torch's int4 kernel takes bf16 inputs), and time "
         "both: whether the time follows the bytes is the test. **Predict first.**")
-    guess = st.radio("your prediction: with half the bytes…", GUESSES, index=None, horizontal=True,
+    guess = st.radio("predict: with half the bytes…", GUESSES, index=None, horizontal=True,
                      key="lesson12_guess", persist_state="session")
     rec, source = shown()
     j = bytes_store.job()
@@ -49,8 +49,9 @@ def show(course: Course) -> None:
                          + f" timed on {rec.device}."))
         return
     held = draw.prediction_held(rec)  # the answer first: on a projector it is on the screen with the chart
-    st.markdown(plain(f"You predicted: {guess}. What bf16 did, measured: {held}"
-                      + (" (your prediction held)." if held == guess else ".")))
+    # "predicted", not "you predicted": a class following the lecturer sees the lecturer's pick, not its own
+    st.markdown(plain(f"Predicted: {guess}. What bf16 did, measured: {held}"
+                      + (" (the prediction held)." if held == guess else ".")))
     chart(figures.storage_figure(rec, scale=scale()), "lesson12_storage")
     st.caption(plain(f"{source}: {draw.measured_on(rec)}."))
     st.markdown(plain(draw.storage_sentence(rec)))

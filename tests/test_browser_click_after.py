@@ -184,8 +184,8 @@ def test_a_lessons_choice_is_kept_after_next_and_previous_in_a_browser(server, b
     idle(pg)
     pg.locator(".st-key-lesson12_guess").get_by_text("both faster", exact=True).click()
     idle(pg)
-    expect(pg.get_by_text("You predicted: both faster")).to_be_visible()
-    said = pg.get_by_text("You predicted: both faster").bounding_box()  # the answer on the projector's first
+    expect(pg.get_by_text("Predicted: both faster")).to_be_visible()
+    said = pg.get_by_text("Predicted: both faster").bounding_box()  # the answer on the projector's first
     assert said["y"] + said["height"] <= PRESENTER[1], said  # screen, above its chart (it was under it, scrolled to)
     pg.get_by_role("button", name=re.compile("Previous")).first.click()
     idle(pg)
@@ -193,4 +193,4 @@ def test_a_lessons_choice_is_kept_after_next_and_previous_in_a_browser(server, b
     pg.get_by_role("button", name=re.compile("Next")).first.click()
     idle(pg)
     assert "lesson=12" in pg.url and _checked(pg, "lesson12_guess") == ["both faster"]
-    expect(pg.get_by_text("You predicted: both faster")).to_be_visible()
+    expect(pg.get_by_text("Predicted: both faster")).to_be_visible()

@@ -580,3 +580,25 @@ def test_a_followers_table_names_its_index_in_the_one_header_row_as_the_lecturer
     names = re.findall(r"<th[^>]*>([^<]*)</th>", head)
     assert names == [table.index.name, *map(str, table.columns)], names
     assert html.count("<tr") == 1 + len(table)  # one row per tensor, as on the lecturer's page
+
+
+@pytest.mark.slow
+def test_a_server_without_a_lecturer_key_says_follow_is_off_instead_of_asking_for_a_code(monkeypatch):
+    """With no lecturer key no class can start, so every code typed got "no class is running with this code":
+    the Follow page says Follow is off, and asks for no code. With a key, the box to type the code is there."""
+    from classroom import server
+
+    monkeypatch.delenv("DECODE_LAB_LECTURER_KEY", raising=False)
+    monkeypatch.delenv("DECODE_LAB_REDIS_URL", raising=False)
+    server.reset()
+    try:
+        fol = follower("")
+        assert any("Follow is off on this server" in i.value for i in fol.info)
+        assert not [t for t in fol.text_input if t.key == "follow_typed"]
+        monkeypatch.setenv("DECODE_LAB_LECTURER_KEY", KEY)
+        server.reset()
+        fol = follower("")
+        assert not any("Follow is off" in i.value for i in fol.info)
+        assert fol.text_input(key="follow_typed")
+    finally:
+        server.reset()

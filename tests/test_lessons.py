@@ -186,13 +186,13 @@ def test_a_choice_made_in_a_lesson_survives_next_then_previous():
     at.button(key="lesson_next").click().run()
     guess = at.radio(key="lesson12_guess")
     guess.set_value(guess.options[1]).run()
-    assert "You predicted: " + guess.options[1] in text(at).replace("\\", "")
+    assert "Predicted: " + guess.options[1] in text(at).replace("\\", "")
     at.button(key="lesson_prev").click().run()
     assert at.selectbox(key="lesson_pick").value == TITLES[10]
     assert at.radio(key="lesson11_policy").value == "heavy-avg"
     at.button(key="lesson_next").click().run()
     assert at.radio(key="lesson12_guess").value == guess.options[1]
-    assert "You predicted: " + guess.options[1] in text(at).replace("\\", "")
+    assert "Predicted: " + guess.options[1] in text(at).replace("\\", "")
 
 
 def test_a_link_opens_the_lesson_it_was_copied_from():
