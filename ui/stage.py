@@ -15,6 +15,6 @@ def _enlarged(html: str) -> None:
 
 def enlarge_button(html: str, key: str) -> None:
     """Under a stage drawn in a column: the same picture, enlarged."""
-    if st.button("Enlarge the stage", key=key, icon=":material/fullscreen:", type="tertiary",
-                 help="The same picture across the screen, its words readable from the back of a room"):
+    # no help tooltip: after the dialog closes, the pointer still rests on the button and its tooltip sat on the stage
+    if st.button("Enlarge the stage", key=key, icon=":material/fullscreen:", type="tertiary"):
         _enlarged(html)

@@ -301,9 +301,10 @@ def evicted_sentence(rec: Record) -> str:
     e, full = pair
     r = rec.evicted_ratio()
     w = rec.window
-    dmg = (f" What it costs in tokens, as the budget page measures the window policy ({w.model}, a window of "
-           f"{w.budget} of {w.context} positions, {w.bytes_ratio:.0%} of the bytes): " + _window_damage(w)
-           if w else "")
+    name = "the bundled default model" if w and w.model == "default" else w and w.model  # a sweep's short name
+    dmg = (f" What it costs in tokens, as the budget page measures the window policy on a trained model ({name}, "
+           f"not this rung's random weights; a window of {w.budget} of {w.context} positions, {w.bytes_ratio:.0%} of "
+           "the bytes): " + _window_damage(w) if w else "")
     return (f"Evicted to a window of the newest {e.context:,} positions, the step at {full.context:,} reads "
             f"{mb(e.bytes)} instead of {mb(full.bytes)} and takes ×{r:.2f} the full cache's time "
             f"({verdict(r)})." + dmg)
