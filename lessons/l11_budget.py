@@ -12,6 +12,7 @@ from physics import kvcalc
 from physics.units import human_bytes
 from topics.budget import draw, measure
 from topics.budget.policies import CAPPED
+from topics.budget.policies import POLICIES as MEANS
 from topics.budget.records import SHORT_DTYPE
 from topics.budget.stories import recorded_stories
 from ui.charts import chart
@@ -80,7 +81,8 @@ def show(course: Course) -> None:
         st.caption(f"One story is one draw. Over {spread.stories} held-out stories (recorded, "
                    f"{SHORT_DTYPE.get(dtype, dtype)}), the eviction policies holding {spread.budget} positions rank "
                    f"{spread.ranking_sentence(dtype, CAPPED)}. The budget page shows every interval, and the same "
-                   "in bf16.")
+                   "in bf16. " + "; ".join(f"*{p}* holds {MEANS[p]}" for p in CAPPED if p not in POLICIES) + ".")
+        # (the policies this lesson's text does not introduce, each in words: no name left unexplained)
     sink_rows = _sinks(lm, course.model)
     chart(draw.sink_fig(sink_rows, lm.spec.name, scale=scale()), "lesson11_sinks")
     st.caption("The first position: big trained models (GPT-2, Llama) pour attention onto it, a *sink*, and collapse "

@@ -361,6 +361,13 @@ def budget_lesson_says_what_it_measured(at: AppTest) -> None:
     assert ("the two scores are tied" in opening) == overlap
     assert ("depends on how you score them" in opening) == (not overlap)
     assert re.search(r"the strongest single head \(layer \d+, head \d+\) ×[\d.]+", " ".join(c.value for c in at.caption))
+    # every policy the ranking names that the lesson's own table does not show is said in words beside it (a
+    # student met "sinks" and "snap-capped" bare)
+    captions = " ".join(c.value for c in at.caption)
+    ranked = re.search(r"rank \*\*?([^(]+?)\*?\*? \(≈", captions) or re.search(r"rank (.+?) \(≈", captions)
+    assert ranked, captions[:400]
+    for name in re.split(r" [≈>] ", ranked.group(1).strip("* ")):
+        assert name in shown or f"*{name}* holds" in captions, name
 
 
 @pytest.fixture(scope="module")
