@@ -213,7 +213,7 @@ def sink_fig(rows, model: str, scale: float = 1.0) -> go.Figure:
     ])
     fig.update_yaxes(title="attention weight on position 0", rangemode="tozero")
     # a title short enough to be whole on a phone, its legend growing down from under it
-    return legend_under_title(layout(fig, f"Attention on position 0, measured: {model}", height=320, scale=scale), scale)
+    return legend_under_title(layout(fig, f"Attention on position 0: {model}", height=320, scale=scale), scale)
 
 
 def sink_words(rows) -> str:
