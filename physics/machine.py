@@ -84,6 +84,11 @@ def serving_threads(parameters: int, cores: int | None = None) -> int:
     return max(1, cores - 1)
 
 
+def threads() -> int:
+    """torch's intra-op threads now: what a probe or a pass on the CPU runs with."""
+    return torch.get_num_threads()
+
+
 def use_serving_threads(parameters: int) -> int:
     """Set torch's intra-op threads for serving (process-wide) and return the number; CPU only matters."""
     n = serving_threads(parameters)

@@ -129,17 +129,32 @@ def test_a_busy_measurement_is_kept_beside_the_recording_and_draws_no_knee_verdi
     assert "a recording made on cpu: AMD EPYC" in quoted and "busy stand-in" not in quoted
 
 
+def curves_shown(at) -> set[str]:
+    """The subtitles of the passes-over-n-rows curves on the page (each names its device, path and date)."""
+    return {json.loads(c.proto.spec)["layout"]["title"]["subtitle"]["text"] for c in at.get("plotly_chart")
+            if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("One pass over n rows")}
+
+
 def test_the_cpu_and_gpu_curves_stand_side_by_side_each_named_with_device_path_and_date():
     at = scale_page()
     at.toggle(key="scale_ladder_both").set_value(True).run()
     assert not at.exception
-    shown = {c.proto.spec and json.loads(c.proto.spec)["layout"]["title"]["subtitle"]["text"]
-             for c in at.get("plotly_chart") if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(
-                 "One pass over n rows")}
+    shown = curves_shown(at)
     for kind, device in (("cpu", "AMD EPYC"), ("gpu", "NVIDIA H200")):
         rec = recording(kind)
         assert any(device in s and draw.LEAN in s and rec.measured_at[:10] in s for s in shown), shown
     assert len(shown) == 2
+
+
+def test_the_side_by_side_curves_are_in_the_link_and_a_link_opens_them_and_the_toggle_after_drops_them():
+    at = scale_page()
+    at.toggle(key="scale_ladder_both").set_value(True).run()
+    link = {k: at.query_params[k] for k in at.query_params}
+    assert link.get("curves") in ("side_by_side", ["side_by_side"]), link
+    opened = scale_page(**{k: v[0] if isinstance(v, list) else v for k, v in link.items()})
+    assert len(curves_shown(opened)) == 2 and opened.toggle(key="scale_ladder_both").value
+    opened.toggle(key="scale_ladder_both").set_value(False).run()  # the click after: one curve, and the link says so
+    assert len(curves_shown(opened)) == 1 and "curves" not in opened.query_params
 
 
 def test_no_chart_draws_plotlys_toolbar_and_no_table_prints_none():
@@ -166,6 +181,32 @@ def test_each_ridge_on_the_page_names_the_machine_it_belongs_to():
                for t in said)
     assert any(t.startswith("This server's roof (") and "since the server started" in t and "the ridge at" in t
                for t in said)
+
+
+@pytest.mark.parametrize("peak, bandwidth", [(1.92, 1.35), (1.0, 1.0)])
+def test_two_ridges_for_one_cpu_on_the_page_say_why_they_differ_in_the_runs_numbers(monkeypatch, peak, bandwidth):
+    """The recorded ladder quotes its run's ridge (~3.4 FLOP/byte, one thread); the roofline quotes this server's
+    probe. Where the two differ, a sentence sets them side by side with the peaks' and bandwidths' ratios; where
+    they agree, nothing is said."""
+    import torch
+
+    from physics import roofline
+
+    rec = recording("cpu")
+    mine = dataclasses.replace(rec.roof, name="cpu (measured here, float32 matmul)",
+                               peak_flops=rec.roof.peak_flops * peak,
+                               bandwidths=tuple((b, r * bandwidth) for b, r in rec.roof.bandwidths))
+    monkeypatch.setitem(roofline._roofs, ("cpu", str(torch.float32)), mine)
+    said = [t for t in texts(pick(scale_page(), "AMD EPYC")) if t.startswith("The ladder above quotes its own run")]
+    if peak == bandwidth:
+        assert said == []
+        return
+    (one,) = said
+    assert f"its own run's ridge, {rec.roof.ridge:.1f} FLOP/byte" in one and rec.measured_at[:10] in one
+    assert f"peak is ×{peak:.2f} that run's and its bandwidth ×{bandwidth:.2f}, so its ridge is " \
+           f"×{peak / bandwidth:.2f}" in one
+    threads = torch.get_num_threads()
+    assert (f"on 1 thread, this probe on {threads}" in one) == (threads != 1)
 
 
 def test_llama_3_70b_weights_are_counted_from_its_shapes():

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from engine import DecodeLabError
-from physics import kvcalc, roofline
+from physics import kvcalc, machine, roofline
 from physics.units import human_bytes
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder import tables
@@ -21,8 +21,7 @@ def show(beside_curve=None) -> None:
     """The Scale page, drawn (pages/scale.py is its door; `beside_curve(lm)` draws below the pass-of-n curve)."""
     st.title("Scale: the model grown, KV memory, the roofline")
     settings, lm = page_setup("scale")
-    if lm is not None:
-        grow_the_model(lm, settings)  # the size ladder: prefill compute-bound, decode memory-bound, measured here
+    ladder = grow_the_model(lm, settings) if lm is not None else None  # the size ladder, measured here
     if beside_curve is not None:  # topics/bytes: fewer bytes, faster decode (a topic the door hands in)
         beside_curve(lm)
 
@@ -182,6 +181,9 @@ def show(beside_curve=None) -> None:
     card = roof_choice.removesuffix(BESIDE)
     gpu = None if roof_choice == HERE else roofline.from_datasheet(kvcalc.accelerator(card))
     st.write(plain(scale_draw.roof_sentence(here)))
+    apart = scale_draw.ridges_apart(here, machine.threads(), ladder)
+    if apart:  # two ridges on one page for one kind of device: why, in numbers
+        st.caption(plain(apart))
     if gpu is not None:
         st.write(plain(f"{gpu.name}: peak {gpu.peak_flops / 1e12:,.0f} TFLOP/s in {gpu.dtype}, bandwidth "
                        f"{gpu.bandwidth / 1e12:,.2f} TB/s, ridge at {gpu.ridge:.0f} FLOP/byte (~{gpu.ridge_tokens:.0f} "

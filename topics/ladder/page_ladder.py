@@ -190,9 +190,10 @@ def _picked() -> None:
     st.session_state["scale_ladder_picked"] = True  # the lecturer chose: a new measurement does not move it
 
 
-def grow_the_model(lm, settings) -> None:
+def grow_the_model(lm, settings) -> Ladder | None:
     """The Scale page's section: the bundled model grown rung by rung, each rung timed here, as pictures; every
-    ladder on offer in a picker, and the CPU's and the GPU's passes over n rows side by side."""
+    ladder on offer in a picker, and the CPU's and the GPU's passes over n rows side by side. Returns the ladder
+    shown (None: none yet), whose ridge the roofline's sentence sets beside this server's."""
     st.header("Grow the model", help=GROW_HELP)
     offered = choices(lm)
     default, default_source = shown_ladder(lm)
@@ -230,7 +231,7 @@ def grow_the_model(lm, settings) -> None:
     shown, source = offered.get(st.session_state.get("scale_ladder_pick"), (default, default_source))
     if shown is None:
         st.info("No ladder has been measured here yet: press the button to time one.")
-        return
+        return None
     flag = noisy(shown)
     if flag and not shown.recorded:
         warning(f"This measurement ({choice_label(shown)}) was flagged: {flag} It is kept beside the others and "
@@ -238,16 +239,16 @@ def grow_the_model(lm, settings) -> None:
     if both and st.session_state.get("scale_ladder_both"):
         side_by_side(both)
         ladder_picture(shown, source, settings, wide=True)
-        return
-    if st.session_state.get("scale_ladder_view") == "table":  # the table takes the page's width: no column cut
+    elif st.session_state.get("scale_ladder_view") == "table":  # the table takes the page's width: no column cut
         ladder_picture(shown, source, settings, wide=True)
         one_pass_n_rows(shown, source)
-        return
-    left, right = st.columns([1, 1], gap="medium")
-    with left:
-        one_pass_n_rows(shown, source)
-    with right:
-        ladder_picture(shown, source, settings)
+    else:
+        left, right = st.columns([1, 1], gap="medium")
+        with left:
+            one_pass_n_rows(shown, source)
+        with right:
+            ladder_picture(shown, source, settings)
+    return shown
 
 
 def pair(lm) -> tuple[Ladder, Ladder] | None:
@@ -271,7 +272,8 @@ def side_by_side(both: tuple[Ladder, Ladder]) -> None:
 def ladder_picture(shown: Ladder, source: str, settings, wide: bool = False) -> None:
     """The chosen picture of one ladder, its caption, and where it comes from."""
     view = st.session_state.get("scale_ladder_view") or "per_token"
-    write_link(settings, ladder=view)  # a lecturer's link opens this picture
+    curves = "side_by_side" if st.session_state.get("scale_ladder_both") else None
+    write_link(settings, ladder=view)  # a lecturer's link opens this picture, the curves as they stand
     if view == "per_token":
         chart(draw.per_token_figure(shown, scale=scale()), key="scale_ladder_per_token")
         st.markdown(draw.per_token_caption(shown))
