@@ -77,6 +77,7 @@ FIELDS = {
     "presenter": Field("presenter", _choice("on", "off")),
     "lesson": Field("lesson", _number(int, 1, 99)),  # the lessons page checks it against its own list
     "ladder": Field("ladder", _choice(*LADDER_VIEWS)),  # the Scale page's size-ladder picture
+    "curves": Field("curves", _choice("side_by_side")),  # and its CPU and GPU curves beside each other
     "view": Field("view", _text(40)),  # the step page's view; the page checks it against its own list
     "layer": Field("layer", _number(int, 0, 1023)),  # the layer (and head) the step page opens; clamped to the model
     "head": Field("head", _number(int, 0, 1023)),

@@ -102,4 +102,6 @@ def apply_values(values: dict, problems: list[str]) -> list[str]:
         ss["budget_wanted"] = (values.get("policy"), values.get("budget"))
     if "ladder" in values:
         ss["scale_ladder_view"] = values["ladder"]
+    if "ladder" in values or "curves" in values:  # a Scale link says whether the two curves stand side by side
+        ss["scale_ladder_both"] = values.get("curves") == "side_by_side"
     return problems
