@@ -273,7 +273,7 @@ def ladder_picture(shown: Ladder, source: str, settings, wide: bool = False) -> 
     """The chosen picture of one ladder, its caption, and where it comes from."""
     view = st.session_state.get("scale_ladder_view") or "per_token"
     curves = "side_by_side" if st.session_state.get("scale_ladder_both") else None
-    write_link(settings, ladder=view)  # a lecturer's link opens this picture, the curves as they stand
+    write_link(settings, ladder=view, curves=curves)  # a lecturer's link opens this picture, the curves as they stand
     if view == "per_token":
         chart(draw.per_token_figure(shown, scale=scale()), key="scale_ladder_per_token")
         st.markdown(draw.per_token_caption(shown))
