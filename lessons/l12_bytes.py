@@ -9,7 +9,7 @@ import streamlit as st
 from lessons.course import Course
 from topics.bytes import draw, figures
 from topics.bytes import store as bytes_store
-from topics.bytes.page import bounds_folded, shown
+from topics.bytes.page import bounds_folded, progress, shown
 from ui.charts import chart
 from ui.style import scale
 from ui.text import plain
@@ -34,7 +34,7 @@ def show(course: Course) -> None:
             bytes_store.start(course.lm)
             st.rerun()
     else:
-        st.info(plain(f"Measuring on this server: {j.progress}"))
+        progress()
     if rec is None:
         st.info("No recording ships for this device: measure it on this server.")
         return

@@ -824,6 +824,30 @@ def test_lesson_12_waits_for_a_prediction_then_says_what_the_recording_measured(
     assert len(at.get("plotly_chart")) == 2
 
 
+def test_lesson_12_says_how_far_this_servers_measurement_got_and_shows_its_result_once_done(monkeypatch):
+    """The click after pressing Measure: while the job runs the lesson says how far it got (a fragment that asks
+    again each second); once it is done the note is gone and the lesson reads this server's measurement."""
+    from lessons.page import TITLES
+    from tests.test_app import fresh_app
+    from ui.apptest import page
+
+    job = bytes_store.Job()
+    job.progress = "bf16: round 2 of 5"
+    monkeypatch.setattr(bytes_store, "_JOB", job)
+    at = fresh_app()
+    at.switch_page(page("lessons")).run()
+    at.selectbox(key="lesson_pick").set_value(next(t for t in TITLES if t.startswith("12."))).run()
+    at.radio(key="lesson12_guess").set_value("decode faster, prefill about the same").run()
+    assert [i.value.replace("\\", "") for i in at.info if "Measuring on this server" in i.value] == [
+        "Measuring on this server: bf16: round 2 of 5"]
+    job.result = shipped()
+    job.done.set()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [i.value for i in at.info if "Measuring" in i.value]
+    assert any(c.value.startswith("measured on this server") for c in at.caption), [c.value for c in at.caption]
+
+
 @pytest.mark.slow
 def test_the_scale_page_shows_bytes_are_time_below_the_curve_from_the_recording():
     import json as json_

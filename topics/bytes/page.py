@@ -29,6 +29,16 @@ def shown():
     return rec, ("a recording shipped with the app (assets/bytes_cpu.json)" if rec else "")
 
 
+@st.fragment(run_every=1.0)
+def progress() -> None:
+    """While this server measures (a thread of its own: store.start), how far it got, each second, on the Scale
+    page and lesson 12 alike; once it is done the whole page is drawn again, with the result (or why it failed)."""
+    j = bytes_store.job()
+    if j is None or j.done.is_set():
+        st.rerun()
+    st.info(plain(f"Measuring on this server: {j.progress}"))
+
+
 def bounds_folded(rec, source: str = "") -> None:
     """Each step against its bound and the part of it outside the products, folded (the Scale page's section and
     lesson 12 alike); `source`: where the recording came from, said inside the fold with the rest of where."""
@@ -51,7 +61,7 @@ def section(lm=None, curve_step=None) -> None:
             bytes_store.start(lm)
             st.rerun()
     if j is not None and not j.done.is_set():
-        st.info(plain(f"Measuring on this server: {j.progress}"))
+        progress()
     if j is not None and j.error is not None:
         error(f"The measurement on this server failed: {j.error}")
     rec, source = shown()
