@@ -33,6 +33,7 @@ VALUES = {
     "presenter": ["on", "off"],
     "lesson": [1, 11, 99],
     "ladder": list(LADDER_VIEWS),
+    "curves": ["side_by_side"],
     "view": list(VIEWS),
     "layer": [0, 2, 1023],
     "head": [0, 5, 1023],
