@@ -402,9 +402,12 @@ class Follower {
     for (const n of nodes) {
       if (n.kind === "row") {
         const row = el("div", { class: "dlf-row" });
+        // Streamlit's weights sum to 1; a column a phone wraps onto its own line fills it only if it grows by 1 or
+        // more (a flex-grow of 0.42 takes 42 % of the line), so the smallest weight grows by 1, the others in step
+        const least = Math.min(...n.cols.map((c) => c.w || 1));
         for (const c of n.cols) {
           const col = el("div", { class: "dlf-col" });
-          col.style.flex = String(c.w || 1);
+          col.style.flex = `${(c.w || 1) / least} 1 0`;
           this.drawNodes(c.nodes, col);
           row.append(col);
         }

@@ -352,3 +352,33 @@ def test_a_lecturers_one_head_every_step_so_far_appears_under_each_followers_vie
     for p in [lect, *followers]:
         assert p.locator("[data-testid='stException']").count() == 0 and p.outside == []
         p.close()
+
+
+COLUMNS = """() => [...document.querySelectorAll('[data-testid=dl-follow-page] .dlf-row')].map(r => ({
+  row: r.getBoundingClientRect().width,
+  cols: [...r.children].map(c => ({ width: c.getBoundingClientRect().width, top: c.getBoundingClientRect().top }))}))"""
+
+
+def test_a_lessons_columns_sit_side_by_side_on_a_projector_and_each_fills_a_phones_width(keyed_server, browser):
+    """Lesson 2 lays its stage, mask and reason in three columns. A follower at 1280 sees them in one line; a
+    follower on a phone sees each on its own line the phone's width, not squeezed to the narrowest column's share."""
+    lect, link = lecture(browser, keyed_server, steps=0)
+    followers = follow(browser, link, sizes=((1280, 800), (390, 844)))
+    sidebar_page(lect, "Lessons")
+    lect.get_by_role("button", name="Next").click()
+    expect(lect.get_by_role("heading", level=2).filter(has_text=re.compile(r"^2\. "))).to_be_visible()
+    shown_page(followers, "Lessons · 2.", timeout_s=30)
+    wide, phone = followers
+    for pg in followers:
+        pg.wait_for_function("() => document.querySelectorAll('[data-testid=dl-follow-page] .dlf-row').length > 0")
+    rows = [r for r in wide.evaluate(COLUMNS) if len(r["cols"]) == 3]
+    assert rows, wide.evaluate(COLUMNS)
+    for r in rows:  # one line: the three share a top, and the widest is under half the row
+        assert len({round(c["top"]) for c in r["cols"]}) == 1 and max(c["width"] for c in r["cols"]) < r["row"] / 2, r
+    phone_rows = phone.evaluate(COLUMNS)
+    assert any(len(r["cols"]) == 3 for r in phone_rows), phone_rows
+    for r in phone_rows:  # stacked, each the row's width
+        assert r["row"] > 300 and all(c["width"] >= 0.97 * r["row"] for c in r["cols"]), r
+    for pg in [lect, *followers]:
+        assert pg.locator("[data-testid='stException']").count() == 0 and pg.outside == []
+        pg.close()
