@@ -142,7 +142,8 @@ def test_the_kv_growth_chart_uses_only_the_palettes_meanings_and_greys(bundled_l
 
 
 def test_a_charts_text_is_dark_and_its_toolbar_keeps_two_buttons():
-    """Small grey ticks faded on a projector; the hover toolbar covered the chart's title."""
+    """Small grey ticks faded on a projector, its legend stayed the theme's 13.5 px; the hover toolbar covered the
+    chart's title."""
     import plotly.graph_objects as go
 
     from drawing.palette import INK, MODEBAR_REMOVES, TICK, layout
@@ -150,6 +151,7 @@ def test_a_charts_text_is_dark_and_its_toolbar_keeps_two_buttons():
     fig = layout(go.Figure(go.Scatter(x=[0, 1], y=[1, 2])), "KV cache size after each step", scale=1.35)
     assert fig.layout.xaxis.tickfont.color == fig.layout.yaxis.tickfont.color == INK
     assert fig.layout.yaxis.tickfont.size == TICK * 1.35 and fig.layout.title.font.color == INK
+    assert fig.layout.legend.font.size == TICK * 1.35  # a legend as large as the ticks it names, on a projector
     assert set(fig.layout.modebar.remove) == set(MODEBAR_REMOVES) and "toimage" not in MODEBAR_REMOVES
 
 
