@@ -20,23 +20,18 @@ GUESSES = ("decode faster, prefill about the same", "both faster", "neither move
 
 def show(course: Course) -> None:
     first = st.empty()  # the takeaway: the bytes the recording halved, before the prediction (never its answer)
-    st.markdown(
+    test, answer = st.columns([0.4, 0.6])  # the test and its answer side by side: one projector screen (a phone
+    test.markdown(  # stacks them, the prediction first)
         "Lessons 2 and 3 said a prefill waits on its arithmetic and a decode step on reading its weights. Test it: "
         "store the same weights in fewer bytes (fp32 → bf16 or fp16: half; int8: a quarter; int4: an eighth), keep "
         "the arithmetic in fp32 (weight-only, as gpt-fast does; torch's int4 kernel takes bf16 inputs), and time "
         "both: whether the time follows the bytes is the test. **Predict first.**")
-    guess = st.radio("predict: with half the bytes…", GUESSES, index=None, horizontal=True,
-                     key="lesson12_guess", persist_state="session")
+    guess = test.radio("predict: with half the bytes…", GUESSES, index=None, key="lesson12_guess",
+                       persist_state="session")
     rec, source = shown()
-    j = bytes_store.job()
-    if j is None or j.done.is_set():
-        if st.button("Measure on this server (in the background, a few minutes)", key="lesson12_measure"):
-            bytes_store.start(course.lm)
-            st.rerun()
-    else:
-        progress()
     if rec is None:
-        st.info("No recording ships for this device: measure it on this server.")
+        test.info("No recording ships for this device: measure it on this server.")
+        measure(course)
         return
     fp32, bf16 = rec.get("fp32", "decode"), rec.get("bf16", "decode")
     if fp32 is not None and bf16 is not None:
@@ -44,16 +39,17 @@ def show(course: Course) -> None:
         course.takeaway(first, f"The same weights, {halved}: predict what a decode step and a prefill do with half "
                                "the bytes, then read what they did.")
     if guess is None:
-        st.caption(plain(f"Choose a prediction to see the measurement: the {rec.named}'s weights"
-                         + (f", {halved}," if fp32 is not None and bf16 is not None else "")
-                         + f" timed on {rec.device}."))
+        answer.caption(plain(f"Choose a prediction to see the measurement: the {rec.named}'s weights"
+                             + (f", {halved}," if fp32 is not None and bf16 is not None else "")
+                             + f" timed on {rec.device}."))
+        measure(course)
         return
     held = draw.prediction_held(rec)  # the answer first: on a projector it is on the screen with the chart
     # "predicted", not "you predicted": a class following the lecturer sees the lecturer's pick, not its own
-    st.markdown(plain(f"Predicted: {guess}. What bf16 did, measured: {held}"
-                      + (" (the prediction held)." if held == guess else ".")))
-    chart(figures.storage_figure(rec, scale=scale()), "lesson12_storage")
-    st.caption(plain(f"{source}: {draw.measured_on(rec)}."))
+    test.markdown(plain(f"Predicted: {guess}. What bf16 did, measured: {held}"
+                        + (" (the prediction held)." if held == guess else ".")))
+    chart(figures.storage_figure(rec, scale=scale()), "lesson12_storage", on=answer)
+    answer.caption(plain(f"{source}: {draw.measured_on(rec)}."))
     st.markdown(plain(draw.storage_sentence(rec)))
     st.markdown(plain(draw.why_prefill(rec)))
     said = draw.int8_sentence(rec)
@@ -74,3 +70,16 @@ def show(course: Course) -> None:
             st.dataframe(draw.damage_frame(rec), hide_index=True, width="stretch")
     st.page_link(str(course.pages / "scale.py"), label="Open the Scale page: the pass-of-n curve and this beside it",
                  icon=":material/speed:")
+    measure(course)
+
+
+def measure(course: Course) -> None:
+    """The recording shown is this project's CPU's until this server measures its own (in the background: a thread
+    of its own, the page's other clicks go on); while it runs, how far it got."""
+    j = bytes_store.job()
+    if j is None or j.done.is_set():
+        if st.button("Measure on this server (in the background, a few minutes)", key="lesson12_measure"):
+            bytes_store.start(course.lm)
+            st.rerun()
+    else:
+        progress()

@@ -1,7 +1,8 @@
 """Readable on a projector (1280x720, presenter mode) and on a phone (390x844), in a real browser:
 the stage opens whole on a phone with its first line in it, a follower's charts keep their ticks and titles apart, a chart's hover
-toolbar leaves its title alone, captions are drawn whole, and lessons 2, 5 and 9 show their key picture on the first
-projector screen. What the record can say without a browser is in tests/test_readable.py.
+toolbar leaves its title alone, captions are drawn whole, lessons 2, 5 and 9 show their key picture on the first
+projector screen, and lesson 12 its answer once a prediction is picked. What the record can say without a browser is
+in tests/test_readable.py.
 
 One app server with a lecturer key for the module (the follower needs a class; every other test uses it as any app).
 """
@@ -134,6 +135,30 @@ def test_a_lessons_key_picture_and_claim_fit_the_first_projector_screen(keyed_se
     if number == 2:  # the causal mask's why, beside the masked picture
         why = pg.get_by_text(re.compile("Why a mask")).first.bounding_box()
         assert why["y"] < PRESENTER[1]
+    pg.close()
+
+
+MARKERS = """key => [...document.querySelectorAll(`.st-key-${key} .scatterlayer .points path.point`)].map(p => {
+  const r = p.getBoundingClientRect(); return {fill: getComputedStyle(p).fill, bottom: r.bottom, height: r.height};
+})"""
+
+
+def test_lesson_12s_answer_and_its_decode_points_are_on_the_first_projector_screen_after_the_guess(keyed_server,
+                                                                                                     browser):
+    """Lesson 12 put its measurement under the prediction: a lecturer who picked one had the answer's sentence at the
+    foot of the screen and the decode points (the claim: fewer bytes, faster decode) a screen below."""
+    from drawing.palette import DECODE
+
+    pg = open_page(browser, keyed_server + "/lessons?presenter=on&lesson=12", *PRESENTER)
+    settled(pg, ".st-key-lesson12_guess")
+    pg.locator(".st-key-lesson12_guess").get_by_text("decode faster, prefill about the same", exact=True).click()
+    settled(pg, ".st-key-lesson12_storage .scatterlayer .points path.point")
+    said = pg.get_by_text(re.compile(r"^Predicted: decode faster")).first.bounding_box()
+    assert said["y"] + said["height"] <= PRESENTER[1], said
+    rgb = "rgb({}, {}, {})".format(*(int(DECODE[i:i + 2], 16) for i in (1, 3, 5)))
+    decode = [m for m in pg.evaluate(MARKERS, "lesson12_storage") if m["fill"] == rgb and m["height"] > 0]
+    assert len(decode) >= 2 and all(m["bottom"] <= PRESENTER[1] for m in decode), decode
+    assert pg.locator("[data-testid='stException']").count() == 0
     pg.close()
 
 
