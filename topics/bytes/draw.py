@@ -300,14 +300,15 @@ def evicted_sentence(rec: Record) -> str:
         return ""
     e, full = pair
     r = rec.evicted_ratio()
+    said = (f"Evicted to a window of the newest {e.context:,} positions, the step at {full.context:,} reads "
+            f"{mb(e.bytes)} instead of {mb(full.bytes)} and takes ×{r:.2f} the full cache's time ({verdict(r)}).")
     w = rec.window
-    name = "the bundled default model" if w and w.model == "default" else w and w.model  # a sweep's short name
-    dmg = (f" What it costs in tokens, as the budget page measures the window policy on a trained model ({name}, "
-           f"not this rung's random weights; a window of {w.budget} of {w.context} positions, {w.bytes_ratio:.0%} of "
-           "the bytes): " + _window_damage(w) if w else "")
-    return (f"Evicted to a window of the newest {e.context:,} positions, the step at {full.context:,} reads "
-            f"{mb(e.bytes)} instead of {mb(full.bytes)} and takes ×{r:.2f} the full cache's time "
-            f"({verdict(r)})." + dmg)
+    if w is None:
+        return said
+    name = "the bundled default model" if w.model == "default" else w.model  # a sweep's short name
+    return (f"{said} What it costs in tokens, as the budget page measures the window policy on a trained model "
+            f"({name}, not this rung's random weights; a window of {w.budget} of {w.context} positions, "
+            f"{w.bytes_ratio:.0%} of the bytes): " + _window_damage(w))
 
 
 def _window_damage(w) -> str:
