@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from drawing.palette import DECODE, GREY, MASKED, NEW, PREFILL, layout, show_piece
+from drawing.palette import DECODE, GREY, MASKED, NEW, PREFILL, layout, legend_under_title, show_piece
 from engine.forward.trace import StepTrace
 
 
@@ -52,7 +52,7 @@ def next_token_figure(t: StepTrace, scale: float = 1.0, height: int = 250) -> go
     fig.update_xaxes(tickangle=-30 if len(labels) > 6 else 0)
     fig = layout(fig, f"Next token: {show_piece(t.token)} (green)", height=height, scale=scale)
     fig.update_layout(margin=dict(t=int(62 * scale)))
-    return fig
+    return legend_under_title(fig, scale)  # a phone wraps its two names into two rows, under the title, not on it
 
 
 PHONE_COLUMN_PX = 370  # the page's column on a 390 px phone

@@ -156,6 +156,23 @@ def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_li
     pg.close()
 
 
+@pytest.mark.parametrize("scale, width", [(1.35, 1200), (1.0, 700), (1.0, 370)], ids=["presenter", "plain", "phone"])
+def test_the_next_token_charts_legend_lies_clear_of_its_title(browser, family_model, scale, width):
+    """On a phone the bars' two names wrapped into two rows that stood on the plot and grew up over the title,
+    'before warpers' drawn across 'Next token: ·was (green)'."""
+    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
+
+    from drawing.tokens import next_token_figure
+    from engine import Stepper
+
+    t = Stepper(family_model("llama"), "Once upon a time", max_new_tokens=4).prefill()
+    pg = drawn(browser, next_token_figure(t, scale=scale), width)
+    words = pg.evaluate(WORDS)
+    assert {"legend", "title"} <= {w[0] for w in words}, words
+    assert collisions(words) == []
+    pg.close()
+
+
 MARKED = """() => {  // each rung's name beside its point, and every marker drawn: [text, left, top, right, bottom]
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   return {names: [...document.querySelectorAll('.textpoint text')].filter(t => t.textContent.trim())
