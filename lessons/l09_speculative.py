@@ -15,7 +15,7 @@ from engine import DecodeLabError
 from engine.generate.speculative import Speculator
 from lessons.course import Course
 from topics.speculative.lookahead import Lookahead, lookahead_html
-from topics.speculative.measure import one_row_timing, rows_cost_sentence
+from topics.speculative.measure import bet_timings, rows_cost_sentence
 from topics.speculative.page_parts import (
     DRAFTERS,
     SELF_DRAFT,
@@ -45,8 +45,8 @@ def _lesson_run(_lm, model: tuple, k: int, settings, drafter: str = DRAFTERS[0])
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
-def _one_row(_lm, model: tuple, ids: tuple[int, ...]) -> Timing:
-    return one_row_timing(_lm, ids)
+def _bet(_lm, model: tuple, ids: tuple[int, ...], rows: int) -> tuple[Timing, Timing]:
+    return bet_timings(_lm, ids, rows)
 
 
 def show(course: Course) -> None:
@@ -84,8 +84,9 @@ def show(course: Course) -> None:
                 f"{r.cut} of the columns it wrote were cut again.")
     totals(speculator)
     if r.round:  # the bet, checked on this page's own numbers: the verify pass against a one-row pass
-        one = _one_row(lm, model, tuple(speculator.ids[0, : r.past + 1].tolist()))
-        verify = r.target.timing
+        # the stage's verify pass fed its newest token and the guesses: timed again beside one row, in alternation
+        fed = speculator.ids[0, : r.past + 1].tolist() + list(r.proposed_ids)
+        verify, one = _bet(lm, model, tuple(fed), r.q_len)
         ratio = verify.forward_ms / one.forward_ms
         spread = (f" (runs ×{verify.low_ms / one.high_ms:.2f}–×{verify.high_ms / one.low_ms:.2f})"  # the title's
                   if verify.repeats > 1 and one.repeats > 1 else "")  # ratio with its spread: a busy one reads as such

@@ -543,3 +543,32 @@ def test_the_speculative_pages_measured_comparison_shows_what_it_measured_and_a_
              s >= 1.05 else "About break-even" if s > 0.95 else "Speculative decoding did not pay")
     assert said.startswith(first), said
     assert f"×{s:.2f}" in said and f"×{m.predicted_speedup:.2f}" in said  # the measured and the paper's, as shown
+
+
+def test_the_bets_two_passes_are_timed_in_alternation_on_the_same_cache(bundled_lm, monkeypatch):
+    """Lesson 9's ratio set the stage's verify pass, timed during the run, against one row timed a minute later:
+    a browser loading beside the server made the one-row median ×5 slower and the title read '5 rows in one pass cost
+    ×0.18 one row'. Both shapes are now timed in turn, each on the same prefix: rows, 1, rows, 1, ... (the first of
+    each the warm-up), and each pass's logits are the ones a fresh cache of that prefix gives."""
+    import engine.forward.run as run
+    from engine.generate.loop import TIMED_REPEATS
+    from topics.speculative.measure import bet_timings
+
+    ids = torch.tensor([prompt_ids(bundled_lm, PROMPT)])
+    seen, real = [], run.run_pass
+
+    def watched(lm, fed, cache=None, **kw):
+        seen.append((fed.shape[1], kv_length(cache)))
+        out = real(lm, fed, cache, **kw)
+        seen[-1] += (out.logits[0, -1],)
+        return out
+
+    monkeypatch.setattr(run, "run_pass", watched)
+    verify, one = bet_timings(bundled_lm, ids, K + 1)
+    past = ids.shape[1] - (K + 1)
+    assert [s[:2] for s in seen] == [(past, 0)] + [(K + 1, past), (1, past)] * (1 + TIMED_REPEATS)
+    assert verify.repeats == one.repeats == TIMED_REPEATS and verify.warmup_ms is not None
+    fresh = new_cache(bundled_lm.config)
+    real(bundled_lm, ids[:, :past], fresh)
+    want = real(bundled_lm, ids[:, past:], fresh).logits[0, -1]
+    assert all(torch.allclose(s[2], want, atol=1e-4) for s in seen if s[0] == K + 1)  # the same pass every time

@@ -334,19 +334,28 @@ def verdict(m: Comparison) -> str:
     return " ".join(parts)
 
 
-def one_row_timing(lm: LoadedModel, ids) -> Timing:
-    """A plain decode step's forward pass, timed now: every id but the last in the cache, the last fed as one row
-    (the timed repeats every recorded step gets; warm-up excluded). ids: [batch=1, pos], or a list."""
+def bet_timings(lm: LoadedModel, ids, rows: int) -> tuple[Timing, Timing]:
+    """The bet's two passes, timed in alternation on one cache: `rows` rows fed at once (a verify pass's shape) and
+    1 row (a plain decode step), each after the same prefix and rolled back after it; a round of one of each, the
+    first round the warm-up of both, then the timed repeats every recorded step gets. A busy moment slows both
+    alike, not the one timed then. ids: [batch=1, pos] or a list: the prefix, then the `rows` ids the verify pass
+    feeds (a pass's time is its shape's, not its tokens')."""
     import torch
 
-    from engine.forward.cache import new_cache
+    from engine.forward.cache import new_cache, roll_back
     from engine.forward.run import run_pass
     from engine.generate.loop import TIMED_REPEATS
 
     ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([list(ids)])
+    past = ids.shape[1] - rows
     cache = new_cache(lm.config)
-    run_pass(lm, ids[:, :-1], cache)
-    return run_pass(lm, ids[:, -1:], cache, repeats=TIMED_REPEATS).timing
+    run_pass(lm, ids[:, :past], cache)
+    times = {rows: [], 1: []}
+    for _ in range(1 + TIMED_REPEATS):  # warm-up round, then the timed ones
+        for fed in (rows, 1):
+            times[fed].append(run_pass(lm, ids[:, past: past + fed], cache, trim=False).timing.forward_ms)
+            roll_back(cache, fed)
+    return tuple(Timing(samples_ms=tuple(t[1:]), warmup_ms=t[0]) for t in (times[rows], times[1]))
 
 
 def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: float | None) -> str:
@@ -356,8 +365,9 @@ def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: 
     the numbers change, so no wording flips when a busy minute moves the ratio."""
     ratio = verify.forward_ms / one.forward_ms
     digits = 2 if max(verify.forward_ms, one.forward_ms) < 10 else 1  # figures enough that the times give the ratio
-    said = (f"Measured here: the verify pass on the stage fed {rows} rows in {verify.forward_ms:.{digits}f} ms; one "
-            f"plain decode step on the same cache feeds 1 row in {one.forward_ms:.{digits}f} ms (×{ratio:.2f}")
+    said = (f"Measured here, in alternation on the stage's cache: a pass of {rows} rows, the verify pass's shape, in "
+            f"{verify.forward_ms:.{digits}f} ms; one plain decode step on the same cache feeds 1 row in "
+            f"{one.forward_ms:.{digits}f} ms (×{ratio:.2f}")
     if verify.repeats > 1 and one.repeats > 1:
         said += (f"; medians of {verify.repeats} and {one.repeats} timed runs, warm-up excluded: across their fastest "
                  f"and slowest runs the ratio lies between ×{verify.low_ms / one.high_ms:.2f} and "
