@@ -103,7 +103,7 @@ def attention(c: StepContext) -> list[Block]:
              "One row per head for the newest query, so the head that looks back at a name stands out; each head's "
              "role is read from that row alone.")
     return blocks + [Block("caption", "Each row is a query, each column a key it may look at; a row sums to 1. Grey "
-                                      "is masked (the future, or outside a sliding window): masked, not zero. "
+                                      "is masked (the future, or outside a sliding window): never weighed, not a small weight. "
                                       + drawn)]
 
 

@@ -38,7 +38,8 @@ def show(course: Course) -> None:
         chart(fig, key="lesson2_att")
     why.markdown(f"**Why a mask:** when the model writes the token after position t, nothing after t exists yet. "
                  f"Prefill has every row at once, so the **causal mask** hides each row's future: row t reads keys "
-                 f"0…t only. Grey is **masked**, not zero: the weights above the diagonal add up to **{above:.1g}**, "
+                 f"0…t only. Grey is **masked**: a pair never weighed, not a weight that came out small (white). "
+                 f"The weights above the diagonal add up to **{above:.1g}**, "
                  "and each position's K and V are what feeding the prompt one token at a time would give.")
     with st.expander("The numbers, in full: the rows in, the product they make, where this pass sits on the roofline"):
         st.markdown("**Prefill** (the *initiation phase*) is the first forward pass: **every prompt position at "

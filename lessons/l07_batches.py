@@ -43,7 +43,7 @@ def show(course: Course) -> None:
         st.caption(f"Padding reuses id {pad_id}, the start marker's id (this tokenizer has no separate pad token): the "
                    "ids alone cannot tell padding from a real token; only the attention mask can.")
     st.markdown(f"Row {short} got **{run.pad_counts[short]} padding positions**. Its attention (layer 0, head 0) "
-                f"below: the padded columns are masked, drawn grey like every masked pair (masked, not zero). Over "
+                f"below: the padded columns are masked, drawn grey like every masked pair (never weighed, not a small weight). Over "
                 f"every layer and head, the largest weight a real token gave a padded one is "
                 f"**{run.max_attention_on_padding():.1g}**.")
     pieces = [p or "PAD" for p in run.pieces[short]]
