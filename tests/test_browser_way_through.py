@@ -173,6 +173,24 @@ def test_the_next_token_charts_legend_lies_clear_of_its_title(browser, family_mo
     pg.close()
 
 
+@pytest.mark.parametrize("scale, width", [(1.35, 1200), (1.0, 700), (1.0, 370)], ids=["presenter", "plain", "phone"])
+def test_the_races_latency_legend_lies_clear_of_its_title(browser, tiny_lm, scale, width):
+    """On a phone the race chart's four names wrapped into rows standing on the plot that grew up over its title,
+    the 'KV cache on' line struck through 'Per-step latency against position'."""
+    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
+
+    from engine.generate.compare import compare
+    from topics.race import draw as race_draw
+    from topics.race import measure as race
+
+    df = race.race_frame(race.RaceReport.of(compare(tiny_lm, "Once upon a time", new_tokens=6, stop_on_eos=False)))
+    pg = drawn(browser, race_draw.latency_figure(df, scale=scale), width)
+    words = pg.evaluate(WORDS)
+    assert {"legend", "title"} <= {w[0] for w in words}, words
+    assert collisions(words) == []
+    pg.close()
+
+
 MARKED = """() => {  // each rung's name beside its point, and every marker drawn: [text, left, top, right, bottom]
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   return {names: [...document.querySelectorAll('.textpoint text')].filter(t => t.textContent.trim())

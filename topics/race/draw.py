@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from drawing.latency import PHONE_NOTE_CHARS, note_box
-from drawing.palette import PREFILL, RECOMPUTED, layout, step_axis
+from drawing.palette import PREFILL, RECOMPUTED, layout, legend_under_title, step_axis
 
 MODES = {"cache": ("KV cache on", PREFILL), "nocache": ("KV cache off", RECOMPUTED)}
 
@@ -25,7 +25,7 @@ def latency_figure(df: pd.DataFrame, title: str = "Per-step latency against posi
                                  marker=dict(color=PREFILL, symbol="diamond", size=12, line=dict(color=colour, width=2))))
     fig.update_xaxes(title="position (kv_len)")
     fig.update_yaxes(title="ms per step (measured)", rangemode="tozero")
-    fig = layout(fig, title, height=420, scale=scale)
+    fig = legend_under_title(layout(fig, title, height=420, scale=scale), scale)  # four names: a phone wraps them
     if note:
         note_box(fig, note, scale, chars=PHONE_NOTE_CHARS)  # whole inside a 390-px phone's column
     return fig
