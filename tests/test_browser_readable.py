@@ -9,6 +9,7 @@ One app server with a lecturer key for the module (the follower needs a class; e
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -159,6 +160,20 @@ def test_lesson_12s_answer_and_its_decode_points_are_on_the_first_projector_scre
     decode = [m for m in pg.evaluate(MARKERS, "lesson12_storage") if m["fill"] == rgb and m["height"] > 0]
     assert len(decode) >= 2 and all(m["bottom"] <= PRESENTER[1] for m in decode), decode
     assert pg.locator("[data-testid='stException']").count() == 0
+    pg.close()
+
+
+def test_lesson_5s_right_axis_reads_round_milliseconds_not_the_left_axis_grid_rescaled(keyed_server, browser):
+    """Streamlit's chart theme syncs a right axis's ticks to the left axis's grid: lesson 5's 'ms a decode step'
+    read 0, 1.41, 2.83, 4.24. Each tick a whole 1, 2 or 5 times a power of ten, as an axis a class reads."""
+    pg = open_page(browser, keyed_server + "/lessons?presenter=on&lesson=5", *PRESENTER)
+    settled(pg, ".st-key-lesson5_work .y2tick text")
+    ticks = pg.locator(".st-key-lesson5_work .y2tick text").evaluate_all("ts => ts.map(t => t.textContent)")
+    values = [float(t.replace(",", "")) for t in ticks]
+    steps = {round(b - a, 9) for a, b in zip(values, values[1:])}
+    assert len(values) >= 3 and len(steps) == 1, ticks  # evenly spaced
+    step = steps.pop()
+    assert round(step / 10 ** math.floor(math.log10(step)), 6) in (1, 2, 5), ticks
     pg.close()
 
 
