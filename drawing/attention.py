@@ -134,7 +134,11 @@ def heads_figure(t: StepTrace, layer: int, labels: list[str], scale: float = 1.0
         names = [f"head {h}" + (f" · {roles[h]}" if roles and roles.get(h) else "") for h in range(heads)]
         fig = attention_heatmap(z, names, labels[: t.kv_len],
                                 f"layer {layer}, every head: query {query}", scale=scale, row_chars=30)
-        fig.update_yaxes(title="head · its role in this row" if roles else "head")
+        # each row's label says its head (and role): an axis title beside a few short rows ran up into the chart's
+        # title on a phone; and the colour bar, a share of those rows' height, laid its 1, 0.5 and 0 on one
+        # another: it is as long as the rows, and never under 80 px
+        fig.update_yaxes(title=None)
+        fig.data[1].colorbar.update(lenmode="pixels", len=int(max(80, 18 * heads) * scale))
         return fig
     grids = [attention_rows(t, layer, h) for h in range(heads)]
     cols = min(cols, heads)

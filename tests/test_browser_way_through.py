@@ -191,6 +191,33 @@ def test_the_races_latency_legend_lies_clear_of_its_title(browser, tiny_lm, scal
     pg.close()
 
 
+COLOUR_BAR = """() => [...document.querySelectorAll('.colorbar .cbaxis text, .colorbar text.ytick, .cbaxis .ytick text')]
+  .filter(t => t.textContent.trim()).map(t => { const r = t.getBoundingClientRect(); return [r.top, r.bottom]; })"""
+
+
+@pytest.mark.parametrize("scale, width", [(1.35, 600), (1.0, 370)], ids=["presenter", "phone"])
+def test_every_heads_row_chart_keeps_its_title_and_colour_bar_words_apart(browser, family_model, scale, width):
+    """The step page's Attention view on a phone: the axis title 'head · its role in this row' ran up the side into
+    'layer 0, every head: query 43 ·to', and the colour bar's 1, 0.5 and 0 lay on one another."""
+    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
+
+    from drawing.attention import heads_figure
+    from drawing.palette import axis_labels
+    from engine import Stepper
+
+    run = Stepper(family_model("llama"), "Once upon a time there was a little girl named Lily. She",
+                  max_new_tokens=30, stop_on_eos=False)
+    run.run()
+    t = run.records[-1]
+    roles = {h: "previous token" if h < 2 else "broad" for h in range(t.layers[0].pattern.shape[0])}
+    pg = drawn(browser, heads_figure(t, 0, axis_labels(run.pieces()), scale=scale, roles=roles), width)
+    words = pg.evaluate(WORDS)
+    assert "title" in {w[0] for w in words} and collisions(words) == []
+    bar = sorted(pg.evaluate(COLOUR_BAR))
+    assert len(bar) >= 2 and all(a[1] <= b[0] + 1 for a, b in zip(bar, bar[1:])), bar  # each tick clear of the next
+    pg.close()
+
+
 MARKED = """() => {  // each rung's name beside its point, and every marker drawn: [text, left, top, right, bottom]
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   return {names: [...document.querySelectorAll('.textpoint text')].filter(t => t.textContent.trim())
