@@ -33,7 +33,7 @@ def show(course: Course) -> None:
                    f"last column): {'its row is' if one else 'their rows are'} memory arithmetic only, a context "
                    f"{'it' if one else 'they'} cannot use.")
     l2, l3 = kvcalc.from_table("Llama-2-70b"), kvcalc.from_table("Llama-3-8B")
-    st.markdown(f"Grouped-query attention shares each K/V head among several query heads: Llama-2-70B's "
+    st.markdown(f"Grouped-query attention shares each K/V head among several query heads: {l2.name}'s "
                 f"{l2.heads} query heads use {l2.kv_heads} K/V heads, a cache {l2.heads // l2.kv_heads}× smaller "
                 f"than MHA; Llama-3-8B's cache is {l3.heads // l3.kv_heads}× smaller than it would be with MHA.")
     big = kvcalc.from_table("Llama-3-70B")

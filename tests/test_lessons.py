@@ -343,7 +343,7 @@ def budget_lesson_says_what_it_measured(at: AppTest) -> None:
 
     opening = text(at)
     table = pd.read_csv(ASSETS / "model_configs.csv")
-    said = re.search(r"(\S+) filling its (\d+) K-token context holds ([\d.]+ \w+) of keys and values in bf16", opening)
+    said = re.search(r"(\S+) filling its (\d+)K-token context holds ([\d.]+ \w+) of keys and values in bf16", opening)
     assert said, opening[:300]
     row = table[table["name"] == said.group(1)].iloc[0]
     tokens = int(said.group(2)) * 1024
