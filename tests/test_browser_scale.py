@@ -71,3 +71,21 @@ def test_on_a_projector_the_bytes_sections_first_chart_is_whole_under_its_headin
     title = pg.locator(".st-key-scale_bytes_storage .g-xtitle").first.bounding_box()  # its axis title too
     assert title["y"] + title["height"] <= PRESENTER[1] + 1, title
     pg.close()
+
+
+TABLES = """() => [...document.querySelectorAll('[data-testid=stDataFrame]')].map(d => {
+  const s = d.querySelector('.dvn-scroller');
+  return s && {scroll: s.scrollWidth, width: s.clientWidth};
+}).filter(Boolean)"""
+
+
+def test_on_a_projector_every_table_on_the_scale_page_shows_every_column(server, browser):
+    """The bytes table's eleven columns ran 105 px past a projector's width: 'predicted (FLOP rate)', the prefill's
+    prediction, was cut at 'predic' and read only by scrolling the table sideways."""
+    pg = open_page(browser, server + "/scale?presenter=on", *PRESENTER)
+    idle(pg)
+    pg.locator(".st-key-scale_bytes_storage .js-plotly-plot").first.wait_for(timeout=60_000)
+    pg.wait_for_function("() => document.querySelectorAll('[data-testid=stDataFrame] .dvn-scroller').length >= 2")
+    tables = pg.evaluate(TABLES)
+    assert len(tables) >= 2 and all(t["scroll"] <= t["width"] + 1 for t in tables), tables
+    pg.close()

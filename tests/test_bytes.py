@@ -621,7 +621,7 @@ def test_computed_figures_are_called_estimates_and_int4s_rounded_inputs_are_said
     rec = synthetic({"fp32": 20.0, "bf16": 10.0, "int4": 8.0}, {"fp32": 500.0, "bf16": 500.0, "int4": 460.0}, CTX)
     cols = list(draw.storage_frame(synthetic({"fp32": 20.0}, {"fp32": 500.0}, CTX)).columns)
     assert "decode bound ms (estimate)" in cols and "prefill bound ms (estimate)" in cols
-    assert draw.short_header("decode bound ms (estimate)") == "memory bound ms (est.)"  # beside 'decode ms'
+    assert draw.short_header("decode bound ms (estimate)") == "memory ms (est.)"  # beside 'decode ms'
     assert len({draw.short_header(c) for c in cols}) == len(cols)  # no two columns headed alike
     assert list(draw.storage_frame(rec).columns).index("decode bound ms (estimate)") == list(
         draw.storage_frame(rec).columns).index("decode ms") + 1  # so a short 'bound' header reads as decode's

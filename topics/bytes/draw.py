@@ -52,11 +52,12 @@ def storage_frame(rec: Record) -> pd.DataFrame:
 
 def short_header(column: str) -> str:
     """A storage_frame column's header as the page shows it (the full name in its help), short enough that a
-    projector shows every column: 'predicted × fp32 (bytes)' → 'predicted (bytes)', 'decode in kernels ms' → 'in
-    kernels ms', 'decode bound ms (estimate)' → 'memory bound ms (est.)', the prefill's 'compute bound ms (est.)' (each
-    beside its phase's own ms, and named by the bound it is: decode's memory, prefill's compute)."""
-    return (re.sub(r"^predicted × .+ \(([^)]*)\)$", r"predicted (\1)", column).replace("decode in kernels", "in kernels")
-            .replace(" (estimate)", " (est.)").replace("decode bound", "memory bound").replace("prefill bound", "compute bound"))
+    projector shows every column: 'predicted × fp32 (bytes)' → 'pred. (bytes)', 'decode in kernels ms' → 'in
+    kernels ms', 'decode bound ms (estimate)' → 'memory ms (est.)', the prefill's 'compute ms (est.)' (each beside
+    its phase's own ms, named by the bound it is, decode's memory and prefill's compute, as the roofline's table
+    heads them)."""
+    return (re.sub(r"^predicted × .+ \(([^)]*)\)$", r"pred. (\1)", column).replace("decode in kernels", "in kernels")
+            .replace(" (estimate)", " (est.)").replace("decode bound", "memory").replace("prefill bound", "compute"))
 
 
 def damage_frame(rec: Record) -> pd.DataFrame:
