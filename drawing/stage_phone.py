@@ -273,7 +273,7 @@ def _kv_grid(name: str, t: StepTrace, lt, prompt_len: int, y: float, kv_heads: i
         said, hh = _lines(0, y + 34, "computed for every position, then thrown away", MIN_SIZE, NW, fill=RECOMPUTED)
         out.append(said)
         y += 20 + hh
-    y += 10  # room for this pass's write marker
+    y += 16  # room for this pass's write marker: its head reaches ~16 units up from its tip, clear of the note
     new_cols = []
     for p, x in enumerate(xs):
         kind, new = _col_kind(p, t, prompt_len, lt, rejected_from)

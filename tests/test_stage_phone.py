@@ -80,3 +80,24 @@ def test_a_page_places_both_and_a_phone_shows_its_own(passes):
     assert imgs == ["dl-stage-wide", "dl-stage-phone"] and 'data-testid="dl-stage"' in html
     assert "dl-stage-head" not in html  # nothing to repeat: the phone's picture holds its title whole
     assert "dl-stage-head" in stage_html(stage_svg(t, run.pieces(), run.prompt_len), "x", heading="h")
+
+
+@pytest.mark.parametrize("name", ["prefill", "decode"])
+def test_the_cache_writes_arrowhead_stands_clear_of_the_note_above_it(passes, name):
+    """On a phone the green arrowhead over this pass's new columns drew through 'kept for later steps': SVG sizes a
+    marker in stroke widths, so a 7-wide head on a 2.5 stroke reaches 15.75 units back from its tip (refX 9 of 10)."""
+    from drawing.svg import defs
+
+    t, run = passes[name]
+    svg = phone_stage_svg(t, run.pieces(), run.prompt_len)
+    marker = re.search(r'<marker id="arrow-new" viewBox="0 0 10 10" refX="([\d.]+)" [^>]*markerHeight="([\d.]+)"',
+                       defs())
+    ref_x, size = float(marker.group(1)), float(marker.group(2))
+    notes = [(float(m.group(1)), float(m.group(2))) for m in re.finditer(
+        r'<text x="[\d.]+" y="([\d.]+)" font-size="([\d.]+)"[^>]*>kept for later steps</text>', svg)]
+    heads = [float(m.group(2)) - ref_x / 10 * size * float(m.group(3)) for m in re.finditer(
+        r'<g data-role="write-[kv]">.*?<line x1="[\d.]+" y1="([\d.]+)" x2="[\d.]+" y2="([\d.]+)" stroke="[^"]+" '
+        r'stroke-width="([\d.]+)" marker-end', svg)]
+    assert len(notes) == len(heads) == 2
+    for (baseline, font), top in zip(notes, heads):  # a descender reaches about 0.25 of a font size under the line
+        assert top >= baseline + 0.25 * font, (baseline, font, top)
