@@ -157,19 +157,22 @@ def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_li
 
 
 @pytest.mark.parametrize("scale, width", [(1.35, 1200), (1.0, 700), (1.0, 370)], ids=["presenter", "plain", "phone"])
-def test_the_next_token_charts_legend_lies_clear_of_its_title(browser, family_model, scale, width):
+def test_the_next_token_charts_legend_lies_clear_of_its_title(browser, bundled_lm, scale, width):
     """On a phone the bars' two names wrapped into two rows that stood on the plot and grew up over the title,
-    'before warpers' drawn across 'Next token: ·was (green)'."""
+    'before warpers' drawn across 'Next token: ·was (green)'; the candidates' names, always turned 30°, crowded
+    one another and the axis. Plotly now turns them as far as the width needs."""
     import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
 
     from drawing.tokens import next_token_figure
     from engine import Stepper
+    from ui.presets import PROMPTS
 
-    t = Stepper(family_model("llama"), "Once upon a time", max_new_tokens=4).prefill()
+    t = Stepper(bundled_lm, PROMPTS[2]["prompt"], max_new_tokens=4).prefill()  # lesson 6's
     pg = drawn(browser, next_token_figure(t, scale=scale), width)
     words = pg.evaluate(WORDS)
     assert {"legend", "title"} <= {w[0] for w in words}, words
-    assert collisions(words) == []
+    assert collisions(words) == []  # '·saw', turned 30° whatever the width, lay on the probability axis's '0%'
+    assert len([w for w in words if w[0] == "x tick"]) == len(t.top)  # every candidate named
     pg.close()
 
 
