@@ -944,3 +944,18 @@ def test_the_preemption_sentence_names_each_policy_as_its_table_row_does():
     for name, row in zip(("newest", "most blocks"), rows):
         assert row.startswith(name) and f"'{name}'" in said, (said, rows)
     assert "_" not in said
+
+
+def test_a_timeline_band_labels_its_first_and_last_step_and_never_two_neighbours():
+    """'16 17' under a phone's band: the last step is always labelled, and it took the place of a label one step
+    before it only when closer than half the spacing, so two neighbours were labelled, the current step's box over
+    both. Every spacing now lies between 2 steps and one and a half times the band's."""
+    from topics.serving.draw import step_ticks
+
+    for every in range(2, 7):
+        for start in (0, 18, 97):
+            for n in range(2, 40):
+                ticks = step_ticks(range(start, start + n), every)
+                gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+                assert ticks[0] == start and ticks[-1] == start + n - 1, (every, n, ticks)
+                assert all(2 <= g <= 1.5 * every for g in gaps) or n <= 2, (every, n, ticks)

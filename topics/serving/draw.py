@@ -403,11 +403,12 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
 
 def step_ticks(band: range, every: int) -> list[int]:
     """The engine steps a timeline band labels: every `every`-th from its first, and its last always (a run of 36
-    steps ended at a label of 33); the last takes the place of a label closer to it than half the spacing."""
+    steps ended at a label of 33); the last takes the place of a label half the spacing from it or closer ('16 17'
+    crowded a phone's band, the current step's box over both)."""
     ticks = list(range(band.start, band.stop, every))
     last = band.stop - 1
     if ticks and ticks[-1] != last:
-        if last - ticks[-1] < every / 2 and len(ticks) > 1:
+        if last - ticks[-1] <= every / 2 and len(ticks) > 1:
             ticks.pop()
         ticks.append(last)
     return ticks
