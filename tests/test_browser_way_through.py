@@ -221,6 +221,23 @@ def test_every_heads_row_chart_keeps_its_title_and_colour_bar_words_apart(browse
     pg.close()
 
 
+def test_lesson_1s_request_cards_keep_every_word_inside_their_box(browser, family_model):
+    """'4,065,536 parameters, once per server' and '21 characters → 8 ids' ran to their card's right edge: the notes
+    were cut at 17 characters whatever the card's width."""
+    from drawing.request import request_svg
+    from physics.request import request_timeline
+
+    svg = request_svg(request_timeline(family_model("llama"), "Once upon a time, there was", new_tokens=4))
+    pg = browser.new_page(viewport={"width": 1100, "height": 500})
+    pg.set_content(f"<body style='margin:10px'><div style='width:1000px'>{svg}</div></body>")
+    out = pg.evaluate("""() => [...document.querySelectorAll('[data-role=request-step]')].flatMap(g => {
+      const box = g.querySelector('rect').getBoundingClientRect();
+      return [...g.querySelectorAll('text')].map(t => [t.textContent, t.getBoundingClientRect().right, box.right]);
+    })""")
+    assert len(out) > 14 and [w for w, right, edge in out if right > edge - 3] == [], out
+    pg.close()
+
+
 MARKED = """() => {  // each rung's name beside its point, and every marker drawn: [text, left, top, right, bottom]
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   return {names: [...document.querySelectorAll('.textpoint text')].filter(t => t.textContent.trim())
