@@ -138,13 +138,14 @@ def test_the_attention_picture_names_each_head_by_its_role_beside_its_number(bun
 
 def chart(at) -> tuple[list[str], list[str], np.ndarray, str]:
     """The Attention view's heatmap as the page holds it: (head labels, key labels, weights [head, key_pos], the
-    head axis's title)."""
+    words under it: its caption)."""
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     trace = spec["data"][1]
     z = trace["z"]
     weights = np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(
         [int(n) for n in str(z["shape"]).split(",")]) if isinstance(z, dict) else np.array(z, dtype=float)
-    return list(trace["y"]), list(trace["x"]), weights, spec["layout"]["yaxis"]["title"]["text"]
+    under = " ".join(c.value for c in at.caption)
+    return list(trace["y"]), list(trace["x"]), weights, under
 
 
 def shown(at, start: str) -> str:
@@ -177,10 +178,10 @@ def test_at_a_prefill_each_heads_label_says_where_the_row_drawn_beside_it_peaks(
     assert q >= 3  # a prompt long enough for every role
     for layer in range(run.lm.spec.layers):
         at.segmented_control(key="step_layer").set_value(layer).run()
-        labels, keys, z, axis = chart(at)
+        labels, keys, z, under = chart(at)
         for h, label in enumerate(labels):
             assert label.startswith(f"head {h} · ") and agrees(label, z[h], q, ids, keys), (layer, label, z[h])
-        assert "in this row" in axis  # the labels say which row they were read from
+        assert "role is read from that row alone" in under  # the labels say which row they were read from
         said = shown(at, f"Layer {layer}, ")
         assert said.startswith(f"Layer {layer}, for the newest query")
     at.toggle(key="step_att_every").set_value(True).run()  # every query row, one panel per head
