@@ -61,6 +61,7 @@ class DeviceRoof:
     bandwidths: tuple = ()
     elem_bytes: float = 4.0  # the dtype its peak is for (fp32 probe: 4; a datacenter datasheet: bf16, 2)
     probes: int = field(default=1, compare=False)  # the probes whose best rates it keeps (`best` adds them up)
+    threads: tuple = field(default=(), compare=False)  # CPU: torch's threads in each probe kept (() on a GPU)
 
     @property
     def dtype(self) -> str:
@@ -126,7 +127,8 @@ class DeviceRoof:
         rates = tuple((b, max(r, theirs.get(b, 0.0))) for b, r in self.bandwidths)
         return DeviceRoof(name=self.name, peak_flops=max(self.peak_flops, other.peak_flops),
                           bandwidth=max(self.bandwidth, other.bandwidth), measured=self.measured and other.measured,
-                          bandwidths=rates, elem_bytes=self.elem_bytes, probes=self.probes + other.probes)
+                          bandwidths=rates, elem_bytes=self.elem_bytes, probes=self.probes + other.probes,
+                          threads=tuple(sorted(set(self.threads) | set(other.threads))))
 
 
 _roofs: dict[tuple[str, str], DeviceRoof] = {}  # (device, dtype) -> this process's roof: one ridge each
@@ -203,7 +205,8 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
         on_progress(1.0, "done")
     return DeviceRoof(name=f"{device.type} (measured here, {str(dtype).removeprefix('torch.')} matmul)",
                       peak_flops=flops, bandwidth=max(r for _, r in rates), measured=True, bandwidths=tuple(rates),
-                      elem_bytes=float(torch.finfo(dtype).bits // 8))
+                      elem_bytes=float(torch.finfo(dtype).bits // 8),
+                      threads=(torch.get_num_threads(),) if device.type == "cpu" else ())
 
 
 class RoundRates:

@@ -4,6 +4,7 @@ the figures of a roof planted as this server's, divided out here."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -85,6 +86,7 @@ def test_this_servers_roof_says_how_many_probes_set_it_and_that_a_busy_one_reads
     one = roof_sentence(low)
     assert "one short probe" in one and "a busy moment reads low" in one and "measured now" not in one
     both = low.best(high)
+    assert dataclasses.replace(low, threads=(2,)).best(dataclasses.replace(high, threads=(1,))).threads == (1, 2)
     assert both.probes == 2 and both.peak_flops == 3.0e11 and both.dram_bandwidth == 1.88e10  # each the better
     assert "The best rates of its 2 probes since the server started" in roof_sentence(both)
     assert f"the ridge at {3.0e11 / 1.88e10:.1f} FLOP/byte" in roof_sentence(both)

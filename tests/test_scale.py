@@ -93,6 +93,7 @@ def test_device_probe_counts_the_work_it_times(monkeypatch):
     assert [r for _, r in roof.bandwidths] == pytest.approx([2**20 / 0.002, 2 * 2**20 / 0.002])
     assert roof.bandwidth == max(r for _, r in roof.bandwidths) and roof.dram_bandwidth == roof.bandwidths[-1][1]
     assert roof.ridge == roof.peak_flops / roof.dram_bandwidth  # THE ridge: DRAM's, whatever a cache reads
+    assert roof.threads == (torch.get_num_threads(),)  # what the Scale page says it ran on, once serving changed it
 
 
 @pytest.mark.perf

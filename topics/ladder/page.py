@@ -3,7 +3,7 @@
 import streamlit as st
 
 from engine import DecodeLabError
-from physics import kvcalc, machine, roofline
+from physics import kvcalc, roofline
 from physics.units import human_bytes
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder import tables
@@ -181,7 +181,7 @@ def show(beside_curve=None) -> None:
     card = roof_choice.removesuffix(BESIDE)
     gpu = None if roof_choice == HERE else roofline.from_datasheet(kvcalc.accelerator(card))
     st.write(plain(scale_draw.roof_sentence(here)))
-    apart = scale_draw.ridges_apart(here, machine.threads(), ladder)
+    apart = scale_draw.ridges_apart(here, ladder)
     if apart:  # two ridges on one page for one kind of device: why, in numbers
         st.caption(plain(apart))
     if gpu is not None:

@@ -93,17 +93,19 @@ def roof_sentence(here: DeviceRoof) -> str:
             f"at {here.ridge:.1f} FLOP/byte (~{here.ridge_tokens:.0f} rows in {here.dtype}).{cache} {_probes(here)}")
 
 
-def ridges_apart(here: DeviceRoof, threads: int, ladder) -> str:
+def ridges_apart(here: DeviceRoof, ladder) -> str:
     """Why the ladder shown above quotes another ridge for this kind of device, where the two print apart:
     each ridge is the peak over the bandwidth of the run that measured it, and the ladder's run had its own threads,
-    day and machine. Each curve is read against its own run's ridge. '' where they agree or the devices differ."""
+    day and machine (the probe's threads are those its kept probes ran with, not this moment's). Each curve is read
+    against its own run's ridge. '' where they agree or the devices differ."""
     theirs = getattr(ladder, "roof", None)
     if (theirs is None or theirs.elem_bytes != here.elem_bytes
             or ("cuda" in ladder.device) != here.name.startswith("cuda") or f"{theirs.ridge:.1f}" == f"{here.ridge:.1f}"):
         return ""
     cpu = not here.name.startswith("cuda")
-    apart = (f" on {ladder.threads} thread{'' if ladder.threads == 1 else 's'}, this probe on {threads}"
-             if cpu and ladder.threads != threads else "")
+    probed = " and ".join(map(str, here.threads))  # more than one where probes on other thread counts were kept
+    apart = (f" on {ladder.threads} thread{'' if ladder.threads == 1 else 's'}, this probe on {probed}"
+             if cpu and here.threads and here.threads != (ladder.threads,) else "")
     return (f"The ladder above quotes its own run's ridge, {theirs.ridge:.1f} FLOP/byte (peak "
             f"{theirs.peak_flops / 1e9:,.1f} GFLOP/s, DRAM {theirs.dram_bandwidth / 1e9:,.1f} GB/s; {ladder.device}, "
             f"{ladder.measured_at[:10]}): each ridge is the peak over the bandwidth of the run that measured it{apart}. "
