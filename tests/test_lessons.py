@@ -396,8 +396,8 @@ def test_lesson_9_says_the_measured_ratio_of_its_bet_and_what_it_implies_without
     rows, ratio, runs = re.fullmatch(r"The bet, measured here: (\d+) rows in one pass cost ×([\d.]+) one row"
                                      r"(?: \(runs (×[\d.]+–×[\d.]+)\))?", title).groups()
     said = next(m.value for m in at.markdown if m.value.startswith("Measured here, in alternation"))
-    found = re.search(r"a pass of (\d+) rows, the verify pass's shape, in ([\d.]+) ms; one plain decode step on the "
-                      r"same cache feeds 1 row in "
+    found = re.search(r"a pass of (\d+) rows, the verify pass's shape, in ([\d.]+) ms; one plain decode step after "
+                      r"the same prefix feeds 1 row in "
                       r"([\d.]+) ms \(×([\d.]+); medians of (\d+) and (\d+) timed runs, warm-up excluded: across "
                       r"their fastest and slowest runs the ratio lies between ×([\d.]+) and ×([\d.]+)\)", said)
     assert found, said

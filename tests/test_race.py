@@ -142,7 +142,7 @@ def test_the_headline_never_claims_more_than_the_fit():
     linear, steeper = [5 * x for x in n], [5 * x + 0.01 * x * x for x in n]
     fit = race.growth_fit
     words = race.headline(race.Growth(fit(n, linear), fit(n, steeper)))
-    assert "n^1.00 with the cache" in words and "Without the cache it measurably grows faster." in words
+    assert "n to the power 1.00 with the cache" in words and "Without the cache it measurably grows faster." in words
     assert "cannot be told apart" not in words and "against the lesson" not in words
     flat = race.headline(race.Growth(fit(n, linear), fit(n, linear)))
     assert "cannot be told apart" in flat and "faster" not in flat

@@ -199,8 +199,8 @@ def headline(growth: Growth, busy: bool = False) -> str:
     if growth.cache is None or growth.nocache is None:
         return "Too few steps to fit a growth rate."
     (kc, lc, hc), (kn, ln, hn) = ((f.k, f.low, f.high) for f in (growth.cache, growth.nocache))
-    parts = [f"Total decode time grows like n^{kc:.2f} with the cache (95% range {lc:.2f}–{hc:.2f}) and "
-             f"n^{kn:.2f} without it ({ln:.2f}–{hn:.2f})."]
+    parts = [f"Total decode time grows like n to the power {kc:.2f} with the cache (95% range {lc:.2f}–{hc:.2f}) "
+             f"and to the power {kn:.2f} without it ({ln:.2f}–{hn:.2f})."]
     if ln > hc:
         parts.append("Without the cache it measurably grows faster.")
     elif lc > hn:  # against the lesson, and the ranges do not overlap: say what was measured, and why it can be
@@ -212,7 +212,7 @@ def headline(growth: Growth, busy: bool = False) -> str:
         parts.append("The work itself grows like n² without the cache (estimate); the time grows slower while a "
                      "cache-off pass is timed by what every pass pays (reading the weights, launching kernels) "
                      "rather than by its arithmetic: the rule below says how far that lasts on this device.")
-    if busy:  # n^0.56 for a run whose steps each cost about the same: one slow early step flattens a total's curve
+    if busy:  # a power of 0.56 for a run whose steps each cost about the same: one slow early step flattens a total's curve
         parts.append("The server was busy while the steps were timed (the note above): a step slowed by other work "
                      "bends these fits, most of all an early one, which flattens a total's curve. Run again when the "
                      "server is quiet.")
