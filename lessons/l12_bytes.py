@@ -9,7 +9,7 @@ import streamlit as st
 from lessons.course import Course
 from topics.bytes import draw, figures
 from topics.bytes import store as bytes_store
-from topics.bytes.page import bounds_folded, progress, shown
+from topics.bytes.page import bounds_folded, measure_label, progress, shown
 from ui.charts import chart
 from ui.style import scale
 from ui.text import plain
@@ -31,7 +31,7 @@ def show(course: Course) -> None:
     rec, source = shown()
     if rec is None:
         test.info("No recording ships for this device: measure it on this server.")
-        measure(course)
+        measure(course, rec)
         return
     fp32, bf16 = rec.get("fp32", "decode"), rec.get("bf16", "decode")
     if fp32 is not None and bf16 is not None:
@@ -42,7 +42,7 @@ def show(course: Course) -> None:
         answer.caption(plain(f"Choose a prediction to see the measurement: the {rec.named}'s weights"
                              + (f", {halved}," if fp32 is not None and bf16 is not None else "")
                              + f" timed on {rec.device}."))
-        measure(course)
+        measure(course, rec)
         return
     held = draw.prediction_held(rec)  # the answer first: on a projector it is on the screen with the chart
     # "predicted", not "you predicted": a class following the lecturer sees the lecturer's pick, not its own
@@ -70,15 +70,15 @@ def show(course: Course) -> None:
             st.dataframe(draw.damage_frame(rec), hide_index=True, width="stretch")
     st.page_link(str(course.pages / "scale.py"), label="Open the Scale page: the pass-of-n curve and this beside it",
                  icon=":material/speed:")
-    measure(course)
+    measure(course, rec)
 
 
-def measure(course: Course) -> None:
+def measure(course: Course, rec) -> None:
     """The recording shown is this project's CPU's until this server measures its own (in the background: a thread
     of its own, the page's other clicks go on); while it runs, how far it got."""
     j = bytes_store.job()
     if j is None or j.done.is_set():
-        if st.button("Measure on this server (in the background, a few minutes)", key="lesson12_measure"):
+        if st.button(measure_label(rec), key="lesson12_measure"):
             bytes_store.start(course.lm)
             st.rerun()
     else:

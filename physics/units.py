@@ -27,6 +27,11 @@ def human_flops(x: float) -> str:
 
 
 def human_ms(ms: float) -> str:
-    """'12.1 ms', '156 µs', '0.633 µs': three significant figures, in µs below a millisecond (a datasheet GPU's
-    bound for a small model is a few µs, never '0.00246 ms')."""
+    """'12.1 ms', '156 µs', '0.633 µs', '1.23 s', '3.2 min': three significant figures (two in minutes), in µs below
+    a millisecond (a datasheet GPU's bound for a small model is a few µs, never '0.00246 ms'), in seconds from one
+    (a slow CPU's prefill, never '1.23e+03 ms') and in minutes from 100 s (a measurement run)."""
+    if abs(ms) >= 100e3:
+        return f"{ms / 60e3:.2g} min" if abs(ms) < 600e3 else f"{ms / 60e3:.0f} min"
+    if abs(ms) >= 1e3:
+        return f"{ms / 1e3:.3g} s"
     return f"{ms:.3g} ms" if abs(ms) >= 1 or ms == 0 else f"{ms * 1e3:.3g} µs"

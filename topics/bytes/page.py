@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from physics.units import human_ms
 from topics.bytes import draw, figures
 from topics.bytes import store as bytes_store
 from ui.charts import chart
@@ -18,6 +19,13 @@ HELP = ("If decode's time is the bytes it reads, fewer bytes make it faster; pre
         "except that torch's int4 kernel takes its inputs in bf16), and the whole model cast to bf16 (its arithmetic "
         "in bf16 too); then one fp32 decode step at longer and longer contexts, and the longest one again with its "
         "cache evicted to a window.")
+
+
+def measure_label(rec) -> str:
+    """The button's words: how long the run shown took on its machine (the shipped recording's, or this server's),
+    never a promise of "a few minutes" (one took 9 on this project's 2 cores beside a class's requests)."""
+    took = f"; the run shown took {human_ms(rec.wall_s * 1e3)} on its machine" if rec is not None else ""
+    return f"Measure on this server (in the background{took})"
 
 
 def shown():
@@ -56,15 +64,15 @@ def section(lm=None, curve_step=None) -> None:
     be."""
     st.subheader("Bytes are time: the weights and the cache in fewer bytes, timed", help=HELP)
     j = bytes_store.job()
+    rec, source = shown()
     if lm is not None and (j is None or j.done.is_set()):
-        if st.button("Measure bytes on this server (in the background, a few minutes)", key="scale_bytes_measure"):
+        if st.button(measure_label(rec), key="scale_bytes_measure"):
             bytes_store.start(lm)
             st.rerun()
     if j is not None and not j.done.is_set():
         progress()
     if j is not None and j.error is not None:
         error(f"The measurement on this server failed: {j.error}")
-    rec, source = shown()
     if rec is None:
         st.info("No recording of this measurement ships for this device: measure it on this server.")
         return

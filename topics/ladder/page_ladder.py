@@ -15,6 +15,7 @@ from __future__ import annotations
 import streamlit as st
 
 from engine import DecodeLabError
+from physics.units import human_ms
 from topics.ladder import curve_draw
 from topics.ladder import draw as draw
 from topics.ladder.notes import ladder_note, noisy
@@ -218,7 +219,8 @@ def grow_the_model(lm, settings) -> Ladder | None:
                                                        "its date: recorded apart, by the code of that day.",
                    persist_state="session")
     live = kept_ladder(lm)
-    row.button("Measure again on this server" if live else "Measure on this server (a few minutes)",
+    took = f" (its recording took {human_ms(default.wall_s * 1e3)} on its machine)" if default else ""
+    row.button("Measure again on this server" if live else f"Measure on this server{took}",
                key="scale_ladder_measure", icon=":material/straighten:", disabled=ladder_job(lm) is not None,
                on_click=start_ladder, args=(lm, live is not None))  # in the background: a click elsewhere keeps it
     if ladder_job(lm) is not None:
