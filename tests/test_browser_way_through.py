@@ -523,3 +523,27 @@ def test_the_phone_stage_keeps_every_word_inside_the_picture_and_apart_at_390_px
         assert found == [], (name, found)
         assert pg.evaluate(SMALL_WORDS) == [], name
     pg.close()
+
+
+@pytest.mark.parametrize("scale, width", [(1.35, 700), (1.0, 358)], ids=["presenter", "phone"])
+def test_lesson_12s_bytes_charts_keep_every_word_inside_and_the_legend_in_one_row_beside_the_test(browser, scale,
+                                                                                                 width):
+    """Lesson 12's storage chart shares a projector's line with the test (a 0.6 column, ~700 px): its legend took
+    three rows there and pushed the axis's words under the screen's foot; on a phone its axis title ran past the
+    chart's right edge ('…counted from the tensors' without its ')')."""
+    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
+
+    from topics.bytes import figures
+    from topics.bytes import store as bytes_store
+
+    rec = bytes_store.recorded()
+    for figure in (figures.storage_figure(rec, scale=scale), figures.context_figure(rec, scale=scale)):
+        pg = drawn(browser, figure, width)
+        words = pg.evaluate(WORDS)
+        box = pg.evaluate("() => document.querySelector('#chart .main-svg').getBoundingClientRect().toJSON()")
+        assert [w for w in words if w[2] < box["left"] - 1 or w[4] > box["right"] + 1] == [], box
+        assert collisions(words) == []
+        legend = [w for w in words if w[0] == "legend"]
+        if scale > 1 and figure.layout.title.text.startswith("Time per pass"):
+            assert len({round(w[3]) for w in legend}) == 1, legend  # one row
+        pg.close()

@@ -57,7 +57,7 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
             fig.add_trace(go.Scatter(x=[x], y=[bound], mode="markers", name=f"{kind} {s} bound",
                                      hovertemplate=f"{s} {kind}, its bound: {bound:.1f} ms<extra></extra>",
                                      marker=dict(color=ESTIMATE, size=10, symbol="circle-open"), showlegend=False))
-    for name, colour, symbol in (("decode, measured (median, bars min–max)", DECODE, "circle"),
+    for name, colour, symbol in (("decode, measured", DECODE, "circle"),  # one legend row beside lesson 12's test
                                  ("prefill, measured", PREFILL, "circle"), ("its bound (estimate)", ESTIMATE, "circle-open")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(color=colour, size=10, symbol=symbol)))
@@ -65,9 +65,9 @@ def storage_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         lo, hi = min(times) / 1.6, max(times) * 2.6  # ticks labelled whole (plotly's own read "5, 2, 100, 5")
         vals, texts = log_ticks(lo, hi)
         fig.update_yaxes(range=[math.log10(lo), math.log10(hi)], tickmode="array", tickvals=vals, ticktext=texts)
-    fig.update_yaxes(type="log", title="ms per pass (log)")
+    fig.update_yaxes(type="log", title="ms per pass (log)<br>median, bars min–max")
     same = any(at != "top center" for _x, at in drawn.values())  # some storages share their bytes
-    fig.update_xaxes(title="weight bytes read (MB, counted from the tensors)"  # two lines: whole on a phone
+    fig.update_xaxes(title="weight bytes read (MB, counted)"  # two short lines: whole on a phone
                      + ("<br>equal bytes drawn side by side" if same else ""))
     return legend_under_title(layout(fig, "Time per pass against the weights' bytes", scale=scale), scale)
 
@@ -109,7 +109,7 @@ def context_figure(rec: Record, scale: float = 1.0) -> go.Figure:
         fig.add_trace(go.Scatter(x=[full.context], y=[e.median_ms], mode="markers",
                                  name=f"the step at {full.context:,}, its cache evicted to {e.context:,}",
                                  marker=dict(color=GREY, size=13, symbol="star")))
-    fig.update_xaxes(title=f"context (positions in the K/V cache, {pts[0].arith if pts else rec.reference})")
+    fig.update_xaxes(title=f"context (positions cached, {pts[0].arith if pts else rec.reference})")
     fig.update_yaxes(title="ms per decode step", rangemode="tozero")
     # taller than the default: its legend (seven entries) takes four rows on a phone, and the plot keeps its own room
     return legend_under_title(layout(fig, "The context's bytes: one decode step's time", height=460, scale=scale),
