@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from drawing.palette import DECODE, GREY, PREFILL
-from drawing.svg import INK, SOFT, TEXT, W, arrow, defs, picture_html, text
+from drawing.svg import INK, SOFT, W, arrow, defs, picture_html, text, text_width
 from physics.request import RequestTimeline
 
 COLOURS = {"prefill": PREFILL, "decode loop": DECODE}
@@ -40,7 +40,7 @@ def request_svg(timeline: RequestTimeline) -> str:
     for i, s in enumerate(steps):
         x = 10 + i * (bw + gap)
         colour = COLOURS.get(s.name, GREY)
-        lines = _wrap(s.note, int((bw - 16) / (11 * TEXT * 0.55)))[:4]  # ~0.55 em a glyph: inside its box's edge
+        lines = _wrap(s.note, int((bw - 16) / text_width("x", 11)))[:4]  # inside its box's edge
         title = _wrap(f"{i + 1}. {s.name}", 13)[:2]
         dash = "" if s.per_request else ' stroke-dasharray="6 4"'  # once per server, not per request
         out.append(f'<g data-role="request-step" data-step="{escape(s.name)}" data-ms="{s.ms:.4f}">'

@@ -42,6 +42,7 @@ from drawing.svg import (
     mono_fit,
     mono_width,
     shape_text,
+    text_width,
 )
 from drawing.svg import blues as _blues
 from drawing.svg import text as _t
@@ -85,7 +86,7 @@ def _strip(t: StepTrace, pieces: list[str], prompt_len: int, y: float, rejected_
     x, row, rows_y = 0.0, 0, [y, y + 40]
     chips = []
     gap = f"… {shown[shown.index(-1) + 1] - shown[shown.index(-1) - 1] - 1} more …" if -1 in shown else ""
-    gap_w = len(gap) * 0.55 * 12 * TEXT + 8  # its own width (a proportional font): it never runs over a chip
+    gap_w = text_width(gap, 12) + 8  # its own width (a proportional font): it never runs over a chip
     for p in shown:
         w = gap_w if p == -1 else widths[p]
         if x + w > avail and row == 0:
@@ -385,7 +386,7 @@ def _head(t: StepTrace, y: float, chosen_xy: tuple) -> str:
     out.append(_t(10, y + 22, logits, 15, weight="bold"))
     chosen_text = show_piece(t.token)
     rule = t.rule.split(":")[0].split(" (")[0]
-    rule_w = len(f"→ {rule} →") * 0.55 * 14 * TEXT  # proportional font: about half an em a letter
+    rule_w = text_width(f"→ {rule} →", 14)
     chosen_w = min(200.0, mono_width(chosen_text, 17))
     x = 360
     for c in t.top[:5]:

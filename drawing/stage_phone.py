@@ -34,21 +34,15 @@ from drawing.stage import (
     stage_html,
     stage_svg,
 )
-from drawing.svg import FONT, INK, MONO, QCOL, SOFT, TEXT, arrow, defs, mono_fit, mono_width, shape_text
+from drawing.svg import FONT, INK, MONO, QCOL, SOFT, TEXT, arrow, defs, mono_fit, mono_width, shape_text, text_width
 from drawing.svg import text as _t
 from engine.forward.trace import StepTrace
 
 NW = 420  # viewBox width: at 370 px (a 390 px phone's column) 0.88 px a unit, so 11-unit text is 11.8 px
 MIN_SIZE = 11  # the smallest font size used (before svg.TEXT): >= 11 px on a 390 px phone
 GX0, GX1 = 76, NW - 6  # the key columns (K, V and the scores share them); kv_head labels left of GX0
-PROP_EM = 0.6  # a proportional glyph's advance, in font sizes (DejaVu Sans, the widest fallback, with a little to spare)
-BOLD = 1.1  # a bold glyph's advance over a regular one
 MAX_STRIP_ROWS = 3
 
-
-def text_width(text: str, size: float, bold: bool = False, mono: bool = False) -> float:
-    """Width in units of `text` in the proportional font (or MONO) at `size` (before TEXT, as svg.text takes it)."""
-    return mono_width(text, size) if mono else len(text) * PROP_EM * size * TEXT * (BOLD if bold else 1.0)
 
 
 def wrap(text: str, size: float, width: float, bold: bool = False, mono: bool = False) -> list[str]:

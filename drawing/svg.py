@@ -35,6 +35,16 @@ def mono_width(text: str, size: float) -> float:
     return len(text) * MONO_EM * size * TEXT
 
 
+PROP_EM = 0.6  # a proportional glyph's advance, in font sizes (DejaVu Sans, the widest fallback, with a little to spare)
+BOLD = 1.1  # a bold glyph's advance over a regular one
+
+
+def text_width(text: str, size: float, bold: bool = False, mono: bool = False) -> float:
+    """Width in units of `text` in the proportional font (or MONO) at `size` (before TEXT, as `text` takes it): the
+    one estimate every picture wraps and spaces its words by."""
+    return mono_width(text, size) if mono else len(text) * PROP_EM * size * TEXT * (BOLD if bold else 1.0)
+
+
 def mono_fit(text: str, size: float, width: float) -> float:
     """The largest font size up to `size` at which `text` in MONO fits `width`: a long token (<|endoftext|>)
     shrinks to fit its box instead of spilling out of it or off the picture."""

@@ -757,8 +757,7 @@ def test_a_phones_serving_pictures_draw_the_same_record_reflowed_whole_with_no_t
     from collections import Counter
     from html import unescape
 
-    from drawing.stage_phone import text_width
-    from drawing.svg import TEXT
+    from drawing.svg import TEXT, text_width
     from engine.generate.serving import RequestSpec, ServingRun
     from topics.serving.draw import CELL, PHONE, pass_svg, pool_svg, timeline_svg
 

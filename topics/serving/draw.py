@@ -23,8 +23,8 @@ import math
 import statistics
 
 from drawing.palette import DECODE, MASKED, PREFILL, RECOMPUTED
-from drawing.stage_phone import NW, text_width, title_lines, wrap
-from drawing.svg import FONT, INK, MONO, SOFT, TEXT, W
+from drawing.stage_phone import NW, title_lines, wrap
+from drawing.svg import FONT, INK, MONO, SOFT, TEXT, W, text_width
 from drawing.svg import text as _t
 from engine.generate.serving.blocks import BlockState
 from engine.generate.serving.record import NOT_ARRIVED, ServingStep
