@@ -565,6 +565,34 @@ def test_the_speculative_page_steps_rounds_and_shows_what_was_kept_and_cut():
     assert len(re.findall(r'data-role="k-col" data-pos="\d+" data-kind="cut"', svg)) == cut
 
 
+def test_the_speculative_pages_round_list_keeps_the_latest_rounds_beside_the_stage_and_follows_the_slider():
+    """Twelve rounds listed at two lines an em ran ~700 px below the stage on a projector. The list beside it holds
+    the latest six up to the round shown, says how many earlier ones the table holds, and a move of the slider
+    back lists the rounds up to that one."""
+    from topics.speculative.page import ROUNDS_LISTED
+
+    at = fresh_app()
+    at.switch_page(page("speculative")).run()
+    click(at, "speculative_btn_prefill")
+    for _ in range(9):
+        click(at, "speculative_btn_next")
+
+    def listed():
+        body = next(h.proto.body for h in at.get("html") if re.search(r"round \d+: \d+/\d+ kept", h.proto.body))
+        return [int(n) for n in re.findall(r"round (\d+): \d+/\d+ kept", body)], body
+
+    rounds, body = listed()
+    latest = max(rounds)
+    assert rounds == list(range(latest - ROUNDS_LISTED + 1, latest + 1)), rounds
+    earlier = latest + 1 - ROUNDS_LISTED  # the prefill (round 0) and the rounds before the list
+    assert f"… {earlier} earlier rounds (every round is in the table below)" in body
+    table = next(d.value for d in at.dataframe)
+    assert len(table) == latest + 1  # every round, the prefill's too, in the table the line points to
+    at.slider(key="speculative_at").set_value(3).run()
+    rounds, body = listed()
+    assert rounds == [1, 2, 3] and "earlier round" not in body and "prefill" in body
+
+
 def test_the_layer_and_head_pickers_choose_what_the_stage_and_the_attention_view_draw():
     from drawing.stage import stage_svg as engine_stage
 

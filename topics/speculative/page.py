@@ -30,6 +30,8 @@ from ui.stage import enlarge_button
 from ui.style import keys_back, picked
 from ui.text import error, warning
 
+ROUNDS_LISTED = 6  # beside the stage, the latest rounds: the list stays about the stage's height on a projector
+
 
 def show() -> None:
     """The speculative-decoding page, drawn (pages/speculative.py is its door)."""
@@ -107,7 +109,7 @@ def show() -> None:
             st.text(run.text)
         with right:
             totals(run)
-            st.html(rounds_html(run, at))
+            st.html(rounds_html(run, at, last=ROUNDS_LISTED))
             if run.done:
                 st.markdown(f"**Finished**: {rounds.stopped()}. Reset (X) to start again.")
         with st.expander("Every round: proposals, what was kept, the cache before, after the verify pass and after "

@@ -47,14 +47,18 @@ def _chip(text: str, style: str, title: str, size: str = "1.05rem") -> str:
             f'border-radius:6px;font-family:monospace;font-size:{size};{style}">{html.escape(show_piece(text))}</span>')
 
 
-def rounds_html(run: Speculator, upto: int, dense: bool = False) -> str:
+def rounds_html(run: Speculator, upto: int, dense: bool = False, last: int | None = None) -> str:
     """Every round so far on one line each: proposals pale, accepted solid, the rejected tail struck out,
     and the target's own token (the correction, or the bonus after all k were kept). `dense`: smaller lines, for a
-    list beside a stage (lesson 9's first screen)."""
+    list beside a stage (lesson 9's first screen). `last`: only the latest rounds up to `upto`, under a line that
+    says how many earlier ones the table below holds (a list beside a stage on a projector: 12 rounds ran ~700 px
+    below it)."""
     size, text, line_h = ("0.92rem", "0.9em", 1.45) if dense else ("1.05rem", "1em", 2)
     chip = partial(_chip, size=size)
-    lines = []
-    for r in run.records[: upto + 1]:
+    first = 0 if last is None else max(0, upto + 1 - last)
+    lines = [f"<div style='margin:2px 0;color:#555'>… {first} earlier round{'s' if first > 1 else ''} "
+             f"(every round is in the table below)</div>"] if first else []
+    for r in run.records[first: upto + 1]:
         chips = []
         if r.round == 0:
             chips.append(chip(r.token, f"background:{PREFILL}33", "the prefill's token"))
