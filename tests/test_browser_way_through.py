@@ -156,41 +156,44 @@ def test_the_latency_views_cut_whiskers_are_named_where_no_axis_label_or_tick_li
     pg.close()
 
 
-@pytest.mark.parametrize("scale, width", [(1.35, 1200), (1.0, 700), (1.0, 370)], ids=["presenter", "plain", "phone"])
-def test_the_next_token_charts_legend_lies_clear_of_its_title(browser, bundled_lm, scale, width):
-    """On a phone the bars' two names wrapped into two rows that stood on the plot and grew up over the title,
-    'before warpers' drawn across 'Next token: ·was (green)'; the candidates' names, always turned 30°, crowded
-    one another and the axis. Plotly now turns them as far as the width needs."""
-    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
-
+def next_token_chart(request, scale):
+    """Lesson 6's next-token bars: on a phone the bars' two names wrapped into two rows that stood on the plot and
+    grew up over the title, 'before warpers' drawn across 'Next token: ·was (green)'; the candidates' names, always
+    turned 30°, crowded one another and the axis ('·saw' on the probability axis's '0%'). Plotly now turns them as
+    far as the width needs."""
     from drawing.tokens import next_token_figure
     from engine import Stepper
     from ui.presets import PROMPTS
 
-    t = Stepper(bundled_lm, PROMPTS[2]["prompt"], max_new_tokens=4).prefill()  # lesson 6's
-    pg = drawn(browser, next_token_figure(t, scale=scale), width)
-    words = pg.evaluate(WORDS)
-    assert {"legend", "title"} <= {w[0] for w in words}, words
-    assert collisions(words) == []  # '·saw', turned 30° whatever the width, lay on the probability axis's '0%'
-    assert len([w for w in words if w[0] == "x tick"]) == len(t.top)  # every candidate named
-    pg.close()
+    t = Stepper(request.getfixturevalue("bundled_lm"), PROMPTS[2]["prompt"], max_new_tokens=4).prefill()
+    return next_token_figure(t, scale=scale), len(t.top)  # every candidate named
 
 
-@pytest.mark.parametrize("scale, width", [(1.35, 1200), (1.0, 700), (1.0, 370)], ids=["presenter", "plain", "phone"])
-def test_the_races_latency_legend_lies_clear_of_its_title(browser, tiny_lm, scale, width):
-    """On a phone the race chart's four names wrapped into rows standing on the plot that grew up over its title,
-    the 'KV cache on' line struck through 'Per-step latency against position'."""
-    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
-
+def race_chart(request, scale):
+    """The race: on a phone its four names wrapped into rows standing on the plot that grew up over its title, the
+    'KV cache on' line struck through 'Per-step latency against position'."""
     from engine.generate.compare import compare
     from topics.race import draw as race_draw
     from topics.race import measure as race
 
-    df = race.race_frame(race.RaceReport.of(compare(tiny_lm, "Once upon a time", new_tokens=6, stop_on_eos=False)))
-    pg = drawn(browser, race_draw.latency_figure(df, scale=scale), width)
+    lm = request.getfixturevalue("family_model")("llama")  # the legend's names are every architecture's
+    report = race.RaceReport.of(compare(lm, "Once upon a time", new_tokens=6, stop_on_eos=False))
+    return race_draw.latency_figure(race.race_frame(report), scale=scale), None
+
+
+@pytest.mark.parametrize("chart", [next_token_chart, race_chart], ids=["next token", "race"])
+@pytest.mark.parametrize("scale, width", [(1.35, 1200), (1.0, 700), (1.0, 370)], ids=["presenter", "plain", "phone"])
+def test_a_charts_legend_of_several_names_lies_clear_of_its_title(browser, request, chart, scale, width):
+    """A legend that wraps on a narrow screen grows down from under the title, never up over it (each chart's
+    story: its builder's docstring)."""
+    import streamlit  # noqa: F401 - as in the app's process: its colour-only template is plotly's default there
+
+    figure, ticks = chart(request, scale)
+    pg = drawn(browser, figure, width)
     words = pg.evaluate(WORDS)
     assert {"legend", "title"} <= {w[0] for w in words}, words
     assert collisions(words) == []
+    assert ticks is None or len([w for w in words if w[0] == "x tick"]) == ticks
     pg.close()
 
 
