@@ -44,7 +44,6 @@ GX0, GX1 = 76, NW - 6  # the key columns (K, V and the scores share them); kv_he
 MAX_STRIP_ROWS = 3
 
 
-
 def wrap(text: str, size: float, width: float, bold: bool = False, mono: bool = False) -> list[str]:
     """Words in lines no wider than `width` at `size` (a word longer than the line keeps a line of its own)."""
     lines: list[str] = []

@@ -376,3 +376,11 @@ def test_a_step_that_fits_the_cache_is_never_put_on_a_side_its_own_bounds_contra
     said = roofline.cache_side(7.2, 15.5 * mib, roof, mark=lambda s: f"**{s}**")
     assert said == ("; but the 15.5 MiB it moves fit the cache, whose faster roof meets the matmul peak at 5.9 "
                     "FLOP/byte: against that ridge it is on **the compute side**")
+
+
+def test_times_are_written_in_the_unit_a_reader_reads_them_in():
+    """A measurement's 190 s was '1.9e+05 ms' through human_ms; a slow prefill's 1,234 ms '1.23e+03 ms'."""
+    from physics.units import human_ms
+
+    assert [human_ms(ms) for ms in (0.00246, 12.1, 1234, 59_999, 190_000, 540_000, 3_600_000)] == [
+        "2.46 µs", "12.1 ms", "1.23 s", "60 s", "3.2 min", "9 min", "60 min"]
