@@ -35,7 +35,8 @@ def mono_width(text: str, size: float) -> float:
     return len(text) * MONO_EM * size * TEXT
 
 
-PROP_EM = 0.6  # a proportional glyph's advance, in font sizes (DejaVu Sans, the widest fallback, with a little to spare)
+# a proportional glyph's advance, in font sizes (DejaVu Sans, the widest fallback, with a little to spare)
+PROP_EM = 0.6
 BOLD = 1.1  # a bold glyph's advance over a regular one
 
 

@@ -42,7 +42,8 @@ def show(course: Course) -> None:
     st.markdown(
         f"Lesson 8 counted a cache's bytes; a long context's bytes do not fit: {long.name} filling its "
         f"{tokens // 1024}K-token context holds {human_bytes(long.kv_bytes(tokens, 1, 2.0))} of keys and values in "
-        f"bf16 (an estimate from its config) for one sequence. Servers answer in two ways. **Quantize**: store each number in fewer bits (8, or 4), keeping the newest positions exact. "
+        f"bf16 (an estimate from its config) for one sequence. Servers answer in two ways. **Quantize**: store each "
+        "number in fewer bits (8, or 4), keeping the newest positions exact. "
         f"**Evict**: hold at most B positions and forget the rest: the last B (a *window*), or the ones attention "
         f"kept reading (*heavy hitters*, scored two published ways). Below, each with a budget of {BUDGET} positions, measured against the full "
         "cache on a story this model never trained on: bytes from the tensors, and the damage as the share of next "

@@ -212,7 +212,8 @@ def headline(growth: Growth, busy: bool = False) -> str:
         parts.append("The work itself grows like n² without the cache (estimate); the time grows slower while a "
                      "cache-off pass is timed by what every pass pays (reading the weights, launching kernels) "
                      "rather than by its arithmetic: the rule below says how far that lasts on this device.")
-    if busy:  # a power of 0.56 for a run whose steps each cost about the same: one slow early step flattens a total's curve
+    if busy:  # a power of 0.56 for a run whose steps each cost about the same: one slow early step flattens a
+        # total's curve
         parts.append("The server was busy while the steps were timed (the note above): a step slowed by other work "
                      "bends these fits, most of all an early one, which flattens a total's curve. Run again when the "
                      "server is quiet.")

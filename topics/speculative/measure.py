@@ -365,8 +365,8 @@ def rows_cost_sentence(rows: int, verify: Timing, one: Timing, tokens_per_pass: 
     the numbers change, so no wording flips when a busy minute moves the ratio."""
     ratio = verify.forward_ms / one.forward_ms
     digits = 2 if max(verify.forward_ms, one.forward_ms) < 10 else 1  # figures enough that the times give the ratio
-    said = (f"Measured here, in alternation after the stage's prefix: a pass of {rows} rows, the verify pass's shape, in "
-            f"{verify.forward_ms:.{digits}f} ms; one plain decode step after the same prefix feeds 1 row in "
+    said = (f"Measured here, in alternation after the stage's prefix: a pass of {rows} rows, the verify pass's "
+            f"shape, in {verify.forward_ms:.{digits}f} ms; one plain decode step after the same prefix feeds 1 row in "
             f"{one.forward_ms:.{digits}f} ms (×{ratio:.2f}")
     if verify.repeats > 1 and one.repeats > 1:
         said += (f"; medians of {verify.repeats} and {one.repeats} timed runs, warm-up excluded: across their fastest "
