@@ -279,6 +279,14 @@ def test_the_speculative_pages_verify_stage_opens_across_the_projector_with_its_
     pg.locator("[role=dialog]").wait_for(state="detached", timeout=30_000)
     idle(pg)
     assert pg.locator("[data-testid=dl-stage] img.dl-stage-wide").first.get_attribute("alt") == alt
+    for _ in range(4):  # the list beside the stage: five chips beside "round 2: 0/4 kept + correction" wrapped
+        pg.get_by_role("button", name="Next round").first.click()
+        idle(pg)
+    rows = pg.locator("[data-testid=stHtml] div").filter(has_text=re.compile(r"^round \d+: \d+/\d+ kept"))
+    expect(rows).to_have_count(5, timeout=30_000)
+    for row in rows.all():
+        tops = [round(box["y"]) for box in (chip.bounding_box() for chip in row.locator("span[title]").all())]
+        assert len(tops) >= 2 and max(tops) - min(tops) <= 2, (row.inner_text(), tops)  # one line of chips each
     pg.close()
     phone = open_page(browser, keyed_server + "/speculative", *PHONE)  # a phone's own layout is larger than the dialog's
     phone.get_by_role("button", name="Prefill").first.click()

@@ -109,7 +109,7 @@ def show() -> None:
             st.text(run.text)
         with right:
             totals(run)
-            st.html(rounds_html(run, at, last=ROUNDS_LISTED))
+            st.html(rounds_html(run, at, dense=True, last=ROUNDS_LISTED))
             if run.done:
                 st.markdown(f"**Finished**: {rounds.stopped()}. Reset (X) to start again.")
         with st.expander("Every round: proposals, what was kept, the cache before, after the verify pass and after "

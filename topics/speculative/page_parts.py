@@ -48,14 +48,15 @@ def _chip(text: str, style: str, title: str, size: str = "1.05rem") -> str:
 
 
 def rounds_html(run: Speculator, upto: int, dense: bool = False, last: int | None = None) -> str:
-    """Every round so far on one line each: proposals pale, accepted solid, the rejected tail struck out,
-    and the target's own token (the correction, or the bonus after all k were kept). `dense`: smaller lines, for a
-    list beside a stage (lesson 9's first screen). `last`: only the latest rounds up to `upto`, under a line that
-    says how many earlier ones the table below holds (a list beside a stage on a projector: 12 rounds ran ~700 px
-    below it)."""
+    """Every round so far, its label beside its chips: proposals pale, accepted solid, the rejected tail struck
+    out, and the target's own token (the correction, or the bonus after all k were kept). `dense`: smaller lines, for
+    a list beside a stage (lesson 9's first screen). `last`: only the latest rounds up to `upto`, each label above its
+    chips, under a line that says how many earlier ones the table below holds (the page's list in a 2/5 column on a
+    projector: 12 rounds ran ~700 px below the stage, and 5 chips beside a label wrapped)."""
     size, text, line_h = ("0.92rem", "0.9em", 1.45) if dense else ("1.05rem", "1em", 2)
     chip = partial(_chip, size=size)
     first = 0 if last is None else max(0, upto + 1 - last)
+    label_w = "12.5em" if last is None else "100%"  # the page's list of the latest, in a 2/5 column: labels above
     lines = [f"<div style='margin:2px 0;color:#555'>… {first} earlier round{'s' if first > 1 else ''} "
              f"(every round is in the table below)</div>"] if first else []
     for r in run.records[first: upto + 1]:
@@ -75,8 +76,9 @@ def rounds_html(run: Speculator, upto: int, dense: bool = False, last: int | Non
             chips.append(chip(r.token, f"background:{NEW}33;border:2px solid {NEW}",
                               f"the target's own token ({r.token_kind})"))
         label = "prefill" if r.round == 0 else f"round {r.round}: {r.accepted}/{r.proposed} kept + {r.token_kind}"
-        lines.append(f"<div style='margin:2px 0'><span style='display:inline-block;width:13em;color:#555'>"
-                     f"{html.escape(label)}</span>{''.join(chips)}</div>")
+        lines.append(f"<div style='display:flex;flex-wrap:wrap;align-items:center;margin:3px 0'>"  # beside its chips
+                     f"<span style='flex:0 0 {label_w};font-size:0.9em;line-height:1.3;color:#555'>"  # where they fit
+                     f"{html.escape(label)}</span><span>{''.join(chips)}</span></div>")
     return f"<div style='line-height:{line_h};font-size:{text}'>" + "".join(lines) + "</div>"
 
 
