@@ -276,6 +276,10 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
         tr.hovertext = tr.text
         tr.hovertemplate = "%{hovertext}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"
         named = tr.name != "decode (no cache)"  # its points sit near the prefill's: their hover names them
+        if not named:  # a step without the cache is a prefill of the whole text again: its point lay on the
+            # prefill's and hid it (the legend named a dot no one could see); a ring of its size, the dot inside
+            tr.marker = dict(color=tr.marker.color, size=11, symbol="circle-open", line=dict(width=3))
+            tr.line.dash = "dot"
         tr.text = [t.split(":")[0] if named and t.split(":")[0] in ends else "" for t in tr.hovertext]
         tr.name = f"{tr.name}, readable"
     for attr, kind, colour in (("lean_prefill", "prefill", PREFILL), ("lean", "decode", DECODE)):
@@ -291,11 +295,19 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     roof = ladder.roof
     xs = [p.intensity for p in points] + [roof.ridge]
     ys = [p.achieved for p in points] + [roof.peak_flops]
-    fig.update_xaxes(tickmode="array", range=_log_range(min(xs), max(xs), 2.5),
+    x_range = _log_range(min(xs), max(xs), 2.5)
+    fig.update_xaxes(tickmode="array", range=x_range,
                      tickvals=(t := log_ticks(min(xs) / 2.5, max(xs) * 2.5, steps=(1,)))[0], ticktext=t[1])
     fig.update_yaxes(tickmode="array", range=_log_range(min(ys), max(ys), 2.5),
                      tickvals=(t := rate_ticks(min(ys) / 2.5, max(ys) * 2.5))[0], ticktext=t[1])
-    return _finish(fig, ladder, "Every rung on its machine's roofline", scale, height=380)
+    fig = _finish(fig, ladder, "Every rung on its machine's roofline", scale, height=380)
+    top = ladder.rungs[-1].label
+    named_at = [x for tr in fig.data if tr.mode == "lines+markers+text" for x, t in zip(tr.x, tr.text) if t == top]
+    if named_at and (math.log10(max(named_at)) - x_range[0]) / (x_range[1] - x_range[0]) > 0.6:
+        # the largest rung's name runs past the plot's right edge: a margin of its width holds it (the H200's
+        # "Llama-3-8B", near the right end, was cut to "Llama-3")
+        fig.update_layout(margin_r=int(len(top) * 0.6 * 13 * scale + 12))
+    return fig
 
 
 def bound_words(m, matmul_share: float | None = None) -> str:
