@@ -384,3 +384,14 @@ def test_times_are_written_in_the_unit_a_reader_reads_them_in():
 
     assert [human_ms(ms) for ms in (0.00246, 12.1, 1234, 59_999, 190_000, 540_000, 3_600_000)] == [
         "2.46 µs", "12.1 ms", "1.23 s", "60 s", "3.2 min", "9 min", "60 min"]
+
+
+def test_a_recorded_ladders_ratios_carry_the_digits_a_timing_earns():
+    """The H200's cache saving read '×2304.55' in its table: six digits from timings good to two or three."""
+    from topics.ladder import draw
+    from topics.ladder.store import recorded_ladders
+
+    for ladder in recorded_ladders():
+        said = " ".join(str(v) for v in ladder.paths_frame().to_numpy().ravel()) + " " + (draw.lean_sentence(ladder) or "")
+        figures = re.findall(r"×([\d.]+\d)", said)
+        assert figures and all(len(f.replace(".", "")) <= 4 for f in figures), (ladder.device, figures)

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from drawing.latency import PHONE_NOTE_CHARS, note_box
 from drawing.palette import DECODE, GREY, PREFILL, layout, log_ticks, rate_ticks
 from physics import roofline
+from physics.units import times
 from topics.ladder import scale_draw as scale_draw
 from topics.ladder.notes import ladder_note
 from topics.ladder.record import Ladder, RungResult
@@ -200,10 +201,9 @@ def lean_sentence(ladder: Ladder) -> str | None:
     return (f"On the lean pass at {r.label} (compiled whole: the hardware sets both times), a decoded token costs "
             f"{_ms(r.lean.per_token_ms)} ms and a prompt token {_ms(r.lean_prefill.per_token_ms)} ms: "
             f"×{r.lean_gap:.0f} ({_against_rule(r.lean_gap, rule, r.lean, r.lean_prefill, name=True)}); the cache "
-            "saves "
-            f"×{r.lean_cache_saves:.2f} there (its {s}-token prefill stands for the cache-off step; the rule: "
-            f"×{roofline.cache_off_steps(s + 1, here):.2f}). The {READABLE} measured "
-            f"×{r.decode_vs_prefill_per_token:.0f} and ×{r.cache_saves:.1f} at {r.label}, "
+            f"saves {times(r.lean_cache_saves)} there (its {s}-token prefill stands for the cache-off step; the rule: "
+            f"{times(roofline.cache_off_steps(s + 1, here))}). The {READABLE} measured a gap of "
+            f"×{r.decode_vs_prefill_per_token:.0f} and a cache saving of {times(r.cache_saves)} at {r.label}, "
             + ("overhead over overhead" if "overhead-bound" in (r.decode.kind, r.nocache.kind) else
                "its own figures, further from the roofs")
             + f": its decode took ×{r.decode.ratio:.1f} and its cache-off step ×{r.nocache.ratio:.1f} their bounds.")

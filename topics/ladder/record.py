@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import pandas as pd
 
 from physics.roofline import DeviceRoof, verdict
-from physics.units import human_bytes
+from physics.units import human_bytes, times
 from topics.ladder.curve import Curve
 
 ELEM_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}  # a recorded ladder's dtype, in bytes per element
@@ -103,8 +103,8 @@ class Measured:
 
 def short_verdict(m: Measured) -> str:
     """A pass's verdict in a table cell: its kind and its time over the bound that names it ('memory-bound ×1.18',
-    'overhead-bound ×5.01'); the label says the same in words."""
-    return f"{m.kind} ×{m.ratio:.2f}"
+    'overhead-bound ×5.01', 'overhead-bound ×2305'); the label says the same in words."""
+    return f"{m.kind} {times(m.ratio)}"
 
 
 @dataclass(frozen=True)
@@ -308,12 +308,12 @@ class Ladder:
                              "prefill is": short_verdict(pre) if pre else "–",
                              "decode ms": r.lean.spread(), "decode is": short_verdict(r.lean),
                              "decode ÷ prefill / token": f"×{r.lean_gap:.1f}" if r.lean_gap else "–",
-                             "cache saves": f"×{r.lean_cache_saves:.2f}" if r.lean_cache_saves else "–"})
+                             "cache saves": times(r.lean_cache_saves) if r.lean_cache_saves else "–"})
             rows.append({"size": r.label, "path": "readable (eager)", "weights": weights,
                          "prefill ms": r.prefill.spread(), "prefill is": short_verdict(r.prefill),
                          "decode ms": r.decode.spread(), "decode is": short_verdict(r.decode),
                          "decode ÷ prefill / token": f"×{r.decode_vs_prefill_per_token:.1f}",
-                         "cache saves": f"×{r.cache_saves:.1f}"})
+                         "cache saves": times(r.cache_saves)})
         return pd.DataFrame(rows)
 
     def text_table(self) -> str:
