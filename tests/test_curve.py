@@ -266,9 +266,9 @@ def test_the_caption_says_the_curves_own_figures_and_reads_it_only_where_the_kne
     assert "predicted at ~8.0 rows" in said and "meet at n ≈ 10.0 (×1.25 the prediction)" in said
     last = c.of("prefill")[-1]
     assert f"×{last.median_ms / last.compute_ms:.2f} its compute bound" in said
-    assert "The knee sits where the ridge puts it" in said
+    assert "The knee lies within ×1.5 of where the ridge puts it" in said
     flat = synthetic({k: {n: [20.0, 20.0, 20.0] for n in v} for k, v in PHYSICS.items()})  # never leaves the floor
-    assert "The knee sits" not in curve_draw.curve_caption(flat, ROOF)
+    assert "The knee lies" not in curve_draw.curve_caption(flat, ROOF)
     early = synthetic({"prefill": line(20.0, 10.0), "batch": line(24.0, 2.4)})  # knee at 2: ×0.25 the prediction
     assert "outside ×1.5: this run does not show the roofline cleanly" in curve_draw.curve_caption(early, ROOF)
 

@@ -107,7 +107,7 @@ def busy_here():
 
 def test_a_busy_measurement_is_kept_beside_the_recording_and_draws_no_knee_verdict(busy_here):
     rec = recording("cpu")
-    assert "The knee sits where the ridge puts it" in curve_draw.curve_caption(
+    assert "The knee lies within ×1.5 of where the ridge puts it" in curve_draw.curve_caption(
         next(r.curve for r in rec.rungs if r.curve), rec.roof, rec.device)  # the clean recording draws one
     at = scale_page()
     box = at.selectbox(key="scale_ladder_pick")
@@ -116,7 +116,7 @@ def test_a_busy_measurement_is_kept_beside_the_recording_and_draws_no_knee_verdi
     at = pick(at, "busy")
     assert any("flagged" in w.value for w in at.warning)
     said = " ".join(texts(at))
-    assert "The knee sits where the ridge puts it" not in said and curve_draw.FLAGGED in said
+    assert "The knee lies within ×1.5 of where the ridge puts it" not in said and curve_draw.FLAGGED in said
     curve = next(v for v in figures(at).values() if v["title"]["text"].startswith("One pass over n rows"))
     assert "busy" in curve["title"]["subtitle"]["text"]
     assert not [a for a in curve.get("annotations", []) if a.get("text", "").startswith("measured knee")]

@@ -349,7 +349,8 @@ def curve_caption(curve: Curve, roof: DeviceRoof, device: str = "", flag: str | 
         below = _kinds_words(curve, roof, [p for p in curve.of("prefill") if p.rows in k.level_rows], "memory")
         past = _kinds_words(curve, roof, [p for p in curve.of("prefill") if p.rows in k.slope_rows], "compute")
         if k.within(KNEE_WITHIN):
-            out.append("The knee sits where the ridge puts it: below it the prefills are " + (below or "not timed")
+            out.append(f"The knee lies within ×{KNEE_WITHIN:g} of where the ridge puts it: below it the prefills are "
+                       + (below or "not timed")
                        + "; past it " + (past or "not timed") + ".")
         elif k.measured is not None:
             out.append(f"The measured knee is ×{k.off:.2f} the predicted one, outside ×{KNEE_WITHIN:g}: this run does "
