@@ -395,3 +395,14 @@ def test_a_recorded_ladders_ratios_carry_the_digits_a_timing_earns():
         said = " ".join(str(v) for v in ladder.paths_frame().to_numpy().ravel()) + " " + (draw.lean_sentence(ladder) or "")
         figures = re.findall(r"×([\d.]+\d)", said)
         assert figures and all(len(f.replace(".", "")) <= 4 for f in figures), (ladder.device, figures)
+
+
+def test_the_kv_growth_chart_stops_each_model_at_the_context_it_reads():
+    """Llama-2-7b's line ran on to 8,192 tokens: its published config reads at most 4,096 (max_position_embeddings).
+    Its line now ends there, the limit named at its end; Llama-3-8B (8,192) runs the whole axis."""
+    from topics.ladder.scale_draw import kv_growth_figure
+
+    fig = kv_growth_figure([kvcalc.from_table("Llama-2-7b"), kvcalc.from_table("Llama-3-8B")], 8192, 1, 2)
+    old, new = fig.data
+    assert max(old.x) == 4096 and "4,096" in old.text[-1] and not any(old.text[:-1])
+    assert max(new.x) == 8192 and not any(new.text)
