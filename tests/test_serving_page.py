@@ -22,6 +22,11 @@ def serving_page():
     return at
 
 
+def more_widget(at, name: str):
+    """More's widget for a sizing knob or the switch (`custom_sizing`): its key carries the times code set it."""
+    return next(w for w in [*at.toggle, *at.number_input] if w.key.startswith(f"serve_{name}."))
+
+
 def svgs(at, testid: str) -> list[str]:
     """The SVG text of every serving picture with this test id on the page (they are <img> data URIs)."""
     out = []
@@ -924,11 +929,30 @@ def test_switching_chunking_off_as_the_scenario_says_serves_the_long_prompt_in_o
         return len(re.findall(rf'data-role="cell-prefill" data-request="{long_id}"', svgs(at, "dl-timeline")[0]))
 
     assert long_prefills(at) > 1  # chunked: pieces that fit the token budget
-    at.toggle(key="serve_chunking").set_value(False).run()
+    more_widget(at, "chunking").set_value(False).run()
     assert any("chunked prefill off" in c.value for c in at.caption)
     assert long_prefills(at) == 1  # the whole prompt in one pass
-    at.toggle(key="serve_custom_sizing").set_value(False).run()  # back to the scenario's own sizing
+    more_widget(at, "custom_sizing").set_value(False).run()  # back to the scenario's own sizing
     assert at.session_state["serve_chunking"] is True and any("chunked prefill on" in c.value for c in at.caption)
+
+
+def test_a_scenario_picked_after_another_was_sized_by_hand_steps_on_its_own_sizing():
+    """Scenario 4 sized by hand (chunking off) kept its 14 blocks for scenario 3 picked next: its 166-token prompt
+    fit no pool, an error stood under the story of chunked prefill and ▶ step was greyed. A pick brings the
+    scenario's own sizing, and the click after it steps."""
+    small, long = SCENARIOS["preemption"], SCENARIOS["long_prompt"]
+    at = serving_page()
+    at.selectbox(key="serve_scenario").set_value(small["title"]).run()
+    more_widget(at, "chunking").set_value(False).run()
+    assert at.session_state["serve_custom_sizing"] and any("chunked prefill off" in c.value for c in at.caption)
+    at.selectbox(key="serve_scenario").set_value(long["title"]).run()
+    for knob in ("page_size", "num_blocks", "max_batch_tokens", "prefix_sharing", "chunking"):
+        assert at.session_state[f"serve_{knob}"] == long["sizing"][knob], knob
+    blocks = long["sizing"]["num_blocks"]
+    assert any(f"{blocks} blocks of" in c.value and "chunked prefill on" in c.value for c in at.caption)
+    at.button(key="serve_btn_forward").click().run()  # the click after the pick
+    assert not at.exception and not at.error
+    assert svgs(at, "dl-pool")[0].count('data-role="block-used"') > 0  # step 0 ran: blocks taken
 
 
 def test_the_preemption_sentence_names_each_policy_as_its_table_row_does():

@@ -85,13 +85,49 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+OWN = "Your own requests"  # the last choice of the scenario box: the user's own table
 SIZING_KNOBS = ("page_size", "num_blocks", "max_batch_tokens", "prefix_sharing", "chunking")  # More's sizing
 
 
-def own_sizing() -> None:
+SIZED_BY_CODE = "serve_sized_by_code"  # counts the times code set the sizing (a pick, the switch off, a link)
+
+
+def sized_by_code() -> None:
+    """Code set the sizing: More's widgets are made anew, drawn with it. A closed popover's widgets never hear of a
+    value set by code: the browser kept scenario 4's 14 blocks and its switch on, and sent them back with the next
+    click (as the step page's preset and head, step/page.py). So the sizing lives in `serve_<knob>` and
+    `serve_custom_sizing`, and each widget's key carries this count."""
+    st.session_state[SIZED_BY_CODE] = st.session_state.get(SIZED_BY_CODE, 0) + 1
+
+
+def own_sizing(made: int) -> None:
     """on_change of a sizing knob: the change is used at once (the scenario's text says "switch chunking off"), so
-    the knobs, not the scenario's sizing, size the next run."""
+    the knobs as shown, not the scenario's sizing, size the next run."""
+    for knob in SIZING_KNOBS:
+        st.session_state[f"serve_{knob}"] = st.session_state[f"serve_{knob}.{made}"]
     st.session_state["serve_custom_sizing"] = True
+
+
+def scenario_sizing() -> None:
+    """The scenario's own sizing again, its knobs drawn anew with it."""
+    st.session_state["serve_custom_sizing"] = False
+    sized_by_code()
+
+
+def scenario_picked() -> None:
+    """on_change of the scenario box: a scenario brings its own sizing, its story told on it (scenario 4's 14
+    blocks, kept by hand, fit scenario 3's 166-token prompt in no pool). Your own requests keep the knobs."""
+    picked()
+    if st.session_state.get("serve_scenario") != OWN:
+        scenario_sizing()
+
+
+def switched(key: str, made: int) -> None:
+    """on_change of "use these settings instead of the scenario's": on, the knobs as shown; off, the scenario's."""
+    if st.session_state[key]:
+        own_sizing(made)
+    else:
+        scenario_sizing()
 
 
 def show() -> None:
@@ -104,6 +140,7 @@ def show() -> None:
             warning(f"link parameter scenario={name[:40]!r} ignored: no such serving scenario")
         else:
             st.session_state["serve_scenario"] = SCENARIOS[name]["title"]
+            scenario_sizing()  # a link carries a scenario, sized as it is
             for knob, value, scenario, allowed in (("preemption", preemption, "preemption", PREEMPTION),
                                                    ("batching", batching, "queue", BATCHING)):
                 if value is None:
@@ -115,7 +152,6 @@ def show() -> None:
                             f"scenario takes {' or '.join(allowed)}")
             if steps is not None:
                 st.session_state["serve_replay"] = (steps, at)
-    OWN = "Your own requests"
     CHOICES = [sc["title"] for sc in SCENARIOS.values()] + [OWN]
     BY_TITLE = {sc["title"]: name for name, sc in SCENARIOS.items()}
 
@@ -152,7 +188,7 @@ def show() -> None:
         st.session_state.pop("serve_measured", None)
     bar = st.container(horizontal=True, vertical_alignment="bottom", gap="small")
     bar.selectbox("scenario", CHOICES, key="serve_scenario", persist_state="session", label_visibility="collapsed",
-                  width=330, on_change=picked)  # narrow enough that the preemption knob and More share its row
+                  width=330, on_change=scenario_picked)  # narrow enough that the preemption knob and More share its row
     keys_back()  # after a pick, E and → are shortcuts again, not letters typed into the box
     if name == "preemption":  # which running request goes when the pool runs out: switch it and compare
         st.session_state.setdefault("serve_preemption", sizing.get("preemption", PREEMPTION[0]))
@@ -172,18 +208,22 @@ def show() -> None:
     for knob in SIZING_KNOBS:  # the knobs show the sizing in use: the scenario's, until one is changed
         if not st.session_state.get("serve_custom_sizing") or f"serve_{knob}" not in st.session_state:
             st.session_state[f"serve_{knob}"] = sizing[knob]
+    made, custom = st.session_state.get(SIZED_BY_CODE, 0), bool(st.session_state.get("serve_custom_sizing"))
     with bar.popover("More", icon=":material/tune:"):
         steps.autoplay(st)
         st.markdown("**Sizing** (changes start a new run)")
-        st.toggle("use these settings instead of the scenario's", key="serve_custom_sizing", persist_state="session",
+        switch = f"serve_custom_sizing.{made}.{int(custom)}"  # made anew when a knob turns it on
+        st.toggle("use these settings instead of the scenario's", value=custom, key=switch,
+                  on_change=switched, args=(switch, made),
                   help="On by itself as soon as you change one; off: the scenario's own sizing again")
         c1, c2, c3 = st.columns(3)
-        c1.number_input("page size", 1, 256, key="serve_page_size", persist_state="session", on_change=own_sizing)
-        c2.number_input("blocks", 1, 4096, key="serve_num_blocks", persist_state="session", on_change=own_sizing)
-        c3.number_input("tokens per pass", 1, 4096, key="serve_max_batch_tokens", persist_state="session",
-                        on_change=own_sizing)
-        st.toggle("prefix sharing", key="serve_prefix_sharing", persist_state="session", on_change=own_sizing)
-        st.toggle("chunked prefill", key="serve_chunking", persist_state="session", on_change=own_sizing)
+        for where, knob, label, most in ((c1, "page_size", "page size", 256), (c2, "num_blocks", "blocks", 4096),
+                                         (c3, "max_batch_tokens", "tokens per pass", 4096),
+                                         (st, "prefix_sharing", "prefix sharing", None),
+                                         (st, "chunking", "chunked prefill", None)):
+            shown = dict(value=st.session_state[f"serve_{knob}"], key=f"serve_{knob}.{made}", on_change=own_sizing,
+                         args=(made,))
+            where.number_input(label, 1, most, **shown) if most else where.toggle(label, **shown)
     steps.run_to_end_if_asked()
     by_hand = bool(st.session_state.get("serve_custom_sizing"))  # a link carries a scenario, not its knobs
     write_link(settings, scenario=name, steps=steps.latest if steps.started and name and not by_hand else None,
