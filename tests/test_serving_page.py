@@ -886,6 +886,33 @@ def test_the_chunked_prefills_first_token_is_counted_as_the_table_counts_its_ste
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
 
 
+@pytest.mark.parametrize("whole_ms, alike", [(8.0, True), (30.0, False)], ids=["overhead-sized", "token-sized"])
+def test_a_chunked_run_that_waited_longer_in_ms_says_its_pass_times_not_a_busy_server(whole_ms, alike):
+    """'Measured in ms the chunked run waited as long or longer: the server was busy' was said whenever it did, with
+    nothing measured to show a busy server; on a small model a pass costs about the same whatever its tokens. The
+    sentence now gives the long prompt's passes, whole and in pieces, from the runs' own records."""
+    from types import SimpleNamespace
+
+    from topics.serving.draw import chunking_sentence
+    from topics.serving.record import Stall
+
+    def stall(sat_out, gap, passes):
+        return Stall(sat_out=sat_out, filled_by={}, longest_gap_ms=gap, long_id="r3", long_ttft_steps=passes,
+                     long_ttft_ms=12.5, prefill_passes=passes, long_prompt_tokens=166)
+
+    def step(tokens, ms, long_prefill=True):
+        rows = (SimpleNamespace(id="r3" if long_prefill else "r0", phase="prefill" if long_prefill else "decode"),)
+        return SimpleNamespace(tokens=tokens, forward_ms=ms, rows=rows)
+
+    off = SimpleNamespace(stall=stall({"r0": (6,)}, 7.0, 1), steps=(step(3, 4.0, False), step(169, whole_ms)))
+    on = SimpleNamespace(stall=stall({}, 9.0, 3), steps=(step(64, 7.5), step(64, 7.9), step(41, 7.6)))
+    said = chunking_sentence(SimpleNamespace(on=on, off=off, same_tokens=True))
+    assert "server was busy" not in said
+    assert (f"the pass with the whole prompt took {whole_ms:.1f} ms (169 tokens), a pass with a piece of it 7.6 ms "
+            "(median of 3)") in said
+    assert ("costs about the same whatever its tokens" in said) == alike
+
+
 @pytest.mark.parametrize("title", [SCENARIO_TITLES[0], SCENARIO_TITLES[1]])
 def test_before_the_first_step_the_page_lists_the_requests_the_run_then_serves(title):
     """A fresh scenario is not a blank page: who arrives when, with how many prompt tokens, is listed before ▶ step.

@@ -570,9 +570,29 @@ def chunking_sentence(result) -> str:
              f"token came in the {_nth(on.long_ttft_steps)} step counting the one it arrived in, instead of the "
              f"{_nth(off.long_ttft_steps)}.")
     if on.longest_gap_ms >= off.longest_gap_ms and n > m:
-        said += (" Measured in ms the chunked run waited as long or longer: the server was busy, so the steps sat "
-                 "out are the number to read here.")
+        said += " Measured in ms the chunked run waited as long or longer" + _long_passes(result) + "."
     return said + f" Same tokens either way: {'yes' if result.same_tokens else 'no'}."
+
+
+def _long_passes(result) -> str:
+    """Why ms need not follow the steps sat out, in the runs' own pass times: the long prompt's passes, whole and in
+    pieces ("the server was busy" was said here, with nothing measured to show it)."""
+    def passes(way) -> list:
+        return [s for s in way.steps if s.forward_ms and any(r.id == way.stall.long_id and r.phase == "prefill"
+                                                             for r in s.rows)]
+
+    whole, pieces = passes(result.off), passes(result.on)
+    if not whole or not pieces:
+        return ""
+    big = max(whole, key=lambda s: s.tokens)
+    piece_ms = statistics.median(s.forward_ms for s in pieces)
+    said = (f": the pass with the whole prompt took {big.forward_ms:.1f} ms ({big.tokens} tokens), a pass with a "
+            f"piece of it {piece_ms:.1f} ms (median of {len(pieces)})")
+    if big.forward_ms < 2 * piece_ms:
+        said += (". On this small model a pass costs about the same whatever its tokens, so cutting the prompt "
+                 "adds passes without shortening one; the steps sat out are the number that carries to a model "
+                 "whose pass time grows with its tokens")
+    return said
 
 
 POLICY_WORDS = {"newest": "newest (vLLM's: the last admitted goes)", "most_blocks": "most blocks (the biggest holder goes)"}
