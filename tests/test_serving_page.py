@@ -982,6 +982,30 @@ def test_a_scenario_picked_after_another_was_sized_by_hand_steps_on_its_own_sizi
     assert svgs(at, "dl-pool")[0].count('data-role="block-used"') > 0  # step 0 ran: blocks taken
 
 
+@pytest.mark.parametrize("policy", ["newest", "most_blocks"])
+def test_the_pool_check_calls_recomputed_only_the_requests_whose_timeline_recomputes(bundled_lm, policy):
+    """'r2–r4 were preempted and recomputed' under 'most blocks', beside a timeline where r3 had no recompute cell:
+    its positions' blocks were still cached when it came back. The sentence names who was computed again as the
+    run's own rows do."""
+    from engine.generate.serving.run import ServingRun
+    from topics.serving.draw import roomy_sentence
+    from topics.serving.measure import roomy_check
+
+    sc = SCENARIOS["preemption"]
+    sizing = {**sc["sizing"], "preemption": policy}
+    run = ServingRun(bundled_lm, sc["requests"], **sizing)
+    run.run()
+    rows = [(row.id, str(row.phase)) for s in run.records for row in s.rows]
+    preempted = {rid for s in run.records for rid in s.preempted}
+    again = {rid for rid, phase in rows if phase == "recompute"}
+    said = roomy_sentence(roomy_check(run, sc["requests"], sizing))
+    assert preempted and again <= preempted
+    cached = sorted(preempted - again)
+    assert ("preempted and recomputed" in said) == (not cached), said
+    for rid in cached:
+        assert re.search(rf"{rid}[^;]* found (its|their) positions' blocks still cached", said), said
+
+
 def test_the_preemption_sentence_names_each_policy_as_its_table_row_does():
     """The sentence under the policy table said 'most_blocks', a code name, beside a table row reading 'most
     blocks (the biggest holder goes)'."""

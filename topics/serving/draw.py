@@ -634,9 +634,13 @@ def policy_sentence(result) -> str:
 def roomy_sentence(check) -> str:
     """topics.serving.measure.roomy_check in one line, ending on the same check the chunking comparison shows."""
     who = _requests(check.preempted) if check.preempted else "no request"
-    return (f"{who} {'was' if len(check.preempted) <= 1 else 'were'} preempted and recomputed in this pool of "
-            f"{check.blocks} blocks; the same requests in a pool of {check.roomy_blocks} blocks, where nobody "
-            f"is preempted: same tokens either way: **{'yes' if check.same_tokens else 'no'}**.")
+    cached = [rid for rid in check.preempted if rid not in check.recomputed]  # back on blocks still cached
+    said = f"{who} {'was' if len(check.preempted) <= 1 else 'were'} preempted" + (
+        " and recomputed" if not cached else
+        f" ({_requests(check.recomputed) if check.recomputed else 'none'} recomputed; {_requests(cached)} found "
+        f"{'its' if len(cached) == 1 else 'their'} positions' blocks still cached, not computed again)")
+    return (f"{said} in this pool of {check.blocks} blocks; the same requests in a pool of {check.roomy_blocks} "
+            f"blocks, where nobody is preempted: same tokens either way: **{'yes' if check.same_tokens else 'no'}**.")
 
 
 def batching_frame(q):

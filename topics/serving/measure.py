@@ -36,6 +36,7 @@ from engine import device as dev
 from engine.generate.batch import run_batch
 from engine.generate.serving.requests import RequestSpec
 from engine.generate.serving.run import DEFAULTS, ServingRun
+from engine.generate.serving.scheduler import Phase
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
 from engine.timing import now
@@ -527,8 +528,12 @@ def roomy_check(run: ServingRun, requests: list[RequestSpec], sizing: dict, samp
                        **{**sizing, "num_blocks": max(sizing["num_blocks"], need)})
     roomy.run()
     tokens = [r.generated_ids for r in roomy.requests]
-    preempted = sorted({rid for s in run.records for rid in s.preempted}, key=lambda rid: int(rid[1:]))
-    out = RoomyCheck(same_tokens=tokens == [r.generated_ids for r in run.requests], preempted=tuple(preempted),
+    def in_order(ids) -> tuple[str, ...]:
+        return tuple(sorted(set(ids), key=lambda rid: int(rid[1:])))
+
+    recomputed = in_order(row.id for s in run.records for row in s.rows if row.phase == Phase.RECOMPUTE)
+    out = RoomyCheck(same_tokens=tokens == [r.generated_ids for r in run.requests],
+                     preempted=in_order(rid for s in run.records for rid in s.preempted), recomputed=recomputed,
                      roomy_blocks=roomy.num_blocks, blocks=run.num_blocks)
     roomy.free()
     return out

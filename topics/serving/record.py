@@ -246,6 +246,7 @@ class PolicyRun:
 class RoomyCheck:
     same_tokens: bool
     preempted: tuple[str, ...]
+    recomputed: tuple[str, ...]  # of those, the ones computed again (the others found their blocks still cached)
     roomy_blocks: int
     blocks: int
 
