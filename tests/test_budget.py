@@ -494,6 +494,21 @@ def test_a_quantized_step_says_what_its_dequantize_took_and_what_it_moves(bundle
     assert moved > row.cache.bytes_full  # this implementation moves more than the full cache, and says so
 
 
+def test_the_policy_tables_step_time_is_the_median_of_the_timed_steps_with_their_spread(bundled_lm):
+    """Lesson 11's table gave one ms/step a policy (2.8, 3.6, 3.2…) where the runs spread wider than the gaps
+    between policies. Each cell now holds the median of the steps timed after the warm-up and their quartiles,
+    read here off the steps themselves."""
+    from topics.budget.draw import MS_STEP, policy_table
+
+    rows = compare_policies(bundled_lm, ("full", "window"), 16, context=48, new_tokens=8)
+    for short in (False, True):
+        table = policy_table(rows, short=short)
+        for row, cell in zip(rows, table[MS_STEP]):
+            timed = row.greedy.step_ms[row.greedy.warmup_steps:]
+            q1, _, q3 = statistics.quantiles(timed, n=4)
+            assert cell == f"{statistics.median(timed):.1f} ({q1:.1f}–{q3:.1f})", (cell, timed)
+
+
 # ---------------------------------------------------------------- evicting at a quarter of the context
 
 

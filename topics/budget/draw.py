@@ -234,6 +234,9 @@ def sink_words(rows) -> str:
 # ---------------------------------------------------------------- the numbers
 
 
+MS_STEP = "ms/step, median (IQR)"  # a decode step's time with its spread, as the CLI prints it
+
+
 def policy_table(rows, short: bool = False) -> pd.DataFrame:
     """One row per policy (PolicyRows): what the CLI prints, as a table. `short` leaves out the budget and the
     bytes themselves (a text beside it says both), so it fits half a 1280-px screen in presenter mode."""
@@ -244,7 +247,8 @@ def policy_table(rows, short: bool = False) -> pd.DataFrame:
         row = {"policy": r.policy, "B": "—" if r.budget is None else str(r.budget), "bytes": human_bytes(d.bytes_held),
                f"of {own}": f"{d.bytes_ratio:.0%}", "at bf16": f"{d.bytes_ratio_bf16:.0%}",
                "agree": f"{d.agreement:.1%}", "mean KL": f"{d.kl_mean:.4f}",
-               "parts at": "never" if r.parting_step is None else str(r.parting_step), "ms/step": f"{d.ms_per_step:.1f}"}
+               "parts at": "never" if r.parting_step is None else str(r.parting_step),
+               MS_STEP: f"{d.ms_per_step:.1f} ({d.ms_p25:.1f}–{d.ms_p75:.1f})"}  # policies' gaps sit inside it
         if short:
             del row["B"], row["bytes"]
         out.append(row)
