@@ -154,6 +154,9 @@ def test_the_headline_never_claims_more_than_the_fit():
     f = race.growth_fit(n, [x**1.5 for x in n])
     assert abs(f.k - 1.5) < 1e-9 and f.low <= f.k <= f.high
     assert race.headline(race.Growth(None, fit(n, linear))) == "Too few steps to fit a growth rate."
+    # a tight fit's range in the digits that keep its ends apart: '(95% range 1.06–1.06)' said nothing
+    tight = race.headline(race.Growth(race.GrowthFit(1.06, 1.058, 1.063), race.GrowthFit(1.3, 1.2, 1.4)))
+    assert "(95% range 1.058–1.063)" in tight
     assert "bends these fits" not in words and "bends these fits" in race.headline(race.Growth(fit(n, linear),
                                                                                               fit(n, steeper)), busy=True)
 
@@ -257,7 +260,7 @@ def test_the_race_alternates_which_mode_steps_first_and_says_a_prefill_gap_is_on
     assert pairs[0] == ("cache", "nocache") and pairs[1] == ("nocache", "cache") and pairs[2] == pairs[0]
     assert "noise" not in prefill_caption(5.0, 5.0 * APART * 0.99)
     said = prefill_caption(8.3, 2.7)
-    assert "timed ×3.1 apart" in said and "noise, not the cache" in said
+    assert "timed ×3.1 apart" in said and "the timing's, not the cache's" in said
 
 
 def test_the_race_clock_and_the_decode_tiles_say_which_counts_the_prefill():

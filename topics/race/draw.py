@@ -78,11 +78,12 @@ def prefill_caption(cache_ms: float, nocache_ms: float) -> str:
     one timing on a shared machine does, never as a difference between the modes."""
     said = (f"Prefill is the same work in both modes and is timed separately: {cache_ms:.1f} ms (cache on) and "
             f"{nocache_ms:.1f} ms (cache off). Each pass was timed once, as generation runs it; the load's warm-up "
-            "passes ran before both. Every clock read follows a device sync.")
+            "passes and one untimed prefill of this prompt (warm-up, dropped) ran before both. Every clock read "
+            "follows a device sync.")
     hi, lo = max(cache_ms, nocache_ms), min(cache_ms, nocache_ms)
     if lo > 0 and hi / lo > APART:
-        said += (f" The same work timed ×{hi / lo:.1f} apart: one timing each, on a machine shared with other work "
-                 "(the cache-on prefill ran first, over a shape new to this run), so the gap is noise, not the cache.")
+        said += (f" The same work timed ×{hi / lo:.1f} apart: one timing each, on a machine shared with other work, "
+                 "so the gap is the timing's, not the cache's.")
     return said
 
 

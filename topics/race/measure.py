@@ -199,8 +199,13 @@ def headline(growth: Growth, busy: bool = False) -> str:
     if growth.cache is None or growth.nocache is None:
         return "Too few steps to fit a growth rate."
     (kc, lc, hc), (kn, ln, hn) = ((f.k, f.low, f.high) for f in (growth.cache, growth.nocache))
-    parts = [f"Total decode time grows like n to the power {kc:.2f} with the cache (95% range {lc:.2f}–{hc:.2f}) "
-             f"and to the power {kn:.2f} without it ({ln:.2f}–{hn:.2f})."]
+
+    def span(lo: float, hi: float) -> str:  # the digits that keep its two ends apart ("1.06–1.06" said nothing)
+        digits = next((d for d in (2, 3) if f"{lo:.{d}f}" != f"{hi:.{d}f}"), 4)
+        return f"{lo:.{digits}f}–{hi:.{digits}f}"
+
+    parts = [f"Total decode time grows like n to the power {kc:.2f} with the cache (95% range {span(lc, hc)}) "
+             f"and to the power {kn:.2f} without it ({span(ln, hn)})."]
     if ln > hc:
         parts.append("Without the cache it measurably grows faster.")
     elif lc > hn:  # against the lesson, and the ranges do not overlap: say what was measured, and why it can be
