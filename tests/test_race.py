@@ -77,6 +77,7 @@ def test_sweep_reports_medians_for_both_modes(tiny_lm):
     df = race.sweep(tiny_lm, "Once upon a time", lengths=(4, 8), repeats=2)
     assert len(df) == 4 and set(df["tokens"]) == {4, 8}
     assert (df["total_ms"] > 0).all()
+    assert ((df["low_total_ms"] <= df["total_ms"]) & (df["total_ms"] <= df["high_total_ms"])).all()
 
 
 @pytest.mark.slow
@@ -199,19 +200,19 @@ def test_the_sweep_charts_label_only_the_lengths_and_1_2_5_steps():
 
 def test_the_sweeps_medians_are_drawn_with_their_repeats_spread_and_three_repeats_at_least():
     """"Each point is the median of repeated runs" held at repeats = 1 (the widget allowed it): one run, no spread.
-    The widget starts at 3, and each time-per-token point carries a bar from its fastest repeat to its slowest; the
-    total, whose spread the sweep does not keep, says median only."""
+    The widget starts at 3, and each point, time per token and total, carries a bar from its fastest repeat to its
+    slowest."""
     from topics.race.draw import sweep_figure
 
     df = sweep_frame([(32, 3.9, 8.0), (256, 10.5, 60.0)], spread=1.2)
     f = sweep_figure(df, "ms_per_token", "Time per token")
-    for t in f.data:
-        d = df[df["mode"] == ("cache" if "off" not in t.name.lower() else "nocache")]
-        assert list(t.y + t.error_y.array) == pytest.approx(list(d["high_ms_per_token"]))
-        assert list(t.y - t.error_y.arrayminus) == pytest.approx(list(d["low_ms_per_token"]))
-    assert "bars min–max" in f.layout.yaxis.title.text
     total = sweep_figure(df, "total_ms", "Total decode time")
-    assert "bars" not in total.layout.yaxis.title.text and all(t.error_y.array is None for t in total.data)
+    for fig, column in ((f, "ms_per_token"), (total, "total_ms")):  # the total too: it said "median" with no bar
+        for t in fig.data:
+            d = df[df["mode"] == ("cache" if "off" not in t.name.lower() else "nocache")]
+            assert list(t.y + t.error_y.array) == pytest.approx(list(d[f"high_{column}"]))
+            assert list(t.y - t.error_y.arrayminus) == pytest.approx(list(d[f"low_{column}"]))
+        assert "bars min–max" in fig.layout.yaxis.title.text
     at = app_test().run()
     at.switch_page(page("race")).run()
     assert at.number_input(key="race_repeats").min == 3
@@ -220,7 +221,8 @@ def test_the_sweeps_medians_are_drawn_with_their_repeats_spread_and_three_repeat
 def sweep_frame(points, spread: float = 1.1) -> pd.DataFrame:
     """A sweep as the page gets it: medians per (tokens, mode), and the repeats' min-max around them."""
     return pd.DataFrame([{"tokens": n, "mode": m, "ms_per_token": v, "total_ms": v * n, "low_ms_per_token": v / spread,
-                          "high_ms_per_token": v} for n, c, off in points for m, v in (("cache", c), ("nocache", off))])
+                          "high_ms_per_token": v, "low_total_ms": v * n / spread, "high_total_ms": v * n}
+                         for n, c, off in points for m, v in (("cache", c), ("nocache", off))])
 
 
 def test_the_sweep_caption_says_what_its_own_numbers_did():

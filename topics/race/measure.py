@@ -295,7 +295,7 @@ def summary(report: RaceReport, df: pd.DataFrame) -> RaceSummary:
 def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sampling=None,
           on_progress=None) -> pd.DataFrame:
     """Both modes at several lengths; medians over `repeats` of time per token and total decode time, and the
-    fastest and slowest repeat's time per token (how far the repeats spread: a busy server shows there)."""
+    fastest and slowest repeat's of each (how far the repeats spread: a busy server shows there)."""
     rows = []
     jobs = [(n, r) for n in lengths for r in range(repeats)]
     for i, (n, r) in enumerate(jobs):
@@ -308,8 +308,9 @@ def sweep(lm, prompt: str, lengths=(32, 64, 128, 256, 512), repeats: int = 3, sa
             on_progress((i + 1) / len(jobs), f"{n} tokens, repeat {r + 1}/{repeats}")
     df = pd.DataFrame(rows)
     out = df.groupby(["tokens", "mode"], as_index=False)[["total_ms", "ms_per_token"]].median()
-    spread = df.groupby(["tokens", "mode"], as_index=False)["ms_per_token"].agg(low_ms_per_token="min",
-                                                                                 high_ms_per_token="max")
+    spread = df.groupby(["tokens", "mode"], as_index=False).agg(
+        low_ms_per_token=("ms_per_token", "min"), high_ms_per_token=("ms_per_token", "max"),
+        low_total_ms=("total_ms", "min"), high_total_ms=("total_ms", "max"))
     return out.merge(spread, on=["tokens", "mode"])
 
 
