@@ -133,7 +133,7 @@ def test_the_preemption_policy_is_a_knob_and_both_policies_give_every_request_it
     assert not at.exception and not at.error
     table = next(t.value for t in at.table if "same tokens as alone" in t.value.columns)
     assert len(table) == 2 and all(v.startswith("yes") for v in table["same tokens as alone"])
-    result = at.session_state["serve_measured"][1]
+    result = at.session_state["serve_measured"]["policies"]
     assert [v.policy for v in result] == ["newest", "most_blocks"] and all(v.preemptions > 0 for v in result)
     for v in result:  # the table says what the runs did
         row = table.loc[next(i for i in table.index if i.startswith(v.policy.replace("_", " ")))]
@@ -644,6 +644,25 @@ def test_the_serving_page_draws_a_small_measured_sweep_on_the_roofline(monkeypat
     draws_the_measured_batch_passes()
 
 
+def test_a_second_measurement_keeps_the_first_beside_it(monkeypatch):
+    """The queue's batching comparison, then 'Throughput, four ways': the comparison's table and timelines went, one
+    measurement kept at a time. Each stays, the click after it adding its own beside."""
+    from topics.serving import measure
+
+    sweep = measure.step_time_vs_batch
+    monkeypatch.setattr(measure, "step_time_vs_batch", lambda lm, sizes: sweep(lm, sizes=sizes, steps=2, context=16))
+    monkeypatch.setattr(measure, "throughput_side_by_side", lambda *a, **k: {"same": SAME, "mixed": MIXED})
+    at = serving_page()
+    at.button(key="serve_btn_forward").click().run()
+    at.button(key="serve_batch").click().run()
+    at.button(key="serve_tp").click().run()
+    assert not at.exception
+    titles = [str(c.proto.spec) for c in at.get("plotly_chart")]
+    assert any("Batch on the roofline" in t for t in titles)  # the first measurement, still drawn
+    assert any("same length, all at once" in t for t in titles)  # and the second beside it
+    assert set(at.session_state["serve_measured"]) == {"batch", "throughput"}
+
+
 def draws_the_measured_batch_passes():
     at = serving_page()
     at.button(key="serve_btn_forward").click().run()  # the measurements sit under a started run
@@ -652,7 +671,7 @@ def draws_the_measured_batch_passes():
     charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
     assert any("Batch on the roofline: fp32 here, H100 bf16" in c for c in charts)
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
-    rows = at.session_state["serve_measured"][1].rows
+    rows = at.session_state["serve_measured"]["batch"].rows
     assert f"at B = {rows[-1].batch}" in said.replace("\\", "")
     assert "H100" not in said  # one paragraph beside the chart; the GPU's predictions are folded under it
     (fold,) = [e for e in at.expander if "open points, estimates" in e.label]

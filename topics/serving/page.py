@@ -315,11 +315,14 @@ def show() -> None:
     if sizing["prefix_sharing"]:
         st.markdown(draw.sharing_sentence(memory))
     st.subheader("Measured on this machine, side by side")
+    # each measurement kept beside the others until the run starts anew: a second one wiped the first (the queue's
+    # batching comparison went when the throughput was measured)
+    measured = st.session_state.setdefault("serve_measured", {})
     if name in COMPARISONS:  # the scenario's own question, answered by serving its requests again
         label, key, doing, kind, compare = COMPARISONS[name]
         if st.button(label, key=key):
             with st.spinner(doing):
-                st.session_state["serve_measured"] = (kind, compare(lm, requests, sizing, settings.sampling))
+                measured[kind] = compare(lm, requests, sizing, settings.sampling)
             release_memory()
     c = st.container(horizontal=True, vertical_alignment="bottom")
     rounds = c.number_input("rounds", 1, 5, 1, key="serve_tp_rounds", persist_state="session", width=100,
@@ -333,15 +336,21 @@ def show() -> None:
             mixed = measure.MIXED[: len(prompts)]
             both = measure.throughput_side_by_side(lm, prompts, {"same": sum(mixed) // len(mixed), "mixed": mixed},
                                                    rounds=int(rounds), log=lambda *a: None)  # alternated
-            st.session_state["serve_measured"] = ("throughput", (both["same"], both["mixed"]))
+            measured["throughput"] = (both["same"], both["mixed"])
         release_memory()
     if c.button("Decode pass time against batch size", key="serve_batch"):
         with st.spinner("Timing decode passes shared by 1 to 16 sequences…"):
-            st.session_state["serve_measured"] = ("batch", measure.step_time_vs_batch(lm, sizes=(1, 2, 4, 8, 16)))
+            measured["batch"] = measure.step_time_vs_batch(lm, sizes=(1, 2, 4, 8, 16))
         release_memory()
-    kind, result = st.session_state.get("serve_measured", (None, None))
-    if kind == "throughput":
-        same, mixed = result
+    if "policies" in measured:
+        st.table(draw.policy_frame(measured["policies"]).set_index("policy"))
+        st.caption(draw.policy_sentence(measured["policies"]))
+    if "chunking" in measured:
+        chunking_result(measured["chunking"])
+    if "batching" in measured:
+        batching_result(measured["batching"])
+    if "throughput" in measured:
+        same, mixed = measured["throughput"]
         chart(draw.throughput_figure(same, mixed, scale=scale()), "serve_tp_chart")
         st.markdown(draw.throughput_sentence(same, mixed))
         n = same.rounds
@@ -349,7 +358,8 @@ def show() -> None:
                    f"every way (greedy). {'One round' if n == 1 else f'Medians of {n} rounds'} of every way of both "
                    "workloads, alternated, after a warm-up round: a busy server moves single rounds (more rounds in the box "
                    "beside the button, or `python -m engine bench`).")
-    elif kind == "batch":
+    if "batch" in measured:
+        result = measured["batch"]
         br = measure.batch_roofline(result, lm, device_roof(), roofline.h100())  # this device's roof, a GPU's beside
         left, right = st.columns(2, gap="small")
         chart(draw.batch_time_figure(result.rows, scale=scale()), "serve_batch_chart", on=left)
@@ -359,10 +369,3 @@ def show() -> None:
             st.warning(result.note, icon=":material/speed:")
         st.markdown(plain(draw.batch_roofline_sentence(br)))
         st.expander(draw.batch_roofline_gpu_title(br)).markdown(plain(draw.batch_roofline_gpu_words(br)))
-    elif kind == "chunking":
-        chunking_result(result)
-    elif kind == "batching":
-        batching_result(result)
-    elif kind == "policies":
-        st.table(draw.policy_frame(result).set_index("policy"))
-        st.caption(draw.policy_sentence(result))
