@@ -111,6 +111,24 @@ def budget_page(link: dict | None = None):
     return at
 
 
+def test_the_two_heavy_scores_tip_stays_when_followed_with_both_scores_figures(small_measures):
+    """'Switch the policy to heavy-avg … and compare': once switched, the tip went and heavy's agreement left the
+    screen, leaving nothing to compare. The tip stays while either score is picked, with both scores' agreement as
+    the page showed each."""
+    def agreement(at) -> str:
+        said = next(m.value for m in at.markdown if m.value.startswith("Holds "))
+        return re.search(r"top-1 agreement \*\*([\d.]+%)\*\*", said).group(1)
+
+    at = budget_page()
+    at.button(key="budget_scenario_two heavy scores").click().run(timeout=300)
+    heavy = agreement(at)
+    at.selectbox(key="budget_policy").set_value("heavy-avg").run(timeout=300)  # the click the tip asks for
+    tip = next(i.value for i in at.info if "H2O's plain sum" in i.value)
+    assert f"heavy {heavy}, heavy-avg {agreement(at)} (teacher-forced)" in tip
+    at.selectbox(key="budget_policy").set_value("window").run(timeout=300)  # another comparison: the tip goes
+    assert not any("H2O's plain sum" in i.value for i in at.info)
+
+
 def test_the_budget_pages_policy_and_budget_survive_the_next_click_and_open_again_from_its_link(small_measures):
     """The budget page's policy was held nowhere but the session: the next click kept it, a reload of the page's
     link forgot it. The link now carries the policy and the budget, and a bad policy is refused plainly."""

@@ -21,13 +21,14 @@ from ui.setup import page_setup
 from ui.style import scale
 from ui.text import error, warning
 
-SCENARIOS = {  # one click: (policy, budget, what to look at); the numbers beside it are measured, never written here
-    "fp8 forgets nothing": ("fp8", 64, "The older positions are rounded to 8 bits, not forgotten. Read the "
+SCENARIOS = {  # one click: (the policies it compares, the first picked; budget; what to look at); the numbers beside
+    # it are measured, never written here
+    "fp8 forgets nothing": (("fp8",), 64, "The older positions are rounded to 8 bits, not forgotten. Read the "
                                                "bytes twice: against this model's own full cache, and against the "
                                                "bf16 cache a server would hold."),
-    "a window drops the start": ("window", 64, "The window holds the last 64 positions: what the story said "
+    "a window drops the start": (("window",), 64, "The window holds the last 64 positions: what the story said "
                                                "before them is gone. Watch where the two texts part."),
-    "two heavy scores": ("heavy", 64, "H2O's plain sum favours the oldest positions (more queries have "
+    "two heavy scores": (("heavy", "heavy-avg"), 64, "H2O's plain sum favours the oldest positions (more queries have "
                                                "read them). Switch the policy to heavy-avg, kvpress's score per "
                                                "query that could see a position, and compare: the same rule, two "
                                                "scores."),
@@ -36,8 +37,8 @@ SWEEP_BUDGETS = measure.SWEEP_BUDGETS
 
 
 def pick(name: str) -> None:
-    policy, budget, _ = SCENARIOS[name]
-    st.session_state["budget_policy"], st.session_state["budget_budget"] = policy, budget
+    policies, budget, _ = SCENARIOS[name]
+    st.session_state["budget_policy"], st.session_state["budget_budget"] = policies[0], budget
     st.session_state["budget_scenario"] = name
 
 
@@ -97,11 +98,13 @@ def show() -> None:
     kept = None if measured_here else measure.recorded_sweep(lm)
     if kept is not None and kept.dtype != lm.dtype_name:  # another dtype's damage is not this model's
         kept = None
-    note = SCENARIOS.get(st.session_state.get("budget_scenario"), (None, None, ""))[2]
-    if note and SCENARIOS[st.session_state["budget_scenario"]][:2] == (policy, budget):
-        if policy == "heavy":  # the two scores' lines, where the divergence chart is drawn
-            note += (" The chart *Damage against the budget* holds both lines: heavy and heavy-avg." if measured_here or kept else
-                     " Measure every policy (the button on the right) to draw both lines.")
+    policies, at_budget, note = SCENARIOS.get(st.session_state.get("budget_scenario"), ((), None, ""))
+    if note and policy in policies and budget == at_budget:  # the tip stays while its comparison is followed
+        if len(policies) > 1:  # its policies' figures side by side: switching to the other one took the first away
+            said = [f"{p} {one_policy(lm, which(lm), p, budget)[-1].forced.agreement:.1%}" for p in policies]
+            note += (f" Top-1 agreement at B = {budget} on this story: {', '.join(said)} (teacher-forced)."
+                     + (" The chart *Damage against the budget* holds both lines." if measured_here or kept else
+                        " Measure every policy (the button on the right) to draw both lines."))
         st.info(note, icon=":material/lightbulb:")
 
     try:
