@@ -434,6 +434,29 @@ def slots_by_hand(records, slots: int) -> tuple[int, int]:
     return padding, empty
 
 
+def test_every_requests_name_reads_on_white_in_the_timeline_and_the_pool(family_model):
+    """r6's pale cyan and r5's pale yellow names faded on a phone (contrast 1.5:1 and 1.8:1 on white). Each name
+    drawn in a picture is its request's colour darkened to at least WCAG's 4.5:1, worked out here from the formula."""
+    from engine.generate.serving import RequestSpec, ServingRun
+    from topics.serving.draw import pool_svg, timeline_svg
+
+    def contrast(colour: str) -> float:
+        channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
+
+    specs = [RequestSpec("Once upon a time", 2, i) for i in range(12)]
+    run = ServingRun(family_model("llama"), specs, page_size=4, num_blocks=64, stop_on_eos=False)
+    run.run()
+    ids = [r.id for r in run.requests]
+    mid = run.records[len(run.records) // 2]
+    for svg in (timeline_svg(run.records, ids, -1), pool_svg(mid, 64, 4)):
+        names = re.findall(r'<text[^>]*fill="(#[0-9a-fA-F]{6})"[^>]*>(r\d+)</text>', svg)
+        assert names and all(contrast(fill) >= 4.5 for fill, _ in names), [(n, f, contrast(f)) for f, n in names]
+    assert {n for _, n in re.findall(r'<text[^>]*fill="(#[0-9a-fA-F]{6})"[^>]*>(r\d+)</text>',
+                                     timeline_svg(run.records, ids, -1))} == set(ids)
+
+
 def test_the_timeline_hatches_the_slots_a_static_batch_wasted(family_model):
     """Six requests for two slots, static and continuous batching: each slot whose row computed padding is hatched
     grey, each slot left empty while a request waited hatched red (none of either for continuous batching), and

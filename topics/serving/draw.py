@@ -47,6 +47,26 @@ def request_colour(request_id: str) -> str:
     return REQUEST_COLOURS[int(request_id[1:]) % len(REQUEST_COLOURS)]
 
 
+def _contrast(hex_colour: str) -> float:
+    """WCAG's contrast ratio of a colour against white."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
+
+
+def request_ink(request_id: str) -> str:
+    """A request's name in its colour, darkened until it reads on white (WCAG's 4.5:1): r6's pale cyan and r5's
+    pale yellow names faded on a phone, beside their cells in the full colour."""
+    colour = request_colour(request_id)
+    for k in range(11):
+        ink = "#" + "".join(f"{round(int(colour[i:i + 2], 16) * (1 - k / 10)):02x}" for i in (1, 3, 5))
+        if _contrast(ink) >= 4.5:
+            return ink
+    return "#000000"
+
+
 def _svg(height: float, body: str, title: str, width: int = W) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height:.0f}" font-family="{FONT}">'
             f'<title>{title}</title><defs><pattern id="shared" width="8" height="8" patternUnits="userSpaceOnUse" '
@@ -165,7 +185,7 @@ def pool_svg(step: ServingStep, num_blocks: int, page_size: int, width: int = HA
     per_row = int((width - 60 - 110) // bw)  # a table's blocks a row, with room after them for its positions
     for rid, table in sorted(tables.items(), key=lambda kv: int(kv[0][1:])):
         out.append(f'<g data-role="table" data-request="{rid}">')
-        out.append(_t(x0, y + 18, rid, 14, weight="bold", fill=request_colour(rid), family=MONO))
+        out.append(_t(x0, y + 18, rid, 14, weight="bold", fill=request_ink(rid), family=MONO))
         shown = table[:per_row * (1 if room is None else 3)]  # on a phone, up to three rows of its blocks
         for i, block in enumerate(shown):
             bx, by = x0 + 40 + (i % per_row) * bw, y + (i // per_row) * 26
@@ -333,7 +353,7 @@ def timeline_svg(steps: list[ServingStep], request_ids: list[str], current: int,
         band, y0 = range(k0, min(n, k0 + per)), y
         for i, rid in enumerate(request_ids):
             y = y0 + i * rh
-            out.append(_t(10, y + 13, rid, 11, weight="bold", fill=request_colour(rid), family=MONO))
+            out.append(_t(10, y + 13, rid, 11, weight="bold", fill=request_ink(rid), family=MONO))
             for k in band:
                 x = x0 + (k - k0) * cw
                 row = rows_by_step[k].get(rid)
