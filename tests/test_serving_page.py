@@ -327,6 +327,10 @@ def test_the_steps_sat_out_are_counted_drawn_and_written_from_the_same_records()
     assert any(step >= arrives for step in off) and {"r0", "r1", "r2"} <= off[max(off)]  # the long prompt's stall
     assert f"sat out {len(off)} step{'s' if len(off) != 1 else ''}" in said
     assert not drawn_idle(svgs(at, "dl-timeline-on")[0]) and "With it on, they sat out no steps" in said
+    # both drawn to one scale (they were 0-40 and 0-41 apart): a step's cell has the same x and width in each
+    at_step = r'data-request="r0" data-step="(\d+)" (x="[\d.]+" width="[\d.]+")'
+    cells = [dict(re.findall(at_step, svgs(at, f"dl-timeline-{way}")[0])) for way in ("on", "off")]
+    assert cells[0]["0"] == cells[1]["0"] and cells[0]["1"] == cells[1]["1"], cells
 
 
 def test_the_prefix_sharing_sentence_counts_the_tokens_the_status_line_says_were_skipped(bundled_lm):
