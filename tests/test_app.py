@@ -588,9 +588,13 @@ def test_the_speculative_pages_round_list_keeps_the_latest_rounds_beside_the_sta
     assert f"… {earlier} earlier rounds (every round is in the table below)" in body
     table = next(d.value for d in at.dataframe)
     assert len(table) == latest + 1  # every round, the prefill's too, in the table the line points to
+    assert not any("whole run's totals" in c.value for c in at.caption)
     at.slider(key="speculative_at").set_value(3).run()
     rounds, body = listed()
     assert rounds == [1, 2, 3] and "earlier round" not in body and "prefill" in body
+    # the tiles beside stay the whole run's: said so, where they stood unexplained beside round 3
+    assert any(c.value.startswith(f"These are the whole run's totals, rounds 1–{latest}; the stage shows round 3.")
+               for c in at.caption)
 
 
 def test_the_layer_and_head_pickers_choose_what_the_stage_and_the_attention_view_draw():

@@ -494,11 +494,11 @@ def test_the_speculative_page_shows_the_papers_formula_and_its_correction_beside
     at.number_input(key="speculative_measure_steps").set_value(8).run()
     at.button(key="speculative_measure").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    m = at.session_state["speculative_measured"]
+    m = at.session_state["speculative_measured"][1]
     shown = {x.label: x.value for x in at.metric}
     assert shown["measured speed-up"] == f"×{m.speedup:.2f}"
     assert shown["paper's formula"] == f"×{m.predicted_speedup:.2f}"
-    assert shown["with this pass's costs"] == f"×{m.predicted_with_overhead:.2f}"
+    assert shown["predicted with this pass's costs"] == f"×{m.predicted_with_overhead:.2f}"
     assert any(f"its own c = {m.cost_ratio_c:.3f}" in c.value and f"r = {m.verify_cost_r:.2f}" in c.value
                for c in at.caption)
 @pytest.mark.slow  # the page, a draft model, and 8 timed runs: 6 s
@@ -515,7 +515,7 @@ def test_the_speculative_pages_measured_comparison_shows_what_it_measured_and_a_
     at.number_input(key="speculative_measure_steps").set_value(8).run()
     at.button(key="speculative_measure").click().run()
     assert not at.exception and not at.error, [e.value for e in at.exception]
-    m = at.session_state["speculative_measured"]
+    m = at.session_state["speculative_measured"][1]
     plain_runs, spec_runs = m.plain_ms_per_token_runs, m.speculative_ms_per_token_runs
     assert len(plain_runs) == len(spec_runs) == m.repeats == 3
     assert m.plain_ms_per_token == statistics.median(plain_runs)
@@ -527,6 +527,8 @@ def test_the_speculative_pages_measured_comparison_shows_what_it_measured_and_a_
     shown = {x.label: x.value for x in at.metric}
     assert shown["plain: ms per token"] == f"{m.plain_ms_per_token:.2f}"
     assert shown["speculative: ms per token"] == f"{m.speculative_ms_per_token:.2f}"
+    for label, runs in (("plain: ms per token", plain_runs), ("speculative: ms per token", spec_runs)):  # a spread
+        assert next(x.proto.delta for x in at.metric if x.label == label) == f"runs {min(runs):.2f}–{max(runs):.2f}"
     assert shown["measured speed-up"] == f"×{m.speedup:.2f}"
     # under the tile, the runs' range: it holds ×1 exactly when the verdict calls the runs overlapping
     spread = next(x.proto.delta for x in at.metric if x.label == "measured speed-up")
@@ -543,6 +545,12 @@ def test_the_speculative_pages_measured_comparison_shows_what_it_measured_and_a_
              s >= 1.05 else "About break-even" if s > 0.95 else "Speculative decoding did not pay")
     assert said.startswith(first), said
     assert f"×{s:.2f}" in said and f"×{m.predicted_speedup:.2f}" in said  # the measured and the paper's, as shown
+    # the click after: k changed above, the result stays, said to be k = 4's (it read as k = 2's, unsaid)
+    assert any(c.value == f"Measured with k = {m.k}, the draft model, 8 new tokens." for c in at.caption)
+    assert not any("Measure again" in i.value for i in at.info)
+    at.number_input(key="speculative_k").set_value(2).run()
+    assert any(c.value.startswith("Measured with k = 4,") for c in at.caption)
+    assert any(i.value.startswith("Since this was measured, k changed above") for i in at.info)
 
 
 def test_the_bets_two_passes_are_timed_in_alternation_on_the_same_cache(bundled_lm, monkeypatch):

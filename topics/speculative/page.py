@@ -108,7 +108,7 @@ def show() -> None:
             enlarge_button(picture, "speculative_enlarge")  # in a column its words are ~10 px on a projector
             st.text(run.text)
         with right:
-            totals(run)
+            totals(run, at)
             st.html(rounds_html(run, at, dense=True, last=ROUNDS_LISTED))
             if run.done:
                 st.markdown(f"**Finished**: {rounds.stopped()}. Reset (X) to start again.")
@@ -122,11 +122,22 @@ def show() -> None:
                "next to the speed-up the standard formula predicts from the measured acceptance and draft cost.")
     c = st.container(horizontal=True, vertical_alignment="bottom")
     steps = c.number_input("new tokens", 8, 200, 40, key="speculative_measure_steps", persist_state="session", width=140)
+    asked = (st.session_state["speculative_prompt"], st.session_state["speculative_drafter"],
+             int(st.session_state["speculative_k"]), int(steps), settings)
     if c.button("Measure", key="speculative_measure"):
         with st.spinner("Measuring plain and speculative decoding, alternated…"):
-            st.session_state["speculative_measured"] = measured_comparison(
-                lm, st.session_state["speculative_prompt"], int(steps), st.session_state["speculative_drafter"],
-                st.session_state["speculative_k"], settings)
+            prompt, drafter, k, n, _ = asked
+            st.session_state["speculative_measured"] = (asked, measured_comparison(lm, prompt, n, drafter, k, settings))
         release_memory()
-    if st.session_state.get("speculative_measured"):
-        comparison(st.session_state["speculative_measured"])
+    kept, m = st.session_state.get("speculative_measured") or (None, None)
+    if m is not None:  # what it measured, said; and said apart where the settings above have moved since
+        prompt, drafter, k, n, then = kept
+        st.caption(f"Measured with k = {k}, the {drafter}, {n} new tokens.")
+        moved = [words for words, changed in (("k", k != asked[2]), ("the drafter", drafter != asked[1]),
+                                              ("the prompt", prompt != asked[0]), ("the new tokens", n != asked[3]),
+                                              ("the sidebar's settings", then != settings)) if changed]
+        if moved:
+            st.info(f"Since this was measured, {' and '.join(moved)} changed above: the figures below are still "
+                    "those of the settings it names. Measure again to time the new ones.",
+                    icon=":material/history:")
+        comparison(m)

@@ -96,7 +96,9 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
                           title=title)  # a phone's layout too
 
 
-def totals(run: Speculator) -> None:
+def totals(run: Speculator, at: int | None = None) -> None:
+    """The run's totals, two by two. `at`: the round the stage shows; where it is an earlier one, said so (the
+    tiles stayed the whole run's beside a stage scrubbed back to round 2)."""
     top, bottom = st.columns(2), st.columns(2)  # two by two: the labels stay whole in a narrow column
     top[0].metric("acceptance rate", "—" if run.acceptance_rate is None else f"{run.acceptance_rate:.0%}",
                   help="proposals kept / proposals made")
@@ -106,15 +108,21 @@ def totals(run: Speculator) -> None:
     bottom[0].metric("verify passes", f"{run.verify_passes}",
                      help=f"the target's passes after the prefill; with the prefill, {run.target_passes}")
     bottom[1].metric("passes saved", f"{run.target_passes_saved}", help="against one target pass per token")
-    st.caption(f"Both figures above count the verify passes: the prefill is one more target pass ({run.target_passes} "
-               "in all) and chose the first token, so it is in neither.")
+    whole = run.verify_passes
+    st.caption(("" if at is None or at >= whole else
+                f"These are the whole run's totals, rounds 1–{whole}; the stage shows round {at}. ")
+               + f"'Tokens per verify pass' and 'verify passes' count the verify passes only: the prefill is one "
+               f"more target pass ({run.target_passes} in all) and chose the first token, so it is in neither.")
 
 
 def comparison(m: Comparison) -> None:
     c = st.columns(5)
-    c[0].metric("plain: ms per token", f"{m.plain_ms_per_token:.2f}")
-    c[1].metric("speculative: ms per token", f"{m.speculative_ms_per_token:.2f}")
     base, spec = m.plain_ms_per_token_runs, m.speculative_ms_per_token_runs
+    for tile, name, median, runs in ((c[0], "plain", m.plain_ms_per_token, base),
+                                     (c[1], "speculative", m.speculative_ms_per_token, spec)):
+        tile.metric(f"{name}: ms per token", f"{median:.2f}", delta_color="off", delta_arrow="off",
+                    delta=f"runs {min(runs):.2f}–{max(runs):.2f}" if len(runs) > 1 else None,
+                    help=f"the median of {len(runs)} runs; under it, the fastest and the slowest")
     spread = (f"runs ×{min(base) / max(spec):.2f}–×{max(base) / min(spec):.2f}"  # holds ×1 where the runs overlap,
               if len(base) > 1 and len(spec) > 1 else None)                        # as the verdict under it says
     c[2].metric("measured speed-up", f"×{m.speedup:.2f}", delta=spread, delta_color="off", delta_arrow="off",
@@ -122,7 +130,7 @@ def comparison(m: Comparison) -> None:
     c[3].metric("paper's formula", f"×{m.predicted_speedup:.2f}",
                 help="Leviathan et al. 2023: E / (k·c + 1), E = (1 − α^(k+1)) / (1 − α), c = a draft step over a "
                      "one-row target step; from the measured α and c")
-    c[4].metric("with this pass's costs", f"×{m.predicted_with_overhead:.2f}",
+    c[4].metric("predicted with this pass's costs", f"×{m.predicted_with_overhead:.2f}",
                 help="E·(1 + o_step) / (k·c + r + o_round): r the verify pass in one-row steps, o the measured time "
                      "outside the passes per round and per plain step, in one-row steps")
     st.markdown(plain(m.verdict))
