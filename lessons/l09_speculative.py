@@ -106,5 +106,5 @@ def show(course: Course) -> None:
                     "iteration (each position re-guessed from the previous guesses), n-grams that appear along the way "
                     "go into a pool, and a *verification* branch checks pool n-grams that start with the current "
                     f"token, as the verify pass on the stage does. One pass of {plan.rows} rows, three branches, each "
-                    "with its own attention mask:")
+                    "with its own attention mask (which rows each row may read; not drawn below):")
         st.html(lookahead_html(plan))
