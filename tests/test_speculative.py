@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import statistics
@@ -580,3 +581,20 @@ def test_the_bets_two_passes_are_timed_in_alternation_on_the_same_cache(bundled_
     real(bundled_lm, ids[:, :past], fresh)
     want = real(bundled_lm, ids[:, past:], fresh).logits[0, -1]
     assert all(torch.allclose(s[2], want, atol=1e-4) for s in seen if s[0] == K + 1)  # the same pass every time
+
+
+def test_a_round_that_proposed_nothing_is_titled_a_plain_step_not_a_verify(bundled_lm):
+    """Prompt lookup with no n-gram to match proposes nothing: the round list said '0/0 kept + plain' under a stage
+    titled 'Verify · round 1 · 1 row checked in one pass'. Such a round's stage says it was a plain decode step."""
+    from topics.speculative.page_parts import verify_stage
+
+    s = Speculator(bundled_lm, "Zebras quietly", PromptLookup(3), k=4, max_new_tokens=3, record=True, repeats=1)
+    s.run()
+    plain = [i for i, r in enumerate(s.records) if r.round and not r.proposed_ids]
+    assert plain, [r.proposed_ids for r in s.records]
+    def drawn(i: int) -> str:  # the stage's pictures, as the browser gets them (data URIs)
+        return " ".join(base64.b64decode(b).decode() for b in re.findall(r"base64,([A-Za-z0-9+/=]+)", verify_stage(s, i)))
+
+    for i, r in enumerate(s.records[1:], start=1):
+        title = re.search(r"(Plain decode step|Verify) · round \d+", drawn(i)).group(1)
+        assert (title == "Plain decode step") == (i in plain) and (r.token_kind == "plain") == (i in plain)

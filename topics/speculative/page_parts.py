@@ -89,6 +89,8 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
     pieces = known + list(r.target.fed_tokens)
     if r.round == 0:
         title = "Prefill (initiation phase) · round 0 · the target's first pass"
+    elif not r.proposed_ids:  # prompt lookup found no n-gram: the round list says "0/0 kept + plain"
+        title = f"Plain decode step · round {r.round} · nothing proposed, 1 row in one pass"
     else:
         title = (f"Verify · round {r.round} · {r.q_len} row{'s' if r.q_len != 1 else ''} checked in one pass · "
                  f"{r.cut} column{'s' if r.cut != 1 else ''} cut")
