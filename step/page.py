@@ -138,7 +138,8 @@ def show() -> None:
         hold = held_back(run)  # a question to the class holds a step back: the projector says nothing of it yet
         latest = steps.latest if hold is None else hold - 1
         new_tokens = len(run.generated_ids) if hold is None else hold  # each step made one token
-        showing = "newest" if at == latest else f"{latest - at} newer recorded"
+        showing = "newest" if at == latest else (  # scrubbed back: the count above is the run's, this one the step's
+            f"{latest - at} newer recorded; {at + 1} new token{'s' if at else ''} by this step")
         st.markdown(f"**{new_tokens} new token{'s' if new_tokens != 1 else ''}** ({max(0, new_tokens - 1)} from "
                     f"decode steps) · step **{at}** of {latest} ({t.phase}, {showing}) · KV cache "
                     f"**{t.kv_bytes:,} bytes**")

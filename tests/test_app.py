@@ -663,3 +663,18 @@ def test_the_dtype_chosen_is_the_one_the_model_runs_in_and_a_missing_device_is_s
     at.sidebar.selectbox(key="side_dtype").set_value("auto").run()
     click(at, "step_btn_prefill")
     assert kv_bytes(at) == full
+
+
+def test_a_step_scrubbed_back_to_says_how_many_tokens_it_had_made_beside_the_runs_count():
+    """'6 new tokens (5 from decode steps) · step 3 of 5' beside a stage and a text at step 3, which had made 4:
+    the count is the run's. Scrubbed back, the status also says how many new tokens the step on screen had made,
+    the same number the text under the stage shows past the prompt."""
+    at = click(fresh_app(), "step_btn_prefill")
+    for _ in range(5):
+        click(at, "step_btn_next")
+    at.slider(key="step_at").set_value(3).run()
+    status = next(m.value for m in at.markdown if "from decode steps" in m.value)
+    assert "**6 new tokens** (5 from decode steps) · step **3** of 5" in status
+    assert "2 newer recorded; 4 new tokens by this step" in status
+    run = at.session_state["step_run"]
+    assert len(run.generated_ids) == 6 and run.records[3].phase == "decode"
