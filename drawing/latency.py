@@ -154,6 +154,7 @@ def timing_callout(traces: list[StepTrace]) -> dict | None:
         return None
     return {"ttft_ms": pre.latency_ms, "prefill_ms_per_token": pre.latency_ms / pre.q_len, "prompt_tokens": pre.q_len,
             "tpot_ms": float(np.median([t.latency_ms for t in dec])) if dec else None, "decode_steps": len(dec),
+            "tpot_range_ms": (min(t.latency_ms for t in dec), max(t.latency_ms for t in dec)) if dec else None,
             "decode_rows": float(np.median([t.q_len for t in dec])) if dec else 1.0}
 
 

@@ -242,7 +242,10 @@ def latency(c: StepContext) -> list[Block]:
                                  f"Time to first token: the prefill pass (initiation phase) over all {n} prompt tokens, "
                                  "plus choosing its token"),
                                 ("TPOT", f"{ms3(call['tpot_ms'])} ms" if call["tpot_ms"] else "—",
-                                 "Time per output token: the median decode step (generation phase), one per token"),
+                                 "Time per output token: the median decode step (generation phase), one per token"
+                                 + (f"; its {call['decode_steps']} steps took {ms3(call['tpot_range_ms'][0])}–"
+                                    f"{ms3(call['tpot_range_ms'][1])} ms, each a bar in the chart"
+                                    if call["tpot_ms"] else "")),
                                 ("prompt token", f"{ms3(call['prefill_ms_per_token'])} ms",
                                  f"What one prompt token cost: TTFT over its {n} tokens (one pass computes them "
                                  "all). Beside TPOT, a token's cost in each phase")], "ttft_tpot"),

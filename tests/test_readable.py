@@ -224,6 +224,8 @@ def test_a_prompt_tokens_cost_is_the_ttft_shown_beside_it_over_the_prompt():
     assert off["decode_rows"] == 7 and off["tpot_ms"] == 3.0
     even = timing_callout([step("prefill", 5.78, 5.65, 5)] + [step("decode", 3.0, 2.9, q) for q in (6, 7, 8, 9)])
     assert even["decode_rows"] == 7.5  # the median of 6..9, not truncated to 7
+    spread = timing_callout([step("prefill", 5.0, 4.9, 5)] + [step("decode", ms, ms, 1) for ms in (4.5, 13.4, 4.4)])
+    assert spread["tpot_ms"] == 4.5 and spread["tpot_range_ms"] == (4.4, 13.4)  # the median, and the steps' spread
 
 
 def test_a_difference_of_zero_is_said_to_be_identical_never_rounding():
