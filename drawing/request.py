@@ -57,8 +57,8 @@ def request_svg(timeline: RequestTimeline) -> str:
     per = [s for s in steps if s.per_request]
     total = timeline.per_request_ms or 1.0
     y += 200
-    out.append(text(10, y + 4, f"one request: {_ms(total)} measured here (loading the weights is once per server)",
-                    14, weight="bold"))
+    out.append(text(10, y + 4, f"one request: {_ms(total)} measured here, one run (loading the weights is once per "
+                               "server)", 14, weight="bold"))  # a single timing: said so, as the stage says its own
     x = 10.0
     for s in per:
         w = (W - 20) * s.ms / total
