@@ -63,9 +63,9 @@ def show(course: Course) -> None:
                     f"decode steps) the cached run computed **{sum_q['cache']} positions**; the uncached one "
                     f"**{sum_q['nocache']}**. Total work (estimate), the prefill included: "
                     f"{flops['nocache'] / flops['cache']:.1f}× more without the cache; over the {steps} decode steps "
-                    f"alone, {decode_flops['nocache'] / decode_flops['cache']:.1f}×. Measured decode time: "
-                    f"{sp.nocache_total_ms:.0f} ms without the cache, {sp.cache_total_ms:.0f} ms with it "
-                    f"(×{sp.total_ratio:.1f}).")
+                    f"alone, {decode_flops['nocache'] / decode_flops['cache']:.1f}×. Measured decode time, one run "
+                    f"of each, its {steps} steps added up: {sp.nocache_total_ms:.0f} ms without the cache, "
+                    f"{sp.cache_total_ms:.0f} ms with it (×{sp.total_ratio:.1f}; each step is a bar in the chart).")
     if note:
         st.warning(note + " (Measured twice.)", icon=":material/speed:")
     with st.expander("What the cache saves on this device and on an H100, and why the work grows as n²"):
