@@ -137,7 +137,7 @@ def test_the_no_cache_lesson_proves_the_same_tokens_for_more_work(shown):
     cached, uncached = int(found.group(1)), int(found.group(2))
     assert uncached > cached
     # what the cache saves, three ways, the measured ratio the same as the sentence above it
-    measured = re.search(r"without the cache, \d+ ms with it \(×([\d.]+)\)", t).group(1)
+    measured = re.search(r"without the cache, \d+ ms with it \(×([\d.]+);", t).group(1)
     rule = re.search(r"×(\d+) in arithmetic \(FLOP estimates\), ×([\d.]+) measured here\. The roofline's rule: a "
                      r"cache-off step over n positions costs about max\(1, n / R\) cached steps", t.replace("\\", ""))
     assert rule and rule.group(2) == measured, t
