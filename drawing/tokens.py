@@ -43,7 +43,9 @@ def next_token_figure(t: StepTrace, scale: float = 1.0, height: int = 250) -> go
                cliponaxis=False, textfont=dict(size=11 * scale),
                hovertemplate="%{x}: p %{y:.3f}, logit %{text}<extra></extra>"),
         go.Bar(x=labels, y=[c.p_after for c in t.top], marker_color=colours,
-               name="after warpers (" + ("the largest taken)" if t.rule.startswith("greedy") else "drawn from)")),
+               name=("after warpers: green taken (the largest)" if t.rule.startswith("greedy") else
+                     "after warpers, drawn from: green drawn") + ", grey not"),  # both colours said: the
+        # swatch takes the first bar's colour, green or grey
     ])
     fig.update_layout(uniformtext=dict(minsize=10 * scale, mode="show"))  # a logit over a thin bar stays legible
     top = max([c.p_before for c in t.top] + [c.p_after for c in t.top] + [0.05])

@@ -128,7 +128,8 @@ def test_temperature_0_says_it_is_greedy_and_which_warpers_it_leaves_unapplied()
     assert rule == "greedy: the most likely token (temperature 0; top-k and top-p not applied)"
     assert Sampling(greedy=False, temperature=0.0).describe() == "greedy: the most likely token (temperature 0)"
     top = [SimpleNamespace(token=" a", token_id=1, p_before=0.6, p_after=0.6, logit=2.0)]
-    for r, name in ((rule, "after warpers (the largest taken)"),
-                    (Sampling(greedy=False, temperature=0.8).describe(), "after warpers (drawn from)")):
+    for r, name in ((rule, "after warpers: green taken (the largest), grey not"),
+                    (Sampling(greedy=False, temperature=0.8).describe(),
+                     "after warpers, drawn from: green drawn, grey not")):
         fig = next_token_figure(SimpleNamespace(top=top, token=" a", token_id=1, rule=r))
         assert fig.data[1].name == name
