@@ -117,7 +117,7 @@ def one_head_every_step(c: StepContext) -> Block:
 
 
 def role_names(c: StepContext, roles=None) -> dict[int, str]:
-    """head -> its role in a few words ('previous token', 'looks at ·upon'; 'previous token<br>mean of 3 rows' when
+    """head -> its role in a few words ('previous token', 'looks at ·upon'; 'previous token<br>45%, mean of 3 rows' when
     averaged over several rows, a second line under a panel's title), for the picture's head labels. `roles`:
     head_roles already read (else the newest row's)."""
     if roles is None:
@@ -125,7 +125,11 @@ def role_names(c: StepContext, roles=None) -> dict[int, str]:
 
     def name(r) -> str:
         said = f"looks at {show_piece(c.pieces[r.key_pos])}"[:24] if r.role == "looks at" else r.role
-        return said + (f"<br>mean of {r.rows} rows" if r.rows > 1 else "")
+        if r.rows == 1:
+            return said
+        # the share its keys hold on average: 'previous token' over three rows once held by one row of the three
+        share = f"{r.weight:.0%}, " if r.role in ("previous token", "first token", "current token", AFTER_COPY) else ""
+        return said + f"<br>{share}mean of {r.rows} rows"
 
     return {r.head: name(r) for r in roles}
 

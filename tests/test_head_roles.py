@@ -186,8 +186,11 @@ def test_at_a_prefill_each_heads_label_says_where_the_row_drawn_beside_it_peaks(
         assert said.startswith(f"Layer {layer}, for the newest query")
     at.toggle(key="step_att_every").set_value(True).run()  # every query row, one panel per head
     panels = [a["text"] for a in json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["annotations"]]
-    counted = [re.search(r"<br>mean of (\d+) rows$", p) for p in panels]
-    assert all(counted) and all(1 < int(m.group(1)) <= q + 1 for m in counted), panels
+    counted = [re.search(r"<br>(?:(\d+)%, )?mean of (\d+) rows$", p) for p in panels]
+    assert all(counted) and all(1 < int(m.group(2)) <= q + 1 for m in counted), panels
+    for p, m in zip(panels, counted):  # a role of named keys says the share they hold on average (one row of three
+        named = any(role in p for role in ("previous token", "first token", "current token", "after a copy"))
+        assert (m.group(1) is not None) == named and (not named or int(m.group(1)) >= 30), p  # once made it)
     said = shown(at, "Layer ")
     assert f"averaged over its {q + 1} query rows" in said
 
