@@ -84,7 +84,7 @@ def padded_batch_html(pieces: tuple[tuple[str, ...], ...], input_ids, attention_
              "line-height:1.25}.dl-batch>div>div{padding:3px 4px;border-radius:4px;white-space:nowrap;overflow:hidden;"
              "text-overflow:ellipsis;font-family:monospace;min-width:0}.dl-batch>div>div>span{display:inline-block;"
              "max-width:100%;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom}"
-             ".dl-batch small{color:#666}.dl-batch .dl-batch-h{color:#666;"
+             ".dl-batch small{color:#666;font-size:11px}.dl-batch .dl-batch-h{color:#666;"
              "font-family:inherit;background:none}@media (max-width:700px){.dl-batch>div{min-width:"
              f"{60 + 52 * n}px}}" + (SWIPE if 60 + 52 * n > PHONE_COLUMN_PX else "") + "}</style>")
     grid = (f"<div style='grid-template-columns:4.2em repeat({n}, minmax(0, 1fr))'>"
