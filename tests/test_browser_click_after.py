@@ -146,38 +146,6 @@ def test_a_serving_link_at_an_earlier_step_of_a_finished_run_keeps_it_through_a_
     pg.close()
 
 
-def test_a_serving_scenario_picked_after_another_was_sized_by_hand_steps_on_its_own_sizing(server, browser):
-    """Scenario 4 with chunked prefill switched off under More, then scenario 3 picked: its caption kept scenario
-    4's 14 blocks, an error said its long prompt fit no pool and ▶ step was greyed. The pick brings scenario 3's
-    own sizing, and ▶ step, the click after, runs its first engine step."""
-    from topics.serving.scenarios import SCENARIOS
-
-    small, long = SCENARIOS["preemption"], SCENARIOS["long_prompt"]
-    pg = open_page(browser, f"{server}/serving?presenter=on", *PRESENTER)
-    idle(pg)
-
-    def pick(title: str) -> None:
-        pg.locator(".st-key-serve_scenario").first.click()
-        pg.get_by_role("option", name=title).first.click()
-        idle(pg)
-
-    caption = pg.get_by_text(re.compile(r"^Serving many requests ·"))
-    pick(small["title"])
-    more(pg).get_by_text("chunked prefill", exact=True).click()
-    idle(pg)
-    fold(pg)
-    expect(caption.first).to_contain_text("chunked prefill off")
-    pick(long["title"])
-    expect(caption.first).to_contain_text(f"{long['sizing']['num_blocks']} blocks of")
-    expect(caption.first).to_contain_text("chunked prefill on")
-    pg.get_by_role("button", name="▶ step").first.click()
-    expect(pg.get_by_text(re.compile(r"^step 0 of 0–0 ·")).first).to_be_visible(timeout=60_000)
-    idle(pg)
-    assert pg.locator("[data-testid=stAlertContentError]").count() == 0
-    assert pg.locator("[data-testid='stException']").count() == 0
-    pg.close()
-
-
 def test_the_budget_pages_policy_is_kept_after_a_reload_of_its_link(server, browser):
     pg = open_page(browser, f"{server}/budget?presenter=on", *PRESENTER)
     box = pg.get_by_role("combobox", name="policy")

@@ -64,22 +64,25 @@ def test_after_picking_a_scenario_the_keys_are_shortcuts_and_run_to_end_finishes
     pg.close()
 
 
-def test_a_sizing_knob_changed_in_more_sizes_the_next_run_and_survives_the_next_pick(server, browser):
+def test_a_sizing_knob_changed_in_more_sizes_the_next_run_and_the_next_pick_brings_its_own(server, browser):
     """More's blocks box, changed by hand: the summary line and the pool of the next step use it at once (the
-    "use these settings" switch turns itself on), the next scenario picked keeps it, and switching it off gives
-    that scenario its own sizing back."""
+    "use these settings" switch turns itself on); switching it off gives the scenario its own sizing back. The next
+    scenario picked brings its own sizing (its story is told on it: scenario 4's 14 blocks, kept by hand, left
+    scenario 3's long prompt no pool to run in), and the click after it steps on that sizing."""
+    from topics.serving.scenarios import SCENARIOS
+
     pg = open_page(browser, f"{server}/serving?presenter=on", 1280, 720)
     pg.get_by_role("button", name="▶ step").wait_for()
     idle(pg)
     summary = pg.get_by_text("Serving many requests", exact=True).locator("xpath=..")
     assert "48 blocks of 8 positions" in summary.inner_text()  # scenario 1's sizing
+    custom = pg.get_by_role("switch", name="use these settings instead of the scenario's")
     pg.get_by_role("button", name="More").click()
     blocks = pg.get_by_label("blocks", exact=True)
     assert blocks.input_value() == "48"  # the box shows the sizing in use
     blocks.fill("24")
     blocks.press("Enter")
     idle(pg)
-    custom = pg.get_by_role("switch", name="use these settings instead of the scenario's")
     assert custom.is_checked()
     pg.keyboard.press("Escape")
     idle(pg)
@@ -88,20 +91,28 @@ def test_a_sizing_knob_changed_in_more_sizes_the_next_run_and_survives_the_next_
     idle(pg)
     pool = pg.locator("[data-testid=dl-pool] img:visible")
     assert pool.get_attribute("alt").startswith("block pool after step 0:") and " of 24 blocks used" in pool.get_attribute("alt")
-    pg.locator("[data-testid=stMain] [data-testid=stSelectbox]").first.click()  # the click after: another scenario
-    pg.get_by_role("option", name="2. A shared system prompt").click()
-    idle(pg)
-    assert "24 blocks of" in summary.inner_text()
-    pg.get_by_role("button", name="▶ step").click()
-    idle(pg)
-    assert " of 24 blocks used" in pg.locator("[data-testid=dl-pool] img:visible").get_attribute("alt")
     pg.get_by_role("button", name="More").click()
     pg.get_by_text("use these settings instead of the scenario's").click()  # the scenario's own sizing again
     idle(pg)
-    assert not pg.get_by_role("switch", name="use these settings instead of the scenario's").is_checked()
-    assert pg.get_by_label("blocks", exact=True).input_value() == "48"
+    assert not custom.is_checked() and pg.get_by_label("blocks", exact=True).input_value() == "48"
+    blocks = pg.get_by_label("blocks", exact=True)
+    blocks.fill("24")
+    blocks.press("Enter")
+    idle(pg)
     pg.keyboard.press("Escape")
     idle(pg)
-    assert "48 blocks of" in summary.inner_text()
+    assert "24 blocks of" in summary.inner_text()
+    pg.locator("[data-testid=stMain] [data-testid=stSelectbox]").first.click()  # the click after: another scenario
+    pg.get_by_role("option", name=SCENARIOS["long_prompt"]["title"]).click()
+    idle(pg)
+    own = SCENARIOS["long_prompt"]["sizing"]["num_blocks"]
+    assert f"{own} blocks of" in summary.inner_text()
+    pg.get_by_role("button", name="▶ step").click()
+    idle(pg)
+    assert f" of {own} blocks used" in pg.locator("[data-testid=dl-pool] img:visible").get_attribute("alt")
+    pg.get_by_role("button", name="More").click()
+    assert not custom.is_checked() and pg.get_by_label("blocks", exact=True).input_value() == str(own)
+    pg.keyboard.press("Escape")
+    idle(pg)
     assert pg.locator("[data-testid='stException']").count() == 0 and not pg.outside
     pg.close()
