@@ -117,8 +117,8 @@ def one_head_every_step(c: StepContext) -> Block:
 
 
 def role_names(c: StepContext, roles=None) -> dict[int, str]:
-    """head -> its role in a few words ('previous token', 'looks at ·upon'; 'previous token<br>45%, mean of 3 rows' when
-    averaged over several rows, a second line under a panel's title), for the picture's head labels. `roles`:
+    """head -> its role in a few words ('previous token', 'looks at ·upon'; 'previous token<br>45%, mean of 3 rows'
+    when averaged over several rows, a second line under a panel's title), for the picture's head labels. `roles`:
     head_roles already read (else the newest row's)."""
     if roles is None:
         roles = head_roles(c.t, c.layer, list(c.ids[: c.t.kv_len]))

@@ -392,7 +392,8 @@ def test_a_recorded_ladders_ratios_carry_the_digits_a_timing_earns():
     from topics.ladder.store import recorded_ladders
 
     for ladder in recorded_ladders():
-        said = " ".join(str(v) for v in ladder.paths_frame().to_numpy().ravel()) + " " + (draw.lean_sentence(ladder) or "")
+        cells = " ".join(str(v) for v in ladder.paths_frame().to_numpy().ravel())
+        said = cells + " " + (draw.lean_sentence(ladder) or "")
         figures = re.findall(r"×([\d.]+\d)", said)
         assert figures and all(len(f.replace(".", "")) <= 4 for f in figures), (ladder.device, figures)
 

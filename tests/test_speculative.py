@@ -593,7 +593,8 @@ def test_a_round_that_proposed_nothing_is_titled_a_plain_step_not_a_verify(bundl
     plain = [i for i, r in enumerate(s.records) if r.round and not r.proposed_ids]
     assert plain, [r.proposed_ids for r in s.records]
     def drawn(i: int) -> str:  # the stage's pictures, as the browser gets them (data URIs)
-        return " ".join(base64.b64decode(b).decode() for b in re.findall(r"base64,([A-Za-z0-9+/=]+)", verify_stage(s, i)))
+        found = re.findall(r"base64,([A-Za-z0-9+/=]+)", verify_stage(s, i))
+        return " ".join(base64.b64decode(b).decode() for b in found)
 
     for i, r in enumerate(s.records[1:], start=1):
         title = re.search(r"(Plain decode step|Verify) · round \d+", drawn(i)).group(1)

@@ -27,7 +27,8 @@ def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_b
         fig.add_trace(go.Scatter(x=at, y=[a.kv_bytes(x, batch, elem_bytes) / 2**30 for x in at],
                                  name=f"{a.name} ({label})", mode="lines+text", line=dict(width=3),
                                  text=[""] * (len(at) - 1) + [f"\u2002its limit: {limit:,}" if limit else ""],
-                                 textposition="top left" if limit and limit > 0.7 * max_tokens else "middle right", textfont=dict(size=13 * scale), cliponaxis=False,
+                                 textposition="top left" if limit and limit > 0.7 * max_tokens else "middle right",
+                                 textfont=dict(size=13 * scale), cliponaxis=False,
                                  hovertemplate="%{x:,} tokens: %{y:.3g} GiB<extra>%{fullData.name}</extra>"))
     fig.update_xaxes(title="context length (tokens)")
     fig.update_yaxes(title=f"KV cache GiB (batch {batch}, estimate)", rangemode="tozero")
