@@ -101,10 +101,13 @@ def show() -> None:
     policies, at_budget, note = SCENARIOS.get(st.session_state.get("budget_scenario"), ((), None, ""))
     if note and policy in policies and budget == at_budget:  # the tip stays while its comparison is followed
         if len(policies) > 1:  # its policies' figures side by side: switching to the other one took the first away
-            said = [f"{p} {one_policy(lm, which(lm), p, budget)[-1].forced.agreement:.1%}" for p in policies]
-            note += (f" Top-1 agreement at B = {budget} on this story: {', '.join(said)} (teacher-forced)."
-                     + (" The chart *Damage against the budget* holds both lines." if measured_here or kept else
-                        " Measure every policy (the button on the right) to draw both lines."))
+            try:
+                said = [f"{p} {one_policy(lm, which(lm), p, budget)[-1].forced.agreement:.1%}" for p in policies]
+                note += f" Top-1 agreement at B = {budget} on this story: {', '.join(said)} (teacher-forced)."
+            except DecodeLabError:  # the policy on screen says why, in its own message below
+                pass
+            note += (" The chart *Damage against the budget* holds both lines." if measured_here or kept else
+                     " Measure every policy (the button on the right) to draw both lines.")
         st.info(note, icon=":material/lightbulb:")
 
     try:

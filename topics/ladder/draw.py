@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 
 from drawing.latency import PHONE_NOTE_CHARS, note_box
 from drawing.palette import DECODE, GREY, PREFILL, layout, log_ticks, rate_ticks
+from drawing.svg import PROP_EM
 from physics import roofline
 from physics.units import times
 from topics.ladder import scale_draw as scale_draw
@@ -251,6 +252,9 @@ def _dtype(ladder: Ladder) -> str:
 # ---------------------------------------------------------------- the roofline
 
 
+NAME_SIZE = 13  # a rung's name beside its point on the roofline
+
+
 def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) -> go.Figure:
     """The device's roofline with every rung's passes placed; lines join the rungs, smallest to largest."""
     kinds = [("prefill", "prefill"), ("decode", "decode (cache)")] + ([("nocache", "decode (no cache)")] if nocache
@@ -272,7 +276,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
         # must: never cut
         tr.textposition = ["bottom center" if i == 0 else "middle right" for i in range(len(tr.x))]
         tr.cliponaxis = False
-        tr.textfont = dict(size=13 * scale, color=tr.marker.color)
+        tr.textfont = dict(size=NAME_SIZE * scale, color=tr.marker.color)
         tr.hovertext = tr.text
         tr.hovertemplate = "%{hovertext}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"
         named = tr.name != "decode (no cache)"  # its points sit near the prefill's: their hover names them
@@ -306,7 +310,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     if named_at and (math.log10(max(named_at)) - x_range[0]) / (x_range[1] - x_range[0]) > 0.6:
         # the largest rung's name runs past the plot's right edge: a margin of its width holds it (the H200's
         # "Llama-3-8B", near the right end, was cut to "Llama-3")
-        fig.update_layout(margin_r=int(len(top) * 0.6 * 13 * scale + 12))
+        fig.update_layout(margin_r=int(len(top) * PROP_EM * NAME_SIZE * scale + 12))
     return fig
 
 

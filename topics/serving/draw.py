@@ -19,6 +19,7 @@ in rows, the timeline's steps in bands one under the other, lines wrapped; no te
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -59,7 +60,11 @@ def _contrast(hex_colour: str) -> float:
 def request_ink(request_id: str) -> str:
     """A request's name in its colour, darkened until it reads on white (WCAG's 4.5:1): r6's pale cyan and r5's
     pale yellow names faded on a phone, beside their cells in the full colour."""
-    colour = request_colour(request_id)
+    return _ink(request_colour(request_id))
+
+
+@functools.cache  # once a colour: every picture of every step names its requests
+def _ink(colour: str) -> str:
     for k in range(11):
         ink = "#" + "".join(f"{round(int(colour[i:i + 2], 16) * (1 - k / 10)):02x}" for i in (1, 3, 5))
         if _contrast(ink) >= 4.5:

@@ -528,6 +528,7 @@ def roomy_check(run: ServingRun, requests: list[RequestSpec], sizing: dict, samp
                        **{**sizing, "num_blocks": max(sizing["num_blocks"], need)})
     roomy.run()
     tokens = [r.generated_ids for r in roomy.requests]
+
     def in_order(ids) -> tuple[str, ...]:
         return tuple(sorted(set(ids), key=lambda rid: int(rid[1:])))
 

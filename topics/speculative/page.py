@@ -133,9 +133,8 @@ def show() -> None:
     if m is not None:  # what it measured, said; and said apart where the settings above have moved since
         prompt, drafter, k, n, then = kept
         st.caption(f"Measured with k = {k}, the {drafter}, {n} new tokens.")
-        moved = [words for words, changed in (("k", k != asked[2]), ("the drafter", drafter != asked[1]),
-                                              ("the prompt", prompt != asked[0]), ("the new tokens", n != asked[3]),
-                                              ("the sidebar's settings", then != settings)) if changed]
+        moved = [name for name, was, now in zip(("the prompt", "the drafter", "k", "the new tokens",
+                                                 "the sidebar's settings"), kept, asked) if was != now]
         if moved:
             st.info(f"Since this was measured, {' and '.join(moved)} changed above: the figures below are still "
                     "those of the settings it names. Measure again to time the new ones.",
