@@ -106,7 +106,8 @@ def test_a_step_scrubbed_back_to_is_kept_after_a_view_and_a_reload(server, brows
 
     def kept(after: str) -> None:
         assert query(pg).get("at") == "1" and query(pg).get("steps") == "4", (after, pg.url)
-        assert "step 1 of 4" in status_text(pg), (after, status_text(pg))
+        said = status_text(pg)  # the step shown, and how it stands to the run: 3 steps newer, 2 tokens by it
+        assert "step 1 of 4" in said and "3 newer recorded; 2 new tokens by this step" in said, (after, said)
 
     kept("◀ three times")
     view(pg, "Matmuls")
@@ -194,3 +195,28 @@ def test_a_lessons_choice_is_kept_after_next_and_previous_in_a_browser(server, b
     idle(pg)
     assert "lesson=12" in pg.url and _checked(pg, "lesson12_guess") == ["both faster"]
     expect(pg.get_by_text("Predicted: both faster")).to_be_visible()
+
+
+def test_the_budget_scenarios_tip_stays_through_the_switch_it_asks_for_with_both_agreements(server, browser):
+    """'Two heavy scores' asks the class to switch the policy to heavy-avg and compare: after that switch the tip is
+    still there, giving both policies' agreement, and the one on screen is the figure the page measures below it."""
+    pg = open_page(browser, f"{server}/budget?presenter=on", *PRESENTER)
+    box = pg.get_by_role("combobox", name="policy")
+    expect(box).to_be_visible(timeout=120_000)
+    idle(pg)
+    pg.get_by_role("button", name="two heavy scores").click()
+    idle(pg)
+    tip = pg.get_by_text(re.compile("Switch the policy to heavy-avg"))
+    expect(tip).to_be_visible(timeout=120_000)
+    assert query(pg).get("policy") == "heavy" and query(pg).get("budget") == "64", pg.url
+    pg.get_by_role("combobox", name="policy").click()
+    pg.get_by_role("option", name="heavy-avg", exact=True).click()
+    idle(pg)
+    assert query(pg).get("policy") == "heavy-avg", pg.url
+    expect(tip).to_be_visible(timeout=120_000)  # the comparison it asked for is under way: the tip stays
+    said = re.search(r"heavy ([\d.]+)%, heavy-avg ([\d.]+)%", tip.inner_text())
+    assert said, tip.inner_text()
+    below = pg.get_by_text(re.compile(r"top-1 agreement [\d.]+%")).first.inner_text()
+    assert f"top-1 agreement {said.group(2)}%" in below, (said.group(0), below)
+    assert pg.locator("[data-testid='stException']").count() == 0
+    pg.close()
