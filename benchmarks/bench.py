@@ -30,12 +30,11 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from benchmarks.records import AppClick, Bench, CacheRow, LadderRow, MemoryBound, Overhead
-from engine import device as dev
 from engine.forward.paged import PagedPass
 from engine.forward.sampling import Sampling
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
-from engine.timing import now, timed
+from engine.timing import now, span, timed
 from physics import machine
 
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside."
@@ -293,11 +292,9 @@ def _attention_timed(base):
         attention_ms: list[float] = []
 
         def attend(self, eager, module, query, *args, **kwargs):
-            dev.sync(query.device)
-            t0 = now()
-            out = super().attend(eager, module, query, *args, **kwargs)
-            dev.sync(query.device)
-            Timed.attention_ms.append((now() - t0) * 1e3)
+            with span(query.device) as took:
+                out = super().attend(eager, module, query, *args, **kwargs)
+            Timed.attention_ms.append(took.ms)
             return out
 
     return Timed

@@ -3,8 +3,9 @@
 A time is `perf_counter` around a device sync (gpt-fast's `device_sync`): the clock is read only once the device
 has finished the work queued before it. The first `warmup` runs pay one-off costs (allocations, a kernel's
 choice, a compile) and are reported apart, never in the median; the `repeats` after them give the median and the
-spread. `now(device)` is the same clock read for a span that is not a repeated call (a whole run, a timeline of
-tokens). This module is the only place the project reads `perf_counter` (tests/test_timing.py checks it).
+spread. `with span(device) as took:` times one block the same way (a step, a token's choice): `took.ms` after it.
+`now(device)` is the bare clock read, for a whole run's wall time or a deadline. This module is the only place the
+project reads `perf_counter` or syncs a device to read it (tests/test_timing.py checks it).
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ def now(device: torch.device | str | None = None) -> float:
     return time.perf_counter()
 
 
+class span:  # noqa: N801 - read as a verb: `with span(device) as took:`
+    """`with span(device) as took: ...`, then `took.ms`: the block's milliseconds, read between device syncs."""
+
+    def __init__(self, device: torch.device | str | None = None):
+        self.device, self.ms = device, 0.0
+
+    def __enter__(self) -> span:
+        self._started = now(self.device)
+        return self
+
+    def __exit__(self, *raised) -> None:
+        self.ms = (now(self.device) - self._started) * 1e3
+
+
 def timed(fn, device: torch.device | str | None = None, repeats: int = 3, warmup: int = 1, between=None) -> Timing:
     """fn() run `warmup` times, then `repeats` times, each between device syncs: a Timing in milliseconds.
 
@@ -69,9 +84,9 @@ def timed(fn, device: torch.device | str | None = None, repeats: int = 3, warmup
     times = []
     runs = warmup + max(repeats, 1)
     for run in range(runs):
-        t0 = now(device)
-        fn()
-        times.append((now(device) - t0) * 1e3)
+        with span(device) as took:
+            fn()
+        times.append(took.ms)
         if between is not None and run < runs - 1:
             between()
     return Timing(samples_ms=tuple(times[warmup:]), warmup_ms=sum(times[:warmup]) if warmup else None)

@@ -46,7 +46,7 @@ import weakref
 import torch
 
 from engine import torch_internals, transformers_internals
-from engine.timing import Timing, now, timed
+from engine.timing import Timing, span, timed
 
 DECODE_MODE = "reduce-overhead"  # inductor + CUDA graphs on a GPU (on a CPU: inductor alone)
 FULL_MODE = "reduce-overhead"  # one CUDA graph per prompt length, recorded on its first calls
@@ -346,10 +346,10 @@ def time_recipe(lm, ids: torch.Tensor, steps: int = 32, repeats: int = 5) -> tup
 
 def _recipe_runs(gen, steps: int, repeats: int) -> tuple[Timing, float]:
     """Warm-ups (generate compiles on its first decode steps), then `repeats` + 1 pairs of runs, 1 + steps and 1."""
-    t0 = now()
-    for _ in range(GRAPH_WARMUPS):
-        gen(1 + steps)
-    warm_ms = (now() - t0) * 1e3
+    with span() as warming:  # each gen() syncs the device itself before it returns
+        for _ in range(GRAPH_WARMUPS):
+            gen(1 + steps)
+    warm_ms = warming.ms
     per_step = []
     for _ in range(repeats + 1):
         long, short = gen(1 + steps), gen(1)

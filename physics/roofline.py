@@ -39,7 +39,7 @@ from functools import partial
 import torch
 
 from engine import device as dev
-from engine.timing import now
+from engine.timing import now, span
 
 # bytes each bandwidth probe moves, MiB: cache-sized to well past any last-level cache (a CPU's reaches ~500 MiB)
 COPY_MIB = {"cpu": (16, 64, 256, 1024), "gpu": (64, 1024)}
@@ -179,7 +179,7 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     n = MATMUL_N["cpu" if device.type == "cpu" else "gpu"]
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    flops = _best_rate(partial(torch.matmul, a, b), 2 * n**3, device, budget_s)
+    flops = best_rate(partial(torch.matmul, a, b), 2 * n**3, device, budget_s=budget_s)
     del a, b
     if on_progress:
         on_progress(0.5, "matmul done, measuring memory bandwidth…")
@@ -189,16 +189,16 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32, budget_s: fl
     rates, each = [], budget_s / len(sizes) / 3
     for total in sizes:
         whole = torch.empty(total // 4, device=device, dtype=torch.float32).fill_(1.0)  # 4 bytes an element
-        read = _best_rate(whole.sum, total, device, each)
+        read = best_rate(whole.sum, total, device, budget_s=each)
         del whole
         src = torch.empty(total // 8, device=device, dtype=torch.float32).fill_(1.0)  # half the bytes each
         dst = torch.empty_like(src)
-        copy = _best_rate(partial(dst.copy_, src), total, device, each)
+        copy = best_rate(partial(dst.copy_, src), total, device, budget_s=each)
         del src, dst
         rows = total // 4 // STREAM_COLUMNS  # float32: 4 bytes an element
         matrix = torch.empty(rows, STREAM_COLUMNS, device=device, dtype=torch.float32).fill_(1.0)
         vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
-        stream = _best_rate(partial(torch.mv, matrix, vector), matrix.numel() * 4, device, each)
+        stream = best_rate(partial(torch.mv, matrix, vector), matrix.numel() * 4, device, budget_s=each)
         del matrix, vector
         rates.append((total, max(read, copy, stream)))
     if on_progress:
@@ -230,7 +230,7 @@ class RoundRates:
 
     def __call__(self) -> tuple[float, float]:
         read = plain_read([self.buffer], self.device, self.runs)
-        peak = best_runs(partial(torch.matmul, self.a, self.b), 2 * self.n**3, self.device, self.runs)
+        peak = best_rate(partial(torch.matmul, self.a, self.b), 2 * self.n**3, self.device, runs=self.runs)
         return read, peak
 
 
@@ -240,12 +240,12 @@ def plain_read(tensors: list[torch.Tensor], device: torch.device, runs: int = 3)
     STREAM_COLUMNS (several places at once; a tail shorter than a row is left out, its bytes not counted)."""
     whole = sum(t.numel() * t.element_size() for t in tensors)
     rows = [r for r in map(as_rows, tensors) if r.numel()]
-    read = best_runs(lambda: [t.sum() for t in tensors], whole, device, runs)
+    read = best_rate(lambda: [t.sum() for t in tensors], whole, device, runs=runs)
     if not rows:
         return read
     vector = torch.ones(STREAM_COLUMNS, device=device, dtype=torch.float32)
     streamed = sum(r.numel() * r.element_size() for r in rows)
-    return max(read, best_runs(lambda: [torch.mv(r, vector) for r in rows], streamed, device, runs))
+    return max(read, best_rate(lambda: [torch.mv(r, vector) for r in rows], streamed, device, runs=runs))
 
 
 def as_words(t: torch.Tensor) -> torch.Tensor:
@@ -260,29 +260,15 @@ def as_rows(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1)[: t.numel() // STREAM_COLUMNS * STREAM_COLUMNS].view(-1, STREAM_COLUMNS)
 
 
-def best_runs(fn, work: float, device: torch.device, runs: int) -> float:
-    """Best observed work/second over `runs` timed runs (after one warm-up)."""
+def best_rate(fn, work: float, device: torch.device, runs: int | None = None, budget_s: float = 0.0) -> float:
+    """Best observed work/second over `runs` timed runs, or over as many as `budget_s` seconds hold (after one
+    warm-up, not counted): a peak is the fastest the device was seen to go, not a typical run."""
     fn()
-    dev.sync(device)
-    best = 0.0
-    for _ in range(runs):
-        t0 = now()
-        fn()
-        dev.sync(device)
-        best = max(best, work / (now() - t0))
-    return best
-
-
-def _best_rate(fn, work: float, device: torch.device, budget_s: float) -> float:
-    """Best observed work/second over repeated timed runs (after one warm-up)."""
-    fn()
-    dev.sync(device)
-    best, t_end = 0.0, now() + budget_s
-    while now() < t_end:
-        t0 = now()
-        fn()
-        dev.sync(device)
-        best = max(best, work / (now() - t0))
+    best, done, t_end = 0.0, 0, now(device) + budget_s
+    while (done < runs) if runs is not None else (now() < t_end):
+        with span(device) as took:
+            fn()
+        best, done = max(best, work / (took.ms / 1e3)), done + 1
     return best
 
 

@@ -296,12 +296,12 @@ def test_the_caches_plain_read_is_the_faster_of_the_roofs_two_ways_each_counting
     tensors = [torch.ones(3 * cols + 100), torch.ones(50)]
     calls = []
 
-    def fake_best_runs(fn, work, device, runs):
+    def fake_best_rate(fn, work, device, **how):
         results = fn()
         calls.append((work, [tuple(r.shape) for r in results]))
         return work / (2.0 if len(calls) == 1 else 1.0)  # the sum takes 2 s, the product 1 s
 
-    monkeypatch.setattr(roofline, "best_runs", fake_best_runs)
+    monkeypatch.setattr(roofline, "best_rate", fake_best_rate)
     rate = roofline.plain_read(tensors, torch.device("cpu"))
     assert calls[0] == (4 * (3 * cols + 150), [(), ()])  # the sum: every byte of both
     assert calls[1] == (4 * 3 * cols, [(3,)])  # the product: three whole rows of the first, nothing of the second

@@ -107,9 +107,9 @@ def probe_counts_half_the_flops() -> None:
     """The device probe counts a matmul's n³ multiply-adds as n³ FLOPs, not 2·n³: the roofline's peak halves."""
     from physics import roofline
 
-    rate = roofline._best_rate
-    roofline._best_rate = lambda fn, work, device, budget_s: rate(fn, work / 2 if work == 2 * 1024**3 else work,
-                                                                   device, budget_s)
+    rate = roofline.best_rate
+    roofline.best_rate = lambda fn, work, device, **how: rate(fn, work / 2 if work == 2 * 1024**3 else work, device,
+                                                              **how)
 
 
 def overhead_rule_at_8x() -> None:

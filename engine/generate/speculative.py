@@ -46,7 +46,7 @@ from engine.forward.trace import StepTrace
 from engine.generate.drafters import DraftModel, PromptLookup, Proposal
 from engine.generate.loop import Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats, token_pieces
 from engine.load.loaded import LoadedModel
-from engine.timing import now
+from engine.timing import span
 
 MAX_K = 16  # proposals per round: beyond this almost every round is cut early anyway
 
@@ -223,11 +223,10 @@ class Speculator(Sequence, Run):
         self.cache = new_cache(self.lm.config)
         fed = self.ids  # [batch, s]
         result = run_pass(self.lm, fed, self.cache, record=self.record, repeats=self.repeats)
-        t0 = now()
-        p = self.chooser.distribution(self.ids, result.logits[0, -1])
-        judged = Judgement(0, self.chooser.draw(p), ())
-        sample_ms = (now() - t0) * 1e3
-        return self._close(proposal, fed, result, 0, judged, p, sample_ms, "prefill")
+        with span(self.lm.device) as choosing:
+            p = self.chooser.distribution(self.ids, result.logits[0, -1])
+            judged = Judgement(0, self.chooser.draw(p), ())
+        return self._close(proposal, fed, result, 0, judged, p, choosing.ms, "prefill")
 
     def round(self) -> RoundTrace:
         """Draft k tokens, verify them in one target pass, keep the agreeing prefix + the target's token, crop."""
@@ -239,14 +238,13 @@ class Speculator(Sequence, Run):
         past = kv_length(self.cache)
         fed = torch.cat([self.ids[:, -1:], torch.tensor([proposal.ids], dtype=torch.long).view(1, -1)], dim=1)
         result = self.verify(fed)  # fed [batch, k+1]
-        t0 = now()
-        ids = self.ids
-        p_rows = [self.chooser.distribution(torch.cat([ids, fed[:, 1:i + 1]], dim=1), result.logits[0, i])
-                  for i in range(fed.shape[1])]  # row i: the target's distribution after fed row i
-        judged = judge(p_rows, list(proposal.q_rows), proposal.ids, self.chooser)
-        sample_ms = (now() - t0) * 1e3
+        with span(self.lm.device) as judging:
+            ids = self.ids
+            p_rows = [self.chooser.distribution(torch.cat([ids, fed[:, 1:i + 1]], dim=1), result.logits[0, i])
+                      for i in range(fed.shape[1])]  # row i: the target's distribution after fed row i
+            judged = judge(p_rows, list(proposal.q_rows), proposal.ids, self.chooser)
         kind = "plain" if not proposal.ids else ("bonus" if judged.accepted == len(proposal.ids) else "correction")
-        return self._close(proposal, fed, result, past, judged, p_rows[judged.accepted], sample_ms, kind)
+        return self._close(proposal, fed, result, past, judged, p_rows[judged.accepted], judging.ms, kind)
 
     def draft(self) -> Proposal:
         """The drafter's guesses: k of them, fewer near the end of the run (see _proposals_this_round)."""

@@ -18,7 +18,7 @@ from engine.forward.sampling import Sampling
 from engine.forward.trace import StepTrace
 from engine.generate.loop import Run, Sequence, record_candidates, record_pass, rows_kept, timing_repeats
 from engine.load.loaded import LoadedModel
-from engine.timing import now
+from engine.timing import span
 
 
 class Stepper(Sequence, Run):
@@ -99,9 +99,9 @@ class Stepper(Sequence, Run):
 
     def _close(self, phase: str, fed, result: Pass, past: int) -> StepTrace:
         """Choose the token, record the pass, append the token (the loop's stop rule decides if the run ends)."""
-        t0 = now()
-        choice = self.choose(result.logits[0, -1], probs=self.record)
-        sample_ms = (now() - t0) * 1e3
+        with span(self.lm.device) as choosing:
+            choice = self.choose(result.logits[0, -1], probs=self.record)
+        sample_ms = choosing.ms
         self.last_logits = choice.logits
         q_len, kv_len = fed.shape[1], past + fed.shape[1]
         rows = rows_kept(self.lm, q_len, kv_len, every_row=phase == "prefill") if self.record else 0

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import device as dev
-from engine.timing import now
+from engine.timing import span
 from engine.transformers_internals import OwnLayer
 
 GROUP = 16  # KIVI's key group along the positions (the paper uses 32 or 128 on 7B models)
@@ -159,14 +158,11 @@ class QuantizedLayer(OwnLayer):
         self.seen += key_states.shape[-2]
         if self.packed_keys is None:
             return self.keys, self.values
+        with span(self.device if self.timed else None) as took:  # timed: the dequantize on its own, between syncs
+            old_k = self.codec.unpack(self.packed_keys, self.dtype)
+            old_v = self.codec.unpack(self.packed_values, self.dtype)
         if self.timed:
-            dev.sync(self.device)  # perf_counter around a device sync: the dequantize, timed on its own
-        t0 = now()
-        old_k = self.codec.unpack(self.packed_keys, self.dtype)
-        old_v = self.codec.unpack(self.packed_values, self.dtype)
-        if self.timed:
-            dev.sync(self.device)
-            self.dequant_ms += (now() - t0) * 1e3
+            self.dequant_ms += took.ms
         return torch.cat([old_k, self.keys], dim=-2), torch.cat([old_v, self.values], dim=-2)
 
     def count_past_range(self, keys: torch.Tensor, values: torch.Tensor) -> None:

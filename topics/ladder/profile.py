@@ -22,9 +22,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from engine import device as dev
 from engine.forward.cache import roll_back
-from engine.timing import now
+from engine.timing import span
 from physics import machine
 
 
@@ -102,13 +101,11 @@ def matmuls_alone(lm, rows: int, repeats: int = 5, loops: int = 20) -> float:
         mats.append((torch.randn(1, w.shape[1], device=w.device, dtype=w.dtype), w, False))
 
     def once() -> float:
-        dev.sync(lm.device)
-        t0 = now()
-        for _ in range(loops):
-            for x, w, transposed in mats:
-                x @ w if transposed else torch.nn.functional.linear(x, w)
-        dev.sync(lm.device)
-        return (now() - t0) * 1e3 / loops
+        with span(lm.device) as took:
+            for _ in range(loops):
+                for x, w, transposed in mats:
+                    x @ w if transposed else torch.nn.functional.linear(x, w)
+        return took.ms / loops
 
     once()  # warm-up
     return statistics.median(once() for _ in range(repeats))

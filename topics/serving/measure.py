@@ -32,14 +32,13 @@ from __future__ import annotations
 import statistics
 import time
 
-from engine import device as dev
 from engine.generate.batch import run_batch
 from engine.generate.serving.requests import RequestSpec
 from engine.generate.serving.run import DEFAULTS, ServingRun
 from engine.generate.serving.scheduler import Phase
 from engine.generate.stepper import Stepper
 from engine.load.loaded import LoadedModel
-from engine.timing import now
+from engine.timing import span
 from physics.batched import batched_decode
 from topics.serving.orders import OrderSpread, order_spread
 from topics.serving.record import (
@@ -176,22 +175,21 @@ def _ways(lm: LoadedModel, prompts: list[str], new_tokens: int | list[int], trac
         return sum(serving_run(lm, specs, record=True).step_ms)
 
     def one_at_a_time():
-        t0, out = now(), []
-        for p, n in zip(prompts, lengths):
-            s = Stepper(lm, p, max_new_tokens=n, stop_on_eos=False, record=False, repeats=1)
-            s.run()
-            out.append(s.generated_ids)
-        dev.sync(lm.device)
+        out = []
+        with span(lm.device) as took:
+            for p, n in zip(prompts, lengths):
+                s = Stepper(lm, p, max_new_tokens=n, stop_on_eos=False, record=False, repeats=1)
+                s.run()
+                out.append(s.generated_ids)
         tokens["one_at_a_time"] = out
-        return (now() - t0) * 1e3
+        return took.ms
 
     def static_batch():
-        t0 = now()
-        run = run_batch(lm, prompts, new_tokens=max(lengths), max_batch=len(prompts), record=False,
-                        stop_on_eos=False)  # every row to the longest, as one at a time and generate_batch do
-        dev.sync(lm.device)
+        with span(lm.device) as took:
+            run = run_batch(lm, prompts, new_tokens=max(lengths), max_batch=len(prompts), record=False,
+                            stop_on_eos=False)  # every row to the longest, as one at a time and generate_batch do
         tokens["static_batch"] = [list(g)[:n] for g, n in zip(run.generated, lengths)]
-        return (now() - t0) * 1e3
+        return took.ms
 
     def hf_batch():
         out, ms = generate_batch(lm, ids, lengths[0], model=reference, **DEFAULTS)

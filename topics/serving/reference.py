@@ -15,7 +15,7 @@ import copy
 import logging
 
 from engine.load.loaded import LoadedModel
-from engine.timing import now
+from engine.timing import span
 
 ATTENTION = "sdpa"  # generate_batch switches it to its paged variant itself
 
@@ -38,10 +38,10 @@ def generate_batch(lm: LoadedModel, prompts: list[list[int]], new_tokens: int, *
     level, quiet.level = quiet.level, logging.CRITICAL  # it logs that psutil is missing, on every call
     try:
         with lm.turn():
-            t0 = now()
-            out = model.generate_batch(prompts, generation_config=config, continuous_batching_config=cb,
-                                       max_new_tokens=new_tokens)
-            ms = (now() - t0) * 1e3
+            with span(lm.device) as took:
+                out = model.generate_batch(prompts, generation_config=config, continuous_batching_config=cb,
+                                           max_new_tokens=new_tokens)
+            ms = took.ms
     finally:
         quiet.level = level
     return batch_tokens(out), ms

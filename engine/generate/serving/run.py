@@ -33,7 +33,7 @@ from engine.generate.serving.record import Latency, RowRecord, ServingStep, keys
 from engine.generate.serving.requests import Request, RequestSpec, Status
 from engine.generate.serving.scheduler import Batching, Phase, Plan, Preemption, Scheduler
 from engine.load.loaded import LoadedModel
-from engine.timing import now
+from engine.timing import span
 
 MAX_REQUESTS = 64  # per run: what one session may ask of a shared server
 MAX_PAGE_SIZE = 1024
@@ -110,12 +110,12 @@ class ServingRun(Run):
         """schedule -> forward -> postprocess (see the module docstring), then the step's record."""
         if self.done:
             raise StepError("Every request has finished: press Reset to serve them again.")
-        t0 = now()
         evicted = self.blocks.evicted
-        plan = self.scheduler.schedule(self.step_index)
-        forward_ms, chosen = self.forward(plan)
-        self.scheduler.postprocess(plan, chosen, self.step_index)
-        return self._close(plan, chosen, forward_ms, t0, self.blocks.evicted - evicted)
+        with span(self.lm.device) as took:
+            plan = self.scheduler.schedule(self.step_index)
+            forward_ms, chosen = self.forward(plan)
+            self.scheduler.postprocess(plan, chosen, self.step_index)
+        return self._close(plan, chosen, forward_ms, took.ms, self.blocks.evicted - evicted)
 
     def forward(self, plan: Plan) -> tuple[float | None, dict[str, int]]:
         """The pass on the pool, and each emitting request's token chosen from its row of logits: (the pass's
@@ -135,12 +135,12 @@ class ServingRun(Run):
 
     # ------------------------------------------------------------ the record of a step
 
-    def _close(self, plan: Plan, chosen: dict[str, int], forward_ms: float | None, t0: float,
+    def _close(self, plan: Plan, chosen: dict[str, int], forward_ms: float | None, step_ms: float,
                evicted: int) -> ServingStep:
-        """Count the step, time it, record it (record=False keeps only the newest record)."""
+        """Count the step, keep its time, record it (record=False keeps only the newest record)."""
         step = self.step_index
         self.step_index += 1
-        self.step_ms.append((now() - t0) * 1e3)
+        self.step_ms.append(step_ms)
         self.passes += forward_ms is not None
         record = self._record(step, plan, chosen, forward_ms, evicted)
         if self.record or not self.records:
