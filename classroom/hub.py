@@ -180,10 +180,6 @@ class Hub:
 
     # ------------------------------------------------------------ followers' streams
 
-    def followed(self, code: str) -> int:
-        """Streams open on this server for the class."""
-        return len(self._streams.get(code, ()))
-
     async def events(self, code: str, who: str):
         """A follower's stream: the whole state (with the timeline), then every new version, as they come."""
         self.loop = asyncio.get_running_loop()

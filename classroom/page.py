@@ -129,7 +129,7 @@ def back_to_class(follow_page) -> None:
     if not running:
         st.session_state.pop("follow_forked_from", None)
         return
-    # no help tooltip: the link appears where Fork was clicked, and a tooltip under the pointer covered the bar
+    # no help tooltip: the link appears where Fork was clicked, and a tooltip under the pointer would cover the bar
     st.page_link(follow_page, label=f"{BACK_LABEL} {code}: the lecturer's live step", icon=":material/arrow_back:",
                  query_params={"follow": code})
 

@@ -46,9 +46,6 @@ class MemoryKV:
             self._expires.pop(key, None)
         return self._data.get(key)
 
-    def ping(self) -> bool:
-        return True
-
     def get(self, key: str) -> str | None:
         with self._lock:
             value = self._live(key)

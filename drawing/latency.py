@@ -38,8 +38,8 @@ def latency_figure(traces: list[StepTrace], scale: float = 1.0, note: str | None
     ceiling, outliers = latency_ceiling(traces)
     fig.update_yaxes(title="ms (measured)", secondary_y=False, range=[0, ceiling])
     if outliers:  # whiskers cut by the robust range: a mark where each leaves the chart, the times said once, as the
-        # mark's legend entry: the legend lays its words out apart from every tick and title (as a note inside the
-        # plot, "▲ cut: step 1: 29 ms" lay over the right axis's tick labels)
+        # mark's legend entry: the legend lays its words out apart from every tick and title (a note inside the
+        # plot would sit over the right axis's tick labels)
         worst = sorted(outliers, key=lambda o: -o[1])[:3]  # the three tallest, in step order
         listed = ", ".join(f"step {s_}: {ms:.0f} ms" for s_, ms in sorted(worst)) + (" …" if len(outliers) > 3 else "")
         fig.add_trace(go.Scatter(x=[s for s, _ in outliers], y=[ceiling * 0.985] * len(outliers), mode="markers",

@@ -262,7 +262,7 @@ def latency(c: StepContext) -> list[Block]:
     trend = latency_trend(traces)
     if trend["climbs"] is None:
         what = "Take six or more decode steps to see how their time changes."
-    else:  # the factor always, beside the word: "about flat" alone once covered a rise of 18%
+    else:  # the factor always, beside the word: "about flat" alone could cover a rise of 18%
         ratio = trend["last_ms"] / trend["first_ms"]
         means = (f"the first three took {trend['first_ms']:.2f} ms on average, the last three {trend['last_ms']:.2f} "
                  f"ms (×{ratio:.2f})")

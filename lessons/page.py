@@ -52,7 +52,7 @@ def show() -> None:
     c = st.container(horizontal=True, vertical_alignment="bottom")
     lesson = c.selectbox("lesson", TITLES, key="lesson_pick", persist_state="session", width=420)
     st.query_params["lesson"] = str(TITLES.index(lesson) + 1)  # the link reopens this lesson
-    # no tooltips: the buttons show their keys (← →), and a tooltip left under the pointer covered the title
+    # no tooltips: the buttons show their keys (← →), and a tooltip left under the pointer would cover the title
     c.button("Previous", on_click=move, args=(-1,), disabled=lesson == TITLES[0], key="lesson_prev", shortcut="left")
     c.button("Next", on_click=move, args=(1,), disabled=lesson == TITLES[-1], key="lesson_next", shortcut="right")
     # Two places, the lesson in the one its number's parity picks: → and ← draw the next lesson in the other place,

@@ -95,10 +95,9 @@ def show() -> None:
         ss = st.session_state
         ss.setdefault("step_head", 0)
         # The preset and the head are also set by code (a scenario, a link, a fork, the look-back focus), and a
-        # closed popover's widgets never hear of it: the browser kept the old preset and head and sent them back
-        # with the next click, so a scenario's prompt reverted to the old preset's. So their state lives in
-        # step_preset and step_head, and each widget's key carries `widgets_set_by_code` (ui/step_state.py): a
-        # value set by code makes a new widget, drawn with that value.
+        # closed popover's widgets never hear of it: the browser would send the old value back with the next click.
+        # So their state lives in step_preset and step_head, and each widget's key carries `widgets_set_by_code`
+        # (ui/step_state.py): a value set by code makes a new widget, drawn with that value.
         made = ss.get(SET_BY_CODE, 0)
         titles = [p["title"] for p in PROMPTS]
         with where.popover("More", icon=":material/tune:"):

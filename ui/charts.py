@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-CONFIG = {"displayModeBar": False}  # the toolbar's icons sat over the title's end ("H100 (bf16) p…")
+CONFIG = {"displayModeBar": False}  # the toolbar's icons would sit over a title's end
 
 
 def chart(fig, key: str, on=None, **kw):

@@ -15,6 +15,6 @@ def _enlarged(html: str) -> None:
 
 def enlarge_button(html: str, key: str) -> None:
     """Under a stage drawn in a column: the same picture, enlarged."""
-    # no help tooltip: after the dialog closes, the pointer still rests on the button and its tooltip sat on the stage
+    # no help tooltip: after the dialog closes, the pointer still rests on the button, its tooltip on the stage
     if st.button("Enlarge the stage", key=key, icon=":material/fullscreen:", type="tertiary"):
         _enlarged(html)

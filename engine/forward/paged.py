@@ -26,7 +26,7 @@ timed on, and it keeps every family's own eager attention (Gemma's soft-capping,
 per family. One layer's attention for a decode step of 8 requests at 65 keys (8 heads of 32, one thread): 0.21 ms
 padded eager against 0.27 ms for FlexAttention with a paged block mask over the pool, compiled by inductor (30 s of
 compiling per new shape; uncompiled, FlexAttention scores every query against every slot of the pool).
-`python -m engine bench` times a whole serving run with this pass against the per-request loop it replaced.
+`python -m engine bench` times a whole serving run with this pass against attention called request by request.
 
 The model is the loaded one, unchanged. Its layers call `update` as they would a DynamicCache's, and
 their attention goes through engine.forward.capture, which hands it to `attend` here while a paged pass

@@ -1,8 +1,8 @@
 """A decode step's product over narrow weights on a GPU, written in Triton: one row times int8 or int4 matrices.
 
 A decode step multiplies one row by every matrix, so halving the weights' bytes should halve its time, if the
-product reads the narrow weights as fast as cuBLAS reads bf16's. On an H200 nothing we had did
-(docs/measurements.md): inductor's compiled int8 product read 0.86 TB/s where bf16 read 1.8, torch's own
+product reads the narrow weights as fast as cuBLAS reads bf16's. On an H200 none of torch's paths
+does (docs/measurements.md): inductor's compiled int8 product read 0.86 TB/s where bf16 read 1.8, torch's own
 `_weight_int8pack_mm` 0.19, and torch's int4 kernel (tinygemm) 0.6. Engines write a kernel for it (gpt-fast's int4
 is tinygemm; vLLM's and llama.cpp's are their own). These two are the plainest form of one: each program takes a
 block of output rows, walks along them a tile at a time, widens each weight to fp32 as it is read, multiplies it by

@@ -73,7 +73,6 @@ MAX_ROWS = {"cpu": 128, "cuda": 4096}  # the longest pass timed on each kind of 
 PAST_KNEE = {"cpu": 5, "cuda": 20}
 BUDGET_S = 40.0  # the timed passes (compile apart): a row count whose predicted time would not fit is left out
 CACHE_SHARE = 0.5  # a batch's static K/V cache may take at most this share of the free memory
-CURVE_KEYS = ("rung", "parameters", "dtype", "context", "path", "compile_ms", "points", "left_out", "wall_s")
 POINT_KEYS = ("kind", "rows", "samples_ms", "warmup_ms", "flops", "bytes_moved", "memory_ms", "compute_ms")
 ONE_ROW_KERNEL = "the one-row kernel"  # a CPU's decode step: a streamed dot product over each weight row
 MANY_ROW_KERNEL = "the many-row kernel"  # a CPU's passes over n rows: `F.linear`, one row run as one of n
@@ -179,10 +178,6 @@ class Curve:
         """The kernel `p` ran on: its own record's, or (a recording made before it was kept) the one the curve's
         graphs name: a CPU curve compiled 'the decode step (one-row kernel)' apart."""
         return p.kernel or kernel_of(p.kind, p.rows, any("one-row kernel" in g for g in self.compile_ms))
-
-    def one_row_ms(self, kind: str) -> float | None:
-        one = self.at(kind, 1)
-        return None if one is None else one.median_ms
 
     def base(self, kind: str, rows: int) -> RowsPass | None:
         """What the n-row pass of `kind` is compared with: the pass over the fewest rows of its kind on its kernel

@@ -25,7 +25,6 @@ from topics.ladder.notes import curve_note
 
 NAMES = {"prefill": "prefill of n tokens", "batch": "decode step for n sequences"}
 COLOURS = {"prefill": PREFILL, "batch": DECODE}
-SHORT_DEVICE = {"cpu": "this CPU", "cuda": "this GPU"}
 KNEE_WITHIN = 1.5  # a measured knee within this factor of the predicted one, either way: the run shows the roofline
 FLAGGED = ("this run was flagged noisy (the note on the chart), so no knee is read off it: measure again when the "
            "server is quiet")

@@ -131,8 +131,8 @@ def per_token_figure(ladder: Ladder, scale: float = 1.0) -> go.Figure:
     d, p = top.decode.per_token_ms, top.prefill.per_token_ms
     fig.add_trace(go.Scatter(x=[top.parameters] * 2, y=[p, d], mode="lines", showlegend=False, hoverinfo="skip",
                              line=dict(color=GREY, width=2, dash="dot")))
-    # right of the top rung, a third of the way up the gap (log scale), in room the x axis leaves for it: to its
-    # left it covered a lean diamond and the lean pass's words
+    # right of the top rung, a third of the way up the gap (log scale), in room the x axis leaves for it: clear of
+    # the lean diamonds and their words, to its left
     fig.add_annotation(x=math.log10(top.parameters), y=(2 * math.log10(p) + math.log10(d)) / 3, xanchor="left",
                        text=gap_words(top), showarrow=False, font=dict(size=14 * scale), xshift=6)
     ys = [v for r in rungs for v in (r.decode.per_token_ms, r.prefill.per_token_ms)]
@@ -270,18 +270,16 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     for tr in (t for t in fig.data if t.mode == "markers"):  # each kind's points, in rung order (not the roofs)
         tr.mode = "lines+markers+text"
         tr.line = dict(color=tr.marker.color, width=2)
-        # the smallest rung named under its point, the largest to its right: the line joining them leaves both
-        # words clear (each above its point, the smallest's was struck through by the line rising from it, and the
-        # largest's sat under the lean pass's diamond a rung below, drawn over it); past the plot's edge if it
-        # must: never cut
+        # the smallest rung named under its point, the largest to its right: the line rising between them, and the
+        # lean pass's diamond a rung below, leave both words clear; past the plot's edge if it must: never cut
         tr.textposition = ["bottom center" if i == 0 else "middle right" for i in range(len(tr.x))]
         tr.cliponaxis = False
         tr.textfont = dict(size=NAME_SIZE * scale, color=tr.marker.color)
         tr.hovertext = tr.text
         tr.hovertemplate = "%{hovertext}<br>%{x:.1f} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"
         named = tr.name != "decode (no cache)"  # its points sit near the prefill's: their hover names them
-        if not named:  # a step without the cache is a prefill of the whole text again: its point lay on the
-            # prefill's and hid it (the legend named a dot no one could see); a ring of its size, the dot inside
+        if not named:  # a step without the cache is a prefill of the whole text again: its point lies on the
+            # prefill's, so it is a ring of that dot's size, the dot seen inside
             tr.marker = dict(color=tr.marker.color, size=11, symbol="circle-open", line=dict(width=3))
             tr.line.dash = "dot"
         tr.text = [t.split(":")[0] if named and t.split(":")[0] in ends else "" for t in tr.hovertext]
@@ -308,8 +306,7 @@ def roofline_figure(ladder: Ladder, scale: float = 1.0, nocache: bool = True) ->
     top = ladder.rungs[-1].label
     named_at = [x for tr in fig.data if tr.mode == "lines+markers+text" for x, t in zip(tr.x, tr.text) if t == top]
     if named_at and (math.log10(max(named_at)) - x_range[0]) / (x_range[1] - x_range[0]) > 0.6:
-        # the largest rung's name runs past the plot's right edge: a margin of its width holds it (the H200's
-        # "Llama-3-8B", near the right end, was cut to "Llama-3")
+        # the largest rung's name runs past the plot's right edge: a margin of its width holds it whole
         fig.update_layout(margin_r=int(len(top) * PROP_EM * NAME_SIZE * scale + 12))
     return fig
 

@@ -53,9 +53,8 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
     fig = go.Figure(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.dram_bandwidth) for x in xs],
                                name=f"{'from DRAM' if two else 'the roof, memory'}: {gb_s(roof.dram_bandwidth)}",
                                line=line))
-    if two:  # each roof named in the legend, under the title: on their lines, the cache's name (left of the DRAM
-        # one's) ran off a narrow plot's left edge (a phone's, half a projector's), and one roof's name on its line
-        # was crossed by the ridge's
+    if two:  # each roof named in the legend, under the title: on a narrow plot (a phone's, half a projector's) a
+        # name on its line runs off the left edge or is crossed by the ridge's
         fig.add_trace(go.Scatter(x=xs, y=[min(roof.peak_flops, x * roof.cache_bandwidth) for x in xs],
                                  name=f"the cache's roof: {gb_s(roof.cache_bandwidth)}",
                                  line=dict(color="#333", width=2, dash="dash")))

@@ -289,8 +289,8 @@ def show() -> None:
 
     st.subheader("Each request: time to first token, time per output token")
     shown = draw.latency_frame(run).astype({c: str for c in draw.NOT_YET})  # one type a column: Arrow takes it as is
-    st.dataframe(shown, hide_index=True, width="stretch", height="content",  # every request whole (12 in the
-                 # queue: "auto" cut r10 in half), "–" where a number is not there yet,
+    st.dataframe(shown, hide_index=True, width="stretch", height="content",  # every request's row whole ("auto"
+                 # cuts the twelfth), "–" where a number is not there yet,
                  column_config={c: st.column_config.Column(alignment="right") for c in draw.NOT_YET})  # numbers' side
     st.caption("TTFT counts engine steps from the one the request arrives at to the one that chose its first token, and "
                "the measured time of those steps, each whole (its pass, the picture's 'pass … ms', plus scheduling and "
@@ -315,8 +315,7 @@ def show() -> None:
     if sizing["prefix_sharing"]:
         st.markdown(draw.sharing_sentence(memory))
     st.subheader("Measured on this machine, side by side")
-    # each measurement kept beside the others until the run starts anew: a second one wiped the first (the queue's
-    # batching comparison went when the throughput was measured)
+    # each measurement kept beside the others, by kind, until the run starts anew
     measured = st.session_state.setdefault("serve_measured", {})
     if name in COMPARISONS:  # the scenario's own question, answered by serving its requests again
         label, key, doing, kind, compare = COMPARISONS[name]
@@ -327,7 +326,7 @@ def show() -> None:
     c = st.container(horizontal=True, vertical_alignment="bottom")
     rounds = c.number_input("rounds", 1, 5, 1, key="serve_tp_rounds", persist_state="session", width=100,
                             help="Rounds of every way, alternated, after a warm-up: medians of more rounds move less")
-    if c.button("Throughput, four ways", key="serve_tp",  # a short label: the long one was cut on a phone
+    if c.button("Throughput, four ways", key="serve_tp",  # a label short enough for a phone's button
                 help="The same prompts served by continuous batching, a static batch, one request at a time, and "
                      "transformers' generate_batch; tokens a second, side by side"):
         with st.spinner(f"Serving the same prompts four ways, one length for all and then mixed lengths ({rounds} "

@@ -52,7 +52,7 @@ BATCHING = tuple(b.value for b in Batching)  # how a freed batch slot is refille
 class ServingRun(Run):
     """Requests, the pool, the scheduler and the record of every step; `step()` until `done`."""
 
-    paged_pass = PagedPass  # one attention call per layer for every request (the benchmark times the loop it replaced)
+    paged_pass = PagedPass  # one attention call per layer for every request (the benchmark times it against a loop)
 
     def __init__(self, lm: LoadedModel, requests: list[RequestSpec], *, page_size: int = DEFAULTS["page_size"],
                  num_blocks: int = DEFAULTS["num_blocks"], max_batch_tokens: int = DEFAULTS["max_batch_tokens"],
