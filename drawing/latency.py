@@ -5,6 +5,8 @@ Pure builders: records in, plotly Figures / pandas DataFrames / HTML out; pages 
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -79,7 +81,8 @@ def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS, a
     (over the labels drawn there), in a top margin of its own. Call it after `layout`."""
     from drawing.caveats import headline
 
-    lines = wrap(headline(note), chars)
+    lines = textwrap.wrap(headline(note), chars, break_long_words=False, break_on_hyphens=False)  # a chart's words
+    # have no wrapping of their own
     size = max(11.0, 10 * scale)  # never under 11 px, a phone's included
     line_px = size * 1.35
     box_px = int(len(lines) * line_px + 10)
@@ -96,16 +99,6 @@ def note_box(fig: go.Figure, note: str, scale: float, chars: int = NOTE_CHARS, a
                        font=dict(size=size, color="#5d4200"), bgcolor="rgba(255,246,214,0.95)",
                        bordercolor="#e0b040", borderwidth=1, borderpad=3)
 
-
-def wrap(text: str, width: int) -> list[str]:
-    """Words in lines of at most `width` characters (a chart title has no wrapping of its own)."""
-    lines: list[str] = []
-    for word in text.split():
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return lines
 
 
 INK_OUTLIER = "#444"  # the whisker's own colour
