@@ -627,11 +627,14 @@ def test_the_batch_roofline_places_each_measured_pass_and_a_gpus_prediction_labe
     measured = by["measured here (fp32)"]
     assert list(measured.x) == pytest.approx([r.intensity for r in rows])
     assert list(measured.y) == pytest.approx([r.flops / (r.decode_ms / 1e3) for r in rows])
-    ours = by["tinystories-llama, H100 predicted"]
+    ours = by["tinystories-llama, H100 bf16 predicted"]
     assert list(ours.x) == pytest.approx([p.intensity for p in roofline.batch_roofline(bundled_lm.spec, 68, h100)])
     assert ours.marker.symbol == "circle-open"  # a prediction is drawn open, on a dashed roof
     assert by["NVIDIA H100 SXM's roof (datasheet)"].line.dash == "dash"
-    real = by["Llama-3-8B, H100 predicted"]
+    ridges = {round(r.x0, 6): r.y1 for r in fig.layout.shapes}  # each ridge's line rises to its own roof's corner,
+    assert ridges == pytest.approx({round(here.ridge, 6): here.peak_flops,  # no higher: the other roof's points
+                                    round(h100.ridge, 6): h100.peak_flops})  # and names are not struck through
+    real = by["Llama-3-8B, H100 bf16 predicted"]
     assert real.x[0] == pytest.approx(1.0, rel=0.05) and real.x[5] == pytest.approx(32, rel=0.05)  # about B FLOP/byte
     said = batch_roofline_sentence(br)
     assert "H100" not in said  # the open points' story is folded under it, in words of its own
@@ -696,7 +699,8 @@ def draws_the_measured_batch_passes():
     at.button(key="serve_batch").click().run()
     assert not at.exception, [e.value for e in at.exception]
     charts = [str(c.proto.spec) for c in at.get("plotly_chart")]
-    assert any("Batch on the roofline: fp32 here, H100 bf16" in c for c in charts)
+    drawn = next(c for c in charts if "Batch on the roofline" in c)
+    assert "measured here (fp32)" in drawn and "H100 bf16 predicted" in drawn  # what each point is, and where
     said = next(m.value for m in at.markdown if "Each filled point is one decode pass" in m.value)
     rows = at.session_state["serve_measured"]["batch"].rows
     assert f"at B = {rows[-1].batch}" in said.replace("\\", "")

@@ -908,30 +908,38 @@ def batch_roofline_figure(br, scale: float = 1.0):
 
     short = gpu_name.removeprefix("NVIDIA ").split(" ")[0]  # 'H100': the legend fits two rows of half a screen
     series = [(rows, "achieved", f"measured here ({here.dtype})", dict(color=DECODE, size=11), "lines+markers+text"),
-              (br.predicted, "attainable", f"{br.model}, {short} predicted",
+              (br.predicted, "attainable", f"{br.model}, {short} {gpu.dtype} predicted",
                dict(color=DECODE, size=10, symbol="circle-open", line=dict(width=2.5)), "lines+markers"),
-              (br.predicted_real, "attainable", f"{br.real}, {short} predicted",
+              (br.predicted_real, "attainable", f"{br.real}, {short} {gpu.dtype} predicted",
                dict(color=ESTIMATE, size=10, symbol="diamond-open", line=dict(width=2.5)), "lines+markers+text")]
     for points, y, name, marker, mode in series:
         fig.add_trace(go.Scatter(
             x=[p.intensity for p in points], y=[getattr(p, y) for p in points], name=name, mode=mode, marker=marker,
+            cliponaxis=False,  # the top point's name whole, above the plot's edge if it must
             line=dict(color=marker["color"], width=2, dash="solid" if y == "achieved" else "dot"),
             # the measured points' names under them: above, the roofs' lines struck them through
             text=every_other(points), textposition="bottom right" if y == "achieved" else "top left",
             textfont=dict(size=11 * scale, color=marker["color"]),
             customdata=[p.batch for p in points],
             hovertemplate="B = %{customdata}: %{x:.1f} FLOP/byte, %{y:.3s}FLOP/s<extra>" + name + "</extra>"))
-    for ridge, colour, words, up in ((br.ridge_here, "#333", f"ridge here {br.ridge_here:.1f}", 0),
-                                     (gpu.ridge, ESTIMATE, f"{short} ridge {gpu.ridge:.0f}", 16 * scale)):
-        fig.add_vline(x=ridge, line_dash="dot", line_color=colour)
+    ys = [y for tr in fig.data for y in tr.y]
+    # the y axis's range, fixed, for the ridges' lines below to stand on: down to a half decade (a tick under the
+    # lowest roof), up with room for the top point's name above it
+    low, high = math.floor(2 * math.log10(min(ys))) / 2 - 0.05, math.log10(max(ys)) + 0.4
+    for ridge, peak, colour, words, up in (
+            (br.ridge_here, here.peak_flops, "#333", f"ridge here {br.ridge_here:.1f}", 0),
+            (gpu.ridge, gpu.peak_flops, ESTIMATE, f"{short} ridge {gpu.ridge:.0f}", 16 * scale)):
+        # from the axis up to its own roof's corner, no higher: the other roof's points and names stay uncrossed
+        fig.add_shape(type="line", x0=ridge, x1=ridge, y0=10**low, y1=peak, line=dict(dash="dot", color=colour))
         fig.add_annotation(x=math.log10(ridge), y=0.0, yref="paper", xanchor="right", yanchor="bottom", yshift=up,
                            showarrow=False, text=words, font=dict(size=11 * scale, color=colour))
-        # a line each: side by side, the two ridges' words crossed on a narrow plot (half a projector, a phone)
+        # a line each: side by side, the two ridges' words would cross on a narrow plot (half a projector, a phone)
     fig.update_xaxes(type="log", dtick=1, title="FLOP per byte moved (estimate)")
     vals, texts = rate_ticks(1e3, 1e17)  # '1000 T', not plotly's '10¹⁵' beside '100T'
-    fig.update_yaxes(type="log", tickvals=vals, ticktext=texts, title="FLOP/s (estimate ÷ measured here; predicted there)")
-    fig = layout(fig, f"Batch on the roofline: {here.dtype} here, {short} {gpu.dtype}", height=380, scale=scale)  # whole on
-    # a phone: a longer title ran past its right edge
+    fig.update_yaxes(type="log", tickvals=vals, ticktext=texts, range=[low, high],
+                     title="FLOP/s (estimate ÷ measured here; predicted there)")
+    fig = layout(fig, "Batch on the roofline", height=380, scale=scale)  # whole on a phone; the legend names the
+    # dtypes and the GPU
     fig.update_layout(legend=dict(font=dict(size=11 * scale)), margin=dict(t=int(112 * scale)))  # two legend rows
     return legend_under_title(fig, scale)
 
