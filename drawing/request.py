@@ -6,6 +6,7 @@ the CPU's steps and the copies are grey. Under the steps, one bar shows each ste
 
 from __future__ import annotations
 
+import textwrap
 from html import escape
 
 from drawing.palette import DECODE, GREY, PREFILL
@@ -16,18 +17,22 @@ COLOURS = {"prefill": PREFILL, "decode loop": DECODE}
 
 
 def _wrap(words: str, width: int) -> list[str]:
-    lines, line = [], ""
-    for word in words.split():
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return lines + [line] if line else lines
+    return textwrap.wrap(words, width, break_long_words=False, break_on_hyphens=False)
 
 
 def _ms(ms: float) -> str:
     return f"{ms / 1000:.2f} s" if ms >= 1000 else (f"{ms:.1f} ms" if ms >= 1 else f"{ms:.3f} ms")
+
+
+def _spread(runs_ms: tuple[float, ...]) -> tuple[str, str]:
+    """How the request's time was taken, and its spread: ('each step's median of 3 runs', 'whole runs 11.8–13.0 ms;
+    a warm-up run excluded'), or ('one run', '')."""
+    if len(runs_ms) < 2:
+        return "one run", ""
+    low, high = _ms(min(runs_ms)), _ms(max(runs_ms))
+    unit = high.split()[-1]
+    low = low.removesuffix(f" {unit}")  # '41.2–98.9 ms', the unit said once where both share it
+    return f"each step's median of {len(runs_ms)} runs", f"whole runs {low}–{high}; a warm-up run before them excluded; "
 
 
 def request_svg(timeline: RequestTimeline) -> str:
@@ -57,8 +62,10 @@ def request_svg(timeline: RequestTimeline) -> str:
     per = [s for s in steps if s.per_request]
     total = timeline.per_request_ms or 1.0
     y += 200
-    out.append(text(10, y + 4, f"one request: {_ms(total)} measured here, one run (loading the weights is once per "
-                               "server)", 14, weight="bold"))  # a single timing: said so, as the stage says its own
+    how, spread = _spread(timeline.runs_ms)
+    out.append(text(10, y + 4, f"one request: {_ms(total)} measured here, {how}", 14, weight="bold"))
+    out.append(text(10, y + 24, f"{spread}loading the weights is once per server", 12, fill=SOFT))
+    y += 20
     x = 10.0
     for s in per:
         w = (W - 20) * s.ms / total

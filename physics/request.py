@@ -9,13 +9,16 @@
     detokenize           CPU: ids -> text
 
 Prefill and the decode loop are the one generation loop (a Stepper, timed once per pass, recording
-off); the copies and the tokenizer calls are timed around a device sync, as every time in the engine is.
+off); the copies and the tokenizer calls are timed around a device sync, as every time in the engine is. The
+request runs once as a warm-up (excluded), then `runs` times: each step's time is its median over those runs, and
+the whole runs' times give the spread.
 On a CPU there is nothing to copy: those two steps come out near zero, and the picture says so.
 `request_timeline` returns a frozen RequestTimeline (its RequestSteps in order); `to_dict()` only for JSON.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 
 import torch
@@ -41,15 +44,16 @@ class RequestTimeline:
     device: str  # where the passes ran, as torch names it ("cpu", "cuda:0", "mps")
     prompt_tokens: int
     new_tokens: int  # tokens it generated
+    runs_ms: tuple[float, ...] = ()  # each timed run's own time, every step but loading (the warm-up run apart)
 
     @property
     def per_request_ms(self) -> float:
-        """The request's own time: every step but loading the weights (once per server)."""
+        """The request's own time: every step's median but loading the weights (once per server)."""
         return sum(s.ms for s in self.steps if s.per_request)
 
     def to_dict(self) -> dict:
         return {"steps": [asdict(s) for s in self.steps], "device": self.device, "prompt_tokens": self.prompt_tokens,
-                "new_tokens": self.new_tokens, "per_request_ms": self.per_request_ms}
+                "new_tokens": self.new_tokens, "per_request_ms": self.per_request_ms, "runs_ms": list(self.runs_ms)}
 
 
 def _timed(fn, device) -> tuple[object, float]:
@@ -58,31 +62,42 @@ def _timed(fn, device) -> tuple[object, float]:
     return out[-1], timing.forward_ms
 
 
-def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16) -> RequestTimeline:
-    """Measure every step of one greedy request for `prompt` on `lm`'s device (`new_tokens` new tokens)."""
+def _one_request(lm: LoadedModel, prompt: str, new_tokens: int) -> tuple[list[int], list[int], int, int, list[float]]:
+    """The request once, text in to text out: (prompt ids, new ids, prefill's positions, decode passes, each
+    per-request step's ms in STEPS' order)."""
     from engine.generate.stepper import Stepper
 
-    where = f"device ({lm.device.type})"
     ids, tok_ms = _timed(lambda: lm.tokenizer(prompt)["input_ids"], lm.device)
     _, to_ms = _timed(lambda: torch.tensor([ids]).to(lm.device), lm.device)
     run = Stepper(lm, prompt, max_new_tokens=new_tokens, stop_on_eos=False, record=False, repeats=1)
     prefill = run.prefill()
     decode = run.run()
-    decode_ms = sum(t.latency_ms for t in decode)
     on_device = torch.tensor(run.generated_ids).to(lm.device)
     _, back_ms = _timed(lambda: on_device.cpu(), lm.device)
     _, detok_ms = _timed(lambda: lm.tokenizer.decode(run.generated_ids, skip_special_tokens=True), lm.device)
     generated = list(run.generated_ids)
     run.free()
+    return ids, generated, prefill.q_len, len(decode), [tok_ms, to_ms, prefill.latency_ms,
+                                                         sum(t.latency_ms for t in decode), back_ms, detok_ms]
+
+
+def request_timeline(lm: LoadedModel, prompt: str, new_tokens: int = 16, runs: int = 3) -> RequestTimeline:
+    """Measure every step of one greedy request for `prompt` on `lm`'s device (`new_tokens` new tokens): a warm-up
+    request, excluded, then `runs` more; each step's median over them."""
+    _one_request(lm, prompt, new_tokens)  # warm-up: this prompt's shapes' first passes, excluded
+    timed_runs = [_one_request(lm, prompt, new_tokens) for _ in range(max(1, runs))]
+    ids, generated, positions, passes, _ = timed_runs[-1]
+    ms = [statistics.median(each) for each in zip(*(r[-1] for r in timed_runs))]
+    where = f"device ({lm.device.type})"
     copy = "nothing to copy on a CPU" if lm.device.type == "cpu" else "host ↔ device transfer"
     return RequestTimeline(steps=(
         RequestStep("load the weights", "disk → memory", lm.load_ms,
                     f"{int(lm.spec.parameters):,} parameters, once per server", per_request=False),
-        RequestStep("tokenize", "CPU", tok_ms, f"{len(prompt)} characters → {len(ids)} ids"),
-        RequestStep("copy to the device", where, to_ms, f"{len(ids)} ids; {copy}"),
-        RequestStep("prefill", where, prefill.latency_ms, f"one pass over {prefill.q_len} positions → the first new "
-                    "token"),
-        RequestStep("decode loop", where, decode_ms, f"{len(decode)} passes, one per new token after the first"),
-        RequestStep("copy back", where, back_ms, f"{len(generated)} new ids; {copy}"),
-        RequestStep("detokenize", "CPU", detok_ms, f"{len(generated)} ids → text"),
-    ), device=str(lm.device), prompt_tokens=len(ids), new_tokens=len(generated))
+        RequestStep("tokenize", "CPU", ms[0], f"{len(prompt)} characters → {len(ids)} ids"),
+        RequestStep("copy to the device", where, ms[1], f"{len(ids)} ids; {copy}"),
+        RequestStep("prefill", where, ms[2], f"one pass over {positions} positions → the first new token"),
+        RequestStep("decode loop", where, ms[3], f"{passes} passes, one per new token after the first"),
+        RequestStep("copy back", where, ms[4], f"{len(generated)} new ids; {copy}"),
+        RequestStep("detokenize", "CPU", ms[5], f"{len(generated)} ids → text"),
+    ), device=str(lm.device), prompt_tokens=len(ids), new_tokens=len(generated),
+        runs_ms=tuple(sum(r[-1]) for r in timed_runs))

@@ -807,6 +807,24 @@ def test_one_requests_timeline_is_a_frozen_record_of_its_steps_in_order(family_m
     assert "one request: " in request_svg(t) and 'data-step="decode loop"' in request_svg(t)
 
 
+def test_one_requests_timeline_is_a_median_of_runs_after_a_warm_up_and_says_so(family_model, monkeypatch):
+    """Lesson 1's request read 'one run' and its prefill a cold first pass (36 ms beside the step page's 4): the
+    request now runs once as a warm-up, then three times, each step the median of the three."""
+    from drawing.request import request_svg
+    from physics import request
+
+    calls, once = [], request._one_request
+    monkeypatch.setattr(request, "_one_request", lambda *a: calls.append(once(*a)) or calls[-1])
+    t = request.request_timeline(family_model("llama"), "Once upon a time", new_tokens=3, runs=3)
+    timed_runs = calls[1:]  # the first was the warm-up
+    assert len(calls) == 4 and len(t.runs_ms) == 3
+    for i, step in enumerate(t.steps[1:]):  # every step's time is the middle one of its three runs
+        assert step.ms == sorted(r[-1][i] for r in timed_runs)[1]
+    assert list(t.runs_ms) == pytest.approx([sum(r[-1]) for r in timed_runs])
+    svg = request_svg(t)
+    assert "median of 3 runs" in svg and "a warm-up run before them excluded" in svg and "one run" not in svg
+
+
 @pytest.mark.slow  # a CLI run: it loads the bundled model and serves the queue six times
 def test_cli_serve_compares_continuous_and_static_batching_on_a_queue(tmp_path, capsys):
     """`python -m engine serve --compare-batching`: the same queue both ways; each way's tokens/s is its tokens over
