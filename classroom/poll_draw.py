@@ -31,10 +31,14 @@ def _typed(tally: dict) -> str:
 
 
 def _bar(share: float, colour: str, label: str) -> str:
+    """A bar its share of a track of fixed width, the label after the track: every bar on one scale, however long
+    its label (a bar sized beside its label shrank where the label was long: 100% of the class drawn shorter than
+    the model's 88%)."""
     width = max(0.0, min(1.0, share)) * 100
     return (f'<div style="display:flex;align-items:center;gap:0.4em;min-height:1.35em">'
-            f'<div style="height:1.1em;width:{width:.1f}%;max-width:70%;background:{colour};border-radius:3px;'
-            f'min-width:2px"></div><span style="white-space:nowrap">{escape(label)}</span></div>')
+            f'<div style="flex:0 0 55%"><div data-role="poll-bar" style="height:1.1em;width:{width:.1f}%;'
+            f'background:{colour};border-radius:3px;min-width:2px"></div></div>'
+            f'<span style="white-space:nowrap">{escape(label)}</span></div>')
 
 
 def compact_html(question: dict, tally: dict) -> str:
@@ -73,9 +77,9 @@ def poll_html(question: dict, tally: dict, revealed: bool = False) -> str:
             p = float(model.get(choice, 0.0))
             bars += _bar(p, MODEL, f"model {_odds(p)}")
         rows.append(f'<div class="dl-poll-row" data-testid="dl-poll-row" data-choice="{escape(choice)}" style="display:grid;'
-                    f'grid-template-columns:minmax(6em,14em) 1fr;gap:0.6em;align-items:center;padding:0.2em 0;'
+                    f'grid-template-columns:minmax(5em,8em) 1fr;gap:0.6em;align-items:center;padding:0.2em 0;'
                     f'border-bottom:1px solid #eee">'
-                    f'<div style="font-family:ui-monospace,monospace;font-size:1.15em;'
+                    f'<div style="font-family:ui-monospace,monospace;font-size:1.15em;overflow-wrap:anywhere;'
                     f'{"font-weight:700;color:" + NEW if right else ""}">{escape(choice)}{" ✓" if right else ""}'
                     f'</div><div>{bars}</div></div>')
     typed = _typed(tally)

@@ -187,3 +187,22 @@ def test_on_a_phone_lesson_7s_batch_says_it_scrolls_sideways_where_it_does(serve
     assert seen["scrolls"] and "swipe sideways" in seen["hint"], seen
     assert seen["right"] <= PHONE[0] + 0.5
     pg.close()
+
+
+def test_on_a_phone_a_revealed_polls_bars_are_drawn_to_one_scale(browser):
+    """After the reveal a phone drew '1 vote (100%)' as an 11 px bar beside 'model 88%' at 26 px: each bar shrank
+    beside its own label. Every bar is now its share of one track: the widths keep the shares' ratios."""
+    from classroom.poll_draw import poll_html
+
+    question = {"choices": ["·two", "·a", "·the"], "answer": "·two", "model": {"·two": 0.1, "·a": 0.88, "·the": 0.02}}
+    html = poll_html(question, {"total": 1, "counts": {"·two": 1}}, revealed=True)
+    pg = browser.new_page(viewport={"width": PHONE[0], "height": PHONE[1]})
+    pg.set_content(f"<body style='margin:10px;font:16px sans-serif'>{html}</body>")
+    bars = pg.evaluate("""() => [...document.querySelectorAll('[data-role=poll-bar]')].map(b => [
+        b.closest('[data-choice]').dataset.choice, b.parentElement.nextElementSibling.textContent,
+        b.getBoundingClientRect().width])""")
+    pg.close()
+    width = {label: w for _, label, w in bars}
+    assert width["1 vote (100%)"] == pytest.approx(width["model 88%"] / 0.88, rel=0.03), bars
+    assert width["model 88%"] == pytest.approx(width["model 10%"] * 8.8, rel=0.05), bars
+    assert width["1 vote (100%)"] > 100, bars  # a bar a class can read, not a sliver
