@@ -18,6 +18,8 @@ import asyncio
 import json
 import logging
 import re
+import signal
+import threading
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -61,8 +63,29 @@ class ClassRoutes:
         self.app = app
         self.hub_factory = hub_factory  # the process's Hub, made on first use (classroom/server.py)
         self._plotly: bytes | None = None
+        self._streamed = False  # a follower's stream was opened: the hub has streams to end when the server stops
+
+    def end_streams_on_exit(self) -> None:
+        """Before the server's own SIGINT and SIGTERM handlers (uvicorn's, which stop it once open responses end),
+        end every follower's stream, which would otherwise hold a stopping server, and each phone on 'live', for
+        good. Called as the server starts (ASGI lifespan), on the main thread, where signals are handled."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(number)
+            if not callable(previous):
+                continue
+
+            def end_then(sig, frame, previous=previous):
+                if self._streamed:
+                    self.hub_factory().end_streams()
+                previous(sig, frame)
+
+            signal.signal(number, end_then)
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            self.end_streams_on_exit()
         if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
             await self.app(scope, receive, send)
             return
@@ -115,6 +138,7 @@ class ClassRoutes:
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
             (b"x-accel-buffering", b"no")]})  # nginx: pass each event on at once
+        self._streamed = True
 
         async def pump():
             async for event in hub.events(code, who):

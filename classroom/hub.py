@@ -51,6 +51,7 @@ class Hub:
         self._parts: OrderedDict = OrderedDict()  # (code, path) -> bytes
         self._building: dict[tuple, threading.Lock] = {}
         self._lock = threading.Lock()
+        self.stopping = False  # the server is stopping: every stream ends, and none opens
         self.heard = 0  # news messages received (a test reads it)
         subscribe(classroom.kv, classroom.channel, self.on_news)
 
@@ -180,8 +181,20 @@ class Hub:
 
     # ------------------------------------------------------------ followers' streams
 
+    def end_streams(self) -> None:
+        """The server is stopping (callable from a signal handler): end every stream, without the class's end. A
+        stopping server waits for every open response, and a stream never ends by itself; each follower's page then
+        reconnects, to the same class where the next server has it (Redis), or says it is reconnecting."""
+        self.stopping = True
+        if self.loop is not None:
+            for streams in list(self._streams.values()):
+                for q in list(streams):
+                    self.loop.call_soon_threadsafe(q.put_nowait, None)
+
     async def events(self, code: str, who: str):
         """A follower's stream: the whole state (with the timeline), then every new version, as they come."""
+        if self.stopping:
+            return
         self.loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
         self._streams.setdefault(code, set()).add(q)  # before the first event: a version made meanwhile is queued

@@ -382,3 +382,27 @@ def test_a_lessons_columns_sit_side_by_side_on_a_projector_and_each_fills_a_phon
     for pg in [lect, *followers]:
         assert pg.locator("[data-testid='stException']").count() == 0 and pg.outside == []
         pg.close()
+
+
+def test_a_server_stopped_with_ctrl_c_exits_and_its_followers_say_they_are_reconnecting(browser, tmp_path):
+    """Ctrl-C on a server a phone followed: the server stopped listening but never exited (it waited for the
+    follower's stream, which never ends), and the phone went on saying 'live' for good. Now the stream ends with the
+    server: the process exits and the phone says it is reconnecting."""
+    import signal
+
+    from tests.appserver import KEY, free_port, start_app, stop
+
+    port = free_port()
+    proc = start_app(port, log=open(tmp_path / "streamlit.log", "w"), DECODE_LAB_LECTURER_KEY=KEY)
+    try:
+        lect, link = lecture(browser, f"http://127.0.0.1:{port}")
+        (phone,) = follow(browser, link, sizes=((390, 844),))
+        assert wait_for_step([phone], 0, 30)[0] < 30
+        expect(phone.get_by_test_id("dl-follow-where")).to_contain_text("live")
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)  # raises if the server is still waiting for its followers
+        expect(phone.get_by_test_id("dl-follow-where")).to_contain_text("reconnecting", timeout=10_000)
+        phone.close()
+        lect.close()
+    finally:
+        stop(proc)
