@@ -50,12 +50,17 @@ function plotly() {  // plotly's own bundle, served by this server, loaded the f
 function fitChart(spec, width) {
   // A follower's chart is drawn by plotly.js alone, without the Streamlit theme the lecturer's page has: each axis
   // makes room for its tick labels and its title (automargin: nothing cut, no title over the ticks). On a phone
-  // the text is a little smaller, a long title wraps instead of running off both sides, and a short chart gets the
-  // height its legend and margins need.
+  // every text (titles, ticks, legend, notes, the points' names) comes back from the size the lecturer's screen
+  // drew it at (meta.dl_scale: a projector's is larger, ui/charts.py) to a little under a page's, never under
+  // 11 px; a long title wraps instead of running off both sides, and a short chart gets the height its legend and
+  // margins need. Returns {data, layout} for Plotly.newPlot.
   const layout = JSON.parse(JSON.stringify(spec.layout || {}));
-  const narrow = width < 600, shrink = narrow ? 0.82 : 1;
+  const data = JSON.parse(JSON.stringify(spec.data || []));
+  const drawnAt = (layout.meta && layout.meta.dl_scale) || 1;
+  const narrow = width < 600, shrink = narrow ? 0.82 / drawnAt : 1;
   const smaller = (font, size) => Object.assign(font || {},
     { size: Math.max(narrow ? 11 : 0, Math.round((font && font.size || size) * shrink)) });  // never under 11 px
+  const base = (layout.font && layout.font.size) || 12;  // a text of no size of its own: the page's, as drawn
   layout.font = smaller(layout.font, 12);
   const cells = (spec.data || []).some((t) => t.type === "heatmap");  // rows and columns of cells, no values on axes
   for (const key of Object.keys(layout)) {
@@ -66,13 +71,12 @@ function fitChart(spec, width) {
     // line across the first row, no grid over the masked cells
     if (typeof axis.title === "string") axis.title = { text: axis.title };
     if (axis.title && axis.title.text) axis.title.standoff = 6;
-    if (narrow && axis.title && axis.title.text && axis.title.text.length > 24) {  // "KV cache bytes (measured)"
-      axis.title.font = smaller(axis.title.font, layout.font.size);
-    }
+    if (narrow && axis.title && axis.title.text) axis.title.font = smaller(axis.title.font, base);
+    if (narrow && axis.tickfont && axis.tickfont.size) axis.tickfont = smaller(axis.tickfont, base);
   }
-  if (layout.legend) layout.legend.font = smaller(layout.legend.font, layout.font.size);
-  for (const a of layout.annotations || []) if (narrow) a.font = Object.assign(a.font || {},
-    { size: Math.max(11, (a.font && a.font.size) || layout.font.size) });  // a note on the chart: 11 px at least
+  if (layout.legend) layout.legend.font = smaller(layout.legend.font, base);
+  for (const a of layout.annotations || []) if (narrow) a.font = smaller(a.font, base);  // a note: 11 px
+  for (const t of data) if (narrow && t.textfont && t.textfont.size) t.textfont = smaller(t.textfont, base);
   const title = layout.title && (typeof layout.title === "string" ? { text: layout.title } : layout.title);
   let extra = 0;
   if (narrow && title && title.text) {
@@ -81,13 +85,21 @@ function fitChart(spec, width) {
     const lines = wrapWords(title.text.replace(/<br>/g, " "), chars);
     title.text = lines.join("<br>");
     extra = (lines.length - 1) * title.font.size * 1.25;
+    const sub = title.subtitle;
+    if (sub && sub.text) {  // its own lines (a recording's device and date, which rungs are random), each wrapped
+      sub.font = smaller(sub.font, base);
+      const was = sub.text.split("<br>");
+      const subLines = was.flatMap((line) => wrapWords(line, Math.max(16, Math.floor(width / (sub.font.size * 0.56)))));
+      sub.text = subLines.join("<br>");
+      extra += (subLines.length - was.length) * sub.font.size * 1.25;
+    }
     layout.title = title;
   }
   if (narrow) {
     layout.margin = Object.assign({}, layout.margin, { l: 4, r: 4, t: Math.round(((layout.margin || {}).t || 40) + extra) });
     layout.height = Math.round(Math.max(layout.height || 300, 300) + extra);
   }
-  return layout;
+  return { data, layout };
 }
 
 function wrapWords(text, width) {
@@ -387,8 +399,10 @@ class Follower {
       if (b.kind === "figure") {
         const div = el("div", { class: "dlf-figure" });
         into.append(div);
-        const draw = () => plotly().then((P) => P.newPlot(div, b.spec.data || [], fitChart(b.spec, div.clientWidth),
-          { displayModeBar: false, responsive: true })).catch(() => div.append("(the chart could not be drawn)"));
+        const draw = () => plotly().then((P) => {
+          const fit = fitChart(b.spec, div.clientWidth);
+          return P.newPlot(div, fit.data, fit.layout, { displayModeBar: false, responsive: true });
+        }).catch(() => div.append("(the chart could not be drawn)"));
         if (later) later.push(draw); else draw();
       } else {
         const div = el("div", { class: `dlf-block dlf-${b.kind}` });

@@ -406,3 +406,33 @@ def test_a_server_stopped_with_ctrl_c_exits_and_its_followers_say_they_are_recon
         lect.close()
     finally:
         stop(proc)
+
+
+def test_a_phone_following_a_projector_on_the_scale_page_keeps_every_charts_words_inside_and_apart(
+        keyed_server, browser):
+    """The lecturer's charts are drawn for a projector (text ×1.35); a phone following drew them with that text, so
+    a subtitle ran off both sides, a note off the right and the rung names over each other. A phone now brings
+    every text back to its own size (never under 11 px): each chart's words inside it, none over another."""
+    from tests.test_browser_way_through import APART, SMALL_WORDS
+
+    lect = open_page(browser, keyed_server + "/?presenter=on", 1280, 720)
+    expect(lect.get_by_role("button", name="Prefill")).to_be_enabled(timeout=120_000)
+    lect.get_by_test_id("stExpandSidebarButton").click()  # presenter mode folds the sidebar away
+    link = start_class(lect)
+    sidebar_page(lect, "Scale")
+    expect(lect.locator(".js-plotly-plot").first).to_be_visible(timeout=120_000)
+    idle(lect)
+    (phone,) = follow(browser, link, sizes=((390, 844),))
+    shown_page([phone], "Scale", timeout_s=30)
+    plots = phone.locator(".dlf-figure.js-plotly-plot")
+    expect(plots.first).to_be_visible(timeout=30_000)
+    phone.wait_for_timeout(1500)  # every chart drawn (each once its box is on the page)
+    assert plots.count() >= 4
+    for i in range(plots.count()):
+        plot = plots.nth(i)
+        title = plot.evaluate("p => (p.querySelector('.gtitle') || {}).textContent")
+        assert plot.evaluate(APART) == [], title
+        assert plot.evaluate(SMALL_WORDS) == [], title
+    assert phone.evaluate("document.documentElement.scrollWidth") == 390
+    phone.close()
+    lect.close()

@@ -43,7 +43,7 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
     faster than DRAM, the cache's own roof is drawn too, dashed and named: a step whose bytes fit the cache is
     bounded by it (DeviceRoof.bandwidth_for), but it is never the ridge. predicted=True: a roof nothing ran on (a
     datasheet's), drawn as an estimate (purple, dashed), its points open, named 'predicted'."""
-    xs = [10 ** (i / 20) for i in range(-40, 101)]  # 0.01 .. 1e5 FLOP/byte
+    xs = [10 ** (i / 20) for i in range(-60, 101)]  # 0.001 .. 1e5 FLOP/byte
     two = roof.cache_roof
 
     def gb_s(bandwidth: float) -> str:
@@ -75,9 +75,10 @@ def roofline_figure(roof: DeviceRoof, points: list, scale: float = 1.0, predicte
                        xanchor="right", xshift=-4,  # left of its line, not crossed by it
                        text=f"ridge {roof.ridge:.1f} FLOP/byte", font=dict(size=13 * scale))
     # powers of ten only: a log axis's minor labels ("2 5 2 5") read as numbers on a projector; the x axis spans the
-    # points and the ridge, a decade either side, not the roof's whole line: eight decades turned a phone's ticks on end
+    # points and the ridge, a decade either side, not the roof's whole line (eight decades turn a phone's ticks on
+    # end), and a third of a decade more at the left: the first tick's number clear of the y axis's lowest one
     xs = [p.intensity for p in points] + [roof.ridge]
-    fig.update_xaxes(range=[math.floor(math.log10(min(xs))) - 1, math.ceil(math.log10(max(xs))) + 1])
+    fig.update_xaxes(range=[math.floor(math.log10(min(xs))) - 1.3, math.ceil(math.log10(max(xs))) + 1])
     if predicted:
         fig.update_xaxes(type="log", dtick=1, title=f"FLOP per byte moved in {roof.dtype} (estimate)")
         fig.update_yaxes(type="log", dtick=1, exponentformat="SI", title="predicted FLOP/s (nothing ran there)")
