@@ -248,7 +248,6 @@ def class_bar(s, at: int) -> None:
         pub.update(s, at, **picks,
                    fork=fork_values(ss["settings"], s.prompt if s is not None else prompt_on_screen()),
                    hold=hold, latency_claim=said or "")
-        following = classroom().followers(lecture.code)
     except Refused as e:  # ended (idle too long), or another page leads it now: say so once and stop publishing
         _stop_leading(str(e))
         return
@@ -258,12 +257,24 @@ def class_bar(s, at: int) -> None:
     link = follow_link(lecture.code)
     row = st.container(horizontal=True, vertical_alignment="center", gap="small")
     row.html(f'<div data-testid="dl-class-bar" style="font-size:0.95rem">Class <b>{lecture.code}</b> · follow at '
-             f'<code>{plain_html(link)}</code> · {following} following</div>', width="content")
+             f'<code>{plain_html(link)}</code> ·</div>', width="content")
+    with row:
+        _following(lecture.code)
     with row.popover("QR", icon=":material/qr_code_2:"):
         st.html(_qr(link, 360))
         st.markdown(plain(link))
     poll.ask_buttons(row)
     poll.panel()
+
+
+@st.fragment(run_every=5.0)
+def _following(code: str) -> None:
+    """'N following', read again every 5 s: a student who joins is counted without the lecturer's next click."""
+    try:
+        n = classroom().followers(code)
+    except StoreDown:
+        return
+    st.html(f'<div data-testid="dl-class-following" style="font-size:0.95rem">{n} following</div>', width="content")
 
 
 # ------------------------------------------------------------------ the student

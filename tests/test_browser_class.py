@@ -138,8 +138,8 @@ def test_a_lecturer_who_reloads_and_types_the_key_again_gets_the_same_class_with
     again = start_class(lect)
     assert again == link  # the same code
     expect(lect.get_by_test_id("stSidebar")).to_contain_text(f"Class {code} was running")
-    expect(lect.get_by_test_id("dl-class-bar")).to_contain_text(" following")
-    following = int(re.search(r"(\d+) following", lect.get_by_test_id("dl-class-bar").inner_text()).group(1))
+    expect(lect.get_by_test_id("dl-class-following")).to_contain_text(" following")
+    following = int(re.search(r"(\d+) following", lect.get_by_test_id("dl-class-following").inner_text()).group(1))
     assert following >= 2  # the students are still there (and any who left in the last 20 s)
     lect.keyboard.press("n")
     expect(lect.get_by_text(re.compile(r"\(2 from decode steps\)"))).to_be_visible()
@@ -434,5 +434,19 @@ def test_a_phone_following_a_projector_on_the_scale_page_keeps_every_charts_word
         assert plot.evaluate(APART) == [], title
         assert plot.evaluate(SMALL_WORDS) == [], title
     assert phone.evaluate("document.documentElement.scrollWidth") == 390
+    phone.close()
+    lect.close()
+
+
+def test_the_lecturers_count_of_followers_grows_as_a_phone_joins_without_a_click(keyed_server, browser):
+    """The projector said '0 following' after a phone joined, until the lecturer's next click: the count is read
+    again every few seconds."""
+    lect, link = lecture(browser, keyed_server)
+    count = lect.get_by_test_id("dl-class-following")
+    expect(count).to_have_text(re.compile(r"^\d+ following$"))
+    before = int(count.inner_text().split()[0])
+    (phone,) = follow(browser, link, sizes=((390, 844),))
+    assert wait_for_step([phone], 0, 30)[0] < 30
+    expect(count).to_have_text(f"{before + 1} following", timeout=12_000)  # no click on the lecturer's page
     phone.close()
     lect.close()
