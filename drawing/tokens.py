@@ -51,7 +51,8 @@ def next_token_figure(t: StepTrace, scale: float = 1.0, height: int = 250) -> go
     top = max([c.p_before for c in t.top] + [c.p_after for c in t.top] + [0.05])
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="probability", range=[0, min(1.0, top) * 1.18], tickformat=".0%")
-    fig.update_xaxes(tickangle=None)  # plotly's own: level where they fit, turned as far as a phone needs
+    fig.update_xaxes(tickangle=None,  # plotly's own: level where they fit, turned as far as a phone needs
+                     range=[-0.8, len(labels) - 0.5])  # room at the left: the first bar's logit clear of the ticks
     fig = layout(fig, f"Next token: {show_piece(t.token)} (green)", height=height, scale=scale)
     fig.update_layout(margin=dict(t=int(62 * scale)))
     return legend_under_title(fig, scale)  # a phone wraps its two names into two rows, under the title, not on it
