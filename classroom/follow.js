@@ -329,6 +329,13 @@ class Follower {
     const stage = el("div", { class: "dl-stage", "data-testid": "dl-follow-stage" });
     const picture = el("div");  // the stage's picture: an inline <svg> once the first step is drawn
     stage.append(picture);
+    stage.addEventListener("click", (e) => {  // the stage's layer boxes open their layer, as the pickers above do
+      const box = e.target.closest && e.target.closest("[data-role=layer]");
+      if (!box) return;
+      this.own.add("layer");
+      this.picks.layer = Number(box.dataset.layer);
+      this.render();
+    });
     const text = el("div", { class: "dl-text", "data-testid": "dl-text" });
     const status = el("div", { class: "dlf-status" }), view = el("div", { class: "dlf-view" });
     left.append(stage, text);

@@ -450,3 +450,21 @@ def test_the_lecturers_count_of_followers_grows_as_a_phone_joins_without_a_click
     expect(count).to_have_text(f"{before + 1} following", timeout=12_000)  # no click on the lecturer's page
     phone.close()
     lect.close()
+
+
+def test_a_phone_tapping_a_layer_box_on_the_stage_opens_that_layer(keyed_server, browser):
+    """The stage's layer boxes look like buttons, and on a follower's phone a tap on one did nothing: it now opens
+    that layer, as the picker above the stage does (the picker shows it picked)."""
+    lect, link = lecture(browser, keyed_server, steps=1)
+    (phone,) = follow(browser, link, sizes=((390, 844),))
+    assert wait_for_step([phone], 1, 30)[0] < 30
+    stage = phone.get_by_test_id("dl-follow-stage")
+    expect(stage.locator("[data-role=layer][data-layer='0']")).to_have_attribute("data-open", "1")
+    stage.locator("[data-role=layer][data-layer='2']").click()
+    expect(stage.locator("[data-role=layer][data-layer='2']")).to_have_attribute("data-open", "1", timeout=10_000)
+    expect(phone.locator(".dlf-btn.dlf-on[data-layer='2']")).to_be_visible()
+    lect.keyboard.press("n")  # the lecturer moves on: the student's own layer stays
+    assert wait_for_step([phone], 2, 30)[0] < 30
+    expect(stage.locator("[data-role=layer][data-layer='2']")).to_have_attribute("data-open", "1")
+    phone.close()
+    lect.close()
