@@ -32,7 +32,8 @@ def _spread(runs_ms: tuple[float, ...]) -> tuple[str, str]:
     low, high = _ms(min(runs_ms)), _ms(max(runs_ms))
     unit = high.split()[-1]
     low = low.removesuffix(f" {unit}")  # '41.2–98.9 ms', the unit said once where both share it
-    return f"each step's median of {len(runs_ms)} runs", f"whole runs {low}–{high}; a warm-up run before them excluded; "
+    return (f"each step's median of {len(runs_ms)} runs",
+            f"whole runs {low}–{high}; a warm-up run before them excluded; ")
 
 
 def request_svg(timeline: RequestTimeline) -> str:

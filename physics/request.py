@@ -63,8 +63,8 @@ def _timed(fn, device) -> tuple[object, float]:
 
 
 def _one_request(lm: LoadedModel, prompt: str, new_tokens: int) -> tuple[list[int], list[int], int, int, list[float]]:
-    """The request once, text in to text out: (prompt ids, new ids, prefill's positions, decode passes, each
-    per-request step's ms in STEPS' order)."""
+    """The request once, text in to text out: (prompt ids, new ids, prefill's positions, decode passes, the ms of
+    tokenize, copy to the device, prefill, the decode loop, copy back and detokenize, in that order)."""
     from engine.generate.stepper import Stepper
 
     ids, tok_ms = _timed(lambda: lm.tokenizer(prompt)["input_ids"], lm.device)
