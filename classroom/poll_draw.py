@@ -32,8 +32,7 @@ def _typed(tally: dict) -> str:
 
 def _bar(share: float, colour: str, label: str) -> str:
     """A bar its share of a track of fixed width, the label after the track: every bar on one scale, however long
-    its label (a bar sized beside its label shrank where the label was long: 100% of the class drawn shorter than
-    the model's 88%)."""
+    its label (a bar sized beside its label would shrink where the label is long)."""
     width = max(0.0, min(1.0, share)) * 100
     return (f'<div style="display:flex;align-items:center;gap:0.4em;min-height:1.35em">'
             f'<div style="flex:0 0 55%"><div data-role="poll-bar" style="height:1.1em;width:{width:.1f}%;'

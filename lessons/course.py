@@ -30,7 +30,7 @@ from lessons.next_word import next_word_odds
 from physics import roofline
 from physics.request import request_timeline
 from physics.rungs import short_count
-from physics.units import human_ms
+from physics.units import apart, human_ms
 from topics.ladder.page_ladder import lesson_claim
 from ui.model import device_roof
 from ui.presets import PROMPTS
@@ -85,16 +85,6 @@ def _request(_lm, model: tuple, prompt: str):
 @st.cache_resource(max_entries=4, show_spinner=False)
 def _article_odds(_lm, model: tuple):
     return next_word_odds(_lm)
-
-
-def apart(a: float, b: float) -> tuple[str, str]:
-    """a and b to one decimal, or to as many more (up to 4) as it takes for the printed pair to show which is
-    larger: a step at 7.16 FLOP/byte beside a ridge at 7.24 read '7.2' and '7.2', then 'the memory side'."""
-    for digits in range(1, 5):
-        x, y = f"{a:.{digits}f}", f"{b:.{digits}f}"
-        if x != y:
-            break
-    return x, y
 
 
 @dataclass

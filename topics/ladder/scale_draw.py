@@ -16,8 +16,7 @@ from physics.units import human_ms
 
 def kv_growth_figure(archs: list[ModelSpec], max_tokens: int, batch: int, elem_bytes: float, scale: float = 1.0) -> go.Figure:
     """KV bytes against context length, several models at once (sliding layers flatten the curve). A model whose
-    config caps its context below the axis's end stops there, its limit named at the end: Llama-2-7b's line ran on
-    to 8,192 tokens, twice what it reads."""
+    config caps its context below the axis's end stops there, its limit named at the end (Llama-2-7b reads 4,096)."""
     xs = [int(max_tokens * i / 50) for i in range(1, 51)]
     fig = go.Figure()
     for a in archs:

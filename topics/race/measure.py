@@ -21,6 +21,7 @@ import pandas as pd
 
 from engine.generate.compare import RaceReport, Speedup, compare, race_report  # noqa: F401 (the page's names)
 from engine.timing import Timing, timed
+from physics.units import apart
 
 MODES = ("cache", "nocache")  # the two runs of a race, in the order they are drawn
 
@@ -200,12 +201,11 @@ def headline(growth: Growth, busy: bool = False) -> str:
         return "Too few steps to fit a growth rate."
     (kc, lc, hc), (kn, ln, hn) = ((f.k, f.low, f.high) for f in (growth.cache, growth.nocache))
 
-    def span(lo: float, hi: float) -> str:  # the digits that keep its two ends apart ("1.06–1.06" said nothing)
-        digits = next((d for d in (2, 3) if f"{lo:.{d}f}" != f"{hi:.{d}f}"), 4)
-        return f"{lo:.{digits}f}–{hi:.{digits}f}"
+    def ends(lo: float, hi: float) -> str:  # the digits that keep its two ends apart ("1.06–1.06" says nothing)
+        return "–".join(apart(lo, hi, digits=2))
 
-    parts = [f"Total decode time grows like n to the power {kc:.2f} with the cache (95% range {span(lc, hc)}) "
-             f"and to the power {kn:.2f} without it ({span(ln, hn)})."]
+    parts = [f"Total decode time grows like n to the power {kc:.2f} with the cache (95% range {ends(lc, hc)}) "
+             f"and to the power {kn:.2f} without it ({ends(ln, hn)})."]
     if ln > hc:
         parts.append("Without the cache it measurably grows faster.")
     elif lc > hn:  # against the lesson, and the ranges do not overlap: say what was measured, and why it can be

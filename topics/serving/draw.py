@@ -601,7 +601,7 @@ def chunking_sentence(result) -> str:
 
 def _long_passes(result) -> str:
     """Why ms need not follow the steps sat out, in the runs' own pass times: the long prompt's passes, whole and in
-    pieces ("the server was busy" was said here, with nothing measured to show it)."""
+    pieces."""
     def passes(way) -> list:
         return [s for s in way.steps if s.forward_ms and any(r.id == way.stall.long_id and r.phase == "prefill"
                                                              for r in s.rows)]

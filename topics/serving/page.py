@@ -94,9 +94,9 @@ SIZED_BY_CODE = "serve_sized_by_code"  # counts the times code set the sizing (a
 
 def sized_by_code() -> None:
     """Code set the sizing: More's widgets are made anew, drawn with it. A closed popover's widgets never hear of a
-    value set by code: the browser kept scenario 4's 14 blocks and its switch on, and sent them back with the next
-    click (as the step page's preset and head, step/page.py). So the sizing lives in `serve_<knob>` and
-    `serve_custom_sizing`, and each widget's key carries this count."""
+    value set by code, and the browser would send the old values back with the next click (as the step page's
+    preset and head, step/page.py). So the sizing lives in `serve_<knob>` and `serve_custom_sizing`, and each
+    widget's key carries this count."""
     st.session_state[SIZED_BY_CODE] = st.session_state.get(SIZED_BY_CODE, 0) + 1
 
 
@@ -115,8 +115,8 @@ def scenario_sizing() -> None:
 
 
 def scenario_picked() -> None:
-    """on_change of the scenario box: a scenario brings its own sizing, its story told on it (scenario 4's 14
-    blocks, kept by hand, fit scenario 3's 166-token prompt in no pool). Your own requests keep the knobs."""
+    """on_change of the scenario box: a scenario brings its own sizing, its story told on it (another's pool may
+    not hold its prompt). Your own requests keep the knobs."""
     picked()
     if st.session_state.get("serve_scenario") != OWN:
         scenario_sizing()

@@ -41,8 +41,8 @@ def chunking_result(result: dict) -> None:
     """The chunked-prefill comparison (topics.serving.measure.chunking_comparison): its table, and the timelines
     of the two runs the table was read from, so the stall the table reports is the one the picture shows."""
     st.table(draw.chunking_frame(result).set_index("chunked prefill"))
-    span = max(len(result.on.steps), len(result.off.steps))  # one scale, as the batching comparison's (0-40 and
-    for way in ("on", "off"):                                  # 0-41 read as the same)
+    span = max(len(result.on.steps), len(result.off.steps))  # both timelines on one scale, as the batching ones
+    for way in ("on", "off"):
         st.markdown(f"**Chunked prefill {way}**")
         steps = getattr(result, way).steps
         st.html(_whole(partial(draw.timeline_svg, list(steps), list(getattr(result, way).ids), -1, span=span),

@@ -99,8 +99,8 @@ def verify_stage(run: Speculator, i: int, layer: int = 0, head: int = 0) -> str:
 
 
 def totals(run: Speculator, at: int | None = None) -> None:
-    """The run's totals, two by two. `at`: the round the stage shows; where it is an earlier one, said so (the
-    tiles stayed the whole run's beside a stage scrubbed back to round 2)."""
+    """The run's totals, two by two. `at`: the round the stage shows; where it is an earlier one, the caption says
+    the tiles are the whole run's."""
     top, bottom = st.columns(2), st.columns(2)  # two by two: the labels stay whole in a narrow column
     top[0].metric("acceptance rate", "—" if run.acceptance_rate is None else f"{run.acceptance_rate:.0%}",
                   help="proposals kept / proposals made")
